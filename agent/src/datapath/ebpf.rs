@@ -1,0 +1,1 @@
+//! Loads the embedded eBPF object, attaches it, and reads its ring buffer.

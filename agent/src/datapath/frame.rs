@@ -1,0 +1,1 @@
+//! Ethernet/IPv4/UDP framing around DHCP payloads, in both directions.

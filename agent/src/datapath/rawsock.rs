@@ -1,0 +1,1 @@
+//! Raw AF_PACKET sender opened inside the target network namespace.

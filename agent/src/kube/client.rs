@@ -1,0 +1,1 @@
+//! The Kubernetes API client: pods get/patch with a resourceVersion precondition, VMIs get.

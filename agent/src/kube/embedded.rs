@@ -1,0 +1,1 @@
+//! The embedded pod store used when no cluster is configured.

@@ -1,0 +1,1 @@
+//! rtnetlink: link lookup and address/route configuration.

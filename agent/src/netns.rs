@@ -1,0 +1,1 @@
+//! Running work inside another network namespace.

@@ -1,0 +1,1 @@
+//! Pod vs. VM detection and the VM MAC resolution chain.

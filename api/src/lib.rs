@@ -1,0 +1,1 @@
+//! The DHCP IPAM mode of the ClusterUserDefinedNetwork API and NAD rendering.

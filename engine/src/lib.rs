@@ -1,0 +1,1 @@
+//! Sans-IO DHCPv4 client engine (RFC 2131).
