@@ -2,6 +2,10 @@
 //! packet path in the kernel.
 //!
 //! Module map:
+//! - [`cli`]: command-line flags of `xdhcp agent`, `xdhcp leases`, `xdhcp status`.
+//! - [`cni`]: the CNI IPAM plugin (the same binary when `CNI_COMMAND` is set).
+//! - [`daemon`]: the agent daemon: socket API, lease tasks, recovery, shutdown.
+//! - [`rpc`]: the agent-socket protocol shared by the daemon and the CNI shim.
 //! - [`datapath`]: the eBPF loader and ring-buffer reader, the AF_PACKET
 //!   fallback receiver and the raw-socket sender.
 //! - [`netns`]: running work inside another network namespace.
@@ -11,11 +15,18 @@
 //!   client and the embedded (no cluster) store.
 //! - [`workload`]: pod vs. VM detection and VM MAC resolution.
 //! - [`vfio`]: the journaled VFIO driver handoff.
+//! - [`metrics`], [`telemetry`]: Prometheus metrics, health, logging.
 
+pub mod cli;
+pub mod cni;
+pub mod daemon;
 pub mod datapath;
 pub mod kube;
+pub mod metrics;
 pub mod netlink;
 pub mod netns;
+pub mod rpc;
 pub mod store;
+pub mod telemetry;
 pub mod vfio;
 pub mod workload;

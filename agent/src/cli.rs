@@ -1,0 +1,1 @@
+//! Command-line flags of `xdhcp agent`, `xdhcp leases` and `xdhcp status`.

@@ -1,0 +1,1 @@
+//! The agent daemon: socket API, lease tasks, recovery and shutdown.

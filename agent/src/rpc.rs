@@ -1,0 +1,1 @@
+//! The agent-socket protocol shared by the daemon and the CNI shim.

@@ -1,0 +1,1 @@
+//! Logging set-up: human or JSON, filtered by RUST_LOG.
