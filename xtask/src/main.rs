@@ -1,1 +1,62 @@
-fn main() {}
+//! `cargo xtask`: everything a person does with xdhcp — set up the toolchain,
+//! build, run the demo, run the tests, run the benchmarks.
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "xtask is a CLI tool"
+)]
+
+mod bench;
+mod build;
+mod cmd;
+mod demo;
+mod setup;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "xdhcp developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what the project needs (Debian packages, rust-src, bpf-linker). Idempotent.
+    Setup,
+    /// Build the eBPF object and the agent (release); the agent embeds the object.
+    Build,
+    /// Set up, build, then run the end-to-end demo in private network namespaces.
+    Demo(demo::Args),
+    /// Set up, then run every check and test: fmt, clippy (workspace and eBPF), unit and integration tests.
+    Test(test::Args),
+    /// Benchmarks, side by side with the baselines, reported as ratios.
+    Bench(bench::Args),
+    /// Regenerate manifests/crd from the Rust types (or check them with --check).
+    Manifests {
+        /// Fail instead of writing when the committed files differ.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the kind-based end-to-end test (needs Docker and network access; not runnable in this project's CI).
+    E2eKind,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => setup::run(),
+        Command::Build => build::run().map(|_| ()),
+        Command::Demo(args) => demo::run(&args),
+        Command::Test(args) => test::run(&args),
+        Command::Bench(args) => bench::run(&args),
+        Command::Manifests { check } => build::manifests(check),
+        Command::E2eKind => cmd::run(std::process::Command::new("bash").arg("hack/e2e-kind.sh")),
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,190 @@
+//! `cargo xtask setup`: idempotent installation of what xdhcp needs on a fresh
+//! machine of this kind (Debian 12, rustup with stable + nightly, root).
+//!
+//! Fast when everything is present: every step checks before it acts.
+
+use std::{env, path::PathBuf, process::Command};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::cmd;
+
+/// The one toolchain used to build the eBPF object: the machine's installed
+/// nightly (never a downloaded one). `agent/build.rs` reads the same constant
+/// from `xdhcp-common`.
+pub use xdhcp_common::EBPF_TOOLCHAIN;
+
+/// bpf-linker release known to build against nightly's own LLVM.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Debian packages the tests, the demo and the benchmarks use.
+///
+/// `dnsmasq-base` is the dnsmasq binary without the `dnsmasq` package's
+/// system service, which would otherwise try to serve DNS on the host.
+const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+    ("dnsmasq-base", "/usr/sbin/dnsmasq"),
+    ("kea-dhcp4-server", "/usr/sbin/kea-dhcp4"),
+    ("isc-dhcp-server", "/usr/sbin/dhcpd"),
+    ("containernetworking-plugins", "/usr/lib/cni/bridge"),
+    ("iproute2", "/usr/sbin/ip"),
+    ("bpftool", "/usr/sbin/bpftool"),
+    ("iperf3", "/usr/bin/iperf3"),
+    ("tcpdump", "/usr/bin/tcpdump"),
+    ("procps", "/usr/bin/ps"),
+];
+
+pub fn run() -> Result<()> {
+    debian_packages()?;
+    rust_src()?;
+    bpf_linker()?;
+    println!("setup: everything is in place");
+    Ok(())
+}
+
+fn debian_packages() -> Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .filter(|(_, file)| !PathBuf::from(file).exists())
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !nix_is_root() {
+        bail!(
+            "Debian packages missing ({}) and this is not root: run `sudo cargo xtask setup` or \
+             `apt-get install {}`",
+            missing.join(", "),
+            missing.join(" ")
+        );
+    }
+    println!("setup: installing Debian packages: {}", missing.join(" "));
+    cmd::run(Command::new("apt-get").args(["update", "-qq"]))
+        .context("apt-get update failed: is the Debian package mirror reachable?")?;
+    cmd::run(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing),
+    )
+    .with_context(|| format!("could not install {}", missing.join(" ")))?;
+    Ok(())
+}
+
+fn nix_is_root() -> bool {
+    cmd::output(Command::new("id").arg("-u"))
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn toolchain_arg() -> String {
+    format!("+{EBPF_TOOLCHAIN}")
+}
+
+fn rust_src() -> Result<()> {
+    if !cmd::succeeds(Command::new("rustc").args([&toolchain_arg(), "-V"])) {
+        bail!(
+            "the `{EBPF_TOOLCHAIN}` toolchain is not installed: the eBPF object needs it \
+             (`rustup toolchain install {EBPF_TOOLCHAIN}` where rustup can reach its server)"
+        );
+    }
+    let installed = cmd::output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        EBPF_TOOLCHAIN,
+    ]))?;
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.starts_with("rust-src"))
+    {
+        return Ok(());
+    }
+    println!("setup: adding rust-src to {EBPF_TOOLCHAIN}");
+    cmd::run(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "--toolchain",
+        EBPF_TOOLCHAIN,
+    ]))
+    .context("could not add rust-src (needed for -Z build-std=core)")
+}
+
+/// LLVM major version of the eBPF toolchain, read from `rustc -vV`.
+fn nightly_llvm_major() -> Result<String> {
+    let out = cmd::output(Command::new("rustc").args([&toolchain_arg(), "-vV"]))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next())
+        .map(str::to_owned)
+        .with_context(|| format!("`rustc {} -vV` printed no LLVM version", toolchain_arg()))
+}
+
+fn cache_dir() -> PathBuf {
+    env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"))
+        .join("xdhcp")
+}
+
+/// Build bpf-linker against the LLVM shared library inside the nightly
+/// toolchain (Debian's newest LLVM is older than nightly's).
+fn bpf_linker() -> Result<()> {
+    let major = nightly_llvm_major()?;
+    let works = cmd::output(Command::new("bpf-linker").arg("--version"));
+    if let Ok(out) = &works {
+        let v = String::from_utf8_lossy(&out.stdout);
+        if v.contains(BPF_LINKER_VERSION) {
+            return Ok(());
+        }
+        println!(
+            "setup: bpf-linker present but not {BPF_LINKER_VERSION} ({}); rebuilding",
+            v.trim()
+        );
+    }
+    let sysroot =
+        cmd::output(Command::new("rustc").args([&toolchain_arg(), "--print", "sysroot"]))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    let lib = sysroot.join("lib");
+    // The real shared object is libLLVM.so.<ver>; libLLVM-*.so is a linker script.
+    let so = std::fs::read_dir(&lib)
+        .with_context(|| format!("reading {}", lib.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("libLLVM.so."))
+        .with_context(|| {
+            format!(
+                "no libLLVM.so.* in {}: the {EBPF_TOOLCHAIN} toolchain ships no LLVM library",
+                lib.display()
+            )
+        })?;
+    let prefix = cache_dir().join(format!("llvm-prefix-{major}"));
+    let plib = prefix.join("lib");
+    std::fs::create_dir_all(&plib).with_context(|| format!("creating {}", plib.display()))?;
+    for name in ["libLLVM.so", so.as_str()] {
+        let link = plib.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(lib.join(&so), &link)
+            .with_context(|| format!("linking {}", link.display()))?;
+    }
+    println!(
+        "setup: building bpf-linker {BPF_LINKER_VERSION} against {EBPF_TOOLCHAIN}'s LLVM {major} (a few minutes, once)"
+    );
+    cmd::run(
+        Command::new("cargo")
+            .env("LLVM_PREFIX", &prefix)
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+                "--no-default-features",
+            ])
+            .args(["--features", &format!("llvm-{major}")]),
+    )
+    .context("could not build bpf-linker (needs crates.io)")
+}
