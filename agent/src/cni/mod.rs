@@ -1,1 +1,243 @@
 //! The CNI IPAM plugin: environment + stdin config in, CNI result or error out.
+//!
+//! The plugin is a thin client of the agent socket ([`crate::rpc`]): it
+//! validates its input (so bad input is refused before anything is sent),
+//! forwards the invocation, and prints what the agent answers. It holds no
+//! state. The binary behaves as the plugin whenever `CNI_COMMAND` is set.
+
+pub mod config;
+pub mod env;
+pub mod types;
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use self::config::NetworkConfig;
+use self::env::{CniEnv, Command, check_command_version};
+use self::types::{CniError, CniResult, LATEST_VERSION, VersionResult, code};
+use crate::rpc::{self, Client, CniRequest, GcReply, GcRequest, Readiness};
+
+/// How long the shim waits for the agent beyond the configured DHCP timeout.
+const ANSWER_MARGIN: Duration = Duration::from_secs(15);
+
+/// Entry point of the plugin: reads the process environment and stdin,
+/// writes the result or error object to stdout, returns the exit status.
+pub fn main() -> ExitCode {
+    let mut stdin = Vec::new();
+    let outcome = match std::io::stdin().read_to_end(&mut stdin) {
+        Ok(_) => run(|k| std::env::var(k).ok(), &stdin),
+        Err(e) => Err(CniError::new(
+            code::IO_FAILURE,
+            "cannot read the network configuration from stdin",
+        )
+        .with_details(e.to_string())),
+    };
+    let version = config::sniff_version(&stdin).unwrap_or_else(|| LATEST_VERSION.to_owned());
+    let (json, status) = match outcome {
+        Ok(Some(v)) => (Some(v), ExitCode::SUCCESS),
+        Ok(None) => (None, ExitCode::SUCCESS),
+        Err(e) => (Some(e.to_json(&version)), ExitCode::FAILURE),
+    };
+    if let Some(v) = json {
+        let mut out = std::io::stdout().lock();
+        // Nothing useful can be done if stdout is gone; the exit status stays.
+        let _ = serde_json::to_writer(&mut out, &v)
+            .and_then(|()| out.write_all(b"\n").map_err(serde_json::Error::io));
+        let _ = out.flush();
+    }
+    status
+}
+
+/// Run one invocation. `Ok(Some(json))` is printed, `Ok(None)` prints nothing
+/// (DEL, CHECK, GC, STATUS success).
+pub fn run(
+    lookup: impl Fn(&str) -> Option<String>,
+    stdin: &[u8],
+) -> Result<Option<Value>, CniError> {
+    let env = CniEnv::from_lookup(lookup)?;
+    if env.command == Command::Version {
+        return Ok(Some(to_json(&VersionResult::current())));
+    }
+    let config = config::parse(stdin)?;
+    check_command_version(env.command, &config.cni_version)?;
+    let client = Client::new(config.socket_path.clone(), shim_timeout(&config));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CniError::new(code::IO_FAILURE, "cannot start the plugin's I/O runtime")
+                .with_details(e.to_string())
+        })?;
+    rt.block_on(dispatch(&client, env, config))
+}
+
+async fn dispatch(
+    client: &Client,
+    env: CniEnv,
+    config: NetworkConfig,
+) -> Result<Option<Value>, CniError> {
+    let cni_version = config.cni_version.clone();
+    match env.command {
+        Command::Version => Ok(Some(to_json(&VersionResult::current()))),
+        Command::Status => {
+            let r: Readiness = client.get(rpc::PATH_READY).await.map_err(|e| {
+                let e = e.into_cni();
+                CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg).with_details(e.details)
+            })?;
+            if r.ready {
+                Ok(None)
+            } else {
+                Err(CniError::new(
+                    code::PLUGIN_NOT_AVAILABLE,
+                    format!("the xdhcp agent is not ready: {}", r.reason),
+                ))
+            }
+        }
+        Command::Gc => {
+            let _: GcReply = client
+                .post(rpc::PATH_GC, &GcRequest { config })
+                .await
+                .map_err(rpc::RpcError::into_cni)?;
+            Ok(None)
+        }
+        Command::Add | Command::Del | Command::Check => {
+            let req = CniRequest {
+                container_id: env.container_id.unwrap_or_default(),
+                ifname: env.ifname.unwrap_or_default(),
+                netns: env.netns,
+                args: env.args,
+                config,
+            };
+            match env.command {
+                Command::Add => {
+                    let r: CniResult = client
+                        .post(rpc::PATH_ADD, &req)
+                        .await
+                        .map_err(rpc::RpcError::into_cni)?;
+                    Ok(Some(to_json(&r.for_version(&cni_version))))
+                }
+                Command::Del => {
+                    let _: Value = client
+                        .post(rpc::PATH_DEL, &req)
+                        .await
+                        .map_err(rpc::RpcError::into_cni)?;
+                    Ok(None)
+                }
+                _ => {
+                    let _: Value = client
+                        .post(rpc::PATH_CHECK, &req)
+                        .await
+                        .map_err(rpc::RpcError::into_cni)?;
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
+/// The shim waits for the configured DHCP timeout plus a margin; without a
+/// configured timeout, for the largest one the agent could apply.
+fn shim_timeout(config: &NetworkConfig) -> Duration {
+    config.ipam.timeout.unwrap_or(config::MAX_TIMEOUT) + ANSWER_MARGIN
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("CNI reply types always serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn run_with(vars: &[(&str, &str)], stdin: &str) -> Result<Option<Value>, CniError> {
+        let m: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        run(|k| m.get(k).cloned(), stdin.as_bytes())
+    }
+
+    #[test]
+    fn version_needs_no_config() {
+        let v = run_with(&[("CNI_COMMAND", "VERSION")], "")
+            .unwrap()
+            .unwrap();
+        assert_eq!(v["cniVersion"], "1.1.0");
+        assert!(v["supportedVersions"].as_array().unwrap().len() >= 2);
+    }
+
+    #[test]
+    fn add_with_agent_down_names_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("xdhcp.sock");
+        let netns = format!("/proc/{}/ns/net", std::process::id());
+        let conf = format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"type":"xdhcp","socketPath":"{}","timeout":"2s"}}}}"#,
+            sock.display()
+        );
+        let e = run_with(
+            &[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "c1"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "eth0"),
+            ],
+            &conf,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, code::AGENT_UNREACHABLE);
+        assert!(e.msg.contains(&sock.display().to_string()), "{e}");
+        assert!(e.msg.contains("not running"), "{e}");
+
+        let e = run_with(
+            &[("CNI_COMMAND", "STATUS")],
+            &conf.replace("1.0.0", "1.1.0"),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, code::PLUGIN_NOT_AVAILABLE);
+        assert!(e.msg.contains("not running"), "{e}");
+    }
+
+    #[test]
+    fn status_needs_1_1() {
+        let e = run_with(
+            &[("CNI_COMMAND", "STATUS")],
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"xdhcp"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, code::INCOMPATIBLE_VERSION);
+    }
+
+    #[test]
+    fn malformed_config_names_the_field() {
+        let netns = format!("/proc/{}/ns/net", std::process::id());
+        let e = run_with(
+            &[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "c1"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "eth0"),
+            ],
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"xdhcp","timeout":"forever"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, code::INVALID_NETWORK_CONFIG);
+        assert_eq!(
+            e.msg,
+            "ipam.timeout: must be a duration between 1s and 300s"
+        );
+    }
+
+    #[test]
+    fn shim_waits_longer_than_the_agent() {
+        let c = config::parse(
+            br#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"xdhcp","timeout":"5s"}}"#,
+        )
+        .unwrap();
+        assert_eq!(shim_timeout(&c), Duration::from_secs(20));
+    }
+}
