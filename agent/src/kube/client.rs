@@ -1,1 +1,529 @@
 //! The Kubernetes API client: pods get/patch with a resourceVersion precondition, VMIs get.
+//!
+//! Writes are read-modify-write, retried whole: each attempt re-reads the
+//! pod, recomputes the annotation from what it read, and sends a JSON merge
+//! patch carrying `metadata.resourceVersion`, so the API server rejects it
+//! with 409 Conflict if anyone wrote the pod in between. Conflicts are retried
+//! with bounded, jittered exponential backoff ([`RetryPolicy`]); any other
+//! API failure is returned at once as [`PodApiError::Api`] naming the pod and
+//! the HTTP status code.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use super::annotation::{self, AnnotationError, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
+use super::{PodApiError, PodInfo, Result};
+use crate::workload::VmiInfo;
+
+/// Field manager recorded on our patches.
+pub const FIELD_MANAGER: &str = "xdhcp";
+
+const RESOURCE_POD: &str = "pod";
+const RESOURCE_VMI: &str = "VirtualMachineInstance";
+
+/// `--kube=auto|on|off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum KubeMode {
+    /// On when in-cluster environment or a kubeconfig is present.
+    #[default]
+    Auto,
+    /// Always use the API server; fail if no configuration works.
+    On,
+    /// Never: embedded store (SPEC R27).
+    Off,
+}
+
+impl KubeMode {
+    /// Whether to use the API server, reading the process environment and
+    /// filesystem (see [`cluster_config_present`]).
+    pub fn resolve_from_env(self) -> bool {
+        self.resolve(|k| std::env::var_os(k), Path::exists)
+    }
+
+    /// Whether to use the API server, with injected environment and file
+    /// existence checks.
+    pub fn resolve(
+        self,
+        env: impl Fn(&str) -> Option<OsString>,
+        exists: impl Fn(&Path) -> bool,
+    ) -> bool {
+        match self {
+            KubeMode::On => true,
+            KubeMode::Off => false,
+            KubeMode::Auto => cluster_config_present(env, exists),
+        }
+    }
+}
+
+/// Service-account token path of in-cluster pods.
+pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// Whether a cluster configuration is present: in-cluster (both
+/// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT` set and the
+/// service-account token present), or a kubeconfig (any existing file named
+/// by `KUBECONFIG`, else `$HOME/.kube/config`).
+pub fn cluster_config_present(
+    env: impl Fn(&str) -> Option<OsString>,
+    exists: impl Fn(&Path) -> bool,
+) -> bool {
+    let set = |k: &str| env(k).is_some_and(|v| !v.is_empty());
+    if set("KUBERNETES_SERVICE_HOST")
+        && set("KUBERNETES_SERVICE_PORT")
+        && exists(Path::new(SERVICE_ACCOUNT_TOKEN))
+    {
+        return true;
+    }
+    if let Some(paths) = env("KUBECONFIG").filter(|v| !v.is_empty()) {
+        return std::env::split_paths(&paths).any(|p| !p.as_os_str().is_empty() && exists(&p));
+    }
+    env("HOME")
+        .filter(|h| !h.is_empty())
+        .is_some_and(|home| exists(&PathBuf::from(home).join(".kube/config")))
+}
+
+/// Bounded, jittered exponential backoff for 409 retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts (read + patch), at least 1.
+    pub attempts: u32,
+    /// Backoff before the second attempt.
+    pub initial_backoff: Duration,
+    /// Upper bound of any single backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 8 attempts, 50 ms doubling to at most 2 s (about 5 s worst case,
+    /// well inside the 2-minute CNI deadline).
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 8,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Backoff after failed attempt number `attempt` (1-based): the
+    /// exponential step, jittered uniformly into its upper half.
+    pub fn backoff(&self, attempt: u32, rng: &mut impl Rng) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let step = exp.min(self.max_backoff);
+        let half = step / 2;
+        half + step.saturating_sub(half).mul_f64(rng.random::<f64>())
+    }
+}
+
+/// The real API-server backend.
+#[derive(Clone)]
+pub struct KubeClient {
+    client: kube::Client,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClient")
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+fn vmi_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance"),
+        "virtualmachineinstances",
+    )
+}
+
+impl KubeClient {
+    /// Wrap an existing client (tests build one against a fake server).
+    pub fn new(client: kube::Client) -> Self {
+        KubeClient {
+            client,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Build a client from a configuration.
+    pub fn from_config(config: kube::Config) -> Result<Self> {
+        let client = kube::Client::try_from(config).map_err(|e| PodApiError::Config {
+            reason: "cannot build a client from the configuration".into(),
+            source: Some(Box::new(e)),
+        })?;
+        Ok(Self::new(client))
+    }
+
+    /// In-cluster configuration, else kubeconfig (`kube::Config::infer`).
+    pub async fn infer() -> Result<Self> {
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| PodApiError::Config {
+                reason: "no in-cluster configuration and no usable kubeconfig".into(),
+                source: Some(Box::new(e)),
+            })?;
+        Self::from_config(config)
+    }
+
+    /// Replace the conflict retry policy.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = RetryPolicy {
+            attempts: retry.attempts.max(1),
+            ..retry
+        };
+        self
+    }
+
+    fn pods(&self, ns: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// Read a pod.
+    pub async fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
+        let pod = self
+            .pods(ns)
+            .get(name)
+            .await
+            .map_err(|e| api_error("get", RESOURCE_POD, ns, name, e))?;
+        Ok(pod_info(ns, name, &pod))
+    }
+
+    /// Read a VMI; `Ok(None)` when it does not exist or `name` is empty.
+    pub async fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &vmi_resource());
+        let Some(obj) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error("get", RESOURCE_VMI, ns, name, e))?
+        else {
+            return Ok(None);
+        };
+        VmiInfo::from_json(ns, name, &obj.data)
+            .map(Some)
+            .map_err(|source| PodApiError::Vmi {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                source,
+            })
+    }
+
+    /// Set `key`'s entry of the pod-networks annotation (R26).
+    pub async fn set_network_entry(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        key: &str,
+        entry: &PodNetworkEntry,
+    ) -> Result<()> {
+        self.update(ns, name, uid, false, |current| {
+            let next = annotation::merge_entry(current, key, entry)?;
+            Ok((current != Some(next.as_str())).then_some(Some(next)))
+        })
+        .await
+    }
+
+    /// Remove `key`'s entry (DEL); a missing pod or entry is success.
+    pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
+        self.update(ns, name, None, true, |current| {
+            annotation::remove_entry(current, key)
+        })
+        .await
+    }
+
+    /// The read-modify-write loop. `mutate` maps the current annotation to
+    /// `None` (nothing to do), `Some(None)` (delete the annotation) or
+    /// `Some(Some(value))`.
+    async fn update(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        missing_ok: bool,
+        mutate: impl Fn(Option<&str>) -> Result<Option<Option<String>>, AnnotationError>,
+    ) -> Result<()> {
+        let api = self.pods(ns);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let pod = match api.get_opt(name).await {
+                Ok(Some(pod)) => pod,
+                Ok(None) if missing_ok => return Ok(()),
+                Ok(None) => {
+                    return Err(api_error(
+                        "get",
+                        RESOURCE_POD,
+                        ns,
+                        name,
+                        kube::Error::Api(
+                            kube::core::Status::failure(
+                                &format!("pods \"{name}\" not found"),
+                                "NotFound",
+                            )
+                            .with_code(404)
+                            .boxed(),
+                        ),
+                    ));
+                }
+                Err(e) => return Err(api_error("get", RESOURCE_POD, ns, name, e)),
+            };
+            if let Some(expected) = uid
+                && pod.metadata.uid.as_deref() != Some(expected)
+            {
+                return Err(PodApiError::UidMismatch {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    expected: expected.to_owned(),
+                    actual: pod.metadata.uid.clone(),
+                });
+            }
+            let current = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(POD_NETWORKS_ANNOTATION))
+                .map(String::as_str);
+            let Some(next) = mutate(current).map_err(|source| PodApiError::Annotation {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                source,
+            })?
+            else {
+                return Ok(());
+            };
+            let mut metadata = json!({ "annotations": { POD_NETWORKS_ANNOTATION: next } });
+            if let Some(rv) = &pod.metadata.resource_version {
+                metadata["resourceVersion"] = json!(rv);
+            }
+            let patch = json!({ "metadata": metadata });
+            match api.patch(name, &params, &Patch::Merge(&patch)).await {
+                Ok(_) => {
+                    tracing::debug!(
+                        namespace = ns,
+                        pod = name,
+                        attempt,
+                        "pod-networks annotation updated"
+                    );
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    let err = kube::Error::Api(s);
+                    if attempt >= self.retry.attempts {
+                        return Err(PodApiError::ConflictsExhausted {
+                            namespace: ns.to_owned(),
+                            name: name.to_owned(),
+                            attempts: attempt,
+                            source: Box::new(err),
+                        });
+                    }
+                    let wait = self
+                        .retry
+                        .backoff(attempt, &mut rand::rngs::SmallRng::from_os_rng());
+                    tracing::debug!(
+                        namespace = ns,
+                        pod = name,
+                        attempt,
+                        ?wait,
+                        "resourceVersion conflict, retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) if missing_ok && is_not_found(&e) => return Ok(()),
+                Err(e) => return Err(api_error("patch", RESOURCE_POD, ns, name, e)),
+            }
+        }
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_not_found())
+}
+
+fn api_error(
+    op: &'static str,
+    resource: &'static str,
+    ns: &str,
+    name: &str,
+    e: kube::Error,
+) -> PodApiError {
+    match e {
+        kube::Error::Api(s) => PodApiError::Api {
+            op,
+            resource,
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            code: s.code,
+            message: if s.message.is_empty() {
+                s.reason.clone()
+            } else {
+                s.message.clone()
+            },
+            source: Box::new(kube::Error::Api(s)),
+        },
+        other => PodApiError::Transport {
+            op,
+            resource,
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            source: Box::new(other),
+        },
+    }
+}
+
+fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
+    let meta = &pod.metadata;
+    let owners = meta.owner_references.as_deref().unwrap_or_default();
+    let vmi_owners = || owners.iter().filter(|o| o.kind == "VirtualMachineInstance");
+    let owner_vmi = vmi_owners()
+        .find(|o| o.controller == Some(true))
+        .or_else(|| vmi_owners().next())
+        .map(|o| o.name.clone());
+    PodInfo {
+        namespace: meta.namespace.clone().unwrap_or_else(|| ns.to_owned()),
+        name: meta.name.clone().unwrap_or_else(|| name.to_owned()),
+        uid: meta.uid.clone(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        owner_vmi,
+        pod_networks: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(POD_NETWORKS_ANNOTATION))
+            .cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn files(paths: &[&str]) -> impl Fn(&Path) -> bool {
+        let set: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+        move |p| set.iter().any(|s| s == p)
+    }
+
+    #[test]
+    fn explicit_modes_ignore_the_environment() {
+        assert!(KubeMode::On.resolve(env_of(&[]), files(&[])));
+        assert!(!KubeMode::Off.resolve(
+            env_of(&[
+                ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "443")
+            ]),
+            files(&[SERVICE_ACCOUNT_TOKEN])
+        ));
+    }
+
+    #[test]
+    fn auto_detects_in_cluster() {
+        let env = [
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ];
+        assert!(KubeMode::Auto.resolve(env_of(&env), files(&[SERVICE_ACCOUNT_TOKEN])));
+        // Without the token it is not a usable in-cluster config.
+        assert!(!KubeMode::Auto.resolve(env_of(&env), files(&[])));
+        assert!(!KubeMode::Auto.resolve(
+            env_of(&[("KUBERNETES_SERVICE_HOST", "10.96.0.1")]),
+            files(&[SERVICE_ACCOUNT_TOKEN])
+        ));
+    }
+
+    #[test]
+    fn auto_detects_kubeconfig() {
+        assert!(KubeMode::Auto.resolve(
+            env_of(&[("KUBECONFIG", "/nope:/etc/kube.conf")]),
+            files(&["/etc/kube.conf"])
+        ));
+        // KUBECONFIG set but naming nothing that exists: home is not consulted.
+        assert!(!KubeMode::Auto.resolve(
+            env_of(&[("KUBECONFIG", "/nope"), ("HOME", "/root")]),
+            files(&["/root/.kube/config"])
+        ));
+        assert!(
+            KubeMode::Auto.resolve(env_of(&[("HOME", "/root")]), files(&["/root/.kube/config"]))
+        );
+        assert!(!KubeMode::Auto.resolve(env_of(&[("HOME", "/root")]), files(&[])));
+        assert!(!KubeMode::Auto.resolve(env_of(&[]), files(&["/root/.kube/config"])));
+    }
+
+    #[test]
+    fn backoff_is_bounded_and_grows() {
+        let p = RetryPolicy {
+            attempts: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(700),
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..100 {
+            let b1 = p.backoff(1, &mut rng);
+            assert!(
+                b1 >= Duration::from_millis(50) && b1 <= Duration::from_millis(100),
+                "{b1:?}"
+            );
+            let b3 = p.backoff(3, &mut rng);
+            assert!(
+                b3 >= Duration::from_millis(200) && b3 <= Duration::from_millis(400),
+                "{b3:?}"
+            );
+            let b40 = p.backoff(40, &mut rng);
+            assert!(
+                b40 >= Duration::from_millis(350) && b40 <= Duration::from_millis(700),
+                "{b40:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn pod_info_prefers_controller_vmi_owner() {
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "virt-launcher-vm1-abcde", "namespace": "tenant", "uid": "u-1",
+                "labels": {"kubevirt.io": "virt-launcher"},
+                "annotations": {POD_NETWORKS_ANNOTATION: "{}"},
+                "ownerReferences": [
+                    {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "other", "uid": "x"},
+                    {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm1", "uid": "y", "controller": true}
+                ]
+            }
+        }))
+        .unwrap();
+        let info = pod_info("tenant", "virt-launcher-vm1-abcde", &pod);
+        assert_eq!(info.owner_vmi.as_deref(), Some("vm1"));
+        assert_eq!(info.uid.as_deref(), Some("u-1"));
+        assert_eq!(info.pod_networks.as_deref(), Some("{}"));
+        assert_eq!(
+            info.workload(),
+            crate::workload::Workload::Vm {
+                vmi_name: "vm1".into()
+            }
+        );
+    }
+}

@@ -1,1 +1,404 @@
-//! The embedded pod store used when no cluster is configured.
+//! The embedded pod store used when no cluster is configured (SPEC R27).
+//!
+//! With `--kube=off` (the default when no cluster configuration is found)
+//! pod identity comes from CNI_ARGS and the `k8s.ovn.org/pod-networks`
+//! annotation is kept in one JSON file, `<state_dir>/pod-networks.json`,
+//! written atomically (temporary file, fsync, rename, fsync of the
+//! directory) so `xdhcp status` always reads a whole document:
+//!
+//! ```json
+//! {"pods": {"<ns>/<name>": {"uid": "…", "labels": {…}, "owner_vmi": null,
+//!                            "annotations": {"k8s.ovn.org/pod-networks": "{…}"}}},
+//!  "vmis": {"<ns>/<name>": { <kubevirt.io/v1 VirtualMachineInstance JSON> }}}
+//! ```
+//!
+//! A pod the file does not know is a plain pod with no labels. An operator
+//! (or a test) may seed `labels`, `owner_vmi` and `vmis` by hand to exercise
+//! the VM path without a cluster; the agent only ever writes `uid` and
+//! `annotations`. A corrupt file is reported and never overwritten.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::annotation::{self, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
+use super::{PodApiError, PodInfo, Result};
+use crate::workload::VmiInfo;
+
+/// File name of the store under the state dir.
+pub const STORE_FILE: &str = "pod-networks.json";
+
+/// One pod's record.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EmbeddedPod {
+    /// `K8S_POD_UID` of the last ADD that wrote the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Labels (seeded by hand; the agent never invents them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Controlling VMI name (seeded by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_vmi: Option<String>,
+    /// Annotations; the agent writes only `k8s.ovn.org/pod-networks`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl EmbeddedPod {
+    fn is_blank(&self) -> bool {
+        self.labels.is_empty() && self.owner_vmi.is_none() && self.annotations.is_empty()
+    }
+}
+
+/// The whole store document.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EmbeddedState {
+    /// Pods by `"<ns>/<name>"`.
+    #[serde(default)]
+    pub pods: BTreeMap<String, EmbeddedPod>,
+    /// VMI documents by `"<ns>/<name>"` (seeded by hand).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vmis: BTreeMap<String, serde_json::Value>,
+}
+
+/// The embedded backend of [`super::PodApi`].
+#[derive(Debug, Clone)]
+pub struct EmbeddedStore {
+    path: PathBuf,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+fn pod_key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+impl EmbeddedStore {
+    /// The store under `state_dir` (created on first write).
+    pub fn open(state_dir: &Path) -> Self {
+        EmbeddedStore {
+            path: state_dir.join(STORE_FILE),
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Read the whole store (what `xdhcp status` shows); a missing file is empty.
+    pub fn load(&self) -> Result<EmbeddedState> {
+        load_file(&self.path)
+    }
+
+    /// A pod as the store knows it; unknown pods are plain pods without labels.
+    pub async fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
+        let _guard = self.lock.lock().await;
+        let state = self.load()?;
+        let rec = state
+            .pods
+            .get(&pod_key(ns, name))
+            .cloned()
+            .unwrap_or_default();
+        Ok(PodInfo {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            uid: rec.uid,
+            labels: rec.labels,
+            owner_vmi: rec.owner_vmi,
+            pod_networks: rec.annotations.get(POD_NETWORKS_ANNOTATION).cloned(),
+        })
+    }
+
+    /// A seeded VMI, if any.
+    pub async fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let _guard = self.lock.lock().await;
+        let state = self.load()?;
+        state
+            .vmis
+            .get(&pod_key(ns, name))
+            .map(|doc| {
+                VmiInfo::from_json(ns, name, doc).map_err(|source| PodApiError::Vmi {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+
+    /// Set `key`'s entry; records `uid` when given.
+    pub async fn set_network_entry(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        key: &str,
+        entry: &PodNetworkEntry,
+    ) -> Result<()> {
+        let _guard = self.lock.lock().await;
+        let mut state = self.load()?;
+        let rec = state.pods.entry(pod_key(ns, name)).or_default();
+        if let Some(uid) = uid {
+            rec.uid = Some(uid.to_owned());
+        }
+        let current = rec
+            .annotations
+            .get(POD_NETWORKS_ANNOTATION)
+            .map(String::as_str);
+        let next = annotation::merge_entry(current, key, entry).map_err(|source| {
+            PodApiError::Annotation {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                source,
+            }
+        })?;
+        rec.annotations
+            .insert(POD_NETWORKS_ANNOTATION.to_owned(), next);
+        self.save(&state)
+    }
+
+    /// Remove `key`'s entry; a pod or entry the store does not know is success.
+    pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
+        let _guard = self.lock.lock().await;
+        let mut state = self.load()?;
+        let pk = pod_key(ns, name);
+        let Some(rec) = state.pods.get_mut(&pk) else {
+            return Ok(());
+        };
+        let current = rec
+            .annotations
+            .get(POD_NETWORKS_ANNOTATION)
+            .map(String::as_str);
+        let change =
+            annotation::remove_entry(current, key).map_err(|source| PodApiError::Annotation {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                source,
+            })?;
+        match change {
+            None => return Ok(()),
+            Some(Some(next)) => {
+                rec.annotations
+                    .insert(POD_NETWORKS_ANNOTATION.to_owned(), next);
+            }
+            Some(None) => {
+                rec.annotations.remove(POD_NETWORKS_ANNOTATION);
+                if rec.is_blank() {
+                    state.pods.remove(&pk);
+                }
+            }
+        }
+        self.save(&state)
+    }
+
+    fn save(&self, state: &EmbeddedState) -> Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(state)
+            .expect("a map of strings and JSON values always serializes");
+        bytes.push(b'\n');
+        write_atomic(&self.path, &bytes).map_err(|(op, path, source)| PodApiError::Store {
+            op,
+            path,
+            source,
+        })
+    }
+}
+
+/// Read a store file (for `xdhcp status`); a missing file is an empty store.
+pub fn load_file(path: &Path) -> Result<EmbeddedState> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| PodApiError::StoreCorrupt {
+            path: path.to_owned(),
+            source,
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(EmbeddedState::default()),
+        Err(source) => Err(PodApiError::Store {
+            op: "read",
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// A failed step of [`write_atomic`]: what, on which path, and why.
+pub(crate) type AtomicWriteError = (&'static str, PathBuf, std::io::Error);
+
+/// Write `bytes` to `path` so readers see the old or the new content, never
+/// a mix: temporary file in the same directory, fsync, rename, fsync the
+/// directory. Creates the directory if needed.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| ("create directory", dir.to_owned(), e))?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{file_name}.tmp.{}.{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| ("create", tmp.clone(), e))?;
+        f.write_all(bytes).map_err(|e| ("write", tmp.clone(), e))?;
+        f.sync_all().map_err(|e| ("fsync", tmp.clone(), e))?;
+        std::fs::rename(&tmp, path).map_err(|e| ("rename into place", path.to_owned(), e))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| ("fsync directory", dir.to_owned(), e))
+    })();
+    if result.is_err() {
+        // Best effort: never leave a stray temporary behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn entry(last: u8) -> PodNetworkEntry {
+        PodNetworkEntry::dhcp(
+            Ipv4Addr::new(192, 0, 2, last),
+            24,
+            "02:00:00:00:00:01".parse().unwrap(),
+            &[Ipv4Addr::new(192, 0, 2, 1)],
+        )
+    }
+
+    #[tokio::test]
+    async fn unknown_pod_is_a_plain_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path());
+        let pod = store.get_pod("ns", "p").await.unwrap();
+        assert_eq!(pod.workload(), crate::workload::Workload::Pod);
+        assert_eq!(pod.pod_networks, None);
+        assert!(store.get_vmi("ns", "vm").await.unwrap().is_none());
+        assert!(!store.path().exists(), "reads must not create the file");
+    }
+
+    #[tokio::test]
+    async fn set_and_remove_round_trip_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path());
+        store
+            .set_network_entry("ns", "p", Some("uid-1"), "ns/a", &entry(10))
+            .await
+            .unwrap();
+        store
+            .set_network_entry("ns", "p", None, "ns/b", &entry(11))
+            .await
+            .unwrap();
+        // A second handle (another process, `xdhcp status`) sees the same data.
+        let state = load_file(&dir.path().join(STORE_FILE)).unwrap();
+        let rec = &state.pods["ns/p"];
+        assert_eq!(rec.uid.as_deref(), Some("uid-1"));
+        let ann = &rec.annotations[POD_NETWORKS_ANNOTATION];
+        assert!(
+            ann.contains("\"ns/a\"") && ann.contains("\"ns/b\""),
+            "{ann}"
+        );
+
+        let pod = store.get_pod("ns", "p").await.unwrap();
+        assert_eq!(pod.uid.as_deref(), Some("uid-1"));
+        assert_eq!(pod.pod_networks.as_deref(), Some(ann.as_str()));
+
+        store.remove_network_entry("ns", "p", "ns/a").await.unwrap();
+        let state = store.load().unwrap();
+        let ann = &state.pods["ns/p"].annotations[POD_NETWORKS_ANNOTATION];
+        assert!(
+            !ann.contains("\"ns/a\"") && ann.contains("\"ns/b\""),
+            "{ann}"
+        );
+        // Idempotent DEL, unknown pods too.
+        store.remove_network_entry("ns", "p", "ns/a").await.unwrap();
+        store
+            .remove_network_entry("ns", "gone", "ns/a")
+            .await
+            .unwrap();
+        store.remove_network_entry("ns", "p", "ns/b").await.unwrap();
+        assert!(store.load().unwrap().pods.is_empty());
+        // No temporaries left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [STORE_FILE]);
+    }
+
+    #[tokio::test]
+    async fn seeded_vm_pod_and_vmi() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(STORE_FILE),
+            serde_json::to_vec(&serde_json::json!({
+                "pods": {"t/virt-launcher-vm1-x": {"labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"}}},
+                "vmis": {"t/vm1": {"spec": {"networks": [{"name": "n", "multus": {"networkName": "t/net"}}],
+                                   "domain": {"devices": {"interfaces": [{"name": "n", "macAddress": "02:00:00:00:20:08"}]}}}}}
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let store = EmbeddedStore::open(dir.path());
+        let pod = store.get_pod("t", "virt-launcher-vm1-x").await.unwrap();
+        let crate::workload::Workload::Vm { vmi_name } = pod.workload() else {
+            panic!("seeded launcher pod must be a VM");
+        };
+        let vmi = store.get_vmi("t", &vmi_name).await.unwrap().unwrap();
+        let m = vmi.interface_for_network("t/net").unwrap();
+        assert_eq!(m.spec_mac.unwrap().to_string(), "02:00:00:00:20:08");
+        // Removing the last entry keeps a seeded record.
+        store
+            .set_network_entry("t", "virt-launcher-vm1-x", None, "t/net", &entry(5))
+            .await
+            .unwrap();
+        store
+            .remove_network_entry("t", "virt-launcher-vm1-x", "t/net")
+            .await
+            .unwrap();
+        assert!(
+            store
+                .load()
+                .unwrap()
+                .pods
+                .contains_key("t/virt-launcher-vm1-x")
+        );
+    }
+
+    #[tokio::test]
+    async fn corrupt_store_is_an_error_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STORE_FILE);
+        std::fs::write(&path, b"{not json").unwrap();
+        let store = EmbeddedStore::open(dir.path());
+        let err = store
+            .set_network_entry("ns", "p", None, "ns/a", &entry(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::StoreCorrupt { .. }), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"{not json");
+        // A corrupt annotation in a valid file is an error too, and kept.
+        std::fs::write(
+            &path,
+            br#"{"pods":{"ns/p":{"annotations":{"k8s.ovn.org/pod-networks":"[1]"}}}}"#,
+        )
+        .unwrap();
+        let err = store
+            .set_network_entry("ns", "p", None, "ns/a", &entry(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::Annotation { .. }), "{err}");
+        assert!(std::fs::read_to_string(&path).unwrap().contains("[1]"));
+    }
+}

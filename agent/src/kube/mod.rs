@@ -1,5 +1,279 @@
 //! Kubernetes: the pod-networks annotation, the API client, the embedded store.
+//!
+//! The daemon talks to one façade, [`PodApi`], chosen once at start by
+//! `--kube=auto|on|off` ([`KubeMode`], [`PodApi::connect`]):
+//! - [`PodApi::Kube`]: the real API server through [`client::KubeClient`]
+//!   (pods get/patch, VMIs get — the whole RBAC surface);
+//! - [`PodApi::Embedded`]: no cluster (SPEC R27); pod identity comes from
+//!   CNI_ARGS and annotations go to a JSON file under the state dir
+//!   ([`embedded::EmbeddedStore`]) that `xdhcp status` shows.
 
 pub mod annotation;
 pub mod client;
 pub mod embedded;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use annotation::{POD_NETWORKS_ANNOTATION, PodNetworkEntry, network_key};
+pub use client::{KubeClient, KubeMode, RetryPolicy};
+pub use embedded::EmbeddedStore;
+
+use crate::workload::{VmiInfo, VmiParseError, Workload, classify_pod};
+use annotation::AnnotationError;
+
+/// `pub type Result<T, E = PodApiError>`.
+pub type Result<T, E = PodApiError> = std::result::Result<T, E>;
+
+/// What the agent needs to know about a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PodInfo {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid` (absent in embedded mode unless recorded).
+    pub uid: Option<String>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Name of the controlling `VirtualMachineInstance` owner reference.
+    pub owner_vmi: Option<String>,
+    /// The current `k8s.ovn.org/pod-networks` annotation value.
+    pub pod_networks: Option<String>,
+}
+
+impl PodInfo {
+    /// Pod or VM, from labels and owner (see [`crate::workload`]).
+    pub fn workload(&self) -> Workload {
+        classify_pod(&self.labels, self.owner_vmi.as_deref())
+    }
+}
+
+/// Failures of the pod API, each naming the object and (for API errors)
+/// the HTTP status code.
+#[derive(Debug, thiserror::Error)]
+pub enum PodApiError {
+    /// The API server answered with an error status.
+    #[error("{op} {resource} {namespace}/{name}: Kubernetes API answered HTTP {code}: {message}")]
+    Api {
+        /// `get` or `patch`.
+        op: &'static str,
+        /// `pod` or `VirtualMachineInstance`.
+        resource: &'static str,
+        /// Object namespace.
+        namespace: String,
+        /// Object name.
+        name: String,
+        /// HTTP status code.
+        code: u16,
+        /// The API server's message.
+        message: String,
+        /// The client error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The request never got an API answer (connection, TLS, decoding).
+    #[error("{op} {resource} {namespace}/{name}: request to the Kubernetes API failed")]
+    Transport {
+        /// `get` or `patch`.
+        op: &'static str,
+        /// `pod` or `VirtualMachineInstance`.
+        resource: &'static str,
+        /// Object namespace.
+        namespace: String,
+        /// Object name.
+        name: String,
+        /// The client error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Every read-modify-write attempt lost a resourceVersion race.
+    #[error(
+        "updating {POD_NETWORKS_ANNOTATION} on pod {namespace}/{name}: still HTTP 409 Conflict after {attempts} attempts"
+    )]
+    ConflictsExhausted {
+        /// Pod namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last conflict.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The pod's annotation (or the network key) is unusable; nothing was written.
+    #[error("pod {namespace}/{name}")]
+    Annotation {
+        /// Pod namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+        /// What is wrong.
+        #[source]
+        source: AnnotationError,
+    },
+    /// The VMI does not have the `kubevirt.io/v1` shape.
+    #[error("VirtualMachineInstance {namespace}/{name}")]
+    Vmi {
+        /// VMI namespace.
+        namespace: String,
+        /// VMI name.
+        name: String,
+        /// What is wrong.
+        #[source]
+        source: VmiParseError,
+    },
+    /// The pod was deleted and recreated under the same name.
+    #[error(
+        "pod {namespace}/{name} has UID {actual:?}, the request was for UID {expected} (pod recreated)"
+    )]
+    UidMismatch {
+        /// Pod namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+        /// UID the caller expected (CNI_ARGS `K8S_POD_UID`).
+        expected: String,
+        /// UID the API server has.
+        actual: Option<String>,
+    },
+    /// No usable client configuration.
+    #[error("Kubernetes client configuration: {reason}")]
+    Config {
+        /// What was missing or wrong.
+        reason: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The embedded store could not be read or written.
+    #[error("embedded pod store: failed to {op} {path}")]
+    Store {
+        /// What we were doing.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The embedded store file is not valid; it was left untouched.
+    #[error("embedded pod store {path} is corrupt")]
+    StoreCorrupt {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl PodApiError {
+    /// The HTTP status code, for API errors (409 for exhausted conflicts).
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            PodApiError::Api { code, .. } => Some(*code),
+            PodApiError::ConflictsExhausted { .. } => Some(409),
+            _ => None,
+        }
+    }
+
+    /// A bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            PodApiError::Api { .. } => "api",
+            PodApiError::Transport { .. } => "transport",
+            PodApiError::ConflictsExhausted { .. } => "conflicts_exhausted",
+            PodApiError::Annotation { .. } => "annotation",
+            PodApiError::Vmi { .. } => "vmi",
+            PodApiError::UidMismatch { .. } => "uid_mismatch",
+            PodApiError::Config { .. } => "config",
+            PodApiError::Store { .. } | PodApiError::StoreCorrupt { .. } => "store",
+        }
+    }
+}
+
+/// The one pod API the daemon uses.
+#[derive(Debug, Clone)]
+pub enum PodApi {
+    /// A real API server.
+    Kube(KubeClient),
+    /// No cluster: CNI_ARGS identity and a local annotation store.
+    Embedded(EmbeddedStore),
+}
+
+impl PodApi {
+    /// Choose the backend for `--kube=<mode>`: `off` → embedded store under
+    /// `state_dir`; `on` → a client from in-cluster config or kubeconfig
+    /// (error if neither works); `auto` → `on` when in-cluster environment or
+    /// a kubeconfig is present ([`client::cluster_config_present`]), else `off`.
+    pub async fn connect(mode: KubeMode, state_dir: &Path) -> Result<PodApi> {
+        if mode.resolve_from_env() {
+            Ok(PodApi::Kube(KubeClient::infer().await?))
+        } else {
+            Ok(PodApi::Embedded(EmbeddedStore::open(state_dir)))
+        }
+    }
+
+    /// Whether this is the real cluster backend.
+    pub fn is_kube(&self) -> bool {
+        matches!(self, PodApi::Kube(_))
+    }
+
+    /// Read a pod (labels, uid, owner, current annotation).
+    pub async fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
+        match self {
+            PodApi::Kube(c) => c.get_pod(ns, name).await,
+            PodApi::Embedded(s) => s.get_pod(ns, name).await,
+        }
+    }
+
+    /// Read a VMI; `Ok(None)` when it does not exist (or `name` is empty).
+    pub async fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
+        match self {
+            PodApi::Kube(c) => c.get_vmi(ns, name).await,
+            PodApi::Embedded(s) => s.get_vmi(ns, name).await,
+        }
+    }
+
+    /// Set this network's entry of `k8s.ovn.org/pod-networks`, preserving
+    /// every other entry (read-modify-write, retried on 409).
+    pub async fn set_network_entry(
+        &self,
+        ns: &str,
+        name: &str,
+        key: &str,
+        entry: PodNetworkEntry,
+    ) -> Result<()> {
+        self.set_network_entry_for_uid(ns, name, None, key, entry)
+            .await
+    }
+
+    /// [`PodApi::set_network_entry`], refusing (before writing) when the pod's
+    /// UID is not `uid` (a recreated pod must not receive a stale address).
+    pub async fn set_network_entry_for_uid(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        key: &str,
+        entry: PodNetworkEntry,
+    ) -> Result<()> {
+        match self {
+            PodApi::Kube(c) => c.set_network_entry(ns, name, uid, key, &entry).await,
+            PodApi::Embedded(s) => s.set_network_entry(ns, name, uid, key, &entry).await,
+        }
+    }
+
+    /// Remove this network's entry (DEL). Idempotent: a missing pod or entry
+    /// is success.
+    pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
+        match self {
+            PodApi::Kube(c) => c.remove_network_entry(ns, name, key).await,
+            PodApi::Embedded(s) => s.remove_network_entry(ns, name, key).await,
+        }
+    }
+}
