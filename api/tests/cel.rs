@@ -1,0 +1,203 @@
+//! Evaluates the CRD's `x-kubernetes-validations` (CEL) against the OKEP's example and against
+//! objects the rules must reject, asserting the OKEP's exact messages.
+//!
+//! The schema evaluated is the one generated from the Rust types (`ClusterUserDefinedNetwork::crd()`),
+//! which `manifests.rs` proves is byte-identical to the committed CRD manifest. Evaluation uses
+//! kube's `cel` feature (the `kube-cel` crate, with the Kubernetes CEL library registered).
+
+use kube::CustomResourceExt as _;
+use kube::core::cel::Validator;
+use serde_json::{Value, json};
+use xdhcp_api::ClusterUserDefinedNetwork;
+
+const DHCP_SECONDARY_ONLY: &str =
+    "DHCP ipam.mode is only supported for Localnet Secondary networks";
+const DHCP_NO_SUBNETS: &str = "Subnets is forbidden when ipam.mode is DHCP; addresses are assigned by the external DHCP server";
+const LAYER2_NO_DHCP: &str =
+    "DHCP ipam.mode is not supported for Layer2 topology, use Localnet topology instead";
+
+/// The OKEP's example, verbatim.
+const SEED_CUDN: &str = r#"apiVersion: k8s.ovn.org/v1
+kind: ClusterUserDefinedNetwork
+metadata:
+  name: localnet-dhcp-ipam
+spec:
+  namespaceSelector:
+    matchLabels:
+      localnet: "true"
+  network:
+    topology: Localnet
+    localnet:
+      role: Secondary
+      physicalNetworkName: physnet
+      ipam:
+        mode: DHCP
+"#;
+
+fn schema() -> Value {
+    let crd = ClusterUserDefinedNetwork::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("CRD has an openAPIV3Schema");
+    serde_json::to_value(schema).unwrap()
+}
+
+fn seed() -> Value {
+    serde_yaml::from_str(SEED_CUDN).unwrap()
+}
+
+/// The failure messages, in schema order; empty when the object is valid.
+fn failures(object: &Value, old: Option<&Value>) -> Vec<String> {
+    match Validator::new().validate(&schema(), object, old) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.iter().map(|e| e.message.clone()).collect(),
+    }
+}
+
+/// The rules exist in the generated schema with the OKEP's rule text, where the OKEP puts them.
+#[test]
+fn schema_carries_the_okep_rules_verbatim() {
+    let schema = schema();
+    let network = &schema["properties"]["spec"]["properties"]["network"]["properties"];
+    let rules = |v: &Value| -> Vec<(String, String)> {
+        v["x-kubernetes-validations"]
+            .as_array()
+            .expect("x-kubernetes-validations")
+            .iter()
+            .map(|r| {
+                (
+                    r["rule"].as_str().unwrap().to_owned(),
+                    r["message"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let localnet = rules(&network["localnet"]);
+    assert!(localnet.contains(&(
+        r#"!has(self.ipam) || !has(self.ipam.mode) || self.ipam.mode != "DHCP" || self.role == "Secondary""#.to_owned(),
+        DHCP_SECONDARY_ONLY.to_owned()
+    )));
+    assert!(localnet.contains(&(
+        r#"!has(self.ipam) || !has(self.ipam.mode) || self.ipam.mode != "DHCP" || !has(self.subnets)"#.to_owned(),
+        DHCP_NO_SUBNETS.to_owned()
+    )));
+    assert_eq!(
+        rules(&network["layer2"]),
+        vec![(
+            r#"!has(self.ipam) || !has(self.ipam.mode) || self.ipam.mode != "DHCP""#.to_owned(),
+            LAYER2_NO_DHCP.to_owned()
+        )]
+    );
+    let modes = &network["localnet"]["properties"]["ipam"]["properties"]["mode"]["enum"];
+    assert_eq!(modes, &json!(["Enabled", "Disabled", "DHCP"]));
+}
+
+#[test]
+fn seed_example_is_valid() {
+    assert_eq!(failures(&seed(), None), Vec::<String>::new());
+}
+
+#[test]
+fn dhcp_on_a_primary_localnet_is_rejected() {
+    let mut obj = seed();
+    obj["spec"]["network"]["localnet"]["role"] = json!("Primary");
+    assert_eq!(failures(&obj, None), vec![DHCP_SECONDARY_ONLY]);
+}
+
+#[test]
+fn dhcp_with_subnets_is_rejected() {
+    let mut obj = seed();
+    obj["spec"]["network"]["localnet"]["subnets"] = json!(["192.0.2.0/24"]);
+    assert_eq!(failures(&obj, None), vec![DHCP_NO_SUBNETS]);
+}
+
+#[test]
+fn dhcp_on_primary_with_subnets_reports_both_rules() {
+    let mut obj = seed();
+    obj["spec"]["network"]["localnet"]["role"] = json!("Primary");
+    obj["spec"]["network"]["localnet"]["subnets"] = json!(["192.0.2.0/24"]);
+    assert_eq!(
+        failures(&obj, None),
+        vec![DHCP_SECONDARY_ONLY, DHCP_NO_SUBNETS]
+    );
+}
+
+#[test]
+fn dhcp_on_layer2_is_rejected() {
+    let mut obj = seed();
+    obj["spec"]["network"] = json!({
+        "topology": "Layer2",
+        "layer2": { "role": "Secondary", "ipam": { "mode": "DHCP" } }
+    });
+    assert_eq!(failures(&obj, None), vec![LAYER2_NO_DHCP]);
+}
+
+#[test]
+fn rules_leave_other_modes_alone() {
+    let cases = [
+        json!({ "role": "Primary", "physicalNetworkName": "physnet", "subnets": ["192.0.2.0/24"] }),
+        json!({ "role": "Secondary", "physicalNetworkName": "physnet", "subnets": ["192.0.2.0/24"],
+                "ipam": { "mode": "Enabled" } }),
+        json!({ "role": "Primary", "physicalNetworkName": "physnet", "ipam": { "mode": "Disabled" } }),
+        json!({ "role": "Secondary", "physicalNetworkName": "physnet", "subnets": ["192.0.2.0/24"],
+                "ipam": { "lifecycle": "Persistent" } }),
+    ];
+    for localnet in cases {
+        let mut obj = seed();
+        obj["spec"]["network"]["localnet"] = localnet.clone();
+        assert_eq!(failures(&obj, None), Vec::<String>::new(), "{localnet}");
+    }
+    let mut l2 = seed();
+    l2["spec"]["network"] = json!({
+        "topology": "Layer2",
+        "layer2": { "role": "Secondary", "subnets": ["192.0.2.0/24"], "ipam": { "mode": "Enabled" } }
+    });
+    assert_eq!(failures(&l2, None), Vec::<String>::new());
+}
+
+#[test]
+fn topology_union_and_immutability_are_enforced() {
+    let mut mismatched = seed();
+    mismatched["spec"]["network"]["topology"] = json!("Layer2");
+    assert_eq!(
+        failures(&mismatched, None),
+        vec![
+            "spec.layer2 is required when topology is Layer2 and forbidden otherwise",
+            "spec.localnet is required when topology is Localnet and forbidden otherwise",
+        ]
+    );
+
+    let old = seed();
+    assert_eq!(failures(&seed(), Some(&old)), Vec::<String>::new());
+    let mut changed = seed();
+    changed["spec"]["network"]["localnet"]["physicalNetworkName"] = json!("other");
+    assert_eq!(
+        failures(&changed, Some(&old)),
+        vec!["Network spec is immutable"]
+    );
+}
+
+#[test]
+fn physical_network_name_rejects_separators() {
+    let mut obj = seed();
+    obj["spec"]["network"]["localnet"]["physicalNetworkName"] = json!("phys:net");
+    assert_eq!(
+        failures(&obj, None),
+        vec!["physicalNetworkName cannot contain `,` or `:` characters"]
+    );
+}
+
+/// The typed API reads and writes the seed example without loss.
+#[test]
+fn seed_example_round_trips_through_the_types() {
+    let typed: ClusterUserDefinedNetwork = serde_yaml::from_str(SEED_CUDN).unwrap();
+    let localnet = typed.spec.network.localnet.as_ref().unwrap();
+    assert_eq!(localnet.ipam_mode(), xdhcp_api::cudn::IpamMode::Dhcp);
+    assert_eq!(localnet.physical_network_name, "physnet");
+    assert_eq!(serde_json::to_value(&typed).unwrap(), seed());
+    let yaml = serde_yaml::to_string(&typed).unwrap();
+    let back: ClusterUserDefinedNetwork = serde_yaml::from_str(&yaml).unwrap();
+    assert_eq!(back, typed);
+}
