@@ -1,10 +1,165 @@
 //! Types shared by the xdhcp eBPF programs and the user-space agent.
 //!
 //! Everything here is `#[repr(C)]`, `Copy`, free of `bool` and implicit padding,
-//! and implements `aya::Pod` behind the `user` feature.
+//! and implements `aya::Pod` behind the `user` feature. Map names, capacities,
+//! counter indices and verdict codes are defined here once; both sides use them.
 #![no_std]
 
 /// The rustup toolchain that builds the eBPF object: the machine's installed
 /// nightly (never a downloaded one). Used by `agent/build.rs` and by
 /// `cargo xtask setup`, which builds bpf-linker against this toolchain's LLVM.
 pub const EBPF_TOOLCHAIN: &str = "nightly";
+
+/// Name of the BPF ring buffer carrying [`CaptureEvent`] records to user space.
+pub const MAP_EVENTS: &str = "XDHCP_EVENTS";
+/// Name of the per-CPU counter array (indices are the `COUNTER_*` constants).
+pub const MAP_COUNTERS: &str = "XDHCP_COUNTERS";
+/// Name of the xid ownership hash map (`u32` xid in network byte order → [`Owned`]).
+pub const MAP_OWNED: &str = "XDHCP_OWNED";
+/// Name of the per-ifindex configuration hash map (`u32` ifindex → [`IfConfig`]).
+pub const MAP_IFCONFIG: &str = "XDHCP_IFCFG";
+
+/// Program names (entry points) in the eBPF object.
+pub const PROG_XDP: &str = "xdhcp_xdp";
+/// TC clsact ingress twin of [`PROG_XDP`].
+pub const PROG_TC: &str = "xdhcp_tc";
+/// Do-nothing XDP program (returns `XDP_PASS`), the baseline of `bench_xdp`.
+pub const PROG_XDP_PASS: &str = "xdhcp_xdp_pass";
+
+/// Ring buffer size in bytes (power of two, multiple of the page size):
+/// about 500 full-size capture records.
+pub const EVENTS_BYTES: u32 = 1 << 20;
+/// Capacity of the ownership map: open DHCP transactions on the node.
+pub const OWNED_CAPACITY: u32 = 65_536;
+/// Capacity of the interface configuration map.
+pub const IFCONFIG_CAPACITY: u32 = 4096;
+
+/// Largest frame prefix copied into a [`CaptureEvent`]: Ethernet (14) + one
+/// VLAN tag (4) + an IPv4 header with every option (60) + UDP (8) + a 1472-byte
+/// DHCP message = 1558, rounded up.
+pub const MAX_FRAME_LEN: usize = 1600;
+/// Smallest UDP payload the kernel accepts as a DHCP message: the fixed BOOTP
+/// header (236 bytes) plus the magic cookie (RFC 2131 §3).
+pub const MIN_DHCP_LEN: usize = 240;
+
+/// Per-interface mode: pass everything, capture nothing.
+pub const MODE_OFF: u32 = 0;
+/// Per-interface mode: capture server→client DHCP frames, pass them on.
+pub const MODE_OBSERVE: u32 = 1;
+/// Per-interface mode: capture; drop frames whose xid is in the ownership map.
+pub const MODE_INTERCEPT: u32 = 2;
+
+/// Verdict recorded in [`CaptureEvent::verdict`]: the frame continued up the stack.
+pub const VERDICT_PASS: u32 = 0;
+/// Verdict recorded in [`CaptureEvent::verdict`]: the frame was dropped (owned xid).
+pub const VERDICT_DROP: u32 = 1;
+
+/// [`CaptureEvent::vlan`] when the frame carried no VLAN tag.
+pub const VLAN_NONE: u32 = u32::MAX;
+
+/// [`CaptureEvent::flags`]: captured by the XDP program.
+pub const FLAG_XDP: u32 = 1 << 0;
+/// [`CaptureEvent::flags`]: captured by the TC program.
+pub const FLAG_TC: u32 = 1 << 1;
+/// [`CaptureEvent::flags`]: the xid was found in the ownership map.
+pub const FLAG_OWNED: u32 = 1 << 2;
+/// [`CaptureEvent::flags`]: the UDP datagram was longer than [`MAX_FRAME_LEN`];
+/// only a prefix was copied (and the frame was passed, never dropped).
+pub const FLAG_TRUNCATED: u32 = 1 << 3;
+/// [`CaptureEvent::flags`]: the VLAN id came from skb metadata (tag stripped by
+/// the device), not from the frame bytes.
+pub const FLAG_VLAN_OFFLOAD: u32 = 1 << 4;
+
+/// Counter: frame is not an IPv4/UDP 67→68 datagram (ARP, IPv6, TCP, other UDP).
+pub const COUNTER_PASS_NOT_DHCP: u32 = 0;
+/// Counter: DHCP server→client frame copied into the ring buffer.
+pub const COUNTER_CAPTURED: u32 = 1;
+/// Counter: captured frame dropped because its xid is owned (intercept mode).
+pub const COUNTER_DROPPED_OWNED: u32 = 2;
+/// Counter: ring buffer full, frame passed without capture.
+pub const COUNTER_RINGBUF_FULL: u32 = 3;
+/// Counter: truncated or malformed Ethernet/IPv4/UDP/BOOTP framing, passed.
+pub const COUNTER_MALFORMED: u32 = 4;
+/// Counter: IPv4 UDP fragment (first or later), passed.
+pub const COUNTER_FRAGMENT: u32 = 5;
+/// Counter: DHCP frame on an interface whose mode is off (or unconfigured), passed.
+pub const COUNTER_MODE_OFF: u32 = 6;
+/// Counter: captured frame passed in intercept mode because its xid is not owned.
+pub const COUNTER_PASSED_UNOWNED: u32 = 7;
+/// Counter: copying the frame into the reserved record failed; record discarded, frame passed.
+pub const COUNTER_LOAD_ERROR: u32 = 8;
+/// Number of counters in use.
+pub const COUNTER_COUNT: u32 = 9;
+/// Slots in the counter array (room for new counters without a layout change).
+pub const COUNTER_SLOTS: u32 = 16;
+
+/// Per-interface configuration, value of [`MAP_IFCONFIG`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IfConfig {
+    /// One of [`MODE_OFF`], [`MODE_OBSERVE`], [`MODE_INTERCEPT`]; anything else acts as off.
+    pub mode: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// Value of [`MAP_OWNED`]: presence is what matters; `ifindex` is informational.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owned {
+    /// Interface the transaction runs on (0 = any).
+    pub ifindex: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// One captured DHCP server→client frame, as written into [`MAP_EVENTS`].
+///
+/// Layout: 48 bytes of header, then the frame bytes; no implicit padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureEvent {
+    /// Ingress interface index (in the namespace of the device).
+    pub ifindex: u32,
+    /// Receive queue (XDP: `rx_queue_index`; TC: recorded rx queue or 0).
+    pub rx_queue: u32,
+    /// `bpf_ktime_get_ns()` (`CLOCK_MONOTONIC`) at capture.
+    pub ts_ns: u64,
+    /// [`VERDICT_PASS`] or [`VERDICT_DROP`].
+    pub verdict: u32,
+    /// VLAN id (12 bits) of the one tag, or [`VLAN_NONE`].
+    pub vlan: u32,
+    /// Full length of the frame on the wire (as seen by the program).
+    pub frame_len: u32,
+    /// Bytes valid in [`CaptureEvent::frame`] (`≤ MAX_FRAME_LEN`).
+    pub captured_len: u32,
+    /// Offset of the UDP payload (the DHCP message) in the frame.
+    pub payload_offset: u32,
+    /// UDP payload length from the UDP header.
+    pub payload_len: u32,
+    /// The DHCP xid exactly as on the wire (network byte order in memory).
+    pub xid: u32,
+    /// `FLAG_*` bits.
+    pub flags: u32,
+    /// The frame prefix.
+    pub frame: [u8; MAX_FRAME_LEN],
+}
+
+/// Bytes before [`CaptureEvent::frame`].
+pub const CAPTURE_HEADER_LEN: usize = 48;
+
+const _: () = assert!(core::mem::size_of::<CaptureEvent>() == CAPTURE_HEADER_LEN + MAX_FRAME_LEN);
+const _: () = assert!(core::mem::offset_of!(CaptureEvent, frame) == CAPTURE_HEADER_LEN);
+const _: () = assert!(core::mem::size_of::<IfConfig>() == 8);
+const _: () = assert!(core::mem::size_of::<Owned>() == 8);
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: all three types are #[repr(C)], Copy, made of integers and byte
+    // arrays only, with no padding (checked by the const assertions above).
+    unsafe impl aya::Pod for super::IfConfig {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::Owned {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::CaptureEvent {}
+}

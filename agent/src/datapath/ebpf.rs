@@ -1,1 +1,951 @@
 //! Loads the embedded eBPF object, attaches it, and reads its ring buffer.
+//!
+//! One [`Datapath`] holds the loaded programs (XDP, its TC twin and the
+//! do-nothing XDP baseline) and their maps. It attaches to any number of
+//! interfaces, in the caller's network namespace or in another one, with the
+//! default choice per interface (veth → TC, physical NIC / VF → native XDP,
+//! anything else → generic XDP) or an override; native XDP that the driver
+//! refuses falls back to generic XDP and says so. [`EventReader`] drains the
+//! ring buffer through tokio's `AsyncFd` and turns records into
+//! [`DhcpEvent`]s; malformed records are counted, never fatal.
+
+use std::collections::HashMap as StdHashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aya::maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf};
+use aya::programs::tc::{SchedClassifierLinkId, TcAttachType, qdisc_add_clsact};
+use aya::programs::xdp::XdpLinkId;
+use aya::programs::{ProgramError, SchedClassifier, TestRun as _, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfError};
+use dhcproto::{Decodable as _, Decoder, v4};
+use tokio::io::unix::AsyncFd;
+use xdhcp_common as common;
+
+use super::frame::{FrameError, parse_udp_frame};
+use super::{AttachMode, RxFrame, RxPath, Verdict};
+
+/// The eBPF object built by `agent/build.rs` (empty when `AYA_BUILD_SKIP=1`).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdhcp-ebpf"));
+
+/// Per-interface capture mode, mirrored into the kernel's config map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CaptureMode {
+    /// Pass everything, capture nothing.
+    Off,
+    /// Capture DHCP server→client frames, pass them on.
+    Observe,
+    /// Capture; drop the frames whose xid is owned, pass all others.
+    Intercept,
+}
+
+impl CaptureMode {
+    const fn to_kernel(self) -> u32 {
+        match self {
+            Self::Off => common::MODE_OFF,
+            Self::Observe => common::MODE_OBSERVE,
+            Self::Intercept => common::MODE_INTERCEPT,
+        }
+    }
+}
+
+/// The programs in the object, for [`Datapath::test_run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramKind {
+    /// The XDP capture program.
+    Xdp,
+    /// The TC (clsact ingress) capture program.
+    Tc,
+    /// The do-nothing XDP baseline.
+    XdpPass,
+}
+
+impl ProgramKind {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Xdp => common::PROG_XDP,
+            Self::Tc => common::PROG_TC,
+            Self::XdpPass => common::PROG_XDP_PASS,
+        }
+    }
+}
+
+/// Errors of the eBPF datapath. Each names what it was doing.
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfDatapathError {
+    /// The agent was built with `AYA_BUILD_SKIP=1`: no object is embedded.
+    #[error("this xdhcp binary embeds no eBPF object (built with AYA_BUILD_SKIP=1)")]
+    NoObject,
+    #[error("failed to load the eBPF object: {source}")]
+    Load {
+        #[source]
+        source: EbpfError,
+    },
+    #[error("program {name} missing from the eBPF object")]
+    MissingProgram { name: &'static str },
+    #[error("map {name} missing from the eBPF object")]
+    MissingMap { name: &'static str },
+    #[error("failed to load program {name} into the kernel: {source}")]
+    ProgramLoad {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error("the XDP program is not available on this kernel: {reason}")]
+    XdpUnavailable { reason: String },
+    #[error("failed to attach {mode} to {ifname}: {source}")]
+    Attach {
+        ifname: String,
+        mode: AttachMode,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("failed to detach from {ifname}: {source}")]
+    Detach {
+        ifname: String,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("{ifname} is already attached ({mode})")]
+    AlreadyAttached { ifname: String, mode: AttachMode },
+    #[error("{ifname} is not attached")]
+    NotAttached { ifname: String },
+    #[error("attach mode {mode} is not an eBPF mode")]
+    NotEbpf { mode: AttachMode },
+    #[error("interface {ifname} not found: {source}")]
+    NoInterface {
+        ifname: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to enter network namespace {path}: {source}")]
+    Netns {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("test run of {name}: {source}")]
+    TestRun {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("ring buffer poll: {source}")]
+    Poll {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = EbpfDatapathError> = std::result::Result<T, E>;
+
+/// Where to attach: an interface name, optionally inside another network
+/// namespace (`/var/run/netns/<name>` or `/proc/<pid>/ns/net`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AttachTarget {
+    pub ifname: String,
+    pub netns: Option<PathBuf>,
+}
+
+/// Outcome of an attach, for logs and status reporting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// Interface index inside the interface's namespace.
+    pub ifindex: u32,
+    /// What was actually attached.
+    pub mode: AttachMode,
+    /// Set when native XDP was refused and generic XDP was used instead.
+    pub native_refused: Option<String>,
+}
+
+enum LinkHandle {
+    Xdp(XdpLinkId),
+    Tc(SchedClassifierLinkId),
+}
+
+struct Attached {
+    ifindex: u32,
+    mode: AttachMode,
+    link: LinkHandle,
+}
+
+/// Counters summed over CPUs, one field per kernel outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub passed_not_dhcp: u64,
+    pub captured: u64,
+    pub dropped_owned: u64,
+    pub ringbuf_full: u64,
+    pub malformed: u64,
+    pub fragment: u64,
+    pub mode_off: u64,
+    pub passed_unowned: u64,
+    pub load_error: u64,
+}
+
+impl Counters {
+    /// `(label, value)` pairs for metrics.
+    pub fn labelled(&self) -> [(&'static str, u64); 9] {
+        [
+            ("passed_not_dhcp", self.passed_not_dhcp),
+            ("captured", self.captured),
+            ("dropped_owned", self.dropped_owned),
+            ("ringbuf_full", self.ringbuf_full),
+            ("malformed", self.malformed),
+            ("fragment", self.fragment),
+            ("mode_off", self.mode_off),
+            ("passed_unowned", self.passed_unowned),
+            ("load_error", self.load_error),
+        ]
+    }
+}
+
+/// Result of one `BPF_PROG_TEST_RUN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestRunOutcome {
+    /// The program's return value (XDP action or TC action as `u32`).
+    pub retval: u32,
+    /// Average time per repetition, as measured by the kernel.
+    pub duration: Duration,
+}
+
+/// The loaded eBPF programs and their maps.
+pub struct Datapath {
+    ebpf: Ebpf,
+    xdp_unavailable: Option<String>,
+    counters: PerCpuArray<MapData, u64>,
+    owned: Mutex<HashMap<MapData, u32, common::Owned>>,
+    ifconfig: Mutex<HashMap<MapData, u32, common::IfConfig>>,
+    events: Option<RingBuf<MapData>>,
+    attached: StdHashMap<AttachTarget, Attached>,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("xdp_unavailable", &self.xdp_unavailable)
+            .field("attached", &self.attached.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Datapath {
+    /// Loads the embedded object and all its programs. The TC program must
+    /// load; the XDP programs may be refused by an old kernel (then every
+    /// interface gets TC and [`Datapath::xdp_unavailable`] says why).
+    pub fn load() -> Result<Self> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(EbpfDatapathError::NoObject);
+        }
+        let mut ebpf =
+            Ebpf::load(EBPF_OBJECT).map_err(|source| EbpfDatapathError::Load { source })?;
+        let tc: &mut SchedClassifier = program(&mut ebpf, common::PROG_TC)?;
+        tc.load().map_err(|source| EbpfDatapathError::ProgramLoad {
+            name: common::PROG_TC,
+            source,
+        })?;
+        let mut xdp_unavailable = None;
+        for name in [common::PROG_XDP, common::PROG_XDP_PASS] {
+            let xdp: &mut Xdp = program(&mut ebpf, name)?;
+            if let Err(source) = xdp.load() {
+                tracing::warn!(program = name, error = %source, "XDP program refused by the kernel; TC only");
+                xdp_unavailable = Some(format!("{name}: {}", error_chain(&source)));
+                break;
+            }
+        }
+        let counters = take_map(&mut ebpf, common::MAP_COUNTERS)?;
+        let owned = take_map(&mut ebpf, common::MAP_OWNED)?;
+        let ifconfig = take_map(&mut ebpf, common::MAP_IFCONFIG)?;
+        let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
+        Ok(Self {
+            ebpf,
+            xdp_unavailable,
+            counters,
+            owned: Mutex::new(owned),
+            ifconfig: Mutex::new(ifconfig),
+            events: Some(events),
+            attached: StdHashMap::new(),
+        })
+    }
+
+    /// Why the XDP programs could not be loaded, if they could not.
+    pub fn xdp_unavailable(&self) -> Option<&str> {
+        self.xdp_unavailable.as_deref()
+    }
+
+    /// Takes the ring buffer reader (once).
+    pub fn take_reader(&mut self) -> Result<Option<EventReader>> {
+        match self.events.take() {
+            None => Ok(None),
+            Some(ring) => Ok(Some(EventReader {
+                // SAFETY: the RingBuf owns its map fd and keeps it open for as
+                // long as the AsyncFd holds it; nothing else closes or replaces it.
+                ring: unsafe { AsyncFd::register(ring) }.map_err(|e| EbpfDatapathError::Poll {
+                    source: e.into_parts().1,
+                })?,
+                stats: ReaderStats::default(),
+            })),
+        }
+    }
+
+    /// Sets the capture mode of `ifindex` (an index in the interface's own
+    /// namespace; the map is keyed by ifindex alone, see `docs/kernel.md`).
+    pub fn set_mode(&self, ifindex: u32, mode: CaptureMode) -> Result<()> {
+        let cfg = common::IfConfig {
+            mode: mode.to_kernel(),
+            reserved: 0,
+        };
+        lock(&self.ifconfig)
+            .insert(ifindex, cfg, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG,
+                source,
+            })
+    }
+
+    /// Forgets the mode of `ifindex` (the programs then treat it as off).
+    pub fn clear_mode(&self, ifindex: u32) -> Result<()> {
+        match lock(&self.ifconfig).remove(&ifindex) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG,
+                source,
+            }),
+        }
+    }
+
+    /// Registers `xid` (host order, as in `Client::xid()`) as owned: in
+    /// intercept mode the programs drop replies carrying it.
+    pub fn own_xid(&self, xid: u32, ifindex: u32) -> Result<()> {
+        let value = common::Owned {
+            ifindex,
+            reserved: 0,
+        };
+        lock(&self.owned)
+            .insert(wire_xid(xid), value, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: common::MAP_OWNED,
+                source,
+            })
+    }
+
+    /// Removes `xid` from the ownership map (absent is fine).
+    pub fn disown_xid(&self, xid: u32) -> Result<()> {
+        match lock(&self.owned).remove(&wire_xid(xid)) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_OWNED,
+                source,
+            }),
+        }
+    }
+
+    /// Reads the per-CPU counters and sums them.
+    pub fn counters(&self) -> Result<Counters> {
+        let sum = |index: u32| -> Result<u64> {
+            let values = self
+                .counters
+                .get(&index, 0)
+                .map_err(|source| EbpfDatapathError::Map {
+                    name: common::MAP_COUNTERS,
+                    source,
+                })?;
+            Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
+        };
+        Ok(Counters {
+            passed_not_dhcp: sum(common::COUNTER_PASS_NOT_DHCP)?,
+            captured: sum(common::COUNTER_CAPTURED)?,
+            dropped_owned: sum(common::COUNTER_DROPPED_OWNED)?,
+            ringbuf_full: sum(common::COUNTER_RINGBUF_FULL)?,
+            malformed: sum(common::COUNTER_MALFORMED)?,
+            fragment: sum(common::COUNTER_FRAGMENT)?,
+            mode_off: sum(common::COUNTER_MODE_OFF)?,
+            passed_unowned: sum(common::COUNTER_PASSED_UNOWNED)?,
+            load_error: sum(common::COUNTER_LOAD_ERROR)?,
+        })
+    }
+
+    /// Attaches to `target` with `mode` (or the default choice for the
+    /// interface when `None`) and sets its capture mode. Native XDP refused by
+    /// the driver falls back to generic XDP; the returned [`Attachment`] says
+    /// what was attached.
+    pub fn attach(
+        &mut self,
+        target: &AttachTarget,
+        mode: Option<AttachMode>,
+        capture: CaptureMode,
+    ) -> Result<Attachment> {
+        if let Some(a) = self.attached.get(target) {
+            return Err(EbpfDatapathError::AlreadyAttached {
+                ifname: target.ifname.clone(),
+                mode: a.mode,
+            });
+        }
+        let ifname = target.ifname.clone();
+        let xdp_ok = self.xdp_unavailable.is_none();
+        let ebpf = &mut self.ebpf;
+        let (attached, refused) = in_netns(target.netns.as_deref(), move || {
+            let (ifindex, kind) = interface_kind(&ifname)?;
+            let wanted = mode.unwrap_or_else(|| default_attach_mode(kind));
+            let wanted = match wanted {
+                AttachMode::XdpNative | AttachMode::XdpGeneric if !xdp_ok => AttachMode::Tc,
+                m => m,
+            };
+            attach_here(ebpf, &ifname, ifindex, wanted)
+        })??;
+        // Mode before anything is captured: set it now that the ifindex is known.
+        if let Err(e) = self.set_mode(attached.ifindex, capture) {
+            let _ = self.detach_attached(target, attached);
+            return Err(e);
+        }
+        let out = Attachment {
+            ifindex: attached.ifindex,
+            mode: attached.mode,
+            native_refused: refused,
+        };
+        if let Some(reason) = &out.native_refused {
+            tracing::warn!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, reason = %reason,
+                "native XDP refused, attached generic XDP");
+        } else {
+            tracing::info!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, "attached");
+        }
+        self.attached.insert(target.clone(), attached);
+        Ok(out)
+    }
+
+    /// Detaches from `target` and clears its mode.
+    pub fn detach(&mut self, target: &AttachTarget) -> Result<()> {
+        let attached =
+            self.attached
+                .remove(target)
+                .ok_or_else(|| EbpfDatapathError::NotAttached {
+                    ifname: target.ifname.clone(),
+                })?;
+        let ifindex = attached.ifindex;
+        self.detach_attached(target, attached)?;
+        self.clear_mode(ifindex)
+    }
+
+    /// Attach modes per target, for status reporting.
+    pub fn attachments(&self) -> Vec<(AttachTarget, u32, AttachMode)> {
+        self.attached
+            .iter()
+            .map(|(t, a)| (t.clone(), a.ifindex, a.mode))
+            .collect()
+    }
+
+    fn detach_attached(&mut self, target: &AttachTarget, attached: Attached) -> Result<()> {
+        let ifname = target.ifname.clone();
+        let ebpf = &mut self.ebpf;
+        in_netns(target.netns.as_deref(), move || {
+            let res = match attached.link {
+                LinkHandle::Xdp(id) => program::<Xdp>(ebpf, common::PROG_XDP)?.detach(id),
+                LinkHandle::Tc(id) => program::<SchedClassifier>(ebpf, common::PROG_TC)?.detach(id),
+            };
+            res.map_err(|source| EbpfDatapathError::Detach { ifname, source })
+        })?
+    }
+
+    /// Runs a program once per repetition on `data` with `BPF_PROG_TEST_RUN`
+    /// (the ingress ifindex is the loopback device of the caller's namespace).
+    pub fn test_run(
+        &mut self,
+        kind: ProgramKind,
+        data: &[u8],
+        repeat: u32,
+    ) -> Result<TestRunOutcome> {
+        let name = kind.name();
+        let opts = TestRunOptions {
+            data_in: Some(data),
+            repeat,
+            ..TestRunOptions::default()
+        };
+        let res = match kind {
+            ProgramKind::Tc => program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts),
+            ProgramKind::Xdp | ProgramKind::XdpPass => {
+                if let Some(reason) = &self.xdp_unavailable {
+                    return Err(EbpfDatapathError::XdpUnavailable {
+                        reason: reason.clone(),
+                    });
+                }
+                program::<Xdp>(&mut self.ebpf, name)?.test_run(opts)
+            }
+        }
+        .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
+        Ok(TestRunOutcome {
+            retval: res.return_value,
+            duration: res.duration,
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave a map handle inconsistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The ownership map is keyed by the xid bytes as they appear on the wire.
+fn wire_xid(xid: u32) -> u32 {
+    u32::from_ne_bytes(xid.to_be_bytes())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+{
+    ebpf.program_mut(name)
+        .and_then(|p| p.try_into().ok())
+        .ok_or(EbpfDatapathError::MissingProgram { name })
+}
+
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or(EbpfDatapathError::MissingMap { name })?;
+    T::try_from(map).map_err(|source| EbpfDatapathError::Map { name, source })
+}
+
+/// Runs `f` on a dedicated scoped thread inside `netns` (or directly when
+/// `None`). The caller's thread never changes namespace.
+fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T> {
+    let Some(path) = netns else {
+        return Ok(f());
+    };
+    let file = File::open(path).map_err(|source| EbpfDatapathError::Netns {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns on this thread only; the fd is valid for the call.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(EbpfDatapathError::Netns {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// What kind of device an interface is, for the default attach choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceKind {
+    /// A veth end.
+    Veth,
+    /// A device with a bus address: a physical NIC or an SR-IOV VF netdev.
+    Hardware,
+    /// Anything else (bridge, macvlan, tun/tap, dummy, ...).
+    Other,
+}
+
+/// The default attach choice: veth → TC (native XDP on veth costs the pod's
+/// TCP throughput dearly), hardware → native XDP, anything else → generic XDP.
+pub const fn default_attach_mode(kind: InterfaceKind) -> AttachMode {
+    match kind {
+        InterfaceKind::Veth => AttachMode::Tc,
+        InterfaceKind::Hardware => AttachMode::XdpNative,
+        InterfaceKind::Other => AttachMode::XdpGeneric,
+    }
+}
+
+/// Classifies a device from its ethtool driver name and bus address.
+pub fn classify_driver(driver: &str, bus_info: &str) -> InterfaceKind {
+    if driver == "veth" {
+        InterfaceKind::Veth
+    } else if !bus_info.is_empty() && bus_info != "N/A" && !bus_info.starts_with("tap") {
+        InterfaceKind::Hardware
+    } else {
+        InterfaceKind::Other
+    }
+}
+
+/// `struct ethtool_drvinfo` from `<linux/ethtool.h>`.
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+
+const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+
+/// ifindex and kind of `ifname` in the current thread's namespace.
+fn interface_kind(ifname: &str) -> Result<(u32, InterfaceKind)> {
+    let no_if = |source| EbpfDatapathError::NoInterface {
+        ifname: ifname.to_owned(),
+        source,
+    };
+    let c_name = std::ffi::CString::new(ifname)
+        .map_err(|e| no_if(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    // SAFETY: valid NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(no_if(std::io::Error::last_os_error()));
+    }
+    // SAFETY: plain socket(2) call; the fd is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(no_if(std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd was just created and is owned by nobody else.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: zeroed is a valid EthtoolDrvinfo / ifreq.
+    let mut info: EthtoolDrvinfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    // SAFETY: see above.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr
+        .ifr_name
+        .iter_mut()
+        .zip(ifname.bytes().take(libc::IFNAMSIZ - 1))
+    {
+        *dst = src as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&raw mut info).cast();
+    // SAFETY: SIOCETHTOOL with a valid ifreq pointing at a drvinfo buffer.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL, &raw mut ifr) };
+    if rc != 0 {
+        // Devices without ethtool support (e.g. some virtual ones): "other".
+        return Ok((ifindex, InterfaceKind::Other));
+    }
+    let cstr = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
+    Ok((
+        ifindex,
+        classify_driver(&cstr(&info.driver), &cstr(&info.bus_info)),
+    ))
+}
+
+/// Attaches in the current thread's namespace. Returns what was attached and
+/// the native-XDP refusal reason when it fell back to generic.
+fn attach_here(
+    ebpf: &mut Ebpf,
+    ifname: &str,
+    ifindex: u32,
+    mode: AttachMode,
+) -> Result<(Attached, Option<String>)> {
+    let attach_err = |mode, source| EbpfDatapathError::Attach {
+        ifname: ifname.to_owned(),
+        mode,
+        source,
+    };
+    match mode {
+        AttachMode::Tc => {
+            let prog: &mut SchedClassifier = program(ebpf, common::PROG_TC)?;
+            let id = match prog.attach(ifname, TcAttachType::Ingress) {
+                Ok(id) => id,
+                Err(first) => {
+                    // Before TCX (kernel < 6.6) a clsact qdisc is needed first.
+                    if qdisc_add_clsact(ifname).is_err() {
+                        return Err(attach_err(mode, first));
+                    }
+                    prog.attach(ifname, TcAttachType::Ingress)
+                        .map_err(|e| attach_err(mode, e))?
+                }
+            };
+            Ok((
+                Attached {
+                    ifindex,
+                    mode,
+                    link: LinkHandle::Tc(id),
+                },
+                None,
+            ))
+        }
+        AttachMode::XdpNative | AttachMode::XdpGeneric => {
+            let prog: &mut Xdp = program(ebpf, common::PROG_XDP)?;
+            if mode == AttachMode::XdpNative {
+                match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
+                    Ok(id) => {
+                        return Ok((
+                            Attached {
+                                ifindex,
+                                mode,
+                                link: LinkHandle::Xdp(id),
+                            },
+                            None,
+                        ));
+                    }
+                    Err(e) => {
+                        let reason = error_chain(&e);
+                        let id = prog
+                            .attach_to_if_index(ifindex, XdpMode::Skb)
+                            .map_err(|e| attach_err(AttachMode::XdpGeneric, e))?;
+                        return Ok((
+                            Attached {
+                                ifindex,
+                                mode: AttachMode::XdpGeneric,
+                                link: LinkHandle::Xdp(id),
+                            },
+                            Some(reason),
+                        ));
+                    }
+                }
+            }
+            let id = prog
+                .attach_to_if_index(ifindex, XdpMode::Skb)
+                .map_err(|e| attach_err(mode, e))?;
+            Ok((
+                Attached {
+                    ifindex,
+                    mode,
+                    link: LinkHandle::Xdp(id),
+                },
+                None,
+            ))
+        }
+        AttachMode::AfPacket => Err(EbpfDatapathError::NotEbpf { mode }),
+    }
+}
+
+// ------------------------------------------------------------ ring reader --
+
+/// A captured DHCP reply, decoded.
+#[derive(Debug, Clone)]
+pub struct DhcpEvent {
+    pub frame: RxFrame,
+    /// The DHCP message decoded from `frame.payload`.
+    pub message: v4::Message,
+    /// Receive queue the frame arrived on.
+    pub rx_queue: u32,
+    /// The xid was in the ownership map when the frame was seen.
+    pub owned: bool,
+    /// Captured by the TC program (else by XDP).
+    pub via_tc: bool,
+}
+
+/// Why a ring-buffer record could not become a [`DhcpEvent`].
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("record of {len} bytes, expected {expected}")]
+    Size { len: usize, expected: usize },
+    #[error("record claims {captured_len} captured bytes (max {max})")]
+    CapturedLen { captured_len: u32, max: usize },
+    #[error("frame of {frame_len} bytes only partly captured")]
+    Truncated { frame_len: u32 },
+    #[error("captured frame: {source}")]
+    Frame {
+        #[source]
+        source: FrameError,
+    },
+    #[error("DHCP message: {source}")]
+    Dhcp {
+        #[source]
+        source: dhcproto::error::DecodeError,
+    },
+}
+
+impl RecordError {
+    /// Stable label for metrics.
+    pub const fn label(&self) -> &'static str {
+        match self {
+            Self::Size { .. } => "size",
+            Self::CapturedLen { .. } => "captured_len",
+            Self::Truncated { .. } => "truncated",
+            Self::Frame { .. } => "frame",
+            Self::Dhcp { .. } => "dhcp",
+        }
+    }
+}
+
+/// Records read and rejected by an [`EventReader`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReaderStats {
+    pub events: u64,
+    /// Rejected records by [`RecordError::label`].
+    pub errors: StdHashMap<&'static str, u64>,
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
+    let expected = size_of::<common::CaptureEvent>();
+    if bytes.len() != expected {
+        return Err(RecordError::Size {
+            len: bytes.len(),
+            expected,
+        });
+    }
+    // SAFETY: the length matches and CaptureEvent is a Pod made of integers.
+    let ev: common::CaptureEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let captured = ev.captured_len as usize;
+    if captured > common::MAX_FRAME_LEN {
+        return Err(RecordError::CapturedLen {
+            captured_len: ev.captured_len,
+            max: common::MAX_FRAME_LEN,
+        });
+    }
+    if ev.flags & common::FLAG_TRUNCATED != 0 {
+        return Err(RecordError::Truncated {
+            frame_len: ev.frame_len,
+        });
+    }
+    let (mut headers, payload) =
+        parse_udp_frame(&ev.frame[..captured]).map_err(|source| RecordError::Frame { source })?;
+    if ev.flags & common::FLAG_VLAN_OFFLOAD != 0 && ev.vlan != common::VLAN_NONE {
+        headers.vlan = Some((ev.vlan & 0x0fff) as u16);
+    }
+    let message = v4::Message::decode(&mut Decoder::new(payload))
+        .map_err(|source| RecordError::Dhcp { source })?;
+    let verdict = if ev.verdict == common::VERDICT_DROP {
+        Verdict::Drop
+    } else {
+        Verdict::Pass
+    };
+    Ok(DhcpEvent {
+        frame: RxFrame {
+            ifindex: ev.ifindex,
+            ts_ns: ev.ts_ns,
+            headers,
+            payload: payload.to_vec(),
+            via: RxPath::Ebpf { verdict },
+        },
+        message,
+        rx_queue: ev.rx_queue,
+        owned: ev.flags & common::FLAG_OWNED != 0,
+        via_tc: ev.flags & common::FLAG_TC != 0,
+    })
+}
+
+/// Async reader of the capture ring buffer.
+pub struct EventReader {
+    ring: AsyncFd<RingBuf<MapData>>,
+    stats: ReaderStats,
+}
+
+impl std::fmt::Debug for EventReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventReader")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventReader {
+    /// Waits for the next decodable event; malformed records are counted in
+    /// [`EventReader::stats`] and skipped.
+    pub async fn recv(&mut self) -> Result<DhcpEvent> {
+        loop {
+            if let Some(ev) = self.try_recv() {
+                return Ok(ev);
+            }
+            let mut guard = self
+                .ring
+                .readable_mut()
+                .await
+                .map_err(|source| EbpfDatapathError::Poll { source })?;
+            if let Some(ev) = Self::drain_one(guard.get_inner_mut(), &mut self.stats) {
+                return Ok(ev);
+            }
+            guard.clear_ready();
+        }
+    }
+
+    /// Returns the next decodable event already in the ring, without waiting.
+    pub fn try_recv(&mut self) -> Option<DhcpEvent> {
+        Self::drain_one(self.ring.get_mut(), &mut self.stats)
+    }
+
+    fn drain_one(ring: &mut RingBuf<MapData>, stats: &mut ReaderStats) -> Option<DhcpEvent> {
+        while let Some(item) = ring.next() {
+            match decode_record(&item) {
+                Ok(ev) => {
+                    stats.events += 1;
+                    return Some(ev);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "dropping malformed capture record");
+                    *stats.errors.entry(e.label()).or_default() += 1;
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts of events and rejected records so far.
+    pub fn stats(&self) -> &ReaderStats {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_attach_choice_per_device_kind() {
+        assert_eq!(
+            default_attach_mode(classify_driver("veth", "")),
+            AttachMode::Tc
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("mlx5_core", "0000:3b:00.2")),
+            AttachMode::XdpNative
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("iavf", "0000:af:02.0")),
+            AttachMode::XdpNative
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("bridge", "N/A")),
+            AttachMode::XdpGeneric
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("tun", "tap")),
+            AttachMode::XdpGeneric
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("macvlan", "")),
+            AttachMode::XdpGeneric
+        );
+    }
+
+    #[test]
+    fn xid_is_keyed_in_wire_order() {
+        assert_eq!(wire_xid(0x0102_0304).to_ne_bytes(), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn short_record_is_a_typed_error() {
+        let err = decode_record(&[0; 10]).unwrap_err();
+        assert_eq!(err.label(), "size");
+    }
+}

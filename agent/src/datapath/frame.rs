@@ -1,1 +1,378 @@
 //! Ethernet/IPv4/UDP framing around DHCP payloads, in both directions.
+//!
+//! [`parse_udp_frame`] accepts what the kernel program accepts: Ethernet,
+//! at most one 802.1Q/802.1ad tag, IPv4 with any header length (IHL 5..15),
+//! not a fragment, UDP. [`build_udp_frame`] writes IHL=5 frames with valid
+//! IPv4 and UDP checksums (the raw-socket sender bypasses the stack, so
+//! nothing else fills them in).
+
+use std::net::Ipv4Addr;
+
+/// EtherType of IPv4.
+pub const ETH_P_IP: u16 = 0x0800;
+/// EtherType (TPID) of an 802.1Q VLAN tag.
+pub const ETH_P_8021Q: u16 = 0x8100;
+/// EtherType (TPID) of an 802.1ad service VLAN tag.
+pub const ETH_P_8021AD: u16 = 0x88a8;
+
+const ETH_HLEN: usize = 14;
+const VLAN_HLEN: usize = 4;
+const IPV4_MIN_HLEN: usize = 20;
+const UDP_HLEN: usize = 8;
+const IPPROTO_UDP: u8 = 17;
+/// TTL of frames we build (RFC 1700 default).
+const DEFAULT_TTL: u8 = 64;
+
+/// Addresses and ports of a UDP-in-IPv4-in-Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeaders {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    /// VLAN id (12 bits) of the one tag, if any.
+    pub vlan: Option<u16>,
+    pub src_ip: Ipv4Addr,
+    pub dst_ip: Ipv4Addr,
+    pub src_port: u16,
+    pub dst_port: u16,
+}
+
+/// Why a frame is not a UDP-in-IPv4 datagram we accept.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    /// The frame ends before the header `what` (needs `need` bytes, has `have`).
+    #[error("frame truncated in the {what} header: need {need} bytes, have {have}")]
+    Truncated {
+        what: &'static str,
+        need: usize,
+        have: usize,
+    },
+    /// The EtherType (after an optional tag) is not IPv4.
+    #[error("not IPv4 (EtherType {ethertype:#06x})")]
+    NotIpv4 { ethertype: u16 },
+    /// The IP version nibble is not 4.
+    #[error("IP version {version} in an IPv4 EtherType frame")]
+    BadVersion { version: u8 },
+    /// IHL below 5 words.
+    #[error("bad IPv4 header length {ihl} (words)")]
+    BadIhl { ihl: u8 },
+    /// The IPv4 header checksum does not verify.
+    #[error("bad IPv4 header checksum")]
+    BadIpChecksum,
+    /// More-fragments set or a fragment offset: not a whole datagram.
+    #[error("IPv4 fragment (flags/offset {flags_offset:#06x})")]
+    Fragment { flags_offset: u16 },
+    /// IP protocol is not UDP.
+    #[error("not UDP (IP protocol {protocol})")]
+    NotUdp { protocol: u8 },
+    /// A length field disagrees with the frame.
+    #[error("bad {what} length {len} (available {available})")]
+    BadLength {
+        what: &'static str,
+        len: usize,
+        available: usize,
+    },
+}
+
+/// Parse Ethernet (+ optional one 802.1Q/802.1ad tag) / IPv4 (any IHL 5..15) /
+/// UDP; returns the headers and the UDP payload (trailing Ethernet padding
+/// excluded). The IPv4 header checksum is verified. The UDP checksum is not:
+/// frames captured on the receive path of a veth (XDP or TC) still carry the
+/// partial checksum of a `CHECKSUM_PARTIAL` skb, which is not an error.
+pub fn parse_udp_frame(frame: &[u8]) -> Result<(FrameHeaders, &[u8]), FrameError> {
+    let have = frame.len();
+    let eth = frame.get(..ETH_HLEN).ok_or(FrameError::Truncated {
+        what: "Ethernet",
+        need: ETH_HLEN,
+        have,
+    })?;
+    let dst_mac: [u8; 6] = eth[0..6].try_into().expect("6 bytes");
+    let src_mac: [u8; 6] = eth[6..12].try_into().expect("6 bytes");
+    let mut ethertype = be16(&eth[12..14]);
+    let mut l3 = ETH_HLEN;
+    let mut vlan = None;
+    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
+        let tag = frame
+            .get(ETH_HLEN..ETH_HLEN + VLAN_HLEN)
+            .ok_or(FrameError::Truncated {
+                what: "VLAN",
+                need: ETH_HLEN + VLAN_HLEN,
+                have,
+            })?;
+        vlan = Some(be16(&tag[0..2]) & 0x0fff);
+        ethertype = be16(&tag[2..4]);
+        l3 += VLAN_HLEN;
+    }
+    if ethertype != ETH_P_IP {
+        return Err(FrameError::NotIpv4 { ethertype });
+    }
+    let ip_fixed = frame
+        .get(l3..l3 + IPV4_MIN_HLEN)
+        .ok_or(FrameError::Truncated {
+            what: "IPv4",
+            need: l3 + IPV4_MIN_HLEN,
+            have,
+        })?;
+    let version = ip_fixed[0] >> 4;
+    if version != 4 {
+        return Err(FrameError::BadVersion { version });
+    }
+    let ihl = ip_fixed[0] & 0x0f;
+    if ihl < 5 {
+        return Err(FrameError::BadIhl { ihl });
+    }
+    let ip_hlen = usize::from(ihl) * 4;
+    let ip_hdr = frame.get(l3..l3 + ip_hlen).ok_or(FrameError::Truncated {
+        what: "IPv4 options",
+        need: l3 + ip_hlen,
+        have,
+    })?;
+    let flags_offset = be16(&ip_hdr[6..8]);
+    if flags_offset & 0x3fff != 0 {
+        return Err(FrameError::Fragment { flags_offset });
+    }
+    let protocol = ip_hdr[9];
+    if protocol != IPPROTO_UDP {
+        return Err(FrameError::NotUdp { protocol });
+    }
+    if checksum(&[ip_hdr]) != 0 {
+        return Err(FrameError::BadIpChecksum);
+    }
+    let total_len = usize::from(be16(&ip_hdr[2..4]));
+    let available = have - l3;
+    if total_len < ip_hlen + UDP_HLEN || total_len > available {
+        return Err(FrameError::BadLength {
+            what: "IPv4 total",
+            len: total_len,
+            available,
+        });
+    }
+    let src_ip = Ipv4Addr::new(ip_hdr[12], ip_hdr[13], ip_hdr[14], ip_hdr[15]);
+    let dst_ip = Ipv4Addr::new(ip_hdr[16], ip_hdr[17], ip_hdr[18], ip_hdr[19]);
+    let l4 = l3 + ip_hlen;
+    let udp = &frame[l4..l4 + UDP_HLEN];
+    let udp_len = usize::from(be16(&udp[4..6]));
+    if udp_len < UDP_HLEN || udp_len > total_len - ip_hlen {
+        return Err(FrameError::BadLength {
+            what: "UDP",
+            len: udp_len,
+            available: total_len - ip_hlen,
+        });
+    }
+    let datagram = &frame[l4..l4 + udp_len];
+    let headers = FrameHeaders {
+        src_mac,
+        dst_mac,
+        vlan,
+        src_ip,
+        dst_ip,
+        src_port: be16(&udp[0..2]),
+        dst_port: be16(&udp[2..4]),
+    };
+    Ok((headers, &datagram[UDP_HLEN..]))
+}
+
+/// Build a frame with IHL=5, correct IPv4 header checksum and UDP checksum,
+/// optional VLAN tag (802.1Q, priority 0). The payload must fit a UDP datagram
+/// (at most 65507 bytes); longer payloads are a caller bug and panic.
+pub fn build_udp_frame(h: &FrameHeaders, payload: &[u8]) -> Vec<u8> {
+    let udp_len = UDP_HLEN + payload.len();
+    let total_len = IPV4_MIN_HLEN + udp_len;
+    let total_len_u16 = u16::try_from(total_len).expect("UDP payload larger than an IPv4 datagram");
+    let l2 = ETH_HLEN + if h.vlan.is_some() { VLAN_HLEN } else { 0 };
+    let mut f = Vec::with_capacity(l2 + total_len);
+    f.extend_from_slice(&h.dst_mac);
+    f.extend_from_slice(&h.src_mac);
+    if let Some(vid) = h.vlan {
+        f.extend_from_slice(&ETH_P_8021Q.to_be_bytes());
+        f.extend_from_slice(&(vid & 0x0fff).to_be_bytes());
+    }
+    f.extend_from_slice(&ETH_P_IP.to_be_bytes());
+    let ip_start = f.len();
+    f.extend_from_slice(&[0x45, 0x00]);
+    f.extend_from_slice(&total_len_u16.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 0]); // id 0, no flags, offset 0
+    f.extend_from_slice(&[DEFAULT_TTL, IPPROTO_UDP, 0, 0]);
+    f.extend_from_slice(&h.src_ip.octets());
+    f.extend_from_slice(&h.dst_ip.octets());
+    let ip_csum = checksum(&[&f[ip_start..ip_start + IPV4_MIN_HLEN]]);
+    f[ip_start + 10..ip_start + 12].copy_from_slice(&ip_csum.to_be_bytes());
+    let udp_start = f.len();
+    f.extend_from_slice(&h.src_port.to_be_bytes());
+    f.extend_from_slice(&h.dst_port.to_be_bytes());
+    f.extend_from_slice(&((udp_len) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    let mut udp_csum = udp_checksum(h.src_ip, h.dst_ip, &f[udp_start..]);
+    if udp_csum == 0 {
+        // RFC 768: a computed zero is sent as all ones.
+        udp_csum = 0xffff;
+    }
+    f[udp_start + 6..udp_start + 8].copy_from_slice(&udp_csum.to_be_bytes());
+    f
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+/// RFC 1071 Internet checksum over the concatenation of `parts` (each part
+/// starts on an even offset except possibly the last).
+fn checksum(parts: &[&[u8]]) -> u16 {
+    let mut sum: u32 = 0;
+    for part in parts {
+        let mut chunks = part.chunks_exact(2);
+        for c in &mut chunks {
+            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+        }
+        if let [last] = chunks.remainder() {
+            sum += u32::from(u16::from_be_bytes([*last, 0]));
+        }
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// UDP checksum with the IPv4 pseudo-header (RFC 768). Over a datagram whose
+/// checksum field is filled in, a correct one yields 0.
+fn udp_checksum(src: Ipv4Addr, dst: Ipv4Addr, datagram: &[u8]) -> u16 {
+    let len = (datagram.len() as u16).to_be_bytes();
+    let pseudo = [
+        src.octets()[0],
+        src.octets()[1],
+        src.octets()[2],
+        src.octets()[3],
+        dst.octets()[0],
+        dst.octets()[1],
+        dst.octets()[2],
+        dst.octets()[3],
+        0,
+        IPPROTO_UDP,
+        len[0],
+        len[1],
+    ];
+    checksum(&[&pseudo, datagram])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(vlan: Option<u16>) -> FrameHeaders {
+        FrameHeaders {
+            src_mac: [0x02, 0, 0, 0, 0, 1],
+            dst_mac: [0xff; 6],
+            vlan,
+            src_ip: Ipv4Addr::new(192, 0, 2, 1),
+            dst_ip: Ipv4Addr::BROADCAST,
+            src_port: 67,
+            dst_port: 68,
+        }
+    }
+
+    #[test]
+    fn build_then_parse_round_trips_with_and_without_vlan() {
+        for vlan in [None, Some(100), Some(4095)] {
+            let payload: Vec<u8> = (0..=255u8).cycle().take(301).collect(); // odd length
+            let f = build_udp_frame(&headers(vlan), &payload);
+            assert_eq!(f.len(), 14 + vlan.map_or(0, |_| 4) + 20 + 8 + 301);
+            let (h, p) = parse_udp_frame(&f).expect("parses");
+            assert_eq!(h, headers(vlan));
+            assert_eq!(p, &payload[..]);
+        }
+    }
+
+    #[test]
+    fn build_writes_known_checksums() {
+        // Reference: IPv4 header checksum of this exact header computed by hand
+        // (RFC 1071 example style): 45 00 00 1d 00 00 00 00 40 11 ..
+        let f = build_udp_frame(&headers(None), b"x");
+        let ip = &f[14..34];
+        assert_eq!(checksum(&[ip]), 0, "IPv4 header checksum verifies");
+        assert_ne!(&ip[10..12], &[0, 0]);
+        let udp = &f[34..];
+        assert_ne!(&udp[6..8], &[0, 0], "UDP checksum filled in");
+        assert_eq!(
+            udp_checksum(headers(None).src_ip, Ipv4Addr::BROADCAST, udp),
+            0
+        );
+    }
+
+    #[test]
+    fn parse_accepts_ihl_above_five_and_ethernet_padding() {
+        let mut f = build_udp_frame(&headers(None), &[1, 2, 3, 4]);
+        // Insert 8 bytes of options (two NOPs words... use NOP/EOL) → IHL 7.
+        let opts = [1u8, 1, 1, 1, 1, 1, 1, 0];
+        f.splice(34..34, opts);
+        f[14] = 0x47;
+        let total = u16::from_be_bytes([f[16], f[17]]) + 8;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum(&[&f[14..42]]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        f.resize(80, 0); // padding after the datagram
+        let (h, p) = parse_udp_frame(&f).expect("parses");
+        assert_eq!(h.src_port, 67);
+        assert_eq!(p, &[1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn parse_rejects_every_truncation() {
+        let f = build_udp_frame(&headers(Some(7)), &[9; 40]);
+        for cut in 0..f.len() {
+            assert!(parse_udp_frame(&f[..cut]).is_err(), "cut at {cut} accepted");
+        }
+    }
+
+    #[test]
+    fn parse_reports_typed_errors() {
+        let good = build_udp_frame(&headers(None), &[0; 8]);
+        let mut arp = good.clone();
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(
+            parse_udp_frame(&arp),
+            Err(FrameError::NotIpv4 { ethertype: 0x0806 })
+        );
+
+        let mut frag = good.clone();
+        frag[20] = 0x20; // MF
+        assert!(matches!(
+            parse_udp_frame(&frag),
+            Err(FrameError::Fragment { .. })
+        ));
+
+        let mut tcp = good.clone();
+        tcp[23] = 6;
+        assert_eq!(
+            parse_udp_frame(&tcp),
+            Err(FrameError::NotUdp { protocol: 6 })
+        );
+
+        let mut ihl = good.clone();
+        ihl[14] = 0x44;
+        assert_eq!(parse_udp_frame(&ihl), Err(FrameError::BadIhl { ihl: 4 }));
+
+        let mut v6 = good.clone();
+        v6[14] = 0x65;
+        assert_eq!(
+            parse_udp_frame(&v6),
+            Err(FrameError::BadVersion { version: 6 })
+        );
+
+        let mut ipsum = good.clone();
+        ipsum[22] ^= 1; // TTL changes, checksum stale
+        assert_eq!(parse_udp_frame(&ipsum), Err(FrameError::BadIpChecksum));
+
+        let mut partial = good.clone();
+        partial[40..42].copy_from_slice(&[0x12, 0x34]); // offloaded, not final
+        assert!(parse_udp_frame(&partial).is_ok());
+
+        let mut udplen = good.clone();
+        udplen[38..40].copy_from_slice(&4u16.to_be_bytes());
+        assert!(matches!(
+            parse_udp_frame(&udplen),
+            Err(FrameError::BadLength { what: "UDP", .. })
+        ));
+    }
+}
