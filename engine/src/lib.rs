@@ -1,1 +1,53 @@
-//! Sans-IO DHCPv4 client engine (RFC 2131).
+//! Sans-IO `DHCPv4` client engine (RFC 2131) for xdhcp.
+//!
+//! No sockets, no clocks, no async runtime: the driver feeds packets and
+//! timer expiries in with an explicit `now` ([`Client::handle_packet`],
+//! [`Client::handle_timeout`]) and drains messages, deadlines and events out
+//! ([`Client::poll_transmit`], [`Client::poll_timeout`],
+//! [`Client::poll_event`]) — the quinn-proto shape. Randomness (xids,
+//! backoff jitter) comes from a seed, so every path is testable in virtual
+//! time.
+//!
+//! # Contract notes (differences from TEAM.md "Engine")
+//! - `Client::resume(cfg, lease, now, now_unix_ms, seed)` takes the wall
+//!   clock at `now` as an extra argument (TEAM.md: `resume(cfg, lease, now,
+//!   seed)`): remaining T1/T2/lease times are computed from
+//!   `lease.acquired_unix_ms` and cannot be known without it.
+//! - `Client::set_wall_clock_unix_ms(ms)` anchors `ms` to the `now` of the
+//!   next `handle_*`/`release`/`decline`/`restart` call; call it right before.
+//! - Additions: `Transmit::kind` ([`MessageKind`]), `Client::restart`,
+//!   `Client::config`, `ClientConfig::{broadcast_flag, expired_lease}` and
+//!   `ClientConfig::validate`, `Lease::rejected_routes` (routes the policy
+//!   refused, for logging), `Lease::default_gateway`, `State::label`,
+//!   `DropReason::ALL`, `ClientStats::dropped(reason)`.
+//!
+//! # Modules
+//! - [`state`]: RFC 2131 states.
+//! - [`client`]: the state machine.
+//! - [`validate`]: raw reply parsing and [`DropReason`] (SPEC R7).
+//! - [`lease`]: [`Lease`] and option extraction (SPEC R5).
+//! - [`routes`]: option 121 and the route policy against `TunnelVision`.
+//! - [`message`]: outgoing messages built with `dhcproto`.
+//! - [`backoff`]: RFC 2131 §4.1 / §4.4.5 retransmission timing.
+//! - [`config`]: configuration and defaults.
+
+pub mod backoff;
+pub mod client;
+pub mod config;
+pub mod event;
+pub mod lease;
+pub mod message;
+pub mod routes;
+pub mod state;
+pub mod stats;
+pub mod validate;
+
+pub use client::{Client, Destination, PacketSource, Transmit};
+pub use config::{ClientConfig, ClientId, ConfigError, ExpiredLeasePolicy, Mode, Retransmit};
+pub use event::{AcquireError, Event, HeardNak, HeardOffer, LostReason};
+pub use lease::Lease;
+pub use message::MessageKind;
+pub use routes::{Ipv4Prefix, RejectedRoute, Route, RoutePolicy, RouteRejection};
+pub use state::State;
+pub use stats::ClientStats;
+pub use validate::DropReason;

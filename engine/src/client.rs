@@ -1,0 +1,1138 @@
+//! The sans-IO client: `handle_*` in, `poll_*` out, time passed explicitly.
+//!
+//! Method groups, as in quinn-proto's `Connection`:
+//! - A. inputs: [`Client::handle_packet`], [`Client::handle_timeout`],
+//!   commands [`Client::release`], [`Client::decline`], [`Client::restart`],
+//!   and [`Client::set_wall_clock_unix_ms`];
+//! - B. outputs: [`Client::poll_transmit`], [`Client::poll_timeout`],
+//!   [`Client::poll_event`] — drain all three after every input;
+//! - C. inspection: [`Client::state`], [`Client::lease`], [`Client::xid`],
+//!   [`Client::stats`].
+
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::backoff;
+use crate::config::{ClientConfig, ExpiredLeasePolicy, Mode};
+use crate::event::{AcquireError, Event, HeardNak, HeardOffer, LostReason};
+use crate::lease::{self, Lease, LeaseNotes};
+use crate::message::{self, MessageKind, Outgoing};
+use crate::state::State;
+use crate::stats::ClientStats;
+use crate::validate::{self, DropReason, Reply, ReplyType};
+
+/// Link-layer and IP source of a received reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketSource {
+    pub src_mac: [u8; 6],
+    pub src_ip: Ipv4Addr,
+}
+
+/// Where to send a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// 255.255.255.255 / ff:ff:ff:ff:ff:ff, port 67.
+    Broadcast,
+    /// Unicast to `ip` port 67; `mac` is the server's (or next hop's) MAC
+    /// learned from its last reply, if known.
+    Unicast { ip: Ipv4Addr, mac: Option<[u8; 6]> },
+}
+
+/// A message to send: UDP payload from port 68 to port 67.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    pub payload: Vec<u8>,
+    /// Transaction id of the message (register it in the ownership map).
+    pub xid: u32,
+    /// `0.0.0.0`, or the leased address for RENEW/REBIND/RELEASE.
+    pub src_ip: Ipv4Addr,
+    pub dst: Destination,
+    pub kind: MessageKind,
+}
+
+/// Retransmission bookkeeping for one xid.
+#[derive(Debug, Clone, Copy)]
+struct Retx {
+    /// When to retransmit (or give up).
+    next_at: Instant,
+    /// Transmissions so far with this xid.
+    sent: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Offer {
+    server_id: Ipv4Addr,
+    address: Ipv4Addr,
+}
+
+/// Internal state with its per-state data. [`State`] is the public view.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Init {
+        send_at: Instant,
+    },
+    Selecting {
+        retx: Retx,
+    },
+    Requesting {
+        offer: Offer,
+        retx: Retx,
+        first_sent: Instant,
+    },
+    InitReboot {
+        send_at: Instant,
+        address: Ipv4Addr,
+    },
+    Rebooting {
+        address: Ipv4Addr,
+        retx: Retx,
+        first_sent: Instant,
+    },
+    Bound,
+    Renewing {
+        retx_at: Instant,
+        first_sent: Instant,
+        started: Instant,
+    },
+    Rebinding {
+        retx_at: Instant,
+        first_sent: Instant,
+        started: Instant,
+    },
+    Released,
+    Failed,
+}
+
+/// The lease currently held with its monotonic deadlines (`None` = never).
+#[derive(Debug, Clone)]
+struct Held {
+    lease: Lease,
+    t1_at: Option<Instant>,
+    t2_at: Option<Instant>,
+    expires_at: Option<Instant>,
+}
+
+const HEARD_LIMIT: usize = 16;
+
+/// An open acquisition (INIT … BOUND) and what it has seen.
+#[derive(Debug, Clone)]
+struct Acquisition {
+    started: Instant,
+    deadline: Instant,
+    discovers: u32,
+    requests: u32,
+    servers_requested: Vec<Ipv4Addr>,
+    offers: Vec<HeardOffer>,
+    naks: Vec<HeardNak>,
+    dropped: u64,
+    last_drop: Option<DropReason>,
+    consecutive_naks: u32,
+    /// Option 50 hint for DISCOVER (previous address), cleared by a NAK.
+    hint: Option<Ipv4Addr>,
+    declined: Vec<Ipv4Addr>,
+}
+
+/// Longest a configured interval may be (keeps `Instant` arithmetic far from
+/// overflow).
+const MAX_INTERVAL: Duration = Duration::from_hours(365 * 24);
+
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d.min(MAX_INTERVAL))
+        .or_else(|| now.checked_add(Duration::from_secs(1)))
+        .unwrap_or(now)
+}
+
+fn secs_since(now: Instant, start: Instant) -> u16 {
+    now.saturating_duration_since(start)
+        .as_secs()
+        .min(u64::from(u16::MAX)) as u16
+}
+
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Sans-IO RFC 2131 `DHCPv4` client. No sockets, no clocks: every input
+/// carries `now`; randomness comes from the seed.
+#[derive(Debug)]
+pub struct Client {
+    cfg: ClientConfig,
+    rng: StdRng,
+    phase: Phase,
+    xid: u32,
+    held: Option<Held>,
+    acq: Option<Acquisition>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    stats: ClientStats,
+    /// (Unix ms, instant) pair anchoring wall-clock time.
+    wall: Option<(u64, Instant)>,
+    wall_pending: Option<u64>,
+}
+
+impl Client {
+    fn blank(mut cfg: ClientConfig, now: Instant, seed: u64) -> Client {
+        cfg.normalize();
+        let r = &mut cfg.retransmit;
+        for d in [
+            &mut r.initial,
+            &mut r.max_interval,
+            &mut r.jitter,
+            &mut r.renew_min_interval,
+            &mut r.nak_backoff_initial,
+            &mut r.nak_backoff_max,
+            &mut r.decline_delay,
+            &mut r.init_delay_max,
+            &mut cfg.acquire_timeout,
+        ] {
+            *d = (*d).min(MAX_INTERVAL);
+        }
+        let mut rng = StdRng::seed_from_u64(seed);
+        let xid = rng.random();
+        Client {
+            cfg,
+            rng,
+            phase: Phase::Init { send_at: now },
+            xid,
+            held: None,
+            acq: None,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: ClientStats::default(),
+            wall: None,
+            wall_pending: None,
+        }
+    }
+
+    /// Start a client in INIT (or INIT-REBOOT when `cfg.requested_ip` is
+    /// set). Unless `retransmit.init_delay_max` is non-zero, the first
+    /// DISCOVER/REQUEST is queued at once (state SELECTING/REBOOTING).
+    pub fn new(cfg: ClientConfig, now: Instant, seed: u64) -> Client {
+        let mut c = Client::blank(cfg, now, seed);
+        c.begin_acquisition(now, None);
+        let delay = c.random_init_delay();
+        match c.cfg.requested_ip {
+            Some(ip) => c.start_reboot(now, ip, delay),
+            None => c.start_init(now, delay),
+        }
+        c
+    }
+
+    /// Resume a persisted lease. `now_unix_ms` is the wall clock at `now`;
+    /// the time elapsed since `lease.acquired_unix_ms` decides the state:
+    /// BOUND before T1, RENEWING before T2, REBINDING before expiry (a
+    /// REQUEST is queued at once in the latter two). An expired lease emits
+    /// [`Event::Lost`] and goes to INIT-REBOOT for the same address (or INIT,
+    /// per [`ExpiredLeasePolicy`]). No [`Event::Bound`] is emitted for a
+    /// still-valid lease: the caller already holds it.
+    ///
+    /// *Contract change*: TEAM.md listed `resume(cfg, lease, now, seed)`; the
+    /// wall clock is a parameter because remaining times cannot be computed
+    /// without it.
+    pub fn resume(
+        cfg: ClientConfig,
+        lease: Lease,
+        now: Instant,
+        now_unix_ms: u64,
+        seed: u64,
+    ) -> Client {
+        let mut c = Client::blank(cfg, now, seed);
+        c.wall = Some((now_unix_ms, now));
+        let mut lease = lease;
+        c.stats.stored_lease_repairs += u64::from(lease.sanitize());
+        if !validate::is_unicast(lease.address) || !validate::is_unicast(lease.server_id) {
+            c.stats.stored_lease_repairs += 1;
+            c.begin_acquisition(now, None);
+            c.start_init(now, Duration::ZERO);
+            return c;
+        }
+        let elapsed = Duration::from_millis(now_unix_ms.saturating_sub(lease.acquired_unix_ms));
+        if lease.lease_time.is_zero() || (!lease.is_infinite() && elapsed >= lease.lease_time) {
+            c.stats.expirations += 1;
+            c.events.push_back(Event::Lost {
+                reason: LostReason::Expired,
+            });
+            match c.cfg.expired_lease {
+                ExpiredLeasePolicy::Reboot => {
+                    c.begin_acquisition(now, None);
+                    c.start_reboot(now, lease.address, Duration::ZERO);
+                }
+                ExpiredLeasePolicy::Discover => {
+                    c.begin_acquisition(now, Some(lease.address));
+                    c.start_init(now, Duration::ZERO);
+                }
+            }
+            return c;
+        }
+        let remaining = |t: Duration| {
+            if lease.is_infinite() || c.cfg.mode == Mode::OneShot {
+                None
+            } else {
+                Some(later(now, t.saturating_sub(elapsed)))
+            }
+        };
+        let held = Held {
+            t1_at: remaining(lease.t1),
+            t2_at: remaining(lease.t2),
+            expires_at: remaining(lease.lease_time),
+            lease,
+        };
+        let (t1, t2) = (held.lease.t1, held.lease.t2);
+        let timers = held.expires_at.is_some();
+        c.held = Some(held);
+        c.phase = Phase::Bound;
+        if timers && elapsed >= t2 {
+            c.enter_renewing(now);
+            c.enter_rebinding(now);
+        } else if timers && elapsed >= t1 {
+            c.enter_renewing(now);
+        }
+        c
+    }
+
+    // ---- A. inputs -------------------------------------------------------
+
+    /// Set the wall clock (Unix ms). Call right before a `handle_*` call; it
+    /// is anchored to that call's `now` and used to stamp
+    /// [`Lease::acquired_unix_ms`].
+    pub fn set_wall_clock_unix_ms(&mut self, unix_ms: u64) {
+        self.wall_pending = Some(unix_ms);
+    }
+
+    /// Feed a UDP payload received on port 68. Returns why it was ignored,
+    /// if it was (the reason is also counted in [`Client::stats`]).
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        src: PacketSource,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
+        self.apply_wall(now);
+        let mut ours = false;
+        let result = self.process(now, src, payload, &mut ours);
+        if let Err(reason) = result {
+            self.stats.count_drop(reason);
+            if ours && let Some(acq) = &mut self.acq {
+                acq.dropped += 1;
+                acq.last_drop = Some(reason);
+            }
+        }
+        result
+    }
+
+    /// Fire every timer due at `now` (call at [`Client::poll_timeout`]; early
+    /// or late calls are harmless).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.apply_wall(now);
+        // Each step fires one timer; a late call may owe several (for
+        // example T1 and T2 both passed while the process was stopped).
+        for _ in 0..8 {
+            if !self.step_timer(now) {
+                break;
+            }
+        }
+    }
+
+    /// Give the lease back: queue a DHCPRELEASE unicast from the leased
+    /// address to the server identifier (RFC 2131 §4.4.6, SPEC R4) and stop.
+    /// Without a lease the client just stops. Anything not yet polled from
+    /// [`Client::poll_transmit`] is discarded first.
+    pub fn release(&mut self, now: Instant) {
+        self.apply_wall(now);
+        self.transmits.clear();
+        if let Some(held) = self.held.take() {
+            self.new_xid();
+            let l = &held.lease;
+            self.send(&Send {
+                kind: MessageKind::Release,
+                secs: 0,
+                ciaddr: l.address,
+                requested_ip: None,
+                server_id: Some(l.server_id),
+                src_ip: l.address,
+                dst: Destination::Unicast {
+                    ip: l.server_id,
+                    mac: l.server_mac,
+                },
+                retransmit: false,
+            });
+            self.stats.releases_sent += 1;
+        }
+        self.acq = None;
+        self.phase = Phase::Released;
+    }
+
+    /// Decline the offered (REQUESTING) or leased address because it is in
+    /// use (RFC 2131 §3.1 step 5): broadcast DHCPDECLINE, emit
+    /// [`Event::Lost`] if a lease was held, and restart from INIT after
+    /// `retransmit.decline_delay`, refusing that address in later offers.
+    /// A no-op in states without an address.
+    pub fn decline(&mut self, now: Instant) {
+        self.apply_wall(now);
+        let target = match (&self.phase, &self.held) {
+            (Phase::Requesting { offer, .. }, _) => Some((offer.address, offer.server_id)),
+            (Phase::Bound | Phase::Renewing { .. } | Phase::Rebinding { .. }, Some(h)) => {
+                Some((h.lease.address, h.lease.server_id))
+            }
+            _ => None,
+        };
+        let Some((address, server)) = target else {
+            return;
+        };
+        self.transmits.clear();
+        self.new_xid();
+        self.send(&Send {
+            kind: MessageKind::Decline,
+            secs: 0,
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            requested_ip: Some(address),
+            server_id: Some(server),
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst: Destination::Broadcast,
+            retransmit: false,
+        });
+        self.stats.declines_sent += 1;
+        if self.held.take().is_some() {
+            self.events.push_back(Event::Lost {
+                reason: LostReason::Declined,
+            });
+        }
+        let mut declined = self.acq.take().map(|a| a.declined).unwrap_or_default();
+        declined.push(address);
+        let delay = self.cfg.retransmit.decline_delay;
+        self.begin_acquisition(later(now, delay), None);
+        if let Some(acq) = &mut self.acq {
+            acq.declined = declined;
+        }
+        self.new_xid();
+        self.start_init(now, delay);
+    }
+
+    /// Start over: a fresh acquisition from INIT (or INIT-REBOOT for
+    /// `cfg.requested_ip`). Use after [`State::Failed`]; a held lease is
+    /// forgotten without RELEASE (call [`Client::release`] first to give it
+    /// back).
+    pub fn restart(&mut self, now: Instant) {
+        self.apply_wall(now);
+        self.held = None;
+        self.begin_acquisition(now, None);
+        self.new_xid();
+        match self.cfg.requested_ip {
+            Some(ip) => self.start_reboot(now, ip, Duration::ZERO),
+            None => self.start_init(now, Duration::ZERO),
+        }
+    }
+
+    // ---- B. outputs ------------------------------------------------------
+
+    /// Next message to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// When [`Client::handle_timeout`] must next be called (`None`: no timer;
+    /// RELEASED, FAILED, or BOUND in one-shot mode / with an infinite lease).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let acq_deadline = self.acq.as_ref().map(|a| a.deadline);
+        let held = self.held.as_ref();
+        match self.phase {
+            Phase::Init { send_at } | Phase::InitReboot { send_at, .. } => {
+                min_opt(Some(send_at), acq_deadline)
+            }
+            Phase::Selecting { retx }
+            | Phase::Requesting { retx, .. }
+            | Phase::Rebooting { retx, .. } => min_opt(Some(retx.next_at), acq_deadline),
+            Phase::Bound => held.and_then(|h| min_opt(min_opt(h.t1_at, h.t2_at), h.expires_at)),
+            Phase::Renewing { retx_at, .. } => min_opt(
+                Some(retx_at),
+                held.and_then(|h| min_opt(h.t2_at, h.expires_at)),
+            ),
+            Phase::Rebinding { retx_at, .. } => {
+                min_opt(Some(retx_at), held.and_then(|h| h.expires_at))
+            }
+            Phase::Released | Phase::Failed => None,
+        }
+    }
+
+    /// Next event for the driver.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ---- C. inspection ---------------------------------------------------
+
+    /// Current RFC 2131 state.
+    pub fn state(&self) -> State {
+        match self.phase {
+            Phase::Init { .. } => State::Init,
+            Phase::Selecting { .. } => State::Selecting,
+            Phase::Requesting { .. } => State::Requesting,
+            Phase::InitReboot { .. } => State::InitReboot,
+            Phase::Rebooting { .. } => State::Rebooting,
+            Phase::Bound => State::Bound,
+            Phase::Renewing { .. } => State::Renewing,
+            Phase::Rebinding { .. } => State::Rebinding,
+            Phase::Released => State::Released,
+            Phase::Failed => State::Failed,
+        }
+    }
+
+    /// The lease held (BOUND, RENEWING, REBINDING).
+    pub fn lease(&self) -> Option<&Lease> {
+        self.held.as_ref().map(|h| &h.lease)
+    }
+
+    /// Transaction id of the open (or last) transaction.
+    pub fn xid(&self) -> u32 {
+        self.xid
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// The configuration in force (after clamping).
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    // ---- internals: time and randomness ----------------------------------
+
+    fn apply_wall(&mut self, now: Instant) {
+        if let Some(ms) = self.wall_pending.take() {
+            self.wall = Some((ms, now));
+        }
+    }
+
+    fn wall_at(&self, t: Instant) -> u64 {
+        match self.wall {
+            None => 0,
+            Some((ms, at)) if t >= at => {
+                ms.saturating_add((t - at).as_millis().min(u128::from(u64::MAX)) as u64)
+            }
+            Some((ms, at)) => {
+                ms.saturating_sub((at - t).as_millis().min(u128::from(u64::MAX)) as u64)
+            }
+        }
+    }
+
+    fn new_xid(&mut self) {
+        let old = self.xid;
+        while self.xid == old {
+            self.xid = self.rng.random();
+        }
+    }
+
+    fn random_init_delay(&mut self) -> Duration {
+        let max = self.cfg.retransmit.init_delay_max;
+        if max.is_zero() {
+            return Duration::ZERO;
+        }
+        let ms = max.as_millis().min(u128::from(u64::MAX)) as u64;
+        Duration::from_millis(self.rng.random_range(0..=ms))
+    }
+
+    fn retx_after(&mut self, now: Instant, sent: u32) -> Retx {
+        let d = backoff::retransmit_delay(&self.cfg.retransmit, sent - 1, &mut self.rng);
+        Retx {
+            next_at: later(now, d),
+            sent,
+        }
+    }
+
+    // ---- internals: sending ----------------------------------------------
+
+    fn send(&mut self, s: &Send) {
+        let client_id = self.cfg.client_id.bytes(self.cfg.chaddr);
+        let out = Outgoing {
+            kind: s.kind,
+            xid: self.xid,
+            secs: s.secs,
+            chaddr: self.cfg.chaddr,
+            ciaddr: s.ciaddr,
+            broadcast_flag: self.cfg.broadcast_flag,
+            client_id: client_id.as_deref(),
+            hostname: self.cfg.hostname.as_deref(),
+            requested_ip: s.requested_ip,
+            server_id: s.server_id,
+            max_message_size: self.cfg.max_message_size,
+        };
+        match message::build(&out) {
+            Ok(payload) => {
+                if s.retransmit {
+                    self.stats.retransmits += 1;
+                }
+                self.transmits.push_back(Transmit {
+                    payload,
+                    xid: self.xid,
+                    src_ip: s.src_ip,
+                    dst: s.dst,
+                    kind: s.kind,
+                });
+            }
+            Err(_) => self.stats.encode_errors += 1,
+        }
+    }
+
+    fn acq_secs(&self, now: Instant) -> u16 {
+        self.acq.as_ref().map_or(0, |a| secs_since(now, a.started))
+    }
+
+    fn begin_acquisition(&mut self, now: Instant, hint: Option<Ipv4Addr>) {
+        self.acq = Some(Acquisition {
+            started: now,
+            deadline: later(now, self.cfg.acquire_timeout),
+            discovers: 0,
+            requests: 0,
+            servers_requested: Vec::new(),
+            offers: Vec::new(),
+            naks: Vec::new(),
+            dropped: 0,
+            last_drop: None,
+            consecutive_naks: 0,
+            hint,
+            declined: Vec::new(),
+        });
+    }
+
+    /// INIT: DISCOVER after `delay` (at once when zero).
+    fn start_init(&mut self, now: Instant, delay: Duration) {
+        if delay.is_zero() {
+            self.send_discover(now, 1);
+        } else {
+            self.phase = Phase::Init {
+                send_at: later(now, delay),
+            };
+        }
+    }
+
+    fn send_discover(&mut self, now: Instant, sent: u32) {
+        let hint = self.acq.as_ref().and_then(|a| a.hint);
+        self.send(&Send {
+            kind: MessageKind::Discover,
+            secs: self.acq_secs(now),
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            requested_ip: hint,
+            server_id: None,
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst: Destination::Broadcast,
+            retransmit: sent > 1,
+        });
+        self.stats.discovers_sent += 1;
+        if let Some(a) = &mut self.acq {
+            a.discovers += 1;
+        }
+        let retx = self.retx_after(now, sent);
+        self.phase = Phase::Selecting { retx };
+    }
+
+    fn send_select_request(&mut self, now: Instant, offer: Offer, sent: u32, first_sent: Instant) {
+        self.send(&Send {
+            kind: MessageKind::Request,
+            secs: self.acq_secs(now),
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            requested_ip: Some(offer.address),
+            server_id: Some(offer.server_id),
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst: Destination::Broadcast,
+            retransmit: sent > 1,
+        });
+        self.stats.requests_sent += 1;
+        if let Some(a) = &mut self.acq {
+            a.requests += 1;
+            if !a.servers_requested.contains(&offer.server_id) {
+                a.servers_requested.push(offer.server_id);
+            }
+        }
+        let retx = self.retx_after(now, sent);
+        self.phase = Phase::Requesting {
+            offer,
+            retx,
+            first_sent,
+        };
+    }
+
+    /// INIT-REBOOT: REQUEST for `address` after `delay`.
+    fn start_reboot(&mut self, now: Instant, address: Ipv4Addr, delay: Duration) {
+        if delay.is_zero() {
+            self.send_reboot_request(now, address, 1, now);
+        } else {
+            self.phase = Phase::InitReboot {
+                send_at: later(now, delay),
+                address,
+            };
+        }
+    }
+
+    fn send_reboot_request(
+        &mut self,
+        now: Instant,
+        address: Ipv4Addr,
+        sent: u32,
+        first_sent: Instant,
+    ) {
+        self.send(&Send {
+            kind: MessageKind::Request,
+            secs: self.acq_secs(now),
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            requested_ip: Some(address),
+            server_id: None,
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst: Destination::Broadcast,
+            retransmit: sent > 1,
+        });
+        self.stats.requests_sent += 1;
+        if let Some(a) = &mut self.acq {
+            a.requests += 1;
+        }
+        let retx = self.retx_after(now, sent);
+        self.phase = Phase::Rebooting {
+            address,
+            retx,
+            first_sent,
+        };
+    }
+
+    /// RENEWING/REBINDING REQUEST: ciaddr and source = leased address; no
+    /// options 50/54 (RFC 2131 Table 5).
+    fn send_extend_request(&mut self, now: Instant, started: Instant, rebinding: bool, retx: bool) {
+        let Some(h) = &self.held else { return };
+        let (address, server, mac) = (h.lease.address, h.lease.server_id, h.lease.server_mac);
+        let dst = if rebinding {
+            Destination::Broadcast
+        } else {
+            Destination::Unicast { ip: server, mac }
+        };
+        self.send(&Send {
+            kind: MessageKind::Request,
+            secs: secs_since(now, started),
+            ciaddr: address,
+            requested_ip: None,
+            server_id: None,
+            src_ip: address,
+            dst,
+            retransmit: retx,
+        });
+        self.stats.requests_sent += 1;
+    }
+
+    /// T1: RENEWING (RFC 2131 §4.4.5) with a new xid.
+    fn enter_renewing(&mut self, now: Instant) {
+        self.new_xid();
+        self.send_extend_request(now, now, false, false);
+        let retx_at = self.renew_retx_at(now, false);
+        self.phase = Phase::Renewing {
+            retx_at,
+            first_sent: now,
+            started: now,
+        };
+    }
+
+    /// T2: REBINDING (RFC 2131 §4.4.5) with a new xid; `secs` keeps
+    /// counting from the start of RENEWING.
+    fn enter_rebinding(&mut self, now: Instant) {
+        let started = match self.phase {
+            Phase::Renewing { started, .. } => started,
+            _ => now,
+        };
+        self.new_xid();
+        self.send_extend_request(now, started, true, false);
+        let retx_at = self.renew_retx_at(now, true);
+        self.phase = Phase::Rebinding {
+            retx_at,
+            first_sent: now,
+            started,
+        };
+    }
+
+    fn renew_retx_at(&self, now: Instant, rebinding: bool) -> Instant {
+        let until = self
+            .held
+            .as_ref()
+            .and_then(|h| if rebinding { h.expires_at } else { h.t2_at });
+        match until {
+            Some(t) => later(
+                now,
+                backoff::renew_delay(
+                    t.saturating_duration_since(now),
+                    self.cfg.retransmit.renew_min_interval,
+                ),
+            ),
+            None => later(now, self.cfg.retransmit.renew_min_interval),
+        }
+    }
+
+    // ---- internals: timers -----------------------------------------------
+
+    fn acquiring(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Init { .. }
+                | Phase::Selecting { .. }
+                | Phase::Requesting { .. }
+                | Phase::InitReboot { .. }
+                | Phase::Rebooting { .. }
+        )
+    }
+
+    /// Fire at most one timer; `true` if one fired.
+    fn step_timer(&mut self, now: Instant) -> bool {
+        if self.acquiring()
+            && let Some(acq) = &self.acq
+            && now >= acq.deadline
+        {
+            self.fail(now);
+            return true;
+        }
+        let held_due = |h: &Option<Held>, pick: fn(&Held) -> Option<Instant>| {
+            h.as_ref().and_then(pick).is_some_and(|t| now >= t)
+        };
+        match self.phase {
+            Phase::Init { send_at } if now >= send_at => {
+                self.send_discover(now, 1);
+            }
+            Phase::Selecting { retx } if now >= retx.next_at => {
+                self.send_discover(now, retx.sent + 1);
+            }
+            Phase::Requesting {
+                offer,
+                retx,
+                first_sent,
+            } if now >= retx.next_at => {
+                if retx.sent >= self.cfg.retransmit.request_attempts {
+                    // RFC 2131 §4.4.1: no ACK/NAK after retransmitting →
+                    // back to INIT with a new xid.
+                    self.stats.request_timeouts += 1;
+                    self.new_xid();
+                    self.start_init(now, Duration::ZERO);
+                } else {
+                    self.send_select_request(now, offer, retx.sent + 1, first_sent);
+                }
+            }
+            Phase::InitReboot { send_at, address } if now >= send_at => {
+                self.send_reboot_request(now, address, 1, now);
+            }
+            Phase::Rebooting {
+                address,
+                retx,
+                first_sent,
+            } if now >= retx.next_at => {
+                if retx.sent >= self.cfg.retransmit.reboot_attempts {
+                    self.stats.reboot_fallbacks += 1;
+                    if let Some(a) = &mut self.acq {
+                        a.hint = Some(address);
+                    }
+                    self.new_xid();
+                    self.start_init(now, Duration::ZERO);
+                } else {
+                    self.send_reboot_request(now, address, retx.sent + 1, first_sent);
+                }
+            }
+            Phase::Bound if held_due(&self.held, |h| h.expires_at) => self.expire(now),
+            Phase::Bound if held_due(&self.held, |h| h.t2_at) => {
+                self.enter_renewing(now);
+                self.enter_rebinding(now);
+            }
+            Phase::Bound if held_due(&self.held, |h| h.t1_at) => self.enter_renewing(now),
+            Phase::Renewing { .. } | Phase::Rebinding { .. }
+                if held_due(&self.held, |h| h.expires_at) =>
+            {
+                self.expire(now);
+            }
+            Phase::Renewing { .. } if held_due(&self.held, |h| h.t2_at) => {
+                self.enter_rebinding(now);
+            }
+            Phase::Renewing {
+                retx_at,
+                first_sent,
+                started,
+            } if now >= retx_at => {
+                self.send_extend_request(now, started, false, true);
+                let retx_at = self.renew_retx_at(now, false);
+                self.phase = Phase::Renewing {
+                    retx_at,
+                    first_sent,
+                    started,
+                };
+            }
+            Phase::Rebinding {
+                retx_at,
+                first_sent,
+                started,
+            } if now >= retx_at => {
+                self.send_extend_request(now, started, true, true);
+                let retx_at = self.renew_retx_at(now, true);
+                self.phase = Phase::Rebinding {
+                    retx_at,
+                    first_sent,
+                    started,
+                };
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Lease expired: INIT + `Lost` (RFC 2131 §4.4.5), DISCOVER at once
+    /// hinting the old address.
+    fn expire(&mut self, now: Instant) {
+        let old = self.held.take().map(|h| h.lease.address);
+        self.stats.expirations += 1;
+        self.events.push_back(Event::Lost {
+            reason: LostReason::Expired,
+        });
+        self.begin_acquisition(now, old);
+        self.new_xid();
+        self.start_init(now, Duration::ZERO);
+    }
+
+    fn fail(&mut self, now: Instant) {
+        let Some(acq) = self.acq.take() else { return };
+        self.stats.acquisitions_failed += 1;
+        self.events.push_back(Event::Failed(AcquireError {
+            elapsed: now.saturating_duration_since(acq.started),
+            discovers_sent: acq.discovers,
+            requests_sent: acq.requests,
+            servers_requested: acq.servers_requested,
+            offers: acq.offers,
+            naks: acq.naks,
+            dropped: acq.dropped,
+            last_drop: acq.last_drop,
+        }));
+        self.phase = Phase::Failed;
+    }
+
+    // ---- internals: replies ----------------------------------------------
+
+    fn process(
+        &mut self,
+        now: Instant,
+        src: PacketSource,
+        payload: &[u8],
+        ours: &mut bool,
+    ) -> Result<(), DropReason> {
+        if !self.state().expects_reply() {
+            return Err(DropReason::WrongState);
+        }
+        let header = validate::parse_header(payload)?;
+        if header.xid != self.xid {
+            return Err(DropReason::WrongXid);
+        }
+        if header.chaddr != self.cfg.chaddr {
+            return Err(DropReason::WrongChaddr);
+        }
+        *ours = true;
+        let reply = validate::parse_reply(payload)?;
+        if let Some(id) = reply.options.get(&61)
+            && self.cfg.client_id.bytes(self.cfg.chaddr).as_ref() != Some(id)
+        {
+            return Err(DropReason::WrongClientId);
+        }
+        let ty = reply.reply_type()?;
+        let server = reply.server_id()?;
+        match (self.phase, ty) {
+            (Phase::Selecting { .. }, ReplyType::Offer) => self.on_offer(now, &reply, server),
+            (
+                Phase::Requesting {
+                    offer, first_sent, ..
+                },
+                ReplyType::Ack | ReplyType::Nak,
+            ) => {
+                if server != offer.server_id {
+                    return Err(DropReason::WrongServer);
+                }
+                if ty == ReplyType::Nak {
+                    self.on_nak(now, server, reply.message());
+                    return Ok(());
+                }
+                if reply.yiaddr != offer.address {
+                    return Err(DropReason::BadAddress);
+                }
+                self.on_ack(now, &reply, server, src, first_sent)
+            }
+            (
+                Phase::Rebooting {
+                    address,
+                    first_sent,
+                    ..
+                },
+                ReplyType::Ack | ReplyType::Nak,
+            ) => {
+                if ty == ReplyType::Nak {
+                    self.on_nak(now, server, reply.message());
+                    return Ok(());
+                }
+                if reply.yiaddr != address {
+                    return Err(DropReason::BadAddress);
+                }
+                self.on_ack(now, &reply, server, src, first_sent)
+            }
+            (Phase::Renewing { first_sent, .. }, ReplyType::Ack | ReplyType::Nak) => {
+                let leased_from = self.held.as_ref().map(|h| h.lease.server_id);
+                if leased_from != Some(server) {
+                    return Err(DropReason::WrongServer);
+                }
+                if ty == ReplyType::Nak {
+                    self.on_nak(now, server, reply.message());
+                    return Ok(());
+                }
+                self.on_ack(now, &reply, server, src, first_sent)
+            }
+            (Phase::Rebinding { first_sent, .. }, ReplyType::Ack | ReplyType::Nak) => {
+                if ty == ReplyType::Nak {
+                    self.on_nak(now, server, reply.message());
+                    return Ok(());
+                }
+                self.on_ack(now, &reply, server, src, first_sent)
+            }
+            _ => Err(DropReason::UnexpectedType),
+        }
+    }
+
+    /// SELECTING: the first valid offer wins (RFC 2131 §4.4.1, SPEC R3).
+    fn on_offer(
+        &mut self,
+        now: Instant,
+        reply: &Reply,
+        server: Ipv4Addr,
+    ) -> Result<(), DropReason> {
+        // Validate the whole offer as a lease so a malformed one cannot win.
+        lease::from_reply(reply, server, &self.cfg.route_policy, 0)?;
+        if self
+            .acq
+            .as_ref()
+            .is_some_and(|a| a.declined.contains(&reply.yiaddr))
+        {
+            return Err(DropReason::DeclinedAddress);
+        }
+        self.stats.offers_received += 1;
+        let offer = Offer {
+            server_id: server,
+            address: reply.yiaddr,
+        };
+        if let Some(a) = &mut self.acq
+            && a.offers.len() < HEARD_LIMIT
+        {
+            a.offers.push(HeardOffer {
+                server,
+                address: reply.yiaddr,
+            });
+        }
+        self.send_select_request(now, offer, 1, now);
+        Ok(())
+    }
+
+    /// DHCPNAK: back to INIT with a new xid (RFC 2131 §3.1 step 5, §4.4.5);
+    /// consecutive NAKs back off ([`backoff::nak_delay`]).
+    fn on_nak(&mut self, now: Instant, server: Ipv4Addr, message: Option<String>) {
+        self.stats.naks_received += 1;
+        self.events.push_back(Event::Nak {
+            server,
+            message: message.clone(),
+        });
+        if self.held.take().is_some() {
+            self.events.push_back(Event::Lost {
+                reason: LostReason::Nak { server },
+            });
+            self.begin_acquisition(now, None);
+        }
+        if self.acq.is_none() {
+            self.begin_acquisition(now, None);
+        }
+        let consecutive = match &mut self.acq {
+            Some(a) => {
+                a.consecutive_naks += 1;
+                a.hint = None;
+                if a.naks.len() < HEARD_LIMIT {
+                    a.naks.push(HeardNak { server, message });
+                }
+                a.consecutive_naks
+            }
+            None => 1,
+        };
+        let delay = backoff::nak_delay(&self.cfg.retransmit, consecutive, &mut self.rng);
+        self.new_xid();
+        self.start_init(now, delay);
+    }
+
+    fn count_notes(&mut self, notes: &LeaseNotes, lease: &Lease) {
+        let s = &mut self.stats;
+        s.lease_times_missing += u64::from(notes.times_missing);
+        s.lease_times_zero += u64::from(notes.times_zero);
+        s.lease_times_inconsistent += u64::from(notes.times_inconsistent);
+        s.subnet_mask_missing += u64::from(notes.mask_missing);
+        s.routers_ignored_for_121 += u64::from(notes.routers_ignored_for_121);
+        s.options_ignored += notes.ignored_options.len() as u64;
+        s.routes_rejected += lease.rejected_routes.len() as u64;
+    }
+
+    /// DHCPACK: BOUND (RFC 2131 §4.4.1) or lease extended (§4.4.5). Lease
+    /// times count from `first_sent`, when the REQUEST was first sent.
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        reply: &Reply,
+        server: Ipv4Addr,
+        src: PacketSource,
+        first_sent: Instant,
+    ) -> Result<(), DropReason> {
+        let acquired_ms = self.wall_at(first_sent);
+        let (mut lease, notes) =
+            lease::from_reply(reply, server, &self.cfg.route_policy, acquired_ms)?;
+        lease.server_mac = Some(src.src_mac);
+        self.stats.acks_received += 1;
+        self.count_notes(&notes, &lease);
+        let timers = self.cfg.mode == Mode::Maintain && !lease.is_infinite();
+        let at = |d: Duration| timers.then(|| later(first_sent, d));
+        let held = Held {
+            t1_at: at(lease.t1),
+            t2_at: at(lease.t2),
+            expires_at: at(lease.lease_time),
+            lease: lease.clone(),
+        };
+        let rebinding = matches!(self.phase, Phase::Rebinding { .. });
+        let event = if let Some(old) = self.held.replace(held) {
+            self.stats.renewals += 1;
+            self.stats.rebinds += u64::from(rebinding);
+            if old.lease.same_config(&lease) {
+                Event::Renewed(lease)
+            } else {
+                Event::Changed {
+                    old: old.lease,
+                    new: lease,
+                }
+            }
+        } else {
+            self.stats.leases_bound += 1;
+            Event::Bound(lease)
+        };
+        self.events.push_back(event);
+        self.acq = None;
+        self.phase = Phase::Bound;
+        // A late ACK may already be past T1/T2.
+        if timers {
+            self.handle_timeout(now);
+        }
+        Ok(())
+    }
+}
+
+/// Arguments of one transmission.
+struct Send {
+    kind: MessageKind,
+    secs: u16,
+    ciaddr: Ipv4Addr,
+    requested_ip: Option<Ipv4Addr>,
+    server_id: Option<Ipv4Addr>,
+    src_ip: Ipv4Addr,
+    dst: Destination,
+    retransmit: bool,
+}

@@ -1,0 +1,587 @@
+//! The lease and its extraction from a validated reply (SPEC R5).
+//!
+//! Options that define the address, routing or timing (1, 51, 58, 59, 121)
+//! make the whole reply invalid when malformed; purely informative options
+//! (6, 15, 26, 119) are ignored individually when malformed and counted in
+//! [`LeaseNotes`]. Option 121 replaces option 3 (RFC 3442 §2).
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::routes::{self, RejectedRoute, Route, RoutePolicy};
+use crate::validate::{DropReason, Reply, is_unicast};
+
+/// Lease time value meaning "infinite" (RFC 2132 §9.2).
+pub const INFINITE_SECS: u64 = 0xffff_ffff;
+
+/// A DHCP lease. Serialisable so the agent can persist it (SPEC R6); times are
+/// stored as whole seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// `yiaddr` of the ACK.
+    pub address: Ipv4Addr,
+    /// From option 1; classful default when the server sent none.
+    pub prefix_len: u8,
+    /// Option 54 of the ACK.
+    pub server_id: Ipv4Addr,
+    /// Source MAC of the ACK: the server, or the relay/router that is the
+    /// next hop towards it. Used to unicast RENEW and RELEASE.
+    pub server_mac: Option<[u8; 6]>,
+    /// Option 3, only when no option 121 was sent (RFC 3442) and the route
+    /// policy allows a default route.
+    pub routers: Vec<Ipv4Addr>,
+    /// Option 121 routes accepted by the route policy.
+    pub routes: Vec<Route>,
+    /// Option 6.
+    pub dns_servers: Vec<Ipv4Addr>,
+    /// Option 15.
+    pub domain_name: Option<String>,
+    /// Option 119 (RFC 3397).
+    pub search: Vec<String>,
+    /// Option 26.
+    pub mtu: Option<u16>,
+    /// Option 51. `INFINITE_SECS` seconds means infinite.
+    #[serde(with = "secs")]
+    pub lease_time: Duration,
+    /// Renewal time T1 (option 58 or 50 % of the lease).
+    #[serde(with = "secs")]
+    pub t1: Duration,
+    /// Rebinding time T2 (option 59 or 87.5 % of the lease).
+    #[serde(with = "secs")]
+    pub t2: Duration,
+    /// Wall-clock time (Unix ms) the lease times count from: when the
+    /// REQUEST that obtained the ACK was first sent (RFC 2131 §4.4.1).
+    pub acquired_unix_ms: u64,
+    /// Routes the policy refused (for logging by the driver).
+    #[serde(default)]
+    pub rejected_routes: Vec<RejectedRoute>,
+}
+
+mod secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_secs)
+    }
+}
+
+impl Lease {
+    /// Whether the lease never expires (option 51 = 0xffffffff).
+    pub fn is_infinite(&self) -> bool {
+        self.lease_time.as_secs() >= INFINITE_SECS
+    }
+
+    /// The default gateway: the `0.0.0.0/0` route of option 121 when present,
+    /// else the first router of option 3.
+    pub fn default_gateway(&self) -> Option<Ipv4Addr> {
+        self.routes
+            .iter()
+            .find(|r| r.is_default())
+            .map(|r| r.gateway)
+            .or_else(|| self.routers.first().copied())
+    }
+
+    /// Subnet mask for `prefix_len`.
+    pub fn netmask(&self) -> Ipv4Addr {
+        Ipv4Addr::from(routes::mask(self.prefix_len))
+    }
+
+    /// Same configuration, ignoring times, acquisition time and server MAC:
+    /// a renewal that returns an equal lease is [`Event::Renewed`](crate::Event),
+    /// otherwise [`Event::Changed`](crate::Event).
+    pub fn same_config(&self, other: &Lease) -> bool {
+        self.address == other.address
+            && self.prefix_len == other.prefix_len
+            && self.server_id == other.server_id
+            && self.routers == other.routers
+            && self.routes == other.routes
+            && self.dns_servers == other.dns_servers
+            && self.domain_name == other.domain_name
+            && self.search == other.search
+            && self.mtu == other.mtu
+    }
+
+    /// Bring a lease read from storage back into the invariants the engine
+    /// relies on (`prefix_len <= 32`, `0 < t1 < t2 < lease_time`, non-zero
+    /// lease). Returns how many fields were repaired.
+    pub(crate) fn sanitize(&mut self) -> u32 {
+        let mut fixed = 0;
+        if self.prefix_len > 32 {
+            self.prefix_len = classful_prefix(self.address);
+            fixed += 1;
+        }
+        if self.lease_time.is_zero() {
+            // A zero lease is never produced by the engine: treat as expired.
+            fixed += 1;
+        }
+        let (t1, t2, notes) = times(
+            self.lease_time.as_secs(),
+            Some(self.t1.as_secs()),
+            Some(self.t2.as_secs()),
+        );
+        if notes.zero + notes.inconsistent > 0 {
+            fixed += 1;
+        }
+        self.t1 = t1;
+        self.t2 = t2;
+        fixed
+    }
+}
+
+/// Things noticed while extracting a lease, counted by the client once the
+/// lease is accepted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseNotes {
+    /// T1 and/or T2 absent → defaults used.
+    pub times_missing: u32,
+    /// T1 or T2 zero → defaults used.
+    pub times_zero: u32,
+    /// T1 ≥ T2 or T2 ≥ lease → corrected.
+    pub times_inconsistent: u32,
+    /// Option 1 missing → classful prefix length used.
+    pub mask_missing: bool,
+    /// Option 3 ignored because option 121 was present.
+    pub routers_ignored_for_121: bool,
+    /// Informative options ignored because malformed (codes).
+    pub ignored_options: Vec<u8>,
+}
+
+struct TimeNotes {
+    missing: u32,
+    zero: u32,
+    inconsistent: u32,
+}
+
+/// Compute T1/T2 (RFC 2131 §4.4.5): defaults 0.5 and 0.875 of the lease;
+/// zero or inconsistent values are replaced by defaults. When T2 is valid but
+/// the default T1 would not be below it, T1 = T2 × 4/7 (the default ratio).
+fn times(lease: u64, t1: Option<u64>, t2: Option<u64>) -> (Duration, Duration, TimeNotes) {
+    let mut notes = TimeNotes {
+        missing: 0,
+        zero: 0,
+        inconsistent: 0,
+    };
+    if lease >= INFINITE_SECS {
+        let inf = Duration::from_secs(INFINITE_SECS);
+        return (inf, inf, notes);
+    }
+    // Integer arithmetic in milliseconds keeps sub-second precision for tiny
+    // test leases while staying exact for whole seconds.
+    let lease_ms = lease * 1000;
+    let def_t2 = lease_ms * 7 / 8;
+    let t2_ms = match t2 {
+        None => {
+            notes.missing += 1;
+            def_t2
+        }
+        Some(0) => {
+            notes.zero += 1;
+            def_t2
+        }
+        Some(v) if v >= lease => {
+            notes.inconsistent += 1;
+            def_t2
+        }
+        Some(v) => v * 1000,
+    };
+    let def_t1 = if lease_ms / 2 < t2_ms {
+        lease_ms / 2
+    } else {
+        t2_ms * 4 / 7
+    };
+    let t1_ms = match t1 {
+        None => {
+            notes.missing += 1;
+            def_t1
+        }
+        Some(0) => {
+            notes.zero += 1;
+            def_t1
+        }
+        Some(v) if v * 1000 >= t2_ms => {
+            notes.inconsistent += 1;
+            def_t1
+        }
+        Some(v) => v * 1000,
+    };
+    (
+        Duration::from_millis(t1_ms),
+        Duration::from_millis(t2_ms),
+        notes,
+    )
+}
+
+/// Classful prefix length for an address (used when option 1 is absent, as
+/// systemd-networkd does).
+pub fn classful_prefix(addr: Ipv4Addr) -> u8 {
+    match addr.octets()[0] {
+        0..=127 => 8,
+        128..=191 => 16,
+        _ => 24,
+    }
+}
+
+fn u32_opt(reply: &Reply, code: u8) -> Result<Option<u64>, DropReason> {
+    match reply.options.get(&code).map(Vec::as_slice) {
+        None => Ok(None),
+        Some(&[a, b, c, d]) => Ok(Some(u64::from(u32::from_be_bytes([a, b, c, d])))),
+        Some(_) => Err(DropReason::BadLeaseTime),
+    }
+}
+
+fn ip_list(data: &[u8]) -> Option<Vec<Ipv4Addr>> {
+    if data.is_empty() || !data.len().is_multiple_of(4) {
+        return None;
+    }
+    Some(
+        data.chunks_exact(4)
+            .map(|c| Ipv4Addr::new(c[0], c[1], c[2], c[3]))
+            .collect(),
+    )
+}
+
+/// Prefix length of a contiguous mask.
+fn mask_to_prefix(m: [u8; 4]) -> Option<u8> {
+    let v = u32::from_be_bytes(m);
+    let ones = v.leading_ones();
+    (v.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)
+}
+
+/// A DNS name as allowed in resolv.conf: LDH labels (plus `_`), each 1..=63
+/// octets, total ≤ 253. A trailing dot is dropped.
+fn valid_domain(s: &str) -> bool {
+    let s = s.strip_suffix('.').unwrap_or(s);
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// Decode RFC 1035 names with compression (RFC 3397 option 119). Pointers
+/// must point strictly backwards, which bounds the work and rules out loops.
+pub fn parse_domain_search(data: &[u8]) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i < data.len() {
+        let mut labels: Vec<String> = Vec::new();
+        let mut pos = i;
+        let mut end_of_name = None;
+        let mut limit = pos;
+        let mut total = 0usize;
+        loop {
+            let len = *data.get(pos)?;
+            match len {
+                0 => {
+                    end_of_name.get_or_insert(pos + 1);
+                    break;
+                }
+                1..=63 => {
+                    let label = data.get(pos + 1..pos + 1 + usize::from(len))?;
+                    total += label.len() + 1;
+                    if total > 254 {
+                        return None;
+                    }
+                    labels.push(std::str::from_utf8(label).ok()?.to_owned());
+                    pos += 1 + usize::from(len);
+                }
+                0xc0..=0xff => {
+                    let lo = *data.get(pos + 1)?;
+                    let target = (usize::from(len & 0x3f) << 8) | usize::from(lo);
+                    end_of_name.get_or_insert(pos + 2);
+                    if target >= limit {
+                        return None;
+                    }
+                    limit = target;
+                    pos = target;
+                }
+                _ => return None,
+            }
+        }
+        i = end_of_name?;
+        let name = labels.join(".");
+        if !valid_domain(&name) {
+            return None;
+        }
+        names.push(name);
+    }
+    Some(names)
+}
+
+/// Extract a lease from a validated OFFER or ACK. Fails on anything that
+/// would make the lease wrong; `now_unix_ms` becomes `acquired_unix_ms`.
+pub fn from_reply(
+    reply: &Reply,
+    server_id: Ipv4Addr,
+    policy: &RoutePolicy,
+    acquired_unix_ms: u64,
+) -> Result<(Lease, LeaseNotes), DropReason> {
+    let mut notes = LeaseNotes::default();
+    let address = reply.yiaddr;
+    if !is_unicast(address) {
+        return Err(DropReason::BadAddress);
+    }
+    let lease_secs = u32_opt(reply, 51)?.ok_or(DropReason::MissingLeaseTime)?;
+    if lease_secs == 0 {
+        return Err(DropReason::ZeroLeaseTime);
+    }
+    let (t1, t2, tn) = times(lease_secs, u32_opt(reply, 58)?, u32_opt(reply, 59)?);
+    notes.times_missing = tn.missing;
+    notes.times_zero = tn.zero;
+    notes.times_inconsistent = tn.inconsistent;
+
+    let prefix_len = match reply.options.get(&1).map(Vec::as_slice) {
+        None => {
+            notes.mask_missing = true;
+            classful_prefix(address)
+        }
+        Some(&[m0, m1, m2, m3]) => match mask_to_prefix([m0, m1, m2, m3]) {
+            Some(len) if (1..=32).contains(&len) => len,
+            _ => return Err(DropReason::BadSubnetMask),
+        },
+        Some(_) => return Err(DropReason::BadSubnetMask),
+    };
+
+    let mut all_routes = Vec::new();
+    let mut routers = Vec::new();
+    if let Some(data) = reply.options.get(&121) {
+        all_routes = routes::parse_option121(data).map_err(|_| DropReason::BadOption121)?;
+        notes.routers_ignored_for_121 = reply.options.contains_key(&3);
+    } else if let Some(data) = reply.options.get(&3) {
+        match ip_list(data) {
+            Some(list) => routers = list,
+            None => notes.ignored_options.push(3),
+        }
+    }
+    let (routes, mut rejected_routes) = policy.apply(all_routes);
+    // Option 3 is a default route: subject to the same policy.
+    if let Some(first) = routers.first().copied() {
+        let implied = Route {
+            dest: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            gateway: first,
+        };
+        if let Err(reason) = policy.check(&implied) {
+            rejected_routes.push(RejectedRoute {
+                route: implied,
+                reason,
+            });
+            routers.clear();
+        } else {
+            routers.retain(|r| is_unicast(*r));
+        }
+    }
+
+    let info = informative(reply, &mut notes);
+    Ok((
+        Lease {
+            address,
+            prefix_len,
+            server_id,
+            server_mac: None,
+            routers,
+            routes,
+            dns_servers: info.dns_servers,
+            domain_name: info.domain_name,
+            search: info.search,
+            mtu: info.mtu,
+            lease_time: Duration::from_secs(lease_secs),
+            t1,
+            t2,
+            acquired_unix_ms,
+            rejected_routes,
+        },
+        notes,
+    ))
+}
+
+struct Informative {
+    dns_servers: Vec<Ipv4Addr>,
+    domain_name: Option<String>,
+    search: Vec<String>,
+    mtu: Option<u16>,
+}
+
+/// Options 6, 15, 119 and 26: ignored one by one when malformed.
+fn informative(reply: &Reply, notes: &mut LeaseNotes) -> Informative {
+    let dns_servers = match reply.options.get(&6) {
+        None => Vec::new(),
+        Some(d) => match ip_list(d) {
+            Some(list) if list.iter().all(|ip| is_unicast(*ip)) => list,
+            _ => {
+                notes.ignored_options.push(6);
+                Vec::new()
+            }
+        },
+    };
+    let domain_name = reply.options.get(&15).and_then(|d| {
+        let s = String::from_utf8_lossy(d);
+        let s = s.trim_end_matches('\0');
+        if valid_domain(s) {
+            Some(s.strip_suffix('.').unwrap_or(s).to_owned())
+        } else {
+            notes.ignored_options.push(15);
+            None
+        }
+    });
+    let search = match reply.options.get(&119) {
+        None => Vec::new(),
+        Some(d) => parse_domain_search(d).unwrap_or_else(|| {
+            notes.ignored_options.push(119);
+            Vec::new()
+        }),
+    };
+    let mtu = match reply.options.get(&26).map(Vec::as_slice) {
+        None => None,
+        // RFC 2132 §5.1: minimum 68.
+        Some(&[a, b]) if u16::from_be_bytes([a, b]) >= 68 => Some(u16::from_be_bytes([a, b])),
+        Some(_) => {
+            notes.ignored_options.push(26);
+            None
+        }
+    };
+
+    Informative {
+        dns_servers,
+        domain_name,
+        search,
+        mtu,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn t1_t2_defaults_and_corrections() {
+        let (t1, t2, n) = times(3600, None, None);
+        assert_eq!((t1, t2, n.missing), (d(1800), d(3150), 2));
+        let (t1, t2, n) = times(3600, Some(100), Some(200));
+        assert_eq!(
+            (t1, t2, n.missing + n.zero + n.inconsistent),
+            (d(100), d(200), 0)
+        );
+        let (t1, t2, n) = times(3600, Some(0), Some(0));
+        assert_eq!((t1, t2, n.zero), (d(1800), d(3150), 2));
+        // T2 ≥ lease → default T2; T1 ≥ T2 → default T1.
+        let (t1, t2, n) = times(3600, Some(3000), Some(3600));
+        assert_eq!((t1, t2, n.inconsistent), (d(3000), d(3150), 1));
+        let (t1, t2, n) = times(3600, Some(3200), Some(3000));
+        assert_eq!((t1, t2, n.inconsistent), (d(1800), d(3000), 1));
+        // Valid small T2 below lease/2: T1 keeps the default ratio.
+        let (t1, t2, _) = times(3600, None, Some(700));
+        assert_eq!((t1, t2), (d(400), d(700)));
+        assert!(t1 < t2);
+        // Tiny leases keep T1 < T2 < lease.
+        let (t1, t2, _) = times(1, None, None);
+        assert_eq!(
+            (t1, t2),
+            (Duration::from_millis(500), Duration::from_millis(875))
+        );
+        let (t1, t2, _) = times(INFINITE_SECS, Some(5), Some(6));
+        assert_eq!((t1, t2), (d(INFINITE_SECS), d(INFINITE_SECS)));
+    }
+
+    #[test]
+    fn masks() {
+        assert_eq!(mask_to_prefix([255, 255, 255, 0]), Some(24));
+        assert_eq!(mask_to_prefix([255, 255, 255, 255]), Some(32));
+        assert_eq!(mask_to_prefix([0, 0, 0, 0]), Some(0));
+        assert_eq!(mask_to_prefix([255, 0, 255, 0]), None);
+        assert_eq!(mask_to_prefix([255, 255, 255, 254]), Some(31));
+    }
+
+    #[test]
+    fn domain_search_with_compression() {
+        // "eng.example.com", "example.com" (pointer to offset 4), "x.example.com"
+        let data = [
+            3, b'e', b'n', b'g', 7, b'e', b'x', b'a', b'm', b'p', b'l', b'e', 3, b'c', b'o', b'm',
+            0, 0xc0, 4, 1, b'x', 0xc0, 4,
+        ];
+        assert_eq!(
+            parse_domain_search(&data).unwrap(),
+            vec!["eng.example.com", "example.com", "x.example.com"]
+        );
+        // Forward / self pointers and truncation are rejected.
+        assert_eq!(parse_domain_search(&[0xc0, 0]), None);
+        assert_eq!(parse_domain_search(&[1, b'a', 0xc0, 0]), None);
+        assert_eq!(parse_domain_search(&[3, b'a', b'b']), None);
+        assert_eq!(parse_domain_search(&[1, b'\n', 0]), None);
+        assert_eq!(parse_domain_search(&[0x80, 0]), None);
+    }
+
+    #[test]
+    fn domain_validation() {
+        assert!(valid_domain("example.com"));
+        assert!(valid_domain("example.com."));
+        assert!(!valid_domain("exa mple.com"));
+        assert!(!valid_domain("a..b"));
+        assert!(!valid_domain("evil\nnameserver 6.6.6.6"));
+        assert!(!valid_domain(""));
+    }
+
+    #[test]
+    fn sanitize_repairs_stored_times() {
+        let mut l = Lease {
+            address: Ipv4Addr::new(192, 0, 2, 10),
+            prefix_len: 40,
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            server_mac: None,
+            routers: vec![],
+            routes: vec![],
+            dns_servers: vec![],
+            domain_name: None,
+            search: vec![],
+            mtu: None,
+            lease_time: d(100),
+            t1: d(90),
+            t2: d(80),
+            acquired_unix_ms: 0,
+            rejected_routes: vec![],
+        };
+        assert!(l.sanitize() >= 2);
+        assert_eq!(l.prefix_len, 24);
+        assert!(l.t1 < l.t2 && l.t2 < l.lease_time);
+    }
+
+    #[test]
+    fn lease_serde_round_trip_uses_seconds() {
+        let l = Lease {
+            address: Ipv4Addr::new(192, 0, 2, 10),
+            prefix_len: 24,
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            server_mac: Some([2, 0, 0, 0, 0, 1]),
+            routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
+            routes: vec![],
+            dns_servers: vec![Ipv4Addr::new(192, 0, 2, 53)],
+            domain_name: Some("example.com".into()),
+            search: vec!["example.com".into()],
+            mtu: Some(1400),
+            lease_time: d(3600),
+            t1: d(1800),
+            t2: d(3150),
+            acquired_unix_ms: 1_700_000_000_000,
+            rejected_routes: vec![],
+        };
+        let json = serde_json::to_string(&l).unwrap();
+        assert!(json.contains("\"lease_time\":3600"), "{json}");
+        let back: Lease = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, l);
+    }
+}
