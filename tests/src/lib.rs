@@ -1,2 +1,129 @@
 //! Test harness for xdhcp integration tests: network namespaces, veths,
 //! bridges and DHCP servers as guard values that always clean up.
+//!
+//! Everything lives in namespaces named `xdt-<pid>-<n>`; nothing touches the
+//! host's interfaces. Guards tear down on drop (also during a panic) and
+//! [`netns::sweep_leftovers`] removes what crashed test processes left.
+//!
+//! ```no_run
+//! use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab};
+//!
+//! let lab = Lab::with_clients(2); // server ns with br0 192.0.2.1/24, 2 client ns with eth0
+//! let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig { t1_secs: Some(4), ..Default::default() });
+//! let client = &lab.clients[0];
+//! // ... run a DHCP client in client.ns.path() on client.ifname with client.mac ...
+//! assert!(dnsmasq.lease_for(client.mac).is_some());
+//! ```
+
+pub mod netns;
+pub mod servers;
+
+pub use netns::{
+    Bridge, Lab, LabBuilder, LabClient, NetNs, Veth, format_mac, parse_mac, unique_name,
+};
+pub use servers::{
+    Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn netns_guard_creates_and_deletes() {
+        let ns = NetNs::new();
+        let path = ns.path().to_path_buf();
+        assert!(path.exists());
+        assert!(ns.name().starts_with(netns::PREFIX));
+        assert!(ns.has_link("lo"));
+        drop(ns);
+        assert!(!path.exists(), "{} left behind", path.display());
+    }
+
+    #[test]
+    fn sweep_removes_only_dead_owners() {
+        // A name owned by a pid that cannot exist (above pid_max) is swept...
+        let dead = format!("{}4194399-0", netns::PREFIX);
+        netns::run(std::process::Command::new("ip").args(["netns", "add", &dead]));
+        // ...one owned by us is not.
+        let ours = NetNs::new();
+        netns::sweep_leftovers();
+        let list = netns::run(std::process::Command::new("ip").args(["netns", "list"]));
+        let names: Vec<&str> = list
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert!(!names.contains(&dead.as_str()), "{dead} not swept: {list}");
+        assert!(
+            names.contains(&ours.name()),
+            "{} swept: {list}",
+            ours.name()
+        );
+    }
+
+    #[test]
+    fn lab_connects_clients_to_server() {
+        let lab = Lab::with_clients(2);
+        let c = &lab.clients[1];
+        assert!(c.ns.has_link("eth0"));
+        assert_eq!(c.ns.mac("eth0"), c.mac);
+        assert_eq!(
+            lab.server.ipv4_addrs(Lab::BRIDGE),
+            vec![(lab.server_ip, lab.prefix_len)]
+        );
+        c.ns.add_addr("eth0", "192.0.2.77".parse().unwrap(), 24);
+        // UDP across the bridge: server listens, client sends.
+        let server = lab
+            .server
+            .run_in(|| std::net::UdpSocket::bind("192.0.2.1:9999"))
+            .expect("bind in server ns");
+        server
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        c.ns.run_in(|| {
+            let s = std::net::UdpSocket::bind("192.0.2.77:0").unwrap();
+            s.send_to(b"hello", "192.0.2.1:9999").unwrap();
+        });
+        let mut buf = [0u8; 16];
+        let (n, from) = server
+            .recv_from(&mut buf)
+            .expect("datagram over the lab bridge");
+        assert_eq!(&buf[..n], b"hello");
+        assert_eq!(from.ip(), std::net::IpAddr::from([192, 0, 2, 77]));
+    }
+
+    #[test]
+    fn dnsmasq_starts_and_logs() {
+        let lab = Lab::with_clients(0);
+        let mut d = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+        assert!(d.is_running());
+        assert!(
+            d.log().contains("DHCP, IP range 192.0.2.10 -- 192.0.2.250"),
+            "{}",
+            d.log()
+        );
+        assert!(d.leases().is_empty());
+        d.stop();
+        assert!(!d.is_running());
+        d.restart();
+        assert!(d.is_running());
+    }
+
+    #[test]
+    fn kea_starts() {
+        let lab = Lab::with_clients(0);
+        let mut k = Kea::start(&lab.server, KeaConfig::default());
+        assert!(k.is_running());
+        assert!(k.leases().is_empty());
+        k.restart();
+        assert!(k.is_running());
+    }
+
+    #[test]
+    fn dhcpd_starts() {
+        let lab = Lab::with_clients(0);
+        let d = Dhcpd::start(&lab.server, &DhcpdConfig::default());
+        assert!(d.wait_for_log("Sending on", Duration::from_secs(1)));
+    }
+}

@@ -1,0 +1,576 @@
+//! Network namespace, veth and bridge guards.
+//!
+//! Everything a test creates lives inside network namespaces named
+//! `xdt-<pid>-<n>`; nothing is ever created in the host namespace (veth pairs
+//! are created directly inside their namespaces with `ip -n`). Dropping a
+//! guard removes what it created, also while a test panics. [`sweep_leftovers`]
+//! removes namespaces left behind by test processes that no longer exist.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Once;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Prefix of every namespace the harness creates.
+pub const PREFIX: &str = "xdt-";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+static SWEEP: Once = Once::new();
+
+/// A fresh name `xdt-<pid>-<n>`, unique across parallel tests and processes.
+pub fn unique_name() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{PREFIX}{}-{n}", std::process::id())
+}
+
+/// Runs `cmd`, returning its output whether or not it succeeded.
+///
+/// Panics only if the program cannot be started (missing binary): tests must
+/// fail loudly when a prerequisite is absent.
+#[track_caller]
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (is it installed?)"))
+}
+
+/// Runs `cmd` and panics with its stderr unless it exits successfully.
+#[track_caller]
+pub fn run(cmd: &mut Command) -> String {
+    let out = output(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ip <args>` run in the current (test runner's) namespace; only ever used
+/// with `-n <our netns>` or `netns` subcommands.
+fn ip(args: &[&str]) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(args);
+    cmd
+}
+
+/// True if a process with this pid exists.
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Deletes namespaces named `xdt-<pid>-<n>` whose creating process is gone.
+///
+/// Only names with our exact prefix and shape are touched; namespaces of test
+/// processes that are still running (parallel test binaries) are left alone.
+/// Called automatically by [`NetNs::new`] once per process.
+pub fn sweep_leftovers() {
+    let out = output(&mut ip(&["netns", "list"]));
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let Some((pid, n)) = rest.split_once('-') else {
+            continue;
+        };
+        let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u32>()) else {
+            continue;
+        };
+        if pid != std::process::id() && !pid_alive(pid) {
+            kill_netns_processes(name);
+            let _ = output(&mut ip(&["netns", "del", name]));
+        }
+    }
+}
+
+/// SIGKILLs every process whose network namespace is `name`.
+fn kill_netns_processes(name: &str) {
+    let out = output(&mut ip(&["netns", "pids", name]));
+    for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        if let Ok(pid) = pid.parse::<i32>() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// A named network namespace (`ip netns add`), deleted on drop together with
+/// every interface in it; processes still running in it are killed.
+#[derive(Debug)]
+pub struct NetNs {
+    name: String,
+    path: PathBuf,
+}
+
+impl NetNs {
+    /// Creates a namespace with a unique name and brings `lo` up.
+    #[track_caller]
+    pub fn new() -> Self {
+        SWEEP.call_once(sweep_leftovers);
+        let name = unique_name();
+        run(&mut ip(&["netns", "add", &name]));
+        let ns = Self {
+            path: PathBuf::from(format!("/var/run/netns/{name}")),
+            name,
+        };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// The namespace name (`ip netns` name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `/var/run/netns/<name>`, as CNI_NETNS and [`xdhcp::netns`] take it.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A [`Command`] running `program` inside this namespace
+    /// (`ip netns exec <name> <program>`); add arguments and spawn it.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name]).arg(program);
+        cmd
+    }
+
+    /// A tokio [`tokio::process::Command`] running `program` inside this namespace.
+    pub fn tokio_command(&self, program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new("ip");
+        cmd.args(["netns", "exec", &self.name]).arg(program);
+        cmd
+    }
+
+    /// Runs `args[0] args[1..]` inside the namespace; panics on failure; returns stdout.
+    #[track_caller]
+    pub fn exec(&self, args: &[&str]) -> String {
+        let (program, rest) = args.split_first().expect("exec needs a program");
+        run(self.command(program).args(rest))
+    }
+
+    /// Runs `args` inside the namespace and returns its output whatever the exit status.
+    #[track_caller]
+    pub fn exec_output(&self, args: &[&str]) -> Output {
+        let (program, rest) = args.split_first().expect("exec needs a program");
+        output(self.command(program).args(rest))
+    }
+
+    /// `ip -n <name> <args>`; panics on failure; returns stdout.
+    #[track_caller]
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("ip");
+        cmd.args(["-n", &self.name]).args(args);
+        run(&mut cmd)
+    }
+
+    /// Adds `addr/prefix` to `ifname`.
+    #[track_caller]
+    pub fn add_addr(&self, ifname: &str, addr: Ipv4Addr, prefix: u8) {
+        self.ip(&["addr", "add", &format!("{addr}/{prefix}"), "dev", ifname]);
+    }
+
+    /// Sets `ifname` up.
+    #[track_caller]
+    pub fn link_up(&self, ifname: &str) {
+        self.ip(&["link", "set", ifname, "up"]);
+    }
+
+    /// Deletes `ifname` (and its veth peer, wherever that lives).
+    #[track_caller]
+    pub fn link_del(&self, ifname: &str) {
+        self.ip(&["link", "del", ifname]);
+    }
+
+    /// The MAC address of `ifname`.
+    #[track_caller]
+    pub fn mac(&self, ifname: &str) -> [u8; 6] {
+        let json = self.link_json(ifname);
+        let text = json["address"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no address for {ifname} in {}: {json}", self.name));
+        parse_mac(text).unwrap_or_else(|| panic!("bad MAC {text:?} for {ifname}"))
+    }
+
+    /// The interface index of `ifname` inside this namespace.
+    #[track_caller]
+    pub fn ifindex(&self, ifname: &str) -> u32 {
+        let json = self.link_json(ifname);
+        json["ifindex"]
+            .as_u64()
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or_else(|| panic!("no ifindex for {ifname} in {}: {json}", self.name))
+    }
+
+    /// IPv4 addresses (with prefix length) configured on `ifname`.
+    #[track_caller]
+    pub fn ipv4_addrs(&self, ifname: &str) -> Vec<(Ipv4Addr, u8)> {
+        let out = self.ip(&["-j", "-4", "addr", "show", "dev", ifname]);
+        let json: serde_json::Value = serde_json::from_str(&out).expect("ip -j addr output");
+        let mut addrs = Vec::new();
+        for link in json.as_array().into_iter().flatten() {
+            for info in link["addr_info"].as_array().into_iter().flatten() {
+                let (Some(local), Some(prefix)) =
+                    (info["local"].as_str(), info["prefixlen"].as_u64())
+                else {
+                    continue;
+                };
+                if let (Ok(a), Ok(p)) = (local.parse(), u8::try_from(prefix)) {
+                    addrs.push((a, p));
+                }
+            }
+        }
+        addrs
+    }
+
+    /// The IPv4 routing table (`ip -4 route show`), one route per line.
+    #[track_caller]
+    pub fn routes(&self) -> String {
+        self.ip(&["-4", "route", "show"])
+    }
+
+    /// True if `ifname` exists in this namespace.
+    pub fn has_link(&self, ifname: &str) -> bool {
+        output(Command::new("ip").args(["-n", &self.name, "link", "show", "dev", ifname]))
+            .status
+            .success()
+    }
+
+    #[track_caller]
+    fn link_json(&self, ifname: &str) -> serde_json::Value {
+        let out = self.ip(&["-j", "link", "show", "dev", ifname]);
+        let json: serde_json::Value = serde_json::from_str(&out).expect("ip -j link output");
+        json.get(0)
+            .cloned()
+            .unwrap_or_else(|| panic!("{ifname} not found in {}", self.name))
+    }
+
+    /// Runs `f` on a dedicated thread inside this namespace ([`xdhcp::netns::run_in_netns`]).
+    #[track_caller]
+    pub fn run_in<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        xdhcp::netns::run_in_netns(&self.path, f)
+            .unwrap_or_else(|e| panic!("run in {}: {e}", self.name))
+    }
+
+    /// Runs the future from `f` on a current-thread tokio runtime inside this namespace.
+    #[track_caller]
+    pub fn block_on_in<T, Fut>(&self, f: impl FnOnce() -> Fut + Send + 'static) -> T
+    where
+        T: Send + 'static,
+        Fut: std::future::Future<Output = T>,
+    {
+        xdhcp::netns::block_on_in_netns(&self.path, f)
+            .unwrap_or_else(|e| panic!("block_on in {}: {e}", self.name))
+    }
+}
+
+impl Default for NetNs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        kill_netns_processes(&self.name);
+        // Deleting a namespace with a process still exiting in it can race;
+        // retry briefly so nothing is left behind.
+        for _ in 0..20 {
+            let out = output(&mut ip(&["netns", "del", &self.name]));
+            if out.status.success() || !self.path.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: [u8; 6]) -> String {
+    let [a, b, c, d, e, f] = mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+}
+
+/// A veth pair with one end in each of two namespaces (which may be the same).
+/// Both ends are up. Dropped: the pair is deleted (if its namespace still exists).
+#[derive(Debug)]
+pub struct Veth {
+    ns_a: String,
+    /// Interface name in the first namespace.
+    pub a: String,
+    /// Interface name in the second namespace.
+    pub b: String,
+}
+
+impl Veth {
+    /// Creates `a_name` in `a` paired with `b_name` in `b`, both up.
+    #[track_caller]
+    pub fn new(a: &NetNs, a_name: &str, b: &NetNs, b_name: &str) -> Self {
+        a.ip(&[
+            "link",
+            "add",
+            a_name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b_name,
+            "netns",
+            b.name(),
+        ]);
+        let veth = Self {
+            ns_a: a.name().to_owned(),
+            a: a_name.to_owned(),
+            b: b_name.to_owned(),
+        };
+        a.link_up(a_name);
+        b.link_up(b_name);
+        veth
+    }
+
+    /// Like [`Veth::new`] with a fixed MAC on the `b` end (set before it comes up).
+    #[track_caller]
+    pub fn with_mac(a: &NetNs, a_name: &str, b: &NetNs, b_name: &str, b_mac: [u8; 6]) -> Self {
+        a.ip(&[
+            "link",
+            "add",
+            a_name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b_name,
+            "address",
+            &format_mac(b_mac),
+            "netns",
+            b.name(),
+        ]);
+        let veth = Self {
+            ns_a: a.name().to_owned(),
+            a: a_name.to_owned(),
+            b: b_name.to_owned(),
+        };
+        a.link_up(a_name);
+        b.link_up(b_name);
+        veth
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        // Fails harmlessly if the namespace (and with it the pair) is already gone.
+        let _ = output(Command::new("ip").args(["-n", &self.ns_a, "link", "del", &self.a]));
+    }
+}
+
+/// A Linux bridge inside a namespace, up; deleted on drop.
+#[derive(Debug)]
+pub struct Bridge {
+    ns: String,
+    /// Bridge interface name.
+    pub name: String,
+}
+
+impl Bridge {
+    /// Creates bridge `name` in `ns` and brings it up.
+    #[track_caller]
+    pub fn new(ns: &NetNs, name: &str) -> Self {
+        ns.ip(&["link", "add", name, "type", "bridge"]);
+        let br = Self {
+            ns: ns.name().to_owned(),
+            name: name.to_owned(),
+        };
+        ns.link_up(name);
+        br
+    }
+
+    /// Enslaves `ifname` (in the bridge's namespace) to the bridge.
+    #[track_caller]
+    pub fn attach(&self, ifname: &str) {
+        run(Command::new("ip").args(["-n", &self.ns, "link", "set", ifname, "master", &self.name]));
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = output(Command::new("ip").args(["-n", &self.ns, "link", "del", &self.name]));
+    }
+}
+
+/// A lab client: its own namespace with interface [`LabClient::ifname`]
+/// connected to the lab bridge; the interface is up and has no address.
+#[derive(Debug)]
+pub struct LabClient {
+    /// Dropped before `ns` so the veth goes first.
+    veth: Veth,
+    /// The client namespace.
+    pub ns: NetNs,
+    /// Interface name inside `ns` (`eth0`).
+    pub ifname: String,
+    /// MAC of the client interface.
+    pub mac: [u8; 6],
+    /// Ifindex of the client interface inside `ns`.
+    pub ifindex: u32,
+}
+
+impl LabClient {
+    /// Name of the bridge port (in the server namespace) this client hangs off.
+    pub fn port(&self) -> &str {
+        &self.veth.a
+    }
+}
+
+/// A test network: a server namespace holding bridge `br0` with the server
+/// address, and `n` client namespaces each connected by a veth to `br0`.
+///
+/// ```text
+///  [client ns 0: eth0] ──veth── c0 ┐
+///  [client ns 1: eth0] ──veth── c1 ├─ br0 192.0.2.1/24   (server ns: run dnsmasq/kea here)
+///  ...                             ┘
+/// ```
+#[derive(Debug)]
+pub struct Lab {
+    /// Clients (dropped first).
+    pub clients: Vec<LabClient>,
+    /// The bridge in the server namespace.
+    pub bridge: Bridge,
+    /// Server namespace: the DHCP server listens on [`Lab::BRIDGE`].
+    pub server: NetNs,
+    /// Server address on the bridge.
+    pub server_ip: Ipv4Addr,
+    /// Prefix length of the lab subnet.
+    pub prefix_len: u8,
+}
+
+/// Builder for [`Lab`].
+#[derive(Debug, Clone)]
+pub struct LabBuilder {
+    clients: usize,
+    server_ip: Ipv4Addr,
+    prefix_len: u8,
+    client_ifname: String,
+}
+
+impl Default for LabBuilder {
+    fn default() -> Self {
+        Self {
+            clients: 1,
+            server_ip: Ipv4Addr::new(192, 0, 2, 1),
+            prefix_len: 24,
+            client_ifname: "eth0".to_owned(),
+        }
+    }
+}
+
+impl LabBuilder {
+    /// Number of client namespaces (default 1).
+    #[must_use]
+    pub fn clients(mut self, n: usize) -> Self {
+        self.clients = n;
+        self
+    }
+
+    /// Server address and prefix on the bridge (default 192.0.2.1/24).
+    #[must_use]
+    pub fn server_ip(mut self, ip: Ipv4Addr, prefix_len: u8) -> Self {
+        self.server_ip = ip;
+        self.prefix_len = prefix_len;
+        self
+    }
+
+    /// Interface name inside each client namespace (default `eth0`).
+    #[must_use]
+    pub fn client_ifname(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.client_ifname);
+        self
+    }
+
+    /// Creates the namespaces, bridge and veths.
+    #[track_caller]
+    pub fn build(self) -> Lab {
+        let server = NetNs::new();
+        let bridge = Bridge::new(&server, Lab::BRIDGE);
+        server.add_addr(Lab::BRIDGE, self.server_ip, self.prefix_len);
+        let mut clients = Vec::with_capacity(self.clients);
+        for i in 0..self.clients {
+            clients.push(Lab::make_client(
+                &server,
+                &bridge,
+                &format!("c{i}"),
+                &self.client_ifname,
+            ));
+        }
+        Lab {
+            clients,
+            bridge,
+            server,
+            server_ip: self.server_ip,
+            prefix_len: self.prefix_len,
+        }
+    }
+}
+
+impl Lab {
+    /// Name of the bridge in the server namespace.
+    pub const BRIDGE: &'static str = "br0";
+
+    /// A builder with defaults: one client, 192.0.2.1/24, `eth0`.
+    pub fn builder() -> LabBuilder {
+        LabBuilder::default()
+    }
+
+    /// Shorthand for `Lab::builder().clients(n).build()`.
+    #[track_caller]
+    pub fn with_clients(n: usize) -> Self {
+        Self::builder().clients(n).build()
+    }
+
+    /// Adds one more client namespace with interface `ifname`.
+    #[track_caller]
+    pub fn add_client(&mut self, ifname: &str) -> &LabClient {
+        let port = format!("c{}", self.clients.len());
+        let client = Self::make_client(&self.server, &self.bridge, &port, ifname);
+        self.clients.push(client);
+        self.clients.last().expect("just pushed")
+    }
+
+    #[track_caller]
+    fn make_client(server: &NetNs, bridge: &Bridge, port: &str, ifname: &str) -> LabClient {
+        let ns = NetNs::new();
+        let veth = Veth::new(server, port, &ns, ifname);
+        bridge.attach(port);
+        let mac = ns.mac(ifname);
+        let ifindex = ns.ifindex(ifname);
+        LabClient {
+            veth,
+            ns,
+            ifname: ifname.to_owned(),
+            mac,
+            ifindex,
+        }
+    }
+
+    /// MAC of the server's bridge interface.
+    #[track_caller]
+    pub fn server_mac(&self) -> [u8; 6] {
+        self.server.mac(Self::BRIDGE)
+    }
+}
