@@ -315,7 +315,8 @@ impl Datapath {
     /// Forgets the mode of `ifindex` (the programs then treat it as off).
     pub fn clear_mode(&self, ifindex: u32) -> Result<()> {
         match lock(&self.ifconfig).remove(&ifindex) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
             Err(source) => Err(EbpfDatapathError::Map {
                 name: common::MAP_IFCONFIG,
                 source,
@@ -341,7 +342,8 @@ impl Datapath {
     /// Removes `xid` from the ownership map (absent is fine).
     pub fn disown_xid(&self, xid: u32) -> Result<()> {
         match lock(&self.owned).remove(&wire_xid(xid)) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
             Err(source) => Err(EbpfDatapathError::Map {
                 name: common::MAP_OWNED,
                 source,
@@ -491,6 +493,15 @@ impl Datapath {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave a map handle inconsistent.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Deleting an absent key: aya reports `ENOENT` from `bpf_map_delete_elem`.
+fn is_not_found(e: &MapError) -> bool {
+    match e {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
 }
 
 /// The ownership map is keyed by the xid bytes as they appear on the wire.
