@@ -434,3 +434,280 @@ async fn full_ring_buffer_fails_open() {
         assert_eq!(run(&mut dp, kind, &f), drop_code(kind));
     }
 }
+
+// ------------------------------------------------------------------ netns --
+
+mod netns {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    use std::time::{Duration, Instant};
+
+    use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
+    use dhcproto::{Decodable as _, Decoder, Encodable as _, Encoder};
+    use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader};
+    use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, parse_udp_frame};
+    use xdhcp::datapath::{AttachMode, RxPath, Verdict};
+    use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient};
+
+    const ETH_P_IP: u16 = 0x0800;
+
+    /// An AF_PACKET socket bound to the client's interface, created inside its
+    /// namespace. `protocol` 0 sends only.
+    fn packet_socket(client: &LabClient, protocol: u16) -> OwnedFd {
+        let ifindex = client.ifindex;
+        client.ns.run_in(move || {
+            // SAFETY: plain socket(2); ownership taken at once.
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_PACKET,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    i32::from(protocol.to_be()),
+                )
+            };
+            assert!(
+                fd >= 0,
+                "AF_PACKET socket: {}",
+                std::io::Error::last_os_error()
+            );
+            // SAFETY: fd is fresh and ours.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: zeroed sockaddr_ll is valid.
+            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = protocol.to_be();
+            sll.sll_ifindex = ifindex as i32;
+            // SAFETY: valid sockaddr_ll of the stated size.
+            let rc = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&raw const sll).cast(),
+                    size_of::<libc::sockaddr_ll>() as u32,
+                )
+            };
+            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+            let tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 100_000,
+            };
+            // SAFETY: valid timeval option.
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    (&raw const tv).cast(),
+                    size_of::<libc::timeval>() as u32,
+                );
+            }
+            fd
+        })
+    }
+
+    fn send_discover(tx: &OwnedFd, client: &LabClient, xid: u32) {
+        let mut m = Message::default();
+        m.set_opcode(Opcode::BootRequest)
+            .set_xid(xid)
+            .set_flags(Flags::default().set_broadcast())
+            .set_chaddr(&client.mac);
+        m.opts_mut()
+            .insert(DhcpOption::MessageType(MessageType::Discover));
+        let mut payload = Vec::new();
+        m.encode(&mut Encoder::new(&mut payload)).expect("encode");
+        let frame = build_udp_frame(
+            &FrameHeaders {
+                src_mac: client.mac,
+                dst_mac: [0xff; 6],
+                vlan: None,
+                src_ip: std::net::Ipv4Addr::UNSPECIFIED,
+                dst_ip: std::net::Ipv4Addr::BROADCAST,
+                src_port: 68,
+                dst_port: 67,
+            },
+            &payload,
+        );
+        // SAFETY: sending a buffer on a bound packet socket.
+        let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        assert_eq!(
+            n,
+            frame.len() as isize,
+            "send: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Waits for a DHCP reply with `xid` on a packet socket.
+    fn socket_sees_reply(rx: &OwnedFd, xid: u32, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut buf = vec![0u8; 4096];
+        while Instant::now() < deadline {
+            // SAFETY: receiving into an owned buffer.
+            let n = unsafe { libc::recv(rx.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let Ok(n) = usize::try_from(n) else { continue };
+            let Ok((h, payload)) = parse_udp_frame(&buf[..n]) else {
+                continue;
+            };
+            if h.src_port != 67 || h.dst_port != 68 {
+                continue;
+            }
+            if Message::decode(&mut Decoder::new(payload)).is_ok_and(|m| m.xid() == xid) {
+                return true;
+            }
+        }
+        false
+    }
+
+    async fn next_offer(reader: &mut EventReader, xid: u32) -> xdhcp::datapath::ebpf::DhcpEvent {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let ev = tokio::time::timeout_at(deadline, reader.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no OFFER with xid {xid:#x} in the ring buffer"))
+                .expect("ring buffer");
+            if ev.message.xid() == xid {
+                return ev;
+            }
+        }
+    }
+
+    async fn dnsmasq_offer_through(mode: AttachMode) {
+        let lab = Lab::with_clients(1);
+        let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+        let client = &lab.clients[0];
+        let mut dp = Datapath::load().expect("load");
+        let mut reader = dp.take_reader().unwrap().unwrap();
+        let target = AttachTarget {
+            ifname: client.ifname.clone(),
+            netns: Some(client.ns.path().to_path_buf()),
+        };
+        let att = dp
+            .attach(&target, Some(mode), CaptureMode::Observe)
+            .expect("attach");
+        assert_eq!(att.mode, mode, "{mode}: {:?}", att.native_refused);
+        assert_eq!(att.ifindex, client.ifindex);
+        // The default for a veth is TC.
+        assert_eq!(
+            xdhcp::datapath::ebpf::default_attach_mode(xdhcp::datapath::ebpf::InterfaceKind::Veth),
+            AttachMode::Tc
+        );
+
+        let tx = packet_socket(client, 0);
+        // Bound to ETH_P_IP, not ETH_P_ALL: ETH_P_ALL taps run before TC
+        // ingress, protocol-bound sockets (like a pod's DHCP client) after it.
+        let rx = packet_socket(client, ETH_P_IP);
+
+        // Observe: captured and delivered.
+        let xid = 0x5eed_0001;
+        send_discover(&tx, client, xid);
+        let ev = next_offer(&mut reader, xid).await;
+        assert_eq!(ev.message.opts().msg_type(), Some(MessageType::Offer));
+        assert_eq!(ev.message.chaddr()[..6], client.mac);
+        assert_eq!(ev.frame.ifindex, client.ifindex);
+        assert_eq!(ev.frame.headers.src_ip, lab.server_ip);
+        assert_eq!(
+            ev.frame.via,
+            RxPath::Ebpf {
+                verdict: Verdict::Pass
+            }
+        );
+        assert_eq!(ev.via_tc, mode == AttachMode::Tc);
+        assert!(
+            socket_sees_reply(&rx, xid, Duration::from_secs(5)),
+            "{mode}: observe must pass"
+        );
+
+        // Intercept, owned: captured, not delivered.
+        dp.set_mode(client.ifindex, CaptureMode::Intercept).unwrap();
+        let xid = 0x5eed_0002;
+        dp.own_xid(xid, client.ifindex).unwrap();
+        send_discover(&tx, client, xid);
+        let ev = next_offer(&mut reader, xid).await;
+        assert_eq!(
+            ev.frame.via,
+            RxPath::Ebpf {
+                verdict: Verdict::Drop
+            }
+        );
+        assert!(
+            !socket_sees_reply(&rx, xid, Duration::from_secs(2)),
+            "{mode}: owned OFFER reached the namespace"
+        );
+
+        // Intercept, not owned: captured and delivered.
+        let xid = 0x5eed_0003;
+        send_discover(&tx, client, xid);
+        let ev = next_offer(&mut reader, xid).await;
+        assert_eq!(
+            ev.frame.via,
+            RxPath::Ebpf {
+                verdict: Verdict::Pass
+            }
+        );
+        assert!(
+            socket_sees_reply(&rx, xid, Duration::from_secs(5)),
+            "{mode}: unowned OFFER must pass"
+        );
+
+        let c = dp.counters().unwrap();
+        assert!(c.captured >= 3 && c.dropped_owned >= 1, "{c:?}");
+
+        // Clean detach: a fourth OFFER is no longer captured.
+        dp.detach(&target).expect("detach");
+        let xid = 0x5eed_0004;
+        send_discover(&tx, client, xid);
+        assert!(socket_sees_reply(&rx, xid, Duration::from_secs(5)));
+        assert!(reader.try_recv().is_none(), "{mode}: captured after detach");
+        assert_eq!(dp.counters().unwrap().captured, c.captured);
+    }
+
+    #[tokio::test]
+    async fn dnsmasq_offer_through_tc() {
+        dnsmasq_offer_through(AttachMode::Tc).await;
+    }
+
+    #[tokio::test]
+    async fn dnsmasq_offer_through_native_xdp() {
+        dnsmasq_offer_through(AttachMode::XdpNative).await;
+    }
+
+    #[tokio::test]
+    async fn dnsmasq_offer_through_generic_xdp() {
+        dnsmasq_offer_through(AttachMode::XdpGeneric).await;
+    }
+
+    #[tokio::test]
+    async fn one_program_many_interfaces_default_choice() {
+        let lab = Lab::with_clients(2);
+        let mut dp = Datapath::load().expect("load");
+        for c in &lab.clients {
+            let target = AttachTarget {
+                ifname: c.ifname.clone(),
+                netns: Some(c.ns.path().to_path_buf()),
+            };
+            let att = dp
+                .attach(&target, None, CaptureMode::Observe)
+                .expect("attach");
+            assert_eq!(att.mode, AttachMode::Tc, "veth default");
+            assert!(
+                dp.attach(&target, None, CaptureMode::Observe).is_err(),
+                "double attach"
+            );
+        }
+        // The bridge in the server namespace is "other": generic XDP.
+        let br = AttachTarget {
+            ifname: Lab::BRIDGE.to_owned(),
+            netns: Some(lab.server.path().to_path_buf()),
+        };
+        assert_eq!(
+            dp.attach(&br, None, CaptureMode::Observe).unwrap().mode,
+            AttachMode::XdpGeneric
+        );
+        assert_eq!(dp.attachments().len(), 3);
+        for (t, _, _) in dp.attachments() {
+            dp.detach(&t).expect("detach");
+        }
+        let missing = AttachTarget {
+            ifname: "nope0".into(),
+            netns: Some(lab.server.path().to_path_buf()),
+        };
+        assert!(dp.attach(&missing, None, CaptureMode::Observe).is_err());
+    }
+}
