@@ -1,1 +1,920 @@
 //! Crash-safe lease persistence: one record per lease, atomic writes, quarantine of corrupt records.
+//!
+//! Layout under the state dir (SPEC R6):
+//! ```text
+//! <state_dir>/leases/<container_id>@<ifname>.json   one LeaseRecord each
+//! <state_dir>/quarantine/<original name>.<unix_ms>  records that failed to load
+//! ```
+//! File names are only ever built from a validated [`LeaseKey`]; the interface
+//! name part is percent-encoded outside `[A-Za-z0-9_.-]`, so no input can
+//! escape the directory. Writes go to a unique temporary file that is fsynced,
+//! renamed over the record and followed by an fsync of the directory, so a
+//! crash leaves either the old or the new record, never a torn one. A record
+//! that cannot be read back is moved aside, logged and counted; it never stops
+//! the agent.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use xdhcp_engine::Lease;
+
+/// Version of the on-disk record format.
+pub const RECORD_VERSION: u32 = 1;
+
+/// Largest record file accepted on load; anything bigger is quarantined.
+pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+const LEASES_DIR: &str = "leases";
+const QUARANTINE_DIR: &str = "quarantine";
+const RECORD_EXT: &str = ".json";
+const TMP_MARKER: &str = ".tmp.";
+
+/// Errors of the lease store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The container id is not `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`.
+    #[error("invalid container id {value:?}: must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}")]
+    InvalidContainerId { value: String },
+    /// The interface name is not a valid Linux interface name.
+    #[error(
+        "invalid interface name {value:?}: must be 1-15 bytes, not \".\" or \"..\", without '/', ':' or whitespace"
+    )]
+    InvalidIfname { value: String },
+    /// A filesystem operation failed.
+    #[error("failed to {op}: {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be serialised.
+    #[error("failed to serialise the lease record for {key}: {source}")]
+    Serialize {
+        key: LeaseKey,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A stored record could not be read back (see [`Corruption`]).
+    #[error("corrupt lease record {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: Corruption },
+}
+
+/// Convenience alias for results of this module.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::InvalidContainerId { .. } => "invalid_container_id",
+            Self::InvalidIfname { .. } => "invalid_ifname",
+            Self::Io { .. } => "io",
+            Self::Serialize { .. } => "serialize",
+            Self::Corrupt { .. } => "corrupt",
+        }
+    }
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Why a stored record was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum Corruption {
+    /// The file name is not `<container_id>@<ifname>.json` with valid parts.
+    #[error("file name is not a valid lease key")]
+    BadFileName,
+    /// Larger than [`MAX_RECORD_BYTES`].
+    #[error("record is {size} bytes, larger than the {MAX_RECORD_BYTES} byte limit")]
+    TooLarge { size: u64 },
+    /// Not a regular file.
+    #[error("not a regular file")]
+    NotAFile,
+    /// Unreadable or not valid JSON for a record.
+    #[error("cannot decode: {0}")]
+    Decode(#[source] serde_json::Error),
+    /// Written by a newer or unknown format version.
+    #[error("unsupported record version {0} (supported: {RECORD_VERSION})")]
+    Version(u32),
+    /// The key inside the record does not match the file name.
+    #[error("record is for {inside}, but is stored as {file}")]
+    KeyMismatch { inside: LeaseKey, file: LeaseKey },
+    /// Could not be read.
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+}
+
+impl Corruption {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::BadFileName => "bad_file_name",
+            Self::TooLarge { .. } => "too_large",
+            Self::NotAFile => "not_a_file",
+            Self::Decode(_) => "decode",
+            Self::Version(_) => "version",
+            Self::KeyMismatch { .. } => "key_mismatch",
+            Self::Read(_) => "read",
+        }
+    }
+}
+
+/// Validated identity of a lease: one per (container, interface).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct LeaseKey {
+    container_id: String,
+    ifname: String,
+}
+
+impl LeaseKey {
+    /// Validates both parts: container id `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`,
+    /// interface name a valid Linux name (1..=15 bytes, not `.`/`..`, no `/`,
+    /// `:`, whitespace or NUL — `dev_valid_name()` in the kernel).
+    pub fn new(container_id: &str, ifname: &str) -> Result<Self> {
+        if !valid_container_id(container_id) {
+            return Err(StoreError::InvalidContainerId {
+                value: container_id.to_owned(),
+            });
+        }
+        if !valid_ifname(ifname) {
+            return Err(StoreError::InvalidIfname {
+                value: ifname.to_owned(),
+            });
+        }
+        Ok(Self {
+            container_id: container_id.to_owned(),
+            ifname: ifname.to_owned(),
+        })
+    }
+
+    /// The container id.
+    pub fn container_id(&self) -> &str {
+        &self.container_id
+    }
+
+    /// The interface name inside the container.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// `<container_id>@<percent-encoded ifname>` — safe as a file name.
+    fn file_stem(&self) -> String {
+        let mut stem = String::with_capacity(self.container_id.len() + 1 + self.ifname.len());
+        stem.push_str(&self.container_id);
+        stem.push('@');
+        for b in self.ifname.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-') {
+                stem.push(char::from(b));
+            } else {
+                stem.push_str(&format!("%{b:02X}"));
+            }
+        }
+        stem
+    }
+
+    /// Inverse of [`LeaseKey::file_stem`], validating the result.
+    fn from_file_stem(stem: &str) -> Option<Self> {
+        let (cid, enc) = stem.split_once('@')?;
+        let mut bytes = Vec::with_capacity(enc.len());
+        let mut it = enc.bytes();
+        while let Some(b) = it.next() {
+            if b == b'%' {
+                let hi = char::from(it.next()?).to_digit(16)?;
+                let lo = char::from(it.next()?).to_digit(16)?;
+                bytes.push((hi * 16 + lo) as u8);
+            } else {
+                bytes.push(b);
+            }
+        }
+        let ifname = String::from_utf8(bytes).ok()?;
+        let key = Self::new(cid, &ifname).ok()?;
+        // Only the canonical encoding is accepted, so one key has one file.
+        (key.file_stem() == stem).then_some(key)
+    }
+}
+
+impl fmt::Display for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.container_id, self.ifname)
+    }
+}
+
+impl<'de> Deserialize<'de> for LeaseKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            container_id: String,
+            ifname: String,
+        }
+        let raw = Raw::deserialize(d)?;
+        Self::new(&raw.container_id, &raw.ifname).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`.
+pub fn valid_container_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Linux `dev_valid_name()`: 1..=15 bytes, not `.`/`..`, no `/`, `:`,
+/// whitespace or NUL.
+pub fn valid_ifname(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 16
+        && s != "."
+        && s != ".."
+        && !s
+            .bytes()
+            .any(|c| c == b'/' || c == b':' || c == 0 || c.is_ascii_whitespace())
+}
+
+/// Whether the attachment is a plain pod or a `KubeVirt` VM (virt-launcher pod).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum AttachmentMode {
+    /// A plain pod: the lease is maintained (renewed) until DEL.
+    Pod,
+    /// A VM: one-shot acquisition for the guest's MAC.
+    Vm {
+        /// Name of the `VirtualMachineInstance`.
+        vmi_name: String,
+    },
+}
+
+/// Where and for whom a lease was acquired: everything needed to resume it
+/// after an agent restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// Network namespace path (CNI_NETNS).
+    pub netns: PathBuf,
+    /// Client hardware address used for the lease.
+    #[serde(with = "mac_serde")]
+    pub mac: [u8; 6],
+    /// Pod namespace, if known.
+    #[serde(default)]
+    pub pod_namespace: Option<String>,
+    /// Pod name, if known.
+    #[serde(default)]
+    pub pod_name: Option<String>,
+    /// Pod UID, if known.
+    #[serde(default)]
+    pub pod_uid: Option<String>,
+    /// Network key (e.g. the NAD `namespace/name`) in `k8s.ovn.org/pod-networks`.
+    #[serde(default)]
+    pub network_key: Option<String>,
+    /// Pod or VM.
+    pub mode: AttachmentMode,
+    /// Whether the agent configured address and routes itself (`"apply": true`).
+    #[serde(default)]
+    pub apply: bool,
+    /// The CNI network configuration the lease was created with, verbatim,
+    /// so the client configuration can be rebuilt on resume.
+    #[serde(default)]
+    pub cni_config: serde_json::Value,
+}
+
+/// One persisted lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Format version ([`RECORD_VERSION`]).
+    pub version: u32,
+    /// Identity; must match the file name.
+    pub key: LeaseKey,
+    /// Attachment metadata.
+    pub attachment: Attachment,
+    /// The engine's lease.
+    pub lease: Lease,
+    /// Wall clock of the last write (Unix ms).
+    pub updated_unix_ms: u64,
+}
+
+impl LeaseRecord {
+    /// A record at the current format version, stamped with the current time.
+    pub fn new(key: LeaseKey, attachment: Attachment, lease: Lease) -> Self {
+        Self {
+            version: RECORD_VERSION,
+            key,
+            attachment,
+            lease,
+            updated_unix_ms: unix_ms_now(),
+        }
+    }
+}
+
+/// Serialises MACs as `aa:bb:cc:dd:ee:ff`.
+mod mac_serde {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(mac: &[u8; 6], s: S) -> Result<S::Ok, S::Error> {
+        let text: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+        s.serialize_str(&text.join(":"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 6], D::Error> {
+        let text = String::deserialize(d)?;
+        let mut mac = [0u8; 6];
+        let mut parts = text.split(':');
+        for byte in &mut mac {
+            let part = parts
+                .next()
+                .filter(|p| p.len() == 2)
+                .ok_or_else(|| serde::de::Error::custom(format!("invalid MAC {text:?}")))?;
+            *byte = u8::from_str_radix(part, 16)
+                .map_err(|_| serde::de::Error::custom(format!("invalid MAC {text:?}")))?;
+        }
+        if parts.next().is_some() {
+            return Err(serde::de::Error::custom(format!("invalid MAC {text:?}")));
+        }
+        Ok(mac)
+    }
+}
+
+fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A record moved aside by [`LeaseStore::load_all`].
+#[derive(Debug)]
+pub struct Quarantined {
+    /// Where the file was.
+    pub original: PathBuf,
+    /// Where it is now (`None` if moving it failed; it was then left in place and skipped).
+    pub moved_to: Option<PathBuf>,
+    /// Why it was rejected.
+    pub reason: Corruption,
+}
+
+/// Result of [`LeaseStore::load_all`].
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Valid records, sorted by key.
+    pub records: Vec<LeaseRecord>,
+    /// Records that were rejected and moved aside.
+    pub quarantined: Vec<Quarantined>,
+}
+
+/// The lease store rooted at a state dir.
+#[derive(Debug)]
+pub struct LeaseStore {
+    leases_dir: PathBuf,
+    quarantine_dir: PathBuf,
+    quarantined_total: AtomicU64,
+    tmp_counter: AtomicU64,
+}
+
+impl LeaseStore {
+    /// Opens (creating with mode 0700 if needed) `<state_dir>/leases` and
+    /// `<state_dir>/quarantine`, and removes temporary files left by an
+    /// interrupted write.
+    pub fn open(state_dir: &Path) -> Result<Self> {
+        let leases_dir = state_dir.join(LEASES_DIR);
+        let quarantine_dir = state_dir.join(QUARANTINE_DIR);
+        for dir in [&leases_dir, &quarantine_dir] {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err("create directory", dir))?;
+        }
+        let store = Self {
+            leases_dir,
+            quarantine_dir,
+            quarantined_total: AtomicU64::new(0),
+            tmp_counter: AtomicU64::new(0),
+        };
+        store.remove_stale_tmp()?;
+        Ok(store)
+    }
+
+    /// `<state_dir>/leases`.
+    pub fn leases_dir(&self) -> &Path {
+        &self.leases_dir
+    }
+
+    /// `<state_dir>/quarantine`.
+    pub fn quarantine_dir(&self) -> &Path {
+        &self.quarantine_dir
+    }
+
+    /// Records quarantined since this store was opened (for metrics).
+    pub fn quarantined_total(&self) -> u64 {
+        self.quarantined_total.load(Ordering::Relaxed)
+    }
+
+    /// Path of the record for `key`.
+    pub fn path_for(&self, key: &LeaseKey) -> PathBuf {
+        self.leases_dir
+            .join(format!("{}{RECORD_EXT}", key.file_stem()))
+    }
+
+    fn remove_stale_tmp(&self) -> Result<()> {
+        let entries =
+            fs::read_dir(&self.leases_dir).map_err(io_err("read directory", &self.leases_dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io_err("read directory", &self.leases_dir))?;
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with('.')
+                && name.to_string_lossy().contains(TMP_MARKER)
+            {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(io_err("remove stale temporary file", &path))?;
+                tracing::debug!(path = %path.display(), "removed temporary file of an interrupted write");
+            }
+        }
+        Ok(())
+    }
+
+    /// Atomically writes `record` (temp file, fsync, rename, fsync directory).
+    pub fn save(&self, record: &LeaseRecord) -> Result<()> {
+        let mut bytes =
+            serde_json::to_vec_pretty(record).map_err(|source| StoreError::Serialize {
+                key: record.key.clone(),
+                source,
+            })?;
+        bytes.push(b'\n');
+        let path = self.path_for(&record.key);
+        let tmp = self.leases_dir.join(format!(
+            ".{}{RECORD_EXT}{TMP_MARKER}{}.{}",
+            record.key.file_stem(),
+            std::process::id(),
+            self.tmp_counter.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = write_new_file(&tmp, &bytes)
+            .and_then(|()| {
+                fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
+            })
+            .and_then(|()| sync_dir(&self.leases_dir));
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Reads the record for `key`; `Ok(None)` if there is none. A corrupt
+    /// record is reported as [`StoreError::Corrupt`] and left in place
+    /// (quarantining is [`LeaseStore::load_all`]'s job).
+    pub fn load(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>> {
+        let path = self.path_for(key);
+        match fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("stat", &path)(e)),
+            Ok(_) => {}
+        }
+        read_record(&path, key)
+            .map(Some)
+            .map_err(|reason| StoreError::Corrupt { path, reason })
+    }
+
+    /// Removes the record for `key`; returns whether one existed.
+    pub fn delete(&self, key: &LeaseKey) -> Result<bool> {
+        let path = self.path_for(key);
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                sync_dir(&self.leases_dir)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err("remove", &path)(e)),
+        }
+    }
+
+    /// Loads every record. Corrupt ones (bad name, too large, undecodable,
+    /// unknown version, key mismatch) are moved to the quarantine directory,
+    /// logged and counted; only a failure to list the directory is an error.
+    pub fn load_all(&self) -> Result<LoadReport> {
+        let mut report = LoadReport::default();
+        let entries =
+            fs::read_dir(&self.leases_dir).map_err(io_err("read directory", &self.leases_dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io_err("read directory", &self.leases_dir))?;
+            let name = entry.file_name();
+            let name_str = name.to_string_lossy();
+            if name_str.starts_with('.') && name_str.contains(TMP_MARKER) {
+                // A write in progress (another task of this process).
+                continue;
+            }
+            let path = entry.path();
+            let key = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(RECORD_EXT))
+                .and_then(LeaseKey::from_file_stem);
+            let outcome = match key {
+                None => Err(Corruption::BadFileName),
+                Some(key) => read_record(&path, &key),
+            };
+            match outcome {
+                Ok(record) => report.records.push(record),
+                Err(reason) => report.quarantined.push(self.quarantine(&path, reason)),
+            }
+        }
+        report.records.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(report)
+    }
+
+    /// Moves `path` into the quarantine directory; never fails (a failure to
+    /// move is logged and the file stays where it is).
+    fn quarantine(&self, path: &Path, reason: Corruption) -> Quarantined {
+        self.quarantined_total.fetch_add(1, Ordering::Relaxed);
+        let file_name = path
+            .file_name()
+            .map_or_else(|| "unnamed".into(), |n| n.to_string_lossy().into_owned());
+        let target = self
+            .quarantine_dir
+            .join(format!("{file_name}.{}", unix_ms_now()));
+        let moved = fs::rename(path, &target)
+            .map_err(io_err("move corrupt record to", &target))
+            .and_then(|()| sync_dir(&self.quarantine_dir))
+            .and_then(|()| sync_dir(&self.leases_dir));
+        match moved {
+            Ok(()) => {
+                tracing::warn!(
+                    path = %path.display(),
+                    quarantined_to = %target.display(),
+                    reason = %reason,
+                    "corrupt lease record quarantined"
+                );
+                Quarantined {
+                    original: path.to_path_buf(),
+                    moved_to: Some(target),
+                    reason,
+                }
+            }
+            Err(error) => {
+                tracing::error!(
+                    path = %path.display(),
+                    reason = %reason,
+                    error = %error,
+                    "corrupt lease record could not be quarantined; skipping it"
+                );
+                Quarantined {
+                    original: path.to_path_buf(),
+                    moved_to: None,
+                    reason,
+                }
+            }
+        }
+    }
+}
+
+/// Creates `path` exclusively with mode 0600, writes `bytes` and fsyncs.
+fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err("create temporary file", path))?;
+    file.write_all(bytes)
+        .map_err(io_err("write temporary file", path))?;
+    file.sync_all()
+        .map_err(io_err("fsync temporary file", path))
+}
+
+/// fsyncs a directory so a rename/unlink in it is durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("fsync directory", dir))
+}
+
+/// Reads and validates one record file stored under `key`'s name.
+fn read_record(path: &Path, key: &LeaseKey) -> Result<LeaseRecord, Corruption> {
+    // O_NOFOLLOW: a symlink planted in the directory is not followed.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Corruption::NotAFile
+            } else {
+                Corruption::Read(e)
+            }
+        })?;
+    let meta = file.metadata().map_err(Corruption::Read)?;
+    if !meta.is_file() {
+        return Err(Corruption::NotAFile);
+    }
+    if meta.len() > MAX_RECORD_BYTES {
+        return Err(Corruption::TooLarge { size: meta.len() });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(Corruption::Read)?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(Corruption::TooLarge {
+            size: bytes.len() as u64,
+        });
+    }
+    // Check the version before the full decode so a future format is
+    // reported as such rather than as a decode error.
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u32,
+    }
+    let versioned: Versioned = serde_json::from_slice(&bytes).map_err(Corruption::Decode)?;
+    if versioned.version != RECORD_VERSION {
+        return Err(Corruption::Version(versioned.version));
+    }
+    let record: LeaseRecord = serde_json::from_slice(&bytes).map_err(Corruption::Decode)?;
+    if &record.key != key {
+        return Err(Corruption::KeyMismatch {
+            inside: record.key,
+            file: key.clone(),
+        });
+    }
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use std::time::Duration;
+
+    fn lease(addr: [u8; 4]) -> Lease {
+        Lease {
+            address: Ipv4Addr::from(addr),
+            prefix_len: 24,
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            server_mac: Some([2, 0, 0, 0, 0, 1]),
+            routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
+            routes: Vec::new(),
+            dns_servers: vec![Ipv4Addr::new(192, 0, 2, 53)],
+            domain_name: Some("example.test".to_owned()),
+            search: vec!["example.test".to_owned()],
+            mtu: Some(1500),
+            lease_time: Duration::from_secs(120),
+            t1: Duration::from_secs(60),
+            t2: Duration::from_secs(105),
+            acquired_unix_ms: 1_700_000_000_000,
+            rejected_routes: Vec::new(),
+        }
+    }
+
+    fn record(cid: &str, ifname: &str, addr: [u8; 4]) -> LeaseRecord {
+        LeaseRecord::new(
+            LeaseKey::new(cid, ifname).unwrap(),
+            Attachment {
+                netns: PathBuf::from("/var/run/netns/pod"),
+                mac: [2, 0, 0, 0, 0, 9],
+                pod_namespace: Some("default".to_owned()),
+                pod_name: Some("pod-a".to_owned()),
+                pod_uid: Some("uid-1".to_owned()),
+                network_key: Some("default/localnet".to_owned()),
+                mode: AttachmentMode::Vm {
+                    vmi_name: "vm-a".to_owned(),
+                },
+                apply: true,
+                cni_config: serde_json::json!({"type": "xdhcp", "apply": true}),
+            },
+            lease(addr),
+        )
+    }
+
+    #[test]
+    fn key_validation() {
+        assert!(LeaseKey::new("abc123", "eth0").is_ok());
+        assert!(LeaseKey::new(&"a".repeat(128), "net1").is_ok());
+        for bad in [
+            "",
+            "-x",
+            ".x",
+            "a/b",
+            "../x",
+            "a b",
+            "a@b",
+            &"a".repeat(129),
+            "ä",
+        ] {
+            assert!(
+                matches!(
+                    LeaseKey::new(bad, "eth0"),
+                    Err(StoreError::InvalidContainerId { .. })
+                ),
+                "{bad:?} accepted"
+            );
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a:b",
+            "a b",
+            "0123456789abcdef",
+            "a\0",
+        ] {
+            assert!(
+                matches!(
+                    LeaseKey::new("c", bad),
+                    Err(StoreError::InvalidIfname { .. })
+                ),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn file_names_round_trip_and_stay_in_the_directory() {
+        for ifname in ["eth0", "net1", "a%b", "a@b", "é", "x.y-z_", "\u{1}"] {
+            let key = LeaseKey::new("c1", ifname).unwrap();
+            let stem = key.file_stem();
+            assert!(!stem.contains('/') && stem.is_ascii(), "{stem}");
+            assert_eq!(LeaseKey::from_file_stem(&stem), Some(key));
+        }
+        // Non-canonical encodings are rejected.
+        assert_eq!(LeaseKey::from_file_stem("c1@%65th0"), None);
+        assert_eq!(LeaseKey::from_file_stem("c1@eth0@x"), None);
+        assert_eq!(LeaseKey::from_file_stem("c1"), None);
+        assert_eq!(LeaseKey::from_file_stem("c1@%zz"), None);
+    }
+
+    #[test]
+    fn save_load_delete_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let rec = record("c1", "eth0", [192, 0, 2, 10]);
+        store.save(&rec).unwrap();
+        assert_eq!(store.load(&rec.key).unwrap(), Some(rec.clone()));
+        // Overwrite.
+        let mut rec2 = rec.clone();
+        rec2.lease = lease([192, 0, 2, 11]);
+        store.save(&rec2).unwrap();
+        assert_eq!(store.load(&rec.key).unwrap(), Some(rec2.clone()));
+        let report = store.load_all().unwrap();
+        assert_eq!(report.records, vec![rec2]);
+        assert!(report.quarantined.is_empty());
+        // No temporary files remain, mode is 0600.
+        let names: Vec<_> = fs::read_dir(store.leases_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("c1@eth0.json")]);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &fs::metadata(store.path_for(&rec.key))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(store.delete(&rec.key).unwrap());
+        assert!(!store.delete(&rec.key).unwrap());
+        assert_eq!(store.load(&rec.key).unwrap(), None);
+    }
+
+    #[test]
+    fn record_json_is_readable() {
+        let rec = record("c1", "eth0", [192, 0, 2, 10]);
+        let json: serde_json::Value = serde_json::to_value(&rec).unwrap();
+        assert_eq!(json["key"]["container_id"], "c1");
+        assert_eq!(json["attachment"]["mac"], "02:00:00:00:00:09");
+        assert_eq!(json["attachment"]["mode"]["kind"], "vm");
+        assert_eq!(json["lease"]["address"], "192.0.2.10");
+    }
+
+    #[test]
+    fn corrupt_records_are_quarantined_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let good = record("good", "eth0", [192, 0, 2, 10]);
+        store.save(&good).unwrap();
+        let leases = store.leases_dir().to_path_buf();
+        // Truncated JSON.
+        let full = serde_json::to_vec(&record("trunc", "eth0", [192, 0, 2, 11])).unwrap();
+        fs::write(leases.join("trunc@eth0.json"), &full[..full.len() / 2]).unwrap();
+        // Garbage.
+        fs::write(leases.join("garbage@eth0.json"), b"\xff\x00not json").unwrap();
+        // Key mismatch: a valid record under another name.
+        fs::write(
+            leases.join("other@eth0.json"),
+            serde_json::to_vec(&record("c9", "eth0", [192, 0, 2, 12])).unwrap(),
+        )
+        .unwrap();
+        // Future version.
+        let mut v2 = serde_json::to_value(record("v2", "eth0", [192, 0, 2, 13])).unwrap();
+        v2["version"] = 2.into();
+        fs::write(
+            leases.join("v2@eth0.json"),
+            serde_json::to_vec(&v2).unwrap(),
+        )
+        .unwrap();
+        // Invalid key inside (path traversal attempt in the record).
+        let mut evil = serde_json::to_value(record("evil", "eth0", [192, 0, 2, 14])).unwrap();
+        evil["key"]["container_id"] = "../../etc".into();
+        fs::write(
+            leases.join("evil@eth0.json"),
+            serde_json::to_vec(&evil).unwrap(),
+        )
+        .unwrap();
+        // Bad file name, too large, symlink, directory.
+        fs::write(leases.join("no-key.json"), b"{}").unwrap();
+        fs::write(
+            leases.join("big@eth0.json"),
+            vec![b' '; (MAX_RECORD_BYTES + 1) as usize],
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", leases.join("link@eth0.json")).unwrap();
+        fs::create_dir(leases.join("dir@eth0.json")).unwrap();
+
+        let report = store.load_all().unwrap();
+        assert_eq!(report.records, vec![good.clone()]);
+        let mut reasons: Vec<(&str, &'static str)> = report
+            .quarantined
+            .iter()
+            .map(|q| {
+                (
+                    q.original.file_name().unwrap().to_str().unwrap(),
+                    q.reason.metric_label(),
+                )
+            })
+            .collect();
+        reasons.sort_unstable();
+        assert_eq!(
+            reasons,
+            vec![
+                ("big@eth0.json", "too_large"),
+                ("dir@eth0.json", "not_a_file"),
+                ("evil@eth0.json", "decode"),
+                ("garbage@eth0.json", "decode"),
+                ("link@eth0.json", "not_a_file"),
+                ("no-key.json", "bad_file_name"),
+                ("other@eth0.json", "key_mismatch"),
+                ("trunc@eth0.json", "decode"),
+                ("v2@eth0.json", "version"),
+            ]
+        );
+        assert!(
+            report
+                .quarantined
+                .iter()
+                .all(|q| q.moved_to.as_ref().is_some_and(|p| p.exists()))
+        );
+        assert_eq!(store.quarantined_total(), 9);
+        // The symlink target was not touched.
+        assert!(Path::new("/etc/hostname").exists());
+        // A second load is clean.
+        let again = store.load_all().unwrap();
+        assert_eq!(again.records, vec![good]);
+        assert!(again.quarantined.is_empty());
+        assert_eq!(fs::read_dir(store.quarantine_dir()).unwrap().count(), 9);
+    }
+
+    #[test]
+    fn stale_temporary_files_are_removed_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let stale = store.leases_dir().join(".c1@eth0.json.tmp.1.0");
+        fs::write(&stale, b"{").unwrap();
+        // Ignored by load_all while present...
+        assert!(store.load_all().unwrap().quarantined.is_empty());
+        drop(store);
+        // ...and removed when the store is opened again (after a crash).
+        let store = LeaseStore::open(dir.path()).unwrap();
+        assert!(!stale.exists());
+        assert!(store.load_all().unwrap().records.is_empty());
+    }
+
+    #[test]
+    fn concurrent_saves_never_tear_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(LeaseStore::open(dir.path()).unwrap());
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25u8 {
+                        store
+                            .save(&record("c1", "eth0", [192, 0, 2, t * 25 + i]))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let report = store.load_all().unwrap();
+        assert_eq!(report.records.len(), 1);
+        assert!(report.quarantined.is_empty());
+    }
+}
