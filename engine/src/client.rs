@@ -289,7 +289,6 @@ impl Client {
         c.held = Some(held);
         c.phase = Phase::Bound;
         if timers && elapsed >= t2 {
-            c.enter_renewing(now);
             c.enter_rebinding(now);
         } else if timers && elapsed >= t1 {
             c.enter_renewing(now);
@@ -837,10 +836,9 @@ impl Client {
                 }
             }
             Phase::Bound if held_due(&self.held, |h| h.expires_at) => self.expire(now),
-            Phase::Bound if held_due(&self.held, |h| h.t2_at) => {
-                self.enter_renewing(now);
-                self.enter_rebinding(now);
-            }
+            // Past T2 already (late timer): straight to REBINDING, no
+            // pointless unicast first.
+            Phase::Bound if held_due(&self.held, |h| h.t2_at) => self.enter_rebinding(now),
             Phase::Bound if held_due(&self.held, |h| h.t1_at) => self.enter_renewing(now),
             Phase::Renewing { .. } | Phase::Rebinding { .. }
                 if held_due(&self.held, |h| h.expires_at) =>

@@ -51,3 +51,6 @@ pub use routes::{Ipv4Prefix, RejectedRoute, Route, RoutePolicy, RouteRejection};
 pub use state::State;
 pub use stats::ClientStats;
 pub use validate::DropReason;
+
+#[cfg(test)]
+mod tests;

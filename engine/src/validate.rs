@@ -190,7 +190,9 @@ pub struct Header {
     pub chaddr: [u8; 6],
 }
 
-/// Check length, op, hardware type and cookie; return xid and chaddr.
+/// Check length, op and hardware type; return xid and chaddr. The cookie is
+/// checked by [`parse_reply`], after the caller knows the reply is addressed
+/// to it (so a broken reply to us is reported as heard).
 pub fn parse_header(p: &[u8]) -> Result<Header, DropReason> {
     if p.len() < HEADER_LEN + MAGIC_COOKIE.len() {
         return Err(DropReason::Truncated);
@@ -200,9 +202,6 @@ pub fn parse_header(p: &[u8]) -> Result<Header, DropReason> {
     }
     if p[1] != 1 || p[2] != 6 {
         return Err(DropReason::BadHardwareType);
-    }
-    if p[HEADER_LEN..HEADER_LEN + 4] != MAGIC_COOKIE {
-        return Err(DropReason::BadCookie);
     }
     let xid = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
     let mut chaddr = [0u8; 6];
@@ -249,6 +248,9 @@ fn walk(area: &[u8], which: Area, out: &mut BTreeMap<u8, Vec<u8>>) -> Result<(),
 /// and RFC 3396 concatenation.
 pub fn parse_reply(p: &[u8]) -> Result<Reply, DropReason> {
     let h = parse_header(p)?;
+    if p[HEADER_LEN..HEADER_LEN + 4] != MAGIC_COOKIE {
+        return Err(DropReason::BadCookie);
+    }
     let mut options = BTreeMap::new();
     walk(&p[HEADER_LEN + 4..], Area::Options, &mut options)?;
     if let Some(ov) = options.get(&52) {
@@ -364,7 +366,8 @@ mod tests {
         assert_eq!(parse_header(&p), Err(DropReason::BadHardwareType));
         let mut p = base();
         p[239] = 0;
-        assert_eq!(parse_header(&p), Err(DropReason::BadCookie));
+        assert!(parse_header(&p).is_ok());
+        assert_eq!(parse_reply(&p), Err(DropReason::BadCookie));
         let h = parse_header(&base()).unwrap();
         assert_eq!(h.xid, 0x1234_5678);
         assert_eq!(h.chaddr, [2, 0, 0, 0, 0, 1]);

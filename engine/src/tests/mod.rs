@@ -1,0 +1,6 @@
+//! Client tests in virtual time against a small test server.
+
+mod options;
+mod prop;
+mod server;
+mod transitions;
