@@ -70,8 +70,12 @@ kind load docker-image --name "$CLUSTER" localhost/xdhcp:latest localhost/dnsmas
 curl -fsSL "https://github.com/containernetworking/plugins/releases/download/${CNI_PLUGINS_VERSION}/cni-plugins-linux-amd64-${CNI_PLUGINS_VERSION}.tgz" \
   | tar -xz -C "$WORK" ./bridge
 docker cp "$WORK/bridge" "$NODE:/opt/cni/bin/bridge"
-# The localnet: a bridge on the worker with the DHCP server's address.
+# bpffs for the agent's pins (kind nodes may not mount it), shared so the
+# DaemonSet's Bidirectional mount works; then the localnet: a bridge on the
+# worker with the DHCP server's address.
 docker exec "$NODE" sh -ec '
+  mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+  mount --make-shared /sys/fs/bpf
   ip link add br-localnet type bridge
   ip addr add 192.0.2.1/24 dev br-localnet
   ip link set br-localnet up'
