@@ -15,6 +15,7 @@
 //! assert!(dnsmasq.lease_for(client.mac).is_some());
 //! ```
 
+pub mod fake_apiserver;
 pub mod netns;
 pub mod servers;
 

@@ -1,0 +1,526 @@
+//! An in-process fake of the few Kubernetes API endpoints xdhcp uses.
+//!
+//! **This is not a cluster.** It is an HTTP/1 server on `127.0.0.1:0` that
+//! speaks just enough of the API for the real `kube::Client` to be driven
+//! against it:
+//! - `GET   /api/v1/namespaces/{ns}/pods/{name}`
+//! - `PATCH /api/v1/namespaces/{ns}/pods/{name}` — JSON merge patch only
+//!   (`application/merge-patch+json`, RFC 7386), with the
+//!   `metadata.resourceVersion` precondition enforced as the API server does
+//!   (409 Conflict when stale); every accepted write bumps the version;
+//! - `GET   /apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}`.
+//!
+//! Errors are `Status` objects with the real reasons and codes. Faults can
+//! be queued per operation: an error status, or a concurrent write by
+//! another client just before a PATCH is served (which then fails its
+//! precondition for real). Every request is recorded for assertions;
+//! requests outside the subset are answered 404 and recorded as unexpected.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// The operations the fake serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `GET` a pod.
+    GetPod,
+    /// `PATCH` a pod.
+    PatchPod,
+    /// `GET` a VMI.
+    GetVmi,
+}
+
+/// A fault injected into the next request of an [`Op`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this HTTP status (a Kubernetes `Status` body).
+    Status(u16),
+    /// Before serving this PATCH, another client sets annotation `key` to
+    /// `value` and bumps the resourceVersion; a PATCH carrying the old
+    /// version then gets a genuine 409.
+    ConcurrentWrite {
+        /// Annotation key written by the other client.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+}
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The operation, `None` when outside the served subset.
+    pub op: Option<Op>,
+    /// HTTP method.
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    /// `Content-Type` header.
+    pub content_type: Option<String>,
+    /// Parsed JSON body, if any.
+    pub body: Option<Value>,
+    /// Status code answered.
+    pub status: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Pod,
+    Vmi,
+}
+
+#[derive(Default)]
+struct Inner {
+    objects: BTreeMap<(Kind, String, String), Value>,
+    next_rv: u64,
+    next_uid: u64,
+    faults: VecDeque<(Op, Fault)>,
+    requests: Vec<Recorded>,
+}
+
+impl Inner {
+    fn bump(&mut self) -> String {
+        self.next_rv += 1;
+        self.next_rv.to_string()
+    }
+}
+
+/// The fake API server; stops when dropped.
+pub struct FakeApiServer {
+    inner: Arc<Mutex<Inner>>,
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+fn status_body(code: u16, message: &str, name: &str, kind: &str) -> Value {
+    let reason = match code {
+        400 => "BadRequest",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        _ => "",
+    };
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason,
+        "details": {"name": name, "kind": kind}, "code": code
+    })
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let t = target.as_object_mut().expect("made an object above");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+fn route(path: &str) -> Option<(Kind, String, String)> {
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["api", "v1", "namespaces", ns, "pods", name] => {
+            Some((Kind::Pod, (*ns).to_owned(), (*name).to_owned()))
+        }
+        [
+            "apis",
+            "kubevirt.io",
+            "v1",
+            "namespaces",
+            ns,
+            "virtualmachineinstances",
+            name,
+        ] => Some((Kind::Vmi, (*ns).to_owned(), (*name).to_owned())),
+        _ => None,
+    }
+}
+
+fn reply(code: u16, body: &Value) -> Response {
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+    let mut st = inner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let target = route(uri.path());
+    let op = match (&method, &target) {
+        (&Method::GET, Some((Kind::Pod, ..))) => Some(Op::GetPod),
+        (&Method::PATCH, Some((Kind::Pod, ..))) => Some(Op::PatchPod),
+        (&Method::GET, Some((Kind::Vmi, ..))) => Some(Op::GetVmi),
+        _ => None,
+    };
+    let (code, out) = serve(
+        &mut st,
+        op,
+        target,
+        content_type.as_deref(),
+        parsed.as_ref(),
+    );
+    st.requests.push(Recorded {
+        op,
+        method: method.to_string(),
+        uri: uri.to_string(),
+        content_type,
+        body: parsed,
+        status: code,
+    });
+    reply(code, &out)
+}
+
+fn serve(
+    st: &mut Inner,
+    op: Option<Op>,
+    target: Option<(Kind, String, String)>,
+    content_type: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let (Some(op), Some((kind, ns, name))) = (op, target) else {
+        return (
+            404,
+            status_body(
+                404,
+                "the server could not find the requested resource",
+                "",
+                "",
+            ),
+        );
+    };
+    let kind_name = match kind {
+        Kind::Pod => "pods",
+        Kind::Vmi => "virtualmachineinstances",
+    };
+    let key = (kind, ns.clone(), name.clone());
+
+    if let Some(i) = st.faults.iter().position(|(o, _)| *o == op) {
+        let (_, fault) = st.faults.remove(i).expect("position is in range");
+        match fault {
+            Fault::Status(code) => {
+                let msg = format!("injected failure for {kind_name} \"{name}\"");
+                return (code, status_body(code, &msg, &name, kind_name));
+            }
+            Fault::ConcurrentWrite { key: akey, value } => {
+                let rv = st.bump();
+                if let Some(obj) = st.objects.get_mut(&key) {
+                    obj["metadata"]["annotations"][akey] = json!(value);
+                    obj["metadata"]["resourceVersion"] = json!(rv);
+                }
+            }
+        }
+    }
+
+    let not_found = || {
+        let msg = format!("{kind_name} \"{name}\" not found");
+        (404, status_body(404, &msg, &name, kind_name))
+    };
+    match op {
+        Op::GetPod | Op::GetVmi => match st.objects.get(&key) {
+            Some(obj) => (200, obj.clone()),
+            None => not_found(),
+        },
+        Op::PatchPod => {
+            if content_type != Some("application/merge-patch+json") {
+                let msg = format!("only merge patches are served, got {content_type:?}");
+                return (415, status_body(415, &msg, &name, kind_name));
+            }
+            let Some(patch) = body else {
+                return (
+                    400,
+                    status_body(400, "patch body is not JSON", &name, kind_name),
+                );
+            };
+            let Some(current) = st.objects.get(&key).cloned() else {
+                return not_found();
+            };
+            let mut patch = patch.clone();
+            let meta = patch.get_mut("metadata").and_then(Value::as_object_mut);
+            let want_rv = meta
+                .as_ref()
+                .and_then(|m| m.get("resourceVersion").cloned());
+            let want_uid = meta.as_ref().and_then(|m| m.get("uid").cloned());
+            if let Some(m) = meta {
+                m.remove("resourceVersion");
+                m.remove("uid");
+            }
+            let have_rv = &current["metadata"]["resourceVersion"];
+            let have_uid = &current["metadata"]["uid"];
+            if want_rv.as_ref().is_some_and(|rv| rv != have_rv)
+                || want_uid.as_ref().is_some_and(|u| u != have_uid)
+            {
+                let msg = format!(
+                    "Operation cannot be fulfilled on {kind_name} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                );
+                return (409, status_body(409, &msg, &name, kind_name));
+            }
+            let mut next = current;
+            merge_patch(&mut next, &patch);
+            if next["metadata"]["annotations"]
+                .as_object()
+                .is_some_and(serde_json::Map::is_empty)
+            {
+                next["metadata"]
+                    .as_object_mut()
+                    .expect("pods have metadata")
+                    .remove("annotations");
+            }
+            let rv = st.bump();
+            next["metadata"]["resourceVersion"] = json!(rv);
+            st.objects.insert(key, next.clone());
+            (200, next)
+        }
+    }
+}
+
+impl FakeApiServer {
+    /// Start on `127.0.0.1:0` (inside a tokio runtime).
+    pub async fn start() -> FakeApiServer {
+        let inner = Arc::new(Mutex::new(Inner {
+            next_rv: 100,
+            ..Inner::default()
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake API server on 127.0.0.1:0");
+        let addr = listener.local_addr().expect("bound socket has an address");
+        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.await;
+                })
+                .await
+                .expect("fake API server failed");
+        });
+        FakeApiServer {
+            inner,
+            addr,
+            shutdown: Some(tx),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A real `kube::Client` pointed at this server.
+    pub fn client(&self) -> kube::Client {
+        let config = kube::Config::new(self.url().parse().expect("a valid URL"));
+        kube::Client::try_from(config).expect("kube client for the fake API server")
+    }
+
+    /// Stop serving (new connections are refused).
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Store a pod with these labels and annotations; returns its UID.
+    pub fn add_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> String {
+        let uid = {
+            let mut st = self.lock();
+            st.next_uid += 1;
+            format!("00000000-0000-4000-8000-{:012x}", st.next_uid)
+        };
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect();
+        let annotations: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect();
+        let mut meta = json!({"name": name, "namespace": ns, "uid": uid});
+        if !labels.is_empty() {
+            meta["labels"] = Value::Object(labels);
+        }
+        if !annotations.is_empty() {
+            meta["annotations"] = Value::Object(annotations);
+        }
+        self.put_pod(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/c"}]}
+        }));
+        uid
+    }
+
+    /// Store a pod object as given (namespace and name from its metadata);
+    /// a resourceVersion is assigned.
+    pub fn put_pod(&self, pod: Value) {
+        self.put(Kind::Pod, pod);
+    }
+
+    /// Store a `kubevirt.io/v1` VirtualMachineInstance object.
+    pub fn put_vmi(&self, vmi: Value) {
+        self.put(Kind::Vmi, vmi);
+    }
+
+    fn put(&self, kind: Kind, mut obj: Value) {
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .expect("metadata.namespace")
+            .to_owned();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .expect("metadata.name")
+            .to_owned();
+        let mut st = self.lock();
+        let rv = st.bump();
+        obj["metadata"]["resourceVersion"] = json!(rv);
+        st.objects.insert((kind, ns, name), obj);
+    }
+
+    /// Delete a pod.
+    pub fn delete_pod(&self, ns: &str, name: &str) {
+        self.lock()
+            .objects
+            .remove(&(Kind::Pod, ns.to_owned(), name.to_owned()));
+    }
+
+    /// The stored pod.
+    pub fn pod(&self, ns: &str, name: &str) -> Option<Value> {
+        self.lock()
+            .objects
+            .get(&(Kind::Pod, ns.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// One annotation of the stored pod.
+    pub fn annotation(&self, ns: &str, name: &str, key: &str) -> Option<String> {
+        self.pod(ns, name)?["metadata"]["annotations"][key]
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// Queue a fault for the next request of `op` (faults of one op are
+    /// consumed in the order queued).
+    pub fn inject(&self, op: Op, fault: Fault) {
+        self.lock().faults.push_back((op, fault));
+    }
+
+    /// Queue the same fault `n` times.
+    pub fn inject_n(&self, op: Op, fault: &Fault, n: usize) {
+        for _ in 0..n {
+            self.inject(op, fault.clone());
+        }
+    }
+
+    /// Faults not consumed yet.
+    pub fn pending_faults(&self) -> usize {
+        self.lock().faults.len()
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.lock().requests.clone()
+    }
+
+    /// How many requests of `op` were received.
+    pub fn count(&self, op: Op) -> usize {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| r.op == Some(op))
+            .count()
+    }
+
+    /// Requests outside the served subset.
+    pub fn unexpected(&self) -> Vec<Recorded> {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| r.op.is_none())
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_follows_rfc7386() {
+        let mut t = json!({"a": "b", "c": {"d": "e", "f": "g"}});
+        merge_patch(&mut t, &json!({"a": "z", "c": {"f": null}}));
+        assert_eq!(t, json!({"a": "z", "c": {"d": "e"}}));
+        let mut t = json!({"a": [1, 2]});
+        merge_patch(&mut t, &json!({"a": [3], "n": {"x": 1}}));
+        assert_eq!(t, json!({"a": [3], "n": {"x": 1}}));
+    }
+
+    #[test]
+    fn routes() {
+        assert_eq!(
+            route("/api/v1/namespaces/ns/pods/p"),
+            Some((Kind::Pod, "ns".into(), "p".into()))
+        );
+        assert_eq!(
+            route("/apis/kubevirt.io/v1/namespaces/ns/virtualmachineinstances/v"),
+            Some((Kind::Vmi, "ns".into(), "v".into()))
+        );
+        assert_eq!(route("/api/v1/pods"), None);
+        assert_eq!(route("/api/v1/namespaces/ns/pods/p/status"), None);
+    }
+}

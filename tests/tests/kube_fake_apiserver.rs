@@ -1,0 +1,448 @@
+//! The Kubernetes side of xdhcp driven through the real `kube::Client`
+//! against [`FakeApiServer`] — an in-process HTTP server implementing pods
+//! GET/PATCH (with resourceVersion preconditions and injected faults) and
+//! VMIs GET. **It is not a cluster**; tests are named `*_fake_apiserver`.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde_json::json;
+use xdhcp::kube::annotation::POD_NETWORKS_ANNOTATION;
+use xdhcp::kube::{KubeClient, PodApi, PodApiError, PodNetworkEntry, RetryPolicy};
+use xdhcp::workload::{MacSource, Workload};
+use xdhcp_tests::fake_apiserver::{FakeApiServer, Fault, Op};
+
+const NS: &str = "tenant";
+const KEY: &str = "default/ovn-localnet-dhcp";
+
+fn fast_retry(attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        attempts,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+    }
+}
+
+fn api(server: &FakeApiServer) -> PodApi {
+    PodApi::Kube(KubeClient::new(server.client()).with_retry(fast_retry(5)))
+}
+
+fn entry() -> PodNetworkEntry {
+    PodNetworkEntry::dhcp(
+        Ipv4Addr::new(10, 1, 192, 213),
+        24,
+        "02:00:00:00:20:08".parse().unwrap(),
+        &[Ipv4Addr::new(10, 1, 192, 1)],
+    )
+}
+
+const OUR_ENTRY: &str = r#"{"ip_addresses":["10.1.192.213/24"],"mac_address":"02:00:00:00:20:08","gateway_ips":["10.1.192.1"],"role":"secondary","ipam_mode":"dhcp"}"#;
+const DEFAULT_ENTRY: &str = r#"{"ip_addresses":["10.220.2.18/24"],"mac_address":"0a:58:0a:dc:02:12","gateway_ips":["10.220.2.1"],"role":"primary"}"#;
+
+/// Bound the whole scenario so a missing reply fails instead of hanging.
+async fn within<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("scenario timed out")
+}
+
+#[tokio::test]
+async fn plain_pod_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        let uid = server.add_pod(NS, "web", &[("app", "web")], &[]);
+        let api = api(&server);
+
+        let pod = api.get_pod(NS, "web").await.unwrap();
+        assert_eq!(pod.workload(), Workload::Pod);
+        assert_eq!(pod.uid.as_deref(), Some(uid.as_str()));
+        assert_eq!(pod.pod_networks, None);
+
+        api.set_network_entry_for_uid(NS, "web", Some(&uid), KEY, entry())
+            .await
+            .unwrap();
+        assert_eq!(
+            server
+                .annotation(NS, "web", POD_NETWORKS_ANNOTATION)
+                .unwrap(),
+            format!(r#"{{"{KEY}":{OUR_ENTRY}}}"#)
+        );
+        // One read and one merge patch carrying the resourceVersion it read.
+        let reqs = server.requests();
+        // get_pod, then the read-modify-write: GET + PATCH.
+        assert_eq!(reqs.len(), 3, "{reqs:#?}");
+        assert_eq!(reqs[1].op, Some(Op::GetPod));
+        let patch = &reqs[2];
+        assert_eq!(patch.op, Some(Op::PatchPod));
+        assert_eq!(
+            patch.content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        assert!(patch.uri.contains("fieldManager=xdhcp"), "{}", patch.uri);
+        // The version the pod had when it was read (the store's first write).
+        let body = patch.body.as_ref().unwrap();
+        assert_eq!(body["metadata"]["resourceVersion"], json!("101"));
+        assert!(server.unexpected().is_empty());
+
+        // Setting the same entry again is a read and no write.
+        api.set_network_entry(NS, "web", KEY, entry())
+            .await
+            .unwrap();
+        assert_eq!(server.count(Op::PatchPod), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn vm_pod_classification_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        server.add_pod(
+            NS,
+            "virt-launcher-vm1-x7k2p",
+            &[("kubevirt.io", "virt-launcher"), ("vm.kubevirt.io/name", "vm1")],
+            &[],
+        );
+        server.put_vmi(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": NS, "uid": "vmi-uid"},
+            "spec": {
+                "domain": {"devices": {"interfaces": [
+                    {"name": "default", "masquerade": {}},
+                    {"name": "dhcp", "bridge": {}}
+                ]}},
+                "networks": [
+                    {"name": "default", "pod": {}},
+                    {"name": "dhcp", "multus": {"networkName": KEY}}
+                ]
+            },
+            "status": {"interfaces": [
+                {"name": "dhcp", "mac": "02:00:00:00:20:08", "ipAddress": "10.1.192.213",
+                 "ipAddresses": ["10.1.192.213"]}
+            ]}
+        }));
+        // A launcher pod known only by its owner reference.
+        server.put_pod(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "virt-launcher-vm2-abcde", "namespace": NS, "uid": "p2",
+                "labels": {"kubevirt.io": "virt-launcher"},
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                     "name": "vm2", "uid": "vmi2", "controller": true}]
+            }
+        }));
+        let api = api(&server);
+
+        let pod = api.get_pod(NS, "virt-launcher-vm1-x7k2p").await.unwrap();
+        let Workload::Vm { vmi_name } = pod.workload() else {
+            panic!("launcher pod classified as {:?}", pod.workload());
+        };
+        assert_eq!(vmi_name, "vm1");
+        let vmi = api.get_vmi(NS, &vmi_name).await.unwrap().unwrap();
+        let iface = vmi.interface_for_network(KEY).unwrap();
+        assert_eq!(iface.name, "dhcp");
+        // Migration target: the pod interface has a new MAC, the status keeps the old one.
+        let (mac, source) = iface.resolve_mac("02:00:00:00:99:99".parse().unwrap());
+        assert_eq!((mac.to_string().as_str(), source), ("02:00:00:00:20:08", MacSource::VmiStatus));
+        assert_eq!(iface.status_ipv4, Some(Ipv4Addr::new(10, 1, 192, 213)));
+
+        let pod2 = api.get_pod(NS, "virt-launcher-vm2-abcde").await.unwrap();
+        assert_eq!(pod2.workload(), Workload::Vm { vmi_name: "vm2".into() });
+        // No such VMI (first boot race, or deleted): None, not an error.
+        assert!(api.get_vmi(NS, "vm2").await.unwrap().is_none());
+        assert!(api.get_vmi(NS, "").await.unwrap().is_none());
+
+        // VM pods get the annotation too.
+        api.set_network_entry(NS, "virt-launcher-vm1-x7k2p", KEY, entry())
+            .await
+            .unwrap();
+        assert!(server
+            .annotation(NS, "virt-launcher-vm1-x7k2p", POD_NETWORKS_ANNOTATION)
+            .unwrap()
+            .contains(r#""ipam_mode":"dhcp""#));
+        assert!(server.unexpected().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn conflict_retries_then_success_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        server.add_pod(NS, "web", &[], &[(POD_NETWORKS_ANNOTATION, &format!(r#"{{"default":{DEFAULT_ENTRY}}}"#))]);
+        // Two other writers race us: each changes the pod between our read
+        // and our patch, so our precondition fails for real; then a plain 409.
+        let foreign = |n: u32| Fault::ConcurrentWrite {
+            key: POD_NETWORKS_ANNOTATION.into(),
+            value: format!(r#"{{"default":{DEFAULT_ENTRY},"other/net{n}":{{"ip_addresses":["192.0.2.{n}/24"],"mac_address":"02:00:00:00:00:0{n}","role":"secondary"}}}}"#),
+        };
+        server.inject(Op::PatchPod, foreign(1));
+        server.inject(Op::PatchPod, foreign(2));
+        server.inject(Op::PatchPod, Fault::Status(409));
+        let api = api(&server);
+        api.set_network_entry(NS, "web", KEY, entry()).await.unwrap();
+
+        assert_eq!(server.pending_faults(), 0);
+        assert_eq!(server.count(Op::PatchPod), 4);
+        // Each attempt re-read the pod: the retry wraps the read.
+        assert_eq!(server.count(Op::GetPod), 4);
+        let got = server.annotation(NS, "web", POD_NETWORKS_ANNOTATION).unwrap();
+        // The last concurrent writer's entry survives next to ours and `default`.
+        assert_eq!(
+            got,
+            format!(
+                r#"{{"default":{DEFAULT_ENTRY},"{KEY}":{OUR_ENTRY},"other/net2":{{"ip_addresses":["192.0.2.2/24"],"mac_address":"02:00:00:00:00:02","role":"secondary"}}}}"#
+            )
+        );
+        // Every patch carried the version of the read before it.
+        let reqs = server.requests();
+        for w in reqs.windows(2) {
+            if w[1].op == Some(Op::PatchPod) {
+                assert_eq!(w[0].op, Some(Op::GetPod));
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn conflicts_exhausted_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        server.add_pod(NS, "web", &[], &[]);
+        server.inject_n(Op::PatchPod, &Fault::Status(409), 10);
+        let api = PodApi::Kube(KubeClient::new(server.client()).with_retry(fast_retry(3)));
+        let err = api
+            .set_network_entry(NS, "web", KEY, entry())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, PodApiError::ConflictsExhausted { attempts: 3, .. }),
+            "{err}"
+        );
+        assert_eq!(err.http_status(), Some(409));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("tenant/web") && msg.contains("409") && msg.contains("3 attempts"),
+            "{msg}"
+        );
+        assert_eq!(server.count(Op::PatchPod), 3);
+        assert_eq!(server.annotation(NS, "web", POD_NETWORKS_ANNOTATION), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn preserves_default_and_other_networks_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        let other = r#"{"ip_addresses":["198.51.100.4/24"],"mac_address":"02:00:00:00:00:04","routes":[{"dest":"203.0.113.0/24","nextHop":"198.51.100.1"}],"tunnel_id":12,"role":"secondary"}"#;
+        let existing = format!(r#"{{"default":{DEFAULT_ENTRY},"infra/other":{other}}}"#);
+        server.add_pod(
+            NS,
+            "web",
+            &[],
+            &[(POD_NETWORKS_ANNOTATION, &existing), ("k8s.v1.cni.cncf.io/network-status", "[]")],
+        );
+        let api = api(&server);
+        api.set_network_entry(NS, "web", KEY, entry()).await.unwrap();
+        assert_eq!(
+            server.annotation(NS, "web", POD_NETWORKS_ANNOTATION).unwrap(),
+            format!(r#"{{"default":{DEFAULT_ENTRY},"{KEY}":{OUR_ENTRY},"infra/other":{other}}}"#)
+        );
+        // Other annotations are not touched (merge patch of one key only).
+        assert_eq!(
+            server.annotation(NS, "web", "k8s.v1.cni.cncf.io/network-status").as_deref(),
+            Some("[]")
+        );
+        let patch = server
+            .requests()
+            .into_iter()
+            .find(|r| r.op == Some(Op::PatchPod))
+            .unwrap();
+        let annotations = patch.body.unwrap()["metadata"]["annotations"].clone();
+        assert_eq!(annotations.as_object().unwrap().len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn removal_on_del_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        let existing = format!(r#"{{"default":{DEFAULT_ENTRY},"{KEY}":{OUR_ENTRY}}}"#);
+        server.add_pod(NS, "web", &[], &[(POD_NETWORKS_ANNOTATION, &existing)]);
+        let api = api(&server);
+        api.remove_network_entry(NS, "web", KEY).await.unwrap();
+        assert_eq!(
+            server
+                .annotation(NS, "web", POD_NETWORKS_ANNOTATION)
+                .unwrap(),
+            format!(r#"{{"default":{DEFAULT_ENTRY}}}"#)
+        );
+        // DEL is idempotent: nothing to remove → no write.
+        api.remove_network_entry(NS, "web", KEY).await.unwrap();
+        assert_eq!(server.count(Op::PatchPod), 1);
+
+        // Removing the only entry removes the annotation.
+        server.add_pod(
+            NS,
+            "solo",
+            &[],
+            &[(
+                POD_NETWORKS_ANNOTATION,
+                &format!(r#"{{"{KEY}":{OUR_ENTRY}}}"#),
+            )],
+        );
+        api.remove_network_entry(NS, "solo", KEY).await.unwrap();
+        let pod = server.pod(NS, "solo").unwrap();
+        assert!(pod["metadata"].get("annotations").is_none(), "{pod}");
+
+        // The pod is already gone: success.
+        server.delete_pod(NS, "web");
+        api.remove_network_entry(NS, "web", KEY).await.unwrap();
+        // Conflicts on DEL are retried like on ADD.
+        server.add_pod(NS, "again", &[], &[(POD_NETWORKS_ANNOTATION, &existing)]);
+        server.inject(Op::PatchPod, Fault::Status(409));
+        api.remove_network_entry(NS, "again", KEY).await.unwrap();
+        assert_eq!(
+            server
+                .annotation(NS, "again", POD_NETWORKS_ANNOTATION)
+                .unwrap(),
+            format!(r#"{{"default":{DEFAULT_ENTRY}}}"#)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn api_errors_name_pod_and_code_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        server.add_pod(NS, "web", &[], &[]);
+        let api = api(&server);
+
+        server.inject(Op::GetPod, Fault::Status(403));
+        let err = api.get_pod(NS, "web").await.unwrap_err();
+        assert_eq!(err.http_status(), Some(403));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("pod tenant/web") && msg.contains("HTTP 403"),
+            "{msg}"
+        );
+
+        server.inject(Op::PatchPod, Fault::Status(500));
+        let err = api
+            .set_network_entry(NS, "web", KEY, entry())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PodApiError::Api {
+                    op: "patch",
+                    code: 500,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("pod tenant/web"), "{err}");
+        // A 500 is not retried.
+        assert_eq!(server.count(Op::PatchPod), 1);
+
+        server.inject(Op::GetPod, Fault::Status(403));
+        let err = api
+            .set_network_entry(NS, "web", KEY, entry())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PodApiError::Api {
+                    op: "get",
+                    code: 403,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+
+        let err = api
+            .set_network_entry(NS, "missing", KEY, entry())
+            .await
+            .unwrap_err();
+        assert_eq!(err.http_status(), Some(404));
+        assert!(err.to_string().contains("pod tenant/missing"), "{err}");
+        let err = api.get_pod(NS, "missing").await.unwrap_err();
+        assert_eq!(err.http_status(), Some(404));
+
+        server.inject(Op::GetVmi, Fault::Status(403));
+        let err = api.get_vmi(NS, "vm1").await.unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("VirtualMachineInstance tenant/vm1") && msg.contains("403"),
+            "{msg}"
+        );
+
+        // Nothing was written by any failed call.
+        assert_eq!(server.annotation(NS, "web", POD_NETWORKS_ANNOTATION), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn recreated_pod_is_not_patched_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        let old_uid = server.add_pod(NS, "web", &[], &[]);
+        server.delete_pod(NS, "web");
+        server.add_pod(NS, "web", &[], &[]);
+        let api = api(&server);
+        let err = api
+            .set_network_entry_for_uid(NS, "web", Some(&old_uid), KEY, entry())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::UidMismatch { .. }), "{err}");
+        assert_eq!(server.count(Op::PatchPod), 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn malformed_annotation_is_not_overwritten_fake_apiserver() {
+    within(async {
+        let server = FakeApiServer::start().await;
+        server.add_pod(NS, "web", &[], &[(POD_NETWORKS_ANNOTATION, "{broken")]);
+        let api = api(&server);
+        let err = api
+            .set_network_entry(NS, "web", KEY, entry())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::Annotation { .. }), "{err}");
+        assert!(err.to_string().contains("tenant/web"), "{err}");
+        assert_eq!(server.count(Op::PatchPod), 0);
+        assert_eq!(
+            server
+                .annotation(NS, "web", POD_NETWORKS_ANNOTATION)
+                .as_deref(),
+            Some("{broken")
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unreachable_server_is_a_transport_error_fake_apiserver() {
+    within(async {
+        let mut server = FakeApiServer::start().await;
+        let api = api(&server);
+        server.stop();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let err = api.get_pod(NS, "web").await.unwrap_err();
+        assert!(matches!(err, PodApiError::Transport { .. }), "{err}");
+        assert!(err.to_string().contains("pod tenant/web"), "{err}");
+        assert_eq!(err.http_status(), None);
+    })
+    .await;
+}
