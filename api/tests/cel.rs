@@ -201,3 +201,41 @@ fn seed_example_round_trips_through_the_types() {
     let back: ClusterUserDefinedNetwork = serde_yaml::from_str(&yaml).unwrap();
     assert_eq!(back, typed);
 }
+
+/// Every modelled field keeps its OVN-Kubernetes name through a round trip, and a full
+/// `Enabled` localnet network is valid.
+#[test]
+fn full_localnet_network_round_trips_and_validates() {
+    let original: Value = serde_yaml::from_str(
+        r#"apiVersion: k8s.ovn.org/v1
+kind: ClusterUserDefinedNetwork
+metadata:
+  name: localnet-static
+spec:
+  namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: In
+        values: [red, blue]
+  network:
+    topology: Localnet
+    localnet:
+      role: Secondary
+      physicalNetworkName: physnet
+      subnets: ["192.0.2.0/24", "2001:db8::/64"]
+      excludeSubnets: ["192.0.2.0/30"]
+      ipam:
+        mode: Enabled
+        lifecycle: Persistent
+      mtu: 1500
+      vlan:
+        mode: Access
+        access:
+          id: 100
+"#,
+    )
+    .unwrap();
+    let typed: ClusterUserDefinedNetwork = serde_json::from_value(original.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&typed).unwrap(), original);
+    assert_eq!(failures(&original, None), Vec::<String>::new());
+}
