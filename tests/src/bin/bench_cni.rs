@@ -1,0 +1,487 @@
+//! `cargo xtask bench cni`: xdhcp side by side with the upstream CNI `dhcp`
+//! daemon (Debian's `/usr/lib/cni/dhcp`), on one testbed and in one run.
+//!
+//! Both are invoked exactly as a runtime invokes an IPAM plugin (exec with the
+//! CNI environment and the network config on stdin) on the same pre-created
+//! pod interfaces (veths from a lab bridge into per-pod namespaces):
+//!
+//! 1. single ADD latency (median, p99 over 50 ADD+DEL rounds, dnsmasq `--no-ping`);
+//! 2. 100 concurrent ADDs against dnsmasq `--no-ping` and against Kea: wall
+//!    time, leases/s, failures;
+//! 3. daemon RSS and OS thread count at 0, 100 and 1000 leases.
+//!
+//! Results are printed as a Markdown table of figures and ratios and written
+//! to `$XDHCP_BENCH_RESULTS/cni.md`. Nothing here asserts a timing.
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a benchmark report"
+)]
+
+use std::{
+    fmt::Write as _,
+    io::Write as _,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use xdhcp_tests::{
+    netns::{Lab, LabClient},
+    servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, wait_until},
+};
+
+const UPSTREAM: &str = "/usr/lib/cni/dhcp";
+const SINGLE_RUNS: usize = 50;
+const CONCURRENT: usize = 100;
+const BIG: usize = 1000;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Impl {
+    Upstream,
+    Xdhcp,
+}
+
+impl Impl {
+    fn name(self) -> &'static str {
+        match self {
+            Impl::Upstream => "upstream dhcp",
+            Impl::Xdhcp => "xdhcp",
+        }
+    }
+}
+
+/// A running IPAM daemon and how to invoke its plugin.
+struct Daemon {
+    which: Impl,
+    process: Process,
+    socket: PathBuf,
+    plugin: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start(which: Impl, xdhcp: &Path) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-bench-")
+            .tempdir()
+            .expect("tempdir");
+        let socket = dir.path().join("ipam.sock");
+        let log = dir.path().join("daemon.log");
+        let (process, plugin) = match which {
+            Impl::Upstream => {
+                let mut cmd = Command::new(UPSTREAM);
+                cmd.arg("daemon").arg("-socketpath").arg(&socket);
+                (
+                    Process::spawn_logged("upstream dhcp daemon", cmd, &log),
+                    PathBuf::from(UPSTREAM),
+                )
+            }
+            Impl::Xdhcp => {
+                let mut cmd = Command::new(xdhcp);
+                cmd.args(["agent", "--kube", "off", "--socket"])
+                    .arg(&socket)
+                    .arg("--state-dir")
+                    .arg(dir.path().join("state"))
+                    .env("RUST_LOG", "warn");
+                (
+                    Process::spawn_logged("xdhcp agent", cmd, &log),
+                    xdhcp.to_path_buf(),
+                )
+            }
+        };
+        assert!(
+            wait_until(Duration::from_secs(20), || socket.exists()),
+            "{} did not create its socket; log:\n{}",
+            which.name(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Daemon {
+            which,
+            process,
+            socket,
+            plugin,
+            _dir: dir,
+        }
+    }
+
+    fn config(&self) -> String {
+        let ipam = match self.which {
+            Impl::Upstream => serde_json::json!({"type": "dhcp", "daemonSocketPath": self.socket}),
+            Impl::Xdhcp => serde_json::json!({"type": "xdhcp", "socketPath": self.socket}),
+        };
+        serde_json::json!({"cniVersion": "1.0.0", "name": "benchnet", "type": "macvlan", "ipam": ipam})
+            .to_string()
+    }
+
+    /// Runs one plugin command for `client`; returns its wall time.
+    fn cni(&self, command: &str, id: &str, client: &LabClient) -> Result<Duration, String> {
+        let started = Instant::now();
+        let mut child = Command::new(&self.plugin)
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", client.ns.path())
+            .env("CNI_IFNAME", &client.ifname)
+            .env("CNI_PATH", "/usr/lib/cni")
+            .env(
+                "CNI_ARGS",
+                format!("K8S_POD_NAMESPACE=bench;K8S_POD_NAME={id}"),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("exec {}: {e}", self.plugin.display()))?;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(self.config().as_bytes())
+            .map_err(|e| e.to_string())?;
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let elapsed = started.elapsed();
+        if out.status.success() {
+            Ok(elapsed)
+        } else {
+            Err(format!(
+                "{} {command} {id}: {}{}",
+                self.which.name(),
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// (RSS in KiB, OS threads) of the daemon process.
+    fn footprint(&self) -> (u64, u64) {
+        let pid = self.process.pid().expect("daemon running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("Threads:"))
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// ADD+DEL rounds on one interface; returns sorted ADD latencies.
+fn single(d: &Daemon, client: &LabClient) -> Vec<Duration> {
+    let mut lat = Vec::with_capacity(SINGLE_RUNS);
+    for i in 0..SINGLE_RUNS {
+        let id = format!("single-{i}");
+        match d.cni("ADD", &id, client) {
+            Ok(t) => lat.push(t),
+            Err(e) => eprintln!("  single ADD failed: {e}"),
+        }
+        let _ = d.cni("DEL", &id, client);
+    }
+    lat.sort();
+    lat
+}
+
+struct Burst {
+    wall: Duration,
+    ok: usize,
+    failed: usize,
+    first_error: Option<String>,
+}
+
+/// `n` concurrent ADDs on clients `0..n`, container ids `<tag>-<i>`.
+fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
+    let started = Instant::now();
+    let results: Vec<Result<Duration, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, c)| s.spawn(move || d.cni("ADD", &format!("{tag}-{i}"), c)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("ADD thread"))
+            .collect()
+    });
+    let wall = started.elapsed();
+    let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    Burst {
+        wall,
+        ok: results.len() - failed.len(),
+        failed: failed.len(),
+        first_error: failed.first().map(|s| (*s).clone()),
+    }
+}
+
+fn del_all(d: &Daemon, clients: &[LabClient], tag: &str) {
+    std::thread::scope(|s| {
+        for (i, c) in clients.iter().enumerate() {
+            s.spawn(move || {
+                let _ = d.cni("DEL", &format!("{tag}-{i}"), c);
+            });
+        }
+    });
+}
+
+fn dnsmasq_config(prefix: (Ipv4Addr, Ipv4Addr), netmask: Ipv4Addr) -> DnsmasqConfig {
+    DnsmasqConfig {
+        range: prefix,
+        netmask,
+        lease_secs: 3600,
+        no_ping: true,
+        extra_args: vec!["--dhcp-lease-max=4000".to_owned()],
+        ..DnsmasqConfig::default()
+    }
+}
+
+struct Row {
+    what: String,
+    upstream: String,
+    xdhcp: String,
+    ratio: String,
+}
+
+fn main() {
+    let xdhcp = PathBuf::from(
+        std::env::var_os("XDHCP_BIN")
+            .expect("XDHCP_BIN: path of the release xdhcp binary (cargo xtask bench sets it)"),
+    );
+    assert!(
+        Path::new(UPSTREAM).exists(),
+        "{UPSTREAM} missing: apt-get install containernetworking-plugins"
+    );
+    xdhcp_tests::netns::sweep_leftovers();
+    let mut rows: Vec<Row> = Vec::new();
+
+    // ---- single ADD latency and 100 concurrent ADDs against dnsmasq and Kea.
+    println!("building a lab with {CONCURRENT} pod interfaces…");
+    let lab = Lab::builder().clients(CONCURRENT).build();
+    let mut singles = Vec::new();
+    let mut bursts = Vec::new();
+    for server in ["dnsmasq --no-ping", "Kea"] {
+        let _dnsmasq;
+        let _kea;
+        if server == "Kea" {
+            _kea = Some(Kea::start(
+                &lab.server,
+                KeaConfig {
+                    pool: (Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 250)),
+                    valid_lifetime: 3600,
+                    renew_timer: 1800,
+                    rebind_timer: 3000,
+                    ..KeaConfig::default()
+                },
+            ));
+            _dnsmasq = None;
+        } else {
+            _dnsmasq = Some(Dnsmasq::start(
+                &lab.server,
+                dnsmasq_config(
+                    (Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 250)),
+                    Ipv4Addr::new(255, 255, 255, 0),
+                ),
+            ));
+            _kea = None;
+        }
+        for which in [Impl::Upstream, Impl::Xdhcp] {
+            let d = Daemon::start(which, &xdhcp);
+            if server != "Kea" {
+                println!(
+                    "{}: {SINGLE_RUNS} single ADDs against {server}…",
+                    which.name()
+                );
+                singles.push((which, single(&d, &lab.clients[0])));
+            }
+            println!(
+                "{}: {CONCURRENT} concurrent ADDs against {server}…",
+                which.name()
+            );
+            let b = burst(&d, &lab.clients, "burst");
+            if let Some(e) = &b.first_error {
+                eprintln!("  first failure: {e}");
+            }
+            bursts.push((server, which, b));
+            del_all(&d, &lab.clients, "burst");
+        }
+    }
+    let single_of = |w: Impl| {
+        singles
+            .iter()
+            .find(|(x, _)| *x == w)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let (su, sx) = (single_of(Impl::Upstream), single_of(Impl::Xdhcp));
+    for (label, p) in [
+        ("single ADD median (ms)", 0.5),
+        ("single ADD p99 (ms)", 0.99),
+    ] {
+        let (u, x) = (ms(percentile(&su, p)), ms(percentile(&sx, p)));
+        rows.push(Row {
+            what: label.to_owned(),
+            upstream: format!("{u:.1}"),
+            xdhcp: format!("{x:.1}"),
+            ratio: format!("{:.1}× faster", u / x.max(1e-9)),
+        });
+    }
+    for server in ["dnsmasq --no-ping", "Kea"] {
+        let get = |w: Impl| {
+            bursts
+                .iter()
+                .find(|(s, x, _)| *s == server && *x == w)
+                .map(|(_, _, b)| b)
+        };
+        if let (Some(u), Some(x)) = (get(Impl::Upstream), get(Impl::Xdhcp)) {
+            rows.push(Row {
+                what: format!(
+                    "{CONCURRENT} concurrent ADDs, {server}: wall (s) / leases/s / failures"
+                ),
+                upstream: format!(
+                    "{:.2} / {:.0} / {}",
+                    u.wall.as_secs_f64(),
+                    u.ok as f64 / u.wall.as_secs_f64(),
+                    u.failed
+                ),
+                xdhcp: format!(
+                    "{:.2} / {:.0} / {}",
+                    x.wall.as_secs_f64(),
+                    x.ok as f64 / x.wall.as_secs_f64(),
+                    x.failed
+                ),
+                ratio: format!(
+                    "{:.1}× faster",
+                    u.wall.as_secs_f64() / x.wall.as_secs_f64().max(1e-9)
+                ),
+            });
+        }
+    }
+    drop(lab);
+
+    // ---- footprint at 0, 100 and 1000 leases (dnsmasq, /22 so 1000 fit).
+    println!("building a lab with {BIG} pod interfaces (takes a while)…");
+    let big = Lab::builder()
+        .server_ip(Ipv4Addr::new(198, 18, 0, 1), 22)
+        .clients(BIG)
+        .build();
+    let _server = Dnsmasq::start(
+        &big.server,
+        DnsmasqConfig {
+            router: Some(Ipv4Addr::new(198, 18, 0, 1)),
+            dns: vec![],
+            ..dnsmasq_config(
+                (
+                    Ipv4Addr::new(198, 18, 0, 10),
+                    Ipv4Addr::new(198, 18, 3, 250),
+                ),
+                Ipv4Addr::new(255, 255, 252, 0),
+            )
+        },
+    );
+    let mut foot: Vec<(Impl, [(u64, u64); 3], usize)> = Vec::new();
+    for which in [Impl::Upstream, Impl::Xdhcp] {
+        let d = Daemon::start(which, &xdhcp);
+        std::thread::sleep(Duration::from_millis(500));
+        let at0 = d.footprint();
+        let mut failed = 0;
+        for (chunk_no, chunk) in big.clients.chunks(CONCURRENT).enumerate() {
+            let b = burst(&d, chunk, &format!("big{chunk_no}"));
+            failed += b.failed;
+            if chunk_no == 0 {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let at_big = d.footprint();
+        // The 100-lease point: measured on a fresh daemon so it is not a
+        // high-water mark of the 1000-lease run.
+        for (chunk_no, chunk) in big.clients.chunks(CONCURRENT).enumerate() {
+            del_all(&d, chunk, &format!("big{chunk_no}"));
+        }
+        drop(d);
+        let d = Daemon::start(which, &xdhcp);
+        let b = burst(&d, &big.clients[..CONCURRENT], "mid");
+        failed += b.failed;
+        std::thread::sleep(Duration::from_millis(500));
+        let at100 = d.footprint();
+        del_all(&d, &big.clients[..CONCURRENT], "mid");
+        println!(
+            "{}: footprint {at0:?} {at100:?} {at_big:?}, failures {failed}",
+            which.name()
+        );
+        foot.push((which, [at0, at100, at_big], failed));
+    }
+    let fp = |w: Impl| {
+        foot.iter()
+            .find(|(x, _, _)| *x == w)
+            .map(|(_, f, e)| (*f, *e))
+            .expect("measured")
+    };
+    let ((fu, eu), (fx, ex)) = (fp(Impl::Upstream), fp(Impl::Xdhcp));
+    for (i, n) in [0, CONCURRENT, BIG].into_iter().enumerate() {
+        rows.push(Row {
+            what: format!("daemon RSS (KiB) / threads at {n} leases"),
+            upstream: format!("{} / {}", fu[i].0, fu[i].1),
+            xdhcp: format!("{} / {}", fx[i].0, fx[i].1),
+            ratio: format!("{:.2}× the memory", fx[i].0 as f64 / fu[i].0.max(1) as f64),
+        });
+    }
+    let per_lease = |f: [(u64, u64); 3]| (f[2].0.saturating_sub(f[0].0)) as f64 / BIG as f64;
+    rows.push(Row {
+        what: format!("RSS per lease (KiB, (RSS@{BIG} − RSS@0)/{BIG})"),
+        upstream: format!("{:.1}", per_lease(fu)),
+        xdhcp: format!("{:.1}", per_lease(fx)),
+        ratio: format!("{:.2}×", per_lease(fx) / per_lease(fu).max(1e-9)),
+    });
+    rows.push(Row {
+        what: format!(
+            "ADD failures in the footprint runs (of {})",
+            BIG + CONCURRENT
+        ),
+        upstream: eu.to_string(),
+        xdhcp: ex.to_string(),
+        ratio: String::new(),
+    });
+
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# CNI IPAM benchmark: xdhcp vs. upstream `dhcp` ({UPSTREAM})\n"
+    );
+    let _ = writeln!(
+        md,
+        "Same testbed, same run: veth pod interfaces into a lab bridge, plugins exec'd with the CNI environment. \
+         Servers: dnsmasq 2.90 `--no-ping`, Kea 2.2 memfile. Machine: {} cores.\n",
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
+    );
+    let _ = writeln!(
+        md,
+        "| measure | upstream | xdhcp | ratio |\n|---|---|---|---|"
+    );
+    for r in &rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            r.what, r.upstream, r.xdhcp, r.ratio
+        );
+    }
+    println!("\n{md}");
+    if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
+        let path = PathBuf::from(dir).join("cni.md");
+        std::fs::write(&path, &md).expect("write results");
+        println!("written to {}", path.display());
+    }
+}
