@@ -13,7 +13,7 @@
 //! that cannot be read back is moved aside, logged and counted; it never stops
 //! the agent.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -178,7 +178,7 @@ impl LeaseKey {
             if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-') {
                 stem.push(char::from(b));
             } else {
-                stem.push_str(&format!("%{b:02X}"));
+                let _ = write!(stem, "%{b:02X}");
             }
         }
         stem
@@ -262,7 +262,7 @@ pub enum AttachmentMode {
 /// after an agent restart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {
-    /// Network namespace path (CNI_NETNS).
+    /// Network namespace path (`CNI_NETNS`).
     pub netns: PathBuf,
     /// Client hardware address used for the lease.
     #[serde(with = "mac_serde")]
@@ -322,6 +322,10 @@ impl LeaseRecord {
 mod mac_serde {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    #[expect(
+        clippy::trivially_copy_pass_by_ref,
+        reason = "signature required by serde(with)"
+    )]
     pub fn serialize<S: Serializer>(mac: &[u8; 6], s: S) -> Result<S::Ok, S::Error> {
         let text: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
         s.serialize_str(&text.join(":"))
@@ -598,6 +602,10 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Reads and validates one record file stored under `key`'s name.
 fn read_record(path: &Path, key: &LeaseKey) -> Result<LeaseRecord, Corruption> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u32,
+    }
     // O_NOFOLLOW: a symlink planted in the directory is not followed.
     let file = OpenOptions::new()
         .read(true)
@@ -628,10 +636,6 @@ fn read_record(path: &Path, key: &LeaseKey) -> Result<LeaseRecord, Corruption> {
     }
     // Check the version before the full decode so a future format is
     // reported as such rather than as a decode error.
-    #[derive(Deserialize)]
-    struct Versioned {
-        version: u32,
-    }
     let versioned: Versioned = serde_json::from_slice(&bytes).map_err(Corruption::Decode)?;
     if versioned.version != RECORD_VERSION {
         return Err(Corruption::Version(versioned.version));
@@ -664,8 +668,8 @@ mod tests {
             domain_name: Some("example.test".to_owned()),
             search: vec!["example.test".to_owned()],
             mtu: Some(1500),
-            lease_time: Duration::from_secs(120),
-            t1: Duration::from_secs(60),
+            lease_time: Duration::from_mins(2),
+            t1: Duration::from_mins(1),
             t2: Duration::from_secs(105),
             acquired_unix_ms: 1_700_000_000_000,
             rejected_routes: Vec::new(),
