@@ -1,1 +1,458 @@
-//! Command-line flags of `xdhcp agent`, `xdhcp leases` and `xdhcp status`.
+//! Command-line flags of `xdhcp agent`, `xdhcp leases`, `xdhcp status`, and
+//! the two operator commands' rendering.
+//!
+//! Every path is a flag with the SPEC defaults; every DHCP timing knob maps
+//! onto [`xdhcp_engine::ClientConfig`] (defaults are the engine's, RFC 2131).
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use xdhcp_engine::{ClientConfig, ExpiredLeasePolicy, Retransmit, RoutePolicy};
+
+use crate::cni::config::{DEFAULT_SOCKET, parse_go_duration};
+pub use crate::kube::KubeMode;
+use crate::rpc::{AgentStatus, LeaseView};
+use crate::telemetry::LogFormat;
+
+/// xdhcp: `DHCPv4` IPAM for OVN-Kubernetes localnet networks. With
+/// `CNI_COMMAND` set, the same binary is the CNI IPAM plugin.
+#[derive(Debug, Parser)]
+#[command(name = "xdhcp", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the node agent (DHCP leases, CNI socket, metrics).
+    Agent(Box<AgentArgs>),
+    /// Print the lease table of a running agent.
+    Leases(ClientArgs),
+    /// Print the status of a running agent: datapath, attach modes, counters.
+    Status(ClientArgs),
+}
+
+/// Flags of the operator commands.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Agent socket.
+    #[arg(long, env = "XDHCP_SOCKET", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--datapath`: how DHCP replies are received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DatapathChoice {
+    /// eBPF ring buffer when the program loads, else `AF_PACKET`.
+    Auto,
+    /// eBPF only; fail to start if the program cannot load.
+    Ebpf,
+    /// `AF_PACKET` with a classic BPF filter.
+    Afpacket,
+}
+
+/// `--attach`: where the eBPF capture program attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttachChoice {
+    /// TC for veths, native XDP for NICs/VFs, generic XDP otherwise.
+    Auto,
+    /// TC clsact ingress.
+    Tc,
+    /// Native XDP (falls back to generic with a log line).
+    Xdp,
+    /// Generic (skb) XDP.
+    XdpGeneric,
+}
+
+/// `--expired-lease-policy`: what a restarted agent does with a lease that
+/// expired while it was down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExpiredPolicy {
+    /// INIT-REBOOT asking for the old address (RFC 2131 §3.2).
+    Reboot,
+    /// Start over with DISCOVER.
+    Discover,
+    /// Forget the lease (the pod keeps no managed address).
+    Drop,
+}
+
+/// Flags of `xdhcp agent`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Unix socket the CNI plugin and the operator commands talk to (mode 0600).
+    #[arg(long, env = "XDHCP_SOCKET", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Lease records, the embedded annotation store and the VFIO journal.
+    #[arg(long, default_value = "/var/lib/xdhcp")]
+    pub state_dir: PathBuf,
+    /// bpffs directory for pinned programs and maps.
+    #[arg(long, default_value = "/sys/fs/bpf/xdhcp")]
+    pub bpffs_dir: PathBuf,
+    /// Root of sysfs (a fake tree in tests).
+    #[arg(long, default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// Kubernetes API use.
+    #[arg(long, value_enum, default_value_t = KubeMode::Auto)]
+    pub kube: KubeMode,
+    /// kubeconfig file (default: in-cluster config, then $KUBECONFIG, ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Serve /metrics, /healthz and /readyz on this TCP address (off by default).
+    #[arg(long)]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Log format on stderr (filter with `RUST_LOG`, default `info`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// Receive path for DHCP replies.
+    #[arg(long, value_enum, default_value_t = DatapathChoice::Auto)]
+    pub datapath: DatapathChoice,
+    /// eBPF attach point.
+    #[arg(long, value_enum, default_value_t = AttachChoice::Auto)]
+    pub attach: AttachChoice,
+    /// This node's name (Kubernetes downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// What to do with leases that expired while the agent was down.
+    #[arg(long, value_enum, default_value_t = ExpiredPolicy::Reboot)]
+    pub expired_lease_policy: ExpiredPolicy,
+
+    /// Overall deadline to obtain a lease (per ADD unless the NAD sets ipam.timeout).
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub acquire_timeout: Duration,
+    /// First retransmission delay (RFC 2131 §4.1).
+    #[arg(long, value_parser = duration, default_value = "4s")]
+    pub retransmit_initial: Duration,
+    /// Cap on the doubled retransmission delay (NAD ipam.resendMax overrides).
+    #[arg(long, value_parser = duration, default_value = "64s")]
+    pub retransmit_max: Duration,
+    /// Randomisation of each retransmission delay (±).
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub retransmit_jitter: Duration,
+    /// REQUEST transmissions in REQUESTING before restarting DISCOVER.
+    #[arg(long, default_value_t = 4)]
+    pub request_attempts: u32,
+    /// REQUEST transmissions in REBOOTING before falling back to DISCOVER.
+    #[arg(long, default_value_t = 2)]
+    pub reboot_attempts: u32,
+    /// Minimum retransmission interval in RENEWING/REBINDING (RFC 2131 §4.4.5).
+    #[arg(long, value_parser = duration, default_value = "60s")]
+    pub renew_min_interval: Duration,
+    /// Delay before DISCOVER after a second consecutive NAK (doubles per NAK).
+    #[arg(long, value_parser = duration, default_value = "250ms")]
+    pub nak_backoff_initial: Duration,
+    /// Cap on the NAK backoff.
+    #[arg(long, value_parser = duration, default_value = "4s")]
+    pub nak_backoff_max: Duration,
+    /// Wait after DHCPDECLINE before restarting (RFC 2131 §3.1: ≥ 10s).
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub decline_delay: Duration,
+    /// Random delay before the first DISCOVER, uniform in [0, this].
+    #[arg(long, value_parser = duration, default_value = "0s")]
+    pub init_delay_max: Duration,
+    /// Option 57, maximum DHCP message size.
+    #[arg(long, default_value_t = 1500)]
+    pub max_message_size: u16,
+    /// Set the BROADCAST flag so servers broadcast their replies.
+    #[arg(long)]
+    pub broadcast_flag: bool,
+    /// Maximum option-121 routes accepted from one reply.
+    #[arg(long, default_value_t = 64)]
+    pub max_routes: usize,
+    /// Option-121 routes shorter than this (but not /0) are refused unless the
+    /// NAD sets `allowDefaultRouteOverride` (`TunnelVision`, CVE-2024-3661).
+    #[arg(long, default_value_t = 8)]
+    pub min_route_prefix: u8,
+    /// VFIO handoff: how long to wait for the VF's netdev to appear.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub vfio_netdev_timeout: Duration,
+}
+
+impl AgentArgs {
+    /// Flags with every default, for tests and in-process agents.
+    pub fn with_defaults(socket: PathBuf, state_dir: PathBuf) -> Self {
+        let mut a = Cli::parse_from(["xdhcp", "agent"]);
+        let Command::Agent(args) = &mut a.command else {
+            unreachable!("parsed the agent subcommand")
+        };
+        args.socket = socket;
+        args.state_dir = state_dir;
+        (**args).clone()
+    }
+
+    /// The engine configuration every lease starts from (per-NAD settings
+    /// and the MAC are applied on top by the daemon).
+    pub fn client_config(&self) -> ClientConfig {
+        let route_policy = RoutePolicy {
+            max_routes: self.max_routes,
+            min_prefix_len: self.min_route_prefix,
+            ..RoutePolicy::default()
+        };
+        ClientConfig {
+            retransmit: Retransmit {
+                initial: self.retransmit_initial,
+                max_interval: self.retransmit_max,
+                jitter: self.retransmit_jitter,
+                request_attempts: self.request_attempts,
+                reboot_attempts: self.reboot_attempts,
+                renew_min_interval: self.renew_min_interval,
+                nak_backoff_initial: self.nak_backoff_initial,
+                nak_backoff_max: self.nak_backoff_max,
+                decline_delay: self.decline_delay,
+                init_delay_max: self.init_delay_max,
+            },
+            acquire_timeout: self.acquire_timeout,
+            route_policy,
+            max_message_size: self.max_message_size,
+            broadcast_flag: self.broadcast_flag,
+            expired_lease: match self.expired_lease_policy {
+                ExpiredPolicy::Discover => ExpiredLeasePolicy::Discover,
+                ExpiredPolicy::Reboot | ExpiredPolicy::Drop => ExpiredLeasePolicy::Reboot,
+            },
+            ..ClientConfig::default()
+        }
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_go_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 30s, 1m30s or 250ms"))
+}
+
+/// Render the lease table of `xdhcp leases`.
+pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
+    let headers = [
+        "POD",
+        "INTERFACE",
+        "MAC",
+        "IP",
+        "SERVER",
+        "STATE",
+        "EXPIRES IN",
+    ];
+    let mut table: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.pod
+                    .clone()
+                    .unwrap_or_else(|| format!("({})", short_id(&r.container_id))),
+                r.ifname.clone(),
+                r.mac.clone(),
+                r.address.map_or_else(|| "-".into(), |a| a.to_string()),
+                r.server.map_or_else(|| "-".into(), |s| s.to_string()),
+                r.state.clone(),
+                r.expires_unix_ms
+                    .map_or_else(|| "-".into(), |e| human_remaining(e, now_unix_ms)),
+            ]
+        })
+        .collect();
+    table.sort();
+    let mut widths = headers.map(str::len);
+    for row in &table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&headers);
+    for row in &table {
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&cells);
+    }
+    if rows.is_empty() {
+        out.push_str("(no leases)\n");
+    }
+    out
+}
+
+/// Render `xdhcp status`.
+pub fn render_status(s: &AgentStatus) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "agent:        xdhcp {} ({})",
+        s.version,
+        if s.ready { "ready" } else { "not ready" }
+    );
+    let _ = writeln!(out, "socket:       {}", s.socket.display());
+    let _ = writeln!(
+        out,
+        "state dir:    {} (recovered: {})",
+        s.state_dir.display(),
+        s.state_recovered
+    );
+    let _ = writeln!(out, "pod API:      {}", s.pod_api);
+    let _ = write!(out, "datapath:     {}", s.datapath);
+    if let Some(n) = &s.datapath_note {
+        let _ = write!(out, " ({n})");
+    }
+    out.push('\n');
+    let _ = writeln!(out, "leases:       {}", s.leases);
+    if !s.interfaces.is_empty() {
+        out.push_str("interfaces:\n");
+        for i in &s.interfaces {
+            let ns = i
+                .netns
+                .as_ref()
+                .map_or_else(|| "host".into(), |p| p.display().to_string());
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<10} {:<12} {ns}",
+                short_id(&i.container_id),
+                i.ifname,
+                i.attach
+            );
+        }
+    }
+    if !s.counters.is_empty() {
+        out.push_str("counters:\n");
+        for (k, v) in &s.counters {
+            let _ = writeln!(out, "  {k:<32} {v}");
+        }
+    }
+    if s.annotations.as_object().is_some_and(|o| !o.is_empty()) {
+        out.push_str("annotations (embedded store):\n");
+        let pretty = serde_json::to_string_pretty(&s.annotations).unwrap_or_default();
+        for l in pretty.lines() {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+    out
+}
+
+fn short_id(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+fn human_remaining(expires_ms: u64, now_ms: u64) -> String {
+    if expires_ms <= now_ms {
+        return "expired".into();
+    }
+    let s = (expires_ms - now_ms) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// Milliseconds since the epoch now.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::types::Ipv4Cidr;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn agent_defaults_follow_the_spec() {
+        let a = AgentArgs::with_defaults(DEFAULT_SOCKET.into(), "/var/lib/xdhcp".into());
+        assert_eq!(a.socket, PathBuf::from("/run/xdhcp/xdhcp.sock"));
+        assert_eq!(a.bpffs_dir, PathBuf::from("/sys/fs/bpf/xdhcp"));
+        assert_eq!(a.sysfs_root, PathBuf::from("/sys"));
+        assert_eq!(a.kube, KubeMode::Auto);
+        assert!(a.metrics_addr.is_none());
+        let c = a.client_config();
+        let d = ClientConfig::default();
+        assert_eq!(c.retransmit, d.retransmit);
+        assert_eq!(c.acquire_timeout, d.acquire_timeout);
+        assert_eq!(c.max_message_size, d.max_message_size);
+    }
+
+    #[test]
+    fn knobs_map_onto_the_engine() {
+        let cli = Cli::parse_from([
+            "xdhcp",
+            "agent",
+            "--acquire-timeout",
+            "5s",
+            "--retransmit-initial",
+            "500ms",
+            "--retransmit-max",
+            "2s",
+            "--expired-lease-policy",
+            "discover",
+            "--max-routes",
+            "3",
+            "--kube",
+            "off",
+        ]);
+        let Command::Agent(a) = cli.command else {
+            panic!("agent")
+        };
+        assert_eq!(a.kube, KubeMode::Off);
+        let c = a.client_config();
+        assert_eq!(c.acquire_timeout, Duration::from_secs(5));
+        assert_eq!(c.retransmit.initial, Duration::from_millis(500));
+        assert_eq!(c.retransmit.max_interval, Duration::from_secs(2));
+        assert_eq!(c.expired_lease, ExpiredLeasePolicy::Discover);
+        assert_eq!(c.route_policy.max_routes, 3);
+        assert!(Cli::try_parse_from(["xdhcp", "agent", "--acquire-timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn lease_table() {
+        let rows = vec![LeaseView {
+            container_id: "0123456789abcdef".into(),
+            ifname: "eth0".into(),
+            pod: Some("default/web".into()),
+            network: "net1".into(),
+            workload: "pod".into(),
+            mac: "02:00:00:00:00:01".into(),
+            address: Some(Ipv4Cidr::parse("192.0.2.10/24").unwrap()),
+            server: Some("192.0.2.1".parse().unwrap()),
+            state: "Bound".into(),
+            expires_unix_ms: Some(10_000 + 125_000),
+        }];
+        let t = render_leases(&rows, 10_000);
+        let mut lines = t.lines();
+        let head = lines.next().unwrap();
+        assert!(
+            head.starts_with("POD") && head.contains("EXPIRES IN"),
+            "{t}"
+        );
+        let row = lines.next().unwrap();
+        for want in [
+            "default/web",
+            "eth0",
+            "192.0.2.10/24",
+            "192.0.2.1",
+            "Bound",
+            "2m05s",
+        ] {
+            assert!(row.contains(want), "{want} missing in {row}");
+        }
+        assert!(render_leases(&[], 0).contains("(no leases)"));
+        assert_eq!(human_remaining(5, 10), "expired");
+        assert_eq!(human_remaining(7_200_000, 0), "2h00m");
+    }
+}

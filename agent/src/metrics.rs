@@ -1,1 +1,353 @@
-//! Prometheus metrics and the health endpoints.
+//! Prometheus metrics (registry prefix `xdhcp`) and the `/metrics`,
+//! `/healthz`, `/readyz` router (SPEC R42).
+//!
+//! Labels are bounded: lease states, engine drop reasons and error labels are
+//! `&'static str` from fixed sets, never user input.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// DORA latency buckets, seconds: a veth DORA takes ~1 ms, a congested
+/// server or a ping-before-offer dnsmasq seconds.
+pub const DORA_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabel {
+    error: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabel {
+    op: &'static str,
+}
+
+/// All agent metrics.
+pub struct Metrics {
+    registry: Registry,
+    leases: Family<StateLabel, Gauge>,
+    dora_seconds: Histogram,
+    renewals: Counter,
+    naks: Counter,
+    failures: Family<ErrorLabel, Counter>,
+    dropped: Family<ReasonLabel, Counter>,
+    kernel: Family<OutcomeLabel, Counter>,
+    cni_requests: Family<OpLabel, Counter>,
+    kernel_last: Mutex<Vec<(&'static str, u64)>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut root = Registry::with_prefix("xdhcp");
+        let leases = Family::<StateLabel, Gauge>::default();
+        let dora_seconds = Histogram::new(DORA_BUCKETS.iter().copied());
+        let renewals = Counter::default();
+        let naks = Counter::default();
+        let failures = Family::<ErrorLabel, Counter>::default();
+        let dropped = Family::<ReasonLabel, Counter>::default();
+        let kernel = Family::<OutcomeLabel, Counter>::default();
+        let cni_requests = Family::<OpLabel, Counter>::default();
+        root.register("leases", "Leases by DHCP client state", leases.clone());
+        root.register(
+            "dora_duration_seconds",
+            "Time from the first DISCOVER (or INIT-REBOOT REQUEST) to BOUND",
+            dora_seconds.clone(),
+        );
+        root.register("renewals", "Leases renewed or rebound", renewals.clone());
+        root.register("naks", "DHCPNAKs received", naks.clone());
+        root.register(
+            "failures",
+            "Failed CNI operations and lost leases by error",
+            failures.clone(),
+        );
+        root.register(
+            "dropped_replies",
+            "DHCP replies dropped by the engine, by reason",
+            dropped.clone(),
+        );
+        root.register(
+            "kernel_frames",
+            "eBPF capture program outcomes (summed over CPUs)",
+            kernel.clone(),
+        );
+        root.register(
+            "cni_requests",
+            "CNI requests served, by operation",
+            cni_requests.clone(),
+        );
+        Self {
+            registry: root,
+            leases,
+            dora_seconds,
+            renewals,
+            naks,
+            failures,
+            dropped,
+            kernel,
+            cni_requests,
+            kernel_last: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A lease moved from `from` (None: new) to `to` (None: gone).
+    pub fn lease_state(&self, from: Option<&'static str>, to: Option<&'static str>) {
+        if from == to {
+            return;
+        }
+        if let Some(f) = from {
+            self.leases.get_or_create(&StateLabel { state: f }).dec();
+        }
+        if let Some(t) = to {
+            self.leases.get_or_create(&StateLabel { state: t }).inc();
+        }
+    }
+
+    /// One acquisition took `secs`.
+    pub fn dora(&self, secs: f64) {
+        self.dora_seconds.observe(secs);
+    }
+
+    /// A lease was renewed or rebound.
+    pub fn renewal(&self) {
+        self.renewals.inc();
+    }
+
+    /// A NAK arrived.
+    pub fn nak(&self) {
+        self.naks.inc();
+    }
+
+    /// An operation failed with a bounded error label.
+    pub fn failure(&self, error: &'static str) {
+        self.failures.get_or_create(&ErrorLabel { error }).inc();
+    }
+
+    /// The engine dropped `n` more replies for `reason`.
+    pub fn dropped(&self, reason: &'static str, n: u64) {
+        if n > 0 {
+            self.dropped
+                .get_or_create(&ReasonLabel { reason })
+                .inc_by(n);
+        }
+    }
+
+    /// A CNI request was served.
+    pub fn cni_request(&self, op: &'static str) {
+        self.cni_requests.get_or_create(&OpLabel { op }).inc();
+    }
+
+    /// Fold a snapshot of the kernel counters (monotonic totals) in.
+    pub fn kernel_snapshot(&self, snapshot: &[(&'static str, u64)]) {
+        let mut last = self
+            .kernel_last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &(outcome, total) in snapshot {
+            let prev = last
+                .iter()
+                .find(|(o, _)| *o == outcome)
+                .map_or(0, |(_, v)| *v);
+            if total > prev {
+                self.kernel
+                    .get_or_create(&OutcomeLabel { outcome })
+                    .inc_by(total - prev);
+            }
+            match last.iter_mut().find(|(o, _)| *o == outcome) {
+                Some(slot) => slot.1 = total,
+                None => last.push((outcome, total)),
+            }
+        }
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}
+
+/// Readiness: the datapath is up and persisted leases were recovered.
+#[derive(Debug, Default)]
+pub struct Health {
+    datapath: AtomicBool,
+    recovered: AtomicBool,
+}
+
+impl Health {
+    /// Record that the receive path is running.
+    pub fn set_datapath_ready(&self) {
+        self.datapath.store(true, Ordering::SeqCst);
+    }
+
+    /// Record that the lease store was loaded and every lease resumed.
+    pub fn set_recovered(&self) {
+        self.recovered.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether state recovery finished.
+    pub fn recovered(&self) -> bool {
+        self.recovered.load(Ordering::SeqCst)
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn ready(&self) -> Result<(), &'static str> {
+        match (
+            self.datapath.load(Ordering::SeqCst),
+            self.recovered.load(Ordering::SeqCst),
+        ) {
+            (true, true) => Ok(()),
+            (false, _) => Err("datapath not attached yet"),
+            (true, false) => Err("lease state not recovered yet"),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+/// `/metrics`, `/healthz` (process alive) and `/readyz` (datapath + state).
+pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(serve_ready))
+        .with_state(AppState { metrics, health })
+}
+
+async fn serve_metrics(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+}
+
+async fn serve_ready(State(s): State<AppState>) -> impl IntoResponse {
+    match s.health.ready() {
+        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_prefixed_metrics() {
+        let m = Metrics::new();
+        m.lease_state(None, Some("bound"));
+        m.lease_state(None, Some("bound"));
+        m.lease_state(Some("bound"), Some("renewing"));
+        m.dora(0.003);
+        m.renewal();
+        m.nak();
+        m.failure("dhcp_timeout");
+        m.dropped("wrong_xid", 2);
+        m.kernel_snapshot(&[("captured", 5)]);
+        m.kernel_snapshot(&[("captured", 7)]);
+        let text = m.encode();
+        assert!(text.contains(r#"xdhcp_leases{state="bound"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"xdhcp_leases{state="renewing"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("xdhcp_dora_duration_seconds_bucket{le=\"0.005\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("xdhcp_renewals_total 1"), "{text}");
+        assert!(text.contains("xdhcp_naks_total 1"), "{text}");
+        assert!(
+            text.contains(r#"xdhcp_failures_total{error="dhcp_timeout"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_dropped_replies_total{reason="wrong_xid"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_kernel_frames_total{outcome="captured"} 7"#),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn readyz_flips_when_datapath_and_state_are_up() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let health = Arc::new(Health::default());
+        let app = router(Arc::new(Metrics::new()), health.clone());
+        let get = |p: &'static str| {
+            axum::http::Request::builder()
+                .uri(p)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let r = app.clone().oneshot(get("/readyz")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        health.set_datapath_ready();
+        let r = app.clone().oneshot(get("/readyz")).await.unwrap();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains("not recovered"));
+        health.set_recovered();
+        let r = app.clone().oneshot(get("/readyz")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let r = app.clone().oneshot(get("/healthz")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let r = app.oneshot(get("/metrics")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+}

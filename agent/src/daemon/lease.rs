@@ -1,0 +1,446 @@
+//! One tokio task per attachment: drives the sans-IO engine with tokio time,
+//! the raw-socket sender and the capture path, persists every lease change,
+//! applies the address when asked, and ends on DEL, on interface removal, or
+//! (one-shot VM discovery) at BOUND.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+use xdhcp_engine::{AcquireError, Client, Destination, Event, Lease, Mode, PacketSource, State};
+
+use super::link::{Link, LinkError, mac_string};
+use super::persist::{self, LeaseRecord, WorkloadKind};
+use super::{Agent, apply};
+use crate::cli::now_unix_ms;
+use crate::datapath::RxFrame;
+use crate::datapath::frame::FrameHeaders;
+use crate::rpc::LeaseView;
+
+/// How long a maintained lease waits before trying again after an
+/// acquisition failed with nobody waiting on it (a resumed lease).
+const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
+
+/// What ADD waits for.
+#[derive(Debug)]
+pub enum Outcome {
+    Bound(Lease),
+    Failed(AcquireError),
+    /// The interface disappeared or could not be used.
+    LinkFailed(String),
+    /// The agent is shutting down.
+    Cancelled,
+}
+
+/// Commands to a running lease task.
+#[derive(Debug)]
+pub enum Command {
+    /// End the lease: RELEASE first when `release`; ack when done.
+    Stop {
+        release: bool,
+        ack: oneshot::Sender<()>,
+    },
+}
+
+/// Live, shared view of one attachment (for `leases`, `status`, CHECK).
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub record: LeaseRecord,
+    pub state: State,
+    pub attach: String,
+    /// Expiry, wall clock ms.
+    pub expires_unix_ms: Option<u64>,
+}
+
+impl Live {
+    /// The `xdhcp leases` row.
+    pub fn view(&self) -> LeaseView {
+        let r = &self.record;
+        LeaseView {
+            container_id: r.container_id.clone(),
+            ifname: r.ifname.clone(),
+            pod: r
+                .pod
+                .as_ref()
+                .map(|p| format!("{}/{}", p.namespace, p.name)),
+            network: r.config.name.clone(),
+            workload: match &r.workload {
+                WorkloadKind::Pod => "pod".to_owned(),
+                WorkloadKind::Vm { vmi } => format!("vm:{vmi}"),
+            },
+            mac: mac_string(r.mac),
+            address: r.lease.as_ref().map(|l| crate::cni::types::Ipv4Cidr {
+                addr: l.address,
+                prefix_len: l.prefix_len,
+            }),
+            server: r.lease.as_ref().map(|l| l.server_id),
+            state: if matches!(r.workload, WorkloadKind::Vm { .. }) && r.lease.is_some() {
+                "OneShot".to_owned()
+            } else {
+                format!("{:?}", self.state)
+            },
+            expires_unix_ms: self.expires_unix_ms,
+        }
+    }
+}
+
+/// Expiry of `lease` on the wall clock (None when infinite).
+pub fn expiry_ms(lease: &Lease) -> Option<u64> {
+    (!lease.is_infinite()).then(|| lease.acquired_unix_ms + lease.lease_time.as_millis() as u64)
+}
+
+/// Everything a lease task owns.
+pub struct Task {
+    pub agent: Arc<Agent>,
+    pub generation: u64,
+    pub client: Client,
+    pub link: Link,
+    pub live: Arc<Mutex<Live>>,
+    pub frames: mpsc::Receiver<RxFrame>,
+    pub frames_tx: mpsc::Sender<RxFrame>,
+    pub cmds: mpsc::Receiver<Command>,
+    pub waiter: Option<oneshot::Sender<Outcome>>,
+    /// eBPF ifindex for xid ownership, when capture is eBPF.
+    pub ebpf_ifindex: Option<u32>,
+    pub started: Instant,
+}
+
+impl Task {
+    fn record(&self) -> LeaseRecord {
+        lock(&self.live).record.clone()
+    }
+
+    fn persist(&self) {
+        let rec = self.record();
+        if let Err(e) = persist::save(&self.agent.args.state_dir, &rec) {
+            self.agent.metrics.failure("persist");
+            warn!(container = %rec.container_id, ifname = %rec.ifname, error = %e,
+                "could not persist the lease; a restart would lose it");
+        }
+    }
+
+    fn set_state(&self, state: State) {
+        let mut l = lock(&self.live);
+        if l.state != state {
+            self.agent
+                .metrics
+                .lease_state(Some(l.state.label()), Some(state.label()));
+            l.state = state;
+        }
+    }
+
+    fn set_lease(&self, lease: Option<Lease>) {
+        let mut l = lock(&self.live);
+        l.expires_unix_ms = lease.as_ref().and_then(expiry_ms);
+        l.record.lease = lease;
+    }
+}
+
+/// Run the task to its end.
+#[tracing::instrument(skip_all, fields(container = %lock(&task.live).record.container_id, ifname = %task.link.ifname))]
+pub async fn run(mut task: Task) {
+    let token = task.agent.token.clone();
+    let mut owned_xid: Option<u32> = None;
+    let oneshot = task.client.config().mode == Mode::OneShot;
+    let mut stop_ack: Option<oneshot::Sender<()>> = None;
+    let mut reacquire_at: Option<Instant> = None;
+    let end_reason;
+    loop {
+        // Outputs first: frames to send, then events.
+        if let Err(e) = flush(&mut task, &mut owned_xid) {
+            end_reason = End::Link(e);
+            break;
+        }
+        if let Some(end) = drain_events(&mut task, oneshot, &mut reacquire_at).await {
+            end_reason = end;
+            break;
+        }
+        task.set_state(task.client.state());
+        if !task.client.state().expects_reply() {
+            release_xid(&task, &mut owned_xid);
+        }
+        let deadline = match (task.client.poll_timeout(), reacquire_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = token.cancelled() => {
+                end_reason = End::Shutdown;
+                break;
+            }
+            cmd = task.cmds.recv() => match cmd {
+                Some(Command::Stop { release, ack }) => {
+                    stop_ack = Some(ack);
+                    end_reason = if release { End::Release } else { End::Forget };
+                    break;
+                }
+                // All handles dropped: the agent forgot us.
+                None => {
+                    end_reason = End::Forget;
+                    break;
+                }
+            },
+            frame = task.frames.recv() => {
+                if let Some(f) = frame {
+                    handle_frame(&mut task, &f);
+                }
+            }
+            got = task.link.recv() => match got {
+                Ok(f) => handle_frame(&mut task, &f),
+                Err(e) => {
+                    end_reason = End::Link(e);
+                    break;
+                }
+            },
+            () = sleep => {
+                let now = Instant::now();
+                if reacquire_at.is_some_and(|r| r <= now) {
+                    reacquire_at = None;
+                    task.client.set_wall_clock_unix_ms(now_unix_ms());
+                    task.client.restart(now);
+                } else {
+                    task.client.set_wall_clock_unix_ms(now_unix_ms());
+                    task.client.handle_timeout(now);
+                }
+            }
+        }
+    }
+    finish(task, &end_reason, owned_xid, stop_ack);
+}
+
+enum End {
+    Shutdown,
+    Release,
+    Forget,
+    Link(LinkError),
+    /// One-shot discovery finished (VM) or acquisition failed for an ADD.
+    Done,
+}
+
+fn handle_frame(task: &mut Task, f: &RxFrame) {
+    let now = Instant::now();
+    let src = PacketSource {
+        src_mac: f.headers.src_mac,
+        src_ip: f.headers.src_ip,
+    };
+    task.client.set_wall_clock_unix_ms(now_unix_ms());
+    if let Err(reason) = task.client.handle_packet(now, src, &f.payload) {
+        task.agent.metrics.dropped(reason.label(), 1);
+        debug!(reason = reason.label(), src = %f.headers.src_ip, "reply dropped");
+    }
+}
+
+fn flush(task: &mut Task, owned_xid: &mut Option<u32>) -> Result<(), LinkError> {
+    while let Some(t) = task.client.poll_transmit() {
+        if *owned_xid != Some(t.xid) {
+            release_xid(task, owned_xid);
+            task.agent
+                .rx
+                .register(t.xid, task.frames_tx.clone(), task.ebpf_ifindex);
+            *owned_xid = Some(t.xid);
+        }
+        let (dst_mac, dst_ip) = match t.dst {
+            Destination::Broadcast => ([0xff; 6], std::net::Ipv4Addr::BROADCAST),
+            Destination::Unicast { ip, mac } => (mac.unwrap_or([0xff; 6]), ip),
+        };
+        let headers = FrameHeaders {
+            src_mac: task.client.config().chaddr,
+            dst_mac,
+            vlan: None,
+            src_ip: t.src_ip,
+            dst_ip,
+            src_port: 68,
+            dst_port: 67,
+        };
+        debug!(xid = t.xid, kind = ?t.kind, dst = %dst_ip, "send");
+        task.link.send(&headers, &t.payload)?;
+    }
+    Ok(())
+}
+
+fn release_xid(task: &Task, owned_xid: &mut Option<u32>) {
+    if let Some(x) = owned_xid.take() {
+        task.agent.rx.unregister(x);
+    }
+}
+
+async fn drain_events(
+    task: &mut Task,
+    oneshot: bool,
+    reacquire_at: &mut Option<Instant>,
+) -> Option<End> {
+    while let Some(ev) = task.client.poll_event() {
+        match ev {
+            Event::Bound(lease) => {
+                let secs = task.started.elapsed().as_secs_f64();
+                task.agent.metrics.dora(secs);
+                info!(address = %lease.address, prefix = lease.prefix_len, server = %lease.server_id,
+                    lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, "bound");
+                log_rejected(&lease);
+                task.set_lease(Some(lease.clone()));
+                task.set_state(task.client.state());
+                task.persist();
+                apply_if_asked(task, &lease).await;
+                if let Some(w) = task.waiter.take() {
+                    let _ = w.send(Outcome::Bound(lease));
+                }
+                if oneshot {
+                    return Some(End::Done);
+                }
+            }
+            Event::Renewed(lease) => {
+                task.agent.metrics.renewal();
+                info!(address = %lease.address, server = %lease.server_id,
+                    lease_secs = lease.lease_time.as_secs(), "renewed");
+                task.set_lease(Some(lease));
+                task.persist();
+            }
+            Event::Changed { old, new } => {
+                task.agent.metrics.renewal();
+                warn!(old = %old.address, new = %new.address, "lease parameters changed");
+                log_rejected(&new);
+                task.set_lease(Some(new.clone()));
+                task.persist();
+                apply_if_asked(task, &new).await;
+            }
+            Event::Lost { reason } => {
+                task.agent.metrics.failure(lost_label(reason.label()));
+                warn!(reason = reason.label(), "lease lost; acquiring again");
+                let old = lock(&task.live).record.lease.clone();
+                if let (Some(old), Some(ns)) = (old, task.link.netns.clone())
+                    && lock(&task.live).record.config.ipam.apply
+                    && let Err(e) = apply::deconfigure(&ns, &task.link.ifname, &old).await
+                {
+                    warn!(error = %e, "could not remove the lost address");
+                }
+                task.set_lease(None);
+                task.persist();
+                task.started = Instant::now();
+            }
+            Event::Nak { server, message } => {
+                task.agent.metrics.nak();
+                info!(%server, message = message.as_deref().unwrap_or(""), "DHCPNAK");
+            }
+            Event::Failed(err) => {
+                task.agent.metrics.failure(acquire_label(err.label()));
+                if let Some(w) = task.waiter.take() {
+                    let _ = w.send(Outcome::Failed(err));
+                    return Some(End::Done);
+                }
+                warn!(error = %err, retry_in_s = REACQUIRE_DELAY.as_secs(), "could not reacquire the lease");
+                *reacquire_at = Some(Instant::now() + REACQUIRE_DELAY);
+            }
+        }
+    }
+    None
+}
+
+fn lost_label(l: &'static str) -> &'static str {
+    match l {
+        "expired" => "lease_expired",
+        "nak" => "lease_nak",
+        "declined" => "lease_declined",
+        _ => "lease_lost",
+    }
+}
+
+fn acquire_label(l: &'static str) -> &'static str {
+    match l {
+        "nak" => "acquire_nak",
+        "no_ack" => "acquire_no_ack",
+        "invalid_replies" => "acquire_invalid_replies",
+        _ => "acquire_no_reply",
+    }
+}
+
+fn log_rejected(lease: &Lease) {
+    for r in &lease.rejected_routes {
+        warn!(route = ?r, "option-121 route refused by policy");
+    }
+}
+
+async fn apply_if_asked(task: &Task, lease: &Lease) {
+    let (apply, metric, vm) = {
+        let l = lock(&task.live);
+        (
+            l.record.config.ipam.apply,
+            l.record.config.ipam.route_priority,
+            matches!(l.record.workload, WorkloadKind::Vm { .. }),
+        )
+    };
+    // A VM's address is never configured on the pod interface (SPEC R23).
+    if !apply || vm {
+        return;
+    }
+    let Some(ns) = &task.link.netns else { return };
+    if let Err(e) = apply::configure(ns, &task.link.ifname, lease, metric).await {
+        task.agent.metrics.failure("apply");
+        warn!(error = %e, "could not configure the leased address");
+    }
+}
+
+fn finish(
+    mut task: Task,
+    end: &End,
+    mut owned_xid: Option<u32>,
+    stop_ack: Option<oneshot::Sender<()>>,
+) {
+    let rec = task.record();
+    match end {
+        End::Shutdown => {
+            // Persist and keep the lease: a restart resumes it (SPEC R6).
+            task.persist();
+            if let Some(w) = task.waiter.take() {
+                let _ = w.send(Outcome::Cancelled);
+            }
+        }
+        End::Release => {
+            task.client.set_wall_clock_unix_ms(now_unix_ms());
+            task.client.release(Instant::now());
+            if let Err(e) = flush(&mut task, &mut owned_xid) {
+                warn!(error = %e, "RELEASE could not be sent");
+            } else if rec.lease.is_some() {
+                info!("released");
+            }
+        }
+        End::Forget | End::Done => {}
+        End::Link(e) => {
+            if e.interface_gone() {
+                info!(error = %e, "interface removed; the lease ends here (no RELEASE possible)");
+            } else {
+                warn!(error = %e, "link failure; the lease ends here");
+            }
+            if let Some(w) = task.waiter.take() {
+                let _ = w.send(Outcome::LinkFailed(e.to_string()));
+            }
+        }
+    }
+    release_xid(&task, &mut owned_xid);
+    task.agent.detach_capture(&task.link);
+    let gone_for_good = matches!(end, End::Link(e) if e.interface_gone());
+    if gone_for_good {
+        task.agent
+            .forget(&rec.container_id, &rec.ifname, task.generation);
+        if let Err(e) = persist::remove(&task.agent.args.state_dir, &rec.container_id, &rec.ifname)
+        {
+            warn!(error = %e, "could not remove the lease record");
+        }
+    }
+    let state = lock(&task.live).state;
+    task.agent.metrics.lease_state(Some(state.label()), None);
+    if let Some(a) = stop_ack {
+        let _ = a.send(());
+    }
+}
+
+/// Lock a std mutex, ignoring poisoning (the data is plain values).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
