@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tracing::{debug, trace};
 
 use crate::backoff;
 use crate::config::{ClientConfig, ExpiredLeasePolicy, Mode};
@@ -131,6 +132,9 @@ struct Acquisition {
     dropped: u64,
     last_drop: Option<DropReason>,
     consecutive_naks: u32,
+    /// `secs` of the last DISCOVER; REQUESTs answering its offer repeat it
+    /// (as ISC dhclient does) so the exchange carries one consistent value.
+    discover_secs: u16,
     /// Option 50 hint for DISCOVER (previous address), cleared by a NAK.
     hint: Option<Ipv4Addr>,
     declined: Vec<Ipv4Addr>,
@@ -314,15 +318,22 @@ impl Client {
         payload: &[u8],
     ) -> Result<(), DropReason> {
         self.apply_wall(now);
+        let before = self.state();
         let mut ours = false;
         let result = self.process(now, src, payload, &mut ours);
         if let Err(reason) = result {
             self.stats.count_drop(reason);
-            if ours && let Some(acq) = &mut self.acq {
-                acq.dropped += 1;
-                acq.last_drop = Some(reason);
+            if ours {
+                debug!(xid = self.xid, state = before.label(), reason = reason.label(), src = %src.src_ip, "reply dropped");
+                if let Some(acq) = &mut self.acq {
+                    acq.dropped += 1;
+                    acq.last_drop = Some(reason);
+                }
+            } else {
+                trace!(state = before.label(), reason = reason.label(), src = %src.src_ip, "foreign reply dropped");
             }
         }
+        self.log_transition(before, "reply");
         result
     }
 
@@ -330,6 +341,7 @@ impl Client {
     /// or late calls are harmless).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.apply_wall(now);
+        let before = self.state();
         // Each step fires one timer; a late call may owe several (for
         // example T1 and T2 both passed while the process was stopped).
         for _ in 0..8 {
@@ -337,6 +349,7 @@ impl Client {
                 break;
             }
         }
+        self.log_transition(before, "timer");
     }
 
     /// Give the lease back: queue a DHCPRELEASE unicast from the leased
@@ -345,6 +358,7 @@ impl Client {
     /// [`Client::poll_transmit`] is discarded first.
     pub fn release(&mut self, now: Instant) {
         self.apply_wall(now);
+        let before = self.state();
         self.transmits.clear();
         if let Some(held) = self.held.take() {
             self.new_xid();
@@ -366,6 +380,7 @@ impl Client {
         }
         self.acq = None;
         self.phase = Phase::Released;
+        self.log_transition(before, "release");
     }
 
     /// Decline the offered (REQUESTING) or leased address because it is in
@@ -375,6 +390,7 @@ impl Client {
     /// A no-op in states without an address.
     pub fn decline(&mut self, now: Instant) {
         self.apply_wall(now);
+        let before = self.state();
         let target = match (&self.phase, &self.held) {
             (Phase::Requesting { offer, .. }, _) => Some((offer.address, offer.server_id)),
             (Phase::Bound | Phase::Renewing { .. } | Phase::Rebinding { .. }, Some(h)) => {
@@ -412,6 +428,7 @@ impl Client {
         }
         self.new_xid();
         self.start_init(now, delay);
+        self.log_transition(before, "decline");
     }
 
     /// Start over: a fresh acquisition from INIT (or INIT-REBOOT for
@@ -420,6 +437,7 @@ impl Client {
     /// back).
     pub fn restart(&mut self, now: Instant) {
         self.apply_wall(now);
+        let before = self.state();
         self.held = None;
         self.begin_acquisition(now, None);
         self.new_xid();
@@ -427,6 +445,7 @@ impl Client {
             Some(ip) => self.start_reboot(now, ip, Duration::ZERO),
             None => self.start_init(now, Duration::ZERO),
         }
+        self.log_transition(before, "restart");
     }
 
     // ---- B. outputs ------------------------------------------------------
@@ -504,6 +523,19 @@ impl Client {
     }
 
     // ---- internals: time and randomness ----------------------------------
+
+    fn log_transition(&self, before: State, cause: &'static str) {
+        let after = self.state();
+        if after != before {
+            debug!(
+                xid = self.xid,
+                from = before.label(),
+                to = after.label(),
+                cause,
+                "dhcp state"
+            );
+        }
+    }
 
     fn apply_wall(&mut self, now: Instant) {
         if let Some(ms) = self.wall_pending.take() {
@@ -597,6 +629,7 @@ impl Client {
             dropped: 0,
             last_drop: None,
             consecutive_naks: 0,
+            discover_secs: 0,
             hint,
             declined: Vec::new(),
         });
@@ -615,9 +648,10 @@ impl Client {
 
     fn send_discover(&mut self, now: Instant, sent: u32) {
         let hint = self.acq.as_ref().and_then(|a| a.hint);
+        let secs = self.acq_secs(now);
         self.send(&Send {
             kind: MessageKind::Discover,
-            secs: self.acq_secs(now),
+            secs,
             ciaddr: Ipv4Addr::UNSPECIFIED,
             requested_ip: hint,
             server_id: None,
@@ -628,6 +662,7 @@ impl Client {
         self.stats.discovers_sent += 1;
         if let Some(a) = &mut self.acq {
             a.discovers += 1;
+            a.discover_secs = secs;
         }
         let retx = self.retx_after(now, sent);
         self.phase = Phase::Selecting { retx };
@@ -636,7 +671,7 @@ impl Client {
     fn send_select_request(&mut self, now: Instant, offer: Offer, sent: u32, first_sent: Instant) {
         self.send(&Send {
             kind: MessageKind::Request,
-            secs: self.acq_secs(now),
+            secs: self.acq.as_ref().map_or(0, |a| a.discover_secs),
             ciaddr: Ipv4Addr::UNSPECIFIED,
             requested_ip: Some(offer.address),
             server_id: Some(offer.server_id),

@@ -329,7 +329,7 @@ pub fn from_reply(
 ) -> Result<(Lease, LeaseNotes), DropReason> {
     let mut notes = LeaseNotes::default();
     let address = reply.yiaddr;
-    if !is_unicast(address) {
+    if !is_unicast(address) || address == server_id {
         return Err(DropReason::BadAddress);
     }
     let lease_secs = u32_opt(reply, 51)?.ok_or(DropReason::MissingLeaseTime)?;
@@ -352,6 +352,14 @@ pub fn from_reply(
         },
         Some(_) => return Err(DropReason::BadSubnetMask),
     };
+    // The subnet's own network or broadcast address is never a host address
+    // (point-to-point /31 and host /32 have neither).
+    if prefix_len <= 30 {
+        let host = u32::from(address) & !routes::mask(prefix_len);
+        if host == 0 || host == !routes::mask(prefix_len) {
+            return Err(DropReason::BadAddress);
+        }
+    }
 
     let mut all_routes = Vec::new();
     let mut routers = Vec::new();

@@ -345,6 +345,28 @@ fn absurd_addresses_are_dropped() {
         let offer = h.srv.reply(&d, dhcproto::v4::MessageType::Offer, yiaddr);
         assert_eq!(h.feed(&offer), Err(want), "{yiaddr}");
     }
+    // The subnet's network/broadcast address, or the server's own address.
+    for yiaddr in [
+        Ipv4Addr::new(192, 0, 2, 0),
+        Ipv4Addr::new(192, 0, 2, 255),
+        SERVER_IP,
+    ] {
+        let mut h = H::new(cfg());
+        let d = h.one_tx();
+        let offer = h.srv.reply(&d, dhcproto::v4::MessageType::Offer, yiaddr);
+        assert_eq!(h.feed(&offer), Err(DropReason::BadAddress), "{yiaddr}");
+    }
+    // On a /31 both addresses are hosts (RFC 3021).
+    let mut h = H::new(cfg());
+    h.srv.mask = Some(Ipv4Addr::new(255, 255, 255, 254));
+    let d = h.one_tx();
+    let offer = h.srv.reply(
+        &d,
+        dhcproto::v4::MessageType::Offer,
+        Ipv4Addr::new(192, 0, 2, 0),
+    );
+    h.feed(&offer).unwrap();
+
     let mut h = H::new(cfg());
     let d = h.one_tx();
     let mut opts = raw_opts(&[

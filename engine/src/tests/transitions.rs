@@ -1020,3 +1020,21 @@ fn ack_via_relay_learns_next_hop_mac() {
         Some([0x02, 0, 0, 0, 0, 0x77])
     );
 }
+
+#[test]
+fn request_repeats_the_discover_secs() {
+    let mut h = H::new(cfg());
+    h.one_tx();
+    h.fire();
+    let d = h.one_tx();
+    let dsecs = Request::decode(&d).msg.secs();
+    assert!(dsecs >= 3);
+    h.now += secs(1);
+    h.feed(&h.srv.offer(&d)).unwrap();
+    let r = h.one_tx();
+    assert_eq!(Request::decode(&r).msg.secs(), dsecs);
+    h.fire();
+    let r2 = h.one_tx();
+    assert_eq!(r2.kind, MessageKind::Request);
+    assert_eq!(Request::decode(&r2).msg.secs(), dsecs);
+}
