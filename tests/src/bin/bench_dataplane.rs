@@ -1,0 +1,156 @@
+//! `cargo xtask bench dataplane`: TCP throughput across a veth pair between
+//! two network namespaces (iperf3), with nothing attached, with the TC
+//! program, with native XDP and with generic XDP on the receiving veth, in one
+//! run, several interleaved runs each; medians and ratios to bare. The
+//! programs run in observe mode (every frame is classified; none is DHCP).
+//!
+//! Usage: `bench_dataplane [seconds-per-run] [runs]` (default 5 s, 3 runs). Needs root and iperf3.
+#![expect(clippy::print_stdout, reason = "benchmark CLI prints its report")]
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use xdhcp::datapath::AttachMode;
+use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath};
+use xdhcp_tests::{NetNs, Process, Veth};
+
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    Bare,
+    Attached(AttachMode),
+}
+
+impl Setup {
+    fn name(self) -> String {
+        match self {
+            Self::Bare => "bare".to_owned(),
+            Self::Attached(m) => m.to_string(),
+        }
+    }
+}
+
+/// One iperf3 run; returns received Gbit/s.
+fn iperf(server: &NetNs, client: &NetNs, secs: u64) -> Result<f64> {
+    let mut srv = server.command("iperf3");
+    srv.args(["-s", "-1", "-B", &SERVER_IP.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _server = Process::spawn("iperf3 server", srv);
+    // Wait until the server listens (the client retries on refusal).
+    let mut last = String::new();
+    for _ in 0..50 {
+        let out = client
+            .command("iperf3")
+            .args(["-c", &SERVER_IP.to_string(), "-t", &secs.to_string(), "-J"])
+            .output()
+            .context("running iperf3 (is it installed?)")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            let json: serde_json::Value =
+                serde_json::from_str(&text).context("iperf3 -J output")?;
+            let bps = json["end"]["sum_received"]["bits_per_second"]
+                .as_f64()
+                .context("no end.sum_received.bits_per_second in iperf3 output")?;
+            return Ok(bps / 1e9);
+        }
+        last = text;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("iperf3 client kept failing: {last}")
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let secs: u64 = args
+        .next()
+        .map_or(Ok(5), |s| s.parse())
+        .context("seconds")?;
+    let runs: usize = args.next().map_or(Ok(3), |s| s.parse()).context("runs")?;
+    Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .context("iperf3 not found (apt-get install iperf3)")?;
+
+    let server = NetNs::new();
+    let client = NetNs::new();
+    let _veth = Veth::new(&server, "bench0", &client, "bench1");
+    server.add_addr("bench0", SERVER_IP, 24);
+    client.add_addr("bench1", CLIENT_IP, 24);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("tokio runtime")?;
+    let _guard = rt.enter();
+    let mut dp = Datapath::load().context("loading the eBPF object (run as root)")?;
+    // Data flows client -> server: attach on the server's veth end (its ingress).
+    let target = AttachTarget {
+        ifname: "bench0".to_owned(),
+        netns: Some(server.path().to_path_buf()),
+    };
+    let setups = [
+        Setup::Bare,
+        Setup::Attached(AttachMode::Tc),
+        Setup::Attached(AttachMode::XdpNative),
+        Setup::Attached(AttachMode::XdpGeneric),
+    ];
+    let mut results: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+    for run in 0..runs {
+        for (i, setup) in setups.iter().enumerate() {
+            if let Setup::Attached(mode) = setup {
+                let att = dp.attach(&target, Some(*mode), CaptureMode::Observe)?;
+                if att.mode != *mode {
+                    bail!(
+                        "asked for {mode}, got {} ({:?})",
+                        att.mode,
+                        att.native_refused
+                    );
+                }
+            }
+            let gbps = iperf(&server, &client, secs)?;
+            if matches!(setup, Setup::Attached(_)) {
+                dp.detach(&target)?;
+            }
+            println!(
+                "run {}/{runs} {:<12} {gbps:>8.2} Gbit/s",
+                run + 1,
+                setup.name()
+            );
+            results[i].push(gbps);
+        }
+    }
+    let passed = dp.counters()?.passed_not_dhcp;
+    if passed == 0 {
+        bail!("the programs classified no packets: not attached where the data flows?");
+    }
+    println!();
+    println!("bench dataplane: iperf3 TCP over veth, {runs} x {secs} s, median Gbit/s");
+    let bare = median(&mut results[0]);
+    for (i, setup) in setups.iter().enumerate() {
+        let m = median(&mut results[i]);
+        println!(
+            "{:<12} {m:>8.2} Gbit/s  {:>6.1} % of bare",
+            setup.name(),
+            100.0 * m / bare
+        );
+    }
+    let tc = median(&mut results[1]);
+    println!();
+    println!(
+        "target: default choice for veth (tc) >= 97 % of bare: {:.1} % -> {}",
+        100.0 * tc / bare,
+        if tc / bare >= 0.97 { "met" } else { "MISSED" }
+    );
+    println!("frames classified by the programs: {passed}");
+    Ok(())
+}
