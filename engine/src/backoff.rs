@@ -148,6 +148,33 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_config_stays_within_bounds(
+            initial_ms in 10u64..10_000,
+            cap_factor in 1u32..64,
+            jitter_ms in 0u64..5_000,
+            attempt in 0u32..200,
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            let initial = Duration::from_millis(initial_ms);
+            let jitter = Duration::from_millis(jitter_ms);
+            let cfg = Retransmit {
+                initial,
+                max_interval: initial * cap_factor,
+                jitter,
+                ..Retransmit::default()
+            };
+            let base = base_delay(&cfg, attempt);
+            proptest::prop_assert!(base >= initial && base <= cfg.max_interval);
+            let mut rng = StdRng::seed_from_u64(seed);
+            let d = retransmit_delay(&cfg, attempt, &mut rng);
+            proptest::prop_assert!(d <= base + jitter, "{:?} > {:?} + {:?}", d, base, jitter);
+            proptest::prop_assert!(d + jitter >= base, "{:?} too far below {:?}", d, base);
+            proptest::prop_assert!(d >= base / 2);
+        }
+    }
+
     #[test]
     fn renew_schedule() {
         assert_eq!(renew_delay(secs(1000), secs(60)), secs(500));

@@ -8,6 +8,35 @@
 //! backoff jitter) comes from a seed, so every path is testable in virtual
 //! time.
 //!
+//! # Driving the client
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use xdhcp_engine::{Client, ClientConfig, Destination, MessageKind, State};
+//!
+//! let cfg = ClientConfig { chaddr: [0x02, 0, 0, 0, 0, 1], ..ClientConfig::default() };
+//! cfg.validate().unwrap();
+//! let t0 = Instant::now();
+//! let mut client = Client::new(cfg, t0, 42);
+//!
+//! // The DISCOVER is queued at once; send it, register its xid.
+//! let discover = client.poll_transmit().unwrap();
+//! assert_eq!(discover.kind, MessageKind::Discover);
+//! assert_eq!(discover.dst, Destination::Broadcast);
+//! assert_eq!(client.state(), State::Selecting);
+//!
+//! // Nothing heard: at the deadline the driver fires the timer and the
+//! // DISCOVER is retransmitted (4 s ± 1 s later, RFC 2131 §4.1).
+//! let deadline = client.poll_timeout().unwrap();
+//! assert!(deadline >= t0 + Duration::from_secs(3) && deadline <= t0 + Duration::from_secs(5));
+//! client.set_wall_clock_unix_ms(1_800_000_000_000);
+//! client.handle_timeout(deadline);
+//! assert_eq!(client.poll_transmit().unwrap().xid, discover.xid);
+//! // Replies go to `handle_packet(now, source, udp_payload)`; events
+//! // (`Bound`, `Renewed`, `Lost`, ...) come out of `poll_event`.
+//! assert!(client.poll_event().is_none());
+//! ```
+//!
 //! # Contract notes (differences from TEAM.md "Engine")
 //! - `Client::resume(cfg, lease, now, now_unix_ms, seed)` takes the wall
 //!   clock at `now` as an extra argument (TEAM.md: `resume(cfg, lease, now,
