@@ -535,11 +535,7 @@ pub fn journal_path(journal_dir: &Path, pci: &PciAddr) -> PathBuf {
 
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> VfioError + use<> {
     let path = path.to_owned();
-    move |source| VfioError::Io {
-        op,
-        path,
-        source,
-    }
+    move |source| VfioError::Io { op, path, source }
 }
 
 /// Create the journal entry atomically (fsync'd temporary, then a hard link
@@ -579,21 +575,17 @@ fn journal_create(journal_dir: &Path, entry: &JournalEntry) -> Result<PathBuf, V
 fn read_id(
     ops: &(impl SysfsOps + ?Sized),
     sysfs_hint: &Path,
-    pci: &PciAddr,
+    pci: PciAddr,
     attr: &'static str,
 ) -> Result<u16, VfioError> {
     let content = ops
-        .read_attr(pci, attr)
+        .read_attr(&pci, attr)
         .map_err(io_err("read", &sysfs_hint.join(attr)))?;
     content
         .strip_prefix("0x")
         .filter(|h| !h.is_empty() && h.len() <= 4)
         .and_then(|h| u16::from_str_radix(h, 16).ok())
-        .ok_or(VfioError::BadId {
-            pci: *pci,
-            attr,
-            content,
-        })
+        .ok_or(VfioError::BadId { pci, attr, content })
 }
 
 /// Give the device back to `vfio-pci`: up to [`RESTORE_ROUNDS`] rounds of
@@ -602,9 +594,10 @@ fn read_id(
 /// Returns the driver that was bound before (None if none / already vfio-pci).
 fn restore(
     ops: &(impl SysfsOps + ?Sized),
-    pci: &PciAddr,
+    pci: PciAddr,
     journal: Option<&Path>,
 ) -> Result<Option<String>, RestoreError> {
+    let pci = &pci;
     let mut failures = Vec::new();
     let mut was = None;
     let mut driver_now = None;
@@ -693,7 +686,7 @@ struct RestoreGuard<'a, O: SysfsOps + ?Sized> {
 impl<O: SysfsOps + ?Sized> RestoreGuard<'_, O> {
     fn finish(mut self) -> Result<(), RestoreError> {
         self.armed = false;
-        restore(self.ops, &self.pci, Some(&self.journal)).map(|_| ())
+        restore(self.ops, self.pci, Some(&self.journal)).map(|_| ())
     }
 }
 
@@ -702,7 +695,7 @@ impl<O: SysfsOps + ?Sized> Drop for RestoreGuard<'_, O> {
         if !self.armed {
             return;
         }
-        match restore(self.ops, &self.pci, Some(&self.journal)) {
+        match restore(self.ops, self.pci, Some(&self.journal)) {
             Ok(_) => tracing::warn!(pci = %self.pci, "VFIO handoff interrupted; vfio-pci restored"),
             Err(e) => tracing::error!(
                 pci = %self.pci, error = %e, journal = %self.journal.display(),
@@ -769,8 +762,8 @@ where
             path: dev_dir,
         });
     }
-    let vendor = read_id(ops, &dev_dir, pci, "vendor")?;
-    let device = read_id(ops, &dev_dir, pci, "device")?;
+    let vendor = read_id(ops, &dev_dir, *pci, "vendor")?;
+    let device = read_id(ops, &dev_dir, *pci, "device")?;
     let row = vf_driver_for(vendor, device).ok_or(VfioError::UnknownDevice {
         pci: *pci,
         vendor,
@@ -926,7 +919,7 @@ pub fn heal_ops<O: SysfsOps + ?Sized>(
         if name.starts_with('.') && name.contains(".tmp.") {
             // A temporary from a write that never completed: no handoff started.
             let _ = std::fs::remove_file(&path);
-        } else if name.ends_with(".json") {
+        } else if path.extension().is_some_and(|e| e == "json") {
             paths.push(path);
         }
     }
@@ -958,7 +951,7 @@ pub fn heal_ops<O: SysfsOps + ?Sized>(
             continue;
         };
         let outcome = if ops.device_exists(&pci) {
-            match restore(ops, &pci, Some(&journal)) {
+            match restore(ops, pci, Some(&journal)) {
                 Ok(Some(from)) => HealOutcome::Restored { from },
                 Ok(None) => HealOutcome::AlreadyBound,
                 Err(e) => HealOutcome::Failed(e),
@@ -980,10 +973,10 @@ pub fn heal_ops<O: SysfsOps + ?Sized>(
         };
         match &outcome {
             HealOutcome::Failed(e) => {
-                tracing::error!(%pci, error = %e, "heal: vfio-pci not restored")
+                tracing::error!(%pci, error = %e, "heal: vfio-pci not restored");
             }
             other => {
-                tracing::info!(%pci, outcome = ?other, "heal: interrupted VFIO handoff resolved")
+                tracing::info!(%pci, outcome = ?other, "heal: interrupted VFIO handoff resolved");
             }
         }
         reports.push(HealReport {

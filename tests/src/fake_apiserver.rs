@@ -411,7 +411,7 @@ impl FakeApiServer {
         self.put(Kind::Pod, pod);
     }
 
-    /// Store a `kubevirt.io/v1` VirtualMachineInstance object.
+    /// Store a `kubevirt.io/v1` `VirtualMachineInstance` object.
     pub fn put_vmi(&self, vmi: Value) {
         self.put(Kind::Vmi, vmi);
     }

@@ -48,7 +48,7 @@ async fn within<T>(f: impl Future<Output = T>) -> T {
 
 #[tokio::test]
 async fn plain_pod_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         let uid = server.add_pod(NS, "web", &[("app", "web")], &[]);
         let api = api(&server);
@@ -89,13 +89,13 @@ async fn plain_pod_fake_apiserver() {
             .await
             .unwrap();
         assert_eq!(server.count(Op::PatchPod), 1);
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn vm_pod_classification_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         server.add_pod(
             NS,
@@ -161,13 +161,13 @@ async fn vm_pod_classification_fake_apiserver() {
             .unwrap()
             .contains(r#""ipam_mode":"dhcp""#));
         assert!(server.unexpected().is_empty());
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn conflict_retries_then_success_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         server.add_pod(NS, "web", &[], &[(POD_NETWORKS_ANNOTATION, &format!(r#"{{"default":{DEFAULT_ENTRY}}}"#))]);
         // Two other writers race us: each changes the pod between our read
@@ -201,13 +201,13 @@ async fn conflict_retries_then_success_fake_apiserver() {
                 assert_eq!(w[0].op, Some(Op::GetPod));
             }
         }
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn conflicts_exhausted_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         server.add_pod(NS, "web", &[], &[]);
         server.inject_n(Op::PatchPod, &Fault::Status(409), 10);
@@ -228,13 +228,13 @@ async fn conflicts_exhausted_fake_apiserver() {
         );
         assert_eq!(server.count(Op::PatchPod), 3);
         assert_eq!(server.annotation(NS, "web", POD_NETWORKS_ANNOTATION), None);
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn preserves_default_and_other_networks_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         let other = r#"{"ip_addresses":["198.51.100.4/24"],"mac_address":"02:00:00:00:00:04","routes":[{"dest":"203.0.113.0/24","nextHop":"198.51.100.1"}],"tunnel_id":12,"role":"secondary"}"#;
         let existing = format!(r#"{{"default":{DEFAULT_ENTRY},"infra/other":{other}}}"#);
@@ -262,13 +262,13 @@ async fn preserves_default_and_other_networks_fake_apiserver() {
             .unwrap();
         let annotations = patch.body.unwrap()["metadata"]["annotations"].clone();
         assert_eq!(annotations.as_object().unwrap().len(), 1);
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn removal_on_del_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         let existing = format!(r#"{{"default":{DEFAULT_ENTRY},"{KEY}":{OUR_ENTRY}}}"#);
         server.add_pod(NS, "web", &[], &[(POD_NETWORKS_ANNOTATION, &existing)]);
@@ -311,13 +311,13 @@ async fn removal_on_del_fake_apiserver() {
                 .unwrap(),
             format!(r#"{{"default":{DEFAULT_ENTRY}}}"#)
         );
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn api_errors_name_pod_and_code_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         server.add_pod(NS, "web", &[], &[]);
         let api = api(&server);
@@ -387,13 +387,13 @@ async fn api_errors_name_pod_and_code_fake_apiserver() {
 
         // Nothing was written by any failed call.
         assert_eq!(server.annotation(NS, "web", POD_NETWORKS_ANNOTATION), None);
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn recreated_pod_is_not_patched_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         let old_uid = server.add_pod(NS, "web", &[], &[]);
         server.delete_pod(NS, "web");
@@ -405,13 +405,13 @@ async fn recreated_pod_is_not_patched_fake_apiserver() {
             .unwrap_err();
         assert!(matches!(err, PodApiError::UidMismatch { .. }), "{err}");
         assert_eq!(server.count(Op::PatchPod), 0);
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn malformed_annotation_is_not_overwritten_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let server = FakeApiServer::start().await;
         server.add_pod(NS, "web", &[], &[(POD_NETWORKS_ANNOTATION, "{broken")]);
         let api = api(&server);
@@ -428,13 +428,13 @@ async fn malformed_annotation_is_not_overwritten_fake_apiserver() {
                 .as_deref(),
             Some("{broken")
         );
-    })
+    }))
     .await;
 }
 
 #[tokio::test]
 async fn unreachable_server_is_a_transport_error_fake_apiserver() {
-    within(async {
+    within(Box::pin(async {
         let mut server = FakeApiServer::start().await;
         let api = api(&server);
         server.stop();
@@ -443,6 +443,6 @@ async fn unreachable_server_is_a_transport_error_fake_apiserver() {
         assert!(matches!(err, PodApiError::Transport { .. }), "{err}");
         assert!(err.to_string().contains("pod tenant/web"), "{err}");
         assert_eq!(err.http_status(), None);
-    })
+    }))
     .await;
 }

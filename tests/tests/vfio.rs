@@ -67,7 +67,7 @@ fn errno(code: i32) -> io::Error {
 
 impl FakeKernel {
     /// Build a tree with one VF bound to vfio-pci and the given drivers loaded.
-    fn new(dir: &Path, pci: &PciAddr, ids: (u16, u16), drivers: &[&str]) -> Arc<FakeKernel> {
+    fn new(dir: &Path, pci: PciAddr, ids: (u16, u16), drivers: &[&str]) -> Arc<FakeKernel> {
         let root = dir.join("sys");
         let dev = root.join("devices/pci0000:00").join(pci.to_string());
         std::fs::create_dir_all(&dev).unwrap();
@@ -98,7 +98,7 @@ impl FakeKernel {
         })
     }
 
-    fn dev_dir(&self, pci: &PciAddr) -> PathBuf {
+    fn dev_dir(&self, pci: PciAddr) -> PathBuf {
         self.root.join("devices/pci0000:00").join(pci.to_string())
     }
 
@@ -131,17 +131,17 @@ impl FakeKernel {
         Ok(())
     }
 
-    fn record(&self, what: String, pci: &PciAddr) {
-        let journal = journal_path(&self.journal_dir, pci).exists();
+    fn record(&self, what: String, pci: PciAddr) {
+        let journal = journal_path(&self.journal_dir, &pci).exists();
         self.journal_before_write.lock().unwrap().push(journal);
         self.log.lock().unwrap().push(what);
     }
 
-    fn driver_of(&self, pci: &PciAddr) -> Option<String> {
-        self.sysfs.current_driver(pci).unwrap()
+    fn driver_of(&self, pci: PciAddr) -> Option<String> {
+        self.sysfs.current_driver(&pci).unwrap()
     }
 
-    fn override_of(&self, pci: &PciAddr) -> String {
+    fn override_of(&self, pci: PciAddr) -> String {
         std::fs::read_to_string(self.dev_dir(pci).join("driver_override"))
             .unwrap()
             .trim()
@@ -153,7 +153,7 @@ impl FakeKernel {
     }
 
     /// The invariant every test ends with.
-    fn assert_on_vfio(&self, pci: &PciAddr) {
+    fn assert_on_vfio(&self, pci: PciAddr) {
         assert_eq!(
             self.driver_of(pci).as_deref(),
             Some(VFIO_PCI),
@@ -204,13 +204,13 @@ impl SysfsOps for FakeKernel {
     }
 
     fn write_driver_override(&self, pci: &PciAddr, driver: &str) -> io::Result<()> {
-        self.record(format!("override {driver}"), pci);
+        self.record(format!("override {driver}"), *pci);
         self.injected(Op::Override, driver)?;
         self.sysfs.write_driver_override(pci, driver)
     }
 
     fn unbind(&self, pci: &PciAddr, driver: &str) -> io::Result<()> {
-        self.record(format!("unbind {driver}"), pci);
+        self.record(format!("unbind {driver}"), *pci);
         self.injected(Op::Unbind, driver)?;
         self.sysfs.unbind(pci, driver)?;
         // The write landed in drivers/<driver>/unbind; now act like the kernel.
@@ -219,14 +219,14 @@ impl SysfsOps for FakeKernel {
         if self.sysfs.current_driver(pci)?.as_deref() != Some(driver) {
             return Err(errno(libc::ENODEV));
         }
-        let dev = self.dev_dir(pci);
+        let dev = self.dev_dir(*pci);
         std::fs::remove_file(dev.join("driver"))?;
         let _ = std::fs::remove_dir_all(dev.join("net"));
         Ok(())
     }
 
     fn bind(&self, pci: &PciAddr, driver: &str) -> io::Result<()> {
-        self.record(format!("bind {driver}"), pci);
+        self.record(format!("bind {driver}"), *pci);
         self.injected(Op::Bind, driver)?;
         self.sysfs.bind(pci, driver)?;
         let written = std::fs::read_to_string(self.sysfs.driver_dir(driver).join("bind"))?;
@@ -234,11 +234,11 @@ impl SysfsOps for FakeKernel {
         if self.sysfs.current_driver(pci)?.is_some() {
             return Err(errno(libc::EBUSY));
         }
-        let ov = self.override_of(pci);
+        let ov = self.override_of(*pci);
         if !ov.is_empty() && ov != "(null)" && ov != driver {
             return Err(errno(libc::ENODEV));
         }
-        let dev = self.dev_dir(pci);
+        let dev = self.dev_dir(*pci);
         symlink(
             format!("../../../bus/pci/drivers/{driver}"),
             dev.join("driver"),
@@ -270,7 +270,7 @@ fn pci() -> PciAddr {
 
 fn setup(ids: (u16, u16), drivers: &[&str]) -> (tempfile::TempDir, Arc<FakeKernel>) {
     let dir = tempfile::tempdir().unwrap();
-    let k = FakeKernel::new(dir.path(), &pci(), ids, drivers);
+    let k = FakeKernel::new(dir.path(), pci(), ids, drivers);
     (dir, k)
 }
 
@@ -281,8 +281,8 @@ async fn handoff_runs_closure_on_netdev_and_restores() {
     let kk = k.clone();
     let out = with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |netdev| async move {
         // Inside the window: kernel driver bound, netdev present, journal on disk.
-        assert_eq!(kk.driver_of(&p).as_deref(), Some("mlx5_core"));
-        assert_eq!(kk.override_of(&p), "mlx5_core");
+        assert_eq!(kk.driver_of(p).as_deref(), Some("mlx5_core"));
+        assert_eq!(kk.override_of(p), "mlx5_core");
         let j: JournalEntry = serde_json::from_slice(
             &std::fs::read(journal_path(&kk.journal_dir, &p)).unwrap(),
         )
@@ -298,7 +298,7 @@ async fn handoff_runs_closure_on_netdev_and_restores() {
     .await
     .unwrap();
     assert_eq!(out, NETDEV);
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
     assert_eq!(
         k.log(),
@@ -350,7 +350,7 @@ async fn production_entry_point_writes_the_real_files() {
         std::fs::read_to_string(drivers.join("mlx5_core/bind")).unwrap(),
         "0000:3b:02.2"
     );
-    assert_eq!(k.override_of(&p), VFIO_PCI);
+    assert_eq!(k.override_of(p), VFIO_PCI);
     assert!(k.journal_files().is_empty());
 }
 
@@ -374,7 +374,7 @@ async fn expect_step_failure(op: Op, driver: &'static str, step: Step) {
     }
     assert!(err.to_string().contains("vfio-pci restored"), "{err}");
     assert!(!*called.lock().unwrap(), "closure must not run");
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
 }
 
@@ -409,7 +409,7 @@ async fn netdev_timeout_restores_vfio() {
     .unwrap_err();
     assert!(matches!(err, VfioError::NetdevTimeout { .. }), "{err}");
     assert!(err.to_string().contains("/net"), "{err}");
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
 }
 
@@ -423,7 +423,7 @@ async fn closure_error_restores_vfio() {
     .await
     .unwrap();
     assert_eq!(out, Err("no DHCP offer"));
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
 }
 
@@ -440,7 +440,7 @@ async fn closure_panic_restores_vfio() {
     });
     let err = task.await.unwrap_err();
     assert!(err.is_panic());
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
 }
 
@@ -458,7 +458,7 @@ async fn cancellation_restores_vfio() {
         got = rx => got.unwrap(),
     }
     // `select!` dropped the handoff future mid-closure.
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
     // Also through a timeout wrapper.
     let r = tokio::time::timeout(
@@ -467,7 +467,7 @@ async fn cancellation_restores_vfio() {
     )
     .await;
     assert!(r.is_err());
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
 }
 
@@ -481,7 +481,7 @@ async fn transient_restore_failure_is_retried() {
     with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |_| async {})
         .await
         .unwrap();
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
 }
 
@@ -499,7 +499,7 @@ async fn persistent_restore_failure_keeps_journal_then_heal_restores() {
     assert!(after.is_none());
     assert_eq!(source.driver_now.as_deref(), Some("mlx5_core"));
     assert!(err.to_string().contains("unbind (mlx5_core)"), "{err}");
-    assert_eq!(k.driver_of(&p).as_deref(), Some("mlx5_core"));
+    assert_eq!(k.driver_of(p).as_deref(), Some("mlx5_core"));
     assert_eq!(k.journal_files(), ["0000:3b:02.2.json"]);
     // A second handoff is refused while the journal is there.
     let err = with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |_| async {})
@@ -517,7 +517,7 @@ async fn persistent_restore_failure_keeps_journal_then_heal_restores() {
         reports[0].outcome
     );
     assert_eq!(reports[0].intended_driver.as_deref(), Some("mlx5_core"));
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
 }
 
@@ -547,7 +547,7 @@ async fn restore_failure_after_step_error_reports_both() {
     k.clear_faults();
     let reports = heal_ops(&*k, &k.journal_dir).unwrap();
     assert!(reports[0].is_healed());
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
 }
 
 #[tokio::test]
@@ -571,8 +571,8 @@ async fn agent_killed_mid_handoff_is_healed_on_start() {
     }
     // SIGKILL: no destructor runs.
     std::mem::forget(handoff);
-    assert_eq!(k.driver_of(&p).as_deref(), Some("mlx5_core"));
-    assert!(k.dev_dir(&p).join("net").join(NETDEV).exists());
+    assert_eq!(k.driver_of(p).as_deref(), Some("mlx5_core"));
+    assert!(k.dev_dir(p).join("net").join(NETDEV).exists());
     assert_eq!(k.journal_files(), ["0000:3b:02.2.json"]);
 
     // The agent starts again: heal through the production entry point on a
@@ -582,7 +582,7 @@ async fn agent_killed_mid_handoff_is_healed_on_start() {
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0].pci, Some(p));
     assert!(matches!(&reports[0].outcome, HealOutcome::Restored { from } if from == "mlx5_core"));
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     assert!(k.journal_files().is_empty());
     // A second heal has nothing to do.
     assert!(heal_ops(&restarted, &k.journal_dir).unwrap().is_empty());
@@ -640,7 +640,7 @@ async fn unknown_device_fails_before_touching_anything() {
     );
     assert!(k.log().is_empty());
     assert!(k.journal_files().is_empty());
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
 }
 
 #[tokio::test]
@@ -648,7 +648,7 @@ async fn device_not_on_vfio_is_refused() {
     let (_dir, k) = setup(MLX_VF, &["mlx5_core"]);
     let p = pci();
     // Put it on the kernel driver by hand.
-    let dev = k.dev_dir(&p);
+    let dev = k.dev_dir(p);
     std::fs::remove_file(dev.join("driver")).unwrap();
     symlink("../../../bus/pci/drivers/mlx5_core", dev.join("driver")).unwrap();
     let err = with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |_| async {})
@@ -677,7 +677,7 @@ async fn missing_device_and_unloaded_driver_are_clear_errors() {
         .unwrap_err();
     assert!(matches!(err, VfioError::DeviceNotFound { .. }), "{err}");
     assert!(k.log().is_empty());
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
 }
 
 #[tokio::test]
@@ -686,11 +686,11 @@ async fn intel_vf_uses_i40evf_when_iavf_is_absent() {
     let p = pci();
     let kk = k.clone();
     with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |_| async move {
-        assert_eq!(kk.driver_of(&p).as_deref(), Some("i40evf"));
+        assert_eq!(kk.driver_of(p).as_deref(), Some("i40evf"));
     })
     .await
     .unwrap();
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
 }
 
 #[tokio::test]
@@ -700,11 +700,11 @@ async fn broadcom_and_ixgbevf_vfs_hand_off() {
         let p = pci();
         let kk = k.clone();
         with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |_| async move {
-            assert_eq!(kk.driver_of(&p).as_deref(), Some(drv));
+            assert_eq!(kk.driver_of(p).as_deref(), Some(drv));
         })
         .await
         .unwrap();
-        k.assert_on_vfio(&p);
+        k.assert_on_vfio(p);
     }
 }
 
@@ -721,7 +721,7 @@ async fn existing_journal_refuses_a_second_handoff() {
     assert!(matches!(err, VfioError::HandoffInProgress { .. }), "{err}");
     assert!(k.log().is_empty());
     assert_eq!(std::fs::read(&j).unwrap(), b"{\"other\":\"handoff\"}");
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
 }
 
 #[test]
@@ -753,7 +753,7 @@ fn heal_handles_every_kind_of_entry() {
     std::fs::write(k.journal_dir.join(".0000:3b:02.2.tmp.99"), b"{").unwrap();
 
     // The device is on the kernel driver, as after a crash.
-    let dev = k.dev_dir(&p);
+    let dev = k.dev_dir(p);
     std::fs::remove_file(dev.join("driver")).unwrap();
     symlink("../../../bus/pci/drivers/mlx5_core", dev.join("driver")).unwrap();
     std::fs::write(dev.join("driver_override"), "mlx5_core").unwrap();
@@ -779,7 +779,7 @@ fn heal_handles_every_kind_of_entry() {
         HealOutcome::Unreadable(_)
     ));
     assert!(!by_name("garbage.json").is_healed());
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
     // Only the unreadable entry is kept, for an operator.
     assert_eq!(k.journal_files(), ["garbage.json"]);
 
@@ -803,5 +803,5 @@ fn heal_handles_every_kind_of_entry() {
         "{:?}",
         r.outcome
     );
-    k.assert_on_vfio(&p);
+    k.assert_on_vfio(p);
 }

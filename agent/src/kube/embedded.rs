@@ -1,7 +1,7 @@
 //! The embedded pod store used when no cluster is configured (SPEC R27).
 //!
 //! With `--kube=off` (the default when no cluster configuration is found)
-//! pod identity comes from CNI_ARGS and the `k8s.ovn.org/pod-networks`
+//! pod identity comes from `CNI_ARGS` and the `k8s.ovn.org/pod-networks`
 //! annotation is kept in one JSON file, `<state_dir>/pod-networks.json`,
 //! written atomically (temporary file, fsync, rename, fsync of the
 //! directory) so `xdhcp status` always reads a whole document:

@@ -5,7 +5,7 @@
 //! - [`PodApi::Kube`]: the real API server through [`client::KubeClient`]
 //!   (pods get/patch, VMIs get — the whole RBAC surface);
 //! - [`PodApi::Embedded`]: no cluster (SPEC R27); pod identity comes from
-//!   CNI_ARGS and annotations go to a JSON file under the state dir
+//!   `CNI_ARGS` and annotations go to a JSON file under the state dir
 //!   ([`embedded::EmbeddedStore`]) that `xdhcp status` shows.
 
 pub mod annotation;
@@ -135,7 +135,7 @@ pub enum PodApiError {
         namespace: String,
         /// Pod name.
         name: String,
-        /// UID the caller expected (CNI_ARGS `K8S_POD_UID`).
+        /// UID the caller expected (`CNI_ARGS` `K8S_POD_UID`).
         expected: String,
         /// UID the API server has.
         actual: Option<String>,
@@ -201,7 +201,7 @@ impl PodApiError {
 pub enum PodApi {
     /// A real API server.
     Kube(KubeClient),
-    /// No cluster: CNI_ARGS identity and a local annotation store.
+    /// No cluster: `CNI_ARGS` identity and a local annotation store.
     Embedded(EmbeddedStore),
 }
 
