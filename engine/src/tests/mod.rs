@@ -3,4 +3,5 @@
 mod options;
 mod prop;
 mod server;
+mod sim;
 mod transitions;
