@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use xdhcp::kube::annotation::POD_NETWORKS_ANNOTATION;
-use xdhcp::kube::{KubeClient, PodApi, PodApiError, PodNetworkEntry, RetryPolicy};
+use xdhcp::kube::{KubeClient, KubeMode, PodApi, PodApiError, PodNetworkEntry, RetryPolicy};
 use xdhcp::workload::{MacSource, Workload};
 use xdhcp_tests::fake_apiserver::{FakeApiServer, Fault, Op};
 
@@ -443,6 +443,48 @@ async fn unreachable_server_is_a_transport_error_fake_apiserver() {
         assert!(matches!(err, PodApiError::Transport { .. }), "{err}");
         assert!(err.to_string().contains("pod tenant/web"), "{err}");
         assert_eq!(err.http_status(), None);
+    }))
+    .await;
+}
+
+#[tokio::test]
+async fn kubeconfig_file_selects_the_api_fake_apiserver() {
+    within(Box::pin(async {
+        let server = FakeApiServer::start().await;
+        server.add_pod(NS, "web", &[("app", "web")], &[]);
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
+                 users:\n- name: nobody\n  user: {{}}\n",
+                server.url()
+            ),
+        )
+        .unwrap();
+        let api = PodApi::connect_with_kubeconfig(KubeMode::Auto, Some(&kubeconfig), dir.path())
+            .await
+            .unwrap();
+        assert!(api.is_kube());
+        assert_eq!(
+            api.get_pod(NS, "web").await.unwrap().workload(),
+            Workload::Pod
+        );
+        // --kube=off wins over any kubeconfig.
+        let off = PodApi::connect_with_kubeconfig(KubeMode::Off, Some(&kubeconfig), dir.path())
+            .await
+            .unwrap();
+        assert!(!off.is_kube());
+        // --kube=on with a broken kubeconfig is a configuration error.
+        std::fs::write(&kubeconfig, "not: [a, kubeconfig").unwrap();
+        let err = PodApi::connect_with_kubeconfig(KubeMode::On, Some(&kubeconfig), dir.path())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::Config { .. }), "{err}");
+        assert!(err.to_string().contains("kubeconfig"), "{err}");
     }))
     .await;
 }

@@ -174,6 +174,26 @@ impl KubeClient {
         Self::from_config(config)
     }
 
+    /// A client from an explicit kubeconfig file (`--kubeconfig`), using
+    /// its current context.
+    pub async fn from_kubeconfig(path: &Path) -> Result<Self> {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(path).map_err(|e| PodApiError::Config {
+                reason: format!("cannot read kubeconfig {}", path.display()),
+                source: Some(Box::new(e)),
+            })?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| PodApiError::Config {
+            reason: format!("kubeconfig {} has no usable context", path.display()),
+            source: Some(Box::new(e)),
+        })?;
+        Self::from_config(config)
+    }
+
     /// Replace the conflict retry policy.
     #[must_use]
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {

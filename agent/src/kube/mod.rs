@@ -218,6 +218,23 @@ impl PodApi {
         }
     }
 
+    /// [`PodApi::connect`] with an explicit kubeconfig (`--kubeconfig`).
+    /// When that file exists, `auto` and `on` build the client from it;
+    /// otherwise (absent, or a `KUBECONFIG`-style path list) this is
+    /// [`PodApi::connect`], whose inference reads `KUBECONFIG` itself.
+    pub async fn connect_with_kubeconfig(
+        mode: KubeMode,
+        kubeconfig: Option<&Path>,
+        state_dir: &Path,
+    ) -> Result<PodApi> {
+        match kubeconfig.filter(|p| p.is_file()) {
+            Some(path) if mode != KubeMode::Off => {
+                Ok(PodApi::Kube(KubeClient::from_kubeconfig(path).await?))
+            }
+            _ => Self::connect(mode, state_dir).await,
+        }
+    }
+
     /// Whether this is the real cluster backend.
     pub fn is_kube(&self) -> bool {
         matches!(self, PodApi::Kube(_))
