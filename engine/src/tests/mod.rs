@@ -1,5 +1,6 @@
 //! Client tests in virtual time against a small test server.
 
+mod interop;
 mod options;
 mod prop;
 mod server;
