@@ -55,6 +55,14 @@ pub struct Transmit {
     pub kind: MessageKind,
 }
 
+/// Deadlines of the held lease on the monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTimers {
+    pub t1: Option<Instant>,
+    pub t2: Option<Instant>,
+    pub expires: Option<Instant>,
+}
+
 /// Retransmission bookkeeping for one xid.
 #[derive(Debug, Clone, Copy)]
 struct Retx {
@@ -420,6 +428,9 @@ impl Client {
             });
         }
         let mut declined = self.acq.take().map(|a| a.declined).unwrap_or_default();
+        if declined.len() >= HEARD_LIMIT {
+            declined.remove(0);
+        }
         declined.push(address);
         let delay = self.cfg.retransmit.decline_delay;
         self.begin_acquisition(later(now, delay), None);
@@ -505,6 +516,16 @@ impl Client {
     /// The lease held (BOUND, RENEWING, REBINDING).
     pub fn lease(&self) -> Option<&Lease> {
         self.held.as_ref().map(|h| &h.lease)
+    }
+
+    /// Monotonic T1, T2 and expiry of the held lease (`None` inside: no such
+    /// timer, e.g. one-shot mode or an infinite lease).
+    pub fn lease_timers(&self) -> Option<LeaseTimers> {
+        self.held.as_ref().map(|h| LeaseTimers {
+            t1: h.t1_at,
+            t2: h.t2_at,
+            expires: h.expires_at,
+        })
     }
 
     /// Transaction id of the open (or last) transaction.

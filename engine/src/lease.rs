@@ -79,6 +79,14 @@ impl Lease {
         self.lease_time.as_secs() >= INFINITE_SECS
     }
 
+    /// Wall-clock expiry (Unix ms); `None` for an infinite lease.
+    pub fn expires_unix_ms(&self) -> Option<u64> {
+        (!self.is_infinite()).then(|| {
+            self.acquired_unix_ms
+                .saturating_add(self.lease_time.as_millis().min(u128::from(u64::MAX)) as u64)
+        })
+    }
+
     /// The default gateway: the `0.0.0.0/0` route of option 121 when present,
     /// else the first router of option 3.
     pub fn default_gateway(&self) -> Option<Ipv4Addr> {

@@ -83,6 +83,12 @@ fn dora_reaches_bound_with_rfc_message_shapes() {
     );
     assert_eq!(h.c.stats().leases_bound, 1);
     assert_eq!(h.c.stats().lease_times_missing, 2);
+    let t = h.c.lease_timers().unwrap();
+    let sent = h.t0 + Duration::from_millis(300);
+    assert_eq!(t.t1, Some(sent + secs(1800)));
+    assert_eq!(t.t2, Some(sent + secs(3150)));
+    assert_eq!(t.expires, Some(sent + secs(3600)));
+    assert_eq!(lease.expires_unix_ms(), Some(WALL0 + 300 + 3_600_000));
     assert!(h.tx().is_empty());
 }
 
