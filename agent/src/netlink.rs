@@ -1,1 +1,549 @@
 //! rtnetlink: link lookup and address/route configuration.
+//!
+//! A netlink socket talks to the namespace it was created in. [`Netlink::open`]
+//! creates the socket on a dedicated thread inside the target namespace
+//! ([`crate::netns`]) while that thread has entered the caller's tokio
+//! runtime, so the socket is registered with the caller's reactor and every
+//! later request runs on the caller's runtime — one connection per namespace,
+//! no thread per request. [`LinkWatch`] does the same with a multicast
+//! subscription to `RTNLGRP_LINK` and resolves when the watched interface is
+//! deleted (or moved away), so a lease can end with its interface.
+//!
+//! Used for `"apply": true` (address and routes from the lease, SPEC R22),
+//! CNI CHECK (is the address still there) and interface lookups.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+
+use futures::{StreamExt, TryStreamExt};
+use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
+use rtnetlink::packet_route::RouteNetlinkMessage;
+use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use rtnetlink::packet_route::route::{RouteProtocol, RouteScope};
+use rtnetlink::{Handle, MulticastGroup, RouteMessageBuilder};
+use tokio::task::JoinHandle;
+use xdhcp_engine::Lease;
+
+use crate::netns::{NetnsError, run_in_netns_async};
+
+/// Errors of netlink operations. Variants name the namespace (and the
+/// interface or address where there is one).
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    /// Entering the namespace failed.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// The netlink socket could not be created.
+    #[error("failed to open a netlink socket in {}: {source}", ns_label(netns.as_deref()))]
+    Connect {
+        netns: Option<PathBuf>,
+        #[source]
+        source: io::Error,
+    },
+    /// No interface with this name / index.
+    #[error("interface {what} not found in {}", ns_label(netns.as_deref()))]
+    NoSuchLink {
+        what: String,
+        netns: Option<PathBuf>,
+    },
+    /// A request was refused by the kernel or failed.
+    #[error("failed to {op} in {}: {source}", ns_label(netns.as_deref()))]
+    Request {
+        op: String,
+        netns: Option<PathBuf>,
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// The link watch subscription ended before the link went away.
+    #[error("link watch in {} ended unexpectedly", ns_label(netns.as_deref()))]
+    WatchClosed { netns: Option<PathBuf> },
+}
+
+/// Convenience alias for results of this module.
+pub type Result<T, E = NetlinkError> = std::result::Result<T, E>;
+
+fn ns_label(p: Option<&Path>) -> String {
+    p.map_or_else(
+        || "the agent's namespace".to_owned(),
+        |p| p.display().to_string(),
+    )
+}
+
+/// The errno of a netlink error reply, if it is one.
+fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => m.to_io().raw_os_error(),
+        _ => None,
+    }
+}
+
+/// What we know about a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkDetails {
+    /// Interface index inside its namespace.
+    pub ifindex: u32,
+    /// Interface name.
+    pub name: String,
+    /// Hardware address, if the link has a 6-byte one.
+    pub mac: Option<[u8; 6]>,
+    /// `IFLA_INFO_KIND` (e.g. `veth`, `bridge`, `macvlan`); `None` for
+    /// physical devices.
+    pub kind: Option<String>,
+    /// MTU.
+    pub mtu: Option<u32>,
+    /// Administratively up (`IFF_UP`).
+    pub up: bool,
+}
+
+impl LinkDetails {
+    fn from_message(msg: &LinkMessage) -> Self {
+        let mut details = Self {
+            ifindex: msg.header.index,
+            name: String::new(),
+            mac: None,
+            kind: None,
+            mtu: None,
+            up: msg.header.flags.contains(LinkFlags::Up),
+        };
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::IfName(n) => details.name.clone_from(n),
+                LinkAttribute::Address(a) => details.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+                LinkAttribute::Mtu(m) => details.mtu = Some(*m),
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        if let LinkInfo::Kind(kind) = info {
+                            details.kind = Some(kind_name(kind));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        details
+    }
+}
+
+fn kind_name(kind: &InfoKind) -> String {
+    kind.to_string()
+}
+
+/// One IPv4 route to install for a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Route {
+    /// Destination network.
+    pub dest: Ipv4Addr,
+    /// Destination prefix length.
+    pub prefix_len: u8,
+    /// Next hop; `None` for an on-link route (option 121 router 0.0.0.0).
+    pub gateway: Option<Ipv4Addr>,
+}
+
+/// The routes a lease asks for: option 121 when present (RFC 3442: it
+/// replaces option 3), else a default route via the first router.
+pub fn lease_routes(lease: &Lease) -> Vec<Ipv4Route> {
+    if lease.routes.is_empty() {
+        lease
+            .routers
+            .first()
+            .map(|gw| Ipv4Route {
+                dest: Ipv4Addr::UNSPECIFIED,
+                prefix_len: 0,
+                gateway: Some(*gw),
+            })
+            .into_iter()
+            .collect()
+    } else {
+        lease
+            .routes
+            .iter()
+            .map(|r| Ipv4Route {
+                dest: r.dest,
+                prefix_len: r.prefix_len,
+                gateway: (!r.gateway.is_unspecified()).then_some(r.gateway),
+            })
+            .collect()
+    }
+}
+
+/// An rtnetlink connection to one namespace, driven by the caller's runtime.
+#[derive(Debug)]
+pub struct Netlink {
+    handle: Handle,
+    task: JoinHandle<()>,
+    netns: Option<PathBuf>,
+}
+
+/// Creates the connection socket in `netns` (or here) registered with the
+/// current runtime, and spawns its driver task there.
+async fn connect<T: Send + 'static>(
+    netns: Option<&Path>,
+    make: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> Result<T> {
+    let runtime = tokio::runtime::Handle::current();
+    let work = move || {
+        let _entered = runtime.enter();
+        make()
+    };
+    let made = match netns {
+        Some(ns) => run_in_netns_async(ns, work).await?,
+        None => work(),
+    };
+    made.map_err(|source| NetlinkError::Connect {
+        netns: netns.map(Path::to_path_buf),
+        source,
+    })
+}
+
+impl Netlink {
+    /// Opens a connection inside `netns` (`None`: the agent's own namespace).
+    /// Must be called within a tokio runtime.
+    pub async fn open(netns: Option<&Path>) -> Result<Self> {
+        let (conn, handle, _messages) = connect(netns, rtnetlink::new_connection).await?;
+        let task = tokio::spawn(conn);
+        Ok(Self {
+            handle,
+            task,
+            netns: netns.map(Path::to_path_buf),
+        })
+    }
+
+    fn request_err(
+        &self,
+        op: impl Into<String>,
+    ) -> impl FnOnce(rtnetlink::Error) -> NetlinkError + '_ {
+        let op = op.into();
+        move |source| NetlinkError::Request {
+            op,
+            netns: self.netns.clone(),
+            source,
+        }
+    }
+
+    /// Looks a link up by name.
+    pub async fn link(&self, ifname: &str) -> Result<LinkDetails> {
+        let mut stream = self
+            .handle
+            .link()
+            .get()
+            .match_name(ifname.to_owned())
+            .execute();
+        match stream.try_next().await {
+            Ok(Some(msg)) => Ok(LinkDetails::from_message(&msg)),
+            Ok(None) => Err(self.no_such(ifname)),
+            Err(e) if errno(&e) == Some(libc::ENODEV) => Err(self.no_such(ifname)),
+            Err(e) => Err(self.request_err(format!("look up link {ifname:?}"))(e)),
+        }
+    }
+
+    /// Looks a link up by index; `Ok(None)` if there is none.
+    pub async fn link_by_index(&self, ifindex: u32) -> Result<Option<LinkDetails>> {
+        let mut stream = self.handle.link().get().match_index(ifindex).execute();
+        match stream.try_next().await {
+            Ok(msg) => Ok(msg.as_ref().map(LinkDetails::from_message)),
+            Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
+            Err(e) => Err(self.request_err(format!("look up link #{ifindex}"))(e)),
+        }
+    }
+
+    fn no_such(&self, what: &str) -> NetlinkError {
+        NetlinkError::NoSuchLink {
+            what: format!("{what:?}"),
+            netns: self.netns.clone(),
+        }
+    }
+
+    /// Sets a link administratively up.
+    pub async fn set_up(&self, ifindex: u32) -> Result<()> {
+        let msg = rtnetlink::LinkUnspec::new_with_index(ifindex).up().build();
+        self.handle
+            .link()
+            .set(msg)
+            .execute()
+            .await
+            .map_err(self.request_err(format!("set link #{ifindex} up")))
+    }
+
+    /// IPv4 addresses on `ifindex`, with prefix lengths.
+    pub async fn addresses(&self, ifindex: u32) -> Result<Vec<(Ipv4Addr, u8)>> {
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(ifindex)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.request_err(format!("list addresses of link #{ifindex}")))?;
+        Ok(msgs
+            .iter()
+            .filter(|m| m.header.index == ifindex)
+            .filter_map(|m| {
+                m.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Local(IpAddr::V4(ip)) => Some((*ip, m.header.prefix_len)),
+                    _ => None,
+                })
+            })
+            .collect())
+    }
+
+    /// Whether `addr` (with `prefix_len`, if given) is configured on `ifindex`
+    /// (CNI CHECK with `"apply": true`).
+    pub async fn has_address(
+        &self,
+        ifindex: u32,
+        addr: Ipv4Addr,
+        prefix_len: Option<u8>,
+    ) -> Result<bool> {
+        Ok(self
+            .addresses(ifindex)
+            .await?
+            .iter()
+            .any(|(a, p)| *a == addr && prefix_len.is_none_or(|want| want == *p)))
+    }
+
+    /// Adds `addr/prefix_len` to `ifindex`; an identical existing address is fine.
+    pub async fn add_address(&self, ifindex: u32, addr: Ipv4Addr, prefix_len: u8) -> Result<()> {
+        match self
+            .handle
+            .address()
+            .add(ifindex, IpAddr::V4(addr), prefix_len)
+            .execute()
+            .await
+        {
+            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(()),
+            other => other
+                .map_err(self.request_err(format!("add {addr}/{prefix_len} to link #{ifindex}"))),
+        }
+    }
+
+    /// Removes `addr/prefix_len` from `ifindex`; returns whether it was there.
+    pub async fn del_address(&self, ifindex: u32, addr: Ipv4Addr, prefix_len: u8) -> Result<bool> {
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(ifindex)
+            .set_address_filter(IpAddr::V4(addr))
+            .set_prefix_length_filter(prefix_len)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.request_err(format!("look up {addr}/{prefix_len} on link #{ifindex}")))?;
+        let mut removed = false;
+        for msg in msgs.into_iter().filter(|m| m.header.index == ifindex) {
+            match self.handle.address().del(msg).execute().await {
+                Ok(()) => removed = true,
+                Err(e) if errno(&e) == Some(libc::EADDRNOTAVAIL) => {}
+                Err(e) => {
+                    return Err(self.request_err(format!(
+                        "remove {addr}/{prefix_len} from link #{ifindex}"
+                    ))(e));
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    fn route_message(
+        ifindex: u32,
+        route: Ipv4Route,
+    ) -> rtnetlink::packet_route::route::RouteMessage {
+        let mut builder = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(route.dest, route.prefix_len)
+            .output_interface(ifindex)
+            .protocol(RouteProtocol::Dhcp);
+        builder = match route.gateway {
+            Some(gw) => builder.gateway(gw),
+            None => builder.scope(RouteScope::Link),
+        };
+        builder.build()
+    }
+
+    /// Adds (or replaces) a route out of `ifindex`.
+    pub async fn add_route(&self, ifindex: u32, route: Ipv4Route) -> Result<()> {
+        self.handle
+            .route()
+            .add(Self::route_message(ifindex, route))
+            .replace()
+            .execute()
+            .await
+            .map_err(self.request_err(format!("add route {route:?} via link #{ifindex}")))
+    }
+
+    /// Deletes a route out of `ifindex`; returns whether it existed.
+    pub async fn del_route(&self, ifindex: u32, route: Ipv4Route) -> Result<bool> {
+        match self
+            .handle
+            .route()
+            .del(Self::route_message(ifindex, route))
+            .execute()
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(e) if errno(&e) == Some(libc::ESRCH) => Ok(false),
+            Err(e) => Err(self
+                .request_err(format!("delete route {route:?} via link #{ifindex}"))(
+                e
+            )),
+        }
+    }
+
+    /// Applies a lease to `ifindex`: sets the link up, adds the address, then
+    /// the routes of [`lease_routes`] (on-link routes first so gateways
+    /// reachable only through them resolve).
+    pub async fn apply_lease(&self, ifindex: u32, lease: &Lease) -> Result<()> {
+        self.set_up(ifindex).await?;
+        self.add_address(ifindex, lease.address, lease.prefix_len)
+            .await?;
+        let mut routes = lease_routes(lease);
+        routes.sort_by_key(|r| r.gateway.is_some());
+        for route in routes {
+            self.add_route(ifindex, route).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes what [`Netlink::apply_lease`] added (routes, then the address).
+    /// Missing pieces are not an error.
+    pub async fn remove_lease(&self, ifindex: u32, lease: &Lease) -> Result<()> {
+        let mut routes = lease_routes(lease);
+        routes.sort_by_key(|r| r.gateway.is_none());
+        for route in routes {
+            self.del_route(ifindex, route).await?;
+        }
+        self.del_address(ifindex, lease.address, lease.prefix_len)
+            .await?;
+        Ok(())
+    }
+}
+
+impl Drop for Netlink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Resolves when one link is deleted from its namespace (`RTM_DELLINK`),
+/// which also happens when it is moved to another namespace.
+#[derive(Debug)]
+pub struct LinkWatch {
+    messages: futures::channel::mpsc::UnboundedReceiver<(
+        NetlinkMessage<RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+    task: JoinHandle<()>,
+    ifindex: u32,
+    netns: Option<PathBuf>,
+    gone: bool,
+}
+
+impl LinkWatch {
+    /// Subscribes to link events in `netns` for `ifindex`. The subscription
+    /// is in place before the link is checked, so a deletion racing with
+    /// this call is not missed: if the link is already gone,
+    /// [`LinkWatch::removed`] resolves at once.
+    pub async fn open(netns: Option<&Path>, ifindex: u32) -> Result<Self> {
+        let (conn, _handle, messages) = connect(netns, || {
+            rtnetlink::new_multicast_connection(&[MulticastGroup::Link])
+        })
+        .await?;
+        let task = tokio::spawn(conn);
+        let mut watch = Self {
+            messages,
+            task,
+            ifindex,
+            netns: netns.map(Path::to_path_buf),
+            gone: false,
+        };
+        let probe = Netlink::open(netns).await?;
+        watch.gone = probe.link_by_index(ifindex).await?.is_none();
+        Ok(watch)
+    }
+
+    /// The watched interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Waits until the link is deleted. Cancel-safe.
+    pub async fn removed(&mut self) -> Result<()> {
+        while !self.gone {
+            let Some((msg, _)) = self.messages.next().await else {
+                return Err(NetlinkError::WatchClosed {
+                    netns: self.netns.clone(),
+                });
+            };
+            if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(link)) = msg.payload
+                && link.header.index == self.ifindex
+            {
+                self.gone = true;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LinkWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use xdhcp_engine::Route;
+
+    fn lease(routes: Vec<Route>) -> Lease {
+        Lease {
+            address: Ipv4Addr::new(192, 0, 2, 10),
+            prefix_len: 24,
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            server_mac: None,
+            routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
+            routes,
+            dns_servers: Vec::new(),
+            domain_name: None,
+            search: Vec::new(),
+            mtu: None,
+            lease_time: Duration::from_mins(2),
+            t1: Duration::from_mins(1),
+            t2: Duration::from_secs(105),
+            acquired_unix_ms: 0,
+            rejected_routes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn routes_from_option_3_and_121() {
+        assert_eq!(
+            lease_routes(&lease(Vec::new())),
+            vec![Ipv4Route {
+                dest: Ipv4Addr::UNSPECIFIED,
+                prefix_len: 0,
+                gateway: Some(Ipv4Addr::new(192, 0, 2, 1)),
+            }]
+        );
+        let l = lease(vec![
+            Route {
+                dest: Ipv4Addr::new(198, 51, 100, 0),
+                prefix_len: 24,
+                gateway: Ipv4Addr::new(192, 0, 2, 254),
+            },
+            Route {
+                dest: Ipv4Addr::new(203, 0, 113, 0),
+                prefix_len: 24,
+                gateway: Ipv4Addr::UNSPECIFIED,
+            },
+        ]);
+        let routes = lease_routes(&l);
+        // Option 121 replaces option 3: no default route via 192.0.2.1.
+        assert_eq!(routes.len(), 2);
+        assert_eq!(routes[0].gateway, Some(Ipv4Addr::new(192, 0, 2, 254)));
+        assert_eq!(routes[1].gateway, None, "router 0.0.0.0 means on-link");
+    }
+}
