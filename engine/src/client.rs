@@ -55,6 +55,14 @@ pub struct Transmit {
     pub kind: MessageKind,
 }
 
+impl Transmit {
+    /// Whether a reply is expected (DISCOVER, REQUEST): register the xid for
+    /// reply capture. RELEASE and DECLINE get no answer.
+    pub fn expects_reply(&self) -> bool {
+        matches!(self.kind, MessageKind::Discover | MessageKind::Request)
+    }
+}
+
 /// Deadlines of the held lease on the monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTimers {
@@ -855,7 +863,12 @@ impl Client {
                 self.send_discover(now, 1);
             }
             Phase::Selecting { retx } if now >= retx.next_at => {
-                self.send_discover(now, retx.sent + 1);
+                let max = self.cfg.discover_attempts;
+                if max != 0 && retx.sent >= max {
+                    self.fail(now);
+                } else {
+                    self.send_discover(now, retx.sent + 1);
+                }
             }
             Phase::Requesting {
                 offer,

@@ -128,6 +128,11 @@ pub struct ClientConfig {
     pub retransmit: Retransmit,
     /// Overall deadline to reach BOUND from INIT/INIT-REBOOT. Default 30 s.
     pub acquire_timeout: Duration,
+    /// DISCOVER transmissions in one SELECTING before the acquisition fails
+    /// early (like the upstream plugin's `-resendmax`); 0 = unlimited,
+    /// bounded by `acquire_timeout` only. Default 0. (Kept here rather than
+    /// in [`Retransmit`] so struct literals of `Retransmit` stay valid.)
+    pub discover_attempts: u32,
     /// Option 121/3 policy.
     pub route_policy: RoutePolicy,
     /// Maintain the lease or stop at BOUND.
@@ -151,6 +156,7 @@ impl Default for ClientConfig {
             requested_ip: None,
             retransmit: Retransmit::default(),
             acquire_timeout: Duration::from_secs(30),
+            discover_attempts: 0,
             route_policy: RoutePolicy::default(),
             mode: Mode::Maintain,
             max_message_size: 1500,

@@ -707,6 +707,7 @@ fn release_is_unicast_from_the_leased_address() {
     assert_eq!(h.c.state(), State::Released);
     let t = h.one_tx();
     assert_eq!(t.kind, MessageKind::Release);
+    assert!(!t.expects_reply());
     assert_eq!(t.src_ip, ADDR);
     assert_eq!(
         t.dst,
@@ -1043,4 +1044,24 @@ fn request_repeats_the_discover_secs() {
     let r2 = h.one_tx();
     assert_eq!(r2.kind, MessageKind::Request);
     assert_eq!(Request::decode(&r2).msg.secs(), dsecs);
+}
+
+#[test]
+fn discover_attempts_bound_selecting() {
+    let mut c = cfg();
+    c.discover_attempts = 2;
+    let mut h = H::new(c);
+    assert!(h.one_tx().expects_reply());
+    h.fire();
+    h.one_tx();
+    assert_eq!(h.c.state(), State::Selecting);
+    h.fire();
+    assert_eq!(h.c.state(), State::Failed);
+    assert!(h.tx().is_empty());
+    let ev = h.ev();
+    let [Event::Failed(err)] = ev.as_slice() else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(err.discovers_sent, 2);
+    assert!(h.elapsed() < secs(15));
 }
