@@ -528,6 +528,15 @@ pub struct JournalEntry {
     pub started_at: u64,
 }
 
+/// Directory under the state dir that holds the handoff journal.
+pub const JOURNAL_DIR_NAME: &str = "vfio-journal";
+
+/// `<state_dir>/vfio-journal`: the `journal_dir` to pass to
+/// [`with_kernel_driver`] and [`heal`].
+pub fn journal_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join(JOURNAL_DIR_NAME)
+}
+
 /// `<journal_dir>/<bdf>.json`.
 pub fn journal_path(journal_dir: &Path, pci: &PciAddr) -> PathBuf {
     journal_dir.join(format!("{pci}.json"))
@@ -686,7 +695,20 @@ struct RestoreGuard<'a, O: SysfsOps + ?Sized> {
 impl<O: SysfsOps + ?Sized> RestoreGuard<'_, O> {
     fn finish(mut self) -> Result<(), RestoreError> {
         self.armed = false;
-        restore(self.ops, self.pci, Some(&self.journal)).map(|_| ())
+        blocking(|| restore(self.ops, self.pci, Some(&self.journal))).map(|_| ())
+    }
+}
+
+/// Run sysfs writes that may block for a while (a NIC driver's probe or
+/// teardown takes up to seconds): on a multi-threaded tokio runtime the
+/// worker hands its other tasks off first (`block_in_place`); elsewhere
+/// (current-thread runtime, no runtime, `Drop`) the call runs inline.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -820,11 +842,10 @@ where
         }
     };
     let handed = async {
-        ops.write_driver_override(pci, driver)
+        blocking(|| ops.write_driver_override(pci, driver))
             .map_err(step(Step::DriverOverride, driver))?;
-        ops.unbind(pci, VFIO_PCI)
-            .map_err(step(Step::Unbind, VFIO_PCI))?;
-        ops.bind(pci, driver).map_err(step(Step::Bind, driver))?;
+        blocking(|| ops.unbind(pci, VFIO_PCI)).map_err(step(Step::Unbind, VFIO_PCI))?;
+        blocking(|| ops.bind(pci, driver)).map_err(step(Step::Bind, driver))?;
         wait_netdev(ops, pci, driver, dev_dir.join("net"), netdev_timeout).await
     }
     .await;
@@ -848,6 +869,42 @@ where
             }),
         },
     }
+}
+
+/// The driver the device is bound to (`None`: unbound). Lets the caller
+/// decide between the VFIO handoff (bound to [`VFIO_PCI`]) and the
+/// netdev-in-the-pod path.
+pub fn bound_driver(sysfs: &Sysfs, pci: &PciAddr) -> Result<Option<String>, VfioError> {
+    if !sysfs.device_exists(pci) {
+        return Err(VfioError::DeviceNotFound {
+            pci: *pci,
+            path: sysfs.device_dir(pci),
+        });
+    }
+    sysfs
+        .current_driver(pci)
+        .map_err(io_err("read", &sysfs.device_dir(pci).join("driver")))
+}
+
+/// The PCI address in a device-info file (k8snetworkplumbingwg
+/// device-info-spec, written by the SR-IOV device plugin under
+/// `/var/run/k8s.cni.cncf.io/devinfo/`): `{"type":"pci","pci":{"pci-address":"…"}}`.
+/// `Ok(None)` for device types other than `pci`.
+pub fn pci_from_device_info(json: &str) -> Result<Option<PciAddr>, VfioError> {
+    let bad = |reason| VfioError::InvalidPciAddress {
+        input: json.chars().take(200).collect(),
+        reason,
+    };
+    let doc: serde_json::Value =
+        serde_json::from_str(json).map_err(|_| bad("device-info is not JSON"))?;
+    if doc.get("type").and_then(serde_json::Value::as_str) != Some("pci") {
+        return Ok(None);
+    }
+    let addr = doc
+        .pointer("/pci/pci-address")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| bad("device-info of type pci has no pci.pci-address"))?;
+    addr.parse().map(Some)
 }
 
 /// What [`heal`] did for one journal entry.
@@ -1066,6 +1123,56 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn device_info_pci_address() {
+        let info = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:18:02.5","pf-pci-address":"0000:18:00.0"}}"#;
+        assert_eq!(
+            pci_from_device_info(info).unwrap(),
+            Some("0000:18:02.5".parse().unwrap())
+        );
+        assert_eq!(
+            pci_from_device_info(r#"{"type":"vhost-user","vhost-user":{}}"#).unwrap(),
+            None
+        );
+        for bad in [
+            "nope",
+            r#"{"type":"pci"}"#,
+            r#"{"type":"pci","pci":{"pci-address":"18:02.5"}}"#,
+        ] {
+            assert!(
+                matches!(
+                    pci_from_device_info(bad),
+                    Err(VfioError::InvalidPciAddress { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn bound_driver_reads_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let pci: PciAddr = "0000:3b:02.2".parse().unwrap();
+        let sysfs = Sysfs::new(dir.path());
+        assert!(matches!(
+            bound_driver(&sysfs, &pci),
+            Err(VfioError::DeviceNotFound { .. })
+        ));
+        let dev = sysfs.device_dir(&pci);
+        std::fs::create_dir_all(&dev).unwrap();
+        assert_eq!(bound_driver(&sysfs, &pci).unwrap(), None);
+        std::os::unix::fs::symlink("../../../bus/pci/drivers/vfio-pci", dev.join("driver"))
+            .unwrap();
+        assert_eq!(
+            bound_driver(&sysfs, &pci).unwrap().as_deref(),
+            Some(VFIO_PCI)
+        );
+        assert_eq!(
+            journal_dir(Path::new("/var/lib/xdhcp")),
+            Path::new("/var/lib/xdhcp/vfio-journal")
+        );
     }
 
     #[test]

@@ -805,3 +805,24 @@ fn heal_handles_every_kind_of_entry() {
     );
     k.assert_on_vfio(p);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_thread_runtime_handoff_and_cancellation() {
+    // On the agent's multi-threaded runtime sysfs writes go through
+    // `block_in_place`; the guard still restores on cancellation.
+    let (_dir, k) = setup(MLX_VF, &["mlx5_core"]);
+    let p = pci();
+    let out = with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |n| async move { n })
+        .await
+        .unwrap();
+    assert_eq!(out, NETDEV);
+    k.assert_on_vfio(p);
+    let r = tokio::time::timeout(
+        Duration::from_millis(300),
+        with_kernel_driver_ops(&*k, &k.journal_dir, &p, T, |_| std::future::pending::<()>()),
+    )
+    .await;
+    assert!(r.is_err());
+    k.assert_on_vfio(p);
+    assert!(k.journal_files().is_empty());
+}
