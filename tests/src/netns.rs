@@ -305,8 +305,8 @@ pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
 
 /// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: [u8; 6]) -> String {
-    let [a, b, c, d, e, f] = mac;
-    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+    let parts: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+    parts.join(":")
 }
 
 /// A veth pair with one end in each of two namespaces (which may be the same).

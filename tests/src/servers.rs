@@ -820,11 +820,14 @@ impl Drop for Dhcpd {
     }
 }
 
+/// A dhcpd lease block being read: address, active, MAC, hostname.
+type DhcpdBlock = (Ipv4Addr, bool, Option<[u8; 6]>, Option<String>);
+
 /// Parses `lease a.b.c.d { ... }` blocks of a dhcpd lease file.
 pub fn parse_dhcpd_leases(text: &str) -> Vec<ServerLease> {
     let mut by_ip: std::collections::BTreeMap<Ipv4Addr, Option<ServerLease>> =
         std::collections::BTreeMap::new();
-    let mut current: Option<(Ipv4Addr, bool, Option<[u8; 6]>, Option<String>)> = None;
+    let mut current: Option<DhcpdBlock> = None;
     for raw in text.lines() {
         let line = raw.trim().trim_end_matches(';');
         if let Some(rest) = line.strip_prefix("lease ") {

@@ -263,8 +263,11 @@ impl AfPacketReceiver {
     ) -> Result<Self, RawSockError> {
         // SAFETY: an OwnedFd always reports the same, open descriptor and
         // stays open until the AsyncFd (which owns it) is dropped.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(|e| classify("register the socket with tokio", ifname, netns, e.into()))?;
+        // ERROR interest too: when the interface is unregistered the kernel
+        // sets ENETDOWN on the socket and reports only EPOLLERR.
+        let fd =
+            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE | Interest::ERROR) }
+                .map_err(|e| classify("register the socket with tokio", ifname, netns, e.into()))?;
         Ok(Self {
             fd,
             ifname: ifname.to_owned(),
@@ -320,9 +323,13 @@ impl AfPacketReceiver {
     pub async fn recv(&self) -> Result<RxFrame, RawSockError> {
         let mut buf = vec![0u8; RECV_BUF];
         loop {
-            let mut guard = self.fd.readable().await.map_err(|e| {
-                classify("wait for a frame", &self.ifname, self.netns.as_deref(), e)
-            })?;
+            let mut guard = self
+                .fd
+                .ready(Interest::READABLE | Interest::ERROR)
+                .await
+                .map_err(|e| {
+                    classify("wait for a frame", &self.ifname, self.netns.as_deref(), e)
+                })?;
             match guard.try_io(|fd| self.recv_one(fd.as_raw_fd(), &mut buf)) {
                 Ok(Ok(Recv::Frame(f))) => return Ok(f),
                 Ok(Ok(Recv::Skipped)) | Err(_) => {} // would block: wait again

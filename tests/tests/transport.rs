@@ -1,0 +1,598 @@
+//! Transport integration tests in network namespaces: the raw-socket sender,
+//! the AF_PACKET receiver with its classic BPF filter, netlink configuration
+//! and link watching, against real dnsmasq and Kea servers.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use dhcproto::v4::{self, DhcpOption, Flags, MessageType, OptionCode};
+use dhcproto::{Decodable, Encodable};
+use xdhcp::datapath::frame::{self, FrameHeaders};
+use xdhcp::datapath::rawsock::{self, BROADCAST_MAC, RawSender, RawSockError};
+use xdhcp::datapath::{RxFrame, RxPath, afpacket::AfPacketReceiver};
+use xdhcp::netlink::{Ipv4Route, LinkWatch, Netlink, NetlinkError};
+use xdhcp_engine::{Destination, MessageKind, Transmit};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab};
+
+const RECV_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn request_base(xid: u32, mac: [u8; 6], broadcast: bool, kind: MessageType) -> v4::Message {
+    let z = Ipv4Addr::UNSPECIFIED;
+    let mut msg = v4::Message::new_with_id(xid, z, z, z, z, &mac);
+    if broadcast {
+        msg.set_flags(Flags::default().set_broadcast());
+    }
+    msg.opts_mut().insert(DhcpOption::MessageType(kind));
+    msg.opts_mut().insert(DhcpOption::ParameterRequestList(vec![
+        OptionCode::SubnetMask,
+        OptionCode::Router,
+        OptionCode::DomainNameServer,
+    ]));
+    msg
+}
+
+fn discover(xid: u32, mac: [u8; 6], broadcast: bool) -> Vec<u8> {
+    request_base(xid, mac, broadcast, MessageType::Discover)
+        .to_vec()
+        .expect("encode DISCOVER")
+}
+
+fn request(xid: u32, mac: [u8; 6], server: Ipv4Addr, addr: Ipv4Addr) -> Vec<u8> {
+    let mut msg = request_base(xid, mac, false, MessageType::Request);
+    msg.opts_mut().insert(DhcpOption::ServerIdentifier(server));
+    msg.opts_mut().insert(DhcpOption::RequestedIpAddress(addr));
+    msg.to_vec().expect("encode REQUEST")
+}
+
+fn release(xid: u32, mac: [u8; 6], server: Ipv4Addr, addr: Ipv4Addr) -> Vec<u8> {
+    let z = Ipv4Addr::UNSPECIFIED;
+    // RFC 2131 §4.4.6: ciaddr = the leased address, unicast to the server.
+    let mut msg = v4::Message::new_with_id(xid, addr, z, z, z, &mac);
+    msg.opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Release));
+    msg.opts_mut().insert(DhcpOption::ServerIdentifier(server));
+    msg.to_vec().expect("encode RELEASE")
+}
+
+fn broadcast_transmit(payload: Vec<u8>, xid: u32, kind: MessageKind) -> Transmit {
+    Transmit {
+        payload,
+        xid,
+        src_ip: Ipv4Addr::UNSPECIFIED,
+        dst: Destination::Broadcast,
+        kind,
+    }
+}
+
+/// Receives until a reply with `xid` and message type `want` arrives.
+async fn recv_reply(rx: &AfPacketReceiver, xid: u32, want: MessageType) -> (RxFrame, v4::Message) {
+    let deadline = tokio::time::Instant::now() + RECV_TIMEOUT;
+    loop {
+        let frame = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {want:?} for xid {xid:#x} within {RECV_TIMEOUT:?}"))
+            .expect("receive");
+        let Ok(msg) = v4::Message::from_bytes(&frame.payload) else {
+            continue;
+        };
+        if msg.xid() == xid && msg.opts().msg_type() == Some(want) {
+            return (frame, msg);
+        }
+    }
+}
+
+fn server_id(msg: &v4::Message) -> Ipv4Addr {
+    match msg.opts().get(OptionCode::ServerIdentifier) {
+        Some(DhcpOption::ServerIdentifier(ip)) => *ip,
+        other => panic!("reply without server identifier: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn discover_via_rawsock_gets_offer_via_afpacket_from_dnsmasq() {
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname)
+        .await
+        .expect("open sender");
+    assert_eq!(tx.info().ifindex, c.ifindex);
+    assert_eq!(tx.info().mac, c.mac);
+    assert_eq!(tx.info().mtu, 1500);
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .expect("open receiver");
+
+    let xid = 0x0bad_cafe;
+    tx.send_transmit(&broadcast_transmit(
+        discover(xid, c.mac, true),
+        xid,
+        MessageKind::Discover,
+    ))
+    .expect("send DISCOVER");
+    let (frame, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
+
+    assert_eq!(frame.via, RxPath::AfPacket);
+    assert_eq!(frame.ifindex, c.ifindex);
+    assert!(frame.ts_ns > 0);
+    assert_eq!((frame.headers.src_port, frame.headers.dst_port), (67, 68));
+    assert_eq!(frame.headers.src_ip, lab.server_ip);
+    assert_eq!(frame.headers.src_mac, lab.server_mac());
+    assert_eq!(frame.headers.vlan, None);
+    assert_eq!(offer.chaddr()[..6], c.mac);
+    let (lo, hi) = dnsmasq.config().range;
+    assert!(
+        (lo..=hi).contains(&offer.yiaddr()),
+        "offered {} outside {lo}-{hi}",
+        offer.yiaddr()
+    );
+    assert_eq!(server_id(&offer), lab.server_ip);
+    assert!(
+        dnsmasq
+            .log()
+            .contains(&format!("DHCPDISCOVER({})", Lab::BRIDGE))
+    );
+    assert_eq!(rx.stats().bad_frames, 0);
+    assert!(rx.stats().received >= 1);
+}
+
+#[tokio::test]
+async fn kea_offer_reaches_afpacket_receiver() {
+    let lab = Lab::with_clients(1);
+    let _kea = Kea::start(&lab.server, KeaConfig::default());
+    let c = &lab.clients[0];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname).await.unwrap();
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+    let xid = 0x1357_9bdf;
+    tx.send_transmit(&broadcast_transmit(
+        discover(xid, c.mac, false),
+        xid,
+        MessageKind::Discover,
+    ))
+    .unwrap();
+    let (_, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
+    assert_eq!(server_id(&offer), lab.server_ip);
+    assert!(offer.yiaddr().octets()[3] >= 100, "{}", offer.yiaddr());
+}
+
+/// DORA by hand, then a RELEASE that must leave as unicast from the leased
+/// address to the server's MAC (SPEC R4) — checked on the wire by a packet
+/// socket on the server side and by dnsmasq forgetting the lease.
+#[tokio::test]
+async fn unicast_release_leaves_from_the_leased_address_and_dnsmasq_honours_it() {
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname).await.unwrap();
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+
+    // Unicast replies (no broadcast flag): dnsmasq sends them to chaddr/yiaddr.
+    let xid = 0x2468_ace0;
+    tx.send_transmit(&broadcast_transmit(
+        discover(xid, c.mac, false),
+        xid,
+        MessageKind::Discover,
+    ))
+    .unwrap();
+    let (_, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
+    let (addr, server) = (offer.yiaddr(), server_id(&offer));
+    tx.send_transmit(&broadcast_transmit(
+        request(xid, c.mac, server, addr),
+        xid,
+        MessageKind::Request,
+    ))
+    .unwrap();
+    let (ack_frame, ack) = recv_reply(&rx, xid, MessageType::Ack).await;
+    assert_eq!(ack.yiaddr(), addr);
+    assert_eq!(
+        ack_frame.headers.dst_mac, c.mac,
+        "dnsmasq unicasts without the broadcast flag"
+    );
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || dnsmasq
+            .lease_for(c.mac)
+            .is_some()),
+        "lease not in dnsmasq's file: {:?}",
+        dnsmasq.leases()
+    );
+
+    // Server-side wire check: a plain packet socket on the bridge port.
+    let port = c.port().to_owned();
+    let capture = lab
+        .server
+        .run_in(move || ServerCapture::open(&port))
+        .expect("server-side capture socket");
+
+    let rel_xid = 0x2468_ace1;
+    let server_mac = ack_frame.headers.src_mac;
+    tx.send_transmit(&Transmit {
+        payload: release(rel_xid, c.mac, server, addr),
+        xid: rel_xid,
+        src_ip: addr,
+        dst: Destination::Unicast {
+            ip: server,
+            mac: Some(server_mac),
+        },
+        kind: MessageKind::Release,
+    })
+    .unwrap();
+
+    let (headers, payload) = capture
+        .wait_for(|h, p| {
+            h.dst_port == 67 && v4::Message::from_bytes(p).is_ok_and(|m| m.xid() == rel_xid)
+        })
+        .expect("RELEASE seen on the server side");
+    assert_eq!(
+        headers.src_ip, addr,
+        "RELEASE must come from the leased address"
+    );
+    assert_eq!(headers.dst_ip, server);
+    assert_eq!(headers.dst_mac, server_mac, "RELEASE must be unicast at L2");
+    assert_eq!(headers.dst_mac, lab.server_mac());
+    assert_eq!(headers.src_mac, c.mac);
+    assert_eq!((headers.src_port, headers.dst_port), (68, 67));
+    let msg = v4::Message::from_bytes(&payload).unwrap();
+    assert_eq!(msg.opts().msg_type(), Some(MessageType::Release));
+    assert_eq!(msg.ciaddr(), addr);
+
+    assert!(
+        dnsmasq.wait_for_log(
+            &format!("DHCPRELEASE({}) {addr}", Lab::BRIDGE),
+            Duration::from_secs(5)
+        ),
+        "dnsmasq did not log the RELEASE:\n{}",
+        dnsmasq.log()
+    );
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || dnsmasq
+            .lease_for(c.mac)
+            .is_none()),
+        "lease still in dnsmasq's file after RELEASE: {:?}",
+        dnsmasq.leases()
+    );
+}
+
+#[tokio::test]
+async fn filter_drops_non_dhcp_in_kernel_and_stripped_vlan_is_recovered() {
+    let lab = Lab::with_clients(1);
+    let c = &lab.clients[0];
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+    // Inject from the server side onto the bridge.
+    let tx = RawSender::open_async(lab.server.path(), Lab::BRIDGE)
+        .await
+        .unwrap();
+    let headers = |vlan: Option<u16>, src_port: u16, dst_port: u16| FrameHeaders {
+        src_mac: tx.info().mac,
+        dst_mac: BROADCAST_MAC,
+        vlan,
+        src_ip: lab.server_ip,
+        dst_ip: Ipv4Addr::BROADCAST,
+        src_port,
+        dst_port,
+    };
+    // Not for us: DNS, client→server, and a fragment of a DHCP reply.
+    tx.send(&headers(None, 53, 68), b"dns").unwrap();
+    tx.send(&headers(None, 68, 67), b"request").unwrap();
+    let mut frag = frame::build_udp_frame(&headers(None, 67, 68), b"fragment");
+    frag[20..22].copy_from_slice(&0x2000u16.to_be_bytes()); // MF
+    tx.send_frame(&frag).unwrap();
+    // For us: a tagged reply, then an untagged one.
+    tx.send(&headers(Some(5), 67, 68), b"tagged").unwrap();
+    tx.send(&headers(None, 67, 68), b"plain").unwrap();
+
+    let first = tokio::time::timeout(RECV_TIMEOUT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.payload, b"tagged");
+    assert_eq!(
+        first.headers.vlan,
+        Some(5),
+        "VLAN id from the frame or PACKET_AUXDATA"
+    );
+    let second = tokio::time::timeout(RECV_TIMEOUT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.payload, b"plain");
+    assert_eq!(second.headers.vlan, None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        rx.try_recv().unwrap().is_none(),
+        "nothing else may pass the filter"
+    );
+    let stats = rx.stats();
+    assert_eq!(stats.received, 2);
+    assert_eq!(
+        stats.bad_frames, 0,
+        "non-DHCP frames must be dropped by the kernel filter"
+    );
+}
+
+#[tokio::test]
+async fn oversized_payload_is_a_typed_error() {
+    let lab = Lab::with_clients(1);
+    let c = &lab.clients[0];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname).await.unwrap();
+    let t = broadcast_transmit(vec![0; 1500], 1, MessageKind::Discover);
+    let err = tx.send_transmit(&t).unwrap_err();
+    assert!(
+        matches!(err, RawSockError::TooLarge { mtu: 1500, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn interface_deletion_surfaces_as_interface_gone() {
+    let lab = Lab::with_clients(1);
+    let c = &lab.clients[0];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname).await.unwrap();
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+    let mut watch = LinkWatch::open(Some(c.ns.path()), c.ifindex).await.unwrap();
+    assert_eq!(watch.ifindex(), c.ifindex);
+
+    // Deleting the bridge-side end removes the pod-side end too.
+    lab.server.link_del(c.port());
+
+    tokio::time::timeout(Duration::from_secs(5), watch.removed())
+        .await
+        .expect("RTM_DELLINK within 5 s")
+        .expect("link watch");
+    let err = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("receiver must wake up when its interface goes")
+        .unwrap_err();
+    assert!(err.is_interface_gone(), "receive: {err:?}");
+    let err = tx
+        .send_transmit(&broadcast_transmit(
+            discover(7, c.mac, true),
+            7,
+            MessageKind::Discover,
+        ))
+        .unwrap_err();
+    assert!(err.is_interface_gone(), "send: {err:?}");
+    assert!(err.to_string().contains(&c.ifname), "{err}");
+    let err = RawSender::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap_err();
+    assert!(err.is_interface_gone(), "reopen: {err:?}");
+    let err = rawsock::link_info_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap_err();
+    assert!(err.is_interface_gone(), "lookup: {err:?}");
+    // A watch opened after the fact resolves at once.
+    let mut late = LinkWatch::open(Some(c.ns.path()), c.ifindex).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), late.removed())
+        .await
+        .expect("already-gone link resolves at once")
+        .unwrap();
+}
+
+fn lease_with(routes: Vec<xdhcp_engine::Route>) -> xdhcp_engine::Lease {
+    xdhcp_engine::Lease {
+        address: Ipv4Addr::new(192, 0, 2, 77),
+        prefix_len: 24,
+        server_id: Ipv4Addr::new(192, 0, 2, 1),
+        server_mac: None,
+        routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
+        routes,
+        dns_servers: Vec::new(),
+        domain_name: None,
+        search: Vec::new(),
+        mtu: None,
+        lease_time: Duration::from_mins(2),
+        t1: Duration::from_mins(1),
+        t2: Duration::from_secs(105),
+        acquired_unix_ms: 0,
+        rejected_routes: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn netlink_looks_up_links_and_applies_and_removes_leases() {
+    let lab = Lab::with_clients(1);
+    let c = &lab.clients[0];
+    let nl = Netlink::open(Some(c.ns.path())).await.unwrap();
+
+    let link = nl.link(&c.ifname).await.unwrap();
+    assert_eq!(link.ifindex, c.ifindex);
+    assert_eq!(link.mac, Some(c.mac));
+    assert_eq!(link.kind.as_deref(), Some("veth"));
+    assert_eq!(link.name, c.ifname);
+    assert!(link.up);
+    assert_eq!(
+        nl.link_by_index(c.ifindex).await.unwrap().map(|l| l.name),
+        Some(c.ifname.clone())
+    );
+    assert!(nl.link_by_index(999_999).await.unwrap().is_none());
+    let err = nl.link("nope0").await.unwrap_err();
+    assert!(matches!(err, NetlinkError::NoSuchLink { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(c.ns.path().to_str().unwrap()),
+        "{err}"
+    );
+
+    // Option 3 only: address + default route.
+    let plain = lease_with(Vec::new());
+    nl.apply_lease(c.ifindex, &plain).await.unwrap();
+    assert!(c.ns.ipv4_addrs(&c.ifname).contains(&(plain.address, 24)));
+    assert!(
+        nl.has_address(c.ifindex, plain.address, Some(24))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !nl.has_address(c.ifindex, plain.address, Some(25))
+            .await
+            .unwrap()
+    );
+    let routes = c.ns.routes();
+    assert!(
+        routes.contains("default via 192.0.2.1 dev eth0 proto dhcp"),
+        "{routes}"
+    );
+    // Applying again is idempotent.
+    nl.apply_lease(c.ifindex, &plain).await.unwrap();
+    nl.remove_lease(c.ifindex, &plain).await.unwrap();
+    assert!(
+        !nl.has_address(c.ifindex, plain.address, None)
+            .await
+            .unwrap()
+    );
+    assert!(!c.ns.routes().contains("default"), "{}", c.ns.routes());
+
+    // Option 121: classless routes replace the router; 0.0.0.0 = on-link.
+    let classless = lease_with(vec![
+        xdhcp_engine::Route {
+            dest: Ipv4Addr::new(198, 51, 100, 0),
+            prefix_len: 24,
+            gateway: Ipv4Addr::new(203, 0, 113, 1),
+        },
+        xdhcp_engine::Route {
+            dest: Ipv4Addr::new(203, 0, 113, 0),
+            prefix_len: 24,
+            gateway: Ipv4Addr::UNSPECIFIED,
+        },
+        xdhcp_engine::Route {
+            dest: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            gateway: Ipv4Addr::new(192, 0, 2, 254),
+        },
+    ]);
+    nl.apply_lease(c.ifindex, &classless).await.unwrap();
+    let routes = c.ns.routes();
+    assert!(
+        routes.contains("203.0.113.0/24 dev eth0 proto dhcp scope link"),
+        "{routes}"
+    );
+    assert!(
+        routes.contains("198.51.100.0/24 via 203.0.113.1 dev eth0 proto dhcp"),
+        "{routes}"
+    );
+    assert!(
+        routes.contains("default via 192.0.2.254 dev eth0 proto dhcp"),
+        "{routes}"
+    );
+    assert!(
+        !routes.contains("192.0.2.1 "),
+        "option 3 must be ignored with 121: {routes}"
+    );
+
+    // CHECK after the address was removed by hand.
+    c.ns.ip(&["addr", "del", "192.0.2.77/24", "dev", "eth0"]);
+    assert!(
+        !nl.has_address(c.ifindex, classless.address, Some(24))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !nl.del_address(c.ifindex, classless.address, 24)
+            .await
+            .unwrap()
+    );
+    nl.add_address(c.ifindex, classless.address, 24)
+        .await
+        .unwrap();
+    assert!(
+        nl.del_address(c.ifindex, classless.address, 24)
+            .await
+            .unwrap()
+    );
+    // Routes can be removed one by one, and removing twice reports absence.
+    let on_link = Ipv4Route {
+        dest: Ipv4Addr::new(203, 0, 113, 0),
+        prefix_len: 24,
+        gateway: None,
+    };
+    // (Deleting the address flushed routes that depended on it.)
+    nl.add_route(c.ifindex, on_link).await.unwrap();
+    assert!(nl.del_route(c.ifindex, on_link).await.unwrap());
+    assert!(!nl.del_route(c.ifindex, on_link).await.unwrap());
+}
+
+/// A raw packet socket receiving every frame on one interface (server side),
+/// used to check what actually went over the wire.
+struct ServerCapture {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl ServerCapture {
+    fn open(ifname: &str) -> std::io::Result<Self> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // ETH_P_ALL: on a bridge port, protocol-specific packet sockets never
+        // see frames (the bridge's rx_handler consumes them first); taps do.
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain syscalls with checked results.
+        unsafe {
+            let fd = libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                i32::from(proto),
+            );
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+            let name = std::ffi::CString::new(ifname).unwrap();
+            let ifindex = libc::if_nametoindex(name.as_ptr());
+            if ifindex == 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = proto;
+            sll.sll_ifindex = ifindex as i32;
+            if libc::bind(
+                fd.as_raw_fd(),
+                std::ptr::from_ref(&sll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            ) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            let tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 200_000,
+            };
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                std::ptr::from_ref(&tv).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+            Ok(Self { fd })
+        }
+    }
+
+    /// Reads frames (up to 10 s) until `pred` matches one.
+    fn wait_for(
+        &self,
+        pred: impl Fn(&FrameHeaders, &[u8]) -> bool,
+    ) -> Option<(FrameHeaders, Vec<u8>)> {
+        use std::os::fd::AsRawFd;
+        let deadline = std::time::Instant::now() + RECV_TIMEOUT;
+        let mut buf = vec![0u8; 9300];
+        while std::time::Instant::now() < deadline {
+            // SAFETY: buf is valid for its length.
+            let n =
+                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let Ok(n) = usize::try_from(n) else { continue };
+            if let Ok((h, p)) = frame::parse_udp_frame(&buf[..n])
+                && pred(&h, p)
+            {
+                return Some((h, p.to_vec()));
+            }
+        }
+        None
+    }
+}
