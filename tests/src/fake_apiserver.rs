@@ -43,6 +43,8 @@ pub enum Op {
 pub enum Fault {
     /// Answer with this HTTP status (a Kubernetes `Status` body).
     Status(u16),
+    /// Hold the answer this long (a hung or overloaded API server), then serve.
+    Delay(std::time::Duration),
     /// Before serving this PATCH, another client sets annotation `key` to
     /// `value` and bumps the resourceVersion; a PATCH carrying the old
     /// version then gets a genuine 409.
@@ -187,9 +189,6 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
-    let mut st = inner
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let target = route(uri.path());
     let op = match (&method, &target) {
         (&Method::GET, Some((Kind::Pod, ..))) => Some(Op::GetPod),
@@ -197,6 +196,25 @@ async fn handle(
         (&Method::GET, Some((Kind::Vmi, ..))) => Some(Op::GetVmi),
         _ => None,
     };
+    let delay = {
+        let mut st = inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = st
+            .faults
+            .iter()
+            .position(|(o, f)| Some(*o) == op && matches!(f, Fault::Delay(_)));
+        match i.and_then(|i| st.faults.remove(i)) {
+            Some((_, Fault::Delay(d))) => Some(d),
+            _ => None,
+        }
+    };
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
+    let mut st = inner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (code, out) = serve(
         &mut st,
         op,
@@ -239,13 +257,18 @@ fn serve(
     };
     let key = (kind, ns.clone(), name.clone());
 
-    if let Some(i) = st.faults.iter().position(|(o, _)| *o == op) {
+    if let Some(i) = st
+        .faults
+        .iter()
+        .position(|(o, f)| *o == op && !matches!(f, Fault::Delay(_)))
+    {
         let (_, fault) = st.faults.remove(i).expect("position is in range");
         match fault {
             Fault::Status(code) => {
                 let msg = format!("injected failure for {kind_name} \"{name}\"");
                 return (code, status_body(code, &msg, &name, kind_name));
             }
+            Fault::Delay(_) => unreachable!("delays are taken before serving"),
             Fault::ConcurrentWrite { key: akey, value } => {
                 let rv = st.bump();
                 if let Some(obj) = st.objects.get_mut(&key) {

@@ -488,3 +488,31 @@ async fn kubeconfig_file_selects_the_api_fake_apiserver() {
     }))
     .await;
 }
+
+#[tokio::test]
+async fn hung_api_server_times_out_fake_apiserver() {
+    within(Box::pin(async {
+        let server = FakeApiServer::start().await;
+        server.add_pod(NS, "web", &[], &[]);
+        let mut config = kube::Config::new(server.url().parse().unwrap());
+        config.read_timeout = Some(Duration::from_millis(300));
+        let api = PodApi::Kube(KubeClient::from_config(config).unwrap());
+        server.inject(Op::PatchPod, Fault::Delay(Duration::from_secs(3)));
+        let started = std::time::Instant::now();
+        let err = api
+            .set_network_entry(NS, "web", KEY, entry())
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(err, PodApiError::Transport { op: "patch", .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("pod tenant/web"), "{err}");
+    }))
+    .await;
+}

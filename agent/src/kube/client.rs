@@ -21,6 +21,11 @@ use super::annotation::{self, AnnotationError, POD_NETWORKS_ANNOTATION, PodNetwo
 use super::{PodApiError, PodInfo, Result};
 use crate::workload::VmiInfo;
 
+/// Longest wait for a TCP/TLS connection to the API server.
+pub const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for one API response (read or write).
+pub const API_IO_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Field manager recorded on our patches.
 pub const FIELD_MANAGER: &str = "xdhcp";
 
@@ -154,8 +159,14 @@ impl KubeClient {
         }
     }
 
-    /// Build a client from a configuration.
-    pub fn from_config(config: kube::Config) -> Result<Self> {
+    /// Build a client from a configuration. Timeouts are capped at
+    /// [`API_CONNECT_TIMEOUT`] / [`API_IO_TIMEOUT`] so a hung API server fails
+    /// the CNI request with an error instead of outliving its deadline.
+    pub fn from_config(mut config: kube::Config) -> Result<Self> {
+        let cap = |t: Option<Duration>, max: Duration| Some(t.map_or(max, |t| t.min(max)));
+        config.connect_timeout = cap(config.connect_timeout, API_CONNECT_TIMEOUT);
+        config.read_timeout = cap(config.read_timeout, API_IO_TIMEOUT);
+        config.write_timeout = cap(config.write_timeout, API_IO_TIMEOUT);
         let client = kube::Client::try_from(config).map_err(|e| PodApiError::Config {
             reason: "cannot build a client from the configuration".into(),
             source: Some(Box::new(e)),
