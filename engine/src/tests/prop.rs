@@ -355,7 +355,11 @@ fn run(cfg: ClientConfig, srv: Server, seed: u64, ops: Vec<Op>) -> Result<(), Te
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // 512 cases by default; PROPTEST_CASES raises it for longer fuzzing runs.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_sequences_never_panic_or_break_the_diagram(
