@@ -886,6 +886,31 @@ pub fn bound_driver(sysfs: &Sysfs, pci: &PciAddr) -> Result<Option<String>, Vfio
         .map_err(io_err("read", &sysfs.device_dir(pci).join("driver")))
 }
 
+/// Where a VM's one-shot DORA runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmDevice {
+    /// A VF bound to `vfio-pci`: hand it off with [`with_kernel_driver`] and
+    /// run the DORA on the temporary host netdev.
+    Vfio(PciAddr),
+    /// No PCI device, or one with a kernel driver (its netdev is in the pod
+    /// netns): run the DORA on the pod interface.
+    PodNetdev,
+}
+
+/// Decide the VM path from the CNI config's `deviceID` (a PCI address
+/// injected by Multus for SR-IOV resources). A `deviceID` that is not a PCI
+/// address, or names no device, is an error.
+pub fn vm_device(sysfs: &Sysfs, device_id: Option<&str>) -> Result<VmDevice, VfioError> {
+    let Some(id) = device_id.map(str::trim).filter(|d| !d.is_empty()) else {
+        return Ok(VmDevice::PodNetdev);
+    };
+    let pci: PciAddr = id.parse()?;
+    Ok(match bound_driver(sysfs, &pci)?.as_deref() {
+        Some(VFIO_PCI) => VmDevice::Vfio(pci),
+        _ => VmDevice::PodNetdev,
+    })
+}
+
 /// The PCI address in a device-info file (k8snetworkplumbingwg
 /// device-info-spec, written by the SR-IOV device plugin under
 /// `/var/run/k8s.cni.cncf.io/devinfo/`): `{"type":"pci","pci":{"pci-address":"…"}}`.
@@ -1168,6 +1193,27 @@ mod tests {
         assert_eq!(
             bound_driver(&sysfs, &pci).unwrap().as_deref(),
             Some(VFIO_PCI)
+        );
+        assert_eq!(
+            vm_device(&sysfs, Some("0000:3b:02.2")).unwrap(),
+            VmDevice::Vfio(pci)
+        );
+        assert_eq!(vm_device(&sysfs, None).unwrap(), VmDevice::PodNetdev);
+        assert_eq!(vm_device(&sysfs, Some("")).unwrap(), VmDevice::PodNetdev);
+        assert!(matches!(
+            vm_device(&sysfs, Some("0000:3b:02.3")),
+            Err(VfioError::DeviceNotFound { .. })
+        ));
+        assert!(matches!(
+            vm_device(&sysfs, Some("eth0")),
+            Err(VfioError::InvalidPciAddress { .. })
+        ));
+        std::fs::remove_file(dev.join("driver")).unwrap();
+        std::os::unix::fs::symlink("../../../bus/pci/drivers/mlx5_core", dev.join("driver"))
+            .unwrap();
+        assert_eq!(
+            vm_device(&sysfs, Some("0000:3b:02.2")).unwrap(),
+            VmDevice::PodNetdev
         );
         assert_eq!(
             journal_dir(Path::new("/var/lib/xdhcp")),
