@@ -1,6 +1,7 @@
 //! Property tests: arbitrary bytes, mutated valid replies and random command
 //! sequences in every state never panic and only make allowed transitions.
 
+use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -249,7 +250,7 @@ fn feed_checked(
     bytes: &[u8],
     before: State,
     lease_before: Option<&crate::Lease>,
-) -> Result<(), TestCaseError> {
+) -> Result<bool, TestCaseError> {
     let stats_before = h.c.stats().clone();
     if let Err(reason) = h.feed(bytes) {
         prop_assert_eq!(h.c.state(), before, "drop {:?} changed state", reason);
@@ -260,7 +261,7 @@ fn feed_checked(
             h.c.stats().dropped(reason),
             stats_before.dropped(reason) + 1
         );
-        return Ok(());
+        return Ok(false);
     }
     let after = h.c.state();
     prop_assert!(
@@ -273,10 +274,24 @@ fn feed_checked(
         let ev: Vec<Event> = std::iter::from_fn(|| h.c.poll_event()).collect();
         prop_assert!(ev.iter().any(|e| matches!(e, Event::Bound(_))), "{:?}", ev);
     }
-    Ok(())
+    Ok(true)
 }
 
-fn run(cfg: ClientConfig, srv: Server, seed: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
+/// States visited and transitions made by accepted replies, to show the
+/// property tests really reach every state.
+#[derive(Default)]
+struct Coverage {
+    states: HashSet<State>,
+    packet_moves: HashSet<(State, State)>,
+}
+
+fn run(
+    cfg: ClientConfig,
+    srv: Server,
+    seed: u64,
+    ops: Vec<Op>,
+    cov: &mut Coverage,
+) -> Result<(), TestCaseError> {
     let mut h = H::with_seed(cfg, seed);
     h.srv = srv;
     let mut last: Option<Transmit> = None;
@@ -324,7 +339,9 @@ fn run(cfg: ClientConfig, srv: Server, seed: u64, ops: Vec<Op>) -> Result<(), Te
                     },
                     _ => unreachable!(),
                 };
-                feed_checked(&mut h, &bytes, before, lease_before.as_ref())?;
+                if feed_checked(&mut h, &bytes, before, lease_before.as_ref())? {
+                    cov.packet_moves.insert((before, h.c.state()));
+                }
             }
             Op::Release => {
                 h.c.release(h.now);
@@ -350,6 +367,7 @@ fn run(cfg: ClientConfig, srv: Server, seed: u64, ops: Vec<Op>) -> Result<(), Te
         drain(&mut h, &mut last)?;
         while h.c.poll_event().is_some() {}
         check_invariants(&h)?;
+        cov.states.insert(h.c.state());
     }
     Ok(())
 }
@@ -368,7 +386,7 @@ proptest! {
         seed in any::<u64>(),
         ops in prop::collection::vec(op(), 1..40),
     ) {
-        run(cfg, srv, seed, ops)?;
+        run(cfg, srv, seed, ops, &mut Coverage::default())?;
     }
 
     #[test]
@@ -448,5 +466,52 @@ proptest! {
             prop_assert!(total <= p.len());
             let _ = crate::lease::from_reply(&r, Ipv4Addr::new(192, 0, 2, 1), &crate::RoutePolicy::default(), 0);
         }
+    }
+}
+
+/// The generated sequences reach every state and every kind of transition a
+/// reply can cause (a deterministic sample of the same strategies).
+#[test]
+fn property_sequences_cover_every_state() {
+    use State::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let strategy = (
+        config(),
+        server(),
+        any::<u64>(),
+        prop::collection::vec(op(), 1..40),
+    );
+    let mut cov = Coverage::default();
+    for _ in 0..600 {
+        let (cfg, srv, seed, ops) = strategy.new_tree(&mut runner).unwrap().current();
+        run(cfg, srv, seed, ops, &mut cov).unwrap();
+    }
+    for st in [
+        Init, Selecting, Requesting, InitReboot, Rebooting, Bound, Renewing, Rebinding, Released,
+        Failed,
+    ] {
+        // INIT-REBOOT is only transient (no init delay in these configs).
+        if st != InitReboot {
+            assert!(cov.states.contains(&st), "never reached {st:?}");
+        }
+    }
+    for mv in [
+        (Selecting, Requesting),
+        (Requesting, Bound),
+        (Requesting, Selecting),
+        (Rebooting, Bound),
+        (Rebooting, Selecting),
+        (Renewing, Bound),
+        (Renewing, Selecting),
+        (Rebinding, Bound),
+        (Rebinding, Selecting),
+    ] {
+        assert!(
+            cov.packet_moves.contains(&mv),
+            "never saw {mv:?} by reply: {:?}",
+            cov.packet_moves
+        );
     }
 }
