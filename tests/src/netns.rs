@@ -130,7 +130,7 @@ impl NetNs {
         &self.name
     }
 
-    /// `/var/run/netns/<name>`, as CNI_NETNS and [`xdhcp::netns`] take it.
+    /// `/var/run/netns/<name>`, as `CNI_NETNS` and [`xdhcp::netns`] take it.
     pub fn path(&self) -> &Path {
         &self.path
     }

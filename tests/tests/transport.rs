@@ -596,3 +596,24 @@ impl ServerCapture {
         None
     }
 }
+
+#[test]
+fn open_in_none_uses_the_calling_namespace() {
+    let lab = Lab::with_clients(1);
+    let c = &lab.clients[0];
+    let (ifname, mac) = (c.ifname.clone(), c.mac);
+    let (tx_index, rx_index, nl_index) = c.ns.block_on_in(move || async move {
+        let tx = RawSender::open_in(None, &ifname).await.expect("sender");
+        assert_eq!(tx.info().mac, mac);
+        let rx = AfPacketReceiver::open_in(None, &ifname)
+            .await
+            .expect("receiver");
+        let nl = Netlink::open(None).await.expect("netlink");
+        let link = nl.link(&ifname).await.expect("link");
+        (tx.info().ifindex, rx.info().ifindex, link.ifindex)
+    });
+    assert_eq!(
+        (tx_index, rx_index, nl_index),
+        (c.ifindex, c.ifindex, c.ifindex)
+    );
+}

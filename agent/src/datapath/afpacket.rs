@@ -302,6 +302,14 @@ impl AfPacketReceiver {
         Self::from_socket(fd, info, ifname, Some(netns))
     }
 
+    /// Opens in `netns`, or in the agent's own namespace for `None`.
+    pub async fn open_in(netns: Option<&Path>, ifname: &str) -> Result<Self, RawSockError> {
+        match netns {
+            Some(ns) => Self::open_async(ns, ifname).await,
+            None => Self::open_here(ifname),
+        }
+    }
+
     /// The interface (index, MAC, MTU) found at open time.
     pub fn info(&self) -> LinkInfo {
         self.info

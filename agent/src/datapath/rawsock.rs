@@ -348,6 +348,14 @@ impl RawSender {
         run_in_netns_async(netns, move || Self::open_with(&name, Some(&ns))).await?
     }
 
+    /// Opens in `netns`, or in the agent's own namespace for `None`.
+    pub async fn open_in(netns: Option<&Path>, ifname: &str) -> Result<Self> {
+        match netns {
+            Some(ns) => Self::open_async(ns, ifname).await,
+            None => Self::open_here(ifname),
+        }
+    }
+
     /// Uses `mac` as the Ethernet source instead of the interface's own MAC
     /// (a VM's MAC when acquiring on its behalf).
     #[must_use]
