@@ -1065,3 +1065,11 @@ fn discover_attempts_bound_selecting() {
     assert_eq!(err.discovers_sent, 2);
     assert!(h.elapsed() < secs(15));
 }
+
+#[test]
+fn client_stays_small() {
+    // Thousands of leases per node: keep the per-lease state compact
+    // (heap parts — queues, the lease's vectors — come on top).
+    let size = std::mem::size_of::<Client>();
+    assert!(size <= 2048, "Client is {size} bytes");
+}
