@@ -27,7 +27,7 @@ pub const PROG_TC: &str = "xdhcp_tc";
 pub const PROG_XDP_PASS: &str = "xdhcp_xdp_pass";
 
 /// Ring buffer size in bytes (power of two, multiple of the page size):
-/// about 500 full-size capture records.
+/// 500 capture records.
 pub const EVENTS_BYTES: u32 = 1 << 20;
 /// Capacity of the ownership map: open DHCP transactions on the node.
 pub const OWNED_CAPACITY: u32 = 65_536;
@@ -35,9 +35,11 @@ pub const OWNED_CAPACITY: u32 = 65_536;
 pub const IFCONFIG_CAPACITY: u32 = 4096;
 
 /// Largest frame prefix copied into a [`CaptureEvent`]: Ethernet (14) + one
-/// VLAN tag (4) + an IPv4 header with every option (60) + UDP (8) + a 1472-byte
-/// DHCP message = 1558, rounded up.
-pub const MAX_FRAME_LEN: usize = 1600;
+/// VLAN tag (4) + an IPv4 header with every option (60) + UDP (8) + a DHCP
+/// message of up to 1962 bytes (1472, the largest on a 1500-byte MTU, fits
+/// with room). A power of two: the programs bound the copy length with a mask
+/// the verifier can follow.
+pub const MAX_FRAME_LEN: usize = 2048;
 /// Smallest UDP payload the kernel accepts as a DHCP message: the fixed BOOTP
 /// header (236 bytes) plus the magic cookie (RFC 2131 §3).
 pub const MIN_DHCP_LEN: usize = 240;
@@ -150,6 +152,7 @@ pub const CAPTURE_HEADER_LEN: usize = 48;
 
 const _: () = assert!(core::mem::size_of::<CaptureEvent>() == CAPTURE_HEADER_LEN + MAX_FRAME_LEN);
 const _: () = assert!(core::mem::offset_of!(CaptureEvent, frame) == CAPTURE_HEADER_LEN);
+const _: () = assert!(MAX_FRAME_LEN.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<IfConfig>() == 8);
 const _: () = assert!(core::mem::size_of::<Owned>() == 8);
 

@@ -392,7 +392,7 @@ async fn oversized_reply_is_flagged_and_never_dropped() {
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
         dp.own_xid(11, LO).unwrap();
         let mut payload = dhcp_reply(MessageType::Offer, 11);
-        payload.resize(1800, 0); // pad options area: datagram beyond MAX_FRAME_LEN
+        payload.resize(xdhcp_common::MAX_FRAME_LEN, 0); // pad: datagram beyond MAX_FRAME_LEN
         let f = build_udp_frame(&headers(None), &payload);
         assert_eq!(run(&mut dp, kind, &f), pass(kind), "{kind:?}");
         assert_eq!(dp.counters().unwrap().captured, 1);
