@@ -617,3 +617,138 @@ fn open_in_none_uses_the_calling_namespace() {
         (c.ifindex, c.ifindex, c.ifindex)
     );
 }
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Drives an engine client over the raw sender and AF_PACKET receiver until
+/// `stop` accepts an event (returned) or `limit` passes (panic).
+async fn drive(
+    client: &mut xdhcp_engine::Client,
+    tx: &RawSender,
+    rx: &AfPacketReceiver,
+    limit: Duration,
+    mut stop: impl FnMut(&xdhcp_engine::Event) -> bool,
+) -> xdhcp_engine::Event {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        while let Some(t) = client.poll_transmit() {
+            tx.send_transmit(&t).expect("send");
+        }
+        while let Some(ev) = client.poll_event() {
+            if stop(&ev) {
+                return ev;
+            }
+        }
+        let timer = client
+            .poll_timeout()
+            .map_or(deadline, tokio::time::Instant::from_std);
+        tokio::select! {
+            frame = rx.recv() => {
+                let frame = frame.expect("receive");
+                client.set_wall_clock_unix_ms(wall_ms());
+                let src = xdhcp_engine::PacketSource {
+                    src_mac: frame.headers.src_mac,
+                    src_ip: frame.headers.src_ip,
+                };
+                // Replies for other clients or states are dropped by the engine.
+                let _ = client.handle_packet(std::time::Instant::now(), src, &frame.payload);
+            }
+            () = tokio::time::sleep_until(timer.min(deadline)) => {
+                assert!(tokio::time::Instant::now() < deadline, "no matching event within {limit:?} (state {:?})", client.state());
+                client.set_wall_clock_unix_ms(wall_ms());
+                client.handle_timeout(std::time::Instant::now());
+            }
+        }
+    }
+}
+
+/// The real engine over these transports: DORA, the address applied with
+/// netlink (as a CNI main plugin would), a unicast renewal answered by Kea,
+/// then a unicast RELEASE that removes the lease from Kea's lease file.
+#[tokio::test]
+async fn engine_over_rawsock_and_afpacket_binds_renews_and_releases_with_kea() {
+    let lab = Lab::with_clients(1);
+    let kea = Kea::start(
+        &lab.server,
+        KeaConfig {
+            valid_lifetime: 20,
+            renew_timer: 2,
+            rebind_timer: 15,
+            ..KeaConfig::default()
+        },
+    );
+    let c = &lab.clients[0];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname).await.unwrap();
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+    let cfg = xdhcp_engine::ClientConfig {
+        chaddr: c.mac,
+        ..xdhcp_engine::ClientConfig::default()
+    };
+    let mut client = xdhcp_engine::Client::new(cfg, std::time::Instant::now(), 42);
+
+    let bound = drive(&mut client, &tx, &rx, Duration::from_secs(15), |e| {
+        matches!(e, xdhcp_engine::Event::Bound(_))
+    })
+    .await;
+    let xdhcp_engine::Event::Bound(lease) = bound else {
+        unreachable!()
+    };
+    assert_eq!(lease.server_id, lab.server_ip);
+    assert_eq!(lease.server_mac, Some(lab.server_mac()));
+    assert_eq!(kea.lease_for(c.mac).map(|l| l.ip), Some(lease.address));
+
+    let nl = Netlink::open(Some(c.ns.path())).await.unwrap();
+    nl.apply_lease(c.ifindex, &lease).await.unwrap();
+    assert!(
+        c.ns.routes().contains("default via 192.0.2.1"),
+        "{}",
+        c.ns.routes()
+    );
+
+    // T1 = 2 s: the renewal is unicast from the leased address.
+    let capture = {
+        let port = c.port().to_owned();
+        lab.server
+            .run_in(move || ServerCapture::open(&port))
+            .unwrap()
+    };
+    let renewed = drive(&mut client, &tx, &rx, Duration::from_secs(10), |e| {
+        matches!(e, xdhcp_engine::Event::Renewed(_))
+    })
+    .await;
+    let xdhcp_engine::Event::Renewed(renewed) = renewed else {
+        unreachable!()
+    };
+    assert_eq!(renewed.address, lease.address);
+    let (renew_headers, _) = capture
+        .wait_for(|h, p| {
+            h.dst_port == 67
+                && v4::Message::from_bytes(p)
+                    .is_ok_and(|m| m.opts().msg_type() == Some(MessageType::Request))
+        })
+        .expect("renewal REQUEST on the wire");
+    assert_eq!(renew_headers.src_ip, lease.address);
+    assert_eq!(renew_headers.dst_ip, lab.server_ip);
+    assert_eq!(renew_headers.dst_mac, lab.server_mac());
+
+    client.set_wall_clock_unix_ms(wall_ms());
+    client.release(std::time::Instant::now());
+    let t = client.poll_transmit().expect("RELEASE queued");
+    assert_eq!(t.kind, MessageKind::Release);
+    assert_eq!(t.src_ip, lease.address);
+    tx.send_transmit(&t).unwrap();
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || kea.lease_for(c.mac).is_none()),
+        "Kea still holds the lease after RELEASE: {:?}",
+        kea.leases()
+    );
+    nl.remove_lease(c.ifindex, &lease).await.unwrap();
+    assert!(c.ns.ipv4_addrs(&c.ifname).is_empty());
+}
