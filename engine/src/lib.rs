@@ -44,11 +44,19 @@
 //!   `lease.acquired_unix_ms` and cannot be known without it.
 //! - `Client::set_wall_clock_unix_ms(ms)` anchors `ms` to the `now` of the
 //!   next `handle_*`/`release`/`decline`/`restart` call; call it right before.
-//! - Additions: `Transmit::kind` ([`MessageKind`]), `Client::restart`,
-//!   `Client::config`, `ClientConfig::{broadcast_flag, expired_lease}` and
-//!   `ClientConfig::validate`, `Lease::rejected_routes` (routes the policy
-//!   refused, for logging), `Lease::default_gateway`, `State::label`,
-//!   `DropReason::ALL`, `ClientStats::dropped(reason)`.
+//! - `Client::new` queues the first DISCOVER (or INIT-REBOOT REQUEST) at
+//!   once, so `state()` is already SELECTING/REBOOTING unless
+//!   `retransmit.init_delay_max` is set.
+//! - Additions: `Transmit::{kind, expects_reply}` ([`MessageKind`]),
+//!   `Client::{restart, config, lease_timers}`, `ClientConfig::{broadcast_flag,
+//!   expired_lease, discover_attempts, validate}`, `Lease::rejected_routes`
+//!   (routes the policy refused, for logging), `Lease::{default_gateway,
+//!   netmask, expires_unix_ms, is_infinite}`, `State::{label, has_lease,
+//!   expects_reply}`, `DropReason::ALL`, `ClientStats::{dropped(reason),
+//!   dropped_by_reason}`.
+//! - Struct-literal compatibility: fields are only ever added to
+//!   `ClientConfig` (built with `..ClientConfig::default()`), never to
+//!   `Lease` or `Retransmit`, which the agent builds field by field.
 //!
 //! # Modules
 //! - [`state`]: RFC 2131 states.
