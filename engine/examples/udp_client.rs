@@ -8,7 +8,8 @@
 //! ip netns exec NS cargo run -p xdhcp-engine --example udp_client -- IFACE [release]
 //! ```
 //!
-//! It prints every transmit and event, waits for one renewal when the server
+//! `XDHCP_REQUEST=a.b.c.d` starts in INIT-REBOOT for that address. It prints
+//! every transmit and event, waits for one renewal when the server
 //! hands out a short T1, then releases (with `release`) or exits.
 #![expect(clippy::print_stdout, reason = "a command-line smoke tool")]
 
@@ -47,6 +48,14 @@ fn main() {
             ..xdhcp_engine::Retransmit::default()
         },
         ..ClientConfig::default()
+    };
+    let cfg = ClientConfig {
+        // XDHCP_REQUEST=a.b.c.d starts in INIT-REBOOT asking for it.
+        requested_ip: std::env::var("XDHCP_REQUEST")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().expect("XDHCP_REQUEST is not an IPv4 address")),
+        ..cfg
     };
     cfg.validate().expect("config");
     let sock = UdpSocket::bind("0.0.0.0:68").expect("bind :68");
