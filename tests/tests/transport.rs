@@ -752,3 +752,33 @@ async fn engine_over_rawsock_and_afpacket_binds_renews_and_releases_with_kea() {
     nl.remove_lease(c.ifindex, &lease).await.unwrap();
     assert!(c.ns.ipv4_addrs(&c.ifname).is_empty());
 }
+
+/// A VM's pod interface is a port of KubeVirt's in-pod bridge: the receiver
+/// must still see replies on it (only packet taps run before the bridge).
+#[tokio::test]
+async fn receiver_works_on_a_bridge_port() {
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let bridge = xdhcp_tests::Bridge::new(&c.ns, "k6t-eth0");
+    bridge.attach(&c.ifname);
+    let vm_mac = [0x02, 0x42, 0, 0, 0, 0x01];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap()
+        .with_src_mac(vm_mac);
+    assert_eq!(tx.src_mac(), vm_mac);
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+    let xid = 0x5eed_0001;
+    tx.send_transmit(&broadcast_transmit(
+        discover(xid, vm_mac, true),
+        xid,
+        MessageKind::Discover,
+    ))
+    .unwrap();
+    let (frame, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
+    assert_eq!(offer.chaddr()[..6], vm_mac);
+    assert_eq!(frame.ifindex, c.ifindex);
+}

@@ -243,6 +243,20 @@ fn open_socket(ifname: &str, netns: Option<&Path>) -> Result<(OwnedFd, LinkInfo)
         &1i32,
     )
     .map_err(|e| classify("enable PACKET_AUXDATA", ifname, netns, e))?;
+    // Our own transmissions (and the pod's egress) need not be cloned to this
+    // socket at all; kernels before 4.20 lack the option and we skip those
+    // frames by packet type instead.
+    if let Err(error) = setsockopt(
+        fd.as_raw_fd(),
+        libc::SOL_PACKET,
+        libc::PACKET_IGNORE_OUTGOING,
+        &1i32,
+    ) {
+        tracing::debug!(ifname, %error, "PACKET_IGNORE_OUTGOING unavailable");
+    }
+    // ETH_P_ALL, not ETH_P_IP: on a bridge port (a VM's pod interface under
+    // KubeVirt's in-pod bridge) only taps see frames before the bridge
+    // consumes them.
     bind_packet(&fd, info.ifindex, (libc::ETH_P_ALL as u16).to_be())
         .map_err(|e| classify("bind the packet socket", ifname, netns, e))?;
     Ok((fd, info))
