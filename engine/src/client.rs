@@ -1154,7 +1154,10 @@ impl Client {
         let acquired_ms = self.wall_at(first_sent);
         let (mut lease, notes) =
             lease::from_reply(reply, server, &self.cfg.route_policy, acquired_ms)?;
-        lease.server_mac = Some(src.src_mac);
+        // A zero, broadcast or multicast source MAC (a driver without
+        // link-layer information) is no next hop: leave it unknown.
+        lease.server_mac =
+            (src.src_mac != [0; 6] && src.src_mac[0] & 1 == 0).then_some(src.src_mac);
         self.stats.acks_received += 1;
         self.count_notes(&notes, &lease);
         let timers = self.cfg.mode == Mode::Maintain && !lease.is_infinite();

@@ -1073,3 +1073,28 @@ fn client_stays_small() {
     let size = std::mem::size_of::<Client>();
     assert!(size <= 2048, "Client is {size} bytes");
 }
+
+#[test]
+fn unusable_source_mac_is_not_learned() {
+    for mac in [[0u8; 6], [0xff; 6], [0x01, 0, 0x5e, 0, 0, 1]] {
+        let mut h = H::new(cfg());
+        let d = h.one_tx();
+        h.feed(&h.srv.offer(&d)).unwrap();
+        let r = h.one_tx();
+        let src = PacketSource {
+            src_mac: mac,
+            src_ip: SERVER_IP,
+        };
+        let ack = h.srv.ack(&r);
+        h.feed_from(src, &ack).unwrap();
+        assert_eq!(h.c.lease().unwrap().server_mac, None, "{mac:02x?}");
+        h.fire();
+        assert_eq!(
+            h.one_tx().dst,
+            Destination::Unicast {
+                ip: SERVER_IP,
+                mac: None
+            }
+        );
+    }
+}
