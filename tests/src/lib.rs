@@ -20,7 +20,7 @@ pub mod netns;
 pub mod servers;
 
 pub use netns::{
-    Bridge, Lab, LabBuilder, LabClient, NetNs, Veth, format_mac, parse_mac, unique_name,
+    Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, parse_mac, unique_name,
 };
 pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,

@@ -573,4 +573,90 @@ impl Lab {
     pub fn server_mac(&self) -> [u8; 6] {
         self.server.mac(Self::BRIDGE)
     }
+
+    /// Cuts the server's unicast DHCP path: frames to the server's MAC with
+    /// UDP destination port 67 are dropped at the bridge (nftables, bridge
+    /// family, input hook — before both dnsmasq's UDP socket and Kea's raw
+    /// socket see them). RENEW (unicast) then goes unanswered while REBIND
+    /// and DISCOVER (broadcast) still work. Restored when the guard drops.
+    #[track_caller]
+    pub fn cut_server_unicast(&self) -> UnicastCut {
+        let mac = format_mac(self.server_mac());
+        let ns = self.server.name().to_owned();
+        let nft = |args: &[&str]| {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &ns, "nft"]).args(args);
+            run(&mut cmd);
+        };
+        nft(&["add", "table", "bridge", UnicastCut::TABLE]);
+        nft(&[
+            "add",
+            "chain",
+            "bridge",
+            UnicastCut::TABLE,
+            "in",
+            "{ type filter hook input priority 0; }",
+        ]);
+        nft(&[
+            "add",
+            "rule",
+            "bridge",
+            UnicastCut::TABLE,
+            "in",
+            "ether",
+            "daddr",
+            &mac,
+            "udp",
+            "dport",
+            "67",
+            "counter",
+            "drop",
+        ]);
+        UnicastCut { ns }
+    }
+}
+
+/// Guard of [`Lab::cut_server_unicast`]; restores the path on drop.
+#[derive(Debug)]
+pub struct UnicastCut {
+    ns: String,
+}
+
+impl UnicastCut {
+    const TABLE: &'static str = "xdt_unicast_cut";
+
+    /// How many frames were dropped so far.
+    #[track_caller]
+    pub fn dropped(&self) -> u64 {
+        let out = run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &self.ns,
+            "nft",
+            "list",
+            "table",
+            "bridge",
+            Self::TABLE,
+        ]));
+        out.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for UnicastCut {
+    fn drop(&mut self) {
+        let _ = output(Command::new("ip").args([
+            "netns",
+            "exec",
+            &self.ns,
+            "nft",
+            "delete",
+            "table",
+            "bridge",
+            Self::TABLE,
+        ]));
+    }
 }

@@ -782,3 +782,81 @@ async fn receiver_works_on_a_bridge_port() {
     assert_eq!(offer.chaddr()[..6], vm_mac);
     assert_eq!(frame.ifindex, c.ifindex);
 }
+
+/// With the server's unicast path cut ([`Lab::cut_server_unicast`]) the
+/// engine's unicast RENEW goes unanswered and the lease is kept by the
+/// broadcast REBIND at T2 — through these transports, against dnsmasq.
+#[tokio::test]
+async fn rebind_broadcast_keeps_the_lease_when_unicast_is_cut() {
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(2),
+            t2_secs: Some(4),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let c = &lab.clients[0];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname).await.unwrap();
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+    let cfg = xdhcp_engine::ClientConfig {
+        chaddr: c.mac,
+        ..xdhcp_engine::ClientConfig::default()
+    };
+    let mut client = xdhcp_engine::Client::new(cfg, std::time::Instant::now(), 7);
+    let xdhcp_engine::Event::Bound(lease) =
+        drive(&mut client, &tx, &rx, Duration::from_secs(15), |e| {
+            matches!(e, xdhcp_engine::Event::Bound(_))
+        })
+        .await
+    else {
+        unreachable!()
+    };
+    Netlink::open(Some(c.ns.path()))
+        .await
+        .unwrap()
+        .apply_lease(c.ifindex, &lease)
+        .await
+        .unwrap();
+
+    let cut = lab.cut_server_unicast();
+    let capture = {
+        let port = c.port().to_owned();
+        lab.server
+            .run_in(move || ServerCapture::open(&port))
+            .unwrap()
+    };
+    let ev = drive(&mut client, &tx, &rx, Duration::from_secs(15), |e| {
+        matches!(
+            e,
+            xdhcp_engine::Event::Renewed(_) | xdhcp_engine::Event::Lost { .. }
+        )
+    })
+    .await;
+    assert!(
+        matches!(ev, xdhcp_engine::Event::Renewed(ref l) if l.address == lease.address),
+        "{ev:?}"
+    );
+    assert!(
+        cut.dropped() >= 1,
+        "the unicast RENEW should have been dropped"
+    );
+    let (rebind, _) = capture
+        .wait_for(|h, p| {
+            h.dst_port == 67
+                && h.dst_ip == Ipv4Addr::BROADCAST
+                && v4::Message::from_bytes(p)
+                    .is_ok_and(|m| m.opts().msg_type() == Some(MessageType::Request))
+        })
+        .expect("broadcast REBIND on the wire");
+    assert_eq!(
+        rebind.src_ip, lease.address,
+        "REBIND comes from the leased address"
+    );
+    assert_eq!(rebind.dst_mac, BROADCAST_MAC);
+    assert!(dnsmasq.lease_for(c.mac).is_some());
+    drop(cut);
+}
