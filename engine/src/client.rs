@@ -1155,9 +1155,16 @@ impl Client {
         let (mut lease, notes) =
             lease::from_reply(reply, server, &self.cfg.route_policy, acquired_ms)?;
         // A zero, broadcast or multicast source MAC (a driver without
-        // link-layer information) is no next hop: leave it unknown.
-        lease.server_mac =
-            (src.src_mac != [0; 6] && src.src_mac[0] & 1 == 0).then_some(src.src_mac);
+        // link-layer information) is no next hop: keep what was learned from
+        // the same server before, else leave it unknown.
+        lease.server_mac = (src.src_mac != [0; 6] && src.src_mac[0] & 1 == 0)
+            .then_some(src.src_mac)
+            .or_else(|| {
+                self.held
+                    .as_ref()
+                    .filter(|h| h.lease.server_id == server)
+                    .and_then(|h| h.lease.server_mac)
+            });
         self.stats.acks_received += 1;
         self.count_notes(&notes, &lease);
         let timers = self.cfg.mode == Mode::Maintain && !lease.is_infinite();

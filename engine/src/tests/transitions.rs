@@ -1098,3 +1098,18 @@ fn unusable_source_mac_is_not_learned() {
         );
     }
 }
+
+#[test]
+fn renewal_without_source_mac_keeps_the_learned_one() {
+    let mut h = H::new(cfg());
+    h.bind();
+    h.fire();
+    let r = h.one_tx();
+    let src = PacketSource {
+        src_mac: [0; 6],
+        src_ip: SERVER_IP,
+    };
+    let ack = h.srv.ack(&r);
+    h.feed_from(src, &ack).unwrap();
+    assert_eq!(h.c.lease().unwrap().server_mac, Some(SERVER_MAC));
+}
