@@ -401,7 +401,9 @@ impl RawSender {
     pub fn send(&self, headers: &FrameHeaders, payload: &[u8]) -> Result<()> {
         // The MTU counts the IP packet; the VLAN tag is on top of it.
         let ip_len = IP_UDP_HLEN + payload.len();
-        if ip_len > self.info.mtu as usize {
+        // Also bounded by the IPv4 total length field, whatever the MTU says
+        // (frame::build_udp_frame relies on it).
+        if ip_len > self.info.mtu as usize || ip_len > usize::from(u16::MAX) {
             return Err(RawSockError::TooLarge {
                 ifname: self.ifname.clone(),
                 payload_len: payload.len(),
