@@ -53,10 +53,14 @@ fn iperf(server: &NetNs, client: &NetNs, secs: u64) -> Result<f64> {
         if out.status.success() {
             let json: serde_json::Value =
                 serde_json::from_str(&text).context("iperf3 -J output")?;
-            let bps = json["end"]["sum_received"]["bits_per_second"]
-                .as_f64()
-                .context("no end.sum_received.bits_per_second in iperf3 output")?;
-            return Ok(bps / 1e9);
+            if let Some(bps) = json["end"]["sum_received"]["bits_per_second"].as_f64() {
+                return Ok(bps / 1e9);
+            }
+            // An aborted test (e.g. the server was not listening yet) has no totals.
+            last = format!(
+                "no end.sum_received.bits_per_second in: {}",
+                &text[..text.len().min(400)]
+            );
         }
         last = text;
         std::thread::sleep(Duration::from_millis(100));
