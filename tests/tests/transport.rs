@@ -860,3 +860,43 @@ async fn rebind_broadcast_keeps_the_lease_when_unicast_is_cut() {
     assert!(dnsmasq.lease_for(c.mac).is_some());
     drop(cut);
 }
+
+/// ISC dhcpd guard end to end: a hand-driven DORA over the raw transports,
+/// and the lease shows up in dhcpd's lease file as parsed by the harness.
+#[tokio::test]
+async fn dhcpd_lease_appears_in_its_lease_file() {
+    let lab = Lab::with_clients(1);
+    let dhcpd = xdhcp_tests::Dhcpd::start(&lab.server, &xdhcp_tests::DhcpdConfig::default());
+    let c = &lab.clients[0];
+    let tx = RawSender::open_async(c.ns.path(), &c.ifname).await.unwrap();
+    let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+        .await
+        .unwrap();
+    let xid = 0x0dc0_0001;
+    tx.send_transmit(&broadcast_transmit(
+        discover(xid, c.mac, true),
+        xid,
+        MessageKind::Discover,
+    ))
+    .unwrap();
+    let (_, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
+    let (addr, server) = (offer.yiaddr(), server_id(&offer));
+    assert_eq!(server, lab.server_ip);
+    tx.send_transmit(&broadcast_transmit(
+        request(xid, c.mac, server, addr),
+        xid,
+        MessageKind::Request,
+    ))
+    .unwrap();
+    let (_, ack) = recv_reply(&rx, xid, MessageType::Ack).await;
+    assert_eq!(ack.yiaddr(), addr);
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || dhcpd
+            .leases()
+            .iter()
+            .any(|l| l.ip == addr && l.mac == c.mac)),
+        "lease {addr} not in dhcpd's file: {:?}\n{}",
+        dhcpd.leases(),
+        dhcpd.log()
+    );
+}
