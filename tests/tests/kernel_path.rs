@@ -90,7 +90,7 @@ fn ip_checksum(h: &[u8]) -> u16 {
 
 /// Rewrites an untagged frame's IPv4 header to carry `extra` bytes of options.
 fn with_ip_options(mut f: Vec<u8>, extra: usize) -> Vec<u8> {
-    assert!(extra % 4 == 0 && extra <= 40);
+    assert!(extra.is_multiple_of(4) && extra <= 40);
     f.splice(34..34, std::iter::repeat_n(1u8, extra)); // NOP options
     f[14] = 0x45 + (extra / 4) as u8;
     let total = u16::from_be_bytes([f[16], f[17]]) + extra as u16;
@@ -200,8 +200,8 @@ async fn disowned_xid_passes_again() {
         assert_eq!(run(&mut dp, kind, &f), pass(kind));
         let c = dp.counters().unwrap();
         assert_eq!((c.captured, c.dropped_owned, c.passed_unowned), (2, 1, 1));
-        assert_eq!(reader.try_recv().unwrap().owned, true);
-        assert_eq!(reader.try_recv().unwrap().owned, false);
+        assert!(reader.try_recv().unwrap().owned);
+        assert!(!reader.try_recv().unwrap().owned);
         // Forgetting the interface's mode means off.
         dp.clear_mode(LO).unwrap();
         assert_eq!(run(&mut dp, kind, &f), pass(kind));

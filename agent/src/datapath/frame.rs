@@ -8,11 +8,11 @@
 
 use std::net::Ipv4Addr;
 
-/// EtherType of IPv4.
+/// `EtherType` of IPv4.
 pub const ETH_P_IP: u16 = 0x0800;
-/// EtherType (TPID) of an 802.1Q VLAN tag.
+/// `EtherType` (TPID) of an 802.1Q VLAN tag.
 pub const ETH_P_8021Q: u16 = 0x8100;
-/// EtherType (TPID) of an 802.1ad service VLAN tag.
+/// `EtherType` (TPID) of an 802.1ad service VLAN tag.
 pub const ETH_P_8021AD: u16 = 0x88a8;
 
 const ETH_HLEN: usize = 14;
@@ -46,7 +46,7 @@ pub enum FrameError {
         need: usize,
         have: usize,
     },
-    /// The EtherType (after an optional tag) is not IPv4.
+    /// The `EtherType` (after an optional tag) is not IPv4.
     #[error("not IPv4 (EtherType {ethertype:#06x})")]
     NotIpv4 { ethertype: u16 },
     /// The IP version nibble is not 4.

@@ -61,8 +61,9 @@ fn iperf(server: &NetNs, client: &NetNs, secs: u64) -> Result<f64> {
                 "no end.sum_received.bits_per_second in: {}",
                 &text[..text.len().min(400)]
             );
+        } else {
+            last = text;
         }
-        last = text;
         std::thread::sleep(Duration::from_millis(100));
     }
     bail!("iperf3 client kept failing: {last}")

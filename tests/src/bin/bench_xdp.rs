@@ -22,14 +22,14 @@ use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::ebpf::{CaptureMode, Datapath, ProgramKind};
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
 
-/// Ingress ifindex under BPF_PROG_TEST_RUN (the namespace's loopback).
+/// Ingress ifindex under `BPF_PROG_TEST_RUN` (the namespace's loopback).
 const LO: u32 = 1;
 const ROUNDS: usize = 15;
 const FAST_REPEAT: u32 = 2_000_000;
 /// Records per batch: what the ring holds, with room to spare.
 const DHCP_BATCH: u32 =
     xdhcp_common::EVENTS_BYTES / (size_of::<xdhcp_common::CaptureEvent>() as u32 + 8) * 4 / 5;
-const DHCP_BATCHES: usize = 40;
+const DHCP_BATCHES: u32 = 40;
 
 fn dhcp_frame(total_len: usize) -> Result<Vec<u8>> {
     let mut m = Message::default();
@@ -92,7 +92,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn fast_round(dp: &mut Datapath, kind: ProgramKind, f: &[u8]) -> Result<f64> {
     let t = Instant::now();
     dp.test_run(kind, f, FAST_REPEAT)?;
-    Ok(t.elapsed().as_nanos() as f64 / f64::from(FAST_REPEAT))
+    Ok(t.elapsed().as_secs_f64() * 1e9 / f64::from(FAST_REPEAT))
 }
 
 /// Kernel ns per repetition over batches, draining the ring between batches.
@@ -105,10 +105,10 @@ fn dhcp_round(
     let mut total = 0.0;
     for _ in 0..DHCP_BATCHES {
         let r = dp.test_run(kind, f, DHCP_BATCH)?;
-        total += r.duration.as_nanos() as f64;
+        total += r.duration.as_secs_f64() * 1e9;
         while reader.try_recv().is_some() {}
     }
-    Ok(total / DHCP_BATCHES as f64)
+    Ok(total / f64::from(DHCP_BATCHES))
 }
 
 fn main() -> Result<()> {
@@ -151,7 +151,7 @@ fn main() -> Result<()> {
     }
     let after = dp.counters()?;
     let captured = after.captured - before.captured;
-    let expected = (ROUNDS * DHCP_BATCHES * 2 * 2) as u64 * u64::from(DHCP_BATCH);
+    let expected = (ROUNDS as u64) * u64::from(DHCP_BATCHES) * 2 * 2 * u64::from(DHCP_BATCH);
     if captured != expected || after.ringbuf_full != before.ringbuf_full {
         bail!(
             "DHCP frames were not all captured ({captured} of {expected}, ring full {})",
@@ -164,7 +164,7 @@ fn main() -> Result<()> {
         "{:<26} {:>10} {:>12} {:>10} {:>9} {:>10}",
         "frame", "XDP_PASS", "xdhcp_xdp", "xdhcp_tc", "xdp/pass", "xdp-pass"
     );
-    let mut report = |name: &str, v: &mut [Vec<f64>; 3]| -> (f64, f64) {
+    let report = |name: &str, v: &mut [Vec<f64>; 3]| -> (f64, f64) {
         let pass = median(&mut v[0]);
         let xdp = median(&mut v[1]);
         let tc = median(&mut v[2]);
