@@ -1,7 +1,7 @@
 //! The one parser shared by the XDP and TC programs.
 //!
-//! It reads the fewest bytes that decide: the EtherType (and one VLAN tag),
-//! the IPv4 protocol byte, then fragment bits, ports, lengths and the BOOTP
+//! It reads the fewest bytes that decide: the `EtherType` (and one VLAN tag),
+//! the IPv4 protocol byte, then fragment bits, ports, lengths and the `BOOTP`
 //! fixed fields only for UDP. Every read is bounds-checked by [`Packet::read`].
 
 use xdhcp_common::{MIN_DHCP_LEN, VLAN_NONE};
