@@ -1,4 +1,4 @@
-//! Lease store crash safety: a writer process is SIGKILLed at random moments
+//! Lease store crash safety: a writer process is killed (`SIGKILL`) at random moments
 //! while it rewrites records; every record found afterwards must be whole
 //! (old or new, never torn) and nothing may be quarantined.
 

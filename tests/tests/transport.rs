@@ -449,6 +449,13 @@ async fn netlink_looks_up_links_and_applies_and_removes_leases() {
             .unwrap()
     );
     assert!(!c.ns.routes().contains("default"), "{}", c.ns.routes());
+}
+
+#[tokio::test]
+async fn netlink_applies_classless_routes_and_checks_addresses() {
+    let lab = Lab::with_clients(1);
+    let c = &lab.clients[0];
+    let nl = Netlink::open(Some(c.ns.path())).await.unwrap();
 
     // Option 121: classless routes replace the router; 0.0.0.0 = on-link.
     let classless = lease_with(vec![
