@@ -83,8 +83,9 @@ async fn one_dora(
     Ok(took)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+/// Nearest-rank percentile, `pct` in 0..=100.
+fn percentile(sorted: &[Duration], pct: usize) -> Duration {
+    let idx = ((sorted.len() - 1) * pct).div_ceil(100);
     sorted[idx.min(sorted.len() - 1)]
 }
 
@@ -103,9 +104,9 @@ async fn series(name: &str, lab: &Lab, runs: usize) -> Result<()> {
     samples.sort_unstable();
     println!(
         "{name:<18} runs={runs:<4} median={:>8.3} ms  p90={:>8.3} ms  p99={:>8.3} ms  max={:>8.3} ms",
-        ms(percentile(&samples, 0.5)),
-        ms(percentile(&samples, 0.9)),
-        ms(percentile(&samples, 0.99)),
+        ms(percentile(&samples, 50)),
+        ms(percentile(&samples, 90)),
+        ms(percentile(&samples, 99)),
         ms(*samples.last().expect("runs > 0")),
     );
     Ok(())
