@@ -61,6 +61,10 @@ pub enum NetlinkError {
     WatchClosed { netns: Option<PathBuf> },
 }
 
+/// The smallest MTU an IPv4 link may have (RFC 791), and the smallest
+/// option 26 value RFC 2132 §5.1 allows.
+pub const MIN_IPV4_MTU: u16 = 68;
+
 /// Convenience alias for results of this module.
 pub type Result<T, E = NetlinkError> = std::result::Result<T, E>;
 
@@ -266,6 +270,19 @@ impl Netlink {
             .map_err(self.request_err(format!("set link #{ifindex} up")))
     }
 
+    /// Sets the MTU of a link.
+    pub async fn set_mtu(&self, ifindex: u32, mtu: u32) -> Result<()> {
+        let msg = rtnetlink::LinkUnspec::new_with_index(ifindex)
+            .mtu(mtu)
+            .build();
+        self.handle
+            .link()
+            .set(msg)
+            .execute()
+            .await
+            .map_err(self.request_err(format!("set the MTU of link #{ifindex} to {mtu}")))
+    }
+
     /// IPv4 addresses on `ifindex`, with prefix lengths.
     pub async fn addresses(&self, ifindex: u32) -> Result<Vec<(Ipv4Addr, u8)>> {
         let msgs: Vec<AddressMessage> = self
@@ -391,11 +408,18 @@ impl Netlink {
         }
     }
 
-    /// Applies a lease to `ifindex`: sets the link up, adds the address, then
-    /// the routes of [`lease_routes`] (on-link routes first so gateways
-    /// reachable only through them resolve).
+    /// Applies a lease to `ifindex`: sets the link up, applies option 26 (MTU)
+    /// when present — a value the device refuses is logged and skipped, the
+    /// address and routes matter more — adds the address, then the routes of
+    /// [`lease_routes`] (on-link routes first so gateways reachable only
+    /// through them resolve).
     pub async fn apply_lease(&self, ifindex: u32, lease: &Lease) -> Result<()> {
         self.set_up(ifindex).await?;
+        if let Some(mtu) = lease.mtu.filter(|m| *m >= MIN_IPV4_MTU)
+            && let Err(error) = self.set_mtu(ifindex, u32::from(mtu)).await
+        {
+            tracing::warn!(ifindex, mtu, %error, "MTU from the lease (option 26) not applied");
+        }
         self.add_address(ifindex, lease.address, lease.prefix_len)
             .await?;
         let mut routes = lease_routes(lease);

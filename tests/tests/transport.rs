@@ -421,9 +421,12 @@ async fn netlink_looks_up_links_and_applies_and_removes_leases() {
         "{err}"
     );
 
-    // Option 3 only: address + default route.
-    let plain = lease_with(Vec::new());
+    // Option 3 only: address + default route; option 26 sets the MTU.
+    let mut plain = lease_with(Vec::new());
+    plain.mtu = Some(1400);
     nl.apply_lease(c.ifindex, &plain).await.unwrap();
+    assert_eq!(nl.link(&c.ifname).await.unwrap().mtu, Some(1400));
+    plain.mtu = None;
     assert!(c.ns.ipv4_addrs(&c.ifname).contains(&(plain.address, 24)));
     assert!(
         nl.has_address(c.ifindex, plain.address, Some(24))
