@@ -4,12 +4,14 @@
 //! run, several interleaved runs each; medians and ratios to bare. The
 //! programs run in observe mode (every frame is classified; none is DHCP).
 //!
-//! Usage: `bench_dataplane [seconds-per-run] [runs]` (default 5 s, 3 runs). Needs root and iperf3.
+//! Usage: `bench_dataplane [seconds-per-run] [runs]` (default 5 s, 5 runs). Needs root and iperf3.
 #![expect(clippy::print_stdout, reason = "benchmark CLI prints its report")]
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use std::fmt::Write as _;
 
 use anyhow::{Context as _, Result, bail};
 use xdhcp::datapath::AttachMode;
@@ -80,7 +82,7 @@ fn main() -> Result<()> {
         .next()
         .map_or(Ok(5), |s| s.parse())
         .context("seconds")?;
-    let runs: usize = args.next().map_or(Ok(3), |s| s.parse()).context("runs")?;
+    let runs: usize = args.next().map_or(Ok(5), |s| s.parse()).context("runs")?;
     Command::new("iperf3")
         .arg("--version")
         .output()
@@ -111,7 +113,10 @@ fn main() -> Result<()> {
     ];
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
     for run in 0..runs {
-        for (i, setup) in setups.iter().enumerate() {
+        // Rotate the order each run so drift on the shared machine hits every setup alike.
+        for k in 0..setups.len() {
+            let i = (k + run) % setups.len();
+            let setup = &setups[i];
             if let Setup::Attached(mode) = setup {
                 let att = dp.attach(&target, Some(*mode), CaptureMode::Observe)?;
                 if att.mode != *mode {
@@ -138,24 +143,37 @@ fn main() -> Result<()> {
     if passed == 0 {
         bail!("the programs classified no packets: not attached where the data flows?");
     }
-    println!();
-    println!("bench dataplane: iperf3 TCP over veth, {runs} x {secs} s, median Gbit/s");
+    let mut out = String::new();
+    writeln!(out)?;
+    writeln!(
+        out,
+        "bench dataplane: iperf3 TCP over veth, {runs} x {secs} s, median Gbit/s"
+    )?;
     let bare = median(&mut results[0]);
     for (i, setup) in setups.iter().enumerate() {
         let m = median(&mut results[i]);
-        println!(
+        writeln!(
+            out,
             "{:<12} {m:>8.2} Gbit/s  {:>6.1} % of bare",
             setup.name(),
             100.0 * m / bare
-        );
+        )?;
     }
     let tc = median(&mut results[1]);
-    println!();
-    println!(
+    writeln!(out)?;
+    writeln!(
+        out,
         "target: default choice for veth (tc) >= 97 % of bare: {:.1} % -> {}",
         100.0 * tc / bare,
         if tc / bare >= 0.97 { "met" } else { "MISSED" }
-    );
-    println!("frames classified by the programs: {passed}");
+    )?;
+    writeln!(out, "frames classified by the programs: {passed}")?;
+    print!("{out}");
+    if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
+        let path = std::path::PathBuf::from(dir).join("dataplane.md");
+        std::fs::write(&path, format!("```text\n{out}```\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("written to {}", path.display());
+    }
     Ok(())
 }

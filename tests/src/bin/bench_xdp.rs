@@ -16,6 +16,8 @@
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
+use std::fmt::Write as _;
+
 use anyhow::{Context as _, Result, bail};
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
@@ -159,35 +161,50 @@ fn main() -> Result<()> {
         );
     }
 
-    println!("bench xdp: BPF_PROG_TEST_RUN, median of {ROUNDS} rounds, ns/packet");
-    println!(
+    let mut out = String::new();
+    writeln!(
+        out,
+        "bench xdp: BPF_PROG_TEST_RUN, median of {ROUNDS} rounds, ns/packet"
+    )?;
+    writeln!(
+        out,
         "{:<26} {:>10} {:>12} {:>10} {:>9} {:>10}",
         "frame", "XDP_PASS", "xdhcp_xdp", "xdhcp_tc", "xdp/pass", "xdp-pass"
-    );
-    let report = |name: &str, v: &mut [Vec<f64>; 3]| -> (f64, f64) {
+    )?;
+    let report = |out: &mut String, name: &str, v: &mut [Vec<f64>; 3]| -> Result<(f64, f64)> {
         let pass = median(&mut v[0]);
         let xdp = median(&mut v[1]);
         let tc = median(&mut v[2]);
-        println!(
+        writeln!(
+            out,
             "{name:<26} {pass:>10.2} {xdp:>12.2} {tc:>10.2} {:>9.2} {:>+10.2}",
             xdp / pass,
             xdp - pass
-        );
-        (pass, xdp)
+        )?;
+        Ok((pass, xdp))
     };
-    let (p60, x60) = report("60 B TCP (not DHCP)", &mut fast);
-    let (_, x342) = report("342 B DHCP OFFER captured", &mut small);
-    report("1514 B DHCP OFFER captured", &mut large);
-    report("342 B DHCP, mode off", &mut off);
-    println!();
-    println!(
+    let (p60, x60) = report(&mut out, "60 B TCP (not DHCP)", &mut fast)?;
+    let (_, x342) = report(&mut out, "342 B DHCP OFFER captured", &mut small)?;
+    report(&mut out, "1514 B DHCP OFFER captured", &mut large)?;
+    report(&mut out, "342 B DHCP, mode off", &mut off)?;
+    writeln!(out)?;
+    writeln!(
+        out,
         "target non-DHCP <= bare + 3 ns: {:+.2} ns -> {}",
         x60 - p60,
         if x60 - p60 <= 3.0 { "met" } else { "MISSED" }
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "target 342 B captured <= 40 ns: {x342:.2} ns -> {}",
         if x342 <= 40.0 { "met" } else { "MISSED" }
-    );
+    )?;
+    print!("{out}");
+    if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
+        let path = std::path::PathBuf::from(dir).join("xdp.md");
+        std::fs::write(&path, format!("```text\n{out}```\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("written to {}", path.display());
+    }
     Ok(())
 }
