@@ -68,6 +68,19 @@ pub const MIN_IPV4_MTU: u16 = 68;
 /// Convenience alias for results of this module.
 pub type Result<T, E = NetlinkError> = std::result::Result<T, E>;
 
+impl NetlinkError {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Netns(e) => e.metric_label(),
+            Self::Connect { .. } => "connect",
+            Self::NoSuchLink { .. } => "no_such_link",
+            Self::Request { .. } => "request",
+            Self::WatchClosed { .. } => "watch_closed",
+        }
+    }
+}
+
 fn ns_label(p: Option<&Path>) -> String {
     p.map_or_else(
         || "the agent's namespace".to_owned(),
