@@ -701,9 +701,21 @@ mod netns {
             AttachMode::XdpGeneric
         );
         assert_eq!(dp.attachments().len(), 3);
+        // Both clients' eth0 have the same ifindex in their own namespaces:
+        // detaching one keeps the shared mode entry for the other.
+        let (c0, c1) = (&lab.clients[0], &lab.clients[1]);
+        assert_eq!(c0.ifindex, c1.ifindex, "lab clients share an ifindex");
+        let t0 = AttachTarget {
+            ifname: c0.ifname.clone(),
+            netns: Some(c0.ns.path().to_path_buf()),
+        };
+        dp.detach(&t0).expect("detach");
+        assert!(dp.detach(&t0).is_err(), "double detach");
+        assert_eq!(dp.mode(c1.ifindex).unwrap(), Some(CaptureMode::Observe));
         for (t, _, _) in dp.attachments() {
             dp.detach(&t).expect("detach");
         }
+        assert_eq!(dp.mode(c1.ifindex).unwrap(), None);
         let missing = AttachTarget {
             ifname: "nope0".into(),
             netns: Some(lab.server.path().to_path_buf()),

@@ -312,6 +312,22 @@ impl Datapath {
             })
     }
 
+    /// The mode set for `ifindex`, if any (`None`: the programs treat it as off).
+    pub fn mode(&self, ifindex: u32) -> Result<Option<CaptureMode>> {
+        match lock(&self.ifconfig).get(&ifindex, 0) {
+            Ok(cfg) => Ok(Some(match cfg.mode {
+                common::MODE_OBSERVE => CaptureMode::Observe,
+                common::MODE_INTERCEPT => CaptureMode::Intercept,
+                _ => CaptureMode::Off,
+            })),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG,
+                source,
+            }),
+        }
+    }
+
     /// Forgets the mode of `ifindex` (the programs then treat it as off).
     pub fn clear_mode(&self, ifindex: u32) -> Result<()> {
         match lock(&self.ifconfig).remove(&ifindex) {
@@ -434,6 +450,11 @@ impl Datapath {
                 })?;
         let ifindex = attached.ifindex;
         self.detach_attached(target, attached)?;
+        // The mode map is keyed by ifindex alone: keep the entry while an
+        // interface with the same index in another namespace is attached.
+        if self.attached.values().any(|a| a.ifindex == ifindex) {
+            return Ok(());
+        }
         self.clear_mode(ifindex)
     }
 
