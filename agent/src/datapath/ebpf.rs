@@ -975,6 +975,131 @@ mod tests {
         assert_eq!(wire_xid(0x0102_0304).to_ne_bytes(), [1, 2, 3, 4]);
     }
 
+    fn record(frame: &[u8], flags: u32, vlan: u32) -> Vec<u8> {
+        let mut ev = common::CaptureEvent {
+            ifindex: 7,
+            rx_queue: 3,
+            ts_ns: 42,
+            verdict: common::VERDICT_DROP,
+            vlan,
+            frame_len: frame.len() as u32,
+            captured_len: frame.len() as u32,
+            payload_offset: 42,
+            payload_len: (frame.len() - 42) as u32,
+            xid: 0,
+            flags,
+            frame: [0; common::MAX_FRAME_LEN],
+        };
+        ev.frame[..frame.len()].copy_from_slice(frame);
+        // SAFETY: CaptureEvent is a padding-free Pod.
+        unsafe {
+            std::slice::from_raw_parts(
+                (&raw const ev).cast::<u8>(),
+                size_of::<common::CaptureEvent>(),
+            )
+        }
+        .to_vec()
+    }
+
+    fn offer_frame(xid: u32) -> Vec<u8> {
+        use dhcproto::{Encodable as _, Encoder};
+        let mut m = v4::Message::default();
+        m.set_opcode(v4::Opcode::BootReply).set_xid(xid);
+        m.opts_mut()
+            .insert(v4::DhcpOption::MessageType(v4::MessageType::Offer));
+        let mut payload = Vec::new();
+        m.encode(&mut Encoder::new(&mut payload)).unwrap();
+        let h = super::super::frame::FrameHeaders {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [0xff; 6],
+            vlan: None,
+            src_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
+            dst_ip: std::net::Ipv4Addr::BROADCAST,
+            src_port: 67,
+            dst_port: 68,
+        };
+        super::super::frame::build_udp_frame(&h, &payload)
+    }
+
+    #[test]
+    fn record_decodes_into_an_event() {
+        let f = offer_frame(0xabcd);
+        let ev = decode_record(&record(
+            &f,
+            common::FLAG_TC | common::FLAG_OWNED,
+            common::VLAN_NONE,
+        ))
+        .unwrap();
+        assert_eq!(ev.message.xid(), 0xabcd);
+        assert_eq!(ev.message.opts().msg_type(), Some(v4::MessageType::Offer));
+        assert_eq!((ev.frame.ifindex, ev.frame.ts_ns, ev.rx_queue), (7, 42, 3));
+        assert_eq!(
+            ev.frame.via,
+            RxPath::Ebpf {
+                verdict: Verdict::Drop
+            }
+        );
+        assert!(ev.owned && ev.via_tc);
+        assert_eq!(ev.frame.headers.vlan, None);
+        assert_eq!(ev.frame.payload, f[42..]);
+    }
+
+    #[test]
+    fn vlan_from_metadata_is_reported() {
+        let f = offer_frame(1);
+        let ev = decode_record(&record(
+            &f,
+            common::FLAG_TC | common::FLAG_VLAN_OFFLOAD,
+            100,
+        ))
+        .unwrap();
+        assert_eq!(ev.frame.headers.vlan, Some(100));
+    }
+
+    #[test]
+    fn bad_records_are_typed_errors() {
+        let f = offer_frame(1);
+        let mut r = record(
+            &f,
+            common::FLAG_XDP | common::FLAG_TRUNCATED,
+            common::VLAN_NONE,
+        );
+        assert_eq!(decode_record(&r).unwrap_err().label(), "truncated");
+        r = record(&f, common::FLAG_XDP, common::VLAN_NONE);
+        let at = std::mem::offset_of!(common::CaptureEvent, captured_len);
+        r[at..at + 4].copy_from_slice(&(common::MAX_FRAME_LEN as u32 + 1).to_ne_bytes());
+        assert_eq!(decode_record(&r).unwrap_err().label(), "captured_len");
+        let mut arp = f.clone();
+        arp[12] = 0x08;
+        arp[13] = 0x06;
+        assert_eq!(
+            decode_record(&record(&arp, 0, common::VLAN_NONE))
+                .unwrap_err()
+                .label(),
+            "frame"
+        );
+        let mut garbage = f[..42].to_vec();
+        garbage.extend_from_slice(&[0xff; 8]);
+        let len = garbage.len() - 14;
+        garbage[16..18].copy_from_slice(&(len as u16).to_be_bytes());
+        garbage[24..26].copy_from_slice(&[0, 0]);
+        let mut sum: u32 = garbage[14..34]
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        garbage[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        garbage[38..40].copy_from_slice(&16u16.to_be_bytes());
+        assert_eq!(
+            decode_record(&record(&garbage, 0, common::VLAN_NONE))
+                .unwrap_err()
+                .label(),
+            "dhcp"
+        );
+    }
+
     #[test]
     fn short_record_is_a_typed_error() {
         let err = decode_record(&[0; 10]).unwrap_err();
