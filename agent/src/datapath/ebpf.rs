@@ -422,7 +422,10 @@ impl Datapath {
         })??;
         // Mode before anything is captured: set it now that the ifindex is known.
         if let Err(e) = self.set_mode(attached.ifindex, capture) {
-            let _ = self.detach_attached(target, attached);
+            if let Err(undo) = self.detach_attached(target, attached) {
+                tracing::error!(ifname = %target.ifname, netns = ?target.netns, error = %undo,
+                    "could not detach after failing to set the capture mode");
+            }
             return Err(e);
         }
         let out = Attachment {
