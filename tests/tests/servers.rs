@@ -723,3 +723,33 @@ fn dhcpd_acquire_renew_release() {
         "dhcpd still holds the binding"
     );
 }
+
+/// `GET /v1/status` (what `xdhcp status` calls) answers while a lease is
+/// bound, and the agent keeps answering afterwards (lease table, DEL).
+#[test]
+fn status_answers_and_the_agent_stays_usable() {
+    let lab = Lab::with_clients(1);
+    let server = Server::start(Kind::Dnsmasq, &lab, Pool::FIRST);
+    let agent = AgentProc::start(DatapathChoice::Auto);
+    let c = &lab.clients[0];
+    let req = request(c, "pod-status", IPAM);
+    let ip = addr(&agent.add(&req));
+    let quick = Client::new(agent.socket(), Duration::from_secs(5));
+    let status: rpc::AgentStatus = agent
+        .rt
+        .block_on(quick.get(rpc::PATH_STATUS))
+        .unwrap_or_else(|e| panic!("GET {}: {e}", rpc::PATH_STATUS));
+    assert_eq!(status.leases, 1, "{status:?}");
+    assert_eq!(status.interfaces.len(), 1, "{status:?}");
+    assert_eq!(status.interfaces[0].ifname, c.ifname);
+    let table: Vec<LeaseView> = agent
+        .rt
+        .block_on(quick.get(rpc::PATH_LEASES))
+        .unwrap_or_else(|e| panic!("lease table after status: {e}"));
+    assert_eq!(table[0].address.map(|a| a.addr), Some(ip));
+    agent.del(&req);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.lease_for(c.mac).is_none()),
+        "DEL after status did not release"
+    );
+}
