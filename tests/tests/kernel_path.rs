@@ -696,10 +696,19 @@ mod netns {
             ifname: Lab::BRIDGE.to_owned(),
             netns: Some(lab.server.path().to_path_buf()),
         };
+        let att = dp.attach(&br, None, CaptureMode::Observe).unwrap();
         assert_eq!(
-            dp.attach(&br, None, CaptureMode::Observe).unwrap().mode,
-            AttachMode::XdpGeneric
+            (att.mode, att.native_refused),
+            (AttachMode::XdpGeneric, None)
         );
+        // Asking for native XDP on a bridge (no driver XDP) falls back to
+        // generic and says why.
+        dp.detach(&br).unwrap();
+        let att = dp
+            .attach(&br, Some(AttachMode::XdpNative), CaptureMode::Observe)
+            .unwrap();
+        assert_eq!(att.mode, AttachMode::XdpGeneric);
+        assert!(att.native_refused.is_some(), "fallback reported");
         assert_eq!(dp.attachments().len(), 3);
         // Both clients' eth0 have the same ifindex in their own namespaces:
         // detaching one keeps the shared mode entry for the other.
