@@ -515,21 +515,23 @@ fn kea_release_marks_the_lease_gone_in_the_memfile() {
     let Server::Kea(k) = release_honoured(Kind::Kea) else {
         unreachable!()
     };
-    // Kea 2.2 appends to the memfile: the lease row, then on RELEASE a row for
-    // the same address with valid_lifetime 0 (deleted) or a non-default
-    // state. The last row for the address is the one that counts.
+    // Kea 2.2 appends to the memfile: the lease row, then on RELEASE its
+    // deletion — a row for the same address and client with valid_lifetime
+    // 0 (state stays 0; state 2, expired-reclaimed, would also mean gone).
+    // The last row for the address counts.
     let text = std::fs::read_to_string(k.lease_file()).unwrap();
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| !l.starts_with("address"))
         .map(|l| l.split(',').collect())
         .collect();
-    assert!(rows.len() >= 2, "memfile: {text}");
-    let last = rows.last().unwrap();
-    assert_eq!(last[0], rows[0][0], "memfile: {text}");
+    assert_eq!(rows.len(), 2, "memfile: {text}");
+    let (granted, last) = (&rows[0], &rows[1]);
+    assert_eq!(last[..3], granted[..3], "same address and client: {text}");
+    assert_ne!(granted[3], "0", "{text}");
     assert!(
-        last[3] == "0" || last[9] != "0",
-        "last row still active: {text}"
+        last[3] == "0" || last[9] == "2",
+        "the last row is still an active lease: {text}"
     );
 }
 
