@@ -8,14 +8,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
-use xdhcp_engine::{AcquireError, Client, Destination, Event, Lease, Mode, PacketSource, State};
+use xdhcp_engine::{AcquireError, Client, Event, Lease, Mode, PacketSource, State};
 
 use super::link::{Link, LinkError, mac_string};
 use super::persist::{self, LeaseRecord, WorkloadKind};
 use super::{Agent, apply};
 use crate::cli::now_unix_ms;
 use crate::datapath::RxFrame;
-use crate::datapath::frame::FrameHeaders;
 use crate::rpc::LeaseView;
 
 /// How long a maintained lease waits before trying again after an
@@ -113,7 +112,7 @@ impl Task {
 
     fn persist(&self) {
         let rec = self.record();
-        if let Err(e) = persist::save(&self.agent.args.state_dir, &rec) {
+        if let Err(e) = persist::save(&self.agent.store, &rec) {
             self.agent.metrics.failure("persist");
             warn!(container = %rec.container_id, ifname = %rec.ifname, error = %e,
                 "could not persist the lease; a restart would lose it");
@@ -246,21 +245,8 @@ fn flush(task: &mut Task, owned_xid: &mut Option<u32>) -> Result<(), LinkError> 
                 .register(t.xid, task.frames_tx.clone(), task.ebpf_ifindex);
             *owned_xid = Some(t.xid);
         }
-        let (dst_mac, dst_ip) = match t.dst {
-            Destination::Broadcast => ([0xff; 6], std::net::Ipv4Addr::BROADCAST),
-            Destination::Unicast { ip, mac } => (mac.unwrap_or([0xff; 6]), ip),
-        };
-        let headers = FrameHeaders {
-            src_mac: task.client.config().chaddr,
-            dst_mac,
-            vlan: None,
-            src_ip: t.src_ip,
-            dst_ip,
-            src_port: 68,
-            dst_port: 67,
-        };
-        debug!(xid = t.xid, kind = ?t.kind, dst = %dst_ip, "send");
-        task.link.send(&headers, &t.payload)?;
+        debug!(xid = t.xid, kind = ?t.kind, "send");
+        task.link.send(&t)?;
     }
     Ok(())
 }
@@ -313,9 +299,12 @@ async fn drain_events(
             Event::Lost { reason } => {
                 task.agent.metrics.failure(lost_label(reason.label()));
                 warn!(reason = reason.label(), "lease lost; acquiring again");
-                let old = lock(&task.live).record.lease.clone();
+                let (old, apply) = {
+                    let l = lock(&task.live);
+                    (l.record.lease.clone(), l.record.config.ipam.apply)
+                };
                 if let (Some(old), Some(ns)) = (old, task.link.netns.clone())
-                    && lock(&task.live).record.config.ipam.apply
+                    && apply
                     && let Err(e) = apply::deconfigure(&ns, &task.link.ifname, &old).await
                 {
                     warn!(error = %e, "could not remove the lost address");
@@ -412,7 +401,7 @@ fn finish(
         }
         End::Forget | End::Done => {}
         End::Link(e) => {
-            if e.interface_gone() {
+            if e.is_interface_gone() {
                 info!(error = %e, "interface removed; the lease ends here (no RELEASE possible)");
             } else {
                 warn!(error = %e, "link failure; the lease ends here");
@@ -424,12 +413,11 @@ fn finish(
     }
     release_xid(&task, &mut owned_xid);
     task.agent.detach_capture(&task.link);
-    let gone_for_good = matches!(end, End::Link(e) if e.interface_gone());
+    let gone_for_good = matches!(end, End::Link(e) if e.is_interface_gone());
     if gone_for_good {
         task.agent
             .forget(&rec.container_id, &rec.ifname, task.generation);
-        if let Err(e) = persist::remove(&task.agent.args.state_dir, &rec.container_id, &rec.ifname)
-        {
+        if let Err(e) = persist::remove(&task.agent.store, &rec.container_id, &rec.ifname) {
             warn!(error = %e, "could not remove the lease record");
         }
     }

@@ -13,6 +13,7 @@ pub mod link;
 pub mod ops;
 pub mod persist;
 pub mod server;
+pub mod vm;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -68,6 +69,11 @@ pub enum DaemonError {
     Kube {
         #[source]
         source: crate::kube::PodApiError,
+    },
+    #[error("opening the lease store: {source}")]
+    Store {
+        #[source]
+        source: crate::store::StoreError,
     },
     #[error("serving the agent socket: {source}")]
     Serve {
@@ -163,6 +169,7 @@ pub struct Agent {
     pub health: Arc<Health>,
     pub pod_api: PodApi,
     pub rx: Rx,
+    pub store: crate::store::LeaseStore,
     pub token: CancellationToken,
     leases: Mutex<HashMap<(String, String), Handle>>,
     key_locks: Mutex<HashMap<(String, String), KeyLock>>,
@@ -295,11 +302,7 @@ impl Agent {
                 }
             }
         }
-        let link = if link.has_rx() {
-            link
-        } else {
-            Link::open(link.netns.as_deref(), &link.ifname, true).await?
-        };
+        let link = link.with_afpacket_rx().await?;
         Ok((link, AttachMode::AfPacket.to_string(), None))
     }
 
@@ -425,6 +428,11 @@ impl Agent {
                 .unwrap_or(serde_json::Value::Null),
             PodApi::Kube(_) => serde_json::Value::Null,
         };
+        // Each lock is taken and released on its own (a guard held across
+        // the struct literal would deadlock against `interface_status`).
+        let leases = lock(&self.leases).len();
+        let interfaces = self.interface_status();
+        let counters = self.counters();
         AgentStatus {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             ready: self.health.ready().is_ok(),
@@ -439,9 +447,9 @@ impl Agent {
             .to_owned(),
             socket: self.args.socket.clone(),
             state_dir: self.args.state_dir.clone(),
-            leases: lock(&self.leases).len(),
-            interfaces: self.interface_status(),
-            counters: self.counters(),
+            leases,
+            interfaces,
+            counters,
             annotations,
         }
     }
@@ -516,7 +524,9 @@ pub async fn run(
         path: args.state_dir.clone(),
         source,
     })?;
+    vm::heal_at_start(&args).await;
 
+    let store = persist::open(&args.state_dir).map_err(|source| DaemonError::Store { source })?;
     let pod_api = PodApi::connect(args.kube, &args.state_dir)
         .await
         .map_err(|source| DaemonError::Kube { source })?;
@@ -547,6 +557,7 @@ pub async fn run(
         health: health.clone(),
         pod_api,
         rx,
+        store,
         token: token.clone(),
         leases: Mutex::new(HashMap::new()),
         key_locks: Mutex::new(HashMap::new()),
@@ -696,7 +707,7 @@ fn choose_datapath(args: &AgentArgs) -> Result<Rx, DaemonError> {
 
 /// Load persisted attachments and resume them without a new DISCOVER.
 async fn recover(agent: &Arc<Agent>) {
-    let (records, quarantined) = match persist::load_all(&agent.args.state_dir) {
+    let (records, quarantined) = match persist::load_all(&agent.store) {
         Ok(x) => x,
         Err(e) => {
             error!(error = %e, "cannot read the lease directory; starting without recovered leases");
@@ -706,8 +717,7 @@ async fn recover(agent: &Arc<Agent>) {
     };
     for q in quarantined {
         agent.metrics.failure("corrupt_record");
-        warn!(from = %q.from.display(), to = %q.to.display(), reason = %q.reason,
-            "corrupt lease record quarantined");
+        warn!(record = %q.what, reason = %q.reason, "unusable lease record set aside");
     }
     let now_ms = crate::cli::now_unix_ms();
     let mut resumed = 0usize;
@@ -725,7 +735,7 @@ async fn recover(agent: &Arc<Agent>) {
         if expired && agent.args.expired_lease_policy == ExpiredPolicy::Drop {
             info!(container = %rec.container_id, ifname = %rec.ifname,
                 "lease expired while the agent was down; dropped (--expired-lease-policy=drop)");
-            let _ = persist::remove(&agent.args.state_dir, &rec.container_id, &rec.ifname);
+            let _ = persist::remove(&agent.store, &rec.container_id, &rec.ifname);
             continue;
         }
         match resume_one(agent, rec.clone(), now_ms).await {
@@ -733,7 +743,7 @@ async fn recover(agent: &Arc<Agent>) {
             Err(e) => {
                 warn!(container = %rec.container_id, ifname = %rec.ifname, error = %e,
                     "cannot resume the lease (interface or namespace gone); forgetting it");
-                let _ = persist::remove(&agent.args.state_dir, &rec.container_id, &rec.ifname);
+                let _ = persist::remove(&agent.store, &rec.container_id, &rec.ifname);
             }
         }
     }
@@ -745,7 +755,9 @@ async fn resume_one(
     rec: LeaseRecord,
     now_ms: u64,
 ) -> Result<(), link::LinkError> {
-    let link = Link::open(rec.netns.as_deref(), &rec.ifname, false).await?;
+    let link = Link::open(rec.netns.as_deref(), &rec.ifname, false)
+        .await?
+        .with_src_mac(rec.mac);
     let cfg = ops::client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
     let now = Instant::now();
     let client = match rec.lease.clone() {

@@ -147,10 +147,13 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
                 kube_err(&e)
             })?;
             let w = info.workload();
-            let uid = info
-                .uid
-                .clone()
-                .or_else(|| req.args.get("K8S_POD_UID").cloned());
+            // The runtime's UID first: the annotation write then refuses a
+            // pod recreated under the same name since this ADD was issued.
+            let uid = req
+                .args
+                .get("K8S_POD_UID")
+                .cloned()
+                .or_else(|| info.uid.clone());
             (
                 Some(PodRef {
                     namespace: ns.to_owned(),
@@ -167,17 +170,16 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
         None => None,
     };
 
-    if req.config.device_id.is_some() && workload.is_vm() {
-        return Err(CniError::new(
-            code::VFIO,
-            format!(
-                "deviceID {} (VFIO passthrough) for pod {}: the VFIO driver handoff is not available in this agent build",
-                req.config.device_id.as_deref().unwrap_or_default(),
-                pod.as_ref()
-                    .map(|p| format!("{}/{}", p.namespace, p.name))
-                    .unwrap_or_default()
-            ),
-        ));
+    // A VM whose VF is passed through (vfio-pci): DORA during a driver handoff.
+    if let Workload::Vm { vmi_name } = &workload
+        && let Some(pci) = super::vm::vfio_device(agent, &req, pod.as_ref())?
+    {
+        let vm = super::vm::VmPod {
+            pod,
+            annotation_key: ann_key,
+            vmi_name: vmi_name.clone(),
+        };
+        return super::vm::add_vfio(agent, &req, vm, pci).await;
     }
 
     let link = Link::open(Some(&netns), &req.ifname, false)
@@ -219,6 +221,7 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
         }
     };
 
+    let link = link.with_src_mac(mac);
     let cfg = client_config(agent, &req.config, &req.args, mac, mode, requested);
     cfg.validate()
         .map_err(|e| CniError::new(code::INVALID_NETWORK_CONFIG, e.to_string()))?;
@@ -260,7 +263,7 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
             // Nothing bound: end the task and leave no trace.
             stop(agent, &handle, false).await;
             agent.forget(&req.container_id, &req.ifname, handle.generation);
-            let _ = persist::remove(&agent.args.state_dir, &req.container_id, &req.ifname);
+            let _ = persist::remove(&agent.store, &req.container_id, &req.ifname);
             return Err(match other {
                 Ok(Ok(Outcome::Failed(e))) => CniError::new(
                     code::DHCP_TIMEOUT,
@@ -316,7 +319,7 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
             // Give the address back: the pod cannot use an unreported address.
             stop(agent, &handle, kind == WorkloadKind::Pod).await;
             agent.forget(&req.container_id, &req.ifname, handle.generation);
-            let _ = persist::remove(&agent.args.state_dir, &req.container_id, &req.ifname);
+            let _ = persist::remove(&agent.store, &req.container_id, &req.ifname);
             return Err(kube_err(&e));
         }
     }
@@ -355,7 +358,7 @@ pub async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), CniError> {
             warn!(error = %e, "could not remove the address at DEL");
         }
     }
-    persist::remove(&agent.args.state_dir, &req.container_id, &req.ifname).map_err(|e| {
+    persist::remove(&agent.store, &req.container_id, &req.ifname).map_err(|e| {
         CniError::new(code::IO_FAILURE, "cannot remove the lease record")
             .with_details(e.to_string())
     })?;

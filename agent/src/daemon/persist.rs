@@ -1,23 +1,21 @@
-//! What the daemon persists per attachment, and where.
+//! What the daemon persists per attachment, through the lease store
+//! ([`crate::store`]: one JSON record per lease under
+//! `<state_dir>/leases/`, atomic writes, corrupt records quarantined).
 //!
-//! One JSON record per attachment under `<state_dir>/leases/<key>.json`,
-//! `key = <container_id>.<ifname>` (both validated, so the name cannot
-//! escape the directory); writes are atomic (temp file, fsync, rename, fsync
-//! of the directory); [`load_all`] moves records it cannot read to
-//! `<state_dir>/quarantine/` and carries on (SPEC R6).
+//! The daemon's view ([`LeaseRecord`]) carries the validated network
+//! configuration and `CNI_ARGS`; they travel in the store's
+//! `attachment.cni_config` so a restarted agent rebuilds the same client.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use xdhcp_engine::Lease;
 
 use crate::cni::config::NetworkConfig;
-use crate::cni::env::{validate_container_id, validate_ifname};
+use crate::store::{self, AttachmentMode, LeaseKey, LeaseStore, StoreError};
 
-/// Record format version.
+/// Record format version of the daemon's view.
 pub const RECORD_VERSION: u32 = 1;
 
 /// Pod or VM, as decided at ADD.
@@ -58,104 +56,116 @@ pub struct LeaseRecord {
     pub lease: Option<Lease>,
 }
 
+/// What the daemon keeps in the store's free-form `cni_config`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Extra {
+    config: NetworkConfig,
+    args: BTreeMap<String, String>,
+}
+
 impl LeaseRecord {
-    /// The store key (`<container>.<ifname>`), validated.
-    pub fn key(&self) -> io::Result<String> {
-        key(&self.container_id, &self.ifname)
+    fn to_store(&self) -> Result<Option<store::LeaseRecord>, StoreError> {
+        let Some(lease) = self.lease.clone() else {
+            return Ok(None);
+        };
+        let key = LeaseKey::new(&self.container_id, &self.ifname)?;
+        let extra = serde_json::to_value(Extra {
+            config: self.config.clone(),
+            args: self.args.clone(),
+        })
+        .unwrap_or_default();
+        let attachment = store::Attachment {
+            netns: self.netns.clone().unwrap_or_default(),
+            mac: self.mac,
+            pod_namespace: self.pod.as_ref().map(|p| p.namespace.clone()),
+            pod_name: self.pod.as_ref().map(|p| p.name.clone()),
+            pod_uid: self.pod.as_ref().and_then(|p| p.uid.clone()),
+            network_key: self.annotation_key.clone(),
+            mode: match &self.workload {
+                WorkloadKind::Pod => AttachmentMode::Pod,
+                WorkloadKind::Vm { vmi } => AttachmentMode::Vm {
+                    vmi_name: vmi.clone(),
+                },
+            },
+            apply: self.config.ipam.apply,
+            cni_config: extra,
+        };
+        Ok(Some(store::LeaseRecord::new(key, attachment, lease)))
+    }
+
+    fn from_store(r: store::LeaseRecord) -> Result<Self, String> {
+        let extra: Extra = serde_json::from_value(r.attachment.cni_config)
+            .map_err(|e| format!("attachment.cni_config: {e}"))?;
+        let pod = match (r.attachment.pod_namespace, r.attachment.pod_name) {
+            (Some(namespace), Some(name)) => Some(PodRef {
+                namespace,
+                name,
+                uid: r.attachment.pod_uid,
+            }),
+            _ => None,
+        };
+        Ok(Self {
+            version: RECORD_VERSION,
+            container_id: r.key.container_id().to_owned(),
+            ifname: r.key.ifname().to_owned(),
+            netns: (!r.attachment.netns.as_os_str().is_empty()).then_some(r.attachment.netns),
+            config: extra.config,
+            args: extra.args,
+            pod,
+            workload: match r.attachment.mode {
+                AttachmentMode::Pod => WorkloadKind::Pod,
+                AttachmentMode::Vm { vmi_name } => WorkloadKind::Vm { vmi: vmi_name },
+            },
+            mac: r.attachment.mac,
+            annotation_key: r.attachment.network_key,
+            lease: Some(r.lease),
+        })
     }
 }
 
-/// File stem for an attachment; refuses anything that is not a valid
-/// container id or interface name.
-pub fn key(container_id: &str, ifname: &str) -> io::Result<String> {
-    validate_container_id(container_id).map_err(io::Error::other)?;
-    validate_ifname(ifname).map_err(io::Error::other)?;
-    Ok(format!("{container_id}.{ifname}"))
-}
-
-/// The lease directory under the state dir.
-pub fn lease_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("leases")
-}
-
-/// Write `rec` atomically.
-pub fn save(state_dir: &Path, rec: &LeaseRecord) -> io::Result<()> {
-    let dir = lease_dir(state_dir);
-    fs::create_dir_all(&dir)?;
-    let name = rec.key()?;
-    let path = dir.join(format!("{name}.json"));
-    let tmp = dir.join(format!(".{name}.json.tmp"));
-    let bytes = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
-    {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, &path)?;
-    fs::File::open(&dir)?.sync_all()
-}
-
-/// Remove an attachment's record (absent is fine).
-pub fn remove(state_dir: &Path, container_id: &str, ifname: &str) -> io::Result<()> {
-    let dir = lease_dir(state_dir);
-    let path = dir.join(format!("{}.json", key(container_id, ifname)?));
-    match fs::remove_file(&path) {
-        Ok(()) => fs::File::open(&dir)?.sync_all(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
+/// Persist `rec` (only once it holds a lease: nothing to resume before).
+pub fn save(store: &LeaseStore, rec: &LeaseRecord) -> Result<(), StoreError> {
+    match rec.to_store()? {
+        Some(r) => store.save(&r),
+        None => Ok(()),
     }
 }
 
-/// A record that could not be read, moved aside.
+/// Forget an attachment's record (absent is fine).
+pub fn remove(store: &LeaseStore, container_id: &str, ifname: &str) -> Result<(), StoreError> {
+    store
+        .delete(&LeaseKey::new(container_id, ifname)?)
+        .map(|_| ())
+}
+
+/// A record that could not be used, and why.
 #[derive(Debug)]
-pub struct Quarantined {
-    pub from: PathBuf,
-    pub to: PathBuf,
+pub struct Unusable {
+    pub what: String,
     pub reason: String,
 }
 
-/// Load every record; unreadable ones are moved to `quarantine/`.
-pub fn load_all(state_dir: &Path) -> io::Result<(Vec<LeaseRecord>, Vec<Quarantined>)> {
-    let dir = lease_dir(state_dir);
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
-        Err(e) => return Err(e),
-    };
-    let mut ok = Vec::new();
-    let mut bad = Vec::new();
-    for entry in entries {
-        let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let is_json = Path::new(name)
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-        if name.starts_with('.') || !is_json {
-            continue;
-        }
-        let parsed = fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<LeaseRecord>(&b).map_err(|e| e.to_string()))
-            .and_then(|r| {
-                let k = r.key().map_err(|e| e.to_string())?;
-                if format!("{k}.json") == name {
-                    Ok(r)
-                } else {
-                    Err(format!("record for {k} stored as {name}"))
-                }
-            });
-        match parsed {
-            Ok(r) => ok.push(r),
+/// Load every record; the store quarantines corrupt files, records whose
+/// daemon view cannot be rebuilt are reported (and deleted).
+pub fn load_all(store: &LeaseStore) -> Result<(Vec<LeaseRecord>, Vec<Unusable>), StoreError> {
+    let report = store.load_all()?;
+    let mut bad: Vec<Unusable> = report
+        .quarantined
+        .into_iter()
+        .map(|q| Unusable {
+            what: q.original.display().to_string(),
+            reason: format!("{q:?}"),
+        })
+        .collect();
+    let mut ok = Vec::with_capacity(report.records.len());
+    for r in report.records {
+        let key = r.key.clone();
+        match LeaseRecord::from_store(r) {
+            Ok(rec) => ok.push(rec),
             Err(reason) => {
-                let qdir = state_dir.join("quarantine");
-                fs::create_dir_all(&qdir)?;
-                let to = qdir.join(name);
-                fs::rename(&path, &to)?;
-                bad.push(Quarantined {
-                    from: path,
-                    to,
+                let _ = store.delete(&key);
+                bad.push(Unusable {
+                    what: key.to_string(),
                     reason,
                 });
             }
@@ -164,44 +174,73 @@ pub fn load_all(state_dir: &Path) -> io::Result<(Vec<LeaseRecord>, Vec<Quarantin
     Ok((ok, bad))
 }
 
+/// Where the store lives under the state dir.
+pub fn open(state_dir: &Path) -> Result<LeaseStore, StoreError> {
+    LeaseStore::open(state_dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
-    fn record(id: &str) -> LeaseRecord {
+    fn record(id: &str, lease: Option<Lease>) -> LeaseRecord {
         LeaseRecord {
             version: RECORD_VERSION,
             container_id: id.into(),
             ifname: "eth0".into(),
             netns: Some("/run/netns/x".into()),
             config: crate::cni::config::parse(
-                br#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"xdhcp"}}"#,
+                br#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"xdhcp","apply":true}}"#,
             )
             .unwrap(),
-            args: BTreeMap::new(),
-            pod: None,
-            workload: WorkloadKind::Pod,
+            args: BTreeMap::from([("K8S_POD_NAME".to_owned(), "web".to_owned())]),
+            pod: Some(PodRef {
+                namespace: "default".into(),
+                name: "web".into(),
+                uid: None,
+            }),
+            workload: WorkloadKind::Vm { vmi: "vm1".into() },
             mac: [2, 0, 0, 0, 0, 1],
-            annotation_key: None,
-            lease: None,
+            annotation_key: Some("default/n".into()),
+            lease,
+        }
+    }
+
+    fn lease() -> Lease {
+        Lease {
+            address: "192.0.2.10".parse().unwrap(),
+            prefix_len: 24,
+            server_id: "192.0.2.1".parse().unwrap(),
+            server_mac: None,
+            routers: vec![],
+            routes: vec![],
+            dns_servers: vec![],
+            domain_name: None,
+            search: vec![],
+            mtu: None,
+            lease_time: Duration::from_mins(2),
+            t1: Duration::from_mins(1),
+            t2: Duration::from_secs(105),
+            acquired_unix_ms: 1,
+            rejected_routes: vec![],
         }
     }
 
     #[test]
-    fn save_load_remove_and_quarantine() {
+    fn round_trip_through_the_store() {
         let dir = tempfile::tempdir().unwrap();
-        save(dir.path(), &record("c1")).unwrap();
-        save(dir.path(), &record("c2")).unwrap();
-        fs::write(lease_dir(dir.path()).join("junk.eth0.json"), b"{not json").unwrap();
-        let (ok, bad) = load_all(dir.path()).unwrap();
-        assert_eq!(ok.len(), 2);
-        assert_eq!(bad.len(), 1);
-        assert!(dir.path().join("quarantine/junk.eth0.json").exists());
-        remove(dir.path(), "c1", "eth0").unwrap();
-        remove(dir.path(), "c1", "eth0").unwrap();
-        let (ok, bad) = load_all(dir.path()).unwrap();
-        assert_eq!((ok.len(), bad.len()), (1, 0));
-        assert!(key("../x", "eth0").is_err());
-        assert!(key("c", "a/b").is_err());
+        let store = open(dir.path()).unwrap();
+        // Nothing to persist before a lease exists.
+        save(&store, &record("c0", None)).unwrap();
+        let rec = record("c1", Some(lease()));
+        save(&store, &rec).unwrap();
+        let (ok, bad) = load_all(&store).unwrap();
+        assert!(bad.is_empty());
+        assert_eq!(ok, vec![rec]);
+        remove(&store, "c1", "eth0").unwrap();
+        remove(&store, "c1", "eth0").unwrap();
+        assert!(load_all(&store).unwrap().0.is_empty());
+        assert!(remove(&store, "../x", "eth0").is_err());
     }
 }

@@ -1,0 +1,265 @@
+//! The agent in-process (`xdhcp::daemon::run`) against a real dnsmasq in
+//! network namespaces: ADD → BOUND → renewal → CHECK → DEL → RELEASE seen
+//! by the server; `apply`, CHECK after the address is removed by hand; ADD
+//! with the server down fails within the configured timeout.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
+use xdhcp::cni::config;
+use xdhcp::cni::types::code;
+use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient, format_mac, wait_until};
+
+/// An agent running on its own runtime, stopped (leases kept) on drop.
+struct InProcessAgent {
+    rt: tokio::runtime::Runtime,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<Result<(), xdhcp::daemon::DaemonError>>>,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl InProcessAgent {
+    fn start(datapath: DatapathChoice) -> Self {
+        // Agent logs on stderr (shown for failing tests); one subscriber per process.
+        let _ = xdhcp::telemetry::init(xdhcp::telemetry::LogFormat::Human);
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-agent-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/xdhcp.sock");
+        let mut args = AgentArgs::with_defaults(socket.clone(), dir.path().join("state"));
+        args.kube = KubeMode::Off;
+        args.datapath = datapath;
+        args.bpffs_dir = dir.path().join("bpffs");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(xdhcp::daemon::bind_socket(&socket))
+            .expect("bind agent socket");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let done = rt.spawn(xdhcp::daemon::run(args, listener, async move {
+            let _ = stopped.await;
+        }));
+        let me = Self {
+            rt,
+            stop: Some(stop),
+            done: Some(done),
+            socket,
+            _dir: dir,
+        };
+        let c = me.client();
+        let ready = wait_until(Duration::from_secs(20), || {
+            me.rt
+                .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
+                .is_ok_and(|r| r.ready)
+        });
+        assert!(ready, "agent did not become ready");
+        me
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.socket, Duration::from_secs(60))
+    }
+
+    fn post(&self, path: &str, req: &CniRequest) -> Result<serde_json::Value, RpcError> {
+        self.rt.block_on(self.client().post(path, req))
+    }
+
+    fn add(&self, req: &CniRequest) -> Result<CniResult, RpcError> {
+        self.post(rpc::PATH_ADD, req)
+            .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
+    }
+
+    fn leases(&self) -> Vec<LeaseView> {
+        self.rt
+            .block_on(self.client().get(rpc::PATH_LEASES))
+            .expect("lease table")
+    }
+}
+
+impl Drop for InProcessAgent {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(d) = self.done.take() {
+            let _ = self
+                .rt
+                .block_on(async { tokio::time::timeout(Duration::from_secs(15), d).await });
+        }
+    }
+}
+
+fn request(client: &LabClient, container: &str, ipam: &str) -> CniRequest {
+    let conf = format!(r#"{{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{ipam}}}"#);
+    CniRequest {
+        container_id: container.to_owned(),
+        ifname: client.ifname.clone(),
+        netns: Some(client.ns.path().to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
+            ("K8S_POD_NAME".to_owned(), container.to_owned()),
+        ]
+        .into(),
+        config: config::parse(conf.as_bytes()).expect("test config is valid"),
+    }
+}
+
+fn agent_code(e: RpcError) -> (u32, String) {
+    let e = e.into_cni();
+    (e.code, e.msg)
+}
+
+fn lease_cycle(datapath: DatapathChoice) {
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(3),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let agent = InProcessAgent::start(datapath);
+    let c = &lab.clients[0];
+    let req = request(c, "pod-a", r#"{"type":"xdhcp","timeout":"15s"}"#);
+
+    let r = agent.add(&req).expect("ADD succeeds");
+    let ip = r.ips[0].address;
+    assert_eq!(ip.prefix_len, 24);
+    assert_eq!(r.ips[0].gateway, Some(lab.server_ip));
+    assert!(r.routes.iter().any(|rt| rt.dst.prefix_len == 0), "{r:?}");
+    assert_eq!(
+        r.dns.nameservers,
+        vec![std::net::Ipv4Addr::new(192, 0, 2, 53)]
+    );
+    let server_lease = dnsmasq.lease_for(c.mac).expect("dnsmasq has the lease");
+    assert_eq!(server_lease.ip, ip.addr);
+    assert_eq!(server_lease.hostname.as_deref(), Some("pod-a"));
+
+    // The receive path is the one asked for, reported per interface.
+    let status: rpc::AgentStatus = agent
+        .rt
+        .block_on(agent.client().get(rpc::PATH_STATUS))
+        .expect("status");
+    let want = match datapath {
+        DatapathChoice::Afpacket => ("af-packet", "af-packet"),
+        // veths get the TC program by default.
+        _ => ("ebpf", "tc"),
+    };
+    assert_eq!(
+        (
+            status.datapath.as_str(),
+            status.interfaces[0].attach.as_str()
+        ),
+        want,
+        "{status:?}"
+    );
+    assert!(status.ready && status.state_recovered);
+
+    // A repeated ADD returns the same lease without a new exchange.
+    let again = agent.add(&req).expect("repeated ADD");
+    assert_eq!(again.ips, r.ips);
+
+    // Renewal at T1 = 3 s: a second DHCPACK for this client.
+    let mac = format_mac(c.mac);
+    let acks = || {
+        dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains("DHCPACK") && l.contains(&mac))
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || acks() >= 2),
+        "no renewal seen by dnsmasq:\n{}",
+        dnsmasq.log()
+    );
+    let table = agent.leases();
+    assert_eq!(table.len(), 1);
+    assert_eq!(table[0].address, Some(ip));
+    assert_eq!(table[0].pod.as_deref(), Some("default/pod-a"));
+
+    let _ = agent.post(rpc::PATH_CHECK, &req).expect("CHECK passes");
+
+    // DEL releases: the lease disappears from dnsmasq's file.
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq
+            .lease_for(c.mac)
+            .is_none()),
+        "RELEASE not honoured by dnsmasq:\n{}",
+        dnsmasq.log()
+    );
+    assert!(dnsmasq.log().contains("DHCPRELEASE"));
+    let (code_, _) = agent_code(agent.post(rpc::PATH_CHECK, &req).unwrap_err());
+    assert_eq!(code_, code::CHECK_FAILED);
+    // DEL is idempotent, and fine for containers nobody knows.
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("second DEL");
+    let unknown = request(c, "never-added", r#"{"type":"xdhcp"}"#);
+    let _ = agent.post(rpc::PATH_DEL, &unknown).expect("unknown DEL");
+    assert!(agent.leases().is_empty());
+}
+
+#[test]
+fn pod_lease_cycle_ebpf_or_fallback() {
+    lease_cycle(DatapathChoice::Auto);
+}
+
+#[test]
+fn pod_lease_cycle_af_packet() {
+    lease_cycle(DatapathChoice::Afpacket);
+}
+
+#[test]
+fn apply_configures_and_check_sees_a_removed_address() {
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = InProcessAgent::start(DatapathChoice::Auto);
+    let c = &lab.clients[0];
+    let req = request(c, "pod-apply", r#"{"type":"xdhcp","apply":true}"#);
+    let r = agent.add(&req).expect("ADD");
+    let want = (r.ips[0].address.addr, r.ips[0].address.prefix_len);
+    assert!(
+        c.ns.ipv4_addrs(&c.ifname).contains(&want),
+        "address not applied: {:?}",
+        c.ns.ipv4_addrs(&c.ifname)
+    );
+    assert!(
+        c.ns.routes().contains("default via 192.0.2.1"),
+        "{}",
+        c.ns.routes()
+    );
+    let _ = agent.post(rpc::PATH_CHECK, &req).expect("CHECK passes");
+
+    c.ns.ip(&["addr", "flush", "dev", &c.ifname]);
+    let (code_, msg) = agent_code(agent.post(rpc::PATH_CHECK, &req).unwrap_err());
+    assert_eq!(code_, code::CHECK_FAILED);
+    assert!(msg.contains("missing"), "{msg}");
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+}
+
+#[test]
+fn add_with_the_server_down_fails_within_the_timeout() {
+    let lab = Lab::with_clients(1);
+    let agent = InProcessAgent::start(DatapathChoice::Auto);
+    let c = &lab.clients[0];
+    let req = request(c, "pod-timeout", r#"{"type":"xdhcp","timeout":"3s"}"#);
+    let t0 = Instant::now();
+    let (code_, msg) = agent_code(agent.add(&req).unwrap_err());
+    let took = t0.elapsed();
+    assert_eq!(code_, code::DHCP_TIMEOUT, "{msg}");
+    assert!(msg.contains(&c.ifname), "{msg}");
+    assert!(msg.contains("heard nothing"), "{msg}");
+    assert!(took < Duration::from_secs(7), "took {took:?}");
+    assert!(
+        agent.leases().is_empty(),
+        "a failed ADD leaves nothing behind"
+    );
+}
