@@ -64,7 +64,7 @@ impl InProcessAgent {
     }
 
     fn client(&self) -> Client {
-        Client::new(&self.socket, Duration::from_secs(60))
+        Client::new(&self.socket, Duration::from_mins(1))
     }
 
     fn post(&self, path: &str, req: &CniRequest) -> Result<serde_json::Value, RpcError> {

@@ -9,7 +9,8 @@ use xdhcp_engine::Transmit;
 
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
-use crate::datapath::rawsock::{LinkInfo, RawSender, RawSockError};
+use crate::datapath::rawsock::{LinkInfo, RawSender, RawSockError, is_gone_errno};
+use crate::netns::run_in_netns_async;
 
 /// Failure opening or using a link.
 pub type LinkError = RawSockError;
@@ -33,6 +34,29 @@ impl Link {
         ifname: &str,
         afpacket_rx: bool,
     ) -> Result<Self, LinkError> {
+        // Main plugins may hand the interface over still down (bridge,
+        // macvlan): bring it up first, as the upstream dhcp plugin does.
+        let name = ifname.to_owned();
+        let up = match netns {
+            Some(ns) => run_in_netns_async(ns, move || ensure_up_here(&name)).await?,
+            None => ensure_up_here(&name),
+        };
+        up.map_err(|source| {
+            if is_gone_errno(&source) {
+                LinkError::InterfaceGone {
+                    ifname: ifname.to_owned(),
+                    netns: netns.map(Path::to_path_buf),
+                    source,
+                }
+            } else {
+                LinkError::Io {
+                    op: "bring the interface up",
+                    ifname: ifname.to_owned(),
+                    netns: netns.map(Path::to_path_buf),
+                    source,
+                }
+            }
+        })?;
         let tx = match netns {
             Some(ns) => RawSender::open_async(ns, ifname).await?,
             None => RawSender::open_here(ifname)?,
@@ -90,6 +114,39 @@ impl Link {
             None => std::future::pending().await,
         }
     }
+}
+
+/// Set `IFF_UP` on `ifname` in the calling thread's namespace if it is down.
+fn ensure_up_here(ifname: &str) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: plain socket(2); the descriptor is owned at once.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: an all-zero ifreq is valid; the name is copied in below with
+    // its NUL terminator left in place (names are at most 15 bytes).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes().take(15)) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads into `ifr_ifru.ifru_flags` of a valid ifreq.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &raw mut req) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the ioctl succeeded, so the flags member is initialised.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    if flags & libc::IFF_UP as libc::c_short != 0 {
+        return Ok(());
+    }
+    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS with the flags just read plus IFF_UP.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &raw const req) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Format a MAC as `aa:bb:cc:dd:ee:ff`.

@@ -1,0 +1,222 @@
+//! Shared by the CNI and restart tests: the `xdhcp` binary, an agent process
+//! guard, a `CNI_PATH` directory, and plugin invocation.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use xdhcp_tests::{NetNs, Process, wait_until};
+
+/// The `xdhcp` binary of this workspace, built once per test binary.
+pub fn xdhcp_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "xdhcp", "--bin", "xdhcp"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("run cargo build for the xdhcp binary");
+        assert!(status.success(), "building the xdhcp binary failed");
+        // target/debug/deps/<test> → target/debug/xdhcp
+        let exe = std::env::current_exe().expect("test executable path");
+        let bin = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/debug")
+            .join("xdhcp");
+        assert!(bin.exists(), "{} missing after build", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// A `CNI_PATH` directory: our binary as `xdhcp` and `dhcp`, Debian's
+/// `bridge` and `macvlan`.
+pub struct CniPath {
+    pub dir: tempfile::TempDir,
+}
+
+impl CniPath {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-cni-")
+            .tempdir()
+            .unwrap();
+        let bin = xdhcp_bin();
+        std::os::unix::fs::symlink(&bin, dir.path().join("xdhcp")).unwrap();
+        std::os::unix::fs::symlink(&bin, dir.path().join("dhcp")).unwrap();
+        for p in ["bridge", "macvlan"] {
+            let src = Path::new("/usr/lib/cni").join(p);
+            assert!(
+                src.exists(),
+                "{} is missing: install Debian's containernetworking-plugins",
+                src.display()
+            );
+            std::os::unix::fs::symlink(&src, dir.path().join(p)).unwrap();
+        }
+        Self { dir }
+    }
+
+    pub fn plugin(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// An `xdhcp agent` process in embedded mode with its own socket and state.
+pub struct AgentProcess {
+    pub process: Process,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub log: PathBuf,
+    extra: Vec<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl AgentProcess {
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-agent-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/xdhcp.sock");
+        let state_dir = dir.path().join("state");
+        let log = dir.path().join("agent.log");
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let process = Self::spawn(&socket, &state_dir, &log, &extra);
+        let me = Self {
+            process,
+            socket,
+            state_dir,
+            log,
+            extra,
+            _dir: Some(dir),
+        };
+        me.wait_ready();
+        me
+    }
+
+    fn spawn(socket: &Path, state_dir: &Path, log: &Path, extra: &[String]) -> Process {
+        let mut cmd = Command::new(xdhcp_bin());
+        cmd.arg("agent")
+            .args(["--kube", "off"])
+            .arg("--socket")
+            .arg(socket)
+            .arg("--state-dir")
+            .arg(state_dir)
+            .args(extra)
+            .env("RUST_LOG", "info,xdhcp=debug")
+            .env_remove("CNI_COMMAND");
+        Process::spawn_logged("xdhcp agent", cmd, log)
+    }
+
+    pub fn wait_ready(&self) {
+        let ok = wait_until(Duration::from_secs(30), || {
+            let out = Command::new(xdhcp_bin())
+                .args(["status", "--json", "--socket"])
+                .arg(&self.socket)
+                .env_remove("CNI_COMMAND")
+                .output()
+                .expect("run xdhcp status");
+            out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .is_ok_and(|v| v["ready"] == true)
+        });
+        assert!(ok, "agent not ready:\n{}", self.log());
+    }
+
+    /// SIGKILL, then start again on the same socket and state dir.
+    pub fn kill_and_restart(&mut self) {
+        self.process.kill();
+        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra);
+        self.wait_ready();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `xdhcp <cmd> --socket <socket>` output.
+    pub fn cli(&self, cmd: &str, json: bool) -> String {
+        let mut c = Command::new(xdhcp_bin());
+        c.arg(cmd).arg("--socket").arg(&self.socket);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.env_remove("CNI_COMMAND").output().expect("run xdhcp cli");
+        assert!(
+            out.status.success(),
+            "xdhcp {cmd} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// What a plugin printed and how it exited.
+#[derive(Debug)]
+pub struct PluginOutput {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub json: serde_json::Value,
+}
+
+/// Invoke a CNI plugin, optionally from inside `node` (so main plugins that
+/// create bridges and veths work in a test namespace, never on the host).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "mirrors the CNI environment one variable per argument"
+)]
+pub fn invoke(
+    plugin: &Path,
+    node: Option<&NetNs>,
+    command: &str,
+    container_id: &str,
+    netns: Option<&Path>,
+    ifname: &str,
+    cni_path: &Path,
+    config: &str,
+) -> PluginOutput {
+    let mut cmd = match node {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns.name()]).arg(plugin);
+            c
+        }
+        None => Command::new(plugin),
+    };
+    cmd.env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container_id)
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_PATH", cni_path)
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={container_id}"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match netns {
+        Some(p) => cmd.env("CNI_NETNS", p),
+        None => cmd.env_remove("CNI_NETNS"),
+    };
+    let mut child = cmd.spawn().expect("spawn CNI plugin");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(config.as_bytes())
+        .expect("write config");
+    let out = child.wait_with_output().expect("plugin output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    PluginOutput {
+        ok: out.status.success(),
+        json: serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

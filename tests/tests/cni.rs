@@ -1,0 +1,416 @@
+//! The CNI protocol end to end: the `xdhcp` binary as the IPAM plugin of
+//! Debian's real `bridge` and `macvlan` plugins, an `xdhcp agent` process in
+//! embedded mode, dnsmasq as the server — all in test namespaces.
+//!
+//! Main plugins run inside a "node" namespace (`ip netns exec`), so the
+//! bridges and veths they create never touch the host.
+
+mod agent_support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent_support::{AgentProcess, CniPath, PluginOutput, invoke};
+use xdhcp_tests::{Bridge, Dnsmasq, DnsmasqConfig, Lab, NetNs, Veth, wait_until};
+
+/// A node namespace with bridge `xbr0` (192.0.2.1/24) and dnsmasq on it.
+struct BridgeNode {
+    node: NetNs,
+    _bridge: Bridge,
+    dnsmasq: Option<Dnsmasq>,
+}
+
+impl BridgeNode {
+    fn new(serve: bool) -> Self {
+        let node = NetNs::new();
+        let bridge = Bridge::new(&node, "xbr0");
+        node.add_addr("xbr0", "192.0.2.1".parse().unwrap(), 24);
+        let dnsmasq = serve.then(|| {
+            Dnsmasq::start(
+                &node,
+                DnsmasqConfig {
+                    interface: "xbr0".into(),
+                    ..DnsmasqConfig::default()
+                },
+            )
+        });
+        Self {
+            node,
+            _bridge: bridge,
+            dnsmasq,
+        }
+    }
+}
+
+fn bridge_conf(socket: &Path, ipam_extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","type":"bridge","bridge":"xbr0",
+            "isGateway":false,"ipMasq":false,
+            "ipam":{{"type":"xdhcp","socketPath":"{}"{ipam_extra}}}}}"#,
+        socket.display()
+    )
+}
+
+fn bridge(
+    cni: &CniPath,
+    node: &NetNs,
+    cmd: &str,
+    id: &str,
+    pod: &Path,
+    conf: &str,
+) -> PluginOutput {
+    invoke(
+        &cni.plugin("bridge"),
+        Some(node),
+        cmd,
+        id,
+        Some(pod),
+        "eth0",
+        cni.dir.path(),
+        conf,
+    )
+}
+
+#[test]
+fn twenty_concurrent_adds_through_the_bridge_plugin() {
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let node = BridgeNode::new(true);
+    let dnsmasq = node.dnsmasq.as_ref().unwrap();
+    let pods: Vec<NetNs> = (0..20).map(|_| NetNs::new()).collect();
+    let conf = bridge_conf(&agent.socket, r#","timeout":"30s""#);
+
+    let t0 = Instant::now();
+    let results: Vec<PluginOutput> = std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| {
+                let (cni, node, conf) = (&cni, &node.node, &conf);
+                s.spawn(move || bridge(cni, node, "ADD", &format!("pod{i:02}"), pod.path(), conf))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let took = t0.elapsed();
+    for (i, r) in results.iter().enumerate() {
+        assert!(
+            r.ok,
+            "ADD pod{i:02} failed: {} {}\nagent:\n{}",
+            r.stdout,
+            r.stderr,
+            agent.log()
+        );
+    }
+    #[expect(clippy::print_stderr, reason = "the figure is useful in test logs")]
+    {
+        eprintln!("20 concurrent ADDs through bridge+xdhcp: {took:?}");
+    }
+
+    let leases = dnsmasq.leases();
+    assert_eq!(leases.len(), 20, "dnsmasq leases: {leases:?}");
+    for (pod, r) in pods.iter().zip(&results) {
+        let cidr = r.json["ips"][0]["address"]
+            .as_str()
+            .expect("address in result");
+        let (ip, len) = cidr.split_once('/').unwrap();
+        let ip: std::net::Ipv4Addr = ip.parse().unwrap();
+        assert!(
+            pod.ipv4_addrs("eth0").contains(&(ip, len.parse().unwrap())),
+            "{cidr} not on eth0: {:?}",
+            pod.ipv4_addrs("eth0")
+        );
+        assert!(
+            pod.routes().contains("default via 192.0.2.1"),
+            "{}",
+            pod.routes()
+        );
+        let mac = pod.mac("eth0");
+        assert_eq!(
+            leases.iter().find(|l| l.mac == mac).map(|l| l.ip),
+            Some(ip),
+            "dnsmasq lease for {cidr}"
+        );
+    }
+    let table = agent.cli("leases", false);
+    assert_eq!(table.lines().count(), 21, "{table}");
+    assert!(table.contains("default/pod07"), "{table}");
+
+    // DEL through the bridge: the bridge plugin deletes the veth before it
+    // calls IPAM DEL, so no RELEASE can leave the pod; the agent forgets the
+    // lease and DEL succeeds.
+    for (i, pod) in pods.iter().enumerate() {
+        let r = bridge(
+            &cni,
+            &node.node,
+            "DEL",
+            &format!("pod{i:02}"),
+            pod.path(),
+            &conf,
+        );
+        assert!(r.ok, "DEL pod{i:02}: {} {}", r.stdout, r.stderr);
+    }
+    assert!(
+        agent.cli("leases", true).trim() == "[]",
+        "{}",
+        agent.cli("leases", false)
+    );
+}
+
+#[test]
+fn del_of_an_unknown_container_succeeds() {
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let node = BridgeNode::new(false);
+    let pod = NetNs::new();
+    let conf = bridge_conf(&agent.socket, "");
+    let r = bridge(&cni, &node.node, "DEL", "never-added", pod.path(), &conf);
+    assert!(r.ok, "{} {}", r.stdout, r.stderr);
+    // Also with the sandbox already gone (no CNI_NETNS).
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "DEL",
+        "never-added-2",
+        None,
+        "eth0",
+        cni.dir.path(),
+        &conf,
+    );
+    assert!(r.ok, "{} {}", r.stdout, r.stderr);
+}
+
+#[test]
+fn add_with_the_server_down_fails_within_the_timeout() {
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let node = BridgeNode::new(false);
+    let pod = NetNs::new();
+    let conf = bridge_conf(&agent.socket, r#","timeout":"3s""#);
+    let t0 = Instant::now();
+    let r = bridge(&cni, &node.node, "ADD", "pod-noserver", pod.path(), &conf);
+    let took = t0.elapsed();
+    assert!(!r.ok);
+    assert_eq!(r.json["code"], 101, "{}", r.stdout);
+    let msg = r.json["msg"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("eth0") && msg.contains("heard nothing"),
+        "{msg}"
+    );
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+}
+
+#[test]
+fn malformed_config_is_a_cni_error_naming_the_field() {
+    let cni = CniPath::new();
+    let pod = NetNs::new();
+    let conf = r#"{"cniVersion":"1.0.0","name":"xnet","ipam":{"type":"xdhcp","timeout":"0s"}}"#;
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "ADD",
+        "c1",
+        Some(pod.path()),
+        "eth0",
+        cni.dir.path(),
+        conf,
+    );
+    assert!(!r.ok);
+    assert_eq!(r.json["code"], 7, "{}", r.stdout);
+    assert_eq!(
+        r.json["msg"],
+        "ipam.timeout: must be a duration between 1s and 300s"
+    );
+    assert_eq!(r.json["cniVersion"], "1.0.0");
+
+    // Through the bridge plugin the same error comes back.
+    let node = BridgeNode::new(false);
+    let conf = r#"{"cniVersion":"1.0.0","name":"xnet","type":"bridge","bridge":"xbr0",
+                   "ipam":{"type":"xdhcp","timout":"5s"}}"#;
+    let r = bridge(&cni, &node.node, "ADD", "c2", pod.path(), conf);
+    assert!(!r.ok);
+    assert!(
+        r.stdout.contains("ipam.timout: unknown field"),
+        "{}",
+        r.stdout
+    );
+
+    // Bad environment: the interface name.
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "ADD",
+        "c3",
+        Some(pod.path()),
+        "bad/name",
+        cni.dir.path(),
+        r#"{"cniVersion":"1.0.0","name":"xnet","ipam":{"type":"xdhcp"}}"#,
+    );
+    assert_eq!(r.json["code"], 4, "{}", r.stdout);
+    assert!(r.json["msg"].as_str().unwrap().starts_with("CNI_IFNAME:"));
+}
+
+#[test]
+fn version_and_agent_down_messages() {
+    let cni = CniPath::new();
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "VERSION",
+        "",
+        None,
+        "",
+        cni.dir.path(),
+        "",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.json["supportedVersions"].as_array().unwrap().len() >= 4);
+
+    let pod = NetNs::new();
+    let sock = cni.dir.path().join("nobody.sock");
+    let conf = format!(
+        r#"{{"cniVersion":"1.1.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
+        sock.display()
+    );
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "ADD",
+        "c1",
+        Some(pod.path()),
+        "eth0",
+        cni.dir.path(),
+        &conf,
+    );
+    assert_eq!(r.json["code"], 100, "{}", r.stdout);
+    let msg = r.json["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("not running") && msg.contains(&sock.display().to_string()),
+        "{msg}"
+    );
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "STATUS",
+        "",
+        None,
+        "",
+        cni.dir.path(),
+        &conf,
+    );
+    assert_eq!(r.json["code"], 50, "{}", r.stdout);
+}
+
+#[test]
+fn check_fails_after_the_address_is_removed_by_hand() {
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","apply":true,"socketPath":"{}"}}}}"#,
+        agent.socket.display()
+    );
+    let run = |cmd| {
+        invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            cmd,
+            "pod-check",
+            Some(c.ns.path()),
+            "eth0",
+            cni.dir.path(),
+            &conf,
+        )
+    };
+    let r = run("ADD");
+    assert!(r.ok, "{} {}", r.stdout, agent.log());
+    assert!(run("CHECK").ok, "CHECK with the address in place");
+    c.ns.ip(&["addr", "flush", "dev", "eth0"]);
+    let r = run("CHECK");
+    assert!(!r.ok);
+    assert_eq!(r.json["code"], 106, "{}", r.stdout);
+    assert!(
+        r.json["msg"].as_str().unwrap().contains("missing"),
+        "{}",
+        r.stdout
+    );
+    assert!(run("DEL").ok);
+}
+
+#[test]
+fn macvlan_add_del_releases_the_lease() {
+    // node ns: `m0` is the macvlan master; its veth peer `s0` sits in the
+    // server ns with dnsmasq (a macvlan child cannot reach its own master).
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let node = NetNs::new();
+    let server = NetNs::new();
+    let _veth = Veth::new(&node, "m0", &server, "s0");
+    server.add_addr("s0", "192.0.2.1".parse().unwrap(), 24);
+    let dnsmasq = Dnsmasq::start(
+        &server,
+        DnsmasqConfig {
+            interface: "s0".into(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let pod = NetNs::new();
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"mnet","type":"macvlan","master":"m0","mode":"bridge",
+            "ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
+        agent.socket.display()
+    );
+    let mv = |cmd| {
+        invoke(
+            &cni.plugin("macvlan"),
+            Some(&node),
+            cmd,
+            "pod-mv",
+            Some(pod.path()),
+            "net1",
+            cni.dir.path(),
+            &conf,
+        )
+    };
+    let r = mv("ADD");
+    assert!(r.ok, "{} {}\n{}", r.stdout, r.stderr, agent.log());
+    let mac = pod.mac("net1");
+    let lease = dnsmasq
+        .lease_for(mac)
+        .expect("dnsmasq lease for the macvlan pod");
+    assert_eq!(r.json["ips"][0]["address"], format!("{}/24", lease.ip));
+    let r = mv("DEL");
+    assert!(r.ok, "{} {}", r.stdout, r.stderr);
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq.lease_for(mac).is_none()),
+        "lease not released:\n{}\nagent:\n{}",
+        dnsmasq.log(),
+        agent.log()
+    );
+}
+
+#[test]
+fn installed_as_dhcp_with_the_upstream_config() {
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let node = BridgeNode::new(true);
+    let pod = NetNs::new();
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","type":"bridge","bridge":"xbr0",
+            "ipam":{{"type":"dhcp","daemonSocketPath":"{}",
+                     "provide":[{{"option":"host-name","fromArg":"K8S_POD_NAME"}}],
+                     "request":[{{"skipDefault":false,"option":"classless-static-routes"}}]}}}}"#,
+        agent.socket.display()
+    );
+    let r = bridge(&cni, &node.node, "ADD", "pod-up", pod.path(), &conf);
+    assert!(r.ok, "{} {}\n{}", r.stdout, r.stderr, agent.log());
+    let lease = node
+        .dnsmasq
+        .as_ref()
+        .unwrap()
+        .lease_for(pod.mac("eth0"))
+        .expect("lease");
+    assert_eq!(lease.hostname.as_deref(), Some("pod-up"));
+}

@@ -1,0 +1,79 @@
+//! Agent restart: an `xdhcp agent` process is killed (`SIGKILL`) and started again
+//! on the same state dir; every lease is resumed from the store and renewed
+//! afterwards without a new DISCOVER (upstream loses them all).
+
+mod agent_support;
+
+use std::time::Duration;
+
+use agent_support::{AgentProcess, CniPath, invoke};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, format_mac, wait_until};
+
+#[test]
+fn sigkill_and_restart_keeps_renewing_without_discover() {
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(3);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(4),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
+        agent.socket.display()
+    );
+    for (i, c) in lab.clients.iter().enumerate() {
+        let r = invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            "ADD",
+            &format!("pod{i}"),
+            Some(c.ns.path()),
+            &c.ifname,
+            cni.dir.path(),
+            &conf,
+        );
+        assert!(r.ok, "ADD pod{i}: {}\n{}", r.stdout, agent.log());
+    }
+    let count = |what: &str, mac: &str| {
+        dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains(what) && l.contains(mac))
+            .count()
+    };
+    let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
+    let discovers: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    assert!(discovers.iter().all(|d| *d >= 1), "{}", dnsmasq.log());
+
+    agent.kill_and_restart();
+    let acks_at_restart: Vec<usize> = macs.iter().map(|m| count("DHCPACK", m)).collect();
+    assert!(
+        agent.log().contains("resuming lease without DISCOVER"),
+        "{}",
+        agent.log()
+    );
+    // Every lease renews (T1 = 4 s) after the restart.
+    let renewed = wait_until(Duration::from_secs(20), || {
+        macs.iter()
+            .zip(&acks_at_restart)
+            .all(|(m, before)| count("DHCPACK", m) > *before)
+    });
+    assert!(
+        renewed,
+        "not every lease renewed after restart:\n{}",
+        dnsmasq.log()
+    );
+    let after: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    assert_eq!(after, discovers, "a DISCOVER was sent after the restart");
+    let table = agent.cli("leases", false);
+    assert_eq!(table.lines().count(), 4, "{table}");
+    for c in &lab.clients {
+        let l = dnsmasq.lease_for(c.mac).expect("lease still held");
+        assert!(table.contains(&l.ip.to_string()), "{table}");
+    }
+}
