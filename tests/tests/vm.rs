@@ -1,0 +1,859 @@
+//! KubeVirt VM pods through the agent (in-process, `xdhcp::daemon::run`)
+//! against a real dnsmasq in network namespaces (SPEC R23–R26).
+//!
+//! - Bridge binding: a virt-launcher-like namespace whose pod interface
+//!   `net1` is enslaved to bridge `k6t-net1` together with tap `tap1`. The
+//!   ADD discovers the VM's address with the VMI's MAC and reports it
+//!   (CNI result, `k8s.ovn.org/pod-networks` in the embedded store) without
+//!   configuring it; DEL sends no RELEASE. A second launcher namespace, the
+//!   live-migration target, gets the same MAC and address by asking for the
+//!   address the VMI status reports (INIT-REBOOT: a REQUEST, no DISCOVER).
+//! - VFIO passthrough: the agent runs inside a namespace that plays the
+//!   node's host namespace, holding the VF netdev (a veth to the lab bridge);
+//!   a fake sysfs tree shows the VF bound to `vfio-pci`, and a fake kernel
+//!   makes the netdev appear under the device's `net/` dir once the driver's
+//!   `bind` file is written. The ADD hands the VF off, runs the DORA on that
+//!   netdev with the VM's MAC, and leaves the tree on `vfio-pci`. (The kernel
+//!   semantics of bind/unbind, failures at every step and the journal are
+//!   covered by `tests/vfio.rs`; this file covers the daemon's use of them.)
+//!
+//! VM identity comes from the embedded pod store (`--kube=off`) seeded with
+//! the launcher pod's labels and the VMI, the way an operator (or a test)
+//! exercises the VM path without a cluster.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
+use xdhcp::cni::config;
+use xdhcp::cni::types::code;
+use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, format_mac, wait_until};
+
+const NS: &str = "tenant";
+const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
+
+/// An agent on its own thread (optionally inside a network namespace, which
+/// is then the agent's "host" namespace), stopped on drop.
+struct TestAgent {
+    rt: tokio::runtime::Runtime,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    socket: PathBuf,
+    state_dir: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl TestAgent {
+    /// `seed`: the embedded pod store document, written before start.
+    fn start(netns: Option<&Path>, seed: &Value, tweak: impl FnOnce(&mut AgentArgs)) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-vm-agent-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/xdhcp.sock");
+        let state_dir = dir.path().join("state");
+        std::fs::create_dir_all(&state_dir).unwrap();
+        std::fs::write(
+            state_dir.join("pod-networks.json"),
+            serde_json::to_vec_pretty(seed).unwrap(),
+        )
+        .unwrap();
+        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir.clone());
+        args.kube = KubeMode::Off;
+        args.bpffs_dir = dir.path().join("bpffs");
+        tweak(&mut args);
+
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let sock = socket.clone();
+        let agent = move || async move {
+            let listener = xdhcp::daemon::bind_socket(&sock)
+                .await
+                .map_err(|e| e.to_string())?;
+            xdhcp::daemon::run(args, listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .map_err(|e| e.to_string())
+        };
+        let ns = netns.map(Path::to_path_buf);
+        let thread = std::thread::spawn(move || match ns {
+            // Every thread the agent starts inherits this namespace.
+            Some(ns) => xdhcp::netns::block_on_in_netns(&ns, agent)
+                .map_err(|e| e.to_string())
+                .and_then(|r| r),
+            None => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(agent()),
+        });
+        let me = Self {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            stop: Some(stop),
+            thread: Some(thread),
+            socket,
+            state_dir,
+            dir,
+        };
+        let c = me.client();
+        let ready = wait_until(Duration::from_secs(20), || {
+            me.thread
+                .as_ref()
+                .is_some_and(std::thread::JoinHandle::is_finished)
+                || me
+                    .rt
+                    .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
+                    .is_ok_and(|r| r.ready)
+        });
+        if me
+            .thread
+            .as_ref()
+            .is_some_and(std::thread::JoinHandle::is_finished)
+        {
+            let mut me = me;
+            let ended = me.thread.take().map(std::thread::JoinHandle::join);
+            panic!("the agent stopped during start-up: {ended:?}");
+        }
+        assert!(ready, "agent did not become ready");
+        me
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.socket, Duration::from_mins(1))
+    }
+
+    fn post(&self, path: &str, req: &CniRequest) -> Result<Value, RpcError> {
+        self.rt.block_on(self.client().post(path, req))
+    }
+
+    fn add(&self, req: &CniRequest) -> Result<CniResult, RpcError> {
+        self.post(rpc::PATH_ADD, req)
+            .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
+    }
+
+    fn leases(&self) -> Vec<LeaseView> {
+        self.rt
+            .block_on(self.client().get(rpc::PATH_LEASES))
+            .expect("lease table")
+    }
+
+    fn store_path(&self) -> PathBuf {
+        self.state_dir.join("pod-networks.json")
+    }
+
+    fn store(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.store_path()).unwrap()).unwrap()
+    }
+
+    /// Replace the store document (atomically, as the agent reads it per call).
+    fn set_store(&self, doc: &Value) {
+        let tmp = self.dir.path().join("pod-networks.json.new");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(doc).unwrap()).unwrap();
+        std::fs::rename(&tmp, self.store_path()).unwrap();
+    }
+
+    /// This network's entry of the pod's `k8s.ovn.org/pod-networks`, if any.
+    fn network_entry(&self, pod: &str, key: &str) -> Option<Value> {
+        let store = self.store();
+        let ann = store["pods"][format!("{NS}/{pod}")]["annotations"][POD_NETWORKS].as_str()?;
+        let doc: Value = serde_json::from_str(ann).expect("annotation is JSON");
+        doc.get(key).cloned()
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            // A stuck agent is left to the process exit rather than hanging the test.
+            if wait_until(Duration::from_secs(20), || t.is_finished()) {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn launcher_pod(vmi: &str) -> Value {
+    json!({"labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi}})
+}
+
+/// A VMI with a masquerade pod network and one secondary interface `iface`
+/// on the NAD `nad_key`, with `mac` in its spec.
+fn vmi_doc(name: &str, iface: &str, nad_key: &str, mac: &str) -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "networks": [
+                {"name": "default", "pod": {}},
+                {"name": iface, "multus": {"networkName": nad_key}}
+            ],
+            "domain": {"devices": {"interfaces": [
+                {"name": "default", "masquerade": {}},
+                {"name": iface, "bridge": {}, "macAddress": mac}
+            ]}}
+        }
+    })
+}
+
+fn request(
+    container: &str,
+    pod: &str,
+    netns: &Path,
+    ifname: &str,
+    config_json: &Value,
+) -> CniRequest {
+    CniRequest {
+        container_id: container.to_owned(),
+        ifname: ifname.to_owned(),
+        netns: Some(netns.to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
+            ("K8S_POD_NAME".to_owned(), pod.to_owned()),
+            ("K8S_POD_UID".to_owned(), format!("uid-{pod}")),
+        ]
+        .into(),
+        config: config::parse(config_json.to_string().as_bytes()).expect("test config is valid"),
+    }
+}
+
+/// The NAD config OVN-Kubernetes generates for a DHCP localnet network.
+fn localnet_config(nad: &str, device_id: Option<&str>) -> Value {
+    let mut c = json!({
+        "cniVersion": "1.0.0", "name": nad, "type": "ovn-k8s-cni-overlay",
+        "topology": "localnet", "role": "secondary", "physicalNetworkName": "physnet",
+        "netAttachDefName": format!("{NS}/{nad}"),
+        "ipam": {"type": "dhcp"}
+    });
+    if let Some(d) = device_id {
+        c["deviceID"] = json!(d);
+    }
+    c
+}
+
+/// dnsmasq log lines of `kind` (`DHCPDISCOVER`, ...) for `mac`.
+fn log_count(d: &Dnsmasq, kind: &str, mac: &str) -> usize {
+    d.log()
+        .lines()
+        .filter(|l| l.contains(&format!("{kind}(")) && l.contains(mac))
+        .count()
+}
+
+/// The DHCP frames (UDP 67/68) crossing an interface while it runs
+/// (tcpdump; used on the lab side of a client's link, where every frame the
+/// agent sends arrives).
+struct DhcpCapture {
+    process: Process,
+    file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl DhcpCapture {
+    fn start(ns: &NetNs, ifname: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-pcap-")
+            .tempdir()
+            .unwrap();
+        let file = dir.path().join("dhcp.pcap");
+        let log = dir.path().join("tcpdump.log");
+        let mut cmd = ns.command("tcpdump");
+        cmd.args(["--immediate-mode", "-i", ifname, "-n", "-U", "-w"])
+            .arg(&file)
+            .args(["udp", "port", "67", "or", "udp", "port", "68"]);
+        let process = Process::spawn_logged("tcpdump", cmd, &log);
+        let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            wait_until(Duration::from_secs(5), || read_log()
+                .contains("listening on")),
+            "tcpdump did not start on {ifname} in {}: {}",
+            ns.name(),
+            read_log()
+        );
+        Self {
+            process,
+            file,
+            _dir: dir,
+        }
+    }
+
+    /// Stop; one summary line per captured frame.
+    fn finish(mut self) -> Vec<String> {
+        self.process.stop(Duration::from_secs(3));
+        let out = std::process::Command::new("tcpdump")
+            .args(["-n", "-r"])
+            .arg(&self.file)
+            .output()
+            .expect("run tcpdump -r");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Make `ns` look like a virt-launcher with bridge binding: `pod_if` and a
+/// tap enslaved to bridge `k6t-<pod_if>`.
+fn bridge_binding(ns: &NetNs, pod_if: &str) {
+    let br = format!("k6t-{pod_if}");
+    ns.ip(&["link", "add", &br, "type", "bridge"]);
+    ns.ip(&["link", "set", pod_if, "master", &br]);
+    ns.ip(&["tuntap", "add", "dev", "tap1", "mode", "tap"]);
+    ns.ip(&["link", "set", "tap1", "master", &br]);
+    ns.link_up(&br);
+    ns.link_up("tap1");
+    ns.link_up(pod_if);
+}
+
+fn assert_no_ipv4(ns: &NetNs, ifnames: &[&str]) {
+    for i in ifnames {
+        assert!(
+            ns.ipv4_addrs(i).is_empty(),
+            "{i} in {} got an address: {:?}",
+            ns.name(),
+            ns.ipv4_addrs(i)
+        );
+    }
+}
+
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: source ADD, DEL, migration target ADD, each with its checks"
+)]
+fn bridge_binding_vm_one_shot_no_release_and_migration_keeps_mac_and_address() {
+    const VM_MAC: &str = "02:00:00:00:20:08";
+    const NAD: &str = "localnet-dhcp";
+    let key = format!("{NS}/{NAD}");
+    let mut lab = Lab::with_clients(0);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    lab.add_client("net1");
+    let src = &lab.clients[0];
+    bridge_binding(&src.ns, "net1");
+    assert_ne!(format_mac(src.mac), VM_MAC);
+
+    let mut seed = json!({
+        "pods": {format!("{NS}/virt-launcher-vm1-src"): launcher_pod("vm1")},
+        "vmis": {format!("{NS}/vm1"): vmi_doc("vm1", "dhcpnet", &key, VM_MAC)}
+    });
+    let agent = TestAgent::start(None, &seed, |a| a.datapath = DatapathChoice::Auto);
+
+    // ADD on the migration source.
+    let req = request(
+        "ctr-src",
+        "virt-launcher-vm1-src",
+        src.ns.path(),
+        "net1",
+        &localnet_config(NAD, None),
+    );
+    let r = agent.add(&req).expect("VM ADD succeeds");
+    let ip = r.ips[0].address.addr;
+    assert_eq!(r.ips[0].address.prefix_len, 24);
+    assert_eq!(r.ips[0].gateway, Some(lab.server_ip));
+    // The lease is the VM's (its MAC), not the pod interface's.
+    let lease = dnsmasq
+        .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+        .unwrap_or_else(|| panic!("dnsmasq has no lease for {VM_MAC}:\n{}", dnsmasq.log()));
+    assert_eq!(lease.ip, ip);
+    assert!(dnsmasq.lease_for(src.mac).is_none());
+    assert_eq!(log_count(&dnsmasq, "DHCPDISCOVER", VM_MAC), 1);
+    // Never configured on the pod interface (nor the bridge or tap).
+    assert_no_ipv4(&src.ns, &["net1", "k6t-net1", "tap1"]);
+    // Reported: the pod-networks entry, byte-for-byte the seed's shape.
+    let entry = agent
+        .network_entry("virt-launcher-vm1-src", &key)
+        .expect("pod-networks entry written");
+    assert_eq!(
+        entry,
+        json!({"ip_addresses": [format!("{ip}/24")], "mac_address": VM_MAC,
+               "gateway_ips": ["192.0.2.1"], "role": "secondary", "ipam_mode": "dhcp"})
+    );
+    let table = agent.leases();
+    assert_eq!(table.len(), 1, "{table:?}");
+    assert_eq!(table[0].workload, "vm:vm1");
+    assert_eq!(table[0].state, "OneShot");
+    assert_eq!(table[0].mac, VM_MAC);
+    // No lease maintenance: the one exchange stays the only one.
+    let acks = log_count(&dnsmasq, "DHCPACK", VM_MAC);
+    assert_eq!(acks, 1);
+
+    // DEL: nothing on the wire (no RELEASE), the server keeps the lease;
+    // the entry goes.
+    let cap = DhcpCapture::start(&lab.server, src.port());
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = cap.finish();
+    assert!(sent.is_empty(), "a VM DEL sent DHCP frames: {sent:?}");
+    assert!(
+        !dnsmasq.log().contains("DHCPRELEASE"),
+        "a VM DEL must not release:\n{}",
+        dnsmasq.log()
+    );
+    assert_eq!(
+        dnsmasq
+            .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+            .map(|l| l.ip),
+        Some(ip),
+        "the VM's lease must stay on the server"
+    );
+    assert!(agent.network_entry("virt-launcher-vm1-src", &key).is_none());
+    assert!(agent.leases().is_empty());
+
+    // Live migration: a new launcher namespace, the VMI status now reports
+    // the interface's MAC and address.
+    lab.add_client("net1");
+    let (src, dst) = (&lab.clients[0], &lab.clients[1]);
+    bridge_binding(&dst.ns, "net1");
+    assert_ne!(dst.mac, src.mac);
+    seed["pods"][format!("{NS}/virt-launcher-vm1-dst")] = launcher_pod("vm1");
+    seed["vmis"][format!("{NS}/vm1")]["status"] = json!({"interfaces": [
+        {"name": "default", "ipAddress": "10.128.0.7", "mac": "0a:58:0a:80:00:07"},
+        {"name": "dhcpnet", "interfaceName": "eth1", "mac": VM_MAC,
+         "ipAddress": ip.to_string(), "ipAddresses": [ip.to_string()]}
+    ]});
+    agent.set_store(&seed);
+    let discovers = log_count(&dnsmasq, "DHCPDISCOVER", VM_MAC);
+    let requests = log_count(&dnsmasq, "DHCPREQUEST", VM_MAC);
+    let req2 = request(
+        "ctr-dst",
+        "virt-launcher-vm1-dst",
+        dst.ns.path(),
+        "net1",
+        &localnet_config(NAD, None),
+    );
+    let cap = DhcpCapture::start(&lab.server, dst.port());
+    let r2 = agent.add(&req2).expect("migration target ADD succeeds");
+    // The capture (on the lab side of the target's link) sees the exchange.
+    let seen = cap.finish();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains(&format!("Request from {VM_MAC}"))),
+        "{seen:?}"
+    );
+    assert_eq!(r2.ips[0].address.addr, ip, "same address after migration");
+    assert_eq!(
+        log_count(&dnsmasq, "DHCPDISCOVER", VM_MAC),
+        discovers,
+        "the target asks for the known address (INIT-REBOOT), no DISCOVER:\n{}",
+        dnsmasq.log()
+    );
+    assert_eq!(log_count(&dnsmasq, "DHCPREQUEST", VM_MAC), requests + 1);
+    assert!(
+        dnsmasq
+            .log()
+            .lines()
+            .any(|l| l.contains("DHCPREQUEST(") && l.contains(&ip.to_string()))
+    );
+    assert_no_ipv4(&dst.ns, &["net1", "k6t-net1", "tap1"]);
+    let entry = agent
+        .network_entry("virt-launcher-vm1-dst", &key)
+        .expect("target entry");
+    assert_eq!(entry["mac_address"], VM_MAC, "same MAC after migration");
+    assert_eq!(entry["ip_addresses"], json!([format!("{ip}/24")]));
+    let cap = DhcpCapture::start(&lab.server, dst.port());
+    let _ = agent.post(rpc::PATH_DEL, &req2).expect("target DEL");
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = cap.finish();
+    assert!(sent.is_empty(), "a VM DEL sent DHCP frames: {sent:?}");
+    assert!(!dnsmasq.log().contains("DHCPRELEASE"));
+}
+
+// ------------------------------------------------------------------ VFIO
+
+const BDF: &str = "0000:3b:02.2";
+const VF_NETDEV: &str = "enp59s0f0v2";
+
+/// A fake sysfs tree with one VF bound to `vfio-pci` and the given driver
+/// loaded, plus a fake kernel thread that makes `net/<VF_NETDEV>` appear
+/// once the VF's address is written to the kernel driver's `bind` file (as
+/// the kernel does, asynchronously). Plain files do not rebind, so the
+/// `driver` link stays on `vfio-pci` throughout.
+struct FakeVf {
+    root: PathBuf,
+    dev: PathBuf,
+    journal_dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    /// When set, binding the driver brings no netdev.
+    no_netdev: Arc<AtomicBool>,
+    /// Whether the journal was on disk when the bind was seen.
+    journal_at_bind: Arc<std::sync::Mutex<Option<bool>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeVf {
+    fn new(dir: &Path, state_dir: &Path, ids: (u16, u16), driver: &'static str) -> Self {
+        let root = dir.join("sys");
+        let dev = root.join("devices/pci0000:00").join(BDF);
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("vendor"), format!("0x{:04x}\n", ids.0)).unwrap();
+        std::fs::write(dev.join("device"), format!("0x{:04x}\n", ids.1)).unwrap();
+        std::fs::write(dev.join("driver_override"), "vfio-pci\n").unwrap();
+        std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+        symlink(
+            format!("../../../devices/pci0000:00/{BDF}"),
+            root.join("bus/pci/devices").join(BDF),
+        )
+        .unwrap();
+        for drv in [driver, "vfio-pci"] {
+            let d = root.join("bus/pci/drivers").join(drv);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("bind"), "").unwrap();
+            std::fs::write(d.join("unbind"), "").unwrap();
+        }
+        symlink("../../../bus/pci/drivers/vfio-pci", dev.join("driver")).unwrap();
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let no_netdev = Arc::new(AtomicBool::new(false));
+        let journal_at_bind = Arc::new(std::sync::Mutex::new(None));
+        let journal_dir = xdhcp::vfio::journal_dir(state_dir);
+        let thread = {
+            let (stop, seen, no_netdev) =
+                (stop.clone(), journal_at_bind.clone(), no_netdev.clone());
+            let bind = root.join("bus/pci/drivers").join(driver).join("bind");
+            let net = dev.join("net").join(VF_NETDEV);
+            let journal = journal_dir.join(format!("{BDF}.json"));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if std::fs::read_to_string(&bind).unwrap_or_default().trim() == BDF
+                        && !net.exists()
+                        && !no_netdev.load(Ordering::Relaxed)
+                    {
+                        *seen.lock().unwrap() = Some(journal.exists());
+                        std::thread::sleep(Duration::from_millis(100));
+                        std::fs::create_dir_all(&net).unwrap();
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        Self {
+            root,
+            dev,
+            journal_dir,
+            stop,
+            no_netdev,
+            journal_at_bind,
+            thread: Some(thread),
+        }
+    }
+
+    /// From now on, binding the kernel driver brings no netdev.
+    fn never_netdev(&self) {
+        self.no_netdev.store(true, Ordering::Relaxed);
+    }
+
+    /// Forget earlier handoffs: empty bind/unbind files, no netdev.
+    fn reset(&self) {
+        for entry in std::fs::read_dir(self.root.join("bus/pci/drivers")).unwrap() {
+            let d = entry.unwrap().path();
+            std::fs::write(d.join("bind"), "").unwrap();
+            std::fs::write(d.join("unbind"), "").unwrap();
+        }
+        let _ = std::fs::remove_dir_all(self.dev.join("net"));
+    }
+
+    fn driver_file(&self, driver: &str, file: &str) -> String {
+        std::fs::read_to_string(self.root.join("bus/pci/drivers").join(driver).join(file)).unwrap()
+    }
+
+    fn driver_override(&self) -> String {
+        std::fs::read_to_string(self.dev.join("driver_override"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    fn journal_entries(&self) -> usize {
+        std::fs::read_dir(&self.journal_dir).map_or(0, Iterator::count)
+    }
+}
+
+impl Drop for FakeVf {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn vfio_seed(vm_mac: &str, nad: &str) -> Value {
+    let mut vmi = vmi_doc("vm2", "sriovnet", &format!("{NS}/{nad}"), vm_mac);
+    vmi["spec"]["domain"]["devices"]["interfaces"][1] =
+        json!({"name": "sriovnet", "sriov": {}, "macAddress": vm_mac});
+    json!({
+        "pods": {format!("{NS}/virt-launcher-vm2-x"): launcher_pod("vm2")},
+        "vmis": {format!("{NS}/vm2"): vmi}
+    })
+}
+
+#[test]
+fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
+    const VM_MAC: &str = "02:00:00:00:20:09";
+    const NAD: &str = "localnet-dhcp-vfio";
+    let lab = Lab::builder().clients(1).client_ifname(VF_NETDEV).build();
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    // The node's host namespace, holding the VF netdev (down, as after a bind).
+    let host = &lab.clients[0];
+    host.ns.ip(&["link", "set", VF_NETDEV, "down"]);
+    let launcher = NetNs::new();
+
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    // The fake kernel watches the agent's journal dir, known once the
+    // agent's flags are.
+    let seed = vfio_seed(VM_MAC, NAD);
+    let sysfs_root = tree.path().join("sys");
+    let mut fake: Option<FakeVf> = None;
+    let agent = TestAgent::start(Some(host.ns.path()), &seed, |a| {
+        fake = Some(FakeVf::new(
+            tree.path(),
+            &a.state_dir,
+            (0x15b3, 0x101e),
+            "mlx5_core",
+        ));
+        a.sysfs_root.clone_from(&sysfs_root);
+        a.vfio_netdev_timeout = Duration::from_secs(5);
+        a.datapath = DatapathChoice::Auto;
+    });
+    let fake = fake.expect("fake sysfs built");
+
+    let req = request(
+        "ctr-vfio",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &localnet_config(NAD, Some(BDF)),
+    );
+    let r = agent
+        .add(&req)
+        .unwrap_or_else(|e| panic!("VFIO VM ADD failed: {:?}", e.into_cni()));
+    let ip = r.ips[0].address.addr;
+    assert_eq!(r.ips[0].gateway, Some(lab.server_ip));
+
+    // The handoff: journaled before the driver bind, netdev waited for,
+    // vfio-pci given back, journal gone.
+    assert_eq!(*fake.journal_at_bind.lock().unwrap(), Some(true));
+    assert_eq!(fake.driver_file("vfio-pci", "unbind"), BDF);
+    assert_eq!(fake.driver_file("mlx5_core", "bind"), BDF);
+    assert_eq!(fake.driver_override(), "vfio-pci");
+    assert_eq!(fake.journal_entries(), 0);
+
+    // The DORA ran on the VF netdev in the agent's namespace, with the VM's
+    // MAC (given to the netdev), and configured nothing.
+    let lease = dnsmasq
+        .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+        .unwrap_or_else(|| panic!("dnsmasq has no lease for {VM_MAC}:\n{}", dnsmasq.log()));
+    assert_eq!(lease.ip, ip);
+    assert_eq!(format_mac(host.ns.mac(VF_NETDEV)), VM_MAC);
+    assert!(
+        host.ns
+            .ip(&["link", "show", "dev", VF_NETDEV])
+            .contains(",UP"),
+        "the VF netdev was not set up"
+    );
+    assert_no_ipv4(&host.ns, &[VF_NETDEV]);
+    assert!(!launcher.has_link("net1"));
+
+    let entry = agent
+        .network_entry("virt-launcher-vm2-x", &format!("{NS}/{NAD}"))
+        .expect("pod-networks entry written");
+    assert_eq!(
+        entry,
+        json!({"ip_addresses": [format!("{ip}/24")], "mac_address": VM_MAC,
+               "gateway_ips": ["192.0.2.1"], "role": "secondary", "ipam_mode": "dhcp"})
+    );
+    let table = agent.leases();
+    assert_eq!(table.len(), 1, "{table:?}");
+    assert_eq!(
+        (table[0].workload.as_str(), table[0].state.as_str()),
+        ("vm:vm2", "OneShot")
+    );
+    // A repeated ADD answers from the record: no second handoff.
+    std::fs::write(fake.root.join("bus/pci/drivers/mlx5_core/bind"), "").unwrap();
+    let again = agent.add(&req).expect("repeated ADD");
+    assert_eq!(again.ips, r.ips);
+    assert_eq!(fake.driver_file("mlx5_core", "bind"), "");
+
+    // DEL: no RELEASE (the VM owns the lease).
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!dnsmasq.log().contains("DHCPRELEASE"), "{}", dnsmasq.log());
+    assert!(
+        dnsmasq
+            .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+            .is_some()
+    );
+    assert!(agent.leases().is_empty());
+}
+
+#[test]
+fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
+    const NAD: &str = "localnet-dhcp-vfio";
+    let launcher = NetNs::new();
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    let sysfs_root = tree.path().join("sys");
+    let mut fake = None;
+    let agent = TestAgent::start(None, &vfio_seed("02:00:00:00:20:0a", NAD), |a| {
+        // virtio-net (0x1af4:0x1041) is no SR-IOV VF any driver row claims.
+        fake = Some(FakeVf::new(
+            tree.path(),
+            &a.state_dir,
+            (0x1af4, 0x1041),
+            "mlx5_core",
+        ));
+        a.sysfs_root.clone_from(&sysfs_root);
+        a.datapath = DatapathChoice::Afpacket;
+    });
+    let fake = fake.unwrap();
+    let req = request(
+        "ctr-unknown",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &localnet_config(NAD, Some(BDF)),
+    );
+    let e = agent.add(&req).unwrap_err().into_cni();
+    assert_eq!(e.code, code::VFIO, "{e:?}");
+    assert!(
+        e.msg.contains("0x1af4") && e.msg.contains("0x1041") && e.msg.contains(BDF),
+        "{}",
+        e.msg
+    );
+    assert!(
+        e.msg.contains(&format!("{NS}/virt-launcher-vm2-x")),
+        "{}",
+        e.msg
+    );
+    assert_eq!(fake.driver_file("vfio-pci", "unbind"), "");
+    assert_eq!(fake.driver_file("mlx5_core", "bind"), "");
+    assert_eq!(fake.journal_entries(), 0);
+    assert!(agent.leases().is_empty());
+
+    // A deviceID that is not a PCI address is a clear error too.
+    let bad = request(
+        "ctr-bad",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &localnet_config(NAD, Some("eth7")),
+    );
+    let e = agent.add(&bad).unwrap_err().into_cni();
+    assert_eq!(e.code, code::VFIO, "{e:?}");
+    assert!(e.msg.contains("\"eth7\""), "{}", e.msg);
+}
+
+#[test]
+fn vfio_vm_failures_inside_the_handoff_still_restore_vfio_pci() {
+    const NAD: &str = "localnet-dhcp-vfio";
+    // No DHCP server on the lab.
+    let lab = Lab::builder().clients(1).client_ifname(VF_NETDEV).build();
+    let host = &lab.clients[0];
+    let launcher = NetNs::new();
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    let sysfs_root = tree.path().join("sys");
+    let mut fake = None;
+    let agent = TestAgent::start(
+        Some(host.ns.path()),
+        &vfio_seed("02:00:00:00:20:0b", NAD),
+        |a| {
+            fake = Some(FakeVf::new(
+                tree.path(),
+                &a.state_dir,
+                (0x8086, 0x1889),
+                "iavf",
+            ));
+            a.sysfs_root.clone_from(&sysfs_root);
+            a.vfio_netdev_timeout = Duration::from_secs(1);
+            a.datapath = DatapathChoice::Afpacket;
+        },
+    );
+    let fake = fake.unwrap();
+    let mut conf = localnet_config(NAD, Some(BDF));
+    conf["ipam"] = json!({"type": "xdhcp", "timeout": "2s"});
+    let req = request(
+        "ctr-fail",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &conf,
+    );
+    let assert_restored = |fake: &FakeVf| {
+        assert_eq!(fake.driver_override(), "vfio-pci");
+        assert_eq!(fake.journal_entries(), 0);
+        assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+        assert!(
+            agent
+                .network_entry("virt-launcher-vm2-x", &format!("{NS}/{NAD}"))
+                .is_none()
+        );
+    };
+
+    // Nobody answers: the DORA times out on the VF netdev.
+    let e = agent.add(&req).unwrap_err().into_cni();
+    assert_eq!(e.code, code::DHCP_TIMEOUT, "{e:?}");
+    assert!(e.msg.contains(VF_NETDEV), "{}", e.msg);
+    assert_eq!(fake.driver_file("iavf", "bind"), BDF);
+    assert_restored(&fake);
+
+    // The driver binds but no netdev appears.
+    fake.reset();
+    fake.never_netdev();
+    let e = agent.add(&req).unwrap_err().into_cni();
+    assert_eq!(e.code, code::VFIO, "{e:?}");
+    assert!(
+        e.msg.contains("no netdev") && e.msg.contains("iavf") && e.msg.contains(BDF),
+        "{}",
+        e.msg
+    );
+    assert_eq!(fake.driver_file("iavf", "bind"), BDF);
+    assert_restored(&fake);
+}
+
+#[test]
+fn agent_start_heals_an_interrupted_handoff_before_serving() {
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    let sysfs_root = tree.path().join("sys");
+    let mut fake = None;
+    let _agent = TestAgent::start(None, &json!({}), |a| {
+        let f = FakeVf::new(tree.path(), &a.state_dir, (0x15b3, 0x101e), "mlx5_core");
+        // Killed right after writing the journal and driver_override.
+        std::fs::create_dir_all(&f.journal_dir).unwrap();
+        std::fs::write(
+            f.journal_dir.join(format!("{BDF}.json")),
+            format!(
+                r#"{{"bdf":"{BDF}","original_driver":"vfio-pci","intended_driver":"mlx5_core","started_at":1700000000}}"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(f.dev.join("driver_override"), "mlx5_core").unwrap();
+        fake = Some(f);
+        a.sysfs_root.clone_from(&sysfs_root);
+        a.datapath = DatapathChoice::Afpacket;
+    });
+    // Ready implies healed: heal runs before the socket is served.
+    let fake = fake.unwrap();
+    assert_eq!(fake.driver_override(), "vfio-pci");
+    assert_eq!(fake.journal_entries(), 0);
+}
