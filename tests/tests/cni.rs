@@ -414,3 +414,85 @@ fn installed_as_dhcp_with_the_upstream_config() {
         .expect("lease");
     assert_eq!(lease.hostname.as_deref(), Some("pod-up"));
 }
+
+#[test]
+fn gc_status_and_embedded_annotations() {
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(2);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let conf = |extra: &str| {
+        format!(
+            r#"{{"cniVersion":"1.1.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}{extra}}}"#,
+            agent.socket.display()
+        )
+    };
+    let ipam = |cmd: &str, id: &str, c: &xdhcp_tests::LabClient, conf: &str| {
+        invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            cmd,
+            id,
+            Some(c.ns.path()),
+            &c.ifname,
+            cni.dir.path(),
+            conf,
+        )
+    };
+    for (i, c) in lab.clients.iter().enumerate() {
+        let r = ipam("ADD", &format!("pod-gc{i}"), c, &conf(""));
+        assert!(r.ok, "{} {}", r.stdout, agent.log());
+    }
+    // STATUS: the agent is ready.
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "STATUS",
+        "",
+        None,
+        "",
+        cni.dir.path(),
+        &conf(""),
+    );
+    assert!(r.ok, "{}", r.stdout);
+
+    // Embedded mode: the pod-networks entries are in the local store.
+    let status: serde_json::Value = serde_json::from_str(&agent.cli("status", true)).unwrap();
+    let ann =
+        status["annotations"]["pods"]["default/pod-gc0"]["annotations"]["k8s.ovn.org/pod-networks"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no annotation: {status}"));
+    let ann: serde_json::Value = serde_json::from_str(ann).unwrap();
+    let entry = &ann["default/xnet"];
+    assert_eq!(entry["ipam_mode"], "dhcp", "{ann}");
+    assert_eq!(entry["role"], "secondary", "{ann}");
+    assert_eq!(status["datapath"], "ebpf", "{status}");
+    let text = agent.cli("status", false);
+    assert!(text.contains("datapath:") && text.contains("tc"), "{text}");
+
+    // GC keeps pod-gc0 only: pod-gc1's lease is released.
+    let gc = conf(r#","cni.dev/valid-attachments":[{"containerID":"pod-gc0","ifname":"eth0"}]"#);
+    let r = invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        "GC",
+        "",
+        None,
+        "",
+        cni.dir.path(),
+        &gc,
+    );
+    assert!(r.ok, "{} {}", r.stdout, agent.log());
+    let gone = lab.clients[1].mac;
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq.lease_for(gone).is_none()),
+        "GC did not release:\n{}",
+        dnsmasq.log()
+    );
+    assert!(dnsmasq.lease_for(lab.clients[0].mac).is_some());
+    let table = agent.cli("leases", false);
+    assert!(
+        table.contains("default/pod-gc0") && !table.contains("default/pod-gc1"),
+        "{table}"
+    );
+}

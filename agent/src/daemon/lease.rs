@@ -15,6 +15,7 @@ use super::persist::{self, LeaseRecord, WorkloadKind};
 use super::{Agent, apply};
 use crate::cli::now_unix_ms;
 use crate::datapath::RxFrame;
+use crate::netlink::LinkWatch;
 use crate::rpc::LeaseView;
 
 /// How long a maintained lease waits before trying again after an
@@ -144,6 +145,11 @@ pub async fn run(mut task: Task) {
     let oneshot = task.client.config().mode == Mode::OneShot;
     let mut stop_ack: Option<oneshot::Sender<()>> = None;
     let mut reacquire_at: Option<Instant> = None;
+    // Maintained leases end as soon as their interface is deleted (pod gone,
+    // or the main plugin's DEL removed it first), not at the next send. The
+    // watch is opened once a lease is held, off the ADD's critical path.
+    let mut watch: Option<LinkWatch> = None;
+    let mut want_watch = !oneshot;
     let end_reason;
     loop {
         // Outputs first: frames to send, then events.
@@ -156,6 +162,15 @@ pub async fn run(mut task: Task) {
             break;
         }
         task.set_state(task.client.state());
+        if want_watch && task.client.lease().is_some() {
+            want_watch = false;
+            match LinkWatch::open(task.link.netns.as_deref(), task.link.info.ifindex).await {
+                Ok(w) => watch = Some(w),
+                Err(e) => {
+                    debug!(error = %e, "no link watch; interface removal is noticed at the next send");
+                }
+            }
+        }
         if !task.client.state().expects_reply() {
             release_xid(&task, &mut owned_xid);
         }
@@ -198,6 +213,18 @@ pub async fn run(mut task: Task) {
                     break;
                 }
             },
+            gone = async {
+                match watch.as_mut() {
+                    Some(w) => w.removed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if gone.is_ok() {
+                    end_reason = End::Removed;
+                    break;
+                }
+                watch = None;
+            }
             () = sleep => {
                 let now = Instant::now();
                 if reacquire_at.is_some_and(|r| r <= now) {
@@ -219,6 +246,8 @@ enum End {
     Release,
     Forget,
     Link(LinkError),
+    /// The interface was deleted (netlink `RTM_DELLINK`).
+    Removed,
     /// One-shot discovery finished (VM) or acquisition failed for an ADD.
     Done,
 }
@@ -356,11 +385,10 @@ fn log_rejected(lease: &Lease) {
 }
 
 async fn apply_if_asked(task: &Task, lease: &Lease) {
-    let (apply, metric, vm) = {
+    let (apply, vm) = {
         let l = lock(&task.live);
         (
             l.record.config.ipam.apply,
-            l.record.config.ipam.route_priority,
             matches!(l.record.workload, WorkloadKind::Vm { .. }),
         )
     };
@@ -369,7 +397,7 @@ async fn apply_if_asked(task: &Task, lease: &Lease) {
         return;
     }
     let Some(ns) = &task.link.netns else { return };
-    if let Err(e) = apply::configure(ns, &task.link.ifname, lease, metric).await {
+    if let Err(e) = apply::configure(ns, &task.link.ifname, lease).await {
         task.agent.metrics.failure("apply");
         warn!(error = %e, "could not configure the leased address");
     }
@@ -400,6 +428,12 @@ fn finish(
             }
         }
         End::Forget | End::Done => {}
+        End::Removed => {
+            info!("interface removed; the lease ends here (no RELEASE possible)");
+            if let Some(w) = task.waiter.take() {
+                let _ = w.send(Outcome::LinkFailed("the interface was deleted".into()));
+            }
+        }
         End::Link(e) => {
             if e.is_interface_gone() {
                 info!(error = %e, "interface removed; the lease ends here (no RELEASE possible)");
@@ -413,7 +447,8 @@ fn finish(
     }
     release_xid(&task, &mut owned_xid);
     task.agent.detach_capture(&task.link);
-    let gone_for_good = matches!(end, End::Link(e) if e.is_interface_gone());
+    let gone_for_good =
+        matches!(end, End::Removed) || matches!(end, End::Link(e) if e.is_interface_gone());
     if gone_for_good {
         task.agent
             .forget(&rec.container_id, &rec.ifname, task.generation);
