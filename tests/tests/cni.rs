@@ -137,8 +137,11 @@ fn twenty_concurrent_adds_through_the_bridge_plugin() {
     assert!(table.contains("default/pod07"), "{table}");
 
     // DEL through the bridge: the bridge plugin deletes the veth before it
-    // calls IPAM DEL, so no RELEASE can leave the pod; the agent forgets the
-    // lease and DEL succeeds.
+    // calls IPAM DEL, so no RELEASE can leave the pod (the agent's link watch
+    // ends each lease when its veth goes; dnsmasq keeps the leases until they
+    // expire). DEL succeeds and the agent forgets every lease. A RELEASE needs
+    // IPAM DEL before the interface is torn down, as macvlan (see
+    // `macvlan_add_del_releases_the_lease`) and ovnkube-node do.
     for (i, pod) in pods.iter().enumerate() {
         let r = bridge(
             &cni,
