@@ -32,6 +32,7 @@ use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::cni::types::code;
 use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp_tests::fake_apiserver::FakeApiServer;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, format_mac, wait_until};
 
 const NS: &str = "tenant";
@@ -466,6 +467,142 @@ fn bridge_binding_vm_one_shot_no_release_and_migration_keeps_mac_and_address() {
     let sent = cap.finish();
     assert!(sent.is_empty(), "a VM DEL sent DHCP frames: {sent:?}");
     assert!(!dnsmasq.log().contains("DHCPRELEASE"));
+}
+
+/// A kubeconfig for the fake API server at `url` (plain HTTP, no user).
+fn write_kubeconfig(dir: &Path, url: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters:\n- name: fake\n  cluster:\n    server: {url}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
+             users:\n- name: nobody\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// The same VM path with `--kube=on` and `--kubeconfig` pointing at an
+/// in-process fake API server (not a cluster) driven by the real
+/// `kube::Client`: the pod and VMI come from the API, the entry is patched
+/// next to the pod's `default` entry, DEL removes only it, and an ADD whose
+/// `K8S_POD_UID` is not the pod's (a recreated pod) writes nothing.
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: API objects, ADD, DEL, stale-UID ADD, each with its checks"
+)]
+fn vm_pod_via_the_fake_api_server_patches_pod_networks_and_refuses_a_recreated_pod() {
+    const VM_MAC: &str = "02:00:00:00:20:0c";
+    const NAD: &str = "localnet-dhcp";
+    const POD: &str = "virt-launcher-vm3-x";
+    let key = format!("{NS}/{NAD}");
+    let api_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = api_rt.block_on(FakeApiServer::start());
+    let default_entry = json!({"default": {"ip_addresses": ["10.128.0.9/23"],
+        "mac_address": "0a:58:0a:80:00:09", "gateway_ips": ["10.128.0.1"], "role": "primary"}});
+    let uid = server.add_pod(
+        NS,
+        POD,
+        &[
+            ("kubevirt.io", "virt-launcher"),
+            ("vm.kubevirt.io/name", "vm3"),
+        ],
+        &[(POD_NETWORKS, &default_entry.to_string())],
+    );
+    server.put_vmi(vmi_doc("vm3", "dhcpnet", &key, VM_MAC));
+    let cfg_dir = tempfile::Builder::new()
+        .prefix("xdt-kubeconfig-")
+        .tempdir()
+        .unwrap();
+    let kubeconfig = write_kubeconfig(cfg_dir.path(), &server.url());
+
+    let mut lab = Lab::with_clients(0);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    lab.add_client("net1");
+    let c = &lab.clients[0];
+    bridge_binding(&c.ns, "net1");
+    let agent = TestAgent::start(None, &json!({}), |a| {
+        a.kube = KubeMode::On;
+        a.kubeconfig = Some(kubeconfig.clone());
+        a.datapath = DatapathChoice::Afpacket;
+    });
+
+    let mut req = request(
+        "ctr-kube",
+        POD,
+        c.ns.path(),
+        "net1",
+        &localnet_config(NAD, None),
+    );
+    req.args.insert("K8S_POD_UID".into(), uid.clone());
+    let r = agent.add(&req).expect("VM ADD with the API");
+    let ip = r.ips[0].address.addr;
+    assert_eq!(
+        dnsmasq
+            .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+            .map(|l| l.ip),
+        Some(ip)
+    );
+    assert_no_ipv4(&c.ns, &["net1"]);
+    let annotation = || -> Value {
+        serde_json::from_str(
+            &server
+                .annotation(NS, POD, POD_NETWORKS)
+                .expect("annotation"),
+        )
+        .expect("the annotation is JSON")
+    };
+    let ann = annotation();
+    assert_eq!(
+        ann["default"], default_entry["default"],
+        "default entry kept"
+    );
+    assert_eq!(
+        ann[&key],
+        json!({"ip_addresses": [format!("{ip}/24")], "mac_address": VM_MAC,
+               "gateway_ips": ["192.0.2.1"], "role": "secondary", "ipam_mode": "dhcp"})
+    );
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+    let ann = annotation();
+    assert!(ann.get(&key).is_none(), "{ann}");
+    assert_eq!(ann["default"], default_entry["default"]);
+    assert!(!dnsmasq.log().contains("DHCPRELEASE"));
+
+    // The runtime asks for a pod UID the API no longer has (recreated).
+    let mut stale = request(
+        "ctr-stale",
+        POD,
+        c.ns.path(),
+        "net1",
+        &localnet_config(NAD, None),
+    );
+    stale.args.insert(
+        "K8S_POD_UID".into(),
+        "00000000-0000-4000-8000-00000000dead".into(),
+    );
+    let e = agent.add(&stale).unwrap_err().into_cni();
+    assert_eq!(e.code, code::KUBE_API, "{e:?}");
+    assert!(
+        e.msg.contains("recreated") && e.msg.contains(POD),
+        "{}",
+        e.msg
+    );
+    let ann = annotation();
+    assert!(
+        ann.get(&key).is_none(),
+        "nothing written for a stale UID: {ann}"
+    );
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    drop(agent);
+    drop(server);
 }
 
 // ------------------------------------------------------------------ VFIO

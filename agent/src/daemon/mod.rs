@@ -527,9 +527,10 @@ pub async fn run(
     vm::heal_at_start(&args).await;
 
     let store = persist::open(&args.state_dir).map_err(|source| DaemonError::Store { source })?;
-    let pod_api = PodApi::connect(args.kube, &args.state_dir)
-        .await
-        .map_err(|source| DaemonError::Kube { source })?;
+    let pod_api =
+        PodApi::connect_with_kubeconfig(args.kube, args.kubeconfig.as_deref(), &args.state_dir)
+            .await
+            .map_err(|source| DaemonError::Kube { source })?;
     let mut rx = choose_datapath(&args)?;
     let taken = rx.ebpf.as_ref().map(|dp| lock(dp).take_reader());
     let reader = match taken {
