@@ -469,6 +469,57 @@ fn bridge_binding_vm_one_shot_no_release_and_migration_keeps_mac_and_address() {
     assert!(!dnsmasq.log().contains("DHCPRELEASE"));
 }
 
+#[test]
+fn migration_target_whose_reported_address_is_refused_falls_back_to_discover() {
+    const VM_MAC: &str = "02:00:00:00:20:0d";
+    const NAD: &str = "localnet-dhcp";
+    let key = format!("{NS}/{NAD}");
+    let mut lab = Lab::with_clients(0);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    lab.add_client("net1");
+    let c = &lab.clients[0];
+    bridge_binding(&c.ns, "net1");
+    // The VMI reports an address from another network (the VM moved
+    // between subnets, or the status is stale): the server NAKs it.
+    let mut vmi = vmi_doc("vm4", "dhcpnet", &key, VM_MAC);
+    vmi["status"] = json!({"interfaces": [
+        {"name": "dhcpnet", "mac": VM_MAC, "ipAddress": "198.51.100.7"}
+    ]});
+    let seed = json!({
+        "pods": {format!("{NS}/virt-launcher-vm4-x"): launcher_pod("vm4")},
+        "vmis": {format!("{NS}/vm4"): vmi}
+    });
+    let agent = TestAgent::start(None, &seed, |a| a.datapath = DatapathChoice::Afpacket);
+    let req = request(
+        "ctr-nak",
+        "virt-launcher-vm4-x",
+        c.ns.path(),
+        "net1",
+        &localnet_config(NAD, None),
+    );
+    let r = agent.add(&req).expect("ADD falls back to DISCOVER");
+    let ip = r.ips[0].address.addr;
+    assert_eq!(ip.octets()[..3], [192, 0, 2], "{ip}");
+    assert!(
+        log_count(&dnsmasq, "DHCPNAK", VM_MAC) >= 1,
+        "{}",
+        dnsmasq.log()
+    );
+    assert_eq!(
+        log_count(&dnsmasq, "DHCPDISCOVER", VM_MAC),
+        1,
+        "{}",
+        dnsmasq.log()
+    );
+    assert_eq!(
+        dnsmasq
+            .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+            .map(|l| l.ip),
+        Some(ip)
+    );
+    assert_no_ipv4(&c.ns, &["net1"]);
+}
+
 /// A kubeconfig for the fake API server at `url` (plain HTTP, no user).
 fn write_kubeconfig(dir: &Path, url: &str) -> PathBuf {
     let path = dir.join("kubeconfig");
