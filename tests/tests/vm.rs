@@ -869,6 +869,18 @@ fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
         (table[0].workload.as_str(), table[0].state.as_str()),
         ("vm:vm2", "OneShot")
     );
+    // The reply capture on the VF netdev: the eBPF TC program when the
+    // datapath loaded, else AF_PACKET.
+    let status: rpc::AgentStatus = agent
+        .rt
+        .block_on(agent.client().get(rpc::PATH_STATUS))
+        .expect("status");
+    let want = if status.datapath == "ebpf" {
+        "tc"
+    } else {
+        "af-packet"
+    };
+    assert_eq!(status.interfaces[0].attach, want, "{status:?}");
     // A repeated ADD answers from the record: no second handoff.
     std::fs::write(fake.root.join("bus/pci/drivers/mlx5_core/bind"), "").unwrap();
     let again = agent.add(&req).expect("repeated ADD");
