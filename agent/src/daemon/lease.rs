@@ -104,11 +104,28 @@ pub struct Task {
     /// eBPF ifindex for xid ownership, when capture is eBPF.
     pub ebpf_ifindex: Option<u32>,
     pub started: Instant,
+    /// Set once the first lease is on disk.
+    pub persisted: tokio::sync::watch::Sender<bool>,
 }
 
 impl Task {
     fn record(&self) -> LeaseRecord {
         lock(&self.live).record.clone()
+    }
+
+    /// Persist off the runtime's worker threads (the store fsyncs).
+    async fn persist_async(&self) {
+        let agent = self.agent.clone();
+        let rec = self.record();
+        let res = tokio::task::spawn_blocking(move || persist::save(&agent.store, &rec)).await;
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.agent.metrics.failure("persist");
+                warn!(error = %e, "could not persist the lease; a restart would lose it");
+            }
+            Err(e) => warn!(error = %e, "the persist task failed"),
+        }
     }
 
     fn persist(&self) {
@@ -301,11 +318,14 @@ async fn drain_events(
                 log_rejected(&lease);
                 task.set_lease(Some(lease.clone()));
                 task.set_state(task.client.state());
-                task.persist();
                 apply_if_asked(task, &lease).await;
+                // ADD writes the annotation while the store write runs; it
+                // answers only once `persisted` is set.
                 if let Some(w) = task.waiter.take() {
                     let _ = w.send(Outcome::Bound(lease));
                 }
+                task.persist_async().await;
+                task.persisted.send_replace(true);
                 if oneshot {
                     return Some(End::Done);
                 }
@@ -315,14 +335,14 @@ async fn drain_events(
                 info!(address = %lease.address, server = %lease.server_id,
                     lease_secs = lease.lease_time.as_secs(), "renewed");
                 task.set_lease(Some(lease));
-                task.persist();
+                task.persist_async().await;
             }
             Event::Changed { old, new } => {
                 task.agent.metrics.renewal();
                 warn!(old = %old.address, new = %new.address, "lease parameters changed");
                 log_rejected(&new);
                 task.set_lease(Some(new.clone()));
-                task.persist();
+                task.persist_async().await;
                 apply_if_asked(task, &new).await;
             }
             Event::Lost { reason } => {
@@ -339,7 +359,7 @@ async fn drain_events(
                     warn!(error = %e, "could not remove the lost address");
                 }
                 task.set_lease(None);
-                task.persist();
+                task.persist_async().await;
                 task.started = Instant::now();
             }
             Event::Nak { server, message } => {

@@ -35,31 +35,39 @@ impl Link {
         afpacket_rx: bool,
     ) -> Result<Self, LinkError> {
         // Main plugins may hand the interface over still down (bridge,
-        // macvlan): bring it up first, as the upstream dhcp plugin does.
+        // macvlan): bring it up first, as the upstream dhcp plugin does. One
+        // trip into the namespace does both.
         let name = ifname.to_owned();
-        let up = match netns {
-            Some(ns) => run_in_netns_async(ns, move || ensure_up_here(&name)).await?,
-            None => ensure_up_here(&name),
+        let ns_owned = netns.map(Path::to_path_buf);
+        let work = move || -> Result<RawSender, LinkError> {
+            ensure_up_here(&name).map_err(|source| {
+                if is_gone_errno(&source) {
+                    LinkError::InterfaceGone {
+                        ifname: name.clone(),
+                        netns: ns_owned.clone(),
+                        source,
+                    }
+                } else {
+                    LinkError::Io {
+                        op: "bring the interface up",
+                        ifname: name.clone(),
+                        netns: ns_owned.clone(),
+                        source,
+                    }
+                }
+            })?;
+            RawSender::open_here(&name).map_err(|e| match e {
+                RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
+                    ifname,
+                    netns: ns_owned.clone(),
+                    source,
+                },
+                other => other,
+            })
         };
-        up.map_err(|source| {
-            if is_gone_errno(&source) {
-                LinkError::InterfaceGone {
-                    ifname: ifname.to_owned(),
-                    netns: netns.map(Path::to_path_buf),
-                    source,
-                }
-            } else {
-                LinkError::Io {
-                    op: "bring the interface up",
-                    ifname: ifname.to_owned(),
-                    netns: netns.map(Path::to_path_buf),
-                    source,
-                }
-            }
-        })?;
         let tx = match netns {
-            Some(ns) => RawSender::open_async(ns, ifname).await?,
-            None => RawSender::open_here(ifname)?,
+            Some(ns) => run_in_netns_async(ns, work).await??,
+            None => work()?,
         };
         let rx = if afpacket_rx {
             Some(match netns {

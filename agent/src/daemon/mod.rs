@@ -191,6 +191,9 @@ pub struct Handle {
     pub generation: u64,
     pub live: Arc<Mutex<Live>>,
     pub cmds: Option<mpsc::Sender<LeaseCmd>>,
+    /// Becomes `true` once the first lease is persisted (ADD waits for it,
+    /// overlapping the store write with the annotation write).
+    pub persisted: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Agent {
@@ -247,6 +250,7 @@ impl Agent {
                 expires_unix_ms: expires,
             })),
             cmds: None,
+            persisted: None,
         };
         let k = {
             let l = lock(&h.live);
@@ -306,6 +310,59 @@ impl Agent {
         Ok((link, AttachMode::AfPacket.to_string(), None))
     }
 
+    /// Attach the eBPF capture for `ifname` in `netns` ahead of
+    /// [`Agent::spawn_lease`], so ADD overlaps it with opening the link. The
+    /// attachment is reserved (no user yet): [`Agent::attach_capture`] takes
+    /// it over, [`Agent::release_reservation`] undoes it if the ADD stops
+    /// early. Failure is not an error here: `attach_capture` falls back.
+    pub async fn pre_attach(self: &Arc<Self>, netns: Option<&Path>, ifname: &str) {
+        if self.rx.ebpf.is_none() {
+            return;
+        }
+        let target = AttachTarget {
+            ifname: ifname.to_owned(),
+            netns: netns.map(Path::to_path_buf),
+        };
+        if lock(&self.rx.attached).contains_key(&target) {
+            return;
+        }
+        let me = self.clone();
+        let t = target.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            me.rx
+                .ebpf
+                .as_ref()
+                .map(|dp| lock(dp).attach(&t, me.rx.attach, CaptureMode::Intercept))
+        })
+        .await;
+        if let Ok(Some(Ok(a))) = res {
+            lock(&self.rx.attached)
+                .entry(target)
+                .or_insert((0, a.ifindex, a.mode));
+        }
+    }
+
+    /// Undo an unused [`Agent::pre_attach`].
+    pub fn release_reservation(&self, netns: Option<&Path>, ifname: &str) {
+        let Some(dp) = &self.rx.ebpf else { return };
+        let target = AttachTarget {
+            ifname: ifname.to_owned(),
+            netns: netns.map(Path::to_path_buf),
+        };
+        let unused = {
+            let mut m = lock(&self.rx.attached);
+            if m.get(&target).is_some_and(|e| e.0 == 0) {
+                m.remove(&target);
+                true
+            } else {
+                false
+            }
+        };
+        if unused && let Err(e) = lock(dp).detach(&target) {
+            tracing::debug!(%ifname, error = %e, "eBPF detach of an unused attachment");
+        }
+    }
+
     /// Release the capture arranged by [`Agent::attach_capture`].
     pub fn detach_capture(&self, link: &Link) {
         let Some(dp) = &self.rx.ebpf else { return };
@@ -354,10 +411,12 @@ impl Agent {
             attach,
             expires_unix_ms: expires,
         }));
+        let (persisted_tx, persisted) = tokio::sync::watch::channel(false);
         let handle = Handle {
             generation,
             live: live.clone(),
             cmds: Some(cmd_tx),
+            persisted: Some(persisted),
         };
         let k = {
             let l = lock(&live);
@@ -376,6 +435,7 @@ impl Agent {
             waiter,
             ebpf_ifindex,
             started: Instant::now(),
+            persisted: persisted_tx,
         };
         lock(&self.tasks).spawn(lease::run(task));
         Ok(handle)
