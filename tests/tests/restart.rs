@@ -76,4 +76,28 @@ fn sigkill_and_restart_keeps_renewing_without_discover() {
         let l = dnsmasq.lease_for(c.mac).expect("lease still held");
         assert!(table.contains(&l.ip.to_string()), "{table}");
     }
+
+    // SIGTERM: the agent persists and stops without releasing anything; the
+    // next agent resumes every lease.
+    let releases = dnsmasq.count_in_log("DHCPRELEASE");
+    assert!(
+        agent.process.stop(Duration::from_secs(15)),
+        "the agent did not exit on SIGTERM:\n{}",
+        agent.log()
+    );
+    assert_eq!(
+        dnsmasq.count_in_log("DHCPRELEASE"),
+        releases,
+        "SIGTERM released a lease"
+    );
+    assert!(agent.log().contains("SIGTERM"), "{}", agent.log());
+    agent.kill_and_restart();
+    let table = agent.cli("leases", false);
+    assert_eq!(table.lines().count(), 4, "{table}");
+    for c in &lab.clients {
+        assert!(
+            dnsmasq.lease_for(c.mac).is_some(),
+            "lease dropped by the server"
+        );
+    }
 }
