@@ -15,7 +15,7 @@
 
 use std::{
     fs,
-    io::Write as _,
+    io::{IsTerminal as _, Write as _},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -336,9 +336,9 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
         Duration::from_secs(args.renewal_wait_secs),
         || {
             let log = fs::read_to_string(&dns_log).unwrap_or_default();
-            // A renewal is a REQUEST answered while the client already holds the
-            // address: dnsmasq logs the second DHCPACK for the same address.
-            Ok(log.matches("DHCPACK(dhcp0)").count() > PODS.len())
+            // Every pod renewed: a second REQUEST/ACK per pod for the address
+            // it already holds (the first ACK per pod was the ADD).
+            Ok(log.matches("DHCPACK(dhcp0)").count() >= 2 * PODS.len())
         },
     );
     renewed?;
@@ -364,11 +364,18 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
 
     step(
         7,
-        "CNI DEL for both pods: the agent sends a unicast DHCPRELEASE from the leased address",
+        "CNI DEL in ovnkube-node's order: IPAM DEL (unicast DHCPRELEASE from the leased address), then the bridge plugin",
+    );
+    println!(
+        "  (the bridge plugin removes the veth before it calls IPAM DEL, so the RELEASE must go first;"
+    );
+    println!(
+        "   its own IPAM DEL then finds the lease gone, which DEL's idempotence makes harmless)"
     );
     for pod in PODS {
+        cni_exec(&ns("node"), xdhcp, "DEL", pod, &ns(pod), &path, &conf)?;
         cni(&ns("node"), "DEL", pod, &ns(pod), &path, &conf)?;
-        println!("  {pod}: deleted");
+        println!("  {pod}: released and deleted");
     }
     wait_for(
         "dnsmasq to drop the released leases",
@@ -389,7 +396,7 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     let log = fs::read_to_string(&dns_log).unwrap_or_default();
     for line in log.lines().filter(|l| l.contains("DHCPRELEASE")) {
         println!(
-            "  dnsmasq: {}",
+            "  dnsmasq: DHCPRELEASE{}",
             line.split_once("DHCPRELEASE")
                 .map_or(line, |(_, r)| r)
                 .trim()
@@ -399,6 +406,7 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     Ok(())
 }
 
+/// Runs the Debian bridge plugin in `node_ns` the way a runtime does.
 fn cni(
     node_ns: &str,
     command: &str,
@@ -407,8 +415,30 @@ fn cni(
     path: &str,
     conf: &str,
 ) -> Result<String> {
+    cni_exec(
+        node_ns,
+        Path::new(CNI_BRIDGE),
+        command,
+        pod,
+        pod_ns,
+        path,
+        conf,
+    )
+}
+
+/// Runs CNI plugin `plugin` in `node_ns` with the CNI environment and `conf` on stdin.
+fn cni_exec(
+    node_ns: &str,
+    plugin: &Path,
+    command: &str,
+    pod: &str,
+    pod_ns: &str,
+    path: &str,
+    conf: &str,
+) -> Result<String> {
     let mut child = Command::new("ip")
-        .args(["netns", "exec", node_ns, CNI_BRIDGE])
+        .args(["netns", "exec", node_ns])
+        .arg(plugin)
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", format!("demo-{pod}"))
         .env("CNI_NETNS", format!("/var/run/netns/{pod_ns}"))
@@ -416,13 +446,15 @@ fn cni(
         .env("CNI_PATH", path)
         .env(
             "CNI_ARGS",
-            format!("K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}"),
+            format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}"
+            ),
         )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .context("running the bridge CNI plugin")?;
+        .with_context(|| format!("running {}", plugin.display()))?;
     child
         .stdin
         .take()
@@ -431,7 +463,7 @@ fn cni(
         .context("writing the network config")?;
     let out = child
         .wait_with_output()
-        .context("waiting for the bridge plugin")?;
+        .with_context(|| format!("waiting for {}", plugin.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
         bail!(
@@ -465,10 +497,13 @@ fn print_leasefile(path: &Path) {
 fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
     let start = Instant::now();
     let spinner = ['|', '/', '-', '\\'];
+    let tty = std::io::stdout().is_terminal();
     let mut i = 0;
     loop {
         if check()? {
-            print!("\r\x1b[2K");
+            if tty {
+                print!("\r\x1b[2K");
+            }
             println!("  {what}: done in {:.1} s", start.elapsed().as_secs_f64());
             return Ok(());
         }
@@ -476,12 +511,14 @@ fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Result<boo
             println!();
             bail!("timed out after {} s waiting for {what}", timeout.as_secs());
         }
-        print!(
-            "\r  waiting for {what} {} {:>4.1} s",
-            spinner[i % 4],
-            start.elapsed().as_secs_f64()
-        );
-        let _ = std::io::stdout().flush();
+        if tty {
+            print!(
+                "\r  waiting for {what} {} {:>4.1} s",
+                spinner[i % 4],
+                start.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stdout().flush();
+        }
         i += 1;
         std::thread::sleep(Duration::from_millis(250));
     }
