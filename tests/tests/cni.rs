@@ -470,8 +470,13 @@ fn gc_status_and_embedded_annotations() {
     assert_eq!(entry["ipam_mode"], "dhcp", "{ann}");
     assert_eq!(entry["role"], "secondary", "{ann}");
     assert_eq!(status["datapath"], "ebpf", "{status}");
-    let text = agent.cli("status", false);
-    assert!(text.contains("datapath:") && text.contains("tc"), "{text}");
+    assert!(
+        wait_until(Duration::from_secs(5), || agent
+            .cli("status", false)
+            .contains(" tc ")),
+        "{}",
+        agent.cli("status", false)
+    );
 
     // GC keeps pod-gc0 only: pod-gc1's lease is released.
     let gc = conf(r#","cni.dev/valid-attachments":[{"containerID":"pod-gc0","ifname":"eth0"}]"#);

@@ -21,6 +21,10 @@ use crate::rpc::LeaseView;
 /// How long a maintained lease waits before trying again after an
 /// acquisition failed with nobody waiting on it (a resumed lease).
 const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
+/// When a held lease moves from `AF_PACKET` to the eBPF ring buffer.
+const EBPF_ATTACH_DELAY: Duration = Duration::from_millis(500);
+/// Spread of that move over leases, in milliseconds.
+const EBPF_ATTACH_JITTER_MS: u64 = 1500;
 
 /// What ADD waits for.
 #[derive(Debug)]
@@ -103,6 +107,12 @@ pub struct Task {
     pub waiter: Option<oneshot::Sender<Outcome>>,
     /// eBPF ifindex for xid ownership, when capture is eBPF.
     pub ebpf_ifindex: Option<u32>,
+    /// eBPF attach still running in the background (`AF_PACKET` until then).
+    pub pending_attach: Option<super::PendingAttach>,
+    /// Attach eBPF once a lease is held.
+    pub defer_ebpf: bool,
+    /// Cancels a background attach that has not started yet.
+    pub attach_cancel: tokio_util::sync::CancellationToken,
     pub started: Instant,
     /// Set once the first lease is on disk.
     pub persisted: tokio::sync::watch::Sender<bool>,
@@ -155,6 +165,10 @@ impl Task {
 }
 
 /// Run the task to its end.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the lease's event loop: one select over all of its inputs"
+)]
 #[tracing::instrument(skip_all, fields(container = %lock(&task.live).record.container_id, ifname = %task.link.ifname))]
 pub async fn run(mut task: Task) {
     let token = task.agent.token.clone();
@@ -179,6 +193,26 @@ pub async fn run(mut task: Task) {
             break;
         }
         task.set_state(task.client.state());
+        // One-shot discoveries end at BOUND: nothing to move to eBPF.
+        if task.defer_ebpf && !oneshot && task.client.lease().is_some() {
+            task.defer_ebpf = false;
+            let agent = task.agent.clone();
+            let target = crate::datapath::ebpf::AttachTarget {
+                ifname: task.link.ifname.clone(),
+                netns: task.link.netns.clone(),
+            };
+            // A little later and spread out: a burst of ADDs finishes on
+            // AF_PACKET before the attaches (RTNL-heavy) start.
+            let delay =
+                EBPF_ATTACH_DELAY + Duration::from_millis(super::seed() % EBPF_ATTACH_JITTER_MS);
+            let cancel = task.attach_cancel.clone();
+            task.pending_attach = Some(tokio::spawn(async move {
+                tokio::select! {
+                    () = cancel.cancelled() => None,
+                    () = tokio::time::sleep(delay) => agent.attach_ebpf(target).await,
+                }
+            }));
+        }
         if want_watch && task.client.lease().is_some() {
             want_watch = false;
             match LinkWatch::open(task.link.netns.as_deref(), task.link.info.ifindex).await {
@@ -242,6 +276,15 @@ pub async fn run(mut task: Task) {
                 }
                 watch = None;
             }
+            attached = async {
+                match task.pending_attach.as_mut() {
+                    Some(p) => p.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                task.pending_attach = None;
+                switch_to_ebpf(&mut task, attached.ok().flatten(), owned_xid);
+            }
             () = sleep => {
                 let now = Instant::now();
                 if reacquire_at.is_some_and(|r| r <= now) {
@@ -255,7 +298,7 @@ pub async fn run(mut task: Task) {
             }
         }
     }
-    finish(task, &end_reason, owned_xid, stop_ack);
+    finish(task, &end_reason, owned_xid, stop_ack).await;
 }
 
 enum End {
@@ -267,6 +310,29 @@ enum End {
     Removed,
     /// One-shot discovery finished (VM) or acquisition failed for an ADD.
     Done,
+}
+
+/// The background eBPF attach finished: take replies from the ring buffer
+/// from now on (the current xid is registered in the kernel ownership map)
+/// and close the `AF_PACKET` receiver.
+fn switch_to_ebpf(
+    task: &mut Task,
+    attached: Option<(u32, crate::datapath::AttachMode)>,
+    owned_xid: Option<u32>,
+) {
+    let Some((ifindex, mode)) = attached else {
+        lock(&task.live).attach = crate::datapath::AttachMode::AfPacket.to_string();
+        return;
+    };
+    task.ebpf_ifindex = Some(ifindex);
+    if let Some(x) = owned_xid {
+        task.agent
+            .rx
+            .register(x, task.frames_tx.clone(), Some(ifindex));
+    }
+    task.link.drop_rx();
+    lock(&task.live).attach = mode.to_string();
+    debug!(%mode, "capture switched to eBPF");
 }
 
 fn handle_frame(task: &mut Task, f: &RxFrame) {
@@ -299,7 +365,7 @@ fn flush(task: &mut Task, owned_xid: &mut Option<u32>) -> Result<(), LinkError> 
 
 fn release_xid(task: &Task, owned_xid: &mut Option<u32>) {
     if let Some(x) = owned_xid.take() {
-        task.agent.rx.unregister(x);
+        task.agent.rx.unregister(x, task.ebpf_ifindex.is_some());
     }
 }
 
@@ -423,7 +489,7 @@ async fn apply_if_asked(task: &Task, lease: &Lease) {
     }
 }
 
-fn finish(
+async fn finish(
     mut task: Task,
     end: &End,
     mut owned_xid: Option<u32>,
@@ -466,7 +532,16 @@ fn finish(
         }
     }
     release_xid(&task, &mut owned_xid);
-    task.agent.detach_capture(&task.link);
+    task.attach_cancel.cancel();
+    if let Some(p) = task.pending_attach.take() {
+        // Let a background attach finish so its reference is released below.
+        if let Ok(Some((ifindex, _))) = p.await {
+            task.ebpf_ifindex = Some(ifindex);
+        }
+    }
+    if task.ebpf_ifindex.is_some() {
+        task.agent.detach_capture(&task.link);
+    }
     let gone_for_good =
         matches!(end, End::Removed) || matches!(end, End::Link(e) if e.is_interface_gone());
     if gone_for_good {

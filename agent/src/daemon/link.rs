@@ -109,6 +109,11 @@ impl Link {
         self.tx.send_transmit(t)
     }
 
+    /// Close the `AF_PACKET` receiver (capture moved to eBPF).
+    pub fn drop_rx(&mut self) {
+        self.rx = None;
+    }
+
     /// Whether this link has its own `AF_PACKET` receiver.
     pub fn has_rx(&self) -> bool {
         self.rx.is_some()

@@ -86,6 +86,9 @@ pub enum DaemonError {
 /// (users, ifindex, mode).
 type Shared = (usize, u32, AttachMode);
 
+/// A background eBPF attach: the interface index and mode, or `None`.
+pub type PendingAttach = tokio::task::JoinHandle<Option<(u32, AttachMode)>>;
+
 /// Serializes CNI operations on one attachment.
 type KeyLock = Arc<tokio::sync::Mutex<()>>;
 
@@ -137,10 +140,11 @@ impl Rx {
         }
     }
 
-    /// Stop routing `xid`.
-    pub fn unregister(&self, xid: u32) {
+    /// Stop routing `xid` (and drop it from the kernel map if `in_kernel`).
+    pub fn unregister(&self, xid: u32, in_kernel: bool) {
         lock(&self.routes).remove(&xid);
-        if let Some(dp) = &self.ebpf
+        if in_kernel
+            && let Some(dp) = &self.ebpf
             && let Err(e) = lock(dp).disown_xid(xid)
         {
             warn!(xid, error = %e, "could not remove the xid from the kernel ownership map");
@@ -260,13 +264,19 @@ impl Agent {
         h
     }
 
-    /// Arrange capture for `link`: eBPF attach (shared per interface) or
-    /// the link's own `AF_PACKET` receiver. Returns the link to use, the attach
-    /// mode label and the kernel ifindex for xid ownership.
+    /// Arrange capture for `link`. An interface already attached (another
+    /// lease on it) uses eBPF at once. Otherwise the link gets its own
+    /// `AF_PACKET` receiver so the first exchange starts immediately (with
+    /// `eager`, for one-shot discoveries, eBPF is attached first instead); when
+    /// eBPF is loaded (the returned flag), the lease task attaches it once
+    /// the lease is held and then switches to the ring buffer. The attach
+    /// costs 10–20 ms of kernel work under RTNL and the loader's lock, so no
+    /// ADD waits for it and a burst of ADDs does not contend with it.
     pub async fn attach_capture(
         self: &Arc<Self>,
         link: Link,
-    ) -> Result<(Link, String, Option<u32>), link::LinkError> {
+        eager: bool,
+    ) -> Result<(Link, String, Option<u32>, bool), link::LinkError> {
         if self.rx.ebpf.is_some() {
             let target = AttachTarget {
                 ifname: link.ifname.clone(),
@@ -274,92 +284,55 @@ impl Agent {
             };
             if let Some(e) = lock(&self.rx.attached).get_mut(&target) {
                 e.0 += 1;
-                return Ok((link, e.2.to_string(), Some(e.1)));
+                return Ok((link, e.2.to_string(), Some(e.1), false));
             }
-            let me = self.clone();
-            let t = target.clone();
-            let res = tokio::task::spawn_blocking(move || {
-                me.rx
-                    .ebpf
-                    .as_ref()
-                    .map(|dp| lock(dp).attach(&t, me.rx.attach, CaptureMode::Intercept))
-            })
-            .await
-            .ok()
-            .flatten();
-            let Some(res) = res else {
-                return Err(link::LinkError::Io {
-                    op: "attaching the eBPF capture",
-                    ifname: link.ifname.clone(),
-                    netns: link.netns.clone(),
-                    source: io::Error::other("attach task failed"),
-                });
-            };
-            match res {
-                Ok(a) => {
-                    lock(&self.rx.attached).insert(target, (1, a.ifindex, a.mode));
-                    return Ok((link, a.mode.to_string(), Some(a.ifindex)));
+            if eager {
+                // One-shot discoveries (VMs) end at BOUND: capture them on
+                // eBPF from the first frame, or not at all.
+                if let Some((ifindex, mode)) = self.clone().attach_ebpf(target).await {
+                    return Ok((link, mode.to_string(), Some(ifindex), false));
                 }
-                Err(e) => {
-                    warn!(ifname = %link.ifname, netns = ?link.netns, error = %e,
-                        "eBPF attach failed; this interface uses the AF_PACKET receiver");
-                }
+            } else {
+                let link = link.with_afpacket_rx().await?;
+                return Ok((link, "af-packet (ebpf pending)".into(), None, true));
             }
         }
         let link = link.with_afpacket_rx().await?;
-        Ok((link, AttachMode::AfPacket.to_string(), None))
+        Ok((link, AttachMode::AfPacket.to_string(), None, false))
     }
 
-    /// Attach the eBPF capture for `ifname` in `netns` ahead of
-    /// [`Agent::spawn_lease`], so ADD overlaps it with opening the link. The
-    /// attachment is reserved (no user yet): [`Agent::attach_capture`] takes
-    /// it over, [`Agent::release_reservation`] undoes it if the ADD stops
-    /// early. Failure is not an error here: `attach_capture` falls back.
-    pub async fn pre_attach(self: &Arc<Self>, netns: Option<&Path>, ifname: &str) {
-        if self.rx.ebpf.is_none() {
-            return;
-        }
-        let target = AttachTarget {
-            ifname: ifname.to_owned(),
-            netns: netns.map(Path::to_path_buf),
-        };
-        if lock(&self.rx.attached).contains_key(&target) {
-            return;
-        }
+    /// Attach the eBPF capture to `target` for one lease (shared if another
+    /// lease attached it meanwhile). `None` when the kernel refused.
+    pub(crate) async fn attach_ebpf(
+        self: Arc<Self>,
+        target: AttachTarget,
+    ) -> Option<(u32, AttachMode)> {
         let me = self.clone();
         let t = target.clone();
         let res = tokio::task::spawn_blocking(move || {
-            me.rx
-                .ebpf
-                .as_ref()
-                .map(|dp| lock(dp).attach(&t, me.rx.attach, CaptureMode::Intercept))
-        })
-        .await;
-        if let Ok(Some(Ok(a))) = res {
-            lock(&self.rx.attached)
-                .entry(target)
-                .or_insert((0, a.ifindex, a.mode));
-        }
-    }
-
-    /// Undo an unused [`Agent::pre_attach`].
-    pub fn release_reservation(&self, netns: Option<&Path>, ifname: &str) {
-        let Some(dp) = &self.rx.ebpf else { return };
-        let target = AttachTarget {
-            ifname: ifname.to_owned(),
-            netns: netns.map(Path::to_path_buf),
-        };
-        let unused = {
-            let mut m = lock(&self.rx.attached);
-            if m.get(&target).is_some_and(|e| e.0 == 0) {
-                m.remove(&target);
-                true
-            } else {
-                false
+            let dp = me.rx.ebpf.as_ref()?;
+            let mut attached = lock(&me.rx.attached);
+            if let Some(e) = attached.get_mut(&t) {
+                e.0 += 1;
+                return Some(Ok((e.1, e.2)));
             }
-        };
-        if unused && let Err(e) = lock(dp).detach(&target) {
-            tracing::debug!(%ifname, error = %e, "eBPF detach of an unused attachment");
+            drop(attached);
+            let r = lock(dp).attach(&t, me.rx.attach, CaptureMode::Intercept);
+            Some(r.map(|a| {
+                lock(&me.rx.attached).insert(t.clone(), (1, a.ifindex, a.mode));
+                (a.ifindex, a.mode)
+            }))
+        })
+        .await
+        .ok()
+        .flatten()?;
+        match res {
+            Ok(x) => Some(x),
+            Err(e) => {
+                warn!(ifname = %target.ifname, netns = ?target.netns, error = %e,
+                    "eBPF attach failed; this interface keeps the AF_PACKET receiver");
+                None
+            }
         }
     }
 
@@ -398,7 +371,8 @@ impl Agent {
         link: Link,
         waiter: Option<oneshot::Sender<Outcome>>,
     ) -> Result<Handle, link::LinkError> {
-        let (link, attach, ebpf_ifindex) = self.attach_capture(link).await?;
+        let eager = client.config().mode == Mode::OneShot;
+        let (link, attach, ebpf_ifindex, defer_ebpf) = self.attach_capture(link, eager).await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let (frames_tx, frames) = mpsc::channel(FRAME_QUEUE);
         let (cmd_tx, cmds) = mpsc::channel(2);
@@ -434,6 +408,9 @@ impl Agent {
             cmds,
             waiter,
             ebpf_ifindex,
+            pending_attach: None,
+            defer_ebpf,
+            attach_cancel: self.token.child_token(),
             started: Instant::now(),
             persisted: persisted_tx,
         };

@@ -183,20 +183,16 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
         return super::vm::add_vfio(agent, &req, vm, pci).await;
     }
 
-    // Open the link and attach the eBPF capture at the same time.
-    let (link, ()) = tokio::join!(
-        Link::open(Some(&netns), &req.ifname, false),
-        agent.pre_attach(Some(&netns), &req.ifname)
-    );
-    let link = link.map_err(|e| {
-        agent.release_reservation(Some(&netns), &req.ifname);
-        agent.metrics.failure("interface");
-        CniError::new(
-            code::INTERFACE,
-            format!("cannot use interface {} in {}", req.ifname, netns.display()),
-        )
-        .with_details(crate::rpc::format_chain(&e))
-    })?;
+    let link = Link::open(Some(&netns), &req.ifname, false)
+        .await
+        .map_err(|e| {
+            agent.metrics.failure("interface");
+            CniError::new(
+                code::INTERFACE,
+                format!("cannot use interface {} in {}", req.ifname, netns.display()),
+            )
+            .with_details(crate::rpc::format_chain(&e))
+        })?;
 
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     let (mac, mode, requested, kind) = match &workload {
@@ -206,10 +202,11 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
                 .as_ref()
                 .map(|p| p.namespace.as_str())
                 .unwrap_or_default();
-            let vmi = agent.pod_api.get_vmi(ns, vmi_name).await.map_err(|e| {
-                agent.release_reservation(Some(&netns), &req.ifname);
-                kube_err(&e)
-            })?;
+            let vmi = agent
+                .pod_api
+                .get_vmi(ns, vmi_name)
+                .await
+                .map_err(|e| kube_err(&e))?;
             let key = ann_key.clone().unwrap_or_default();
             let (mac, source, req_ip) =
                 vm_dhcp_identity(vmi.as_ref(), &key, MacAddr(link.info.mac));
@@ -228,10 +225,8 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
 
     let link = link.with_src_mac(mac);
     let cfg = client_config(agent, &req.config, &req.args, mac, mode, requested);
-    cfg.validate().map_err(|e| {
-        agent.release_reservation(Some(&netns), &req.ifname);
-        CniError::new(code::INVALID_NETWORK_CONFIG, e.to_string())
-    })?;
+    cfg.validate()
+        .map_err(|e| CniError::new(code::INVALID_NETWORK_CONFIG, e.to_string()))?;
     let timeout = cfg.acquire_timeout;
     let client = Client::new(cfg, Instant::now(), super::seed());
     let record = LeaseRecord {
