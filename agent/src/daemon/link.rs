@@ -39,7 +39,18 @@ impl Link {
         // trip into the namespace does both.
         let name = ifname.to_owned();
         let ns_owned = netns.map(Path::to_path_buf);
-        let work = move || -> Result<RawSender, LinkError> {
+        // The receiver registers with this runtime's reactor even though it
+        // is created on the namespace thread: one trip for everything.
+        let runtime = tokio::runtime::Handle::current();
+        let work = move || -> Result<(RawSender, Option<AfPacketReceiver>), LinkError> {
+            let in_ns = |e: RawSockError| match e {
+                RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
+                    ifname,
+                    netns: ns_owned.clone(),
+                    source,
+                },
+                other => other,
+            };
             ensure_up_here(&name).map_err(|source| {
                 if is_gone_errno(&source) {
                     LinkError::InterfaceGone {
@@ -56,26 +67,18 @@ impl Link {
                     }
                 }
             })?;
-            RawSender::open_here(&name).map_err(|e| match e {
-                RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
-                    ifname,
-                    netns: ns_owned.clone(),
-                    source,
-                },
-                other => other,
-            })
+            let tx = RawSender::open_here(&name).map_err(in_ns)?;
+            let rx = if afpacket_rx {
+                let _entered = runtime.enter();
+                Some(AfPacketReceiver::open_here(&name).map_err(in_ns)?)
+            } else {
+                None
+            };
+            Ok((tx, rx))
         };
-        let tx = match netns {
+        let (tx, rx) = match netns {
             Some(ns) => run_in_netns_async(ns, work).await??,
             None => work()?,
-        };
-        let rx = if afpacket_rx {
-            Some(match netns {
-                Some(ns) => AfPacketReceiver::open_async(ns, ifname).await?,
-                None => AfPacketReceiver::open_here(ifname)?,
-            })
-        } else {
-            None
         };
         Ok(Self {
             ifname: ifname.to_owned(),

@@ -282,14 +282,21 @@ impl Agent {
                 ifname: link.ifname.clone(),
                 netns: link.netns.clone(),
             };
-            if let Some(e) = lock(&self.rx.attached).get_mut(&target) {
+            let shared = lock(&self.rx.attached).get_mut(&target).map(|e| {
                 e.0 += 1;
-                return Ok((link, e.2.to_string(), Some(e.1), false));
+                (e.1, e.2)
+            });
+            if let Some((ifindex, mode)) = shared {
+                let mut link = link;
+                link.drop_rx();
+                return Ok((link, mode.to_string(), Some(ifindex), false));
             }
             if eager {
                 // One-shot discoveries (VMs) end at BOUND: capture them on
                 // eBPF from the first frame, or not at all.
                 if let Some((ifindex, mode)) = self.clone().attach_ebpf(target).await {
+                    let mut link = link;
+                    link.drop_rx();
                     return Ok((link, mode.to_string(), Some(ifindex), false));
                 }
             } else {
@@ -373,6 +380,7 @@ impl Agent {
     ) -> Result<Handle, link::LinkError> {
         let eager = client.config().mode == Mode::OneShot;
         let (link, attach, ebpf_ifindex, defer_ebpf) = self.attach_capture(link, eager).await?;
+        tracing::debug!(ifname = %link.ifname, %attach, "capture ready");
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let (frames_tx, frames) = mpsc::channel(FRAME_QUEUE);
         let (cmd_tx, cmds) = mpsc::channel(2);
@@ -793,7 +801,7 @@ async fn resume_one(
     rec: LeaseRecord,
     now_ms: u64,
 ) -> Result<(), link::LinkError> {
-    let link = Link::open(rec.netns.as_deref(), &rec.ifname, false)
+    let link = Link::open(rec.netns.as_deref(), &rec.ifname, true)
         .await?
         .with_src_mac(rec.mac);
     let cfg = ops::client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);

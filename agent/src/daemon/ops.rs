@@ -183,7 +183,8 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
         return super::vm::add_vfio(agent, &req, vm, pci).await;
     }
 
-    let link = Link::open(Some(&netns), &req.ifname, false)
+    // Pods start on their own AF_PACKET receiver (see `attach_capture`).
+    let link = Link::open(Some(&netns), &req.ifname, workload == Workload::Pod)
         .await
         .map_err(|e| {
             agent.metrics.failure("interface");
