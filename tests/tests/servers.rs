@@ -571,8 +571,17 @@ fn sigkill_resume(kind: Kind, datapath: DatapathChoice) {
     );
     assert!(server.count(c.mac, "REQUEST") > requests);
     assert_eq!(server.lease_for(c.mac).map(|l| l.ip), Some(ip));
+    // The server logs its ACK before the agent has handled it: wait for the
+    // agent to get back to BOUND rather than racing it.
+    assert!(
+        wait_until(Duration::from_secs(3), || agent
+            .lease(&req.container_id)
+            .state
+            == "Bound"),
+        "the restarted agent did not get back to Bound: {:?}",
+        agent.lease(&req.container_id)
+    );
     let view = agent.lease(&req.container_id);
-    assert_eq!(view.state, "Bound", "{view:?}");
     assert_eq!(view.address.map(|a| a.addr), Some(ip));
     assert!(c.ns.ipv4_addrs(&c.ifname).contains(&(ip, 24)));
     agent.del(&req);
