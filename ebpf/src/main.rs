@@ -20,14 +20,15 @@ use core::ptr::{addr_of_mut, read_unaligned};
 use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action};
 use aya_ebpf::helpers::generated::{bpf_ktime_get_ns, bpf_skb_load_bytes};
 use aya_ebpf::macros::{classifier, map, xdp};
-use aya_ebpf::maps::{HashMap, PerCpuArray, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use xdhcp_common::{
     COUNTER_CAPTURED, COUNTER_DROPPED_OWNED, COUNTER_FRAGMENT, COUNTER_LOAD_ERROR,
     COUNTER_MALFORMED, COUNTER_MODE_OFF, COUNTER_PASS_NOT_DHCP, COUNTER_PASSED_UNOWNED,
     COUNTER_RINGBUF_FULL, COUNTER_SLOTS, CaptureEvent, EVENTS_BYTES, FLAG_OWNED, FLAG_TC,
-    FLAG_TRUNCATED, FLAG_VLAN_OFFLOAD, FLAG_XDP, IFCONFIG_CAPACITY, IfConfig, MAX_FRAME_LEN,
-    MODE_INTERCEPT, MODE_OBSERVE, OWNED_CAPACITY, Owned, VERDICT_DROP, VERDICT_PASS, VLAN_NONE,
+    FLAG_TRUNCATED, FLAG_VLAN_OFFLOAD, FLAG_XDP, IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS,
+    IfConfig, MAX_FRAME_LEN, MODE_INTERCEPT, MODE_OBSERVE, OWNED_CAPACITY, Owned, VERDICT_DROP,
+    VERDICT_PASS, VLAN_NONE,
 };
 
 use crate::parse::{Class, Dhcp, Packet, classify};
@@ -47,6 +48,11 @@ static XDHCP_OWNED: HashMap<u32, Owned> = HashMap::with_max_entries(OWNED_CAPACI
 /// Mode per ingress ifindex ([`xdhcp_common::MAP_IFCONFIG`]); absent means off.
 #[map]
 static XDHCP_IFCFG: HashMap<u32, IfConfig> = HashMap::with_max_entries(IFCONFIG_CAPACITY, 0);
+
+/// Array mirror of [`XDHCP_IFCFG`] for small ifindexes
+/// ([`xdhcp_common::MAP_IFCONFIG_DIRECT`]); a zero slot means off.
+#[map]
+static XDHCP_IFCFG_DIRECT: Array<IfConfig> = Array::with_max_entries(IFCONFIG_DIRECT_SLOTS, 0);
 
 /// Where the frame came from, as recorded in the capture event.
 struct Meta {
@@ -95,9 +101,15 @@ fn process<P: Capture>(pkt: &P) -> bool {
 
 #[inline(always)]
 fn capture<P: Capture>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> bool {
+    // Small ifindexes: the array mirror (an inlined lookup); others: the hash.
     // SAFETY: the value is plain data; a concurrent update from user space can
     // at worst give us a stale mode, which is harmless.
-    let mode = match unsafe { XDHCP_IFCFG.get(meta.ifindex) } {
+    let cfg = if meta.ifindex < IFCONFIG_DIRECT_SLOTS {
+        XDHCP_IFCFG_DIRECT.get(meta.ifindex)
+    } else {
+        unsafe { XDHCP_IFCFG.get(meta.ifindex) }
+    };
+    let mode = match cfg {
         Some(cfg) => cfg.mode,
         None => xdhcp_common::MODE_OFF,
     };

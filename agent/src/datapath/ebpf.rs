@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aya::maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::tc::{SchedClassifierLinkId, TcAttachType, qdisc_add_clsact};
 use aya::programs::xdp::XdpLinkId;
 use aya::programs::{ProgramError, SchedClassifier, TestRun as _, TestRunOptions, Xdp, XdpMode};
@@ -224,7 +224,7 @@ pub struct Datapath {
     xdp_unavailable: Option<String>,
     counters: PerCpuArray<MapData, u64>,
     owned: Mutex<HashMap<MapData, u32, common::Owned>>,
-    ifconfig: Mutex<HashMap<MapData, u32, common::IfConfig>>,
+    ifconfig: Mutex<IfConfigMaps>,
     events: Option<RingBuf<MapData>>,
     attached: StdHashMap<AttachTarget, Attached>,
 }
@@ -264,7 +264,10 @@ impl Datapath {
         }
         let counters = take_map(&mut ebpf, common::MAP_COUNTERS)?;
         let owned = take_map(&mut ebpf, common::MAP_OWNED)?;
-        let ifconfig = take_map(&mut ebpf, common::MAP_IFCONFIG)?;
+        let ifconfig = IfConfigMaps {
+            hash: take_map(&mut ebpf, common::MAP_IFCONFIG)?,
+            direct: take_map(&mut ebpf, common::MAP_IFCONFIG_DIRECT)?,
+        };
         let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
         Ok(Self {
             ebpf,
@@ -304,17 +307,19 @@ impl Datapath {
             mode: mode.to_kernel(),
             reserved: 0,
         };
-        lock(&self.ifconfig)
+        let mut maps = lock(&self.ifconfig);
+        maps.hash
             .insert(ifindex, cfg, 0)
             .map_err(|source| EbpfDatapathError::Map {
                 name: common::MAP_IFCONFIG,
                 source,
-            })
+            })?;
+        maps.set_direct(ifindex, cfg)
     }
 
     /// The mode set for `ifindex`, if any (`None`: the programs treat it as off).
     pub fn mode(&self, ifindex: u32) -> Result<Option<CaptureMode>> {
-        match lock(&self.ifconfig).get(&ifindex, 0) {
+        match lock(&self.ifconfig).hash.get(&ifindex, 0) {
             Ok(cfg) => Ok(Some(match cfg.mode {
                 common::MODE_OBSERVE => CaptureMode::Observe,
                 common::MODE_INTERCEPT => CaptureMode::Intercept,
@@ -330,7 +335,16 @@ impl Datapath {
 
     /// Forgets the mode of `ifindex` (the programs then treat it as off).
     pub fn clear_mode(&self, ifindex: u32) -> Result<()> {
-        match lock(&self.ifconfig).remove(&ifindex) {
+        let mut maps = lock(&self.ifconfig);
+        // The mirror first: the programs prefer it for small ifindexes.
+        maps.set_direct(
+            ifindex,
+            common::IfConfig {
+                mode: common::MODE_OFF,
+                reserved: 0,
+            },
+        )?;
+        match maps.hash.remove(&ifindex) {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(source) => Err(EbpfDatapathError::Map {
@@ -511,6 +525,29 @@ impl Datapath {
             retval: res.return_value,
             duration: res.duration,
         })
+    }
+}
+
+/// The per-interface mode maps: the hash map is the source of truth (it
+/// knows "never set" from "off"); the array mirrors it for ifindexes below
+/// [`common::IFCONFIG_DIRECT_SLOTS`], where the programs read the array.
+struct IfConfigMaps {
+    hash: HashMap<MapData, u32, common::IfConfig>,
+    direct: Array<MapData, common::IfConfig>,
+}
+
+impl IfConfigMaps {
+    /// Mirrors `cfg` into the array when `ifindex` has a slot there.
+    fn set_direct(&mut self, ifindex: u32, cfg: common::IfConfig) -> Result<()> {
+        if ifindex >= common::IFCONFIG_DIRECT_SLOTS {
+            return Ok(());
+        }
+        self.direct
+            .set(ifindex, cfg, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG_DIRECT,
+                source,
+            })
     }
 }
 
