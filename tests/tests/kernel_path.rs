@@ -435,6 +435,69 @@ async fn full_ring_buffer_fails_open() {
     }
 }
 
+/// Ifindexes at or above `IFCONFIG_DIRECT_SLOTS` have no slot in the array
+/// mirror: the programs must find their mode in the hash map (set, then
+/// cleared), on a real device (a veth) of that index in a namespace of our own.
+#[test]
+fn large_ifindex_mode_comes_from_the_hash_map() {
+    const BIG: u32 = 20_000;
+    const { assert!(BIG >= xdhcp_common::IFCONFIG_DIRECT_SLOTS) };
+    let ns = xdhcp_tests::NetNs::new();
+    ns.ip(&[
+        "link",
+        "add",
+        "xdhcp-hi",
+        "index",
+        &BIG.to_string(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "xdhcp-hp",
+    ]);
+    ns.link_up("xdhcp-hp");
+    ns.link_up("xdhcp-hi");
+    assert_eq!(ns.ifindex("xdhcp-hi"), BIG);
+    let f = frame(MessageType::Offer, 9);
+    let outcome = xdhcp::netns::run_in_netns(ns.path(), move || {
+        let mut out = Vec::new();
+        for kind in KINDS {
+            let mut dp = load();
+            let run_big = |dp: &mut Datapath| {
+                dp.test_run_on(kind, &f, 1, BIG)
+                    .expect("BPF_PROG_TEST_RUN on the veth")
+                    .retval
+            };
+            let unset = run_big(&mut dp);
+            dp.set_mode(BIG, CaptureMode::Intercept).unwrap();
+            dp.own_xid(9, BIG).unwrap();
+            let owned = run_big(&mut dp);
+            dp.clear_mode(BIG).unwrap();
+            let cleared = run_big(&mut dp);
+            let c = dp.counters().unwrap();
+            out.push((
+                kind,
+                [unset, owned, cleared],
+                (c.mode_off, c.captured, c.dropped_owned),
+            ));
+        }
+        out
+    })
+    .expect("enter the test namespace");
+    for (kind, verdicts, counts) in outcome {
+        assert_eq!(
+            verdicts,
+            [pass(kind), drop_code(kind), pass(kind)],
+            "{kind:?}: unset, intercept with owned xid, cleared"
+        );
+        assert_eq!(
+            counts,
+            (2, 1, 1),
+            "{kind:?}: (mode_off, captured, dropped_owned)"
+        );
+    }
+}
+
 // ------------------------------------------------------------------ netns --
 
 mod netns {

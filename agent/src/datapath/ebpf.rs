@@ -503,9 +503,49 @@ impl Datapath {
         data: &[u8],
         repeat: u32,
     ) -> Result<TestRunOutcome> {
+        self.test_run_ctx(kind, data, repeat, None)
+    }
+
+    /// Like [`Datapath::test_run`], as if the frame arrived on `ifindex`
+    /// (rx queue 0), a device of the caller's namespace.
+    pub fn test_run_on(
+        &mut self,
+        kind: ProgramKind,
+        data: &[u8],
+        repeat: u32,
+        ifindex: u32,
+    ) -> Result<TestRunOutcome> {
+        let mut ctx = Vec::with_capacity(44);
+        match kind {
+            // struct xdp_md { data, data_end, data_meta, ingress_ifindex,
+            // rx_queue_index, egress_ifindex }
+            ProgramKind::Xdp | ProgramKind::XdpPass => {
+                let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                for v in [0, len, 0, ifindex, 0, 0] {
+                    ctx.extend_from_slice(&v.to_ne_bytes());
+                }
+            }
+            // struct __sk_buff up to `ifindex` (offset 40); the kernel
+            // zero-fills the rest.
+            ProgramKind::Tc => {
+                ctx.resize(40, 0);
+                ctx.extend_from_slice(&ifindex.to_ne_bytes());
+            }
+        }
+        self.test_run_ctx(kind, data, repeat, Some(&ctx))
+    }
+
+    fn test_run_ctx(
+        &mut self,
+        kind: ProgramKind,
+        data: &[u8],
+        repeat: u32,
+        ctx_in: Option<&[u8]>,
+    ) -> Result<TestRunOutcome> {
         let name = kind.name();
         let opts = TestRunOptions {
             data_in: Some(data),
+            ctx_in,
             repeat,
             ..TestRunOptions::default()
         };
