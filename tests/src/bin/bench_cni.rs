@@ -252,8 +252,9 @@ fn dnsmasq_config(prefix: (Ipv4Addr, Ipv4Addr), netmask: Ipv4Addr) -> DnsmasqCon
     }
 }
 
-/// (implementation, (RSS KiB, threads) at 0 / 100 / 1000 leases, ADD failures).
-type Footprint = (Impl, [(u64, u64); 3], usize);
+/// (implementation, (RSS KiB, threads) at 0 / 100 / 1000 leases, ADD failures,
+/// leases actually held at the 1000 point).
+type Footprint = (Impl, [(u64, u64); 3], usize, usize);
 
 struct Row {
     what: String,
@@ -415,6 +416,7 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
+        let held_big = BIG - failed;
         std::thread::sleep(Duration::from_millis(500));
         let at_big = d.footprint();
         // The 100-lease point: measured on a fresh daemon so it is not a
@@ -433,15 +435,15 @@ fn main() {
             "{}: footprint {at0:?} {at100:?} {at_big:?}, failures {failed}",
             which.name()
         );
-        foot.push((which, [at0, at100, at_big], failed));
+        foot.push((which, [at0, at100, at_big], failed, held_big));
     }
     let fp = |w: Impl| {
         foot.iter()
-            .find(|(x, _, _)| *x == w)
-            .map(|(_, f, e)| (*f, *e))
+            .find(|(x, _, _, _)| *x == w)
+            .map(|(_, f, e, h)| (*f, *e, *h))
             .expect("measured")
     };
-    let ((fu, eu), (fx, ex)) = (fp(Impl::Upstream), fp(Impl::Xdhcp));
+    let ((fu, eu, hu), (fx, ex, hx)) = (fp(Impl::Upstream), fp(Impl::Xdhcp));
     for (i, n) in [0, CONCURRENT, BIG].into_iter().enumerate() {
         rows.push(Row {
             what: format!("daemon RSS (KiB) / threads at {n} leases"),
@@ -450,12 +452,16 @@ fn main() {
             ratio: format!("{:.2}× the memory", fx[i].0 as f64 / fu[i].0.max(1) as f64),
         });
     }
-    let per_lease = |f: [(u64, u64); 3]| (f[2].0.saturating_sub(f[0].0)) as f64 / BIG as f64;
+    // Divide by the leases really held at the big point, not by the target.
+    let per_lease = |f: [(u64, u64); 3], held: usize| {
+        (f[2].0.saturating_sub(f[0].0)) as f64 / held.max(1) as f64
+    };
+    let (pu, px) = (per_lease(fu, hu), per_lease(fx, hx));
     rows.push(Row {
-        what: format!("RSS per lease (KiB, (RSS@{BIG} − RSS@0)/{BIG})"),
-        upstream: format!("{:.1}", per_lease(fu)),
-        xdhcp: format!("{:.1}", per_lease(fx)),
-        ratio: format!("{:.2}×", per_lease(fx) / per_lease(fu).max(1e-9)),
+        what: format!("RSS per lease (KiB, (RSS@{BIG} − RSS@0) / leases held)"),
+        upstream: format!("{pu:.1} ({hu} held)"),
+        xdhcp: format!("{px:.1} ({hx} held)"),
+        ratio: format!("{:.2}×", px / pu.max(1e-9)),
     });
     rows.push(Row {
         what: format!(
