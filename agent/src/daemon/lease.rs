@@ -358,9 +358,30 @@ fn flush(task: &mut Task, owned_xid: &mut Option<u32>) -> Result<(), LinkError> 
             *owned_xid = Some(t.xid);
         }
         debug!(xid = t.xid, kind = ?t.kind, "send");
-        task.link.send(&t)?;
+        match task.link.send(&t) {
+            Ok(()) => {}
+            // A full queue on the way out (ENOBUFS: the veth peer's backlog
+            // overflowed, e.g. a bridge flooding broadcasts to many pods) is a
+            // lost datagram, not a broken link: the engine's retransmission
+            // timer sends it again, as for a frame lost on the wire.
+            Err(e) if is_transient_send_error(&e) => {
+                warn!(xid = t.xid, kind = ?t.kind, error = %e,
+                    "frame not sent (queue full); the retransmission timer resends it");
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
+}
+
+/// Whether a send failure only lost this one frame (kernel queue or memory
+/// pressure) rather than the link.
+fn is_transient_send_error(e: &LinkError) -> bool {
+    matches!(
+        e,
+        LinkError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::ENOMEM))
+    )
 }
 
 fn release_xid(task: &Task, owned_xid: &mut Option<u32>) {
@@ -561,4 +582,37 @@ async fn finish(
 /// Lock a std mutex, ignoring poisoning (the data is plain values).
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(errno: i32) -> LinkError {
+        LinkError::Io {
+            op: "send a frame",
+            ifname: "eth0".to_owned(),
+            netns: None,
+            source: std::io::Error::from_raw_os_error(errno),
+        }
+    }
+
+    #[test]
+    fn a_full_send_queue_loses_one_frame_not_the_lease() {
+        assert!(is_transient_send_error(&io(libc::ENOBUFS)));
+        assert!(is_transient_send_error(&io(libc::EAGAIN)));
+        assert!(is_transient_send_error(&io(libc::ENOMEM)));
+    }
+
+    #[test]
+    fn other_send_errors_still_end_the_lease() {
+        assert!(!is_transient_send_error(&io(libc::EPERM)));
+        assert!(!is_transient_send_error(&io(libc::EINVAL)));
+        let gone = LinkError::InterfaceGone {
+            ifname: "eth0".to_owned(),
+            netns: None,
+            source: std::io::Error::from_raw_os_error(libc::ENODEV),
+        };
+        assert!(!is_transient_send_error(&gone));
+    }
 }
