@@ -35,7 +35,7 @@ use self::lease::{Command as LeaseCmd, Live, Outcome, Task, lock};
 use self::link::Link;
 use self::persist::{LeaseRecord, WorkloadKind};
 use crate::cli::{AgentArgs, AttachChoice, ClientArgs, DatapathChoice, ExpiredPolicy};
-use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath};
+use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, XidOwnership};
 use crate::datapath::{AttachMode, RxFrame};
 use crate::kube::PodApi;
 use crate::metrics::{Health, Metrics};
@@ -95,6 +95,10 @@ type KeyLock = Arc<tokio::sync::Mutex<()>>;
 /// The receive path for DHCP replies.
 pub struct Rx {
     ebpf: Option<Mutex<Datapath>>,
+    /// The kernel xid ownership map, outside the `ebpf` lock: attaches hold
+    /// that lock for milliseconds each (hundreds queue up when many leases
+    /// bind at once), and xid registration runs on the async workers.
+    xids: Option<XidOwnership>,
     note: Option<String>,
     attach: Option<AttachMode>,
     routes: Mutex<HashMap<u32, mpsc::Sender<RxFrame>>>,
@@ -114,6 +118,7 @@ impl Rx {
     fn af_packet(note: Option<String>) -> Self {
         Self {
             ebpf: None,
+            xids: None,
             note,
             attach: None,
             routes: Mutex::new(HashMap::new()),
@@ -133,8 +138,8 @@ impl Rx {
     /// Route replies carrying `xid` to `tx`, and (eBPF) mark the xid owned.
     pub fn register(&self, xid: u32, tx: mpsc::Sender<RxFrame>, ifindex: Option<u32>) {
         lock(&self.routes).insert(xid, tx);
-        if let (Some(dp), Some(ifindex)) = (&self.ebpf, ifindex)
-            && let Err(e) = lock(dp).own_xid(xid, ifindex)
+        if let (Some(xids), Some(ifindex)) = (&self.xids, ifindex)
+            && let Err(e) = xids.own(xid, ifindex)
         {
             warn!(xid, error = %e, "could not register the xid in the kernel ownership map");
         }
@@ -144,8 +149,8 @@ impl Rx {
     pub fn unregister(&self, xid: u32, in_kernel: bool) {
         lock(&self.routes).remove(&xid);
         if in_kernel
-            && let Some(dp) = &self.ebpf
-            && let Err(e) = lock(dp).disown_xid(xid)
+            && let Some(xids) = &self.xids
+            && let Err(e) = xids.disown(xid)
         {
             warn!(xid, error = %e, "could not remove the xid from the kernel ownership map");
         }
@@ -641,11 +646,15 @@ pub async fn run(
                 tokio::select! {
                     () = t.cancelled() => break,
                     _ = tick.tick() => {
-                        if let Some(dp) = &a.rx.ebpf {
-                            let snap = lock(dp).counters();
-                            if let Ok(c) = snap {
-                                a.metrics.kernel_snapshot(&c.labelled());
-                            }
+                        // Off the async workers: the datapath lock may be
+                        // held by a run of attaches.
+                        let b = a.clone();
+                        let snap = tokio::task::spawn_blocking(move || {
+                            b.rx.ebpf.as_ref().map(|dp| lock(dp).counters())
+                        })
+                        .await;
+                        if let Ok(Some(Ok(c))) = snap {
+                            a.metrics.kernel_snapshot(&c.labelled());
                         }
                     }
                 }
@@ -733,6 +742,7 @@ fn choose_datapath(args: &AgentArgs) -> Result<Rx, DaemonError> {
                     .xdp_unavailable()
                     .map(|w| format!("XDP unavailable, TC only: {w}"));
                 Ok(Rx {
+                    xids: Some(dp.xid_ownership()),
                     ebpf: Some(Mutex::new(dp)),
                     note,
                     attach,

@@ -13,7 +13,7 @@ use std::collections::HashMap as StdHashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf};
@@ -218,12 +218,52 @@ pub struct TestRunOutcome {
     pub duration: Duration,
 }
 
+/// Shared handle on the kernel xid ownership map (see
+/// [`Datapath::xid_ownership`]); clones refer to the same map.
+#[derive(Clone)]
+pub struct XidOwnership(Arc<Mutex<HashMap<MapData, u32, common::Owned>>>);
+
+impl std::fmt::Debug for XidOwnership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XidOwnership").finish_non_exhaustive()
+    }
+}
+
+impl XidOwnership {
+    /// Registers `xid` (host order, as in `Client::xid()`) as owned by
+    /// `ifindex`: in intercept mode the programs drop replies carrying it.
+    pub fn own(&self, xid: u32, ifindex: u32) -> Result<()> {
+        let value = common::Owned {
+            ifindex,
+            reserved: 0,
+        };
+        lock(&self.0)
+            .insert(wire_xid(xid), value, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: common::MAP_OWNED,
+                source,
+            })
+    }
+
+    /// Removes `xid` from the ownership map (absent is fine).
+    pub fn disown(&self, xid: u32) -> Result<()> {
+        match lock(&self.0).remove(&wire_xid(xid)) {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_OWNED,
+                source,
+            }),
+        }
+    }
+}
+
 /// The loaded eBPF programs and their maps.
 pub struct Datapath {
     ebpf: Ebpf,
     xdp_unavailable: Option<String>,
     counters: PerCpuArray<MapData, u64>,
-    owned: Mutex<HashMap<MapData, u32, common::Owned>>,
+    owned: XidOwnership,
     ifconfig: Mutex<IfConfigMaps>,
     events: Option<RingBuf<MapData>>,
     attached: StdHashMap<AttachTarget, Attached>,
@@ -273,7 +313,7 @@ impl Datapath {
             ebpf,
             xdp_unavailable,
             counters,
-            owned: Mutex::new(owned),
+            owned: XidOwnership(Arc::new(Mutex::new(owned))),
             ifconfig: Mutex::new(ifconfig),
             events: Some(events),
             attached: StdHashMap::new(),
@@ -357,28 +397,19 @@ impl Datapath {
     /// Registers `xid` (host order, as in `Client::xid()`) as owned: in
     /// intercept mode the programs drop replies carrying it.
     pub fn own_xid(&self, xid: u32, ifindex: u32) -> Result<()> {
-        let value = common::Owned {
-            ifindex,
-            reserved: 0,
-        };
-        lock(&self.owned)
-            .insert(wire_xid(xid), value, 0)
-            .map_err(|source| EbpfDatapathError::Map {
-                name: common::MAP_OWNED,
-                source,
-            })
+        self.owned.own(xid, ifindex)
     }
 
     /// Removes `xid` from the ownership map (absent is fine).
     pub fn disown_xid(&self, xid: u32) -> Result<()> {
-        match lock(&self.owned).remove(&wire_xid(xid)) {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(source) => Err(EbpfDatapathError::Map {
-                name: common::MAP_OWNED,
-                source,
-            }),
-        }
+        self.owned.disown(xid)
+    }
+
+    /// A handle on the xid ownership map that works without this
+    /// `Datapath`: callers keeping the datapath behind a lock can register
+    /// xids while an attach (netlink work, milliseconds) holds that lock.
+    pub fn xid_ownership(&self) -> XidOwnership {
+        self.owned.clone()
     }
 
     /// Reads the per-CPU counters and sums them.
