@@ -332,8 +332,17 @@ fn renew_then_rebind(kind: Kind) {
         assert!(renewal.contains(&ip.to_string()), "{renewal}");
     }
     assert_eq!(server.lease_for(c.mac).map(|l| l.ip), Some(ip));
+    // The server logs the ACK as it sends it: give the agent a moment to
+    // handle it rather than racing it.
+    assert!(
+        wait_until(Duration::from_secs(3), || agent
+            .lease(&req.container_id)
+            .state
+            == "Bound"),
+        "not Bound after the renewal ACK: {:?}",
+        agent.lease(&req.container_id)
+    );
     let renewed = agent.lease(&req.container_id);
-    assert_eq!(renewed.state, "Bound");
     assert_eq!(renewed.address.map(|a| a.addr), Some(ip));
 
     // Cut the unicast path: every unicast frame to the server's port 67 is
