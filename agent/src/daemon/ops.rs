@@ -101,6 +101,27 @@ pub fn cni_result(lease: &Lease, config: &NetworkConfig) -> CniResult {
     .for_version(&config.cni_version)
 }
 
+/// Writes the `pod-networks` entry for a learned lease (pods and VMs alike,
+/// SPEC R26); the pod UID guards against a recreated pod.
+pub(super) async fn report_address(
+    agent: &Agent,
+    pod: &PodRef,
+    key: &str,
+    lease: &Lease,
+    mac: [u8; 6],
+) -> Result<(), PodApiError> {
+    let entry = PodNetworkEntry::dhcp(
+        lease.address,
+        lease.prefix_len,
+        MacAddr(mac),
+        &lease.default_gateway().into_iter().collect::<Vec<_>>(),
+    );
+    agent
+        .pod_api
+        .set_network_entry_for_uid(&pod.namespace, &pod.name, pod.uid.as_deref(), key, entry)
+        .await
+}
+
 fn kube_err(e: &PodApiError) -> CniError {
     CniError::new(code::KUBE_API, e.to_string()).with_details(crate::rpc::format_chain(e))
 }
@@ -306,25 +327,15 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
     };
 
     // Report the address (pods and VMs alike, SPEC R26).
-    if let (Some(p), Some(key)) = (&pod, &ann_key) {
-        let entry = PodNetworkEntry::dhcp(
-            lease.address,
-            lease.prefix_len,
-            MacAddr(mac),
-            &lease.default_gateway().into_iter().collect::<Vec<_>>(),
-        );
-        if let Err(e) = agent
-            .pod_api
-            .set_network_entry_for_uid(&p.namespace, &p.name, p.uid.as_deref(), key, entry)
-            .await
-        {
-            agent.metrics.failure("kube_api");
-            // Give the address back: the pod cannot use an unreported address.
-            stop(agent, &handle, kind == WorkloadKind::Pod).await;
-            agent.forget(&req.container_id, &req.ifname, handle.generation);
-            let _ = persist::remove(&agent.store, &req.container_id, &req.ifname);
-            return Err(kube_err(&e));
-        }
+    if let (Some(p), Some(key)) = (&pod, &ann_key)
+        && let Err(e) = report_address(agent, p, key, &lease, mac).await
+    {
+        agent.metrics.failure("kube_api");
+        // Give the address back: the pod cannot use an unreported address.
+        stop(agent, &handle, kind == WorkloadKind::Pod).await;
+        agent.forget(&req.container_id, &req.ifname, handle.generation);
+        let _ = persist::remove(&agent.store, &req.container_id, &req.ifname);
+        return Err(kube_err(&e));
     }
     // Answer only once the lease is on disk (a restart must resume it).
     if let Some(mut p) = handle.persisted.clone()

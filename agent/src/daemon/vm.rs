@@ -26,12 +26,12 @@ use xdhcp_engine::{Client, Lease, Mode};
 
 use super::lease::{Command as LeaseCmd, Outcome};
 use super::link::{Link, mac_string};
-use super::ops::{client_config, cni_result};
+use super::ops::{client_config, cni_result, report_address};
 use super::persist::{self, LeaseRecord, PodRef, RECORD_VERSION, WorkloadKind};
 use super::{Agent, Handle};
 use crate::cli::AgentArgs;
 use crate::cni::types::{CniError, CniResult, code};
-use crate::kube::{PodApiError, PodNetworkEntry};
+use crate::kube::PodApiError;
 use crate::rpc::{CniRequest, format_chain};
 use crate::vfio::{self, PciAddr, Sysfs, VmDevice};
 use crate::workload::{MacAddr, MacSource, VmiInfo, vm_dhcp_identity};
@@ -161,22 +161,12 @@ pub async fn add_vfio(
         }
     };
 
-    if let (Some(p), Some(key)) = (&vm.pod, &vm.annotation_key) {
-        let entry = PodNetworkEntry::dhcp(
-            lease.address,
-            lease.prefix_len,
-            MacAddr(mac),
-            &lease.default_gateway().into_iter().collect::<Vec<_>>(),
-        );
-        if let Err(e) = agent
-            .pod_api
-            .set_network_entry_for_uid(&p.namespace, &p.name, p.uid.as_deref(), key, entry)
-            .await
-        {
-            agent.metrics.failure("kube_api");
-            abandon(agent, req, &handle).await;
-            return Err(kube_err(&e));
-        }
+    if let (Some(p), Some(key)) = (&vm.pod, &vm.annotation_key)
+        && let Err(e) = report_address(agent, p, key, &lease, mac).await
+    {
+        agent.metrics.failure("kube_api");
+        abandon(agent, req, &handle).await;
+        return Err(kube_err(&e));
     }
     info!(container = %req.container_id, ifname = %req.ifname, %pci, address = %lease.address,
         mac = %mac_string(mac), "ADD done (VFIO VM: address reported, vfio-pci restored)");
