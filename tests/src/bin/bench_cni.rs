@@ -72,7 +72,18 @@ impl Daemon {
             .tempdir()
             .expect("tempdir");
         let socket = dir.path().join("ipam.sock");
-        let log = dir.path().join("daemon.log");
+        // `XDHCP_BENCH_LOG_DIR`: keep the daemons' logs there (the agent at
+        // `XDHCP_BENCH_RUST_LOG`, default `warn`) to see where time goes.
+        let log = std::env::var_os("XDHCP_BENCH_LOG_DIR").map_or_else(
+            || dir.path().join("daemon.log"),
+            |d| {
+                PathBuf::from(d).join(format!(
+                    "{}-{}.log",
+                    which.name().replace(' ', "-"),
+                    unix_ms()
+                ))
+            },
+        );
         let (process, plugin) = match which {
             Impl::Upstream => {
                 let mut cmd = Command::new(UPSTREAM);
@@ -88,7 +99,10 @@ impl Daemon {
                     .arg(&socket)
                     .arg("--state-dir")
                     .arg(dir.path().join("state"))
-                    .env("RUST_LOG", "warn");
+                    .env(
+                        "RUST_LOG",
+                        std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+                    );
                 (
                     Process::spawn_logged("xdhcp agent", cmd, &log),
                     xdhcp.to_path_buf(),
@@ -171,6 +185,23 @@ impl Daemon {
         };
         (field("VmRSS:"), field("Threads:"))
     }
+}
+
+/// Both implementations, or only one with `XDHCP_BENCH_ONLY=xdhcp|upstream`
+/// (for iterating; the published table needs both).
+fn impls() -> Vec<Impl> {
+    match std::env::var("XDHCP_BENCH_ONLY").as_deref() {
+        Ok("xdhcp") => vec![Impl::Xdhcp],
+        Ok("upstream") => vec![Impl::Upstream],
+        _ => vec![Impl::Upstream, Impl::Xdhcp],
+    }
+}
+
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -263,10 +294,6 @@ struct Row {
     ratio: String,
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "one linear benchmark script: lab, measurements, report"
-)]
 fn main() {
     let xdhcp = PathBuf::from(
         std::env::var_os("XDHCP_BIN")
@@ -277,9 +304,62 @@ fn main() {
         "{UPSTREAM} missing: apt-get install containernetworking-plugins"
     );
     xdhcp_tests::netns::sweep_leftovers();
+    let parts = Parts::from_env();
     let mut rows: Vec<Row> = Vec::new();
 
     // ---- single ADD latency and 100 concurrent ADDs against dnsmasq and Kea.
+    if parts.latency {
+        latency_and_bursts(&xdhcp, &mut rows);
+    }
+    if parts.footprint {
+        footprint(&xdhcp, &mut rows);
+    }
+    report(&rows);
+}
+
+/// Which sections to run: `XDHCP_BENCH_CNI=latency,footprint` (default: all).
+/// Handy while working on one of them; the published table needs both.
+struct Parts {
+    latency: bool,
+    footprint: bool,
+}
+
+impl Parts {
+    fn from_env() -> Self {
+        let Some(v) = std::env::var_os("XDHCP_BENCH_CNI") else {
+            return Self {
+                latency: true,
+                footprint: true,
+            };
+        };
+        let v = v.to_string_lossy().into_owned();
+        let mut parts = Self {
+            latency: false,
+            footprint: false,
+        };
+        for p in v.split(',').map(str::trim) {
+            match p {
+                "latency" => parts.latency = true,
+                "footprint" => parts.footprint = true,
+                "all" => {
+                    parts.latency = true;
+                    parts.footprint = true;
+                }
+                other => panic!(
+                    "XDHCP_BENCH_CNI: unknown part {other:?} (expected latency, footprint or all)"
+                ),
+            }
+        }
+        parts
+    }
+}
+
+/// Single ADD latency and the 100-ADD bursts against dnsmasq and Kea.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one linear script: lab, servers, both implementations, rows"
+)]
+fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
     println!("building a lab with {CONCURRENT} pod interfaces…");
     let lab = Lab::builder().clients(CONCURRENT).build();
     let mut singles = Vec::new();
@@ -309,8 +389,8 @@ fn main() {
             ));
             _kea = None;
         }
-        for which in [Impl::Upstream, Impl::Xdhcp] {
-            let d = Daemon::start(which, &xdhcp);
+        for which in impls() {
+            let d = Daemon::start(which, xdhcp);
             if server != "Kea" {
                 println!(
                     "{}: {SINGLE_RUNS} single ADDs against {server}…",
@@ -382,8 +462,10 @@ fn main() {
         }
     }
     drop(lab);
+}
 
-    // ---- footprint at 0, 100 and 1000 leases (dnsmasq, /22 so 1000 fit).
+/// Daemon RSS and threads at 0, 100 and 1000 leases (dnsmasq, a /22 so 1000 fit).
+fn footprint(xdhcp: &Path, rows: &mut Vec<Row>) {
     println!("building a lab with {BIG} pod interfaces (takes a while)…");
     let big = Lab::builder()
         .server_ip(Ipv4Addr::new(198, 18, 0, 1), 22)
@@ -405,7 +487,7 @@ fn main() {
     );
     let mut foot: Vec<Footprint> = Vec::new();
     for which in [Impl::Upstream, Impl::Xdhcp] {
-        let d = Daemon::start(which, &xdhcp);
+        let d = Daemon::start(which, xdhcp);
         std::thread::sleep(Duration::from_millis(500));
         let at0 = d.footprint();
         let mut failed = 0;
@@ -425,7 +507,7 @@ fn main() {
             del_all(&d, chunk, &format!("big{chunk_no}"));
         }
         drop(d);
-        let d = Daemon::start(which, &xdhcp);
+        let d = Daemon::start(which, xdhcp);
         let b = burst(&d, &big.clients[..CONCURRENT], "mid");
         failed += b.failed;
         std::thread::sleep(Duration::from_millis(500));
@@ -472,7 +554,10 @@ fn main() {
         xdhcp: ex.to_string(),
         ratio: String::new(),
     });
+}
 
+/// Prints the table and writes it to `$XDHCP_BENCH_RESULTS/cni.md`.
+fn report(rows: &[Row]) {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -488,7 +573,7 @@ fn main() {
         md,
         "| measure | upstream | xdhcp | ratio |\n|---|---|---|---|"
     );
-    for r in &rows {
+    for r in rows {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} |",
