@@ -199,6 +199,17 @@ pub(crate) fn packet_socket(protocol: u16, nonblocking: bool) -> io::Result<Owne
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A socket for interface ioctls (cheap to open and close).
+fn query_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Binds a packet socket to `ifindex` for `protocol` (network byte order).
 pub(crate) fn bind_packet(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
@@ -228,8 +239,10 @@ pub fn link_info_here(ifname: &str) -> Result<LinkInfo> {
 
 fn link_info_with(ifname: &str, netns: Option<&Path>) -> Result<LinkInfo> {
     let mut req = ifreq_for(ifname)?;
-    let sock =
-        packet_socket(0, false).map_err(|e| classify("open a query socket", ifname, netns, e))?;
+    // A UDP socket, not AF_PACKET: closing a packet socket waits for an RCU
+    // grace period (packet_release -> synchronize_net, 5-30 ms), which every
+    // lookup on the CNI ADD path paid; interface ioctls work on any socket.
+    let sock = query_socket().map_err(|e| classify("open a query socket", ifname, netns, e))?;
     let fd = sock.as_raw_fd();
     let lookup = |op: &'static str, e: io::Error| {
         // A missing interface is ENODEV: report it as gone.
