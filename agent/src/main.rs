@@ -27,7 +27,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let text = match cli.command {
         Command::Agent(args) => {
             xdhcp::telemetry::init(args.log_format).context("setting up logging")?;
-            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            let rt = xdhcp::cli::agent_runtime().context("starting the runtime")?;
             let agent = xdhcp::daemon::run_until_signal(*args);
             return rt.block_on(agent).context("xdhcp agent");
         }
