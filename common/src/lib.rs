@@ -10,7 +10,7 @@
 /// `cargo xtask setup`, which builds bpf-linker against this toolchain's LLVM.
 pub const EBPF_TOOLCHAIN: &str = "nightly";
 
-/// Name of the BPF ring buffer carrying [`CaptureEvent`] records to user space.
+/// Name of the BPF ring buffer carrying [`CaptureRecord`]s to user space.
 pub const MAP_EVENTS: &str = "XDHCP_EVENTS";
 /// Name of the per-CPU counter array (indices are the `COUNTER_*` constants).
 pub const MAP_COUNTERS: &str = "XDHCP_COUNTERS";
@@ -35,7 +35,7 @@ pub const PROG_TC: &str = "xdhcp_tc";
 pub const PROG_XDP_PASS: &str = "xdhcp_xdp_pass";
 
 /// Ring buffer size in bytes (power of two, multiple of the page size):
-/// 500 capture records.
+/// 2383 records of a minimal 342-byte DHCP frame, 498 of the largest.
 pub const EVENTS_BYTES: u32 = 1 << 20;
 /// Capacity of the ownership map: open DHCP transactions on the node.
 pub const OWNED_CAPACITY: u32 = 65_536;
@@ -44,7 +44,7 @@ pub const IFCONFIG_CAPACITY: u32 = 4096;
 /// Slots of [`MAP_IFCONFIG_DIRECT`]: ifindexes `0..IFCONFIG_DIRECT_SLOTS`.
 pub const IFCONFIG_DIRECT_SLOTS: u32 = 16_384;
 
-/// Largest frame prefix copied into a [`CaptureEvent`]: Ethernet (14) + one
+/// Largest frame prefix copied into a capture record: Ethernet (14) + one
 /// VLAN tag (4) + an IPv4 header with every option (60) + UDP (8) + a DHCP
 /// message of up to 1962 bytes (1472, the largest on a 1500-byte MTU, fits
 /// with room). A power of two: the programs bound the copy length with a mask
@@ -61,24 +61,24 @@ pub const MODE_OBSERVE: u32 = 1;
 /// Per-interface mode: capture; drop frames whose xid is in the ownership map.
 pub const MODE_INTERCEPT: u32 = 2;
 
-/// Verdict recorded in [`CaptureEvent::verdict`]: the frame continued up the stack.
+/// Verdict recorded in [`CaptureHeader::verdict`]: the frame continued up the stack.
 pub const VERDICT_PASS: u32 = 0;
-/// Verdict recorded in [`CaptureEvent::verdict`]: the frame was dropped (owned xid).
+/// Verdict recorded in [`CaptureHeader::verdict`]: the frame was dropped (owned xid).
 pub const VERDICT_DROP: u32 = 1;
 
-/// [`CaptureEvent::vlan`] when the frame carried no VLAN tag.
+/// [`CaptureHeader::vlan`] when the frame carried no VLAN tag.
 pub const VLAN_NONE: u32 = u32::MAX;
 
-/// [`CaptureEvent::flags`]: captured by the XDP program.
+/// [`CaptureHeader::flags`]: captured by the XDP program.
 pub const FLAG_XDP: u32 = 1 << 0;
-/// [`CaptureEvent::flags`]: captured by the TC program.
+/// [`CaptureHeader::flags`]: captured by the TC program.
 pub const FLAG_TC: u32 = 1 << 1;
-/// [`CaptureEvent::flags`]: the xid was found in the ownership map.
+/// [`CaptureHeader::flags`]: the xid was found in the ownership map.
 pub const FLAG_OWNED: u32 = 1 << 2;
-/// [`CaptureEvent::flags`]: the UDP datagram was longer than [`MAX_FRAME_LEN`];
+/// [`CaptureHeader::flags`]: the UDP datagram was longer than [`MAX_FRAME_LEN`];
 /// only a prefix was copied (and the frame was passed, never dropped).
 pub const FLAG_TRUNCATED: u32 = 1 << 3;
-/// [`CaptureEvent::flags`]: the VLAN id came from skb metadata (tag stripped by
+/// [`CaptureHeader::flags`]: the VLAN id came from skb metadata (tag stripped by
 /// the device), not from the frame bytes.
 pub const FLAG_VLAN_OFFLOAD: u32 = 1 << 4;
 
@@ -125,17 +125,19 @@ pub struct Owned {
     pub reserved: u32,
 }
 
-/// One captured DHCP server→client frame, as written into [`MAP_EVENTS`].
+/// Header of one captured DHCP server→client frame in [`MAP_EVENTS`]; the
+/// frame bytes follow it in the same record ([`CaptureRecord`]).
 ///
-/// Layout: 48 bytes of header, then the frame bytes; no implicit padding.
+/// 48 bytes, no implicit padding.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct CaptureEvent {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaptureHeader {
     /// Ingress interface index (in the namespace of the device).
     pub ifindex: u32,
     /// Receive queue (XDP: `rx_queue_index`; TC: recorded rx queue or 0).
     pub rx_queue: u32,
-    /// `bpf_ktime_get_ns()` (`CLOCK_MONOTONIC`) at capture.
+    /// `bpf_ktime_get_coarse_ns()`: `CLOCK_MONOTONIC` at tick resolution
+    /// (the kernel's `CLOCK_MONOTONIC_COARSE`), at capture.
     pub ts_ns: u64,
     /// [`VERDICT_PASS`] or [`VERDICT_DROP`].
     pub verdict: u32,
@@ -143,7 +145,7 @@ pub struct CaptureEvent {
     pub vlan: u32,
     /// Full length of the frame on the wire (as seen by the program).
     pub frame_len: u32,
-    /// Bytes valid in [`CaptureEvent::frame`] (`≤ MAX_FRAME_LEN`).
+    /// Bytes valid in the record's frame area (`≤` its capacity `≤ MAX_FRAME_LEN`).
     pub captured_len: u32,
     /// Offset of the UDP payload (the DHCP message) in the frame.
     pub payload_offset: u32,
@@ -153,26 +155,81 @@ pub struct CaptureEvent {
     pub xid: u32,
     /// `FLAG_*` bits.
     pub flags: u32,
-    /// The frame prefix.
-    pub frame: [u8; MAX_FRAME_LEN],
 }
 
-/// Bytes before [`CaptureEvent::frame`].
+/// Bytes before the frame in a record.
 pub const CAPTURE_HEADER_LEN: usize = 48;
 
-const _: () = assert!(core::mem::size_of::<CaptureEvent>() == CAPTURE_HEADER_LEN + MAX_FRAME_LEN);
-const _: () = assert!(core::mem::offset_of!(CaptureEvent, frame) == CAPTURE_HEADER_LEN);
+/// Frame capacities of the capture records, smallest first. The programs
+/// reserve the smallest record whose frame area holds the captured prefix
+/// (`bpf_ringbuf_reserve` takes a size fixed at load time, hence a few
+/// sizes rather than the exact length): a minimal 342-byte DHCP frame takes
+/// a 432-byte record instead of a 2096-byte one. Compact records are what
+/// makes a capture cheap: the copy writes into ring memory that is cold,
+/// and records laid end to end let the CPU stream those writes (see
+/// `docs/kernel.md`). 384: a frame with a DHCP message of up to 342 bytes
+/// (the 300-byte BOOTP minimum and short option lists); 640: up to 598 (the
+/// 576-byte datagram every client must accept); 1024; 1536: a full
+/// 1500-byte MTU frame; [`MAX_FRAME_LEN`]. Multiples of 8, so every record
+/// stays 8-byte aligned.
+pub const FRAME_BUCKETS: [usize; 5] = [384, 640, 1024, 1536, MAX_FRAME_LEN];
+
+/// One record of [`MAP_EVENTS`]: the header, then room for `N` frame bytes
+/// (`N` one of [`FRAME_BUCKETS`]). The record's length in the ring is
+/// `CAPTURE_HEADER_LEN + N`; [`CaptureHeader::captured_len`] bytes of the
+/// frame area are valid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureRecord<const N: usize> {
+    pub header: CaptureHeader,
+    /// The frame prefix (only `header.captured_len` bytes are meaningful).
+    pub frame: [u8; N],
+}
+
+/// Frame capacity of the record the programs use for a captured prefix of
+/// `captured_len` bytes (`captured_len ≤ MAX_FRAME_LEN`; larger values get
+/// [`MAX_FRAME_LEN`]).
+#[must_use]
+pub const fn frame_bucket(captured_len: usize) -> usize {
+    let mut i = 0;
+    while i < FRAME_BUCKETS.len() {
+        if captured_len <= FRAME_BUCKETS[i] {
+            return FRAME_BUCKETS[i];
+        }
+        i += 1;
+    }
+    MAX_FRAME_LEN
+}
+
+/// Length of the ring-buffer record holding a captured prefix of
+/// `captured_len` bytes (without the ring's own 8-byte record header).
+#[must_use]
+pub const fn record_len(captured_len: usize) -> usize {
+    CAPTURE_HEADER_LEN + frame_bucket(captured_len)
+}
+
+const _: () = assert!(core::mem::size_of::<CaptureHeader>() == CAPTURE_HEADER_LEN);
+const _: () = assert!(core::mem::offset_of!(CaptureRecord<384>, frame) == CAPTURE_HEADER_LEN);
 const _: () = assert!(MAX_FRAME_LEN.is_power_of_two());
+const _: () = {
+    let mut i = 0;
+    while i < FRAME_BUCKETS.len() {
+        assert!(FRAME_BUCKETS[i].is_multiple_of(8) && FRAME_BUCKETS[i] <= MAX_FRAME_LEN);
+        assert!(i == 0 || FRAME_BUCKETS[i - 1] < FRAME_BUCKETS[i]);
+        i += 1;
+    }
+    assert!(FRAME_BUCKETS[FRAME_BUCKETS.len() - 1] == MAX_FRAME_LEN);
+};
 const _: () = assert!(core::mem::size_of::<IfConfig>() == 8);
 const _: () = assert!(core::mem::size_of::<Owned>() == 8);
 
 #[cfg(feature = "user")]
 mod user {
-    // SAFETY: all three types are #[repr(C)], Copy, made of integers and byte
-    // arrays only, with no padding (checked by the const assertions above).
+    // SAFETY: all three types are #[repr(C)], Copy, made of integers only,
+    // with no padding (checked by the const assertions above).
     unsafe impl aya::Pod for super::IfConfig {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::Owned {}
     // SAFETY: see above.
-    unsafe impl aya::Pod for super::CaptureEvent {}
+    unsafe impl aya::Pod for super::CaptureHeader {}
 }

@@ -186,6 +186,61 @@ async fn dhcp_replies_in_every_mode_with_and_without_owned_xid() {
     }
 }
 
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec to write into.
+    assert_eq!(unsafe { libc::clock_gettime(clock, &raw mut ts) }, 0);
+    u64::try_from(ts.tv_sec).unwrap() * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap()
+}
+
+/// Records come in a few sizes (`FRAME_BUCKETS`): frames on either side of
+/// every boundary must come back whole, with a `CLOCK_MONOTONIC` timestamp
+/// (tick resolution) taken during the run.
+#[tokio::test]
+async fn frames_of_every_record_size_round_trip() {
+    let reply = dhcp_reply(MessageType::Offer, 0x5eed);
+    let mut lens = vec![42 + reply.len()]; // the reply unpadded
+    for b in xdhcp_common::FRAME_BUCKETS {
+        lens.extend([b - 1, b]);
+        if b < xdhcp_common::MAX_FRAME_LEN {
+            lens.push(b + 1);
+        }
+    }
+    assert!(
+        lens[0] < lens[1],
+        "the unpadded reply fits the smallest record"
+    );
+    for kind in KINDS {
+        let mut dp = load();
+        let mut reader = dp.take_reader().unwrap().unwrap();
+        dp.set_mode(LO, CaptureMode::Observe).unwrap();
+        for &len in &lens {
+            let ctx = format!("{kind:?} frame of {len} bytes");
+            let mut payload = reply.clone();
+            payload.resize(len - 42, 0); // pad after END
+            let f = build_udp_frame(&headers(None), &payload);
+            assert_eq!(f.len(), len);
+            let before = clock_ns(libc::CLOCK_MONOTONIC_COARSE);
+            assert_eq!(run(&mut dp, kind, &f), pass(kind), "{ctx}");
+            let after = clock_ns(libc::CLOCK_MONOTONIC);
+            let ev = reader
+                .try_recv()
+                .unwrap_or_else(|| panic!("{ctx}: no record ({:?})", reader.stats()));
+            assert_eq!(ev.frame.payload, payload, "{ctx}");
+            assert_eq!(ev.message.xid(), 0x5eed, "{ctx}");
+            assert!(
+                (before..=after).contains(&ev.frame.ts_ns),
+                "{ctx}: ts {} not in [{before}, {after}]",
+                ev.frame.ts_ns
+            );
+        }
+        assert_eq!(dp.counters().unwrap().captured, lens.len() as u64);
+    }
+}
+
 #[tokio::test]
 async fn disowned_xid_passes_again() {
     for kind in KINDS {
@@ -412,8 +467,8 @@ async fn full_ring_buffer_fails_open() {
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
         dp.own_xid(21, LO).unwrap();
         let f = frame(MessageType::Ack, 21);
-        let slots =
-            xdhcp_common::EVENTS_BYTES as usize / (size_of::<xdhcp_common::CaptureEvent>() + 8);
+        // Each record: the ring's 8-byte header + a record sized for this frame.
+        let slots = xdhcp_common::EVENTS_BYTES as usize / (xdhcp_common::record_len(f.len()) + 8);
         // Fill the ring without reading it.
         let res = dp.test_run(kind, &f, (slots + 10) as u32).unwrap();
         assert_eq!(

@@ -899,9 +899,9 @@ pub struct DhcpEvent {
 /// Why a ring-buffer record could not become a [`DhcpEvent`].
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    #[error("record of {len} bytes, expected {expected}")]
-    Size { len: usize, expected: usize },
-    #[error("record claims {captured_len} captured bytes (max {max})")]
+    #[error("record of {len} bytes, expected {min}..={max}")]
+    Size { len: usize, min: usize, max: usize },
+    #[error("record claims {captured_len} captured bytes (room for {max})")]
     CapturedLen { captured_len: u32, max: usize },
     #[error("frame of {frame_len} bytes only partly captured")]
     Truncated { frame_len: u32 },
@@ -938,22 +938,30 @@ pub struct ReaderStats {
     pub errors: StdHashMap<&'static str, u64>,
 }
 
-/// Decodes one ring-buffer record.
+/// Decodes one ring-buffer record: a [`common::CaptureHeader`], then a frame
+/// area of any length up to [`common::MAX_FRAME_LEN`] (the programs size
+/// records by [`common::FRAME_BUCKETS`]; any length is accepted here).
 pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
-    let expected = size_of::<common::CaptureEvent>();
-    if bytes.len() != expected {
+    let (min, max) = (
+        common::CAPTURE_HEADER_LEN,
+        common::CAPTURE_HEADER_LEN + common::MAX_FRAME_LEN,
+    );
+    if bytes.len() < min || bytes.len() > max {
         return Err(RecordError::Size {
             len: bytes.len(),
-            expected,
+            min,
+            max,
         });
     }
-    // SAFETY: the length matches and CaptureEvent is a Pod made of integers.
-    let ev: common::CaptureEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let (head, frame) = bytes.split_at(common::CAPTURE_HEADER_LEN);
+    // SAFETY: `head` has exactly size_of::<CaptureHeader>() bytes, and the
+    // header is a Pod made of integers (any bit pattern is valid).
+    let ev: common::CaptureHeader = unsafe { std::ptr::read_unaligned(head.as_ptr().cast()) };
     let captured = ev.captured_len as usize;
-    if captured > common::MAX_FRAME_LEN {
+    if captured > frame.len() {
         return Err(RecordError::CapturedLen {
             captured_len: ev.captured_len,
-            max: common::MAX_FRAME_LEN,
+            max: frame.len(),
         });
     }
     if ev.flags & common::FLAG_TRUNCATED != 0 {
@@ -962,7 +970,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
         });
     }
     let (mut headers, payload) =
-        parse_udp_frame(&ev.frame[..captured]).map_err(|source| RecordError::Frame { source })?;
+        parse_udp_frame(&frame[..captured]).map_err(|source| RecordError::Frame { source })?;
     if ev.flags & common::FLAG_VLAN_OFFLOAD != 0 && ev.vlan != common::VLAN_NONE {
         headers.vlan = Some((ev.vlan & 0x0fff) as u16);
     }
@@ -1086,8 +1094,10 @@ mod tests {
         assert_eq!(wire_xid(0x0102_0304).to_ne_bytes(), [1, 2, 3, 4]);
     }
 
+    /// A record as the programs write it: header, then the frame in the
+    /// smallest bucket that holds it (the tail is left as garbage, 0xee).
     fn record(frame: &[u8], flags: u32, vlan: u32) -> Vec<u8> {
-        let mut ev = common::CaptureEvent {
+        let h = common::CaptureHeader {
             ifindex: 7,
             rx_queue: 3,
             ts_ns: 42,
@@ -1099,17 +1109,18 @@ mod tests {
             payload_len: (frame.len() - 42) as u32,
             xid: 0,
             flags,
-            frame: [0; common::MAX_FRAME_LEN],
         };
-        ev.frame[..frame.len()].copy_from_slice(frame);
-        // SAFETY: CaptureEvent is a padding-free Pod.
-        unsafe {
+        // SAFETY: CaptureHeader is a padding-free Pod.
+        let head = unsafe {
             std::slice::from_raw_parts(
-                (&raw const ev).cast::<u8>(),
-                size_of::<common::CaptureEvent>(),
+                (&raw const h).cast::<u8>(),
+                size_of::<common::CaptureHeader>(),
             )
-        }
-        .to_vec()
+        };
+        let mut r = head.to_vec();
+        r.extend_from_slice(frame);
+        r.resize(common::record_len(frame.len()), 0xee);
+        r
     }
 
     fn offer_frame(xid: u32) -> Vec<u8> {
@@ -1177,8 +1188,9 @@ mod tests {
         );
         assert_eq!(decode_record(&r).unwrap_err().label(), "truncated");
         r = record(&f, common::FLAG_XDP, common::VLAN_NONE);
-        let at = std::mem::offset_of!(common::CaptureEvent, captured_len);
-        r[at..at + 4].copy_from_slice(&(common::MAX_FRAME_LEN as u32 + 1).to_ne_bytes());
+        let at = std::mem::offset_of!(common::CaptureHeader, captured_len);
+        let room = (r.len() - common::CAPTURE_HEADER_LEN) as u32;
+        r[at..at + 4].copy_from_slice(&(room + 1).to_ne_bytes());
         assert_eq!(decode_record(&r).unwrap_err().label(), "captured_len");
         let mut arp = f.clone();
         arp[12] = 0x08;
@@ -1212,8 +1224,40 @@ mod tests {
     }
 
     #[test]
-    fn short_record_is_a_typed_error() {
+    fn short_or_oversized_record_is_a_typed_error() {
         let err = decode_record(&[0; 10]).unwrap_err();
         assert_eq!(err.label(), "size");
+        let err =
+            decode_record(&vec![0; common::record_len(common::MAX_FRAME_LEN) + 8]).unwrap_err();
+        assert_eq!(err.label(), "size");
+    }
+
+    #[test]
+    fn records_of_every_bucket_decode() {
+        for bucket in common::FRAME_BUCKETS {
+            let mut f = offer_frame(0x1234);
+            // Pad the DHCP message (after END) so the frame fills the bucket.
+            let extra = bucket - f.len();
+            f.resize(bucket, 0);
+            let udp_len = u16::from_be_bytes([f[38], f[39]]) + extra as u16;
+            f[38..40].copy_from_slice(&udp_len.to_be_bytes());
+            f[40..42].copy_from_slice(&[0, 0]); // no UDP checksum
+            let ip_len = u16::from_be_bytes([f[16], f[17]]) + extra as u16;
+            f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+            f[24..26].copy_from_slice(&[0, 0]);
+            let mut sum: u32 = f[14..34]
+                .chunks(2)
+                .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+                .sum();
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            let r = record(&f, common::FLAG_XDP, common::VLAN_NONE);
+            assert_eq!(r.len(), common::CAPTURE_HEADER_LEN + bucket);
+            let ev = decode_record(&r).unwrap();
+            assert_eq!(ev.message.xid(), 0x1234, "bucket {bucket}");
+            assert_eq!(ev.frame.payload.len(), bucket - 42);
+        }
     }
 }
