@@ -7,18 +7,34 @@
 //! ```
 //! File names are only ever built from a validated [`LeaseKey`]; the interface
 //! name part is percent-encoded outside `[A-Za-z0-9_.-]`, so no input can
-//! escape the directory. Writes go to a unique temporary file that is fsynced,
-//! renamed over the record and followed by an fsync of the directory, so a
-//! crash leaves either the old or the new record, never a torn one. A record
-//! that cannot be read back is moved aside, logged and counted; it never stops
-//! the agent.
+//! escape the directory. A record that cannot be read back is moved aside,
+//! logged and counted; it never stops the agent.
+//!
+//! # Atomicity now, durability in groups
+//!
+//! [`LeaseStore::save`] writes a unique temporary file and renames it over the
+//! record: every reader, and an agent started after this one died (`SIGKILL`,
+//! OOM kill, panic, restart), sees the old or the new record, never a torn
+//! one — the page cache outlives the process, so no `fsync` is needed for
+//! that. What `fsync` adds is surviving a *host* crash or power loss, and a
+//! host crash also destroys every pod network namespace the records describe:
+//! after a reboot there is nothing to resume (the agent finds the namespace
+//! gone and drops the record). So the CNI ADD path does not wait for the disk.
+//! Saved and deleted records are remembered and made durable together by
+//! [`LeaseStore::flush`] (one `fsync` per changed file, one for the directory),
+//! which the agent calls from a background group-commit flusher about once a
+//! second and at shutdown. Should a host crash still catch a record half
+//! written, it fails to decode on the next start and is quarantined like any
+//! other corrupt record.
 
+use std::collections::BTreeSet;
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -383,6 +399,12 @@ pub struct LeaseStore {
     quarantine_dir: PathBuf,
     quarantined_total: AtomicU64,
     tmp_counter: AtomicU64,
+    /// Records renamed into place since the last [`LeaseStore::flush`].
+    unsynced: Mutex<BTreeSet<PathBuf>>,
+    /// Whether the directory changed (rename, unlink) since the last flush.
+    dir_unsynced: AtomicBool,
+    /// `fsync` calls made by [`LeaseStore::flush`] (for tests and metrics).
+    syncs_total: AtomicU64,
 }
 
 impl LeaseStore {
@@ -404,6 +426,9 @@ impl LeaseStore {
             quarantine_dir,
             quarantined_total: AtomicU64::new(0),
             tmp_counter: AtomicU64::new(0),
+            unsynced: Mutex::new(BTreeSet::new()),
+            dir_unsynced: AtomicBool::new(false),
+            syncs_total: AtomicU64::new(0),
         };
         store.remove_stale_tmp()?;
         Ok(store)
@@ -447,7 +472,11 @@ impl LeaseStore {
         Ok(())
     }
 
-    /// Atomically writes `record` (temp file, fsync, rename, fsync directory).
+    /// Atomically writes `record` (temporary file, rename over the record):
+    /// once this returns, the record survives the death of this process.
+    /// It becomes durable against a host crash at the next
+    /// [`LeaseStore::flush`] (see the module documentation for why that is
+    /// not waited for here).
     pub fn save(&self, record: &LeaseRecord) -> Result<()> {
         let mut bytes =
             serde_json::to_vec_pretty(record).map_err(|source| StoreError::Serialize {
@@ -462,15 +491,64 @@ impl LeaseStore {
             std::process::id(),
             self.tmp_counter.fetch_add(1, Ordering::Relaxed)
         ));
-        let result = write_new_file(&tmp, &bytes)
-            .and_then(|()| {
-                fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
-            })
-            .and_then(|()| sync_dir(&self.leases_dir));
+        let result = write_new_file(&tmp, &bytes).and_then(|()| {
+            fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
+        });
+        match result {
+            Ok(()) => {
+                self.dir_unsynced.store(true, Ordering::Release);
+                lock(&self.unsynced).insert(path);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether saves or deletes are waiting for [`LeaseStore::flush`].
+    pub fn has_unsynced(&self) -> bool {
+        self.dir_unsynced.load(Ordering::Acquire)
+    }
+
+    /// Group commit: makes every save and delete since the last flush durable
+    /// (`fsync` of each changed record that still exists, then one of the
+    /// directory). Saves that run concurrently are either included or left
+    /// for the next flush, never lost. On failure the changes stay pending.
+    pub fn flush(&self) -> Result<()> {
+        if !self.dir_unsynced.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let files = std::mem::take(&mut *lock(&self.unsynced));
+        let result = self.sync_files(&files);
         if result.is_err() {
-            let _ = fs::remove_file(&tmp);
+            lock(&self.unsynced).extend(files);
+            self.dir_unsynced.store(true, Ordering::Release);
         }
         result
+    }
+
+    fn sync_files(&self, files: &BTreeSet<PathBuf>) -> Result<()> {
+        for path in files {
+            match File::open(path) {
+                Ok(f) => {
+                    f.sync_all().map_err(io_err("fsync record", path))?;
+                    self.syncs_total.fetch_add(1, Ordering::Relaxed);
+                }
+                // Deleted since (the directory fsync below covers that).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("open for fsync", path)(e)),
+            }
+        }
+        sync_dir(&self.leases_dir)?;
+        self.syncs_total.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `fsync` calls made by [`LeaseStore::flush`] so far.
+    pub fn syncs_total(&self) -> u64 {
+        self.syncs_total.load(Ordering::Relaxed)
     }
 
     /// Reads the record for `key`; `Ok(None)` if there is none. A corrupt
@@ -488,12 +566,14 @@ impl LeaseStore {
             .map_err(|reason| StoreError::Corrupt { path, reason })
     }
 
-    /// Removes the record for `key`; returns whether one existed.
+    /// Removes the record for `key`; returns whether one existed. Like
+    /// [`LeaseStore::save`], durable at the next [`LeaseStore::flush`].
     pub fn delete(&self, key: &LeaseKey) -> Result<bool> {
         let path = self.path_for(key);
         match fs::remove_file(&path) {
             Ok(()) => {
-                sync_dir(&self.leases_dir)?;
+                lock(&self.unsynced).remove(&path);
+                self.dir_unsynced.store(true, Ordering::Release);
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -579,7 +659,8 @@ impl LeaseStore {
     }
 }
 
-/// Creates `path` exclusively with mode 0600, writes `bytes` and fsyncs.
+/// Creates `path` exclusively with mode 0600 and writes `bytes` (no fsync:
+/// see [`LeaseStore::flush`]).
 fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
@@ -588,9 +669,12 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
         .open(path)
         .map_err(io_err("create temporary file", path))?;
     file.write_all(bytes)
-        .map_err(io_err("write temporary file", path))?;
-    file.sync_all()
-        .map_err(io_err("fsync temporary file", path))
+        .map_err(io_err("write temporary file", path))
+}
+
+/// Lock a mutex holding plain values, ignoring poisoning.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// fsyncs a directory so a rename/unlink in it is durable.
@@ -896,6 +980,36 @@ mod tests {
         let store = LeaseStore::open(dir.path()).unwrap();
         assert!(!stale.exists());
         assert!(store.load_all().unwrap().records.is_empty());
+    }
+
+    #[test]
+    fn saves_are_committed_in_groups_off_the_save_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        assert!(!store.has_unsynced());
+        // Saving and deleting never waits for the disk...
+        for i in 0..20u8 {
+            store
+                .save(&record(&format!("c{i}"), "eth0", [192, 0, 2, i]))
+                .unwrap();
+        }
+        // ...rewrites of one record are one pending file...
+        store.save(&record("c0", "eth0", [192, 0, 2, 99])).unwrap();
+        // ...and a record deleted before the flush needs no fsync of its own.
+        assert!(store.delete(&LeaseKey::new("c1", "eth0").unwrap()).unwrap());
+        assert_eq!(store.syncs_total(), 0);
+        assert!(store.has_unsynced());
+        // The records are visible at once (atomic rename).
+        assert_eq!(store.load_all().unwrap().records.len(), 19);
+        // One flush: 19 records plus the directory.
+        store.flush().unwrap();
+        assert_eq!(store.syncs_total(), 20);
+        assert!(!store.has_unsynced());
+        store.flush().unwrap();
+        assert_eq!(store.syncs_total(), 20, "nothing pending, nothing synced");
+        assert!(store.delete(&LeaseKey::new("c2", "eth0").unwrap()).unwrap());
+        store.flush().unwrap();
+        assert_eq!(store.syncs_total(), 21, "a delete syncs the directory only");
     }
 
     #[test]

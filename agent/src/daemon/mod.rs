@@ -47,6 +47,10 @@ const FRAME_QUEUE: usize = 32;
 const KERNEL_POLL: Duration = Duration::from_secs(5);
 /// How long shutdown waits for lease tasks to persist and stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Group-commit period of the lease store: records are written atomically
+/// on the ADD path and made durable (fsync) this often, off that path (see
+/// [`crate::store`] for why a host crash needs nothing more).
+const STORE_FLUSH: Duration = Duration::from_secs(1);
 
 /// Start-up failures.
 #[derive(Debug, thiserror::Error)]
@@ -662,6 +666,26 @@ pub async fn run(
         });
     }
     health.set_datapath_ready();
+    {
+        let a = agent.clone();
+        let t = token.clone();
+        side.spawn(async move {
+            let mut tick = tokio::time::interval(STORE_FLUSH);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = t.cancelled() => break,
+                    _ = tick.tick() => {
+                        let embedded = matches!(&a.pod_api, PodApi::Embedded(s) if s.has_unsynced());
+                        if a.store.has_unsynced() || embedded {
+                            let b = a.clone();
+                            let _ = tokio::task::spawn_blocking(move || flush_store(&b)).await;
+                        }
+                    }
+                }
+            }
+        });
+    }
 
     recover(&agent).await;
     health.set_recovered();
@@ -722,9 +746,26 @@ pub async fn run(
         tasks.abort_all();
     }
     side.shutdown().await;
+    // The lease tasks persisted on their way out: make it durable.
+    let a = agent.clone();
+    let _ = tokio::task::spawn_blocking(move || flush_store(&a)).await;
     let _ = std::fs::remove_file(&agent.args.socket);
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
+}
+
+/// One group commit of the lease store (and of the embedded pod store).
+fn flush_store(agent: &Agent) {
+    if let Err(e) = agent.store.flush() {
+        agent.metrics.failure("persist_flush");
+        warn!(error = %e, "could not make lease records durable; retrying");
+    }
+    if let PodApi::Embedded(s) = &agent.pod_api
+        && let Err(e) = s.flush()
+    {
+        agent.metrics.failure("persist_flush");
+        warn!(error = %e, "could not make the embedded pod store durable; retrying");
+    }
 }
 
 fn choose_datapath(args: &AgentArgs) -> Result<Rx, DaemonError> {

@@ -3,8 +3,13 @@
 //! With `--kube=off` (the default when no cluster configuration is found)
 //! pod identity comes from `CNI_ARGS` and the `k8s.ovn.org/pod-networks`
 //! annotation is kept in one JSON file, `<state_dir>/pod-networks.json`,
-//! written atomically (temporary file, fsync, rename, fsync of the
-//! directory) so `xdhcp status` always reads a whole document:
+//! written atomically (temporary file, rename) so `xdhcp status` always reads
+//! a whole document. As for the lease store ([`crate::store`]), the rename is
+//! what protects against the agent dying; `fsync` (host crash, which also
+//! ends every pod it describes) is left to the agent's group-commit flusher
+//! ([`EmbeddedStore::flush`]) so the CNI ADD path never waits for the disk.
+//! The parsed document is cached and reused while the file is unchanged
+//! (same inode, size and mtime), so a hand edit is still seen at once:
 //!
 //! ```json
 //! {"pods": {"<ns>/<name>": {"uid": "…", "labels": {…}, "owner_vmi": null,
@@ -18,10 +23,11 @@
 //! `annotations`. A corrupt file is reported and never overwritten.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read as _, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +76,84 @@ pub struct EmbeddedState {
 #[derive(Debug, Clone)]
 pub struct EmbeddedStore {
     path: PathBuf,
-    lock: Arc<tokio::sync::Mutex<()>>,
+    /// Serializes read-modify-write cycles; holds the parsed document.
+    lock: Arc<tokio::sync::Mutex<Cache>>,
+    /// Written since the last [`EmbeddedStore::flush`].
+    unsynced: Arc<AtomicBool>,
+}
+
+/// Identity of one version of the store file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Self {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+        }
+    }
+}
+
+/// The last document read or written, and the file version it came from
+/// (`None`: the file did not exist).
+#[derive(Debug, Default)]
+struct Cache {
+    valid: bool,
+    stamp: Option<Stamp>,
+    state: EmbeddedState,
+}
+
+impl Cache {
+    /// The current document: the cached one while the file is unchanged.
+    /// A corrupt file is an error and invalidates the cache.
+    fn current(&mut self, path: &Path) -> Result<&mut EmbeddedState> {
+        let read = |e: std::io::Error| PodApiError::Store {
+            op: "read",
+            path: path.to_owned(),
+            source: e,
+        };
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if !(self.valid && self.stamp.is_none()) {
+                    *self = Cache {
+                        valid: true,
+                        stamp: None,
+                        state: EmbeddedState::default(),
+                    };
+                }
+                return Ok(&mut self.state);
+            }
+            Err(e) => return Err(read(e)),
+        };
+        let stamp = Stamp::of(&file.metadata().map_err(read)?);
+        if !(self.valid && self.stamp == Some(stamp)) {
+            self.valid = false;
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map_err(read)?;
+            let state =
+                serde_json::from_slice(&bytes).map_err(|source| PodApiError::StoreCorrupt {
+                    path: path.to_owned(),
+                    source,
+                })?;
+            *self = Cache {
+                valid: true,
+                stamp: Some(stamp),
+                state,
+            };
+        }
+        Ok(&mut self.state)
+    }
 }
 
 fn pod_key(ns: &str, name: &str) -> String {
@@ -82,8 +165,45 @@ impl EmbeddedStore {
     pub fn open(state_dir: &Path) -> Self {
         EmbeddedStore {
             path: state_dir.join(STORE_FILE),
-            lock: Arc::new(tokio::sync::Mutex::new(())),
+            lock: Arc::new(tokio::sync::Mutex::new(Cache::default())),
+            unsynced: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Make the writes since the last flush durable (fsync of the file and
+    /// its directory); the agent's group-commit flusher calls this.
+    pub fn flush(&self) -> Result<()> {
+        if !self.unsynced.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let sync = |p: &Path| {
+            std::fs::File::open(p)
+                .and_then(|f| f.sync_all())
+                .map_err(|source| PodApiError::Store {
+                    op: "fsync",
+                    path: p.to_owned(),
+                    source,
+                })
+        };
+        let r = match sync(&self.path) {
+            Err(PodApiError::Store { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+        .and_then(|()| sync(dir));
+        if r.is_err() {
+            self.unsynced.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    /// Whether writes wait for [`EmbeddedStore::flush`].
+    pub fn has_unsynced(&self) -> bool {
+        self.unsynced.load(Ordering::Acquire)
     }
 
     /// The store file.
@@ -98,8 +218,8 @@ impl EmbeddedStore {
 
     /// A pod as the store knows it; unknown pods are plain pods without labels.
     pub async fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
-        let _guard = self.lock.lock().await;
-        let state = self.load()?;
+        let mut cache = self.lock.lock().await;
+        let state = cache.current(&self.path)?;
         let rec = state
             .pods
             .get(&pod_key(ns, name))
@@ -120,8 +240,8 @@ impl EmbeddedStore {
         if name.is_empty() {
             return Ok(None);
         }
-        let _guard = self.lock.lock().await;
-        let state = self.load()?;
+        let mut cache = self.lock.lock().await;
+        let state = cache.current(&self.path)?;
         state
             .vmis
             .get(&pod_key(ns, name))
@@ -144,8 +264,8 @@ impl EmbeddedStore {
         key: &str,
         entry: &PodNetworkEntry,
     ) -> Result<()> {
-        let _guard = self.lock.lock().await;
-        let mut state = self.load()?;
+        let mut cache = self.lock.lock().await;
+        let mut state = cache.current(&self.path)?.clone();
         let rec = state.pods.entry(pod_key(ns, name)).or_default();
         if let Some(uid) = uid {
             rec.uid = Some(uid.to_owned());
@@ -163,13 +283,13 @@ impl EmbeddedStore {
         })?;
         rec.annotations
             .insert(POD_NETWORKS_ANNOTATION.to_owned(), next);
-        self.save(&state)
+        self.save(&mut cache, state)
     }
 
     /// Remove `key`'s entry; a pod or entry the store does not know is success.
     pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
-        let _guard = self.lock.lock().await;
-        let mut state = self.load()?;
+        let mut cache = self.lock.lock().await;
+        let mut state = cache.current(&self.path)?.clone();
         let pk = pod_key(ns, name);
         let Some(rec) = state.pods.get_mut(&pk) else {
             return Ok(());
@@ -197,18 +317,27 @@ impl EmbeddedStore {
                 }
             }
         }
-        self.save(&state)
+        self.save(&mut cache, state)
     }
 
-    fn save(&self, state: &EmbeddedState) -> Result<()> {
-        let mut bytes = serde_json::to_vec_pretty(state)
+    /// Write `state` and remember it (with the version of the file written)
+    /// as the current document.
+    fn save(&self, cache: &mut Cache, state: EmbeddedState) -> Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(&state)
             .expect("a map of strings and JSON values always serializes");
         bytes.push(b'\n');
-        write_atomic(&self.path, &bytes).map_err(|(op, path, source)| PodApiError::Store {
-            op,
-            path,
-            source,
-        })
+        let err = |(op, path, source)| PodApiError::Store { op, path, source };
+        cache.valid = false;
+        write_atomic(&self.path, &bytes).map_err(err)?;
+        self.unsynced.store(true, Ordering::Release);
+        if let Ok(m) = std::fs::metadata(&self.path) {
+            *cache = Cache {
+                valid: true,
+                stamp: Some(Stamp::of(&m)),
+                state,
+            };
+        }
+        Ok(())
     }
 }
 
@@ -232,8 +361,8 @@ pub fn load_file(path: &Path) -> Result<EmbeddedState> {
 pub(crate) type AtomicWriteError = (&'static str, PathBuf, std::io::Error);
 
 /// Write `bytes` to `path` so readers see the old or the new content, never
-/// a mix: temporary file in the same directory, fsync, rename, fsync the
-/// directory. Creates the directory if needed.
+/// a mix: temporary file in the same directory, then rename (durability:
+/// [`EmbeddedStore::flush`]). Creates the directory if needed.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -250,11 +379,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteE
     let result = (|| {
         let mut f = std::fs::File::create(&tmp).map_err(|e| ("create", tmp.clone(), e))?;
         f.write_all(bytes).map_err(|e| ("write", tmp.clone(), e))?;
-        f.sync_all().map_err(|e| ("fsync", tmp.clone(), e))?;
-        std::fs::rename(&tmp, path).map_err(|e| ("rename into place", path.to_owned(), e))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| ("fsync directory", dir.to_owned(), e))
+        std::fs::rename(&tmp, path).map_err(|e| ("rename into place", path.to_owned(), e))
     })();
     if result.is_err() {
         // Best effort: never leave a stray temporary behind.
@@ -335,6 +460,47 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, [STORE_FILE]);
+    }
+
+    #[tokio::test]
+    async fn the_cached_document_follows_hand_edits_and_flush_is_a_group_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path());
+        assert!(!store.has_unsynced());
+        store
+            .set_network_entry("ns", "p", Some("uid-1"), "ns/a", &entry(10))
+            .await
+            .unwrap();
+        assert!(store.has_unsynced());
+        // Served from the cache...
+        assert_eq!(
+            store.get_pod("ns", "p").await.unwrap().uid.as_deref(),
+            Some("uid-1")
+        );
+        // ...until an operator edits the file by hand (labels, a VM owner).
+        let mut state = load_file(store.path()).unwrap();
+        state
+            .pods
+            .get_mut("ns/p")
+            .unwrap()
+            .labels
+            .insert("kubevirt.io".into(), "virt-launcher".into());
+        std::fs::write(store.path(), serde_json::to_vec(&state).unwrap()).unwrap();
+        let pod = store.get_pod("ns", "p").await.unwrap();
+        assert_eq!(pod.labels["kubevirt.io"], "virt-launcher");
+        // The next write starts from the edited document, not the cache.
+        store
+            .set_network_entry("ns", "p", None, "ns/b", &entry(11))
+            .await
+            .unwrap();
+        let rec = &store.load().unwrap().pods["ns/p"];
+        assert_eq!(rec.labels["kubevirt.io"], "virt-launcher");
+        assert!(rec.annotations[POD_NETWORKS_ANNOTATION].contains("\"ns/a\""));
+        // A file removed by hand is an empty store again.
+        std::fs::remove_file(store.path()).unwrap();
+        assert_eq!(store.get_pod("ns", "p").await.unwrap().uid, None);
+        store.flush().unwrap();
+        assert!(!store.has_unsynced());
     }
 
     #[tokio::test]
