@@ -4,25 +4,98 @@
 //! [`crate::datapath::afpacket`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
+use tracing::debug;
 use xdhcp_engine::Transmit;
 
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
-use crate::datapath::rawsock::{LinkInfo, RawSender, RawSockError, is_gone_errno};
+use crate::datapath::rawsock::{
+    LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno,
+};
 use crate::netns::run_in_netns_async;
 
 /// Failure opening or using a link.
 pub type LinkError = RawSockError;
 
 /// The sender for one interface, plus (`AF_PACKET` fallback) its receiver.
+///
+/// Both are packet sockets, and closing a packet socket waits for an RCU
+/// grace period (`packet_release` -> `synchronize_net`, 5-30 ms). Dropping a
+/// link (DEL, interface gone) or its receiver (capture moved to eBPF)
+/// therefore hands the sockets to [`close_later`] instead of blocking the
+/// async worker that runs the lease task.
 #[derive(Debug)]
 pub struct Link {
     pub ifname: String,
     pub netns: Option<PathBuf>,
     pub info: LinkInfo,
-    tx: RawSender,
+    /// Always present; taken only by `Drop`.
+    tx: Option<RawSender>,
     rx: Option<AfPacketReceiver>,
+    /// Interface-removal notifications (pod namespaces only).
+    watch: Option<LinkRemovalWatch>,
+    watch_failed: AtomicBool,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            close_later(Box::new(tx));
+        }
+        if let Some(rx) = self.rx.take() {
+            close_later(Box::new(rx));
+        }
+    }
+}
+
+/// Threads that close packet sockets; a fixed number, so the thread count
+/// stays O(1) in the lease count. Concurrent closes share grace periods.
+const CLOSERS: usize = 2;
+
+type Closing = Box<dyn Send>;
+
+/// Close `sock` (drop it) on a background closer thread; inline if none
+/// could be started.
+pub fn close_later(sock: Closing) {
+    static QUEUE: OnceLock<Option<Mutex<mpsc::Sender<Closing>>>> = OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Closing>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut started = 0;
+        for i in 0..CLOSERS {
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("xdhcp-close{i}"))
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    loop {
+                        let next = rx
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .recv();
+                        match next {
+                            Ok(sock) => drop(sock),
+                            Err(_) => break,
+                        }
+                    }
+                });
+            started += usize::from(spawned.is_ok());
+        }
+        (started > 0).then(|| Mutex::new(tx))
+    });
+    let rejected = match queue {
+        Some(q) => q
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(sock)
+            .err()
+            .map(|e| e.0),
+        None => Some(sock),
+    };
+    drop(rejected);
 }
 
 impl Link {
@@ -42,7 +115,13 @@ impl Link {
         // The receiver registers with this runtime's reactor even though it
         // is created on the namespace thread: one trip for everything.
         let runtime = tokio::runtime::Handle::current();
-        let work = move || -> Result<(RawSender, Option<AfPacketReceiver>), LinkError> {
+        let watched = netns.is_some();
+        type Opened = (
+            RawSender,
+            Option<AfPacketReceiver>,
+            Option<LinkRemovalWatch>,
+        );
+        let work = move || -> Result<Opened, LinkError> {
             let in_ns = |e: RawSockError| match e {
                 RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
                     ifname,
@@ -67,16 +146,30 @@ impl Link {
                     }
                 }
             })?;
+            let _entered = runtime.enter();
+            // Subscribed before the sender binds: a deletion after this point
+            // is queued on the watch, one before it fails the bind.
+            let watch = if watched {
+                Some(
+                    LinkRemovalWatch::open_here().map_err(|source| LinkError::Io {
+                        op: "subscribe to link notifications",
+                        ifname: name.clone(),
+                        netns: ns_owned.clone(),
+                        source,
+                    })?,
+                )
+            } else {
+                None
+            };
             let tx = RawSender::open_here(&name).map_err(in_ns)?;
             let rx = if afpacket_rx {
-                let _entered = runtime.enter();
                 Some(AfPacketReceiver::open_here(&name).map_err(in_ns)?)
             } else {
                 None
             };
-            Ok((tx, rx))
+            Ok((tx, rx, watch))
         };
-        let (tx, rx) = match netns {
+        let (tx, rx, watch) = match netns {
             Some(ns) => run_in_netns_async(ns, work).await??,
             None => work()?,
         };
@@ -84,8 +177,10 @@ impl Link {
             ifname: ifname.to_owned(),
             netns: netns.map(Path::to_path_buf),
             info: tx.info(),
-            tx,
+            tx: Some(tx),
             rx,
+            watch,
+            watch_failed: AtomicBool::new(false),
         })
     }
 
@@ -103,18 +198,23 @@ impl Link {
     /// Send frames with `mac` as the Ethernet source (a VM's MAC).
     #[must_use]
     pub fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
-        self.tx = self.tx.with_src_mac(mac);
+        self.tx = self.tx.take().map(|tx| tx.with_src_mac(mac));
         self
     }
 
     /// Send one engine transmit.
     pub fn send(&self, t: &Transmit) -> Result<(), LinkError> {
-        self.tx.send_transmit(t)
+        self.tx
+            .as_ref()
+            .expect("the sender is present until the link is dropped")
+            .send_transmit(t)
     }
 
-    /// Close the `AF_PACKET` receiver (capture moved to eBPF).
+    /// Close the `AF_PACKET` receiver (capture moved to eBPF), off this thread.
     pub fn drop_rx(&mut self) {
-        self.rx = None;
+        if let Some(rx) = self.rx.take() {
+            close_later(Box::new(rx));
+        }
     }
 
     /// Whether this link has its own `AF_PACKET` receiver.
@@ -128,6 +228,30 @@ impl Link {
         match &self.rx {
             Some(rx) => rx.recv().await,
             None => std::future::pending().await,
+        }
+    }
+
+    /// Stop watching for the interface's removal (a one-shot discovery
+    /// ends at BOUND and never asks).
+    pub fn drop_watch(&mut self) {
+        self.watch = None;
+    }
+
+    /// Resolves once the interface is deleted (or moved out of its
+    /// namespace). Pends forever when the link has no watch (opened in the
+    /// agent's own namespace) or the watch failed; cancel-safe.
+    pub async fn removed(&self) {
+        let (Some(w), Some(tx)) = (&self.watch, &self.tx) else {
+            return std::future::pending().await;
+        };
+        if self.watch_failed.load(Ordering::Relaxed) {
+            return std::future::pending().await;
+        }
+        if let Err(e) = w.removed(self.info.ifindex, tx).await {
+            debug!(ifname = %self.ifname, error = %e,
+                "link notifications failed; interface removal is noticed at the next send");
+            self.watch_failed.store(true, Ordering::Relaxed);
+            std::future::pending::<()>().await;
         }
     }
 }
