@@ -15,7 +15,6 @@ use super::persist::{self, LeaseRecord, WorkloadKind};
 use super::{Agent, apply};
 use crate::cli::now_unix_ms;
 use crate::datapath::RxFrame;
-use crate::netlink::LinkWatch;
 use crate::rpc::LeaseView;
 
 /// How long a maintained lease waits before trying again after an
@@ -25,6 +24,12 @@ const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
 const EBPF_ATTACH_DELAY: Duration = Duration::from_millis(500);
 /// Spread of that move over leases, in milliseconds.
 const EBPF_ATTACH_JITTER_MS: u64 = 1500;
+
+/// eBPF attaches in flight at once, agent-wide. They serialize on the
+/// loader's lock anyway; without this each waiting one held a thread of the
+/// (bounded) blocking pool, and the store writes of new leases queued
+/// behind them.
+static ATTACH_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// What ADD waits for.
 #[derive(Debug)]
@@ -177,10 +182,11 @@ pub async fn run(mut task: Task) {
     let mut stop_ack: Option<oneshot::Sender<()>> = None;
     let mut reacquire_at: Option<Instant> = None;
     // Maintained leases end as soon as their interface is deleted (pod gone,
-    // or the main plugin's DEL removed it first), not at the next send. The
-    // watch is opened once a lease is held, off the ADD's critical path.
-    let mut watch: Option<LinkWatch> = None;
-    let mut want_watch = !oneshot;
+    // or the main plugin's DEL removed it first), not at the next send: the
+    // link's removal watch, subscribed when the link was opened.
+    if oneshot {
+        task.link.drop_watch();
+    }
     let end_reason;
     loop {
         // Outputs first: frames to send, then events.
@@ -209,18 +215,15 @@ pub async fn run(mut task: Task) {
             task.pending_attach = Some(tokio::spawn(async move {
                 tokio::select! {
                     () = cancel.cancelled() => None,
-                    () = tokio::time::sleep(delay) => agent.attach_ebpf(target).await,
+                    () = tokio::time::sleep(delay) => tokio::select! {
+                        () = cancel.cancelled() => None,
+                        slot = ATTACH_SLOTS.acquire() => {
+                            let _slot = slot.ok();
+                            agent.attach_ebpf(target).await
+                        }
+                    },
                 }
             }));
-        }
-        if want_watch && task.client.lease().is_some() {
-            want_watch = false;
-            match LinkWatch::open(task.link.netns.as_deref(), task.link.info.ifindex).await {
-                Ok(w) => watch = Some(w),
-                Err(e) => {
-                    debug!(error = %e, "no link watch; interface removal is noticed at the next send");
-                }
-            }
         }
         if !task.client.state().expects_reply() {
             release_xid(&task, &mut owned_xid);
@@ -264,17 +267,9 @@ pub async fn run(mut task: Task) {
                     break;
                 }
             },
-            gone = async {
-                match watch.as_mut() {
-                    Some(w) => w.removed().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                if gone.is_ok() {
-                    end_reason = End::Removed;
-                    break;
-                }
-                watch = None;
+            () = task.link.removed() => {
+                end_reason = End::Removed;
+                break;
             }
             attached = async {
                 match task.pending_attach.as_mut() {

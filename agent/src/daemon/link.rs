@@ -20,6 +20,13 @@ use crate::netns::run_in_netns_async;
 /// Failure opening or using a link.
 pub type LinkError = RawSockError;
 
+/// What one trip into the namespace opens for a link.
+type Opened = (
+    RawSender,
+    Option<AfPacketReceiver>,
+    Option<LinkRemovalWatch>,
+);
+
 /// The sender for one interface, plus (`AF_PACKET` fallback) its receiver.
 ///
 /// Both are packet sockets, and closing a packet socket waits for an RCU
@@ -116,11 +123,6 @@ impl Link {
         // is created on the namespace thread: one trip for everything.
         let runtime = tokio::runtime::Handle::current();
         let watched = netns.is_some();
-        type Opened = (
-            RawSender,
-            Option<AfPacketReceiver>,
-            Option<LinkRemovalWatch>,
-        );
         let work = move || -> Result<Opened, LinkError> {
             let in_ns = |e: RawSockError| match e {
                 RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {

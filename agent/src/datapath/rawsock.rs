@@ -21,6 +21,8 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use xdhcp_engine::{Destination, Transmit};
 
 use super::frame::{self, FrameHeaders};
@@ -404,6 +406,26 @@ impl RawSender {
         self.src_mac
     }
 
+    /// Whether the socket is still bound to its interface: the kernel
+    /// unbinds packet sockets (interface index -1) when their interface is
+    /// unregistered — deleted, or moved to another namespace.
+    pub fn is_bound(&self) -> bool {
+        // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
+        let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: `sll` is writable for `len` bytes.
+        let rc = unsafe {
+            libc::getsockname(
+                self.fd.as_raw_fd(),
+                std::ptr::from_mut(&mut sll).cast::<libc::sockaddr>(),
+                &raw mut len,
+            )
+        };
+        // A failing getsockname on a live descriptor says nothing about the
+        // interface: assume it is still there.
+        rc != 0 || sll.sll_ifindex > 0
+    }
+
     /// Builds and sends the frame for an engine [`Transmit`].
     pub fn send_transmit(&self, t: &Transmit) -> Result<()> {
         let headers = headers_for(self.src_mac, self.vlan, t);
@@ -469,9 +491,176 @@ impl AsRawFd for RawSender {
     }
 }
 
+/// Notices the deletion of an interface: a `NETLINK_ROUTE` socket in the
+/// interface's namespace subscribed to `RTNLGRP_LINK`, read into a stack
+/// buffer.
+///
+/// It is opened in the same trip into the namespace as the sender, so a
+/// lease needs no extra thread, task or heap buffer to watch its interface
+/// (the rtnetlink connection used before kept 72 KiB of buffers and a task
+/// per lease and cost two more namespace threads after BOUND).
+#[derive(Debug)]
+pub struct LinkRemovalWatch {
+    fd: AsyncFd<OwnedFd>,
+}
+
+/// Receive buffer for link notifications (one `RTM_NEWLINK`/`RTM_DELLINK`
+/// is about 1.5 KiB; only the headers at the front are read).
+const NOTIFY_BUF: usize = 8192;
+
+impl LinkRemovalWatch {
+    /// Subscribe in the calling thread's namespace; must run inside the
+    /// tokio runtime that will poll it.
+    pub fn open_here() -> io::Result<Self> {
+        // SAFETY: plain socket(2); the descriptor is owned at once.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: an all-zero sockaddr_nl is valid (pid 0: the kernel picks).
+        let mut sa: libc::sockaddr_nl = unsafe { zeroed() };
+        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        sa.nl_groups = libc::RTMGRP_LINK as u32;
+        // SAFETY: `sa` is a valid sockaddr_nl of the size passed.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                std::ptr::from_ref(&sa).cast(),
+                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the OwnedFd stays open, and is the same descriptor, until
+        // the AsyncFd owning it is dropped.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(io::Error::from)?;
+        Ok(Self { fd })
+    }
+
+    /// Waits for `RTM_DELLINK` of `ifindex`. When notifications were lost
+    /// (`ENOBUFS`: the socket overflowed) the interface is looked up
+    /// through `tx`, whose binding the kernel clears on unregister.
+    pub async fn removed(&self, ifindex: u32, tx: &RawSender) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|fd| drain_notifications(fd.as_raw_fd(), ifindex)) {
+                Ok(Ok(true)) => return Ok(()),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    if !tx.is_bound() {
+                        return Ok(());
+                    }
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => {}
+            }
+        }
+    }
+}
+
+/// Reads every queued notification; `Ok(true)` when one of them deletes
+/// `ifindex`, `WouldBlock` once the queue is empty without one.
+fn drain_notifications(fd: RawFd, ifindex: u32) -> io::Result<bool> {
+    let mut buf = [0u8; NOTIFY_BUF];
+    loop {
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+        if deletes(&buf[..n], ifindex) {
+            return Ok(true);
+        }
+    }
+}
+
+/// Whether the netlink datagram `msg` holds an `RTM_DELLINK` for `ifindex`.
+/// Truncated or malformed messages are skipped, never a panic.
+fn deletes(mut msg: &[u8], ifindex: u32) -> bool {
+    const NLMSG_HDRLEN: usize = 16;
+    // ifinfomsg: family u8, pad u8, type u16, index i32, flags u32, change u32.
+    const IFI_INDEX: std::ops::Range<usize> = 4..8;
+    while msg.len() >= NLMSG_HDRLEN {
+        let len = u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]) as usize;
+        let ty = u16::from_ne_bytes([msg[4], msg[5]]);
+        if len < NLMSG_HDRLEN {
+            return false;
+        }
+        if ty == libc::RTM_DELLINK
+            && let Some(b) = msg
+                .get(NLMSG_HDRLEN..len.min(msg.len()))
+                .and_then(|body| body.get(IFI_INDEX))
+            && u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) == ifindex
+        {
+            return true;
+        }
+        // NLMSG_ALIGN: messages are padded to 4 bytes.
+        let next = (len + 3) & !3;
+        if next >= msg.len() {
+            return false;
+        }
+        msg = &msg[next..];
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A netlink notification: header, ifinfomsg for `ifindex`, padding.
+    fn link_msg(ty: u16, ifindex: u32, extra: usize) -> Vec<u8> {
+        let len = 16 + 16 + extra;
+        let mut m = Vec::new();
+        m.extend_from_slice(&u32::try_from(len).unwrap().to_ne_bytes());
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&[0; 10]); // flags, seq, pid
+        m.extend_from_slice(&[0, 0, 1, 0]); // family, pad, type
+        m.extend_from_slice(&ifindex.to_ne_bytes());
+        m.extend_from_slice(&[0; 8]); // flags, change
+        m.resize(len.next_multiple_of(4), 0xee);
+        m
+    }
+
+    #[test]
+    fn only_a_dellink_of_our_interface_counts_as_removal() {
+        assert!(deletes(&link_msg(libc::RTM_DELLINK, 7, 0), 7));
+        assert!(!deletes(&link_msg(libc::RTM_DELLINK, 8, 0), 7));
+        assert!(!deletes(&link_msg(libc::RTM_NEWLINK, 7, 0), 7));
+        // Second message of a datagram, after a padded first one.
+        let mut two = link_msg(libc::RTM_NEWLINK, 7, 5);
+        two.extend(link_msg(libc::RTM_DELLINK, 7, 0));
+        assert!(deletes(&two, 7));
+    }
+
+    #[test]
+    fn truncated_or_malformed_notifications_are_skipped() {
+        let full = link_msg(libc::RTM_DELLINK, 7, 0);
+        for cut in 0..full.len() {
+            let _ = deletes(&full[..cut], 7);
+        }
+        assert!(!deletes(&full[..23], 7), "index not received");
+        let mut zero_len = full.clone();
+        zero_len[..4].copy_from_slice(&0u32.to_ne_bytes());
+        assert!(!deletes(&zero_len, 7));
+        let mut huge = full;
+        huge[..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert!(
+            deletes(&huge, 7),
+            "the index is present even if the length lies"
+        );
+    }
 
     fn transmit(dst: Destination, src_ip: Ipv4Addr) -> Transmit {
         Transmit {
