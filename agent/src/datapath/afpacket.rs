@@ -343,7 +343,6 @@ impl AfPacketReceiver {
     /// filter but do not parse are counted and skipped. The interface going
     /// away surfaces as [`RawSockError::InterfaceGone`].
     pub async fn recv(&self) -> Result<RxFrame, RawSockError> {
-        let mut buf = vec![0u8; RECV_BUF];
         loop {
             let mut guard = self
                 .fd
@@ -352,7 +351,9 @@ impl AfPacketReceiver {
                 .map_err(|e| {
                     classify("wait for a frame", &self.ifname, self.netns.as_deref(), e)
                 })?;
-            match guard.try_io(|fd| self.recv_one(fd.as_raw_fd(), &mut buf)) {
+            // The buffer lives on the stack for the one call: a pending
+            // receive (every lease task waits in one) holds no heap memory.
+            match guard.try_io(|fd| self.recv_one(fd.as_raw_fd(), &mut [0u8; RECV_BUF])) {
                 Ok(Ok(Recv::Frame(f))) => return Ok(f),
                 Ok(Ok(Recv::Skipped)) | Err(_) => {} // would block: wait again
                 Ok(Err(e)) => {
@@ -369,7 +370,7 @@ impl AfPacketReceiver {
 
     /// Non-blocking receive of one frame (`Ok(None)`: nothing queued).
     pub fn try_recv(&self) -> Result<Option<RxFrame>, RawSockError> {
-        let mut buf = vec![0u8; RECV_BUF];
+        let mut buf = [0u8; RECV_BUF];
         loop {
             match self.recv_one(self.fd.as_raw_fd(), &mut buf) {
                 Ok(Recv::Frame(f)) => return Ok(Some(f)),
