@@ -22,6 +22,8 @@ pub(crate) trait Packet {
     /// Length of the frame as the program sees it.
     fn frame_len(&self) -> usize;
     /// Reads a `T` at `offset`, or `None` when it would cross the frame end.
+    /// Integer fields are read with one load each whatever their alignment
+    /// in the frame (see the implementations).
     fn read<T: Copy>(&self, offset: usize) -> Option<T>;
 }
 
@@ -46,52 +48,53 @@ pub(crate) enum Class {
 }
 
 #[inline(always)]
-fn be16(b: [u8; 2]) -> u16 {
-    u16::from_be_bytes(b)
-}
-
-#[inline(always)]
 pub(crate) fn classify<P: Packet>(pkt: &P) -> Class {
-    let Some(ethertype) = pkt.read::<[u8; 2]>(12) else {
+    // Fields are read as the 16/32-bit words they are (one load each, not
+    // byte by byte); network-order values are converted with from_be, wire
+    // bytes compared as native words.
+    let Some(ethertype) = pkt.read::<u16>(12) else {
         return Class::Malformed;
     };
-    let mut ethertype = be16(ethertype);
-    let mut l3 = ETH_HLEN;
-    let mut vlan = VLAN_NONE;
-    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
-        let Some(tag) = pkt.read::<[u8; 4]>(ETH_HLEN) else {
+    // Untagged IPv4 first: the common case decides in one compare.
+    let (l3, vlan) = if ethertype == ETH_P_IP.to_be() {
+        (ETH_HLEN, VLAN_NONE)
+    } else if ethertype == ETH_P_8021Q.to_be() || ethertype == ETH_P_8021AD.to_be() {
+        let Some([tci, inner]) = pkt.read::<[u16; 2]>(ETH_HLEN) else {
             return Class::Malformed;
         };
-        vlan = u32::from(be16([tag[0], tag[1]]) & 0x0fff);
-        ethertype = be16([tag[2], tag[3]]);
-        l3 += 4;
-    }
-    if ethertype != ETH_P_IP {
+        if inner != ETH_P_IP.to_be() {
+            return Class::NotDhcp;
+        }
+        (ETH_HLEN + 4, u32::from(u16::from_be(tci) & 0x0fff))
+    } else {
         return Class::NotDhcp;
-    }
-    let Some(ip) = pkt.read::<[u8; 20]>(l3) else {
+    };
+    // The fixed IPv4 header as ten 16-bit words.
+    let Some(ip) = pkt.read::<[u16; 10]>(l3) else {
         return Class::Malformed;
     };
-    if ip[9] != IPPROTO_UDP {
+    let [version_ihl, _tos] = ip[0].to_ne_bytes();
+    let [_ttl, protocol] = ip[4].to_ne_bytes();
+    if protocol != IPPROTO_UDP {
         return Class::NotDhcp;
     }
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    if ip[0] >> 4 != 4 || ihl < 20 {
+    let ihl = usize::from(version_ihl & 0x0f) * 4;
+    if version_ihl >> 4 != 4 || ihl < 20 {
         return Class::Malformed;
     }
     // More-fragments flag or a fragment offset: not a whole datagram.
-    if be16([ip[6], ip[7]]) & 0x3fff != 0 {
+    if u16::from_be(ip[3]) & 0x3fff != 0 {
         return Class::Fragment;
     }
     let l4 = l3 + ihl;
-    let Some(udp) = pkt.read::<[u8; 8]>(l4) else {
+    let Some(udp) = pkt.read::<[u16; 4]>(l4) else {
         return Class::Malformed;
     };
-    if be16([udp[0], udp[1]]) != 67 || be16([udp[2], udp[3]]) != 68 {
+    if u16::from_be(udp[0]) != 67 || u16::from_be(udp[1]) != 68 {
         return Class::NotDhcp;
     }
-    let total_len = usize::from(be16([ip[2], ip[3]]));
-    let udp_len = usize::from(be16([udp[4], udp[5]]));
+    let total_len = usize::from(u16::from_be(ip[1]));
+    let udp_len = usize::from(u16::from_be(udp[2]));
     if udp_len < UDP_HLEN + MIN_DHCP_LEN
         || total_len < ihl + udp_len
         || l3 + total_len > pkt.frame_len()
@@ -99,19 +102,20 @@ pub(crate) fn classify<P: Packet>(pkt: &P) -> Class {
         return Class::Malformed;
     }
     let payload_offset = l4 + UDP_HLEN;
-    let Some(head) = pkt.read::<[u8; 8]>(payload_offset) else {
+    // op, htype, hlen, hops; then the xid, as on the wire.
+    let Some([op_word, xid]) = pkt.read::<[u32; 2]>(payload_offset) else {
         return Class::Malformed;
     };
-    let Some(cookie) = pkt.read::<[u8; 4]>(payload_offset + COOKIE_OFFSET) else {
+    let Some(cookie) = pkt.read::<u32>(payload_offset + COOKIE_OFFSET) else {
         return Class::Malformed;
     };
-    if head[0] != BOOTREPLY || cookie != MAGIC_COOKIE {
+    if op_word.to_ne_bytes()[0] != BOOTREPLY || cookie != u32::from_ne_bytes(MAGIC_COOKIE) {
         return Class::Malformed;
     }
     Class::Dhcp(Dhcp {
         vlan,
         payload_offset: payload_offset as u32,
         payload_len: (udp_len - UDP_HLEN) as u32,
-        xid: u32::from_ne_bytes([head[4], head[5], head[6], head[7]]),
+        xid,
     })
 }

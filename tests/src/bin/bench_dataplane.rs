@@ -1,10 +1,18 @@
 //! `cargo xtask bench dataplane`: TCP throughput across a veth pair between
 //! two network namespaces (iperf3), with nothing attached, with the TC
 //! program, with native XDP and with generic XDP on the receiving veth, in one
-//! run, several interleaved runs each; medians and ratios to bare. The
-//! programs run in observe mode (every frame is classified; none is DHCP).
+//! run. The programs run in observe mode (every frame is classified; none is
+//! DHCP).
 //!
-//! Usage: `bench_dataplane [seconds-per-run] [runs]` (default 5 s, 5 runs). Needs root and iperf3.
+//! Noise control, for a small machine shared with other work: every round
+//! measures all four setups back to back, in an order rotated from round to
+//! round; each iperf3 run leaves out its first second (TCP slow start,
+//! `-O 1`); and each attached setup is judged by the median over rounds of
+//! its throughput divided by the bare throughput of the same round (a paired
+//! ratio: drift between rounds cancels out), reported with the spread of
+//! those ratios.
+//!
+//! Usage: `bench_dataplane [seconds-per-run] [rounds]` (default 4 s, 9 rounds). Needs root and iperf3.
 #![expect(clippy::print_stdout, reason = "benchmark CLI prints its report")]
 
 use std::net::Ipv4Addr;
@@ -48,7 +56,8 @@ fn iperf(server: &NetNs, client: &NetNs, secs: u64) -> Result<f64> {
     for _ in 0..50 {
         let out = client
             .command("iperf3")
-            .args(["-c", &SERVER_IP.to_string(), "-t", &secs.to_string(), "-J"])
+            .args(["-c", &SERVER_IP.to_string(), "-t", &secs.to_string()])
+            .args(["-O", "1", "-J"])
             .output()
             .context("running iperf3 (is it installed?)")?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -76,13 +85,60 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// Medians and paired ratios to bare (`results[0]`), one row per setup.
+fn report(setups: &[Setup], results: &[Vec<f64>], secs: u64, runs: usize) -> Result<String> {
+    let mut out = String::new();
+    writeln!(out)?;
+    writeln!(
+        out,
+        "bench dataplane: iperf3 TCP over veth, {runs} rounds x {secs} s (first second left \
+         out), median Gbit/s and median of per-round ratios to bare"
+    )?;
+    writeln!(
+        out,
+        "{:<12} {:>12} {:>14} {:>18}",
+        "setup", "Gbit/s", "% of bare", "ratio min..max"
+    )?;
+    let ratios: Vec<Vec<f64>> = results
+        .iter()
+        .map(|r| r.iter().zip(&results[0]).map(|(x, b)| x / b).collect())
+        .collect();
+    let mut paired = Vec::new();
+    for (i, setup) in setups.iter().enumerate() {
+        let m = median(&mut results[i].clone());
+        let mut r = ratios[i].clone();
+        let pr = median(&mut r);
+        paired.push(pr);
+        writeln!(
+            out,
+            "{:<12} {m:>12.2} {:>13.1}% {:>8.1}..{:.1} %",
+            setup.name(),
+            100.0 * pr,
+            100.0 * r[0],
+            100.0 * r[r.len() - 1]
+        )?;
+    }
+    let tc = paired[1];
+    writeln!(out)?;
+    writeln!(
+        out,
+        "target: default choice for veth (tc) >= 97 % of bare: {:.1} % -> {}",
+        100.0 * tc,
+        if tc >= 0.97 { "met" } else { "MISSED" }
+    )?;
+    Ok(out)
+}
+
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let secs: u64 = args
         .next()
-        .map_or(Ok(5), |s| s.parse())
+        .map_or(Ok(4), |s| s.parse())
         .context("seconds")?;
-    let runs: usize = args.next().map_or(Ok(5), |s| s.parse()).context("runs")?;
+    let runs: usize = args.next().map_or(Ok(9), |s| s.parse()).context("rounds")?;
+    if runs == 0 {
+        bail!("at least one round");
+    }
     Command::new("iperf3")
         .arg("--version")
         .output()
@@ -143,30 +199,7 @@ fn main() -> Result<()> {
     if passed == 0 {
         bail!("the programs classified no packets: not attached where the data flows?");
     }
-    let mut out = String::new();
-    writeln!(out)?;
-    writeln!(
-        out,
-        "bench dataplane: iperf3 TCP over veth, {runs} x {secs} s, median Gbit/s"
-    )?;
-    let bare = median(&mut results[0]);
-    for (i, setup) in setups.iter().enumerate() {
-        let m = median(&mut results[i]);
-        writeln!(
-            out,
-            "{:<12} {m:>8.2} Gbit/s  {:>6.1} % of bare",
-            setup.name(),
-            100.0 * m / bare
-        )?;
-    }
-    let tc = median(&mut results[1]);
-    writeln!(out)?;
-    writeln!(
-        out,
-        "target: default choice for veth (tc) >= 97 % of bare: {:.1} % -> {}",
-        100.0 * tc / bare,
-        if tc / bare >= 0.97 { "met" } else { "MISSED" }
-    )?;
+    let mut out = report(&setups, &results, secs, runs)?;
     writeln!(out, "frames classified by the programs: {passed}")?;
     print!("{out}");
     if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {

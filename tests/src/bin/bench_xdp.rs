@@ -12,7 +12,9 @@
 //! `repeat > 1` the kernel re-patches the XDP dispatcher and waits for an RCU
 //! grace period) and the time this process spends preempted on a shared
 //! machine. Programs are interleaved round by round so drift hits all of
-//! them alike, and each figure is the median of the rounds.
+//! them alike, and each figure is the interquartile mean of the rounds (the
+//! mean of the middle half: robust like a median, finer than the kernel's
+//! integer nanoseconds).
 //!
 //! Non-DHCP: one run per round with a large repeat count.
 //!
@@ -123,16 +125,21 @@ fn tcp_frame() -> Vec<u8> {
     f
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The interquartile mean: the mean of the middle half of the samples.
+/// Robust to outliers like a median, and finer than the kernel's integer
+/// nanoseconds (the rounds dither around the true value).
+fn iqm(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let q = v.len() / 4;
+    let mid = &v[q..v.len() - q];
+    mid.iter().sum::<f64>() / f64::from(u32::try_from(mid.len()).expect("few samples"))
 }
 
 fn ns(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e9
 }
 
-/// Per-packet cost without the per-run fixed cost, from the medians of runs
+/// Per-packet cost without the per-run fixed cost, from the figures of runs
 /// of `nb` (`big`) and `ns` (`small`) repetitions.
 fn marginal(big: f64, small: f64, [nb, ns]: [u32; 2]) -> f64 {
     (big * f64::from(nb) - small * f64::from(ns)) / f64::from(nb - ns)
@@ -189,9 +196,9 @@ impl Bench {
     }
 }
 
-/// Medians of one row: one sample list per column.
-fn medians<const N: usize>(v: &mut [Vec<f64>; N]) -> [f64; N] {
-    v.each_mut().map(|x| median(x))
+/// Interquartile means of one row: one sample list per column.
+fn iqms<const N: usize>(v: &mut [Vec<f64>; N]) -> [f64; N] {
+    v.each_mut().map(|x| iqm(x))
 }
 
 /// Samples of every row, one list per round.
@@ -239,11 +246,12 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
 
 fn report(s: &mut Samples, decoded: u64) -> Result<String> {
     let mut out = String::new();
-    let m60 = medians(&mut s.fast);
+    let m60 = iqms(&mut s.fast);
     let mut m342 = [0.0; 3];
     writeln!(
         out,
-        "bench xdp: BPF_PROG_TEST_RUN, kernel-timed, median of {ROUNDS} rounds, ns/packet"
+        "bench xdp: BPF_PROG_TEST_RUN, kernel-timed, interquartile mean of {ROUNDS} rounds, \
+         ns/packet"
     )?;
     writeln!(
         out,
@@ -266,12 +274,12 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
         Ok(())
     };
     row(&mut out, "60 B TCP (not DHCP)", m60)?;
-    row(&mut out, "342 B DHCP, mode off", medians(&mut s.off))?;
+    row(&mut out, "342 B DHCP, mode off", iqms(&mut s.off))?;
     for (fi, len) in DHCP_SIZES.into_iter().enumerate() {
         let name = format!("{len} B OFFER captured");
         let [nb, ns] = batches(len);
-        let big = medians(&mut s.dhcp[fi][0]);
-        let small = medians(&mut s.dhcp[fi][1]);
+        let big = iqms(&mut s.dhcp[fi][0]);
+        let small = iqms(&mut s.dhcp[fi][1]);
         let marg = [0, 1, 2].map(|i| marginal(big[i], small[i], [nb, ns]));
         row(&mut out, &format!("{name}, runs of {nb}"), big)?;
         row(&mut out, &format!("{name}, runs of {ns}"), small)?;
@@ -296,7 +304,7 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
     let mut floor = 0.0;
     let [ref_big, ref_small] = &mut s.refs;
     for ((name, big), small) in reference::NAMES.into_iter().zip(ref_big).zip(ref_small) {
-        let (big, small) = (median(big), median(small));
+        let (big, small) = (iqm(big), iqm(small));
         let marg = marginal(big, small, [nb, ns]);
         writeln!(out, "  {name:<62} {big:>7.2} {small:>7.2} {marg:>7.2}")?;
         floor = marg;
