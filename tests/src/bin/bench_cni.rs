@@ -5,13 +5,23 @@
 //! CNI environment and the network config on stdin) on the same pre-created
 //! pod interfaces (veths from a lab bridge into per-pod namespaces):
 //!
-//! 1. single ADD latency (median, p99 over 50 ADD+DEL rounds, dnsmasq `--no-ping`);
+//! 1. single ADD latency (median, p99 over 50 ADD+DEL rounds after one
+//!    unmeasured warm-up round, dnsmasq `--no-ping`);
 //! 2. 100 concurrent ADDs against dnsmasq `--no-ping` and against Kea: wall
-//!    time, leases/s, failures;
-//! 3. daemon RSS and OS thread count at 0, 100 and 1000 leases.
+//!    time, leases/s, failures, and the daemon's CPU time (printed);
+//! 3. the floors under those bursts, measured in the same run: 100 plugin
+//!    execs that do no DHCP (`CNI_COMMAND=VERSION`) per implementation, and
+//!    each server's own limit — 100 DORAs straight from this process over
+//!    raw sockets, no CNI (back to back, and all at once);
+//! 4. daemon RSS and OS thread count at 0, 100 and 1000 leases.
 //!
-//! Results are printed as a Markdown table of figures and ratios and written
-//! to `$XDHCP_BENCH_RESULTS/cni.md`. Nothing here asserts a timing.
+//! Both daemons are measured once they serve (xdhcp: CNI STATUS succeeds),
+//! not during their start-up. Results are printed as a Markdown table of
+//! figures and ratios and written to `$XDHCP_BENCH_RESULTS/cni.md`. Nothing
+//! here asserts a timing. `XDHCP_BENCH_CNI=latency|footprint` runs one part;
+//! `XDHCP_BENCH_ONLY=xdhcp|upstream` one implementation (no ratios then);
+//! `XDHCP_BENCH_LOG_DIR` keeps the daemon logs (agent at
+//! `XDHCP_BENCH_RUST_LOG`) and per-ADD timings there.
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -31,6 +41,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
+use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
 use xdhcp_tests::{
     netns::{Lab, LabClient},
     servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, wait_until},
@@ -115,12 +127,49 @@ impl Daemon {
             which.name(),
             std::fs::read_to_string(&log).unwrap_or_default()
         );
-        Daemon {
+        let d = Daemon {
             which,
             process,
             socket,
             plugin,
             _dir: dir,
+        };
+        // Measure each daemon once it serves, not its start-up: xdhcp binds
+        // its socket first and answers once the datapath and recovery are
+        // done (CNI STATUS says when); the upstream daemon serves as soon as
+        // it accepts connections.
+        assert!(
+            wait_until(Duration::from_secs(20), || d.ready()),
+            "{} did not become ready; log:\n{}",
+            which.name(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        d
+    }
+
+    fn ready(&self) -> bool {
+        match self.which {
+            Impl::Upstream => std::os::unix::net::UnixStream::connect(&self.socket).is_ok(),
+            Impl::Xdhcp => {
+                let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "benchnet",
+                    "ipam": {"type": "xdhcp", "socketPath": self.socket}})
+                .to_string();
+                let Ok(mut child) = Command::new(&self.plugin)
+                    .env("CNI_COMMAND", "STATUS")
+                    .env("CNI_PATH", "/usr/lib/cni")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                else {
+                    return false;
+                };
+                let fed = child
+                    .stdin
+                    .take()
+                    .is_some_and(|mut i| i.write_all(conf.as_bytes()).is_ok());
+                child.wait().is_ok_and(|s| s.success()) && fed
+            }
         }
     }
 
@@ -171,6 +220,24 @@ impl Daemon {
         }
     }
 
+    /// CPU time (user + system) the daemon process has used, in ms.
+    fn cpu_ms(&self) -> u64 {
+        let Some(pid) = self.process.pid() else {
+            return 0;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // After the parenthesised command name: utime and stime are the
+        // 12th and 13th fields, in clock ticks (100 Hz).
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let ticks: u64 = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum();
+        ticks * 10
+    }
+
     /// (RSS in KiB, OS threads) of the daemon process.
     fn footprint(&self) -> (u64, u64) {
         let pid = self.process.pid().expect("daemon running");
@@ -197,6 +264,13 @@ fn impls() -> Vec<Impl> {
     }
 }
 
+fn unix_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros()
+}
+
 fn unix_ms() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -218,6 +292,11 @@ fn ms(d: Duration) -> f64 {
 
 /// ADD+DEL rounds on one interface; returns sorted ADD latencies.
 fn single(d: &Daemon, client: &LabClient) -> Vec<Duration> {
+    // One unmeasured round first, for both implementations alike: the first
+    // exec of a freshly built binary reads it from disk (100-200 ms), which
+    // says nothing about the plugin.
+    let _ = d.cni("ADD", "warmup", client);
+    let _ = d.cni("DEL", "warmup", client);
     let mut lat = Vec::with_capacity(SINGLE_RUNS);
     for i in 0..SINGLE_RUNS {
         let id = format!("single-{i}");
@@ -226,6 +305,14 @@ fn single(d: &Daemon, client: &LabClient) -> Vec<Duration> {
             Err(e) => eprintln!("  single ADD failed: {e}"),
         }
         let _ = d.cni("DEL", &id, client);
+    }
+    if let Some(dir) = std::env::var_os("XDHCP_BENCH_LOG_DIR") {
+        let mut text = String::new();
+        for t in &lat {
+            let _ = writeln!(text, "{:.3}", ms(*t));
+        }
+        let name = format!("{}-singles.txt", d.which.name().replace(' ', "-"));
+        let _ = std::fs::write(Path::new(&dir).join(name), text);
     }
     lat.sort();
     lat
@@ -241,11 +328,18 @@ struct Burst {
 /// `n` concurrent ADDs on clients `0..n`, container ids `<tag>-<i>`.
 fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
     let started = Instant::now();
-    let results: Vec<Result<Duration, String>> = std::thread::scope(|s| {
+    let t0 = unix_us();
+    let timed: Vec<(u128, u128, Result<Duration, String>)> = std::thread::scope(|s| {
         let handles: Vec<_> = clients
             .iter()
             .enumerate()
-            .map(|(i, c)| s.spawn(move || d.cni("ADD", &format!("{tag}-{i}"), c)))
+            .map(|(i, c)| {
+                s.spawn(move || {
+                    let a = unix_us();
+                    let r = d.cni("ADD", &format!("{tag}-{i}"), c);
+                    (a, unix_us(), r)
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -253,12 +347,172 @@ fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
             .collect()
     });
     let wall = started.elapsed();
+    if let Some(dir) = std::env::var_os("XDHCP_BENCH_LOG_DIR") {
+        // When each plugin ran, relative to the burst's start (µs).
+        let mut text = format!("start {t0}\n");
+        for (i, (a, b, _)) in timed.iter().enumerate() {
+            let _ = writeln!(text, "{tag}-{i} {} {}", a - t0, b - t0);
+        }
+        let name = format!("{}-{tag}-{t0}.txt", d.which.name().replace(' ', "-"));
+        let _ = std::fs::write(Path::new(&dir).join(name), text);
+    }
+    let results: Vec<Result<Duration, String>> = timed.into_iter().map(|(_, _, r)| r).collect();
     let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     Burst {
         wall,
         ok: results.len() - failed.len(),
         failed: failed.len(),
         first_error: failed.first().map(|s| (*s).clone()),
+    }
+}
+
+/// `n` concurrent plugin execs that do no DHCP at all (`CNI_COMMAND=VERSION`,
+/// same environment and stdin as an ADD): what exec alone costs on this
+/// machine, the floor under any burst of ADDs.
+fn exec_floor(d: &Daemon, clients: &[LabClient]) -> Duration {
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for (i, c) in clients.iter().enumerate() {
+            s.spawn(move || {
+                if let Err(e) = d.cni("VERSION", &format!("floor-{i}"), c) {
+                    eprintln!("  VERSION failed: {e}");
+                }
+            });
+        }
+    });
+    started.elapsed()
+}
+
+/// The server's own limit: one DORA per lab client straight from this
+/// process — the xdhcp engine over raw/`AF_PACKET` sockets opened
+/// beforehand, no CNI, no plugin exec, no agent — run back to back and then
+/// all at once; the faster of the two (wall time from the first DISCOVER to
+/// the last ACK), and its failures. Every lease is released after.
+fn raw_dora_burst(clients: &[LabClient]) -> (Duration, usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        let mut socks = Vec::with_capacity(clients.len());
+        for c in clients {
+            let tx = RawSender::open_async(c.ns.path(), &c.ifname)
+                .await
+                .expect("raw sender in the client namespace");
+            let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
+                .await
+                .expect("AF_PACKET receiver in the client namespace");
+            socks.push((tx, rx, c.mac));
+        }
+        // Back to back first: a single-threaded server (dnsmasq) serves one
+        // client at a time anyway, and firing all DISCOVERs at the same
+        // instant floods the bridge (every broadcast to every port).
+        let seq_start = Instant::now();
+        let mut seq_failed = 0;
+        for (i, (tx, rx, mac)) in socks.iter().enumerate() {
+            let cfg = ClientConfig {
+                chaddr: *mac,
+                ..ClientConfig::default()
+            };
+            let mut client = Client::new(cfg, Instant::now(), 0x5eed + i as u64);
+            if until_bound(tx, rx, &mut client).await {
+                release_now(&mut client, tx);
+            } else {
+                seq_failed += 1;
+            }
+        }
+        let sequential = seq_start.elapsed();
+        // Let the server settle the releases.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for (i, (tx, rx, mac)) in socks.into_iter().enumerate() {
+            set.spawn(async move {
+                let cfg = ClientConfig {
+                    chaddr: mac,
+                    ..ClientConfig::default()
+                };
+                let mut client = Client::new(cfg, Instant::now(), 0x5eed + i as u64);
+                let bound = until_bound(&tx, &rx, &mut client).await;
+                (bound, started.elapsed(), client, tx)
+            });
+        }
+        let mut wall = Duration::ZERO;
+        let mut failed = 0;
+        let mut held = Vec::new();
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok((true, at, client, tx)) => {
+                    wall = wall.max(at);
+                    held.push((client, tx));
+                }
+                _ => failed += 1,
+            }
+        }
+        // Released only once every client is bound: a RELEASE makes the
+        // server rewrite its lease file, which the CNI bursts do not pay
+        // either (their DELs come afterwards).
+        for (mut client, tx) in held {
+            release_now(&mut client, &tx);
+        }
+        println!(
+            "  back to back {:.3} s ({seq_failed} failed), all at once {:.3} s ({failed} failed)",
+            sequential.as_secs_f64(),
+            wall.as_secs_f64()
+        );
+        if (sequential, seq_failed) < (wall, failed) {
+            (sequential, seq_failed)
+        } else {
+            (wall, failed)
+        }
+    })
+}
+
+fn release_now(client: &mut Client, tx: &RawSender) {
+    client.set_wall_clock_unix_ms(unix_ms() as u64);
+    client.release(Instant::now());
+    while let Some(t) = client.poll_transmit() {
+        if t.kind == MessageKind::Release {
+            let _ = tx.send_transmit(&t);
+        }
+    }
+}
+
+/// Drives `client` to `Bound` (true) or gives up after 10 s (false).
+async fn until_bound(tx: &RawSender, rx: &AfPacketReceiver, client: &mut Client) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        while let Some(t) = client.poll_transmit() {
+            if tx.send_transmit(&t).is_err() {
+                return false;
+            }
+        }
+        while let Some(ev) = client.poll_event() {
+            match ev {
+                Event::Bound(_) => return true,
+                Event::Failed(_) => return false,
+                _ => {}
+            }
+        }
+        let timer = client
+            .poll_timeout()
+            .map_or(deadline, tokio::time::Instant::from_std)
+            .min(deadline);
+        tokio::select! {
+            frame = rx.recv() => {
+                let Ok(frame) = frame else { return false };
+                client.set_wall_clock_unix_ms(unix_ms() as u64);
+                let src = PacketSource { src_mac: frame.headers.src_mac, src_ip: frame.headers.src_ip };
+                let _ = client.handle_packet(Instant::now(), src, &frame.payload);
+            }
+            () = tokio::time::sleep_until(timer) => {
+                if tokio::time::Instant::now() >= deadline {
+                    return false;
+                }
+                client.set_wall_clock_unix_ms(unix_ms() as u64);
+                client.handle_timeout(Instant::now());
+            }
+        }
     }
 }
 
@@ -364,6 +618,8 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
     let lab = Lab::builder().clients(CONCURRENT).build();
     let mut singles = Vec::new();
     let mut bursts = Vec::new();
+    let mut floors = Vec::new();
+    let mut limits = Vec::new();
     for server in ["dnsmasq --no-ping", "Kea"] {
         let _dnsmasq;
         let _kea;
@@ -402,13 +658,31 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
                 "{}: {CONCURRENT} concurrent ADDs against {server}…",
                 which.name()
             );
+            let cpu0 = d.cpu_ms();
             let b = burst(&d, &lab.clients, "burst");
+            println!(
+                "  {:.3} s, {} failed, daemon CPU {} ms",
+                b.wall.as_secs_f64(),
+                b.failed,
+                d.cpu_ms().saturating_sub(cpu0)
+            );
             if let Some(e) = &b.first_error {
                 eprintln!("  first failure: {e}");
             }
             bursts.push((server, which, b));
             del_all(&d, &lab.clients, "burst");
+            if server == "Kea" {
+                println!(
+                    "{}: {CONCURRENT} concurrent plugin execs (VERSION)…",
+                    which.name()
+                );
+                floors.push((which, exec_floor(&d, &lab.clients)));
+            }
         }
+        println!("{server}: {CONCURRENT} raw DORAs at once, no CNI (the server's own limit)…");
+        let (wall, failed) = raw_dora_burst(&lab.clients);
+        println!("  {:.3} s, {failed} failed", wall.as_secs_f64());
+        limits.push((server, wall, failed));
     }
     let single_of = |w: Impl| {
         singles
@@ -460,6 +734,33 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
                 ),
             });
         }
+        if let (Some(u), Some(x), Some((_, limit, lf))) = (
+            get(Impl::Upstream),
+            get(Impl::Xdhcp),
+            limits.iter().find(|(s, _, _)| *s == server),
+        ) {
+            let l = limit.as_secs_f64().max(1e-9);
+            rows.push(Row {
+                what: format!(
+                    "{CONCURRENT} ADDs, {server}: wall ÷ the server's own limit ({CONCURRENT} raw DORAs without CNI, best of back to back and all at once: {:.3} s, {lf} failed)",
+                    limit.as_secs_f64()
+                ),
+                upstream: format!("{:.1}×", u.wall.as_secs_f64() / l),
+                xdhcp: format!("{:.1}×", x.wall.as_secs_f64() / l),
+                ratio: String::new(),
+            });
+        }
+    }
+    let floor_of = |w: Impl| floors.iter().find(|(x, _)| *x == w).map(|(_, f)| *f);
+    if let (Some(u), Some(x)) = (floor_of(Impl::Upstream), floor_of(Impl::Xdhcp)) {
+        rows.push(Row {
+            what: format!(
+                "{CONCURRENT} concurrent plugin execs without DHCP (CNI VERSION, the exec floor): wall (s)"
+            ),
+            upstream: format!("{:.3}", u.as_secs_f64()),
+            xdhcp: format!("{:.3}", x.as_secs_f64()),
+            ratio: format!("{:.1}× faster", u.as_secs_f64() / x.as_secs_f64().max(1e-9)),
+        });
     }
     drop(lab);
 }
