@@ -15,7 +15,9 @@ use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::RxPath;
 use xdhcp::datapath::Verdict;
-use xdhcp::datapath::ebpf::{CaptureMode, Counters, Datapath, ProgramKind};
+use xdhcp::datapath::ebpf::{
+    CaptureMode, Counters, Datapath, PINNED_MAPS, Pinning, ProgramKind, pin_maps,
+};
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
 
 const LO: u32 = 1;
@@ -488,6 +490,119 @@ async fn full_ring_buffer_fails_open() {
         // Drained: capture resumes.
         assert_eq!(run(&mut dp, kind, &f), drop_code(kind));
     }
+}
+
+/// A private bpffs mounted on a temporary directory, unmounted on drop.
+struct BpffsMount {
+    dir: tempfile::TempDir,
+}
+
+impl BpffsMount {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        nix::mount::mount(
+            Some("bpf"),
+            dir.path(),
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .expect("mount -t bpf (needs root)");
+        Self { dir }
+    }
+}
+
+impl Drop for BpffsMount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+fn pinned(dp: &Datapath) -> (Vec<&'static str>, Vec<&'static str>) {
+    match dp.pinning() {
+        Pinning::On {
+            reused, replaced, ..
+        } => (
+            reused.clone(),
+            replaced.iter().map(|(name, _)| *name).collect(),
+        ),
+        Pinning::Off { reason } => panic!("not pinned: {reason}"),
+    }
+}
+
+/// `--bpffs-dir` on a bpffs: the maps are pinned by name; a restarted agent
+/// reuses them (counters carry on; the ownership and mode tables start
+/// empty); a pin with another definition is replaced; elsewhere nothing is
+/// pinned and nothing is created.
+#[test]
+fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
+    use xdhcp_common::{MAP_COUNTERS, MAP_EVENTS, MAP_IFCONFIG_DIRECT};
+    let fs = BpffsMount::new();
+    let dir = fs.dir.path().join("xdhcp");
+    let mut arp = vec![0u8; 60];
+    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    let all: Vec<&str> = PINNED_MAPS.iter().map(|m| m.name).collect();
+    {
+        let mut dp = Datapath::load_pinned(&dir).expect("load pinned");
+        assert_eq!(pinned(&dp), (vec![], vec![]), "first start creates");
+        for name in &all {
+            assert!(dir.join(name).exists(), "{name} pinned");
+        }
+        assert!(!dir.join(MAP_EVENTS).exists(), "the ring is not pinned");
+        for _ in 0..3 {
+            assert_eq!(run(&mut dp, ProgramKind::Xdp, &arp), XDP_PASS);
+        }
+        dp.set_mode(LO, CaptureMode::Intercept).unwrap();
+        dp.own_xid(7, LO).unwrap();
+        assert_eq!(
+            run(&mut dp, ProgramKind::Xdp, &frame(MessageType::Offer, 7)),
+            XDP_DROP
+        );
+    }
+    {
+        // The agent restarts.
+        let mut dp = Datapath::load_pinned(&dir).expect("reload pinned");
+        assert_eq!(pinned(&dp), (all.clone(), vec![]));
+        let c = dp.counters().unwrap();
+        assert_eq!(
+            (c.passed_not_dhcp, c.dropped_owned),
+            (3, 1),
+            "counters carry on"
+        );
+        assert_eq!(dp.mode(LO).unwrap(), None, "modes are set again on attach");
+        dp.set_mode(LO, CaptureMode::Intercept).unwrap();
+        assert_eq!(
+            run(&mut dp, ProgramKind::Xdp, &frame(MessageType::Offer, 7)),
+            XDP_PASS,
+            "the previous agent's xid is no longer owned"
+        );
+    }
+    // Another definition under a pinned name: the mode array (16384 slots)
+    // where the counters (16 per-CPU slots) belong.
+    std::fs::remove_file(dir.join(MAP_COUNTERS)).unwrap();
+    std::fs::rename(dir.join(MAP_IFCONFIG_DIRECT), dir.join(MAP_COUNTERS)).unwrap();
+    {
+        let dp = Datapath::load_pinned(&dir).expect("load over a bad pin");
+        let (reused, replaced) = pinned(&dp);
+        assert_eq!(replaced, vec![MAP_COUNTERS]);
+        assert_eq!(reused.len(), 2, "{reused:?}");
+        assert_eq!(dp.counters().unwrap(), Counters::default());
+    }
+    match pin_maps(&dir) {
+        Pinning::On {
+            reused, replaced, ..
+        } => assert_eq!((reused, replaced), (all.clone(), vec![])),
+        Pinning::Off { reason } => panic!("{reason}"),
+    }
+    // Not a bpffs: nothing pinned, nothing created.
+    let plain = tempfile::tempdir().unwrap();
+    let dp = Datapath::load_pinned(&plain.path().join("xdhcp")).expect("load unpinned");
+    assert!(
+        matches!(dp.pinning(), Pinning::Off { reason } if reason.contains("not on a bpffs")),
+        "{:?}",
+        dp.pinning()
+    );
+    assert!(!plain.path().join("xdhcp").exists());
 }
 
 /// Ifindexes at or above `IFCONFIG_DIRECT_SLOTS` have no slot in the array

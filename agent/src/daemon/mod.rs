@@ -777,7 +777,8 @@ fn choose_datapath(args: &AgentArgs) -> Result<Rx, DaemonError> {
     };
     match args.datapath {
         DatapathChoice::Afpacket => Ok(Rx::af_packet(Some("--datapath=afpacket".into()))),
-        DatapathChoice::Ebpf | DatapathChoice::Auto => match Datapath::load() {
+        DatapathChoice::Ebpf | DatapathChoice::Auto => match Datapath::load_pinned(&args.bpffs_dir)
+        {
             Ok(dp) => {
                 let note = dp
                     .xdp_unavailable()

@@ -16,11 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aya::maps::MapType;
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::tc::{SchedClassifierLinkId, TcAttachType, qdisc_add_clsact};
 use aya::programs::xdp::XdpLinkId;
 use aya::programs::{ProgramError, SchedClassifier, TestRun as _, TestRunOptions, Xdp, XdpMode};
-use aya::{Ebpf, EbpfError};
+use aya::{Ebpf, EbpfError, EbpfLoader};
 use dhcproto::{Decodable as _, Decoder, v4};
 use tokio::io::unix::AsyncFd;
 use xdhcp_common as common;
@@ -267,6 +268,7 @@ pub struct Datapath {
     ifconfig: Mutex<IfConfigMaps>,
     events: Option<RingBuf<MapData>>,
     attached: StdHashMap<AttachTarget, Attached>,
+    pinning: Pinning,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -274,20 +276,64 @@ impl std::fmt::Debug for Datapath {
         f.debug_struct("Datapath")
             .field("xdp_unavailable", &self.xdp_unavailable)
             .field("attached", &self.attached.len())
+            .field("pinning", &self.pinning)
             .finish_non_exhaustive()
     }
 }
 
 impl Datapath {
-    /// Loads the embedded object and all its programs. The TC program must
-    /// load; the XDP programs may be refused by an old kernel (then every
-    /// interface gets TC and [`Datapath::xdp_unavailable`] says why).
+    /// Loads the embedded object and all its programs, with no map pinned.
+    /// The TC program must load; the XDP programs may be refused by an old
+    /// kernel (then every interface gets TC and [`Datapath::xdp_unavailable`]
+    /// says why).
     pub fn load() -> Result<Self> {
+        Self::load_with(Pinning::Off {
+            reason: "not asked to pin".to_owned(),
+        })
+    }
+
+    /// Like [`Datapath::load`], with the maps of [`PINNED_MAPS`] pinned by
+    /// name in `bpffs_dir` when that directory is (or its parent is, and it
+    /// can be created) on a bpffs mount; otherwise nothing is pinned and
+    /// [`Datapath::pinning`] says why. See [`pin_maps`] for what is reused.
+    pub fn load_pinned(bpffs_dir: &Path) -> Result<Self> {
+        let pinning = pin_maps(bpffs_dir);
+        match &pinning {
+            Pinning::Off { reason } => {
+                tracing::info!(dir = %bpffs_dir.display(), %reason, "eBPF maps not pinned");
+            }
+            Pinning::On {
+                dir,
+                reused,
+                replaced,
+            } => tracing::info!(
+                dir = %dir.display(),
+                reused = ?reused,
+                replaced = ?replaced,
+                "eBPF maps pinned"
+            ),
+        }
+        Self::load_with(pinning)
+    }
+
+    /// Where the maps are pinned, if they are.
+    pub fn pinning(&self) -> &Pinning {
+        &self.pinning
+    }
+
+    fn load_with(pinning: Pinning) -> Result<Self> {
         if EBPF_OBJECT.is_empty() {
             return Err(EbpfDatapathError::NoObject);
         }
-        let mut ebpf =
-            Ebpf::load(EBPF_OBJECT).map_err(|source| EbpfDatapathError::Load { source })?;
+        let mut loader = EbpfLoader::new();
+        if let Pinning::On { dir, .. } = &pinning {
+            for spec in PINNED_MAPS {
+                loader.map_pin_path(spec.name, dir.join(spec.name));
+            }
+        }
+        let mut ebpf = loader
+            .load(EBPF_OBJECT)
+            .map_err(|source| EbpfDatapathError::Load { source })?;
         let tc: &mut SchedClassifier = program(&mut ebpf, common::PROG_TC)?;
         tc.load().map_err(|source| EbpfDatapathError::ProgramLoad {
             name: common::PROG_TC,
@@ -309,7 +355,7 @@ impl Datapath {
             direct: take_map(&mut ebpf, common::MAP_IFCONFIG_DIRECT)?,
         };
         let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
-        Ok(Self {
+        let mut dp = Self {
             ebpf,
             xdp_unavailable,
             counters,
@@ -317,7 +363,66 @@ impl Datapath {
             ifconfig: Mutex::new(ifconfig),
             events: Some(events),
             attached: StdHashMap::new(),
-        })
+            pinning,
+        };
+        if let Pinning::On { reused, .. } = &dp.pinning
+            && !reused.is_empty()
+        {
+            dp.reset_tables()?;
+        }
+        Ok(dp)
+    }
+
+    /// Empties the ownership and interface tables, as reused from pins: the
+    /// previous agent's programs were detached when it exited (their links
+    /// die with it), its transactions are gone (a restarted agent resumes
+    /// leases with new xids), and every interface gets its mode again when
+    /// it is re-attached. Old entries would only drop replies to dead xids
+    /// and leave modes on ifindexes a new interface may reuse.
+    fn reset_tables(&mut self) -> Result<()> {
+        {
+            let mut owned = lock(&self.owned.0);
+            let keys: Vec<u32> = owned.keys().filter_map(std::result::Result::ok).collect();
+            for k in keys {
+                owned
+                    .remove(&k)
+                    .or_else(|e| if is_not_found(&e) { Ok(()) } else { Err(e) })
+                    .map_err(|source| EbpfDatapathError::Map {
+                        name: common::MAP_OWNED,
+                        source,
+                    })?;
+            }
+        }
+        let stale: Vec<u32> = {
+            let cfg = lock(&self.ifconfig);
+            cfg.hash
+                .keys()
+                .filter_map(std::result::Result::ok)
+                .collect()
+        };
+        for ifindex in stale {
+            self.clear_mode(ifindex)?;
+        }
+        // Array slots set without a hash entry (never by this agent, but a
+        // pin is outside our control): zero every non-zero slot.
+        let mut cfg = lock(&self.ifconfig);
+        let off = common::IfConfig {
+            mode: common::MODE_OFF,
+            reserved: 0,
+        };
+        for ifindex in 0..common::IFCONFIG_DIRECT_SLOTS {
+            let v = cfg
+                .direct
+                .get(&ifindex, 0)
+                .map_err(|source| EbpfDatapathError::Map {
+                    name: common::MAP_IFCONFIG_DIRECT,
+                    source,
+                })?;
+            if v != off {
+                cfg.set_direct(ifindex, off)?;
+            }
+        }
+        Ok(())
     }
 
     /// Why the XDP programs could not be loaded, if they could not.
@@ -620,6 +725,157 @@ impl IfConfigMaps {
                 source,
             })
     }
+}
+
+/// A map the agent pins, with the definition a pin must have to be reused.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PinnedMap {
+    pub name: &'static str,
+    pub map_type: MapType,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+}
+
+/// The maps pinned under `--bpffs-dir` (the definitions of `ebpf/src/main.rs`,
+/// from the same constants). The ring buffer is not pinned: records left in
+/// it by a previous agent (possibly of another record layout) are of no use
+/// to the next one, which resumes its leases from the lease store.
+pub const PINNED_MAPS: [PinnedMap; 4] = [
+    PinnedMap {
+        name: common::MAP_COUNTERS,
+        map_type: MapType::PerCpuArray,
+        key_size: 4,
+        value_size: 8,
+        max_entries: common::COUNTER_SLOTS,
+    },
+    PinnedMap {
+        name: common::MAP_OWNED,
+        map_type: MapType::Hash,
+        key_size: 4,
+        value_size: size_of::<common::Owned>() as u32,
+        max_entries: common::OWNED_CAPACITY,
+    },
+    PinnedMap {
+        name: common::MAP_IFCONFIG,
+        map_type: MapType::Hash,
+        key_size: 4,
+        value_size: size_of::<common::IfConfig>() as u32,
+        max_entries: common::IFCONFIG_CAPACITY,
+    },
+    PinnedMap {
+        name: common::MAP_IFCONFIG_DIRECT,
+        map_type: MapType::Array,
+        key_size: 4,
+        value_size: size_of::<common::IfConfig>() as u32,
+        max_entries: common::IFCONFIG_DIRECT_SLOTS,
+    },
+];
+
+/// Whether and where the maps are pinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pinning {
+    /// Nothing pinned, and why.
+    Off { reason: String },
+    /// [`PINNED_MAPS`] are pinned in `dir`; `reused` were found there with
+    /// the right definition (their counters carry on); `replaced` were there
+    /// with another definition and were unpinned (name, what differed). The
+    /// others were created.
+    On {
+        dir: PathBuf,
+        reused: Vec<&'static str>,
+        replaced: Vec<(&'static str, String)>,
+    },
+}
+
+/// Whether `path` is on a bpffs mount (`statfs(2)` `f_type` is `BPF_FS_MAGIC`).
+fn is_bpffs(path: &Path) -> std::io::Result<bool> {
+    let st = nix::sys::statfs::statfs(path).map_err(std::io::Error::from)?;
+    Ok(st.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
+}
+
+/// Prepares `dir` for pinning: it must be on a bpffs mount (if it does not
+/// exist, it is created when its parent is on one). Pins already there are
+/// checked against [`PINNED_MAPS`]: a pin of the right type, key and value
+/// sizes and capacity is reused by the loader (so the counters survive agent
+/// restarts); any other pin under one of those names (another version's
+/// layout, another program's map, a non-map) is removed with a warning and
+/// replaced by a fresh map. Never fails: when pinning is impossible the
+/// maps are simply not pinned ([`Pinning::Off`] says why).
+pub fn pin_maps(dir: &Path) -> Pinning {
+    let off = |reason: String| Pinning::Off { reason };
+    if !dir.exists() {
+        let Some(parent) = dir.parent() else {
+            return off("no parent directory".to_owned());
+        };
+        match is_bpffs(parent) {
+            Ok(true) => {}
+            Ok(false) => return off(format!("{} is not on a bpffs mount", parent.display())),
+            Err(e) => return off(format!("statfs {}: {e}", parent.display())),
+        }
+        if let Err(e) = std::fs::create_dir(dir) {
+            return off(format!("creating {}: {e}", dir.display()));
+        }
+    }
+    match is_bpffs(dir) {
+        Ok(true) => {}
+        Ok(false) => return off(format!("{} is not on a bpffs mount", dir.display())),
+        Err(e) => return off(format!("statfs {}: {e}", dir.display())),
+    }
+    let mut reused = Vec::new();
+    let mut replaced = Vec::new();
+    for spec in PINNED_MAPS {
+        let path = dir.join(spec.name);
+        if std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        match pin_mismatch(&path, &spec) {
+            None => reused.push(spec.name),
+            Some(why) => {
+                tracing::warn!(
+                    pin = %path.display(),
+                    reason = %why,
+                    "incompatible pinned map replaced (its contents are lost)"
+                );
+                if let Err(e) = std::fs::remove_file(&path) {
+                    return off(format!("removing {}: {e}", path.display()));
+                }
+                replaced.push((spec.name, why));
+            }
+        }
+    }
+    Pinning::On {
+        dir: dir.to_path_buf(),
+        reused,
+        replaced,
+    }
+}
+
+/// Why the object pinned at `path` cannot stand for `spec`, or `None`.
+fn pin_mismatch(path: &Path, spec: &PinnedMap) -> Option<String> {
+    let info = match MapData::from_pin(path).and_then(|m| m.info()) {
+        Ok(info) => info,
+        Err(e) => return Some(format!("not a readable map pin: {}", error_chain(&e))),
+    };
+    let got = (
+        info.map_type().ok(),
+        info.key_size(),
+        info.value_size(),
+        info.max_entries(),
+    );
+    let want = (
+        Some(spec.map_type),
+        spec.key_size,
+        spec.value_size,
+        spec.max_entries,
+    );
+    (got != want).then(|| {
+        format!(
+            "(type, key, value, entries) is {got:?}, expected {want:?}",
+            got = (got.0, got.1, got.2, got.3),
+            want = (want.0, want.1, want.2, want.3)
+        )
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
