@@ -36,7 +36,8 @@ pub enum RxPath {
 pub struct RxFrame {
     /// Ingress interface index, in the namespace of that interface.
     pub ifindex: u32,
-    /// Receive timestamp, `CLOCK_MONOTONIC` nanoseconds.
+    /// Receive timestamp, `CLOCK_MONOTONIC` nanoseconds (eBPF path: taken
+    /// in the kernel at tick resolution, as `CLOCK_MONOTONIC_COARSE`).
     pub ts_ns: u64,
     pub headers: frame::FrameHeaders,
     pub payload: Vec<u8>,
