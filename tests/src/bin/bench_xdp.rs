@@ -12,9 +12,11 @@
 //! `repeat > 1` the kernel re-patches the XDP dispatcher and waits for an RCU
 //! grace period) and the time this process spends preempted on a shared
 //! machine. Programs are interleaved round by round so drift hits all of
-//! them alike, and each figure is the interquartile mean of the rounds (the
-//! mean of the middle half: robust like a median, finer than the kernel's
-//! integer nanoseconds).
+//! them alike, and each figure is the interquartile mean of the samples
+//! (the mean of the middle half: robust like a median, finer than the
+//! kernel's integer nanoseconds). A sample is one run: one per round without
+//! capture, `DHCP_BATCHES` per round with capture, so that the runs another
+//! process disturbed fall outside the middle half.
 //!
 //! Non-DHCP: one run per round with a large repeat count.
 //!
@@ -241,16 +243,24 @@ impl Bench {
         Ok(())
     }
 
-    /// Kernel ns per repetition over `DHCP_BATCHES` runs of `batch`
+    /// Kernel ns per repetition of each of `DHCP_BATCHES` runs of `batch`
     /// repetitions, each starting from `start` (records read back between
-    /// runs, outside the timed region).
-    fn capture_round(&mut self, s: Subject, f: &[u8], batch: u32, start: Start) -> Result<f64> {
-        let mut total = 0.0;
+    /// runs, outside the timed region), appended to `out`: every run is a
+    /// sample, so the interquartile mean leaves out the runs another process
+    /// disturbed.
+    fn capture_round(
+        &mut self,
+        s: Subject,
+        f: &[u8],
+        batch: u32,
+        start: Start,
+        out: &mut Vec<f64>,
+    ) -> Result<()> {
         for _ in 0..DHCP_BATCHES {
             self.prepare(s, f, start)?;
-            total += self.capture(s, f, batch)?;
+            out.push(self.capture(s, f, batch)?);
         }
-        Ok(total / f64::from(DHCP_BATCHES))
+        Ok(())
     }
 }
 
@@ -284,22 +294,23 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
             s.fast[i].push(b.time(subject, tcp, FAST_REPEAT)?);
             for (fi, f) in dhcp.iter().enumerate() {
                 for (si, start) in [Start::Behind, Start::Empty].into_iter().enumerate() {
-                    let t = b.capture_round(subject, f, batch(f.len()), start)?;
-                    s.dhcp[fi][si][i].push(t);
+                    b.capture_round(subject, f, batch(f.len()), start, &mut s.dhcp[fi][si][i])?;
                 }
             }
         }
         for (r, samples) in s.refs.iter_mut().enumerate() {
-            samples.push(if reference::USES_RING[r] {
+            if reference::USES_RING[r] {
+                let f = &dhcp[0];
                 b.capture_round(
                     Subject::Reference(r),
-                    &dhcp[0],
-                    batch(dhcp[0].len()),
+                    f,
+                    batch(f.len()),
                     Start::Behind,
-                )?
+                    samples,
+                )?;
             } else {
-                b.time(Subject::Reference(r), &dhcp[0], FAST_REPEAT)?
-            });
+                samples.push(b.time(Subject::Reference(r), &dhcp[0], FAST_REPEAT)?);
+            }
         }
     }
     Ok(s)
@@ -311,8 +322,8 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
     let mut m342 = [0.0; 3];
     writeln!(
         out,
-        "bench xdp: BPF_PROG_TEST_RUN, kernel-timed, interquartile mean of {ROUNDS} rounds, \
-         ns/packet"
+        "bench xdp: BPF_PROG_TEST_RUN, kernel-timed, interquartile mean of the runs of \
+         {ROUNDS} rounds, ns/packet"
     )?;
     writeln!(
         out,
