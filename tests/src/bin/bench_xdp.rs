@@ -4,7 +4,9 @@
 //!
 //! Frames: a 60-byte TCP/IPv4 frame (the non-DHCP fast path), and captured
 //! DHCP OFFERs of 342 and 1514 bytes (observe mode: classified, copied in
-//! full into the ring buffer, passed). Needs root.
+//! full into the ring buffer, passed; and the 342-byte one in intercept
+//! mode, where the xid is also looked up in the ownership map — not owned,
+//! so the frame passes and the harness sees no difference). Needs root.
 //!
 //! Every figure is the kernel's own per-repetition time (`duration` of
 //! `BPF_PROG_TEST_RUN`, integer ns), never wall clock: a wall-clock figure
@@ -14,11 +16,11 @@
 //! machine. Programs are interleaved round by round so drift hits all of
 //! them alike, and each figure is the interquartile mean of the samples
 //! (the mean of the middle half: robust like a median, finer than the
-//! kernel's integer nanoseconds). A sample is one run: one per round without
-//! capture, `DHCP_BATCHES` per round with capture, so that the runs another
-//! process disturbed fall outside the middle half.
+//! kernel's integer nanoseconds). A sample is one run (`FAST_RUNS` per round
+//! without capture, `DHCP_BATCHES` with), so that the runs another process
+//! disturbed fall outside the middle half.
 //!
-//! Non-DHCP: one run per round with a large repeat count.
+//! Non-DHCP: runs with a large repeat count.
 //!
 //! DHCP: the 1 MiB ring holds a bounded number of records (records are sized
 //! for the frame, `FRAME_BUCKETS`: ~2380 for 342 bytes, ~660 for 1514), so
@@ -59,7 +61,9 @@ use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
 /// Ingress ifindex under `BPF_PROG_TEST_RUN` (the namespace's loopback).
 const LO: u32 = 1;
 const ROUNDS: usize = 15;
-const FAST_REPEAT: u32 = 2_000_000;
+/// Runs per round, and repetitions per run, without capture.
+const FAST_RUNS: usize = 5;
+const FAST_REPEAT: u32 = 400_000;
 /// Capture runs per round and batch size.
 const DHCP_BATCHES: u32 = 25;
 /// The frame sizes of the capture rows.
@@ -278,6 +282,9 @@ struct Samples {
     off: [Vec<f64>; 3],
     /// [frame of `DHCP_SIZES`] x [`Start::Behind`, `Start::Empty`] x subject.
     dhcp: [[[Vec<f64>; 3]; 2]; 2],
+    /// 342-byte frame captured in intercept mode (xid looked up, not owned),
+    /// in a burst.
+    intercept: [Vec<f64>; 3],
     /// Reference programs, 342-byte frame.
     refs: [Vec<f64>; reference::NAMES.len()],
 }
@@ -287,16 +294,30 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
     for _ in 0..ROUNDS {
         b.dp.set_mode(LO, CaptureMode::Off)?;
         for (i, subject) in SUBJECTS.into_iter().enumerate() {
-            s.off[i].push(b.time(subject, &dhcp[0], FAST_REPEAT)?);
+            for _ in 0..FAST_RUNS {
+                s.off[i].push(b.time(subject, &dhcp[0], FAST_REPEAT)?);
+            }
         }
         b.dp.set_mode(LO, CaptureMode::Observe)?;
         for (i, subject) in SUBJECTS.into_iter().enumerate() {
-            s.fast[i].push(b.time(subject, tcp, FAST_REPEAT)?);
+            for _ in 0..FAST_RUNS {
+                s.fast[i].push(b.time(subject, tcp, FAST_REPEAT)?);
+            }
             for (fi, f) in dhcp.iter().enumerate() {
                 for (si, start) in [Start::Behind, Start::Empty].into_iter().enumerate() {
                     b.capture_round(subject, f, batch(f.len()), start, &mut s.dhcp[fi][si][i])?;
                 }
             }
+            b.dp.set_mode(LO, CaptureMode::Intercept)?;
+            let f = &dhcp[0];
+            b.capture_round(
+                subject,
+                f,
+                batch(f.len()),
+                Start::Behind,
+                &mut s.intercept[i],
+            )?;
+            b.dp.set_mode(LO, CaptureMode::Observe)?;
         }
         for (r, samples) in s.refs.iter_mut().enumerate() {
             if reference::USES_RING[r] {
@@ -309,7 +330,9 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
                     samples,
                 )?;
             } else {
-                samples.push(b.time(Subject::Reference(r), &dhcp[0], FAST_REPEAT)?);
+                for _ in 0..FAST_RUNS {
+                    samples.push(b.time(Subject::Reference(r), &dhcp[0], FAST_REPEAT)?);
+                }
             }
         }
     }
@@ -327,7 +350,7 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
     )?;
     writeln!(
         out,
-        "(repeat {FAST_REPEAT} per run without capture; capture: {DHCP_BATCHES} runs per round \
+        "(without capture: {FAST_RUNS} runs of {FAST_REPEAT} per round; capture: {DHCP_BATCHES} runs per round \
          of B repetitions, records read back between runs, {decoded} records decoded)"
     )?;
     writeln!(
@@ -369,6 +392,11 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
         )?;
         if fi == 0 {
             m342 = burst;
+            row(
+                &mut out,
+                &format!("{len} B OFFER captured, intercept mode"),
+                iqms(&mut s.intercept),
+            )?;
         }
     }
     writeln!(out)?;
