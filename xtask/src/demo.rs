@@ -267,8 +267,10 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
             .arg(&sock)
             .arg("--state-dir")
             .arg(&state)
+            // The demo's own directory, not a bpffs: nothing is pinned and
+            // the host's /sys/fs/bpf is left alone.
             .arg("--bpffs-dir")
-            .arg(dir.join("bpffs-unused"))
+            .arg(dir.join("bpffs"))
             .stdout(agent_log.try_clone().context("agent log")?)
             .stderr(agent_log),
     )?;

@@ -107,6 +107,10 @@ impl AgentProcess {
             .arg(socket)
             .arg("--state-dir")
             .arg(state_dir)
+            // A directory of the test's own, never the host's bpffs: agents
+            // running side by side must not share (and reset) pinned maps.
+            .arg("--bpffs-dir")
+            .arg(state_dir.with_file_name("bpffs"))
             .args(extra)
             .env("RUST_LOG", "info,xdhcp=debug")
             .env_remove("CNI_COMMAND");
