@@ -168,6 +168,9 @@ fn start_agent(dir: &Path) -> (Process, PathBuf) {
         .arg(&socket)
         .arg("--state-dir")
         .arg(dir.join("state"))
+        // Not a bpffs: nothing is pinned, other agents' tables are left alone.
+        .arg("--bpffs-dir")
+        .arg(dir.join("bpffs"))
         .env("RUST_LOG", "warn")
         .env_remove("CNI_COMMAND");
     let process = Process::spawn_logged("xdhcp agent", cmd, &dir.join("agent.log"));
