@@ -518,6 +518,30 @@ mod tests {
     #[cfg(target_env = "gnu")]
     #[test]
     fn idle_workers_give_freed_heap_pages_back() {
+        // In a process of its own: the other tests' allocations would blur
+        // this process's RSS.
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--ignored",
+                "--exact",
+                "cli::tests::trim_in_a_process_of_its_own",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .output()
+            .expect("run the test binary");
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[cfg(target_env = "gnu")]
+    #[test]
+    #[ignore = "run by idle_workers_give_freed_heap_pages_back in a process of its own"]
+    fn trim_in_a_process_of_its_own() {
         // 48 MiB in 1 KiB chunks, then all freed but one chunk in 64: the
         // freed space is spread all over the heap, so glibc keeps it.
         let mut chunks: Vec<Box<[u8; 1024]>> =
