@@ -111,6 +111,9 @@ impl Stamp {
 #[derive(Debug, Default)]
 struct Cache {
     valid: bool,
+    /// A write of ours is between serialisation and recording its stamp:
+    /// the file changes under us, and that is not a hand edit.
+    writing: bool,
     stamp: Option<Stamp>,
     state: EmbeddedState,
     /// Changes made to `state` so far, and how many of them are in the file.
@@ -131,6 +134,10 @@ impl Cache {
     /// lost, so edit by hand while no CNI operation is running. A corrupt
     /// file is an error and invalidates the cache.
     fn current(&mut self, path: &Path) -> Result<&mut EmbeddedState> {
+        if self.valid && self.writing {
+            // Our own write is landing; the cache holds it and anything newer.
+            return Ok(&mut self.state);
+        }
         let read = |e: std::io::Error| PodApiError::Store {
             op: "read",
             path: path.to_owned(),
@@ -353,23 +360,29 @@ impl EmbeddedStore {
     async fn commit(&self, mine: u64) -> Result<()> {
         let _writer = self.writer.lock().await;
         let (bytes, version) = {
-            let cache = self.lock.lock().await;
+            let mut cache = self.lock.lock().await;
             if cache.written >= mine {
                 return Ok(());
             }
             let mut bytes = serde_json::to_vec_pretty(&cache.state)
                 .expect("a map of strings and JSON values always serializes");
             bytes.push(b'\n');
+            // Until the new stamp is recorded below, a reader must not take
+            // our write for a hand edit and reload the file: that would drop
+            // the changes made since `bytes` was taken.
+            cache.writing = true;
             (bytes, cache.version)
         };
-        write_atomic(&self.path, &bytes).map_err(|(op, path, source)| PodApiError::Store {
-            op,
-            path,
-            source,
-        })?;
-        self.unsynced.store(true, Ordering::Release);
+        let written = write_atomic(&self.path, &bytes);
         let stamp = std::fs::metadata(&self.path).ok().map(|m| Stamp::of(&m));
         let mut cache = self.lock.lock().await;
+        cache.writing = false;
+        if let Err((op, path, source)) = written {
+            // The changes stay in the cache (the file, untouched, still
+            // matches its stamp) and go out with the next commit.
+            return Err(PodApiError::Store { op, path, source });
+        }
+        self.unsynced.store(true, Ordering::Release);
         cache.written = cache.written.max(version);
         // The file is now our write; the cached document is it or newer.
         match stamp {
