@@ -93,9 +93,9 @@ pub struct AgentArgs {
     /// Lease records, the embedded annotation store and the VFIO journal.
     #[arg(long, default_value = "/var/lib/xdhcp")]
     pub state_dir: PathBuf,
-    /// bpffs directory meant for pinned maps. Not used yet: this release
-    /// keeps its eBPF maps unpinned and re-attaches on start; the flag is
-    /// accepted so manifests need not change when pinning arrives.
+    /// Where the eBPF maps are pinned (counters, xid ownership, interface
+    /// modes), when this directory is on a bpffs mount; elsewhere nothing is
+    /// pinned and the log says why (docs/kernel.md, "Pinning").
     #[arg(long, default_value = "/sys/fs/bpf/xdhcp")]
     pub bpffs_dir: PathBuf,
     /// Root of sysfs (a fake tree in tests).

@@ -111,6 +111,9 @@ impl Daemon {
                     .arg(&socket)
                     .arg("--state-dir")
                     .arg(dir.path().join("state"))
+                    // Its own directory, never the host's bpffs.
+                    .arg("--bpffs-dir")
+                    .arg(dir.path().join("bpffs"))
                     .env(
                         "RUST_LOG",
                         std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()),
