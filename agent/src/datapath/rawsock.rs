@@ -735,4 +735,25 @@ mod tests {
             "{err:?}"
         );
     }
+
+    /// Interface lookups run on every CNI ADD; they must not use a packet
+    /// socket, whose close waits for an RCU grace period (5-30 ms each).
+    #[test]
+    fn lookups_use_an_inet_socket_not_a_packet_socket() {
+        let sock = query_socket().unwrap();
+        let mut domain: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt(2) writes at most `len` bytes into `domain`.
+        let rc = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_DOMAIN,
+                (&raw mut domain).cast(),
+                &raw mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        assert_eq!(domain, libc::AF_INET);
+    }
 }
