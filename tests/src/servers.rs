@@ -357,8 +357,23 @@ impl Dnsmasq {
 
     /// Current leases from the lease file
     /// (`<expiry> <mac> <ip> <hostname|*> <client-id|*>` per line).
+    ///
+    /// dnsmasq rewrites the file in place after every ACK or RELEASE
+    /// (`ftruncate` to 0, then the leases): a read right after a logged ACK
+    /// can land in between and find no lease at all. So the file is read
+    /// until two reads 10 ms apart agree (at most five reads).
     pub fn leases(&self) -> Vec<ServerLease> {
-        parse_dnsmasq_leases(&read_lossy(&self.lease_file()))
+        let path = self.lease_file();
+        let mut text = read_lossy(&path);
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(10));
+            let again = read_lossy(&path);
+            if again == text {
+                break;
+            }
+            text = again;
+        }
+        parse_dnsmasq_leases(&text)
     }
 
     /// The lease for `mac`, if any.
