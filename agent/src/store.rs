@@ -519,8 +519,11 @@ impl LeaseStore {
         });
         match result {
             Ok(()) => {
-                self.dir_unsynced.store(true, Ordering::Release);
+                // The path first, then the flag: a flush that sees the flag
+                // also sees the path (else the record would wait for some
+                // later save to be fsynced).
                 lock(&self.unsynced).insert(path);
+                self.dir_unsynced.store(true, Ordering::Release);
                 Ok(())
             }
             Err(e) => {
