@@ -26,6 +26,30 @@ pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,
 };
 
+/// The agent's CNI request for `container` on `client`'s pod interface, with
+/// pod namespace `pod_namespace` and the network config `net_conf` (JSON).
+///
+/// # Panics
+/// If `net_conf` is not a valid config (a bug in the test).
+pub fn cni_request(
+    client: &LabClient,
+    container: &str,
+    pod_namespace: &str,
+    net_conf: &str,
+) -> xdhcp::rpc::CniRequest {
+    xdhcp::rpc::CniRequest {
+        container_id: container.to_owned(),
+        ifname: client.ifname.clone(),
+        netns: Some(client.ns.path().to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), pod_namespace.to_owned()),
+            ("K8S_POD_NAME".to_owned(), container.to_owned()),
+        ]
+        .into(),
+        config: xdhcp::cni::config::parse(net_conf.as_bytes()).expect("test config is valid"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

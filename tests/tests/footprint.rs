@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient, Process, wait_until};
 
@@ -148,17 +147,7 @@ fn packet_sockets(pid: u32) -> Vec<u16> {
 fn request(client: &LabClient, container: &str) -> CniRequest {
     let conf =
         r#"{"cniVersion":"1.0.0","name":"footnet","type":"macvlan","ipam":{"type":"xdhcp"}}"#;
-    CniRequest {
-        container_id: container.to_owned(),
-        ifname: client.ifname.clone(),
-        netns: Some(client.ns.path().to_path_buf()),
-        args: [
-            ("K8S_POD_NAMESPACE".to_owned(), "foot".to_owned()),
-            ("K8S_POD_NAME".to_owned(), container.to_owned()),
-        ]
-        .into(),
-        config: config::parse(conf.as_bytes()).expect("test config is valid"),
-    }
+    xdhcp_tests::cni_request(client, container, "foot", conf)
 }
 
 fn start_agent(dir: &Path) -> (Process, PathBuf) {

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
-use xdhcp::cni::config;
 use xdhcp::cni::types::code;
 use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient, format_mac, wait_until};
@@ -98,17 +97,7 @@ impl Drop for InProcessAgent {
 
 fn request(client: &LabClient, container: &str, ipam: &str) -> CniRequest {
     let conf = format!(r#"{{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{ipam}}}"#);
-    CniRequest {
-        container_id: container.to_owned(),
-        ifname: client.ifname.clone(),
-        netns: Some(client.ns.path().to_path_buf()),
-        args: [
-            ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
-            ("K8S_POD_NAME".to_owned(), container.to_owned()),
-        ]
-        .into(),
-        config: config::parse(conf.as_bytes()).expect("test config is valid"),
-    }
+    xdhcp_tests::cni_request(client, container, "default", &conf)
 }
 
 fn agent_code(e: RpcError) -> (u32, String) {

@@ -20,7 +20,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
-use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
 use xdhcp_tests::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab, LabClient, Process,
@@ -186,17 +185,7 @@ impl Drop for AgentProc {
 
 fn request(client: &LabClient, container: &str, ipam: &str) -> CniRequest {
     let conf = format!(r#"{{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{ipam}}}"#);
-    CniRequest {
-        container_id: container.to_owned(),
-        ifname: client.ifname.clone(),
-        netns: Some(client.ns.path().to_path_buf()),
-        args: [
-            ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
-            ("K8S_POD_NAME".to_owned(), container.to_owned()),
-        ]
-        .into(),
-        config: config::parse(conf.as_bytes()).expect("test config is valid"),
-    }
+    xdhcp_tests::cni_request(client, container, "default", &conf)
 }
 
 const IPAM: &str = r#"{"type":"xdhcp","timeout":"20s"}"#;
