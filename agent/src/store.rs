@@ -10,37 +10,32 @@
 //! escape the directory. A record that cannot be read back is moved aside,
 //! logged and counted; it never stops the agent.
 //!
-//! # Atomicity now, durability in groups
+//! # Durable on every change
 //!
-//! [`LeaseStore::save`] writes a unique temporary file and renames it over the
-//! record: every reader, and an agent started after this one died (`SIGKILL`,
-//! OOM kill, panic, restart), sees the old or the new record, never a torn
-//! one — the page cache outlives the process, so no `fsync` is needed for
-//! that. What `fsync` adds is surviving a *host* crash or power loss, and a
-//! host crash also destroys every pod network namespace the records describe:
-//! after a reboot there is nothing to resume (the agent finds the namespace
-//! gone and drops the record). So the CNI ADD path does not wait for the disk.
-//! Saved and deleted records are remembered and made durable together by
-//! [`LeaseStore::flush`] (one `fsync` per changed file, one for the directory),
-//! which the agent calls from a background group-commit flusher about once a
-//! second and at shutdown. Should a host crash still catch a record half
-//! written, it fails to decode on the next start and is quarantined like any
-//! other corrupt record.
+//! [`LeaseStore::save`] writes a temporary file, `fsync`s it, renames it over
+//! the record and `fsync`s the directory; [`LeaseStore::delete`] `fsync`s the
+//! directory after the record is gone. When either returns, the change
+//! survives the agent's death (`SIGKILL`, OOM kill, panic, restart) and a host
+//! crash or power loss alike, and every reader sees the old or the new record,
+//! never a torn one. Concurrent saves share the directory `fsync`s through the
+//! filesystem's journal commit, so a burst of ADDs does not pay one commit
+//! each. Should a record still be found torn (a disk that lies about flushes),
+//! it fails to decode on the next start and is quarantined like any other
+//! corrupt record.
 //!
 //! The temporary files come from a pool of empty files created off the hot
-//! path (at open and by [`LeaseStore::flush`]), and a deleted record goes
+//! path (at open and by [`LeaseStore::replenish`]), and a deleted record goes
 //! back to that pool instead of being unlinked: allocating and freeing
 //! inodes on every ADD and DEL was a measurable share of the agent's CPU on
 //! ext4 (`find_inode_bit` skipping recently deleted inodes).
 
-use std::collections::BTreeSet;
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -407,11 +402,7 @@ pub struct LeaseStore {
     quarantine_dir: PathBuf,
     quarantined_total: AtomicU64,
     tmp_counter: AtomicU64,
-    /// Records renamed into place since the last [`LeaseStore::flush`].
-    unsynced: Mutex<BTreeSet<PathBuf>>,
-    /// Whether the directory changed (rename, unlink) since the last flush.
-    dir_unsynced: AtomicBool,
-    /// `fsync` calls made by [`LeaseStore::flush`] (for tests and metrics).
+    /// `fsync` calls made by saves and deletes (for tests and metrics).
     syncs_total: AtomicU64,
     /// Spare files (temporary names, empty or holding a deleted record).
     pool: Mutex<Vec<PathBuf>>,
@@ -436,13 +427,11 @@ impl LeaseStore {
             quarantine_dir,
             quarantined_total: AtomicU64::new(0),
             tmp_counter: AtomicU64::new(0),
-            unsynced: Mutex::new(BTreeSet::new()),
-            dir_unsynced: AtomicBool::new(false),
             syncs_total: AtomicU64::new(0),
             pool: Mutex::new(Vec::new()),
         };
         store.remove_stale_tmp()?;
-        store.refill_pool();
+        store.replenish();
         Ok(store)
     }
 
@@ -484,11 +473,11 @@ impl LeaseStore {
         Ok(())
     }
 
-    /// Atomically writes `record` (temporary file, rename over the record):
-    /// once this returns, the record survives the death of this process.
-    /// It becomes durable against a host crash at the next
-    /// [`LeaseStore::flush`] (see the module documentation for why that is
-    /// not waited for here).
+    /// Writes `record` durably and atomically: a temporary file (a spare
+    /// from the pool when there is one, so no inode is allocated here) is
+    /// written and `fsync`ed, renamed over the record, and the directory is
+    /// `fsync`ed. Once this returns the record survives the agent's death and
+    /// a host crash; a failure leaves the previous record in place.
     pub fn save(&self, record: &LeaseRecord) -> Result<()> {
         let mut bytes =
             serde_json::to_vec_pretty(record).map_err(|source| StoreError::Serialize {
@@ -499,38 +488,43 @@ impl LeaseStore {
         let path = self.path_for(&record.key);
         // A spare from the pool when there is one: no inode is allocated here.
         let spare = lock(&self.pool).pop();
-        let reused = match spare {
-            Some(tmp) if rewrite_file(&tmp, &bytes).is_ok() => Some(tmp),
-            Some(tmp) => {
+        let reused = spare.and_then(|tmp| {
+            if let Ok(file) = rewrite_file(&tmp, &bytes) {
+                Some((tmp, Ok(file)))
+            } else {
                 let _ = fs::remove_file(&tmp);
                 None
             }
-            None => None,
-        };
-        let (tmp, written) = if let Some(tmp) = reused {
-            (tmp, Ok(()))
-        } else {
+        });
+        let (tmp, written) = reused.unwrap_or_else(|| {
             let tmp = self.tmp_name();
             let w = write_new_file(&tmp, &bytes);
             (tmp, w)
-        };
-        let result = written.and_then(|()| {
-            fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
         });
-        match result {
-            Ok(()) => {
-                // The path first, then the flag: a flush that sees the flag
-                // also sees the path (else the record would wait for some
-                // later save to be fsynced).
-                lock(&self.unsynced).insert(path);
-                self.dir_unsynced.store(true, Ordering::Release);
-                Ok(())
-            }
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                Err(e)
-            }
+        let result = written
+            .and_then(|file| self.sync_file(&file, &tmp))
+            .and_then(|()| {
+                fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
+            });
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
+        self.sync_dir()
+    }
+
+    fn sync_file(&self, file: &File, path: &Path) -> Result<()> {
+        file.sync_all()
+            .map_err(io_err("fsync temporary file", path))?;
+        self.syncs_total.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `fsync`s the leases directory, making renames and removals in it durable.
+    fn sync_dir(&self) -> Result<()> {
+        sync_dir(&self.leases_dir)?;
+        self.syncs_total.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// A fresh temporary file name in the leases directory.
@@ -543,9 +537,10 @@ impl LeaseStore {
     }
 
     /// Tops the pool of spare files up to its target (best effort: a file
-    /// that cannot be created now is created by the next save instead).
-    fn refill_pool(&self) {
-        let missing = POOL_TARGET.saturating_sub(lock(&self.pool).len());
+    /// that cannot be created now is created by the save that needs it).
+    /// The agent calls this off the ADD path when the pool runs low.
+    pub fn replenish(&self) {
+        let missing = self.spares_missing();
         let mut fresh = Vec::with_capacity(missing);
         for _ in 0..missing {
             let tmp = self.tmp_name();
@@ -557,52 +552,17 @@ impl LeaseStore {
         lock(&self.pool).extend(fresh);
     }
 
+    /// How many spare files the pool lacks.
+    pub fn spares_missing(&self) -> usize {
+        POOL_TARGET.saturating_sub(lock(&self.pool).len())
+    }
+
     /// Spare files ready for saves (for tests).
     pub fn spares(&self) -> usize {
         lock(&self.pool).len()
     }
 
-    /// Whether saves or deletes are waiting for [`LeaseStore::flush`].
-    pub fn has_unsynced(&self) -> bool {
-        self.dir_unsynced.load(Ordering::Acquire)
-    }
-
-    /// Group commit: makes every save and delete since the last flush durable
-    /// (`fsync` of each changed record that still exists, then one of the
-    /// directory). Saves that run concurrently are either included or left
-    /// for the next flush, never lost. On failure the changes stay pending.
-    pub fn flush(&self) -> Result<()> {
-        self.refill_pool();
-        if !self.dir_unsynced.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let files = std::mem::take(&mut *lock(&self.unsynced));
-        let result = self.sync_files(&files);
-        if result.is_err() {
-            lock(&self.unsynced).extend(files);
-            self.dir_unsynced.store(true, Ordering::Release);
-        }
-        result
-    }
-
-    fn sync_files(&self, files: &BTreeSet<PathBuf>) -> Result<()> {
-        for path in files {
-            match File::open(path) {
-                Ok(f) => {
-                    f.sync_all().map_err(io_err("fsync record", path))?;
-                    self.syncs_total.fetch_add(1, Ordering::Relaxed);
-                }
-                // Deleted since (the directory fsync below covers that).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err("open for fsync", path)(e)),
-            }
-        }
-        sync_dir(&self.leases_dir)?;
-        self.syncs_total.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// `fsync` calls made by [`LeaseStore::flush`] so far.
+    /// `fsync` calls made by saves and deletes so far.
     pub fn syncs_total(&self) -> u64 {
         self.syncs_total.load(Ordering::Relaxed)
     }
@@ -622,8 +582,8 @@ impl LeaseStore {
             .map_err(|reason| StoreError::Corrupt { path, reason })
     }
 
-    /// Removes the record for `key`; returns whether one existed. Like
-    /// [`LeaseStore::save`], durable at the next [`LeaseStore::flush`].
+    /// Removes the record for `key` and `fsync`s the directory; returns
+    /// whether one existed. Once this returns, the removal is durable.
     pub fn delete(&self, key: &LeaseKey) -> Result<bool> {
         let path = self.path_for(key);
         // Into the pool (renamed, its inode kept for the next save) while the
@@ -636,12 +596,10 @@ impl LeaseStore {
         };
         match gone {
             Ok(()) => {
-                lock(&self.unsynced).remove(&path);
-                self.dir_unsynced.store(true, Ordering::Release);
                 if let Some(spare) = spare {
                     lock(&self.pool).push(spare);
                 }
-                Ok(true)
+                self.sync_dir().map(|()| true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io_err("remove", &path)(e)),
@@ -726,9 +684,9 @@ impl LeaseStore {
     }
 }
 
-/// Creates `path` exclusively with mode 0600 and writes `bytes` (no fsync:
-/// see [`LeaseStore::flush`]).
-fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Creates `path` exclusively with mode 0600 and writes `bytes`; the caller
+/// decides whether to `fsync` the returned file.
+fn write_new_file(path: &Path, bytes: &[u8]) -> Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -736,12 +694,13 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
         .open(path)
         .map_err(io_err("create temporary file", path))?;
     file.write_all(bytes)
-        .map_err(io_err("write temporary file", path))
+        .map_err(io_err("write temporary file", path))?;
+    Ok(file)
 }
 
 /// Replaces the content of the existing file `path` (a spare) with `bytes`;
 /// a symlink planted in its place is not followed.
-fn rewrite_file(path: &Path, bytes: &[u8]) -> Result<()> {
+fn rewrite_file(path: &Path, bytes: &[u8]) -> Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
         .truncate(true)
@@ -749,7 +708,8 @@ fn rewrite_file(path: &Path, bytes: &[u8]) -> Result<()> {
         .open(path)
         .map_err(io_err("open spare file", path))?;
     file.write_all(bytes)
-        .map_err(io_err("write spare file", path))
+        .map_err(io_err("write spare file", path))?;
+    Ok(file)
 }
 
 /// Lock a mutex holding plain values, ignoring poisoning.
@@ -1075,33 +1035,30 @@ mod tests {
     }
 
     #[test]
-    fn saves_are_committed_in_groups_off_the_save_path() {
+    fn every_save_and_delete_is_fsynced_before_it_returns() {
         let dir = tempfile::tempdir().unwrap();
         let store = LeaseStore::open(dir.path()).unwrap();
-        assert!(!store.has_unsynced());
-        // Saving and deleting never waits for the disk...
-        for i in 0..20u8 {
-            store
-                .save(&record(&format!("c{i}"), "eth0", [192, 0, 2, i]))
-                .unwrap();
+        assert_eq!(store.syncs_total(), 0, "opening writes no record");
+        // A save: the temporary file, then the directory after the rename.
+        store.save(&record("c0", "eth0", [192, 0, 2, 1])).unwrap();
+        assert_eq!(store.syncs_total(), 2);
+        // A rewrite of the same record is a change like any other.
+        store.save(&record("c0", "eth0", [192, 0, 2, 2])).unwrap();
+        assert_eq!(store.syncs_total(), 4);
+        // A fresh file (pool empty) is fsynced too.
+        while store.spares() > 0 {
+            lock(&store.pool).pop();
         }
-        // ...rewrites of one record are one pending file...
-        store.save(&record("c0", "eth0", [192, 0, 2, 99])).unwrap();
-        // ...and a record deleted before the flush needs no fsync of its own.
-        assert!(store.delete(&LeaseKey::new("c1", "eth0").unwrap()).unwrap());
-        assert_eq!(store.syncs_total(), 0);
-        assert!(store.has_unsynced());
-        // The records are visible at once (atomic rename).
-        assert_eq!(store.load_all().unwrap().records.len(), 19);
-        // One flush: 19 records plus the directory.
-        store.flush().unwrap();
-        assert_eq!(store.syncs_total(), 20);
-        assert!(!store.has_unsynced());
-        store.flush().unwrap();
-        assert_eq!(store.syncs_total(), 20, "nothing pending, nothing synced");
-        assert!(store.delete(&LeaseKey::new("c2", "eth0").unwrap()).unwrap());
-        store.flush().unwrap();
-        assert_eq!(store.syncs_total(), 21, "a delete syncs the directory only");
+        store.save(&record("c1", "eth0", [192, 0, 2, 3])).unwrap();
+        assert_eq!(store.syncs_total(), 6);
+        // A delete syncs the directory; deleting nothing syncs nothing.
+        assert!(store.delete(&LeaseKey::new("c0", "eth0").unwrap()).unwrap());
+        assert_eq!(store.syncs_total(), 7);
+        assert!(!store.delete(&LeaseKey::new("c0", "eth0").unwrap()).unwrap());
+        assert_eq!(store.syncs_total(), 7);
+        let report = store.load_all().unwrap();
+        assert_eq!(report.records.len(), 1);
+        assert_eq!(report.records[0].lease.address, Ipv4Addr::new(192, 0, 2, 3));
     }
 
     #[test]
@@ -1139,9 +1096,10 @@ mod tests {
         let report = store.load_all().unwrap();
         assert_eq!(report.records.len(), POOL_TARGET + 5);
         assert!(report.quarantined.is_empty());
-        // The pool ran dry (later saves made new files); a flush refills it.
+        // The pool ran dry (later saves made new files); replenishing refills it.
         assert_eq!(store.spares(), 0);
-        store.flush().unwrap();
+        assert_eq!(store.spares_missing(), POOL_TARGET);
+        store.replenish();
         assert_eq!(store.spares(), POOL_TARGET);
     }
 

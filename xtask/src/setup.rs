@@ -31,6 +31,9 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("iperf3", "/usr/bin/iperf3"),
     ("tcpdump", "/usr/bin/tcpdump"),
     ("procps", "/usr/bin/ps"),
+    // The lease store's power-loss test: ext4 on a loop device.
+    ("e2fsprogs", "/usr/sbin/mkfs.ext4"),
+    ("mount", "/usr/sbin/losetup"),
 ];
 
 pub fn run() -> Result<()> {

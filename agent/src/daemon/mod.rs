@@ -47,9 +47,9 @@ const FRAME_QUEUE: usize = 32;
 const KERNEL_POLL: Duration = Duration::from_secs(5);
 /// How long shutdown waits for lease tasks to persist and stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// Group-commit period of the lease store: records are written atomically
-/// on the ADD path and made durable (fsync) this often, off that path (see
-/// [`crate::store`] for why a host crash needs nothing more).
+/// Store housekeeping period: the lease store's spare files are topped up
+/// and the embedded pod store's writes are made durable (group commit) this
+/// often, off the ADD path. Lease records are durable when saved.
 const STORE_FLUSH: Duration = Duration::from_secs(1);
 
 /// Start-up failures.
@@ -677,7 +677,7 @@ pub async fn run(
                     () = t.cancelled() => break,
                     _ = tick.tick() => {
                         let embedded = matches!(&a.pod_api, PodApi::Embedded(s) if s.has_unsynced());
-                        if a.store.has_unsynced() || embedded {
+                        if a.store.spares_missing() > 0 || embedded {
                             let b = a.clone();
                             let _ = tokio::task::spawn_blocking(move || flush_store(&b)).await;
                         }
@@ -754,12 +754,11 @@ pub async fn run(
     served.map_err(|source| DaemonError::Serve { source })
 }
 
-/// One group commit of the lease store (and of the embedded pod store).
+/// Housekeeping of the stores, off the ADD path: the lease store's pool of
+/// spare files is topped up (its records are durable when saved), and the
+/// embedded pod store gets its group commit.
 fn flush_store(agent: &Agent) {
-    if let Err(e) = agent.store.flush() {
-        agent.metrics.failure("persist_flush");
-        warn!(error = %e, "could not make lease records durable; retrying");
-    }
+    agent.store.replenish();
     if let PodApi::Embedded(s) = &agent.pod_api
         && let Err(e) = s.flush()
     {
