@@ -17,11 +17,13 @@
 
 pub mod fake_apiserver;
 pub mod netns;
+pub mod plugin;
 pub mod servers;
 
 pub use netns::{
     Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, parse_mac, unique_name,
 };
+pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,
 };

@@ -45,6 +45,7 @@ use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
 use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
 use xdhcp_tests::{
     netns::{Lab, LabClient},
+    plugin::PluginCall,
     servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, wait_until},
 };
 
@@ -187,43 +188,30 @@ impl Daemon {
 
     /// Runs one plugin command for `client`; returns its wall time.
     fn cni(&self, command: &str, id: &str, client: &LabClient) -> Result<Duration, String> {
+        let config = self.config();
+        let cni_args = format!("K8S_POD_NAMESPACE=bench;K8S_POD_NAME={id}");
         let started = Instant::now();
-        let mut child = Command::new(&self.plugin)
-            .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", id)
-            .env("CNI_NETNS", client.ns.path())
-            .env("CNI_IFNAME", &client.ifname)
-            .env("CNI_PATH", "/usr/lib/cni")
-            .env(
-                "CNI_ARGS",
-                format!("K8S_POD_NAMESPACE=bench;K8S_POD_NAME={id}"),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("exec {}: {e}", self.plugin.display()))?;
-        // A plugin may exit without reading its config (the upstream one
-        // does for VERSION): a broken pipe here is its answer, not a failure.
-        match child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(self.config().as_bytes())
-        {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.to_string()),
-            _ => {}
+        let out = PluginCall {
+            plugin: &self.plugin,
+            node_ns: None,
+            command,
+            container_id: id,
+            netns: Some(client.ns.path()),
+            ifname: &client.ifname,
+            cni_path: Path::new("/usr/lib/cni"),
+            cni_args: &cni_args,
+            config: &config,
         }
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        .run()
+        .map_err(|e| format!("exec {}: {e}", self.plugin.display()))?;
         let elapsed = started.elapsed();
-        if out.status.success() {
+        if out.ok {
             Ok(elapsed)
         } else {
             Err(format!(
-                "{} {command} {id}: {}{}",
+                "{} {command} {id}: {}",
                 self.which.name(),
-                String::from_utf8_lossy(&out.stdout).trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                out.text()
             ))
         }
     }

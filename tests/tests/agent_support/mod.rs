@@ -3,13 +3,13 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use xdhcp_tests::{NetNs, Process, wait_until};
+pub use xdhcp_tests::PluginOutput;
+use xdhcp_tests::{NetNs, PluginCall, Process, wait_until};
 
 /// The `xdhcp` binary of this workspace, built once per test binary.
 pub fn xdhcp_bin() -> PathBuf {
@@ -160,15 +160,6 @@ impl AgentProcess {
     }
 }
 
-/// What a plugin printed and how it exited.
-#[derive(Debug)]
-pub struct PluginOutput {
-    pub ok: bool,
-    pub stdout: String,
-    pub stderr: String,
-    pub json: serde_json::Value,
-}
-
 /// Invoke a CNI plugin, optionally from inside `node` (so main plugins that
 /// create bridges and veths work in a test namespace, never on the host).
 #[expect(
@@ -185,42 +176,18 @@ pub fn invoke(
     cni_path: &Path,
     config: &str,
 ) -> PluginOutput {
-    let mut cmd = match node {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns.name()]).arg(plugin);
-            c
-        }
-        None => Command::new(plugin),
-    };
-    cmd.env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container_id)
-        .env("CNI_IFNAME", ifname)
-        .env("CNI_PATH", cni_path)
-        .env(
-            "CNI_ARGS",
-            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={container_id}"),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    match netns {
-        Some(p) => cmd.env("CNI_NETNS", p),
-        None => cmd.env_remove("CNI_NETNS"),
-    };
-    let mut child = cmd.spawn().expect("spawn CNI plugin");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(config.as_bytes())
-        .expect("write config");
-    let out = child.wait_with_output().expect("plugin output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    PluginOutput {
-        ok: out.status.success(),
-        json: serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    let cni_args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={container_id}");
+    PluginCall {
+        plugin,
+        node_ns: node.map(NetNs::name),
+        command,
+        container_id,
+        netns,
+        ifname,
+        cni_path,
+        cni_args: &cni_args,
+        config,
     }
+    .run()
+    .unwrap_or_else(|e| panic!("cannot run {}: {e}", plugin.display()))
 }
