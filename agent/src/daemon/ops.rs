@@ -288,41 +288,8 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
             stop(agent, &handle, false).await;
             agent.forget(&req.container_id, &req.ifname, handle.generation);
             let _ = persist::remove(&agent.store, &req.container_id, &req.ifname);
-            return Err(match other {
-                Ok(Ok(Outcome::Failed(e))) => CniError::new(
-                    code::DHCP_TIMEOUT,
-                    format!(
-                        "no DHCP lease on {} in {} within {}s: {e}",
-                        req.ifname,
-                        netns_label(&req),
-                        timeout.as_secs()
-                    ),
-                ),
-                Ok(Ok(Outcome::LinkFailed(e))) => CniError::new(
-                    code::INTERFACE,
-                    format!(
-                        "interface {} in {} failed during DHCP",
-                        req.ifname,
-                        netns_label(&req)
-                    ),
-                )
-                .with_details(e),
-                Ok(Ok(Outcome::Cancelled)) => {
-                    CniError::new(code::TRY_AGAIN_LATER, "the xdhcp agent is shutting down")
-                }
-                _ => {
-                    agent.metrics.failure("acquire_no_reply");
-                    CniError::new(
-                        code::DHCP_TIMEOUT,
-                        format!(
-                            "no DHCP lease on {} in {} within {}s: heard nothing",
-                            req.ifname,
-                            netns_label(&req),
-                            timeout.as_secs()
-                        ),
-                    )
-                }
-            });
+            let what = format!("interface {} in {}", req.ifname, netns_label(&req));
+            return Err(acquire_error(agent, other, &what, timeout));
         }
     };
 
@@ -348,6 +315,38 @@ pub async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, CniEr
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %mac_string(mac), "ADD done");
     Ok(cni_result(&lease, &req.config))
+}
+
+/// The CNI error for an acquisition that ended without a lease (`outcome`:
+/// what ADD's wait for the lease task gave, never `Bound`); `what` names the
+/// interface the way the operator knows it.
+pub(super) fn acquire_error<E1, E2>(
+    agent: &Agent,
+    outcome: Result<Result<Outcome, E1>, E2>,
+    what: &str,
+    timeout: Duration,
+) -> CniError {
+    let secs = timeout.as_secs();
+    match outcome {
+        Ok(Ok(Outcome::Failed(e))) => CniError::new(
+            code::DHCP_TIMEOUT,
+            format!("no DHCP lease on {what} within {secs}s: {e}"),
+        ),
+        Ok(Ok(Outcome::LinkFailed(e))) => {
+            CniError::new(code::INTERFACE, format!("{what} failed during DHCP")).with_details(e)
+        }
+        Ok(Ok(Outcome::Cancelled)) => {
+            CniError::new(code::TRY_AGAIN_LATER, "the xdhcp agent is shutting down")
+        }
+        // No answer by the deadline, or the task ended without one.
+        _ => {
+            agent.metrics.failure("acquire_no_reply");
+            CniError::new(
+                code::DHCP_TIMEOUT,
+                format!("no DHCP lease on {what} within {secs}s: heard nothing"),
+            )
+        }
+    }
 }
 
 /// Stop a lease task (RELEASE first when `release`) and wait for it.

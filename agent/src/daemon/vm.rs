@@ -26,7 +26,7 @@ use xdhcp_engine::{Client, Lease, Mode};
 
 use super::lease::{Command as LeaseCmd, Outcome};
 use super::link::{Link, mac_string};
-use super::ops::{client_config, cni_result, report_address};
+use super::ops::{acquire_error, client_config, cni_result, report_address};
 use super::persist::{self, LeaseRecord, PodRef, RECORD_VERSION, WorkloadKind};
 use super::{Agent, Handle};
 use crate::cli::AgentArgs;
@@ -260,30 +260,12 @@ async fn one_shot(
         Ok(Ok(Outcome::Bound(lease))) => Ok((handle, lease)),
         other => {
             abandon(agent, req, &handle).await;
-            let secs = timeout.as_secs();
-            Err(match other {
-                Ok(Ok(Outcome::Failed(e))) => CniError::new(
-                    code::DHCP_TIMEOUT,
-                    format!("no DHCP lease on VF netdev {netdev} within {secs}s: {e}"),
-                ),
-                Ok(Ok(Outcome::LinkFailed(e))) => CniError::new(
-                    code::INTERFACE,
-                    format!("VF netdev {netdev} failed during DHCP"),
-                )
-                .with_details(e),
-                Ok(Ok(Outcome::Cancelled)) => {
-                    CniError::new(code::TRY_AGAIN_LATER, "the xdhcp agent is shutting down")
-                }
-                _ => {
-                    agent.metrics.failure("acquire_no_reply");
-                    CniError::new(
-                        code::DHCP_TIMEOUT,
-                        format!(
-                            "no DHCP lease on VF netdev {netdev} within {secs}s: heard nothing"
-                        ),
-                    )
-                }
-            })
+            Err(acquire_error(
+                agent,
+                other,
+                &format!("VF netdev {netdev}"),
+                timeout,
+            ))
         }
     }
 }
