@@ -4,10 +4,12 @@
 //! pod identity comes from `CNI_ARGS` and the `k8s.ovn.org/pod-networks`
 //! annotation is kept in one JSON file, `<state_dir>/pod-networks.json`,
 //! written atomically (temporary file, rename) so `xdhcp status` always reads
-//! a whole document. As for the lease store ([`crate::store`]), the rename is
-//! what protects against the agent dying; `fsync` (host crash, which also
-//! ends every pod it describes) is left to the agent's group-commit flusher
-//! ([`EmbeddedStore::flush`]) so the CNI ADD path never waits for the disk.
+//! a whole document; the rename is what protects against the agent dying.
+//! This file stands in for the API server's copy of the annotation, and the
+//! agent's lease records ([`crate::store`], durable on every change) are what
+//! a restart resumes from, so `fsync` here (a host crash, which also ends
+//! every pod the file describes) is left to the agent's group-commit flusher
+//! ([`EmbeddedStore::flush`]) and the CNI ADD path does not wait for it.
 //! The parsed document is cached and reused while the file is unchanged
 //! (same inode, size and mtime), so a hand edit is still seen at once:
 //!
