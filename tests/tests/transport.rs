@@ -137,6 +137,56 @@ async fn discover_via_rawsock_gets_offer_via_afpacket_from_dnsmasq() {
     assert!(rx.stats().received >= 1);
 }
 
+/// dnsmasq broadcasts its replies to a client that sets the broadcast flag,
+/// so every port of the segment sees them. A receiver narrowed to one
+/// client's `chaddr` must take that client's replies and no one else's.
+#[tokio::test]
+async fn a_receiver_narrowed_to_its_client_ignores_other_clients_broadcast_replies() {
+    let lab = Lab::with_clients(2);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let (a, b) = (&lab.clients[0], &lab.clients[1]);
+    let narrowed = AfPacketReceiver::open_async(a.ns.path(), &a.ifname)
+        .await
+        .unwrap();
+    narrowed.only_for(a.mac).unwrap();
+    // The control: an unrestricted receiver on the same interface.
+    let everything = AfPacketReceiver::open_async(a.ns.path(), &a.ifname)
+        .await
+        .unwrap();
+
+    // B's OFFER, broadcast: it reaches A's interface...
+    let tx_b = RawSender::open_async(b.ns.path(), &b.ifname).await.unwrap();
+    let xid_b = 0x0b0b_0b0b;
+    tx_b.send_transmit(&broadcast_transmit(
+        discover(xid_b, b.mac, true),
+        xid_b,
+        MessageKind::Discover,
+    ))
+    .unwrap();
+    let (frame, offer) = recv_reply(&everything, xid_b, MessageType::Offer).await;
+    assert_eq!(frame.headers.dst_mac, BROADCAST_MAC);
+    assert_eq!(offer.chaddr()[..6], b.mac);
+    // ...and not A's narrowed receiver (the frame was queued on both
+    // sockets at once, so it would be there by now).
+    assert!(
+        narrowed.try_recv().unwrap().is_none(),
+        "a reply for another client got through"
+    );
+
+    // A's own OFFER does.
+    let tx_a = RawSender::open_async(a.ns.path(), &a.ifname).await.unwrap();
+    let xid_a = 0x0a0a_0a0a;
+    tx_a.send_transmit(&broadcast_transmit(
+        discover(xid_a, a.mac, true),
+        xid_a,
+        MessageKind::Discover,
+    ))
+    .unwrap();
+    let (_, offer) = recv_reply(&narrowed, xid_a, MessageType::Offer).await;
+    assert_eq!(offer.chaddr()[..6], a.mac);
+    assert_eq!(narrowed.stats().received, 1, "only A's reply was delivered");
+}
+
 #[tokio::test]
 async fn kea_offer_reaches_afpacket_receiver() {
     let lab = Lab::with_clients(1);

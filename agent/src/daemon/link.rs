@@ -39,6 +39,9 @@ pub struct Link {
     pub ifname: String,
     pub netns: Option<PathBuf>,
     pub info: LinkInfo,
+    /// The hardware address the DHCP client uses (`chaddr`): the
+    /// interface's, or a VM's. The receiver takes only replies for it.
+    client_mac: [u8; 6],
     /// Always present; taken only by `Drop`.
     tx: Option<RawSender>,
     rx: Option<AfPacketReceiver>,
@@ -165,7 +168,9 @@ impl Link {
             };
             let tx = RawSender::open_here(&name).map_err(in_ns)?;
             let rx = if afpacket_rx {
-                Some(AfPacketReceiver::open_here(&name).map_err(in_ns)?)
+                let rx = AfPacketReceiver::open_here(&name).map_err(in_ns)?;
+                rx.only_for(tx.info().mac).map_err(in_ns)?;
+                Some(rx)
             } else {
                 None
             };
@@ -179,6 +184,7 @@ impl Link {
             ifname: ifname.to_owned(),
             netns: netns.map(Path::to_path_buf),
             info: tx.info(),
+            client_mac: tx.info().mac,
             tx: Some(tx),
             rx,
             watch,
@@ -189,10 +195,12 @@ impl Link {
     /// Add the `AF_PACKET` receiver to a link opened without one.
     pub async fn with_afpacket_rx(mut self) -> Result<Self, LinkError> {
         if self.rx.is_none() {
-            self.rx = Some(match &self.netns {
+            let rx = match &self.netns {
                 Some(ns) => AfPacketReceiver::open_async(ns, &self.ifname).await?,
                 None => AfPacketReceiver::open_here(&self.ifname)?,
-            });
+            };
+            rx.only_for(self.client_mac)?;
+            self.rx = Some(rx);
         }
         Ok(self)
     }
@@ -201,6 +209,18 @@ impl Link {
     #[must_use]
     pub fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
         self.tx = self.tx.take().map(|tx| tx.with_src_mac(mac));
+        if mac == self.client_mac {
+            return self;
+        }
+        self.client_mac = mac;
+        if let Some(rx) = &self.rx
+            && let Err(error) = rx.only_for(mac)
+        {
+            // Still correct (the engine ignores other clients' replies),
+            // only busier: say so and go on.
+            tracing::warn!(ifname = %self.ifname, %error,
+                "receiving DHCP replies for every client on this interface");
+        }
         self
     }
 

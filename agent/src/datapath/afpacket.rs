@@ -8,6 +8,12 @@
 //! nothing), the filter attached, and only then bound to `ETH_P_ALL` on the
 //! interface, so no unfiltered frame is ever queued.
 //!
+//! A lease's receiver is narrowed to its client's hardware address
+//! ([`AfPacketReceiver::only_for`]: `chaddr` in the BOOTP header): servers
+//! such as dnsmasq broadcast OFFER and ACK, so on a shared segment every
+//! client's socket would otherwise wake for every other client's replies,
+//! O(n²) work in a burst of n pods starting at once.
+//!
 //! VLAN tags that the driver stripped (offload) are recovered from
 //! `PACKET_AUXDATA`. Frames are parsed with [`frame::parse_udp_frame`]; a
 //! frame that does not parse or is truncated is counted and skipped, never a
@@ -48,7 +54,6 @@ const BPF_MSH: u16 = 0xa0;
 const BPF_JEQ: u16 = 0x10;
 const BPF_JSET: u16 = 0x40;
 const BPF_K: u16 = 0x00;
-const _: u16 = BPF_W;
 
 /// Accept: return up to this many bytes of the frame.
 const ACCEPT_LEN: u32 = 0x0004_0000;
@@ -78,26 +83,34 @@ const fn jump(pc: usize, code: u16, k: u32, jt_abs: usize, jf_abs: usize) -> Soc
     }
 }
 
+/// Offset of `chaddr` in the BOOTP message, plus the 8-byte UDP header.
+const CHADDR_AFTER_IP: u32 = 8 + 28;
+
 /// The classic BPF program: DHCP server→client UDP in IPv4, with at most
-/// one in-frame VLAN tag, not fragmented.
-pub fn dhcp_reply_filter() -> Vec<SockFilter> {
-    // Absolute instruction indexes of the labels.
+/// one in-frame VLAN tag, not fragmented; with `chaddr`, only replies whose
+/// BOOTP `chaddr` is that hardware address.
+pub fn dhcp_reply_filter(chaddr: Option<[u8; 6]>) -> Vec<SockFilter> {
+    // Absolute instruction indexes of the labels: the EtherType dispatch,
+    // then for each of the untagged and tagged L3 offsets the IPv4/UDP
+    // checks and (with `chaddr`) the chaddr check, then ACCEPT and DROP.
     const VLAN: usize = 4;
     const IP: usize = 6;
-    const IP_TAGGED: usize = 15;
-    const ACCEPT: usize = 24;
-    const DROP: usize = 25;
-    /// IPv4 checks at L3 offset `l3`, starting at instruction `at`.
-    fn ipv4(at: usize, l3: u32) -> [SockFilter; 9] {
-        [
+    let per_l3 = 9 + if chaddr.is_some() { 4 } else { 0 };
+    let ip_tagged = IP + per_l3;
+    let accept = ip_tagged + per_l3;
+    let drop = accept + 1;
+    // IPv4 + UDP checks at L3 offset `l3`, starting at instruction `at`.
+    let l3_checks = |at: usize, l3: u32| {
+        let matched = if chaddr.is_some() { at + 9 } else { accept };
+        let mut p = vec![
             stmt(BPF_LD | BPF_B | BPF_ABS, l3 + 9), // protocol
-            jump(at + 1, BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, at + 2, DROP),
+            jump(at + 1, BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, at + 2, drop),
             stmt(BPF_LD | BPF_H | BPF_ABS, l3 + 6), // flags + fragment offset
             jump(
                 at + 3,
                 BPF_JMP | BPF_JSET | BPF_K,
                 FRAGMENT_BITS,
-                DROP,
+                drop,
                 at + 4,
             ),
             stmt(BPF_LDX | BPF_B | BPF_MSH, l3), // X = IHL * 4
@@ -107,12 +120,30 @@ pub fn dhcp_reply_filter() -> Vec<SockFilter> {
                 BPF_JMP | BPF_JEQ | BPF_K,
                 u32::from(SERVER_PORT),
                 at + 7,
-                DROP,
+                drop,
             ),
             stmt(BPF_LD | BPF_H | BPF_IND, l3 + 2), // UDP destination port
-            jump(at + 8, BPF_JMP | BPF_JEQ | BPF_K, CLIENT_PORT, ACCEPT, DROP),
-        ]
-    }
+            jump(
+                at + 8,
+                BPF_JMP | BPF_JEQ | BPF_K,
+                CLIENT_PORT,
+                matched,
+                drop,
+            ),
+        ];
+        if let Some(mac) = chaddr {
+            let hi = u32::from_be_bytes([mac[0], mac[1], mac[2], mac[3]]);
+            let lo = u32::from(u16::from_be_bytes([mac[4], mac[5]]));
+            p.extend([
+                // chaddr[0..4], then chaddr[4..6]
+                stmt(BPF_LD | BPF_W | BPF_IND, l3 + CHADDR_AFTER_IP),
+                jump(at + 10, BPF_JMP | BPF_JEQ | BPF_K, hi, at + 11, drop),
+                stmt(BPF_LD | BPF_H | BPF_IND, l3 + CHADDR_AFTER_IP + 4),
+                jump(at + 12, BPF_JMP | BPF_JEQ | BPF_K, lo, accept, drop),
+            ]);
+        }
+        p
+    };
     let mut prog = vec![
         stmt(BPF_LD | BPF_H | BPF_ABS, 12), // EtherType / TPID
         jump(1, BPF_JMP | BPF_JEQ | BPF_K, u32::from(ETH_P_IP), IP, 2),
@@ -128,26 +159,36 @@ pub fn dhcp_reply_filter() -> Vec<SockFilter> {
             BPF_JMP | BPF_JEQ | BPF_K,
             u32::from(ETH_P_8021AD),
             VLAN,
-            DROP,
+            drop,
         ),
         stmt(BPF_LD | BPF_H | BPF_ABS, 16), // inner EtherType
         jump(
             5,
             BPF_JMP | BPF_JEQ | BPF_K,
             u32::from(ETH_P_IP),
-            IP_TAGGED,
-            DROP,
+            ip_tagged,
+            drop,
         ),
     ];
     debug_assert_eq!(prog.len(), IP);
-    prog.extend(ipv4(IP, 14));
-    debug_assert_eq!(prog.len(), IP_TAGGED);
-    prog.extend(ipv4(IP_TAGGED, 18));
-    debug_assert_eq!(prog.len(), ACCEPT);
+    prog.extend(l3_checks(IP, 14));
+    debug_assert_eq!(prog.len(), ip_tagged);
+    prog.extend(l3_checks(ip_tagged, 18));
+    debug_assert_eq!(prog.len(), accept);
     prog.push(stmt(BPF_RET | BPF_K, ACCEPT_LEN));
     prog.push(stmt(BPF_RET | BPF_K, 0));
-    debug_assert_eq!(prog.len(), DROP + 1);
+    debug_assert_eq!(prog.len(), drop + 1);
     prog
+}
+
+/// Attaches (or replaces: the kernel swaps filters atomically) the filter.
+fn attach_filter(fd: RawFd, chaddr: Option<[u8; 6]>) -> io::Result<()> {
+    let prog = dhcp_reply_filter(chaddr);
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }
 
 /// Counters of one receiver.
@@ -224,18 +265,8 @@ fn open_socket(ifname: &str, netns: Option<&Path>) -> Result<(OwnedFd, LinkInfo)
     };
     let fd =
         packet_socket(0, true).map_err(|e| classify("open a packet socket", ifname, netns, e))?;
-    let prog = dhcp_reply_filter();
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr().cast_mut(),
-    };
-    setsockopt(
-        fd.as_raw_fd(),
-        libc::SOL_SOCKET,
-        libc::SO_ATTACH_FILTER,
-        &fprog,
-    )
-    .map_err(|e| classify("attach the BPF filter", ifname, netns, e))?;
+    attach_filter(fd.as_raw_fd(), None)
+        .map_err(|e| classify("attach the BPF filter", ifname, netns, e))?;
     setsockopt(
         fd.as_raw_fd(),
         libc::SOL_PACKET,
@@ -327,6 +358,20 @@ impl AfPacketReceiver {
     /// The interface (index, MAC, MTU) found at open time.
     pub fn info(&self) -> LinkInfo {
         self.info
+    }
+
+    /// From now on, receive only replies for the client with hardware
+    /// address `chaddr` (frames already queued are still delivered; the
+    /// engine ignores replies that are not its own).
+    pub fn only_for(&self, chaddr: [u8; 6]) -> Result<(), RawSockError> {
+        attach_filter(self.fd.as_raw_fd(), Some(chaddr)).map_err(|e| {
+            classify(
+                "narrow the BPF filter to one client",
+                &self.ifname,
+                self.netns.as_deref(),
+                e,
+            )
+        })
     }
 
     /// The interface name.
@@ -533,6 +578,10 @@ mod tests {
                     Some(v) => a = v,
                     None => return 0,
                 },
+                c if c == BPF_LD | BPF_W | BPF_IND => match load(x as usize + k, 4) {
+                    Some(v) => a = v,
+                    None => return 0,
+                },
                 c if c == BPF_LD | BPF_H | BPF_IND => match load(x as usize + k, 2) {
                     Some(v) => a = v,
                     None => return 0,
@@ -566,7 +615,17 @@ mod tests {
     }
 
     fn accepts(pkt: &[u8]) -> bool {
-        run_filter(&dhcp_reply_filter(), pkt) != 0
+        run_filter(&dhcp_reply_filter(None), pkt) != 0
+    }
+
+    const CLIENT: [u8; 6] = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+
+    /// A DHCP reply (BOOTP header, `chaddr` at offset 28) for `chaddr`.
+    fn reply_for(vlan: Option<u16>, chaddr: [u8; 6]) -> Vec<u8> {
+        let mut bootp = [0u8; 300];
+        bootp[0] = 2; // BOOTREPLY
+        bootp[28..34].copy_from_slice(&chaddr);
+        build_udp_frame(&headers(vlan, 67, 68), &bootp)
     }
 
     #[test]
@@ -646,12 +705,54 @@ mod tests {
     }
 
     #[test]
+    fn filter_for_one_client_accepts_only_its_replies() {
+        let prog = dhcp_reply_filter(Some(CLIENT));
+        let accepts_for = |pkt: &[u8]| run_filter(&prog, pkt) != 0;
+        for vlan in [None, Some(42)] {
+            assert!(accepts_for(&reply_for(vlan, CLIENT)), "vlan {vlan:?}");
+            // Another client: one differing byte in either half of chaddr.
+            for i in 0..6 {
+                let mut other = CLIENT;
+                other[i] ^= 0x80;
+                assert!(
+                    !accepts_for(&reply_for(vlan, other)),
+                    "vlan {vlan:?}: accepted a reply for {other:02x?}"
+                );
+            }
+            // The other checks still apply.
+            let mut to_server = reply_for(vlan, CLIENT);
+            let ports = if vlan.is_some() { 38 } else { 34 };
+            to_server[ports..ports + 4].copy_from_slice(&[0, 68, 0, 67]);
+            assert!(!accepts_for(&to_server), "vlan {vlan:?}: client→server");
+        }
+        // The unrestricted filter takes replies for anyone.
+        let mut other = CLIENT;
+        other[5] ^= 1;
+        assert!(accepts(&reply_for(None, other)));
+        // chaddr behind IP options (IHL 6) is found at its real offset.
+        let plain = reply_for(None, CLIENT);
+        let mut opt = plain[..14].to_vec();
+        opt.push(0x46);
+        opt.extend_from_slice(&plain[15..34]);
+        opt.extend_from_slice(&[1, 1, 1, 0]);
+        opt.extend_from_slice(&plain[34..]);
+        assert!(accepts_for(&opt));
+        // Truncated before the end of chaddr: dropped.
+        let full = reply_for(Some(7), CLIENT);
+        let end_of_chaddr = 18 + 20 + 8 + 34;
+        assert!(!accepts_for(&full[..end_of_chaddr - 1]));
+        assert!(accepts_for(&full[..end_of_chaddr]));
+    }
+
+    #[test]
     fn filter_fits_the_kernel_limits() {
-        let prog = dhcp_reply_filter();
-        assert!(prog.len() <= 4096);
-        assert_eq!(
-            prog.last().map(|i| (i.code, i.k)),
-            Some((BPF_RET | BPF_K, 0))
-        );
+        for chaddr in [None, Some(CLIENT)] {
+            let prog = dhcp_reply_filter(chaddr);
+            assert!(prog.len() <= 4096);
+            assert_eq!(
+                prog.last().map(|i| (i.code, i.k)),
+                Some((BPF_RET | BPF_K, 0))
+            );
+        }
     }
 }
