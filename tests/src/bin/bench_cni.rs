@@ -398,6 +398,9 @@ fn raw_dora_burst(clients: &[LabClient]) -> (Duration, usize) {
             let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
                 .await
                 .expect("AF_PACKET receiver in the client namespace");
+            // As the agent does: each socket takes only its client's replies.
+            rx.only_for(c.mac)
+                .expect("narrow the receiver to its client");
             socks.push((tx, rx, c.mac));
         }
         // Back to back first: a single-threaded server (dnsmasq) serves one
@@ -544,6 +547,28 @@ struct Row {
     ratio: String,
 }
 
+impl Row {
+    /// A row from what each implementation measured; a side not measured
+    /// (`XDHCP_BENCH_ONLY`) shows "–" and the row has no ratio.
+    fn new<T: Copy>(
+        what: String,
+        (upstream, xdhcp): (Option<T>, Option<T>),
+        show: impl Fn(T) -> String,
+        ratio: impl FnOnce(T, T) -> String,
+    ) -> Self {
+        let cell = |v: Option<T>| v.map_or_else(|| "–".to_owned(), &show);
+        Row {
+            what,
+            upstream: cell(upstream),
+            xdhcp: cell(xdhcp),
+            ratio: match (upstream, xdhcp) {
+                (Some(u), Some(x)) => ratio(u, x),
+                _ => String::new(),
+            },
+        }
+    }
+}
+
 fn main() {
     let xdhcp = PathBuf::from(
         std::env::var_os("XDHCP_BIN")
@@ -680,25 +705,18 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
         println!("  {:.3} s, {failed} failed", wall.as_secs_f64());
         limits.push((server, wall, failed));
     }
-    let single_of = |w: Impl| {
-        singles
-            .iter()
-            .find(|(x, _)| *x == w)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
-    let (su, sx) = (single_of(Impl::Upstream), single_of(Impl::Xdhcp));
+    let single_of = |w: Impl| singles.iter().find(|(x, _)| *x == w).map(|(_, v)| v);
     for (label, p) in [
         ("single ADD median (ms)", 0.5),
         ("single ADD p99 (ms)", 0.99),
     ] {
-        let (u, x) = (ms(percentile(&su, p)), ms(percentile(&sx, p)));
-        rows.push(Row {
-            what: label.to_owned(),
-            upstream: format!("{u:.1}"),
-            xdhcp: format!("{x:.1}"),
-            ratio: format!("{:.1}× faster", u / x.max(1e-9)),
-        });
+        let at = |w: Impl| single_of(w).map(|v| ms(percentile(v, p)));
+        rows.push(Row::new(
+            label.to_owned(),
+            (at(Impl::Upstream), at(Impl::Xdhcp)),
+            |v| format!("{v:.1}"),
+            |u, x| format!("{:.1}× faster", u / x.max(1e-9)),
+        ));
     }
     for server in ["dnsmasq --no-ping", "Kea"] {
         let get = |w: Impl| {
@@ -707,57 +725,50 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
                 .find(|(s, x, _)| *s == server && *x == w)
                 .map(|(_, _, b)| b)
         };
-        if let (Some(u), Some(x)) = (get(Impl::Upstream), get(Impl::Xdhcp)) {
-            rows.push(Row {
-                what: format!(
-                    "{CONCURRENT} concurrent ADDs, {server}: wall (s) / leases/s / failures"
-                ),
-                upstream: format!(
+        let both = (get(Impl::Upstream), get(Impl::Xdhcp));
+        if matches!(both, (None, None)) {
+            continue;
+        }
+        rows.push(Row::new(
+            format!("{CONCURRENT} concurrent ADDs, {server}: wall (s) / leases/s / failures"),
+            both,
+            |b| {
+                format!(
                     "{:.2} / {:.0} / {}",
-                    u.wall.as_secs_f64(),
-                    u.ok as f64 / u.wall.as_secs_f64(),
-                    u.failed
-                ),
-                xdhcp: format!(
-                    "{:.2} / {:.0} / {}",
-                    x.wall.as_secs_f64(),
-                    x.ok as f64 / x.wall.as_secs_f64(),
-                    x.failed
-                ),
-                ratio: format!(
+                    b.wall.as_secs_f64(),
+                    b.ok as f64 / b.wall.as_secs_f64(),
+                    b.failed
+                )
+            },
+            |u, x| {
+                format!(
                     "{:.1}× faster",
                     u.wall.as_secs_f64() / x.wall.as_secs_f64().max(1e-9)
-                ),
-            });
-        }
-        if let (Some(u), Some(x), Some((_, limit, lf))) = (
-            get(Impl::Upstream),
-            get(Impl::Xdhcp),
-            limits.iter().find(|(s, _, _)| *s == server),
-        ) {
+                )
+            },
+        ));
+        if let Some((_, limit, lf)) = limits.iter().find(|(s, _, _)| *s == server) {
             let l = limit.as_secs_f64().max(1e-9);
-            rows.push(Row {
-                what: format!(
+            rows.push(Row::new(
+                format!(
                     "{CONCURRENT} ADDs, {server}: wall ÷ the server's own limit ({CONCURRENT} raw DORAs without CNI, best of back to back and all at once: {:.3} s, {lf} failed)",
                     limit.as_secs_f64()
                 ),
-                upstream: format!("{:.1}×", u.wall.as_secs_f64() / l),
-                xdhcp: format!("{:.1}×", x.wall.as_secs_f64() / l),
-                ratio: String::new(),
-            });
+                both,
+                |b| format!("{:.1}×", b.wall.as_secs_f64() / l),
+                |_, _| String::new(),
+            ));
         }
     }
     let floor_of = |w: Impl| floors.iter().find(|(x, _)| *x == w).map(|(_, f)| *f);
-    if let (Some(u), Some(x)) = (floor_of(Impl::Upstream), floor_of(Impl::Xdhcp)) {
-        rows.push(Row {
-            what: format!(
-                "{CONCURRENT} concurrent plugin execs without DHCP (CNI VERSION, the exec floor): wall (s)"
-            ),
-            upstream: format!("{:.3}", u.as_secs_f64()),
-            xdhcp: format!("{:.3}", x.as_secs_f64()),
-            ratio: format!("{:.1}× faster", u.as_secs_f64() / x.as_secs_f64().max(1e-9)),
-        });
-    }
+    rows.push(Row::new(
+        format!(
+            "{CONCURRENT} concurrent plugin execs without DHCP (CNI VERSION, the exec floor): wall (s)"
+        ),
+        (floor_of(Impl::Upstream), floor_of(Impl::Xdhcp)),
+        |f| format!("{:.3}", f.as_secs_f64()),
+        |u, x| format!("{:.1}× faster", u.as_secs_f64() / x.as_secs_f64().max(1e-9)),
+    ));
     drop(lab);
 }
 
@@ -831,38 +842,36 @@ fn footprint(xdhcp: &Path, rows: &mut Vec<Row>) {
             .find(|(x, _, _, _)| *x == w)
             .map(|(_, f, e, h)| (*f, *e, *h))
     };
-    // Only one implementation measured (XDHCP_BENCH_ONLY): no ratios.
-    let (Some((fu, eu, hu)), Some((fx, ex, hx))) = (fp(Impl::Upstream), fp(Impl::Xdhcp)) else {
-        return;
-    };
+    let both = (fp(Impl::Upstream), fp(Impl::Xdhcp));
     for (i, n) in [0, CONCURRENT, BIG].into_iter().enumerate() {
-        rows.push(Row {
-            what: format!("daemon RSS (KiB) / threads at {n} leases"),
-            upstream: format!("{} / {}", fu[i].0, fu[i].1),
-            xdhcp: format!("{} / {}", fx[i].0, fx[i].1),
-            ratio: format!("{:.2}× the memory", fx[i].0 as f64 / fu[i].0.max(1) as f64),
-        });
+        rows.push(Row::new(
+            format!("daemon RSS (KiB) / threads at {n} leases"),
+            both,
+            |(f, _, _)| format!("{} / {}", f[i].0, f[i].1),
+            |(u, _, _), (x, _, _)| {
+                format!("{:.2}× the memory", x[i].0 as f64 / u[i].0.max(1) as f64)
+            },
+        ));
     }
     // Divide by the leases really held at the big point, not by the target.
-    let per_lease = |f: [(u64, u64); 3], held: usize| {
+    let per_lease = |(f, _, held): ([(u64, u64); 3], usize, usize)| {
         (f[2].0.saturating_sub(f[0].0)) as f64 / held.max(1) as f64
     };
-    let (pu, px) = (per_lease(fu, hu), per_lease(fx, hx));
-    rows.push(Row {
-        what: format!("RSS per lease (KiB, (RSS@{BIG} − RSS@0) / leases held)"),
-        upstream: format!("{pu:.1} ({hu} held)"),
-        xdhcp: format!("{px:.1} ({hx} held)"),
-        ratio: format!("{:.2}×", px / pu.max(1e-9)),
-    });
-    rows.push(Row {
-        what: format!(
+    rows.push(Row::new(
+        format!("RSS per lease (KiB, (RSS@{BIG} − RSS@0) / leases held)"),
+        both,
+        |f| format!("{:.1} ({} held)", per_lease(f), f.2),
+        |u, x| format!("{:.2}×", per_lease(x) / per_lease(u).max(1e-9)),
+    ));
+    rows.push(Row::new(
+        format!(
             "ADD failures in the footprint runs (of {})",
             BIG + CONCURRENT
         ),
-        upstream: eu.to_string(),
-        xdhcp: ex.to_string(),
-        ratio: String::new(),
-    });
+        both,
+        |(_, failed, _)| failed.to_string(),
+        |_, _| String::new(),
+    ));
 }
 
 /// Prints the table and writes it to `$XDHCP_BENCH_RESULTS/cni.md`.
