@@ -964,4 +964,125 @@ mod netns {
         };
         assert!(dp.attach(&missing, None, CaptureMode::Observe).is_err());
     }
+
+    /// A TAP device in `ns` created with `IFF_NAPI_FRAGS`: each frame written
+    /// with `writev` becomes an skb whose linear part is the first iovec and
+    /// whose other iovecs are page fragments, as a NIC's receive path builds
+    /// them. Returns the device's file descriptor.
+    fn frags_tap(ns: &xdhcp_tests::NetNs, name: &'static str) -> OwnedFd {
+        const IFF_TAP: libc::c_short = 0x0002;
+        const IFF_NAPI: libc::c_short = 0x0010;
+        const IFF_NAPI_FRAGS: libc::c_short = 0x0020;
+        const IFF_NO_PI: libc::c_short = 0x1000;
+        const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+        let fd = ns.run_in(move || {
+            // SAFETY: open(2) of a device node; ownership taken at once.
+            let fd =
+                unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            assert!(fd >= 0, "/dev/net/tun: {}", std::io::Error::last_os_error());
+            // SAFETY: fd is fresh and ours.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: zeroed ifreq is valid; the name fits IFNAMSIZ.
+            let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+            for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+                *d = s as libc::c_char;
+            }
+            ifr.ifr_ifru.ifru_flags = IFF_TAP | IFF_NO_PI | IFF_NAPI | IFF_NAPI_FRAGS;
+            // SAFETY: TUNSETIFF takes a pointer to a live ifreq.
+            let rc = unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &raw mut ifr) };
+            assert_eq!(rc, 0, "TUNSETIFF: {}", std::io::Error::last_os_error());
+            fd
+        });
+        ns.ip(&["link", "set", name, "up"]);
+        fd
+    }
+
+    /// Writes `frame` to the TAP in pieces split at `cuts`.
+    fn write_in_pieces(tap: &OwnedFd, frame: &[u8], cuts: &[usize]) {
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(cuts);
+        bounds.push(frame.len());
+        let iov: Vec<libc::iovec> = bounds
+            .windows(2)
+            .map(|w| libc::iovec {
+                iov_base: frame[w[0]..w[1]].as_ptr().cast_mut().cast(),
+                iov_len: w[1] - w[0],
+            })
+            .collect();
+        // SAFETY: every iovec points into `frame`, alive for the call.
+        let n = unsafe { libc::writev(tap.as_raw_fd(), iov.as_ptr(), iov.len() as i32) };
+        assert_eq!(
+            n,
+            frame.len() as isize,
+            "writev: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// TC reads what is not in the skb's linear part through the kernel
+    /// (`bpf_skb_load_bytes`): a reply whose BOOTP message, or everything
+    /// after the Ethernet header, sits in page fragments is parsed and
+    /// copied whole, byte for byte.
+    #[tokio::test]
+    async fn tc_captures_replies_held_in_page_fragments() {
+        let ns = xdhcp_tests::NetNs::new();
+        let tap = frags_tap(&ns, "xfrag0");
+        let mut dp = Datapath::load().expect("load");
+        let mut reader = dp.take_reader().unwrap().unwrap();
+        let target = AttachTarget {
+            ifname: "xfrag0".to_owned(),
+            netns: Some(ns.path().to_path_buf()),
+        };
+        let att = dp
+            .attach(&target, Some(AttachMode::Tc), CaptureMode::Observe)
+            .expect("attach TC to the TAP");
+        // Ethernet | IPv4 | UDP | BOOTP: the linear part ends after the UDP
+        // header, after the Ethernet header, or (the control) holds it all.
+        let layouts: [(&str, &[usize]); 3] = [
+            ("headers linear, BOOTP in fragments", &[42, 142, 242]),
+            ("only Ethernet linear", &[14, 34, 100]),
+            ("all linear", &[]),
+        ];
+        for (i, (layout, cuts)) in layouts.into_iter().enumerate() {
+            let xid = 0xf7a6_0000 + i as u32;
+            let mut m = Message::default();
+            m.set_opcode(Opcode::BootReply)
+                .set_xid(xid)
+                .set_yiaddr(std::net::Ipv4Addr::new(192, 0, 2, 77))
+                .set_chaddr(&[2, 0, 0, 0, 0x77, i as u8]);
+            m.opts_mut()
+                .insert(DhcpOption::MessageType(MessageType::Offer));
+            m.opts_mut()
+                .insert(DhcpOption::ServerIdentifier(std::net::Ipv4Addr::new(
+                    192, 0, 2, 1,
+                )));
+            let mut payload = Vec::new();
+            m.encode(&mut Encoder::new(&mut payload)).expect("encode");
+            let frame = build_udp_frame(
+                &FrameHeaders {
+                    src_mac: [2, 0, 0, 0, 0, 1],
+                    dst_mac: [0xff; 6],
+                    vlan: None,
+                    src_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
+                    dst_ip: std::net::Ipv4Addr::BROADCAST,
+                    src_port: 67,
+                    dst_port: 68,
+                },
+                &payload,
+            );
+            write_in_pieces(&tap, &frame, cuts);
+            let ev = tokio::time::timeout(Duration::from_secs(5), reader.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{layout}: nothing captured"))
+                .expect("ring buffer");
+            assert_eq!(ev.message.xid(), xid, "{layout}");
+            assert!(ev.via_tc, "{layout}");
+            assert_eq!(ev.frame.ifindex, att.ifindex, "{layout}");
+            assert_eq!(ev.frame.payload, payload, "{layout}: BOOTP bytes differ");
+            assert_eq!(ev.message.chaddr()[..6], [2, 0, 0, 0, 0x77, i as u8]);
+        }
+        let c = dp.counters().unwrap();
+        assert_eq!((c.captured, c.load_error, c.malformed), (3, 0, 0), "{c:?}");
+        dp.detach(&target).expect("detach");
+    }
 }
