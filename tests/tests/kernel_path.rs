@@ -1045,31 +1045,8 @@ mod netns {
         ];
         for (i, (layout, cuts)) in layouts.into_iter().enumerate() {
             let xid = 0xf7a6_0000 + i as u32;
-            let mut m = Message::default();
-            m.set_opcode(Opcode::BootReply)
-                .set_xid(xid)
-                .set_yiaddr(std::net::Ipv4Addr::new(192, 0, 2, 77))
-                .set_chaddr(&[2, 0, 0, 0, 0x77, i as u8]);
-            m.opts_mut()
-                .insert(DhcpOption::MessageType(MessageType::Offer));
-            m.opts_mut()
-                .insert(DhcpOption::ServerIdentifier(std::net::Ipv4Addr::new(
-                    192, 0, 2, 1,
-                )));
-            let mut payload = Vec::new();
-            m.encode(&mut Encoder::new(&mut payload)).expect("encode");
-            let frame = build_udp_frame(
-                &FrameHeaders {
-                    src_mac: [2, 0, 0, 0, 0, 1],
-                    dst_mac: [0xff; 6],
-                    vlan: None,
-                    src_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
-                    dst_ip: std::net::Ipv4Addr::BROADCAST,
-                    src_port: 67,
-                    dst_port: 68,
-                },
-                &payload,
-            );
+            let payload = super::dhcp_reply(MessageType::Offer, xid);
+            let frame = super::frame(MessageType::Offer, xid);
             write_in_pieces(&tap, &frame, cuts);
             let ev = tokio::time::timeout(Duration::from_secs(5), reader.recv())
                 .await
@@ -1079,7 +1056,7 @@ mod netns {
             assert!(ev.via_tc, "{layout}");
             assert_eq!(ev.frame.ifindex, att.ifindex, "{layout}");
             assert_eq!(ev.frame.payload, payload, "{layout}: BOOTP bytes differ");
-            assert_eq!(ev.message.chaddr()[..6], [2, 0, 0, 0, 0x77, i as u8]);
+            assert_eq!(ev.message.chaddr()[..6], super::CLIENT_MAC, "{layout}");
         }
         let c = dp.counters().unwrap();
         assert_eq!((c.captured, c.load_error, c.malformed), (3, 0, 0), "{c:?}");
