@@ -18,7 +18,7 @@ use xdhcp::datapath::Verdict;
 use xdhcp::datapath::ebpf::{
     CaptureMode, Counters, Datapath, PINNED_MAPS, Pinning, ProgramKind, pin_maps,
 };
-use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
+use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
 
 const LO: u32 = 1;
 const XDP_DROP: u32 = 1;
@@ -78,18 +78,6 @@ fn frame(mt: MessageType, xid: u32) -> Vec<u8> {
     build_udp_frame(&headers(None), &dhcp_reply(mt, xid))
 }
 
-/// RFC 1071 checksum, to re-seal IPv4 headers we edit.
-fn ip_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// Rewrites an untagged frame's IPv4 header to carry `extra` bytes of options.
 fn with_ip_options(mut f: Vec<u8>, extra: usize) -> Vec<u8> {
     assert!(extra.is_multiple_of(4) && extra <= 40);
@@ -97,17 +85,13 @@ fn with_ip_options(mut f: Vec<u8>, extra: usize) -> Vec<u8> {
     f[14] = 0x45 + (extra / 4) as u8;
     let total = u16::from_be_bytes([f[16], f[17]]) + extra as u16;
     f[16..18].copy_from_slice(&total.to_be_bytes());
-    f[24..26].copy_from_slice(&[0, 0]);
-    let c = ip_checksum(&f[14..34 + extra]);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
+    seal_ipv4_header(&mut f[14..34 + extra]);
     f
 }
 
 fn set_frag(mut f: Vec<u8>, flags_offset: u16) -> Vec<u8> {
     f[20..22].copy_from_slice(&flags_offset.to_be_bytes());
-    f[24..26].copy_from_slice(&[0, 0]);
-    let c = ip_checksum(&f[14..34]);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
+    seal_ipv4_header(&mut f[14..34]);
     f
 }
 

@@ -1316,6 +1316,7 @@ impl EventReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datapath::frame;
 
     #[test]
     fn default_attach_choice_per_device_kind() {
@@ -1461,15 +1462,7 @@ mod tests {
         garbage.extend_from_slice(&[0xff; 8]);
         let len = garbage.len() - 14;
         garbage[16..18].copy_from_slice(&(len as u16).to_be_bytes());
-        garbage[24..26].copy_from_slice(&[0, 0]);
-        let mut sum: u32 = garbage[14..34]
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        garbage[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        frame::seal_ipv4_header(&mut garbage[14..34]);
         garbage[38..40].copy_from_slice(&16u16.to_be_bytes());
         assert_eq!(
             decode_record(&record(&garbage, 0, common::VLAN_NONE))
@@ -1500,15 +1493,7 @@ mod tests {
             f[40..42].copy_from_slice(&[0, 0]); // no UDP checksum
             let ip_len = u16::from_be_bytes([f[16], f[17]]) + extra as u16;
             f[16..18].copy_from_slice(&ip_len.to_be_bytes());
-            f[24..26].copy_from_slice(&[0, 0]);
-            let mut sum: u32 = f[14..34]
-                .chunks(2)
-                .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-                .sum();
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            frame::seal_ipv4_header(&mut f[14..34]);
             let r = record(&f, common::FLAG_XDP, common::VLAN_NONE);
             assert_eq!(r.len(), common::CAPTURE_HEADER_LEN + bucket);
             let ev = decode_record(&r).unwrap();

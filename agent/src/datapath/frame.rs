@@ -194,8 +194,7 @@ pub fn build_udp_frame(h: &FrameHeaders, payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&[DEFAULT_TTL, IPPROTO_UDP, 0, 0]);
     f.extend_from_slice(&h.src_ip.octets());
     f.extend_from_slice(&h.dst_ip.octets());
-    let ip_csum = checksum(&[&f[ip_start..ip_start + IPV4_MIN_HLEN]]);
-    f[ip_start + 10..ip_start + 12].copy_from_slice(&ip_csum.to_be_bytes());
+    seal_ipv4_header(&mut f[ip_start..ip_start + IPV4_MIN_HLEN]);
     let udp_start = f.len();
     f.extend_from_slice(&h.src_port.to_be_bytes());
     f.extend_from_slice(&h.dst_port.to_be_bytes());
@@ -209,6 +208,17 @@ pub fn build_udp_frame(h: &FrameHeaders, payload: &[u8]) -> Vec<u8> {
     }
     f[udp_start + 6..udp_start + 8].copy_from_slice(&udp_csum.to_be_bytes());
     f
+}
+
+/// Writes the RFC 1071 checksum of the IPv4 header `ip_header` (the whole
+/// header, options included) into its checksum field, e.g. after editing it.
+///
+/// # Panics
+/// If `ip_header` is shorter than the 20-byte minimum header.
+pub fn seal_ipv4_header(ip_header: &mut [u8]) {
+    ip_header[10..12].copy_from_slice(&[0, 0]);
+    let c = checksum(&[ip_header]);
+    ip_header[10..12].copy_from_slice(&c.to_be_bytes());
 }
 
 fn be16(b: &[u8]) -> u16 {
@@ -308,9 +318,7 @@ mod tests {
         f[14] = 0x47;
         let total = u16::from_be_bytes([f[16], f[17]]) + 8;
         f[16..18].copy_from_slice(&total.to_be_bytes());
-        f[24..26].copy_from_slice(&[0, 0]);
-        let c = checksum(&[&f[14..42]]);
-        f[24..26].copy_from_slice(&c.to_be_bytes());
+        seal_ipv4_header(&mut f[14..42]);
         f.resize(80, 0); // padding after the datagram
         let (h, p) = parse_udp_frame(&f).expect("parses");
         assert_eq!(h.src_port, 67);
