@@ -54,6 +54,21 @@ fn release(xid: u32, mac: [u8; 6], server: Ipv4Addr, addr: Ipv4Addr) -> Vec<u8> 
     msg.to_vec().expect("encode RELEASE")
 }
 
+/// Sends a DISCOVER for `mac` (with the broadcast flag when `broadcast`)
+/// to the broadcast address.
+fn send_discover(
+    tx: &RawSender,
+    xid: u32,
+    mac: [u8; 6],
+    broadcast: bool,
+) -> Result<(), RawSockError> {
+    tx.send_transmit(&broadcast_transmit(
+        discover(xid, mac, broadcast),
+        xid,
+        MessageKind::Discover,
+    ))
+}
+
 fn broadcast_transmit(payload: Vec<u8>, xid: u32, kind: MessageKind) -> Transmit {
     Transmit {
         payload,
@@ -105,12 +120,7 @@ async fn discover_via_rawsock_gets_offer_via_afpacket_from_dnsmasq() {
         .expect("open receiver");
 
     let xid = 0x0bad_cafe;
-    tx.send_transmit(&broadcast_transmit(
-        discover(xid, c.mac, true),
-        xid,
-        MessageKind::Discover,
-    ))
-    .expect("send DISCOVER");
+    send_discover(&tx, xid, c.mac, true).expect("send DISCOVER");
     let (frame, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
 
     assert_eq!(frame.via, RxPath::AfPacket);
@@ -157,12 +167,7 @@ async fn a_receiver_narrowed_to_its_client_ignores_other_clients_broadcast_repli
     // B's OFFER, broadcast: it reaches A's interface...
     let tx_b = RawSender::open_async(b.ns.path(), &b.ifname).await.unwrap();
     let xid_b = 0x0b0b_0b0b;
-    tx_b.send_transmit(&broadcast_transmit(
-        discover(xid_b, b.mac, true),
-        xid_b,
-        MessageKind::Discover,
-    ))
-    .unwrap();
+    send_discover(&tx_b, xid_b, b.mac, true).unwrap();
     let (frame, offer) = recv_reply(&everything, xid_b, MessageType::Offer).await;
     assert_eq!(frame.headers.dst_mac, BROADCAST_MAC);
     assert_eq!(offer.chaddr()[..6], b.mac);
@@ -176,12 +181,7 @@ async fn a_receiver_narrowed_to_its_client_ignores_other_clients_broadcast_repli
     // A's own OFFER does.
     let tx_a = RawSender::open_async(a.ns.path(), &a.ifname).await.unwrap();
     let xid_a = 0x0a0a_0a0a;
-    tx_a.send_transmit(&broadcast_transmit(
-        discover(xid_a, a.mac, true),
-        xid_a,
-        MessageKind::Discover,
-    ))
-    .unwrap();
+    send_discover(&tx_a, xid_a, a.mac, true).unwrap();
     let (_, offer) = recv_reply(&narrowed, xid_a, MessageType::Offer).await;
     assert_eq!(offer.chaddr()[..6], a.mac);
     assert_eq!(narrowed.stats().received, 1, "only A's reply was delivered");
@@ -197,12 +197,7 @@ async fn kea_offer_reaches_afpacket_receiver() {
         .await
         .unwrap();
     let xid = 0x1357_9bdf;
-    tx.send_transmit(&broadcast_transmit(
-        discover(xid, c.mac, false),
-        xid,
-        MessageKind::Discover,
-    ))
-    .unwrap();
+    send_discover(&tx, xid, c.mac, false).unwrap();
     let (_, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
     assert_eq!(server_id(&offer), lab.server_ip);
     assert!(offer.yiaddr().octets()[3] >= 100, "{}", offer.yiaddr());
@@ -223,12 +218,7 @@ async fn unicast_release_leaves_from_the_leased_address_and_dnsmasq_honours_it()
 
     // Unicast replies (no broadcast flag): dnsmasq sends them to chaddr/yiaddr.
     let xid = 0x2468_ace0;
-    tx.send_transmit(&broadcast_transmit(
-        discover(xid, c.mac, false),
-        xid,
-        MessageKind::Discover,
-    ))
-    .unwrap();
+    send_discover(&tx, xid, c.mac, false).unwrap();
     let (_, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
     let (addr, server) = (offer.yiaddr(), server_id(&offer));
     tx.send_transmit(&broadcast_transmit(
@@ -402,13 +392,7 @@ async fn interface_deletion_surfaces_as_interface_gone() {
         .expect("receiver must wake up when its interface goes")
         .unwrap_err();
     assert!(err.is_interface_gone(), "receive: {err:?}");
-    let err = tx
-        .send_transmit(&broadcast_transmit(
-            discover(7, c.mac, true),
-            7,
-            MessageKind::Discover,
-        ))
-        .unwrap_err();
+    let err = send_discover(&tx, 7, c.mac, true).unwrap_err();
     assert!(err.is_interface_gone(), "send: {err:?}");
     assert!(err.to_string().contains(&c.ifname), "{err}");
     let err = RawSender::open_async(c.ns.path(), &c.ifname)
@@ -832,12 +816,7 @@ async fn receiver_works_on_a_bridge_port() {
         .await
         .unwrap();
     let xid = 0x5eed_0001;
-    tx.send_transmit(&broadcast_transmit(
-        discover(xid, vm_mac, true),
-        xid,
-        MessageKind::Discover,
-    ))
-    .unwrap();
+    send_discover(&tx, xid, vm_mac, true).unwrap();
     let (frame, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
     assert_eq!(offer.chaddr()[..6], vm_mac);
     assert_eq!(frame.ifindex, c.ifindex);
@@ -933,12 +912,7 @@ async fn dhcpd_lease_appears_in_its_lease_file() {
         .await
         .unwrap();
     let xid = 0x0dc0_0001;
-    tx.send_transmit(&broadcast_transmit(
-        discover(xid, c.mac, true),
-        xid,
-        MessageKind::Discover,
-    ))
-    .unwrap();
+    send_discover(&tx, xid, c.mac, true).unwrap();
     let (_, offer) = recv_reply(&rx, xid, MessageType::Offer).await;
     let (addr, server) = (offer.yiaddr(), server_id(&offer));
     assert_eq!(server, lab.server_ip);
