@@ -150,20 +150,42 @@ fn request(client: &LabClient, container: &str) -> CniRequest {
     xdhcp_tests::cni_request(client, container, "foot", conf)
 }
 
-fn start_agent(dir: &Path) -> (Process, PathBuf) {
-    let socket = dir.join("xdhcp.sock");
-    let mut cmd = Command::new(agent_bin());
-    cmd.args(["agent", "--kube", "off", "--socket"])
-        .arg(&socket)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        // Not a bpffs: nothing is pinned, other agents' tables are left alone.
-        .arg("--bpffs-dir")
-        .arg(dir.join("bpffs"))
-        .env("RUST_LOG", "warn")
-        .env_remove("CNI_COMMAND");
-    let process = Process::spawn_logged("xdhcp agent", cmd, &dir.join("agent.log"));
-    (process, socket)
+/// An agent of its own: socket, state, bpffs directory and log in a fresh
+/// directory, which goes after the agent is stopped (fields drop in order).
+struct TestAgent {
+    process: Process,
+    socket: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl TestAgent {
+    fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-foot-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("xdhcp.sock");
+        let mut cmd = Command::new(agent_bin());
+        cmd.args(["agent", "--kube", "off", "--socket"])
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            // Not a bpffs: nothing is pinned, other agents' tables are left alone.
+            .arg("--bpffs-dir")
+            .arg(dir.path().join("bpffs"))
+            .env("RUST_LOG", "warn")
+            .env_remove("CNI_COMMAND");
+        let process = Process::spawn_logged("xdhcp agent", cmd, &dir.path().join("agent.log"));
+        TestAgent {
+            process,
+            socket,
+            dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
 }
 
 /// dnsmasq on a /22, so 1000 leases fit.
@@ -237,25 +259,21 @@ fn threads_stay_bounded_and_receivers_close_after_handover() {
         .clients(n)
         .build();
     let _dnsmasq = big_dnsmasq(&lab);
-    let dir = tempfile::Builder::new()
-        .prefix("xdt-foot-")
-        .tempdir()
-        .unwrap();
-    let (process, socket) = start_agent(dir.path());
-    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let agent = TestAgent::start();
+    let (socket, log) = (&agent.socket, || agent.log());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let client = Client::new(&socket, Duration::from_mins(2));
+    let client = Client::new(socket, Duration::from_mins(2));
     wait_ready(&rt, &client, &log);
-    let pid = process.pid().expect("agent running");
+    let pid = agent.process.pid().expect("agent running");
     let rss0 = status_field(pid, "VmRSS:");
     let threads0 = status_field(pid, "Threads:");
     let sampler = ThreadSampler::start(pid);
 
-    add_all(&rt, &socket, &lab.clients);
+    add_all(&rt, socket, &lab.clients);
     // Where `cargo xtask bench cni` measures: half a second after the last
     // ADD, while the last leases still move to eBPF.
     std::thread::sleep(Duration::from_millis(500));
@@ -301,7 +319,7 @@ fn threads_stay_bounded_and_receivers_close_after_handover() {
         "{threads} OS threads with {n} leases held (bound {THREAD_BOUND})"
     );
     drop(sampler);
-    drop(process);
+    drop(agent);
 }
 
 /// The per-lease removal watch (a bare netlink socket opened with the link,
@@ -311,17 +329,13 @@ fn threads_stay_bounded_and_receivers_close_after_handover() {
 fn a_lease_ends_when_its_interface_is_deleted() {
     let lab = Lab::with_clients(2);
     let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    let dir = tempfile::Builder::new()
-        .prefix("xdt-foot-")
-        .tempdir()
-        .unwrap();
-    let (_process, socket) = start_agent(dir.path());
-    let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    let agent = TestAgent::start();
+    let (socket, log) = (&agent.socket, || agent.log());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let client = Client::new(&socket, Duration::from_mins(1));
+    let client = Client::new(socket, Duration::from_mins(1));
     wait_ready(&rt, &client, &log);
     for (i, c) in lab.clients.iter().enumerate() {
         rt.block_on(
