@@ -52,6 +52,27 @@ pub fn cni_request(
     }
 }
 
+/// `xdhcp agent` in embedded mode (`--kube off`) on `socket`, keeping its
+/// state in `dir/state` and its eBPF pins in `dir/bpffs`: a plain directory
+/// of the caller's own, never the host's bpffs, so agents running side by
+/// side neither share nor reset each other's pinned maps. The caller adds
+/// `RUST_LOG` and any further flags.
+pub fn agent_command(
+    bin: &std::path::Path,
+    socket: &std::path::Path,
+    dir: &std::path::Path,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(["agent", "--kube", "off", "--socket"])
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--bpffs-dir")
+        .arg(dir.join("bpffs"))
+        .env_remove("CNI_COMMAND");
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,6 @@
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -165,16 +164,8 @@ impl TestAgent {
             .tempdir()
             .unwrap();
         let socket = dir.path().join("xdhcp.sock");
-        let mut cmd = Command::new(agent_bin());
-        cmd.args(["agent", "--kube", "off", "--socket"])
-            .arg(&socket)
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            // Not a bpffs: nothing is pinned, other agents' tables are left alone.
-            .arg("--bpffs-dir")
-            .arg(dir.path().join("bpffs"))
-            .env("RUST_LOG", "warn")
-            .env_remove("CNI_COMMAND");
+        let mut cmd = xdhcp_tests::agent_command(&agent_bin(), &socket, dir.path());
+        cmd.env("RUST_LOG", "warn");
         let process = Process::spawn_logged("xdhcp agent", cmd, &dir.path().join("agent.log"));
         TestAgent {
             process,

@@ -107,18 +107,11 @@ impl Daemon {
                 )
             }
             Impl::Xdhcp => {
-                let mut cmd = Command::new(xdhcp);
-                cmd.args(["agent", "--kube", "off", "--socket"])
-                    .arg(&socket)
-                    .arg("--state-dir")
-                    .arg(dir.path().join("state"))
-                    // Its own directory, never the host's bpffs.
-                    .arg("--bpffs-dir")
-                    .arg(dir.path().join("bpffs"))
-                    .env(
-                        "RUST_LOG",
-                        std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()),
-                    );
+                let mut cmd = xdhcp_tests::agent_command(xdhcp, &socket, dir.path());
+                cmd.env(
+                    "RUST_LOG",
+                    std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+                );
                 (
                     Process::spawn_logged("xdhcp agent", cmd, &log),
                     xdhcp.to_path_buf(),

@@ -25,7 +25,6 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -326,17 +325,8 @@ async fn agent_memory(n: usize) -> Result<AgentMemory> {
         .prefix("xdt-bench-agent-")
         .tempdir()?;
     let socket = dir.path().join("run/xdhcp.sock");
-    let state = dir.path().join("state");
-    let mut cmd = Command::new(&binary);
-    cmd.arg("agent")
-        .arg("--kube=off")
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--bpffs-dir")
-        .arg(dir.path().join("bpffs"))
-        .env("RUST_LOG", "info");
+    let mut cmd = xdhcp_tests::agent_command(&binary, &socket, dir.path());
+    cmd.env("RUST_LOG", "info");
     let agent = Process::spawn_logged("xdhcp agent", cmd, &dir.path().join("agent.log"));
     let pid = agent.pid().context("agent pid")?;
     let client = rpc::Client::new(&socket, Duration::from_secs(30));
@@ -362,7 +352,7 @@ async fn agent_memory(n: usize) -> Result<AgentMemory> {
     }
     settle().await;
     let rss_n = rss_kib(pid)?;
-    let (record_bytes, records) = records_on_disk(&state);
+    let (record_bytes, records) = records_on_disk(&dir.path().join("state"));
     ensure!(
         records == n,
         "{records} lease records on disk, expected {n}"

@@ -100,20 +100,11 @@ impl AgentProcess {
     }
 
     fn spawn(socket: &Path, state_dir: &Path, log: &Path, extra: &[String]) -> Process {
-        let mut cmd = Command::new(xdhcp_bin());
-        cmd.arg("agent")
-            .args(["--kube", "off"])
-            .arg("--socket")
-            .arg(socket)
-            .arg("--state-dir")
-            .arg(state_dir)
-            // A directory of the test's own, never the host's bpffs: agents
-            // running side by side must not share (and reset) pinned maps.
-            .arg("--bpffs-dir")
-            .arg(state_dir.with_file_name("bpffs"))
-            .args(extra)
-            .env("RUST_LOG", "info,xdhcp=debug")
-            .env_remove("CNI_COMMAND");
+        let dir = state_dir
+            .parent()
+            .expect("the state dir is in the test's directory");
+        let mut cmd = xdhcp_tests::agent_command(&xdhcp_bin(), socket, dir);
+        cmd.args(extra).env("RUST_LOG", "info,xdhcp=debug");
         Process::spawn_logged("xdhcp agent", cmd, log)
     }
 
