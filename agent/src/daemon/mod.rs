@@ -679,7 +679,11 @@ pub async fn run(
                         let embedded = matches!(&a.pod_api, PodApi::Embedded(s) if s.has_unsynced());
                         if a.store.spares_missing() > 0 || embedded {
                             let b = a.clone();
-                            let _ = tokio::task::spawn_blocking(move || flush_store(&b)).await;
+                            let _ = tokio::task::spawn_blocking(move || {
+                                b.store.replenish();
+                                flush_embedded(&b);
+                            })
+                            .await;
                         }
                     }
                 }
@@ -746,19 +750,17 @@ pub async fn run(
         tasks.abort_all();
     }
     side.shutdown().await;
-    // The lease tasks persisted on their way out: make it durable.
+    // Lease records are durable when saved; the embedded pod store's last
+    // changes still wait for their group commit.
     let a = agent.clone();
-    let _ = tokio::task::spawn_blocking(move || flush_store(&a)).await;
+    let _ = tokio::task::spawn_blocking(move || flush_embedded(&a)).await;
     let _ = std::fs::remove_file(&agent.args.socket);
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
 }
 
-/// Housekeeping of the stores, off the ADD path: the lease store's pool of
-/// spare files is topped up (its records are durable when saved), and the
-/// embedded pod store gets its group commit.
-fn flush_store(agent: &Agent) {
-    agent.store.replenish();
+/// The embedded pod store's group commit (a no-op with a cluster).
+fn flush_embedded(agent: &Agent) {
     if let PodApi::Embedded(s) = &agent.pod_api
         && let Err(e) = s.flush()
     {
