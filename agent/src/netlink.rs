@@ -5,9 +5,8 @@
 //! ([`crate::netns`]) while that thread has entered the caller's tokio
 //! runtime, so the socket is registered with the caller's reactor and every
 //! later request runs on the caller's runtime — one connection per namespace,
-//! no thread per request. [`LinkWatch`] does the same with a multicast
-//! subscription to `RTNLGRP_LINK` and resolves when the watched interface is
-//! deleted (or moved away), so a lease can end with its interface.
+//! no thread per request. (A lease notices its interface's deletion through
+//! [`crate::datapath::rawsock::LinkRemovalWatch`], a bare socket.)
 //!
 //! Used for `"apply": true` (address and routes from the lease, SPEC R22),
 //! CNI CHECK (is the address still there) and interface lookups.
@@ -16,13 +15,11 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
-use futures::{StreamExt, TryStreamExt};
-use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
-use rtnetlink::packet_route::RouteNetlinkMessage;
+use futures::TryStreamExt;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use rtnetlink::packet_route::route::{RouteProtocol, RouteScope};
-use rtnetlink::{Handle, MulticastGroup, RouteMessageBuilder};
+use rtnetlink::{Handle, RouteMessageBuilder};
 use tokio::task::JoinHandle;
 use xdhcp_engine::Lease;
 
@@ -56,9 +53,6 @@ pub enum NetlinkError {
         #[source]
         source: rtnetlink::Error,
     },
-    /// The link watch subscription ended before the link went away.
-    #[error("link watch in {} ended unexpectedly", ns_label(netns.as_deref()))]
-    WatchClosed { netns: Option<PathBuf> },
 }
 
 /// The smallest MTU an IPv4 link may have (RFC 791), and the smallest
@@ -76,7 +70,6 @@ impl NetlinkError {
             Self::Connect { .. } => "connect",
             Self::NoSuchLink { .. } => "no_such_link",
             Self::Request { .. } => "request",
-            Self::WatchClosed { .. } => "watch_closed",
         }
     }
 }
@@ -458,72 +451,6 @@ impl Netlink {
 }
 
 impl Drop for Netlink {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Resolves when one link is deleted from its namespace (`RTM_DELLINK`),
-/// which also happens when it is moved to another namespace.
-#[derive(Debug)]
-pub struct LinkWatch {
-    messages: futures::channel::mpsc::UnboundedReceiver<(
-        NetlinkMessage<RouteNetlinkMessage>,
-        rtnetlink::sys::SocketAddr,
-    )>,
-    task: JoinHandle<()>,
-    ifindex: u32,
-    netns: Option<PathBuf>,
-    gone: bool,
-}
-
-impl LinkWatch {
-    /// Subscribes to link events in `netns` for `ifindex`. The subscription
-    /// is in place before the link is checked, so a deletion racing with
-    /// this call is not missed: if the link is already gone,
-    /// [`LinkWatch::removed`] resolves at once.
-    pub async fn open(netns: Option<&Path>, ifindex: u32) -> Result<Self> {
-        let (conn, _handle, messages) = connect(netns, || {
-            rtnetlink::new_multicast_connection(&[MulticastGroup::Link])
-        })
-        .await?;
-        let task = tokio::spawn(conn);
-        let mut watch = Self {
-            messages,
-            task,
-            ifindex,
-            netns: netns.map(Path::to_path_buf),
-            gone: false,
-        };
-        let probe = Netlink::open(netns).await?;
-        watch.gone = probe.link_by_index(ifindex).await?.is_none();
-        Ok(watch)
-    }
-
-    /// The watched interface index.
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-
-    /// Waits until the link is deleted. Cancel-safe.
-    pub async fn removed(&mut self) -> Result<()> {
-        while !self.gone {
-            let Some((msg, _)) = self.messages.next().await else {
-                return Err(NetlinkError::WatchClosed {
-                    netns: self.netns.clone(),
-                });
-            };
-            if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(link)) = msg.payload
-                && link.header.index == self.ifindex
-            {
-                self.gone = true;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for LinkWatch {
     fn drop(&mut self) {
         self.task.abort();
     }

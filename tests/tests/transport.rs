@@ -8,9 +8,9 @@ use std::time::Duration;
 use dhcproto::v4::{self, DhcpOption, Flags, MessageType, OptionCode};
 use dhcproto::{Decodable, Encodable};
 use xdhcp::datapath::frame::{self, FrameHeaders};
-use xdhcp::datapath::rawsock::{self, BROADCAST_MAC, RawSender, RawSockError};
+use xdhcp::datapath::rawsock::{self, BROADCAST_MAC, LinkRemovalWatch, RawSender, RawSockError};
 use xdhcp::datapath::{RxFrame, RxPath, afpacket::AfPacketReceiver};
-use xdhcp::netlink::{Ipv4Route, LinkWatch, Netlink, NetlinkError};
+use xdhcp::netlink::{Ipv4Route, Netlink, NetlinkError};
 use xdhcp_engine::{Destination, MessageKind, Transmit};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab};
 
@@ -377,13 +377,18 @@ async fn interface_deletion_surfaces_as_interface_gone() {
     let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
         .await
         .unwrap();
-    let mut watch = LinkWatch::open(Some(c.ns.path()), c.ifindex).await.unwrap();
-    assert_eq!(watch.ifindex(), c.ifindex);
+    // The removal watch each lease holds, opened in the pod namespace and
+    // registered with this runtime.
+    let runtime = tokio::runtime::Handle::current();
+    let watch = c.ns.run_in(move || {
+        let _entered = runtime.enter();
+        LinkRemovalWatch::open_here().expect("subscribe to link notifications")
+    });
 
     // Deleting the bridge-side end removes the pod-side end too.
     lab.server.link_del(c.port());
 
-    tokio::time::timeout(Duration::from_secs(5), watch.removed())
+    tokio::time::timeout(Duration::from_secs(5), watch.removed(c.ifindex, &tx))
         .await
         .expect("RTM_DELLINK within 5 s")
         .expect("link watch");
@@ -403,12 +408,12 @@ async fn interface_deletion_surfaces_as_interface_gone() {
         .await
         .unwrap_err();
     assert!(err.is_interface_gone(), "lookup: {err:?}");
-    // A watch opened after the fact resolves at once.
-    let mut late = LinkWatch::open(Some(c.ns.path()), c.ifindex).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(1), late.removed())
-        .await
-        .expect("already-gone link resolves at once")
-        .unwrap();
+    // The sender's binding is gone too: what the watch falls back on when
+    // notifications were lost.
+    assert!(
+        !tx.is_bound(),
+        "the kernel unbinds a packet socket from a deleted link"
+    );
 }
 
 fn lease_with(routes: Vec<xdhcp_engine::Route>) -> xdhcp_engine::Lease {
