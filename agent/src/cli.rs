@@ -236,9 +236,10 @@ pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
         "IP",
         "SERVER",
         "STATE",
+        "PATH",
         "EXPIRES IN",
     ];
-    let mut table: Vec<[String; 7]> = rows
+    let mut table: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             [
@@ -250,6 +251,11 @@ pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
                 r.address.map_or_else(|| "-".into(), |a| a.to_string()),
                 r.server.map_or_else(|| "-".into(), |s| s.to_string()),
                 r.state.clone(),
+                if r.path.is_empty() {
+                    "-".into()
+                } else {
+                    r.path.clone()
+                },
                 r.expires_unix_ms
                     .map_or_else(|| "-".into(), |e| human_remaining(e, now_unix_ms)),
             ]
@@ -286,6 +292,38 @@ pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
     out
 }
 
+/// A one-off runtime for an operator command.
+fn block_on<F: Future>(f: F) -> std::io::Result<F::Output> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f))
+}
+
+/// `xdhcp leases`: ask the agent, render the table (or JSON).
+pub fn leases_text(a: &ClientArgs) -> anyhow::Result<String> {
+    let c = crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10));
+    let rows: Vec<LeaseView> =
+        block_on(c.get(crate::rpc::PATH_LEASES))?.map_err(|e| anyhow::anyhow!(e.into_cni().msg))?;
+    if a.json {
+        Ok(serde_json::to_string_pretty(&rows)? + "\n")
+    } else {
+        Ok(render_leases(&rows, now_unix_ms()))
+    }
+}
+
+/// `xdhcp status`: ask the agent, render the summary (or JSON).
+pub fn status_text(a: &ClientArgs) -> anyhow::Result<String> {
+    let c = crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10));
+    let s: AgentStatus =
+        block_on(c.get(crate::rpc::PATH_STATUS))?.map_err(|e| anyhow::anyhow!(e.into_cni().msg))?;
+    if a.json {
+        Ok(serde_json::to_string_pretty(&s)? + "\n")
+    } else {
+        Ok(render_status(&s))
+    }
+}
+
 /// Render `xdhcp status`.
 pub fn render_status(s: &AgentStatus) -> String {
     let mut out = String::new();
@@ -308,6 +346,9 @@ pub fn render_status(s: &AgentStatus) -> String {
         let _ = write!(out, " ({n})");
     }
     out.push('\n');
+    if let Some(d) = &s.degraded {
+        let _ = writeln!(out, "degraded:     {d}");
+    }
     let _ = writeln!(out, "leases:       {}", s.leases);
     if !s.interfaces.is_empty() {
         out.push_str("interfaces:\n");
@@ -622,6 +663,7 @@ mod tests {
             address: Some(Ipv4Cidr::parse("192.0.2.10/24").unwrap()),
             server: Some("192.0.2.1".parse().unwrap()),
             state: "Bound".into(),
+            path: "tc".into(),
             expires_unix_ms: Some(10_000 + 125_000),
         }];
         let t = render_leases(&rows, 10_000);

@@ -27,6 +27,7 @@ pub mod netlink;
 pub mod netns;
 pub mod rpc;
 pub mod store;
+mod sys;
 pub mod telemetry;
 pub mod vfio;
 pub mod workload;

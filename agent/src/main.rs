@@ -31,8 +31,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let agent = xdhcp::daemon::run_until_signal(*args);
             return rt.block_on(agent).context("xdhcp agent");
         }
-        Command::Leases(a) => xdhcp::daemon::leases_text(&a).context("xdhcp leases")?,
-        Command::Status(a) => xdhcp::daemon::status_text(&a).context("xdhcp status")?,
+        Command::Leases(a) => xdhcp::cli::leases_text(&a).context("xdhcp leases")?,
+        Command::Status(a) => xdhcp::cli::status_text(&a).context("xdhcp status")?,
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).context("writing to stdout")

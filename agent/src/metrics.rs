@@ -62,6 +62,10 @@ pub struct Metrics {
     dropped: Family<ReasonLabel, Counter>,
     kernel: Family<OutcomeLabel, Counter>,
     cni_requests: Family<OpLabel, Counter>,
+    capture_lost: Family<ReasonLabel, Counter>,
+    capture_restored: Family<ReasonLabel, Counter>,
+    capture_fallbacks: Counter,
+    capture_degraded: Gauge,
     kernel_last: Mutex<Vec<(&'static str, u64)>>,
 }
 
@@ -89,6 +93,10 @@ impl Metrics {
         let dropped = Family::<ReasonLabel, Counter>::default();
         let kernel = Family::<OutcomeLabel, Counter>::default();
         let cni_requests = Family::<OpLabel, Counter>::default();
+        let capture_lost = Family::<ReasonLabel, Counter>::default();
+        let capture_restored = Family::<ReasonLabel, Counter>::default();
+        let capture_fallbacks = Counter::default();
+        let capture_degraded = Gauge::default();
         root.register("leases", "Leases by DHCP client state", leases.clone());
         root.register(
             "dora_duration_seconds",
@@ -117,8 +125,32 @@ impl Metrics {
             "CNI requests served, by operation",
             cni_requests.clone(),
         );
+        root.register(
+            "capture_lost",
+            "Kernel capture paths lost under the agent (ring reader failed, link detached), by reason",
+            capture_lost.clone(),
+        );
+        root.register(
+            "capture_restored",
+            "Kernel capture paths restored after a loss, by reason",
+            capture_restored.clone(),
+        );
+        root.register(
+            "capture_fallbacks",
+            "Leases moved from the eBPF ring buffer to their own AF_PACKET receiver after a capture loss",
+            capture_fallbacks.clone(),
+        );
+        root.register(
+            "capture_degraded",
+            "1 while some kernel capture path is lost and leases run on AF_PACKET",
+            capture_degraded.clone(),
+        );
         Self {
             registry: root,
+            capture_lost,
+            capture_restored,
+            capture_fallbacks,
+            capture_degraded,
             leases,
             dora_seconds,
             renewals,
@@ -173,6 +205,30 @@ impl Metrics {
         }
     }
 
+    /// A kernel capture path was lost (`reader`, `link_detached`).
+    pub fn capture_lost(&self, reason: &'static str) {
+        self.capture_lost
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// A lost kernel capture path works again.
+    pub fn capture_restored(&self, reason: &'static str) {
+        self.capture_restored
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// A lease moved to its own `AF_PACKET` receiver after a capture loss.
+    pub fn capture_fallback(&self) {
+        self.capture_fallbacks.inc();
+    }
+
+    /// Whether some capture path is lost right now.
+    pub fn set_capture_degraded(&self, degraded: bool) {
+        self.capture_degraded.set(i64::from(degraded));
+    }
+
     /// A CNI request was served.
     pub fn cni_request(&self, op: &'static str) {
         self.cni_requests.get_or_create(&OpLabel { op }).inc();
@@ -210,11 +266,14 @@ impl Metrics {
     }
 }
 
-/// Readiness: the datapath is up and persisted leases were recovered.
+/// Readiness: the datapath is up and persisted leases were recovered; and
+/// whether the kernel capture path is degraded (leases served by their
+/// `AF_PACKET` fallback).
 #[derive(Debug, Default)]
 pub struct Health {
     datapath: AtomicBool,
     recovered: AtomicBool,
+    degraded: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -233,7 +292,25 @@ impl Health {
         self.recovered.load(Ordering::SeqCst)
     }
 
-    /// `Ok` when ready, else why not.
+    /// Record that (`Some(why)`) or no longer (`None`) part of the kernel
+    /// capture path is lost. CNI requests are still served (the leases fall
+    /// back to `AF_PACKET`), but `/readyz` reports it.
+    pub fn set_degraded(&self, why: Option<String>) {
+        *self
+            .degraded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+
+    /// Why the capture path is degraded, if it is.
+    pub fn degraded(&self) -> Option<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// `Ok` when ready to serve CNI requests, else why not.
     pub fn ready(&self) -> Result<(), &'static str> {
         match (
             self.datapath.load(Ordering::SeqCst),
@@ -273,7 +350,13 @@ async fn serve_metrics(State(s): State<AppState>) -> impl IntoResponse {
 
 async fn serve_ready(State(s): State<AppState>) -> impl IntoResponse {
     match s.health.ready() {
-        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+        Ok(()) => match s.health.degraded() {
+            None => (StatusCode::OK, "ready\n".to_owned()),
+            Some(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("degraded: {why}\n"),
+            ),
+        },
         Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {why}\n"),

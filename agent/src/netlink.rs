@@ -105,6 +105,8 @@ pub struct LinkDetails {
     pub mtu: Option<u32>,
     /// Administratively up (`IFF_UP`).
     pub up: bool,
+    /// Operationally up, carrier present (`IFF_RUNNING`).
+    pub running: bool,
 }
 
 impl LinkDetails {
@@ -116,6 +118,7 @@ impl LinkDetails {
             kind: None,
             mtu: None,
             up: msg.header.flags.contains(LinkFlags::Up),
+            running: msg.header.flags.contains(LinkFlags::Running),
         };
         for attr in &msg.attributes {
             match attr {
@@ -274,6 +277,19 @@ impl Netlink {
             .execute()
             .await
             .map_err(self.request_err(format!("set link #{ifindex} up")))
+    }
+
+    /// Sets the hardware address of a link.
+    pub async fn set_mac(&self, ifindex: u32, mac: [u8; 6]) -> Result<()> {
+        let msg = rtnetlink::LinkUnspec::new_with_index(ifindex)
+            .address(mac.to_vec())
+            .build();
+        self.handle
+            .link()
+            .set(msg)
+            .execute()
+            .await
+            .map_err(self.request_err(format!("set the hardware address of link #{ifindex}")))
     }
 
     /// Sets the MTU of a link.

@@ -115,6 +115,11 @@ pub struct LeaseView {
     pub server: Option<Ipv4Addr>,
     /// Engine state (`Bound`, `Renewing`, …) or `OneShot` for VM discoveries.
     pub state: String,
+    /// The receive path serving the lease: `tc`, `xdp-native`, `xdp-generic`
+    /// (the eBPF ring buffer), `af-packet`, `af-packet (ebpf pending)` or
+    /// `af-packet (ebpf lost)`.
+    #[serde(default)]
+    pub path: String,
     /// Lease expiry, wall clock, milliseconds since the epoch.
     pub expires_unix_ms: Option<u64>,
 }
@@ -126,8 +131,24 @@ pub struct InterfaceStatus {
     pub container_id: String,
     pub ifname: String,
     pub netns: Option<PathBuf>,
-    /// `tc`, `xdp-native`, `xdp-generic` or `af-packet`.
+    /// `tc`, `xdp-native`, `xdp-generic` or `af-packet` (with what it waits
+    /// for, or lost).
     pub attach: String,
+    /// The kernel id of the BPF link capturing on the interface, when the
+    /// attachment is one (`bpftool link show id N`).
+    #[serde(default)]
+    pub bpf_link: Option<u32>,
+}
+
+/// Tests only: break (`true`) or mend the agent's ring reader.
+#[cfg(feature = "test-hooks")]
+pub const PATH_TEST_READER_FAULT: &str = "/v1/test/reader-fault";
+
+/// Body of [`PATH_TEST_READER_FAULT`].
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReaderFault {
+    pub broken: bool,
 }
 
 /// `xdhcp status`.
@@ -141,6 +162,10 @@ pub struct AgentStatus {
     pub datapath: String,
     /// Why the eBPF path is not in use, when it is not.
     pub datapath_note: Option<String>,
+    /// Set while part of the kernel capture path is lost (its leases use
+    /// `AF_PACKET` until it is restored), saying what.
+    #[serde(default)]
+    pub degraded: Option<String>,
     /// `kubernetes` or `embedded`.
     pub pod_api: String,
     pub socket: PathBuf,

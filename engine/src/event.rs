@@ -93,18 +93,42 @@ impl AcquireError {
         self.offers.is_empty() && self.naks.is_empty() && self.dropped == 0
     }
 
-    /// Bounded label summarising what was heard, for metrics.
-    pub fn label(&self) -> &'static str {
+    /// What was heard, summarised: the first of NAKs, offers, invalid
+    /// replies, or nothing.
+    pub fn heard(&self) -> Heard {
         if !self.naks.is_empty() {
-            "nak"
+            Heard::Nak
         } else if !self.offers.is_empty() {
-            "no_ack"
+            Heard::OffersWithoutAck
         } else if self.dropped > 0 {
-            "invalid_replies"
+            Heard::InvalidReplies
         } else {
-            "no_reply"
+            Heard::Nothing
         }
     }
+
+    /// Bounded label summarising what was heard, for metrics.
+    pub fn label(&self) -> &'static str {
+        match self.heard() {
+            Heard::Nak => "nak",
+            Heard::OffersWithoutAck => "no_ack",
+            Heard::InvalidReplies => "invalid_replies",
+            Heard::Nothing => "no_reply",
+        }
+    }
+}
+
+/// What a failed acquisition heard, summarised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// At least one DHCPNAK.
+    Nak,
+    /// Offers, but no ACK for the request that followed.
+    OffersWithoutAck,
+    /// Only replies that failed validation.
+    InvalidReplies,
+    /// Nothing at all.
+    Nothing,
 }
 
 fn servers(list: impl Iterator<Item = Ipv4Addr>) -> String {

@@ -81,7 +81,7 @@ pub mod validate;
 
 pub use client::{Client, Destination, LeaseTimers, PacketSource, Transmit};
 pub use config::{ClientConfig, ClientId, ConfigError, ExpiredLeasePolicy, Mode, Retransmit};
-pub use event::{AcquireError, Event, HeardNak, HeardOffer, LostReason};
+pub use event::{AcquireError, Event, Heard, HeardNak, HeardOffer, LostReason};
 pub use lease::Lease;
 pub use message::MessageKind;
 pub use routes::{Ipv4Prefix, RejectedRoute, Route, RoutePolicy, RouteRejection};

@@ -15,11 +15,13 @@
 //! assert!(dnsmasq.lease_for(client.mac).is_some());
 //! ```
 
+pub mod agent;
 pub mod fake_apiserver;
 pub mod netns;
 pub mod plugin;
 pub mod servers;
 
+pub use agent::InProcessAgent;
 pub use netns::{
     Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, parse_mac, unique_name,
 };

@@ -3,97 +3,12 @@
 //! by the server; `apply`, CHECK after the address is removed by hand; ADD
 //! with the server down fails within the configured timeout.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
+use xdhcp::cli::DatapathChoice;
 use xdhcp::cni::types::code;
-use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient, format_mac, wait_until};
-
-/// An agent running on its own runtime, stopped (leases kept) on drop.
-struct InProcessAgent {
-    rt: tokio::runtime::Runtime,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    done: Option<tokio::task::JoinHandle<Result<(), xdhcp::daemon::DaemonError>>>,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl InProcessAgent {
-    fn start(datapath: DatapathChoice) -> Self {
-        // Agent logs on stderr (shown for failing tests); one subscriber per process.
-        let _ = xdhcp::telemetry::init(xdhcp::telemetry::LogFormat::Human);
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-agent-")
-            .tempdir()
-            .unwrap();
-        let socket = dir.path().join("run/xdhcp.sock");
-        let mut args = AgentArgs::with_defaults(socket.clone(), dir.path().join("state"));
-        args.kube = KubeMode::Off;
-        args.datapath = datapath;
-        args.bpffs_dir = dir.path().join("bpffs");
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = rt
-            .block_on(xdhcp::daemon::bind_socket(&socket))
-            .expect("bind agent socket");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let done = rt.spawn(xdhcp::daemon::run(args, listener, async move {
-            let _ = stopped.await;
-        }));
-        let me = Self {
-            rt,
-            stop: Some(stop),
-            done: Some(done),
-            socket,
-            _dir: dir,
-        };
-        let c = me.client();
-        let ready = wait_until(Duration::from_secs(20), || {
-            me.rt
-                .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
-                .is_ok_and(|r| r.ready)
-        });
-        assert!(ready, "agent did not become ready");
-        me
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.socket, Duration::from_mins(1))
-    }
-
-    fn post(&self, path: &str, req: &CniRequest) -> Result<serde_json::Value, RpcError> {
-        self.rt.block_on(self.client().post(path, req))
-    }
-
-    fn add(&self, req: &CniRequest) -> Result<CniResult, RpcError> {
-        self.post(rpc::PATH_ADD, req)
-            .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
-    }
-
-    fn leases(&self) -> Vec<LeaseView> {
-        self.rt
-            .block_on(self.client().get(rpc::PATH_LEASES))
-            .expect("lease table")
-    }
-}
-
-impl Drop for InProcessAgent {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(d) = self.done.take() {
-            let _ = self
-                .rt
-                .block_on(async { tokio::time::timeout(Duration::from_secs(15), d).await });
-        }
-    }
-}
+use xdhcp::rpc::{self, CniRequest, RpcError};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, LabClient, format_mac, wait_until};
 
 fn request(client: &LabClient, container: &str, ipam: &str) -> CniRequest {
     let conf = format!(r#"{{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{ipam}}}"#);
@@ -140,12 +55,7 @@ fn lease_cycle(datapath: DatapathChoice) {
         // veths get the TC program by default.
         _ => ("ebpf", "tc"),
     };
-    let status = || -> rpc::AgentStatus {
-        agent
-            .rt
-            .block_on(agent.client().get(rpc::PATH_STATUS))
-            .expect("status")
-    };
+    let status = || agent.status();
     assert!(
         wait_until(Duration::from_secs(5), || {
             let s = status();

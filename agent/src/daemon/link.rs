@@ -192,8 +192,9 @@ impl Link {
         })
     }
 
-    /// Add the `AF_PACKET` receiver to a link opened without one.
-    pub async fn with_afpacket_rx(mut self) -> Result<Self, LinkError> {
+    /// Open the `AF_PACKET` receiver on a link that has none (opened
+    /// without one, or its capture moved to eBPF and was lost since).
+    pub(crate) async fn open_rx(&mut self) -> Result<(), LinkError> {
         if self.rx.is_none() {
             let rx = match &self.netns {
                 Some(ns) => AfPacketReceiver::open_async(ns, &self.ifname).await?,
@@ -202,7 +203,7 @@ impl Link {
             rx.only_for(self.client_mac)?;
             self.rx = Some(rx);
         }
-        Ok(self)
+        Ok(())
     }
 
     /// Send frames with `mac` as the Ethernet source (a VM's MAC).
@@ -237,11 +238,6 @@ impl Link {
         if let Some(rx) = self.rx.take() {
             close_later(Box::new(rx));
         }
-    }
-
-    /// Whether this link has its own `AF_PACKET` receiver.
-    pub fn has_rx(&self) -> bool {
-        self.rx.is_some()
     }
 
     /// Next DHCP server→client frame from the `AF_PACKET` receiver. Pends
@@ -311,14 +307,6 @@ fn ensure_up_here(ifname: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Format a MAC as `aa:bb:cc:dd:ee:ff`.
-pub fn mac_string(mac: [u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +315,5 @@ mod tests {
     async fn missing_interface_is_gone() {
         let e = Link::open(None, "xdt-nope0", false).await.unwrap_err();
         assert!(e.is_interface_gone(), "{e}");
-        assert_eq!(mac_string([2, 0, 0, 0, 0, 0xab]), "02:00:00:00:00:ab");
     }
 }

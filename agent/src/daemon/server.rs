@@ -1,4 +1,5 @@
-//! The agent socket's HTTP routes (see [`crate::rpc`] for the protocol).
+//! The agent socket's HTTP routes (see [`crate::rpc`] for the protocol),
+//! and the one place a daemon [`Error`] becomes a CNI error code.
 
 use std::sync::Arc;
 
@@ -9,9 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::{Agent, ops};
+use super::context::Agent;
+use super::error::Error;
+use super::{add, status};
 use crate::cni::types::{CniError, code};
-use crate::rpc::{self, CniRequest, GcRequest, Readiness};
+use crate::rpc::{self, CniRequest, GcRequest, Readiness, format_chain};
 
 /// A CNI error as an HTTP response.
 struct ApiError(CniError);
@@ -22,9 +25,41 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<CniError> for ApiError {
-    fn from(e: CniError) -> Self {
-        Self(e)
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        Self(to_cni(&e))
+    }
+}
+
+/// The CNI error code of each daemon failure; the message is the error's
+/// own, the details its source chain.
+fn to_cni(e: &Error) -> CniError {
+    let code = match e {
+        Error::NoNetns => return CniError::env("CNI_NETNS", "not set"),
+        Error::AnnotationKey { source } => {
+            return CniError::config("netAttachDefName", source);
+        }
+        Error::NoValidAttachments => {
+            return CniError::config("cni.dev/valid-attachments", "missing (required for GC)");
+        }
+        Error::ClientConfig { .. } => code::INVALID_NETWORK_CONFIG,
+        Error::Kube { .. } => code::KUBE_API,
+        Error::Interface { .. } | Error::Netdev { .. } | Error::LinkFailed { .. } => {
+            code::INTERFACE
+        }
+        Error::NoLease { .. } | Error::Silent { .. } => code::DHCP_TIMEOUT,
+        Error::ShuttingDown => code::TRY_AGAIN_LATER,
+        Error::Device { .. } | Error::Handoff { .. } => code::VFIO,
+        Error::Store { .. } => code::IO_FAILURE,
+        Error::Unknown { .. }
+        | Error::LeaseGone { .. }
+        | Error::Inspect { .. }
+        | Error::AddressMissing { .. } => code::CHECK_FAILED,
+    };
+    let cni = CniError::new(code, e.to_string());
+    match std::error::Error::source(e) {
+        Some(s) => cni.with_details(format_chain(s)),
+        None => cni,
     }
 }
 
@@ -41,16 +76,18 @@ fn decode<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
 }
 
 /// The router of the agent socket.
-pub fn router(agent: Arc<Agent>) -> Router {
-    Router::new()
+pub(crate) fn router(agent: Arc<Agent>) -> Router {
+    let r = Router::new()
         .route(rpc::PATH_ADD, post(add))
         .route(rpc::PATH_DEL, post(del))
         .route(rpc::PATH_CHECK, post(check))
         .route(rpc::PATH_GC, post(gc))
         .route(rpc::PATH_READY, get(ready))
         .route(rpc::PATH_LEASES, get(leases))
-        .route(rpc::PATH_STATUS, get(status))
-        .with_state(agent)
+        .route(rpc::PATH_STATUS, get(status));
+    #[cfg(feature = "test-hooks")]
+    let r = r.route(rpc::PATH_TEST_READER_FAULT, post(reader_fault));
+    r.with_state(agent)
 }
 
 async fn add(
@@ -64,8 +101,10 @@ async fn add(
         )));
     }
     let req = decode(body)?;
-    Ok(Json(ops::add(&a, req).await.inspect_err(|e| {
-        tracing::warn!(code = e.code, error = %e.msg, details = %e.details, "ADD failed");
+    Ok(Json(add::add(&a, req).await.map_err(|e| {
+        let e = ApiError::from(e);
+        tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "ADD failed");
+        e
     })?))
 }
 
@@ -74,7 +113,7 @@ async fn del(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let req = decode(body)?;
-    ops::del(&a, req).await?;
+    add::del(&a, req).await?;
     Ok(Json(serde_json::json!({})))
 }
 
@@ -83,7 +122,7 @@ async fn check(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let req = decode(body)?;
-    ops::check(&a, req).await?;
+    add::check(&a, req).await?;
     Ok(Json(serde_json::json!({})))
 }
 
@@ -92,7 +131,7 @@ async fn gc(
     body: Result<Json<GcRequest>, JsonRejection>,
 ) -> Result<Json<rpc::GcReply>, ApiError> {
     let req = decode(body)?;
-    Ok(Json(ops::gc(&a, req).await?))
+    Ok(Json(add::gc(&a, req).await?))
 }
 
 async fn ready(State(a): State<Arc<Agent>>) -> Json<Readiness> {
@@ -109,19 +148,27 @@ async fn ready(State(a): State<Arc<Agent>>) -> Json<Readiness> {
 }
 
 async fn leases(State(a): State<Arc<Agent>>) -> Json<Vec<rpc::LeaseView>> {
-    let mut v = a.lease_views();
-    v.sort_by(|x, y| (&x.container_id, &x.ifname).cmp(&(&y.container_id, &y.ifname)));
-    Json(v)
+    Json(status::leases(&a))
 }
 
 async fn status(State(a): State<Arc<Agent>>) -> impl IntoResponse {
     let a2 = a.clone();
     // Reading kernel counters and the embedded store touches files and maps.
-    match tokio::task::spawn_blocking(move || a2.status()).await {
+    match tokio::task::spawn_blocking(move || status::status(&a2)).await {
         Ok(s) => (StatusCode::OK, Json(s)).into_response(),
         Err(e) => {
             ApiError(CniError::new(code::INTERNAL, "status failed").with_details(e.to_string()))
                 .into_response()
         }
     }
+}
+
+/// Break or mend the ring reader, as a failure would (tests only).
+#[cfg(feature = "test-hooks")]
+async fn reader_fault(
+    State(a): State<Arc<Agent>>,
+    Json(f): Json<rpc::ReaderFault>,
+) -> Json<serde_json::Value> {
+    a.capture().inject_reader_fault(f.broken);
+    Json(serde_json::json!({}))
 }

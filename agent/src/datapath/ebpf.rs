@@ -18,8 +18,11 @@ use std::time::Duration;
 
 use aya::maps::MapType;
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf};
-use aya::programs::tc::{SchedClassifierLinkId, TcAttachType, qdisc_add_clsact};
-use aya::programs::xdp::XdpLinkId;
+use aya::programs::links::{FdLink, Link as _, LinkError};
+use aya::programs::tc::{
+    SchedClassifierLink, SchedClassifierLinkId, TcAttachType, qdisc_add_clsact,
+};
+use aya::programs::xdp::XdpLink;
 use aya::programs::{ProgramError, SchedClassifier, TestRun as _, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use dhcproto::{Decodable as _, Decoder, v4};
@@ -110,6 +113,13 @@ pub enum EbpfDatapathError {
         #[source]
         source: ProgramError,
     },
+    #[error("attached {mode} to {ifname}, but cannot hold its BPF link: {source}")]
+    HoldLink {
+        ifname: String,
+        mode: AttachMode,
+        #[source]
+        source: LinkError,
+    },
     #[error("failed to detach from {ifname}: {source}")]
     Detach {
         ifname: String,
@@ -169,14 +179,22 @@ pub struct Attachment {
 }
 
 enum LinkHandle {
-    Xdp(XdpLinkId),
-    Tc(SchedClassifierLinkId),
+    /// An XDP BPF link, owned here (the program's own table would hide its
+    /// kernel id).
+    Xdp(XdpLink),
+    /// A tcx BPF link (kernel 6.6 and later), owned here likewise.
+    Tcx(SchedClassifierLink),
+    /// A netlink TC filter (before tcx), kept in the program's table.
+    TcNetlink(SchedClassifierLinkId),
 }
 
 struct Attached {
     ifindex: u32,
     mode: AttachMode,
     link: LinkHandle,
+    /// The kernel's id of the BPF link, where the attachment is one (XDP,
+    /// and TC through tcx): lets the agent notice a detach from outside.
+    link_id: Option<u32>,
 }
 
 /// Counters summed over CPUs, one field per kernel outcome.
@@ -267,6 +285,8 @@ pub struct Datapath {
     owned: XidOwnership,
     ifconfig: Mutex<IfConfigMaps>,
     events: Option<RingBuf<MapData>>,
+    /// The kernel's id of the ring buffer map, to open a new reader on it.
+    events_id: Option<u32>,
     attached: StdHashMap<AttachTarget, Attached>,
     pinning: Pinning,
 }
@@ -354,8 +374,13 @@ impl Datapath {
             hash: take_map(&mut ebpf, common::MAP_IFCONFIG)?,
             direct: take_map(&mut ebpf, common::MAP_IFCONFIG_DIRECT)?,
         };
+        let events_id = match ebpf.map(common::MAP_EVENTS) {
+            Some(aya::maps::Map::RingBuf(data)) => data.info().ok().map(|i| i.id()),
+            _ => None,
+        };
         let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
         let mut dp = Self {
+            events_id,
             ebpf,
             xdp_unavailable,
             counters,
@@ -434,14 +459,7 @@ impl Datapath {
     pub fn take_reader(&mut self) -> Result<Option<EventReader>> {
         match self.events.take() {
             None => Ok(None),
-            Some(ring) => Ok(Some(EventReader {
-                // SAFETY: the RingBuf owns its map fd and keeps it open for as
-                // long as the AsyncFd holds it; nothing else closes or replaces it.
-                ring: unsafe { AsyncFd::register(ring) }.map_err(|e| EbpfDatapathError::Poll {
-                    source: e.into_parts().1,
-                })?,
-                stats: ReaderStats::default(),
-            })),
+            Some(ring) => EventReader::new(ring).map(Some),
         }
     }
 
@@ -611,6 +629,44 @@ impl Datapath {
         self.clear_mode(ifindex)
     }
 
+    /// Attached targets whose BPF link the kernel reports detached (an
+    /// operator's `bpftool link detach`, or the device gone). Netlink TC
+    /// filters (kernels before 6.6) cannot be checked this way.
+    pub fn detached_targets(&self) -> Vec<AttachTarget> {
+        self.attached
+            .iter()
+            .filter(|(_, a)| {
+                a.link_id.is_some_and(|id| {
+                    matches!(crate::sys::bpf::link_ifindex(id), Ok(None | Some(0)))
+                })
+            })
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// The kernel id of the BPF link attached to `target`, if it is one.
+    pub fn link_id(&self, target: &AttachTarget) -> Option<u32> {
+        self.attached.get(target).and_then(|a| a.link_id)
+    }
+
+    /// A new reader on the ring buffer map, after the first one failed.
+    pub fn reopen_reader(&self) -> Result<EventReader> {
+        let id = self.events_id.ok_or(EbpfDatapathError::MissingMap {
+            name: common::MAP_EVENTS,
+        })?;
+        let map = MapData::from_id(id).map_err(|source| EbpfDatapathError::Map {
+            name: common::MAP_EVENTS,
+            source,
+        })?;
+        let ring = RingBuf::try_from(aya::maps::Map::RingBuf(map)).map_err(|source| {
+            EbpfDatapathError::Map {
+                name: common::MAP_EVENTS,
+                source,
+            }
+        })?;
+        EventReader::new(ring)
+    }
+
     /// Attach modes per target, for status reporting.
     pub fn attachments(&self) -> Vec<(AttachTarget, u32, AttachMode)> {
         self.attached
@@ -624,8 +680,11 @@ impl Datapath {
         let ebpf = &mut self.ebpf;
         in_netns(target.netns.as_deref(), move || {
             let res = match attached.link {
-                LinkHandle::Xdp(id) => program::<Xdp>(ebpf, common::PROG_XDP)?.detach(id),
-                LinkHandle::Tc(id) => program::<SchedClassifier>(ebpf, common::PROG_TC)?.detach(id),
+                LinkHandle::Xdp(link) => link.detach(),
+                LinkHandle::Tcx(link) => link.detach(),
+                LinkHandle::TcNetlink(id) => {
+                    program::<SchedClassifier>(ebpf, common::PROG_TC)?.detach(id)
+                }
             };
             res.map_err(|source| EbpfDatapathError::Detach { ifname, source })
         })?
@@ -1067,6 +1126,11 @@ fn attach_here(
         mode,
         source,
     };
+    let hold_err = |mode, source| EbpfDatapathError::HoldLink {
+        ifname: ifname.to_owned(),
+        mode,
+        source,
+    };
     match mode {
         AttachMode::Tc => {
             let prog: &mut SchedClassifier = program(ebpf, common::PROG_TC)?;
@@ -1081,11 +1145,19 @@ fn attach_here(
                         .map_err(|e| attach_err(mode, e))?
                 }
             };
+            let (link, link_id) = if tcx_links() {
+                let link = prog.take_link(id).map_err(|e| attach_err(mode, e))?;
+                let (link, link_id) = owned_link(link).map_err(|e| hold_err(mode, e))?;
+                (LinkHandle::Tcx(link), link_id)
+            } else {
+                (LinkHandle::TcNetlink(id), None)
+            };
             Ok((
                 Attached {
                     ifindex,
                     mode,
-                    link: LinkHandle::Tc(id),
+                    link,
+                    link_id,
                 },
                 None,
             ))
@@ -1095,11 +1167,14 @@ fn attach_here(
             if mode == AttachMode::XdpNative {
                 match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
                     Ok(id) => {
+                        let link = prog.take_link(id).map_err(|e| attach_err(mode, e))?;
+                        let (link, link_id) = owned_link(link).map_err(|e| hold_err(mode, e))?;
                         return Ok((
                             Attached {
                                 ifindex,
                                 mode,
-                                link: LinkHandle::Xdp(id),
+                                link: LinkHandle::Xdp(link),
+                                link_id,
                             },
                             None,
                         ));
@@ -1109,11 +1184,15 @@ fn attach_here(
                         let id = prog
                             .attach_to_if_index(ifindex, XdpMode::Skb)
                             .map_err(|e| attach_err(AttachMode::XdpGeneric, e))?;
+                        let generic = AttachMode::XdpGeneric;
+                        let link = prog.take_link(id).map_err(|e| attach_err(generic, e))?;
+                        let (link, link_id) = owned_link(link).map_err(|e| hold_err(generic, e))?;
                         return Ok((
                             Attached {
                                 ifindex,
-                                mode: AttachMode::XdpGeneric,
-                                link: LinkHandle::Xdp(id),
+                                mode: generic,
+                                link: LinkHandle::Xdp(link),
+                                link_id,
                             },
                             Some(reason),
                         ));
@@ -1123,17 +1202,40 @@ fn attach_here(
             let id = prog
                 .attach_to_if_index(ifindex, XdpMode::Skb)
                 .map_err(|e| attach_err(mode, e))?;
+            let link = prog.take_link(id).map_err(|e| attach_err(mode, e))?;
+            let (link, link_id) = owned_link(link).map_err(|e| hold_err(mode, e))?;
             Ok((
                 Attached {
                     ifindex,
                     mode,
-                    link: LinkHandle::Xdp(id),
+                    link: LinkHandle::Xdp(link),
+                    link_id,
                 },
                 None,
             ))
         }
         AttachMode::AfPacket => Err(EbpfDatapathError::NotEbpf { mode }),
     }
+}
+
+/// Whether TC attachments are tcx links (kernel 6.6 and later, as aya
+/// decides), rather than netlink filters.
+fn tcx_links() -> bool {
+    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0))
+}
+
+/// A link taken out of its program's table, with the kernel id of the BPF
+/// link behind it. Only BPF links can be taken this way: XDP links on the
+/// supported kernels, tcx links on 6.6 and later.
+fn owned_link<L>(link: L) -> std::result::Result<(L, Option<u32>), LinkError>
+where
+    FdLink: TryFrom<L, Error = LinkError>,
+    L: TryFrom<FdLink, Error = LinkError>,
+{
+    let fd = FdLink::try_from(link)?;
+    let id = fd.info().ok().map(|i| i.id());
+    let link = L::try_from(fd)?;
+    Ok((link, id))
 }
 
 // ------------------------------------------------------------ ring reader --
@@ -1267,6 +1369,17 @@ impl std::fmt::Debug for EventReader {
 }
 
 impl EventReader {
+    fn new(ring: RingBuf<MapData>) -> Result<Self> {
+        Ok(Self {
+            // SAFETY: the RingBuf owns its map fd and keeps it open for as
+            // long as the AsyncFd holds it; nothing else closes or replaces it.
+            ring: unsafe { AsyncFd::register(ring) }.map_err(|e| EbpfDatapathError::Poll {
+                source: e.into_parts().1,
+            })?,
+            stats: ReaderStats::default(),
+        })
+    }
+
     /// Waits for the next decodable event; malformed records are counted in
     /// [`EventReader::stats`] and skipped.
     pub async fn recv(&mut self) -> Result<DhcpEvent> {

@@ -1,126 +1,106 @@
-//! One tokio task per attachment: drives the sans-IO engine with tokio time,
-//! the raw-socket sender and the capture path, persists every lease change,
-//! applies the address when asked, and ends on DEL, on interface removal, or
-//! (one-shot VM discovery) at BOUND.
+//! The lease actor: one tokio task per attachment drives the sans-IO engine
+//! with tokio time, sends through the link's raw socket, takes replies from
+//! whichever receive path the capture actor says serves its interface,
+//! persists every lease change, applies the address when asked, and ends on
+//! DEL, on interface removal, or (one-shot VM discovery) at BOUND.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use xdhcp_engine::{AcquireError, Client, Event, Lease, Mode, PacketSource, State};
+use xdhcp_engine::{
+    AcquireError, Client, Event, Heard, Lease, LostReason, Mode, PacketSource, State,
+};
 
-use super::link::{Link, LinkError, mac_string};
+use super::apply;
+use super::live::{Command, Live, Outcome};
 use super::persist::{self, LeaseRecord, WorkloadKind};
-use super::{Agent, apply};
 use crate::cli::now_unix_ms;
+use crate::daemon::capture::{Capture, CapturePath, TargetState};
+use crate::daemon::link::{Link, LinkError};
 use crate::datapath::RxFrame;
-use crate::rpc::LeaseView;
+use crate::datapath::ebpf::AttachTarget;
+use crate::metrics::Metrics;
+use crate::store::LeaseStore;
 
-/// How long a maintained lease waits before trying again after an
-/// acquisition failed with nobody waiting on it (a resumed lease).
+/// How a maintained lease waits before trying again after an acquisition
+/// failed with nobody waiting on it (a resumed lease).
 const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
-/// When a held lease moves from `AF_PACKET` to the eBPF ring buffer.
-const EBPF_ATTACH_DELAY: Duration = Duration::from_millis(500);
-/// Spread of that move over leases, in milliseconds.
-const EBPF_ATTACH_JITTER_MS: u64 = 1500;
 
-/// eBPF attaches in flight at once, agent-wide. They serialize on the
-/// loader's lock anyway; without this each waiting one held a thread of the
-/// (bounded) blocking pool, and the store writes of new leases queued
-/// behind them.
-static ATTACH_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-
-/// What ADD waits for.
+/// What every lease task shares: metrics, the capture actor, the lease
+/// store and the agent's shutdown token.
 #[derive(Debug)]
-pub enum Outcome {
-    Bound(Lease),
-    Failed(AcquireError),
-    /// The interface disappeared or could not be used.
-    LinkFailed(String),
-    /// The agent is shutting down.
-    Cancelled,
+pub(crate) struct Services {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) capture: Arc<Capture>,
+    pub(crate) store: LeaseStore,
+    pub(crate) token: CancellationToken,
 }
 
-/// Commands to a running lease task.
+/// How the task receives replies right now.
 #[derive(Debug)]
-pub enum Command {
-    /// End the lease: RELEASE first when `release`; ack when done.
-    Stop {
-        release: bool,
-        ack: oneshot::Sender<()>,
-    },
+pub(crate) struct Receive {
+    target: AttachTarget,
+    /// The capture actor's word on `target`, once subscribed.
+    sub: Option<watch::Receiver<TargetState>>,
+    /// Set while replies come from the ring buffer (the kernel keys xid
+    /// ownership by it).
+    ifindex: Option<u32>,
 }
 
-/// Live, shared view of one attachment (for `leases`, `status`, CHECK).
-#[derive(Debug, Clone)]
-pub struct Live {
-    pub record: LeaseRecord,
-    pub state: State,
-    pub attach: String,
-    /// Expiry, wall clock ms.
-    pub expires_unix_ms: Option<u64>,
-}
+impl Receive {
+    /// Replies from the link's own `AF_PACKET` receiver.
+    pub(crate) fn af_packet(link: &Link) -> Self {
+        Self {
+            target: target_of(link),
+            sub: None,
+            ifindex: None,
+        }
+    }
 
-impl Live {
-    /// The `xdhcp leases` row.
-    pub fn view(&self) -> LeaseView {
-        let r = &self.record;
-        LeaseView {
-            container_id: r.container_id.clone(),
-            ifname: r.ifname.clone(),
-            pod: r
-                .pod
-                .as_ref()
-                .map(|p| format!("{}/{}", p.namespace, p.name)),
-            network: r.config.name.clone(),
-            workload: match &r.workload {
-                WorkloadKind::Pod => "pod".to_owned(),
-                WorkloadKind::Vm { vmi } => format!("vm:{vmi}"),
-            },
-            mac: mac_string(r.mac),
-            address: r.lease.as_ref().map(|l| crate::cni::types::Ipv4Cidr {
-                addr: l.address,
-                prefix_len: l.prefix_len,
-            }),
-            server: r.lease.as_ref().map(|l| l.server_id),
-            state: if matches!(r.workload, WorkloadKind::Vm { .. }) && r.lease.is_some() {
-                "OneShot".to_owned()
-            } else {
-                format!("{:?}", self.state)
-            },
-            expires_unix_ms: self.expires_unix_ms,
+    /// Replies from the ring buffer, already attached (one-shot discovery).
+    pub(crate) fn ebpf(link: &Link, sub: watch::Receiver<TargetState>, ifindex: u32) -> Self {
+        Self {
+            target: target_of(link),
+            sub: Some(sub),
+            ifindex: Some(ifindex),
         }
     }
 }
 
-/// Expiry of `lease` on the wall clock (None when infinite).
-pub fn expiry_ms(lease: &Lease) -> Option<u64> {
-    (!lease.is_infinite()).then(|| lease.acquired_unix_ms + lease.lease_time.as_millis() as u64)
+/// The capture target of a link.
+pub(crate) fn target_of(link: &Link) -> AttachTarget {
+    AttachTarget {
+        ifname: link.ifname.clone(),
+        netns: link.netns.clone(),
+    }
 }
 
 /// Everything a lease task owns.
-pub struct Task {
-    pub agent: Arc<Agent>,
-    pub generation: u64,
-    pub client: Client,
-    pub link: Link,
-    pub live: Arc<Mutex<Live>>,
-    pub frames: mpsc::Receiver<RxFrame>,
-    pub frames_tx: mpsc::Sender<RxFrame>,
-    pub cmds: mpsc::Receiver<Command>,
-    pub waiter: Option<oneshot::Sender<Outcome>>,
-    /// eBPF ifindex for xid ownership, when capture is eBPF.
-    pub ebpf_ifindex: Option<u32>,
-    /// eBPF attach still running in the background (`AF_PACKET` until then).
-    pub pending_attach: Option<super::PendingAttach>,
-    /// Attach eBPF once a lease is held.
-    pub defer_ebpf: bool,
-    /// Cancels a background attach that has not started yet.
-    pub attach_cancel: tokio_util::sync::CancellationToken,
-    pub started: Instant,
+pub(crate) struct Task {
+    pub(crate) svc: Arc<Services>,
+    pub(crate) client: Client,
+    pub(crate) link: Link,
+    pub(crate) live: Arc<Mutex<Live>>,
+    pub(crate) frames: mpsc::Receiver<RxFrame>,
+    pub(crate) frames_tx: mpsc::Sender<RxFrame>,
+    pub(crate) cmds: mpsc::Receiver<Command>,
+    pub(crate) waiter: Option<oneshot::Sender<Outcome>>,
+    pub(crate) rx: Receive,
+    pub(crate) started: Instant,
     /// Set once the first lease is on disk.
-    pub persisted: tokio::sync::watch::Sender<bool>,
+    pub(crate) persisted: watch::Sender<bool>,
+}
+
+/// How a task ended, for the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The record stays known (shutdown, stopped by a command, one-shot).
+    Kept,
+    /// The interface is gone: forget the attachment and its record.
+    Gone,
 }
 
 impl Task {
@@ -130,14 +110,14 @@ impl Task {
 
     /// Persist off the runtime's worker threads (the store fsyncs).
     async fn persist_async(&self) {
-        let agent = self.agent.clone();
+        let svc = self.svc.clone();
         let rec = self.record();
-        let res = tokio::task::spawn_blocking(move || persist::save(&agent.store, &rec)).await;
+        let res = tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec)).await;
         match res {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                self.agent.metrics.failure("persist");
-                warn!(error = %e, "could not persist the lease; a restart would lose it");
+                self.svc.metrics.failure("persist");
+                warn!(error = %crate::rpc::format_chain(&e), "could not persist the lease; a restart would lose it");
             }
             Err(e) => warn!(error = %e, "the persist task failed"),
         }
@@ -145,9 +125,9 @@ impl Task {
 
     fn persist(&self) {
         let rec = self.record();
-        if let Err(e) = persist::save(&self.agent.store, &rec) {
-            self.agent.metrics.failure("persist");
-            warn!(container = %rec.container_id, ifname = %rec.ifname, error = %e,
+        if let Err(e) = persist::save(&self.svc.store, &rec) {
+            self.svc.metrics.failure("persist");
+            warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
                 "could not persist the lease; a restart would lose it");
         }
     }
@@ -155,7 +135,7 @@ impl Task {
     fn set_state(&self, state: State) {
         let mut l = lock(&self.live);
         if l.state != state {
-            self.agent
+            self.svc
                 .metrics
                 .lease_state(Some(l.state.label()), Some(state.label()));
             l.state = state;
@@ -163,19 +143,28 @@ impl Task {
     }
 
     fn set_lease(&self, lease: Option<Lease>) {
-        let mut l = lock(&self.live);
-        l.expires_unix_ms = lease.as_ref().and_then(expiry_ms);
-        l.record.lease = lease;
+        lock(&self.live).set_lease(lease);
     }
+
+    fn set_path(&self, path: CapturePath) {
+        lock(&self.live).capture = path;
+    }
+}
+
+/// The xid the engine has open, and whether the kernel knows it.
+#[derive(Debug, Clone, Copy)]
+struct OwnedXid {
+    xid: u32,
+    in_kernel: bool,
 }
 
 /// Run the task to its end.
 ///
 /// Every held lease keeps this future resident, so its state sits in one
 /// heap box and the rarely taken long awaits (address configuration, the
-/// end of the task) are boxed where they happen: 11 KiB per lease before,
-/// most of it space reserved for those awaits and a second copy of the task.
-pub fn run(task: Task) -> impl Future<Output = ()> + Send {
+/// end of the task) are boxed where they happen (see
+/// `docs/performance-notes.md`).
+pub(crate) fn run(task: Task) -> impl Future<Output = Ended> + Send {
     drive(Box::new(task))
 }
 
@@ -184,9 +173,9 @@ pub fn run(task: Task) -> impl Future<Output = ()> + Send {
     reason = "the lease's event loop: one select over all of its inputs"
 )]
 #[tracing::instrument(skip_all, fields(container = %lock(&task.live).record.container_id, ifname = %task.link.ifname))]
-async fn drive(mut task: Box<Task>) {
-    let token = task.agent.token.clone();
-    let mut owned_xid: Option<u32> = None;
+async fn drive(mut task: Box<Task>) -> Ended {
+    let token = task.svc.token.clone();
+    let mut owned: Option<OwnedXid> = None;
     let oneshot = task.client.config().mode == Mode::OneShot;
     let mut stop_ack: Option<oneshot::Sender<()>> = None;
     let mut reacquire_at: Option<Instant> = None;
@@ -199,7 +188,7 @@ async fn drive(mut task: Box<Task>) {
     let end_reason;
     loop {
         // Outputs first: frames to send, then events.
-        if let Err(e) = flush(&mut task, &mut owned_xid) {
+        if let Err(e) = flush(&mut task, &mut owned) {
             end_reason = End::Link(e);
             break;
         }
@@ -208,34 +197,17 @@ async fn drive(mut task: Box<Task>) {
             break;
         }
         task.set_state(task.client.state());
-        // One-shot discoveries end at BOUND: nothing to move to eBPF.
-        if task.defer_ebpf && !oneshot && task.client.lease().is_some() {
-            task.defer_ebpf = false;
-            let agent = task.agent.clone();
-            let target = crate::datapath::ebpf::AttachTarget {
-                ifname: task.link.ifname.clone(),
-                netns: task.link.netns.clone(),
-            };
-            // A little later and spread out: a burst of ADDs finishes on
-            // AF_PACKET before the attaches (RTNL-heavy) start.
-            let delay =
-                EBPF_ATTACH_DELAY + Duration::from_millis(super::seed() % EBPF_ATTACH_JITTER_MS);
-            let cancel = task.attach_cancel.clone();
-            task.pending_attach = Some(tokio::spawn(async move {
-                tokio::select! {
-                    () = cancel.cancelled() => None,
-                    () = tokio::time::sleep(delay) => tokio::select! {
-                        () = cancel.cancelled() => None,
-                        slot = ATTACH_SLOTS.acquire() => {
-                            let _slot = slot.ok();
-                            agent.attach_ebpf(target).await
-                        }
-                    },
-                }
-            }));
+        // A held lease asks for the ring buffer (one-shot discoveries end at
+        // BOUND: nothing to move).
+        if task.rx.sub.is_none() && !oneshot && task.client.lease().is_some() {
+            task.rx.sub = task.svc.capture.subscribe(&task.rx.target, true);
+            if let Err(e) = converge(&mut task, owned).await {
+                end_reason = End::Link(e);
+                break;
+            }
         }
         if !task.client.state().expects_reply() {
-            release_xid(&task, &mut owned_xid);
+            release_xid(&task, &mut owned);
         }
         let deadline = match (task.client.poll_timeout(), reacquire_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -244,6 +216,18 @@ async fn drive(mut task: Box<Task>) {
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let capture_changed = async {
+            match task.rx.sub.as_mut() {
+                Some(s) => {
+                    if s.changed().await.is_err() {
+                        // The capture actor dropped the target: nothing more
+                        // will change.
+                        std::future::pending::<()>().await;
+                    }
+                }
                 None => std::future::pending().await,
             }
         };
@@ -280,29 +264,25 @@ async fn drive(mut task: Box<Task>) {
                 end_reason = End::Removed;
                 break;
             }
-            attached = async {
-                match task.pending_attach.as_mut() {
-                    Some(p) => p.await,
-                    None => std::future::pending().await,
+            () = capture_changed => {
+                if let Err(e) = converge(&mut task, owned).await {
+                    end_reason = End::Link(e);
+                    break;
                 }
-            } => {
-                task.pending_attach = None;
-                switch_to_ebpf(&mut task, attached.ok().flatten(), owned_xid);
             }
             () = sleep => {
                 let now = Instant::now();
+                task.client.set_wall_clock_unix_ms(now_unix_ms());
                 if reacquire_at.is_some_and(|r| r <= now) {
                     reacquire_at = None;
-                    task.client.set_wall_clock_unix_ms(now_unix_ms());
                     task.client.restart(now);
                 } else {
-                    task.client.set_wall_clock_unix_ms(now_unix_ms());
                     task.client.handle_timeout(now);
                 }
             }
         }
     }
-    Box::pin(finish(task, &end_reason, owned_xid, stop_ack)).await;
+    finish(task, end_reason, owned, stop_ack)
 }
 
 enum End {
@@ -316,27 +296,52 @@ enum End {
     Done,
 }
 
-/// The background eBPF attach finished: take replies from the ring buffer
-/// from now on (the current xid is registered in the kernel ownership map)
-/// and close the `AF_PACKET` receiver.
-fn switch_to_ebpf(
-    task: &mut Task,
-    attached: Option<(u32, crate::datapath::AttachMode)>,
-    owned_xid: Option<u32>,
-) {
-    let Some((ifindex, mode)) = attached else {
-        lock(&task.live).attach = crate::datapath::AttachMode::AfPacket.to_string();
-        return;
+/// Follow the capture actor's word on this interface: move to the ring
+/// buffer when it serves the interface, back to the link's own `AF_PACKET`
+/// receiver when it does not (never attached, refused, or lost).
+async fn converge(task: &mut Task, owned: Option<OwnedXid>) -> Result<(), LinkError> {
+    let Some(sub) = task.rx.sub.as_mut() else {
+        return Ok(());
     };
-    task.ebpf_ifindex = Some(ifindex);
-    if let Some(x) = owned_xid {
-        task.agent
-            .rx
-            .register(x, task.frames_tx.clone(), Some(ifindex));
+    let state = *sub.borrow_and_update();
+    match state {
+        TargetState::Live { ifindex, mode } => {
+            if task.rx.ifindex == Some(ifindex) {
+                return Ok(());
+            }
+            let was_fallback = lock(&task.live).capture == CapturePath::AfPacketFallback;
+            task.rx.ifindex = Some(ifindex);
+            if let Some(o) = owned {
+                task.svc
+                    .capture
+                    .register(o.xid, task.frames_tx.clone(), Some(ifindex));
+            }
+            task.link.drop_rx();
+            task.set_path(CapturePath::Ebpf(mode));
+            if was_fallback {
+                info!(%mode, "capture back on the eBPF ring buffer");
+            } else {
+                debug!(%mode, "capture switched to eBPF");
+            }
+        }
+        TargetState::Pending => task.set_path(CapturePath::AfPacketPending),
+        TargetState::Refused => task.set_path(CapturePath::AfPacket),
+        TargetState::Lost => {
+            let was_ebpf = task.rx.ifindex.take().is_some();
+            if let Err(e) = task.link.open_rx().await {
+                warn!(error = %e, "cannot open the AF_PACKET fallback receiver");
+                return Err(e);
+            }
+            task.set_path(CapturePath::AfPacketFallback);
+            if was_ebpf {
+                task.svc.metrics.capture_fallback();
+                warn!(
+                    "eBPF capture lost on this interface; the lease uses its own AF_PACKET receiver"
+                );
+            }
+        }
     }
-    task.link.drop_rx();
-    lock(&task.live).attach = mode.to_string();
-    debug!(%mode, "capture switched to eBPF");
+    Ok(())
 }
 
 fn handle_frame(task: &mut Task, f: &RxFrame) {
@@ -346,20 +351,24 @@ fn handle_frame(task: &mut Task, f: &RxFrame) {
         src_ip: f.headers.src_ip,
     };
     task.client.set_wall_clock_unix_ms(now_unix_ms());
+    tracing::trace!(via = ?f.via, src = %f.headers.src_ip, len = f.payload.len(), "reply");
     if let Err(reason) = task.client.handle_packet(now, src, &f.payload) {
-        task.agent.metrics.dropped(reason.label(), 1);
+        task.svc.metrics.dropped(reason.label(), 1);
         debug!(reason = reason.label(), src = %f.headers.src_ip, "reply dropped");
     }
 }
 
-fn flush(task: &mut Task, owned_xid: &mut Option<u32>) -> Result<(), LinkError> {
+fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), LinkError> {
     while let Some(t) = task.client.poll_transmit() {
-        if *owned_xid != Some(t.xid) {
-            release_xid(task, owned_xid);
-            task.agent
-                .rx
-                .register(t.xid, task.frames_tx.clone(), task.ebpf_ifindex);
-            *owned_xid = Some(t.xid);
+        if owned.map(|o| o.xid) != Some(t.xid) {
+            release_xid(task, owned);
+            task.svc
+                .capture
+                .register(t.xid, task.frames_tx.clone(), task.rx.ifindex);
+            *owned = Some(OwnedXid {
+                xid: t.xid,
+                in_kernel: task.rx.ifindex.is_some(),
+            });
         }
         debug!(xid = t.xid, kind = ?t.kind, "send");
         match task.link.send(&t) {
@@ -388,9 +397,11 @@ fn is_transient_send_error(e: &LinkError) -> bool {
     )
 }
 
-fn release_xid(task: &Task, owned_xid: &mut Option<u32>) {
-    if let Some(x) = owned_xid.take() {
-        task.agent.rx.unregister(x, task.ebpf_ifindex.is_some());
+fn release_xid(task: &Task, owned: &mut Option<OwnedXid>) {
+    if let Some(o) = owned.take() {
+        // Registered in the kernel then, or since (moved to the ring buffer).
+        let in_kernel = o.in_kernel || task.rx.ifindex.is_some();
+        task.svc.capture.unregister(o.xid, in_kernel);
     }
 }
 
@@ -403,7 +414,7 @@ async fn drain_events(
         match ev {
             Event::Bound(lease) => {
                 let secs = task.started.elapsed().as_secs_f64();
-                task.agent.metrics.dora(secs);
+                task.svc.metrics.dora(secs);
                 info!(address = %lease.address, prefix = lease.prefix_len, server = %lease.server_id,
                     lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, "bound");
                 log_rejected(&lease);
@@ -422,14 +433,14 @@ async fn drain_events(
                 }
             }
             Event::Renewed(lease) => {
-                task.agent.metrics.renewal();
+                task.svc.metrics.renewal();
                 info!(address = %lease.address, server = %lease.server_id,
                     lease_secs = lease.lease_time.as_secs(), "renewed");
                 task.set_lease(Some(lease));
                 task.persist_async().await;
             }
             Event::Changed { old, new } => {
-                task.agent.metrics.renewal();
+                task.svc.metrics.renewal();
                 warn!(old = %old.address, new = %new.address, "lease parameters changed");
                 log_rejected(&new);
                 task.set_lease(Some(new.clone()));
@@ -437,7 +448,7 @@ async fn drain_events(
                 Box::pin(apply_if_asked(task, &new)).await;
             }
             Event::Lost { reason } => {
-                task.agent.metrics.failure(lost_label(reason.label()));
+                task.svc.metrics.failure(lost_label(reason));
                 warn!(reason = reason.label(), "lease lost; acquiring again");
                 let (old, apply) = {
                     let l = lock(&task.live);
@@ -447,18 +458,18 @@ async fn drain_events(
                     && apply
                     && let Err(e) = Box::pin(apply::deconfigure(&ns, &task.link.ifname, &old)).await
                 {
-                    warn!(error = %e, "could not remove the lost address");
+                    warn!(error = %crate::rpc::format_chain(&e), "could not remove the lost address");
                 }
                 task.set_lease(None);
                 task.persist_async().await;
                 task.started = Instant::now();
             }
             Event::Nak { server, message } => {
-                task.agent.metrics.nak();
+                task.svc.metrics.nak();
                 info!(%server, message = message.as_deref().unwrap_or(""), "DHCPNAK");
             }
             Event::Failed(err) => {
-                task.agent.metrics.failure(acquire_label(err.label()));
+                task.svc.metrics.failure(acquire_label(&err));
                 if let Some(w) = task.waiter.take() {
                     let _ = w.send(Outcome::Failed(err));
                     return Some(End::Done);
@@ -471,21 +482,22 @@ async fn drain_events(
     None
 }
 
-fn lost_label(l: &'static str) -> &'static str {
-    match l {
-        "expired" => "lease_expired",
-        "nak" => "lease_nak",
-        "declined" => "lease_declined",
-        _ => "lease_lost",
+/// The failure label of a lost lease.
+fn lost_label(reason: LostReason) -> &'static str {
+    match reason {
+        LostReason::Expired => "lease_expired",
+        LostReason::Nak { .. } => "lease_nak",
+        LostReason::Declined => "lease_declined",
     }
 }
 
-fn acquire_label(l: &'static str) -> &'static str {
-    match l {
-        "nak" => "acquire_nak",
-        "no_ack" => "acquire_no_ack",
-        "invalid_replies" => "acquire_invalid_replies",
-        _ => "acquire_no_reply",
+/// The failure label of an acquisition that ended without a lease.
+fn acquire_label(err: &AcquireError) -> &'static str {
+    match err.heard() {
+        Heard::Nak => "acquire_nak",
+        Heard::OffersWithoutAck => "acquire_no_ack",
+        Heard::InvalidReplies => "acquire_invalid_replies",
+        Heard::Nothing => "acquire_no_reply",
     }
 }
 
@@ -503,27 +515,29 @@ async fn apply_if_asked(task: &Task, lease: &Lease) {
             matches!(l.record.workload, WorkloadKind::Vm { .. }),
         )
     };
-    // A VM's address is never configured on the pod interface (SPEC R23).
+    // A VM's address belongs to the guest: never configured on the pod
+    // interface.
     if !apply || vm {
         return;
     }
     let Some(ns) = &task.link.netns else { return };
     if let Err(e) = apply::configure(ns, &task.link.ifname, lease).await {
-        task.agent.metrics.failure("apply");
-        warn!(error = %e, "could not configure the leased address");
+        task.svc.metrics.failure("apply");
+        warn!(error = %crate::rpc::format_chain(&e), "could not configure the leased address");
     }
 }
 
-async fn finish(
+fn finish(
     mut task: Box<Task>,
-    end: &End,
-    mut owned_xid: Option<u32>,
+    end: End,
+    mut owned: Option<OwnedXid>,
     stop_ack: Option<oneshot::Sender<()>>,
-) {
+) -> Ended {
     let rec = task.record();
+    let mut ended = Ended::Kept;
     match end {
         End::Shutdown => {
-            // Persist and keep the lease: a restart resumes it (SPEC R6).
+            // Persist and keep the lease: a restart resumes it.
             task.persist();
             if let Some(w) = task.waiter.take() {
                 let _ = w.send(Outcome::Cancelled);
@@ -532,7 +546,7 @@ async fn finish(
         End::Release => {
             task.client.set_wall_clock_unix_ms(now_unix_ms());
             task.client.release(Instant::now());
-            if let Err(e) = flush(&mut task, &mut owned_xid) {
+            if let Err(e) = flush(&mut task, &mut owned) {
                 warn!(error = %e, "RELEASE could not be sent");
             } else if rec.lease.is_some() {
                 info!("released");
@@ -542,49 +556,42 @@ async fn finish(
         End::Removed => {
             info!("interface removed; the lease ends here (no RELEASE possible)");
             if let Some(w) = task.waiter.take() {
-                let _ = w.send(Outcome::LinkFailed("the interface was deleted".into()));
+                let _ = w.send(Outcome::Removed);
             }
+            ended = Ended::Gone;
         }
         End::Link(e) => {
             if e.is_interface_gone() {
                 info!(error = %e, "interface removed; the lease ends here (no RELEASE possible)");
+                ended = Ended::Gone;
             } else {
                 warn!(error = %e, "link failure; the lease ends here");
             }
             if let Some(w) = task.waiter.take() {
-                let _ = w.send(Outcome::LinkFailed(e.to_string()));
+                let _ = w.send(Outcome::LinkFailed(e));
             }
         }
     }
-    release_xid(&task, &mut owned_xid);
-    task.attach_cancel.cancel();
-    if let Some(p) = task.pending_attach.take() {
-        // Let a background attach finish so its reference is released below.
-        if let Ok(Some((ifindex, _))) = p.await {
-            task.ebpf_ifindex = Some(ifindex);
-        }
+    release_xid(&task, &mut owned);
+    if task.rx.sub.take().is_some() {
+        task.svc.capture.unsubscribe(&task.rx.target);
     }
-    if task.ebpf_ifindex.is_some() {
-        task.agent.detach_capture(&task.link);
-    }
-    let gone_for_good =
-        matches!(end, End::Removed) || matches!(end, End::Link(e) if e.is_interface_gone());
-    if gone_for_good {
-        task.agent
-            .forget(&rec.container_id, &rec.ifname, task.generation);
-        if let Err(e) = persist::remove(&task.agent.store, &rec.container_id, &rec.ifname) {
-            warn!(error = %e, "could not remove the lease record");
-        }
+    task.set_path(CapturePath::Idle);
+    if ended == Ended::Gone
+        && let Err(e) = persist::remove(&task.svc.store, &rec.container_id, &rec.ifname)
+    {
+        warn!(error = %crate::rpc::format_chain(&e), "could not remove the lease record");
     }
     let state = lock(&task.live).state;
-    task.agent.metrics.lease_state(Some(state.label()), None);
+    task.svc.metrics.lease_state(Some(state.label()), None);
     if let Some(a) = stop_ack {
         let _ = a.send(());
     }
+    ended
 }
 
 /// Lock a std mutex, ignoring poisoning (the data is plain values).
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -608,8 +615,7 @@ mod tests {
 
     #[test]
     fn the_resident_lease_future_stays_small() {
-        // One of these per held lease, for the lease's lifetime (measured:
-        // 11 072 bytes with the task inline and the long awaits unboxed).
+        // One of these per held lease, for the lease's lifetime.
         let size = future_size(run);
         assert!(size <= 4096, "the lease future is {size} bytes");
     }

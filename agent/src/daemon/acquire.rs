@@ -1,0 +1,228 @@
+//! One acquisition, shared by every ADD path (pod, VM on its pod netdev, VM
+//! through the VFIO handoff): the engine configuration, the lease task, the
+//! wait for its first outcome; and what follows a lease for every path: the
+//! `pod-networks` entry and the CNI result.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use xdhcp_engine::{Client, ClientConfig, ClientId, Ipv4Prefix, Lease, Mode};
+
+use super::context::Agent;
+use super::error::{Error, Place};
+use super::lease::apply;
+use super::lease::live::Outcome;
+use super::lease::persist::{self, LeaseRecord, PodRef};
+use super::link::Link;
+use super::registry::Handle;
+use crate::cni::config::{ClientIdSpec, HostnameSpec, NetworkConfig, validate_hostname};
+use crate::cni::types::{CniResult, DnsConfig, IpConfig, Ipv4Cidr, RouteConfig};
+use crate::kube::{PodApiError, PodNetworkEntry};
+use crate::workload::MacAddr;
+
+/// Extra time beyond the acquisition timeout for the engine's own failure
+/// event (its deadline fires on a timer).
+const ADD_MARGIN: Duration = Duration::from_secs(3);
+
+/// What an acquisition is for.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The attachment's record, without a lease yet.
+    pub(crate) record: LeaseRecord,
+    /// Maintained (pod) or one-shot (VM).
+    pub(crate) mode: Mode,
+    /// INIT-REBOOT for this address (a migrating VM), else a fresh DORA.
+    pub(crate) requested: Option<Ipv4Addr>,
+    /// Where, for errors.
+    pub(crate) place: Place,
+}
+
+/// Run the engine on `link` until the first lease (or failure); on failure
+/// the attachment is forgotten and its record removed, leaving no trace.
+pub(crate) async fn acquire(
+    agent: &Arc<Agent>,
+    req: Request,
+    link: Link,
+) -> Result<(Handle, Lease), Error> {
+    let rec = &req.record;
+    let cfg = client_config(
+        agent,
+        &rec.config,
+        &rec.args,
+        rec.mac,
+        req.mode,
+        req.requested,
+    );
+    cfg.validate()
+        .map_err(|source| Error::ClientConfig { source })?;
+    let timeout = cfg.acquire_timeout;
+    let client = Client::new(cfg, Instant::now(), seed());
+    let (cid, ifname) = (rec.container_id.clone(), rec.ifname.clone());
+    let (tx, rx) = oneshot::channel();
+    let handle = agent
+        .leases
+        .spawn(req.record, client, link, Some(tx))
+        .await
+        .map_err(|source| {
+            agent.metrics().failure("interface");
+            Error::Interface {
+                place: req.place.clone(),
+                source,
+            }
+        })?;
+    let outcome = tokio::time::timeout(timeout + ADD_MARGIN, rx).await;
+    let failure = match outcome {
+        Ok(Ok(Outcome::Bound(lease))) => return Ok((handle, lease)),
+        Ok(Ok(Outcome::Failed(source))) => Error::NoLease {
+            place: req.place,
+            timeout,
+            source: Box::new(source),
+        },
+        Ok(Ok(Outcome::LinkFailed(source))) => Error::LinkFailed {
+            place: req.place,
+            source: Some(source),
+        },
+        Ok(Ok(Outcome::Removed)) => Error::LinkFailed {
+            place: req.place,
+            source: None,
+        },
+        Ok(Ok(Outcome::Cancelled)) => Error::ShuttingDown,
+        // No answer by the deadline, or the task ended without one.
+        Ok(Err(_)) | Err(_) => {
+            agent.metrics().failure("acquire_no_reply");
+            Error::Silent {
+                place: req.place,
+                timeout,
+            }
+        }
+    };
+    abandon(agent, &cid, &ifname, &handle, false).await;
+    Err(failure)
+}
+
+/// End an attachment this ADD created (RELEASE first when `release`),
+/// forget it and remove its record.
+pub(crate) async fn abandon(
+    agent: &Agent,
+    cid: &str,
+    ifname: &str,
+    handle: &Handle,
+    release: bool,
+) {
+    agent.leases.stop(handle, release).await;
+    agent.leases.forget(cid, ifname, handle.generation);
+    if let Err(e) = persist::remove(&agent.svc.store, cid, ifname) {
+        tracing::warn!(error = %crate::rpc::format_chain(&e), "could not remove the lease record of a failed ADD");
+    }
+}
+
+/// Engine configuration for one attachment: the agent's flags, then the
+/// network's `ipam` settings, then identity.
+pub(crate) fn client_config(
+    agent: &Agent,
+    config: &NetworkConfig,
+    args: &BTreeMap<String, String>,
+    mac: [u8; 6],
+    mode: Mode,
+    requested_ip: Option<Ipv4Addr>,
+) -> ClientConfig {
+    let mut cfg = agent.base.clone();
+    cfg.chaddr = mac;
+    cfg.mode = mode;
+    cfg.requested_ip = requested_ip;
+    cfg.client_id = match &config.ipam.client_id {
+        ClientIdSpec::Mac => ClientId::Mac,
+        ClientIdSpec::None => ClientId::None,
+        ClientIdSpec::Raw(b) => ClientId::Raw(b.clone()),
+    };
+    cfg.hostname = match &config.ipam.hostname {
+        HostnameSpec::PodName => args.get("K8S_POD_NAME").cloned(),
+        HostnameSpec::Fixed(h) => Some(h.clone()),
+        HostnameSpec::FromArg(k) => args.get(k).cloned(),
+    }
+    .filter(|h| validate_hostname(h).is_ok());
+    if let Some(t) = config.ipam.timeout {
+        cfg.acquire_timeout = t;
+    }
+    if let Some(m) = config.ipam.resend_max {
+        cfg.retransmit.max_interval = m.max(cfg.retransmit.initial);
+    }
+    cfg.route_policy.allow_default_override = config.ipam.allow_default_route_override;
+    cfg.route_policy.protected = config
+        .ipam
+        .protected_prefixes
+        .iter()
+        .map(|p| Ipv4Prefix {
+            addr: p.addr,
+            len: p.prefix_len,
+        })
+        .collect();
+    cfg
+}
+
+/// The CNI result for a lease.
+pub(crate) fn cni_result(lease: &Lease, config: &NetworkConfig) -> CniResult {
+    let routes = apply::routes(lease)
+        .into_iter()
+        .filter_map(|(dst, gw)| {
+            Some(RouteConfig {
+                dst: Ipv4Cidr::parse(&dst).ok()?,
+                gw: (!gw.is_unspecified()).then_some(gw),
+                priority: config.ipam.route_priority,
+            })
+        })
+        .collect();
+    CniResult {
+        cni_version: config.cni_version.clone(),
+        ips: vec![IpConfig {
+            version: None,
+            address: Ipv4Cidr {
+                addr: lease.address,
+                prefix_len: lease.prefix_len,
+            },
+            gateway: lease.default_gateway(),
+        }],
+        routes,
+        dns: DnsConfig {
+            nameservers: lease.dns_servers.clone(),
+            domain: lease.domain_name.clone(),
+            search: lease.search.clone(),
+        },
+    }
+    .for_version(&config.cni_version)
+}
+
+/// Write the `pod-networks` entry for a learned lease (pods and VMs
+/// alike); the pod UID guards against a recreated pod.
+pub(crate) async fn report_address(
+    agent: &Agent,
+    pod: &PodRef,
+    key: &str,
+    lease: &Lease,
+    mac: [u8; 6],
+) -> Result<(), PodApiError> {
+    let entry = PodNetworkEntry::dhcp(
+        lease.address,
+        lease.prefix_len,
+        MacAddr(mac),
+        &lease.default_gateway().into_iter().collect::<Vec<_>>(),
+    );
+    agent
+        .pod_api
+        .set_network_entry_for_uid(&pod.namespace, &pod.name, pod.uid.as_deref(), key, entry)
+        .await
+}
+
+/// A fresh random seed for an engine client (xids, backoff jitter).
+pub(crate) fn seed() -> u64 {
+    use rand::TryRngCore as _;
+    rand::rngs::OsRng.try_next_u64().unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        t.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)
+    })
+}

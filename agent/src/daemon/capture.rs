@@ -1,0 +1,742 @@
+//! The capture actor: the one owner of the eBPF datapath.
+//!
+//! It routes captured replies to lease tasks by xid, attaches and detaches
+//! the capture program per interface (in the background, off the ADD path),
+//! reads the ring buffer, and watches its own health. When the ring reader
+//! fails or a link is detached from under the agent, every lease that relied
+//! on it is told (a per-interface `watch` channel) and falls back to its own
+//! `AF_PACKET` receiver; the loss is logged, counted and reported on
+//! `/readyz`; the actor then restores the path (a new reader, a new attach)
+//! with backoff, and the leases return to the ring buffer.
+//!
+//! Without eBPF (not loaded, or `--datapath=afpacket`) the actor only routes
+//! nothing and every lease keeps its `AF_PACKET` receiver.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader, XidOwnership};
+use crate::datapath::{AttachMode, RxFrame};
+use crate::metrics::{Health, Metrics};
+
+/// How often attached links are checked against the kernel (a link detached
+/// from outside is noticed within this).
+const LINK_CHECK: Duration = Duration::from_millis(250);
+/// How often kernel counters are folded into the metrics.
+const KERNEL_POLL: Duration = Duration::from_secs(5);
+/// First try to reopen a failed ring reader; doubles up to [`RESTORE_MAX`].
+const READER_RESTORE_FIRST: Duration = Duration::from_secs(2);
+/// First try to re-attach a link detached from outside (later than a
+/// reader: someone detached it, maybe on purpose, and sees it come back in
+/// the log); doubles up to [`RESTORE_MAX`].
+const LINK_RESTORE_FIRST: Duration = Duration::from_secs(10);
+const RESTORE_MAX: Duration = Duration::from_mins(1);
+/// When a held lease moves from `AF_PACKET` to the ring buffer: a little
+/// after BOUND, spread over this window, so a burst of ADDs finishes on
+/// `AF_PACKET` before the (RTNL-heavy) attaches start.
+const PROMOTE_DELAY: Duration = Duration::from_millis(500);
+const PROMOTE_JITTER_MS: u64 = 1500;
+
+/// How replies for one interface reach its leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TargetState {
+    /// The background attach has not finished.
+    Pending,
+    /// Captured by the program attached in `mode`; `ifindex` keys the
+    /// kernel's xid ownership.
+    Live { ifindex: u32, mode: AttachMode },
+    /// The kernel refused the attach: `AF_PACKET` for good.
+    Refused,
+    /// Attached once, but the path is lost (reader failed, link detached):
+    /// `AF_PACKET` until it is restored.
+    Lost,
+}
+
+/// Which receive path serves a lease, as `xdhcp leases`/`status` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CapturePath {
+    /// The lease's own `AF_PACKET` receiver (no eBPF, or attach refused).
+    AfPacket,
+    /// `AF_PACKET` while the eBPF attach runs in the background.
+    AfPacketPending,
+    /// `AF_PACKET` because the eBPF path was lost under the agent.
+    AfPacketFallback,
+    /// The ring buffer, with the program attached in this mode.
+    Ebpf(AttachMode),
+    /// Nothing receives (a finished one-shot discovery).
+    Idle,
+}
+
+impl fmt::Display for CapturePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CapturePath::AfPacket => f.write_str(AttachMode::AfPacket.as_str()),
+            CapturePath::AfPacketPending => f.write_str("af-packet (ebpf pending)"),
+            CapturePath::AfPacketFallback => f.write_str("af-packet (ebpf lost)"),
+            CapturePath::Ebpf(mode) => f.write_str(mode.as_str()),
+            CapturePath::Idle => f.write_str("-"),
+        }
+    }
+}
+
+/// One attached (or attaching) interface.
+struct Entry {
+    users: usize,
+    state: watch::Sender<TargetState>,
+}
+
+/// The eBPF half of the actor.
+struct Kernel {
+    dp: Mutex<Datapath>,
+    /// The xid ownership map, outside the `dp` lock: attaches hold that lock
+    /// for milliseconds each, xid registration runs on the async workers.
+    xids: XidOwnership,
+    /// `--attach`, or the per-device default.
+    attach: Option<AttachMode>,
+    /// One attach at a time, agent-wide: they serialize on `dp` anyway, and
+    /// each waiting one would hold a thread of the bounded blocking pool.
+    slots: Semaphore,
+    /// Whether the ring reader runs.
+    reader_ok: AtomicBool,
+    /// Injected reader failure (tests only).
+    #[cfg(feature = "test-hooks")]
+    reader_fault: AtomicBool,
+}
+
+/// The capture actor's shared state.
+pub(crate) struct Capture {
+    kernel: Option<Kernel>,
+    note: Option<String>,
+    routes: Mutex<HashMap<u32, mpsc::Sender<RxFrame>>>,
+    targets: Mutex<HashMap<AttachTarget, Entry>>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    /// Reasons the path is degraded, by what was lost.
+    lost: Mutex<HashMap<String, &'static str>>,
+}
+
+impl fmt::Debug for Capture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capture")
+            .field("ebpf", &self.kernel.is_some())
+            .field("note", &self.note)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the ring reader and its restorer need at start.
+pub(crate) struct Started {
+    reader: Option<EventReader>,
+}
+
+impl Capture {
+    /// `AF_PACKET` only; `note` says why.
+    pub(crate) fn af_packet(
+        note: Option<String>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Self {
+        Self {
+            kernel: None,
+            note,
+            routes: Mutex::new(HashMap::new()),
+            targets: Mutex::new(HashMap::new()),
+            metrics,
+            health,
+            lost: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The eBPF datapath `dp`, its ring reader taken. Falls back to
+    /// `AF_PACKET` when the reader cannot be had.
+    pub(crate) fn ebpf(
+        mut dp: Datapath,
+        attach: Option<AttachMode>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> (Self, Started) {
+        let reader = match dp.take_reader() {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                let me = Self::af_packet(Some("ring buffer already taken".into()), metrics, health);
+                return (me, Started { reader: None });
+            }
+            Err(e) => {
+                warn!(error = %e, "eBPF ring buffer unavailable; falling back to AF_PACKET");
+                let me = Self::af_packet(Some(format!("ring buffer: {e}")), metrics, health);
+                return (me, Started { reader: None });
+            }
+        };
+        let note = dp
+            .xdp_unavailable()
+            .map(|w| format!("XDP unavailable, TC only: {w}"));
+        let kernel = Kernel {
+            xids: dp.xid_ownership(),
+            dp: Mutex::new(dp),
+            attach,
+            slots: Semaphore::new(1),
+            reader_ok: AtomicBool::new(true),
+            #[cfg(feature = "test-hooks")]
+            reader_fault: AtomicBool::new(false),
+        };
+        let me = Self {
+            kernel: Some(kernel),
+            note,
+            routes: Mutex::new(HashMap::new()),
+            targets: Mutex::new(HashMap::new()),
+            metrics,
+            health,
+            lost: Mutex::new(HashMap::new()),
+        };
+        (
+            me,
+            Started {
+                reader: Some(reader),
+            },
+        )
+    }
+
+    /// `ebpf` or `af-packet`.
+    pub(crate) fn name(&self) -> &'static str {
+        if self.kernel.is_some() {
+            "ebpf"
+        } else {
+            "af-packet"
+        }
+    }
+
+    /// Why the datapath is what it is, if worth saying.
+    pub(crate) fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    /// Whether the eBPF datapath is loaded.
+    pub(crate) fn has_ebpf(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    // ---------------------------------------------------------- routing --
+
+    /// Route replies carrying `xid` to `tx`; with `ifindex` (the lease is on
+    /// the ring buffer) also mark the xid owned in the kernel, so the
+    /// program consumes its replies.
+    pub(crate) fn register(&self, xid: u32, tx: mpsc::Sender<RxFrame>, ifindex: Option<u32>) {
+        lock(&self.routes).insert(xid, tx);
+        if let (Some(k), Some(ifindex)) = (&self.kernel, ifindex)
+            && let Err(e) = k.xids.own(xid, ifindex)
+        {
+            warn!(xid, error = %e, "could not register the xid in the kernel ownership map");
+        }
+    }
+
+    /// Stop routing `xid` (and drop it from the kernel map if `in_kernel`).
+    pub(crate) fn unregister(&self, xid: u32, in_kernel: bool) {
+        lock(&self.routes).remove(&xid);
+        if in_kernel
+            && let Some(k) = &self.kernel
+            && let Err(e) = k.xids.disown(xid)
+        {
+            warn!(xid, error = %e, "could not remove the xid from the kernel ownership map");
+        }
+    }
+
+    /// Hand a captured frame to the lease task owning its xid.
+    fn deliver(&self, frame: RxFrame) -> bool {
+        let Some(xid) = frame
+            .payload
+            .get(4..8)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        else {
+            return false;
+        };
+        let tx = lock(&self.routes).get(&xid).cloned();
+        tx.is_some_and(|tx| tx.try_send(frame).is_ok())
+    }
+
+    /// Number of routed xids.
+    pub(crate) fn routed(&self) -> usize {
+        lock(&self.routes).len()
+    }
+
+    // ------------------------------------------------------- attachment --
+
+    /// Subscribe to `target`'s capture, attaching the program in the
+    /// background if no other lease has. The receiver says when the ring
+    /// buffer serves the target (and when it stops). `None` without eBPF.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        target: &AttachTarget,
+        delay: bool,
+    ) -> Option<watch::Receiver<TargetState>> {
+        self.kernel.as_ref()?;
+        let mut targets = lock(&self.targets);
+        if let Some(e) = targets.get_mut(target) {
+            e.users += 1;
+            return Some(e.state.subscribe());
+        }
+        let (state, rx) = watch::channel(TargetState::Pending);
+        targets.insert(target.clone(), Entry { users: 1, state });
+        drop(targets);
+        let me = self.clone();
+        let t = target.clone();
+        let wait = if delay {
+            PROMOTE_DELAY + Duration::from_millis(super::acquire::seed() % PROMOTE_JITTER_MS)
+        } else {
+            Duration::ZERO
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            me.attach_in_background(t).await;
+        });
+        Some(rx)
+    }
+
+    /// Subscribe and wait for the attach to finish (a one-shot discovery
+    /// that must capture from its first frame). `None`: use `AF_PACKET`.
+    pub(crate) async fn subscribe_now(
+        self: &Arc<Self>,
+        target: &AttachTarget,
+    ) -> Option<(watch::Receiver<TargetState>, u32, AttachMode)> {
+        let mut rx = self.subscribe(target, false)?;
+        let state = rx
+            .wait_for(|s| *s != TargetState::Pending)
+            .await
+            .map(|s| *s)
+            .ok();
+        if let Some(TargetState::Live { ifindex, mode }) = state {
+            Some((rx, ifindex, mode))
+        } else {
+            self.unsubscribe(target);
+            None
+        }
+    }
+
+    async fn attach_in_background(self: Arc<Self>, target: AttachTarget) {
+        let Some(k) = &self.kernel else { return };
+        let _slot = k.slots.acquire().await.ok();
+        // Nobody left to serve (the lease ended during the delay).
+        if !lock(&self.targets).contains_key(&target) {
+            return;
+        }
+        let me = self.clone();
+        let t = target.clone();
+        let res = tokio::task::spawn_blocking(move || me.attach_blocking(&t)).await;
+        let state = match res {
+            Ok(Ok((ifindex, mode))) => {
+                if k.reader_ok.load(Ordering::SeqCst) {
+                    TargetState::Live { ifindex, mode }
+                } else {
+                    TargetState::Lost
+                }
+            }
+            Ok(Err(e)) => {
+                warn!(ifname = %target.ifname, netns = ?target.netns, error = %e,
+                    "eBPF attach failed; this interface keeps the AF_PACKET receiver");
+                TargetState::Refused
+            }
+            Err(e) => {
+                error!(ifname = %target.ifname, error = %e, "the attach task failed");
+                TargetState::Refused
+            }
+        };
+        let orphaned = {
+            let targets = lock(&self.targets);
+            match targets.get(&target) {
+                Some(e) => {
+                    e.state.send_replace(state);
+                    false
+                }
+                None => true,
+            }
+        };
+        // Every lease left while the attach ran: undo it.
+        if orphaned && matches!(state, TargetState::Live { .. } | TargetState::Lost) {
+            self.detach_in_background(&target);
+        }
+    }
+
+    fn attach_blocking(
+        &self,
+        target: &AttachTarget,
+    ) -> Result<(u32, AttachMode), crate::datapath::ebpf::EbpfDatapathError> {
+        let k = self.kernel.as_ref().expect("attach without eBPF");
+        let capture = if k.reader_ok.load(Ordering::SeqCst) {
+            CaptureMode::Intercept
+        } else {
+            CaptureMode::Observe
+        };
+        let a = lock(&k.dp).attach(target, k.attach, capture)?;
+        Ok((a.ifindex, a.mode))
+    }
+
+    /// A lease no longer needs `target`'s capture; the last one detaches.
+    pub(crate) fn unsubscribe(&self, target: &AttachTarget) {
+        let last = {
+            let mut targets = lock(&self.targets);
+            match targets.get_mut(target) {
+                Some(e) if e.users > 1 => {
+                    e.users -= 1;
+                    None
+                }
+                Some(_) => targets.remove(target).map(|e| *e.state.borrow()),
+                None => None,
+            }
+        };
+        if matches!(last, Some(TargetState::Live { .. } | TargetState::Lost)) {
+            self.detach_in_background(target);
+        }
+        self.update_degraded();
+    }
+
+    fn detach_in_background(&self, target: &AttachTarget) {
+        let Some(k) = &self.kernel else { return };
+        let res = lock(&k.dp).detach(target);
+        if let Err(e) = res {
+            // The interface is often gone already (pod deleted).
+            debug!(ifname = %target.ifname, error = %e, "eBPF detach");
+        }
+    }
+
+    // ----------------------------------------------------------- health --
+
+    /// Mark `targets` (every attached one when `None`) lost: their leases
+    /// fall back to `AF_PACKET`.
+    fn mark_lost(&self, only: Option<&[AttachTarget]>, reason: &'static str) {
+        let targets = lock(&self.targets);
+        for (t, e) in targets.iter() {
+            if only.is_some_and(|o| !o.contains(t)) {
+                continue;
+            }
+            if matches!(*e.state.borrow(), TargetState::Live { .. }) {
+                e.state.send_replace(TargetState::Lost);
+            }
+            if only.is_some() {
+                lock(&self.lost).insert(target_key(t), reason);
+            }
+        }
+        drop(targets);
+        self.update_degraded();
+    }
+
+    /// Mark `targets` (every lost one when `None`) live again.
+    fn mark_restored(&self, only: Option<&[AttachTarget]>) {
+        let Some(k) = &self.kernel else { return };
+        let dp = lock(&k.dp);
+        let attached: HashMap<AttachTarget, (u32, AttachMode)> = dp
+            .attachments()
+            .into_iter()
+            .map(|(t, ifindex, mode)| (t, (ifindex, mode)))
+            .collect();
+        drop(dp);
+        let targets = lock(&self.targets);
+        for (t, e) in targets.iter() {
+            if only.is_some_and(|o| !o.contains(t)) {
+                continue;
+            }
+            if only.is_some() {
+                lock(&self.lost).remove(&target_key(t));
+            }
+            if *e.state.borrow() == TargetState::Lost
+                && lock(&self.lost).get(&target_key(t)).is_none()
+                && let Some(&(ifindex, mode)) = attached.get(t)
+            {
+                e.state.send_replace(TargetState::Live { ifindex, mode });
+            }
+        }
+        drop(targets);
+        self.update_degraded();
+    }
+
+    fn update_degraded(&self) {
+        let reader_lost = self
+            .kernel
+            .as_ref()
+            .is_some_and(|k| !k.reader_ok.load(Ordering::SeqCst));
+        let lost = lock(&self.lost);
+        let why = if reader_lost {
+            Some("the eBPF ring buffer reader failed; leases use AF_PACKET".to_owned())
+        } else if lost.is_empty() {
+            None
+        } else {
+            let mut names: Vec<&str> = lost.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            Some(format!(
+                "eBPF capture lost on {}; their leases use AF_PACKET",
+                names.join(", ")
+            ))
+        };
+        drop(lost);
+        self.metrics.set_capture_degraded(why.is_some());
+        self.health.set_degraded(why);
+    }
+
+    /// Set the kernel capture mode of every attached interface.
+    fn set_all_modes(&self, mode: CaptureMode) {
+        let Some(k) = &self.kernel else { return };
+        let dp = lock(&k.dp);
+        for (t, ifindex, _) in dp.attachments() {
+            if let Err(e) = dp.set_mode(ifindex, mode) {
+                warn!(ifname = %t.ifname, error = %e, ?mode, "could not set the capture mode");
+            }
+        }
+    }
+
+    /// Start the actor's side tasks: the ring reader (restarted after a
+    /// failure), the link check and the kernel counter poll.
+    pub(crate) fn spawn(
+        self: &Arc<Self>,
+        started: Started,
+        side: &mut JoinSet<()>,
+        token: &CancellationToken,
+    ) {
+        let Some(reader) = started.reader else { return };
+        side.spawn(self.clone().read_ring(reader, token.clone()));
+        side.spawn(self.clone().check_links(token.clone()));
+        side.spawn(self.clone().poll_counters(token.clone()));
+    }
+
+    /// The ring reader; when it fails, the leases fall back and a new
+    /// reader is opened with backoff.
+    async fn read_ring(self: Arc<Self>, mut reader: EventReader, token: CancellationToken) {
+        let Some(k) = &self.kernel else { return };
+        loop {
+            let err = self.read_until_failure(&mut reader, &token).await;
+            let Some(err) = err else { return };
+            error!(error = %err, "eBPF ring buffer reader failed; leases fall back to AF_PACKET");
+            self.metrics.capture_lost("reader");
+            k.reader_ok.store(false, Ordering::SeqCst);
+            // Owned replies must reach the stack (and AF_PACKET) again.
+            self.set_all_modes(CaptureMode::Observe);
+            self.mark_lost(None, "reader");
+            let mut wait = READER_RESTORE_FIRST;
+            reader = loop {
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep(wait) => {}
+                }
+                match self.reopen_reader() {
+                    Ok(r) => break r,
+                    Err(e) => {
+                        warn!(error = %e, retry_in_s = wait.as_secs(), "cannot reopen the eBPF ring buffer");
+                        wait = (wait * 2).min(RESTORE_MAX);
+                    }
+                }
+            };
+            k.reader_ok.store(true, Ordering::SeqCst);
+            self.set_all_modes(CaptureMode::Intercept);
+            self.mark_restored(None);
+            self.metrics.capture_restored("reader");
+            info!("eBPF ring buffer reader restored; leases return to it");
+        }
+    }
+
+    /// Deliver events until cancelled (`None`) or the reader fails.
+    async fn read_until_failure(
+        &self,
+        reader: &mut EventReader,
+        token: &CancellationToken,
+    ) -> Option<String> {
+        loop {
+            #[cfg(feature = "test-hooks")]
+            if self.reader_fault() {
+                return Some("injected reader failure".to_owned());
+            }
+            let ev = tokio::select! {
+                () = token.cancelled() => return None,
+                ev = reader.recv() => ev,
+                () = self.fault_poll() => continue,
+            };
+            match ev {
+                Ok(ev) => {
+                    if !self.deliver(ev.frame) {
+                        self.metrics.dropped("unrouted_xid", 1);
+                    }
+                }
+                Err(e) => return Some(crate::rpc::format_chain(&e)),
+            }
+        }
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn reader_fault(&self) -> bool {
+        self.kernel
+            .as_ref()
+            .is_some_and(|k| k.reader_fault.load(Ordering::SeqCst))
+    }
+
+    /// Wakes the reader loop now and then so an injected fault is seen
+    /// (tests only); pends forever otherwise.
+    async fn fault_poll(&self) {
+        #[cfg(feature = "test-hooks")]
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        #[cfg(not(feature = "test-hooks"))]
+        std::future::pending::<()>().await;
+    }
+
+    /// Break (`true`) or mend the ring reader, as a failure would (tests).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn inject_reader_fault(&self, broken: bool) {
+        if let Some(k) = &self.kernel {
+            k.reader_fault.store(broken, Ordering::SeqCst);
+        }
+    }
+
+    fn reopen_reader(&self) -> Result<EventReader, String> {
+        #[cfg(feature = "test-hooks")]
+        if self.reader_fault() {
+            return Err("injected reader failure".to_owned());
+        }
+        let k = self.kernel.as_ref().ok_or("no eBPF datapath")?;
+        lock(&k.dp)
+            .reopen_reader()
+            .map_err(|e| crate::rpc::format_chain(&e))
+    }
+
+    /// Notice links detached from under the agent; re-attach them.
+    async fn check_links(self: Arc<Self>, token: CancellationToken) {
+        let mut tick = tokio::time::interval(LINK_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retry: HashMap<AttachTarget, (tokio::time::Instant, Duration)> = HashMap::new();
+        loop {
+            tokio::select! {
+                () = token.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let me = self.clone();
+            let Ok(detached) = tokio::task::spawn_blocking(move || me.detached_links()).await
+            else {
+                continue;
+            };
+            for t in &detached {
+                if retry.contains_key(t) {
+                    continue;
+                }
+                error!(ifname = %t.ifname, netns = ?t.netns,
+                    "the eBPF program was detached from under the agent; its leases fall back to AF_PACKET");
+                self.metrics.capture_lost("link_detached");
+                self.mark_lost(Some(std::slice::from_ref(t)), "link_detached");
+                retry.insert(
+                    t.clone(),
+                    (
+                        tokio::time::Instant::now() + LINK_RESTORE_FIRST,
+                        LINK_RESTORE_FIRST,
+                    ),
+                );
+            }
+            let now = tokio::time::Instant::now();
+            let due: Vec<AttachTarget> = retry
+                .iter()
+                .filter(|(_, (at, _))| *at <= now)
+                .map(|(t, _)| t.clone())
+                .collect();
+            for t in due {
+                let me = self.clone();
+                let t2 = t.clone();
+                let res = tokio::task::spawn_blocking(move || me.reattach(&t2)).await;
+                match res {
+                    Ok(Ok(true)) => {
+                        retry.remove(&t);
+                        self.mark_restored(Some(std::slice::from_ref(&t)));
+                        self.metrics.capture_restored("link_detached");
+                        info!(ifname = %t.ifname, netns = ?t.netns, "eBPF program re-attached; leases return to the ring buffer");
+                    }
+                    // Nobody needs it any more.
+                    Ok(Ok(false)) => {
+                        retry.remove(&t);
+                        lock(&self.lost).remove(&target_key(&t));
+                        self.update_degraded();
+                    }
+                    Ok(Err(e)) => {
+                        let wait = retry.get(&t).map_or(LINK_RESTORE_FIRST, |r| r.1);
+                        warn!(ifname = %t.ifname, error = %e, retry_in_s = wait.as_secs(), "cannot re-attach the eBPF program");
+                        let next = (wait * 2).min(RESTORE_MAX);
+                        retry.insert(t, (now + next, next));
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+
+    fn detached_links(&self) -> Vec<AttachTarget> {
+        let Some(k) = &self.kernel else {
+            return Vec::new();
+        };
+        lock(&k.dp).detached_targets()
+    }
+
+    /// Attach `t` anew; `false` when no lease needs it any more.
+    fn reattach(&self, t: &AttachTarget) -> Result<bool, String> {
+        let k = self.kernel.as_ref().ok_or("no eBPF datapath")?;
+        let mut dp = lock(&k.dp);
+        if let Err(e) = dp.detach(t) {
+            debug!(ifname = %t.ifname, error = %e, "dropping the detached link");
+        }
+        if !lock(&self.targets).contains_key(t) {
+            return Ok(false);
+        }
+        let mode = if k.reader_ok.load(Ordering::SeqCst) {
+            CaptureMode::Intercept
+        } else {
+            CaptureMode::Observe
+        };
+        dp.attach(t, k.attach, mode)
+            .map(|_| true)
+            .map_err(|e| crate::rpc::format_chain(&e))
+    }
+
+    async fn poll_counters(self: Arc<Self>, token: CancellationToken) {
+        let mut tick = tokio::time::interval(KERNEL_POLL);
+        loop {
+            tokio::select! {
+                () = token.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            // Off the async workers: the datapath lock may be held by a run
+            // of attaches.
+            let me = self.clone();
+            let snap = tokio::task::spawn_blocking(move || me.kernel_counters()).await;
+            if let Ok(Some(c)) = snap {
+                self.metrics.kernel_snapshot(&c);
+            }
+        }
+    }
+
+    /// The kernel id of the BPF link capturing on `target`.
+    pub(crate) fn link_id(&self, target: &AttachTarget) -> Option<u32> {
+        let k = self.kernel.as_ref()?;
+        lock(&k.dp).link_id(target)
+    }
+
+    /// The kernel program's counters, labelled.
+    pub(crate) fn kernel_counters(&self) -> Option<Vec<(&'static str, u64)>> {
+        let k = self.kernel.as_ref()?;
+        match lock(&k.dp).counters() {
+            Ok(c) => Some(c.labelled().to_vec()),
+            Err(e) => {
+                warn!(error = %e, "reading kernel counters");
+                None
+            }
+        }
+    }
+}
+
+fn target_key(t: &AttachTarget) -> String {
+    match &t.netns {
+        Some(ns) => format!("{} in {}", t.ifname, ns.display()),
+        None => t.ifname.clone(),
+    }
+}
+
+/// Lock a std mutex, ignoring poisoning (the data is plain values).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,36 @@
+//! The agent's shared state, handed to every CNI operation.
+
+use std::sync::Arc;
+
+use xdhcp_engine::ClientConfig;
+
+use super::capture::Capture;
+use super::lease::task::Services;
+use super::registry::Registry;
+use crate::cli::AgentArgs;
+use crate::kube::PodApi;
+use crate::metrics::{Health, Metrics};
+
+/// Shared agent state.
+#[derive(Debug)]
+pub(crate) struct Agent {
+    pub(crate) args: AgentArgs,
+    /// The engine configuration every client starts from (the agent's flags).
+    pub(crate) base: ClientConfig,
+    pub(crate) health: Arc<Health>,
+    pub(crate) pod_api: PodApi,
+    /// Metrics, capture, lease store and shutdown token, shared with the
+    /// lease tasks.
+    pub(crate) svc: Arc<Services>,
+    pub(crate) leases: Arc<Registry>,
+}
+
+impl Agent {
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.svc.metrics
+    }
+
+    pub(crate) fn capture(&self) -> &Arc<Capture> {
+        &self.svc.capture
+    }
+}

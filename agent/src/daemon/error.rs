@@ -1,0 +1,148 @@
+//! Why a CNI operation failed, typed. The agent socket maps each variant to
+//! its CNI error code and message (`server.rs`), nowhere else.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use xdhcp_engine::{AcquireError, ConfigError};
+
+use super::link::LinkError;
+use crate::kube::PodApiError;
+use crate::kube::annotation::AnnotationError;
+use crate::netlink::NetlinkError;
+use crate::store::StoreError;
+use crate::vfio::{PciAddr, VfioError};
+
+/// Where a lease was being acquired, as the operator knows it.
+#[derive(Debug, Clone)]
+pub(crate) enum Place {
+    /// A pod interface: `ifname` in `netns`.
+    Pod { ifname: String, netns: PathBuf },
+    /// The netdev of a passed-through VF during the VFIO handoff.
+    VfNetdev { netdev: String },
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Place::Pod { ifname, netns } => write!(f, "interface {ifname} in {}", netns.display()),
+            Place::VfNetdev { netdev } => write!(f, "VF netdev {netdev}"),
+        }
+    }
+}
+
+/// A failed ADD, DEL, CHECK or GC.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// `CNI_NETNS` is needed and was not given.
+    #[error("CNI_NETNS is not set")]
+    NoNetns,
+    /// The annotation key cannot be formed from the config.
+    #[error("netAttachDefName: {source}")]
+    AnnotationKey {
+        #[source]
+        source: AnnotationError,
+    },
+    /// `cni.dev/valid-attachments` is required for GC.
+    #[error("cni.dev/valid-attachments: missing (required for GC)")]
+    NoValidAttachments,
+    /// The engine refused the configuration the network asks for.
+    #[error("invalid DHCP client configuration: {source}")]
+    ClientConfig {
+        #[source]
+        source: ConfigError,
+    },
+    /// The Kubernetes API failed.
+    #[error("{source}")]
+    Kube {
+        #[source]
+        source: PodApiError,
+    },
+    /// The interface cannot be opened or captured on.
+    #[error("cannot use {place}")]
+    Interface {
+        place: Place,
+        #[source]
+        source: LinkError,
+    },
+    /// The VF's netdev could not be prepared for the discovery.
+    #[error("VF {pci}: cannot {op} netdev {netdev} in the agent's namespace")]
+    Netdev {
+        pci: PciAddr,
+        netdev: String,
+        op: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// No lease within the acquisition deadline, and what was heard.
+    #[error("no DHCP lease on {place} within {}s: {source}", timeout.as_secs())]
+    NoLease {
+        place: Place,
+        timeout: Duration,
+        #[source]
+        source: Box<AcquireError>,
+    },
+    /// Nothing answered by the deadline (or the task ended without a word).
+    #[error("no DHCP lease on {place} within {}s: heard nothing", timeout.as_secs())]
+    Silent { place: Place, timeout: Duration },
+    /// The interface failed (or was deleted) during the acquisition.
+    #[error("{place} failed during DHCP")]
+    LinkFailed {
+        place: Place,
+        #[source]
+        source: Option<LinkError>,
+    },
+    /// The agent is shutting down.
+    #[error("the xdhcp agent is shutting down")]
+    ShuttingDown,
+    /// The config's `deviceID` names no usable device.
+    #[error("deviceID {device_id:?} of pod {pod}: {source}")]
+    Device {
+        device_id: String,
+        pod: String,
+        #[source]
+        source: Box<VfioError>,
+    },
+    /// The VFIO driver handoff failed.
+    #[error("VFIO handoff of {pci} for pod {pod}: {source}")]
+    Handoff {
+        pci: PciAddr,
+        pod: String,
+        #[source]
+        source: Box<VfioError>,
+    },
+    /// The lease store failed.
+    #[error("cannot {op} the lease record")]
+    Store {
+        op: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    /// CHECK for an attachment the agent does not know.
+    #[error(
+        "no lease for container {container_id} interface {ifname}: the agent does not know this attachment"
+    )]
+    Unknown {
+        container_id: String,
+        ifname: String,
+    },
+    /// CHECK while the lease is being acquired again.
+    #[error("the lease on {ifname} is gone (state {state}); the agent is acquiring a new one")]
+    LeaseGone { ifname: String, state: String },
+    /// CHECK could not read the interface.
+    #[error("cannot inspect {ifname}")]
+    Inspect {
+        ifname: String,
+        #[source]
+        source: NetlinkError,
+    },
+    /// CHECK found the address missing.
+    #[error("address {address}/{prefix_len} is missing from {ifname} in {}", netns.display())]
+    AddressMissing {
+        address: Ipv4Addr,
+        prefix_len: u8,
+        ifname: String,
+        netns: PathBuf,
+    },
+}

@@ -1,0 +1,89 @@
+//! At start: load the persisted attachments and resume their leases without
+//! a new DISCOVER.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::{error, info, warn};
+use xdhcp_engine::{Client, Mode};
+
+use super::acquire::{client_config, seed};
+use super::context::Agent;
+use super::lease::live::expiry_ms;
+use super::lease::persist::{self, LeaseRecord, WorkloadKind};
+use super::link::{Link, LinkError};
+use crate::cli::ExpiredPolicy;
+
+/// Load persisted attachments and resume them without a new DISCOVER.
+pub(crate) async fn recover(agent: &Arc<Agent>) {
+    let (records, quarantined) = match persist::load_all(&agent.svc.store) {
+        Ok(x) => x,
+        Err(e) => {
+            error!(error = %crate::rpc::format_chain(&e),
+                "cannot read the lease directory; starting without recovered leases");
+            agent.metrics().failure("recover");
+            return;
+        }
+    };
+    for q in quarantined {
+        agent.metrics().failure("corrupt_record");
+        warn!(record = %q.what, reason = %q.reason, "unusable lease record set aside");
+    }
+    let now_ms = crate::cli::now_unix_ms();
+    let mut resumed = 0usize;
+    for rec in records {
+        if let WorkloadKind::Vm { .. } = rec.workload {
+            // One-shot discoveries are not maintained; keep them for CHECK/DEL.
+            agent.leases.insert_static(rec);
+            continue;
+        }
+        let expired = rec
+            .lease
+            .as_ref()
+            .and_then(expiry_ms)
+            .is_some_and(|e| e <= now_ms);
+        if expired && agent.args.expired_lease_policy == ExpiredPolicy::Drop {
+            info!(container = %rec.container_id, ifname = %rec.ifname,
+                "lease expired while the agent was down; dropped (--expired-lease-policy=drop)");
+            forget(agent, &rec);
+            continue;
+        }
+        match resume_one(agent, rec.clone(), now_ms).await {
+            Ok(()) => resumed += 1,
+            Err(e) => {
+                warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
+                    "cannot resume the lease (interface or namespace gone); forgetting it");
+                forget(agent, &rec);
+            }
+        }
+    }
+    info!(resumed, "lease state recovered");
+}
+
+fn forget(agent: &Agent, rec: &LeaseRecord) {
+    if let Err(e) = persist::remove(&agent.svc.store, &rec.container_id, &rec.ifname) {
+        warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
+            "could not remove the lease record");
+    }
+}
+
+async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result<(), LinkError> {
+    let link = Link::open(rec.netns.as_deref(), &rec.ifname, true)
+        .await?
+        .with_src_mac(rec.mac);
+    let cfg = client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
+    let now = Instant::now();
+    let client = match rec.lease.clone() {
+        Some(l) => {
+            info!(container = %rec.container_id, ifname = %rec.ifname, address = %l.address,
+                "resuming lease without DISCOVER");
+            Client::resume(cfg, l, now, now_ms, seed())
+        }
+        None => Client::new(cfg, now, seed()),
+    };
+    agent
+        .leases
+        .spawn(rec, client, link, None)
+        .await
+        .map(|_| ())
+}

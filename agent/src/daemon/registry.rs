@@ -1,0 +1,242 @@
+//! The lease table: which attachments the agent knows, the lock that
+//! serializes CNI operations on each, and the one way to start and stop a
+//! lease task (pods and VMs alike).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedMutexGuard, mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, error, warn};
+use xdhcp_engine::{Client, Mode, State};
+
+use super::capture::CapturePath;
+use super::lease::live::{Command, Live, Outcome};
+use super::lease::persist::LeaseRecord;
+use super::lease::task::{self, Ended, Receive, Services, Task, lock};
+use super::link::{Link, LinkError};
+
+/// Channel depth per lease task for captured frames.
+const FRAME_QUEUE: usize = 32;
+/// How long a stop waits for a lease task to send RELEASE and end.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// An attachment: container id and interface name.
+pub(crate) type Key = (String, String);
+
+/// A known attachment: its live view and (while its task runs) a command
+/// channel.
+#[derive(Debug, Clone)]
+pub(crate) struct Handle {
+    pub(crate) generation: u64,
+    pub(crate) live: Arc<Mutex<Live>>,
+    cmds: Option<mpsc::Sender<Command>>,
+    /// Becomes `true` once the first lease is persisted (ADD waits for it,
+    /// overlapping the store write with the annotation write).
+    persisted: Option<watch::Receiver<bool>>,
+}
+
+impl Handle {
+    /// Wait until the lease is on disk (at most `within`); `false` if it
+    /// was not by then.
+    pub(crate) async fn persisted(&self, within: Duration) -> bool {
+        let Some(mut p) = self.persisted.clone() else {
+            return true;
+        };
+        tokio::time::timeout(within, p.wait_for(|v| *v))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// The lease table and the lease tasks.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    svc: Arc<Services>,
+    leases: Mutex<HashMap<Key, Handle>>,
+    key_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    tasks: Mutex<JoinSet<()>>,
+    generation: AtomicU64,
+}
+
+impl Registry {
+    pub(crate) fn new(svc: Arc<Services>) -> Self {
+        Self {
+            svc,
+            leases: Mutex::new(HashMap::new()),
+            key_locks: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(JoinSet::new()),
+            generation: AtomicU64::new(1),
+        }
+    }
+
+    /// Serialize operations on one attachment.
+    pub(crate) async fn key_lock(&self, cid: &str, ifname: &str) -> OwnedMutexGuard<()> {
+        let m = lock(&self.key_locks)
+            .entry((cid.to_owned(), ifname.to_owned()))
+            .or_default()
+            .clone();
+        m.lock_owned().await
+    }
+
+    /// The attachment, if known.
+    pub(crate) fn get(&self, cid: &str, ifname: &str) -> Option<Handle> {
+        lock(&self.leases)
+            .get(&(cid.to_owned(), ifname.to_owned()))
+            .cloned()
+    }
+
+    /// Every attachment.
+    pub(crate) fn all(&self) -> Vec<Handle> {
+        lock(&self.leases).values().cloned().collect()
+    }
+
+    /// How many attachments are known.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.leases).len()
+    }
+
+    /// Remove an attachment from the table (only `generation`'s).
+    pub(crate) fn forget(&self, cid: &str, ifname: &str, generation: u64) {
+        let mut m = lock(&self.leases);
+        let k = (cid.to_owned(), ifname.to_owned());
+        if m.get(&k).is_some_and(|h| h.generation == generation) {
+            m.remove(&k);
+        }
+    }
+
+    fn insert(&self, h: &Handle) {
+        let k = {
+            let l = lock(&h.live);
+            (l.record.container_id.clone(), l.record.ifname.clone())
+        };
+        lock(&self.leases).insert(k, h.clone());
+    }
+
+    /// Know an attachment without running a task (a finished VM discovery
+    /// found at start: kept for CHECK and DEL).
+    pub(crate) fn insert_static(&self, record: LeaseRecord) -> Handle {
+        let h = Handle {
+            generation: self.generation.fetch_add(1, Ordering::Relaxed),
+            live: Arc::new(Mutex::new(Live::new(
+                record,
+                State::Bound,
+                CapturePath::Idle,
+            ))),
+            cmds: None,
+            persisted: None,
+        };
+        self.insert(&h);
+        h
+    }
+
+    /// Start a lease task for `record` on `link` with `client`; `waiter`
+    /// hears how the first acquisition ends.
+    ///
+    /// Pods start on the link's own `AF_PACKET` receiver (the first
+    /// exchange starts at once; the task asks the capture actor for the ring
+    /// buffer once the lease is held). One-shot discoveries (VMs) end at
+    /// BOUND, so they capture on eBPF from the first frame when it can be
+    /// attached now, else on `AF_PACKET`.
+    pub(crate) async fn spawn(
+        self: &Arc<Self>,
+        record: LeaseRecord,
+        client: Client,
+        mut link: Link,
+        waiter: Option<oneshot::Sender<Outcome>>,
+    ) -> Result<Handle, LinkError> {
+        let capture = &self.svc.capture;
+        let eager = client.config().mode == Mode::OneShot;
+        let target = task::target_of(&link);
+        let now = if eager && capture.has_ebpf() {
+            capture.subscribe_now(&target).await
+        } else {
+            None
+        };
+        let (rx, path) = if let Some((sub, ifindex, mode)) = now {
+            link.drop_rx();
+            (Receive::ebpf(&link, sub, ifindex), CapturePath::Ebpf(mode))
+        } else {
+            link.open_rx().await?;
+            let path = if capture.has_ebpf() && !eager {
+                CapturePath::AfPacketPending
+            } else {
+                CapturePath::AfPacket
+            };
+            (Receive::af_packet(&link), path)
+        };
+        debug!(ifname = %link.ifname, %path, "capture ready");
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let (frames_tx, frames) = mpsc::channel(FRAME_QUEUE);
+        let (cmd_tx, cmds) = mpsc::channel(2);
+        let key = (record.container_id.clone(), record.ifname.clone());
+        let state = client.state();
+        self.svc.metrics.lease_state(None, Some(state.label()));
+        let live = Arc::new(Mutex::new(Live::new(record, state, path)));
+        let (persisted_tx, persisted) = watch::channel(false);
+        let handle = Handle {
+            generation,
+            live: live.clone(),
+            cmds: Some(cmd_tx),
+            persisted: Some(persisted),
+        };
+        self.insert(&handle);
+        let task = Task {
+            svc: self.svc.clone(),
+            client,
+            link,
+            live,
+            frames,
+            frames_tx,
+            cmds,
+            waiter,
+            rx,
+            started: Instant::now(),
+            persisted: persisted_tx,
+        };
+        let me = self.clone();
+        lock(&self.tasks).spawn(async move {
+            if task::run(task).await == Ended::Gone {
+                me.forget(&key.0, &key.1, generation);
+            }
+        });
+        Ok(handle)
+    }
+
+    /// Stop a lease task (RELEASE first when `release`) and wait until it
+    /// has ended; a task already gone is fine.
+    pub(crate) async fn stop(&self, h: &Handle, release: bool) {
+        let Some(cmds) = &h.cmds else { return };
+        let (ack, done) = oneshot::channel();
+        // A send error means the task is gone; a dropped ack means it ended
+        // without reading the command. Either way it holds nothing any more.
+        if cmds.send(Command::Stop { release, ack }).await.is_ok()
+            && tokio::time::timeout(STOP_WAIT, done).await.is_err()
+        {
+            warn!("lease task did not stop within {STOP_WAIT:?}");
+            self.svc.metrics.failure("stop_timeout");
+        }
+    }
+
+    /// At shutdown: wait (at most `grace`) for every lease task to persist
+    /// and end; abort the rest.
+    pub(crate) async fn drain(&self, grace: Duration) {
+        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
+        let drained = tokio::time::timeout(grace, async {
+            while let Some(r) = tasks.join_next().await {
+                if let Err(e) = r
+                    && e.is_panic()
+                {
+                    error!(error = %e, "a lease task panicked");
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!("some lease tasks did not stop within {grace:?}");
+            tasks.abort_all();
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! What the agent reports about itself: `xdhcp leases`, `xdhcp status`.
+
+use std::collections::BTreeMap;
+
+use super::capture::CapturePath;
+use super::context::Agent;
+use super::lease::task::lock;
+use crate::datapath::ebpf::AttachTarget;
+use crate::kube::PodApi;
+use crate::rpc::{AgentStatus, InterfaceStatus, LeaseView};
+
+/// The `xdhcp leases` rows, sorted by attachment.
+pub(crate) fn leases(agent: &Agent) -> Vec<LeaseView> {
+    let mut v: Vec<LeaseView> = agent
+        .leases
+        .all()
+        .iter()
+        .map(|h| lock(&h.live).view())
+        .collect();
+    v.sort_by(|x, y| (&x.container_id, &x.ifname).cmp(&(&y.container_id, &y.ifname)));
+    v
+}
+
+/// Per-interface datapath view.
+fn interfaces(agent: &Agent) -> Vec<InterfaceStatus> {
+    agent
+        .leases
+        .all()
+        .iter()
+        .map(|h| {
+            let l = lock(&h.live);
+            let bpf_link = match l.capture {
+                CapturePath::Ebpf(_) => agent.capture().link_id(&AttachTarget {
+                    ifname: l.record.ifname.clone(),
+                    netns: l.record.netns.clone(),
+                }),
+                _ => None,
+            };
+            InterfaceStatus {
+                container_id: l.record.container_id.clone(),
+                ifname: l.record.ifname.clone(),
+                netns: l.record.netns.clone(),
+                attach: l.capture.to_string(),
+                bpf_link,
+            }
+        })
+        .collect()
+}
+
+/// Agent and kernel counters.
+fn counters(agent: &Agent) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (k, v) in agent.capture().kernel_counters().unwrap_or_default() {
+        out.insert(format!("kernel.{k}"), v);
+    }
+    out.insert("agent.leases".into(), agent.leases.len() as u64);
+    out.insert("agent.routed_xids".into(), agent.capture().routed() as u64);
+    out
+}
+
+/// `xdhcp status` (reads kernel maps and the embedded store: call it off
+/// the async workers).
+pub(crate) fn status(agent: &Agent) -> AgentStatus {
+    let annotations = match &agent.pod_api {
+        PodApi::Embedded(s) => s
+            .load()
+            .ok()
+            .and_then(|st| serde_json::to_value(st).ok())
+            .unwrap_or(serde_json::Value::Null),
+        PodApi::Kube(_) => serde_json::Value::Null,
+    };
+    AgentStatus {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        ready: agent.health.ready().is_ok() && agent.health.degraded().is_none(),
+        state_recovered: agent.health.recovered(),
+        datapath: agent.capture().name().to_owned(),
+        datapath_note: agent.capture().note().map(str::to_owned),
+        degraded: agent.health.degraded(),
+        pod_api: if agent.pod_api.is_kube() {
+            "kubernetes"
+        } else {
+            "embedded"
+        }
+        .to_owned(),
+        socket: agent.args.socket.clone(),
+        state_dir: agent.args.state_dir.clone(),
+        leases: agent.leases.len(),
+        interfaces: interfaces(agent),
+        counters: counters(agent),
+        annotations,
+    }
+}

@@ -1,0 +1,72 @@
+//! The `bpf(2)` calls aya does not expose: reading a link's device from the
+//! kernel, to notice a program detached from under the agent.
+
+use std::io;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+
+/// `struct bpf_link_info` up to and past its device union: `type`, `id`,
+/// `prog_id`, padding to the 8-byte aligned union, whose `xdp` and `tcx`
+/// members both start with the `ifindex`.
+#[repr(C, align(8))]
+#[derive(Default)]
+struct LinkInfo {
+    kind: u32,
+    id: u32,
+    prog_id: u32,
+    _pad: u32,
+    ifindex: u32,
+    rest: [u32; 11],
+}
+
+fn bpf(cmd: libc::c_long, attr: &mut [u8]) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a zero-initialised `union bpf_attr` prefix of the
+    // size passed; the kernel reads and writes only within it.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// The device a BPF link (XDP or tcx) is attached to, by link id:
+/// `Ok(Some(0))` once the link was detached (by `bpftool link detach`, or
+/// its device went away), `Ok(None)` when no such link exists any more.
+pub(crate) fn link_ifindex(link_id: u32) -> io::Result<Option<u32>> {
+    let mut attr = [0u8; 16];
+    attr[..4].copy_from_slice(&link_id.to_ne_bytes());
+    let fd = match bpf(BPF_LINK_GET_FD_BY_ID, &mut attr) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // SAFETY: the kernel just returned this descriptor to us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut info = LinkInfo::default();
+    let mut attr = [0u8; 16];
+    attr[..4].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+    attr[4..8].copy_from_slice(&(std::mem::size_of::<LinkInfo>() as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(std::ptr::from_mut(&mut info) as u64).to_ne_bytes());
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(Some(info.ifindex))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_info_layout_puts_the_device_after_the_aligned_header() {
+        assert_eq!(std::mem::offset_of!(LinkInfo, ifindex), 16);
+        assert_eq!(std::mem::align_of::<LinkInfo>(), 8);
+    }
+
+    #[test]
+    fn an_unknown_link_is_none() {
+        // Link ids count up from 1; this one is far beyond any real one.
+        assert!(matches!(link_ifindex(u32::MAX - 7), Ok(None)));
+    }
+}
