@@ -1,6 +1,8 @@
 //! Crash-safe lease persistence: one record per lease, atomic writes, quarantine of corrupt records.
 //!
-//! Layout under the state dir (SPEC R6):
+//! Leases survive an agent restart: every change is written here and the
+//! agent resumes each recorded lease when it starts. Layout under the state
+//! dir:
 //! ```text
 //! <state_dir>/leases/<container_id>@<ifname>.json   one LeaseRecord each
 //! <state_dir>/quarantine/<original name>.<unix_ms>  records that failed to load

@@ -493,7 +493,7 @@ spec:
         let conf = render_netconf(&seed_cudn(), "default").unwrap();
         let mut expected: Value = serde_json::from_str(SEED_NAD_CONFIG).unwrap();
         // OVN-K names a CUDN's network `cluster.udn.<name>` and records the NAD key; every other
-        // key is the seed's, with the seed's values.
+        // key is the OKEP's, with the OKEP's values.
         expected["name"] = json!("cluster.udn.localnet-dhcp-ipam");
         expected["netAttachDefName"] = json!("default/localnet-dhcp-ipam");
         assert_eq!(serde_json::to_value(&conf).unwrap(), expected);

@@ -189,7 +189,7 @@ fn physical_network_name_rejects_separators() {
     );
 }
 
-/// The typed API reads and writes the seed example without loss.
+/// The typed API reads and writes the OKEP's example without loss.
 #[test]
 fn seed_example_round_trips_through_the_types() {
     let typed: ClusterUserDefinedNetwork = serde_yaml::from_str(SEED_CUDN).unwrap();

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use super::env::{validate_container_id, validate_ifname};
 use super::types::{CniError, Ipv4Cidr, SUPPORTED_VERSIONS, code};
 
-/// Default agent socket (SPEC §1).
+/// Default agent socket (the agent's `--socket` default).
 pub const DEFAULT_SOCKET: &str = "/run/xdhcp/xdhcp.sock";
 /// Bounds on `ipam.timeout` and `ipam.resendMax`.
 pub const MIN_TIMEOUT: Duration = Duration::from_secs(1);
@@ -357,7 +357,9 @@ fn parse_ipam(ipam: &Map<String, Value>) -> Result<(IpamOptions, PathBuf), CniEr
     ))
 }
 
-/// Options xdhcp always puts in its parameter request list (SPEC R5).
+/// Options xdhcp always puts in its parameter request list (option 55), by
+/// code and by the upstream plugin's name; the same list as the engine's
+/// `REQUESTED_OPTIONS`.
 const REQUESTED: &[(u8, &str)] = &[
     (1, "subnet-mask"),
     (3, "routers"),
@@ -479,7 +481,7 @@ fn check_request(v: &Value) -> Result<(), CniError> {
             }
         }
         // skipDefault only shrinks upstream's request list; xdhcp's list is
-        // fixed (SPEC R5), so it is accepted and has no effect.
+        // fixed, so it is accepted and has no effect.
         opt_bool(obj, "skipDefault", &format!("{base}.skipDefault"))?;
         if let Some(opt) = obj.get("option") {
             let field = format!("{base}.option");

@@ -8,7 +8,8 @@
 //! unknown fields survive byte for byte. Top-level keys are emitted sorted,
 //! as Go's `encoding/json` (OVN-Kubernetes) emits them.
 //!
-//! Our own entry has the shape of the seed's example (SPEC R26), fields in
+//! Our own entry has the shape of the example in the OVN-Kubernetes DHCP IPAM
+//! design (OKEP-6224), fields in
 //! this order:
 //! ```json
 //! {"ip_addresses":["10.1.192.213/24"],"mac_address":"02:00:00:00:20:08",
@@ -309,7 +310,7 @@ fn minify(json: &str) -> String {
 mod tests {
     use super::*;
 
-    /// The seed's example annotation (OKEP-6224, "DHCP VFIO secondary on a VM pod").
+    /// OKEP-6224's example annotation ("DHCP VFIO secondary on a VM pod").
     const SEED_EXAMPLE: &str = r#"{
   "default": {
     "ip_addresses": ["10.220.2.18/24"],
