@@ -27,9 +27,9 @@
 //!
 //! The temporary files come from a pool of empty files created off the hot
 //! path (at open and by [`LeaseStore::replenish`]), and a deleted record goes
-//! back to that pool instead of being unlinked: allocating and freeing
-//! inodes on every ADD and DEL was a measurable share of the agent's CPU on
-//! ext4 (`find_inode_bit` skipping recently deleted inodes).
+//! back to that pool instead of being unlinked, so ADD and DEL neither
+//! allocate nor free inodes (costly on ext4 under a burst; the figures are in
+//! `docs/performance-notes.md`).
 
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};

@@ -499,8 +499,7 @@ impl AsRawFd for RawSender {
 ///
 /// It is opened in the same trip into the namespace as the sender, so a
 /// lease needs no extra thread, task or heap buffer to watch its interface
-/// (the rtnetlink connection used before kept 72 KiB of buffers and a task
-/// per lease and cost two more namespace threads after BOUND).
+/// (why that matters: `docs/performance-notes.md`).
 #[derive(Debug)]
 pub struct LinkRemovalWatch {
     fd: AsyncFd<OwnedFd>,
