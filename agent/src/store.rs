@@ -84,7 +84,11 @@ pub enum StoreError {
     },
     /// A stored record could not be read back (see [`Corruption`]).
     #[error("corrupt lease record {path}: {reason}")]
-    Corrupt { path: PathBuf, reason: Corruption },
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        reason: Corruption,
+    },
 }
 
 /// Convenience alias for results of this module.
