@@ -862,7 +862,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_nad_is_accepted_as_upstream_dialect() {
+    fn okep_nad_is_accepted_as_upstream_dialect() {
         let c = parse(
             br#"{"cniVersion":"1.0.0","name":"localnet-dhcp","type":"ovn-k8s-cni-overlay",
                 "topology":"localnet","role":"secondary","physicalNetworkName":"physnet",
