@@ -1,5 +1,5 @@
 //! Prometheus metrics (registry prefix `xdhcp`) and the `/metrics`,
-//! `/healthz`, `/readyz` router (SPEC R42).
+//! `/healthz`, `/readyz` router.
 //!
 //! Labels are bounded: lease states, engine drop reasons and error labels are
 //! `&'static str` from fixed sets, never user input.

@@ -8,8 +8,8 @@
 //! no thread per request. (A lease notices its interface's deletion through
 //! [`crate::datapath::rawsock::LinkRemovalWatch`], a bare socket.)
 //!
-//! Used for `"apply": true` (address and routes from the lease, SPEC R22),
-//! CNI CHECK (is the address still there) and interface lookups.
+//! Used for `"apply": true` (the agent itself configures the lease's address
+//! and routes in the pod netns), CNI CHECK (is the address still there) and interface lookups.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};

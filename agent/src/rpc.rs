@@ -230,7 +230,7 @@ impl RpcError {
                     code::AGENT_UNREACHABLE,
                     format!("{hint} (socket {})", socket.display()),
                 )
-                .with_details(source.to_string())
+                .with_details(format_chain(&source))
             }
             e @ Self::Timeout { .. } => CniError::new(code::AGENT_UNREACHABLE, e.to_string()),
             e @ (Self::Http { .. } | Self::Decode { .. }) => {

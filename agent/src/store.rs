@@ -1,6 +1,8 @@
 //! Crash-safe lease persistence: one record per lease, atomic writes, quarantine of corrupt records.
 //!
-//! Layout under the state dir (SPEC R6):
+//! Leases survive an agent restart: every change is written here and the
+//! agent resumes each recorded lease when it starts. Layout under the state
+//! dir:
 //! ```text
 //! <state_dir>/leases/<container_id>@<ifname>.json   one LeaseRecord each
 //! <state_dir>/quarantine/<original name>.<unix_ms>  records that failed to load
@@ -25,9 +27,9 @@
 //!
 //! The temporary files come from a pool of empty files created off the hot
 //! path (at open and by [`LeaseStore::replenish`]), and a deleted record goes
-//! back to that pool instead of being unlinked: allocating and freeing
-//! inodes on every ADD and DEL was a measurable share of the agent's CPU on
-//! ext4 (`find_inode_bit` skipping recently deleted inodes).
+//! back to that pool instead of being unlinked, so ADD and DEL neither
+//! allocate nor free inodes (costly on ext4 under a burst; the figures are in
+//! `docs/performance-notes.md`).
 
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};
@@ -82,7 +84,11 @@ pub enum StoreError {
     },
     /// A stored record could not be read back (see [`Corruption`]).
     #[error("corrupt lease record {path}: {reason}")]
-    Corrupt { path: PathBuf, reason: Corruption },
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        reason: Corruption,
+    },
 }
 
 /// Convenience alias for results of this module.

@@ -1,4 +1,4 @@
-//! Pod vs. VM detection and the VM MAC resolution chain (SPEC R21, R25).
+//! Pod vs. VM detection and the VM MAC resolution chain.
 //!
 //! Everything here is pure: it takes labels, owner names and VMI documents
 //! that the caller fetched (from the API server or the embedded store) and
@@ -43,9 +43,11 @@ pub const LABEL_DOMAIN: &str = "kubevirt.io/domain";
 /// What kind of workload a pod is, which decides the DHCP behaviour.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Workload {
-    /// A plain pod: full DORA and lease maintenance in the pod netns (R22).
+    /// A plain pod: full DORA and lease maintenance in the pod netns, for the
+    /// pod's life.
     Pod,
-    /// A KubeVirt virt-launcher pod: one-shot discovery (R23).
+    /// A KubeVirt virt-launcher pod: one-shot discovery; the address is
+    /// reported, never configured on the pod interface, never renewed.
     Vm {
         /// Name of the VMI in the pod's namespace; empty when no source names
         /// it (see the module docs).
@@ -194,7 +196,7 @@ impl fmt::Display for MacSource {
     }
 }
 
-/// The seed's MAC resolution chain (KubeVirt PR #16697): VMI spec MAC, else
+/// KubeVirt's MAC resolution chain (KubeVirt PR #16697): VMI spec MAC, else
 /// VMI status MAC, else the pod interface MAC.
 pub fn resolve_vm_mac(
     spec: Option<MacAddr>,
@@ -475,8 +477,9 @@ pub struct VmiInterfaceMatch {
     pub spec_mac: Option<MacAddr>,
     /// `status.interfaces[].mac`.
     pub status_mac: Option<MacAddr>,
-    /// First IPv4 address in `status.interfaces[]` (a live-migration target
-    /// asks for it first, R25).
+    /// First IPv4 address in `status.interfaces[]`: the one-shot DORA asks
+    /// for it (INIT-REBOOT), so a VM on a live-migration target keeps its
+    /// address.
     pub status_ipv4: Option<Ipv4Addr>,
 }
 

@@ -422,7 +422,7 @@ mod tests {
     };
 
     /// The OKEP's "Generated NAD Config", verbatim.
-    const SEED_NAD_CONFIG: &str = r#"{
+    const OKEP_NAD_CONFIG: &str = r#"{
   "cniVersion": "1.0.0",
   "name": "localnet-dhcp",
   "type": "ovn-k8s-cni-overlay",
@@ -433,7 +433,7 @@ mod tests {
 }"#;
 
     /// The OKEP's example CUDN, verbatim.
-    const SEED_CUDN: &str = r#"apiVersion: k8s.ovn.org/v1
+    const OKEP_CUDN: &str = r#"apiVersion: k8s.ovn.org/v1
 kind: ClusterUserDefinedNetwork
 metadata:
   name: localnet-dhcp-ipam
@@ -450,29 +450,29 @@ spec:
         mode: DHCP
 "#;
 
-    fn seed_cudn() -> ClusterUserDefinedNetwork {
-        serde_yaml::from_str(SEED_CUDN).expect("seed CUDN parses")
+    fn okep_cudn() -> ClusterUserDefinedNetwork {
+        serde_yaml::from_str(OKEP_CUDN).expect("OKEP CUDN parses")
     }
 
     fn localnet(mutate: impl FnOnce(&mut LocalnetConfig)) -> ClusterUserDefinedNetwork {
-        let mut cudn = seed_cudn();
+        let mut cudn = okep_cudn();
         mutate(cudn.spec.network.localnet.as_mut().expect("localnet"));
         cudn
     }
 
     #[test]
-    fn seed_config_round_trips_without_loss() {
-        let original: Value = serde_json::from_str(SEED_NAD_CONFIG).unwrap();
-        let conf: NetConf = serde_json::from_str(SEED_NAD_CONFIG).unwrap();
+    fn okep_config_round_trips_without_loss() {
+        let original: Value = serde_json::from_str(OKEP_NAD_CONFIG).unwrap();
+        let conf: NetConf = serde_json::from_str(OKEP_NAD_CONFIG).unwrap();
         assert!(conf.is_dhcp());
         assert_eq!(conf.physical_network_name.as_deref(), Some("physnet"));
         assert!(
             conf.extra.is_empty(),
-            "every seed key is modelled: {:?}",
+            "every OKEP key is modelled: {:?}",
             conf.extra
         );
         assert_eq!(serde_json::to_value(&conf).unwrap(), original);
-        parse_netconf("default/localnet-dhcp", SEED_NAD_CONFIG).expect("seed config is valid");
+        parse_netconf("default/localnet-dhcp", OKEP_NAD_CONFIG).expect("OKEP config is valid");
     }
 
     #[test]
@@ -489,11 +489,11 @@ spec:
     }
 
     #[test]
-    fn dhcp_cudn_renders_the_seed_config() {
-        let conf = render_netconf(&seed_cudn(), "default").unwrap();
-        let mut expected: Value = serde_json::from_str(SEED_NAD_CONFIG).unwrap();
+    fn dhcp_cudn_renders_the_okep_config() {
+        let conf = render_netconf(&okep_cudn(), "default").unwrap();
+        let mut expected: Value = serde_json::from_str(OKEP_NAD_CONFIG).unwrap();
         // OVN-K names a CUDN's network `cluster.udn.<name>` and records the NAD key; every other
-        // key is the seed's, with the seed's values.
+        // key is the OKEP's, with the OKEP's values.
         expected["name"] = json!("cluster.udn.localnet-dhcp-ipam");
         expected["netAttachDefName"] = json!("default/localnet-dhcp-ipam");
         assert_eq!(serde_json::to_value(&conf).unwrap(), expected);
@@ -503,8 +503,8 @@ spec:
     fn rendered_nad_is_the_same_for_every_namespace_but_its_key() {
         // Pods and VMs are told apart at CNI ADD time, never in the NAD: the namespaces holding
         // pods and the ones holding VMs get configs that differ only in netAttachDefName.
-        let pods = render_nad(&seed_cudn(), "pods").unwrap();
-        let vms = render_nad(&seed_cudn(), "vms").unwrap();
+        let pods = render_nad(&okep_cudn(), "pods").unwrap();
+        let vms = render_nad(&okep_cudn(), "vms").unwrap();
         let mut p: Value = serde_json::from_str(&pods.spec.config).unwrap();
         let mut v: Value = serde_json::from_str(&vms.spec.config).unwrap();
         assert_eq!(p["netAttachDefName"], "pods/localnet-dhcp-ipam");
@@ -535,7 +535,7 @@ spec:
 
     #[test]
     fn owner_reference_points_at_the_cudn() {
-        let mut cudn = seed_cudn();
+        let mut cudn = okep_cudn();
         cudn.metadata.uid = Some("0b6f3c52-1111-4c1a-9a7e-5f0e3f1d2c3b".to_owned());
         let nad = render_nad(&cudn, "default").unwrap();
         let owner = &nad.metadata.owner_references.unwrap()[0];
@@ -611,17 +611,17 @@ spec:
                 ..
             })
         ));
-        let mut missing = seed_cudn();
+        let mut missing = okep_cudn();
         missing.spec.network.localnet = None;
         assert!(matches!(
             render_netconf(&missing, "ns"),
             Err(RenderError::MissingTopologyConfig { .. })
         ));
         assert!(matches!(
-            render_netconf(&seed_cudn(), ""),
+            render_netconf(&okep_cudn(), ""),
             Err(RenderError::EmptyNamespace { .. })
         ));
-        let mut unnamed = seed_cudn();
+        let mut unnamed = okep_cudn();
         unnamed.metadata.name = None;
         assert!(matches!(
             render_netconf(&unnamed, "ns"),

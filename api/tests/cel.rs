@@ -17,7 +17,7 @@ const LAYER2_NO_DHCP: &str =
     "DHCP ipam.mode is not supported for Layer2 topology, use Localnet topology instead";
 
 /// The OKEP's example, verbatim.
-const SEED_CUDN: &str = r#"apiVersion: k8s.ovn.org/v1
+const OKEP_CUDN: &str = r#"apiVersion: k8s.ovn.org/v1
 kind: ClusterUserDefinedNetwork
 metadata:
   name: localnet-dhcp-ipam
@@ -44,8 +44,8 @@ fn schema() -> Value {
     serde_json::to_value(schema).unwrap()
 }
 
-fn seed() -> Value {
-    serde_yaml::from_str(SEED_CUDN).unwrap()
+fn okep_cudn() -> Value {
+    serde_yaml::from_str(OKEP_CUDN).unwrap()
 }
 
 /// The failure messages, in schema order; empty when the object is valid.
@@ -95,27 +95,27 @@ fn schema_carries_the_okep_rules_verbatim() {
 }
 
 #[test]
-fn seed_example_is_valid() {
-    assert_eq!(failures(&seed(), None), Vec::<String>::new());
+fn okep_example_is_valid() {
+    assert_eq!(failures(&okep_cudn(), None), Vec::<String>::new());
 }
 
 #[test]
 fn dhcp_on_a_primary_localnet_is_rejected() {
-    let mut obj = seed();
+    let mut obj = okep_cudn();
     obj["spec"]["network"]["localnet"]["role"] = json!("Primary");
     assert_eq!(failures(&obj, None), vec![DHCP_SECONDARY_ONLY]);
 }
 
 #[test]
 fn dhcp_with_subnets_is_rejected() {
-    let mut obj = seed();
+    let mut obj = okep_cudn();
     obj["spec"]["network"]["localnet"]["subnets"] = json!(["192.0.2.0/24"]);
     assert_eq!(failures(&obj, None), vec![DHCP_NO_SUBNETS]);
 }
 
 #[test]
 fn dhcp_on_primary_with_subnets_reports_both_rules() {
-    let mut obj = seed();
+    let mut obj = okep_cudn();
     obj["spec"]["network"]["localnet"]["role"] = json!("Primary");
     obj["spec"]["network"]["localnet"]["subnets"] = json!(["192.0.2.0/24"]);
     assert_eq!(
@@ -126,7 +126,7 @@ fn dhcp_on_primary_with_subnets_reports_both_rules() {
 
 #[test]
 fn dhcp_on_layer2_is_rejected() {
-    let mut obj = seed();
+    let mut obj = okep_cudn();
     obj["spec"]["network"] = json!({
         "topology": "Layer2",
         "layer2": { "role": "Secondary", "ipam": { "mode": "DHCP" } }
@@ -145,11 +145,11 @@ fn rules_leave_other_modes_alone() {
                 "ipam": { "lifecycle": "Persistent" } }),
     ];
     for localnet in cases {
-        let mut obj = seed();
+        let mut obj = okep_cudn();
         obj["spec"]["network"]["localnet"] = localnet.clone();
         assert_eq!(failures(&obj, None), Vec::<String>::new(), "{localnet}");
     }
-    let mut l2 = seed();
+    let mut l2 = okep_cudn();
     l2["spec"]["network"] = json!({
         "topology": "Layer2",
         "layer2": { "role": "Secondary", "subnets": ["192.0.2.0/24"], "ipam": { "mode": "Enabled" } }
@@ -159,7 +159,7 @@ fn rules_leave_other_modes_alone() {
 
 #[test]
 fn topology_union_and_immutability_are_enforced() {
-    let mut mismatched = seed();
+    let mut mismatched = okep_cudn();
     mismatched["spec"]["network"]["topology"] = json!("Layer2");
     assert_eq!(
         failures(&mismatched, None),
@@ -169,9 +169,9 @@ fn topology_union_and_immutability_are_enforced() {
         ]
     );
 
-    let old = seed();
-    assert_eq!(failures(&seed(), Some(&old)), Vec::<String>::new());
-    let mut changed = seed();
+    let old = okep_cudn();
+    assert_eq!(failures(&okep_cudn(), Some(&old)), Vec::<String>::new());
+    let mut changed = okep_cudn();
     changed["spec"]["network"]["localnet"]["physicalNetworkName"] = json!("other");
     assert_eq!(
         failures(&changed, Some(&old)),
@@ -181,7 +181,7 @@ fn topology_union_and_immutability_are_enforced() {
 
 #[test]
 fn physical_network_name_rejects_separators() {
-    let mut obj = seed();
+    let mut obj = okep_cudn();
     obj["spec"]["network"]["localnet"]["physicalNetworkName"] = json!("phys:net");
     assert_eq!(
         failures(&obj, None),
@@ -189,14 +189,14 @@ fn physical_network_name_rejects_separators() {
     );
 }
 
-/// The typed API reads and writes the seed example without loss.
+/// The typed API reads and writes the OKEP's example without loss.
 #[test]
-fn seed_example_round_trips_through_the_types() {
-    let typed: ClusterUserDefinedNetwork = serde_yaml::from_str(SEED_CUDN).unwrap();
+fn okep_example_round_trips_through_the_types() {
+    let typed: ClusterUserDefinedNetwork = serde_yaml::from_str(OKEP_CUDN).unwrap();
     let localnet = typed.spec.network.localnet.as_ref().unwrap();
     assert_eq!(localnet.ipam_mode(), xdhcp_api::cudn::IpamMode::Dhcp);
     assert_eq!(localnet.physical_network_name, "physnet");
-    assert_eq!(serde_json::to_value(&typed).unwrap(), seed());
+    assert_eq!(serde_json::to_value(&typed).unwrap(), okep_cudn());
     let yaml = serde_yaml::to_string(&typed).unwrap();
     let back: ClusterUserDefinedNetwork = serde_yaml::from_str(&yaml).unwrap();
     assert_eq!(back, typed);

@@ -472,7 +472,7 @@ fn agent_default_paths() -> BTreeSet<String> {
         .and_then(|rest| rest.split('"').next())
         .expect("DEFAULT_SOCKET in agent/src/cni/config.rs");
     paths.insert(socket.to_owned());
-    // Defaults the brief fixes for the agent (state, bpffs, sysfs, socket) must be among them.
+    // The agent's default paths (state, bpffs, sysfs, socket) must be among them.
     for p in [
         "/var/lib/xdhcp",
         "/sys/fs/bpf/xdhcp",

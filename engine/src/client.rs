@@ -253,9 +253,8 @@ impl Client {
     /// per [`ExpiredLeasePolicy`]). No [`Event::Bound`] is emitted for a
     /// still-valid lease: the caller already holds it.
     ///
-    /// *Contract change*: TEAM.md listed `resume(cfg, lease, now, seed)`; the
-    /// wall clock is a parameter because remaining times cannot be computed
-    /// without it.
+    /// The wall clock is a parameter because the remaining times cannot be
+    /// computed without it.
     pub fn resume(
         cfg: ClientConfig,
         lease: Lease,
@@ -369,7 +368,8 @@ impl Client {
     }
 
     /// Give the lease back: queue a DHCPRELEASE unicast from the leased
-    /// address to the server identifier (RFC 2131 §4.4.6, SPEC R4) and stop.
+    /// address to the server identifier (RFC 2131 §4.4.6; dnsmasq ignores a
+    /// RELEASE from 0.0.0.0) and stop.
     /// Without a lease the client just stops. Anything not yet polled from
     /// [`Client::poll_transmit`] is discarded first.
     pub fn release(&mut self, now: Instant) {
@@ -1064,7 +1064,8 @@ impl Client {
         }
     }
 
-    /// SELECTING: the first valid offer wins (RFC 2131 §4.4.1, SPEC R3).
+    /// SELECTING: the first valid offer wins (RFC 2131 §4.4.1), so the choice
+    /// among several offers is deterministic.
     fn on_offer(
         &mut self,
         now: Instant,

@@ -1,4 +1,5 @@
-//! Client configuration with documented defaults (SPEC R2, R5).
+//! Client configuration: every timeout and retry count, the options sent,
+//! the route policy; each default is documented on its field.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -130,8 +131,8 @@ pub struct ClientConfig {
     pub acquire_timeout: Duration,
     /// DISCOVER transmissions in one SELECTING before the acquisition fails
     /// early (like the upstream plugin's `-resendmax`); 0 = unlimited,
-    /// bounded by `acquire_timeout` only. Default 0. (Kept here rather than
-    /// in [`Retransmit`] so struct literals of `Retransmit` stay valid.)
+    /// bounded by `acquire_timeout` only. Default 0. (Here rather than in
+    /// [`Retransmit`], which callers may build field by field.)
     pub discover_attempts: u32,
     /// Option 121/3 policy.
     pub route_policy: RoutePolicy,

@@ -1,4 +1,4 @@
-//! The lease and its extraction from a validated reply (SPEC R5).
+//! The lease and its extraction from a validated reply.
 //!
 //! Options that define the address, routing or timing (1, 51, 58, 59, 121)
 //! make the whole reply invalid when malformed; purely informative options
@@ -16,7 +16,8 @@ use crate::validate::{DropReason, Reply, is_unicast};
 /// Lease time value meaning "infinite" (RFC 2132 §9.2).
 pub const INFINITE_SECS: u64 = 0xffff_ffff;
 
-/// A DHCP lease. Serialisable so the agent can persist it (SPEC R6); times are
+/// A DHCP lease. Serialisable so a driver can persist it and resume it after
+/// a restart ([`crate::Client::resume`]); times are
 /// stored as whole seconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {

@@ -37,32 +37,28 @@
 //! assert!(client.poll_event().is_none());
 //! ```
 //!
-//! # Contract notes (differences from TEAM.md "Engine")
-//! - `Client::resume(cfg, lease, now, now_unix_ms, seed)` takes the wall
-//!   clock at `now` as an extra argument (TEAM.md: `resume(cfg, lease, now,
-//!   seed)`): remaining T1/T2/lease times are computed from
-//!   `lease.acquired_unix_ms` and cannot be known without it.
-//! - `Client::set_wall_clock_unix_ms(ms)` anchors `ms` to the `now` of the
+//! # Clocks
+//! - [`Client::resume`] takes the wall clock at `now` (`now_unix_ms`) besides
+//!   the monotonic `now`: the remaining T1/T2/lease times of a persisted
+//!   lease are computed from [`Lease::acquired_unix_ms`] and cannot be known
+//!   without it.
+//! - [`Client::set_wall_clock_unix_ms`] anchors its value to the `now` of the
 //!   next `handle_*`/`release`/`decline`/`restart` call; call it right before.
-//! - `Client::new` queues the first DISCOVER (or INIT-REBOOT REQUEST) at
-//!   once, so `state()` is already SELECTING/REBOOTING unless
+//! - [`Client::new`] queues the first DISCOVER (or INIT-REBOOT REQUEST) at
+//!   once, so [`Client::state`] is already SELECTING/REBOOTING unless
 //!   `retransmit.init_delay_max` is set.
-//! - Additions: `Transmit::{kind, expects_reply}` ([`MessageKind`]),
-//!   `Client::{restart, config, lease_timers}`, `ClientConfig::{broadcast_flag,
-//!   expired_lease, discover_attempts, validate}`, `Lease::rejected_routes`
-//!   (routes the policy refused, for logging), `Lease::{default_gateway,
-//!   netmask, expires_unix_ms, is_infinite}`, `State::{label, has_lease,
-//!   expects_reply}`, `DropReason::ALL`, `ClientStats::{dropped(reason),
-//!   dropped_by_reason}`.
-//! - Struct-literal compatibility: fields are only ever added to
-//!   `ClientConfig` (built with `..ClientConfig::default()`), never to
-//!   `Lease` or `Retransmit`, which the agent builds field by field.
+//!
+//! # Building the public structs
+//! New fields are only ever added to [`ClientConfig`], which callers build
+//! with `..ClientConfig::default()`; [`Lease`] and [`Retransmit`] may be
+//! built field by field.
 //!
 //! # Modules
 //! - [`state`]: RFC 2131 states.
 //! - [`client`]: the state machine.
-//! - [`validate`]: raw reply parsing and [`DropReason`] (SPEC R7).
-//! - [`lease`]: [`Lease`] and option extraction (SPEC R5).
+//! - [`validate`]: raw reply parsing and [`DropReason`]: bad input from the
+//!   wire is dropped and counted, never a panic, never a wrong lease.
+//! - [`lease`]: [`Lease`] and extraction of the options it honours.
 //! - [`routes`]: option 121 and the route policy against `TunnelVision`.
 //! - [`message`]: outgoing messages built with `dhcproto`.
 //! - [`backoff`]: RFC 2131 §4.1 / §4.4.5 retransmission timing.

@@ -9,7 +9,7 @@ use dhcproto::{Encodable, Encoder};
 /// (RFC 1542 §2.1).
 pub const MIN_LEN: usize = 300;
 
-/// Options the client asks for (option 55) and honours (SPEC R5).
+/// Options the client asks for (option 55) and honours.
 pub const REQUESTED_OPTIONS: [u8; 11] = [1, 3, 6, 15, 26, 51, 54, 58, 59, 119, 121];
 
 /// Message kinds the client sends.

@@ -1,4 +1,6 @@
-//! Validation of server replies before they can touch client state (SPEC R7).
+//! Validation of server replies before they can touch client state: bad
+//! input from the wire is dropped and counted, never a panic, never a wrong
+//! lease.
 //!
 //! `dhcproto` 0.15 is not used to decode replies: it ignores option overload
 //! (52), joins repeated options only when adjacent, stops silently at the first

@@ -1,7 +1,7 @@
-//! The agent's footprint in the lease count (issue 4: "threads O(1) in the
-//! lease count", RSS per lease): many concurrent ADDs against dnsmasq, the
-//! agent's OS threads sampled all along, and once every lease has moved to
-//! the eBPF capture no `AF_PACKET` receive socket is left open.
+//! The agent's footprint in the lease count (a bounded number of OS threads
+//! whatever the lease count, RSS per lease): many concurrent ADDs against
+//! dnsmasq, the agent's OS threads sampled all along, and once every lease
+//! has moved to the eBPF capture no `AF_PACKET` receive socket is left open.
 //!
 //! `XDHCP_FOOTPRINT_LEASES` (default 200) sets the lease count and
 //! `XDHCP_BIN` the agent binary (default: this workspace's debug build);

@@ -204,7 +204,7 @@ async fn kea_offer_reaches_afpacket_receiver() {
 }
 
 /// DORA by hand, then a RELEASE that must leave as unicast from the leased
-/// address to the server's MAC (SPEC R4) — checked on the wire by a packet
+/// address to the server's MAC (dnsmasq ignores a RELEASE from 0.0.0.0) — checked on the wire by a packet
 /// socket on the server side and by dnsmasq forgetting the lease.
 #[tokio::test]
 async fn unicast_release_leaves_from_the_leased_address_and_dnsmasq_honours_it() {

@@ -1,5 +1,6 @@
 //! KubeVirt VM pods through the agent (in-process, `xdhcp::daemon::run`)
-//! against a real dnsmasq in network namespaces (SPEC R23–R26).
+//! against a real dnsmasq in network namespaces: one-shot discovery, the VFIO
+//! handoff, the MAC chain and the `pod-networks` report.
 //!
 //! - Bridge binding: a virt-launcher-like namespace whose pod interface
 //!   `net1` is enslaved to bridge `k6t-net1` together with tap `tap1`. The
@@ -370,7 +371,7 @@ fn bridge_binding_vm_one_shot_no_release_and_migration_keeps_mac_and_address() {
     assert_eq!(log_count(&dnsmasq, "DHCPDISCOVER", VM_MAC), 1);
     // Never configured on the pod interface (nor the bridge or tap).
     assert_no_ipv4(&src.ns, &["net1", "k6t-net1", "tap1"]);
-    // Reported: the pod-networks entry, byte-for-byte the seed's shape.
+    // Reported: the pod-networks entry, byte-for-byte the OKEP's shape.
     let entry = agent
         .network_entry("virt-launcher-vm1-src", &key)
         .expect("pod-networks entry written");

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use super::env::{validate_container_id, validate_ifname};
 use super::types::{CniError, Ipv4Cidr, SUPPORTED_VERSIONS, code};
 
-/// Default agent socket (SPEC §1).
+/// Default agent socket (the agent's `--socket` default).
 pub const DEFAULT_SOCKET: &str = "/run/xdhcp/xdhcp.sock";
 /// Bounds on `ipam.timeout` and `ipam.resendMax`.
 pub const MIN_TIMEOUT: Duration = Duration::from_secs(1);
@@ -357,7 +357,9 @@ fn parse_ipam(ipam: &Map<String, Value>) -> Result<(IpamOptions, PathBuf), CniEr
     ))
 }
 
-/// Options xdhcp always puts in its parameter request list (SPEC R5).
+/// Options xdhcp always puts in its parameter request list (option 55), by
+/// code and by the upstream plugin's name; the same list as the engine's
+/// `REQUESTED_OPTIONS`.
 const REQUESTED: &[(u8, &str)] = &[
     (1, "subnet-mask"),
     (3, "routers"),
@@ -479,7 +481,7 @@ fn check_request(v: &Value) -> Result<(), CniError> {
             }
         }
         // skipDefault only shrinks upstream's request list; xdhcp's list is
-        // fixed (SPEC R5), so it is accepted and has no effect.
+        // fixed, so it is accepted and has no effect.
         opt_bool(obj, "skipDefault", &format!("{base}.skipDefault"))?;
         if let Some(opt) = obj.get("option") {
             let field = format!("{base}.option");
@@ -615,9 +617,78 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
     (total.is_finite() && total <= 1e9).then(|| Duration::from_secs_f64(total))
 }
 
+/// What a valid host name looks like, for messages.
+const HOSTNAME_RULE: &str = "letters, digits, '-' and '.', labels of 1-63 characters";
+
+/// Why an `ipam.clientId` (or a provided option 61) is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientIdError {
+    /// Looks like hex bytes (has a `:`) but a part is not two hex digits.
+    #[error("{input:?} is not colon-separated hex bytes (like \"01:02:03\")")]
+    NotHex {
+        /// The refused value.
+        input: String,
+    },
+    /// Option 61 carries 2 to 255 bytes (type byte included).
+    #[error("{input:?} gives a {len}-byte client identifier; option 61 needs 2 to 255 bytes")]
+    Length {
+        /// The refused value.
+        input: String,
+        /// The identifier's length, type byte included.
+        len: usize,
+    },
+}
+
+/// Why a host name (option 12) is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostnameError {
+    /// Empty or longer than 253 characters.
+    #[error(
+        "{name:?} is not a valid host name: {len} characters long ({HOSTNAME_RULE})",
+        HOSTNAME_RULE = HOSTNAME_RULE
+    )]
+    Length {
+        /// The refused name.
+        name: String,
+        /// Its length.
+        len: usize,
+    },
+    /// A label that is empty, longer than 63 characters, starts or ends
+    /// with `-`, or holds something other than letters, digits and `-`.
+    #[error(
+        "{name:?} is not a valid host name: bad label {label:?} ({HOSTNAME_RULE})",
+        HOSTNAME_RULE = HOSTNAME_RULE
+    )]
+    Label {
+        /// The refused name.
+        name: String,
+        /// The first bad label.
+        label: String,
+    },
+}
+
+/// Why a network name or a `netAttachDefName` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The network's `name`.
+    #[error(
+        "{name:?} is not a valid network name (letters, digits, '_', '.', '-', starting with a letter or digit)"
+    )]
+    Network {
+        /// The refused name.
+        name: String,
+    },
+    /// `netAttachDefName`.
+    #[error("{name:?} must be <namespace>/<name> of a NetworkAttachmentDefinition")]
+    NetAttachDef {
+        /// The refused value.
+        name: String,
+    },
+}
+
 /// `"mac"`, `"none"`, colon-separated hex bytes (type byte included, e.g.
 /// `"ff:00:01:02"`), or any other text, sent as type 0 + the text.
-fn parse_client_id(s: &str) -> Result<ClientIdSpec, String> {
+fn parse_client_id(s: &str) -> Result<ClientIdSpec, ClientIdError> {
     match s {
         "mac" => return Ok(ClientIdSpec::Mac),
         "none" => return Ok(ClientIdSpec::None),
@@ -632,43 +703,49 @@ fn parse_client_id(s: &str) -> Result<ClientIdSpec, String> {
                     .flatten()
             })
             .collect::<Option<Vec<u8>>>()
-            .ok_or_else(|| format!("{s:?} is not colon-separated hex bytes (like \"01:02:03\")"))?
+            .ok_or_else(|| ClientIdError::NotHex {
+                input: s.to_owned(),
+            })?
     } else {
         let mut v = vec![0u8];
         v.extend_from_slice(s.as_bytes());
         v
     };
     if bytes.len() < 2 || bytes.len() > 255 {
-        return Err(format!(
-            "{s:?} gives a {}-byte client identifier; option 61 needs 2 to 255 bytes",
-            bytes.len()
-        ));
+        return Err(ClientIdError::Length {
+            input: s.to_owned(),
+            len: bytes.len(),
+        });
     }
     Ok(ClientIdSpec::Raw(bytes))
 }
 
 /// RFC 1123 host name: labels of 1–63 letters, digits and `-`, not starting
 /// or ending with `-`, at most 253 characters.
-pub fn validate_hostname(h: &str) -> Result<(), String> {
-    let ok = !h.is_empty()
-        && h.len() <= 253
-        && h.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+pub fn validate_hostname(h: &str) -> Result<(), HostnameError> {
+    if h.is_empty() || h.len() > 253 {
+        return Err(HostnameError::Length {
+            name: h.to_owned(),
+            len: h.len(),
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{h:?} is not a valid host name (letters, digits, '-' and '.', labels of 1-63 characters)"
-        ))
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    match h.split('.').find(|l| !label_ok(l)) {
+        None => Ok(()),
+        Some(label) => Err(HostnameError::Label {
+            name: h.to_owned(),
+            label: label.to_owned(),
+        }),
     }
 }
 
-fn validate_network_name(n: &str) -> Result<(), String> {
+fn validate_network_name(n: &str) -> Result<(), NameError> {
     let mut bytes = n.bytes();
     let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
     if first_ok
@@ -678,13 +755,11 @@ fn validate_network_name(n: &str) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!(
-            "{n:?} is not a valid network name (letters, digits, '_', '.', '-', starting with a letter or digit)"
-        ))
+        Err(NameError::Network { name: n.to_owned() })
     }
 }
 
-fn validate_nad_name(n: &str) -> Result<(), String> {
+fn validate_nad_name(n: &str) -> Result<(), NameError> {
     let dns_label = |s: &str| {
         !s.is_empty()
             && s.len() <= 253
@@ -693,9 +768,7 @@ fn validate_nad_name(n: &str) -> Result<(), String> {
     };
     match n.split_once('/') {
         Some((ns, name)) if dns_label(ns) && dns_label(name) => Ok(()),
-        _ => Err(format!(
-            "{n:?} must be <namespace>/<name> of a NetworkAttachmentDefinition"
-        )),
+        _ => Err(NameError::NetAttachDef { name: n.to_owned() }),
     }
 }
 
@@ -789,7 +862,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_nad_is_accepted_as_upstream_dialect() {
+    fn okep_nad_is_accepted_as_upstream_dialect() {
         let c = parse(
             br#"{"cniVersion":"1.0.0","name":"localnet-dhcp","type":"ovn-k8s-cni-overlay",
                 "topology":"localnet","role":"secondary","physicalNetworkName":"physnet",
@@ -916,6 +989,43 @@ mod tests {
     }
 
     #[test]
+    fn hostname_rules() {
+        for ok in ["web", "web-1.example.com", "a", &"a".repeat(63)] {
+            assert_eq!(validate_hostname(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            validate_hostname(""),
+            Err(HostnameError::Length {
+                name: String::new(),
+                len: 0
+            })
+        );
+        assert!(matches!(
+            validate_hostname(&"a.".repeat(127)),
+            Err(HostnameError::Length { len: 254, .. })
+        ));
+        for (bad, label) in [
+            ("-web", "-web"),
+            ("web-.x", "web-"),
+            ("a..b", ""),
+            ("a.", ""),
+            ("we_b", "we_b"),
+            (&"a".repeat(64), &"a".repeat(64)),
+        ] {
+            assert_eq!(
+                validate_hostname(bad),
+                Err(HostnameError::Label {
+                    name: bad.to_owned(),
+                    label: label.to_owned()
+                }),
+                "{bad}"
+            );
+        }
+        let e = validate_hostname("we_b").unwrap_err().to_string();
+        assert!(e.starts_with("\"we_b\" is not a valid host name"), "{e}");
+    }
+
+    #[test]
     fn client_id_forms() {
         assert_eq!(parse_client_id("mac"), Ok(ClientIdSpec::Mac));
         assert_eq!(parse_client_id("none"), Ok(ClientIdSpec::None));
@@ -925,7 +1035,19 @@ mod tests {
             Ok(ClientIdSpec::Raw(vec![0, b'a', b'b']))
         );
         assert!(parse_client_id("01").is_ok());
-        assert!(parse_client_id(&"x".repeat(255)).is_err());
+        assert_eq!(
+            parse_client_id(&"x".repeat(255)),
+            Err(ClientIdError::Length {
+                input: "x".repeat(255),
+                len: 256
+            })
+        );
+        assert_eq!(
+            parse_client_id("01:2"),
+            Err(ClientIdError::NotHex {
+                input: "01:2".into()
+            })
+        );
     }
 
     #[test]

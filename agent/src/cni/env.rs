@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::types::{CniError, code};
+use crate::rpc::format_chain;
 
 /// The CNI operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,7 +108,7 @@ impl CniEnv {
                     // DEL must succeed after the sandbox is gone (CNI spec:
                     // "plugins should generally complete a DEL without error").
                     Err(_) if command == Command::Del => None,
-                    Err(problem) => return Err(CniError::env("CNI_NETNS", problem)),
+                    Err(problem) => return Err(CniError::env("CNI_NETNS", format_chain(&problem))),
                 }
             }
             None if needs_netns => return Err(CniError::env("CNI_NETNS", "not set")),
@@ -157,63 +158,194 @@ pub fn parse_cni_args(s: &str) -> Result<BTreeMap<String, String>, CniError> {
     Ok(out)
 }
 
+/// What a valid container id looks like, for messages.
+const CONTAINER_ID_RULE: &str = "1-128 of [A-Za-z0-9_.-], starting with a letter or digit";
+/// What a valid interface name looks like, for messages.
+const IFNAME_RULE: &str = "1-15 printable characters, no '/', ':' or spaces";
+/// The accepted network namespace paths, for messages.
+const NETNS_SHAPES: &str = "/var/run/netns/<name>, /run/netns/<name> or /proc/<pid>/ns/net";
+
+/// Why a container id is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContainerIdError {
+    /// Empty or longer than 128 bytes.
+    #[error(
+        "{id:?} is not a valid container id: {len} bytes long ({CONTAINER_ID_RULE})",
+        CONTAINER_ID_RULE = CONTAINER_ID_RULE
+    )]
+    Length {
+        /// The refused id.
+        id: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A character outside `[A-Za-z0-9_.-]`, or a first one that is not a
+    /// letter or digit.
+    #[error(
+        "{id:?} is not a valid container id: {ch:?} at byte {at} ({CONTAINER_ID_RULE})",
+        CONTAINER_ID_RULE = CONTAINER_ID_RULE
+    )]
+    Character {
+        /// The refused id.
+        id: String,
+        /// The first offending character.
+        ch: char,
+        /// Its byte offset.
+        at: usize,
+    },
+}
+
+/// Why an interface name is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IfNameError {
+    /// Empty or longer than 15 bytes.
+    #[error(
+        "{name:?} is not a valid Linux interface name: {len} bytes long ({IFNAME_RULE})",
+        IFNAME_RULE = IFNAME_RULE
+    )]
+    Length {
+        /// The refused name.
+        name: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// `.` or `..`.
+    #[error(
+        "{name:?} is not a valid Linux interface name: reserved ({IFNAME_RULE})",
+        IFNAME_RULE = IFNAME_RULE
+    )]
+    Reserved {
+        /// The refused name.
+        name: String,
+    },
+    /// `/`, `:`, whitespace or a non-printable character.
+    #[error(
+        "{name:?} is not a valid Linux interface name: {ch:?} at byte {at} ({IFNAME_RULE})",
+        IFNAME_RULE = IFNAME_RULE
+    )]
+    Character {
+        /// The refused name.
+        name: String,
+        /// The first offending character.
+        ch: char,
+        /// Its byte offset.
+        at: usize,
+    },
+}
+
+/// Why `CNI_NETNS` does not name a usable network namespace.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsPathError {
+    /// Not one of the accepted path shapes.
+    #[error(
+        "{} is not a network namespace path (expected {NETNS_SHAPES})",
+        path.display(), NETNS_SHAPES = NETNS_SHAPES
+    )]
+    Shape {
+        /// The refused path.
+        path: PathBuf,
+    },
+    /// Nothing at the path.
+    #[error("{}: the network namespace does not exist (was the sandbox deleted?)", path.display())]
+    Missing {
+        /// The path.
+        path: PathBuf,
+        /// What `statfs` said.
+        #[source]
+        source: nix::Error,
+    },
+    /// `statfs` failed for another reason than a missing file.
+    #[error("{}: cannot check the network namespace", path.display())]
+    Stat {
+        /// The path.
+        path: PathBuf,
+        /// What `statfs` said.
+        #[source]
+        source: nix::Error,
+    },
+    /// Something other than an nsfs mount.
+    #[error("{} exists but is not a network namespace (not an nsfs mount)", path.display())]
+    NotNsfs {
+        /// The path.
+        path: PathBuf,
+    },
+}
+
 /// A container id is used as a file-name component of the lease store, so it
 /// must be `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`.
-pub fn validate_container_id(id: &str) -> Result<(), String> {
-    let b = id.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{id:?} is not a valid container id (1-128 of [A-Za-z0-9_.-], starting with a letter or digit)"
-        ))
+pub fn validate_container_id(id: &str) -> Result<(), ContainerIdError> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(ContainerIdError::Length {
+            id: id.to_owned(),
+            len: id.len(),
+        });
+    }
+    let bad = id.char_indices().find(|&(at, c)| {
+        let allowed = if at == 0 {
+            c.is_ascii_alphanumeric()
+        } else {
+            c.is_ascii_alphanumeric() || "_.-".contains(c)
+        };
+        !allowed
+    });
+    match bad {
+        None => Ok(()),
+        Some((at, ch)) => Err(ContainerIdError::Character {
+            id: id.to_owned(),
+            ch,
+            at,
+        }),
     }
 }
 
 /// Linux `dev_valid_name`: 1–15 bytes, not `.`/`..`, no `/`, `:` or whitespace.
-pub fn validate_ifname(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() < 16
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} is not a valid Linux interface name (1-15 printable characters, no '/', ':' or spaces)"
-        ))
+pub fn validate_ifname(name: &str) -> Result<(), IfNameError> {
+    if name.is_empty() || name.len() >= 16 {
+        return Err(IfNameError::Length {
+            name: name.to_owned(),
+            len: name.len(),
+        });
+    }
+    if name == "." || name == ".." {
+        return Err(IfNameError::Reserved {
+            name: name.to_owned(),
+        });
+    }
+    match name
+        .char_indices()
+        .find(|&(_, c)| !c.is_ascii_graphic() || c == '/' || c == ':')
+    {
+        None => Ok(()),
+        Some((at, ch)) => Err(IfNameError::Character {
+            name: name.to_owned(),
+            ch,
+            at,
+        }),
     }
 }
 
 /// Check that `p` names a network namespace: `/var/run/netns/<name>`,
 /// `/run/netns/<name>`, `/proc/<pid>/ns/net` or `/proc/<pid>/task/<tid>/ns/net`,
 /// existing, and on nsfs.
-pub fn validate_netns_path(p: &Path) -> Result<(), String> {
+pub fn validate_netns_path(p: &Path) -> Result<(), NetnsPathError> {
     check_netns_shape(p)?;
-    let st = nix::sys::statfs::statfs(p).map_err(|e| {
-        format!(
-            "{}: {e}; the network namespace does not exist (was the sandbox deleted?)",
-            p.display()
-        )
+    let st = nix::sys::statfs::statfs(p).map_err(|source| {
+        let path = p.to_path_buf();
+        if source == nix::errno::Errno::ENOENT {
+            NetnsPathError::Missing { path, source }
+        } else {
+            NetnsPathError::Stat { path, source }
+        }
     })?;
     if st.filesystem_type() != nix::sys::statfs::NSFS_MAGIC {
-        return Err(format!(
-            "{} exists but is not a network namespace (not an nsfs mount)",
-            p.display()
-        ));
+        return Err(NetnsPathError::NotNsfs {
+            path: p.to_path_buf(),
+        });
     }
     Ok(())
 }
 
-fn check_netns_shape(p: &Path) -> Result<(), String> {
+fn check_netns_shape(p: &Path) -> Result<(), NetnsPathError> {
     let s = p.to_str().unwrap_or("");
     let name_ok =
         |n: &str| !n.is_empty() && n != "." && n != ".." && !n.contains('/') && !n.contains('\0');
@@ -236,10 +368,9 @@ fn check_netns_shape(p: &Path) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{} is not a network namespace path (expected /var/run/netns/<name>, /run/netns/<name> or /proc/<pid>/ns/net)",
-            p.display()
-        ))
+        Err(NetnsPathError::Shape {
+            path: p.to_path_buf(),
+        })
     }
 }
 
@@ -399,12 +530,65 @@ mod tests {
     }
 
     #[test]
+    fn ifname_errors_say_what_is_wrong() {
+        assert_eq!(
+            validate_ifname("1234567890123456"),
+            Err(IfNameError::Length {
+                name: "1234567890123456".into(),
+                len: 16
+            })
+        );
+        assert_eq!(
+            validate_ifname(".."),
+            Err(IfNameError::Reserved { name: "..".into() })
+        );
+        assert_eq!(
+            validate_ifname("a:b"),
+            Err(IfNameError::Character {
+                name: "a:b".into(),
+                ch: ':',
+                at: 1
+            })
+        );
+        let msg = validate_ifname("a b").unwrap_err().to_string();
+        assert!(
+            msg.starts_with("\"a b\" is not a valid Linux interface name"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn container_id_rules() {
         assert!(validate_container_id(&"a".repeat(128)).is_ok());
+        assert!(validate_container_id("a_b.c-1").is_ok());
         assert!(validate_container_id(&"a".repeat(129)).is_err());
         for bad in ["", ".x", "-x", "a/b", "a b", "a\0"] {
             assert!(validate_container_id(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            validate_container_id(".x"),
+            Err(ContainerIdError::Character {
+                id: ".x".into(),
+                ch: '.',
+                at: 0
+            })
+        );
+        assert_eq!(
+            validate_container_id(""),
+            Err(ContainerIdError::Length {
+                id: String::new(),
+                len: 0
+            })
+        );
+    }
+
+    #[test]
+    fn a_missing_netns_keeps_its_errno_in_the_chain() {
+        let err = validate_netns_path(Path::new("/run/netns/xdt-does-not-exist-ever")).unwrap_err();
+        assert!(matches!(err, NetnsPathError::Missing { .. }), "{err:?}");
+        let chain = format_chain(&err);
+        assert!(chain.contains("does not exist"), "{chain}");
+        assert!(chain.contains("ENOENT"), "{chain}");
     }
 
     #[test]

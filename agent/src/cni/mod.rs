@@ -33,7 +33,7 @@ pub fn main() -> ExitCode {
             code::IO_FAILURE,
             "cannot read the network configuration from stdin",
         )
-        .with_details(e.to_string())),
+        .with_details(rpc::format_chain(&e))),
     };
     let version = config::sniff_version(&stdin).unwrap_or_else(|| LATEST_VERSION.to_owned());
     let (json, status) = match outcome {
@@ -69,7 +69,7 @@ pub fn run(
         .build()
         .map_err(|e| {
             CniError::new(code::IO_FAILURE, "cannot start the plugin's I/O runtime")
-                .with_details(e.to_string())
+                .with_details(rpc::format_chain(&e))
         })?;
     rt.block_on(dispatch(&client, env, config))
 }

@@ -122,6 +122,29 @@ impl CniError {
     }
 }
 
+/// Why a string is not an IPv4 CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    /// No `/` between address and prefix length.
+    #[error("{input:?} is not a CIDR (expected a.b.c.d/n)")]
+    NoSlash {
+        /// The whole input.
+        input: String,
+    },
+    /// The part before the `/` is not a dotted-quad IPv4 address.
+    #[error("{addr:?} is not an IPv4 address")]
+    Address {
+        /// The address part.
+        addr: String,
+    },
+    /// The part after the `/` is not a number from 0 to 32.
+    #[error("{prefix:?} is not a prefix length between 0 and 32")]
+    PrefixLen {
+        /// The prefix-length part.
+        prefix: String,
+    },
+}
+
 /// One IPv4 prefix (`a.b.c.d/n`) with host bits allowed (an interface
 /// address) or not (a route/prefix), depending on where it was parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,18 +155,22 @@ pub struct Ipv4Cidr {
 
 impl Ipv4Cidr {
     /// Parse `a.b.c.d/n`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a CIDR (expected a.b.c.d/n)"))?;
+    pub fn parse(s: &str) -> Result<Self, CidrError> {
+        let (a, p) = s.split_once('/').ok_or_else(|| CidrError::NoSlash {
+            input: s.to_owned(),
+        })?;
+        // `AddrParseError` says only "invalid IPv4 address syntax": the
+        // variant names the rejected text instead.
         let addr: Ipv4Addr = a
             .parse()
-            .map_err(|_| format!("{a:?} is not an IPv4 address"))?;
-        let prefix_len: u8 = p
-            .parse()
-            .ok()
-            .filter(|n| *n <= 32)
-            .ok_or_else(|| format!("{p:?} is not a prefix length between 0 and 32"))?;
+            .map_err(|_| CidrError::Address { addr: a.to_owned() })?;
+        let prefix_len: u8 =
+            p.parse()
+                .ok()
+                .filter(|n| *n <= 32)
+                .ok_or_else(|| CidrError::PrefixLen {
+                    prefix: p.to_owned(),
+                })?;
         Ok(Self { addr, prefix_len })
     }
 
@@ -320,9 +347,28 @@ mod tests {
         assert!(!c.is_network());
         assert_eq!(c.network().to_string(), "192.0.2.0/24");
         assert!(Ipv4Cidr::parse("0.0.0.0/0").unwrap().is_network());
-        assert!(Ipv4Cidr::parse("192.0.2.0/33").is_err());
-        assert!(Ipv4Cidr::parse("192.0.2.0").is_err());
-        assert!(Ipv4Cidr::parse("300.0.2.0/8").is_err());
+        assert_eq!(
+            Ipv4Cidr::parse("192.0.2.0/33"),
+            Err(CidrError::PrefixLen {
+                prefix: "33".into()
+            })
+        );
+        assert_eq!(
+            Ipv4Cidr::parse("192.0.2.0"),
+            Err(CidrError::NoSlash {
+                input: "192.0.2.0".into()
+            })
+        );
+        assert_eq!(
+            Ipv4Cidr::parse("300.0.2.0/8"),
+            Err(CidrError::Address {
+                addr: "300.0.2.0".into()
+            })
+        );
+        assert_eq!(
+            Ipv4Cidr::parse("300.0.2.0/8").unwrap_err().to_string(),
+            "\"300.0.2.0\" is not an IPv4 address"
+        );
         assert_eq!(Ipv4Cidr::parse("10.0.0.0/8").unwrap().mask(), 0xff00_0000);
     }
 

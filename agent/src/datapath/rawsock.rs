@@ -4,13 +4,15 @@
 //! (source 0.0.0.0, destination 255.255.255.255) and the interface lives in a
 //! pod namespace, so requests are sent as whole Ethernet frames from an
 //! AF_PACKET socket created inside that namespace ([`crate::netns`]) and bound
-//! to the interface (SPEC R11). The socket uses protocol 0, so it never
-//! receives anything; it is opened once per lease and closed on drop.
+//! to the interface. The socket uses protocol 0, so it never receives
+//! anything; it is opened once per lease and closed on drop, so nothing a
+//! lease opened outlives it.
 //!
 //! Frames are built around the engine's [`Transmit`] payloads with
 //! [`frame::build_udp_frame`]: broadcast to `ff:ff:ff:ff:ff:ff` /
 //! 255.255.255.255, or unicast to the server (RENEWING, RELEASE — sourced
-//! from the leased address, SPEC R4) at the MAC the engine learned.
+//! from the leased address, since dnsmasq ignores a RELEASE from 0.0.0.0) at
+//! the MAC the engine learned.
 //!
 //! Interface removal (ENODEV/ENXIO/ENETDOWN) is reported as the typed
 //! [`RawSockError::InterfaceGone`] so the lease can end instead of retrying.
@@ -298,7 +300,7 @@ pub async fn link_info_async(netns: &Path, ifname: &str) -> Result<LinkInfo> {
 ///   possible from a raw socket without an address).
 ///
 /// The IP source is the engine's choice (`0.0.0.0`, or the leased address
-/// for RENEW/REBIND/RELEASE — SPEC R4); ports are 68 → 67.
+/// for RENEW/REBIND/RELEASE); ports are 68 → 67.
 pub fn headers_for(src_mac: [u8; 6], vlan: Option<u16>, t: &Transmit) -> FrameHeaders {
     let (dst_mac, dst_ip) = match t.dst {
         Destination::Broadcast => (BROADCAST_MAC, Ipv4Addr::BROADCAST),
@@ -497,8 +499,7 @@ impl AsRawFd for RawSender {
 ///
 /// It is opened in the same trip into the namespace as the sender, so a
 /// lease needs no extra thread, task or heap buffer to watch its interface
-/// (the rtnetlink connection used before kept 72 KiB of buffers and a task
-/// per lease and cost two more namespace threads after BOUND).
+/// (why that matters: `docs/performance-notes.md`).
 #[derive(Debug)]
 pub struct LinkRemovalWatch {
     fd: AsyncFd<OwnedFd>,

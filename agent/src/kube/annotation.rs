@@ -8,7 +8,8 @@
 //! unknown fields survive byte for byte. Top-level keys are emitted sorted,
 //! as Go's `encoding/json` (OVN-Kubernetes) emits them.
 //!
-//! Our own entry has the shape of the seed's example (SPEC R26), fields in
+//! Our own entry has the shape of the example in the OVN-Kubernetes DHCP IPAM
+//! design (OKEP-6224), fields in
 //! this order:
 //! ```json
 //! {"ip_addresses":["10.1.192.213/24"],"mac_address":"02:00:00:00:20:08",
@@ -309,8 +310,8 @@ fn minify(json: &str) -> String {
 mod tests {
     use super::*;
 
-    /// The seed's example annotation (OKEP-6224, "DHCP VFIO secondary on a VM pod").
-    const SEED_EXAMPLE: &str = r#"{
+    /// OKEP-6224's example annotation ("DHCP VFIO secondary on a VM pod").
+    const OKEP_EXAMPLE: &str = r#"{
   "default": {
     "ip_addresses": ["10.220.2.18/24"],
     "mac_address": "0a:58:0a:dc:02:12",
@@ -327,7 +328,7 @@ mod tests {
   }
 }"#;
 
-    const SEED_DEFAULT_ONLY: &str = r#"{
+    const OKEP_DEFAULT_ONLY: &str = r#"{
   "default": {
     "ip_addresses": ["10.220.2.18/24"],
     "mac_address": "0a:58:0a:dc:02:12",
@@ -336,7 +337,7 @@ mod tests {
   }
 }"#;
 
-    fn seed_entry() -> PodNetworkEntry {
+    fn okep_entry() -> PodNetworkEntry {
         PodNetworkEntry::dhcp(
             Ipv4Addr::new(10, 1, 192, 213),
             24,
@@ -346,14 +347,14 @@ mod tests {
     }
 
     #[test]
-    fn produces_the_seed_example_byte_for_byte() {
+    fn produces_the_okep_example_byte_for_byte() {
         let out = merge_entry(
-            Some(SEED_DEFAULT_ONLY),
+            Some(OKEP_DEFAULT_ONLY),
             "default/ovn-localnet-dhcp-vfio",
-            &seed_entry(),
+            &okep_entry(),
         )
         .unwrap();
-        assert_eq!(out, minify(SEED_EXAMPLE));
+        assert_eq!(out, minify(OKEP_EXAMPLE));
         assert_eq!(
             out,
             concat!(
@@ -367,8 +368,8 @@ mod tests {
     }
 
     #[test]
-    fn parses_the_seed_example() {
-        let nets = PodNetworks::parse(Some(SEED_EXAMPLE)).unwrap();
+    fn parses_the_okep_example() {
+        let nets = PodNetworks::parse(Some(OKEP_EXAMPLE)).unwrap();
         assert_eq!(
             nets.keys().collect::<Vec<_>>(),
             ["default", "default/ovn-localnet-dhcp-vfio"]
@@ -377,7 +378,7 @@ mod tests {
             nets.entry("default/ovn-localnet-dhcp-vfio")
                 .unwrap()
                 .unwrap(),
-            seed_entry()
+            okep_entry()
         );
         let default = nets.entry("default").unwrap().unwrap();
         assert_eq!(default.role, "primary");
@@ -392,7 +393,7 @@ mod tests {
             "default":{"ip_addresses":["10.0.0.5/24"],"mac_address":"0a:58:0a:00:00:05",
             "routes":[{"dest":"10.96.0.0/16","nextHop":"10.0.0.1"}],"tunnel_id":7,"role":"primary"},
             "weird":"not an object"}"#;
-        let out = merge_entry(Some(existing), "ns/mine", &seed_entry()).unwrap();
+        let out = merge_entry(Some(existing), "ns/mine", &okep_entry()).unwrap();
         assert!(
             out.contains(r#""zeta/net":{"z":1.50,"a":[true,null],"s":"x y\" }"}"#),
             "{out}"
@@ -411,7 +412,7 @@ mod tests {
     #[test]
     fn replacing_our_entry_keeps_its_unknown_fields() {
         let existing = r#"{"ns/mine":{"ip_addresses":["192.0.2.9/24"],"mac_address":"02:00:00:00:00:09","role":"secondary","tunnel_id":3,"ipam_mode":"dhcp"}}"#;
-        let out = merge_entry(Some(existing), "ns/mine", &seed_entry()).unwrap();
+        let out = merge_entry(Some(existing), "ns/mine", &okep_entry()).unwrap();
         assert_eq!(
             out,
             r#"{"ns/mine":{"ip_addresses":["10.1.192.213/24"],"mac_address":"02:00:00:00:20:08","gateway_ips":["10.1.192.1"],"role":"secondary","ipam_mode":"dhcp","tunnel_id":3}}"#
@@ -437,21 +438,21 @@ mod tests {
 
     #[test]
     fn merge_is_idempotent() {
-        let once = merge_entry(Some(SEED_DEFAULT_ONLY), "x/y", &seed_entry()).unwrap();
-        let twice = merge_entry(Some(&once), "x/y", &seed_entry()).unwrap();
+        let once = merge_entry(Some(OKEP_DEFAULT_ONLY), "x/y", &okep_entry()).unwrap();
+        let twice = merge_entry(Some(&once), "x/y", &okep_entry()).unwrap();
         assert_eq!(once, twice);
     }
 
     #[test]
     fn remove_keeps_others_and_reports_emptiness() {
-        let out = remove_entry(Some(SEED_EXAMPLE), "default/ovn-localnet-dhcp-vfio").unwrap();
-        assert_eq!(out, Some(Some(minify(SEED_DEFAULT_ONLY))));
+        let out = remove_entry(Some(OKEP_EXAMPLE), "default/ovn-localnet-dhcp-vfio").unwrap();
+        assert_eq!(out, Some(Some(minify(OKEP_DEFAULT_ONLY))));
         assert_eq!(
-            remove_entry(Some(SEED_EXAMPLE), "absent/key").unwrap(),
+            remove_entry(Some(OKEP_EXAMPLE), "absent/key").unwrap(),
             None
         );
         assert_eq!(remove_entry(None, "absent/key").unwrap(), None);
-        let only = merge_entry(None, "a/b", &seed_entry()).unwrap();
+        let only = merge_entry(None, "a/b", &okep_entry()).unwrap();
         assert_eq!(remove_entry(Some(&only), "a/b").unwrap(), Some(None));
     }
 
@@ -463,7 +464,7 @@ mod tests {
                 matches!(err, AnnotationError::NotJson { .. }),
                 "{bad}: {err}"
             );
-            assert!(merge_entry(Some(bad), "a/b", &seed_entry()).is_err());
+            assert!(merge_entry(Some(bad), "a/b", &okep_entry()).is_err());
             assert!(remove_entry(Some(bad), "a/b").is_err());
         }
         let nets = PodNetworks::parse(Some(r#"{"a/b":{"ip_addresses":5}}"#)).unwrap();

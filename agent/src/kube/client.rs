@@ -40,7 +40,7 @@ pub enum KubeMode {
     Auto,
     /// Always use the API server; fail if no configuration works.
     On,
-    /// Never: embedded store (SPEC R27).
+    /// Never: pod identity from `CNI_ARGS`, annotations in the embedded store.
     Off,
 }
 
@@ -252,7 +252,8 @@ impl KubeClient {
             })
     }
 
-    /// Set `key`'s entry of the pod-networks annotation (R26).
+    /// Set `key`'s entry of the pod-networks annotation, preserving every
+    /// other entry.
     pub async fn set_network_entry(
         &self,
         ns: &str,

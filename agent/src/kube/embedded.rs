@@ -1,4 +1,4 @@
-//! The embedded pod store used when no cluster is configured (SPEC R27).
+//! The embedded pod store used when no cluster is configured.
 //!
 //! With `--kube=off` (the default when no cluster configuration is found)
 //! pod identity comes from `CNI_ARGS` and the `k8s.ovn.org/pod-networks`

@@ -4,7 +4,7 @@
 //! `--kube=auto|on|off` ([`KubeMode`], [`PodApi::connect`]):
 //! - [`PodApi::Kube`]: the real API server through [`client::KubeClient`]
 //!   (pods get/patch, VMIs get — the whole RBAC surface);
-//! - [`PodApi::Embedded`]: no cluster (SPEC R27); pod identity comes from
+//! - [`PodApi::Embedded`]: no cluster (`--kube=off`); pod identity comes from
 //!   `CNI_ARGS` and annotations go to a JSON file under the state dir
 //!   ([`embedded::EmbeddedStore`]) that `xdhcp status` shows.
 
