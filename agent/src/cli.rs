@@ -1,7 +1,8 @@
 //! Command-line flags of `xdhcp agent`, `xdhcp leases`, `xdhcp status`, and
 //! the two operator commands' rendering.
 //!
-//! Every path is a flag with the SPEC defaults; every DHCP timing knob maps
+//! Every path is a flag (defaults in `docs/dhcp-ipam-localnet.md`, Agent
+//! flags); every DHCP timing knob maps
 //! onto [`xdhcp_engine::ClientConfig`] (defaults are the engine's, RFC 2131).
 
 use std::fmt::Write as _;
@@ -440,13 +441,9 @@ pub fn agent_runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// glibc returns memory only from the top of a heap; the pages freed in the
 /// middle by a burst of ADDs (requests, replies, namespace trips, store
 /// writes, all short-lived and interleaved with the leases' long-lived
-/// state) stay resident otherwise. Measured with 300 leases held:
-/// `malloc_trim(0)` took the agent from 36.6 MiB to 23.7 MiB, below its RSS
-/// at start (the eBPF loader's parse buffers go back too). A trim costs a
-/// few milliseconds right after a burst has freed tens of thousands of
-/// chunks and microseconds otherwise. (Preloading mimalloc or jemalloc
-/// instead measured worse: 46.9 and 37.0 KiB per lease at 300 leases,
-/// against 23 KiB here.)
+/// state) stay resident otherwise. A trim costs a few ms right after a burst,
+/// µs otherwise; figures and the allocator comparison:
+/// `docs/performance-notes.md`.
 pub fn trim_heap_when_idle() {
     #[cfg(target_env = "gnu")]
     {
@@ -478,8 +475,8 @@ pub fn trim_heap_when_idle() {
 /// glibc gives threads up to 8 arenas per core; lease work hops between the
 /// runtime workers, the blocking pool and the short-lived namespace threads,
 /// so each lease's allocations end up spread over many arenas and the freed
-/// space stays mapped in all of them (measured: 75 KiB of RSS per lease at
-/// 300 leases, 48 KiB with two arenas). Other C libraries: nothing to do.
+/// space stays mapped in all of them (figures: `docs/performance-notes.md`).
+/// Other C libraries: nothing to do.
 pub fn limit_malloc_arenas(n: usize) {
     #[cfg(target_env = "gnu")]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

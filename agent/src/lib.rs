@@ -8,26 +8,29 @@
 //! - [`rpc`]: the agent-socket protocol shared by the daemon and the CNI shim.
 //! - [`datapath`]: the eBPF loader and ring-buffer reader, the AF_PACKET
 //!   fallback receiver and the raw-socket sender.
-//! - [`netns`]: running work inside another network namespace.
+//! - [`sys`]: the system calls no crate wraps (namespaces, interface
+//!   ioctls, durable file writes, BPF link information).
 //! - [`netlink`]: link lookup and address/route configuration (rtnetlink).
 //! - [`store`]: crash-safe lease persistence under the state dir.
 //! - [`kube`]: the `k8s.ovn.org/pod-networks` annotation, the Kubernetes
 //!   client and the embedded (no cluster) store.
 //! - [`workload`]: pod vs. VM detection and VM MAC resolution.
 //! - [`vfio`]: the journaled VFIO driver handoff.
-//! - [`metrics`], [`telemetry`]: Prometheus metrics, health, logging.
+//! - `metrics`, [`telemetry`]: Prometheus metrics, health, logging.
+
+#![warn(unreachable_pub)]
 
 pub mod cli;
 pub mod cni;
 pub mod daemon;
 pub mod datapath;
 pub mod kube;
-pub mod metrics;
+mod metrics;
 pub mod netlink;
-pub mod netns;
+
 pub mod rpc;
 pub mod store;
-mod sys;
+pub mod sys;
 pub mod telemetry;
 pub mod vfio;
 pub mod workload;

@@ -22,7 +22,7 @@ use prometheus_client::registry::Registry;
 
 /// DORA latency buckets, seconds: a veth DORA takes ~1 ms, a congested
 /// server or a ping-before-offer dnsmasq seconds.
-pub const DORA_BUCKETS: &[f64] = &[
+pub(crate) const DORA_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
@@ -52,7 +52,7 @@ struct OpLabel {
 }
 
 /// All agent metrics.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     leases: Family<StateLabel, Gauge>,
     dora_seconds: Histogram,
@@ -83,7 +83,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A fresh registry with every metric registered.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut root = Registry::with_prefix("xdhcp");
         let leases = Family::<StateLabel, Gauge>::default();
         let dora_seconds = Histogram::new(DORA_BUCKETS.iter().copied());
@@ -164,7 +164,7 @@ impl Metrics {
     }
 
     /// A lease moved from `from` (None: new) to `to` (None: gone).
-    pub fn lease_state(&self, from: Option<&'static str>, to: Option<&'static str>) {
+    pub(crate) fn lease_state(&self, from: Option<&'static str>, to: Option<&'static str>) {
         if from == to {
             return;
         }
@@ -177,27 +177,27 @@ impl Metrics {
     }
 
     /// One acquisition took `secs`.
-    pub fn dora(&self, secs: f64) {
+    pub(crate) fn dora(&self, secs: f64) {
         self.dora_seconds.observe(secs);
     }
 
     /// A lease was renewed or rebound.
-    pub fn renewal(&self) {
+    pub(crate) fn renewal(&self) {
         self.renewals.inc();
     }
 
     /// A NAK arrived.
-    pub fn nak(&self) {
+    pub(crate) fn nak(&self) {
         self.naks.inc();
     }
 
     /// An operation failed with a bounded error label.
-    pub fn failure(&self, error: &'static str) {
+    pub(crate) fn failure(&self, error: &'static str) {
         self.failures.get_or_create(&ErrorLabel { error }).inc();
     }
 
     /// The engine dropped `n` more replies for `reason`.
-    pub fn dropped(&self, reason: &'static str, n: u64) {
+    pub(crate) fn dropped(&self, reason: &'static str, n: u64) {
         if n > 0 {
             self.dropped
                 .get_or_create(&ReasonLabel { reason })
@@ -206,36 +206,36 @@ impl Metrics {
     }
 
     /// A kernel capture path was lost (`reader`, `link_detached`).
-    pub fn capture_lost(&self, reason: &'static str) {
+    pub(crate) fn capture_lost(&self, reason: &'static str) {
         self.capture_lost
             .get_or_create(&ReasonLabel { reason })
             .inc();
     }
 
     /// A lost kernel capture path works again.
-    pub fn capture_restored(&self, reason: &'static str) {
+    pub(crate) fn capture_restored(&self, reason: &'static str) {
         self.capture_restored
             .get_or_create(&ReasonLabel { reason })
             .inc();
     }
 
     /// A lease moved to its own `AF_PACKET` receiver after a capture loss.
-    pub fn capture_fallback(&self) {
+    pub(crate) fn capture_fallback(&self) {
         self.capture_fallbacks.inc();
     }
 
     /// Whether some capture path is lost right now.
-    pub fn set_capture_degraded(&self, degraded: bool) {
+    pub(crate) fn set_capture_degraded(&self, degraded: bool) {
         self.capture_degraded.set(i64::from(degraded));
     }
 
     /// A CNI request was served.
-    pub fn cni_request(&self, op: &'static str) {
+    pub(crate) fn cni_request(&self, op: &'static str) {
         self.cni_requests.get_or_create(&OpLabel { op }).inc();
     }
 
     /// Fold a snapshot of the kernel counters (monotonic totals) in.
-    pub fn kernel_snapshot(&self, snapshot: &[(&'static str, u64)]) {
+    pub(crate) fn kernel_snapshot(&self, snapshot: &[(&'static str, u64)]) {
         let mut last = self
             .kernel_last
             .lock()
@@ -258,7 +258,7 @@ impl Metrics {
     }
 
     /// The text exposition.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut s = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
@@ -270,7 +270,7 @@ impl Metrics {
 /// whether the kernel capture path is degraded (leases served by their
 /// `AF_PACKET` fallback).
 #[derive(Debug, Default)]
-pub struct Health {
+pub(crate) struct Health {
     datapath: AtomicBool,
     recovered: AtomicBool,
     degraded: Mutex<Option<String>>,
@@ -278,24 +278,24 @@ pub struct Health {
 
 impl Health {
     /// Record that the receive path is running.
-    pub fn set_datapath_ready(&self) {
+    pub(crate) fn set_datapath_ready(&self) {
         self.datapath.store(true, Ordering::SeqCst);
     }
 
     /// Record that the lease store was loaded and every lease resumed.
-    pub fn set_recovered(&self) {
+    pub(crate) fn set_recovered(&self) {
         self.recovered.store(true, Ordering::SeqCst);
     }
 
     /// Whether state recovery finished.
-    pub fn recovered(&self) -> bool {
+    pub(crate) fn recovered(&self) -> bool {
         self.recovered.load(Ordering::SeqCst)
     }
 
     /// Record that (`Some(why)`) or no longer (`None`) part of the kernel
     /// capture path is lost. CNI requests are still served (the leases fall
     /// back to `AF_PACKET`), but `/readyz` reports it.
-    pub fn set_degraded(&self, why: Option<String>) {
+    pub(crate) fn set_degraded(&self, why: Option<String>) {
         *self
             .degraded
             .lock()
@@ -303,7 +303,7 @@ impl Health {
     }
 
     /// Why the capture path is degraded, if it is.
-    pub fn degraded(&self) -> Option<String> {
+    pub(crate) fn degraded(&self) -> Option<String> {
         self.degraded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -311,7 +311,7 @@ impl Health {
     }
 
     /// `Ok` when ready to serve CNI requests, else why not.
-    pub fn ready(&self) -> Result<(), &'static str> {
+    pub(crate) fn ready(&self) -> Result<(), &'static str> {
         match (
             self.datapath.load(Ordering::SeqCst),
             self.recovered.load(Ordering::SeqCst),
@@ -330,7 +330,7 @@ struct AppState {
 }
 
 /// `/metrics`, `/healthz` (process alive) and `/readyz` (datapath + state).
-pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+pub(crate) fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
         .route("/healthz", get(|| async { "ok\n" }))

@@ -2,7 +2,7 @@
 //!
 //! A netlink socket talks to the namespace it was created in. [`Netlink::open`]
 //! creates the socket on a dedicated thread inside the target namespace
-//! ([`crate::netns`]) while that thread has entered the caller's tokio
+//! ([`crate::sys::netns`]) while that thread has entered the caller's tokio
 //! runtime, so the socket is registered with the caller's reactor and every
 //! later request runs on the caller's runtime — one connection per namespace,
 //! no thread per request. (A lease notices its interface's deletion through
@@ -23,7 +23,7 @@ use rtnetlink::{Handle, RouteMessageBuilder};
 use tokio::task::JoinHandle;
 use xdhcp_engine::Lease;
 
-use crate::netns::{NetnsError, run_in_netns_async};
+use crate::sys::netns::{NetnsError, run_in_netns_async};
 
 /// Errors of netlink operations. Variants name the namespace (and the
 /// interface or address where there is one).
@@ -62,17 +62,7 @@ pub const MIN_IPV4_MTU: u16 = 68;
 /// Convenience alias for results of this module.
 pub type Result<T, E = NetlinkError> = std::result::Result<T, E>;
 
-impl NetlinkError {
-    /// Bounded label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Netns(e) => e.metric_label(),
-            Self::Connect { .. } => "connect",
-            Self::NoSuchLink { .. } => "no_such_link",
-            Self::Request { .. } => "request",
-        }
-    }
-}
+impl NetlinkError {}
 
 fn ns_label(p: Option<&Path>) -> String {
     p.map_or_else(

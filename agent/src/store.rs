@@ -33,7 +33,7 @@
 
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -42,6 +42,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
 use xdhcp_engine::Lease;
+
+use crate::sys;
 
 /// Version of the on-disk record format.
 pub const RECORD_VERSION: u32 = 1;
@@ -94,18 +96,7 @@ pub enum StoreError {
 /// Convenience alias for results of this module.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-impl StoreError {
-    /// Bounded label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::InvalidContainerId { .. } => "invalid_container_id",
-            Self::InvalidIfname { .. } => "invalid_ifname",
-            Self::Io { .. } => "io",
-            Self::Serialize { .. } => "serialize",
-            Self::Corrupt { .. } => "corrupt",
-        }
-    }
-}
+impl StoreError {}
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
     move |source| StoreError::Io {
@@ -142,7 +133,7 @@ pub enum Corruption {
 }
 
 impl Corruption {
-    /// Bounded label for metrics.
+    /// Bounded label for logs and metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::BadFileName => "bad_file_name",
@@ -351,12 +342,12 @@ mod mac_serde {
         clippy::trivially_copy_pass_by_ref,
         reason = "signature required by serde(with)"
     )]
-    pub fn serialize<S: Serializer>(mac: &[u8; 6], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(mac: &[u8; 6], s: S) -> Result<S::Ok, S::Error> {
         let text: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
         s.serialize_str(&text.join(":"))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 6], D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 6], D::Error> {
         let text = String::deserialize(d)?;
         let mut mac = [0u8; 6];
         let mut parts = text.split(':');
@@ -510,7 +501,7 @@ impl LeaseStore {
         let result = written
             .and_then(|file| self.sync_file(&file, &tmp))
             .and_then(|()| {
-                fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
+                sys::fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
             });
         if let Err(e) = result {
             let _ = fs::remove_file(&tmp);
@@ -520,8 +511,7 @@ impl LeaseStore {
     }
 
     fn sync_file(&self, file: &File, path: &Path) -> Result<()> {
-        file.sync_all()
-            .map_err(io_err("fsync temporary file", path))?;
+        sys::fs::sync_file(file).map_err(io_err("fsync temporary file", path))?;
         self.syncs_total.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -597,7 +587,7 @@ impl LeaseStore {
         let recycle = lock(&self.pool).len() < POOL_TARGET;
         let spare = recycle.then(|| self.tmp_name());
         let gone = match &spare {
-            Some(spare) => fs::rename(&path, spare),
+            Some(spare) => sys::fs::rename(&path, spare),
             None => fs::remove_file(&path),
         };
         match gone {
@@ -655,7 +645,7 @@ impl LeaseStore {
         let target = self
             .quarantine_dir
             .join(format!("{file_name}.{}", unix_ms_now()));
-        let moved = fs::rename(path, &target)
+        let moved = sys::fs::rename(path, &target)
             .map_err(io_err("move corrupt record to", &target))
             .and_then(|()| sync_dir(&self.quarantine_dir))
             .and_then(|()| sync_dir(&self.leases_dir));
@@ -693,29 +683,13 @@ impl LeaseStore {
 /// Creates `path` exclusively with mode 0600 and writes `bytes`; the caller
 /// decides whether to `fsync` the returned file.
 fn write_new_file(path: &Path, bytes: &[u8]) -> Result<File> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err("create temporary file", path))?;
-    file.write_all(bytes)
-        .map_err(io_err("write temporary file", path))?;
-    Ok(file)
+    sys::fs::write_new(path, bytes).map_err(io_err("create temporary file", path))
 }
 
 /// Replaces the content of the existing file `path` (a spare) with `bytes`;
 /// a symlink planted in its place is not followed.
 fn rewrite_file(path: &Path, bytes: &[u8]) -> Result<File> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(io_err("open spare file", path))?;
-    file.write_all(bytes)
-        .map_err(io_err("write spare file", path))?;
-    Ok(file)
+    sys::fs::rewrite(path, bytes).map_err(io_err("write spare file", path))
 }
 
 /// Lock a mutex holding plain values, ignoring poisoning.
@@ -725,9 +699,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// fsyncs a directory so a rename/unlink in it is durable.
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync directory", dir))
+    sys::fs::sync_dir(dir).map_err(io_err("fsync directory", dir))
 }
 
 /// Reads and validates one record file stored under `key`'s name.

@@ -2,7 +2,7 @@
 //!
 //! A KubeVirt VM with an SR-IOV VF passed through has the VF bound to
 //! `vfio-pci`: the host has no netdev to run DHCP on. For the one-shot
-//! discovery (SPEC R24) [`with_kernel_driver`] temporarily hands the VF to its
+//! discovery [`with_kernel_driver`] temporarily hands the VF to its
 //! kernel NIC driver, waits for the netdev, runs the caller's closure on it
 //! and gives the VF back to `vfio-pci`:
 //!
@@ -554,18 +554,13 @@ fn journal_create(journal_dir: &Path, entry: &JournalEntry) -> Result<PathBuf, V
     let path = journal_path(journal_dir, &entry.bdf);
     let tmp = journal_dir.join(format!(".{}.tmp.{}", entry.bdf, std::process::id()));
     let bytes = serde_json::to_vec(entry).expect("a journal entry always serializes");
-    let write = || -> io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()
-    };
-    if let Err(e) = write() {
+    let _ = std::fs::remove_file(&tmp);
+    let write = crate::sys::fs::write_new(&tmp, &bytes).and_then(|f| crate::sys::fs::sync_file(&f));
+    if let Err(e) = write {
         let _ = std::fs::remove_file(&tmp);
         return Err(io_err("write journal", &tmp)(e));
     }
-    let linked = std::fs::hard_link(&tmp, &path);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
+    match crate::sys::fs::link_new(&tmp, &path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             return Err(VfioError::HandoffInProgress {
@@ -575,9 +570,7 @@ fn journal_create(journal_dir: &Path, entry: &JournalEntry) -> Result<PathBuf, V
         }
         Err(e) => return Err(io_err("create journal", &path)(e)),
     }
-    std::fs::File::open(journal_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync journal dir", journal_dir))?;
+    crate::sys::fs::sync_dir(journal_dir).map_err(io_err("fsync journal dir", journal_dir))?;
     Ok(path)
 }
 
@@ -911,27 +904,6 @@ pub fn vm_device(sysfs: &Sysfs, device_id: Option<&str>) -> Result<VmDevice, Vfi
     })
 }
 
-/// The PCI address in a device-info file (k8snetworkplumbingwg
-/// device-info-spec, written by the SR-IOV device plugin under
-/// `/var/run/k8s.cni.cncf.io/devinfo/`): `{"type":"pci","pci":{"pci-address":"…"}}`.
-/// `Ok(None)` for device types other than `pci`.
-pub fn pci_from_device_info(json: &str) -> Result<Option<PciAddr>, VfioError> {
-    let bad = |reason| VfioError::InvalidPciAddress {
-        input: json.chars().take(200).collect(),
-        reason,
-    };
-    let doc: serde_json::Value =
-        serde_json::from_str(json).map_err(|_| bad("device-info is not JSON"))?;
-    if doc.get("type").and_then(serde_json::Value::as_str) != Some("pci") {
-        return Ok(None);
-    }
-    let addr = doc
-        .pointer("/pci/pci-address")
-        .and_then(serde_json::Value::as_str)
-        .ok_or_else(|| bad("device-info of type pci has no pci.pci-address"))?;
-    addr.parse().map(Some)
-}
-
 /// What [`heal`] did for one journal entry.
 #[derive(Debug)]
 pub enum HealOutcome {
@@ -1148,32 +1120,6 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), n);
-    }
-
-    #[test]
-    fn device_info_pci_address() {
-        let info = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:18:02.5","pf-pci-address":"0000:18:00.0"}}"#;
-        assert_eq!(
-            pci_from_device_info(info).unwrap(),
-            Some("0000:18:02.5".parse().unwrap())
-        );
-        assert_eq!(
-            pci_from_device_info(r#"{"type":"vhost-user","vhost-user":{}}"#).unwrap(),
-            None
-        );
-        for bad in [
-            "nope",
-            r#"{"type":"pci"}"#,
-            r#"{"type":"pci","pci":{"pci-address":"18:02.5"}}"#,
-        ] {
-            assert!(
-                matches!(
-                    pci_from_device_info(bad),
-                    Err(VfioError::InvalidPciAddress { .. })
-                ),
-                "{bad}"
-            );
-        }
     }
 
     #[test]

@@ -99,11 +99,6 @@ impl MacAddr {
     pub fn octets(self) -> [u8; 6] {
         self.0
     }
-
-    /// Whether this is a unicast address (I/G bit clear) that is not all zero.
-    pub fn is_usable_unicast(self) -> bool {
-        self.0[0] & 1 == 0 && self.0 != [0; 6]
-    }
 }
 
 impl From<[u8; 6]> for MacAddr {
@@ -617,9 +612,6 @@ mod tests {
             let err = bad.parse::<MacAddr>().unwrap_err();
             assert_eq!(err.input, bad);
         }
-        assert!(m("02:00:00:00:00:01").is_usable_unicast());
-        assert!(!m("01:00:5e:00:00:01").is_usable_unicast());
-        assert!(!m("00:00:00:00:00:00").is_usable_unicast());
     }
 
     #[test]

@@ -130,7 +130,7 @@ impl NetNs {
         &self.name
     }
 
-    /// `/var/run/netns/<name>`, as `CNI_NETNS` and [`xdhcp::netns`] take it.
+    /// `/var/run/netns/<name>`, as `CNI_NETNS` and [`xdhcp::sys::netns`] take it.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -253,10 +253,10 @@ impl NetNs {
             .unwrap_or_else(|| panic!("{ifname} not found in {}", self.name))
     }
 
-    /// Runs `f` on a dedicated thread inside this namespace ([`xdhcp::netns::run_in_netns`]).
+    /// Runs `f` on a dedicated thread inside this namespace ([`xdhcp::sys::netns::run_in_netns`]).
     #[track_caller]
     pub fn run_in<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        xdhcp::netns::run_in_netns(&self.path, f)
+        xdhcp::sys::netns::run_in_netns(&self.path, f)
             .unwrap_or_else(|e| panic!("run in {}: {e}", self.name))
     }
 
@@ -267,7 +267,7 @@ impl NetNs {
         T: Send + 'static,
         Fut: std::future::Future<Output = T>,
     {
-        xdhcp::netns::block_on_in_netns(&self.path, f)
+        xdhcp::sys::netns::block_on_in_netns(&self.path, f)
             .unwrap_or_else(|e| panic!("block_on in {}: {e}", self.name))
     }
 }

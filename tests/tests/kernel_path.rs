@@ -613,7 +613,7 @@ fn large_ifindex_mode_comes_from_the_hash_map() {
     ns.link_up("xdhcp-hi");
     assert_eq!(ns.ifindex("xdhcp-hi"), BIG);
     let f = frame(MessageType::Offer, 9);
-    let outcome = xdhcp::netns::run_in_netns(ns.path(), move || {
+    let outcome = xdhcp::sys::netns::run_in_netns(ns.path(), move || {
         let mut out = Vec::new();
         for kind in KINDS {
             let mut dp = load();

@@ -85,7 +85,7 @@ impl TestAgent {
         let ns = netns.map(Path::to_path_buf);
         let thread = std::thread::spawn(move || match ns {
             // Every thread the agent starts inherits this namespace.
-            Some(ns) => xdhcp::netns::block_on_in_netns(&ns, agent)
+            Some(ns) => xdhcp::sys::netns::block_on_in_netns(&ns, agent)
                 .map_err(|e| e.to_string())
                 .and_then(|r| r),
             None => tokio::runtime::Builder::new_multi_thread()

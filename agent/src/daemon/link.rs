@@ -15,10 +15,10 @@ use crate::datapath::afpacket::AfPacketReceiver;
 use crate::datapath::rawsock::{
     LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno,
 };
-use crate::netns::run_in_netns_async;
+use crate::sys::netns::run_in_netns_async;
 
 /// Failure opening or using a link.
-pub type LinkError = RawSockError;
+pub(super) type LinkError = RawSockError;
 
 /// What one trip into the namespace opens for a link.
 type Opened = (
@@ -35,7 +35,7 @@ type Opened = (
 /// therefore hands the sockets to [`close_later`] instead of blocking the
 /// async worker that runs the lease task.
 #[derive(Debug)]
-pub struct Link {
+pub(super) struct Link {
     pub ifname: String,
     pub netns: Option<PathBuf>,
     pub info: LinkInfo,
@@ -69,7 +69,7 @@ type Closing = Box<dyn Send>;
 
 /// Close `sock` (drop it) on a background closer thread; inline if none
 /// could be started.
-pub fn close_later(sock: Closing) {
+pub(super) fn close_later(sock: Closing) {
     static QUEUE: OnceLock<Option<Mutex<mpsc::Sender<Closing>>>> = OnceLock::new();
     let queue = QUEUE.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Closing>();
@@ -112,7 +112,7 @@ impl Link {
     /// Open the sender (and, with `afpacket_rx`, the receiver) on `ifname`
     /// inside `netns` (`None`: the agent's own namespace, e.g. a VF netdev
     /// during the VFIO handoff).
-    pub async fn open(
+    pub(super) async fn open(
         netns: Option<&Path>,
         ifname: &str,
         afpacket_rx: bool,
@@ -135,7 +135,7 @@ impl Link {
                 },
                 other => other,
             };
-            ensure_up_here(&name).map_err(|source| {
+            crate::sys::ifreq::ensure_up(&name).map_err(|source| {
                 if is_gone_errno(&source) {
                     LinkError::InterfaceGone {
                         ifname: name.clone(),
@@ -208,7 +208,7 @@ impl Link {
 
     /// Send frames with `mac` as the Ethernet source (a VM's MAC).
     #[must_use]
-    pub fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
+    pub(super) fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
         self.tx = self.tx.take().map(|tx| tx.with_src_mac(mac));
         if mac == self.client_mac {
             return self;
@@ -226,7 +226,7 @@ impl Link {
     }
 
     /// Send one engine transmit.
-    pub fn send(&self, t: &Transmit) -> Result<(), LinkError> {
+    pub(super) fn send(&self, t: &Transmit) -> Result<(), LinkError> {
         self.tx
             .as_ref()
             .expect("the sender is present until the link is dropped")
@@ -234,7 +234,7 @@ impl Link {
     }
 
     /// Close the `AF_PACKET` receiver (capture moved to eBPF), off this thread.
-    pub fn drop_rx(&mut self) {
+    pub(super) fn drop_rx(&mut self) {
         if let Some(rx) = self.rx.take() {
             close_later(Box::new(rx));
         }
@@ -242,7 +242,7 @@ impl Link {
 
     /// Next DHCP server→client frame from the `AF_PACKET` receiver. Pends
     /// forever when the link has none (the eBPF dispatcher delivers instead).
-    pub async fn recv(&self) -> Result<RxFrame, LinkError> {
+    pub(super) async fn recv(&self) -> Result<RxFrame, LinkError> {
         match &self.rx {
             Some(rx) => rx.recv().await,
             None => std::future::pending().await,
@@ -251,14 +251,14 @@ impl Link {
 
     /// Stop watching for the interface's removal (a one-shot discovery
     /// ends at BOUND and never asks).
-    pub fn drop_watch(&mut self) {
+    pub(super) fn drop_watch(&mut self) {
         self.watch = None;
     }
 
     /// Resolves once the interface is deleted (or moved out of its
     /// namespace). Pends forever when the link has no watch (opened in the
     /// agent's own namespace) or the watch failed; cancel-safe.
-    pub async fn removed(&self) {
+    pub(super) async fn removed(&self) {
         let (Some(w), Some(tx)) = (&self.watch, &self.tx) else {
             return std::future::pending().await;
         };
@@ -272,39 +272,6 @@ impl Link {
             std::future::pending::<()>().await;
         }
     }
-}
-
-/// Set `IFF_UP` on `ifname` in the calling thread's namespace if it is down.
-fn ensure_up_here(ifname: &str) -> std::io::Result<()> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: plain socket(2); the descriptor is owned at once.
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: an all-zero ifreq is valid; the name is copied in below with
-    // its NUL terminator left in place (names are at most 15 bytes).
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes().take(15)) {
-        *dst = src as libc::c_char;
-    }
-    // SAFETY: SIOCGIFFLAGS reads into `ifr_ifru.ifru_flags` of a valid ifreq.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &raw mut req) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the ioctl succeeded, so the flags member is initialised.
-    let flags = unsafe { req.ifr_ifru.ifru_flags };
-    if flags & libc::IFF_UP as libc::c_short != 0 {
-        return Ok(());
-    }
-    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    // SAFETY: SIOCSIFFLAGS with the flags just read plus IFF_UP.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &raw const req) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

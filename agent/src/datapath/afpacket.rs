@@ -33,7 +33,7 @@ use super::rawsock::{
     self, LinkInfo, RawSockError, SERVER_PORT, bind_packet, classify, packet_socket,
 };
 use super::{RxFrame, RxPath};
-use crate::netns::{run_in_netns, run_in_netns_async};
+use crate::sys::netns::{run_in_netns, run_in_netns_async};
 
 /// Receive buffer: a jumbo frame plus a VLAN tag; anything longer is truncated and counted.
 const RECV_BUF: usize = 9216 + 18;

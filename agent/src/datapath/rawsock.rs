@@ -3,7 +3,7 @@
 //! A DHCP client has no usable IP configuration while it acquires a lease
 //! (source 0.0.0.0, destination 255.255.255.255) and the interface lives in a
 //! pod namespace, so requests are sent as whole Ethernet frames from an
-//! AF_PACKET socket created inside that namespace ([`crate::netns`]) and bound
+//! AF_PACKET socket created inside that namespace ([`crate::sys::netns`]) and bound
 //! to the interface. The socket uses protocol 0, so it never receives
 //! anything; it is opened once per lease and closed on drop, so nothing a
 //! lease opened outlives it.
@@ -28,7 +28,8 @@ use tokio::io::unix::AsyncFd;
 use xdhcp_engine::{Destination, Transmit};
 
 use super::frame::{self, FrameHeaders};
-use crate::netns::{NetnsError, run_in_netns, run_in_netns_async};
+use crate::sys;
+use crate::sys::netns::{NetnsError, run_in_netns, run_in_netns_async};
 
 /// UDP port of DHCP clients (RFC 2131 §4.1).
 pub const CLIENT_PORT: u16 = 68;
@@ -90,18 +91,6 @@ impl RawSockError {
     pub fn is_interface_gone(&self) -> bool {
         matches!(self, Self::InterfaceGone { .. })
     }
-
-    /// Bounded label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Netns(_) => "netns",
-            Self::InterfaceGone { .. } => "interface_gone",
-            Self::NotEthernet { .. } => "not_ethernet",
-            Self::InvalidIfname { .. } => "invalid_ifname",
-            Self::TooLarge { .. } => "too_large",
-            Self::Io { .. } => "io",
-        }
-    }
 }
 
 /// Convenience alias for results of this module.
@@ -158,33 +147,9 @@ pub struct LinkInfo {
 
 /// `struct ifreq` with the interface name filled in.
 fn ifreq_for(ifname: &str) -> Result<libc::ifreq> {
-    let invalid = || RawSockError::InvalidIfname {
+    sys::ifreq::request(ifname).ok_or_else(|| RawSockError::InvalidIfname {
         ifname: ifname.to_owned(),
-    };
-    if ifname.is_empty()
-        || ifname.len() >= libc::IFNAMSIZ
-        || ifname.bytes().any(|b| b == 0 || b == b'/')
-    {
-        return Err(invalid());
-    }
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
-        *dst = src as libc::c_char;
-    }
-    Ok(req)
-}
-
-/// Runs one `SIOCGIF*` ioctl on `fd`.
-fn ifreq_ioctl(fd: RawFd, request: libc::Ioctl, req: &mut libc::ifreq) -> io::Result<()> {
-    // SAFETY: `req` is a valid ifreq for the duration of the call and every
-    // request used here reads/writes only within it.
-    let rc = unsafe { libc::ioctl(fd, request, std::ptr::from_mut(req)) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    })
 }
 
 /// Creates an `AF_PACKET`/`SOCK_RAW` socket (close-on-exec) for `protocol`
@@ -196,17 +161,6 @@ pub(crate) fn packet_socket(protocol: u16, nonblocking: bool) -> io::Result<Owne
     }
     // SAFETY: plain syscall; the result is checked.
     let fd = unsafe { libc::socket(libc::AF_PACKET, ty, i32::from(protocol)) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// A socket for interface ioctls (cheap to open and close).
-fn query_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -243,37 +197,22 @@ pub fn link_info_here(ifname: &str) -> Result<LinkInfo> {
 
 fn link_info_with(ifname: &str, netns: Option<&Path>) -> Result<LinkInfo> {
     let mut req = ifreq_for(ifname)?;
-    // A UDP socket, not AF_PACKET: closing a packet socket waits for an RCU
-    // grace period (packet_release -> synchronize_net, 5-30 ms), which every
-    // lookup on the CNI ADD path paid; interface ioctls work on any socket.
-    let sock = query_socket().map_err(|e| classify("open a query socket", ifname, netns, e))?;
-    let fd = sock.as_raw_fd();
-    let lookup = |op: &'static str, e: io::Error| {
-        // A missing interface is ENODEV: report it as gone.
-        classify(op, ifname, netns, e)
-    };
-    ifreq_ioctl(fd, libc::SIOCGIFINDEX, &mut req)
-        .map_err(|e| lookup("look up the interface index", e))?;
-    // SAFETY: SIOCGIFINDEX filled the ifindex member of the union.
-    let ifindex = unsafe { req.ifr_ifru.ifru_ifindex } as u32;
-    ifreq_ioctl(fd, libc::SIOCGIFHWADDR, &mut req)
-        .map_err(|e| lookup("read the hardware address", e))?;
-    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
-    let hw = unsafe { req.ifr_ifru.ifru_hwaddr };
-    if hw.sa_family != libc::ARPHRD_ETHER {
+    let sock =
+        sys::ifreq::socket().map_err(|e| classify("open a query socket", ifname, netns, e))?;
+    // A missing interface is ENODEV: reported as gone.
+    let lookup = |op: &'static str| move |e: io::Error| classify(op, ifname, netns, e);
+    let ifindex =
+        sys::ifreq::index(&sock, &mut req).map_err(lookup("look up the interface index"))?;
+    let (hw_type, mac) =
+        sys::ifreq::hwaddr(&sock, &mut req).map_err(lookup("read the hardware address"))?;
+    if hw_type != libc::ARPHRD_ETHER {
         return Err(RawSockError::NotEthernet {
             ifname: ifname.to_owned(),
             netns: netns.map(Path::to_path_buf),
-            hw_type: hw.sa_family,
+            hw_type,
         });
     }
-    let mut mac = [0u8; 6];
-    for (dst, src) in mac.iter_mut().zip(hw.sa_data.iter()) {
-        *dst = *src as u8;
-    }
-    ifreq_ioctl(fd, libc::SIOCGIFMTU, &mut req).map_err(|e| lookup("read the MTU", e))?;
-    // SAFETY: SIOCGIFMTU filled the mtu member of the union.
-    let mtu = unsafe { req.ifr_ifru.ifru_mtu } as u32;
+    let mtu = sys::ifreq::mtu(&sock, &mut req).map_err(lookup("read the MTU"))?;
     Ok(LinkInfo { ifindex, mac, mtu })
 }
 
@@ -378,13 +317,6 @@ impl RawSender {
     #[must_use]
     pub fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
         self.src_mac = mac;
-        self
-    }
-
-    /// Tags every frame with VLAN `vid` (802.1Q).
-    #[must_use]
-    pub fn with_vlan(mut self, vid: Option<u16>) -> Self {
-        self.vlan = vid;
         self
     }
 
@@ -741,7 +673,7 @@ mod tests {
     /// socket, whose close waits for an RCU grace period (5-30 ms each).
     #[test]
     fn lookups_use_an_inet_socket_not_a_packet_socket() {
-        let sock = query_socket().unwrap();
+        let sock = sys::ifreq::socket().unwrap();
         let mut domain: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: getsockopt(2) writes at most `len` bytes into `domain`.

@@ -25,8 +25,8 @@
 //! `annotations`. A corrupt file is reported and never overwritten.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::io::Read as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -204,13 +204,11 @@ impl EmbeddedStore {
         }
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let sync = |p: &Path| {
-            std::fs::File::open(p)
-                .and_then(|f| f.sync_all())
-                .map_err(|source| PodApiError::Store {
-                    op: "fsync",
-                    path: p.to_owned(),
-                    source,
-                })
+            crate::sys::fs::sync_path(p).map_err(|source| PodApiError::Store {
+                op: "fsync",
+                path: p.to_owned(),
+                source,
+            })
         };
         let r = match sync(&self.path) {
             Err(PodApiError::Store { source, .. })
@@ -431,61 +429,18 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteE
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let spare = dir.join(format!(".{file_name}.spare"));
-    let result = (|| {
-        // O_NOFOLLOW: a symlink planted as the spare is refused, not followed.
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&spare)
-            .map_err(|e| ("open", spare.clone(), e))?;
-        f.write_all(bytes)
-            .map_err(|e| ("write", spare.clone(), e))?;
-        drop(f);
-        match exchange(&spare, path) {
-            Ok(()) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOENT | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
-                ) =>
-            {
-                std::fs::rename(&spare, path).map_err(|e| ("rename into place", path.to_owned(), e))
-            }
-            Err(e) => Err(("exchange into place", path.to_owned(), e)),
-        }
-    })();
+    let result = crate::sys::fs::rewrite(&spare, bytes)
+        .map(drop)
+        .map_err(|e| ("write", spare.clone(), e))
+        .and_then(|()| {
+            crate::sys::fs::exchange_or_rename(&spare, path)
+                .map_err(|e| ("put into place", path.to_owned(), e))
+        });
     if result.is_err() {
         // Best effort: never leave a half-written spare behind.
         let _ = std::fs::remove_file(&spare);
     }
     result
-}
-
-/// `renameat2(a, b, RENAME_EXCHANGE)`: swap two names atomically.
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let cstr = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-    };
-    let (a, b) = (cstr(a)?, cstr(b)?);
-    // SAFETY: both paths are valid NUL-terminated strings for the call.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 #[cfg(test)]

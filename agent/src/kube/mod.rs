@@ -180,20 +180,6 @@ impl PodApiError {
             _ => None,
         }
     }
-
-    /// A bounded label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            PodApiError::Api { .. } => "api",
-            PodApiError::Transport { .. } => "transport",
-            PodApiError::ConflictsExhausted { .. } => "conflicts_exhausted",
-            PodApiError::Annotation { .. } => "annotation",
-            PodApiError::Vmi { .. } => "vmi",
-            PodApiError::UidMismatch { .. } => "uid_mismatch",
-            PodApiError::Config { .. } => "config",
-            PodApiError::Store { .. } | PodApiError::StoreCorrupt { .. } => "store",
-        }
-    }
 }
 
 /// The one pod API the daemon uses.

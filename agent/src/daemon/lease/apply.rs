@@ -11,7 +11,11 @@ use crate::netlink::{Netlink, NetlinkError, lease_routes};
 
 /// Configure `lease` on `ifname` in `netns`: link up, MTU (option 26),
 /// address, then routes (option 121, else a default route via option 3).
-pub async fn configure(netns: &Path, ifname: &str, lease: &Lease) -> Result<(), NetlinkError> {
+pub(crate) async fn configure(
+    netns: &Path,
+    ifname: &str,
+    lease: &Lease,
+) -> Result<(), NetlinkError> {
     let nl = Netlink::open(Some(netns)).await?;
     let link = nl.link(ifname).await?;
     nl.apply_lease(link.ifindex, lease).await
@@ -19,7 +23,7 @@ pub async fn configure(netns: &Path, ifname: &str, lease: &Lease) -> Result<(), 
 
 /// Routes as `(dst/len, gateway)` (`0.0.0.0` for on-link) for the CNI
 /// result: the same set [`configure`] installs.
-pub fn routes(lease: &Lease) -> Vec<(String, Ipv4Addr)> {
+pub(crate) fn routes(lease: &Lease) -> Vec<(String, Ipv4Addr)> {
     lease_routes(lease)
         .into_iter()
         .map(|r| {
@@ -32,7 +36,7 @@ pub fn routes(lease: &Lease) -> Vec<(String, Ipv4Addr)> {
 }
 
 /// Whether `ifname` carries `address/prefix_len`.
-pub async fn has_address(
+pub(crate) async fn has_address(
     netns: &Path,
     ifname: &str,
     address: Ipv4Addr,
@@ -45,7 +49,11 @@ pub async fn has_address(
 }
 
 /// Remove the leased address and its routes; missing pieces are fine.
-pub async fn deconfigure(netns: &Path, ifname: &str, lease: &Lease) -> Result<(), NetlinkError> {
+pub(crate) async fn deconfigure(
+    netns: &Path,
+    ifname: &str,
+    lease: &Lease,
+) -> Result<(), NetlinkError> {
     let nl = Netlink::open(Some(netns)).await?;
     let link = nl.link(ifname).await?;
     nl.remove_lease(link.ifindex, lease).await

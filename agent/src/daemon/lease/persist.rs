@@ -16,12 +16,12 @@ use crate::cni::config::NetworkConfig;
 use crate::store::{self, AttachmentMode, LeaseKey, LeaseStore, StoreError};
 
 /// Record format version of the daemon's view.
-pub const RECORD_VERSION: u32 = 1;
+pub(crate) const RECORD_VERSION: u32 = 1;
 
 /// Pod or VM, as decided at ADD.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
-pub enum WorkloadKind {
+pub(crate) enum WorkloadKind {
     /// Plain pod: the lease is maintained until DEL.
     Pod,
     /// `KubeVirt` VM: one-shot discovery, never configured, no RELEASE.
@@ -30,7 +30,7 @@ pub enum WorkloadKind {
 
 /// The pod an attachment belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodRef {
+pub(crate) struct PodRef {
     pub namespace: String,
     pub name: String,
     pub uid: Option<String>,
@@ -39,7 +39,7 @@ pub struct PodRef {
 /// Everything needed to resume an attachment after a restart.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LeaseRecord {
+pub(crate) struct LeaseRecord {
     pub version: u32,
     pub container_id: String,
     pub ifname: String,
@@ -124,7 +124,7 @@ impl LeaseRecord {
 }
 
 /// Persist `rec` (only once it holds a lease: nothing to resume before).
-pub fn save(store: &LeaseStore, rec: &LeaseRecord) -> Result<(), StoreError> {
+pub(crate) fn save(store: &LeaseStore, rec: &LeaseRecord) -> Result<(), StoreError> {
     match rec.to_store()? {
         Some(r) => store.save(&r),
         None => Ok(()),
@@ -132,7 +132,11 @@ pub fn save(store: &LeaseStore, rec: &LeaseRecord) -> Result<(), StoreError> {
 }
 
 /// Forget an attachment's record (absent is fine).
-pub fn remove(store: &LeaseStore, container_id: &str, ifname: &str) -> Result<(), StoreError> {
+pub(crate) fn remove(
+    store: &LeaseStore,
+    container_id: &str,
+    ifname: &str,
+) -> Result<(), StoreError> {
     store
         .delete(&LeaseKey::new(container_id, ifname)?)
         .map(|_| ())
@@ -140,21 +144,23 @@ pub fn remove(store: &LeaseStore, container_id: &str, ifname: &str) -> Result<()
 
 /// A record that could not be used, and why.
 #[derive(Debug)]
-pub struct Unusable {
+pub(crate) struct Unusable {
     pub what: String,
     pub reason: String,
 }
 
 /// Load every record; the store quarantines corrupt files, records whose
 /// daemon view cannot be rebuilt are reported (and deleted).
-pub fn load_all(store: &LeaseStore) -> Result<(Vec<LeaseRecord>, Vec<Unusable>), StoreError> {
+pub(crate) fn load_all(
+    store: &LeaseStore,
+) -> Result<(Vec<LeaseRecord>, Vec<Unusable>), StoreError> {
     let report = store.load_all()?;
     let mut bad: Vec<Unusable> = report
         .quarantined
         .into_iter()
         .map(|q| Unusable {
             what: q.original.display().to_string(),
-            reason: format!("{q:?}"),
+            reason: format!("{}: {}", q.reason.metric_label(), q.reason),
         })
         .collect();
     let mut ok = Vec::with_capacity(report.records.len());
@@ -175,7 +181,7 @@ pub fn load_all(store: &LeaseStore) -> Result<(Vec<LeaseRecord>, Vec<Unusable>),
 }
 
 /// Where the store lives under the state dir.
-pub fn open(state_dir: &Path) -> Result<LeaseStore, StoreError> {
+pub(crate) fn open(state_dir: &Path) -> Result<LeaseStore, StoreError> {
     LeaseStore::open(state_dir)
 }
 

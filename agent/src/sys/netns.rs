@@ -60,24 +60,7 @@ pub enum NetnsError {
 /// Convenience alias for results of this module.
 pub type Result<T, E = NetnsError> = std::result::Result<T, E>;
 
-impl NetnsError {
-    /// Bounded label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Open { .. } => "open",
-            Self::NotNetns { .. } => "not_netns",
-            Self::Enter { .. } => "enter",
-            Self::Spawn { .. } => "spawn",
-            Self::Panicked { .. } => "panicked",
-            Self::Runtime { .. } => "runtime",
-        }
-    }
-
-    /// Whether the namespace does not exist (any more): its path is gone.
-    pub fn is_missing(&self) -> bool {
-        matches!(self, Self::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-    }
-}
+impl NetnsError {}
 
 /// Opens `netns` and moves the current thread into it.
 ///
@@ -289,8 +272,6 @@ mod tests {
     fn missing_path_is_an_open_error_naming_the_path() {
         let err = run_in_netns(Path::new("/var/run/netns/xdt-does-not-exist"), || ()).unwrap_err();
         assert!(matches!(err, NetnsError::Open { .. }), "{err:?}");
-        assert!(err.is_missing());
-        assert_eq!(err.metric_label(), "open");
         assert!(
             err.to_string()
                 .contains("/var/run/netns/xdt-does-not-exist"),
@@ -302,7 +283,6 @@ mod tests {
     fn non_netns_path_is_rejected() {
         let err = run_in_netns(Path::new("/proc/self/ns/uts"), || ()).unwrap_err();
         assert!(matches!(err, NetnsError::NotNetns { .. }), "{err:?}");
-        assert!(!err.is_missing());
         let err = run_in_netns(Path::new("/etc/hostname"), || ()).unwrap_err();
         assert!(matches!(err, NetnsError::NotNetns { .. }), "{err:?}");
     }

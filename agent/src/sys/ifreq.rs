@@ -1,0 +1,112 @@
+//! Interface ioctls (`struct ifreq`): index, hardware address, MTU, flags.
+//! Every `SIOC*IF*` call of the agent goes through here.
+
+use std::io;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+
+/// An `ifreq` naming `ifname`; `None` when the name cannot be an interface
+/// name (empty, too long, NUL or `/` inside).
+pub(crate) fn request(ifname: &str) -> Option<libc::ifreq> {
+    if ifname.is_empty()
+        || ifname.len() >= libc::IFNAMSIZ
+        || ifname.bytes().any(|b| b == 0 || b == b'/')
+    {
+        return None;
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    Some(req)
+}
+
+/// A socket for interface ioctls. A UDP socket, not `AF_PACKET`: closing a
+/// packet socket waits for an RCU grace period, and interface ioctls work on
+/// any socket.
+pub(crate) fn socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ioctl(sock: &OwnedFd, op: libc::Ioctl, req: &mut libc::ifreq) -> io::Result<()> {
+    // SAFETY: `req` is a valid ifreq for the duration of the call and every
+    // request used here reads and writes only within it.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), op, std::ptr::from_mut(req)) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `SIOCGIFINDEX`.
+pub(crate) fn index(sock: &OwnedFd, req: &mut libc::ifreq) -> io::Result<u32> {
+    ioctl(sock, libc::SIOCGIFINDEX, req)?;
+    // SAFETY: SIOCGIFINDEX filled the ifindex member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_ifindex } as u32)
+}
+
+/// `SIOCGIFHWADDR`: the hardware type and the first six address bytes.
+pub(crate) fn hwaddr(sock: &OwnedFd, req: &mut libc::ifreq) -> io::Result<(u16, [u8; 6])> {
+    ioctl(sock, libc::SIOCGIFHWADDR, req)?;
+    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+    let hw = unsafe { req.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (dst, src) in mac.iter_mut().zip(hw.sa_data.iter()) {
+        *dst = *src as u8;
+    }
+    Ok((hw.sa_family, mac))
+}
+
+/// `SIOCGIFMTU`.
+pub(crate) fn mtu(sock: &OwnedFd, req: &mut libc::ifreq) -> io::Result<u32> {
+    ioctl(sock, libc::SIOCGIFMTU, req)?;
+    // SAFETY: SIOCGIFMTU filled the mtu member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_mtu } as u32)
+}
+
+/// Set `IFF_UP` on `ifname` in the calling thread's namespace if it is down.
+pub(crate) fn ensure_up(ifname: &str) -> io::Result<()> {
+    let mut req = request(ifname).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let sock = socket()?;
+    ioctl(&sock, libc::SIOCGIFFLAGS, &mut req)?;
+    // SAFETY: the ioctl succeeded, so the flags member is initialised.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    if flags & libc::IFF_UP as libc::c_short != 0 {
+        return Ok(());
+    }
+    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    ioctl(&sock, libc::SIOCSIFFLAGS, &mut req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_cannot_be_interfaces_are_refused() {
+        assert!(request("").is_none());
+        assert!(request("a/b").is_none());
+        assert!(request("0123456789abcdef").is_none());
+        assert!(request("lo").is_some());
+    }
+
+    #[test]
+    fn loopback_has_an_index_and_an_mtu() {
+        let sock = socket().unwrap();
+        let mut req = request("lo").unwrap();
+        assert!(index(&sock, &mut req).unwrap() >= 1);
+        assert!(mtu(&sock, &mut req).unwrap() >= 1280);
+        let mut missing = request("xdt-nope0").unwrap();
+        assert_eq!(
+            index(&sock, &mut missing).unwrap_err().raw_os_error(),
+            Some(libc::ENODEV)
+        );
+    }
+}
