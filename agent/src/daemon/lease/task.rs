@@ -573,10 +573,11 @@ fn finish(
         }
     }
     release_xid(&task, &mut owned);
+    // The path that served the lease stays in its view (a finished one-shot
+    // discovery reports how it was captured).
     if task.rx.sub.take().is_some() {
         task.svc.capture.unsubscribe(&task.rx.target);
     }
-    task.set_path(CapturePath::Idle);
     if ended == Ended::Gone
         && let Err(e) = persist::remove(&task.svc.store, &rec.container_id, &rec.ifname)
     {
