@@ -5,7 +5,8 @@
 //! namespace or in another one ([`attach`]); it keeps typed handles on the
 //! maps ([`maps`]), pinned under the bpffs directory when it can be
 //! ([`pin`]); [`EventReader`] drains the ring buffer through tokio's
-//! `AsyncFd` and turns records into [`DhcpEvent`]s ([`reader`]).
+//! `AsyncFd` and hands each captured frame on, its DHCP payload undecoded
+//! ([`reader`]).
 //!
 //! With the `test-hooks` feature (the tests crate turns it on), the object
 //! also carries a do-nothing XDP baseline and [`Datapath::test_run`] runs

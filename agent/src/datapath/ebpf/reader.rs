@@ -1,9 +1,16 @@
 //! The ring-buffer reader: capture records in, [`DhcpEvent`]s out.
+//!
+//! A record is checked as a frame only (record size, captured length,
+//! Ethernet/IPv4/UDP framing); the DHCP message inside is handed on as the
+//! bytes that arrived. Whether a reply is acceptable is decided in one place,
+//! the engine's validation, for this path and the AF_PACKET one alike: a
+//! second decoder here would drop replies the engine accepts (dhcproto 0.15
+//! even panics, in debug builds, on some malformed options the engine
+//! ignores), so the outcome of a reply would depend on the path it came by.
 
 use std::collections::HashMap;
 
 use aya::maps::{MapData, RingBuf};
-use dhcproto::{Decodable as _, Decoder, v4};
 use tokio::io::unix::AsyncFd;
 use xdhcp_common as common;
 
@@ -11,7 +18,7 @@ use super::{EbpfDatapathError, Result};
 use crate::datapath::frame::{FrameError, parse_udp_frame};
 use crate::datapath::{RxFrame, RxPath, Verdict};
 
-/// A captured DHCP server→client frame whose payload decodes as a DHCP message.
+/// A captured DHCP server→client frame, its UDP payload not interpreted.
 #[derive(Debug, Clone)]
 pub struct DhcpEvent {
     pub frame: RxFrame,
@@ -40,11 +47,6 @@ pub enum RecordError {
         #[source]
         source: FrameError,
     },
-    #[error("DHCP message: {source}")]
-    Dhcp {
-        #[source]
-        source: dhcproto::error::DecodeError,
-    },
 }
 
 impl RecordError {
@@ -55,7 +57,6 @@ impl RecordError {
             Self::CapturedLen { .. } => "captured_len",
             Self::Truncated { .. } => "truncated",
             Self::Frame { .. } => "frame",
-            Self::Dhcp { .. } => "dhcp",
         }
     }
 }
@@ -70,7 +71,8 @@ pub struct ReaderStats {
 
 /// Decodes one ring-buffer record: a [`common::CaptureHeader`], then a frame
 /// area of any length up to [`common::MAX_FRAME_LEN`] (the programs size
-/// records by [`common::FRAME_BUCKETS`]; any length is accepted here).
+/// records by [`common::FRAME_BUCKETS`]; any length is accepted here). The
+/// UDP payload is passed on as it is: the engine validates the DHCP message.
 pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
     let (min, max) = (
         common::CAPTURE_HEADER_LEN,
@@ -104,8 +106,6 @@ pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
     if ev.flags & common::FLAG_VLAN_OFFLOAD != 0 && ev.vlan != common::VLAN_NONE {
         headers.vlan = Some((ev.vlan & 0x0fff) as u16);
     }
-    v4::Message::decode(&mut Decoder::new(payload))
-        .map_err(|source| RecordError::Dhcp { source })?;
     let verdict = if ev.verdict == common::VERDICT_DROP {
         Verdict::Drop
     } else {
@@ -316,6 +316,33 @@ mod tests {
                 .label(),
             "frame"
         );
+    }
+
+    /// The reader judges framing only: whatever the UDP payload holds reaches
+    /// the engine byte for byte, which alone decides (as it does for frames
+    /// from the AF_PACKET receiver). Here: bytes that are no DHCP message at
+    /// all, and an ACK whose option 80 (Rapid Commit, RFC 4039: no value)
+    /// carries a value byte, which the engine ignores but dhcproto 0.15's
+    /// decoder asserts against in debug builds.
+    #[test]
+    fn payload_is_passed_on_undecoded() {
+        let garbage = build_udp_frame(&reply_headers(), &[0xff; 8]);
+        let ev = decode_record(&record(&garbage, common::FLAG_XDP, common::VLAN_NONE))
+            .expect("a well-framed record");
+        assert_eq!(ev.frame.payload, [0xff; 8]);
+
+        let mut m = v4::Message::default();
+        m.set_opcode(v4::Opcode::BootReply).set_xid(0x0a0c);
+        m.opts_mut()
+            .insert(v4::DhcpOption::MessageType(v4::MessageType::Ack));
+        let mut ack = Vec::new();
+        m.encode(&mut Encoder::new(&mut ack)).unwrap();
+        assert_eq!(ack.pop(), Some(255), "END last");
+        ack.extend_from_slice(&[80, 1, 1, 255]);
+        let f = build_udp_frame(&reply_headers(), &ack);
+        let ev = decode_record(&record(&f, common::FLAG_TC, common::VLAN_NONE))
+            .expect("a well-framed record");
+        assert_eq!(ev.frame.payload, ack);
     }
 
     #[test]
