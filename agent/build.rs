@@ -21,10 +21,18 @@ fn main() -> anyhow::Result<()> {
         .manifest_path
         .parent()
         .ok_or_else(|| anyhow!("{} has no parent directory", package.manifest_path))?;
+    // The agent's `test-hooks` feature turns on the eBPF crate's feature of
+    // the same name (test-only programs); the shipped object has none.
+    let features: &[&str] = if std::env::var_os("CARGO_FEATURE_TEST_HOOKS").is_some() {
+        &["test-hooks"]
+    } else {
+        &[]
+    };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: EBPF_PACKAGE,
             root_dir: root_dir.as_str(),
+            features,
             ..Default::default()
         }],
         aya_build::Toolchain::Custom(xdhcp_common::EBPF_TOOLCHAIN),

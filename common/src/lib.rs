@@ -31,7 +31,8 @@ pub const MAP_IFCONFIG_DIRECT: &str = "XDHCP_IFCFG_DIRECT";
 pub const PROG_XDP: &str = "xdhcp_xdp";
 /// TC clsact ingress twin of [`PROG_XDP`].
 pub const PROG_TC: &str = "xdhcp_tc";
-/// Do-nothing XDP program (returns `XDP_PASS`), the baseline of `bench_xdp`.
+/// Do-nothing XDP program (returns `XDP_PASS`), the baseline of `bench_xdp`;
+/// only in objects built with the eBPF crate's `test-hooks` feature.
 pub const PROG_XDP_PASS: &str = "xdhcp_xdp_pass";
 
 /// Ring buffer size in bytes (power of two, multiple of the page size):

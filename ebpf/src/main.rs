@@ -387,7 +387,9 @@ pub fn xdhcp_xdp(ctx: XdpContext) -> u32 {
     }
 }
 
-/// The do-nothing baseline for `bench_xdp`.
+/// The do-nothing baseline for `bench_xdp`; test builds only (the
+/// `test-hooks` feature), never in the shipped object.
+#[cfg(feature = "test-hooks")]
 #[xdp]
 pub fn xdhcp_xdp_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS

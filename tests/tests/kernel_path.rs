@@ -12,11 +12,11 @@
 use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
-use dhcproto::{Encodable as _, Encoder};
+use dhcproto::{Decodable as _, Decoder, Encodable as _, Encoder};
 use xdhcp::datapath::RxPath;
 use xdhcp::datapath::Verdict;
 use xdhcp::datapath::ebpf::{
-    CaptureMode, Counters, Datapath, PINNED_MAPS, Pinning, ProgramKind, pin_maps,
+    CaptureMode, Counters, Datapath, DhcpEvent, PINNED_MAPS, Pinning, ProgramKind, pin_maps,
 };
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
 
@@ -60,6 +60,12 @@ fn dhcp_reply(mt: MessageType, xid: u32) -> Vec<u8> {
     let mut buf = Vec::new();
     m.encode(&mut Encoder::new(&mut buf)).expect("encode");
     buf
+}
+
+/// The DHCP message of a captured frame (the reader hands the bytes on
+/// undecoded; the engine validates them in the agent).
+fn message(ev: &DhcpEvent) -> Message {
+    Message::decode(&mut Decoder::new(&ev.frame.payload)).expect("a DHCP message")
 }
 
 fn headers(vlan: Option<u16>) -> FrameHeaders {
@@ -121,10 +127,10 @@ async fn dhcp_replies_in_every_mode_with_and_without_owned_xid() {
                     let xid = 0xdead_0000 | u32::from(u8::from(mt));
                     dp.set_mode(LO, mode).unwrap();
                     if owned {
-                        dp.own_xid(xid, LO).unwrap();
+                        dp.xid_ownership().own(xid, LO).unwrap();
                     }
                     // A different owned xid must never make this frame drop.
-                    dp.own_xid(0x1234_5678, LO).unwrap();
+                    dp.xid_ownership().own(0x1234_5678, LO).unwrap();
                     let f = frame(mt, xid);
                     let ret = run(&mut dp, kind, &f);
                     let dropped = mode == CaptureMode::Intercept && owned;
@@ -151,8 +157,8 @@ async fn dhcp_replies_in_every_mode_with_and_without_owned_xid() {
                         continue;
                     }
                     let ev = ev.unwrap_or_else(|| panic!("{ctx}: no record"));
-                    assert_eq!(ev.message.xid(), xid, "{ctx}");
-                    assert_eq!(ev.message.opts().msg_type(), Some(mt), "{ctx}");
+                    assert_eq!(message(&ev).xid(), xid, "{ctx}");
+                    assert_eq!(message(&ev).opts().msg_type(), Some(mt), "{ctx}");
                     assert_eq!(ev.frame.ifindex, LO, "{ctx}");
                     assert_eq!(ev.frame.headers, headers(None), "{ctx}");
                     assert_eq!(ev.frame.payload, dhcp_reply(mt, xid), "{ctx}");
@@ -216,7 +222,7 @@ async fn frames_of_every_record_size_round_trip() {
                 .try_recv()
                 .unwrap_or_else(|| panic!("{ctx}: no record ({:?})", reader.stats()));
             assert_eq!(ev.frame.payload, payload, "{ctx}");
-            assert_eq!(ev.message.xid(), 0x5eed, "{ctx}");
+            assert_eq!(message(&ev).xid(), 0x5eed, "{ctx}");
             assert!(
                 (before..=after).contains(&ev.frame.ts_ns),
                 "{ctx}: ts {} not in [{before}, {after}]",
@@ -233,11 +239,11 @@ async fn disowned_xid_passes_again() {
         let mut dp = load();
         let mut reader = dp.take_reader().unwrap().unwrap();
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(7, LO).unwrap();
+        dp.xid_ownership().own(7, LO).unwrap();
         let f = frame(MessageType::Offer, 7);
         assert_eq!(run(&mut dp, kind, &f), drop_code(kind));
-        dp.disown_xid(7).unwrap();
-        dp.disown_xid(7).unwrap(); // absent is fine
+        dp.xid_ownership().disown(7).unwrap();
+        dp.xid_ownership().disown(7).unwrap(); // absent is fine
         assert_eq!(run(&mut dp, kind, &f), pass(kind));
         let c = dp.counters().unwrap();
         assert_eq!((c.captured, c.dropped_owned, c.passed_unowned), (2, 1, 1));
@@ -257,7 +263,7 @@ async fn vlan_tagged_replies_are_captured_with_their_vlan() {
             let mut dp = load();
             let mut reader = dp.take_reader().unwrap().unwrap();
             dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-            dp.own_xid(99, LO).unwrap();
+            dp.xid_ownership().own(99, LO).unwrap();
             let mut f = build_udp_frame(&headers(Some(100)), &dhcp_reply(MessageType::Ack, 99));
             f[12..14].copy_from_slice(&tpid.to_be_bytes());
             assert_eq!(
@@ -267,7 +273,7 @@ async fn vlan_tagged_replies_are_captured_with_their_vlan() {
             );
             let ev = reader.try_recv().expect("record");
             assert_eq!(ev.frame.headers.vlan, Some(100));
-            assert_eq!(ev.message.xid(), 99);
+            assert_eq!(message(&ev).xid(), 99);
         }
     }
 }
@@ -296,7 +302,7 @@ async fn fragments_pass_uncaptured() {
         let mut dp = load();
         let mut reader = dp.take_reader().unwrap().unwrap();
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(5, LO).unwrap();
+        dp.xid_ownership().own(5, LO).unwrap();
         for flags_offset in [0x2000, 0x0001, 0x2010] {
             let f = set_frag(frame(MessageType::Offer, 5), flags_offset);
             assert_eq!(
@@ -321,7 +327,7 @@ async fn truncated_at_every_offset_passes_as_malformed() {
         let mut dp = load();
         let mut reader = dp.take_reader().unwrap().unwrap();
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(77, LO).unwrap();
+        dp.xid_ownership().own(77, LO).unwrap();
         let f = frame(MessageType::Offer, 77);
         // BPF_PROG_TEST_RUN refuses inputs shorter than an Ethernet header;
         // for skb programs also an IPv4 EtherType frame shorter than an IPv4
@@ -389,7 +395,7 @@ async fn non_dhcp_traffic_passes_counted() {
         let mut dp = load();
         let mut reader = dp.take_reader().unwrap().unwrap();
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(1, LO).unwrap();
+        dp.xid_ownership().own(1, LO).unwrap();
         for f in &frames {
             assert_eq!(run(&mut dp, kind, f), pass(kind));
         }
@@ -410,7 +416,7 @@ async fn not_a_bootp_reply_is_malformed() {
     for kind in KINDS {
         let mut dp = load();
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(3, LO).unwrap();
+        dp.xid_ownership().own(3, LO).unwrap();
         let mut request_op = frame(MessageType::Offer, 3);
         request_op[42] = 1; // BOOTREQUEST from port 67
         let mut bad_cookie = frame(MessageType::Offer, 3);
@@ -431,7 +437,7 @@ async fn oversized_reply_is_flagged_and_never_dropped() {
         let mut dp = load();
         let mut reader = dp.take_reader().unwrap().unwrap();
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(11, LO).unwrap();
+        dp.xid_ownership().own(11, LO).unwrap();
         let mut payload = dhcp_reply(MessageType::Offer, 11);
         payload.resize(xdhcp_common::MAX_FRAME_LEN, 0); // pad: datagram beyond MAX_FRAME_LEN
         let f = build_udp_frame(&headers(None), &payload);
@@ -451,7 +457,7 @@ async fn full_ring_buffer_fails_open() {
         let mut dp = load();
         let mut reader = dp.take_reader().unwrap().unwrap();
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(21, LO).unwrap();
+        dp.xid_ownership().own(21, LO).unwrap();
         let f = frame(MessageType::Ack, 21);
         // Each record: the ring's 8-byte header + a record sized for this frame.
         let slots = xdhcp_common::EVENTS_BYTES as usize / (xdhcp_common::record_len(f.len()) + 8);
@@ -537,7 +543,7 @@ fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
             assert_eq!(run(&mut dp, ProgramKind::Xdp, &arp), XDP_PASS);
         }
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
-        dp.own_xid(7, LO).unwrap();
+        dp.xid_ownership().own(7, LO).unwrap();
         assert_eq!(
             run(&mut dp, ProgramKind::Xdp, &frame(MessageType::Offer, 7)),
             XDP_DROP
@@ -624,7 +630,7 @@ fn large_ifindex_mode_comes_from_the_hash_map() {
             };
             let unset = run_big(&mut dp);
             dp.set_mode(BIG, CaptureMode::Intercept).unwrap();
-            dp.own_xid(9, BIG).unwrap();
+            dp.xid_ownership().own(9, BIG).unwrap();
             let owned = run_big(&mut dp);
             dp.clear_mode(BIG).unwrap();
             let cleared = run_big(&mut dp);
@@ -779,7 +785,7 @@ mod netns {
                 .await
                 .unwrap_or_else(|_| panic!("no OFFER with xid {xid:#x} in the ring buffer"))
                 .expect("ring buffer");
-            if ev.message.xid() == xid {
+            if super::message(&ev).xid() == xid {
                 return ev;
             }
         }
@@ -815,8 +821,11 @@ mod netns {
         let xid = 0x5eed_0001;
         send_discover(&tx, client, xid);
         let ev = next_offer(&mut reader, xid).await;
-        assert_eq!(ev.message.opts().msg_type(), Some(MessageType::Offer));
-        assert_eq!(ev.message.chaddr()[..6], client.mac);
+        assert_eq!(
+            super::message(&ev).opts().msg_type(),
+            Some(MessageType::Offer)
+        );
+        assert_eq!(super::message(&ev).chaddr()[..6], client.mac);
         assert_eq!(ev.frame.ifindex, client.ifindex);
         assert_eq!(ev.frame.headers.src_ip, lab.server_ip);
         assert_eq!(
@@ -834,7 +843,7 @@ mod netns {
         // Intercept, owned: captured, not delivered.
         dp.set_mode(client.ifindex, CaptureMode::Intercept).unwrap();
         let xid = 0x5eed_0002;
-        dp.own_xid(xid, client.ifindex).unwrap();
+        dp.xid_ownership().own(xid, client.ifindex).unwrap();
         send_discover(&tx, client, xid);
         let ev = next_offer(&mut reader, xid).await;
         assert_eq!(
@@ -1036,11 +1045,15 @@ mod netns {
                 .await
                 .unwrap_or_else(|_| panic!("{layout}: nothing captured"))
                 .expect("ring buffer");
-            assert_eq!(ev.message.xid(), xid, "{layout}");
+            assert_eq!(super::message(&ev).xid(), xid, "{layout}");
             assert!(ev.via_tc, "{layout}");
             assert_eq!(ev.frame.ifindex, att.ifindex, "{layout}");
             assert_eq!(ev.frame.payload, payload, "{layout}: BOOTP bytes differ");
-            assert_eq!(ev.message.chaddr()[..6], super::CLIENT_MAC, "{layout}");
+            assert_eq!(
+                super::message(&ev).chaddr()[..6],
+                super::CLIENT_MAC,
+                "{layout}"
+            );
         }
         let c = dp.counters().unwrap();
         assert_eq!((c.captured, c.load_error, c.malformed), (3, 0, 0), "{c:?}");

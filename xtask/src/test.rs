@@ -46,7 +46,8 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Lint the eBPF crate for its own target with the eBPF toolchain.
+/// Lint the eBPF crate for its own target with the eBPF toolchain, with
+/// every feature (the test-only programs too).
 fn ebpf_clippy(root: &std::path::Path) -> Result<()> {
     cmd::run(
         Command::new("cargo")
@@ -55,6 +56,7 @@ fn ebpf_clippy(root: &std::path::Path) -> Result<()> {
             .args([
                 "clippy",
                 "--release",
+                "--all-features",
                 "--target",
                 "bpfel-unknown-none",
                 "-Z",

@@ -1,4 +1,5 @@
-//! Interface ioctls (`struct ifreq`): index, hardware address, MTU, flags.
+//! Interface ioctls (`struct ifreq`): index, hardware address, MTU, flags,
+//! ethtool driver information.
 //! Every `SIOC*IF*` call of the agent goes through here.
 
 use std::io;
@@ -83,6 +84,56 @@ pub(crate) fn ensure_up(ifname: &str) -> io::Result<()> {
     }
     req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
     ioctl(&sock, libc::SIOCSIFFLAGS, &mut req)
+}
+
+/// The two fields of `struct ethtool_drvinfo` the attach choice reads.
+pub(crate) struct DriverInfo {
+    pub(crate) driver: String,
+    pub(crate) bus_info: String,
+}
+
+/// `ETHTOOL_GDRVINFO` on `ifname` in the current thread's namespace
+/// (`SIOCETHTOOL`). `Ok(None)` when the device does not answer it; `Err`
+/// only when no socket could be opened.
+pub(crate) fn driver_info(ifname: &str) -> io::Result<Option<DriverInfo>> {
+    /// `struct ethtool_drvinfo` from `<linux/ethtool.h>`.
+    #[repr(C)]
+    struct EthtoolDrvinfo {
+        cmd: u32,
+        driver: [u8; 32],
+        version: [u8; 32],
+        fw_version: [u8; 32],
+        bus_info: [u8; 32],
+        erom_version: [u8; 32],
+        reserved2: [u8; 12],
+        n_priv_flags: u32,
+        n_stats: u32,
+        testinfo_len: u32,
+        eedump_len: u32,
+        regdump_len: u32,
+    }
+    const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+    const SIOCETHTOOL: libc::Ioctl = 0x8946;
+
+    let Some(mut req) = request(ifname) else {
+        return Ok(None);
+    };
+    let sock = socket()?;
+    // SAFETY: all-zero is a valid EthtoolDrvinfo.
+    let mut info: EthtoolDrvinfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    req.ifr_ifru.ifru_data = (&raw mut info).cast();
+    if ioctl(&sock, SIOCETHTOOL, &mut req).is_err() {
+        return Ok(None);
+    }
+    let cstr = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
+    Ok(Some(DriverInfo {
+        driver: cstr(&info.driver),
+        bus_info: cstr(&info.bus_info),
+    }))
 }
 
 #[cfg(test)]

@@ -103,16 +103,26 @@ fn spawn_in_netns<T: Send + 'static>(
 
 /// Run `f` on a short-lived dedicated OS thread that has `setns()`-ed into the
 /// namespace at `netns` (a `/var/run/netns/<name>` or `/proc/<pid>/ns/net`
-/// path). The caller's thread never changes namespace. Sockets created inside
-/// keep that namespace after the thread exits.
-pub fn run_in_netns<T: Send + 'static>(
-    netns: &Path,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T> {
-    let handle = spawn_in_netns(netns, move || Ok(f()))?;
-    handle.join().map_err(|_| NetnsError::Panicked {
-        path: netns.to_path_buf(),
-    })?
+/// path), and wait for it. The caller's thread never changes namespace.
+/// Sockets created inside keep that namespace after the thread exits. The
+/// thread is scoped, so `f` may borrow from the caller (the eBPF loader
+/// attaches its programs, held by `&mut`, this way).
+pub fn run_in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> T + Send) -> Result<T> {
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("xdhcp-netns".to_owned())
+            .spawn_scoped(scope, || {
+                enter(netns)?;
+                Ok(f())
+            })
+            .map_err(|source| NetnsError::Spawn {
+                path: netns.to_path_buf(),
+                source,
+            })?;
+        handle.join().map_err(|_| NetnsError::Panicked {
+            path: netns.to_path_buf(),
+        })?
+    })
 }
 
 /// Async form of [`run_in_netns`]: the work still runs on its own dedicated
@@ -243,6 +253,14 @@ mod tests {
         let inside = run_in_netns(&ns.path, current_thread_netns_inode).unwrap();
         assert_eq!(inside, ns.inode());
         assert_eq!(current_thread_netns_inode(), before);
+    }
+
+    #[test]
+    fn closure_may_borrow_from_the_caller() {
+        let ns = ThreadNetns::new();
+        let mut seen = Vec::new();
+        run_in_netns(&ns.path, || seen.push(current_thread_netns_inode())).unwrap();
+        assert_eq!(seen, [ns.inode()]);
     }
 
     /// Inode of the network namespace a socket belongs to (`SIOCGSKNS`).

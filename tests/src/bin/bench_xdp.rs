@@ -26,8 +26,9 @@
 //! for the frame, `FRAME_BUCKETS`: ~2380 for 342 bytes, ~660 for 1514), so
 //! each round is a set of runs of `B` repetitions (four fifths of what the
 //! ring holds), and between runs, outside the timed region, the agent's own
-//! reader (`EventReader`, dhcproto included) decodes the records; the bench
-//! fails unless every frame was captured and every record decoded. Runs
+//! reader (`EventReader`: record and frame checks, the DHCP payload handed
+//! on undecoded as in the agent) reads the records back; the bench fails
+//! unless every frame was captured and every record read. Runs
 //! start in one of two states. In a burst: the newest record of the previous
 //! run is left unread, so the consumer is behind and no record of the run
 //! finds it caught up — the per-packet cost of captures that follow each

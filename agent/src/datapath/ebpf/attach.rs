@@ -1,0 +1,357 @@
+//! Attaching the capture programs to interfaces, in the caller's network
+//! namespace or in another one: the default choice per device kind (veth →
+//! TC, physical NIC / VF → native XDP, anything else → generic XDP), the
+//! fallback from native to generic XDP, and detaching.
+
+use std::path::{Path, PathBuf};
+
+use aya::Ebpf;
+use aya::programs::links::{FdLink, Link as _, LinkError};
+use aya::programs::tc::{
+    SchedClassifierLink, SchedClassifierLinkId, TcAttachType, qdisc_add_clsact,
+};
+use aya::programs::xdp::XdpLink;
+use aya::programs::{SchedClassifier, Xdp, XdpMode};
+use xdhcp_common as common;
+
+use super::{CaptureMode, Datapath, EbpfDatapathError, Result, error_chain, program};
+use crate::datapath::AttachMode;
+
+/// Where to attach: an interface name, optionally inside another network
+/// namespace (`/var/run/netns/<name>` or `/proc/<pid>/ns/net`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AttachTarget {
+    pub ifname: String,
+    pub netns: Option<PathBuf>,
+}
+
+/// Outcome of an attach, for logs and status reporting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// Interface index inside the interface's namespace.
+    pub ifindex: u32,
+    /// What was actually attached.
+    pub mode: AttachMode,
+    /// Set when native XDP was refused and generic XDP was used instead.
+    pub native_refused: Option<String>,
+}
+
+enum LinkHandle {
+    /// An XDP BPF link, owned here (the program's own table would hide its
+    /// kernel id).
+    Xdp(XdpLink),
+    /// A tcx BPF link (kernel 6.6 and later), owned here likewise.
+    Tcx(SchedClassifierLink),
+    /// A netlink TC filter (before tcx), kept in the program's table.
+    TcNetlink(SchedClassifierLinkId),
+}
+
+pub(super) struct Attached {
+    ifindex: u32,
+    mode: AttachMode,
+    link: LinkHandle,
+    /// The kernel's id of the BPF link, where the attachment is one (XDP,
+    /// and TC through tcx): lets the agent notice a detach from outside.
+    link_id: Option<u32>,
+}
+
+impl Datapath {
+    /// Attaches to `target` with `mode` (or the default choice for the
+    /// interface when `None`) and sets its capture mode. Native XDP refused by
+    /// the driver falls back to generic XDP; the returned [`Attachment`] says
+    /// what was attached.
+    pub fn attach(
+        &mut self,
+        target: &AttachTarget,
+        mode: Option<AttachMode>,
+        capture: CaptureMode,
+    ) -> Result<Attachment> {
+        if let Some(a) = self.attached.get(target) {
+            return Err(EbpfDatapathError::AlreadyAttached {
+                ifname: target.ifname.clone(),
+                mode: a.mode,
+            });
+        }
+        let ifname = target.ifname.clone();
+        let xdp_ok = self.xdp_unavailable.is_none();
+        let ebpf = &mut self.ebpf;
+        let (attached, refused) = in_netns(target.netns.as_deref(), move || {
+            let (ifindex, kind) = interface_kind(&ifname)?;
+            let wanted = mode.unwrap_or_else(|| default_attach_mode(kind));
+            let wanted = match wanted {
+                AttachMode::XdpNative | AttachMode::XdpGeneric if !xdp_ok => AttachMode::Tc,
+                m => m,
+            };
+            attach_here(ebpf, &ifname, ifindex, wanted)
+        })??;
+        // Mode before anything is captured: set it now that the ifindex is known.
+        if let Err(e) = self.set_mode(attached.ifindex, capture) {
+            if let Err(undo) = self.detach_attached(target, attached) {
+                tracing::error!(ifname = %target.ifname, netns = ?target.netns, error = %undo,
+                    "could not detach after failing to set the capture mode");
+            }
+            return Err(e);
+        }
+        let out = Attachment {
+            ifindex: attached.ifindex,
+            mode: attached.mode,
+            native_refused: refused,
+        };
+        if let Some(reason) = &out.native_refused {
+            tracing::warn!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, reason = %reason,
+                "native XDP refused, attached generic XDP");
+        } else {
+            tracing::info!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, "attached");
+        }
+        self.attached.insert(target.clone(), attached);
+        Ok(out)
+    }
+
+    /// Detaches from `target` and clears its mode.
+    pub fn detach(&mut self, target: &AttachTarget) -> Result<()> {
+        let attached =
+            self.attached
+                .remove(target)
+                .ok_or_else(|| EbpfDatapathError::NotAttached {
+                    ifname: target.ifname.clone(),
+                })?;
+        let ifindex = attached.ifindex;
+        self.detach_attached(target, attached)?;
+        // The mode map is keyed by ifindex alone: keep the entry while an
+        // interface with the same index in another namespace is attached.
+        if self.attached.values().any(|a| a.ifindex == ifindex) {
+            return Ok(());
+        }
+        self.clear_mode(ifindex)
+    }
+
+    /// Attached targets whose BPF link the kernel reports detached (an
+    /// operator's `bpftool link detach`, or the device gone). Netlink TC
+    /// filters (kernels before 6.6) cannot be checked this way.
+    pub fn detached_targets(&self) -> Vec<AttachTarget> {
+        self.attached
+            .iter()
+            .filter(|(_, a)| {
+                a.link_id.is_some_and(|id| {
+                    matches!(crate::sys::bpf::link_ifindex(id), Ok(None | Some(0)))
+                })
+            })
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// The kernel id of the BPF link attached to `target`, if it is one.
+    pub fn link_id(&self, target: &AttachTarget) -> Option<u32> {
+        self.attached.get(target).and_then(|a| a.link_id)
+    }
+
+    /// Attach modes per target, for status reporting.
+    pub fn attachments(&self) -> Vec<(AttachTarget, u32, AttachMode)> {
+        self.attached
+            .iter()
+            .map(|(t, a)| (t.clone(), a.ifindex, a.mode))
+            .collect()
+    }
+
+    fn detach_attached(&mut self, target: &AttachTarget, attached: Attached) -> Result<()> {
+        let ifname = target.ifname.clone();
+        let ebpf = &mut self.ebpf;
+        in_netns(target.netns.as_deref(), move || {
+            let res = match attached.link {
+                LinkHandle::Xdp(link) => link.detach(),
+                LinkHandle::Tcx(link) => link.detach(),
+                LinkHandle::TcNetlink(id) => {
+                    program::<SchedClassifier>(ebpf, common::PROG_TC)?.detach(id)
+                }
+            };
+            res.map_err(|source| EbpfDatapathError::Detach { ifname, source })
+        })?
+    }
+}
+
+/// Runs `f` inside `netns` (on a dedicated thread, see [`crate::sys::netns`]), or
+/// directly when `None`: interface names and indexes are looked up, and
+/// programs attached, in the namespace of the thread that does it.
+fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T> {
+    match netns {
+        None => Ok(f()),
+        Some(path) => crate::sys::netns::run_in_netns(path, f)
+            .map_err(|source| EbpfDatapathError::Netns { source }),
+    }
+}
+
+/// What kind of device an interface is, for the default attach choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceKind {
+    /// A veth end.
+    Veth,
+    /// A device with a bus address: a physical NIC or an SR-IOV VF netdev.
+    Hardware,
+    /// Anything else (bridge, macvlan, tun/tap, dummy, ...).
+    Other,
+}
+
+/// The default attach choice: veth → TC (native XDP on veth costs the pod's
+/// TCP throughput dearly), hardware → native XDP, anything else → generic XDP.
+pub const fn default_attach_mode(kind: InterfaceKind) -> AttachMode {
+    match kind {
+        InterfaceKind::Veth => AttachMode::Tc,
+        InterfaceKind::Hardware => AttachMode::XdpNative,
+        InterfaceKind::Other => AttachMode::XdpGeneric,
+    }
+}
+
+/// Classifies a device from its ethtool driver name and bus address.
+pub fn classify_driver(driver: &str, bus_info: &str) -> InterfaceKind {
+    if driver == "veth" {
+        InterfaceKind::Veth
+    } else if !bus_info.is_empty() && bus_info != "N/A" && !bus_info.starts_with("tap") {
+        InterfaceKind::Hardware
+    } else {
+        InterfaceKind::Other
+    }
+}
+
+/// ifindex and kind of `ifname` in the current thread's namespace.
+fn interface_kind(ifname: &str) -> Result<(u32, InterfaceKind)> {
+    let no_if = |source| EbpfDatapathError::NoInterface {
+        ifname: ifname.to_owned(),
+        source,
+    };
+    let ifindex = nix::net::if_::if_nametoindex(ifname).map_err(|e| no_if(e.into()))?;
+    let kind = match crate::sys::ifreq::driver_info(ifname).map_err(no_if)? {
+        Some(info) => classify_driver(&info.driver, &info.bus_info),
+        // Devices without ethtool support (e.g. some virtual ones): "other".
+        None => InterfaceKind::Other,
+    };
+    Ok((ifindex, kind))
+}
+
+/// Attaches in the current thread's namespace. Returns what was attached and
+/// the native-XDP refusal reason when it fell back to generic.
+fn attach_here(
+    ebpf: &mut Ebpf,
+    ifname: &str,
+    ifindex: u32,
+    mode: AttachMode,
+) -> Result<(Attached, Option<String>)> {
+    let attach_err = |mode, source| EbpfDatapathError::Attach {
+        ifname: ifname.to_owned(),
+        mode,
+        source,
+    };
+    let hold_err = |mode, source| EbpfDatapathError::HoldLink {
+        ifname: ifname.to_owned(),
+        mode,
+        source,
+    };
+    let attached = |mode, link, link_id| Attached {
+        ifindex,
+        mode,
+        link,
+        link_id,
+    };
+    // XDP links are BPF links on every supported kernel: take them out of
+    // the program's table to learn their kernel id.
+    let xdp = |prog: &mut Xdp, mode, id| -> Result<Attached> {
+        let link = prog.take_link(id).map_err(|e| attach_err(mode, e))?;
+        let (link, link_id) = owned_link(link).map_err(|e| hold_err(mode, e))?;
+        Ok(attached(mode, LinkHandle::Xdp(link), link_id))
+    };
+    match mode {
+        AttachMode::Tc => {
+            let prog: &mut SchedClassifier = program(ebpf, common::PROG_TC)?;
+            let id = match prog.attach(ifname, TcAttachType::Ingress) {
+                Ok(id) => id,
+                Err(first) => {
+                    // Before TCX (kernel < 6.6) a clsact qdisc is needed first.
+                    if qdisc_add_clsact(ifname).is_err() {
+                        return Err(attach_err(mode, first));
+                    }
+                    prog.attach(ifname, TcAttachType::Ingress)
+                        .map_err(|e| attach_err(mode, e))?
+                }
+            };
+            if !tcx_links() {
+                return Ok((attached(mode, LinkHandle::TcNetlink(id), None), None));
+            }
+            let link = prog.take_link(id).map_err(|e| attach_err(mode, e))?;
+            let (link, link_id) = owned_link(link).map_err(|e| hold_err(mode, e))?;
+            Ok((attached(mode, LinkHandle::Tcx(link), link_id), None))
+        }
+        AttachMode::XdpNative => {
+            let prog: &mut Xdp = program(ebpf, common::PROG_XDP)?;
+            match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
+                Ok(id) => Ok((xdp(prog, mode, id)?, None)),
+                Err(e) => {
+                    let reason = error_chain(&e);
+                    let id = prog
+                        .attach_to_if_index(ifindex, XdpMode::Skb)
+                        .map_err(|e| attach_err(AttachMode::XdpGeneric, e))?;
+                    Ok((xdp(prog, AttachMode::XdpGeneric, id)?, Some(reason)))
+                }
+            }
+        }
+        AttachMode::XdpGeneric => {
+            let prog: &mut Xdp = program(ebpf, common::PROG_XDP)?;
+            let id = prog
+                .attach_to_if_index(ifindex, XdpMode::Skb)
+                .map_err(|e| attach_err(mode, e))?;
+            Ok((xdp(prog, mode, id)?, None))
+        }
+        AttachMode::AfPacket => Err(EbpfDatapathError::NotEbpf { mode }),
+    }
+}
+
+/// Whether TC attachments are tcx links (kernel 6.6 and later, as aya
+/// decides), rather than netlink filters.
+fn tcx_links() -> bool {
+    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0))
+}
+
+/// A link taken out of its program's table, with the kernel id of the BPF
+/// link behind it. Only BPF links can be taken this way: XDP links on the
+/// supported kernels, tcx links on 6.6 and later.
+fn owned_link<L>(link: L) -> std::result::Result<(L, Option<u32>), LinkError>
+where
+    FdLink: TryFrom<L, Error = LinkError>,
+    L: TryFrom<FdLink, Error = LinkError>,
+{
+    let fd = FdLink::try_from(link)?;
+    let id = fd.info().ok().map(|i| i.id());
+    let link = L::try_from(fd)?;
+    Ok((link, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_attach_choice_per_device_kind() {
+        assert_eq!(
+            default_attach_mode(classify_driver("veth", "")),
+            AttachMode::Tc
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("mlx5_core", "0000:3b:00.2")),
+            AttachMode::XdpNative
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("iavf", "0000:af:02.0")),
+            AttachMode::XdpNative
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("bridge", "N/A")),
+            AttachMode::XdpGeneric
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("tun", "tap")),
+            AttachMode::XdpGeneric
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("macvlan", "")),
+            AttachMode::XdpGeneric
+        );
+    }
+}

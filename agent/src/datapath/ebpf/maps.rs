@@ -1,0 +1,301 @@
+//! Typed handles on the programs' maps: the per-interface capture mode (a
+//! hash map and its array mirror), the xid ownership map and the per-CPU
+//! outcome counters.
+
+use std::sync::{Arc, Mutex};
+
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use xdhcp_common as common;
+
+use super::{Datapath, EbpfDatapathError, Result};
+
+/// Per-interface capture mode, mirrored into the kernel's config map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CaptureMode {
+    /// Pass everything, capture nothing.
+    Off,
+    /// Capture DHCP server→client frames, pass them on.
+    Observe,
+    /// Capture; drop the frames whose xid is owned, pass all others.
+    Intercept,
+}
+
+impl CaptureMode {
+    const fn to_kernel(self) -> u32 {
+        match self {
+            Self::Off => common::MODE_OFF,
+            Self::Observe => common::MODE_OBSERVE,
+            Self::Intercept => common::MODE_INTERCEPT,
+        }
+    }
+}
+
+/// Counters summed over CPUs, one field per kernel outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub passed_not_dhcp: u64,
+    pub captured: u64,
+    pub dropped_owned: u64,
+    pub ringbuf_full: u64,
+    pub malformed: u64,
+    pub fragment: u64,
+    pub mode_off: u64,
+    pub passed_unowned: u64,
+    pub load_error: u64,
+}
+
+impl Counters {
+    /// `(label, value)` pairs for metrics.
+    pub fn labelled(&self) -> [(&'static str, u64); 9] {
+        [
+            ("passed_not_dhcp", self.passed_not_dhcp),
+            ("captured", self.captured),
+            ("dropped_owned", self.dropped_owned),
+            ("ringbuf_full", self.ringbuf_full),
+            ("malformed", self.malformed),
+            ("fragment", self.fragment),
+            ("mode_off", self.mode_off),
+            ("passed_unowned", self.passed_unowned),
+            ("load_error", self.load_error),
+        ]
+    }
+}
+
+/// Shared handle on the kernel xid ownership map (see
+/// [`Datapath::xid_ownership`]); clones refer to the same map.
+#[derive(Clone)]
+pub struct XidOwnership(Arc<Mutex<HashMap<MapData, u32, common::Owned>>>);
+
+impl std::fmt::Debug for XidOwnership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XidOwnership").finish_non_exhaustive()
+    }
+}
+
+impl XidOwnership {
+    pub(super) fn new(map: HashMap<MapData, u32, common::Owned>) -> Self {
+        Self(Arc::new(Mutex::new(map)))
+    }
+
+    /// Registers `xid` (host order, as in `Client::xid()`) as owned by
+    /// `ifindex`: in intercept mode the programs drop replies carrying it.
+    pub fn own(&self, xid: u32, ifindex: u32) -> Result<()> {
+        let value = common::Owned {
+            ifindex,
+            reserved: 0,
+        };
+        lock(&self.0)
+            .insert(wire_xid(xid), value, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: common::MAP_OWNED,
+                source,
+            })
+    }
+
+    /// Removes `xid` from the ownership map (absent is fine).
+    pub fn disown(&self, xid: u32) -> Result<()> {
+        match lock(&self.0).remove(&wire_xid(xid)) {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_OWNED,
+                source,
+            }),
+        }
+    }
+
+    /// Removes every entry (see [`Datapath::reset_tables`]).
+    fn clear(&self) -> Result<()> {
+        let mut owned = lock(&self.0);
+        let keys: Vec<u32> = owned.keys().filter_map(std::result::Result::ok).collect();
+        for k in keys {
+            owned
+                .remove(&k)
+                .or_else(|e| if is_not_found(&e) { Ok(()) } else { Err(e) })
+                .map_err(|source| EbpfDatapathError::Map {
+                    name: common::MAP_OWNED,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// The per-interface mode maps: the hash map is the source of truth (it
+/// knows "never set" from "off"); the array mirrors it for ifindexes below
+/// [`common::IFCONFIG_DIRECT_SLOTS`], where the programs read the array.
+pub(super) struct IfConfigMaps {
+    pub(super) hash: HashMap<MapData, u32, common::IfConfig>,
+    pub(super) direct: Array<MapData, common::IfConfig>,
+}
+
+impl IfConfigMaps {
+    /// Mirrors `cfg` into the array when `ifindex` has a slot there.
+    fn set_direct(&mut self, ifindex: u32, cfg: common::IfConfig) -> Result<()> {
+        if ifindex >= common::IFCONFIG_DIRECT_SLOTS {
+            return Ok(());
+        }
+        self.direct
+            .set(ifindex, cfg, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG_DIRECT,
+                source,
+            })
+    }
+}
+
+const MODE_OFF: common::IfConfig = common::IfConfig {
+    mode: common::MODE_OFF,
+    reserved: 0,
+};
+
+impl Datapath {
+    /// Empties the ownership and interface tables, as reused from pins: the
+    /// previous agent's programs were detached when it exited (their links
+    /// die with it), its transactions are gone (a restarted agent resumes
+    /// leases with new xids), and every interface gets its mode again when
+    /// it is re-attached. Old entries would only drop replies to dead xids
+    /// and leave modes on ifindexes a new interface may reuse.
+    pub(super) fn reset_tables(&mut self) -> Result<()> {
+        self.owned.clear()?;
+        let stale: Vec<u32> = {
+            let cfg = lock(&self.ifconfig);
+            cfg.hash
+                .keys()
+                .filter_map(std::result::Result::ok)
+                .collect()
+        };
+        for ifindex in stale {
+            self.clear_mode(ifindex)?;
+        }
+        // Array slots set without a hash entry (never by this agent, but a
+        // pin is outside our control): zero every non-zero slot.
+        let mut cfg = lock(&self.ifconfig);
+        for ifindex in 0..common::IFCONFIG_DIRECT_SLOTS {
+            let v = cfg
+                .direct
+                .get(&ifindex, 0)
+                .map_err(|source| EbpfDatapathError::Map {
+                    name: common::MAP_IFCONFIG_DIRECT,
+                    source,
+                })?;
+            if v != MODE_OFF {
+                cfg.set_direct(ifindex, MODE_OFF)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the capture mode of `ifindex` (an index in the interface's own
+    /// namespace; the map is keyed by ifindex alone, see `docs/kernel.md`).
+    pub fn set_mode(&self, ifindex: u32, mode: CaptureMode) -> Result<()> {
+        let cfg = common::IfConfig {
+            mode: mode.to_kernel(),
+            reserved: 0,
+        };
+        let mut maps = lock(&self.ifconfig);
+        maps.hash
+            .insert(ifindex, cfg, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG,
+                source,
+            })?;
+        maps.set_direct(ifindex, cfg)
+    }
+
+    /// The mode set for `ifindex`, if any (`None`: the programs treat it as off).
+    #[cfg(feature = "test-hooks")]
+    pub fn mode(&self, ifindex: u32) -> Result<Option<CaptureMode>> {
+        match lock(&self.ifconfig).hash.get(&ifindex, 0) {
+            Ok(cfg) => Ok(Some(match cfg.mode {
+                common::MODE_OBSERVE => CaptureMode::Observe,
+                common::MODE_INTERCEPT => CaptureMode::Intercept,
+                _ => CaptureMode::Off,
+            })),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG,
+                source,
+            }),
+        }
+    }
+
+    /// Forgets the mode of `ifindex` (the programs then treat it as off).
+    pub fn clear_mode(&self, ifindex: u32) -> Result<()> {
+        let mut maps = lock(&self.ifconfig);
+        // The mirror first: the programs prefer it for small ifindexes.
+        maps.set_direct(ifindex, MODE_OFF)?;
+        match maps.hash.remove(&ifindex) {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_IFCONFIG,
+                source,
+            }),
+        }
+    }
+
+    /// A handle on the xid ownership map that works without this
+    /// `Datapath`: callers keeping the datapath behind a lock can register
+    /// xids while an attach (netlink work, milliseconds) holds that lock.
+    pub fn xid_ownership(&self) -> XidOwnership {
+        self.owned.clone()
+    }
+
+    /// Reads the per-CPU counters and sums them.
+    pub fn counters(&self) -> Result<Counters> {
+        let sum = |index: u32| -> Result<u64> {
+            let values = self
+                .counters
+                .get(&index, 0)
+                .map_err(|source| EbpfDatapathError::Map {
+                    name: common::MAP_COUNTERS,
+                    source,
+                })?;
+            Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
+        };
+        Ok(Counters {
+            passed_not_dhcp: sum(common::COUNTER_PASS_NOT_DHCP)?,
+            captured: sum(common::COUNTER_CAPTURED)?,
+            dropped_owned: sum(common::COUNTER_DROPPED_OWNED)?,
+            ringbuf_full: sum(common::COUNTER_RINGBUF_FULL)?,
+            malformed: sum(common::COUNTER_MALFORMED)?,
+            fragment: sum(common::COUNTER_FRAGMENT)?,
+            mode_off: sum(common::COUNTER_MODE_OFF)?,
+            passed_unowned: sum(common::COUNTER_PASSED_UNOWNED)?,
+            load_error: sum(common::COUNTER_LOAD_ERROR)?,
+        })
+    }
+}
+
+/// The per-CPU counter array, as taken from the object.
+pub(super) type CounterMap = PerCpuArray<MapData, u64>;
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave a map handle inconsistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Deleting an absent key: aya reports `ENOENT` from `bpf_map_delete_elem`.
+fn is_not_found(e: &MapError) -> bool {
+    match e {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
+}
+
+/// The ownership map is keyed by the xid bytes as they appear on the wire.
+fn wire_xid(xid: u32) -> u32 {
+    u32::from_ne_bytes(xid.to_be_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xid_is_keyed_in_wire_order() {
+        assert_eq!(wire_xid(0x0102_0304).to_ne_bytes(), [1, 2, 3, 4]);
+    }
+}

@@ -1,0 +1,305 @@
+//! Loads the embedded eBPF object, attaches it, and reads its ring buffer.
+//!
+//! One [`Datapath`] holds the loaded programs (XDP and its TC twin) and their
+//! maps. It attaches to any number of interfaces, in the caller's network
+//! namespace or in another one ([`attach`]); it keeps typed handles on the
+//! maps ([`maps`]), pinned under the bpffs directory when it can be
+//! ([`pin`]); [`EventReader`] drains the ring buffer through tokio's
+//! `AsyncFd` and hands each captured frame on, its DHCP payload undecoded
+//! ([`reader`]).
+//!
+//! With the `test-hooks` feature (the tests crate turns it on), the object
+//! also carries a do-nothing XDP baseline and [`Datapath::test_run`] runs
+//! programs with `BPF_PROG_TEST_RUN`; the shipped agent has neither.
+
+mod attach;
+mod maps;
+mod pin;
+mod reader;
+#[cfg(feature = "test-hooks")]
+mod test_run;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use aya::maps::{MapData, MapError, RingBuf};
+use aya::programs::{ProgramError, SchedClassifier, Xdp};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+use xdhcp_common as common;
+
+pub use attach::{AttachTarget, Attachment, InterfaceKind, classify_driver, default_attach_mode};
+pub use maps::{CaptureMode, Counters, XidOwnership};
+pub use pin::{PINNED_MAPS, PinnedMap, Pinning, pin_maps};
+pub use reader::{DhcpEvent, EventReader, ReaderStats, RecordError, decode_record};
+#[cfg(feature = "test-hooks")]
+pub use test_run::{ProgramKind, TestRunOutcome};
+
+use super::AttachMode;
+use crate::sys::netns::NetnsError;
+
+/// The eBPF object built by `agent/build.rs` (empty when `AYA_BUILD_SKIP=1`).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdhcp-ebpf"));
+
+/// Errors of the eBPF datapath. Each names what it was doing.
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfDatapathError {
+    /// The agent was built with `AYA_BUILD_SKIP=1`: no object is embedded.
+    #[error("this xdhcp binary embeds no eBPF object (built with AYA_BUILD_SKIP=1)")]
+    NoObject,
+    #[error("failed to load the eBPF object: {source}")]
+    Load {
+        #[source]
+        source: EbpfError,
+    },
+    #[error("program {name} missing from the eBPF object")]
+    MissingProgram { name: &'static str },
+    #[error("map {name} missing from the eBPF object")]
+    MissingMap { name: &'static str },
+    #[error("failed to load program {name} into the kernel: {source}")]
+    ProgramLoad {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error("failed to attach {mode} to {ifname}: {source}")]
+    Attach {
+        ifname: String,
+        mode: AttachMode,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("attached {mode} to {ifname}, but cannot hold its BPF link: {source}")]
+    HoldLink {
+        ifname: String,
+        mode: AttachMode,
+        #[source]
+        source: aya::programs::links::LinkError,
+    },
+    #[error("failed to detach from {ifname}: {source}")]
+    Detach {
+        ifname: String,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("{ifname} is already attached ({mode})")]
+    AlreadyAttached { ifname: String, mode: AttachMode },
+    #[error("{ifname} is not attached")]
+    NotAttached { ifname: String },
+    #[error("attach mode {mode} is not an eBPF mode")]
+    NotEbpf { mode: AttachMode },
+    #[error("interface {ifname} not found: {source}")]
+    NoInterface {
+        ifname: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Entering the interface's network namespace failed (the error names it).
+    #[error(transparent)]
+    Netns { source: NetnsError },
+    #[error("ring buffer poll: {source}")]
+    Poll {
+        #[source]
+        source: std::io::Error,
+    },
+    #[cfg(feature = "test-hooks")]
+    #[error("the XDP program is not available on this kernel: {reason}")]
+    XdpUnavailable { reason: String },
+    #[cfg(feature = "test-hooks")]
+    #[error("test run of {name}: {source}")]
+    TestRun {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+}
+
+pub type Result<T, E = EbpfDatapathError> = std::result::Result<T, E>;
+
+/// The XDP programs in the object: the capture program, and with
+/// `test-hooks` the do-nothing baseline of `bench_xdp`.
+#[cfg(not(feature = "test-hooks"))]
+const XDP_PROGRAMS: [&str; 1] = [common::PROG_XDP];
+#[cfg(feature = "test-hooks")]
+const XDP_PROGRAMS: [&str; 2] = [common::PROG_XDP, common::PROG_XDP_PASS];
+
+/// The loaded eBPF programs and their maps.
+pub struct Datapath {
+    ebpf: Ebpf,
+    xdp_unavailable: Option<String>,
+    counters: maps::CounterMap,
+    owned: XidOwnership,
+    ifconfig: Mutex<maps::IfConfigMaps>,
+    events: Option<RingBuf<MapData>>,
+    /// The kernel's id of the ring buffer map, to open a new reader on it.
+    events_id: Option<u32>,
+    attached: HashMap<AttachTarget, attach::Attached>,
+    pinning: Pinning,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("xdp_unavailable", &self.xdp_unavailable)
+            .field("attached", &self.attached.len())
+            .field("pinning", &self.pinning)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Datapath {
+    /// Loads the embedded object and all its programs, with no map pinned.
+    /// The TC program must load; the XDP programs may be refused by an old
+    /// kernel (then every interface gets TC and [`Datapath::xdp_unavailable`]
+    /// says why).
+    pub fn load() -> Result<Self> {
+        Self::load_with(Pinning::Off {
+            reason: "not asked to pin".to_owned(),
+        })
+    }
+
+    /// Like [`Datapath::load`], with the maps of [`PINNED_MAPS`] pinned by
+    /// name in `bpffs_dir` when that directory is (or its parent is, and it
+    /// can be created) on a bpffs mount; otherwise nothing is pinned and
+    /// [`Datapath::pinning`] says why. See [`pin_maps`] for what is reused.
+    pub fn load_pinned(bpffs_dir: &Path) -> Result<Self> {
+        let pinning = pin_maps(bpffs_dir);
+        match &pinning {
+            Pinning::Off { reason } => {
+                tracing::info!(dir = %bpffs_dir.display(), %reason, "eBPF maps not pinned");
+            }
+            Pinning::On {
+                dir,
+                reused,
+                replaced,
+            } => tracing::info!(
+                dir = %dir.display(),
+                reused = ?reused,
+                replaced = ?replaced,
+                "eBPF maps pinned"
+            ),
+        }
+        Self::load_with(pinning)
+    }
+
+    /// Where the maps are pinned, if they are.
+    pub fn pinning(&self) -> &Pinning {
+        &self.pinning
+    }
+
+    fn load_with(pinning: Pinning) -> Result<Self> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(EbpfDatapathError::NoObject);
+        }
+        let mut loader = EbpfLoader::new();
+        if let Pinning::On { dir, .. } = &pinning {
+            for spec in PINNED_MAPS {
+                loader.map_pin_path(spec.name, dir.join(spec.name));
+            }
+        }
+        let mut ebpf = loader
+            .load(EBPF_OBJECT)
+            .map_err(|source| EbpfDatapathError::Load { source })?;
+        let tc: &mut SchedClassifier = program(&mut ebpf, common::PROG_TC)?;
+        tc.load().map_err(|source| EbpfDatapathError::ProgramLoad {
+            name: common::PROG_TC,
+            source,
+        })?;
+        let mut xdp_unavailable = None;
+        for name in XDP_PROGRAMS {
+            let xdp: &mut Xdp = program(&mut ebpf, name)?;
+            if let Err(source) = xdp.load() {
+                tracing::warn!(program = name, error = %source, "XDP program refused by the kernel; TC only");
+                xdp_unavailable = Some(format!("{name}: {}", error_chain(&source)));
+                break;
+            }
+        }
+        let counters = take_map(&mut ebpf, common::MAP_COUNTERS)?;
+        let owned = take_map(&mut ebpf, common::MAP_OWNED)?;
+        let ifconfig = maps::IfConfigMaps {
+            hash: take_map(&mut ebpf, common::MAP_IFCONFIG)?,
+            direct: take_map(&mut ebpf, common::MAP_IFCONFIG_DIRECT)?,
+        };
+        let events_id = match ebpf.map(common::MAP_EVENTS) {
+            Some(aya::maps::Map::RingBuf(data)) => data.info().ok().map(|i| i.id()),
+            _ => None,
+        };
+        let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
+        let mut dp = Self {
+            events_id,
+            ebpf,
+            xdp_unavailable,
+            counters,
+            owned: XidOwnership::new(owned),
+            ifconfig: Mutex::new(ifconfig),
+            events: Some(events),
+            attached: HashMap::new(),
+            pinning,
+        };
+        if let Pinning::On { reused, .. } = &dp.pinning
+            && !reused.is_empty()
+        {
+            dp.reset_tables()?;
+        }
+        Ok(dp)
+    }
+
+    /// Why the XDP programs could not be loaded, if they could not.
+    pub fn xdp_unavailable(&self) -> Option<&str> {
+        self.xdp_unavailable.as_deref()
+    }
+
+    /// Takes the ring buffer reader (once).
+    pub fn take_reader(&mut self) -> Result<Option<EventReader>> {
+        self.events.take().map(EventReader::new).transpose()
+    }
+
+    /// A new reader on the ring buffer map, after the first one failed.
+    pub fn reopen_reader(&self) -> Result<EventReader> {
+        let name = common::MAP_EVENTS;
+        let id = self
+            .events_id
+            .ok_or(EbpfDatapathError::MissingMap { name })?;
+        let map_err = |source| EbpfDatapathError::Map { name, source };
+        let map = MapData::from_id(id).map_err(map_err)?;
+        let ring = RingBuf::try_from(aya::maps::Map::RingBuf(map)).map_err(map_err)?;
+        EventReader::new(ring)
+    }
+}
+
+/// `e` and its sources, joined by ": ".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+{
+    ebpf.program_mut(name)
+        .and_then(|p| p.try_into().ok())
+        .ok_or(EbpfDatapathError::MissingProgram { name })
+}
+
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or(EbpfDatapathError::MissingMap { name })?;
+    T::try_from(map).map_err(|source| EbpfDatapathError::Map { name, source })
+}

@@ -1,0 +1,381 @@
+//! The ring-buffer reader: capture records in, [`DhcpEvent`]s out.
+//!
+//! A record is checked as a frame only (record size, captured length,
+//! Ethernet/IPv4/UDP framing); the DHCP message inside is handed on as the
+//! bytes that arrived. Whether a reply is acceptable is decided in one place,
+//! the engine's validation, for this path and the AF_PACKET one alike: a
+//! second decoder here would drop replies the engine accepts (dhcproto 0.15
+//! even panics, in debug builds, on some malformed options the engine
+//! ignores), so the outcome of a reply would depend on the path it came by.
+
+use std::collections::HashMap;
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+use xdhcp_common as common;
+
+use super::{EbpfDatapathError, Result};
+use crate::datapath::frame::{FrameError, parse_udp_frame};
+use crate::datapath::{RxFrame, RxPath, Verdict};
+
+/// A captured DHCP server→client frame, its UDP payload not interpreted.
+#[derive(Debug, Clone)]
+pub struct DhcpEvent {
+    pub frame: RxFrame,
+    /// Receive queue the frame arrived on.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub rx_queue: u32,
+    /// The xid was in the ownership map when the frame was seen.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub owned: bool,
+    /// Captured by the TC program (else by XDP).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub via_tc: bool,
+}
+
+/// Why a ring-buffer record could not become a [`DhcpEvent`].
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("record of {len} bytes, expected {min}..={max}")]
+    Size { len: usize, min: usize, max: usize },
+    #[error("record claims {captured_len} captured bytes (room for {max})")]
+    CapturedLen { captured_len: u32, max: usize },
+    #[error("frame of {frame_len} bytes only partly captured")]
+    Truncated { frame_len: u32 },
+    #[error("captured frame: {source}")]
+    Frame {
+        #[source]
+        source: FrameError,
+    },
+}
+
+impl RecordError {
+    /// Stable label for metrics.
+    pub const fn label(&self) -> &'static str {
+        match self {
+            Self::Size { .. } => "size",
+            Self::CapturedLen { .. } => "captured_len",
+            Self::Truncated { .. } => "truncated",
+            Self::Frame { .. } => "frame",
+        }
+    }
+}
+
+/// Records read and rejected by an [`EventReader`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReaderStats {
+    pub events: u64,
+    /// Rejected records by [`RecordError::label`].
+    pub errors: HashMap<&'static str, u64>,
+}
+
+/// Decodes one ring-buffer record: a [`common::CaptureHeader`], then a frame
+/// area of any length up to [`common::MAX_FRAME_LEN`] (the programs size
+/// records by [`common::FRAME_BUCKETS`]; any length is accepted here). The
+/// UDP payload is passed on as it is: the engine validates the DHCP message.
+pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
+    let (min, max) = (
+        common::CAPTURE_HEADER_LEN,
+        common::CAPTURE_HEADER_LEN + common::MAX_FRAME_LEN,
+    );
+    if bytes.len() < min || bytes.len() > max {
+        return Err(RecordError::Size {
+            len: bytes.len(),
+            min,
+            max,
+        });
+    }
+    let (head, frame) = bytes.split_at(common::CAPTURE_HEADER_LEN);
+    // SAFETY: `head` has exactly size_of::<CaptureHeader>() bytes, and the
+    // header is a Pod made of integers (any bit pattern is valid).
+    let ev: common::CaptureHeader = unsafe { std::ptr::read_unaligned(head.as_ptr().cast()) };
+    let captured = ev.captured_len as usize;
+    if captured > frame.len() {
+        return Err(RecordError::CapturedLen {
+            captured_len: ev.captured_len,
+            max: frame.len(),
+        });
+    }
+    if ev.flags & common::FLAG_TRUNCATED != 0 {
+        return Err(RecordError::Truncated {
+            frame_len: ev.frame_len,
+        });
+    }
+    let (mut headers, payload) =
+        parse_udp_frame(&frame[..captured]).map_err(|source| RecordError::Frame { source })?;
+    if ev.flags & common::FLAG_VLAN_OFFLOAD != 0 && ev.vlan != common::VLAN_NONE {
+        headers.vlan = Some((ev.vlan & 0x0fff) as u16);
+    }
+    let verdict = if ev.verdict == common::VERDICT_DROP {
+        Verdict::Drop
+    } else {
+        Verdict::Pass
+    };
+    Ok(DhcpEvent {
+        frame: RxFrame {
+            ifindex: ev.ifindex,
+            ts_ns: ev.ts_ns,
+            headers,
+            payload: payload.to_vec(),
+            via: RxPath::Ebpf { verdict },
+        },
+        #[cfg(any(test, feature = "test-hooks"))]
+        rx_queue: ev.rx_queue,
+        #[cfg(any(test, feature = "test-hooks"))]
+        owned: ev.flags & common::FLAG_OWNED != 0,
+        #[cfg(any(test, feature = "test-hooks"))]
+        via_tc: ev.flags & common::FLAG_TC != 0,
+    })
+}
+
+/// Async reader of the capture ring buffer.
+pub struct EventReader {
+    ring: AsyncFd<RingBuf<MapData>>,
+    stats: ReaderStats,
+}
+
+impl std::fmt::Debug for EventReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventReader")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventReader {
+    /// Wraps the ring buffer taken from the loaded object.
+    pub(super) fn new(ring: RingBuf<MapData>) -> Result<Self> {
+        Ok(Self {
+            // SAFETY: the RingBuf owns its map fd and keeps it open for as
+            // long as the AsyncFd holds it; nothing else closes or replaces it.
+            ring: unsafe { AsyncFd::register(ring) }.map_err(|e| EbpfDatapathError::Poll {
+                source: e.into_parts().1,
+            })?,
+            stats: ReaderStats::default(),
+        })
+    }
+
+    /// Waits for the next well-framed event; malformed records are counted
+    /// in [`EventReader::stats`] and skipped.
+    pub async fn recv(&mut self) -> Result<DhcpEvent> {
+        loop {
+            if let Some(ev) = self.try_recv() {
+                return Ok(ev);
+            }
+            let mut guard = self
+                .ring
+                .readable_mut()
+                .await
+                .map_err(|source| EbpfDatapathError::Poll { source })?;
+            if let Some(ev) = Self::drain_one(guard.get_inner_mut(), &mut self.stats) {
+                return Ok(ev);
+            }
+            guard.clear_ready();
+        }
+    }
+
+    /// Returns the next well-framed event already in the ring, without waiting.
+    pub fn try_recv(&mut self) -> Option<DhcpEvent> {
+        Self::drain_one(self.ring.get_mut(), &mut self.stats)
+    }
+
+    fn drain_one(ring: &mut RingBuf<MapData>, stats: &mut ReaderStats) -> Option<DhcpEvent> {
+        while let Some(item) = ring.next() {
+            match decode_record(&item) {
+                Ok(ev) => {
+                    stats.events += 1;
+                    return Some(ev);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "dropping malformed capture record");
+                    *stats.errors.entry(e.label()).or_default() += 1;
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts of events and rejected records so far.
+    pub fn stats(&self) -> &ReaderStats {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dhcproto::{Encodable as _, Encoder, v4};
+
+    use super::*;
+    use crate::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
+
+    /// A record as the programs write it: header, then the frame in the
+    /// smallest bucket that holds it (the tail is left as garbage, 0xee).
+    fn record(frame: &[u8], flags: u32, vlan: u32) -> Vec<u8> {
+        let h = common::CaptureHeader {
+            ifindex: 7,
+            rx_queue: 3,
+            ts_ns: 42,
+            verdict: common::VERDICT_DROP,
+            vlan,
+            frame_len: frame.len() as u32,
+            captured_len: frame.len() as u32,
+            payload_offset: 42,
+            payload_len: (frame.len() - 42) as u32,
+            xid: 0,
+            flags,
+        };
+        // SAFETY: CaptureHeader is a padding-free Pod.
+        let head = unsafe {
+            std::slice::from_raw_parts(
+                (&raw const h).cast::<u8>(),
+                size_of::<common::CaptureHeader>(),
+            )
+        };
+        let mut r = head.to_vec();
+        r.extend_from_slice(frame);
+        r.resize(common::record_len(frame.len()), 0xee);
+        r
+    }
+
+    fn reply_headers() -> FrameHeaders {
+        FrameHeaders {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [0xff; 6],
+            vlan: None,
+            src_ip: std::net::Ipv4Addr::new(192, 0, 2, 1),
+            dst_ip: std::net::Ipv4Addr::BROADCAST,
+            src_port: 67,
+            dst_port: 68,
+        }
+    }
+
+    fn offer_frame(xid: u32) -> Vec<u8> {
+        let mut m = v4::Message::default();
+        m.set_opcode(v4::Opcode::BootReply).set_xid(xid);
+        m.opts_mut()
+            .insert(v4::DhcpOption::MessageType(v4::MessageType::Offer));
+        let mut payload = Vec::new();
+        m.encode(&mut Encoder::new(&mut payload)).unwrap();
+        build_udp_frame(&reply_headers(), &payload)
+    }
+
+    #[test]
+    fn record_becomes_an_event() {
+        let f = offer_frame(0xabcd);
+        let ev = decode_record(&record(
+            &f,
+            common::FLAG_TC | common::FLAG_OWNED,
+            common::VLAN_NONE,
+        ))
+        .unwrap();
+        assert_eq!(ev.frame.payload, f[42..]);
+        assert_eq!(ev.frame.payload[4..8], 0xabcd_u32.to_be_bytes());
+        assert_eq!((ev.frame.ifindex, ev.frame.ts_ns, ev.rx_queue), (7, 42, 3));
+        assert_eq!(
+            ev.frame.via,
+            RxPath::Ebpf {
+                verdict: Verdict::Drop
+            }
+        );
+        assert!(ev.owned && ev.via_tc);
+        assert_eq!(ev.frame.headers, reply_headers());
+    }
+
+    #[test]
+    fn vlan_from_metadata_is_reported() {
+        let f = offer_frame(1);
+        let ev = decode_record(&record(
+            &f,
+            common::FLAG_TC | common::FLAG_VLAN_OFFLOAD,
+            100,
+        ))
+        .unwrap();
+        assert_eq!(ev.frame.headers.vlan, Some(100));
+    }
+
+    #[test]
+    fn bad_records_are_typed_errors() {
+        let f = offer_frame(1);
+        let mut r = record(
+            &f,
+            common::FLAG_XDP | common::FLAG_TRUNCATED,
+            common::VLAN_NONE,
+        );
+        assert_eq!(decode_record(&r).unwrap_err().label(), "truncated");
+        r = record(&f, common::FLAG_XDP, common::VLAN_NONE);
+        let at = std::mem::offset_of!(common::CaptureHeader, captured_len);
+        let room = (r.len() - common::CAPTURE_HEADER_LEN) as u32;
+        r[at..at + 4].copy_from_slice(&(room + 1).to_ne_bytes());
+        assert_eq!(decode_record(&r).unwrap_err().label(), "captured_len");
+        let mut arp = f.clone();
+        arp[12] = 0x08;
+        arp[13] = 0x06;
+        assert_eq!(
+            decode_record(&record(&arp, 0, common::VLAN_NONE))
+                .unwrap_err()
+                .label(),
+            "frame"
+        );
+    }
+
+    /// The reader judges framing only: whatever the UDP payload holds reaches
+    /// the engine byte for byte, which alone decides (as it does for frames
+    /// from the AF_PACKET receiver). Here: bytes that are no DHCP message at
+    /// all, and an ACK whose option 80 (Rapid Commit, RFC 4039: no value)
+    /// carries a value byte, which the engine ignores but dhcproto 0.15's
+    /// decoder asserts against in debug builds.
+    #[test]
+    fn payload_is_passed_on_undecoded() {
+        let garbage = build_udp_frame(&reply_headers(), &[0xff; 8]);
+        let ev = decode_record(&record(&garbage, common::FLAG_XDP, common::VLAN_NONE))
+            .expect("a well-framed record");
+        assert_eq!(ev.frame.payload, [0xff; 8]);
+
+        let mut m = v4::Message::default();
+        m.set_opcode(v4::Opcode::BootReply).set_xid(0x0a0c);
+        m.opts_mut()
+            .insert(v4::DhcpOption::MessageType(v4::MessageType::Ack));
+        let mut ack = Vec::new();
+        m.encode(&mut Encoder::new(&mut ack)).unwrap();
+        assert_eq!(ack.pop(), Some(255), "END last");
+        ack.extend_from_slice(&[80, 1, 1, 255]);
+        let f = build_udp_frame(&reply_headers(), &ack);
+        let ev = decode_record(&record(&f, common::FLAG_TC, common::VLAN_NONE))
+            .expect("a well-framed record");
+        assert_eq!(ev.frame.payload, ack);
+    }
+
+    #[test]
+    fn short_or_oversized_record_is_a_typed_error() {
+        let err = decode_record(&[0; 10]).unwrap_err();
+        assert_eq!(err.label(), "size");
+        let err =
+            decode_record(&vec![0; common::record_len(common::MAX_FRAME_LEN) + 8]).unwrap_err();
+        assert_eq!(err.label(), "size");
+    }
+
+    #[test]
+    fn records_of_every_bucket_decode() {
+        for bucket in common::FRAME_BUCKETS {
+            let mut f = offer_frame(0x1234);
+            // Pad the DHCP message (after END) so the frame fills the bucket.
+            let extra = bucket - f.len();
+            f.resize(bucket, 0);
+            let udp_len = u16::from_be_bytes([f[38], f[39]]) + extra as u16;
+            f[38..40].copy_from_slice(&udp_len.to_be_bytes());
+            f[40..42].copy_from_slice(&[0, 0]); // no UDP checksum
+            let ip_len = u16::from_be_bytes([f[16], f[17]]) + extra as u16;
+            f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+            seal_ipv4_header(&mut f[14..34]);
+            let r = record(&f, common::FLAG_XDP, common::VLAN_NONE);
+            assert_eq!(r.len(), common::CAPTURE_HEADER_LEN + bucket);
+            let ev = decode_record(&r).unwrap();
+            assert_eq!(
+                ev.frame.payload[4..8],
+                0x1234_u32.to_be_bytes(),
+                "bucket {bucket}"
+            );
+            assert_eq!(ev.frame.payload.len(), bucket - 42);
+        }
+    }
+}
