@@ -31,10 +31,11 @@ impl From<Error> for ApiError {
     }
 }
 
-/// The CNI error code of each daemon failure; the message is the error's
-/// own, the details its source chain.
+/// The CNI error code of each daemon failure. The message is the error's
+/// own; where it does not already say its cause, the details carry the
+/// cause's chain.
 fn to_cni(e: &Error) -> CniError {
-    let code = match e {
+    let (code, message_has_cause) = match e {
         Error::NoNetns => return CniError::env("CNI_NETNS", "not set"),
         Error::AnnotationKey { source } => {
             return CniError::config("netAttachDefName", source);
@@ -42,24 +43,25 @@ fn to_cni(e: &Error) -> CniError {
         Error::NoValidAttachments => {
             return CniError::config("cni.dev/valid-attachments", "missing (required for GC)");
         }
-        Error::ClientConfig { .. } => code::INVALID_NETWORK_CONFIG,
-        Error::Kube { .. } => code::KUBE_API,
+        Error::ClientConfig { .. } => (code::INVALID_NETWORK_CONFIG, true),
+        Error::Kube { .. } => (code::KUBE_API, true),
         Error::Interface { .. } | Error::Netdev { .. } | Error::LinkFailed { .. } => {
-            code::INTERFACE
+            (code::INTERFACE, false)
         }
-        Error::NoLease { .. } | Error::Silent { .. } => code::DHCP_TIMEOUT,
-        Error::ShuttingDown => code::TRY_AGAIN_LATER,
-        Error::Device { .. } | Error::Handoff { .. } => code::VFIO,
-        Error::Store { .. } => code::IO_FAILURE,
-        Error::Unknown { .. }
-        | Error::LeaseGone { .. }
-        | Error::Inspect { .. }
-        | Error::AddressMissing { .. } => code::CHECK_FAILED,
+        Error::NoLease { .. } => (code::DHCP_TIMEOUT, true),
+        Error::Silent { .. } => (code::DHCP_TIMEOUT, false),
+        Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
+        Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
+        Error::Store { .. } => (code::IO_FAILURE, false),
+        Error::Unknown { .. } | Error::LeaseGone { .. } | Error::AddressMissing { .. } => {
+            (code::CHECK_FAILED, false)
+        }
+        Error::Inspect { .. } => (code::CHECK_FAILED, false),
     };
     let cni = CniError::new(code, e.to_string());
     match std::error::Error::source(e) {
-        Some(s) => cni.with_details(format_chain(s)),
-        None => cni,
+        Some(cause) if !message_has_cause => cni.with_details(format_chain(cause)),
+        _ => cni,
     }
 }
 
