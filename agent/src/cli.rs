@@ -4,6 +4,9 @@
 //! Every path is a flag (defaults in `docs/dhcp-ipam-localnet.md`, Agent
 //! flags); every DHCP timing knob maps
 //! onto [`xdhcp_engine::ClientConfig`] (defaults are the engine's, RFC 2131).
+//!
+//! One thing: the command line, as flags, and as the operator commands'
+//! client side and rendering.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;

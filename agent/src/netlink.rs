@@ -261,12 +261,7 @@ impl Netlink {
     /// Sets a link administratively up.
     pub async fn set_up(&self, ifindex: u32) -> Result<()> {
         let msg = rtnetlink::LinkUnspec::new_with_index(ifindex).up().build();
-        self.handle
-            .link()
-            .set(msg)
-            .execute()
-            .await
-            .map_err(self.request_err(format!("set link #{ifindex} up")))
+        self.set_link(msg, format!("set link #{ifindex} up")).await
     }
 
     /// Sets the hardware address of a link.
@@ -274,12 +269,8 @@ impl Netlink {
         let msg = rtnetlink::LinkUnspec::new_with_index(ifindex)
             .address(mac.to_vec())
             .build();
-        self.handle
-            .link()
-            .set(msg)
-            .execute()
+        self.set_link(msg, format!("set the hardware address of link #{ifindex}"))
             .await
-            .map_err(self.request_err(format!("set the hardware address of link #{ifindex}")))
     }
 
     /// Sets the MTU of a link.
@@ -287,12 +278,18 @@ impl Netlink {
         let msg = rtnetlink::LinkUnspec::new_with_index(ifindex)
             .mtu(mtu)
             .build();
+        self.set_link(msg, format!("set the MTU of link #{ifindex} to {mtu}"))
+            .await
+    }
+
+    /// One `RTM_SETLINK`, `op` naming it in the error.
+    async fn set_link(&self, msg: LinkMessage, op: String) -> Result<()> {
         self.handle
             .link()
             .set(msg)
             .execute()
             .await
-            .map_err(self.request_err(format!("set the MTU of link #{ifindex} to {mtu}")))
+            .map_err(self.request_err(op))
     }
 
     /// IPv4 addresses on `ifindex`, with prefix lengths.

@@ -30,6 +30,11 @@
 //! back to that pool instead of being unlinked, so ADD and DEL neither
 //! allocate nor free inodes (costly on ext4 under a burst; the figures are in
 //! `docs/performance-notes.md`).
+//!
+//! One thing, whole: the record format, its file names, the durable write
+//! and the quarantine all guard the same promise (a record that returned is
+//! on disk and loads back, or is set aside with a reason); the tests of that
+//! promise are a third of the file.
 
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};

@@ -34,6 +34,11 @@
 //! devices (0x1889) driven by `iavf`. `i40evf` is the pre-4.17 name of `iavf`
 //! and is used when only it is loaded. ConnectX-3 VFs belong to `mlx4_core`
 //! (whose netdev comes from `mlx4_en`), ConnectX-4 and later to `mlx5_core`.
+//!
+//! One thing, whole: the handoff, its journal and its healing share one
+//! state model (which driver a device is on, and what the journal promises),
+//! and splitting them would spread that model over files; a third of the
+//! file is the fake-kernel tests of every failure step.
 
 use std::fmt;
 use std::io::{self, Write};

@@ -23,6 +23,9 @@
 //! never takes the plain-pod path that would configure the address and start
 //! KubeVirt's in-pod DHCP server) with an empty `vmi_name`; no VMI is looked
 //! up for it and its MAC falls back to the pod interface MAC.
+//!
+//! One thing: the identity of a workload (pod or VM, and the VM's MAC and
+//! previous address), pure functions and their tests.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -13,6 +13,9 @@
 //!   `daemonSocketPath`, `provide`, `request`, `priority`, `timeout` and
 //!   `resendMax` are mapped onto ours, or rejected with code 2 when xdhcp
 //!   cannot honour them.
+//!
+//! One thing, whole: every field of the network configuration, each checked
+//! where it is read so its error names it; a fourth of the file is tests.
 
 use std::path::PathBuf;
 use std::time::Duration;

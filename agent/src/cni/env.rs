@@ -1,5 +1,7 @@
 //! The CNI environment (`CNI_COMMAND`, `CNI_CONTAINERID`, `CNI_NETNS`,
 //! `CNI_IFNAME`, `CNI_ARGS`, `CNI_PATH`), validated.
+//!
+//! One thing: the CNI environment variables, each validated where read.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -103,6 +103,24 @@ pub(crate) async fn acquire(
     Err(failure)
 }
 
+/// Open `ifname` (in `netns`, else the agent's own namespace) for an
+/// acquisition: its sender, and its own receiver when `rx`.
+pub(crate) async fn open_link(
+    agent: &Agent,
+    netns: Option<&std::path::Path>,
+    ifname: &str,
+    rx: bool,
+    place: &Place,
+) -> Result<Link, Error> {
+    Link::open(netns, ifname, rx).await.map_err(|source| {
+        agent.metrics().failure("interface");
+        Error::Interface {
+            place: place.clone(),
+            source,
+        }
+    })
+}
+
 /// End an attachment this ADD created (RELEASE first when `release`),
 /// forget it and remove its record.
 pub(crate) async fn abandon(

@@ -10,9 +10,8 @@ use super::acquire::{self, Request, cni_result, report_address};
 use super::context::Agent;
 use super::error::{Error, Place};
 use super::lease::apply;
-use super::lease::persist::{self, LeaseRecord, PodRef, RECORD_VERSION, WorkloadKind};
+use super::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
 use super::lease::task::lock;
-use super::link::Link;
 use super::vm;
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::CniResult;
@@ -110,15 +109,8 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         ifname: req.ifname.clone(),
         netns: netns.clone(),
     };
-    let link = Link::open(Some(&netns), &req.ifname, who.workload == Workload::Pod)
-        .await
-        .map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface {
-                place: place.clone(),
-                source,
-            }
-        })?;
+    let pod = who.workload == Workload::Pod;
+    let link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, &place).await?;
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     let (mac, mode, requested, kind) = match &who.workload {
         Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
@@ -144,19 +136,13 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             )
         }
     };
-    let record = LeaseRecord {
-        version: RECORD_VERSION,
-        container_id: req.container_id.clone(),
-        ifname: req.ifname.clone(),
-        netns: Some(netns.clone()),
-        config: req.config.clone(),
-        args: req.args.clone(),
-        pod: who.pod.clone(),
-        workload: kind.clone(),
+    let record = LeaseRecord::fresh(
+        &req,
+        who.pod.clone(),
+        kind.clone(),
         mac,
-        annotation_key: who.annotation_key.clone(),
-        lease: None,
-    };
+        who.annotation_key.clone(),
+    );
     let request = Request {
         record,
         mode,

@@ -9,8 +9,12 @@
 //! `/readyz`; the actor then restores the path (a new reader, a new attach)
 //! with backoff, and the leases return to the ring buffer.
 //!
-//! Without eBPF (not loaded, or `--datapath=afpacket`) the actor only routes
-//! nothing and every lease keeps its `AF_PACKET` receiver.
+//! Without eBPF (not loaded, or `--datapath=afpacket`) the actor has nothing
+//! to attach or read, and every lease keeps its `AF_PACKET` receiver.
+//!
+//! One thing, whole: one actor with one piece of state (which interfaces
+//! the program serves, and whether each still does), whose attach, health
+//! and restore paths all change that state.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -138,14 +142,14 @@ pub(crate) struct Started {
 }
 
 impl Capture {
-    /// `AF_PACKET` only; `note` says why.
-    pub(crate) fn af_packet(
+    fn with(
+        kernel: Option<Kernel>,
         note: Option<String>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Self {
         Self {
-            kernel: None,
+            kernel,
             note,
             routes: Mutex::new(HashMap::new()),
             targets: Mutex::new(HashMap::new()),
@@ -153,6 +157,15 @@ impl Capture {
             health,
             lost: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// `AF_PACKET` only; `note` says why.
+    pub(crate) fn af_packet(
+        note: Option<String>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Self {
+        Self::with(None, note, metrics, health)
     }
 
     /// The eBPF datapath `dp`, its ring reader taken. Falls back to
@@ -187,17 +200,8 @@ impl Capture {
             #[cfg(feature = "test-hooks")]
             reader_fault: AtomicBool::new(false),
         };
-        let me = Self {
-            kernel: Some(kernel),
-            note,
-            routes: Mutex::new(HashMap::new()),
-            targets: Mutex::new(HashMap::new()),
-            metrics,
-            health,
-            lost: Mutex::new(HashMap::new()),
-        };
         (
-            me,
+            Self::with(Some(kernel), note, metrics, health),
             Started {
                 reader: Some(reader),
             },

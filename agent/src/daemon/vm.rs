@@ -22,8 +22,7 @@ use xdhcp_engine::{Lease, Mode};
 use super::acquire::{self, Request, cni_result, report_address};
 use super::context::Agent;
 use super::error::{Error, Place};
-use super::lease::persist::{LeaseRecord, PodRef, RECORD_VERSION, WorkloadKind};
-use super::link::Link;
+use super::lease::persist::{LeaseRecord, PodRef, WorkloadKind};
 use super::registry::Handle;
 use crate::cli::AgentArgs;
 use crate::cni::types::CniResult;
@@ -210,31 +209,18 @@ async fn discover(
     let place = Place::VfNetdev {
         netdev: netdev.clone(),
     };
-    let link = Link::open(None, &netdev, false)
-        .await
-        .map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface {
-                place: place.clone(),
-                source,
-            }
-        })?
+    let link = acquire::open_link(agent, None, &netdev, false, &place)
+        .await?
         .with_src_mac(mac.octets());
-    let record = LeaseRecord {
-        version: RECORD_VERSION,
-        container_id: req.container_id.clone(),
-        ifname: req.ifname.clone(),
-        netns: req.netns.clone(),
-        config: req.config.clone(),
-        args: req.args.clone(),
-        pod: vm.pod.clone(),
-        workload: WorkloadKind::Vm {
+    let record = LeaseRecord::fresh(
+        req,
+        vm.pod.clone(),
+        WorkloadKind::Vm {
             vmi: vm.vmi_name.clone(),
         },
-        mac: mac.octets(),
-        annotation_key: vm.annotation_key.clone(),
-        lease: None,
-    };
+        mac.octets(),
+        vm.annotation_key.clone(),
+    );
     let request = Request {
         record,
         mode: Mode::OneShot,

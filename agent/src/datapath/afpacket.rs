@@ -18,6 +18,9 @@
 //! `PACKET_AUXDATA`. Frames are parsed with [`frame::parse_udp_frame`]; a
 //! frame that does not parse or is truncated is counted and skipped, never a
 //! panic or an error.
+//!
+//! One thing: the `AF_PACKET` receiver, its classic BPF filter and the
+//! filter's interpreter-based tests.
 
 use std::io;
 use std::mem::{size_of, zeroed};

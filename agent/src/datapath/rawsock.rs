@@ -16,6 +16,8 @@
 //!
 //! Interface removal (ENODEV/ENXIO/ENETDOWN) is reported as the typed
 //! [`RawSockError::InterfaceGone`] so the lease can end instead of retrying.
+//!
+//! One thing: the raw-socket sender, from frame building to `sendto`.
 
 use std::io;
 use std::mem::{size_of, zeroed};

@@ -23,6 +23,9 @@
 //! (or a test) may seed `labels`, `owner_vmi` and `vmis` by hand to exercise
 //! the VM path without a cluster; the agent only ever writes `uid` and
 //! `annotations`. A corrupt file is reported and never overwritten.
+//!
+//! One thing: the embedded pod store (file format, durable write, group
+//! commit) and its tests.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;

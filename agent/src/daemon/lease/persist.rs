@@ -56,6 +56,31 @@ pub(crate) struct LeaseRecord {
     pub lease: Option<Lease>,
 }
 
+impl LeaseRecord {
+    /// The record of an attachment an ADD starts, before its first lease.
+    pub(crate) fn fresh(
+        req: &crate::rpc::CniRequest,
+        pod: Option<PodRef>,
+        workload: WorkloadKind,
+        mac: [u8; 6],
+        annotation_key: Option<String>,
+    ) -> Self {
+        Self {
+            version: RECORD_VERSION,
+            container_id: req.container_id.clone(),
+            ifname: req.ifname.clone(),
+            netns: req.netns.clone(),
+            config: req.config.clone(),
+            args: req.args.clone(),
+            pod,
+            workload,
+            mac,
+            annotation_key,
+            lease: None,
+        }
+    }
+}
+
 /// What the daemon keeps in the store's free-form `cni_config`.
 #[derive(Debug, Serialize, Deserialize)]
 struct Extra {

@@ -3,6 +3,8 @@
 //! whichever receive path the capture actor says serves its interface,
 //! persists every lease change, applies the address when asked, and ends on
 //! DEL, on interface removal, or (one-shot VM discovery) at BOUND.
+//!
+//! One thing: the lease's event loop and the handlers of its inputs.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
