@@ -26,6 +26,7 @@ pub mod daemon;
 pub mod datapath;
 pub mod kube;
 mod metrics;
+pub mod model;
 pub mod netlink;
 
 pub mod rpc;

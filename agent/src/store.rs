@@ -36,6 +36,7 @@
 //! on disk and loads back, or is set aside with a reason); the tests of that
 //! promise are a third of the file.
 
+use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
@@ -48,10 +49,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Deserializer, Serialize};
 use xdhcp_engine::Lease;
 
+use crate::cni::config::NetworkConfig;
+use crate::model::{PodRef, WorkloadKind};
 use crate::sys;
 
 /// Version of the on-disk record format.
-pub const RECORD_VERSION: u32 = 1;
+pub const RECORD_VERSION: u32 = 2;
 
 /// Largest record file accepted on load; anything bigger is quarantined.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
@@ -74,6 +77,9 @@ pub enum StoreError {
         "invalid interface name {value:?}: must be 1-15 bytes, not \".\" or \"..\", without '/', ':' or whitespace"
     )]
     InvalidIfname { value: String },
+    /// Only records that hold a lease are stored.
+    #[error("the record of {key} holds no lease")]
+    NoLease { key: LeaseKey },
     /// A filesystem operation failed.
     #[error("failed to {op}: {path}: {source}")]
     Io {
@@ -132,6 +138,12 @@ pub enum Corruption {
     /// The key inside the record does not match the file name.
     #[error("record is for {inside}, but is stored as {file}")]
     KeyMismatch { inside: LeaseKey, file: LeaseKey },
+    /// The identity inside the record is not a valid lease key.
+    #[error("the container id or interface name inside is invalid")]
+    BadKey,
+    /// The record holds no lease (only leases are stored).
+    #[error("holds no lease")]
+    NoLease,
     /// Could not be read.
     #[error("cannot read: {0}")]
     Read(#[source] std::io::Error),
@@ -147,6 +159,8 @@ impl Corruption {
             Self::Decode(_) => "decode",
             Self::Version(_) => "version",
             Self::KeyMismatch { .. } => "key_mismatch",
+            Self::BadKey => "bad_key",
+            Self::NoLease => "no_lease",
             Self::Read(_) => "read",
         }
     }
@@ -266,75 +280,128 @@ pub fn valid_ifname(s: &str) -> bool {
             .any(|c| c == b'/' || c == b':' || c == 0 || c.is_ascii_whitespace())
 }
 
-/// Whether the attachment is a plain pod or a `KubeVirt` VM (virt-launcher pod).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum AttachmentMode {
-    /// A plain pod: the lease is maintained (renewed) until DEL.
-    Pod,
-    /// A VM: one-shot acquisition for the guest's MAC.
-    Vm {
-        /// Name of the `VirtualMachineInstance`.
-        vmi_name: String,
-    },
-}
-
-/// Where and for whom a lease was acquired: everything needed to resume it
-/// after an agent restart.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attachment {
-    /// Network namespace path (`CNI_NETNS`).
-    pub netns: PathBuf,
-    /// Client hardware address used for the lease.
+/// One lease, as the agent keeps it and as it is stored: where and for whom
+/// it was acquired (everything a restarted agent needs to resume it without
+/// a new DISCOVER) and the lease itself. Only records that hold a lease are
+/// stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRecord {
+    /// Format version ([`RECORD_VERSION`] when written).
+    pub version: u32,
+    pub container_id: String,
+    pub ifname: String,
+    /// Network namespace path (`CNI_NETNS`); none for a VF netdev in the
+    /// agent's own namespace.
+    pub netns: Option<PathBuf>,
+    /// The validated network configuration, to rebuild the client on resume.
+    pub config: NetworkConfig,
+    /// `CNI_ARGS`.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+    pub pod: Option<PodRef>,
+    pub workload: WorkloadKind,
+    /// The MAC the client uses (the interface's, or the VM's).
     #[serde(with = "mac_serde")]
     pub mac: [u8; 6],
-    /// Pod namespace, if known.
-    #[serde(default)]
-    pub pod_namespace: Option<String>,
-    /// Pod name, if known.
-    #[serde(default)]
-    pub pod_name: Option<String>,
-    /// Pod UID, if known.
-    #[serde(default)]
-    pub pod_uid: Option<String>,
-    /// Network key (e.g. the NAD `namespace/name`) in `k8s.ovn.org/pod-networks`.
-    #[serde(default)]
-    pub network_key: Option<String>,
-    /// Pod or VM.
-    pub mode: AttachmentMode,
-    /// Whether the agent configured address and routes itself (`"apply": true`).
-    #[serde(default)]
-    pub apply: bool,
-    /// The CNI network configuration the lease was created with, verbatim,
-    /// so the client configuration can be rebuilt on resume.
-    #[serde(default)]
-    pub cni_config: serde_json::Value,
-}
-
-/// One persisted lease.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LeaseRecord {
-    /// Format version ([`RECORD_VERSION`]).
-    pub version: u32,
-    /// Identity; must match the file name.
-    pub key: LeaseKey,
-    /// Attachment metadata.
-    pub attachment: Attachment,
-    /// The engine's lease.
-    pub lease: Lease,
+    /// The `k8s.ovn.org/pod-networks` key written at ADD, if any.
+    pub annotation_key: Option<String>,
+    /// The lease as last bound or renewed.
+    pub lease: Option<Lease>,
     /// Wall clock of the last write (Unix ms).
+    #[serde(default)]
     pub updated_unix_ms: u64,
 }
 
 impl LeaseRecord {
-    /// A record at the current format version, stamped with the current time.
-    pub fn new(key: LeaseKey, attachment: Attachment, lease: Lease) -> Self {
-        Self {
-            version: RECORD_VERSION,
-            key,
-            attachment,
-            lease,
-            updated_unix_ms: unix_ms_now(),
+    /// The record's validated identity.
+    pub fn key(&self) -> Result<LeaseKey> {
+        LeaseKey::new(&self.container_id, &self.ifname)
+    }
+}
+
+/// The first record format (version 1), read so that leases recorded by an
+/// older agent are resumed; they are written back in the current format at
+/// their next change.
+mod v1 {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use serde::Deserialize;
+    use xdhcp_engine::Lease;
+
+    use super::{LeaseKey, LeaseRecord, mac_serde};
+    use crate::cni::config::NetworkConfig;
+    use crate::model::{PodRef, WorkloadKind};
+
+    #[derive(Deserialize)]
+    pub(super) struct Record {
+        key: LeaseKey,
+        attachment: Attachment,
+        lease: Lease,
+        #[serde(default)]
+        updated_unix_ms: u64,
+    }
+
+    #[derive(Deserialize)]
+    struct Attachment {
+        netns: PathBuf,
+        #[serde(with = "mac_serde")]
+        mac: [u8; 6],
+        #[serde(default)]
+        pod_namespace: Option<String>,
+        #[serde(default)]
+        pod_name: Option<String>,
+        #[serde(default)]
+        pod_uid: Option<String>,
+        #[serde(default)]
+        network_key: Option<String>,
+        mode: Mode,
+        cni_config: Extra,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(tag = "kind", rename_all = "lowercase")]
+    enum Mode {
+        Pod,
+        Vm { vmi_name: String },
+    }
+
+    #[derive(Deserialize)]
+    struct Extra {
+        config: NetworkConfig,
+        #[serde(default)]
+        args: BTreeMap<String, String>,
+    }
+
+    impl Record {
+        pub(super) fn upgrade(self) -> LeaseRecord {
+            let a = self.attachment;
+            let pod = match (a.pod_namespace, a.pod_name) {
+                (Some(namespace), Some(name)) => Some(PodRef {
+                    namespace,
+                    name,
+                    uid: a.pod_uid,
+                }),
+                _ => None,
+            };
+            LeaseRecord {
+                version: super::RECORD_VERSION,
+                container_id: self.key.container_id().to_owned(),
+                ifname: self.key.ifname().to_owned(),
+                netns: (!a.netns.as_os_str().is_empty()).then_some(a.netns),
+                config: a.cni_config.config,
+                args: a.cni_config.args,
+                pod,
+                workload: match a.mode {
+                    Mode::Pod => WorkloadKind::Pod,
+                    Mode::Vm { vmi_name } => WorkloadKind::Vm { vmi: vmi_name },
+                },
+                mac: a.mac,
+                annotation_key: a.network_key,
+                lease: Some(self.lease),
+                updated_unix_ms: self.updated_unix_ms,
+            }
         }
     }
 }
@@ -481,13 +548,17 @@ impl LeaseStore {
     /// `fsync`ed. Once this returns the record survives the agent's death and
     /// a host crash; a failure leaves the previous record in place.
     pub fn save(&self, record: &LeaseRecord) -> Result<()> {
+        let key = record.key()?;
+        if record.lease.is_none() {
+            return Err(StoreError::NoLease { key });
+        }
         let mut bytes =
             serde_json::to_vec_pretty(record).map_err(|source| StoreError::Serialize {
-                key: record.key.clone(),
+                key: key.clone(),
                 source,
             })?;
         bytes.push(b'\n');
-        let path = self.path_for(&record.key);
+        let path = self.path_for(&key);
         // A spare from the pool when there is one: no inode is allocated here.
         let spare = lock(&self.pool).pop();
         let reused = spare.and_then(|tmp| {
@@ -636,7 +707,9 @@ impl LeaseStore {
                 Err(reason) => report.quarantined.push(self.quarantine(&path, reason)),
             }
         }
-        report.records.sort_by(|a, b| a.key.cmp(&b.key));
+        report
+            .records
+            .sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
         Ok(report)
     }
 
@@ -744,15 +817,24 @@ fn read_record(path: &Path, key: &LeaseKey) -> Result<LeaseRecord, Corruption> {
     // Check the version before the full decode so a future format is
     // reported as such rather than as a decode error.
     let versioned: Versioned = serde_json::from_slice(&bytes).map_err(Corruption::Decode)?;
-    if versioned.version != RECORD_VERSION {
-        return Err(Corruption::Version(versioned.version));
-    }
-    let record: LeaseRecord = serde_json::from_slice(&bytes).map_err(Corruption::Decode)?;
-    if &record.key != key {
+    let record = match versioned.version {
+        1 => serde_json::from_slice::<v1::Record>(&bytes)
+            .map_err(Corruption::Decode)?
+            .upgrade(),
+        RECORD_VERSION => {
+            serde_json::from_slice::<LeaseRecord>(&bytes).map_err(Corruption::Decode)?
+        }
+        other => return Err(Corruption::Version(other)),
+    };
+    let inside = record.key().map_err(|_| Corruption::BadKey)?;
+    if &inside != key {
         return Err(Corruption::KeyMismatch {
-            inside: record.key,
+            inside,
             file: key.clone(),
         });
+    }
+    if record.lease.is_none() {
+        return Err(Corruption::NoLease);
     }
     Ok(record)
 }
@@ -784,23 +866,29 @@ mod tests {
     }
 
     fn record(cid: &str, ifname: &str, addr: [u8; 4]) -> LeaseRecord {
-        LeaseRecord::new(
-            LeaseKey::new(cid, ifname).unwrap(),
-            Attachment {
-                netns: PathBuf::from("/var/run/netns/pod"),
-                mac: [2, 0, 0, 0, 0, 9],
-                pod_namespace: Some("default".to_owned()),
-                pod_name: Some("pod-a".to_owned()),
-                pod_uid: Some("uid-1".to_owned()),
-                network_key: Some("default/localnet".to_owned()),
-                mode: AttachmentMode::Vm {
-                    vmi_name: "vm-a".to_owned(),
-                },
-                apply: true,
-                cni_config: serde_json::json!({"type": "xdhcp", "apply": true}),
+        LeaseRecord {
+            version: RECORD_VERSION,
+            container_id: cid.to_owned(),
+            ifname: ifname.to_owned(),
+            netns: Some(PathBuf::from("/var/run/netns/pod")),
+            config: crate::cni::config::parse(
+                br#"{"cniVersion":"1.0.0","name":"localnet","ipam":{"type":"xdhcp","apply":true}}"#,
+            )
+            .unwrap(),
+            args: BTreeMap::from([("K8S_POD_NAME".to_owned(), "pod-a".to_owned())]),
+            pod: Some(PodRef {
+                namespace: "default".to_owned(),
+                name: "pod-a".to_owned(),
+                uid: Some("uid-1".to_owned()),
+            }),
+            workload: WorkloadKind::Vm {
+                vmi: "vm-a".to_owned(),
             },
-            lease(addr),
-        )
+            mac: [2, 0, 0, 0, 0, 9],
+            annotation_key: Some("default/localnet".to_owned()),
+            lease: Some(lease(addr)),
+            updated_unix_ms: 1_700_000_000_000,
+        }
     }
 
     #[test]
@@ -867,12 +955,12 @@ mod tests {
         let store = LeaseStore::open(dir.path()).unwrap();
         let rec = record("c1", "eth0", [192, 0, 2, 10]);
         store.save(&rec).unwrap();
-        assert_eq!(store.load(&rec.key).unwrap(), Some(rec.clone()));
+        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), Some(rec.clone()));
         // Overwrite.
         let mut rec2 = rec.clone();
-        rec2.lease = lease([192, 0, 2, 11]);
+        rec2.lease = Some(lease([192, 0, 2, 11]));
         store.save(&rec2).unwrap();
-        assert_eq!(store.load(&rec.key).unwrap(), Some(rec2.clone()));
+        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), Some(rec2.clone()));
         let report = store.load_all().unwrap();
         assert_eq!(report.records, vec![rec2]);
         assert!(report.quarantined.is_empty());
@@ -895,23 +983,65 @@ mod tests {
             .count();
         assert_eq!(dot_files, store.spares());
         let mode = std::os::unix::fs::PermissionsExt::mode(
-            &fs::metadata(store.path_for(&rec.key))
+            &fs::metadata(store.path_for(&rec.key().unwrap()))
                 .unwrap()
                 .permissions(),
         );
         assert_eq!(mode & 0o777, 0o600);
-        assert!(store.delete(&rec.key).unwrap());
-        assert!(!store.delete(&rec.key).unwrap());
-        assert_eq!(store.load(&rec.key).unwrap(), None);
+        assert!(store.delete(&rec.key().unwrap()).unwrap());
+        assert!(!store.delete(&rec.key().unwrap()).unwrap());
+        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), None);
+    }
+
+    /// A record written by the first format (version 1) is still resumed:
+    /// same attachment, same lease; it is rewritten in the current format
+    /// at its next save.
+    #[test]
+    fn records_of_the_first_format_are_read_and_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let want = record("c1", "eth0", [192, 0, 2, 10]);
+        let v1 = serde_json::json!({
+            "version": 1,
+            "key": {"container_id": "c1", "ifname": "eth0"},
+            "attachment": {
+                "netns": "/var/run/netns/pod",
+                "mac": "02:00:00:00:00:09",
+                "pod_namespace": "default",
+                "pod_name": "pod-a",
+                "pod_uid": "uid-1",
+                "network_key": "default/localnet",
+                "mode": {"kind": "vm", "vmi_name": "vm-a"},
+                "apply": true,
+                "cni_config": {"config": want.config, "args": want.args},
+            },
+            "lease": want.lease,
+            "updated_unix_ms": 1_700_000_000_000_u64,
+        });
+        fs::write(
+            store.leases_dir().join("c1@eth0.json"),
+            serde_json::to_vec(&v1).unwrap(),
+        )
+        .unwrap();
+        let report = store.load_all().unwrap();
+        assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
+        assert_eq!(report.records, vec![want.clone()]);
+        store.save(&report.records[0]).unwrap();
+        let again: serde_json::Value =
+            serde_json::from_slice(&fs::read(store.leases_dir().join("c1@eth0.json")).unwrap())
+                .unwrap();
+        assert_eq!(again["version"], RECORD_VERSION);
+        assert_eq!(store.load(&want.key().unwrap()).unwrap(), Some(want));
     }
 
     #[test]
     fn record_json_is_readable() {
         let rec = record("c1", "eth0", [192, 0, 2, 10]);
         let json: serde_json::Value = serde_json::to_value(&rec).unwrap();
-        assert_eq!(json["key"]["container_id"], "c1");
-        assert_eq!(json["attachment"]["mac"], "02:00:00:00:00:09");
-        assert_eq!(json["attachment"]["mode"]["kind"], "vm");
+        assert_eq!(json["containerId"], "c1");
+        assert_eq!(json["mac"], "02:00:00:00:00:09");
+        assert_eq!(json["workload"]["kind"], "vm");
+        assert_eq!(json["version"], RECORD_VERSION);
         assert_eq!(json["lease"]["address"], "192.0.2.10");
     }
 
@@ -934,16 +1064,16 @@ mod tests {
         )
         .unwrap();
         // Future version.
-        let mut v2 = serde_json::to_value(record("v2", "eth0", [192, 0, 2, 13])).unwrap();
-        v2["version"] = 2.into();
+        let mut v9 = serde_json::to_value(record("v9", "eth0", [192, 0, 2, 13])).unwrap();
+        v9["version"] = 9.into();
         fs::write(
-            leases.join("v2@eth0.json"),
-            serde_json::to_vec(&v2).unwrap(),
+            leases.join("v9@eth0.json"),
+            serde_json::to_vec(&v9).unwrap(),
         )
         .unwrap();
         // Invalid key inside (path traversal attempt in the record).
         let mut evil = serde_json::to_value(record("evil", "eth0", [192, 0, 2, 14])).unwrap();
-        evil["key"]["container_id"] = "../../etc".into();
+        evil["containerId"] = "../../etc".into();
         fs::write(
             leases.join("evil@eth0.json"),
             serde_json::to_vec(&evil).unwrap(),
@@ -977,13 +1107,13 @@ mod tests {
             vec![
                 ("big@eth0.json", "too_large"),
                 ("dir@eth0.json", "not_a_file"),
-                ("evil@eth0.json", "decode"),
+                ("evil@eth0.json", "bad_key"),
                 ("garbage@eth0.json", "decode"),
                 ("link@eth0.json", "not_a_file"),
                 ("no-key.json", "bad_file_name"),
                 ("other@eth0.json", "key_mismatch"),
                 ("trunc@eth0.json", "decode"),
-                ("v2@eth0.json", "version"),
+                ("v9@eth0.json", "version"),
             ]
         );
         assert!(
@@ -1041,7 +1171,10 @@ mod tests {
         assert_eq!(store.syncs_total(), 7);
         let report = store.load_all().unwrap();
         assert_eq!(report.records.len(), 1);
-        assert_eq!(report.records[0].lease.address, Ipv4Addr::new(192, 0, 2, 3));
+        assert_eq!(
+            report.records[0].lease.as_ref().map(|l| l.address),
+            Some(Ipv4Addr::new(192, 0, 2, 3))
+        );
     }
 
     #[test]
@@ -1059,18 +1192,20 @@ mod tests {
         store.save(&rec).unwrap();
         assert_eq!(store.spares(), POOL_TARGET - 1);
         // The record took over a spare's inode.
-        let ino = fs::metadata(store.path_for(&rec.key)).unwrap().ino();
+        let ino = fs::metadata(store.path_for(&rec.key().unwrap()))
+            .unwrap()
+            .ino();
         assert!(spare_inodes.contains(&ino));
         // A delete gives the inode back to the pool; the record is gone.
-        assert!(store.delete(&rec.key).unwrap());
+        assert!(store.delete(&rec.key().unwrap()).unwrap());
         assert_eq!(store.spares(), POOL_TARGET);
-        assert_eq!(store.load(&rec.key).unwrap(), None);
+        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), None);
         assert!(store.load_all().unwrap().records.is_empty());
         // Reused spares hold only the new record (a deleted one was longer).
         let mut big = record("c2", "eth0", [192, 0, 2, 11]);
-        big.attachment.cni_config = serde_json::json!({"pad": "x".repeat(4096)});
+        big.args.insert("pad".to_owned(), "x".repeat(4096));
         store.save(&big).unwrap();
-        assert!(store.delete(&big.key).unwrap());
+        assert!(store.delete(&big.key().unwrap()).unwrap());
         for i in 0..POOL_TARGET + 5 {
             store
                 .save(&record(&format!("d{i}"), "eth0", [192, 0, 2, 12]))

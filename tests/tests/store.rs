@@ -15,27 +15,37 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use xdhcp::store::{Attachment, AttachmentMode, LeaseKey, LeaseRecord, LeaseStore};
+use xdhcp::model::{PodRef, WorkloadKind};
+use xdhcp::store::{LeaseKey, LeaseRecord, LeaseStore, RECORD_VERSION};
 
 const WRITER_ENV: &str = "XDHCP_STORE_TEST_WRITER_DIR";
 const KEYS: usize = 8;
 
 fn record(i: usize, generation: u32) -> LeaseRecord {
-    LeaseRecord::new(
-        LeaseKey::new(&format!("container{i}"), "eth0").unwrap(),
-        Attachment {
-            netns: PathBuf::from(format!("/var/run/netns/pod{i}")),
-            mac: [2, 0, 0, 0, 0, i as u8],
-            pod_namespace: Some("default".to_owned()),
-            pod_name: Some(format!("pod-{i}")),
-            pod_uid: Some(format!("uid-{i}")),
-            network_key: Some("default/localnet".to_owned()),
-            mode: AttachmentMode::Pod,
-            apply: false,
-            // A large-ish config so a write spans several pages.
-            cni_config: serde_json::json!({ "generation": generation, "pad": "x".repeat(16 * 1024) }),
-        },
-        xdhcp_engine::Lease {
+    LeaseRecord {
+        version: RECORD_VERSION,
+        container_id: format!("container{i}"),
+        ifname: "eth0".to_owned(),
+        netns: Some(PathBuf::from(format!("/var/run/netns/pod{i}"))),
+        config: xdhcp::cni::config::parse(
+            br#"{"cniVersion":"1.0.0","name":"localnet","ipam":{"type":"xdhcp"}}"#,
+        )
+        .expect("valid config"),
+        // Large-ish arguments so a write spans several pages.
+        args: [
+            ("generation".to_owned(), generation.to_string()),
+            ("pad".to_owned(), "x".repeat(16 * 1024)),
+        ]
+        .into(),
+        pod: Some(PodRef {
+            namespace: "default".to_owned(),
+            name: format!("pod-{i}"),
+            uid: Some(format!("uid-{i}")),
+        }),
+        workload: WorkloadKind::Pod,
+        mac: [2, 0, 0, 0, 0, i as u8],
+        annotation_key: Some("default/localnet".to_owned()),
+        lease: Some(xdhcp_engine::Lease {
             address: Ipv4Addr::new(192, 0, 2, 10 + i as u8),
             prefix_len: 24,
             server_id: Ipv4Addr::new(192, 0, 2, 1),
@@ -51,8 +61,14 @@ fn record(i: usize, generation: u32) -> LeaseRecord {
             t2: Duration::from_secs(105),
             acquired_unix_ms: u64::from(generation),
             rejected_routes: Vec::new(),
-        },
-    )
+        }),
+        updated_unix_ms: 0,
+    }
+}
+
+/// The generation a test record was written with.
+fn generation_of(r: &LeaseRecord) -> u64 {
+    r.args["generation"].parse().expect("a generation")
 }
 
 /// The writer half: runs in a child process (this test binary re-executed).
@@ -102,8 +118,8 @@ fn sigkill_during_writes_never_leaves_a_torn_record() {
             "round {round}: the writer wrote nothing"
         );
         for rec in &report.records {
-            let i: usize = rec.key.container_id()["container".len()..].parse().unwrap();
-            let generation = rec.attachment.cni_config["generation"].as_u64().unwrap();
+            let i: usize = rec.container_id["container".len()..].parse().unwrap();
+            let generation = generation_of(rec);
             assert_eq!(
                 *rec,
                 record(i, generation as u32).with_updated(rec.updated_unix_ms)
@@ -272,10 +288,7 @@ fn saved_and_deleted_records_survive_a_power_loss() {
         let generations: Vec<(String, u64)> = report
             .records
             .iter()
-            .map(|r| {
-                let generation = r.attachment.cni_config["generation"].as_u64().unwrap();
-                (r.key.container_id().to_owned(), generation)
-            })
+            .map(|r| (r.container_id.clone(), generation_of(r)))
             .collect();
         assert_eq!(
             generations,
@@ -297,7 +310,7 @@ fn saved_and_deleted_records_survive_a_power_loss() {
         let keys: Vec<&str> = report
             .records
             .iter()
-            .map(|r| r.key.container_id())
+            .map(|r| r.container_id.as_str())
             .collect();
         assert_eq!(
             keys,

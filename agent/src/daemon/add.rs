@@ -10,7 +10,7 @@ use super::acquire::{self, Request, cni_result, report_address};
 use super::context::Agent;
 use super::error::{Error, Place};
 use super::lease::apply;
-use super::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
+use super::lease::persist::{self, PodRef, WorkloadKind};
 use super::lease::task::lock;
 use super::vm;
 use crate::cni::config::NetworkConfig;
@@ -136,7 +136,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             )
         }
     };
-    let record = LeaseRecord::fresh(
+    let record = persist::fresh(
         &req,
         who.pod.clone(),
         kind.clone(),

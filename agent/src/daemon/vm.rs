@@ -22,7 +22,7 @@ use xdhcp_engine::{Lease, Mode};
 use super::acquire::{self, Request, cni_result, report_address};
 use super::context::Agent;
 use super::error::{Error, Place};
-use super::lease::persist::{LeaseRecord, PodRef, WorkloadKind};
+use super::lease::persist::{self, PodRef, WorkloadKind};
 use super::registry::Handle;
 use crate::cli::AgentArgs;
 use crate::cni::types::CniResult;
@@ -212,7 +212,7 @@ async fn discover(
     let link = acquire::open_link(agent, None, &netdev, false, &place)
         .await?
         .with_src_mac(mac.octets());
-    let record = LeaseRecord::fresh(
+    let record = persist::fresh(
         req,
         vm.pod.clone(),
         WorkloadKind::Vm {

@@ -90,6 +90,7 @@ impl Live {
     pub(crate) fn set_lease(&mut self, lease: Option<Lease>) {
         self.expires_unix_ms = lease.as_ref().and_then(expiry_ms);
         self.record.lease = lease;
+        self.record.updated_unix_ms = crate::cli::now_unix_ms();
     }
 }
 

@@ -1,159 +1,44 @@
-//! What the daemon persists per attachment, through the lease store
-//! ([`crate::store`]: one JSON record per lease under
-//! `<state_dir>/leases/`, atomic writes, corrupt records quarantined).
-//!
-//! The daemon's view ([`LeaseRecord`]) carries the validated network
-//! configuration and `CNI_ARGS`; they travel in the store's
-//! `attachment.cni_config` so a restarted agent rebuilds the same client.
+//! A lease's record in the lease store ([`crate::store`]: one JSON record
+//! per lease under `<state_dir>/leases/`, durable atomic writes, corrupt
+//! records quarantined): saved at every lease change, removed when the
+//! attachment ends, loaded at start.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-use xdhcp_engine::Lease;
+pub(crate) use crate::model::{PodRef, WorkloadKind};
+pub(crate) use crate::store::LeaseRecord;
+use crate::store::{LeaseKey, LeaseStore, RECORD_VERSION, StoreError};
 
-use crate::cni::config::NetworkConfig;
-use crate::store::{self, AttachmentMode, LeaseKey, LeaseStore, StoreError};
-
-/// Record format version of the daemon's view.
-pub(crate) const RECORD_VERSION: u32 = 1;
-
-/// Pod or VM, as decided at ADD.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
-pub(crate) enum WorkloadKind {
-    /// Plain pod: the lease is maintained until DEL.
-    Pod,
-    /// `KubeVirt` VM: one-shot discovery, never configured, no RELEASE.
-    Vm { vmi: String },
-}
-
-/// The pod an attachment belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct PodRef {
-    pub namespace: String,
-    pub name: String,
-    pub uid: Option<String>,
-}
-
-/// Everything needed to resume an attachment after a restart.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct LeaseRecord {
-    pub version: u32,
-    pub container_id: String,
-    pub ifname: String,
-    pub netns: Option<PathBuf>,
-    pub config: NetworkConfig,
-    pub args: BTreeMap<String, String>,
-    pub pod: Option<PodRef>,
-    pub workload: WorkloadKind,
-    /// The MAC the client uses (the interface's, or the VM's).
-    pub mac: [u8; 6],
-    /// `k8s.ovn.org/pod-networks` key written at ADD, if any.
-    pub annotation_key: Option<String>,
-    /// The lease as last bound/renewed.
-    pub lease: Option<Lease>,
-}
-
-impl LeaseRecord {
-    /// The record of an attachment an ADD starts, before its first lease.
-    pub(crate) fn fresh(
-        req: &crate::rpc::CniRequest,
-        pod: Option<PodRef>,
-        workload: WorkloadKind,
-        mac: [u8; 6],
-        annotation_key: Option<String>,
-    ) -> Self {
-        Self {
-            version: RECORD_VERSION,
-            container_id: req.container_id.clone(),
-            ifname: req.ifname.clone(),
-            netns: req.netns.clone(),
-            config: req.config.clone(),
-            args: req.args.clone(),
-            pod,
-            workload,
-            mac,
-            annotation_key,
-            lease: None,
-        }
+/// The record of an attachment an ADD starts, before its first lease.
+pub(crate) fn fresh(
+    req: &crate::rpc::CniRequest,
+    pod: Option<PodRef>,
+    workload: WorkloadKind,
+    mac: [u8; 6],
+    annotation_key: Option<String>,
+) -> LeaseRecord {
+    LeaseRecord {
+        version: RECORD_VERSION,
+        container_id: req.container_id.clone(),
+        ifname: req.ifname.clone(),
+        netns: req.netns.clone(),
+        config: req.config.clone(),
+        args: req.args.clone(),
+        pod,
+        workload,
+        mac,
+        annotation_key,
+        lease: None,
+        updated_unix_ms: 0,
     }
 }
 
-/// What the daemon keeps in the store's free-form `cni_config`.
-#[derive(Debug, Serialize, Deserialize)]
-struct Extra {
-    config: NetworkConfig,
-    args: BTreeMap<String, String>,
-}
-
-impl LeaseRecord {
-    fn to_store(&self) -> Result<Option<store::LeaseRecord>, StoreError> {
-        let Some(lease) = self.lease.clone() else {
-            return Ok(None);
-        };
-        let key = LeaseKey::new(&self.container_id, &self.ifname)?;
-        let extra = serde_json::to_value(Extra {
-            config: self.config.clone(),
-            args: self.args.clone(),
-        })
-        .unwrap_or_default();
-        let attachment = store::Attachment {
-            netns: self.netns.clone().unwrap_or_default(),
-            mac: self.mac,
-            pod_namespace: self.pod.as_ref().map(|p| p.namespace.clone()),
-            pod_name: self.pod.as_ref().map(|p| p.name.clone()),
-            pod_uid: self.pod.as_ref().and_then(|p| p.uid.clone()),
-            network_key: self.annotation_key.clone(),
-            mode: match &self.workload {
-                WorkloadKind::Pod => AttachmentMode::Pod,
-                WorkloadKind::Vm { vmi } => AttachmentMode::Vm {
-                    vmi_name: vmi.clone(),
-                },
-            },
-            apply: self.config.ipam.apply,
-            cni_config: extra,
-        };
-        Ok(Some(store::LeaseRecord::new(key, attachment, lease)))
-    }
-
-    fn from_store(r: store::LeaseRecord) -> Result<Self, String> {
-        let extra: Extra = serde_json::from_value(r.attachment.cni_config)
-            .map_err(|e| format!("attachment.cni_config: {e}"))?;
-        let pod = match (r.attachment.pod_namespace, r.attachment.pod_name) {
-            (Some(namespace), Some(name)) => Some(PodRef {
-                namespace,
-                name,
-                uid: r.attachment.pod_uid,
-            }),
-            _ => None,
-        };
-        Ok(Self {
-            version: RECORD_VERSION,
-            container_id: r.key.container_id().to_owned(),
-            ifname: r.key.ifname().to_owned(),
-            netns: (!r.attachment.netns.as_os_str().is_empty()).then_some(r.attachment.netns),
-            config: extra.config,
-            args: extra.args,
-            pod,
-            workload: match r.attachment.mode {
-                AttachmentMode::Pod => WorkloadKind::Pod,
-                AttachmentMode::Vm { vmi_name } => WorkloadKind::Vm { vmi: vmi_name },
-            },
-            mac: r.attachment.mac,
-            annotation_key: r.attachment.network_key,
-            lease: Some(r.lease),
-        })
-    }
-}
-
-/// Persist `rec` (only once it holds a lease: nothing to resume before).
+/// Persist `rec` once it holds a lease (nothing to resume before).
 pub(crate) fn save(store: &LeaseStore, rec: &LeaseRecord) -> Result<(), StoreError> {
-    match rec.to_store()? {
-        Some(r) => store.save(&r),
-        None => Ok(()),
+    if rec.lease.is_none() {
+        return Ok(());
     }
+    store.save(rec)
 }
 
 /// Forget an attachment's record (absent is fine).
@@ -170,17 +55,16 @@ pub(crate) fn remove(
 /// A record that could not be used, and why.
 #[derive(Debug)]
 pub(crate) struct Unusable {
-    pub what: String,
-    pub reason: String,
+    pub(crate) what: String,
+    pub(crate) reason: String,
 }
 
-/// Load every record; the store quarantines corrupt files, records whose
-/// daemon view cannot be rebuilt are reported (and deleted).
+/// Load every record; the store quarantines the ones it cannot read back.
 pub(crate) fn load_all(
     store: &LeaseStore,
 ) -> Result<(Vec<LeaseRecord>, Vec<Unusable>), StoreError> {
     let report = store.load_all()?;
-    let mut bad: Vec<Unusable> = report
+    let bad = report
         .quarantined
         .into_iter()
         .map(|q| Unusable {
@@ -188,21 +72,7 @@ pub(crate) fn load_all(
             reason: format!("{}: {}", q.reason.metric_label(), q.reason),
         })
         .collect();
-    let mut ok = Vec::with_capacity(report.records.len());
-    for r in report.records {
-        let key = r.key.clone();
-        match LeaseRecord::from_store(r) {
-            Ok(rec) => ok.push(rec),
-            Err(reason) => {
-                let _ = store.delete(&key);
-                bad.push(Unusable {
-                    what: key.to_string(),
-                    reason,
-                });
-            }
-        }
-    }
-    Ok((ok, bad))
+    Ok((report.records, bad))
 }
 
 /// Where the store lives under the state dir.
@@ -213,11 +83,14 @@ pub(crate) fn open(state_dir: &Path) -> Result<LeaseStore, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use std::time::Duration;
+    use xdhcp_engine::Lease;
 
     fn record(id: &str, lease: Option<Lease>) -> LeaseRecord {
         LeaseRecord {
             version: RECORD_VERSION,
+            updated_unix_ms: 0,
             container_id: id.into(),
             ifname: "eth0".into(),
             netns: Some("/run/netns/x".into()),
@@ -268,7 +141,12 @@ mod tests {
         save(&store, &rec).unwrap();
         let (ok, bad) = load_all(&store).unwrap();
         assert!(bad.is_empty());
-        assert_eq!(ok, vec![rec]);
+        assert_eq!(ok.len(), 1);
+        let want = LeaseRecord {
+            updated_unix_ms: ok[0].updated_unix_ms,
+            ..rec
+        };
+        assert_eq!(ok, vec![want]);
         remove(&store, "c1", "eth0").unwrap();
         remove(&store, "c1", "eth0").unwrap();
         assert!(load_all(&store).unwrap().0.is_empty());
