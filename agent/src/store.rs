@@ -50,6 +50,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use xdhcp_engine::Lease;
 
 use crate::cni::config::NetworkConfig;
+use crate::cni::env::{validate_container_id, validate_ifname};
 use crate::model::{PodRef, WorkloadKind};
 use crate::sys;
 
@@ -174,16 +175,17 @@ pub struct LeaseKey {
 }
 
 impl LeaseKey {
-    /// Validates both parts: container id `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`,
-    /// interface name a valid Linux name (1..=15 bytes, not `.`/`..`, no `/`,
-    /// `:`, whitespace or NUL — `dev_valid_name()` in the kernel).
+    /// Validates both parts by the rules the CNI environment is checked with
+    /// (one rule for both places): container id
+    /// `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`, interface name 1-15 printable
+    /// ASCII characters, not `.`/`..`, no `/` or `:`.
     pub fn new(container_id: &str, ifname: &str) -> Result<Self> {
-        if !valid_container_id(container_id) {
+        if validate_container_id(container_id).is_err() {
             return Err(StoreError::InvalidContainerId {
                 value: container_id.to_owned(),
             });
         }
-        if !valid_ifname(ifname) {
+        if validate_ifname(ifname).is_err() {
             return Err(StoreError::InvalidIfname {
                 value: ifname.to_owned(),
             });
@@ -258,28 +260,6 @@ impl<'de> Deserialize<'de> for LeaseKey {
     }
 }
 
-/// `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`.
-pub fn valid_container_id(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
-}
-
-/// Linux `dev_valid_name()`: 1..=15 bytes, not `.`/`..`, no `/`, `:`,
-/// whitespace or NUL.
-pub fn valid_ifname(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() < 16
-        && s != "."
-        && s != ".."
-        && !s
-            .bytes()
-            .any(|c| c == b'/' || c == b':' || c == 0 || c.is_ascii_whitespace())
-}
-
 /// One lease, as the agent keeps it and as it is stored: where and for whom
 /// it was acquired (everything a restarted agent needs to resume it without
 /// a new DISCOVER) and the lease itself. Only records that hold a lease are
@@ -332,6 +312,7 @@ mod v1 {
 
     use super::{LeaseKey, LeaseRecord, mac_serde};
     use crate::cni::config::NetworkConfig;
+    use crate::cni::env::{validate_container_id, validate_ifname};
     use crate::model::{PodRef, WorkloadKind};
 
     #[derive(Deserialize)]
@@ -936,11 +917,15 @@ mod tests {
 
     #[test]
     fn file_names_round_trip_and_stay_in_the_directory() {
-        for ifname in ["eth0", "net1", "a%b", "a@b", "é", "x.y-z_", "\u{1}"] {
+        for ifname in ["eth0", "net1", "a%b", "a@b", "x.y-z_", "a~!"] {
             let key = LeaseKey::new("c1", ifname).unwrap();
             let stem = key.file_stem();
             assert!(!stem.contains('/') && stem.is_ascii(), "{stem}");
             assert_eq!(LeaseKey::from_file_stem(&stem), Some(key));
+        }
+        // Names the CNI environment refuses are refused here too (one rule).
+        for ifname in ["é", "\u{1}", "a b"] {
+            assert!(LeaseKey::new("c1", ifname).is_err(), "{ifname:?}");
         }
         // Non-canonical encodings are rejected.
         assert_eq!(LeaseKey::from_file_stem("c1@%65th0"), None);
