@@ -183,6 +183,7 @@ pub struct AgentArgs {
 
 impl AgentArgs {
     /// Flags with every default, for tests and in-process agents.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn with_defaults(socket: PathBuf, state_dir: PathBuf) -> Self {
         let mut a = Cli::parse_from(["xdhcp", "agent"]);
         let Command::Agent(args) = &mut a.command else {

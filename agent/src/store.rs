@@ -312,7 +312,6 @@ mod v1 {
 
     use super::{LeaseKey, LeaseRecord, mac_serde};
     use crate::cni::config::NetworkConfig;
-    use crate::cni::env::{validate_container_id, validate_ifname};
     use crate::model::{PodRef, WorkloadKind};
 
     #[derive(Deserialize)]

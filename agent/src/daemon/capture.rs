@@ -529,7 +529,7 @@ impl Capture {
                 match self.reopen_reader() {
                     Ok(r) => break r,
                     Err(e) => {
-                        warn!(error = %e, retry_in_s = wait.as_secs(), "cannot reopen the eBPF ring buffer");
+                        warn!(error = %crate::rpc::format_chain(&e), retry_in_s = wait.as_secs(), "cannot reopen the eBPF ring buffer");
                         wait = (wait * 2).min(RESTORE_MAX);
                     }
                 }
@@ -593,15 +593,13 @@ impl Capture {
         }
     }
 
-    fn reopen_reader(&self) -> Result<EventReader, String> {
+    fn reopen_reader(&self) -> Result<EventReader, RestoreError> {
         #[cfg(feature = "test-hooks")]
         if self.reader_fault() {
-            return Err("injected reader failure".to_owned());
+            return Err(RestoreError::Injected);
         }
-        let k = self.kernel.as_ref().ok_or("no eBPF datapath")?;
-        lock(&k.dp)
-            .reopen_reader()
-            .map_err(|e| crate::rpc::format_chain(&e))
+        let k = self.kernel.as_ref().ok_or(RestoreError::NoEbpf)?;
+        Ok(lock(&k.dp).reopen_reader()?)
     }
 
     /// Notice links detached from under the agent; re-attach them.
@@ -660,7 +658,7 @@ impl Capture {
                     }
                     Ok(Err(e)) => {
                         let wait = retry.get(&t).map_or(LINK_RESTORE_FIRST, |r| r.1);
-                        warn!(ifname = %t.ifname, error = %e, retry_in_s = wait.as_secs(), "cannot re-attach the eBPF program");
+                        warn!(ifname = %t.ifname, error = %crate::rpc::format_chain(&e), retry_in_s = wait.as_secs(), "cannot re-attach the eBPF program");
                         let next = (wait * 2).min(RESTORE_MAX);
                         retry.insert(t, (now + next, next));
                     }
@@ -678,8 +676,8 @@ impl Capture {
     }
 
     /// Attach `t` anew; `false` when no lease needs it any more.
-    fn reattach(&self, t: &AttachTarget) -> Result<bool, String> {
-        let k = self.kernel.as_ref().ok_or("no eBPF datapath")?;
+    fn reattach(&self, t: &AttachTarget) -> Result<bool, RestoreError> {
+        let k = self.kernel.as_ref().ok_or(RestoreError::NoEbpf)?;
         let mut dp = lock(&k.dp);
         if let Err(e) = dp.detach(t) {
             debug!(ifname = %t.ifname, error = %e, "dropping the detached link");
@@ -692,9 +690,7 @@ impl Capture {
         } else {
             CaptureMode::Observe
         };
-        dp.attach(t, k.attach, mode)
-            .map(|_| true)
-            .map_err(|e| crate::rpc::format_chain(&e))
+        Ok(dp.attach(t, k.attach, mode).map(|_| true)?)
     }
 
     async fn poll_counters(self: Arc<Self>, token: CancellationToken) {
@@ -731,6 +727,19 @@ impl Capture {
             }
         }
     }
+}
+
+/// Why a lost capture path could not be restored (yet).
+#[derive(Debug, thiserror::Error)]
+enum RestoreError {
+    #[error("no eBPF datapath")]
+    NoEbpf,
+    /// The test suite keeps the reader broken.
+    #[cfg(feature = "test-hooks")]
+    #[error("injected reader failure")]
+    Injected,
+    #[error(transparent)]
+    Datapath(#[from] crate::datapath::ebpf::EbpfDatapathError),
 }
 
 fn target_key(t: &AttachTarget) -> String {
