@@ -42,6 +42,11 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OptionLabel {
+    option: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
 }
@@ -60,6 +65,7 @@ pub struct Metrics {
     naks: Counter,
     failures: Family<ErrorLabel, Counter>,
     dropped: Family<ReasonLabel, Counter>,
+    malformed_options: Family<OptionLabel, Counter>,
     kernel: Family<OutcomeLabel, Counter>,
     cni_requests: Family<OpLabel, Counter>,
     kernel_last: Mutex<Vec<(&'static str, u64)>>,
@@ -87,6 +93,7 @@ impl Metrics {
         let naks = Counter::default();
         let failures = Family::<ErrorLabel, Counter>::default();
         let dropped = Family::<ReasonLabel, Counter>::default();
+        let malformed_options = Family::<OptionLabel, Counter>::default();
         let kernel = Family::<OutcomeLabel, Counter>::default();
         let cni_requests = Family::<OpLabel, Counter>::default();
         root.register("leases", "Leases by DHCP client state", leases.clone());
@@ -108,6 +115,11 @@ impl Metrics {
             dropped.clone(),
         );
         root.register(
+            "malformed_options",
+            "Optional options dropped from accepted replies because malformed, by option code",
+            malformed_options.clone(),
+        );
+        root.register(
             "kernel_frames",
             "eBPF capture program outcomes (summed over CPUs)",
             kernel.clone(),
@@ -125,6 +137,7 @@ impl Metrics {
             naks,
             failures,
             dropped,
+            malformed_options,
             kernel,
             cni_requests,
             kernel_last: Mutex::new(Vec::new()),
@@ -169,6 +182,16 @@ impl Metrics {
         if n > 0 {
             self.dropped
                 .get_or_create(&ReasonLabel { reason })
+                .inc_by(n);
+        }
+    }
+
+    /// The engine dropped `n` more malformed copies of optional `option`
+    /// (`LeaseOption::label`, the option code) and kept the lease.
+    pub fn malformed_option(&self, option: &'static str, n: u64) {
+        if n > 0 {
+            self.malformed_options
+                .get_or_create(&OptionLabel { option })
                 .inc_by(n);
         }
     }
@@ -296,6 +319,8 @@ mod tests {
         m.nak();
         m.failure("dhcp_timeout");
         m.dropped("wrong_xid", 2);
+        m.malformed_option("121", 1);
+        m.malformed_option("121", 2);
         m.kernel_snapshot(&[("captured", 5)]);
         m.kernel_snapshot(&[("captured", 7)]);
         let text = m.encode();
@@ -316,6 +341,10 @@ mod tests {
         );
         assert!(
             text.contains(r#"xdhcp_dropped_replies_total{reason="wrong_xid"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_malformed_options_total{option="121"} 3"#),
             "{text}"
         );
         assert!(
