@@ -34,8 +34,8 @@ pub struct Lease {
     /// Source MAC of the ACK: the server, or the relay/router that is the
     /// next hop towards it. Used to unicast RENEW and RELEASE.
     pub server_mac: Option<[u8; 6]>,
-    /// Option 3, only when no option 121 was sent (RFC 3442) and the route
-    /// policy allows a default route.
+    /// Option 3, only when no well-formed option 121 was sent (RFC 3442; a
+    /// malformed one is dropped) and the route policy allows a default route.
     pub routers: Vec<Ipv4Addr>,
     /// Option 121 routes accepted by the route policy.
     pub routes: Vec<Route>,

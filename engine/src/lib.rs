@@ -53,7 +53,9 @@
 //!   (routes the policy refused, for logging), `Lease::{default_gateway,
 //!   netmask, expires_unix_ms, is_infinite}`, `State::{label, has_lease,
 //!   expects_reply}`, `DropReason::ALL`, `ClientStats::{dropped(reason),
-//!   dropped_by_reason}`.
+//!   dropped_by_reason, malformed(option), malformed_by_option}`,
+//!   `Client::take_malformed_options` ([`LeaseOption`]: optional options
+//!   dropped as malformed while the lease went ahead).
 //! - Struct-literal compatibility: fields are only ever added to
 //!   `ClientConfig` (built with `..ClientConfig::default()`), never to
 //!   `Lease` or `Retransmit`, which the agent builds field by field.
