@@ -42,6 +42,11 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OptionLabel {
+    option: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
 }
@@ -60,6 +65,7 @@ pub(crate) struct Metrics {
     naks: Counter,
     failures: Family<ErrorLabel, Counter>,
     dropped: Family<ReasonLabel, Counter>,
+    malformed_options: Family<OptionLabel, Counter>,
     kernel: Family<OutcomeLabel, Counter>,
     cni_requests: Family<OpLabel, Counter>,
     capture_lost: Family<ReasonLabel, Counter>,
@@ -91,6 +97,7 @@ impl Metrics {
         let naks = Counter::default();
         let failures = Family::<ErrorLabel, Counter>::default();
         let dropped = Family::<ReasonLabel, Counter>::default();
+        let malformed_options = Family::<OptionLabel, Counter>::default();
         let kernel = Family::<OutcomeLabel, Counter>::default();
         let cni_requests = Family::<OpLabel, Counter>::default();
         let capture_lost = Family::<ReasonLabel, Counter>::default();
@@ -114,6 +121,11 @@ impl Metrics {
             "dropped_replies",
             "DHCP replies dropped by the engine, by reason",
             dropped.clone(),
+        );
+        root.register(
+            "malformed_options",
+            "Optional options dropped from accepted replies because malformed, by option code",
+            malformed_options.clone(),
         );
         root.register(
             "kernel_frames",
@@ -157,6 +169,7 @@ impl Metrics {
             naks,
             failures,
             dropped,
+            malformed_options,
             kernel,
             cni_requests,
             kernel_last: Mutex::new(Vec::new()),
@@ -227,6 +240,16 @@ impl Metrics {
     /// Whether some capture path is lost right now.
     pub(crate) fn set_capture_degraded(&self, degraded: bool) {
         self.capture_degraded.set(i64::from(degraded));
+    }
+
+    /// The engine dropped `n` more malformed copies of optional `option`
+    /// (`LeaseOption::label`, the option code) and kept the lease.
+    pub(crate) fn malformed_option(&self, option: &'static str, n: u64) {
+        if n > 0 {
+            self.malformed_options
+                .get_or_create(&OptionLabel { option })
+                .inc_by(n);
+        }
     }
 
     /// A CNI request was served.
@@ -379,6 +402,8 @@ mod tests {
         m.nak();
         m.failure("dhcp_timeout");
         m.dropped("wrong_xid", 2);
+        m.malformed_option("121", 1);
+        m.malformed_option("121", 2);
         m.kernel_snapshot(&[("captured", 5)]);
         m.kernel_snapshot(&[("captured", 7)]);
         let text = m.encode();
@@ -399,6 +424,10 @@ mod tests {
         );
         assert!(
             text.contains(r#"xdhcp_dropped_replies_total{reason="wrong_xid"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_malformed_options_total{option="121"} 3"#),
             "{text}"
         );
         assert!(

@@ -10,6 +10,8 @@
 /// `cargo xtask setup`, which builds bpf-linker against this toolchain's LLVM.
 pub const EBPF_TOOLCHAIN: &str = "nightly";
 
+pub mod programs;
+
 /// Name of the BPF ring buffer carrying [`CaptureRecord`]s to user space.
 pub const MAP_EVENTS: &str = "XDHCP_EVENTS";
 /// Name of the per-CPU counter array (indices are the `COUNTER_*` constants).

@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 
 use crate::backoff;
 use crate::config::{ClientConfig, ExpiredLeasePolicy, Mode};
 use crate::event::{AcquireError, Event, HeardNak, HeardOffer, LostReason};
-use crate::lease::{self, Lease, LeaseNotes};
+use crate::lease::{self, Lease, LeaseNotes, LeaseOption};
 use crate::message::{self, MessageKind, Outgoing};
 use crate::state::State;
 use crate::stats::ClientStats;
@@ -192,6 +192,10 @@ pub struct Client {
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: ClientStats,
+    /// Malformed options dropped since the driver last took them
+    /// ([`Client::take_malformed_options`]); fixed size, so a driver that
+    /// never takes them costs nothing.
+    malformed_pending: [u64; LeaseOption::ALL.len()],
     /// (Unix ms, instant) pair anchoring wall-clock time.
     wall: Option<(u64, Instant)>,
     wall_pending: Option<u64>,
@@ -226,6 +230,7 @@ impl Client {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
+            malformed_pending: [0; LeaseOption::ALL.len()],
             wall: None,
             wall_pending: None,
         }
@@ -544,6 +549,22 @@ impl Client {
     /// Counters.
     pub fn stats(&self) -> &ClientStats {
         &self.stats
+    }
+
+    /// Optional options dropped as malformed from accepted replies since the
+    /// last call, by option (non-zero counts only), then reset: what a driver
+    /// adds to its metrics after [`Client::handle_packet`]. The engine also
+    /// logs each one (`warn`) and keeps monotonic totals in
+    /// [`ClientStats::malformed`].
+    pub fn take_malformed_options(&mut self) -> Vec<(LeaseOption, u64)> {
+        let taken = LeaseOption::ALL
+            .iter()
+            .zip(self.malformed_pending.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(o, n)| (*o, *n))
+            .collect();
+        self.malformed_pending = [0; LeaseOption::ALL.len()];
+        taken
     }
 
     /// The configuration in force (after clamping).
@@ -1072,8 +1093,9 @@ impl Client {
         reply: &Reply,
         server: Ipv4Addr,
     ) -> Result<(), DropReason> {
-        // Validate the whole offer as a lease so a malformed one cannot win.
-        lease::from_reply(reply, server, &self.cfg.route_policy, 0)?;
+        // Validate the whole offer as a lease so one without a usable
+        // address or lease time cannot win.
+        let (_, notes) = lease::from_reply(reply, server, &self.cfg.route_policy, 0)?;
         if self
             .acq
             .as_ref()
@@ -1082,6 +1104,7 @@ impl Client {
             return Err(DropReason::DeclinedAddress);
         }
         self.stats.offers_received += 1;
+        self.count_malformed(&notes, server, "OFFER");
         let offer = Offer {
             server_id: server,
             address: reply.yiaddr,
@@ -1138,8 +1161,17 @@ impl Client {
         s.lease_times_inconsistent += u64::from(notes.times_inconsistent);
         s.subnet_mask_missing += u64::from(notes.mask_missing);
         s.routers_ignored_for_121 += u64::from(notes.routers_ignored_for_121);
-        s.options_ignored += notes.ignored_options.len() as u64;
         s.routes_rejected += lease.rejected_routes.len() as u64;
+    }
+
+    /// Count and log the optional options dropped from an accepted reply.
+    fn count_malformed(&mut self, notes: &LeaseNotes, server: Ipv4Addr, kind: &'static str) {
+        for m in &notes.malformed {
+            self.stats.count_malformed(m.option);
+            self.malformed_pending[m.option.index()] += 1;
+            warn!(xid = self.xid, %server, reply = kind, option = m.option.code(),
+                problem = %m.problem, "malformed option dropped; the lease goes ahead without it");
+        }
     }
 
     /// DHCPACK: BOUND (RFC 2131 §4.4.1) or lease extended (§4.4.5). Lease
@@ -1168,6 +1200,7 @@ impl Client {
             });
         self.stats.acks_received += 1;
         self.count_notes(&notes, &lease);
+        self.count_malformed(&notes, server, "ACK");
         let timers = self.cfg.mode == Mode::Maintain && !lease.is_infinite();
         let at = |d: Duration| timers.then(|| later(first_sent, d));
         let held = Held {

@@ -1,16 +1,21 @@
 //! The lease and its extraction from a validated reply.
 //!
-//! Options that define the address, routing or timing (1, 51, 58, 59, 121)
-//! make the whole reply invalid when malformed; purely informative options
-//! (6, 15, 26, 119) are ignored individually when malformed and counted in
-//! [`LeaseNotes`]. Option 121 replaces option 3 (RFC 3442 §2).
+//! A reply is refused only for what a lease cannot exist without: the
+//! message type and server identifier (checked in `validate.rs`), a usable
+//! `yiaddr` and a usable lease time (option 51). Every other option xdhcp
+//! reads is optional: when it is malformed it is dropped as if the server had
+//! not sent it, reported as a [`MalformedOption`] and counted per option
+//! ([`LeaseOption`]), and the lease proceeds. Option 121 replaces option 3
+//! (RFC 3442 §2); a dropped option 121 falls back to option 3, as when it is
+//! absent. `docs/dhcp-options.md` lists what "malformed" means per option.
 
+use std::fmt;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::routes::{self, RejectedRoute, Route, RoutePolicy};
+use crate::routes::{self, Option121Error, RejectedRoute, Route, RoutePolicy};
 use crate::validate::{DropReason, Reply, is_unicast};
 
 /// Lease time value meaning "infinite" (RFC 2132 §9.2).
@@ -30,8 +35,8 @@ pub struct Lease {
     /// Source MAC of the ACK: the server, or the relay/router that is the
     /// next hop towards it. Used to unicast RENEW and RELEASE.
     pub server_mac: Option<[u8; 6]>,
-    /// Option 3, only when no option 121 was sent (RFC 3442) and the route
-    /// policy allows a default route.
+    /// Option 3, only when no well-formed option 121 was sent (RFC 3442; a
+    /// malformed one is dropped) and the route policy allows a default route.
     pub routers: Vec<Ipv4Addr>,
     /// Option 121 routes accepted by the route policy.
     pub routes: Vec<Route>,
@@ -159,8 +164,138 @@ pub struct LeaseNotes {
     pub mask_missing: bool,
     /// Option 3 ignored because option 121 was present.
     pub routers_ignored_for_121: bool,
-    /// Informative options ignored because malformed (codes).
-    pub ignored_options: Vec<u8>,
+    /// Optional options dropped because malformed, in option-code order.
+    pub malformed: Vec<MalformedOption>,
+}
+
+/// An optional option xdhcp reads from an OFFER or ACK. When malformed it is
+/// dropped (the lease is built as if it were absent) and counted under this
+/// option; it never refuses the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LeaseOption {
+    /// Option 1 (RFC 2132 §3.3): absent or dropped → classful prefix length.
+    SubnetMask,
+    /// Option 3 (RFC 2132 §3.5).
+    Router,
+    /// Option 6 (RFC 2132 §3.8).
+    DomainNameServer,
+    /// Option 15 (RFC 2132 §3.17).
+    DomainName,
+    /// Option 26 (RFC 2132 §5.1).
+    InterfaceMtu,
+    /// Option 58, T1 (RFC 2132 §9.11): dropped → 50 % of the lease.
+    RenewalTime,
+    /// Option 59, T2 (RFC 2132 §9.12): dropped → 87.5 % of the lease.
+    RebindingTime,
+    /// Option 119 (RFC 3397).
+    DomainSearch,
+    /// Option 121 (RFC 3442): dropped → option 3, as when absent.
+    ClasslessStaticRoute,
+}
+
+impl LeaseOption {
+    /// Every optional option, in option-code (and counter) order.
+    pub const ALL: [LeaseOption; 9] = [
+        LeaseOption::SubnetMask,
+        LeaseOption::Router,
+        LeaseOption::DomainNameServer,
+        LeaseOption::DomainName,
+        LeaseOption::InterfaceMtu,
+        LeaseOption::RenewalTime,
+        LeaseOption::RebindingTime,
+        LeaseOption::DomainSearch,
+        LeaseOption::ClasslessStaticRoute,
+    ];
+
+    /// The DHCP option code.
+    pub fn code(self) -> u8 {
+        match self {
+            LeaseOption::SubnetMask => 1,
+            LeaseOption::Router => 3,
+            LeaseOption::DomainNameServer => 6,
+            LeaseOption::DomainName => 15,
+            LeaseOption::InterfaceMtu => 26,
+            LeaseOption::RenewalTime => 58,
+            LeaseOption::RebindingTime => 59,
+            LeaseOption::DomainSearch => 119,
+            LeaseOption::ClasslessStaticRoute => 121,
+        }
+    }
+
+    /// Bounded, stable label for metrics and structured logs: the option
+    /// code in decimal.
+    pub fn label(self) -> &'static str {
+        match self {
+            LeaseOption::SubnetMask => "1",
+            LeaseOption::Router => "3",
+            LeaseOption::DomainNameServer => "6",
+            LeaseOption::DomainName => "15",
+            LeaseOption::InterfaceMtu => "26",
+            LeaseOption::RenewalTime => "58",
+            LeaseOption::RebindingTime => "59",
+            LeaseOption::DomainSearch => "119",
+            LeaseOption::ClasslessStaticRoute => "121",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        LeaseOption::ALL
+            .iter()
+            .position(|o| *o == self)
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for LeaseOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "option {}", self.code())
+    }
+}
+
+/// What was wrong with a dropped option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformation {
+    /// A length the option's type does not allow (a fixed-size value of
+    /// another size, an address list that is empty or not a multiple of 4).
+    Length { len: usize },
+    /// A subnet mask whose one bits are not contiguous, or 0.0.0.0.
+    Mask,
+    /// An address list with an entry that is not a usable unicast address.
+    NotUnicast,
+    /// An MTU below the minimum of 68 octets (RFC 2132 §5.1).
+    MtuTooSmall { mtu: u16 },
+    /// Not a valid DNS name (or list of names): a character outside letters,
+    /// digits, `-` and `_`, an empty or over-long label, a bad compression
+    /// pointer.
+    Name,
+    /// Option 121 that cannot be decoded as a whole.
+    Routes(Option121Error),
+}
+
+impl fmt::Display for Malformation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Malformation::Length { len } => write!(f, "length {len} is not valid for it"),
+            Malformation::Mask => f.write_str("not a contiguous non-zero mask"),
+            Malformation::NotUnicast => f.write_str("an address is not unicast"),
+            Malformation::MtuTooSmall { mtu } => write!(f, "MTU {mtu} is below 68"),
+            Malformation::Name => f.write_str("not a valid DNS name"),
+            Malformation::Routes(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+/// An optional option dropped from a reply because it was malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MalformedOption {
+    pub option: LeaseOption,
+    pub problem: Malformation,
+}
+
+impl fmt::Display for MalformedOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} dropped: {}", self.option, self.problem)
+    }
 }
 
 struct TimeNotes {
@@ -238,11 +373,30 @@ pub fn classful_prefix(addr: Ipv4Addr) -> u8 {
     }
 }
 
-fn u32_opt(reply: &Reply, code: u8) -> Result<Option<u64>, DropReason> {
-    match reply.options.get(&code).map(Vec::as_slice) {
-        None => Ok(None),
-        Some(&[a, b, c, d]) => Ok(Some(u64::from(u32::from_be_bytes([a, b, c, d])))),
+/// Option 51: required, exactly 4 octets.
+fn lease_time(reply: &Reply) -> Result<u64, DropReason> {
+    match reply.options.get(&51).map(Vec::as_slice) {
+        None => Err(DropReason::MissingLeaseTime),
+        Some(&[a, b, c, d]) => Ok(u64::from(u32::from_be_bytes([a, b, c, d]))),
         Some(_) => Err(DropReason::BadLeaseTime),
+    }
+}
+
+/// Option 58 or 59: optional; any length but 4 drops it.
+fn optional_time(reply: &Reply, option: LeaseOption, notes: &mut LeaseNotes) -> Option<u64> {
+    match reply.options.get(&option.code()).map(Vec::as_slice) {
+        None => None,
+        Some(&[a, b, c, d]) => Some(u64::from(u32::from_be_bytes([a, b, c, d]))),
+        Some(other) => {
+            notes.drop_option(option, Malformation::Length { len: other.len() });
+            None
+        }
+    }
+}
+
+impl LeaseNotes {
+    fn drop_option(&mut self, option: LeaseOption, problem: Malformation) {
+        self.malformed.push(MalformedOption { option, problem });
     }
 }
 
@@ -328,8 +482,15 @@ pub fn parse_domain_search(data: &[u8]) -> Option<Vec<String>> {
     Some(names)
 }
 
-/// Extract a lease from a validated OFFER or ACK. Fails on anything that
-/// would make the lease wrong; `now_unix_ms` becomes `acquired_unix_ms`.
+/// Extract a lease from a validated OFFER or ACK; `acquired_unix_ms` becomes
+/// [`Lease::acquired_unix_ms`].
+///
+/// Fails only on what a lease cannot exist without: an unusable `yiaddr`
+/// (not unicast, the server's own address, or the network/broadcast address
+/// of its subnet) or an unusable lease time (option 51 absent, not 4 octets,
+/// or zero). A malformed optional option is dropped and listed in
+/// [`LeaseNotes::malformed`]; routes the policy refuses are listed in
+/// [`Lease::rejected_routes`].
 pub fn from_reply(
     reply: &Reply,
     server_id: Ipv4Addr,
@@ -341,26 +502,18 @@ pub fn from_reply(
     if !is_unicast(address) || address == server_id {
         return Err(DropReason::BadAddress);
     }
-    let lease_secs = u32_opt(reply, 51)?.ok_or(DropReason::MissingLeaseTime)?;
+    let lease_secs = lease_time(reply)?;
     if lease_secs == 0 {
         return Err(DropReason::ZeroLeaseTime);
     }
-    let (t1, t2, tn) = times(lease_secs, u32_opt(reply, 58)?, u32_opt(reply, 59)?);
+    let t1 = optional_time(reply, LeaseOption::RenewalTime, &mut notes);
+    let t2 = optional_time(reply, LeaseOption::RebindingTime, &mut notes);
+    let (t1, t2, tn) = times(lease_secs, t1, t2);
     notes.times_missing = tn.missing;
     notes.times_zero = tn.zero;
     notes.times_inconsistent = tn.inconsistent;
 
-    let prefix_len = match reply.options.get(&1).map(Vec::as_slice) {
-        None => {
-            notes.mask_missing = true;
-            classful_prefix(address)
-        }
-        Some(&[m0, m1, m2, m3]) => match mask_to_prefix([m0, m1, m2, m3]) {
-            Some(len) if (1..=32).contains(&len) => len,
-            _ => return Err(DropReason::BadSubnetMask),
-        },
-        Some(_) => return Err(DropReason::BadSubnetMask),
-    };
+    let prefix_len = subnet_prefix(reply, address, &mut notes);
     // The subnet's own network or broadcast address is never a host address
     // (point-to-point /31 and host /32 have neither).
     if prefix_len <= 30 {
@@ -370,18 +523,26 @@ pub fn from_reply(
         }
     }
 
-    let mut all_routes = Vec::new();
-    let mut routers = Vec::new();
+    let mut all_routes = None;
     if let Some(data) = reply.options.get(&121) {
-        all_routes = routes::parse_option121(data).map_err(|_| DropReason::BadOption121)?;
+        match routes::parse_option121(data) {
+            Ok(list) => all_routes = Some(list),
+            Err(e) => notes.drop_option(LeaseOption::ClasslessStaticRoute, Malformation::Routes(e)),
+        }
+    }
+    let mut routers = Vec::new();
+    if all_routes.is_some() {
         notes.routers_ignored_for_121 = reply.options.contains_key(&3);
     } else if let Some(data) = reply.options.get(&3) {
         match ip_list(data) {
             Some(list) => routers = list,
-            None => notes.ignored_options.push(3),
+            None => notes.drop_option(
+                LeaseOption::Router,
+                Malformation::Length { len: data.len() },
+            ),
         }
     }
-    let (routes, mut rejected_routes) = policy.apply(all_routes);
+    let (routes, mut rejected_routes) = policy.apply(all_routes.unwrap_or_default());
     // Option 3 is a default route: subject to the same policy.
     if let Some(first) = routers.first().copied() {
         let implied = Route {
@@ -401,6 +562,7 @@ pub fn from_reply(
     }
 
     let info = informative(reply, &mut notes);
+    notes.malformed.sort_by_key(|m| m.option);
     Ok((
         Lease {
             address,
@@ -423,6 +585,24 @@ pub fn from_reply(
     ))
 }
 
+/// Option 1 as a prefix length; absent or malformed → the classful prefix
+/// length of `address` (as systemd-networkd does).
+fn subnet_prefix(reply: &Reply, address: Ipv4Addr, notes: &mut LeaseNotes) -> u8 {
+    let problem = match reply.options.get(&1).map(Vec::as_slice) {
+        None => {
+            notes.mask_missing = true;
+            return classful_prefix(address);
+        }
+        Some(&[m0, m1, m2, m3]) => match mask_to_prefix([m0, m1, m2, m3]) {
+            Some(len) if (1..=32).contains(&len) => return len,
+            _ => Malformation::Mask,
+        },
+        Some(other) => Malformation::Length { len: other.len() },
+    };
+    notes.drop_option(LeaseOption::SubnetMask, problem);
+    classful_prefix(address)
+}
+
 struct Informative {
     dns_servers: Vec<Ipv4Addr>,
     domain_name: Option<String>,
@@ -430,14 +610,21 @@ struct Informative {
     mtu: Option<u16>,
 }
 
-/// Options 6, 15, 119 and 26: ignored one by one when malformed.
+/// Options 6, 15, 119 and 26: each dropped on its own when malformed.
 fn informative(reply: &Reply, notes: &mut LeaseNotes) -> Informative {
     let dns_servers = match reply.options.get(&6) {
         None => Vec::new(),
         Some(d) => match ip_list(d) {
             Some(list) if list.iter().all(|ip| is_unicast(*ip)) => list,
-            _ => {
-                notes.ignored_options.push(6);
+            Some(_) => {
+                notes.drop_option(LeaseOption::DomainNameServer, Malformation::NotUnicast);
+                Vec::new()
+            }
+            None => {
+                notes.drop_option(
+                    LeaseOption::DomainNameServer,
+                    Malformation::Length { len: d.len() },
+                );
                 Vec::new()
             }
         },
@@ -448,23 +635,34 @@ fn informative(reply: &Reply, notes: &mut LeaseNotes) -> Informative {
         if valid_domain(s) {
             Some(s.strip_suffix('.').unwrap_or(s).to_owned())
         } else {
-            notes.ignored_options.push(15);
+            notes.drop_option(LeaseOption::DomainName, Malformation::Name);
             None
         }
     });
     let search = match reply.options.get(&119) {
         None => Vec::new(),
         Some(d) => parse_domain_search(d).unwrap_or_else(|| {
-            notes.ignored_options.push(119);
+            notes.drop_option(LeaseOption::DomainSearch, Malformation::Name);
             Vec::new()
         }),
     };
     let mtu = match reply.options.get(&26).map(Vec::as_slice) {
         None => None,
-        // RFC 2132 §5.1: minimum 68.
-        Some(&[a, b]) if u16::from_be_bytes([a, b]) >= 68 => Some(u16::from_be_bytes([a, b])),
-        Some(_) => {
-            notes.ignored_options.push(26);
+        Some(&[a, b]) => {
+            let mtu = u16::from_be_bytes([a, b]);
+            // RFC 2132 §5.1: minimum 68.
+            if mtu >= 68 {
+                Some(mtu)
+            } else {
+                notes.drop_option(LeaseOption::InterfaceMtu, Malformation::MtuTooSmall { mtu });
+                None
+            }
+        }
+        Some(other) => {
+            notes.drop_option(
+                LeaseOption::InterfaceMtu,
+                Malformation::Length { len: other.len() },
+            );
             None
         }
     };

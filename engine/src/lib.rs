@@ -58,7 +58,8 @@
 //! - [`client`]: the state machine.
 //! - [`validate`]: raw reply parsing and [`DropReason`]: bad input from the
 //!   wire is dropped and counted, never a panic, never a wrong lease.
-//! - [`lease`]: [`Lease`] and extraction of the options it honours.
+//! - [`lease`]: [`Lease`] and option extraction; a malformed optional option
+//!   is dropped ([`LeaseOption`]), never the reply.
 //! - [`routes`]: option 121 and the route policy against `TunnelVision`.
 //! - [`message`]: outgoing messages built with `dhcproto`.
 //! - [`backoff`]: RFC 2131 §4.1 / §4.4.5 retransmission timing.
@@ -78,7 +79,7 @@ pub mod validate;
 pub use client::{Client, Destination, LeaseTimers, PacketSource, Transmit};
 pub use config::{ClientConfig, ClientId, ConfigError, ExpiredLeasePolicy, Mode, Retransmit};
 pub use event::{AcquireError, Event, Heard, HeardNak, HeardOffer, LostReason};
-pub use lease::Lease;
+pub use lease::{Lease, LeaseOption, Malformation, MalformedOption};
 pub use message::MessageKind;
 pub use routes::{Ipv4Prefix, RejectedRoute, Route, RoutePolicy, RouteRejection};
 pub use state::State;

@@ -1,5 +1,6 @@
 //! Counters exposed by the client (the driver turns them into metrics).
 
+use crate::lease::LeaseOption;
 use crate::validate::DropReason;
 
 /// Monotonic counters for one client.
@@ -39,18 +40,41 @@ pub struct ClientStats {
     /// Routes refused by the route policy (`TunnelVision`, protected prefixes,
     /// count limit, default route).
     pub routes_rejected: u64,
-    /// Informative options ignored because malformed (6, 15, 26, 119, 3).
-    pub options_ignored: u64,
     /// Stored leases whose fields had to be repaired on resume.
     pub stored_lease_repairs: u64,
     /// Messages that could not be encoded (never expected).
     pub encode_errors: u64,
     dropped: [u64; DropReason::ALL.len()],
+    malformed: [u64; LeaseOption::ALL.len()],
 }
 
 impl ClientStats {
     pub(crate) fn count_drop(&mut self, reason: DropReason) {
         self.dropped[reason.index()] += 1;
+    }
+
+    pub(crate) fn count_malformed(&mut self, option: LeaseOption) {
+        self.malformed[option.index()] += 1;
+    }
+
+    /// Times `option` was dropped from an accepted OFFER or ACK because it
+    /// was malformed (the lease went ahead without it).
+    pub fn malformed(&self, option: LeaseOption) -> u64 {
+        self.malformed[option.index()]
+    }
+
+    /// Malformed optional options dropped, all options together.
+    pub fn malformed_total(&self) -> u64 {
+        self.malformed.iter().sum()
+    }
+
+    /// Non-zero malformed-option counters by option.
+    pub fn malformed_by_option(&self) -> impl Iterator<Item = (LeaseOption, u64)> + '_ {
+        LeaseOption::ALL
+            .iter()
+            .zip(self.malformed.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(o, n)| (*o, *n))
     }
 
     /// Replies dropped for `reason`.

@@ -74,19 +74,17 @@ pub enum DropReason {
     MissingLeaseTime,
     /// Option 51 is zero.
     ZeroLeaseTime,
-    /// Option 51/58/59 has a length other than 4.
+    /// Option 51 has a length other than 4. (A malformed optional option —
+    /// 1, 3, 6, 15, 26, 58, 59, 119, 121 — never drops the reply: it is
+    /// dropped on its own, see [`LeaseOption`](crate::lease::LeaseOption).)
     BadLeaseTime,
-    /// Option 1 is malformed or not a contiguous mask.
-    BadSubnetMask,
-    /// Option 121 malformed (rejected as a whole, RFC 3442).
-    BadOption121,
     /// The client has no transaction open (BOUND, INIT, RELEASED, FAILED).
     WrongState,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 23] = [
+    pub const ALL: [DropReason; 21] = [
         DropReason::Truncated,
         DropReason::BadCookie,
         DropReason::NotBootReply,
@@ -107,8 +105,6 @@ impl DropReason {
         DropReason::MissingLeaseTime,
         DropReason::ZeroLeaseTime,
         DropReason::BadLeaseTime,
-        DropReason::BadSubnetMask,
-        DropReason::BadOption121,
         DropReason::WrongState,
     ];
 
@@ -135,8 +131,6 @@ impl DropReason {
             DropReason::MissingLeaseTime => "missing_lease_time",
             DropReason::ZeroLeaseTime => "zero_lease_time",
             DropReason::BadLeaseTime => "bad_lease_time",
-            DropReason::BadSubnetMask => "bad_subnet_mask",
-            DropReason::BadOption121 => "bad_option_121",
             DropReason::WrongState => "wrong_state",
         }
     }

@@ -23,12 +23,42 @@ pub mod servers;
 
 pub use agent::InProcessAgent;
 pub use netns::{
-    Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, parse_mac, unique_name,
+    Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, netns_exec, parse_mac,
+    unique_name,
 };
 pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,
 };
+pub use xdhcp_common::programs::CNI_PLUGIN_DIR;
+
+/// The executable of the external program `name` from the one program table
+/// ([`xdhcp_common::programs::PROGRAMS`], which `cargo xtask setup` installs
+/// from): an absolute path for a Debian program, the bare name for a Rust
+/// toolchain program. Every program the harness, the tests and the
+/// benchmarks run is found here.
+///
+/// # Panics
+/// If `name` is not in the table (add it there, with its Debian package), or
+/// if its Debian package is not installed (run `cargo xtask setup`).
+#[track_caller]
+pub fn program(name: &str) -> &'static std::path::Path {
+    use xdhcp_common::programs::{self, Source};
+    let Some(p) = programs::find(name) else {
+        panic!(
+            "`{name}` is not in the program table (common/src/programs.rs): add it there with \
+             its Debian package so `cargo xtask setup` installs it"
+        )
+    };
+    let exe = std::path::Path::new(p.executable());
+    if let Source::Debian { package, path } = p.source {
+        assert!(
+            exe.exists(),
+            "{path} is missing: run `cargo xtask setup` (it installs the Debian package {package})"
+        );
+    }
+    exe
+}
 
 /// The agent's CNI request for `container` on `client`'s pod interface, with
 /// pod namespace `pod_namespace` and the network config `net_conf` (JSON).
@@ -95,11 +125,11 @@ mod tests {
     fn sweep_removes_only_dead_owners() {
         // A name owned by a pid that cannot exist (above pid_max) is swept...
         let dead = format!("{}4194399-0", netns::PREFIX);
-        netns::run(std::process::Command::new("ip").args(["netns", "add", &dead]));
+        netns::run(std::process::Command::new(program("ip")).args(["netns", "add", &dead]));
         // ...one owned by us is not.
         let ours = NetNs::new();
         netns::sweep_leftovers();
-        let list = netns::run(std::process::Command::new("ip").args(["netns", "list"]));
+        let list = netns::run(std::process::Command::new(program("ip")).args(["netns", "list"]));
         let names: Vec<&str> = list
             .lines()
             .filter_map(|l| l.split_whitespace().next())

@@ -52,8 +52,17 @@ pub fn run(cmd: &mut Command) -> String {
 /// `ip <args>` run in the current (test runner's) namespace; only ever used
 /// with `-n <our netns>` or `netns` subcommands.
 fn ip(args: &[&str]) -> Command {
-    let mut cmd = Command::new("ip");
+    let mut cmd = Command::new(crate::program("ip"));
     cmd.args(args);
+    cmd
+}
+
+/// `ip netns exec <ns> <exe>`: the one place the harness runs a program
+/// inside a namespace. `exe` is a table program ([`crate::program`]) or a
+/// binary this workspace built.
+pub fn netns_exec(ns: &str, exe: &Path) -> Command {
+    let mut cmd = ip(&["netns", "exec", ns]);
+    cmd.arg(exe);
     cmd
 }
 
@@ -135,19 +144,19 @@ impl NetNs {
         &self.path
     }
 
-    /// A [`Command`] running `program` inside this namespace
-    /// (`ip netns exec <name> <program>`); add arguments and spawn it.
-    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name]).arg(program);
-        cmd
+    /// A [`Command`] running the table program `program`
+    /// ([`crate::program`]) inside this namespace (`ip netns exec <name>
+    /// <path>`); add arguments and spawn it.
+    #[track_caller]
+    pub fn command(&self, program: &str) -> Command {
+        netns_exec(&self.name, crate::program(program))
     }
 
-    /// A tokio [`tokio::process::Command`] running `program` inside this namespace.
-    pub fn tokio_command(&self, program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new("ip");
-        cmd.args(["netns", "exec", &self.name]).arg(program);
-        cmd
+    /// A tokio [`tokio::process::Command`] running the table program
+    /// `program` inside this namespace.
+    #[track_caller]
+    pub fn tokio_command(&self, program: &str) -> tokio::process::Command {
+        tokio::process::Command::from(self.command(program))
     }
 
     /// Runs `args[0] args[1..]` inside the namespace; panics on failure; returns stdout.
@@ -167,8 +176,8 @@ impl NetNs {
     /// `ip -n <name> <args>`; panics on failure; returns stdout.
     #[track_caller]
     pub fn ip(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new("ip");
-        cmd.args(["-n", &self.name]).args(args);
+        let mut cmd = ip(&["-n", &self.name]);
+        cmd.args(args);
         run(&mut cmd)
     }
 
@@ -239,7 +248,7 @@ impl NetNs {
 
     /// True if `ifname` exists in this namespace.
     pub fn has_link(&self, ifname: &str) -> bool {
-        output(Command::new("ip").args(["-n", &self.name, "link", "show", "dev", ifname]))
+        output(&mut ip(&["-n", &self.name, "link", "show", "dev", ifname]))
             .status
             .success()
     }
@@ -377,7 +386,7 @@ impl Veth {
 impl Drop for Veth {
     fn drop(&mut self) {
         // Fails harmlessly if the namespace (and with it the pair) is already gone.
-        let _ = output(Command::new("ip").args(["-n", &self.ns_a, "link", "del", &self.a]));
+        let _ = output(&mut ip(&["-n", &self.ns_a, "link", "del", &self.a]));
     }
 }
 
@@ -405,13 +414,15 @@ impl Bridge {
     /// Enslaves `ifname` (in the bridge's namespace) to the bridge.
     #[track_caller]
     pub fn attach(&self, ifname: &str) {
-        run(Command::new("ip").args(["-n", &self.ns, "link", "set", ifname, "master", &self.name]));
+        run(&mut ip(&[
+            "-n", &self.ns, "link", "set", ifname, "master", &self.name,
+        ]));
     }
 }
 
 impl Drop for Bridge {
     fn drop(&mut self) {
-        let _ = output(Command::new("ip").args(["-n", &self.ns, "link", "del", &self.name]));
+        let _ = output(&mut ip(&["-n", &self.ns, "link", "del", &self.name]));
     }
 }
 
@@ -584,9 +595,7 @@ impl Lab {
         let mac = format_mac(self.server_mac());
         let ns = self.server.name().to_owned();
         let nft = |args: &[&str]| {
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &ns, "nft"]).args(args);
-            run(&mut cmd);
+            run(netns_exec(&ns, crate::program("nft")).args(args));
         };
         nft(&["add", "table", "bridge", UnicastCut::TABLE]);
         nft(&[
@@ -628,11 +637,7 @@ impl UnicastCut {
     /// How many frames were dropped so far.
     #[track_caller]
     pub fn dropped(&self) -> u64 {
-        let out = run(Command::new("ip").args([
-            "netns",
-            "exec",
-            &self.ns,
-            "nft",
+        let out = run(netns_exec(&self.ns, crate::program("nft")).args([
             "list",
             "table",
             "bridge",
@@ -648,11 +653,7 @@ impl UnicastCut {
 
 impl Drop for UnicastCut {
     fn drop(&mut self) {
-        let _ = output(Command::new("ip").args([
-            "netns",
-            "exec",
-            &self.ns,
-            "nft",
+        let _ = output(netns_exec(&self.ns, crate::program("nft")).args([
             "delete",
             "table",
             "bridge",

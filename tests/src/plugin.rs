@@ -50,11 +50,7 @@ impl PluginCall<'_> {
     /// The plugin (or `ip`) cannot be started, or its output cannot be read.
     pub fn run(&self) -> std::io::Result<PluginOutput> {
         let mut cmd = match self.node_ns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(self.plugin);
-                c
-            }
+            Some(ns) => crate::netns_exec(ns, self.plugin),
             None => Command::new(self.plugin),
         };
         cmd.env("CNI_COMMAND", self.command)

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::netns::{NetNs, parse_mac};
+use crate::netns::{NetNs, netns_exec, parse_mac};
+use crate::program;
 
 /// How long servers get to come up.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -317,9 +318,8 @@ impl Dnsmasq {
 
     #[track_caller]
     fn spawn(ns_name: &str, dir: &Path, config: &DnsmasqConfig) -> Process {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns_name, "dnsmasq"])
-            .args(Self::args(dir, config));
+        let mut cmd = netns_exec(ns_name, program("dnsmasq"));
+        cmd.args(Self::args(dir, config));
         Process::spawn_logged("dnsmasq", cmd, &dir.join("dnsmasq.stderr"))
     }
 
@@ -582,8 +582,8 @@ impl Kea {
 
     #[track_caller]
     fn spawn(ns_name: &str, dir: &Path) -> Process {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns_name, "kea-dhcp4", "-c"])
+        let mut cmd = netns_exec(ns_name, program("kea-dhcp4"));
+        cmd.arg("-c")
             .arg(dir.join("kea-dhcp4.json"))
             .env("KEA_PIDFILE_DIR", dir)
             .env("KEA_LOCKFILE_DIR", dir)
@@ -789,8 +789,8 @@ impl Dhcpd {
         let _ = writeln!(conf, "  {}\n}}", c.extra);
         std::fs::write(dir.path().join("dhcpd.conf"), conf).expect("write dhcpd.conf");
         std::fs::write(dir.path().join("dhcpd.leases"), b"").expect("create dhcpd.leases");
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns.name(), "dhcpd", "-4", "-f", "-d", "-cf"])
+        let mut cmd = netns_exec(ns.name(), program("dhcpd"));
+        cmd.args(["-4", "-f", "-d", "-cf"])
             .arg(dir.path().join("dhcpd.conf"))
             .arg("-lf")
             .arg(dir.path().join("dhcpd.leases"))

@@ -224,7 +224,7 @@ fn a_link_detached_from_outside_moves_leases_to_af_packet_and_back() {
         .expect("the TC attachment is a BPF link (tcx) on this kernel");
     s.renews("on the ring buffer before the detach");
 
-    let out = Command::new("bpftool")
+    let out = Command::new(xdhcp_tests::program("bpftool"))
         .args(["link", "detach", "id", &link.to_string()])
         .output()
         .expect("run bpftool");

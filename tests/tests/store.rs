@@ -233,9 +233,13 @@ impl LoopDisk {
 impl Drop for LoopDisk {
     fn drop(&mut self) {
         if self.mounted {
-            let _ = Command::new("umount").arg(self.mnt()).status();
+            let _ = Command::new(xdhcp_tests::program("umount"))
+                .arg(self.mnt())
+                .status();
         }
-        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        let _ = Command::new(xdhcp_tests::program("losetup"))
+            .args(["-d", &self.device])
+            .status();
     }
 }
 
@@ -244,13 +248,16 @@ struct Unmount(PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = Command::new(xdhcp_tests::program("umount"))
+            .arg(&self.0)
+            .status();
     }
 }
 
 /// Runs a set-up command; its trimmed stdout, or a panic naming it.
+/// Runs the table program `cmd` ([`xdhcp_tests::program`]).
 fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
+    let out = Command::new(xdhcp_tests::program(cmd))
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));

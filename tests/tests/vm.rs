@@ -292,7 +292,7 @@ impl DhcpCapture {
     /// Stop; one summary line per captured frame.
     fn finish(mut self) -> Vec<String> {
         self.process.stop(Duration::from_secs(3));
-        let out = std::process::Command::new("tcpdump")
+        let out = std::process::Command::new(xdhcp_tests::program("tcpdump"))
             .args(["-n", "-r"])
             .arg(&self.file)
             .output()

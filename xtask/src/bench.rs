@@ -1,8 +1,6 @@
 //! `cargo xtask bench <name>`: benchmarks, each side by side with its baseline
 //! in the same run, reported as ratios and written under `bench/results/`.
 
-use std::process::Command;
-
 use anyhow::{Context as _, Result};
 
 use crate::{cmd, setup};
@@ -49,7 +47,7 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::create_dir_all(&results).with_context(|| format!("creating {}", results.display()))?;
     for bin in args.which.bins() {
         cmd::run(
-            Command::new("cargo")
+            cmd::program("cargo")
                 .current_dir(&root)
                 .env("XDHCP_BENCH_RESULTS", &results)
                 .env("XDHCP_BIN", root.join("target/release/xdhcp"))

@@ -1,6 +1,6 @@
 //! `cargo xtask build` and `cargo xtask manifests`.
 
-use std::{path::PathBuf, process::Command};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -17,7 +17,7 @@ pub fn run() -> Result<PathBuf> {
 pub fn release_binary() -> Result<PathBuf> {
     let root = cmd::workspace_root();
     cmd::run(
-        Command::new("cargo")
+        cmd::program("cargo")
             .current_dir(&root)
             .args(["build", "--release", "-p", "xdhcp"]),
     )?;
@@ -39,7 +39,7 @@ const CRD_PATH: &str = "manifests/crd/clusteruserdefinednetworks.k8s.ovn.org.yam
 /// the committed file has drifted from them.
 pub fn manifests(check: bool) -> Result<()> {
     let root = cmd::workspace_root();
-    let out = cmd::output(Command::new("cargo").current_dir(&root).args([
+    let out = cmd::output(cmd::program("cargo").current_dir(&root).args([
         "run",
         "--quiet",
         "-p",

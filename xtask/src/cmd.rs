@@ -7,6 +7,26 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+/// The executable of the external program `name` from the one program table
+/// (`xdhcp_common::programs`, which `cargo xtask setup` installs from): an
+/// absolute path for a Debian program, the bare name for a Rust toolchain
+/// program.
+///
+/// # Panics
+/// If `name` is not in the table: a bug in xtask; add it there with its
+/// Debian package.
+pub fn executable(name: &str) -> &'static str {
+    xdhcp_common::programs::find(name).map_or_else(
+        || panic!("`{name}` is not in the program table (common/src/programs.rs): add it there"),
+        xdhcp_common::programs::Program::executable,
+    )
+}
+
+/// A [`Command`] for the table program `name` ([`executable`]).
+pub fn program(name: &str) -> Command {
+    Command::new(executable(name))
+}
+
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -40,7 +40,6 @@ pub struct Args {
 }
 
 const PODS: [&str; 2] = ["pod1", "pod2"];
-const CNI_BRIDGE: &str = "/usr/lib/cni/bridge";
 
 /// Everything the demo created; dropping it tears the lab down.
 struct Lab {
@@ -61,7 +60,7 @@ impl Lab {
         }
         self.children.clear();
         for role in ["dhcp", "node", "pod1", "pod2"] {
-            let _ = Command::new("ip")
+            let _ = cmd::program("ip")
                 .args(["netns", "del", &self.ns(role)])
                 .stderr(Stdio::null())
                 .status();
@@ -80,13 +79,22 @@ fn step(n: u32, text: &str) {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    cmd::output(Command::new("ip").args(args)).map(|_| ())
+    cmd::output(cmd::program("ip").args(args)).map(|_| ())
 }
 
-fn in_ns(ns: &str, args: &[&str]) -> Result<()> {
-    let mut all = vec!["netns", "exec", ns];
-    all.extend_from_slice(args);
-    ip(&all)
+/// `ip netns exec <ns> <exe>`: the one place the demo runs a program inside
+/// a namespace. `exe` is a table program or the xdhcp binary.
+fn netns_exec(ns: &str, exe: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = cmd::program("ip");
+    c.args(["netns", "exec", ns]).arg(exe);
+    c
+}
+
+/// Runs the table program `args[0]` with `args[1..]` inside `ns`.
+fn in_ns(ns: &str, args: &[&str]) -> Result<String> {
+    let (program, rest) = args.split_first().context("in_ns needs a program")?;
+    let out = cmd::output(netns_exec(ns, cmd::executable(program)).args(rest))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -220,15 +228,8 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     let leases = dir.join("dnsmasq.leases");
     let dns_log = dir.join("dnsmasq.log");
     spawn(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns("dhcp"),
-                "dnsmasq",
-                "--no-daemon",
-                "--conf-file=/dev/null",
-            ])
+        netns_exec(&ns("dhcp"), cmd::executable("dnsmasq"))
+            .args(["--no-daemon", "--conf-file=/dev/null"])
             .args([
                 "--port=0",
                 "--interface=dhcp0",
@@ -284,7 +285,11 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     fs::create_dir_all(&cni_bin)?;
     let _ = fs::remove_file(cni_bin.join("xdhcp"));
     std::os::unix::fs::symlink(xdhcp, cni_bin.join("xdhcp")).context("installing the plugin")?;
-    let path = format!("{}:/usr/lib/cni", cni_bin.display());
+    let path = format!(
+        "{}:{}",
+        cni_bin.display(),
+        xdhcp_common::programs::CNI_PLUGIN_DIR
+    );
     let conf = serde_json::json!({
         "cniVersion": "1.0.0",
         "name": "physnet",
@@ -313,18 +318,8 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
         );
     }
     for pod in PODS {
-        let out = cmd::output(Command::new("ip").args([
-            "netns",
-            "exec",
-            &ns(pod),
-            "ip",
-            "-4",
-            "-br",
-            "addr",
-            "show",
-            "eth0",
-        ]))?;
-        print!("  in {pod}: {}", String::from_utf8_lossy(&out.stdout));
+        let out = in_ns(&ns(pod), &["ip", "-4", "-br", "addr", "show", "eth0"])?;
+        print!("  in {pod}: {out}");
     }
 
     step(5, "the lease table (`xdhcp leases`)");
@@ -419,7 +414,7 @@ fn cni(
 ) -> Result<String> {
     cni_exec(
         node_ns,
-        Path::new(CNI_BRIDGE),
+        Path::new(cmd::executable("cni/bridge")),
         command,
         pod,
         pod_ns,
@@ -438,9 +433,7 @@ fn cni_exec(
     path: &str,
     conf: &str,
 ) -> Result<String> {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", node_ns])
-        .arg(plugin)
+    let mut child = netns_exec(node_ns, plugin)
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", format!("demo-{pod}"))
         .env("CNI_NETNS", format!("/var/run/netns/{pod_ns}"))

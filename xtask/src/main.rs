@@ -53,7 +53,7 @@ fn main() {
         Command::Test(args) => test::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Manifests { check } => build::manifests(check),
-        Command::E2eKind => cmd::run(std::process::Command::new("bash").arg("hack/e2e-kind.sh")),
+        Command::E2eKind => cmd::run(cmd::program("bash").arg("hack/e2e-kind.sh")),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");

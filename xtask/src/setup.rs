@@ -3,9 +3,14 @@
 //!
 //! Fast when everything is present: every step checks before it acts.
 
-use std::{env, path::PathBuf, process::Command};
+use std::{
+    env,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context as _, Result, bail};
+
+use xdhcp_common::programs::{PROGRAMS, Source};
 
 use crate::cmd;
 
@@ -17,25 +22,6 @@ pub use xdhcp_common::EBPF_TOOLCHAIN;
 /// bpf-linker release known to build against nightly's own LLVM.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-/// Debian packages the tests, the demo and the benchmarks use.
-///
-/// `dnsmasq-base` is the dnsmasq binary without the `dnsmasq` package's
-/// system service, which would otherwise try to serve DNS on the host.
-const DEBIAN_PACKAGES: &[(&str, &str)] = &[
-    ("dnsmasq-base", "/usr/sbin/dnsmasq"),
-    ("kea-dhcp4-server", "/usr/sbin/kea-dhcp4"),
-    ("isc-dhcp-server", "/usr/sbin/dhcpd"),
-    ("containernetworking-plugins", "/usr/lib/cni/bridge"),
-    ("iproute2", "/usr/sbin/ip"),
-    ("bpftool", "/usr/sbin/bpftool"),
-    ("iperf3", "/usr/bin/iperf3"),
-    ("tcpdump", "/usr/bin/tcpdump"),
-    ("procps", "/usr/bin/ps"),
-    // The lease store's power-loss test: ext4 on a loop device.
-    ("e2fsprogs", "/usr/sbin/mkfs.ext4"),
-    ("mount", "/usr/sbin/losetup"),
-];
-
 pub fn run() -> Result<()> {
     debian_packages()?;
     rust_src()?;
@@ -44,12 +30,20 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
+/// Installs the Debian package of every program in the one program table
+/// (`xdhcp_common::programs`) whose file is missing. The tests, the
+/// benchmarks and the demo find their programs in the same table, so what
+/// they run is what this installs.
 fn debian_packages() -> Result<()> {
-    let missing: Vec<&str> = DEBIAN_PACKAGES
-        .iter()
-        .filter(|(_, file)| !PathBuf::from(file).exists())
-        .map(|(pkg, _)| *pkg)
-        .collect();
+    let mut missing: Vec<&str> = Vec::new();
+    for p in PROGRAMS {
+        if let Source::Debian { package, path } = p.source
+            && !Path::new(path).exists()
+            && !missing.contains(&package)
+        {
+            missing.push(package);
+        }
+    }
     if missing.is_empty() {
         return Ok(());
     }
@@ -62,10 +56,10 @@ fn debian_packages() -> Result<()> {
         );
     }
     println!("setup: installing Debian packages: {}", missing.join(" "));
-    cmd::run(Command::new("apt-get").args(["update", "-qq"]))
+    cmd::run(cmd::program("apt-get").args(["update", "-qq"]))
         .context("apt-get update failed: is the Debian package mirror reachable?")?;
     cmd::run(
-        Command::new("apt-get")
+        cmd::program("apt-get")
             .env("DEBIAN_FRONTEND", "noninteractive")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
             .args(&missing),
@@ -75,7 +69,7 @@ fn debian_packages() -> Result<()> {
 }
 
 fn nix_is_root() -> bool {
-    cmd::output(Command::new("id").arg("-u"))
+    cmd::output(cmd::program("id").arg("-u"))
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
@@ -84,13 +78,13 @@ fn toolchain_arg() -> String {
 }
 
 fn rust_src() -> Result<()> {
-    if !cmd::succeeds(Command::new("rustc").args([&toolchain_arg(), "-V"])) {
+    if !cmd::succeeds(cmd::program("rustc").args([&toolchain_arg(), "-V"])) {
         bail!(
             "the `{EBPF_TOOLCHAIN}` toolchain is not installed: the eBPF object needs it \
              (`rustup toolchain install {EBPF_TOOLCHAIN}` where rustup can reach its server)"
         );
     }
-    let installed = cmd::output(Command::new("rustup").args([
+    let installed = cmd::output(cmd::program("rustup").args([
         "component",
         "list",
         "--installed",
@@ -104,7 +98,7 @@ fn rust_src() -> Result<()> {
         return Ok(());
     }
     println!("setup: adding rust-src to {EBPF_TOOLCHAIN}");
-    cmd::run(Command::new("rustup").args([
+    cmd::run(cmd::program("rustup").args([
         "component",
         "add",
         "rust-src",
@@ -116,7 +110,7 @@ fn rust_src() -> Result<()> {
 
 /// LLVM major version of the eBPF toolchain, read from `rustc -vV`.
 fn nightly_llvm_major() -> Result<String> {
-    let out = cmd::output(Command::new("rustc").args([&toolchain_arg(), "-vV"]))?;
+    let out = cmd::output(cmd::program("rustc").args([&toolchain_arg(), "-vV"]))?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .find_map(|l| l.strip_prefix("LLVM version: "))
@@ -137,7 +131,7 @@ fn cache_dir() -> PathBuf {
 /// toolchain (Debian's newest LLVM is older than nightly's).
 fn bpf_linker() -> Result<()> {
     let major = nightly_llvm_major()?;
-    let works = cmd::output(Command::new("bpf-linker").arg("--version"));
+    let works = cmd::output(cmd::program("bpf-linker").arg("--version"));
     if let Ok(out) = &works {
         let v = String::from_utf8_lossy(&out.stdout);
         if v.contains(BPF_LINKER_VERSION) {
@@ -149,7 +143,7 @@ fn bpf_linker() -> Result<()> {
         );
     }
     let sysroot =
-        cmd::output(Command::new("rustc").args([&toolchain_arg(), "--print", "sysroot"]))?;
+        cmd::output(cmd::program("rustc").args([&toolchain_arg(), "--print", "sysroot"]))?;
     let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
     let lib = sysroot.join("lib");
     // The real shared object is libLLVM.so.<ver>; libLLVM-*.so is a linker script.
@@ -177,7 +171,7 @@ fn bpf_linker() -> Result<()> {
         "setup: building bpf-linker {BPF_LINKER_VERSION} against {EBPF_TOOLCHAIN}'s LLVM {major} (a few minutes, once)"
     );
     cmd::run(
-        Command::new("cargo")
+        cmd::program("cargo")
             .env("LLVM_PREFIX", &prefix)
             .args([
                 "install",

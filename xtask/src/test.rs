@@ -5,8 +5,6 @@
 //! builds), then unit and integration tests. Integration tests need root:
 //! they create their own network namespaces and start real DHCP servers.
 
-use std::process::Command;
-
 use anyhow::{Result, bail};
 
 use crate::{cmd, setup};
@@ -33,7 +31,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let root = cmd::workspace_root();
     let cargo = || {
-        let mut c = Command::new("cargo");
+        let mut c = cmd::program("cargo");
         c.current_dir(&root);
         c
     };
@@ -50,7 +48,7 @@ pub fn run(args: &Args) -> Result<()> {
 /// every feature (the test-only programs too).
 fn ebpf_clippy(root: &std::path::Path) -> Result<()> {
     cmd::run(
-        Command::new("cargo")
+        cmd::program("cargo")
             .current_dir(root.join("ebpf"))
             .arg(format!("+{}", setup::EBPF_TOOLCHAIN))
             .args([
@@ -67,6 +65,6 @@ fn ebpf_clippy(root: &std::path::Path) -> Result<()> {
 }
 
 fn nix_root() -> bool {
-    cmd::output(Command::new("id").arg("-u"))
+    cmd::output(cmd::program("id").arg("-u"))
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::server::{ADDR, H, SERVER_IP, Server, cfg, raw_opts, raw_reply};
 use crate::routes::encode_option121;
 use crate::{
-    ClientConfig, DropReason, Event, Lease, Route, RoutePolicy, RouteRejection, State, Transmit,
+    ClientConfig, DropReason, Event, Lease, LeaseOption, Route, RoutePolicy, RouteRejection, State,
+    Transmit,
 };
 
 fn route(dest: [u8; 4], len: u8, gw: [u8; 4]) -> Route {
@@ -74,7 +75,7 @@ fn option_3_used_without_121() {
 }
 
 #[test]
-fn malformed_121_drops_the_reply_not_half_applied() {
+fn malformed_121_is_dropped_whole_and_option_3_used() {
     for bad in [
         vec![33, 10, 0, 0, 0, 0, 192, 0, 2, 1],  // prefix 33
         vec![24, 198, 51, 100, 192, 0, 2, 1, 8], // short trailing entry
@@ -85,13 +86,19 @@ fn malformed_121_drops_the_reply_not_half_applied() {
         let (mut h, r) = requesting(cfg());
         let mut srv = h.srv.clone();
         srv.extra.push((121, bad.clone()));
-        assert_eq!(
-            h.feed(&srv.ack(&r)),
-            Err(DropReason::BadOption121),
-            "{bad:?}"
-        );
-        assert_eq!(h.c.state(), State::Requesting);
-        assert_eq!(h.c.lease(), None);
+        h.feed(&srv.ack(&r)).unwrap();
+        let l = bound_lease(&mut h);
+        // Nothing of the broken option is applied, not even its good first
+        // entry; the router of option 3 is the default gateway, as when 121
+        // is absent.
+        assert!(l.routes.is_empty(), "{bad:?}: {l:?}");
+        assert_eq!(l.routers, vec![SERVER_IP], "{bad:?}");
+        assert_eq!(l.default_gateway(), Some(SERVER_IP));
+        let s = h.c.stats();
+        assert_eq!(s.malformed(LeaseOption::ClasslessStaticRoute), 1, "{bad:?}");
+        assert_eq!(s.malformed_total(), 1);
+        assert_eq!(s.routers_ignored_for_121, 0);
+        assert_eq!(s.dropped_total(), 0);
     }
 }
 
@@ -219,13 +226,28 @@ fn bad_overload_and_bad_lengths_reject_the_reply() {
 }
 
 #[test]
-fn subnet_mask_checks() {
+fn malformed_subnet_mask_falls_back_to_classful_like_a_missing_one() {
+    for (mask, extra) in [
+        (Some(Ipv4Addr::new(255, 0, 255, 0)), None),
+        (Some(Ipv4Addr::UNSPECIFIED), None),
+        (None, Some(vec![255, 255, 255])),
+        (None, Some(vec![255, 255, 255, 0, 0])),
+    ] {
+        let (mut h, r) = requesting(cfg());
+        let mut srv = h.srv.clone();
+        srv.mask = mask;
+        srv.extra.extend(extra.map(|e| (1, e)));
+        h.feed(&srv.ack(&r)).unwrap();
+        assert_eq!(
+            bound_lease(&mut h).prefix_len,
+            24,
+            "classful /24 for 192.0.2.x"
+        );
+        assert_eq!(h.c.stats().malformed(LeaseOption::SubnetMask), 1);
+        assert_eq!(h.c.stats().subnet_mask_missing, 0);
+    }
     let (mut h, r) = requesting(cfg());
     let mut srv = h.srv.clone();
-    srv.mask = Some(Ipv4Addr::new(255, 0, 255, 0));
-    assert_eq!(h.feed(&srv.ack(&r)), Err(DropReason::BadSubnetMask));
-    srv.mask = Some(Ipv4Addr::UNSPECIFIED);
-    assert_eq!(h.feed(&srv.ack(&r)), Err(DropReason::BadSubnetMask));
     srv.mask = None;
     h.feed(&srv.ack(&r)).unwrap();
     assert_eq!(
@@ -234,6 +256,7 @@ fn subnet_mask_checks() {
         "classful /24 for 192.0.2.x"
     );
     assert_eq!(h.c.stats().subnet_mask_missing, 1);
+    assert_eq!(h.c.stats().malformed_total(), 0);
 }
 
 #[test]
@@ -261,7 +284,7 @@ fn informative_options_decoded_or_ignored_one_by_one() {
     assert_eq!(l.domain_name.as_deref(), Some("corp.example"));
     assert_eq!(l.mtu, Some(1400));
     assert_eq!(l.search, vec!["eng.example", "x.example"]);
-    assert_eq!(h.c.stats().options_ignored, 0);
+    assert_eq!(h.c.stats().malformed_total(), 0);
 
     let (mut h, r) = requesting(cfg());
     srv.extra = vec![
@@ -276,7 +299,16 @@ fn informative_options_decoded_or_ignored_one_by_one() {
     assert_eq!(l.domain_name, None);
     assert_eq!(l.mtu, None);
     assert!(l.search.is_empty());
-    assert_eq!(h.c.stats().options_ignored, 4);
+    let dropped: Vec<_> = h.c.stats().malformed_by_option().collect();
+    assert_eq!(
+        dropped,
+        vec![
+            (LeaseOption::DomainNameServer, 1),
+            (LeaseOption::DomainName, 1),
+            (LeaseOption::InterfaceMtu, 1),
+            (LeaseOption::DomainSearch, 1),
+        ]
+    );
 }
 
 #[test]

@@ -214,10 +214,11 @@ fn request_silence_falls_back_to_init_with_new_xid() {
 fn first_valid_offer_wins_and_later_offers_are_dropped() {
     let mut h = H::new(cfg());
     let d = h.one_tx();
-    // An invalid offer (option 121 with prefix 33) does not win.
+    // An invalid offer (a lease time of 3 octets) does not win.
     let mut bad = h.srv.clone();
-    bad.extra.push((121, vec![33, 1, 2, 3, 4, 5, 6, 7, 8]));
-    assert_eq!(h.feed(&bad.offer(&d)), Err(DropReason::BadOption121));
+    bad.lease_secs = None;
+    bad.extra.push((51, vec![0, 14, 16]));
+    assert_eq!(h.feed(&bad.offer(&d)), Err(DropReason::BadLeaseTime));
     assert_eq!(h.c.state(), State::Selecting);
     let other = Server {
         ip: OTHER_SERVER_IP,
@@ -240,7 +241,7 @@ fn first_valid_offer_wins_and_later_offers_are_dropped() {
     assert_eq!(h.c.lease().unwrap().server_mac, Some(OTHER_SERVER_MAC));
     assert_eq!(h.c.stats().dropped(DropReason::WrongServer), 2);
     assert_eq!(h.c.stats().dropped(DropReason::UnexpectedType), 1);
-    assert_eq!(h.c.stats().dropped(DropReason::BadOption121), 1);
+    assert_eq!(h.c.stats().dropped(DropReason::BadLeaseTime), 1);
 }
 
 #[test]

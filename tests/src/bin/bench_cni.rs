@@ -44,12 +44,16 @@ use std::{
 use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
 use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
 use xdhcp_tests::{
+    CNI_PLUGIN_DIR,
     netns::{Lab, LabClient},
     plugin::PluginCall,
     servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, wait_until},
 };
 
-const UPSTREAM: &str = "/usr/lib/cni/dhcp";
+/// Debian's upstream `dhcp` plugin, from the program table.
+fn upstream() -> &'static Path {
+    xdhcp_tests::program("cni/dhcp")
+}
 const SINGLE_RUNS: usize = 50;
 const CONCURRENT: usize = 100;
 const BIG: usize = 1000;
@@ -99,11 +103,11 @@ impl Daemon {
         );
         let (process, plugin) = match which {
             Impl::Upstream => {
-                let mut cmd = Command::new(UPSTREAM);
+                let mut cmd = Command::new(upstream());
                 cmd.arg("daemon").arg("-socketpath").arg(&socket);
                 (
                     Process::spawn_logged("upstream dhcp daemon", cmd, &log),
-                    PathBuf::from(UPSTREAM),
+                    upstream().to_path_buf(),
                 )
             }
             Impl::Xdhcp => {
@@ -153,7 +157,7 @@ impl Daemon {
                 .to_string();
                 let Ok(mut child) = Command::new(&self.plugin)
                     .env("CNI_COMMAND", "STATUS")
-                    .env("CNI_PATH", "/usr/lib/cni")
+                    .env("CNI_PATH", CNI_PLUGIN_DIR)
                     .stdin(Stdio::piped())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -191,7 +195,7 @@ impl Daemon {
             container_id: id,
             netns: Some(client.ns.path()),
             ifname: &client.ifname,
-            cni_path: Path::new("/usr/lib/cni"),
+            cni_path: Path::new(CNI_PLUGIN_DIR),
             cni_args: &cni_args,
             config: &config,
         }
@@ -567,10 +571,8 @@ fn main() {
         std::env::var_os("XDHCP_BIN")
             .expect("XDHCP_BIN: path of the release xdhcp binary (cargo xtask bench sets it)"),
     );
-    assert!(
-        Path::new(UPSTREAM).exists(),
-        "{UPSTREAM} missing: apt-get install containernetworking-plugins"
-    );
+    // Panics with what to install when the plugin is missing.
+    let _ = upstream();
     xdhcp_tests::netns::sweep_leftovers();
     let parts = Parts::from_env();
     let mut rows: Vec<Row> = Vec::new();
@@ -872,7 +874,8 @@ fn report(rows: &[Row]) {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "# CNI IPAM benchmark: xdhcp vs. upstream `dhcp` ({UPSTREAM})\n"
+        "# CNI IPAM benchmark: xdhcp vs. upstream `dhcp` ({})\n",
+        upstream().display()
     );
     let _ = writeln!(
         md,

@@ -139,10 +139,10 @@ fn main() -> Result<()> {
     if runs == 0 {
         bail!("at least one round");
     }
-    Command::new("iperf3")
+    Command::new(xdhcp_tests::program("iperf3"))
         .arg("--version")
         .output()
-        .context("iperf3 not found (apt-get install iperf3)")?;
+        .context("iperf3 does not run")?;
 
     let server = NetNs::new();
     let client = NetNs::new();

@@ -50,13 +50,8 @@ impl CniPath {
         std::os::unix::fs::symlink(&bin, dir.path().join("xdhcp")).unwrap();
         std::os::unix::fs::symlink(&bin, dir.path().join("dhcp")).unwrap();
         for p in ["bridge", "macvlan"] {
-            let src = Path::new("/usr/lib/cni").join(p);
-            assert!(
-                src.exists(),
-                "{} is missing: install Debian's containernetworking-plugins",
-                src.display()
-            );
-            std::os::unix::fs::symlink(&src, dir.path().join(p)).unwrap();
+            let src = xdhcp_tests::program(&format!("cni/{p}"));
+            std::os::unix::fs::symlink(src, dir.path().join(p)).unwrap();
         }
         Self { dir }
     }

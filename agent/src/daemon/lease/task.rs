@@ -358,6 +358,10 @@ fn handle_frame(task: &mut Task, f: &RxFrame) {
         task.svc.metrics.dropped(reason.label(), 1);
         debug!(reason = reason.label(), src = %f.headers.src_ip, "reply dropped");
     }
+    // Optional options the engine dropped as malformed (the lease went on).
+    for (option, n) in task.client.take_malformed_options() {
+        task.svc.metrics.malformed_option(option.label(), n);
+    }
 }
 
 fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), LinkError> {

@@ -1,0 +1,208 @@
+//! Every external program the tests, the benchmarks and `cargo xtask` run,
+//! with where it comes from: the one table `cargo xtask setup` installs from
+//! and the test harness, the benchmarks and the demo look programs up in.
+//!
+//! A program that is not in [`PROGRAMS`] cannot be run: the harness's lookup
+//! (`xdhcp_tests::program`) panics on an unknown name, and a test
+//! (`tests/tests/programs.rs`) fails on any `Command::new("literal")`,
+//! absolute program path or `netns exec` outside the table's lookups. To use
+//! a new program, add one line here; `setup` installs its package.
+//!
+//! Paths are the ones the Debian 12 package registers (`dpkg-query -S`), so
+//! they hold whether or not `/usr` is merged.
+//!
+//! It lives in `xdhcp-common` because both `xtask` and the tests crate
+//! already depend on this crate, and `xtask` must not depend on the tests
+//! crate; a typed `const` needs no parser on either side.
+
+/// Where a program comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Installed by `cargo xtask setup` from this Debian 12 package (a
+    /// package of priority `required` such as `coreutils` is on every
+    /// Debian system; `setup` checks it like the others).
+    Debian {
+        package: &'static str,
+        path: &'static str,
+    },
+    /// The Rust toolchain: rustup's proxies and `cargo install`ed tools, run
+    /// by name from `PATH`. `setup` checks the toolchain and builds
+    /// `bpf-linker`; rustup itself is the one thing installed by hand.
+    Rust,
+}
+
+/// One external program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Program {
+    /// The name callers look it up by. CNI plugins are `cni/<plugin>`.
+    pub name: &'static str,
+    pub source: Source,
+    /// Why xdhcp runs it.
+    pub used_for: &'static str,
+}
+
+impl Program {
+    /// What to execute: the absolute path of a Debian program, the bare
+    /// name (resolved on `PATH`) of a Rust toolchain program.
+    pub const fn executable(&self) -> &'static str {
+        match self.source {
+            Source::Debian { path, .. } => path,
+            Source::Rust => self.name,
+        }
+    }
+
+    /// The Debian package, if it comes from one.
+    pub const fn package(&self) -> Option<&'static str> {
+        match self.source {
+            Source::Debian { package, .. } => Some(package),
+            Source::Rust => None,
+        }
+    }
+}
+
+const fn deb(
+    name: &'static str,
+    package: &'static str,
+    path: &'static str,
+    used_for: &'static str,
+) -> Program {
+    Program {
+        name,
+        source: Source::Debian { package, path },
+        used_for,
+    }
+}
+
+const fn rust(name: &'static str, used_for: &'static str) -> Program {
+    Program {
+        name,
+        source: Source::Rust,
+        used_for,
+    }
+}
+
+/// Every external program, one line each.
+pub const PROGRAMS: &[Program] = &[
+    // DHCP servers the tests and benchmarks run. `dnsmasq-base` is the
+    // binary without the `dnsmasq` package's service, which would serve DNS
+    // on the host.
+    deb(
+        "dnsmasq",
+        "dnsmasq-base",
+        "/usr/sbin/dnsmasq",
+        "DHCP server",
+    ),
+    deb(
+        "kea-dhcp4",
+        "kea-dhcp4-server",
+        "/usr/sbin/kea-dhcp4",
+        "DHCP server",
+    ),
+    deb("dhcpd", "isc-dhcp-server", "/usr/sbin/dhcpd", "DHCP server"),
+    // Network namespaces, links, addresses, `ip netns exec`.
+    deb("ip", "iproute2", "/bin/ip", "namespaces, veths, bridges"),
+    // Dropping unicast DHCP at a bridge (the renew-then-rebind tests).
+    deb(
+        "nft",
+        "nftables",
+        "/usr/sbin/nft",
+        "cutting a server's unicast path",
+    ),
+    // Capturing DHCP frames in the VM tests.
+    deb("tcpdump", "tcpdump", "/usr/bin/tcpdump", "packet capture"),
+    // The datapath benchmark's traffic.
+    deb("iperf3", "iperf3", "/usr/bin/iperf3", "datapath benchmark"),
+    // Inspecting pinned maps and programs (docs/kernel.md); no test runs it.
+    deb(
+        "bpftool",
+        "bpftool",
+        "/usr/sbin/bpftool",
+        "inspecting eBPF maps",
+    ),
+    // The lease store's power-loss test: ext4 on a loop device.
+    deb(
+        "mkfs.ext4",
+        "e2fsprogs",
+        "/sbin/mkfs.ext4",
+        "power-loss test disk",
+    ),
+    deb("losetup", "mount", "/sbin/losetup", "power-loss test disk"),
+    deb("mount", "mount", "/bin/mount", "power-loss test disk"),
+    deb("umount", "mount", "/bin/umount", "power-loss test disk"),
+    // CNI plugins: main plugins around the IPAM plugin, and the upstream
+    // DHCP IPAM plugin the benchmarks compare against.
+    deb(
+        "cni/bridge",
+        "containernetworking-plugins",
+        "/usr/lib/cni/bridge",
+        "CNI main plugin",
+    ),
+    deb(
+        "cni/macvlan",
+        "containernetworking-plugins",
+        "/usr/lib/cni/macvlan",
+        "CNI main plugin",
+    ),
+    deb(
+        "cni/dhcp",
+        "containernetworking-plugins",
+        "/usr/lib/cni/dhcp",
+        "upstream DHCP IPAM plugin (benchmark baseline)",
+    ),
+    // Checking that this table is true (`tests/tests/programs.rs`).
+    deb(
+        "dpkg-query",
+        "dpkg",
+        "/usr/bin/dpkg-query",
+        "checking this table",
+    ),
+    // `cargo xtask setup` and friends.
+    deb(
+        "apt-get",
+        "apt",
+        "/usr/bin/apt-get",
+        "installing this table",
+    ),
+    deb("id", "coreutils", "/usr/bin/id", "checking for root"),
+    deb("bash", "bash", "/bin/bash", "the kind end-to-end script"),
+    rust("cargo", "building and testing"),
+    rust("rustc", "toolchain checks"),
+    rust("rustup", "adding rust-src"),
+    rust("bpf-linker", "linking the eBPF object"),
+];
+
+/// The directory of the Debian CNI plugins (a `CNI_PATH` entry).
+pub const CNI_PLUGIN_DIR: &str = "/usr/lib/cni";
+
+/// The table entry for `name`, if there is one.
+pub fn find(name: &str) -> Option<&'static Program> {
+    PROGRAMS.iter().find(|p| p.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_cni_plugins_live_in_the_plugin_dir() {
+        for (i, p) in PROGRAMS.iter().enumerate() {
+            assert!(
+                PROGRAMS[..i].iter().all(|q| q.name != p.name),
+                "{} twice",
+                p.name
+            );
+            if let Some(plugin) = p.name.strip_prefix("cni/") {
+                let Source::Debian { path, .. } = p.source else {
+                    panic!("{} is not from Debian", p.name)
+                };
+                assert_eq!(path.rsplit_once('/'), Some((CNI_PLUGIN_DIR, plugin)));
+            }
+            if let Source::Debian { path, .. } = p.source {
+                assert!(path.starts_with('/'), "{path} is not absolute");
+            }
+        }
+        assert_eq!(find("nft").and_then(Program::package), Some("nftables"));
+        assert_eq!(find("cargo").map(Program::executable), Some("cargo"));
+        assert!(find("nc").is_none());
+    }
+}
