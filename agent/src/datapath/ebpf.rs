@@ -32,6 +32,11 @@ use super::{AttachMode, RxFrame, RxPath, Verdict};
 /// The eBPF object built by `agent/build.rs` (empty when `AYA_BUILD_SKIP=1`).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdhcp-ebpf"));
 
+/// The embedded eBPF object, for tests that load every program in it.
+pub fn embedded_object() -> &'static [u8] {
+    EBPF_OBJECT
+}
+
 /// Per-interface capture mode, mirrored into the kernel's config map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CaptureMode {
