@@ -269,11 +269,11 @@ impl FromStr for VfDriverOverride {
 
 /// The drivers to try for (vendor, device), in order: the last operator
 /// entry for these ids, else the [`VF_DRIVERS`] row. `None`: nobody knows it.
-pub fn vf_drivers_for<'a>(
-    overrides: &'a [VfDriverOverride],
+pub fn vf_drivers_for(
+    overrides: &[VfDriverOverride],
     vendor: u16,
     device: u16,
-) -> Option<Vec<&'a str>> {
+) -> Option<Vec<&str>> {
     if let Some(o) = overrides
         .iter()
         .rev()

@@ -253,8 +253,8 @@ fn emit<P: Capture, const N: usize>(pkt: &P, header: &CaptureHeader) -> Emitted 
 /// packet's end, never against `len`: an older verifier (6.1's; 6.18's does
 /// not) cannot decide a test of a constant against a range, follows the
 /// impossible branch with an empty range for `len`, and refuses the program
-/// ("invalid access to memory, mem_size=2096 off=2096", "R2 invalid mem
-/// access 'scalar'").
+/// (`invalid access to memory, mem_size=2096 off=2096`, `R2 invalid mem
+/// access 'scalar'`).
 ///
 /// Measured faster than `bpf_xdp_load_bytes` (a helper call whose `memcpy`
 /// costs ~40 ns for 342 bytes on this VM, against ~7 ns for these stores).

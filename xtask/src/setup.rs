@@ -34,6 +34,15 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     // The lease store's power-loss test: ext4 on a loop device.
     ("e2fsprogs", "/usr/sbin/mkfs.ext4"),
     ("mount", "/usr/sbin/losetup"),
+    // ---- The VM test tier (`cargo xtask vmtest`) ----
+    // qemu (software emulation) boots the second kernel.
+    ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
+    // depmod on the host for the unpacked kernel's modules, modprobe in the guest.
+    ("kmod", "/usr/sbin/depmod"),
+    // virtme-ng's guest init falls back on a static busybox.
+    ("busybox-static", "/bin/busybox"),
+    // A venv for virtme-ng (PyPI), so nothing is pip-installed system-wide.
+    ("python3-venv", "/usr/share/doc/python3-venv/copyright"),
 ];
 
 pub fn run() -> Result<()> {
@@ -125,7 +134,9 @@ fn nightly_llvm_major() -> Result<String> {
         .with_context(|| format!("`rustc {} -vV` printed no LLVM version", toolchain_arg()))
 }
 
-fn cache_dir() -> PathBuf {
+/// `$XDG_CACHE_HOME/xdhcp` (or `~/.cache/xdhcp`): what setup and the VM tier
+/// download or build once.
+pub fn cache_dir() -> PathBuf {
     env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
