@@ -8,8 +8,8 @@
 //! has devices the host does not:
 //!
 //! - two virtio-net NICs on one qemu hub ([`VIRTIO_CLIENT_MAC`] and
-//!   [`VIRTIO_SERVER_MAC`]), with the guest offloads off so the 6.1
-//!   `virtio_net` driver accepts native XDP;
+//!   [`VIRTIO_SERVER_MAC`]), with the guest offloads off so native XDP
+//!   does not depend on what the backend offers;
 //! - an e1000e NIC (8086:10d3) on qemu's user network, whose built-in DHCP
 //!   server is a server implementation of its own, behind an emulated
 //!   Intel IOMMU so `vfio-pci` can take it.

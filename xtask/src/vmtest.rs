@@ -13,10 +13,10 @@
 //!   built here, dnsmasq and the CNI plugins; nothing is compiled in the
 //!   guest. Software emulation (KVM does not boot a guest on these machines),
 //!   1 vCPU, 1 GiB. Devices: two virtio-net NICs on one qemu hub with the
-//!   guest offloads off (the 6.1 `virtio_net` driver refuses native XDP
-//!   while it may receive GRO/checksum-offloaded packets), and an e1000e on
-//!   qemu's user network behind an emulated Intel IOMMU (6.1 has no VFIO
-//!   no-IOMMU mode).
+//!   guest offloads off (`virtio_net` refuses native XDP while the device
+//!   may hand it GRO/checksum-offloaded packets it cannot switch off), and
+//!   an e1000e on qemu's user network behind an emulated Intel IOMMU (6.1
+//!   has no VFIO no-IOMMU mode).
 //! - Results: every selected test runs on its own (`--exact`) in the guest,
 //!   which writes its exit status, duration and output to a directory shared
 //!   read-write with the host; the host prints one line per check and fails
