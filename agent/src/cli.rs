@@ -20,6 +20,7 @@ use crate::cni::config::{DEFAULT_SOCKET, parse_go_duration};
 pub use crate::kube::KubeMode;
 use crate::rpc::{AgentStatus, LeaseView};
 use crate::telemetry::LogFormat;
+use crate::vfio::VfDriverOverride;
 
 /// xdhcp: `DHCPv4` IPAM for OVN-Kubernetes localnet networks. With
 /// `CNI_COMMAND` set, the same binary is the CNI IPAM plugin.
@@ -179,6 +180,12 @@ pub struct AgentArgs {
     /// VFIO handoff: how long to wait for the VF's netdev to appear.
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub vfio_netdev_timeout: Duration,
+    /// VFIO handoff: the kernel driver of a VF the built-in table does not
+    /// know, as `VENDOR:DEVICE=DRIVER` with the PCI ids in hex (`lspci -nn`),
+    /// e.g. `8086:1889=iavf`. Repeatable; an entry wins over the table, and
+    /// the last entry for the same ids wins.
+    #[arg(long = "vf-driver", value_name = "VENDOR:DEVICE=DRIVER")]
+    pub vf_driver: Vec<VfDriverOverride>,
 }
 
 impl AgentArgs {
@@ -619,6 +626,32 @@ mod tests {
         assert_eq!(c.retransmit, d.retransmit);
         assert_eq!(c.acquire_timeout, d.acquire_timeout);
         assert_eq!(c.max_message_size, d.max_message_size);
+    }
+
+    #[test]
+    fn vf_driver_is_repeatable_and_checked() {
+        let cli = Cli::try_parse_from([
+            "xdhcp",
+            "agent",
+            "--vf-driver",
+            "8086:10d3=e1000e",
+            "--vf-driver=15b3:101e=mlx5_core",
+        ])
+        .unwrap();
+        let Command::Agent(a) = cli.command else {
+            panic!("agent subcommand")
+        };
+        let shown: Vec<String> = a.vf_driver.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["8086:10d3=e1000e", "15b3:101e=mlx5_core"]);
+        assert!(
+            AgentArgs::with_defaults(DEFAULT_SOCKET.into(), "/s".into())
+                .vf_driver
+                .is_empty()
+        );
+        let err = Cli::try_parse_from(["xdhcp", "agent", "--vf-driver", "8086:10d3"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("VENDOR:DEVICE=DRIVER"), "{err}");
     }
 
     #[test]

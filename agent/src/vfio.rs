@@ -7,7 +7,8 @@
 //! and gives the VF back to `vfio-pci`:
 //!
 //! 1. read `vendor`/`device` under `<sysfs>/bus/pci/devices/<bdf>/` and pick
-//!    the driver from [`VF_DRIVERS`] (unknown ids fail here, nothing touched);
+//!    the driver: an operator's `--vf-driver` entry for these ids, else
+//!    [`VF_DRIVERS`] (unknown ids fail here, nothing touched);
 //! 2. check the device is bound to `vfio-pci`;
 //! 3. write the journal `<journal_dir>/<bdf>.json`
 //!    (`{bdf, original_driver, intended_driver, started_at}`), atomically and
@@ -39,6 +40,11 @@
 //! state model (which driver a device is on, and what the journal promises),
 //! and splitting them would spread that model over files; a third of the
 //! file is the fake-kernel tests of every failure step.
+//!
+//! The table cannot know every VF (new device ids, vendor drivers, devices
+//! passed through whole). An operator names the driver for such a device
+//! with `--vf-driver VENDOR:DEVICE=DRIVER` ([`VfDriverOverride`], carried by
+//! [`Sysfs::with_vf_drivers`]); an entry wins over the table.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -206,6 +212,83 @@ pub fn vf_driver_for(vendor: u16, device: u16) -> Option<&'static VfDriver> {
         .find(|d| d.vendor == vendor && d.devices.contains(&device))
 }
 
+/// An operator's `--vf-driver VENDOR:DEVICE=DRIVER`: the kernel netdev
+/// driver for one PCI (vendor, device) pair, written like `lspci -nn` shows
+/// the ids (`8086:1889=iavf`; 1–4 hex digits each, an optional `0x`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfDriverOverride {
+    /// PCI vendor id.
+    pub vendor: u16,
+    /// PCI device id.
+    pub device: u16,
+    /// The driver's name under `/sys/bus/pci/drivers/`.
+    pub driver: String,
+}
+
+impl fmt::Display for VfDriverOverride {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04x}:{:04x}={}", self.vendor, self.device, self.driver)
+    }
+}
+
+impl FromStr for VfDriverOverride {
+    type Err = VfioError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |reason| VfioError::InvalidVfDriver {
+            input: s.to_owned(),
+            reason,
+        };
+        let id = |part: &str| -> Option<u16> {
+            let hex = part.strip_prefix("0x").unwrap_or(part);
+            (!hex.is_empty() && hex.len() <= 4 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| u16::from_str_radix(hex, 16).ok())
+                .flatten()
+        };
+        let (ids, driver) = s
+            .split_once('=')
+            .ok_or_else(|| bad("expected VENDOR:DEVICE=DRIVER"))?;
+        let (vendor, device) = ids
+            .split_once(':')
+            .ok_or_else(|| bad("expected VENDOR:DEVICE=DRIVER"))?;
+        let vendor = id(vendor).ok_or_else(|| bad("the vendor id must be 1 to 4 hex digits"))?;
+        let device = id(device).ok_or_else(|| bad("the device id must be 1 to 4 hex digits"))?;
+        // A driver name becomes a path component under bus/pci/drivers/.
+        if driver.is_empty()
+            || driver.starts_with('.')
+            || !driver
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            return Err(bad(
+                "the driver must be a kernel driver name (letters, digits, _ - .)",
+            ));
+        }
+        Ok(VfDriverOverride {
+            vendor,
+            device,
+            driver: driver.to_owned(),
+        })
+    }
+}
+
+/// The drivers to try for (vendor, device), in order: the last operator
+/// entry for these ids, else the [`VF_DRIVERS`] row. `None`: nobody knows it.
+pub fn vf_drivers_for(
+    overrides: &[VfDriverOverride],
+    vendor: u16,
+    device: u16,
+) -> Option<Vec<&str>> {
+    if let Some(o) = overrides
+        .iter()
+        .rev()
+        .find(|o| o.vendor == vendor && o.device == device)
+    {
+        return Some(vec![o.driver.as_str()]);
+    }
+    vf_driver_for(vendor, device).map(|row| row.drivers.to_vec())
+}
+
 /// A step of the handoff or of the restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
@@ -282,6 +365,14 @@ pub enum VfioError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// Not a `VENDOR:DEVICE=DRIVER` driver-table entry.
+    #[error("invalid --vf-driver {input:?}: {reason}")]
+    InvalidVfDriver {
+        /// The rejected input.
+        input: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// No such device under the sysfs root.
     #[error("PCI device {pci} not found under {path}")]
     DeviceNotFound {
@@ -312,9 +403,9 @@ pub enum VfioError {
         /// What the file held.
         content: String,
     },
-    /// The (vendor, device) pair is not in [`VF_DRIVERS`].
+    /// The (vendor, device) pair is neither in [`VF_DRIVERS`] nor overridden.
     #[error(
-        "PCI device {pci} has vendor 0x{vendor:04x} device 0x{device:04x}, which no known VF kernel driver claims (known: Mellanox/NVIDIA mlx5_core/mlx4_core, Intel iavf/ixgbevf/igbvf, Broadcom bnxt_en)"
+        "PCI device {pci} has vendor 0x{vendor:04x} device 0x{device:04x}, which no known VF kernel driver claims (known: Mellanox/NVIDIA mlx5_core/mlx4_core, Intel iavf/ixgbevf/igbvf, Broadcom bnxt_en; name its driver with --vf-driver {vendor:04x}:{device:04x}=DRIVER)"
     )]
     UnknownDevice {
         /// The device.
@@ -417,12 +508,17 @@ pub trait SysfsOps: Send + Sync {
     fn bind(&self, pci: &PciAddr, driver: &str) -> io::Result<()>;
     /// Names under `<device>/net/` (empty when the directory is absent).
     fn netdevs(&self, pci: &PciAddr) -> io::Result<Vec<String>>;
+    /// The operator's `--vf-driver` entries (none by default).
+    fn vf_driver_overrides(&self) -> &[VfDriverOverride] {
+        &[]
+    }
 }
 
 /// The sysfs tree at `--sysfs-root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sysfs {
     root: PathBuf,
+    vf_drivers: Vec<VfDriverOverride>,
 }
 
 impl Default for Sysfs {
@@ -434,7 +530,18 @@ impl Default for Sysfs {
 impl Sysfs {
     /// A sysfs tree rooted at `root` (`/sys` in production).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Sysfs { root: root.into() }
+        Sysfs {
+            root: root.into(),
+            vf_drivers: Vec::new(),
+        }
+    }
+
+    /// The same tree, with the operator's `--vf-driver` entries consulted
+    /// before [`VF_DRIVERS`].
+    #[must_use]
+    pub fn with_vf_drivers(mut self, overrides: &[VfDriverOverride]) -> Self {
+        self.vf_drivers = overrides.to_vec();
+        self
     }
 
     /// The root.
@@ -517,6 +624,10 @@ impl SysfsOps for Sysfs {
             .collect::<io::Result<Vec<_>>>()?;
         names.sort();
         Ok(names)
+    }
+
+    fn vf_driver_overrides(&self) -> &[VfDriverOverride] {
+        &self.vf_drivers
     }
 }
 
@@ -784,20 +895,21 @@ where
     }
     let vendor = read_id(ops, &dev_dir, *pci, "vendor")?;
     let device = read_id(ops, &dev_dir, *pci, "device")?;
-    let row = vf_driver_for(vendor, device).ok_or(VfioError::UnknownDevice {
-        pci: *pci,
-        vendor,
-        device,
-    })?;
-    let driver = row
-        .drivers
+    let drivers = vf_drivers_for(ops.vf_driver_overrides(), vendor, device).ok_or(
+        VfioError::UnknownDevice {
+            pci: *pci,
+            vendor,
+            device,
+        },
+    )?;
+    let driver = drivers
         .iter()
         .copied()
         .find(|d| ops.driver_loaded(d))
         .ok_or_else(|| VfioError::DriverNotLoaded {
             pci: *pci,
-            wanted: row.drivers.join(" or "),
-            path: ops.driver_path(row.drivers[0]),
+            wanted: drivers.join(" or "),
+            path: ops.driver_path(drivers[0]),
         })?;
     match ops.current_driver(pci) {
         Ok(Some(d)) if d == VFIO_PCI => {}
@@ -1128,6 +1240,68 @@ mod tests {
     }
 
     #[test]
+    fn vf_driver_overrides_parse_and_win_over_the_table() {
+        let o: VfDriverOverride = "8086:10d3=e1000e".parse().unwrap();
+        assert_eq!(
+            o,
+            VfDriverOverride {
+                vendor: 0x8086,
+                device: 0x10d3,
+                driver: "e1000e".into()
+            }
+        );
+        assert_eq!(o.to_string(), "8086:10d3=e1000e");
+        let o: VfDriverOverride = "0x15B3:0x101e=mlx5_core".parse().unwrap();
+        assert_eq!((o.vendor, o.device), (0x15b3, 0x101e));
+        assert_eq!(
+            "1af4:41=virtio-pci"
+                .parse::<VfDriverOverride>()
+                .unwrap()
+                .device,
+            0x41
+        );
+        for bad in [
+            "",
+            "8086:10d3",
+            "8086=e1000e",
+            "8086:10d3=",
+            ":10d3=e1000e",
+            "8086:=e1000e",
+            "18086:10d3=e1000e",
+            "8086:10g3=e1000e",
+            "0x:10d3=e1000e",
+            "8086:10d3=../vfio-pci",
+            "8086:10d3=..",
+            "8086:10d3=e1000e x",
+        ] {
+            let err = bad.parse::<VfDriverOverride>().unwrap_err();
+            assert!(matches!(err, VfioError::InvalidVfDriver { .. }), "{bad}");
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+
+        let ops: Vec<VfDriverOverride> =
+            ["8086:10d3=e1000e", "15b3:101e=mlx5_vendor", "8086:10d3=igb"]
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect();
+        // Unknown to the table: only the operator knows it; the last entry wins.
+        assert_eq!(vf_drivers_for(&[], 0x8086, 0x10d3), None);
+        assert_eq!(vf_drivers_for(&ops, 0x8086, 0x10d3), Some(vec!["igb"]));
+        // Known to the table: the operator's entry replaces the row.
+        assert_eq!(
+            vf_drivers_for(&ops, 0x15b3, 0x101e),
+            Some(vec!["mlx5_vendor"])
+        );
+        assert_eq!(
+            vf_drivers_for(&ops, 0x8086, 0x154c),
+            Some(vec!["iavf", "i40evf"])
+        );
+        let sysfs = Sysfs::new("/sys").with_vf_drivers(&ops);
+        assert_eq!(sysfs.vf_driver_overrides(), ops.as_slice());
+        assert!(Sysfs::default().vf_driver_overrides().is_empty());
+    }
+
+    #[test]
     fn bound_driver_reads_the_link() {
         let dir = tempfile::tempdir().unwrap();
         let pci: PciAddr = "0000:3b:02.2".parse().unwrap();
@@ -1184,5 +1358,6 @@ mod tests {
             s.contains("0x1af4") && s.contains("0x1041") && s.contains("0000:01:00.1"),
             "{s}"
         );
+        assert!(s.contains("--vf-driver 1af4:1041=DRIVER"), "{s}");
     }
 }

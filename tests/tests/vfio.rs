@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use xdhcp::vfio::{
-    HealOutcome, JournalEntry, PciAddr, Step, Sysfs, SysfsOps, VFIO_PCI, VfioError, heal, heal_ops,
-    journal_path, with_kernel_driver, with_kernel_driver_ops,
+    HealOutcome, JournalEntry, PciAddr, Step, Sysfs, SysfsOps, VFIO_PCI, VfDriverOverride,
+    VfioError, heal, heal_ops, journal_path, with_kernel_driver, with_kernel_driver_ops,
 };
 
 const MLX_VF: (u16, u16) = (0x15b3, 0x101e);
@@ -641,6 +641,64 @@ async fn unknown_device_fails_before_touching_anything() {
     assert!(k.log().is_empty());
     assert!(k.journal_files().is_empty());
     k.assert_on_vfio(p);
+}
+
+#[tokio::test]
+async fn operator_vf_driver_entry_hands_off_an_unknown_device_and_wins_over_the_table() {
+    // `with_kernel_driver` (the real Sysfs) on the fake tree, as in
+    // `production_entry_point_writes_the_real_files`: the bind lands in the
+    // driver the operator named, then the netdev wait times out and
+    // vfio-pci is restored.
+    let entries: Vec<VfDriverOverride> = ["1af4:1041=virtio-pci", "15b3:101e=mlx5_vendor"]
+        .iter()
+        .map(|e| e.parse().unwrap())
+        .collect();
+    for (ids, drivers, want) in [
+        ((0x1af4, 0x1041), ["virtio-pci", "mlx5_core"], "virtio-pci"),
+        (MLX_VF, ["mlx5_core", "mlx5_vendor"], "mlx5_vendor"),
+    ] {
+        let (_dir, k) = setup(ids, &drivers);
+        let p = pci();
+        let sysfs = k.sysfs.clone().with_vf_drivers(&entries);
+        let err = with_kernel_driver(
+            &sysfs,
+            &k.journal_dir,
+            &p,
+            Duration::from_millis(150),
+            |_| async {},
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&err, VfioError::NetdevTimeout { driver, .. } if driver == want),
+            "{err}"
+        );
+        let bound = |drv: &str| {
+            std::fs::read_to_string(k.root.join("bus/pci/drivers").join(drv).join("bind")).unwrap()
+        };
+        assert_eq!(bound(want), "0000:3b:02.2");
+        for other in drivers.iter().filter(|d| **d != want) {
+            assert_eq!(bound(other), "", "{other}");
+        }
+        assert_eq!(k.override_of(p), VFIO_PCI);
+        assert!(k.journal_files().is_empty());
+    }
+    // An entry for a driver that is not loaded fails before anything is written.
+    let (_dir, k) = setup((0x1af4, 0x1041), &[]);
+    let err = with_kernel_driver(
+        &k.sysfs.clone().with_vf_drivers(&entries[..1]),
+        &k.journal_dir,
+        &pci(),
+        T,
+        |_| async {},
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, VfioError::DriverNotLoaded { wanted, .. } if wanted == "virtio-pci"),
+        "{err}"
+    );
+    assert!(k.journal_files().is_empty());
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ mod cmd;
 mod demo;
 mod setup;
 mod test;
+mod vmtest;
 
 use clap::{Parser, Subcommand};
 
@@ -30,8 +31,12 @@ enum Command {
     Build,
     /// Set up, build, then run the end-to-end demo in private network namespaces.
     Demo(demo::Args),
-    /// Set up, then run every check and test: fmt, clippy (workspace and eBPF), unit and integration tests.
+    /// Set up, then run every check and test: fmt, clippy (workspace and eBPF), unit and integration tests, the VM tier.
     Test(test::Args),
+    /// The VM test tier: boot Debian 12's 6.1 kernel in qemu and run the guest
+    /// suite there (eBPF verifier, native XDP on virtio-net, the pod path, the
+    /// VFIO handoff of a real PCI NIC). Sets up what it needs first.
+    Vmtest(vmtest::Args),
     /// Benchmarks, side by side with the baselines, reported as ratios.
     Bench(bench::Args),
     /// Regenerate manifests/crd from the Rust types (or check them with --check).
@@ -51,6 +56,7 @@ fn main() {
         Command::Build => build::run().map(|_| ()),
         Command::Demo(args) => demo::run(&args),
         Command::Test(args) => test::run(&args),
+        Command::Vmtest(args) => vmtest::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Manifests { check } => build::manifests(check),
         Command::E2eKind => cmd::run(cmd::program("bash").arg("hack/e2e-kind.sh")),

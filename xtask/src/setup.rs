@@ -119,7 +119,9 @@ fn nightly_llvm_major() -> Result<String> {
         .with_context(|| format!("`rustc {} -vV` printed no LLVM version", toolchain_arg()))
 }
 
-fn cache_dir() -> PathBuf {
+/// `$XDG_CACHE_HOME/xdhcp` (or `~/.cache/xdhcp`): what setup and the VM tier
+/// download or build once.
+pub fn cache_dir() -> PathBuf {
     env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))

@@ -2,12 +2,15 @@
 //!
 //! Order: formatting, clippy on the workspace, clippy on the eBPF crate in its
 //! own invocation (feature unification would otherwise mix kernel and user
-//! builds), then unit and integration tests. Integration tests need root:
-//! they create their own network namespaces and start real DHCP servers.
+//! builds), then unit and integration tests, then the VM tier (`vmtest`:
+//! the kernel-facing tests again on Debian 12's 6.1 kernel in qemu, plus
+//! native XDP on virtio-net and the VFIO handoff of a real PCI NIC).
+//! Integration tests need root: they create their own network namespaces
+//! and start real DHCP servers.
 
 use anyhow::{Result, bail};
 
-use crate::{cmd, setup};
+use crate::{cmd, setup, vmtest};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,6 +20,9 @@ pub struct Args {
     /// Skip fmt and clippy.
     #[arg(long)]
     no_lint: bool,
+    /// Skip the VM tier (`cargo xtask vmtest`), which otherwise runs last.
+    #[arg(long)]
+    no_vm: bool,
     /// Extra arguments passed to `cargo test` (e.g. a test-name filter).
     #[arg(last = true)]
     extra: Vec<String>,
@@ -41,6 +47,23 @@ pub fn run(args: &Args) -> Result<()> {
         ebpf_clippy(&root)?;
     }
     cmd::run(cargo().args(["test"]).args(&args.extra))?;
+    if !args.no_vm && args.extra.is_empty() {
+        // The second kernel: Debian 12's 6.1 in qemu (its own setup steps
+        // fetch the kernel and virtme-ng; the packages came with setup).
+        vmtest::run(&vmtest::Args {
+            no_setup: true,
+            ..vmtest::Args::default()
+        })?;
+    } else {
+        println!(
+            "test: the VM tier was not run ({}); run it with `cargo xtask vmtest`",
+            if args.no_vm {
+                "--no-vm"
+            } else {
+                "a cargo test filter was given"
+            }
+        );
+    }
     Ok(())
 }
 

@@ -125,7 +125,7 @@ pub(crate) async fn add_vfio(
             agent.metrics().failure("kube_api");
             Error::Kube { source }
         })?;
-    let sysfs = Sysfs::new(&agent.args.sysfs_root);
+    let sysfs = Sysfs::new(&agent.args.sysfs_root).with_vf_drivers(&agent.args.vf_driver);
     let journal = vfio::journal_dir(&agent.args.state_dir);
     let handed = vfio::with_kernel_driver(
         &sysfs,

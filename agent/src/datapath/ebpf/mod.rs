@@ -41,6 +41,11 @@ use crate::sys::netns::NetnsError;
 /// The eBPF object built by `agent/build.rs` (empty when `AYA_BUILD_SKIP=1`).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdhcp-ebpf"));
 
+/// The embedded eBPF object, for tests that load every program in it.
+pub fn embedded_object() -> &'static [u8] {
+    EBPF_OBJECT
+}
+
 /// Errors of the eBPF datapath. Each names what it was doing.
 #[derive(Debug, thiserror::Error)]
 pub enum EbpfDatapathError {
