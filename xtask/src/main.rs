@@ -10,6 +10,7 @@ mod bench;
 mod build;
 mod cmd;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 
@@ -34,6 +35,8 @@ enum Command {
     Test(test::Args),
     /// Benchmarks, side by side with the baselines, reported as ratios.
     Bench(bench::Args),
+    /// Run the cargo-fuzz targets (one or all; installs cargo-fuzz if missing). Not part of CI.
+    Fuzz(fuzz::Args),
     /// Regenerate manifests/crd from the Rust types (or check them with --check).
     Manifests {
         /// Fail instead of writing when the committed files differ.
@@ -52,6 +55,7 @@ fn main() {
         Command::Demo(args) => demo::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
         Command::Manifests { check } => build::manifests(check),
         Command::E2eKind => cmd::run(std::process::Command::new("bash").arg("hack/e2e-kind.sh")),
     };

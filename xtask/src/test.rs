@@ -2,8 +2,14 @@
 //!
 //! Order: formatting, clippy on the workspace, clippy on the eBPF crate in its
 //! own invocation (feature unification would otherwise mix kernel and user
-//! builds), then unit and integration tests. Integration tests need root:
-//! they create their own network namespaces and start real DHCP servers.
+//! builds), then unit and integration tests, then the fuzz smoke step.
+//! Integration tests need root: they create their own network namespaces and
+//! start real DHCP servers.
+//!
+//! The fuzz smoke step replays every committed corpus of `fuzz/` through the
+//! fuzz functions as a plain unit test (`xdhcp::fuzzing`), without libFuzzer:
+//! building the fuzz crate with coverage instrumentation costs several
+//! minutes, the replay under a second (`docs/fuzzing.md`).
 
 use std::process::Command;
 
@@ -43,6 +49,8 @@ pub fn run(args: &Args) -> Result<()> {
         ebpf_clippy(&root)?;
     }
     cmd::run(cargo().args(["test"]).args(&args.extra))?;
+    // Fuzz smoke: every seed and corpus input through its fuzz function.
+    cmd::run(cargo().args(["test", "-p", "xdhcp", "--lib", "fuzzing::tests"]))?;
     Ok(())
 }
 
