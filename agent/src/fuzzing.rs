@@ -335,10 +335,12 @@ pub fn annotation_merge(data: &[u8]) {
         PodNetworks::parse(Some(&emitted)).expect("emitted annotation parses"),
         before
     );
+    // `parse` trims Unicode whitespace around the JSON (a vertical tab after
+    // the object is not JSON, and harmless), so compare with the trimmed text.
     let values: BTreeMap<String, serde_json::Value> = if text.trim().is_empty() {
         BTreeMap::new()
     } else {
-        serde_json::from_str(text).expect("parsed as raw entries, so parses as values")
+        serde_json::from_str(text.trim()).expect("parsed as raw entries, so parses as values")
     };
     let merged = merge_entry(Some(text), key, &entry).expect("a parsed annotation merges");
     let after = PodNetworks::parse(Some(&merged)).expect("a merged annotation parses");
@@ -856,6 +858,23 @@ mod tests {
                 ),
             ]
         }
+    }
+
+    /// Fuzzing finding (target `ring_record`): a captured reply carrying
+    /// option 152 with a length other than 4 panics inside dhcproto 0.15's
+    /// option decoder (`debug_assert!(len == 4)`; option 151 of length 0
+    /// underflows `len - 1` the same way), which `decode_record` runs on
+    /// every captured frame. With debug assertions (every test build) the
+    /// reader task panics on one hostile frame. Passes once the reader hands
+    /// the payload on without decoding it with dhcproto (the engine parses
+    /// replies itself).
+    #[test]
+    #[ignore = "fails until the ring reader stops decoding payloads with dhcproto (docs/fuzzing.md)"]
+    fn ring_record_with_a_short_option_152_does_not_panic() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/ring_record");
+        let bytes =
+            std::fs::read(dir.join("dhcproto-option-152-length-0")).expect("regression input");
+        super::ring_record(&bytes);
     }
 
     #[test]
