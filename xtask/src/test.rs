@@ -50,7 +50,8 @@ pub fn run(args: &Args) -> Result<()> {
     }
     cmd::run(cargo().args(["test"]).args(&args.extra))?;
     // Fuzz smoke: every seed and corpus input through its fuzz function.
-    cmd::run(cargo().args(["test", "-p", "xdhcp", "--lib", "fuzzing::tests"]))?;
+    // Same package selection as above, so the test binaries are reused.
+    cmd::run(cargo().args(["test", "--lib", "fuzzing::tests"]))?;
     Ok(())
 }
 
