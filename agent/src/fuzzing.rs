@@ -336,19 +336,23 @@ pub fn annotation_merge(data: &[u8]) {
         before
     );
     // `parse` trims Unicode whitespace around the JSON (a vertical tab after
-    // the object is not JSON, and harmless), so compare with the trimmed text.
+    // the object is not JSON, and harmless), so compare with the trimmed
+    // text. Raw entries may hold numbers a `Value` cannot (`1e400`): those
+    // are compared as text only.
     let values: BTreeMap<String, serde_json::Value> = if text.trim().is_empty() {
         BTreeMap::new()
     } else {
-        serde_json::from_str(text.trim()).expect("parsed as raw entries, so parses as values")
+        serde_json::from_str(text.trim()).unwrap_or_default()
     };
     let merged = merge_entry(Some(text), key, &entry).expect("a parsed annotation merges");
     let after = PodNetworks::parse(Some(&merged)).expect("a merged annotation parses");
     for k in before.keys().filter(|k| *k != key) {
         assert_eq!(after.raw(k), before.raw(k), "foreign entry {k:?} changed");
-        let v: serde_json::Value =
-            serde_json::from_str(after.raw(k).expect("kept")).expect("raw JSON");
-        assert_eq!(Some(&v), values.get(k), "minifying changed {k:?}");
+        if let Some(want) = values.get(k) {
+            let v: serde_json::Value =
+                serde_json::from_str(after.raw(k).expect("kept")).expect("raw JSON");
+            assert_eq!(&v, want, "minifying changed {k:?}");
+        }
     }
     let keys: Vec<&str> = after.keys().collect();
     let mut want: Vec<&str> = before.keys().chain([key]).collect();

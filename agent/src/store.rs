@@ -825,6 +825,26 @@ mod tests {
         )
     }
 
+    /// Fuzzing finding (target `lease_record`): a number in the free-form
+    /// `cni_config` with more digits than an f64 holds
+    /// (`450066…660`, 60 digits) reads back one ULP off after a save and a
+    /// load: serde_json's default float parser is not correctly rounded.
+    /// Passes with serde_json's `float_roundtrip` feature in the workspace
+    /// (not enabled here: it rebuilds most of the dependency tree).
+    #[test]
+    #[ignore = "needs serde_json's float_roundtrip feature (docs/fuzzing.md)"]
+    fn records_round_trip_exactly_with_long_numbers() {
+        let mut r = record("c1", "eth0", [192, 0, 2, 10]);
+        r.attachment.cni_config = serde_json::from_str(
+            r#"{"timeout": 450066666666666666666666666666666666666666666666666666666660}"#,
+        )
+        .unwrap();
+        let key = r.key.clone();
+        let once = decode_record(&serde_json::to_vec(&r).unwrap(), &key).unwrap();
+        let twice = decode_record(&serde_json::to_vec(&once).unwrap(), &key).unwrap();
+        assert_eq!(twice, once);
+    }
+
     #[test]
     fn key_validation() {
         assert!(LeaseKey::new("abc123", "eth0").is_ok());
