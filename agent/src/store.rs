@@ -828,8 +828,8 @@ mod tests {
     /// Fuzzing finding (target `lease_record`): a number in the free-form
     /// `cni_config` with more digits than an f64 holds
     /// (`450066…660`, 60 digits) reads back one ULP off after a save and a
-    /// load: serde_json's default float parser is not correctly rounded.
-    /// Passes with serde_json's `float_roundtrip` feature in the workspace
+    /// load: `serde_json`'s default float parser is not correctly rounded.
+    /// Passes with `serde_json`'s `float_roundtrip` feature in the workspace
     /// (not enabled here: it rebuilds most of the dependency tree).
     #[test]
     #[ignore = "needs serde_json's float_roundtrip feature (docs/fuzzing.md)"]
