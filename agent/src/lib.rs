@@ -17,6 +17,7 @@
 //! - [`workload`]: pod vs. VM detection and VM MAC resolution.
 //! - [`vfio`]: the journaled VFIO driver handoff.
 //! - `metrics`, [`telemetry`]: Prometheus metrics, health, logging.
+//! - `fuzzing` (feature `fuzzing`): entry points of the `fuzz/` targets.
 
 #![warn(unreachable_pub)]
 
@@ -24,6 +25,10 @@ pub mod cli;
 pub mod cni;
 pub mod daemon;
 pub mod datapath;
+/// Fuzzing entry points (feature `fuzzing`; always built for unit tests,
+/// which replay the committed corpora through them).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod kube;
 mod metrics;
 pub mod model;

@@ -52,8 +52,12 @@ pub const PATH_LEASES: &str = "/v1/leases";
 pub const PATH_STATUS: &str = "/v1/status";
 
 /// ADD, DEL and CHECK: the validated CNI invocation.
+///
+/// Decoding checks that `container_id` and `ifname` form a lease-store key
+/// (what the shim's environment checks guarantee): the agent must never
+/// answer an ADD for an attachment whose lease it cannot persist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", try_from = "CniRequestWire")]
 pub struct CniRequest {
     /// `CNI_CONTAINERID` (validated as a store key).
     pub container_id: String,
@@ -65,6 +69,32 @@ pub struct CniRequest {
     pub args: BTreeMap<String, String>,
     /// The validated network configuration.
     pub config: NetworkConfig,
+}
+
+/// [`CniRequest`] as it arrives, before its key is checked.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CniRequestWire {
+    container_id: String,
+    ifname: String,
+    netns: Option<PathBuf>,
+    args: BTreeMap<String, String>,
+    config: NetworkConfig,
+}
+
+impl TryFrom<CniRequestWire> for CniRequest {
+    type Error = crate::store::StoreError;
+
+    fn try_from(w: CniRequestWire) -> Result<Self, Self::Error> {
+        crate::store::LeaseKey::new(&w.container_id, &w.ifname)?;
+        Ok(Self {
+            container_id: w.container_id,
+            ifname: w.ifname,
+            netns: w.netns,
+            args: w.args,
+            config: w.config,
+        })
+    }
 }
 
 impl CniRequest {
@@ -388,6 +418,28 @@ mod tests {
         }
         .into_cni();
         assert!(e.msg.contains("connection refused"), "{e}");
+    }
+
+    /// Fuzzing finding (target `rpc_request`): the socket accepted any
+    /// container id and interface name, e.g. `"../x"` or an empty one, which
+    /// the lease store then refuses to persist after the lease is bound.
+    #[test]
+    fn requests_with_an_unstorable_key_are_refused() {
+        let config = r#"{"cniVersion":"1.0.0","name":"n","socketPath":"/s","ipam":{
+            "ipamType":"xdhcp","apply":false,"clientId":{"kind":"mac"},
+            "hostname":{"kind":"podname"},"allowDefaultRouteOverride":false,
+            "protectedPrefixes":[],"routePriority":null}}"#;
+        let body = |id: &str, ifname: &str| {
+            format!(
+                r#"{{"containerId":{id:?},"ifname":{ifname:?},"netns":null,"args":{{}},"config":{config}}}"#
+            )
+        };
+        let ok: CniRequest = serde_json::from_str(&body("c1", "net1")).unwrap();
+        assert_eq!(ok.container_id, "c1");
+        for (id, ifname) in [("../x", "net1"), ("", "net1"), ("c1", "a/b"), ("c1", "")] {
+            let e = serde_json::from_str::<CniRequest>(&body(id, ifname)).unwrap_err();
+            assert!(e.to_string().contains("invalid"), "{id:?}/{ifname:?}: {e}");
+        }
     }
 
     #[test]

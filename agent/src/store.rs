@@ -207,7 +207,7 @@ impl LeaseKey {
     }
 
     /// `<container_id>@<percent-encoded ifname>` — safe as a file name.
-    fn file_stem(&self) -> String {
+    pub(crate) fn file_stem(&self) -> String {
         let mut stem = String::with_capacity(self.container_id.len() + 1 + self.ifname.len());
         stem.push_str(&self.container_id);
         stem.push('@');
@@ -222,7 +222,7 @@ impl LeaseKey {
     }
 
     /// Inverse of [`LeaseKey::file_stem`], validating the result.
-    fn from_file_stem(stem: &str) -> Option<Self> {
+    pub(crate) fn from_file_stem(stem: &str) -> Option<Self> {
         let (cid, enc) = stem.split_once('@')?;
         let mut bytes = Vec::with_capacity(enc.len());
         let mut it = enc.bytes();
@@ -762,10 +762,6 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Reads and validates one record file stored under `key`'s name.
 fn read_record(path: &Path, key: &LeaseKey) -> Result<LeaseRecord, Corruption> {
-    #[derive(Deserialize)]
-    struct Versioned {
-        version: u32,
-    }
     // O_NOFOLLOW: a symlink planted in the directory is not followed.
     let file = OpenOptions::new()
         .read(true)
@@ -794,15 +790,25 @@ fn read_record(path: &Path, key: &LeaseKey) -> Result<LeaseRecord, Corruption> {
             size: bytes.len() as u64,
         });
     }
-    // Check the version before the full decode so a future format is
-    // reported as such rather than as a decode error.
-    let versioned: Versioned = serde_json::from_slice(&bytes).map_err(Corruption::Decode)?;
+    decode_record(&bytes, key)
+}
+
+/// Decodes the bytes of a record file stored under `key`'s name: the format
+/// version first (so a future format is reported as such rather than as a
+/// decode error; the first format is read and upgraded), then the record,
+/// whose identity must be the file's and which must hold a lease.
+pub(crate) fn decode_record(bytes: &[u8], key: &LeaseKey) -> Result<LeaseRecord, Corruption> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u32,
+    }
+    let versioned: Versioned = serde_json::from_slice(bytes).map_err(Corruption::Decode)?;
     let record = match versioned.version {
-        1 => serde_json::from_slice::<v1::Record>(&bytes)
+        1 => serde_json::from_slice::<v1::Record>(bytes)
             .map_err(Corruption::Decode)?
             .upgrade(),
         RECORD_VERSION => {
-            serde_json::from_slice::<LeaseRecord>(&bytes).map_err(Corruption::Decode)?
+            serde_json::from_slice::<LeaseRecord>(bytes).map_err(Corruption::Decode)?
         }
         other => return Err(Corruption::Version(other)),
     };

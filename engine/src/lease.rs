@@ -350,7 +350,8 @@ fn times(lease: u64, t1: Option<u64>, t2: Option<u64>) -> (Duration, Duration, T
             notes.zero += 1;
             def_t1
         }
-        Some(v) if v * 1000 >= t2_ms => {
+        // Saturating: a stored T1 (`Lease::sanitize`) may be any u64.
+        Some(v) if v.saturating_mul(1000) >= t2_ms => {
             notes.inconsistent += 1;
             def_t1
         }
@@ -773,6 +774,33 @@ mod tests {
         assert!(l.sanitize() >= 2);
         assert_eq!(l.prefix_len, 24);
         assert!(l.t1 < l.t2 && l.t2 < l.lease_time);
+    }
+
+    /// Fuzzing finding (target `lease_record`): a stored record with a T1 of
+    /// more than `u64::MAX / 1000` seconds overflowed the millisecond
+    /// conversion while resuming (a panic with overflow checks, a wrapped T1
+    /// without).
+    #[test]
+    fn sanitize_survives_huge_stored_times() {
+        let mut l = Lease {
+            address: Ipv4Addr::new(192, 0, 2, 10),
+            prefix_len: 24,
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            server_mac: None,
+            routers: vec![],
+            routes: vec![],
+            dns_servers: vec![],
+            domain_name: None,
+            search: vec![],
+            mtu: None,
+            lease_time: d(3600),
+            t1: Duration::from_secs(u64::MAX),
+            t2: Duration::from_secs(u64::MAX / 999),
+            acquired_unix_ms: 0,
+            rejected_routes: vec![],
+        };
+        assert!(l.sanitize() >= 1);
+        assert_eq!((l.t1, l.t2), (d(1800), d(3150)));
     }
 
     #[test]

@@ -64,11 +64,16 @@
 //! - [`message`]: outgoing messages built with `dhcproto`.
 //! - [`backoff`]: RFC 2131 §4.1 / §4.4.5 retransmission timing.
 //! - [`config`]: configuration and defaults.
+//! - `fuzzing` (feature `fuzzing`): entry points of the `fuzz/` targets.
 
 pub mod backoff;
 pub mod client;
 pub mod config;
 pub mod event;
+/// Fuzzing entry points (feature `fuzzing`; always built for unit tests,
+/// which replay the committed corpora through them).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod lease;
 pub mod message;
 pub mod routes;

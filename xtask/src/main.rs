@@ -10,6 +10,7 @@ mod bench;
 mod build;
 mod cmd;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 mod vmtest;
@@ -39,6 +40,8 @@ enum Command {
     Vmtest(vmtest::Args),
     /// Benchmarks, side by side with the baselines, reported as ratios.
     Bench(bench::Args),
+    /// Run the cargo-fuzz targets (one or all; installs cargo-fuzz if missing). Not part of CI.
+    Fuzz(fuzz::Args),
     /// Regenerate manifests/crd from the Rust types (or check them with --check).
     Manifests {
         /// Fail instead of writing when the committed files differ.
@@ -58,6 +61,7 @@ fn main() {
         Command::Test(args) => test::run(&args),
         Command::Vmtest(args) => vmtest::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
         Command::Manifests { check } => build::manifests(check),
         Command::E2eKind => cmd::run(cmd::program("bash").arg("hack/e2e-kind.sh")),
     };

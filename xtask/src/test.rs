@@ -2,11 +2,16 @@
 //!
 //! Order: formatting, clippy on the workspace, clippy on the eBPF crate in its
 //! own invocation (feature unification would otherwise mix kernel and user
-//! builds), then unit and integration tests, then the VM tier (`vmtest`:
-//! the kernel-facing tests again on Debian 12's 6.1 kernel in qemu, plus
-//! native XDP on virtio-net and the VFIO handoff of a real PCI NIC).
-//! Integration tests need root: they create their own network namespaces
-//! and start real DHCP servers.
+//! builds), then unit and integration tests, then the fuzz smoke step, then
+//! the VM tier (`vmtest`: the kernel-facing tests again on Debian 12's 6.1
+//! kernel in qemu, plus native XDP on virtio-net and the VFIO handoff of a
+//! real PCI NIC). Integration tests need root: they create their own network
+//! namespaces and start real DHCP servers.
+//!
+//! The fuzz smoke step replays every committed corpus of `fuzz/` through the
+//! fuzz functions as a plain unit test (`xdhcp::fuzzing`), without libFuzzer:
+//! building the fuzz crate with coverage instrumentation costs several
+//! minutes, the replay under a second (`docs/fuzzing.md`).
 
 use anyhow::{Result, bail};
 
@@ -47,6 +52,9 @@ pub fn run(args: &Args) -> Result<()> {
         ebpf_clippy(&root)?;
     }
     cmd::run(cargo().args(["test"]).args(&args.extra))?;
+    // Fuzz smoke: every seed and corpus input through its fuzz function.
+    // Same package selection as above, so the test binaries are reused.
+    cmd::run(cargo().args(["test", "--lib", "fuzzing::tests"]))?;
     if !args.no_vm && args.extra.is_empty() {
         // The second kernel: Debian 12's 6.1 in qemu (its own setup steps
         // fetch the kernel and virtme-ng; the packages came with setup).

@@ -579,6 +579,9 @@ fn opt_duration(
         _ => None,
     }
     .ok_or_else(|| bad(v))?;
+    // Whole milliseconds: what crosses the agent socket (`opt_millis`), so
+    // the agent applies exactly the duration validated here.
+    let d = Duration::from_millis(d.as_millis() as u64);
     if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&d) {
         return Err(bad(v));
     }
@@ -858,6 +861,23 @@ mod tests {
         let back: NetworkConfig =
             serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
+    }
+
+    /// Fuzzing finding (target `cni_config`): a timeout with sub-millisecond
+    /// digits (`"1s500us"`, `1.0005`) crossed the agent socket as whole
+    /// milliseconds, so the agent applied another timeout than the one
+    /// parsed and validated.
+    #[test]
+    fn durations_survive_the_agent_socket() {
+        for ipam in [
+            r#"{"type":"xdhcp","timeout":"1s500us","resendMax":"2.0000001s"}"#,
+            r#"{"type":"xdhcp","timeout":1.0005,"resendMax":299.9999}"#,
+        ] {
+            let c = parse(&conf(ipam)).unwrap();
+            let back: NetworkConfig =
+                serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+            assert_eq!(back, c, "{ipam}");
+        }
     }
 
     #[test]
