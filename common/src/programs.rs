@@ -216,7 +216,7 @@ pub const PROGRAMS: &[Program] = &[
     deb(
         "python3-venv",
         "python3-venv",
-        "/usr/share/doc/python3-venv/copyright",
+        "/usr/share/doc/python3-venv",
         "python3 -m venv (for virtme-ng from PyPI)",
     ),
     deb("bash", "bash", "/bin/bash", "the kind end-to-end script"),

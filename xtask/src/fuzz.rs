@@ -10,7 +10,6 @@
 //! same fuzz functions as unit tests instead (see `docs/fuzzing.md`).
 
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -66,7 +65,7 @@ pub fn run(args: &Args) -> Result<()> {
 
 /// `cargo fuzz` at [`CARGO_FUZZ_VERSION`] (or newer), installed if missing.
 fn cargo_fuzz() -> Result<()> {
-    let installed = cmd::output(Command::new("cargo").args(["fuzz", "--version"]))
+    let installed = cmd::output(cmd::program("cargo").args(["fuzz", "--version"]))
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
     if let Ok(v) = &installed {
         // "cargo-fuzz 0.13.2"
@@ -77,7 +76,7 @@ fn cargo_fuzz() -> Result<()> {
         println!("fuzz: {v} is older than {CARGO_FUZZ_VERSION}; reinstalling");
     }
     println!("fuzz: installing cargo-fuzz {CARGO_FUZZ_VERSION} (a minute or two, once)");
-    cmd::run(Command::new("cargo").args([
+    cmd::run(cmd::program("cargo").args([
         "install",
         "cargo-fuzz",
         "--version",
@@ -95,7 +94,7 @@ fn version_at_least(have: &str, want: &str) -> bool {
 
 fn targets(dir: &Path) -> Result<Vec<String>> {
     let out = cmd::output(
-        Command::new("cargo")
+        cmd::program("cargo")
             .arg(format!("+{}", setup::EBPF_TOOLCHAIN))
             .args(["fuzz", "list"])
             .current_dir(dir),
@@ -110,7 +109,7 @@ fn targets(dir: &Path) -> Result<Vec<String>> {
 
 fn run_target(dir: &Path, target: &str, args: &Args) -> Result<()> {
     let corpus = dir.join("corpus").join(target);
-    let mut c = Command::new("cargo");
+    let mut c = cmd::program("cargo");
     c.current_dir(dir)
         // The targets never load the eBPF object: skip building it.
         .env("AYA_BUILD_SKIP", "1")

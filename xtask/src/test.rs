@@ -51,7 +51,9 @@ pub fn run(args: &Args) -> Result<()> {
         cmd::run(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
         ebpf_clippy(&root)?;
     }
-    cmd::run(cargo().args(["test"]).args(&args.extra))?;
+    // Every test binary runs even when one fails, so a run reports every
+    // failure at once.
+    cmd::run(cargo().args(["test", "--no-fail-fast"]).args(&args.extra))?;
     // Fuzz smoke: every seed and corpus input through its fuzz function.
     // Same package selection as above, so the test binaries are reused.
     cmd::run(cargo().args(["test", "--lib", "fuzzing::tests"]))?;
