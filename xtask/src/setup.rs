@@ -22,8 +22,32 @@ pub use xdhcp_common::EBPF_TOOLCHAIN;
 /// bpf-linker release known to build against nightly's own LLVM.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
+/// The programs the test suites, the benchmarks, the demo and the VM tier
+/// cannot run without, named here so that what a fresh machine gets is
+/// visible where it is installed: each is a Debian entry of the program
+/// table (unit test below) and present once `setup` has run (checked after
+/// the install).
+const ESSENTIAL: &[&str] = &[
+    "dnsmasq",
+    "kea-dhcp4",
+    "dhcpd",
+    "nft",
+    "ip",
+    "tcpdump",
+    "bpftool",
+    "iperf3",
+    "mkfs.ext4",
+    "losetup",
+    "cni/bridge",
+    "cni/dhcp",
+    "qemu-system-x86_64",
+    "busybox",
+    "python3",
+];
+
 pub fn run() -> Result<()> {
     debian_packages()?;
+    installed()?;
     rust_src()?;
     bpf_linker()?;
     println!("setup: everything is in place");
@@ -66,6 +90,35 @@ fn debian_packages() -> Result<()> {
     )
     .with_context(|| format!("could not install {}", missing.join(" ")))?;
     Ok(())
+}
+
+/// After the install: every Debian program of the table is where the table
+/// says (a package that installed elsewhere fails here, not in a test).
+fn installed() -> Result<()> {
+    for name in ESSENTIAL {
+        if xdhcp_common::programs::find(name)
+            .and_then(xdhcp_common::programs::Program::package)
+            .is_none()
+        {
+            bail!("{name} is not a Debian program of the table (common/src/programs.rs)");
+        }
+    }
+    let absent: Vec<String> = PROGRAMS
+        .iter()
+        .filter_map(|p| match p.source {
+            Source::Debian { package, path } if !Path::new(path).exists() => {
+                Some(format!("{} ({path}, package {package})", p.name))
+            }
+            _ => None,
+        })
+        .collect();
+    if absent.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "after installing, still missing: {} (common/src/programs.rs names the wrong path?)",
+        absent.join(", ")
+    )
 }
 
 fn nix_is_root() -> bool {
@@ -186,4 +239,18 @@ fn bpf_linker() -> Result<()> {
             .args(["--features", &format!("llvm-{major}")]),
     )
     .context("could not build bpf-linker (needs crates.io)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_essential_program_is_installed_from_a_debian_package() {
+        for name in ESSENTIAL {
+            let p = xdhcp_common::programs::find(name)
+                .unwrap_or_else(|| panic!("{name} is not in the program table"));
+            assert!(p.package().is_some(), "{name} comes from no Debian package");
+        }
+    }
 }
