@@ -16,9 +16,8 @@ pub(crate) async fn configure(
     ifname: &str,
     lease: &Lease,
 ) -> Result<(), NetlinkError> {
-    let nl = Netlink::open(Some(netns)).await?;
-    let link = nl.link(ifname).await?;
-    nl.apply_lease(link.ifindex, lease).await
+    let (nl, ifindex) = open(netns, ifname).await?;
+    nl.apply_lease(ifindex, lease).await
 }
 
 /// Routes as `(dst/len, gateway)` (`0.0.0.0` for on-link) for the CNI
@@ -42,10 +41,8 @@ pub(crate) async fn has_address(
     address: Ipv4Addr,
     prefix_len: u8,
 ) -> Result<bool, NetlinkError> {
-    let nl = Netlink::open(Some(netns)).await?;
-    let link = nl.link(ifname).await?;
-    nl.has_address(link.ifindex, address, Some(prefix_len))
-        .await
+    let (nl, ifindex) = open(netns, ifname).await?;
+    nl.has_address(ifindex, address, Some(prefix_len)).await
 }
 
 /// Remove the leased address and its routes; missing pieces are fine.
@@ -54,7 +51,13 @@ pub(crate) async fn deconfigure(
     ifname: &str,
     lease: &Lease,
 ) -> Result<(), NetlinkError> {
+    let (nl, ifindex) = open(netns, ifname).await?;
+    nl.remove_lease(ifindex, lease).await
+}
+
+/// rtnetlink in `netns`, and the index of `ifname` there.
+async fn open(netns: &Path, ifname: &str) -> Result<(Netlink, u32), NetlinkError> {
     let nl = Netlink::open(Some(netns)).await?;
-    let link = nl.link(ifname).await?;
-    nl.remove_lease(link.ifindex, lease).await
+    let ifindex = nl.link(ifname).await?.ifindex;
+    Ok((nl, ifindex))
 }
