@@ -186,6 +186,76 @@ pub struct AgentArgs {
     /// the last entry for the same ids wins.
     #[arg(long = "vf-driver", value_name = "VENDOR:DEVICE=DRIVER")]
     pub vf_driver: Vec<VfDriverOverride>,
+    /// A node uplink: the interface (NIC, bond, or bridge port) that carries
+    /// a localnet network, in the agent's network namespace, as `IFACE` or
+    /// `PHYSNET=IFACE` (the OVN-Kubernetes `physicalNetworkName` it
+    /// carries). The capture program is attached there once at start, and
+    /// leases whose replies arrive there need nothing attached per pod.
+    /// Repeatable (docs/uplinks.md).
+    #[arg(long = "uplink", value_name = "[PHYSNET=]IFACE")]
+    pub uplinks: Vec<Uplink>,
+}
+
+/// One `--uplink`: an interface of the agent's namespace, and optionally
+/// the physical network it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uplink {
+    pub ifname: String,
+    pub physnet: Option<String>,
+}
+
+/// A `--uplink` value that is not `IFACE` or `PHYSNET=IFACE`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--uplink {input:?}: {reason}")]
+pub struct InvalidUplink {
+    pub input: String,
+    pub reason: &'static str,
+}
+
+impl std::str::FromStr for Uplink {
+    type Err = InvalidUplink;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |reason| InvalidUplink {
+            input: s.to_owned(),
+            reason,
+        };
+        let (physnet, ifname) = match s.split_once('=') {
+            Some((p, i)) => (Some(p), i),
+            None => (None, s),
+        };
+        if let Some(p) = physnet
+            && (p.is_empty() || p.chars().any(char::is_whitespace))
+        {
+            return Err(bad("the physical network name must be non-empty, without spaces"));
+        }
+        // The kernel's rules for an interface name (dev_valid_name).
+        if ifname.is_empty()
+            || ifname.len() > 15
+            || ifname == "."
+            || ifname == ".."
+            || ifname
+                .bytes()
+                .any(|b| b == b'/' || b == b':' || b == b'=' || b.is_ascii_whitespace())
+        {
+            return Err(bad(
+                "the interface name must be 1 to 15 bytes, without '/', ':', '=' or spaces",
+            ));
+        }
+        Ok(Self {
+            ifname: ifname.to_owned(),
+            physnet: physnet.map(str::to_owned),
+        })
+    }
+}
+
+impl std::fmt::Display for Uplink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.physnet {
+            Some(p) => write!(f, "{p}={}", self.ifname),
+            None => f.write_str(&self.ifname),
+        }
+    }
 }
 
 impl AgentArgs {
@@ -375,6 +445,20 @@ pub fn render_status(s: &AgentStatus) -> String {
                 short_id(&i.container_id),
                 i.ifname,
                 i.attach
+            );
+        }
+    }
+    if !s.uplinks.is_empty() {
+        out.push_str("uplinks:\n");
+        for u in &s.uplinks {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<16} {:<8} {:<12} replies {}",
+                u.ifname,
+                u.physnet.as_deref().unwrap_or("-"),
+                u.state,
+                u.mode.as_deref().unwrap_or("-"),
+                u.replies
             );
         }
     }

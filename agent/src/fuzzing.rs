@@ -784,6 +784,7 @@ mod tests {
                 annotation_key: Some("default/ovn-localnet-dhcp".into()),
                 lease: Some(lease()),
                 updated_unix_ms: 1_800_000_000_000,
+                uplink: None,
             };
             let mut inf = lease();
             inf.lease_time = Duration::from_secs(0xffff_ffff);

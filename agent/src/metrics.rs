@@ -56,6 +56,22 @@ struct OpLabel {
     op: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UplinkLabel {
+    uplink: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UplinkModeLabel {
+    uplink: String,
+    mode: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabel {
+    path: &'static str,
+}
+
 /// All agent metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -72,6 +88,9 @@ pub(crate) struct Metrics {
     capture_restored: Family<ReasonLabel, Counter>,
     capture_fallbacks: Counter,
     capture_degraded: Gauge,
+    uplink_replies: Family<UplinkLabel, Counter>,
+    uplink_attached: Family<UplinkModeLabel, Gauge>,
+    bound_by_path: Family<PathLabel, Counter>,
     kernel_last: Mutex<Vec<(&'static str, u64)>>,
 }
 
@@ -104,6 +123,24 @@ impl Metrics {
         let capture_restored = Family::<ReasonLabel, Counter>::default();
         let capture_fallbacks = Counter::default();
         let capture_degraded = Gauge::default();
+        let uplink_replies = Family::<UplinkLabel, Counter>::default();
+        let uplink_attached = Family::<UplinkModeLabel, Gauge>::default();
+        let bound_by_path = Family::<PathLabel, Counter>::default();
+        root.register(
+            "uplink_replies",
+            "DHCP replies captured on a node uplink and delivered to their lease, by uplink",
+            uplink_replies.clone(),
+        );
+        root.register(
+            "uplink_attached",
+            "1 while the capture program is attached to the uplink in this mode (tc, xdp-native, xdp-generic)",
+            uplink_attached.clone(),
+        );
+        root.register(
+            "bound_by_path",
+            "Leases bound, by the receive path that carried the replies (uplink, ebpf, af_packet)",
+            bound_by_path.clone(),
+        );
         root.register("leases", "Leases by DHCP client state", leases.clone());
         root.register(
             "dora_duration_seconds",
@@ -163,6 +200,9 @@ impl Metrics {
             capture_restored,
             capture_fallbacks,
             capture_degraded,
+            uplink_replies,
+            uplink_attached,
+            bound_by_path,
             leases,
             dora_seconds,
             renewals,
@@ -235,6 +275,34 @@ impl Metrics {
     /// A lease moved to its own `AF_PACKET` receiver after a capture loss.
     pub(crate) fn capture_fallback(&self) {
         self.capture_fallbacks.inc();
+    }
+
+    /// A reply captured on `uplink` reached its lease.
+    pub(crate) fn uplink_reply(&self, uplink: &str) {
+        self.uplink_replies
+            .get_or_create(&UplinkLabel {
+                uplink: uplink.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The capture program on `uplink` is attached in `mode` (`None`: not
+    /// attached; every mode's series goes to 0).
+    pub(crate) fn set_uplink_attached(&self, uplink: &str, mode: Option<&'static str>) {
+        for m in ["tc", "xdp-native", "xdp-generic"] {
+            self.uplink_attached
+                .get_or_create(&UplinkModeLabel {
+                    uplink: uplink.to_owned(),
+                    mode: m,
+                })
+                .set(i64::from(mode == Some(m)));
+        }
+    }
+
+    /// A lease bound with its replies carried by `path` (`uplink`, `ebpf`,
+    /// `af_packet`).
+    pub(crate) fn bound_by_path(&self, path: &'static str) {
+        self.bound_by_path.get_or_create(&PathLabel { path }).inc();
     }
 
     /// Whether some capture path is lost right now.

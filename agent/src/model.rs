@@ -20,3 +20,14 @@ pub struct PodRef {
     pub name: String,
     pub uid: Option<String>,
 }
+
+/// The node uplink that carried a lease's replies: where a RELEASE goes out
+/// when the pod's own interface is gone at DEL.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UplinkRef {
+    /// Interface name in the agent's namespace.
+    pub ifname: String,
+    /// The 802.1Q VLAN the replies carried there, if tagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+}

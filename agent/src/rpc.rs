@@ -202,10 +202,33 @@ pub struct AgentStatus {
     pub state_dir: PathBuf,
     pub leases: usize,
     pub interfaces: Vec<InterfaceStatus>,
+    /// The node uplinks (`--uplink`), in flag order.
+    #[serde(default)]
+    pub uplinks: Vec<UplinkStatus>,
     /// Agent and kernel counters by name.
     pub counters: BTreeMap<String, u64>,
     /// Embedded mode: the pod-networks annotations written to the local store.
     pub annotations: serde_json::Value,
+}
+
+/// One uplink, as `xdhcp status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UplinkStatus {
+    /// Interface name in the agent's namespace.
+    pub ifname: String,
+    /// The `physicalNetworkName` it carries, when given as `PHYSNET=IFACE`.
+    pub physnet: Option<String>,
+    /// `live`, `pending` (attaching), `lost` (absent or detached; retried),
+    /// or `off` (no eBPF datapath).
+    pub state: String,
+    /// `tc`, `xdp-native` or `xdp-generic` while attached.
+    pub mode: Option<String>,
+    /// The uplink's ifindex while attached.
+    pub ifindex: Option<u32>,
+    /// The kernel id of the program's BPF link, while attached.
+    pub bpf_link: Option<u32>,
+    /// DHCP replies captured here and delivered to their lease.
+    pub replies: u64,
 }
 
 /// Failure talking to the agent.

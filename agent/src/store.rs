@@ -51,7 +51,7 @@ use xdhcp_engine::Lease;
 
 use crate::cni::config::NetworkConfig;
 use crate::cni::env::{validate_container_id, validate_ifname};
-use crate::model::{PodRef, WorkloadKind};
+use crate::model::{PodRef, UplinkRef, WorkloadKind};
 use crate::sys;
 
 /// Version of the on-disk record format.
@@ -291,6 +291,10 @@ pub struct LeaseRecord {
     /// Wall clock of the last write (Unix ms).
     #[serde(default)]
     pub updated_unix_ms: u64,
+    /// The node uplink that carried the lease's replies, if one did (absent
+    /// in records written before uplinks existed, which read as `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink: Option<UplinkRef>,
 }
 
 impl LeaseRecord {
@@ -381,6 +385,7 @@ mod v1 {
                 annotation_key: a.network_key,
                 lease: Some(self.lease),
                 updated_unix_ms: self.updated_unix_ms,
+                uplink: None,
             }
         }
     }
@@ -874,6 +879,7 @@ mod tests {
             annotation_key: Some("default/localnet".to_owned()),
             lease: Some(lease(addr)),
             updated_unix_ms: 1_700_000_000_000,
+            uplink: None,
         }
     }
 

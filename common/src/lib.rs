@@ -29,10 +29,26 @@ pub const MAP_IFCONFIG: &str = "XDHCP_IFCFG";
 /// frame in `bench_xdp`).
 pub const MAP_IFCONFIG_DIRECT: &str = "XDHCP_IFCFG_DIRECT";
 
+/// Name of the uplink configuration hash map (`u32` ifindex in the agent's
+/// own network namespace → [`IfConfig`]), read only by the uplink programs
+/// ([`PROG_UPLINK_XDP`], [`PROG_UPLINK_TC`]). Uplinks have a map of their
+/// own because ifindexes repeat across namespaces: a pod's `eth0` may have
+/// the very index of a node uplink, and the per-port map
+/// ([`MAP_IFCONFIG`]) is keyed by ifindex alone. The role (uplink or
+/// workload port) is the program's own, so the two key spaces never meet.
+pub const MAP_UPLINKS: &str = "XDHCP_UPLINKS";
+
 /// Program names (entry points) in the eBPF object.
 pub const PROG_XDP: &str = "xdhcp_xdp";
 /// TC clsact ingress twin of [`PROG_XDP`].
 pub const PROG_TC: &str = "xdhcp_tc";
+/// XDP capture program for a node uplink (a NIC, bond or bridge port that
+/// carries a localnet network): the same parser and verdicts as
+/// [`PROG_XDP`], its mode read from [`MAP_UPLINKS`], its records flagged
+/// [`FLAG_UPLINK`].
+pub const PROG_UPLINK_XDP: &str = "xdhcp_uplink_xdp";
+/// TC (clsact ingress) twin of [`PROG_UPLINK_XDP`] (uplinks that are veths).
+pub const PROG_UPLINK_TC: &str = "xdhcp_uplink_tc";
 /// Do-nothing XDP program (returns `XDP_PASS`), the baseline of `bench_xdp`;
 /// only in objects built with the eBPF crate's `test-hooks` feature.
 pub const PROG_XDP_PASS: &str = "xdhcp_xdp_pass";
@@ -42,6 +58,8 @@ pub const PROG_XDP_PASS: &str = "xdhcp_xdp_pass";
 pub const EVENTS_BYTES: u32 = 1 << 20;
 /// Capacity of the ownership map: open DHCP transactions on the node.
 pub const OWNED_CAPACITY: u32 = 65_536;
+/// Capacity of the uplink configuration map: uplinks on one node.
+pub const UPLINKS_CAPACITY: u32 = 256;
 /// Capacity of the interface configuration map.
 pub const IFCONFIG_CAPACITY: u32 = 4096;
 /// Slots of [`MAP_IFCONFIG_DIRECT`]: ifindexes `0..IFCONFIG_DIRECT_SLOTS`.
@@ -84,6 +102,10 @@ pub const FLAG_TRUNCATED: u32 = 1 << 3;
 /// [`CaptureHeader::flags`]: the VLAN id came from skb metadata (tag stripped by
 /// the device), not from the frame bytes.
 pub const FLAG_VLAN_OFFLOAD: u32 = 1 << 4;
+
+/// [`CaptureHeader::flags`]: captured by an uplink program (the ifindex is
+/// then one of the agent's own namespace).
+pub const FLAG_UPLINK: u32 = 1 << 5;
 
 /// Counter: frame is not an IPv4/UDP 67→68 datagram (ARP, IPv6, TCP, other UDP).
 pub const COUNTER_PASS_NOT_DHCP: u32 = 0;

@@ -4,6 +4,12 @@
 //! copy them into a ring buffer for the agent and, in intercept mode, drop the
 //! ones whose xid the agent owns. Everything else passes unchanged, and every
 //! outcome bumps a per-CPU counter. Fail-open: any doubt means "pass".
+//!
+//! The same pair exists twice: for workload ports (a pod's interface, a VF
+//! netdev) and for node uplinks (`xdhcp_uplink_*`). The two differ only in
+//! where they read their mode — [`XDHCP_IFCFG`] or [`XDHCP_UPLINKS`] — and
+//! in the flag on their records, so an ifindex of a pod's namespace never
+//! selects an uplink's configuration or the other way round.
 #![no_std]
 #![no_main]
 #![expect(
@@ -26,9 +32,9 @@ use xdhcp_common::{
     COUNTER_CAPTURED, COUNTER_DROPPED_OWNED, COUNTER_FRAGMENT, COUNTER_LOAD_ERROR,
     COUNTER_MALFORMED, COUNTER_MODE_OFF, COUNTER_PASS_NOT_DHCP, COUNTER_PASSED_UNOWNED,
     COUNTER_RINGBUF_FULL, COUNTER_SLOTS, CaptureHeader, CaptureRecord, EVENTS_BYTES, FLAG_OWNED,
-    FLAG_TC, FLAG_TRUNCATED, FLAG_VLAN_OFFLOAD, FLAG_XDP, FRAME_BUCKETS, IFCONFIG_CAPACITY,
-    IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN, MODE_INTERCEPT, MODE_OBSERVE, OWNED_CAPACITY,
-    Owned, VERDICT_DROP, VERDICT_PASS, VLAN_NONE,
+    FLAG_TC, FLAG_TRUNCATED, FLAG_UPLINK, FLAG_VLAN_OFFLOAD, FLAG_XDP, FRAME_BUCKETS,
+    IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN, MODE_INTERCEPT,
+    MODE_OBSERVE, OWNED_CAPACITY, Owned, UPLINKS_CAPACITY, VERDICT_DROP, VERDICT_PASS, VLAN_NONE,
 };
 
 use crate::parse::{Class, Dhcp, Packet, classify};
@@ -53,6 +59,17 @@ static XDHCP_IFCFG: HashMap<u32, IfConfig> = HashMap::with_max_entries(IFCONFIG_
 /// ([`xdhcp_common::MAP_IFCONFIG_DIRECT`]); a zero slot means off.
 #[map]
 static XDHCP_IFCFG_DIRECT: Array<IfConfig> = Array::with_max_entries(IFCONFIG_DIRECT_SLOTS, 0);
+
+/// Mode per uplink ifindex, in the agent's own namespace
+/// ([`xdhcp_common::MAP_UPLINKS`]); absent means off. Read only by the
+/// uplink programs.
+#[map]
+static XDHCP_UPLINKS: HashMap<u32, IfConfig> = HashMap::with_max_entries(UPLINKS_CAPACITY, 0);
+
+/// Which attachment a program serves: selects the mode map and the record flag.
+const PORT: bool = false;
+/// See [`PORT`].
+const UPLINK: bool = true;
 
 /// Where the frame came from, as recorded in the capture event.
 struct Meta {
@@ -80,9 +97,10 @@ fn count(index: u32) {
     }
 }
 
-/// Classifies the frame and acts on it. Returns `true` to drop.
+/// Classifies the frame and acts on it (`UPLINK`: as an uplink program).
+/// Returns `true` to drop.
 #[inline(always)]
-fn process<P: Capture>(pkt: &P) -> bool {
+fn process<P: Capture, const ROLE: bool>(pkt: &P) -> bool {
     match classify(pkt) {
         Class::NotDhcp => {
             count(COUNTER_PASS_NOT_DHCP);
@@ -96,16 +114,20 @@ fn process<P: Capture>(pkt: &P) -> bool {
             count(COUNTER_FRAGMENT);
             false
         }
-        Class::Dhcp(dhcp) => capture(pkt, &pkt.meta(), &dhcp),
+        Class::Dhcp(dhcp) => capture::<P, ROLE>(pkt, &pkt.meta(), &dhcp),
     }
 }
 
 #[inline(always)]
-fn capture<P: Capture>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> bool {
-    // Small ifindexes: the array mirror (an inlined lookup); others: the hash.
+fn capture<P: Capture, const ROLE: bool>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> bool {
+    // Uplinks: their own map (a handful of entries, in the agent's
+    // namespace). Ports: small ifindexes in the array mirror (an inlined
+    // lookup), others in the hash.
     // SAFETY: the value is plain data; a concurrent update from user space can
     // at worst give us a stale mode, which is harmless.
-    let cfg = if meta.ifindex < IFCONFIG_DIRECT_SLOTS {
+    let cfg = if ROLE == UPLINK {
+        unsafe { XDHCP_UPLINKS.get(meta.ifindex) }
+    } else if meta.ifindex < IFCONFIG_DIRECT_SLOTS {
         XDHCP_IFCFG_DIRECT.get(meta.ifindex)
     } else {
         unsafe { XDHCP_IFCFG.get(meta.ifindex) }
@@ -135,6 +157,9 @@ fn capture<P: Capture>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> bool {
         (VLAN_NONE, 0)
     };
     let mut flags = meta.flags | vlan_flag;
+    if ROLE == UPLINK {
+        flags |= FLAG_UPLINK;
+    }
     if owned {
         flags |= FLAG_OWNED;
     }
@@ -385,12 +410,28 @@ impl Capture for XdpPacket<'_> {
     reason = "entry-point signature fixed by #[xdp]"
 )]
 pub fn xdhcp_xdp(ctx: XdpContext) -> u32 {
+    xdp_verdict::<PORT>(&ctx)
+}
+
+/// XDP entry point for a node uplink: as [`xdhcp_xdp`], configured per
+/// uplink in `XDHCP_UPLINKS`.
+#[xdp]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "entry-point signature fixed by #[xdp]"
+)]
+pub fn xdhcp_uplink_xdp(ctx: XdpContext) -> u32 {
+    xdp_verdict::<UPLINK>(&ctx)
+}
+
+#[inline(always)]
+fn xdp_verdict<const ROLE: bool>(ctx: &XdpContext) -> u32 {
     let pkt = XdpPacket {
-        ctx: &ctx,
+        ctx,
         start: ctx.data(),
         end: ctx.data_end(),
     };
-    if process(&pkt) {
+    if process::<_, ROLE>(&pkt) {
         xdp_action::XDP_DROP
     } else {
         xdp_action::XDP_PASS
@@ -485,13 +526,29 @@ impl Capture for TcPacket<'_> {
     reason = "entry-point signature fixed by #[classifier]"
 )]
 pub fn xdhcp_tc(ctx: TcContext) -> i32 {
+    tc_verdict::<PORT>(&ctx)
+}
+
+/// TC entry point for a node uplink that is a veth: as [`xdhcp_tc`],
+/// configured per uplink in `XDHCP_UPLINKS`.
+#[classifier]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "entry-point signature fixed by #[classifier]"
+)]
+pub fn xdhcp_uplink_tc(ctx: TcContext) -> i32 {
+    tc_verdict::<UPLINK>(&ctx)
+}
+
+#[inline(always)]
+fn tc_verdict<const ROLE: bool>(ctx: &TcContext) -> i32 {
     let pkt = TcPacket {
-        ctx: &ctx,
+        ctx,
         start: ctx.data(),
         end: ctx.data_end(),
         len: ctx.len() as usize,
     };
-    if process(&pkt) {
+    if process::<_, ROLE>(&pkt) {
         TC_ACT_SHOT
     } else {
         TC_ACT_UNSPEC

@@ -63,6 +63,7 @@ fn record(i: usize, generation: u32) -> LeaseRecord {
             rejected_routes: Vec::new(),
         }),
         updated_unix_ms: 0,
+        uplink: None,
     }
 }
 

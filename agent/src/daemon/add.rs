@@ -177,6 +177,11 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
     let record = handle.as_ref().map(|h| lock(&h.live).record.clone());
     if let (Some(h), Some(rec)) = (&handle, &record) {
         let release = rec.workload == WorkloadKind::Pod;
+        if release && !h.is_running() {
+            // The pod interface went before DEL (the bridge plugin's order):
+            // the lease is released through the uplink that carried it.
+            release_through_uplink(agent, rec);
+        }
         agent.leases.stop(h, release).await;
         agent
             .leases
@@ -224,6 +229,31 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
         info!(container = %req.container_id, ifname = %req.ifname, "DEL done");
     }
     Ok(())
+}
+
+/// RELEASE a parked lease (task ended with its interface) out of the node
+/// uplink that carried its replies: unicast from the leased address to the
+/// server, at the server MAC learned from the ACK, with the pod's MAC.
+fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
+    let (Some(uplink), Some(lease)) = (&rec.uplink, &rec.lease) else {
+        return;
+    };
+    let cfg = acquire::client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
+    let now = std::time::Instant::now();
+    let now_ms = crate::cli::now_unix_ms();
+    let mut client = xdhcp_engine::Client::resume(cfg, lease.clone(), now, now_ms, acquire::seed());
+    client.release(now);
+    while let Some(t) = client.poll_transmit() {
+        match super::lease::task::send_via_uplink(uplink, rec.mac, &t) {
+            Ok(()) => info!(container = %rec.container_id, ifname = %rec.ifname,
+                uplink = %uplink.ifname, address = %lease.address, "released through the uplink"),
+            Err(e) => {
+                agent.metrics().failure("release_uplink");
+                warn!(uplink = %uplink.ifname, error = %crate::rpc::format_chain(&e),
+                    "RELEASE through the uplink could not be sent");
+            }
+        }
+    }
 }
 
 /// CHECK: the lease must exist and (with apply) be configured.

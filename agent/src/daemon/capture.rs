@@ -12,6 +12,14 @@
 //! Without eBPF (not loaded, or `--datapath=afpacket`) the actor has nothing
 //! to attach or read, and every lease keeps its `AF_PACKET` receiver.
 //!
+//! Node uplinks (`--uplink`) are attached once at start and held for the
+//! agent's life: a lease whose replies are captured there (the program on
+//! the uplink consumes the replies of owned xids and flags its records) is
+//! moved onto the uplink — its own `AF_PACKET` receiver closed, nothing
+//! attached in its namespace — and follows the uplink's state like any
+//! other target's. An uplink that is absent, or goes away, is retried as
+//! soon as the link check sees its interface again.
+//!
 //! One thing, whole: one actor with one piece of state (which interfaces
 //! the program serves, and whether each still does), whose attach, health
 //! and restore paths all change that state.
@@ -27,9 +35,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader, XidOwnership};
-use crate::datapath::{AttachMode, RxFrame};
+use crate::cli::Uplink;
+use crate::datapath::ebpf::{
+    AttachTarget, CaptureMode, Datapath, EventReader, Role, XidOwnership,
+};
+use crate::datapath::{AttachMode, RxFrame, RxPath};
 use crate::metrics::{Health, Metrics};
+use crate::rpc::UplinkStatus;
 
 /// How often attached links are checked against the kernel (a link detached
 /// from outside is noticed within this).
@@ -43,6 +55,11 @@ const READER_RESTORE_FIRST: Duration = Duration::from_secs(2);
 /// the log); doubles up to [`RESTORE_MAX`].
 const LINK_RESTORE_FIRST: Duration = Duration::from_secs(10);
 const RESTORE_MAX: Duration = Duration::from_mins(1);
+/// First retry of an uplink that is absent or lost; doubles up to
+/// [`UPLINK_RESTORE_MAX`]. An uplink's interface that (re)appears is
+/// retried at the next link check whatever the backoff.
+const UPLINK_RESTORE_FIRST: Duration = Duration::from_secs(1);
+const UPLINK_RESTORE_MAX: Duration = Duration::from_secs(10);
 /// When a held lease moves from `AF_PACKET` to the ring buffer: a little
 /// after BOUND, spread over this window, so a burst of ADDs finishes on
 /// `AF_PACKET` before the (RTNL-heavy) attaches start.
@@ -65,8 +82,11 @@ pub(crate) enum TargetState {
 }
 
 /// Which receive path serves a lease, as `xdhcp leases`/`status` show it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CapturePath {
+    /// The ring buffer, captured by the program on this node uplink
+    /// (nothing attached in the lease's namespace).
+    Uplink(Arc<str>),
     /// The lease's own `AF_PACKET` receiver (no eBPF, or attach refused).
     AfPacket,
     /// `AF_PACKET` while the eBPF attach runs in the background.
@@ -82,6 +102,7 @@ pub(crate) enum CapturePath {
 impl fmt::Display for CapturePath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            CapturePath::Uplink(name) => write!(f, "uplink:{name}"),
             CapturePath::AfPacket => f.write_str(AttachMode::AfPacket.as_str()),
             CapturePath::AfPacketPending => f.write_str("af-packet (ebpf pending)"),
             CapturePath::AfPacketFallback => f.write_str("af-packet (ebpf lost)"),
@@ -91,10 +112,46 @@ impl fmt::Display for CapturePath {
     }
 }
 
+impl CapturePath {
+    /// The `bound_by_path` metric label.
+    pub(crate) fn metric_label(&self) -> &'static str {
+        match self {
+            CapturePath::Uplink(_) => "uplink",
+            CapturePath::Ebpf(_) => "ebpf",
+            CapturePath::AfPacket
+            | CapturePath::AfPacketPending
+            | CapturePath::AfPacketFallback
+            | CapturePath::Idle => "af_packet",
+        }
+    }
+}
+
 /// One attached (or attaching) interface.
 struct Entry {
     users: usize,
+    role: Role,
     state: watch::Sender<TargetState>,
+}
+
+/// A configured uplink and what the agent knows of it.
+struct UplinkEntry {
+    spec: Uplink,
+    name: Arc<str>,
+    target: AttachTarget,
+    /// Replies captured here and delivered to a lease.
+    replies: std::sync::atomic::AtomicU64,
+    /// An attach was tried and failed since the interface last appeared
+    /// (then the backoff applies; an interface that reappears is tried at
+    /// once).
+    tried: AtomicBool,
+}
+
+/// What [`Capture::adopt_uplink`] hands a lease that moves onto an uplink.
+pub(crate) struct UplinkPath {
+    pub(crate) name: Arc<str>,
+    pub(crate) target: AttachTarget,
+    pub(crate) sub: watch::Receiver<TargetState>,
+    pub(crate) ifindex: u32,
 }
 
 /// The eBPF half of the actor.
@@ -121,6 +178,9 @@ pub(crate) struct Capture {
     note: Option<String>,
     routes: Mutex<HashMap<u32, mpsc::Sender<RxFrame>>>,
     targets: Mutex<HashMap<AttachTarget, Entry>>,
+    uplinks: Vec<UplinkEntry>,
+    /// Uplinks whose attach failed, for the link check to retry.
+    uplink_retry: Mutex<Vec<AttachTarget>>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     /// Reasons the path is degraded, by what was lost.
@@ -153,6 +213,8 @@ impl Capture {
             note,
             routes: Mutex::new(HashMap::new()),
             targets: Mutex::new(HashMap::new()),
+            uplinks: Vec::new(),
+            uplink_retry: Mutex::new(Vec::new()),
             metrics,
             health,
             lost: Mutex::new(HashMap::new()),
@@ -208,6 +270,28 @@ impl Capture {
         )
     }
 
+    /// The node uplinks (`--uplink`), attached by [`Capture::spawn`].
+    #[must_use]
+    pub(crate) fn with_uplinks(mut self, uplinks: &[Uplink]) -> Self {
+        self.uplinks = uplinks
+            .iter()
+            .map(|u| UplinkEntry {
+                spec: u.clone(),
+                name: Arc::from(u.ifname.as_str()),
+                target: AttachTarget {
+                    ifname: u.ifname.clone(),
+                    netns: None,
+                },
+                replies: std::sync::atomic::AtomicU64::new(0),
+                tried: AtomicBool::new(false),
+            })
+            .collect();
+        if self.kernel.is_none() && !self.uplinks.is_empty() {
+            warn!("uplinks configured but no eBPF datapath: leases use their own AF_PACKET receivers");
+        }
+        self
+    }
+
     /// `ebpf` or `af-packet`.
     pub(crate) fn name(&self) -> &'static str {
         if self.kernel.is_some() {
@@ -252,6 +336,51 @@ impl Capture {
         }
     }
 
+    /// Whether a lease should own its xids in the kernel from its first
+    /// DISCOVER, before any path is known: some uplink is live, so its
+    /// replies may arrive there, and the program must consume them (the
+    /// pod's own stack never sees them). Replies that take another path are
+    /// not touched by this: no program sits on it yet.
+    pub(crate) fn owns_early(&self) -> bool {
+        let Some(k) = &self.kernel else { return false };
+        if self.uplinks.is_empty() || !k.reader_ok.load(Ordering::SeqCst) {
+            return false;
+        }
+        let targets = lock(&self.targets);
+        self.uplinks.iter().any(|u| {
+            targets
+                .get(&u.target)
+                .is_some_and(|e| matches!(*e.state.borrow(), TargetState::Live { .. }))
+        })
+    }
+
+    /// The live uplink whose ifindex (in the agent's namespace) is `ifindex`.
+    fn uplink_at(&self, ifindex: u32) -> Option<&UplinkEntry> {
+        let targets = lock(&self.targets);
+        self.uplinks.iter().find(|u| {
+            targets.get(&u.target).is_some_and(|e| {
+                matches!(*e.state.borrow(), TargetState::Live { ifindex: i, .. } if i == ifindex)
+            })
+        })
+    }
+
+    /// Move a lease onto the uplink that captured one of its replies at
+    /// `ifindex`: it follows that uplink's state from now on (unsubscribe
+    /// its `target` when it ends). `None` when no live uplink has that
+    /// index (detached meanwhile).
+    pub(crate) fn adopt_uplink(&self, ifindex: u32) -> Option<UplinkPath> {
+        let u = self.uplink_at(ifindex)?;
+        let mut targets = lock(&self.targets);
+        let e = targets.get_mut(&u.target)?;
+        e.users += 1;
+        Some(UplinkPath {
+            name: u.name.clone(),
+            target: u.target.clone(),
+            sub: e.state.subscribe(),
+            ifindex,
+        })
+    }
+
     /// Hand a captured frame to the lease task owning its xid.
     fn deliver(&self, frame: RxFrame) -> bool {
         let Some(xid) = frame
@@ -261,8 +390,107 @@ impl Capture {
         else {
             return false;
         };
+        let uplink = matches!(frame.via, RxPath::Uplink { .. })
+            .then(|| self.uplink_at(frame.ifindex))
+            .flatten();
         let tx = lock(&self.routes).get(&xid).cloned();
-        tx.is_some_and(|tx| tx.try_send(frame).is_ok())
+        let delivered = tx.is_some_and(|tx| tx.try_send(frame).is_ok());
+        if delivered && let Some(u) = uplink {
+            u.replies.fetch_add(1, Ordering::Relaxed);
+            self.metrics.uplink_reply(&u.spec.ifname);
+        }
+        delivered
+    }
+
+    /// Every configured uplink, as `xdhcp status` shows it.
+    pub(crate) fn uplink_status(&self) -> Vec<UplinkStatus> {
+        let states: Vec<Option<TargetState>> = {
+            let targets = lock(&self.targets);
+            self.uplinks
+                .iter()
+                .map(|u| targets.get(&u.target).map(|e| *e.state.borrow()))
+                .collect()
+        };
+        self.uplinks
+            .iter()
+            .zip(states)
+            .map(|(u, state)| {
+                let (state, mode, ifindex) = match state {
+                    None => ("off", None, None),
+                    Some(TargetState::Pending) => ("pending", None, None),
+                    Some(TargetState::Live { ifindex, mode }) => {
+                        ("live", Some(mode.as_str().to_owned()), Some(ifindex))
+                    }
+                    Some(TargetState::Lost | TargetState::Refused) => ("lost", None, None),
+                };
+                UplinkStatus {
+                    ifname: u.spec.ifname.clone(),
+                    physnet: u.spec.physnet.clone(),
+                    state: state.to_owned(),
+                    mode,
+                    ifindex,
+                    bpf_link: ifindex.and_then(|_| self.link_id(&u.target)),
+                    replies: u.replies.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+
+    /// Start holding every uplink: attach each now, in the agent's own
+    /// namespace; failures are retried by the link check.
+    fn start_uplinks(self: &Arc<Self>) {
+        if self.kernel.is_none() {
+            return;
+        }
+        for u in &self.uplinks {
+            let (state, _) = watch::channel(TargetState::Pending);
+            lock(&self.targets).insert(
+                u.target.clone(),
+                Entry {
+                    // Held by the agent itself: never detached by leases.
+                    users: 1,
+                    role: Role::Uplink,
+                    state,
+                },
+            );
+            self.metrics.set_uplink_attached(&u.spec.ifname, None);
+            let me = self.clone();
+            let t = u.target.clone();
+            tokio::spawn(async move { me.attach_in_background(t).await });
+        }
+    }
+
+    fn is_uplink(&self, t: &AttachTarget) -> bool {
+        self.uplinks.iter().any(|u| &u.target == t)
+    }
+
+    fn uplink_seen(&self, t: &AttachTarget) -> bool {
+        self.uplinks
+            .iter()
+            .any(|u| &u.target == t && u.tried.load(Ordering::Relaxed))
+    }
+
+    fn set_uplink_seen(&self, t: &AttachTarget, tried: bool) {
+        for u in self.uplinks.iter().filter(|u| &u.target == t) {
+            u.tried.store(tried, Ordering::Relaxed);
+        }
+    }
+
+    fn role_of(&self, t: &AttachTarget) -> Role {
+        lock(&self.targets)
+            .get(t)
+            .map_or(Role::Port, |e| e.role)
+    }
+
+    /// Report an uplink's attach state in the metrics.
+    fn uplink_metric(&self, t: &AttachTarget, state: TargetState) {
+        if self.is_uplink(t) {
+            let mode = match state {
+                TargetState::Live { mode, .. } => Some(mode.as_str()),
+                _ => None,
+            };
+            self.metrics.set_uplink_attached(&t.ifname, mode);
+        }
     }
 
     /// Number of routed xids.
@@ -287,7 +515,14 @@ impl Capture {
             return Some(e.state.subscribe());
         }
         let (state, rx) = watch::channel(TargetState::Pending);
-        targets.insert(target.clone(), Entry { users: 1, state });
+        targets.insert(
+            target.clone(),
+            Entry {
+                users: 1,
+                role: Role::Port,
+                state,
+            },
+        );
         drop(targets);
         let me = self.clone();
         let t = target.clone();
@@ -341,6 +576,14 @@ impl Capture {
                     TargetState::Lost
                 }
             }
+            Ok(Err(e)) if self.is_uplink(&target) => {
+                warn!(uplink = %target.ifname, error = %e,
+                    "cannot attach to the uplink; retrying when its interface is there");
+                lock(&self.uplink_retry).push(target.clone());
+                lock(&self.lost).insert(target_key(&target), "uplink_absent");
+                self.update_degraded();
+                TargetState::Lost
+            }
             Ok(Err(e)) => {
                 warn!(ifname = %target.ifname, netns = ?target.netns, error = %e,
                     "eBPF attach failed; this interface keeps the AF_PACKET receiver");
@@ -351,6 +594,7 @@ impl Capture {
                 TargetState::Refused
             }
         };
+        self.uplink_metric(&target, state);
         let orphaned = {
             let targets = lock(&self.targets);
             match targets.get(&target) {
@@ -377,7 +621,8 @@ impl Capture {
         } else {
             CaptureMode::Observe
         };
-        let a = lock(&k.dp).attach(target, k.attach, capture)?;
+        let role = self.role_of(target);
+        let a = lock(&k.dp).attach_as(role, target, k.attach, capture)?;
         Ok((a.ifindex, a.mode))
     }
 
@@ -427,6 +672,11 @@ impl Capture {
             }
         }
         drop(targets);
+        if let Some(only) = only {
+            for t in only {
+                self.uplink_metric(t, TargetState::Lost);
+            }
+        }
         self.update_degraded();
     }
 
@@ -452,7 +702,11 @@ impl Capture {
                 && lock(&self.lost).get(&target_key(t)).is_none()
                 && let Some(&(ifindex, mode)) = attached.get(t)
             {
-                e.state.send_replace(TargetState::Live { ifindex, mode });
+                let live = TargetState::Live { ifindex, mode };
+                e.state.send_replace(live);
+                if self.is_uplink(t) {
+                    self.metrics.set_uplink_attached(&t.ifname, Some(mode.as_str()));
+                }
             }
         }
         drop(targets);
@@ -485,11 +739,8 @@ impl Capture {
     /// Set the kernel capture mode of every attached interface.
     fn set_all_modes(&self, mode: CaptureMode) {
         let Some(k) = &self.kernel else { return };
-        let dp = lock(&k.dp);
-        for (t, ifindex, _) in dp.attachments() {
-            if let Err(e) = dp.set_mode(ifindex, mode) {
-                warn!(ifname = %t.ifname, error = %e, ?mode, "could not set the capture mode");
-            }
+        for (t, e) in lock(&k.dp).set_all_modes(mode) {
+            warn!(ifname = %t.ifname, error = %e, ?mode, "could not set the capture mode");
         }
     }
 
@@ -502,6 +753,7 @@ impl Capture {
         token: &CancellationToken,
     ) {
         let Some(reader) = started.reader else { return };
+        self.start_uplinks();
         side.spawn(self.clone().read_ring(reader, token.clone()));
         side.spawn(self.clone().check_links(token.clone()));
         side.spawn(self.clone().poll_counters(token.clone()));
@@ -622,23 +874,42 @@ impl Capture {
                     continue;
                 }
                 error!(ifname = %t.ifname, netns = ?t.netns,
-                    "the eBPF program was detached from under the agent; its leases fall back to AF_PACKET");
+                    "the eBPF program was detached from under the agent (or its interface is gone); its leases fall back to AF_PACKET");
                 self.metrics.capture_lost("link_detached");
                 self.mark_lost(Some(std::slice::from_ref(t)), "link_detached");
-                retry.insert(
-                    t.clone(),
-                    (
-                        tokio::time::Instant::now() + LINK_RESTORE_FIRST,
-                        LINK_RESTORE_FIRST,
-                    ),
-                );
+                let first = if self.is_uplink(t) {
+                    UPLINK_RESTORE_FIRST
+                } else {
+                    LINK_RESTORE_FIRST
+                };
+                retry.insert(t.clone(), (tokio::time::Instant::now() + first, first));
+            }
+            // Uplinks whose first attach failed (absent at start).
+            for t in std::mem::take(&mut *lock(&self.uplink_retry)) {
+                retry.entry(t).or_insert((
+                    tokio::time::Instant::now() + UPLINK_RESTORE_FIRST,
+                    UPLINK_RESTORE_FIRST,
+                ));
             }
             let now = tokio::time::Instant::now();
+            // An uplink is tried as soon as its interface is there (it came
+            // back), and not at all while it is absent.
             let due: Vec<AttachTarget> = retry
                 .iter()
-                .filter(|(_, (at, _))| *at <= now)
+                .filter(|(t, (at, _))| {
+                    if self.is_uplink(t) {
+                        interface_present(&t.ifname) && (*at <= now || !self.uplink_seen(t))
+                    } else {
+                        *at <= now
+                    }
+                })
                 .map(|(t, _)| t.clone())
                 .collect();
+            for t in retry.keys() {
+                if self.is_uplink(t) && !interface_present(&t.ifname) {
+                    self.set_uplink_seen(t, false);
+                }
+            }
             for t in due {
                 let me = self.clone();
                 let t2 = t.clone();
@@ -646,6 +917,7 @@ impl Capture {
                 match res {
                     Ok(Ok(true)) => {
                         retry.remove(&t);
+                        self.set_uplink_seen(&t, false);
                         self.mark_restored(Some(std::slice::from_ref(&t)));
                         self.metrics.capture_restored("link_detached");
                         info!(ifname = %t.ifname, netns = ?t.netns, "eBPF program re-attached; leases return to the ring buffer");
@@ -659,7 +931,13 @@ impl Capture {
                     Ok(Err(e)) => {
                         let wait = retry.get(&t).map_or(LINK_RESTORE_FIRST, |r| r.1);
                         warn!(ifname = %t.ifname, error = %crate::rpc::format_chain(&e), retry_in_s = wait.as_secs(), "cannot re-attach the eBPF program");
-                        let next = (wait * 2).min(RESTORE_MAX);
+                        let max = if self.is_uplink(&t) {
+                            self.set_uplink_seen(&t, true);
+                            UPLINK_RESTORE_MAX
+                        } else {
+                            RESTORE_MAX
+                        };
+                        let next = (wait * 2).min(max);
                         retry.insert(t, (now + next, next));
                     }
                     Err(_) => {}
@@ -690,7 +968,8 @@ impl Capture {
         } else {
             CaptureMode::Observe
         };
-        Ok(dp.attach(t, k.attach, mode).map(|_| true)?)
+        let role = self.role_of(t);
+        Ok(dp.attach_as(role, t, k.attach, mode).map(|_| true)?)
     }
 
     async fn poll_counters(self: Arc<Self>, token: CancellationToken) {
@@ -740,6 +1019,11 @@ enum RestoreError {
     Injected,
     #[error(transparent)]
     Datapath(#[from] crate::datapath::ebpf::EbpfDatapathError),
+}
+
+/// Whether `ifname` exists in the agent's own namespace.
+fn interface_present(ifname: &str) -> bool {
+    nix::net::if_::if_nametoindex(ifname).is_ok()
 }
 
 fn target_key(t: &AttachTarget) -> String {

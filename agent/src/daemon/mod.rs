@@ -84,6 +84,8 @@ pub enum DaemonError {
         #[source]
         source: crate::store::StoreError,
     },
+    #[error("--uplink {ifname} is given more than once")]
+    DuplicateUplink { ifname: String },
     #[error("serving the agent socket: {source}")]
     Serve {
         #[source]
@@ -149,6 +151,13 @@ pub async fn run(
     listener: UnixListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    for (i, u) in args.uplinks.iter().enumerate() {
+        if args.uplinks[..i].iter().any(|v| v.ifname == u.ifname) {
+            return Err(DaemonError::DuplicateUplink {
+                ifname: u.ifname.clone(),
+            });
+        }
+    }
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     std::fs::create_dir_all(&args.state_dir).map_err(|source| DaemonError::Io {
@@ -165,7 +174,7 @@ pub async fn run(
             .await
             .map_err(|source| DaemonError::Kube { source })?;
     let (capture, started) = choose_datapath(&args, &metrics, &health)?;
-    let capture = Arc::new(capture);
+    let capture = Arc::new(capture.with_uplinks(&args.uplinks));
     info!(datapath = capture.name(), note = capture.note().unwrap_or(""),
         pod_api = if pod_api.is_kube() { "kubernetes" } else { "embedded" },
         socket = %args.socket.display(), state_dir = %args.state_dir.display(), "xdhcp agent starting");

@@ -50,6 +50,17 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         }
         match resume_one(agent, rec.clone(), now_ms).await {
             Ok(()) => resumed += 1,
+            // Gone before DEL, but its uplink is known: DEL releases it there.
+            Err(e)
+                if e.is_interface_gone()
+                    && rec.uplink.is_some()
+                    && rec.lease.is_some()
+                    && rec.workload == WorkloadKind::Pod =>
+            {
+                info!(container = %rec.container_id, ifname = %rec.ifname,
+                    "interface gone; the lease is kept until DEL releases it through the uplink");
+                agent.leases.insert_static(rec);
+            }
             Err(e) => {
                 warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
                     "cannot resume the lease (interface or namespace gone); forgetting it");

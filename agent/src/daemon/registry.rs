@@ -39,6 +39,12 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
+    /// Whether a lease task runs for this attachment (not a finished VM
+    /// discovery, nor a lease parked after its interface went).
+    pub(crate) fn is_running(&self) -> bool {
+        self.cmds.is_some()
+    }
+
     /// Wait until the lease is on disk (at most `within`); `false` if it
     /// was not by then.
     pub(crate) async fn persisted(&self, within: Duration) -> bool {
@@ -104,6 +110,17 @@ impl Registry {
         let k = (cid.to_owned(), ifname.to_owned());
         if m.get(&k).is_some_and(|h| h.generation == generation) {
             m.remove(&k);
+        }
+    }
+
+    /// Keep `generation`'s attachment known without its task (it ended
+    /// with the interface gone; DEL releases it through its uplink).
+    fn park(&self, key: &Key, generation: u64) {
+        if let Some(h) = lock(&self.leases).get_mut(key)
+            && h.generation == generation
+        {
+            h.cmds = None;
+            h.persisted = None;
         }
     }
 
@@ -198,8 +215,10 @@ impl Registry {
         };
         let me = self.clone();
         lock(&self.tasks).spawn(async move {
-            if task::run(task).await == Ended::Gone {
-                me.forget(&key.0, &key.1, generation);
+            match task::run(task).await {
+                Ended::Gone => me.forget(&key.0, &key.1, generation),
+                Ended::Parked => me.park(&key, generation),
+                Ended::Kept => {}
             }
         });
         Ok(handle)

@@ -86,6 +86,7 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         state_dir: agent.args.state_dir.clone(),
         leases: agent.leases.len(),
         interfaces: interfaces(agent),
+        uplinks: agent.capture().uplink_status(),
         counters: counters(agent),
         annotations,
     }

@@ -26,6 +26,9 @@ pub enum Verdict {
 pub enum RxPath {
     /// The XDP or TC program's ring buffer, with the program's verdict.
     Ebpf { verdict: Verdict },
+    /// The ring buffer, captured by the program on a node uplink (the
+    /// frame's ifindex is then one of the agent's own namespace).
+    Uplink { verdict: Verdict },
     /// The AF_PACKET fallback socket.
     AfPacket,
 }

@@ -322,6 +322,14 @@ impl RawSender {
         self
     }
 
+    /// Tags every frame with 802.1Q VLAN `vlan` (a localnet network
+    /// carried tagged on an uplink), or sends untagged for `None`.
+    #[must_use]
+    pub fn with_vlan(mut self, vlan: Option<u16>) -> Self {
+        self.vlan = vlan;
+        self
+    }
+
     /// Interface index, MAC and MTU found at open time.
     pub fn info(&self) -> LinkInfo {
         self.info

@@ -30,6 +30,7 @@ pub(crate) fn fresh(
         annotation_key,
         lease: None,
         updated_unix_ms: 0,
+        uplink: None,
     }
 }
 
@@ -108,6 +109,7 @@ mod tests {
             mac: [2, 0, 0, 0, 0, 1],
             annotation_key: Some("default/n".into()),
             lease,
+            uplink: None,
         }
     }
 

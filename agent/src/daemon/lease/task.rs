@@ -4,6 +4,12 @@
 //! persists every lease change, applies the address when asked, and ends on
 //! DEL, on interface removal, or (one-shot VM discovery) at BOUND.
 //!
+//! With node uplinks live, a lease owns its xids in the kernel from its
+//! first DISCOVER; the first reply decides its path: captured on an uplink,
+//! the lease moves there for good (its `AF_PACKET` receiver closed, nothing
+//! ever attached in its namespace); received on its own `AF_PACKET`
+//! receiver, it keeps today's per-interface path.
+//!
 //! One thing: the lease's event loop and the handlers of its inputs.
 
 use std::sync::{Arc, Mutex};
@@ -22,8 +28,10 @@ use super::persist::{self, LeaseRecord, WorkloadKind};
 use crate::cli::now_unix_ms;
 use crate::daemon::capture::{Capture, CapturePath, TargetState};
 use crate::daemon::link::{Link, LinkError};
-use crate::datapath::RxFrame;
 use crate::datapath::ebpf::AttachTarget;
+use crate::datapath::rawsock::RawSender;
+use crate::datapath::{RxFrame, RxPath};
+use crate::model::UplinkRef;
 use crate::metrics::Metrics;
 use crate::store::LeaseStore;
 
@@ -50,6 +58,9 @@ pub(crate) struct Receive {
     /// Set while replies come from the ring buffer (the kernel keys xid
     /// ownership by it).
     ifindex: Option<u32>,
+    /// Set once the lease's replies came through this node uplink (`target`
+    /// is then the uplink's).
+    uplink: Option<Arc<str>>,
 }
 
 impl Receive {
@@ -59,6 +70,7 @@ impl Receive {
             target: target_of(link),
             sub: None,
             ifindex: None,
+            uplink: None,
         }
     }
 
@@ -68,6 +80,7 @@ impl Receive {
             target: target_of(link),
             sub: Some(sub),
             ifindex: Some(ifindex),
+            uplink: None,
         }
     }
 }
@@ -103,6 +116,9 @@ pub(crate) enum Ended {
     Kept,
     /// The interface is gone: forget the attachment and its record.
     Gone,
+    /// The interface is gone but the lease is held and its uplink known:
+    /// keep the record (no task) so DEL can still RELEASE it there.
+    Parked,
 }
 
 impl Task {
@@ -319,7 +335,10 @@ async fn converge(task: &mut Task, owned: Option<OwnedXid>) -> Result<(), LinkEr
                     .register(o.xid, task.frames_tx.clone(), Some(ifindex));
             }
             task.link.drop_rx();
-            task.set_path(CapturePath::Ebpf(mode));
+            task.set_path(match &task.rx.uplink {
+                Some(name) => CapturePath::Uplink(name.clone()),
+                None => CapturePath::Ebpf(mode),
+            });
             if was_fallback {
                 info!(%mode, "capture back on the eBPF ring buffer");
             } else {
@@ -346,7 +365,35 @@ async fn converge(task: &mut Task, owned: Option<OwnedXid>) -> Result<(), LinkEr
     Ok(())
 }
 
+/// A reply came through a node uplink: move the lease there (its own
+/// receiver closed, any per-interface subscription given up), once.
+fn adopt_uplink(task: &mut Task, f: &RxFrame) {
+    if task.rx.uplink.is_some() || !matches!(f.via, RxPath::Uplink { .. }) {
+        return;
+    }
+    let Some(up) = task.svc.capture.adopt_uplink(f.ifindex) else {
+        return;
+    };
+    if task.rx.sub.take().is_some() {
+        task.svc.capture.unsubscribe(&task.rx.target);
+    }
+    info!(uplink = %up.name, "replies arrive through the uplink; no per-interface capture");
+    task.rx = Receive {
+        target: up.target,
+        sub: Some(up.sub),
+        ifindex: Some(up.ifindex),
+        uplink: Some(up.name.clone()),
+    };
+    task.link.drop_rx();
+    task.set_path(CapturePath::Uplink(up.name.clone()));
+    lock(&task.live).record.uplink = Some(UplinkRef {
+        ifname: up.name.to_string(),
+        vlan: f.headers.vlan,
+    });
+}
+
 fn handle_frame(task: &mut Task, f: &RxFrame) {
+    adopt_uplink(task, f);
     let now = Instant::now();
     let src = PacketSource {
         src_mac: f.headers.src_mac,
@@ -368,12 +415,18 @@ fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), LinkError>
     while let Some(t) = task.client.poll_transmit() {
         if owned.map(|o| o.xid) != Some(t.xid) {
             release_xid(task, owned);
+            // On the ring buffer, the kernel owns the xid; with an uplink
+            // live, also before any path is known (0: any interface).
+            let kernel = task
+                .rx
+                .ifindex
+                .or_else(|| task.svc.capture.owns_early().then_some(0));
             task.svc
                 .capture
-                .register(t.xid, task.frames_tx.clone(), task.rx.ifindex);
+                .register(t.xid, task.frames_tx.clone(), kernel);
             *owned = Some(OwnedXid {
                 xid: t.xid,
-                in_kernel: task.rx.ifindex.is_some(),
+                in_kernel: kernel.is_some(),
             });
         }
         debug!(xid = t.xid, kind = ?t.kind, "send");
@@ -421,6 +474,8 @@ async fn drain_events(
             Event::Bound(lease) => {
                 let secs = task.started.elapsed().as_secs_f64();
                 task.svc.metrics.dora(secs);
+                let path = lock(&task.live).capture.metric_label();
+                task.svc.metrics.bound_by_path(path);
                 info!(address = %lease.address, prefix = lease.prefix_len, server = %lease.server_id,
                     lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, "bound");
                 log_rejected(&lease);
@@ -552,13 +607,30 @@ fn finish(
         End::Release => {
             task.client.set_wall_clock_unix_ms(now_unix_ms());
             task.client.release(Instant::now());
-            if let Err(e) = flush(&mut task, &mut owned) {
-                warn!(error = %e, "RELEASE could not be sent");
-            } else if rec.lease.is_some() {
-                info!("released");
+            release_xid(&task, &mut owned);
+            while let Some(t) = task.client.poll_transmit() {
+                let sent = match task.link.send(&t) {
+                    // The interface went just before DEL (the bridge
+                    // plugin's order): through the uplink instead.
+                    Err(e) if e.is_interface_gone() && rec.uplink.is_some() => rec
+                        .uplink
+                        .as_ref()
+                        .map_or(Err(e), |u| send_via_uplink(u, rec.mac, &t)),
+                    other => other,
+                };
+                match sent {
+                    Ok(()) if rec.lease.is_some() => info!("released"),
+                    Ok(()) => {}
+                    Err(e) => warn!(error = %e, "RELEASE could not be sent"),
+                }
             }
         }
         End::Forget | End::Done => {}
+        End::Removed if parkable(&rec) => {
+            info!(uplink = ?rec.uplink.as_ref().map(|u| &u.ifname),
+                "interface removed; the lease is kept until DEL, which releases it through the uplink");
+            ended = Ended::Parked;
+        }
         End::Removed => {
             info!("interface removed; the lease ends here (no RELEASE possible)");
             if let Some(w) = task.waiter.take() {
@@ -567,7 +639,10 @@ fn finish(
             ended = Ended::Gone;
         }
         End::Link(e) => {
-            if e.is_interface_gone() {
+            if e.is_interface_gone() && parkable(&rec) {
+                info!(error = %e, "interface removed; the lease is kept until DEL, which releases it through the uplink");
+                ended = Ended::Parked;
+            } else if e.is_interface_gone() {
                 info!(error = %e, "interface removed; the lease ends here (no RELEASE possible)");
                 ended = Ended::Gone;
             } else {
@@ -589,12 +664,39 @@ fn finish(
     {
         warn!(error = %crate::rpc::format_chain(&e), "could not remove the lease record");
     }
+    if ended == Ended::Parked {
+        // The record names the uplink (a restart finds it too).
+        task.persist();
+        task.set_path(CapturePath::Idle);
+    }
     let state = lock(&task.live).state;
     task.svc.metrics.lease_state(Some(state.label()), None);
     if let Some(a) = stop_ack {
         let _ = a.send(());
     }
     ended
+}
+
+/// Whether a lease whose interface is gone can still be released at DEL: a
+/// pod's held lease whose replies came through an uplink.
+fn parkable(rec: &LeaseRecord) -> bool {
+    rec.lease.is_some() && rec.uplink.is_some() && rec.workload == WorkloadKind::Pod
+}
+
+/// Send one engine transmit out of the node uplink `uplink` (in the agent's
+/// namespace) as the client `mac` would: its MAC as the Ethernet source,
+/// tagged as the lease's replies were. The socket is closed off this thread.
+pub(crate) fn send_via_uplink(
+    uplink: &UplinkRef,
+    mac: [u8; 6],
+    t: &xdhcp_engine::Transmit,
+) -> Result<(), LinkError> {
+    let tx = RawSender::open_here(&uplink.ifname)?
+        .with_src_mac(mac)
+        .with_vlan(uplink.vlan);
+    let res = tx.send_transmit(t);
+    crate::daemon::link::close_later(Box::new(tx));
+    res
 }
 
 /// Lock a std mutex, ignoring poisoning (the data is plain values).

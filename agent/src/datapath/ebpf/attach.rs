@@ -25,6 +25,27 @@ pub struct AttachTarget {
     pub netns: Option<PathBuf>,
 }
 
+/// What an attachment serves; selects the program pair and its mode map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A workload port: a pod's interface or a VF netdev (`xdhcp_xdp`,
+    /// `xdhcp_tc`; mode in the per-port map).
+    Port,
+    /// A node uplink in the agent's own namespace (`xdhcp_uplink_xdp`,
+    /// `xdhcp_uplink_tc`; mode in the uplinks' own map, so no ifindex of a
+    /// pod's namespace can select it).
+    Uplink,
+}
+
+impl Role {
+    const fn programs(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Port => (common::PROG_XDP, common::PROG_TC),
+            Self::Uplink => (common::PROG_UPLINK_XDP, common::PROG_UPLINK_TC),
+        }
+    }
+}
+
 /// Outcome of an attach, for logs and status reporting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
@@ -48,6 +69,7 @@ enum LinkHandle {
 
 pub(super) struct Attached {
     ifindex: u32,
+    role: Role,
     mode: AttachMode,
     link: LinkHandle,
     /// The kernel's id of the BPF link, where the attachment is one (XDP,
@@ -62,6 +84,18 @@ impl Datapath {
     /// what was attached.
     pub fn attach(
         &mut self,
+        target: &AttachTarget,
+        mode: Option<AttachMode>,
+        capture: CaptureMode,
+    ) -> Result<Attachment> {
+        self.attach_as(Role::Port, target, mode, capture)
+    }
+
+    /// [`Datapath::attach`] in `role`: an uplink gets the uplink programs
+    /// and its mode in the uplinks' map.
+    pub fn attach_as(
+        &mut self,
+        role: Role,
         target: &AttachTarget,
         mode: Option<AttachMode>,
         capture: CaptureMode,
@@ -82,10 +116,10 @@ impl Datapath {
                 AttachMode::XdpNative | AttachMode::XdpGeneric if !xdp_ok => AttachMode::Tc,
                 m => m,
             };
-            attach_here(ebpf, &ifname, ifindex, wanted)
+            attach_here(ebpf, role, &ifname, ifindex, wanted)
         })??;
         // Mode before anything is captured: set it now that the ifindex is known.
-        if let Err(e) = self.set_mode(attached.ifindex, capture) {
+        if let Err(e) = self.set_role_mode(role, attached.ifindex, capture) {
             if let Err(undo) = self.detach_attached(target, attached) {
                 tracing::error!(ifname = %target.ifname, netns = ?target.netns, error = %undo,
                     "could not detach after failing to set the capture mode");
@@ -101,7 +135,7 @@ impl Datapath {
             tracing::warn!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, reason = %reason,
                 "native XDP refused, attached generic XDP");
         } else {
-            tracing::info!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, "attached");
+            tracing::info!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, ?role, "attached");
         }
         self.attached.insert(target.clone(), attached);
         Ok(out)
@@ -115,14 +149,30 @@ impl Datapath {
                 .ok_or_else(|| EbpfDatapathError::NotAttached {
                     ifname: target.ifname.clone(),
                 })?;
-        let ifindex = attached.ifindex;
+        let (ifindex, role) = (attached.ifindex, attached.role);
         self.detach_attached(target, attached)?;
-        // The mode map is keyed by ifindex alone: keep the entry while an
-        // interface with the same index in another namespace is attached.
-        if self.attached.values().any(|a| a.ifindex == ifindex) {
+        // The per-port map is keyed by ifindex alone: keep the entry while a
+        // port with the same index in another namespace is attached.
+        if self
+            .attached
+            .values()
+            .any(|a| a.ifindex == ifindex && a.role == role)
+        {
             return Ok(());
         }
-        self.clear_mode(ifindex)
+        self.clear_role_mode(role, ifindex)
+    }
+
+    /// Sets the capture mode of every attachment (observe while the ring
+    /// reader is lost, intercept again once it is back).
+    pub fn set_all_modes(&self, capture: CaptureMode) -> Vec<(AttachTarget, EbpfDatapathError)> {
+        let mut failed = Vec::new();
+        for (t, a) in &self.attached {
+            if let Err(e) = self.set_role_mode(a.role, a.ifindex, capture) {
+                failed.push((t.clone(), e));
+            }
+        }
+        failed
     }
 
     /// Attached targets whose BPF link the kernel reports detached (an
@@ -161,7 +211,7 @@ impl Datapath {
                 LinkHandle::Xdp(link) => link.detach(),
                 LinkHandle::Tcx(link) => link.detach(),
                 LinkHandle::TcNetlink(id) => {
-                    program::<SchedClassifier>(ebpf, common::PROG_TC)?.detach(id)
+                    program::<SchedClassifier>(ebpf, attached.role.programs().1)?.detach(id)
                 }
             };
             res.map_err(|source| EbpfDatapathError::Detach { ifname, source })
@@ -185,7 +235,8 @@ fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Resu
 pub enum InterfaceKind {
     /// A veth end.
     Veth,
-    /// A device with a bus address: a physical NIC or an SR-IOV VF netdev.
+    /// A device with a bus address (a physical NIC or an SR-IOV VF netdev),
+    /// or a bond of such devices.
     Hardware,
     /// Anything else (bridge, macvlan, tun/tap, dummy, ...).
     Other,
@@ -205,6 +256,10 @@ pub const fn default_attach_mode(kind: InterfaceKind) -> AttachMode {
 pub fn classify_driver(driver: &str, bus_info: &str) -> InterfaceKind {
     if driver == "veth" {
         InterfaceKind::Veth
+    } else if driver == "bonding" {
+        // A bond runs native XDP when its slaves' drivers do (the attach
+        // falls back to generic XDP when they do not).
+        InterfaceKind::Hardware
     } else if !bus_info.is_empty() && bus_info != "N/A" && !bus_info.starts_with("tap") {
         InterfaceKind::Hardware
     } else {
@@ -231,6 +286,7 @@ fn interface_kind(ifname: &str) -> Result<(u32, InterfaceKind)> {
 /// the native-XDP refusal reason when it fell back to generic.
 fn attach_here(
     ebpf: &mut Ebpf,
+    role: Role,
     ifname: &str,
     ifindex: u32,
     mode: AttachMode,
@@ -245,8 +301,10 @@ fn attach_here(
         mode,
         source,
     };
+    let (xdp_prog, tc_prog) = role.programs();
     let attached = |mode, link, link_id| Attached {
         ifindex,
+        role,
         mode,
         link,
         link_id,
@@ -260,7 +318,7 @@ fn attach_here(
     };
     match mode {
         AttachMode::Tc => {
-            let prog: &mut SchedClassifier = program(ebpf, common::PROG_TC)?;
+            let prog: &mut SchedClassifier = program(ebpf, tc_prog)?;
             let id = match prog.attach(ifname, TcAttachType::Ingress) {
                 Ok(id) => id,
                 Err(first) => {
@@ -280,7 +338,7 @@ fn attach_here(
             Ok((attached(mode, LinkHandle::Tcx(link), link_id), None))
         }
         AttachMode::XdpNative => {
-            let prog: &mut Xdp = program(ebpf, common::PROG_XDP)?;
+            let prog: &mut Xdp = program(ebpf, xdp_prog)?;
             match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
                 Ok(id) => Ok((xdp(prog, mode, id)?, None)),
                 Err(e) => {
@@ -293,7 +351,7 @@ fn attach_here(
             }
         }
         AttachMode::XdpGeneric => {
-            let prog: &mut Xdp = program(ebpf, common::PROG_XDP)?;
+            let prog: &mut Xdp = program(ebpf, xdp_prog)?;
             let id = prog
                 .attach_to_if_index(ifindex, XdpMode::Skb)
                 .map_err(|e| attach_err(mode, e))?;
@@ -348,6 +406,10 @@ mod tests {
         assert_eq!(
             default_attach_mode(classify_driver("tun", "tap")),
             AttachMode::XdpGeneric
+        );
+        assert_eq!(
+            default_attach_mode(classify_driver("bonding", "")),
+            AttachMode::XdpNative
         );
         assert_eq!(
             default_attach_mode(classify_driver("macvlan", "")),

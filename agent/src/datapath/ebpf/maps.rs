@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
 use xdhcp_common as common;
 
-use super::{Datapath, EbpfDatapathError, Result};
+use super::{Datapath, EbpfDatapathError, Result, Role};
 
 /// Per-interface capture mode, mirrored into the kernel's config map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +26,15 @@ impl CaptureMode {
             Self::Off => common::MODE_OFF,
             Self::Observe => common::MODE_OBSERVE,
             Self::Intercept => common::MODE_INTERCEPT,
+        }
+    }
+
+    #[cfg(feature = "test-hooks")]
+    const fn from_kernel(mode: u32) -> Self {
+        match mode {
+            common::MODE_OBSERVE => Self::Observe,
+            common::MODE_INTERCEPT => Self::Intercept,
+            _ => Self::Off,
         }
     }
 }
@@ -127,6 +136,9 @@ impl XidOwnership {
 pub(super) struct IfConfigMaps {
     pub(super) hash: HashMap<MapData, u32, common::IfConfig>,
     pub(super) direct: Array<MapData, common::IfConfig>,
+    /// Uplinks, keyed by ifindex in the agent's own namespace; read only by
+    /// the uplink programs (see [`common::MAP_UPLINKS`]).
+    pub(super) uplinks: HashMap<MapData, u32, common::IfConfig>,
 }
 
 impl IfConfigMaps {
@@ -168,6 +180,16 @@ impl Datapath {
         for ifindex in stale {
             self.clear_mode(ifindex)?;
         }
+        let stale_uplinks: Vec<u32> = {
+            let cfg = lock(&self.ifconfig);
+            cfg.uplinks
+                .keys()
+                .filter_map(std::result::Result::ok)
+                .collect()
+        };
+        for ifindex in stale_uplinks {
+            self.clear_role_mode(Role::Uplink, ifindex)?;
+        }
         // Array slots set without a hash entry (never by this agent, but a
         // pin is outside our control): zero every non-zero slot.
         let mut cfg = lock(&self.ifconfig);
@@ -201,6 +223,56 @@ impl Datapath {
                 source,
             })?;
         maps.set_direct(ifindex, cfg)
+    }
+
+    /// Sets the capture mode of an attachment in `role`: a workload port
+    /// ([`Datapath::set_mode`]) or an uplink (`ifindex` in the agent's own
+    /// namespace, in the uplinks' own map).
+    pub fn set_role_mode(&self, role: Role, ifindex: u32, mode: CaptureMode) -> Result<()> {
+        match role {
+            Role::Port => self.set_mode(ifindex, mode),
+            Role::Uplink => {
+                let cfg = common::IfConfig {
+                    mode: mode.to_kernel(),
+                    reserved: 0,
+                };
+                lock(&self.ifconfig)
+                    .uplinks
+                    .insert(ifindex, cfg, 0)
+                    .map_err(|source| EbpfDatapathError::Map {
+                        name: common::MAP_UPLINKS,
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// Forgets the mode of an attachment in `role` (see [`Datapath::set_role_mode`]).
+    pub fn clear_role_mode(&self, role: Role, ifindex: u32) -> Result<()> {
+        match role {
+            Role::Port => self.clear_mode(ifindex),
+            Role::Uplink => match lock(&self.ifconfig).uplinks.remove(&ifindex) {
+                Ok(()) => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
+                Err(source) => Err(EbpfDatapathError::Map {
+                    name: common::MAP_UPLINKS,
+                    source,
+                }),
+            },
+        }
+    }
+
+    /// The mode set for an uplink's `ifindex`, if any.
+    #[cfg(feature = "test-hooks")]
+    pub fn uplink_mode(&self, ifindex: u32) -> Result<Option<CaptureMode>> {
+        match lock(&self.ifconfig).uplinks.get(&ifindex, 0) {
+            Ok(cfg) => Ok(Some(CaptureMode::from_kernel(cfg.mode))),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: common::MAP_UPLINKS,
+                source,
+            }),
+        }
     }
 
     /// The mode set for `ifindex`, if any (`None`: the programs treat it as off).

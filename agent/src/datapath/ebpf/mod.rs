@@ -28,7 +28,9 @@ use aya::programs::{ProgramError, SchedClassifier, Xdp};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use xdhcp_common as common;
 
-pub use attach::{AttachTarget, Attachment, InterfaceKind, classify_driver, default_attach_mode};
+pub use attach::{
+    AttachTarget, Attachment, InterfaceKind, Role, classify_driver, default_attach_mode,
+};
 pub use maps::{CaptureMode, Counters, XidOwnership};
 pub use pin::{PINNED_MAPS, PinnedMap, Pinning, pin_maps};
 pub use reader::{DhcpEvent, EventReader, ReaderStats, RecordError, decode_record};
@@ -130,9 +132,15 @@ pub type Result<T, E = EbpfDatapathError> = std::result::Result<T, E>;
 /// The XDP programs in the object: the capture program, and with
 /// `test-hooks` the do-nothing baseline of `bench_xdp`.
 #[cfg(not(feature = "test-hooks"))]
-const XDP_PROGRAMS: [&str; 1] = [common::PROG_XDP];
+const XDP_PROGRAMS: [&str; 2] = [common::PROG_XDP, common::PROG_UPLINK_XDP];
 #[cfg(feature = "test-hooks")]
-const XDP_PROGRAMS: [&str; 2] = [common::PROG_XDP, common::PROG_XDP_PASS];
+const XDP_PROGRAMS: [&str; 3] = [
+    common::PROG_XDP,
+    common::PROG_UPLINK_XDP,
+    common::PROG_XDP_PASS,
+];
+/// The TC programs in the object: for workload ports and for uplinks.
+const TC_PROGRAMS: [&str; 2] = [common::PROG_TC, common::PROG_UPLINK_TC];
 
 /// The loaded eBPF programs and their maps.
 pub struct Datapath {
@@ -211,11 +219,11 @@ impl Datapath {
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|source| EbpfDatapathError::Load { source })?;
-        let tc: &mut SchedClassifier = program(&mut ebpf, common::PROG_TC)?;
-        tc.load().map_err(|source| EbpfDatapathError::ProgramLoad {
-            name: common::PROG_TC,
-            source,
-        })?;
+        for name in TC_PROGRAMS {
+            let tc: &mut SchedClassifier = program(&mut ebpf, name)?;
+            tc.load()
+                .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
+        }
         let mut xdp_unavailable = None;
         for name in XDP_PROGRAMS {
             let xdp: &mut Xdp = program(&mut ebpf, name)?;
@@ -230,6 +238,7 @@ impl Datapath {
         let ifconfig = maps::IfConfigMaps {
             hash: take_map(&mut ebpf, common::MAP_IFCONFIG)?,
             direct: take_map(&mut ebpf, common::MAP_IFCONFIG_DIRECT)?,
+            uplinks: take_map(&mut ebpf, common::MAP_UPLINKS)?,
         };
         let events_id = match ebpf.map(common::MAP_EVENTS) {
             Some(aya::maps::Map::RingBuf(data)) => data.info().ok().map(|i| i.id()),

@@ -23,7 +23,7 @@ pub struct PinnedMap {
 /// from the same constants). The ring buffer is not pinned: records left in
 /// it by a previous agent (possibly of another record layout) are of no use
 /// to the next one, which resumes its leases from the lease store.
-pub const PINNED_MAPS: [PinnedMap; 4] = [
+pub const PINNED_MAPS: [PinnedMap; 5] = [
     PinnedMap {
         name: common::MAP_COUNTERS,
         map_type: MapType::PerCpuArray,
@@ -51,6 +51,13 @@ pub const PINNED_MAPS: [PinnedMap; 4] = [
         key_size: 4,
         value_size: size_of::<common::IfConfig>() as u32,
         max_entries: common::IFCONFIG_DIRECT_SLOTS,
+    },
+    PinnedMap {
+        name: common::MAP_UPLINKS,
+        map_type: MapType::Hash,
+        key_size: 4,
+        value_size: size_of::<common::IfConfig>() as u32,
+        max_entries: common::UPLINKS_CAPACITY,
     },
 ];
 

@@ -117,7 +117,11 @@ pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
             ts_ns: ev.ts_ns,
             headers,
             payload: payload.to_vec(),
-            via: RxPath::Ebpf { verdict },
+            via: if ev.flags & common::FLAG_UPLINK != 0 {
+                RxPath::Uplink { verdict }
+            } else {
+                RxPath::Ebpf { verdict }
+            },
         },
         #[cfg(any(test, feature = "test-hooks"))]
         rx_queue: ev.rx_queue,

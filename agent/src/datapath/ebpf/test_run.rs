@@ -19,6 +19,10 @@ pub enum ProgramKind {
     Tc,
     /// The do-nothing XDP baseline.
     XdpPass,
+    /// The uplink XDP program.
+    UplinkXdp,
+    /// The uplink TC program.
+    UplinkTc,
 }
 
 impl ProgramKind {
@@ -27,6 +31,8 @@ impl ProgramKind {
             Self::Xdp => common::PROG_XDP,
             Self::Tc => common::PROG_TC,
             Self::XdpPass => common::PROG_XDP_PASS,
+            Self::UplinkXdp => common::PROG_UPLINK_XDP,
+            Self::UplinkTc => common::PROG_UPLINK_TC,
         }
     }
 }
@@ -65,7 +71,7 @@ impl Datapath {
         match kind {
             // struct xdp_md { data, data_end, data_meta, ingress_ifindex,
             // rx_queue_index, egress_ifindex }
-            ProgramKind::Xdp | ProgramKind::XdpPass => {
+            ProgramKind::Xdp | ProgramKind::XdpPass | ProgramKind::UplinkXdp => {
                 let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
                 for v in [0, len, 0, ifindex, 0, 0] {
                     ctx.extend_from_slice(&v.to_ne_bytes());
@@ -73,7 +79,7 @@ impl Datapath {
             }
             // struct __sk_buff up to `ifindex` (offset 40); the kernel
             // zero-fills the rest.
-            ProgramKind::Tc => {
+            ProgramKind::Tc | ProgramKind::UplinkTc => {
                 ctx.resize(40, 0);
                 ctx.extend_from_slice(&ifindex.to_ne_bytes());
             }
@@ -96,8 +102,10 @@ impl Datapath {
             ..TestRunOptions::default()
         };
         let res = match kind {
-            ProgramKind::Tc => program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts),
-            ProgramKind::Xdp | ProgramKind::XdpPass => {
+            ProgramKind::Tc | ProgramKind::UplinkTc => {
+                program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
+            }
+            ProgramKind::Xdp | ProgramKind::XdpPass | ProgramKind::UplinkXdp => {
                 if let Some(reason) = &self.xdp_unavailable {
                     return Err(EbpfDatapathError::XdpUnavailable {
                         reason: reason.clone(),

@@ -1,0 +1,403 @@
+//! Node-level capture on a localnet uplink, in namespaces with a real bridge
+//! topology:
+//!
+//! ```text
+//!  [pod ns: eth0] ──veth (bridge plugin)── xbr0 ┐
+//!                                               ├─ [node ns]  xdhcp agent --uplink physnet1=up0
+//!                                        up0 ───┘
+//!                                         │ veth
+//!  [wire ns: w0 ── wbr ── w1] ──veth── s0 [server ns: dnsmasq 192.0.2.1/24]
+//! ```
+//!
+//! The `xdhcp agent` binary runs inside the node namespace (`ip netns
+//! exec`), so the uplink it attaches to is the test's `up0`, never one of
+//! this machine's interfaces; pods are added and deleted through Debian's
+//! real `bridge` plugin. The wire namespace lets a test delete and
+//! re-create `up0` without touching the server's interface.
+//!
+//! Shown: a fresh pod's OFFER and ACK come through the ring buffer at the
+//! uplink (the agent and the kernel count them), nothing is attached in the
+//! pod's namespace, the pod's own stack never sees its replies (an nftables
+//! counter in the pod namespace stays at zero — and does count them when no
+//! uplink is configured, the fallback), a renewal stays on the uplink, the
+//! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
+//! dnsmasq through the uplink, and an uplink that goes away and comes back
+//! is attached again.
+
+mod agent_support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use agent_support::{CniPath, PluginOutput, invoke, xdhcp_bin};
+use xdhcp::rpc::{AgentStatus, LeaseView};
+use xdhcp_tests::{Bridge, Dnsmasq, DnsmasqConfig, NetNs, Process, Veth, netns_exec, wait_until};
+
+/// The topology of the module docs.
+struct Topology {
+    pod: NetNs,
+    _xbr0: Bridge,
+    _wbr: Bridge,
+    _s: Veth,
+    node: NetNs,
+    wire: NetNs,
+    dnsmasq: Dnsmasq,
+    _server: NetNs,
+}
+
+impl Topology {
+    fn new(t1_secs: Option<u32>) -> Self {
+        let server = NetNs::new();
+        let wire = NetNs::new();
+        let node = NetNs::new();
+        let s = Veth::new(&wire, "w1", &server, "s0");
+        server.add_addr("s0", "192.0.2.1".parse().unwrap(), 24);
+        let wbr = Bridge::new(&wire, "wbr");
+        wbr.attach("w1");
+        let xbr0 = Bridge::new(&node, "xbr0");
+        let me = Self {
+            pod: NetNs::new(),
+            _xbr0: xbr0,
+            _wbr: wbr,
+            _s: s,
+            dnsmasq: Dnsmasq::start(
+                &server,
+                DnsmasqConfig {
+                    interface: "s0".into(),
+                    t1_secs,
+                    t2_secs: t1_secs.map(|_| 100),
+                    ..DnsmasqConfig::default()
+                },
+            ),
+            node,
+            wire,
+            _server: server,
+        };
+        me.plug_uplink();
+        me
+    }
+
+    /// Create `up0` (node) ↔ `w0` (wire) and put each end on its bridge.
+    fn plug_uplink(&self) {
+        // Deleted with the namespaces, or by `unplug_uplink`.
+        let wire = self.wire.name();
+        self.node.ip(&[
+            "link", "add", "up0", "type", "veth", "peer", "name", "w0", "netns", wire,
+        ]);
+        self.node.link_up("up0");
+        self.wire.link_up("w0");
+        self.node.ip(&["link", "set", "up0", "master", "xbr0"]);
+        self.wire.ip(&["link", "set", "w0", "master", "wbr"]);
+    }
+
+    fn unplug_uplink(&self) {
+        self.node.link_del("up0");
+    }
+
+    /// Packets the pod's own IP stack received from UDP port 67 to 68 (an
+    /// nftables counter at prerouting in the pod namespace).
+    fn count_replies_in_pod(&self) {
+        let nft = |args: &[&str]| {
+            let out = self.pod.exec_output(&[&["nft"], args].concat());
+            assert!(
+                out.status.success(),
+                "nft {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        nft(&["add", "table", "inet", "xdt_seen"]);
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            "xdt_seen",
+            "pre",
+            "{ type filter hook prerouting priority -400; }",
+        ]);
+        nft(&[
+            "add", "rule", "inet", "xdt_seen", "pre", "udp", "sport", "67", "udp", "dport", "68",
+            "counter",
+        ]);
+    }
+
+    fn replies_seen_by_pod(&self) -> u64 {
+        let out = self.pod.exec(&["nft", "list", "table", "inet", "xdt_seen"]);
+        out.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .expect("the counter's packets")
+    }
+
+    fn pod_mac(&self) -> [u8; 6] {
+        self.pod.mac("eth0")
+    }
+}
+
+/// `xdhcp agent` running inside the node namespace.
+struct NodeAgent {
+    _process: Process,
+    socket: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NodeAgent {
+    fn start(node: &NetNs, extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-agent-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/xdhcp.sock");
+        let log = dir.path().join("agent.log");
+        let mut cmd = netns_exec(node.name(), &xdhcp_bin());
+        cmd.args(["agent", "--kube", "off", "--datapath", "ebpf", "--socket"])
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--bpffs-dir")
+            .arg(dir.path().join("bpffs"))
+            .args(extra)
+            .env_remove("CNI_COMMAND")
+            .env("RUST_LOG", "info,xdhcp=debug");
+        let process = Process::spawn_logged("xdhcp agent", cmd, &log);
+        let me = Self {
+            _process: process,
+            socket,
+            log,
+            _dir: dir,
+        };
+        assert!(
+            wait_until(Duration::from_secs(30), || me
+                .try_status()
+                .is_some_and(|s| s.ready || s.degraded.is_some())),
+            "agent not ready:\n{}",
+            me.log()
+        );
+        me
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn cli(&self, cmd: &str) -> Option<String> {
+        let out = Command::new(xdhcp_bin())
+            .args([cmd, "--json", "--socket"])
+            .arg(&self.socket)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .expect("run the xdhcp cli");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn try_status(&self) -> Option<AgentStatus> {
+        self.cli("status")
+            .and_then(|s| serde_json::from_str(&s).ok())
+    }
+
+    fn status(&self) -> AgentStatus {
+        self.try_status()
+            .unwrap_or_else(|| panic!("xdhcp status failed:\n{}", self.log()))
+    }
+
+    fn leases(&self) -> Vec<LeaseView> {
+        serde_json::from_str(&self.cli("leases").expect("xdhcp leases")).expect("lease JSON")
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        self.status().counters.get(name).copied().unwrap_or(0)
+    }
+
+    fn uplink_state(&self) -> String {
+        self.status()
+            .uplinks
+            .first()
+            .map(|u| u.state.clone())
+            .unwrap_or_default()
+    }
+}
+
+fn bridge(cni: &CniPath, t: &Topology, agent: &NodeAgent, cmd: &str, id: &str) -> PluginOutput {
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","type":"bridge","bridge":"xbr0",
+            "isGateway":false,"ipMasq":false,
+            "ipam":{{"type":"xdhcp","socketPath":"{}","timeout":"15s"}}}}"#,
+        agent.socket.display()
+    );
+    invoke(
+        &cni.plugin("bridge"),
+        Some(&t.node),
+        cmd,
+        id,
+        Some(t.pod.path()),
+        "eth0",
+        cni.dir.path(),
+        &conf,
+    )
+}
+
+fn add(cni: &CniPath, t: &Topology, agent: &NodeAgent, id: &str) {
+    let r = bridge(cni, t, agent, "ADD", id);
+    assert!(
+        r.ok,
+        "ADD {id}: {} {}\n{}\n{}",
+        r.stdout,
+        r.stderr,
+        agent.log(),
+        t.dnsmasq.log()
+    );
+}
+
+fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {
+    ns.ip(&["-d", "link", "show", "dev", ifname])
+        .contains("prog/xdp")
+}
+
+fn dnsmasq_lease(t: &Topology, mac: [u8; 6]) -> bool {
+    t.dnsmasq.lease_for(mac).is_some()
+}
+
+#[test]
+fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there() {
+    let cni = CniPath::new();
+    let t = Topology::new(Some(3));
+    let agent = NodeAgent::start(&t.node, &["--uplink", "physnet1=up0"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
+        "the uplink was not attached: {:?}\n{}",
+        agent.status(),
+        agent.log()
+    );
+    let up = agent.status().uplinks[0].clone();
+    assert_eq!(up.ifname, "up0");
+    assert_eq!(up.physnet.as_deref(), Some("physnet1"));
+    assert_eq!(up.mode.as_deref(), Some("tc"), "a veth uplink gets TC");
+    assert!(up.bpf_link.is_some(), "{up:?}");
+    assert_eq!(up.replies, 0);
+    t.count_replies_in_pod();
+
+    add(&cni, &t, &agent, "pod-up");
+    let mac = t.pod_mac();
+    assert!(dnsmasq_lease(&t, mac), "{}", t.dnsmasq.log());
+
+    // The OFFER and the ACK: captured at the uplink, consumed there, handed
+    // to the lease through the ring buffer.
+    let s = agent.status();
+    assert!(s.uplinks[0].replies >= 2, "{:?}", s.uplinks);
+    assert!(s.counters["kernel.dropped_owned"] >= 2, "{:?}", s.counters);
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0].path, "uplink:up0", "{leases:?}");
+    // Nothing attached in the pod namespace, and it stays that way.
+    assert!(s.interfaces[0].bpf_link.is_none(), "{:?}", s.interfaces);
+    assert!(!attached_xdp(&t.pod, "eth0"));
+    // The pod's own stack never saw a DHCP reply.
+    assert_eq!(t.replies_seen_by_pod(), 0);
+
+    // A renewal (T1 = 3 s) also comes through the uplink.
+    let before = agent.status().uplinks[0].replies;
+    let expiry = leases[0].expires_unix_ms;
+    assert!(
+        wait_until(Duration::from_secs(12), || {
+            agent.leases()[0].expires_unix_ms > expiry
+        }),
+        "no renewal: {:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+    let s = agent.status();
+    assert!(s.uplinks[0].replies > before, "{:?}", s.uplinks);
+    assert_eq!(agent.leases()[0].path, "uplink:up0");
+    assert!(s.interfaces[0].bpf_link.is_none(), "{:?}", s.interfaces);
+    assert_eq!(t.replies_seen_by_pod(), 0);
+
+    // The bridge plugin's DEL: the veth goes first, then IPAM DEL; the
+    // RELEASE leaves through the uplink, from the pod's MAC and address.
+    let r = bridge(&cni, &t, &agent, "DEL", "pod-up");
+    assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
+    assert!(!t.pod.has_link("eth0"));
+    assert!(
+        wait_until(Duration::from_secs(5), || !dnsmasq_lease(&t, mac)),
+        "dnsmasq still holds the lease:\n{}\n{}",
+        t.dnsmasq.log(),
+        agent.log()
+    );
+    assert!(
+        t.dnsmasq.log().contains("DHCPRELEASE"),
+        "{}",
+        t.dnsmasq.log()
+    );
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert!(
+        agent.log().contains("released through the uplink"),
+        "{}",
+        agent.log()
+    );
+}
+
+#[test]
+fn without_an_uplink_the_pod_keeps_its_own_path() {
+    let cni = CniPath::new();
+    let t = Topology::new(None);
+    let agent = NodeAgent::start(&t.node, &[]);
+    assert!(agent.status().uplinks.is_empty());
+    t.count_replies_in_pod();
+    add(&cni, &t, &agent, "pod-fb");
+    let path = agent.leases()[0].path.clone();
+    assert!(path.starts_with("af-packet") || path == "tc", "{path}");
+    // The replies reached the pod's namespace (the counter works).
+    assert!(t.replies_seen_by_pod() >= 2, "{}", t.replies_seen_by_pod());
+    // The held lease moves to the per-interface program, as before.
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.leases()[0].path == "tc"),
+        "{:?}",
+        agent.leases()
+    );
+    assert!(agent.status().interfaces[0].bpf_link.is_some());
+    assert_eq!(agent.counter("kernel.dropped_owned"), 0);
+    let r = bridge(&cni, &t, &agent, "DEL", "pod-fb");
+    assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
+}
+
+#[test]
+fn an_uplink_that_goes_away_and_comes_back_is_attached_again() {
+    let cni = CniPath::new();
+    let t = Topology::new(None);
+    let agent = NodeAgent::start(&t.node, &["--uplink", "up0"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
+        "{:?}",
+        agent.status()
+    );
+    let first = agent.status().uplinks[0].clone();
+
+    t.unplug_uplink();
+    assert!(
+        wait_until(Duration::from_secs(3), || agent.uplink_state() == "lost"),
+        "{:?}",
+        agent.status()
+    );
+    assert!(agent.status().degraded.is_some());
+
+    t.plug_uplink();
+    assert!(
+        wait_until(Duration::from_secs(5), || agent.uplink_state() == "live"),
+        "the uplink was not attached again: {:?}\n{}",
+        agent.status(),
+        agent.log()
+    );
+    let again = agent.status().uplinks[0].clone();
+    assert_ne!(again.ifindex, first.ifindex, "a new interface");
+    assert!(again.bpf_link.is_some() && again.bpf_link != first.bpf_link);
+    assert!(agent.status().degraded.is_none(), "{:?}", agent.status());
+
+    // A pod added now is served through it.
+    add(&cni, &t, &agent, "pod-back");
+    assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
+    let r = bridge(&cni, &t, &agent, "DEL", "pod-back");
+    assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
+}
