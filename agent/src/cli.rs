@@ -227,7 +227,9 @@ impl std::str::FromStr for Uplink {
         if let Some(p) = physnet
             && (p.is_empty() || p.chars().any(char::is_whitespace))
         {
-            return Err(bad("the physical network name must be non-empty, without spaces"));
+            return Err(bad(
+                "the physical network name must be non-empty, without spaces",
+            ));
         }
         // The kernel's rules for an interface name (dev_valid_name).
         if ifname.is_empty()
@@ -598,6 +600,63 @@ mod tests {
     use super::*;
     use crate::cni::types::Ipv4Cidr;
     use clap::CommandFactory;
+
+    #[test]
+    fn uplink_flags_take_an_interface_or_physnet_equals_interface() {
+        let cli = Cli::try_parse_from([
+            "xdhcp",
+            "agent",
+            "--uplink",
+            "eth1",
+            "--uplink",
+            "physnet1=bond0",
+        ])
+        .unwrap();
+        let Command::Agent(a) = cli.command else {
+            panic!("agent")
+        };
+        assert_eq!(
+            a.uplinks,
+            vec![
+                Uplink {
+                    ifname: "eth1".into(),
+                    physnet: None
+                },
+                Uplink {
+                    ifname: "bond0".into(),
+                    physnet: Some("physnet1".into())
+                },
+            ]
+        );
+        assert_eq!(a.uplinks[1].to_string(), "physnet1=bond0");
+        assert!(
+            Cli::try_parse_from(["xdhcp", "agent"])
+                .map(|c| matches!(c.command, Command::Agent(a) if a.uplinks.is_empty()))
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn bad_uplinks_are_refused_naming_the_value() {
+        for bad in [
+            "",
+            "=eth1",
+            "physnet1=",
+            "a b=eth1",
+            "physnet1=eth1=x",
+            "sixteen-bytes-xx",
+            "eth0:1",
+            "../x",
+            "..",
+        ] {
+            let e = bad.parse::<Uplink>().unwrap_err();
+            assert_eq!(e.input, bad);
+            assert!(e.to_string().contains("--uplink"), "{e}");
+            let err = Cli::try_parse_from(["xdhcp", "agent", "--uplink", bad]).unwrap_err();
+            assert!(err.to_string().contains("--uplink"), "{bad}: {err}");
+        }
+        assert!("fifteen-bytes-x".parse::<Uplink>().is_ok());
+    }
 
     /// Threads of this process named `name`.
     fn threads_named(name: &str) -> usize {

@@ -98,11 +98,7 @@ async fn uplink_verdicts_in_every_mode_tagged_and_untagged() {
                     dp.xid_ownership().own(0x1234_5678, 0).unwrap();
                     let f = frame(MessageType::Offer, xid, vlan);
                     let dropped = mode == CaptureMode::Intercept && owned;
-                    let want = if dropped {
-                        drop_code(kind)
-                    } else {
-                        pass(kind)
-                    };
+                    let want = if dropped { drop_code(kind) } else { pass(kind) };
                     assert_eq!(run(&mut dp, kind, &f), want, "{ctx}: verdict");
 
                     let mut c = Counters::default();
@@ -159,7 +155,12 @@ async fn uplink_and_port_configurations_never_collide() {
         assert!(reader.try_recv().is_none());
         assert_eq!(run(&mut dp, port_kind, &f), drop_code(port_kind));
         let ev = reader.try_recv().expect("the port's record");
-        assert_eq!(ev.frame.via, RxPath::Ebpf { verdict: Verdict::Drop });
+        assert_eq!(
+            ev.frame.via,
+            RxPath::Ebpf {
+                verdict: Verdict::Drop
+            }
+        );
 
         // Now the uplink on, the port off.
         dp.clear_mode(LO).unwrap();
@@ -171,7 +172,12 @@ async fn uplink_and_port_configurations_never_collide() {
         assert!(reader.try_recv().is_none(), "{port_kind:?}: off");
         assert_eq!(run(&mut dp, uplink_kind, &f), drop_code(uplink_kind));
         let ev = reader.try_recv().expect("the uplink's record");
-        assert_eq!(ev.frame.via, RxPath::Uplink { verdict: Verdict::Drop });
+        assert_eq!(
+            ev.frame.via,
+            RxPath::Uplink {
+                verdict: Verdict::Drop
+            }
+        );
         dp.clear_role_mode(Role::Uplink, LO).unwrap();
         assert_eq!(dp.uplink_mode(LO).unwrap(), None);
         assert_eq!(run(&mut dp, uplink_kind, &f), pass(uplink_kind));

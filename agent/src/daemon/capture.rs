@@ -36,9 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::cli::Uplink;
-use crate::datapath::ebpf::{
-    AttachTarget, CaptureMode, Datapath, EventReader, Role, XidOwnership,
-};
+use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader, Role, XidOwnership};
 use crate::datapath::{AttachMode, RxFrame, RxPath};
 use crate::metrics::{Health, Metrics};
 use crate::rpc::UplinkStatus;
@@ -287,7 +285,9 @@ impl Capture {
             })
             .collect();
         if self.kernel.is_none() && !self.uplinks.is_empty() {
-            warn!("uplinks configured but no eBPF datapath: leases use their own AF_PACKET receivers");
+            warn!(
+                "uplinks configured but no eBPF datapath: leases use their own AF_PACKET receivers"
+            );
         }
         self
     }
@@ -477,9 +477,7 @@ impl Capture {
     }
 
     fn role_of(&self, t: &AttachTarget) -> Role {
-        lock(&self.targets)
-            .get(t)
-            .map_or(Role::Port, |e| e.role)
+        lock(&self.targets).get(t).map_or(Role::Port, |e| e.role)
     }
 
     /// Report an uplink's attach state in the metrics.
@@ -705,7 +703,8 @@ impl Capture {
                 let live = TargetState::Live { ifindex, mode };
                 e.state.send_replace(live);
                 if self.is_uplink(t) {
-                    self.metrics.set_uplink_attached(&t.ifname, Some(mode.as_str()));
+                    self.metrics
+                        .set_uplink_attached(&t.ifname, Some(mode.as_str()));
                 }
             }
         }

@@ -4,6 +4,12 @@
 //! run. The programs run in observe mode (every frame is classified; none is
 //! DHCP).
 //!
+//! Then the same through a node uplink: the traffic enters a "node"
+//! namespace on its uplink `up0` (a veth), crosses the Linux bridge there
+//! and reaches a pod's veth, as a localnet network's traffic does; measured
+//! with nothing attached and with the uplink program on `up0` (TC, the
+//! veth default, and generic XDP), in intercept mode as the agent runs it.
+//!
 //! Noise control, for a small machine shared with other work: every round
 //! measures all four setups back to back, in an order rotated from round to
 //! round; each iperf3 run leaves out its first second (TCP slow start,
@@ -23,8 +29,8 @@ use std::fmt::Write as _;
 
 use anyhow::{Context as _, Result, bail};
 use xdhcp::datapath::AttachMode;
-use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath};
-use xdhcp_tests::{NetNs, Process, Veth};
+use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, Role};
+use xdhcp_tests::{Bridge, NetNs, Process, Veth};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
@@ -86,12 +92,18 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Medians and paired ratios to bare (`results[0]`), one row per setup.
-fn report(setups: &[Setup], results: &[Vec<f64>], secs: u64, runs: usize) -> Result<String> {
+fn report(
+    title: &str,
+    setups: &[Setup],
+    results: &[Vec<f64>],
+    secs: u64,
+    runs: usize,
+) -> Result<(String, Vec<f64>)> {
     let mut out = String::new();
     writeln!(out)?;
     writeln!(
         out,
-        "bench dataplane: iperf3 TCP over veth, {runs} rounds x {secs} s (first second left \
+        "bench dataplane: iperf3 TCP {title}, {runs} rounds x {secs} s (first second left \
          out), median Gbit/s and median of per-round ratios to bare"
     )?;
     writeln!(
@@ -118,15 +130,54 @@ fn report(setups: &[Setup], results: &[Vec<f64>], secs: u64, runs: usize) -> Res
             100.0 * r[r.len() - 1]
         )?;
     }
-    let tc = paired[1];
-    writeln!(out)?;
-    writeln!(
-        out,
-        "target: default choice for veth (tc) >= 97 % of bare: {:.1} % -> {}",
-        100.0 * tc,
-        if tc >= 0.97 { "met" } else { "MISSED" }
-    )?;
-    Ok(out)
+    Ok((out, paired))
+}
+
+/// Measures `setups` (`Setup::Bare` first) `runs` times each, in an order
+/// rotated from round to round; `attach`/`detach` put the program on and
+/// off where the data flows.
+fn measure(
+    dp: &mut Datapath,
+    setups: &[Setup],
+    runs: usize,
+    label: &str,
+    mut iperf_once: impl FnMut() -> Result<f64>,
+    mut attach: impl FnMut(&mut Datapath, AttachMode) -> Result<()>,
+    mut detach: impl FnMut(&mut Datapath) -> Result<()>,
+) -> Result<Vec<Vec<f64>>> {
+    let mut results: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+    for run in 0..runs {
+        // Rotate the order each run so drift on the shared machine hits every setup alike.
+        for k in 0..setups.len() {
+            let i = (k + run) % setups.len();
+            let setup = &setups[i];
+            if let Setup::Attached(mode) = setup {
+                attach(dp, *mode)?;
+            }
+            let gbps = iperf_once()?;
+            if matches!(setup, Setup::Attached(_)) {
+                detach(dp)?;
+            }
+            println!(
+                "run {}/{runs} {label} {:<12} {gbps:>8.2} Gbit/s",
+                run + 1,
+                setup.name()
+            );
+            results[i].push(gbps);
+        }
+    }
+    Ok(results)
+}
+
+fn exact(att: &xdhcp::datapath::ebpf::Attachment, mode: AttachMode) -> Result<()> {
+    if att.mode != mode {
+        bail!(
+            "asked for {mode}, got {} ({:?})",
+            att.mode,
+            att.native_refused
+        );
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -167,40 +218,81 @@ fn main() -> Result<()> {
         Setup::Attached(AttachMode::XdpNative),
         Setup::Attached(AttachMode::XdpGeneric),
     ];
-    let mut results: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
-    for run in 0..runs {
-        // Rotate the order each run so drift on the shared machine hits every setup alike.
-        for k in 0..setups.len() {
-            let i = (k + run) % setups.len();
-            let setup = &setups[i];
-            if let Setup::Attached(mode) = setup {
-                let att = dp.attach(&target, Some(*mode), CaptureMode::Observe)?;
-                if att.mode != *mode {
-                    bail!(
-                        "asked for {mode}, got {} ({:?})",
-                        att.mode,
-                        att.native_refused
-                    );
-                }
-            }
-            let gbps = iperf(&server, &client, secs)?;
-            if matches!(setup, Setup::Attached(_)) {
-                dp.detach(&target)?;
-            }
-            println!(
-                "run {}/{runs} {:<12} {gbps:>8.2} Gbit/s",
-                run + 1,
-                setup.name()
-            );
-            results[i].push(gbps);
-        }
-    }
+    let results = measure(
+        &mut dp,
+        &setups,
+        runs,
+        "veth",
+        || iperf(&server, &client, secs),
+        |dp, mode| exact(&dp.attach(&target, Some(mode), CaptureMode::Observe)?, mode),
+        |dp| Ok(dp.detach(&target)?),
+    )?;
     let passed = dp.counters()?.passed_not_dhcp;
     if passed == 0 {
         bail!("the programs classified no packets: not attached where the data flows?");
     }
-    let mut out = report(&setups, &results, secs, runs)?;
+    let (mut out, paired) = report("over veth", &setups, &results, secs, runs)?;
+    let tc = paired[1];
+    writeln!(out)?;
+    writeln!(
+        out,
+        "target: default choice for veth (tc) >= 97 % of bare: {:.1} % -> {}",
+        100.0 * tc,
+        if tc >= 0.97 { "met" } else { "MISSED" }
+    )?;
     writeln!(out, "frames classified by the programs: {passed}")?;
+
+    // Through a node uplink: ext (client) -> up0 [node: br0] pod0 -> pod (server).
+    let pod = NetNs::new();
+    let node = NetNs::new();
+    let ext = NetNs::new();
+    let _pod_veth = Veth::new(&node, "pod0", &pod, "bench0");
+    let _up_veth = Veth::new(&node, "up0", &ext, "bench1");
+    let br = Bridge::new(&node, "br0");
+    br.attach("pod0");
+    br.attach("up0");
+    pod.add_addr("bench0", SERVER_IP, 24);
+    ext.add_addr("bench1", CLIENT_IP, 24);
+    let uplink = AttachTarget {
+        ifname: "up0".to_owned(),
+        netns: Some(node.path().to_path_buf()),
+    };
+    let up_setups = [
+        Setup::Bare,
+        Setup::Attached(AttachMode::Tc),
+        Setup::Attached(AttachMode::XdpGeneric),
+    ];
+    let before = dp.counters()?.passed_not_dhcp;
+    let up_results = measure(
+        &mut dp,
+        &up_setups,
+        runs,
+        "uplink",
+        || iperf(&pod, &ext, secs),
+        |dp, mode| {
+            let att = dp.attach_as(Role::Uplink, &uplink, Some(mode), CaptureMode::Intercept)?;
+            exact(&att, mode)
+        },
+        |dp| Ok(dp.detach(&uplink)?),
+    )?;
+    let up_passed = dp.counters()?.passed_not_dhcp - before;
+    if up_passed == 0 {
+        bail!("the uplink program classified no packets: not attached where the data flows?");
+    }
+    let (up_out, up_paired) = report(
+        "through a node uplink (veth into a bridge, on to a pod's veth)",
+        &up_setups,
+        &up_results,
+        secs,
+        runs,
+    )?;
+    out.push_str(&up_out);
+    writeln!(
+        out,
+        "uplink program (tc, the veth default): {:.1} % of the bare uplink path; frames \
+         classified: {up_passed}",
+        100.0 * up_paired[1]
+    )?;
     print!("{out}");
     if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
         let path = std::path::PathBuf::from(dir).join("dataplane.md");

@@ -1,5 +1,7 @@
 //! `cargo xtask bench xdp`: nanoseconds per packet of the xdhcp XDP program
-//! (and its TC twin) through `BPF_PROG_TEST_RUN`, next to a do-nothing
+//! (and its TC twin), and of the pair attached to node uplinks
+//! (`xdhcp_uplink_xdp`, `xdhcp_uplink_tc`: the same parser, the mode from
+//! the uplinks' own map), through `BPF_PROG_TEST_RUN`, next to a do-nothing
 //! `XDP_PASS` program from the same object, loaded in the same run.
 //!
 //! Frames: a 60-byte TCP/IPv4 frame (the non-DHCP fast path), and captured
@@ -56,7 +58,7 @@ use std::fmt::Write as _;
 use anyhow::{Context as _, Result, bail};
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
-use xdhcp::datapath::ebpf::{CaptureMode, Datapath, EventReader, ProgramKind};
+use xdhcp::datapath::ebpf::{CaptureMode, Datapath, EventReader, ProgramKind, Role};
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
 
 /// Ingress ifindex under `BPF_PROG_TEST_RUN` (the namespace's loopback).
@@ -152,11 +154,22 @@ enum Subject {
 }
 
 /// Columns of the main table.
-const SUBJECTS: [Subject; 3] = [
+const SUBJECTS: [Subject; NS] = [
     Subject::Object(ProgramKind::XdpPass),
     Subject::Object(ProgramKind::Xdp),
     Subject::Object(ProgramKind::Tc),
+    Subject::Object(ProgramKind::UplinkXdp),
+    Subject::Object(ProgramKind::UplinkTc),
 ];
+/// Number of [`SUBJECTS`].
+const NS: usize = 5;
+
+/// The same mode for the test-run device as a workload port and as an uplink.
+fn set_modes(dp: &Datapath, mode: CaptureMode) -> Result<()> {
+    dp.set_mode(LO, mode)?;
+    dp.set_role_mode(Role::Uplink, LO, mode)?;
+    Ok(())
+}
 
 /// How the ring stands when a capture run starts.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -278,14 +291,14 @@ fn iqms<const N: usize>(v: &mut [Vec<f64>; N]) -> [f64; N] {
 #[derive(Default)]
 struct Samples {
     /// 60-byte TCP frame, per subject of [`SUBJECTS`].
-    fast: [Vec<f64>; 3],
+    fast: [Vec<f64>; NS],
     /// 342-byte DHCP frame with the mode off.
-    off: [Vec<f64>; 3],
+    off: [Vec<f64>; NS],
     /// [frame of `DHCP_SIZES`] x [`Start::Behind`, `Start::Empty`] x subject.
-    dhcp: [[[Vec<f64>; 3]; 2]; 2],
+    dhcp: [[[Vec<f64>; NS]; 2]; 2],
     /// 342-byte frame captured in intercept mode (xid looked up, not owned),
     /// in a burst.
-    intercept: [Vec<f64>; 3],
+    intercept: [Vec<f64>; NS],
     /// Reference programs, 342-byte frame.
     refs: [Vec<f64>; reference::NAMES.len()],
 }
@@ -293,13 +306,13 @@ struct Samples {
 fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
     let mut s = Samples::default();
     for _ in 0..ROUNDS {
-        b.dp.set_mode(LO, CaptureMode::Off)?;
+        set_modes(&b.dp, CaptureMode::Off)?;
         for (i, subject) in SUBJECTS.into_iter().enumerate() {
             for _ in 0..FAST_RUNS {
                 s.off[i].push(b.time(subject, &dhcp[0], FAST_REPEAT)?);
             }
         }
-        b.dp.set_mode(LO, CaptureMode::Observe)?;
+        set_modes(&b.dp, CaptureMode::Observe)?;
         for (i, subject) in SUBJECTS.into_iter().enumerate() {
             for _ in 0..FAST_RUNS {
                 s.fast[i].push(b.time(subject, tcp, FAST_REPEAT)?);
@@ -309,7 +322,7 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
                     b.capture_round(subject, f, batch(f.len()), start, &mut s.dhcp[fi][si][i])?;
                 }
             }
-            b.dp.set_mode(LO, CaptureMode::Intercept)?;
+            set_modes(&b.dp, CaptureMode::Intercept)?;
             let f = &dhcp[0];
             b.capture_round(
                 subject,
@@ -318,7 +331,7 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
                 Start::Behind,
                 &mut s.intercept[i],
             )?;
-            b.dp.set_mode(LO, CaptureMode::Observe)?;
+            set_modes(&b.dp, CaptureMode::Observe)?;
         }
         for (r, samples) in s.refs.iter_mut().enumerate() {
             if reference::USES_RING[r] {
@@ -343,7 +356,7 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
 fn report(s: &mut Samples, decoded: u64) -> Result<String> {
     let mut out = String::new();
     let m60 = iqms(&mut s.fast);
-    let mut m342 = [0.0; 3];
+    let mut m342 = [0.0; NS];
     writeln!(
         out,
         "bench xdp: BPF_PROG_TEST_RUN, kernel-timed, interquartile mean of the runs of \
@@ -356,16 +369,25 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
     )?;
     writeln!(
         out,
-        "{:<44} {:>9} {:>10} {:>9} {:>9} {:>9}",
-        "frame", "XDP_PASS", "xdhcp_xdp", "xdhcp_tc", "xdp/pass", "xdp-pass"
+        "{:<44} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>10}",
+        "frame",
+        "XDP_PASS",
+        "xdhcp_xdp",
+        "xdhcp_tc",
+        "uplink_xdp",
+        "uplink_tc",
+        "xdp/pass",
+        "xdp-pass",
+        "uplink-pass"
     )?;
-    let row = |out: &mut String, name: &str, m: [f64; 3]| -> Result<()> {
-        let [pass, xdp, tc] = m;
+    let row = |out: &mut String, name: &str, m: [f64; NS]| -> Result<()> {
+        let [pass, xdp, tc, uxdp, utc] = m;
         writeln!(
             out,
-            "{name:<44} {pass:>9.2} {xdp:>10.2} {tc:>9.2} {:>9.2} {:>+9.2}",
+            "{name:<44} {pass:>9.2} {xdp:>10.2} {tc:>9.2} {uxdp:>10.2} {utc:>9.2} {:>9.2} {:>+9.2} {:>+10.2}",
             xdp / pass,
-            xdp - pass
+            xdp - pass,
+            uxdp - pass
         )?;
         Ok(())
     };
@@ -385,11 +407,11 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
             &format!("{len} B OFFER captured, from an empty ring"),
             empty,
         )?;
-        let wakeup = [0, 1, 2].map(|i| (empty[i] - burst[i]) * f64::from(n) / 1000.0);
+        let wakeup = [0, 1, 2, 3, 4].map(|i| (empty[i] - burst[i]) * f64::from(n) / 1000.0);
         writeln!(
             out,
-            "{:<44} {:>9} {:>10.2} {:>9.2}  (us: the run's first record, wakeup)",
-            "", "", wakeup[1], wakeup[2]
+            "{:<44} {:>9} {:>10.2} {:>9.2} {:>10.2} {:>9.2}  (us: the run's first record, wakeup)",
+            "", "", wakeup[1], wakeup[2], wakeup[3], wakeup[4]
         )?;
         if fi == 0 {
             m342 = burst;
@@ -419,6 +441,13 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
         "target non-DHCP <= bare + 3 ns: {d60:+.2} ns -> {}",
         if d60 <= 3.0 { "met" } else { "MISSED" }
     )?;
+    let u60 = m60[3] - m60[0];
+    writeln!(
+        out,
+        "uplink program, non-DHCP: {u60:+.2} ns over bare ({:.2}x), {:+.2} ns against xdhcp_xdp",
+        m60[3] / m60[0],
+        m60[3] - m60[1]
+    )?;
     writeln!(
         out,
         "target 342 B captured <= 40 ns (in a burst): {:.2} ns -> {} (floor of any capture on \
@@ -437,7 +466,7 @@ fn main() -> Result<()> {
     let _guard = rt.enter();
     let mut dp = Datapath::load().context("loading the eBPF object (run as root)")?;
     let reader = dp.take_reader()?.context("ring buffer reader")?;
-    dp.set_mode(LO, CaptureMode::Observe)?;
+    set_modes(&dp, CaptureMode::Observe)?;
     let refs = reference::Set::load().context("loading the reference programs")?;
     let mut b = Bench {
         dp,

@@ -31,8 +31,8 @@ use crate::daemon::link::{Link, LinkError};
 use crate::datapath::ebpf::AttachTarget;
 use crate::datapath::rawsock::RawSender;
 use crate::datapath::{RxFrame, RxPath};
-use crate::model::UplinkRef;
 use crate::metrics::Metrics;
+use crate::model::UplinkRef;
 use crate::store::LeaseStore;
 
 /// How a maintained lease waits before trying again after an acquisition
