@@ -84,7 +84,12 @@ fn every_program_in_the_object_passes_the_verifier() {
         loaded.push(name.to_owned());
     }
     loaded.sort();
-    for wanted in [xdhcp_common::PROG_XDP, xdhcp_common::PROG_TC] {
+    for wanted in [
+        xdhcp_common::PROG_XDP,
+        xdhcp_common::PROG_TC,
+        xdhcp_common::PROG_UPLINK_XDP,
+        xdhcp_common::PROG_UPLINK_TC,
+    ] {
         assert!(
             loaded.iter().any(|n| n == wanted),
             "{wanted} not in {loaded:?}"
