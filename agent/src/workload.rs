@@ -24,6 +24,29 @@
 //! KubeVirt's in-pod DHCP server) with an empty `vmi_name`; no VMI is looked
 //! up for it and its MAC falls back to the pod interface MAC.
 //!
+//! # Live-migration targets
+//! KubeVirt's migration controller creates the target launcher pod with the
+//! label `kubevirt.io/migrationJobUID` (the UID of the
+//! `VirtualMachineInstanceMigration`) and the annotation
+//! `kubevirt.io/migrationJobName` (its name); no other launcher pod carries
+//! them. The pod the VM runs in (the source) is named by the migration's
+//! `status.migrationState.sourcePod`, which the controller sets while the
+//! migration is pending, before it creates the target pod. The VMI's own
+//! `status.migrationState` (`migrationUid`, `sourcePod`, `targetPod`) is
+//! written only at hand-off, once the target pod is ready, so at the
+//! target's CNI ADD it still describes the previous migration, if any: the
+//! VM then runs in that migration's target pod when it completed, in its
+//! source pod when it failed ([`migration_source_pod`]).
+//!
+//! On a target the VM keeps the address the source pod reported: the
+//! one-shot DORA asks for the first IPv4 address of the source pod's
+//! `k8s.ovn.org/pod-networks` entry for the same network (INIT-REBOOT), else
+//! for the address the VMI status reports (a guest agent's), else for none
+//! ([`vm_identity`]). The MAC chain gains one step there: the source
+//! entry's `mac_address` comes after the VMI's spec and status MACs, before
+//! the target pod interface's own MAC (the guest's NIC keeps its MAC across
+//! the migration; the target pod's interface is new).
+//!
 //! One thing: the identity of a workload (pod or VM, and the VM's MAC and
 //! previous address), pure functions and their tests.
 
@@ -42,6 +65,150 @@ pub const LABEL_KUBEVIRT_APP: &str = "kubevirt.io";
 pub const VIRT_LAUNCHER: &str = "virt-launcher";
 /// Conventional label holding the VMI (domain) name.
 pub const LABEL_DOMAIN: &str = "kubevirt.io/domain";
+/// Label virt-controller sets on a migration target launcher pod: the UID of
+/// the `VirtualMachineInstanceMigration` (`kubevirtv1.MigrationJobLabel`).
+pub const LABEL_MIGRATION_JOB_UID: &str = "kubevirt.io/migrationJobUID";
+/// Annotation virt-controller sets on a migration target launcher pod: the
+/// migration's name (`kubevirtv1.MigrationJobNameAnnotation`).
+pub const ANNOTATION_MIGRATION_JOB_NAME: &str = "kubevirt.io/migrationJobName";
+
+/// A launcher pod that is the target of a live migration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationTarget {
+    /// UID of the `VirtualMachineInstanceMigration`.
+    pub migration_uid: String,
+    /// Its name, when the pod carries it.
+    pub migration_name: Option<String>,
+}
+
+/// Whether a pod is a migration target, from KubeVirt's own markers (the
+/// `kubevirt.io/migrationJobUID` label, with the name annotation beside it).
+pub fn migration_target(
+    labels: &BTreeMap<String, String>,
+    migration_job_name: Option<&str>,
+) -> Option<MigrationTarget> {
+    let uid = labels
+        .get(LABEL_MIGRATION_JOB_UID)
+        .filter(|u| !u.trim().is_empty())?;
+    Some(MigrationTarget {
+        migration_uid: uid.clone(),
+        migration_name: migration_job_name
+            .filter(|n| !n.trim().is_empty())
+            .map(str::to_owned),
+    })
+}
+
+/// What the agent needs from a `VirtualMachineInstanceMigration`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MigrationInfo {
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `status.migrationState.sourcePod`.
+    pub source_pod: Option<String>,
+}
+
+impl MigrationInfo {
+    /// Extract the fields from a `kubevirt.io/v1`
+    /// `VirtualMachineInstanceMigration` document.
+    pub fn from_json(doc: &Json) -> Result<MigrationInfo, VmiParseError> {
+        let empty = serde_json::Map::new();
+        let root = obj(doc, "$")?.unwrap_or(&empty);
+        let meta = obj(root.get("metadata").unwrap_or(&Json::Null), "metadata")?.unwrap_or(&empty);
+        let status = obj(root.get("status").unwrap_or(&Json::Null), "status")?.unwrap_or(&empty);
+        let state = obj(
+            status.get("migrationState").unwrap_or(&Json::Null),
+            "status.migrationState",
+        )?
+        .unwrap_or(&empty);
+        Ok(MigrationInfo {
+            uid: string(meta.get("uid"), "metadata.uid")?,
+            source_pod: string(state.get("sourcePod"), "status.migrationState.sourcePod")?
+                .filter(|p| !p.is_empty()),
+        })
+    }
+}
+
+/// A VMI's `status.migrationState`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct VmiMigrationState {
+    /// `migrationUid`.
+    pub migration_uid: Option<String>,
+    /// `sourcePod`.
+    pub source_pod: Option<String>,
+    /// `targetPod`.
+    pub target_pod: Option<String>,
+    /// `completed`.
+    pub completed: bool,
+    /// `failed`.
+    pub failed: bool,
+}
+
+/// Where the name of a migration's source pod came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourcePodFrom {
+    /// The migration's `status.migrationState.sourcePod`.
+    Migration,
+    /// The VMI's `status.migrationState` for this migration (after hand-off).
+    VmiMigrationState,
+    /// The VMI's `status.migrationState` of the previous migration: the pod
+    /// the VM has run in since.
+    PreviousMigration,
+}
+
+/// The pod the VM runs in while `target` is prepared (module docs): the
+/// migration's `sourcePod` when the migration read is this one, else the
+/// VMI's `migrationState` when it is this migration's, else the pod the
+/// previous, finished migration left the VM in. Never `own_pod`.
+pub fn migration_source_pod(
+    target: &MigrationTarget,
+    own_pod: &str,
+    migration: Option<&MigrationInfo>,
+    vmi_state: Option<&VmiMigrationState>,
+) -> Option<(String, SourcePodFrom)> {
+    let usable = |p: &Option<String>| p.clone().filter(|p| !p.is_empty() && p != own_pod);
+    if let Some(m) = migration.filter(|m| m.uid.as_deref() == Some(target.migration_uid.as_str()))
+        && let Some(p) = usable(&m.source_pod)
+    {
+        return Some((p, SourcePodFrom::Migration));
+    }
+    let state = vmi_state?;
+    if state.migration_uid.as_deref() == Some(target.migration_uid.as_str()) {
+        return usable(&state.source_pod).map(|p| (p, SourcePodFrom::VmiMigrationState));
+    }
+    let now_in = match (state.completed, state.failed) {
+        (_, true) => &state.source_pod,
+        (true, false) => &state.target_pod,
+        (false, false) => return None,
+    };
+    usable(now_in).map(|p| (p, SourcePodFrom::PreviousMigration))
+}
+
+/// What the source pod of a migration reported for this network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceReport {
+    /// The source pod's name.
+    pub pod: String,
+    /// The entry's `mac_address`, when it is a MAC.
+    pub mac: Option<MacAddr>,
+    /// The first IPv4 address of the entry's `ip_addresses`.
+    pub address: Option<Ipv4Addr>,
+}
+
+impl SourceReport {
+    /// From the source pod's `pod-networks` entry (`mac_address`,
+    /// `ip_addresses` in CIDR form); unparsable fields are left out.
+    pub fn from_entry(pod: &str, mac_address: &str, ip_addresses: &[String]) -> SourceReport {
+        SourceReport {
+            pod: pod.to_owned(),
+            mac: mac_address.parse().ok(),
+            address: ip_addresses.iter().find_map(|a| match ip_lenient(a) {
+                Some(IpAddr::V4(v4)) => Some(v4),
+                _ => None,
+            }),
+        }
+    }
+}
 
 /// What kind of workload a pod is, which decides the DHCP behaviour.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -180,6 +347,8 @@ pub enum MacSource {
     VmiSpec,
     /// `status.interfaces[].mac` of the VMI (what the guest used before a migration).
     VmiStatus,
+    /// `mac_address` of the migration source pod's `pod-networks` entry.
+    MigrationSource,
     /// The pod interface's own MAC (first boot, nothing else known).
     PodInterface,
 }
@@ -189,6 +358,7 @@ impl fmt::Display for MacSource {
         f.write_str(match self {
             MacSource::VmiSpec => "vmi-spec",
             MacSource::VmiStatus => "vmi-status",
+            MacSource::MigrationSource => "migration-source",
             MacSource::PodInterface => "pod-interface",
         })
     }
@@ -240,6 +410,9 @@ pub struct VmiStatusInterface {
 /// What the agent needs from a `VirtualMachineInstance`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct VmiInfo {
+    /// `status.migrationState`, when set.
+    #[serde(default)]
+    pub migration_state: Option<VmiMigrationState>,
     /// `metadata.namespace`.
     pub namespace: String,
     /// `metadata.name`.
@@ -415,7 +588,35 @@ impl VmiInfo {
             status_interfaces.push(VmiStatusInterface { name, mac, ips });
         }
 
+        let migration_state = match status.get("migrationState") {
+            Some(m) => obj(m, "status.migrationState")?
+                .map(|m| -> Result<VmiMigrationState, VmiParseError> {
+                    let flag = |k: &str| match m.get(k) {
+                        None | Some(Json::Null) => Ok(false),
+                        Some(Json::Bool(b)) => Ok(*b),
+                        Some(_) => Err(VmiParseError::WrongType {
+                            field: format!("status.migrationState.{k}"),
+                            expected: "boolean",
+                        }),
+                    };
+                    let text = |k: &str| {
+                        string(m.get(k), &format!("status.migrationState.{k}"))
+                            .map(|v| v.filter(|v| !v.is_empty()))
+                    };
+                    Ok(VmiMigrationState {
+                        migration_uid: text("migrationUid")?,
+                        source_pod: text("sourcePod")?,
+                        target_pod: text("targetPod")?,
+                        completed: flag("completed")?,
+                        failed: flag("failed")?,
+                    })
+                })
+                .transpose()?,
+            None => None,
+        };
+
         Ok(VmiInfo {
+            migration_state,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             networks,
@@ -488,22 +689,61 @@ impl VmiInterfaceMatch {
     }
 }
 
+/// Where the address a VM's one-shot DORA asks for came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AddressSource {
+    /// The migration source pod's `pod-networks` entry (what was reported).
+    MigrationSource,
+    /// The VMI's `status.interfaces[]` (a guest agent's report).
+    VmiStatus,
+}
+
+/// The identity of a VM's one-shot DORA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmIdentity {
+    /// The MAC (and so the client identifier) to ask with.
+    pub mac: MacAddr,
+    /// Where it came from.
+    pub mac_source: MacSource,
+    /// The address to ask for (INIT-REBOOT), and where it came from.
+    pub requested: Option<(Ipv4Addr, AddressSource)>,
+}
+
 /// MAC, its source and the address to request for a VM's one-shot DORA,
-/// given the (optional) VMI and the pod interface MAC.
+/// given the (optional) VMI, the pod interface MAC and, on a migration
+/// target, what the source pod reported (module docs).
 ///
-/// Without a VMI, or without an interface on `network_key`, the pod
-/// interface MAC is used and nothing is requested.
-pub fn vm_dhcp_identity(
+/// Without a VMI, or without an interface on `network_key`, the source
+/// report and then the pod interface MAC are used.
+pub fn vm_identity(
     vmi: Option<&VmiInfo>,
     network_key: &str,
     pod_iface: MacAddr,
-) -> (MacAddr, MacSource, Option<Ipv4Addr>) {
-    match vmi.and_then(|v| v.interface_for_network(network_key)) {
-        Some(m) => {
-            let (mac, source) = m.resolve_mac(pod_iface);
-            (mac, source, m.status_ipv4)
-        }
-        None => (pod_iface, MacSource::PodInterface, None),
+    source: Option<&SourceReport>,
+) -> VmIdentity {
+    let m = vmi.and_then(|v| v.interface_for_network(network_key));
+    let (spec, status) = m
+        .as_ref()
+        .map_or((None, None), |m| (m.spec_mac, m.status_mac));
+    let (mac, mac_source) = match (spec, status, source.and_then(|s| s.mac)) {
+        (Some(mac), ..) => (mac, MacSource::VmiSpec),
+        (None, Some(mac), _) => (mac, MacSource::VmiStatus),
+        (None, None, Some(mac)) => (mac, MacSource::MigrationSource),
+        (None, None, None) => (pod_iface, MacSource::PodInterface),
+    };
+    let requested = source
+        .and_then(|s| s.address)
+        .map(|a| (a, AddressSource::MigrationSource))
+        .or_else(|| {
+            m.as_ref()
+                .and_then(|m| m.status_ipv4)
+                .map(|a| (a, AddressSource::VmiStatus))
+        });
+    VmIdentity {
+        mac,
+        mac_source,
+        requested,
     }
 }
 
@@ -756,6 +996,17 @@ mod tests {
         assert!(vmi.interface_for_network("elsewhere/vfio-net").is_none());
     }
 
+    /// The tuple form of [`VmIdentity`], for compact assertions.
+    fn ident(
+        vmi: Option<&VmiInfo>,
+        key: &str,
+        pod: MacAddr,
+        source: Option<&SourceReport>,
+    ) -> (MacAddr, MacSource, Option<(Ipv4Addr, AddressSource)>) {
+        let v = vm_identity(vmi, key, pod, source);
+        (v.mac, v.mac_source, v.requested)
+    }
+
     #[test]
     fn interface_without_status_uses_pod_mac() {
         let vmi = VmiInfo::from_json("tenant", "vm1", &vmi_doc()).unwrap();
@@ -767,7 +1018,7 @@ mod tests {
         );
         let pod = m("02:00:00:00:00:03");
         assert_eq!(
-            vm_dhcp_identity(Some(&vmi), "infra/bare-net", pod),
+            ident(Some(&vmi), "infra/bare-net", pod, None),
             (pod, MacSource::PodInterface, None)
         );
     }
@@ -777,20 +1028,216 @@ mod tests {
         let vmi = VmiInfo::from_json("tenant", "vm1", &vmi_doc()).unwrap();
         let pod = m("02:00:00:00:00:03");
         assert_eq!(
-            vm_dhcp_identity(None, "default/ovn-localnet-dhcp", pod),
+            ident(None, "default/ovn-localnet-dhcp", pod, None),
             (pod, MacSource::PodInterface, None)
         );
         assert_eq!(
-            vm_dhcp_identity(Some(&vmi), "tenant/unknown", pod),
+            ident(Some(&vmi), "tenant/unknown", pod, None),
             (pod, MacSource::PodInterface, None)
         );
         assert_eq!(
-            vm_dhcp_identity(Some(&vmi), "default/ovn-localnet-dhcp", pod),
+            ident(Some(&vmi), "default/ovn-localnet-dhcp", pod, None),
             (
                 m("02:00:00:00:20:08"),
                 MacSource::VmiSpec,
-                Some(Ipv4Addr::new(10, 1, 192, 213))
+                Some((Ipv4Addr::new(10, 1, 192, 213), AddressSource::VmiStatus))
             )
+        );
+    }
+
+    fn report(mac: Option<&str>, address: Option<[u8; 4]>) -> SourceReport {
+        SourceReport {
+            pod: "virt-launcher-vm1-src".into(),
+            mac: mac.map(m),
+            address: address.map(Ipv4Addr::from),
+        }
+    }
+
+    #[test]
+    fn a_migration_target_asks_for_what_the_source_reported() {
+        let vmi = VmiInfo::from_json("tenant", "vm1", &vmi_doc()).unwrap();
+        let pod = m("02:00:00:00:00:03");
+        let src = report(Some("02:00:00:00:77:77"), Some([192, 0, 2, 50]));
+        // The source's address wins over the VMI status address; the spec
+        // MAC still comes first.
+        assert_eq!(
+            ident(Some(&vmi), "default/ovn-localnet-dhcp", pod, Some(&src)),
+            (
+                m("02:00:00:00:20:08"),
+                MacSource::VmiSpec,
+                Some((Ipv4Addr::new(192, 0, 2, 50), AddressSource::MigrationSource))
+            )
+        );
+        // Status MAC before the source's MAC.
+        assert_eq!(
+            ident(Some(&vmi), "tenant/vfio-net", pod, Some(&src)),
+            (
+                m("02:00:00:00:30:01"),
+                MacSource::VmiStatus,
+                Some((Ipv4Addr::new(192, 0, 2, 50), AddressSource::MigrationSource))
+            )
+        );
+        // Neither spec nor status MAC: the source's MAC, not the new pod
+        // interface's.
+        assert_eq!(
+            ident(Some(&vmi), "infra/bare-net", pod, Some(&src)),
+            (
+                m("02:00:00:00:77:77"),
+                MacSource::MigrationSource,
+                Some((Ipv4Addr::new(192, 0, 2, 50), AddressSource::MigrationSource))
+            )
+        );
+        assert_eq!(
+            ident(None, "infra/bare-net", pod, Some(&src)).1,
+            MacSource::MigrationSource
+        );
+        // A source entry without an address: the VMI status address, then none.
+        let bare = report(None, None);
+        assert_eq!(
+            ident(Some(&vmi), "default/ovn-localnet-dhcp", pod, Some(&bare)).2,
+            Some((Ipv4Addr::new(10, 1, 192, 213), AddressSource::VmiStatus))
+        );
+        assert_eq!(
+            ident(Some(&vmi), "infra/bare-net", pod, Some(&bare)),
+            (pod, MacSource::PodInterface, None)
+        );
+    }
+
+    #[test]
+    fn source_report_from_an_entry() {
+        let r = SourceReport::from_entry(
+            "p",
+            "02:00:00:00:20:08",
+            &["fd00::5/64".into(), "10.1.192.213/24".into()],
+        );
+        assert_eq!(r.mac, Some(m("02:00:00:00:20:08")));
+        assert_eq!(r.address, Some(Ipv4Addr::new(10, 1, 192, 213)));
+        let r = SourceReport::from_entry("p", "", &["garbage".into()]);
+        assert_eq!((r.mac, r.address), (None, None));
+    }
+
+    #[test]
+    fn migration_targets_are_recognised_by_kubevirts_label() {
+        let l = labels(&[
+            ("kubevirt.io", "virt-launcher"),
+            ("kubevirt.io/migrationJobUID", "mig-uid"),
+        ]);
+        assert_eq!(
+            migration_target(&l, Some("mig1")),
+            Some(MigrationTarget {
+                migration_uid: "mig-uid".into(),
+                migration_name: Some("mig1".into())
+            })
+        );
+        assert_eq!(
+            migration_target(&l, Some("")).and_then(|t| t.migration_name),
+            None
+        );
+        // The name annotation alone, or an empty label, is no target.
+        let plain = labels(&[("kubevirt.io", "virt-launcher")]);
+        assert_eq!(migration_target(&plain, Some("mig1")), None);
+        let empty = labels(&[("kubevirt.io/migrationJobUID", " ")]);
+        assert_eq!(migration_target(&empty, None), None);
+    }
+
+    fn state(uid: &str, src: &str, dst: &str, completed: bool, failed: bool) -> VmiMigrationState {
+        VmiMigrationState {
+            migration_uid: Some(uid.into()),
+            source_pod: Some(src.into()).filter(|s: &String| !s.is_empty()),
+            target_pod: Some(dst.into()).filter(|s: &String| !s.is_empty()),
+            completed,
+            failed,
+        }
+    }
+
+    #[test]
+    fn the_source_pod_of_a_migration() {
+        let t = MigrationTarget {
+            migration_uid: "m2".into(),
+            migration_name: Some("mig2".into()),
+        };
+        let me = "launcher-c";
+        let mig = |uid: &str, src: Option<&str>| MigrationInfo {
+            uid: Some(uid.into()),
+            source_pod: src.map(str::to_owned),
+        };
+        // The migration's own status names it.
+        assert_eq!(
+            migration_source_pod(&t, me, Some(&mig("m2", Some("launcher-b"))), None),
+            Some(("launcher-b".into(), SourcePodFrom::Migration))
+        );
+        // Another migration's object (a reused name) is ignored.
+        assert_eq!(
+            migration_source_pod(&t, me, Some(&mig("m1", Some("launcher-a"))), None),
+            None
+        );
+        // After hand-off, the VMI's state for this migration.
+        let ours = state("m2", "launcher-b", me, false, false);
+        assert_eq!(
+            migration_source_pod(&t, me, Some(&mig("m2", None)), Some(&ours)),
+            Some(("launcher-b".into(), SourcePodFrom::VmiMigrationState))
+        );
+        // The previous migration completed: the VM runs in its target pod.
+        let done = state("m1", "launcher-a", "launcher-b", true, false);
+        assert_eq!(
+            migration_source_pod(&t, me, None, Some(&done)),
+            Some(("launcher-b".into(), SourcePodFrom::PreviousMigration))
+        );
+        // It failed: the VM stayed in its source pod.
+        let failed = state("m1", "launcher-a", "launcher-x", true, true);
+        assert_eq!(
+            migration_source_pod(&t, me, None, Some(&failed)),
+            Some(("launcher-a".into(), SourcePodFrom::PreviousMigration))
+        );
+        // Unfinished, or naming ourselves: unknown.
+        let running = state("m1", "launcher-a", "launcher-b", false, false);
+        assert_eq!(migration_source_pod(&t, me, None, Some(&running)), None);
+        let odd = state("m1", "launcher-a", me, true, false);
+        assert_eq!(migration_source_pod(&t, me, None, Some(&odd)), None);
+        assert_eq!(migration_source_pod(&t, me, None, None), None);
+    }
+
+    #[test]
+    fn migration_documents_parse() {
+        let vmim = json!({"metadata": {"name": "mig2", "uid": "m2"},
+            "status": {"phase": "Scheduling", "migrationState": {"sourcePod": "launcher-b"}}});
+        assert_eq!(
+            MigrationInfo::from_json(&vmim).unwrap(),
+            MigrationInfo {
+                uid: Some("m2".into()),
+                source_pod: Some("launcher-b".into())
+            }
+        );
+        assert_eq!(
+            MigrationInfo::from_json(&json!({"metadata": {"uid": "m2"}})).unwrap(),
+            MigrationInfo {
+                uid: Some("m2".into()),
+                source_pod: None
+            }
+        );
+        assert!(MigrationInfo::from_json(&json!({"status": {"migrationState": []}})).is_err());
+        let mut doc = vmi_doc();
+        doc["status"]["migrationState"] = json!({"migrationUid": "m1", "sourcePod": "a",
+            "targetPod": "b", "completed": true, "targetNode": "n2"});
+        let vmi = VmiInfo::from_json("tenant", "vm1", &doc).unwrap();
+        assert_eq!(
+            vmi.migration_state,
+            Some(state("m1", "a", "b", true, false))
+        );
+        doc["status"]["migrationState"]["failed"] = json!("yes");
+        let err = VmiInfo::from_json("tenant", "vm1", &doc).unwrap_err();
+        assert_eq!(
+            err,
+            VmiParseError::WrongType {
+                field: "status.migrationState.failed".into(),
+                expected: "boolean"
+            }
+        );
+        assert_eq!(
+            VmiInfo::from_json("tenant", "vm1", &vmi_doc())
+                .unwrap()
+                .migration_state,
+            None
         );
     }
 }

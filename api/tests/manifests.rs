@@ -388,6 +388,7 @@ fn rbac_is_exactly_what_the_agent_uses() {
         ("", "pods", "get"),
         ("", "pods", "patch"),
         ("kubevirt.io", "virtualmachineinstances", "get"),
+        ("kubevirt.io", "virtualmachineinstancemigrations", "get"),
     ]
     .into_iter()
     .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))
@@ -406,6 +407,10 @@ fn rbac_is_exactly_what_the_agent_uses() {
     assert!(
         client.contains("\"kubevirt.io\"") && client.contains("\"virtualmachineinstances\""),
         "agent no longer reads kubevirt.io virtualmachineinstances; update RBAC and this test"
+    );
+    assert!(
+        client.contains("\"virtualmachineinstancemigrations\""),
+        "agent no longer reads kubevirt.io virtualmachineinstancemigrations; update RBAC and this test"
     );
     assert!(
         client.contains(".get(") || client.contains(".get_opt("),

@@ -7,14 +7,20 @@
 //! - `PATCH /api/v1/namespaces/{ns}/pods/{name}` — JSON merge patch only
 //!   (`application/merge-patch+json`, RFC 7386), with the
 //!   `metadata.resourceVersion` precondition enforced as the API server does
-//!   (409 Conflict when stale); every accepted write bumps the version;
-//! - `GET   /apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}`.
+//!   (409 Conflict when stale), then `metadata.uid` as the API server treats
+//!   it (an immutable field: 422 Invalid when it is not the pod's); every
+//!   accepted write bumps the version;
+//! - `GET   /apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}`;
+//! - `GET   /apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstancemigrations/{name}`.
 //!
 //! Errors are `Status` objects with the real reasons and codes. Faults can
 //! be queued per operation: an error status, or a concurrent write by
 //! another client just before a PATCH is served (which then fails its
-//! precondition for real). Every request is recorded for assertions;
-//! requests outside the subset are answered 404 and recorded as unexpected.
+//! precondition for real). A request can also be held until the test lets
+//! it go ([`FakeApiServer::hold`]), so the test can change the world at an
+//! exact point of a client's sequence. Every request is recorded for
+//! assertions; requests outside the subset are answered 404 and recorded as
+//! unexpected.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -36,6 +42,8 @@ pub enum Op {
     PatchPod,
     /// `GET` a VMI.
     GetVmi,
+    /// `GET` a `VirtualMachineInstanceMigration`.
+    GetVmim,
 }
 
 /// A fault injected into the next request of an [`Op`].
@@ -77,6 +85,45 @@ pub struct Recorded {
 enum Kind {
     Pod,
     Vmi,
+    Vmim,
+}
+
+/// A request to hold: the `skip`+1-th request of `op` from now.
+struct HoldSlot {
+    op: Op,
+    skip: usize,
+    reached: std::sync::mpsc::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// A request the server holds ([`FakeApiServer::hold`]): it is answered only
+/// once [`Held::release`] is called (or this is dropped).
+pub struct Held {
+    reached: std::sync::mpsc::Receiver<()>,
+    release: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Held {
+    /// Wait (blocking, at most `within`) until the request arrives and is
+    /// being held; `false` if it did not arrive in time.
+    pub fn wait(&self, within: std::time::Duration) -> bool {
+        self.reached.recv_timeout(within).is_ok()
+    }
+
+    /// Let the held request be served.
+    pub fn release(mut self) {
+        if let Some(tx) = self.release.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(tx) = self.release.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 #[derive(Default)]
@@ -85,6 +132,7 @@ struct Inner {
     next_rv: u64,
     next_uid: u64,
     faults: VecDeque<(Op, Fault)>,
+    holds: Vec<HoldSlot>,
     requests: Vec<Recorded>,
 }
 
@@ -164,6 +212,15 @@ fn route(path: &str) -> Option<(Kind, String, String)> {
             "virtualmachineinstances",
             name,
         ] => Some((Kind::Vmi, (*ns).to_owned(), (*name).to_owned())),
+        [
+            "apis",
+            "kubevirt.io",
+            "v1",
+            "namespaces",
+            ns,
+            "virtualmachineinstancemigrations",
+            name,
+        ] => Some((Kind::Vmim, (*ns).to_owned(), (*name).to_owned())),
         _ => None,
     }
 }
@@ -194,8 +251,28 @@ async fn handle(
         (&Method::GET, Some((Kind::Pod, ..))) => Some(Op::GetPod),
         (&Method::PATCH, Some((Kind::Pod, ..))) => Some(Op::PatchPod),
         (&Method::GET, Some((Kind::Vmi, ..))) => Some(Op::GetVmi),
+        (&Method::GET, Some((Kind::Vmim, ..))) => Some(Op::GetVmim),
         _ => None,
     };
+    let held = {
+        let mut st = inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slot = None;
+        if let Some(i) = st.holds.iter().position(|h| Some(h.op) == op) {
+            if st.holds[i].skip == 0 {
+                slot = Some(st.holds.remove(i));
+            } else {
+                st.holds[i].skip -= 1;
+            }
+        }
+        slot
+    };
+    if let Some(h) = held {
+        let _ = h.reached.send(());
+        // A dropped sender (the test gave up) lets the request through too.
+        let _ = h.release.await;
+    }
     let delay = {
         let mut st = inner
             .lock()
@@ -254,6 +331,7 @@ fn serve(
     let kind_name = match kind {
         Kind::Pod => "pods",
         Kind::Vmi => "virtualmachineinstances",
+        Kind::Vmim => "virtualmachineinstancemigrations",
     };
     let key = (kind, ns.clone(), name.clone());
 
@@ -284,7 +362,7 @@ fn serve(
         (404, status_body(404, &msg, &name, kind_name))
     };
     match op {
-        Op::GetPod | Op::GetVmi => match st.objects.get(&key) {
+        Op::GetPod | Op::GetVmi | Op::GetVmim => match st.objects.get(&key) {
             Some(obj) => (200, obj.clone()),
             None => not_found(),
         },
@@ -314,13 +392,20 @@ fn serve(
             }
             let have_rv = &current["metadata"]["resourceVersion"];
             let have_uid = &current["metadata"]["uid"];
-            if want_rv.as_ref().is_some_and(|rv| rv != have_rv)
-                || want_uid.as_ref().is_some_and(|u| u != have_uid)
-            {
+            // The API server applies the patch, then compares the
+            // resourceVersion (409), then validates the update, where a
+            // changed `metadata.uid` is an immutable field (422).
+            if want_rv.as_ref().is_some_and(|rv| rv != have_rv) {
                 let msg = format!(
                     "Operation cannot be fulfilled on {kind_name} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
                 );
                 return (409, status_body(409, &msg, &name, kind_name));
+            }
+            if let Some(u) = want_uid.as_ref().filter(|u| *u != have_uid) {
+                let msg = format!(
+                    "Pod \"{name}\" is invalid: metadata.uid: Invalid value: {u}: field is immutable"
+                );
+                return (422, status_body(422, &msg, &name, kind_name));
             }
             let mut next = current;
             merge_patch(&mut next, &patch);
@@ -439,6 +524,28 @@ impl FakeApiServer {
         self.put(Kind::Vmi, vmi);
     }
 
+    /// Store a `kubevirt.io/v1` `VirtualMachineInstanceMigration` object.
+    pub fn put_vmim(&self, vmim: Value) {
+        self.put(Kind::Vmim, vmim);
+    }
+
+    /// Hold the request of `op` that comes after the next `skip` ones: it
+    /// is answered only once the returned [`Held`] is released or dropped.
+    pub fn hold(&self, op: Op, skip: usize) -> Held {
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel();
+        self.lock().holds.push(HoldSlot {
+            op,
+            skip,
+            reached: reached_tx,
+            release: release_rx,
+        });
+        Held {
+            reached,
+            release: Some(release),
+        }
+    }
+
     fn put(&self, kind: Kind, mut obj: Value) {
         let ns = obj["metadata"]["namespace"]
             .as_str()
@@ -542,6 +649,10 @@ mod tests {
         assert_eq!(
             route("/apis/kubevirt.io/v1/namespaces/ns/virtualmachineinstances/v"),
             Some((Kind::Vmi, "ns".into(), "v".into()))
+        );
+        assert_eq!(
+            route("/apis/kubevirt.io/v1/namespaces/ns/virtualmachineinstancemigrations/m"),
+            Some((Kind::Vmim, "ns".into(), "m".into()))
         );
         assert_eq!(route("/api/v1/pods"), None);
         assert_eq!(route("/api/v1/namespaces/ns/pods/p/status"), None);

@@ -516,3 +516,98 @@ async fn hung_api_server_times_out_fake_apiserver() {
     }))
     .await;
 }
+
+#[tokio::test]
+async fn the_write_carries_the_uid_and_a_recreated_pod_refuses_it_fake_apiserver() {
+    within(Box::pin(async {
+        let server = FakeApiServer::start().await;
+        let uid = server.add_pod(NS, "web", &[], &[]);
+        let api = api(&server);
+        api.set_network_entry_for_uid(NS, "web", Some(&uid), KEY, entry())
+            .await
+            .unwrap();
+        let patch = server
+            .requests()
+            .into_iter()
+            .find(|r| r.op == Some(Op::PatchPod))
+            .unwrap();
+        assert_eq!(patch.body.unwrap()["metadata"]["uid"], json!(uid));
+
+        // The API server's answer to a patch naming another UID: 422, the
+        // field is immutable (what the agent relies on besides its read).
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(server.client(), NS);
+        let err = pods
+            .patch(
+                "web",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"metadata": {"uid": "someone-else",
+                    "annotations": {"x": "y"}}})),
+            )
+            .await
+            .unwrap_err();
+        let kube::Error::Api(status) = err else {
+            panic!("{err}")
+        };
+        assert_eq!(status.code, 422, "{status:?}");
+        assert!(status.message.contains("metadata.uid"), "{status:?}");
+        assert_eq!(server.annotation(NS, "web", "x"), None);
+
+        // A sandbox whose network namespace is gone: nothing written.
+        let dir = tempfile::tempdir().unwrap();
+        let guard = xdhcp::kube::WriteGuard {
+            uid: Some(uid.clone()),
+            netns: Some(dir.path().join("cni-gone")),
+        };
+        let patches = server.count(Op::PatchPod);
+        let err = api
+            .set_network_entry_guarded(NS, "web", &guard, "other/net", entry())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::SandboxGone { .. }), "{err}");
+        assert!(err.to_string().contains("tenant/web"), "{err}");
+        assert_eq!(server.count(Op::PatchPod), patches);
+    }))
+    .await;
+}
+
+#[tokio::test]
+async fn migration_objects_fake_apiserver() {
+    within(Box::pin(async {
+        let server = FakeApiServer::start().await;
+        server.put_vmim(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "mig1", "namespace": NS, "uid": "mig-uid-1"},
+            "spec": {"vmiName": "vm1"},
+            "status": {"phase": "Scheduling", "migrationState": {"sourcePod": "virt-launcher-vm1-a"}}
+        }));
+        server.put_pod(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "virt-launcher-vm1-b", "namespace": NS, "uid": "p-b",
+                "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1",
+                           "kubevirt.io/migrationJobUID": "mig-uid-1"},
+                "annotations": {"kubevirt.io/migrationJobName": "mig1"}
+            }
+        }));
+        let api = api(&server);
+        let pod = api.get_pod(NS, "virt-launcher-vm1-b").await.unwrap();
+        let target = pod.migration_target().expect("a migration target");
+        assert_eq!(target.migration_uid, "mig-uid-1");
+        assert_eq!(target.migration_name.as_deref(), Some("mig1"));
+        let mig = api.get_migration(NS, "mig1").await.unwrap().unwrap();
+        assert_eq!(mig.uid.as_deref(), Some("mig-uid-1"));
+        assert_eq!(mig.source_pod.as_deref(), Some("virt-launcher-vm1-a"));
+        assert!(api.get_migration(NS, "gone").await.unwrap().is_none());
+        server.inject(Op::GetVmim, Fault::Status(403));
+        let err = api.get_migration(NS, "mig1").await.unwrap_err();
+        assert_eq!(err.http_status(), Some(403));
+        assert!(
+            err.to_string()
+                .contains("VirtualMachineInstanceMigration tenant/mig1"),
+            "{err}"
+        );
+        assert!(server.unexpected().is_empty());
+    }))
+    .await;
+}

@@ -17,7 +17,7 @@ use crate::cni::config::NetworkConfig;
 use crate::cni::types::CniResult;
 use crate::kube::network_key;
 use crate::rpc::{CniRequest, GcReply, GcRequest};
-use crate::workload::{MacAddr, Workload, vm_dhcp_identity};
+use crate::workload::{MacAddr, MigrationTarget, Workload, vm_identity};
 
 /// How long ADD waits for the first lease record to reach the disk.
 const PERSIST_WAIT: Duration = Duration::from_secs(5);
@@ -42,6 +42,8 @@ struct Who {
     pod: Option<PodRef>,
     workload: Workload,
     annotation_key: Option<String>,
+    /// A live-migration target launcher pod's migration.
+    migration: Option<MigrationTarget>,
 }
 
 /// Ask the API (kube) or `CNI_ARGS` + local store (embedded) who this is.
@@ -51,6 +53,7 @@ async fn who(agent: &Agent, req: &CniRequest) -> Result<Who, Error> {
             pod: None,
             workload: Workload::Pod,
             annotation_key: None,
+            migration: None,
         });
     };
     let info = agent
@@ -73,6 +76,7 @@ async fn who(agent: &Agent, req: &CniRequest) -> Result<Who, Error> {
         }),
         workload: info.workload(),
         annotation_key: Some(annotation_key(&req.config, ns)?),
+        migration: info.migration_target(),
     })
 }
 
@@ -101,6 +105,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             pod: who.pod,
             annotation_key: who.annotation_key,
             vmi_name: vmi_name.clone(),
+            migration: who.migration,
         };
         return vm::add_vfio(agent, &req, target, pci).await;
     }
@@ -122,12 +127,21 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
                 .await
                 .map_err(|e| kube(agent, e))?;
             let key = who.annotation_key.clone().unwrap_or_default();
-            let (mac, source, req_ip) =
-                vm_dhcp_identity(vmi.as_ref(), &key, MacAddr(link.info.mac));
-            info!(vmi = %vmi_name, mac = %mac, source = ?source, requested = ?req_ip,
+            let source = vm::migration_source(
+                agent,
+                who.pod.as_ref(),
+                who.migration.as_ref(),
+                vmi.as_ref(),
+                &key,
+            )
+            .await;
+            let id = vm_identity(vmi.as_ref(), &key, MacAddr(link.info.mac), source.as_ref());
+            info!(vmi = %vmi_name, mac = %id.mac, mac_source = %id.mac_source,
+                requested = ?id.requested, migration_source = ?source.as_ref().map(|s| &s.pod),
                 "VM pod: one-shot discovery, the address is not configured");
+            let req_ip = id.requested.map(|(a, _)| a);
             (
-                mac.octets(),
+                id.mac.octets(),
                 Mode::OneShot,
                 req_ip,
                 WorkloadKind::Vm {
@@ -151,14 +165,13 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     };
     let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
 
-    // Report the address (pods and VMs alike).
+    // Report the address (pods and VMs alike), unless the ADD went stale.
     if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)
-        && let Err(e) = report_address(agent, p, key, &lease, mac).await
+        && let Err(e) = report_address(agent, p, key, &lease, mac, Some(&netns)).await
     {
-        // Give the address back: the pod cannot use an unreported address.
-        let release = kind == WorkloadKind::Pod;
-        acquire::abandon(agent, &req.container_id, &req.ifname, &handle, release).await;
-        return Err(kube(agent, e));
+        // The pod cannot use an unreported address: give it back (pods).
+        let record = lock(&handle.live).record.clone();
+        return Err(acquire::abandon_unreported(agent, &record, &handle, &lease, e).await);
     }
     // Answer only once the lease is on disk (a restart must resume it).
     if !handle.persisted(PERSIST_WAIT).await {

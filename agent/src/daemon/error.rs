@@ -59,6 +59,16 @@ pub(crate) enum Error {
         #[source]
         source: PodApiError,
     },
+    /// The address was leased but not reported in `pod-networks` (the write
+    /// failed, or the ADD went stale: pod recreated, sandbox gone); what
+    /// became of the lease is part of the message.
+    #[error("address {address} not reported: {source}; {fate}")]
+    NotReported {
+        address: Ipv4Addr,
+        fate: super::acquire::LeaseFate,
+        #[source]
+        source: PodApiError,
+    },
     /// The interface cannot be opened or captured on.
     #[error("cannot use {place}")]
     Interface {

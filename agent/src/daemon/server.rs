@@ -44,7 +44,7 @@ fn to_cni(e: &Error) -> CniError {
             return CniError::config("cni.dev/valid-attachments", "missing (required for GC)");
         }
         Error::ClientConfig { .. } => (code::INVALID_NETWORK_CONFIG, true),
-        Error::Kube { .. } => (code::KUBE_API, true),
+        Error::Kube { .. } | Error::NotReported { .. } => (code::KUBE_API, true),
         Error::Interface { .. } | Error::Netdev { .. } | Error::LinkFailed { .. } => {
             (code::INTERFACE, false)
         }

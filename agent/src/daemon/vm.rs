@@ -26,10 +26,13 @@ use super::lease::persist::{self, PodRef, WorkloadKind};
 use super::registry::Handle;
 use crate::cli::AgentArgs;
 use crate::cni::types::CniResult;
+use crate::kube::annotation::PodNetworks;
 use crate::netlink::Netlink;
 use crate::rpc::{CniRequest, format_chain};
 use crate::vfio::{self, PciAddr, Sysfs, VmDevice};
-use crate::workload::{MacAddr, MacSource, VmiInfo, vm_dhcp_identity};
+use crate::workload::{
+    MacAddr, MacSource, MigrationTarget, SourceReport, VmiInfo, migration_source_pod, vm_identity,
+};
 
 /// How long to wait for carrier on the freshly bound netdev before sending
 /// anyway (the engine retransmits if the first frames are lost).
@@ -105,6 +108,69 @@ pub(crate) struct VmPod {
     pub(crate) annotation_key: Option<String>,
     /// The owning `VirtualMachineInstance`.
     pub(crate) vmi_name: String,
+    /// The migration, when the pod is a live-migration target.
+    pub(crate) migration: Option<MigrationTarget>,
+}
+
+/// On a live-migration target: what the source pod reported for network
+/// `key` (its `pod-networks` entry), found through the migration object,
+/// else the VMI's migration state (see [`crate::workload`]). Best effort:
+/// anything missing or unreadable is logged and the DORA goes on with the
+/// VMI status address, if any.
+pub(crate) async fn migration_source(
+    agent: &Agent,
+    pod: Option<&PodRef>,
+    migration: Option<&MigrationTarget>,
+    vmi: Option<&VmiInfo>,
+    key: &str,
+) -> Option<SourceReport> {
+    let (pod, target) = (pod?, migration?);
+    let ns = pod.namespace.as_str();
+    let object = match target.migration_name.as_deref() {
+        Some(name) => match agent.pod_api.get_migration(ns, name).await {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(pod = %pod_label(Some(pod)), migration = name, error = %format_chain(&e),
+                    "migration target: cannot read the migration; trying the VMI's migration state");
+                None
+            }
+        },
+        None => None,
+    };
+    let state = vmi.and_then(|v| v.migration_state.as_ref());
+    let Some((source, from)) = migration_source_pod(target, &pod.name, object.as_ref(), state)
+    else {
+        warn!(pod = %pod_label(Some(pod)), migration = %target.migration_uid,
+            "migration target: the source pod is not known; asking for the VMI status address, if any");
+        return None;
+    };
+    let entry = match agent.pod_api.get_pod(ns, &source).await {
+        Ok(info) => PodNetworks::parse(info.pod_networks.as_deref()).and_then(|n| n.entry(key)),
+        Err(e) => {
+            warn!(pod = %pod_label(Some(pod)), source = %source, error = %format_chain(&e),
+                "migration target: cannot read the source pod");
+            return None;
+        }
+    };
+    match entry {
+        Ok(Some(e)) => {
+            let report = SourceReport::from_entry(&source, &e.mac_address, &e.ip_addresses);
+            info!(pod = %pod_label(Some(pod)), source = %source, source_from = ?from,
+                address = ?report.address, mac = ?report.mac,
+                "migration target: the source pod's reported address");
+            Some(report)
+        }
+        Ok(None) => {
+            info!(pod = %pod_label(Some(pod)), source = %source, network = key,
+                "migration target: the source pod reported nothing on this network");
+            None
+        }
+        Err(e) => {
+            warn!(pod = %pod_label(Some(pod)), source = %source, error = %format_chain(&e),
+                "migration target: the source pod's pod-networks annotation is unusable");
+            None
+        }
+    }
 }
 
 /// ADD for a VM whose device is the VF `pci` on `vfio-pci`: hand it off,
@@ -125,6 +191,16 @@ pub(crate) async fn add_vfio(
             agent.metrics().failure("kube_api");
             Error::Kube { source }
         })?;
+    // Before the handoff: the window on the kernel driver stays one DORA long.
+    let key = vm.annotation_key.clone().unwrap_or_default();
+    let report = migration_source(
+        agent,
+        vm.pod.as_ref(),
+        vm.migration.as_ref(),
+        vmi.as_ref(),
+        &key,
+    )
+    .await;
     let sysfs = Sysfs::new(&agent.args.sysfs_root).with_vf_drivers(&agent.args.vf_driver);
     let journal = vfio::journal_dir(&agent.args.state_dir);
     let handed = vfio::with_kernel_driver(
@@ -132,7 +208,7 @@ pub(crate) async fn add_vfio(
         &journal,
         &pci,
         agent.args.vfio_netdev_timeout,
-        |netdev| discover(agent, req, &vm, vmi.as_ref(), pci, netdev),
+        |netdev| discover(agent, req, &vm, vmi.as_ref(), report.as_ref(), pci, netdev),
     )
     .await;
     let (handle, lease, mac) = match handed {
@@ -152,11 +228,10 @@ pub(crate) async fn add_vfio(
         }
     };
     if let (Some(p), Some(key)) = (&vm.pod, &vm.annotation_key)
-        && let Err(source) = report_address(agent, p, key, &lease, mac).await
+        && let Err(source) = report_address(agent, p, key, &lease, mac, req.netns.as_deref()).await
     {
-        agent.metrics().failure("kube_api");
-        acquire::abandon(agent, &req.container_id, &req.ifname, &handle, false).await;
-        return Err(Error::Kube { source });
+        let record = super::lease::task::lock(&handle.live).record.clone();
+        return Err(acquire::abandon_unreported(agent, &record, &handle, &lease, source).await);
     }
     info!(container = %req.container_id, ifname = %req.ifname, %pci, address = %lease.address,
         mac = %MacAddr(mac), "ADD done (VFIO VM: address reported, vfio-pci restored)");
@@ -171,6 +246,7 @@ async fn discover(
     req: &CniRequest,
     vm: &VmPod,
     vmi: Option<&VmiInfo>,
+    report: Option<&SourceReport>,
     pci: PciAddr,
     netdev: String,
 ) -> Result<(Handle, Lease, [u8; 6]), Error> {
@@ -199,8 +275,10 @@ async fn discover(
         )
     })?;
     let key = vm.annotation_key.clone().unwrap_or_default();
-    let (mac, source, requested) = vm_dhcp_identity(vmi, &key, MacAddr(vf_mac));
-    info!(%pci, netdev, vmi = %vm.vmi_name, mac = %mac, source = ?source, requested = ?requested,
+    let id = vm_identity(vmi, &key, MacAddr(vf_mac), report);
+    let (mac, source) = (id.mac, id.mac_source);
+    let requested = id.requested.map(|(a, _)| a);
+    info!(%pci, netdev, vmi = %vm.vmi_name, mac = %mac, mac_source = %source, requested = ?id.requested,
         "VFIO VM: one-shot discovery on the VF netdev; the address is not configured");
     prepare(&nl, &netdev, details.ifindex, vf_mac, mac.octets(), source)
         .await

@@ -18,8 +18,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::annotation::{self, AnnotationError, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
-use super::{PodApiError, PodInfo, Result};
-use crate::workload::VmiInfo;
+use super::{PodApiError, PodInfo, Result, WriteGuard};
+use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo};
 
 /// Longest wait for a TCP/TLS connection to the API server.
 pub const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,6 +31,7 @@ pub const FIELD_MANAGER: &str = "xdhcp";
 
 const RESOURCE_POD: &str = "pod";
 const RESOURCE_VMI: &str = "VirtualMachineInstance";
+const RESOURCE_VMIM: &str = "VirtualMachineInstanceMigration";
 
 /// `--kube=auto|on|off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -150,6 +151,13 @@ fn vmi_resource() -> ApiResource {
     )
 }
 
+fn vmim_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
+        "virtualmachineinstancemigrations",
+    )
+}
+
 impl KubeClient {
     /// Wrap an existing client (tests build one against a fake server).
     pub fn new(client: kube::Client) -> Self {
@@ -252,17 +260,42 @@ impl KubeClient {
             })
     }
 
+    /// Read a migration; `Ok(None)` when it does not exist or `name` is empty.
+    pub async fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &vmim_resource());
+        let Some(obj) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error("get", RESOURCE_VMIM, ns, name, e))?
+        else {
+            return Ok(None);
+        };
+        let mut info =
+            MigrationInfo::from_json(&obj.data).map_err(|source| PodApiError::Migration {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                source,
+            })?;
+        // `data` holds everything but the metadata.
+        info.uid = obj.metadata.uid.clone();
+        Ok(Some(info))
+    }
+
     /// Set `key`'s entry of the pod-networks annotation, preserving every
-    /// other entry.
+    /// other entry, under `guard` (see [`WriteGuard`]).
     pub async fn set_network_entry(
         &self,
         ns: &str,
         name: &str,
-        uid: Option<&str>,
+        guard: &WriteGuard,
         key: &str,
         entry: &PodNetworkEntry,
     ) -> Result<()> {
-        self.update(ns, name, uid, false, |current| {
+        self.update(ns, name, guard, false, |current| {
             let next = annotation::merge_entry(current, key, entry)?;
             Ok((current != Some(next.as_str())).then_some(Some(next)))
         })
@@ -271,7 +304,7 @@ impl KubeClient {
 
     /// Remove `key`'s entry (DEL); a missing pod or entry is success.
     pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
-        self.update(ns, name, None, true, |current| {
+        self.update(ns, name, &WriteGuard::default(), true, |current| {
             annotation::remove_entry(current, key)
         })
         .await
@@ -279,12 +312,15 @@ impl KubeClient {
 
     /// The read-modify-write loop. `mutate` maps the current annotation to
     /// `None` (nothing to do), `Some(None)` (delete the annotation) or
-    /// `Some(Some(value))`.
+    /// `Some(Some(value))`. `guard` is checked after every read, before the
+    /// patch; the patch also carries the guarded UID, which the API server
+    /// refuses (422, `metadata.uid` is immutable) if the pod was recreated
+    /// between the read and the write.
     async fn update(
         &self,
         ns: &str,
         name: &str,
-        uid: Option<&str>,
+        guard: &WriteGuard,
         missing_ok: bool,
         mutate: impl Fn(Option<&str>) -> Result<Option<Option<String>>, AnnotationError>,
     ) -> Result<()> {
@@ -317,16 +353,8 @@ impl KubeClient {
                 }
                 Err(e) => return Err(api_error("get", RESOURCE_POD, ns, name, e)),
             };
-            if let Some(expected) = uid
-                && pod.metadata.uid.as_deref() != Some(expected)
-            {
-                return Err(PodApiError::UidMismatch {
-                    namespace: ns.to_owned(),
-                    name: name.to_owned(),
-                    expected: expected.to_owned(),
-                    actual: pod.metadata.uid.clone(),
-                });
-            }
+            check_uid(ns, name, guard, pod.metadata.uid.as_deref())?;
+            guard.check_sandbox(ns, name)?;
             let current = pod
                 .metadata
                 .annotations
@@ -344,6 +372,9 @@ impl KubeClient {
             let mut metadata = json!({ "annotations": { POD_NETWORKS_ANNOTATION: next } });
             if let Some(rv) = &pod.metadata.resource_version {
                 metadata["resourceVersion"] = json!(rv);
+            }
+            if let Some(uid) = &guard.uid {
+                metadata["uid"] = json!(uid);
             }
             let patch = json!({ "metadata": metadata });
             match api.patch(name, &params, &Patch::Merge(&patch)).await {
@@ -379,9 +410,31 @@ impl KubeClient {
                     tokio::time::sleep(wait).await;
                 }
                 Err(e) if missing_ok && is_not_found(&e) => return Ok(()),
+                Err(kube::Error::Api(s)) if guard.uid.is_some() && s.code == 422 => {
+                    // Invalid: the UID we sent is not the pod's any more
+                    // (recreated since the read), or the patch itself is bad.
+                    let err = kube::Error::Api(s);
+                    if let Ok(Some(now)) = api.get_opt(name).await {
+                        check_uid(ns, name, guard, now.metadata.uid.as_deref())?;
+                    }
+                    return Err(api_error("patch", RESOURCE_POD, ns, name, err));
+                }
                 Err(e) => return Err(api_error("patch", RESOURCE_POD, ns, name, e)),
             }
         }
+    }
+}
+
+/// The pod must still be the one `guard` names.
+fn check_uid(ns: &str, name: &str, guard: &WriteGuard, actual: Option<&str>) -> Result<()> {
+    match &guard.uid {
+        Some(expected) if actual != Some(expected.as_str()) => Err(PodApiError::UidMismatch {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            expected: expected.clone(),
+            actual: actual.map(str::to_owned),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -438,6 +491,11 @@ fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
             .annotations
             .as_ref()
             .and_then(|a| a.get(POD_NETWORKS_ANNOTATION))
+            .cloned(),
+        migration_job_name: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_MIGRATION_JOB_NAME))
             .cloned(),
     }
 }

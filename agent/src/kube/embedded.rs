@@ -16,11 +16,12 @@
 //! ```json
 //! {"pods": {"<ns>/<name>": {"uid": "…", "labels": {…}, "owner_vmi": null,
 //!                            "annotations": {"k8s.ovn.org/pod-networks": "{…}"}}},
-//!  "vmis": {"<ns>/<name>": { <kubevirt.io/v1 VirtualMachineInstance JSON> }}}
+//!  "vmis": {"<ns>/<name>": { <kubevirt.io/v1 VirtualMachineInstance JSON> }},
+//!  "migrations": {"<ns>/<name>": { <kubevirt.io/v1 VirtualMachineInstanceMigration JSON> }}}
 //! ```
 //!
 //! A pod the file does not know is a plain pod with no labels. An operator
-//! (or a test) may seed `labels`, `owner_vmi` and `vmis` by hand to exercise
+//! (or a test) may seed `labels`, `owner_vmi`, `vmis` and `migrations` by hand to exercise
 //! the VM path without a cluster; the agent only ever writes `uid` and
 //! `annotations`. A corrupt file is reported and never overwritten.
 //!
@@ -37,8 +38,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::{Deserialize, Serialize};
 
 use super::annotation::{self, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
-use super::{PodApiError, PodInfo, Result};
-use crate::workload::VmiInfo;
+use super::{PodApiError, PodInfo, Result, WriteGuard};
+use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo};
 
 /// File name of the store under the state dir.
 pub const STORE_FILE: &str = "pod-networks.json";
@@ -75,6 +76,10 @@ pub struct EmbeddedState {
     /// VMI documents by `"<ns>/<name>"` (seeded by hand).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vmis: BTreeMap<String, serde_json::Value>,
+    /// `VirtualMachineInstanceMigration` documents by `"<ns>/<name>"`
+    /// (seeded by hand).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub migrations: BTreeMap<String, serde_json::Value>,
 }
 
 /// The embedded backend of [`super::PodApi`].
@@ -259,7 +264,28 @@ impl EmbeddedStore {
             labels: rec.labels,
             owner_vmi: rec.owner_vmi,
             pod_networks: rec.annotations.get(POD_NETWORKS_ANNOTATION).cloned(),
+            migration_job_name: rec.annotations.get(ANNOTATION_MIGRATION_JOB_NAME).cloned(),
         })
+    }
+
+    /// A seeded migration, if any.
+    pub async fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let mut cache = self.lock.lock().await;
+        let state = cache.current(&self.path)?;
+        state
+            .migrations
+            .get(&pod_key(ns, name))
+            .map(|doc| {
+                MigrationInfo::from_json(doc).map_err(|source| PodApiError::Migration {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    source,
+                })
+            })
+            .transpose()
     }
 
     /// A seeded VMI, if any.
@@ -282,17 +308,22 @@ impl EmbeddedStore {
             .transpose()
     }
 
-    /// Set `key`'s entry; records `uid` when given.
+    /// Set `key`'s entry; records the guarded UID when given. The sandbox
+    /// guard is checked under the store's lock, before the change. (The
+    /// store only records UIDs the ADDs bring, so it cannot tell an older
+    /// pod from a newer one: the UID guard needs the API server.)
     pub async fn set_network_entry(
         &self,
         ns: &str,
         name: &str,
-        uid: Option<&str>,
+        guard: &WriteGuard,
         key: &str,
         entry: &PodNetworkEntry,
     ) -> Result<()> {
+        let uid = guard.uid.as_deref();
         let mine = {
             let mut cache = self.lock.lock().await;
+            guard.check_sandbox(ns, name)?;
             let state = cache.current(&self.path)?;
             let current = state
                 .pods
@@ -476,11 +507,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path());
         store
-            .set_network_entry("ns", "p", Some("uid-1"), "ns/a", &entry(10))
+            .set_network_entry(
+                "ns",
+                "p",
+                &WriteGuard::uid(Some("uid-1")),
+                "ns/a",
+                &entry(10),
+            )
             .await
             .unwrap();
         store
-            .set_network_entry("ns", "p", None, "ns/b", &entry(11))
+            .set_network_entry("ns", "p", &WriteGuard::default(), "ns/b", &entry(11))
             .await
             .unwrap();
         // A second handle (another process, `xdhcp status`) sees the same data.
@@ -533,7 +570,7 @@ mod tests {
         let before = inodes(dir.path());
         for i in 0..5 {
             store
-                .set_network_entry("ns", "q", None, "ns/a", &entry(20 + i))
+                .set_network_entry("ns", "q", &WriteGuard::default(), "ns/a", &entry(20 + i))
                 .await
                 .unwrap();
         }
@@ -548,7 +585,13 @@ mod tests {
         let store = EmbeddedStore::open(dir.path());
         assert!(!store.has_unsynced());
         store
-            .set_network_entry("ns", "p", Some("uid-1"), "ns/a", &entry(10))
+            .set_network_entry(
+                "ns",
+                "p",
+                &WriteGuard::uid(Some("uid-1")),
+                "ns/a",
+                &entry(10),
+            )
             .await
             .unwrap();
         assert!(store.has_unsynced());
@@ -570,7 +613,7 @@ mod tests {
         assert_eq!(pod.labels["kubevirt.io"], "virt-launcher");
         // The next write starts from the edited document, not the cache.
         store
-            .set_network_entry("ns", "p", None, "ns/b", &entry(11))
+            .set_network_entry("ns", "p", &WriteGuard::default(), "ns/b", &entry(11))
             .await
             .unwrap();
         let rec = &store.load().unwrap().pods["ns/p"];
@@ -592,7 +635,13 @@ mod tests {
                 let store = store.clone();
                 tokio::spawn(async move {
                     store
-                        .set_network_entry("ns", &format!("p{i}"), None, "ns/a", &entry(i))
+                        .set_network_entry(
+                            "ns",
+                            &format!("p{i}"),
+                            &WriteGuard::default(),
+                            "ns/a",
+                            &entry(i),
+                        )
                         .await
                 })
             })
@@ -647,7 +696,13 @@ mod tests {
         assert_eq!(m.spec_mac.unwrap().to_string(), "02:00:00:00:20:08");
         // Removing the last entry keeps a seeded record.
         store
-            .set_network_entry("t", "virt-launcher-vm1-x", None, "t/net", &entry(5))
+            .set_network_entry(
+                "t",
+                "virt-launcher-vm1-x",
+                &WriteGuard::default(),
+                "t/net",
+                &entry(5),
+            )
             .await
             .unwrap();
         store
@@ -664,13 +719,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_gone_sandbox_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path());
+        let netns = dir.path().join("netns-cni-1");
+        std::fs::write(&netns, b"").unwrap();
+        let guard = WriteGuard {
+            uid: Some("uid-1".into()),
+            netns: Some(netns.clone()),
+        };
+        store
+            .set_network_entry("ns", "p", &guard, "ns/a", &entry(10))
+            .await
+            .unwrap();
+        std::fs::remove_file(&netns).unwrap();
+        let err = store
+            .set_network_entry("ns", "p", &guard, "ns/b", &entry(11))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::SandboxGone { .. }), "{err}");
+        assert!(err.to_string().contains("ns/p"), "{err}");
+        let ann = &store.load().unwrap().pods["ns/p"].annotations[POD_NETWORKS_ANNOTATION];
+        assert!(
+            ann.contains("\"ns/a\"") && !ann.contains("\"ns/b\""),
+            "{ann}"
+        );
+    }
+
+    #[tokio::test]
     async fn corrupt_store_is_an_error_and_left_untouched() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STORE_FILE);
         std::fs::write(&path, b"{not json").unwrap();
         let store = EmbeddedStore::open(dir.path());
         let err = store
-            .set_network_entry("ns", "p", None, "ns/a", &entry(1))
+            .set_network_entry("ns", "p", &WriteGuard::default(), "ns/a", &entry(1))
             .await
             .unwrap_err();
         assert!(matches!(err, PodApiError::StoreCorrupt { .. }), "{err}");
@@ -682,7 +765,7 @@ mod tests {
         )
         .unwrap();
         let err = store
-            .set_network_entry("ns", "p", None, "ns/a", &entry(1))
+            .set_network_entry("ns", "p", &WriteGuard::default(), "ns/a", &entry(1))
             .await
             .unwrap_err();
         assert!(matches!(err, PodApiError::Annotation { .. }), "{err}");

@@ -21,7 +21,10 @@ pub use annotation::{POD_NETWORKS_ANNOTATION, PodNetworkEntry, network_key};
 pub use client::{KubeClient, KubeMode, RetryPolicy};
 pub use embedded::EmbeddedStore;
 
-use crate::workload::{VmiInfo, VmiParseError, Workload, classify_pod};
+use crate::workload::{
+    MigrationInfo, MigrationTarget, VmiInfo, VmiParseError, Workload, classify_pod,
+    migration_target,
+};
 use annotation::AnnotationError;
 
 /// `pub type Result<T, E = PodApiError>`.
@@ -42,12 +45,21 @@ pub struct PodInfo {
     pub owner_vmi: Option<String>,
     /// The current `k8s.ovn.org/pod-networks` annotation value.
     pub pod_networks: Option<String>,
+    /// The `kubevirt.io/migrationJobName` annotation (migration targets).
+    #[serde(default)]
+    pub migration_job_name: Option<String>,
 }
 
 impl PodInfo {
     /// Pod or VM, from labels and owner (see [`crate::workload`]).
     pub fn workload(&self) -> Workload {
         classify_pod(&self.labels, self.owner_vmi.as_deref())
+    }
+
+    /// Whether this is a live-migration target launcher pod (see
+    /// [`crate::workload::migration_target`]).
+    pub fn migration_target(&self) -> Option<MigrationTarget> {
+        migration_target(&self.labels, self.migration_job_name.as_deref())
     }
 }
 
@@ -115,6 +127,17 @@ pub enum PodApiError {
         #[source]
         source: AnnotationError,
     },
+    /// The migration object does not have the `kubevirt.io/v1` shape.
+    #[error("VirtualMachineInstanceMigration {namespace}/{name}")]
+    Migration {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What is wrong.
+        #[source]
+        source: VmiParseError,
+    },
     /// The VMI does not have the `kubevirt.io/v1` shape.
     #[error("VirtualMachineInstance {namespace}/{name}")]
     Vmi {
@@ -139,6 +162,24 @@ pub enum PodApiError {
         expected: String,
         /// UID the API server has.
         actual: Option<String>,
+    },
+    /// The ADD's sandbox network namespace is gone: the sandbox was torn
+    /// down (or superseded by a newer one) while the address was being
+    /// acquired, so the address must not be reported.
+    #[error(
+        "pod {namespace}/{name}: the sandbox network namespace {} is gone (sandbox torn down or superseded); not reporting its address",
+        netns.display()
+    )]
+    SandboxGone {
+        /// Pod namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+        /// `CNI_NETNS` of the ADD.
+        netns: PathBuf,
+        /// Why the path could not be used.
+        #[source]
+        source: std::io::Error,
     },
     /// No usable client configuration.
     #[error("Kubernetes client configuration: {reason}")]
@@ -178,6 +219,50 @@ impl PodApiError {
             PodApiError::Api { code, .. } => Some(*code),
             PodApiError::ConflictsExhausted { .. } => Some(409),
             _ => None,
+        }
+    }
+}
+
+/// What must still hold when an ADD writes its `pod-networks` entry; checked
+/// on every read-modify-write attempt, after the pod is read and before the
+/// patch is sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteGuard {
+    /// The pod UID the ADD is for (`K8S_POD_UID`, else the UID read when the
+    /// ADD started). A pod deleted and recreated under the same name has
+    /// another UID; its annotation is not written. The real API server also
+    /// checks it: the patch carries `metadata.uid`, which a recreated pod
+    /// refuses (an immutable field).
+    pub uid: Option<String>,
+    /// The ADD's `CNI_NETNS`. When it no longer exists the sandbox was torn
+    /// down or superseded, and a newer sandbox may already have reported its
+    /// own address; nothing is written.
+    pub netns: Option<PathBuf>,
+}
+
+impl WriteGuard {
+    /// A guard on the pod UID only.
+    pub fn uid(uid: Option<&str>) -> Self {
+        WriteGuard {
+            uid: uid.map(str::to_owned),
+            netns: None,
+        }
+    }
+
+    /// Whether the sandbox network namespace still exists (`Ok` when none
+    /// is guarded).
+    pub fn check_sandbox(&self, ns: &str, name: &str) -> Result<()> {
+        let Some(netns) = &self.netns else {
+            return Ok(());
+        };
+        match std::fs::metadata(netns) {
+            Ok(_) => Ok(()),
+            Err(source) => Err(PodApiError::SandboxGone {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                netns: netns.clone(),
+                source,
+            }),
         }
     }
 }
@@ -242,6 +327,15 @@ impl PodApi {
         }
     }
 
+    /// Read a `VirtualMachineInstanceMigration`; `Ok(None)` when it does not
+    /// exist (or `name` is empty).
+    pub async fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
+        match self {
+            PodApi::Kube(c) => c.get_migration(ns, name).await,
+            PodApi::Embedded(s) => s.get_migration(ns, name).await,
+        }
+    }
+
     /// Set this network's entry of `k8s.ovn.org/pod-networks`, preserving
     /// every other entry (read-modify-write, retried on 409).
     pub async fn set_network_entry(
@@ -265,9 +359,24 @@ impl PodApi {
         key: &str,
         entry: PodNetworkEntry,
     ) -> Result<()> {
+        self.set_network_entry_guarded(ns, name, &WriteGuard::uid(uid), key, entry)
+            .await
+    }
+
+    /// [`PodApi::set_network_entry`] under `guard`: nothing is written when
+    /// the pod's UID is not the guarded one or the sandbox's network
+    /// namespace is gone, checked on every attempt.
+    pub async fn set_network_entry_guarded(
+        &self,
+        ns: &str,
+        name: &str,
+        guard: &WriteGuard,
+        key: &str,
+        entry: PodNetworkEntry,
+    ) -> Result<()> {
         match self {
-            PodApi::Kube(c) => c.set_network_entry(ns, name, uid, key, &entry).await,
-            PodApi::Embedded(s) => s.set_network_entry(ns, name, uid, key, &entry).await,
+            PodApi::Kube(c) => c.set_network_entry(ns, name, guard, key, &entry).await,
+            PodApi::Embedded(s) => s.set_network_entry(ns, name, guard, key, &entry).await,
         }
     }
 

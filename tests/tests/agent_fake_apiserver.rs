@@ -1,0 +1,538 @@
+//! The agent (in-process, `xdhcp::daemon::run` with `--kube=on`) against a
+//! real dnsmasq in network namespaces and the **in-process fake API server**
+//! (`xdhcp_tests::fake_apiserver`: pods GET/PATCH, VMIs and migrations GET,
+//! driven by the real `kube::Client`; it is not a cluster). Tests are named
+//! `*_fake_apiserver`.
+//!
+//! - An ADD that goes stale while its address is acquired writes nothing to
+//!   `k8s.ovn.org/pod-networks` and gives the pod's lease back: the sandbox's
+//!   network namespace removed before the write, the pod deleted and
+//!   recreated under the same name (before the read, or between the read
+//!   and the patch). The fake server holds the agent's request at the exact
+//!   point, the test changes the world, then lets it go.
+//! - A live-migration target launcher pod asks for the address the source
+//!   launcher pod reported (no guest agent, so no address in the VMI
+//!   status): the source found through the migration object, its
+//!   `pod-networks` entry read, the address asked for with INIT-REBOOT (a
+//!   REQUEST, no DISCOVER) under the MAC the VMI status reports; the source
+//!   itself leased with its pod interface's MAC (nothing else known).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::mount::{MntFlags, MsFlags};
+use serde_json::{Value, json};
+use xdhcp::cli::{DatapathChoice, KubeMode};
+use xdhcp::cni::config;
+use xdhcp::cni::types::code;
+use xdhcp::rpc::{CniRequest, CniResult, RpcError};
+use xdhcp_tests::agent::InProcessAgent;
+use xdhcp_tests::fake_apiserver::{FakeApiServer, Op};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, format_mac, wait_until};
+
+const NS: &str = "tenant";
+const NAD: &str = "localnet-dhcp";
+const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
+const HOLD_WAIT: Duration = Duration::from_secs(40);
+
+fn key() -> String {
+    format!("{NS}/{NAD}")
+}
+
+/// The fake API server on its own runtime (the test thread blocks on the
+/// agent).
+struct Api {
+    server: FakeApiServer,
+    _rt: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Api {
+    fn start() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = rt.block_on(FakeApiServer::start());
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-kubeconfig-")
+            .tempdir()
+            .unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
+                 users:\n- name: nobody\n  user: {{}}\n",
+                server.url()
+            ),
+        )
+        .unwrap();
+        Api {
+            server,
+            _rt: rt,
+            _dir: dir,
+            kubeconfig,
+        }
+    }
+
+    fn agent(&self) -> InProcessAgent {
+        InProcessAgent::start_with(|a| {
+            a.kube = KubeMode::On;
+            a.kubeconfig = Some(self.kubeconfig.clone());
+            a.datapath = DatapathChoice::Afpacket;
+        })
+    }
+
+    /// The pod's `pod-networks` annotation, parsed (`{}` when absent).
+    fn networks(&self, pod: &str) -> Value {
+        self.server
+            .annotation(NS, pod, POD_NETWORKS)
+            .map_or_else(|| json!({}), |a| serde_json::from_str(&a).unwrap())
+    }
+}
+
+/// A second path for a namespace, as a container runtime gives a sandbox
+/// (`/var/run/netns/<id>`): a bind mount the test can remove while the
+/// namespace itself lives on.
+struct SandboxPath(PathBuf);
+
+impl SandboxPath {
+    fn new(ns: &NetNs) -> Self {
+        let path = PathBuf::from(format!("/var/run/netns/{}-sandbox", ns.name()));
+        std::fs::File::create(&path).unwrap();
+        nix::mount::mount(
+            Some(ns.path()),
+            &path,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "bind-mount {} on {}: {e}",
+                ns.path().display(),
+                path.display()
+            )
+        });
+        SandboxPath(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// What the runtime does when it tears the sandbox down.
+    fn remove(&self) {
+        let _ = nix::mount::umount2(&self.0, MntFlags::MNT_DETACH);
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl Drop for SandboxPath {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// The NAD config OVN-Kubernetes generates for a DHCP localnet network.
+fn localnet_config() -> Value {
+    json!({
+        "cniVersion": "1.0.0", "name": NAD, "type": "ovn-k8s-cni-overlay",
+        "topology": "localnet", "role": "secondary", "physicalNetworkName": "physnet",
+        "netAttachDefName": key(), "ipam": {"type": "dhcp"}
+    })
+}
+
+fn request(container: &str, pod: &str, uid: &str, netns: &Path, ifname: &str) -> CniRequest {
+    CniRequest {
+        container_id: container.to_owned(),
+        ifname: ifname.to_owned(),
+        netns: Some(netns.to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
+            ("K8S_POD_NAME".to_owned(), pod.to_owned()),
+            ("K8S_POD_UID".to_owned(), uid.to_owned()),
+        ]
+        .into(),
+        config: config::parse(localnet_config().to_string().as_bytes()).unwrap(),
+    }
+}
+
+/// Run the ADD on another thread; `during` runs once the fake server holds
+/// the agent's request, which is then let go.
+fn add_while_held(
+    agent: &InProcessAgent,
+    held: xdhcp_tests::fake_apiserver::Held,
+    req: &CniRequest,
+    during: impl FnOnce(),
+) -> Result<CniResult, RpcError> {
+    std::thread::scope(|s| {
+        let add = s.spawn(|| agent.add(req));
+        assert!(
+            held.wait(HOLD_WAIT),
+            "the agent never made the held request"
+        );
+        during();
+        held.release();
+        add.join().expect("the ADD thread panicked")
+    })
+}
+
+/// The server forgot the lease: a RELEASE from `mac` reached it.
+fn assert_released(dnsmasq: &Dnsmasq, mac: [u8; 6]) {
+    let m = format_mac(mac);
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq.lease_for(mac).is_none()
+            && dnsmasq
+                .log()
+                .lines()
+                .any(|l| l.contains("DHCPRELEASE(") && l.contains(&m))),
+        "no RELEASE from {m} reached dnsmasq:\n{}",
+        dnsmasq.log()
+    );
+}
+
+const DEFAULT_ENTRY: &str = r#"{"default":{"ip_addresses":["10.128.0.9/23"],"mac_address":"0a:58:0a:80:00:09","gateway_ips":["10.128.0.1"],"role":"primary"}}"#;
+
+#[test]
+fn add_whose_sandbox_netns_is_removed_before_the_write_reports_nothing_and_releases_fake_apiserver()
+{
+    let api = Api::start();
+    let uid = api.server.add_pod(
+        NS,
+        "web",
+        &[("app", "web")],
+        &[(POD_NETWORKS, DEFAULT_ENTRY)],
+    );
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let sandbox = SandboxPath::new(&c.ns);
+    let agent = api.agent();
+
+    // The ADD reads the pod once to learn who it is, then once more to
+    // write the entry: hold that second read.
+    let held = api.server.hold(Op::GetPod, 1);
+    let req = request("ctr-gone", "web", &uid, sandbox.path(), &c.ifname);
+    let err = add_while_held(&agent, held, &req, || {
+        // The DORA is done (the write comes after it): the server has the lease.
+        assert!(dnsmasq.lease_for(c.mac).is_some(), "{}", dnsmasq.log());
+        sandbox.remove();
+    })
+    .expect_err("an ADD whose sandbox is gone must fail")
+    .into_cni();
+    assert_eq!(err.code, code::KUBE_API, "{err:?}");
+    assert!(
+        err.msg.contains("network namespace")
+            && err.msg.contains("is gone")
+            && err.msg.contains("tenant/web")
+            && err.msg.contains("released"),
+        "{}",
+        err.msg
+    );
+    // Nothing was written: the read was the last request about the pod.
+    assert_eq!(api.server.count(Op::PatchPod), 0);
+    assert_eq!(
+        api.networks("web"),
+        serde_json::from_str::<Value>(DEFAULT_ENTRY).unwrap()
+    );
+    // The address went back to the server, and the agent forgot it.
+    assert_released(&dnsmasq, c.mac);
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert!(api.server.unexpected().is_empty());
+}
+
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: recreated before the read, then between the read and the patch"
+)]
+fn add_whose_pod_is_recreated_reports_nothing_and_releases_fake_apiserver() {
+    let api = Api::start();
+    let uid1 = api.server.add_pod(NS, "web", &[("app", "web")], &[]);
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+
+    // 1. The pod is deleted and recreated (same name, new UID) while the
+    //    address is acquired, before the write's read.
+    let held = api.server.hold(Op::GetPod, 1);
+    let req = request("ctr-old", "web", &uid1, c.ns.path(), &c.ifname);
+    let mut uid2 = String::new();
+    let err = add_while_held(&agent, held, &req, || {
+        api.server.delete_pod(NS, "web");
+        uid2 = api.server.add_pod(NS, "web", &[("app", "web")], &[]);
+    })
+    .expect_err("an ADD for a recreated pod must fail")
+    .into_cni();
+    assert_ne!(uid1, uid2);
+    assert_eq!(err.code, code::KUBE_API, "{err:?}");
+    assert!(
+        err.msg.contains("recreated")
+            && err.msg.contains(&uid1)
+            && err.msg.contains(&uid2)
+            && err.msg.contains("released"),
+        "{}",
+        err.msg
+    );
+    assert_eq!(api.server.count(Op::PatchPod), 0);
+    assert_eq!(api.networks("web"), json!({}), "the new pod got nothing");
+    assert_released(&dnsmasq, c.mac);
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+
+    // 2. Recreated between the write's read and its patch: the patch
+    //    carries the UID (and the resourceVersion) it read, the server
+    //    refuses it, the retry reads the new pod and stops.
+    let held = api.server.hold(Op::PatchPod, 0);
+    let req = request("ctr-mid", "web", &uid2, c.ns.path(), &c.ifname);
+    let mut uid3 = String::new();
+    let err = add_while_held(&agent, held, &req, || {
+        api.server.delete_pod(NS, "web");
+        uid3 = api.server.add_pod(NS, "web", &[("app", "web")], &[]);
+    })
+    .expect_err("an ADD for a pod recreated before its patch must fail")
+    .into_cni();
+    assert_eq!(err.code, code::KUBE_API, "{err:?}");
+    assert!(
+        err.msg.contains("recreated") && err.msg.contains(&uid3),
+        "{}",
+        err.msg
+    );
+    let patches: Vec<_> = api
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.op == Some(Op::PatchPod))
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:#?}");
+    assert_eq!(patches[0].status, 409, "{patches:#?}");
+    let body = patches[0].body.as_ref().unwrap();
+    assert_eq!(body["metadata"]["uid"], json!(uid2), "{body}");
+    assert_eq!(api.networks("web"), json!({}), "the new pod got nothing");
+    assert_released(&dnsmasq, c.mac);
+
+    // 3. The same pod, not recreated: reported.
+    let req = request("ctr-ok", "web", &uid3, c.ns.path(), &c.ifname);
+    let r = agent.add(&req).expect("ADD for the live pod");
+    let entry = &api.networks("web")[key()];
+    assert_eq!(
+        entry["ip_addresses"],
+        json!([format!("{}/24", r.ips[0].address.addr)]),
+        "{entry}"
+    );
+    assert!(api.server.unexpected().is_empty());
+}
+
+/// A VMI whose secondary interface `dhcpnet` on the NAD has no MAC in its
+/// spec (KubeVirt then gives the guest the pod interface's MAC).
+fn vmi(status: Option<Value>) -> Value {
+    let mut v = json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm1", "namespace": NS, "uid": "vmi-uid-1"},
+        "spec": {
+            "networks": [
+                {"name": "default", "pod": {}},
+                {"name": "dhcpnet", "multus": {"networkName": key()}}
+            ],
+            "domain": {"devices": {"interfaces": [
+                {"name": "default", "masquerade": {}},
+                {"name": "dhcpnet", "bridge": {}}
+            ]}}
+        }
+    });
+    if let Some(s) = status {
+        v["status"] = s;
+    }
+    v
+}
+
+fn dnsmasq_count(d: &Dnsmasq, kind: &str, mac: [u8; 6]) -> usize {
+    let m = format_mac(mac);
+    d.log()
+        .lines()
+        .filter(|l| l.contains(&format!("{kind}(")) && l.contains(&m))
+        .count()
+}
+
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: source ADD, VM running, migration target ADD, each with its checks"
+)]
+fn migration_target_asks_for_the_address_the_source_pod_reported_fake_apiserver() {
+    const SRC: &str = "virt-launcher-vm1-src";
+    const DST: &str = "virt-launcher-vm1-dst";
+    const MIG_UID: &str = "6d0b8f0e-0000-4000-8000-00000000m1g1";
+    let api = Api::start();
+    let launcher = [
+        ("kubevirt.io", "virt-launcher"),
+        ("vm.kubevirt.io/name", "vm1"),
+    ];
+    let src_uid = api.server.add_pod(NS, SRC, &launcher, &[]);
+    // First boot: nothing in the VMI status yet.
+    api.server.put_vmi(vmi(None));
+    let mut lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = api.agent();
+
+    // The source: no MAC in the spec or the status, so the pod
+    // interface's own MAC (the MAC chain's last step).
+    let src = &lab.clients[0];
+    let src_mac = src.mac;
+    let r = agent
+        .add(&request(
+            "ctr-src",
+            SRC,
+            &src_uid,
+            src.ns.path(),
+            &src.ifname,
+        ))
+        .expect("source ADD");
+    let ip = r.ips[0].address.addr;
+    assert_eq!(dnsmasq.lease_for(src_mac).map(|l| l.ip), Some(ip));
+    assert_eq!(dnsmasq_count(&dnsmasq, "DHCPDISCOVER", src_mac), 1);
+    let src_entry = api.networks(SRC)[key()].clone();
+    assert_eq!(src_entry["mac_address"], json!(format_mac(src_mac)));
+    assert_eq!(src_entry["ip_addresses"], json!([format!("{ip}/24")]));
+    assert!(
+        src.ns.ipv4_addrs(&src.ifname).is_empty(),
+        "a VM's address is never configured"
+    );
+
+    // The VM runs; virt-handler reports its interface's MAC. No guest
+    // agent: no address in the status.
+    api.server.put_vmi(vmi(Some(json!({"interfaces": [
+        {"name": "dhcpnet", "interfaceName": "eth1", "mac": format_mac(src_mac)}
+    ]}))));
+    // KubeVirt migrates it: the migration object (whose status names the
+    // source pod while it is pending), and the target launcher pod it creates.
+    api.server.put_vmim(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "mig1", "namespace": NS, "uid": MIG_UID},
+        "spec": {"vmiName": "vm1"},
+        "status": {"phase": "Scheduling", "migrationState": {"sourcePod": SRC}}
+    }));
+    let mut target_labels = launcher.to_vec();
+    target_labels.push(("kubevirt.io/migrationJobUID", MIG_UID));
+    let dst_uid = api.server.add_pod(
+        NS,
+        DST,
+        &target_labels,
+        &[("kubevirt.io/migrationJobName", "mig1")],
+    );
+    lab.add_client("eth0");
+    let dst = &lab.clients[1];
+    assert_ne!(dst.mac, src_mac);
+
+    let discovers = dnsmasq_count(&dnsmasq, "DHCPDISCOVER", src_mac);
+    let requests = dnsmasq_count(&dnsmasq, "DHCPREQUEST", src_mac);
+    let r2 = agent
+        .add(&request(
+            "ctr-dst",
+            DST,
+            &dst_uid,
+            dst.ns.path(),
+            &dst.ifname,
+        ))
+        .expect("migration target ADD");
+    assert_eq!(r2.ips[0].address.addr, ip, "the VM keeps its address");
+    assert_eq!(
+        dnsmasq_count(&dnsmasq, "DHCPDISCOVER", src_mac),
+        discovers,
+        "the target asks for the reported address (INIT-REBOOT), no DISCOVER:\n{}",
+        dnsmasq.log()
+    );
+    assert_eq!(
+        dnsmasq_count(&dnsmasq, "DHCPREQUEST", src_mac),
+        requests + 1
+    );
+    assert!(
+        dnsmasq
+            .log()
+            .lines()
+            .any(|l| l.contains("DHCPREQUEST(") && l.contains(&ip.to_string())),
+        "{}",
+        dnsmasq.log()
+    );
+    // The status MAC (the guest's), not the target pod interface's.
+    assert!(dnsmasq.lease_for(dst.mac).is_none(), "{}", dnsmasq.log());
+    let dst_entry = api.networks(DST)[key()].clone();
+    assert_eq!(dst_entry["mac_address"], json!(format_mac(src_mac)));
+    assert_eq!(dst_entry["ip_addresses"], json!([format!("{ip}/24")]));
+    // Found through the migration object; the source's entry untouched.
+    assert_eq!(api.server.count(Op::GetVmim), 1);
+    assert_eq!(api.networks(SRC)[key()], src_entry);
+    assert!(dst.ns.ipv4_addrs(&dst.ifname).is_empty());
+    assert!(api.server.unexpected().is_empty());
+}
+
+/// The migration object cannot be read (the agent's RBAC predates it, or
+/// it is gone): the VMI's `status.migrationState` of the previous, completed
+/// migration names the pod the VM runs in, and the target asks for what
+/// that pod reported. The VMI's spec MAC is pinned (the chain's first step).
+#[test]
+fn migration_target_finds_the_source_through_the_previous_migration_fake_apiserver() {
+    const VM_MAC: &str = "02:00:00:00:20:31";
+    const SRC: &str = "virt-launcher-vm2-b";
+    const DST: &str = "virt-launcher-vm2-c";
+    let api = Api::start();
+    let launcher = [
+        ("kubevirt.io", "virt-launcher"),
+        ("vm.kubevirt.io/name", "vm2"),
+    ];
+    let mut doc = vmi(None);
+    doc["metadata"]["name"] = json!("vm2");
+    doc["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = json!(VM_MAC);
+    api.server.put_vmi(doc.clone());
+    let src_uid = api.server.add_pod(NS, SRC, &launcher, &[]);
+    let mut lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = api.agent();
+    let src = &lab.clients[0];
+    let ip = agent
+        .add(&request("ctr-b", SRC, &src_uid, src.ns.path(), &src.ifname))
+        .expect("source ADD")
+        .ips[0]
+        .address
+        .addr;
+    let vm_mac = xdhcp_tests::parse_mac(VM_MAC).unwrap();
+    assert_eq!(dnsmasq.lease_for(vm_mac).map(|l| l.ip), Some(ip));
+
+    // The VM came to pod b by an earlier migration (a → b, completed); the
+    // new one (b → c) has not been handed off yet, and no guest agent runs.
+    doc["status"] = json!({"migrationState": {"migrationUid": "mig-uid-1",
+        "sourcePod": "virt-launcher-vm2-a", "targetPod": SRC, "completed": true}});
+    api.server.put_vmi(doc);
+    let mut target_labels = launcher.to_vec();
+    target_labels.push(("kubevirt.io/migrationJobUID", "mig-uid-2"));
+    let dst_uid = api.server.add_pod(
+        NS,
+        DST,
+        &target_labels,
+        &[("kubevirt.io/migrationJobName", "mig2")],
+    );
+    api.server
+        .inject(Op::GetVmim, xdhcp_tests::fake_apiserver::Fault::Status(403));
+    lab.add_client("eth0");
+    let dst = &lab.clients[1];
+    let discovers = dnsmasq_count(&dnsmasq, "DHCPDISCOVER", vm_mac);
+    let r = agent
+        .add(&request("ctr-c", DST, &dst_uid, dst.ns.path(), &dst.ifname))
+        .expect("migration target ADD");
+    assert_eq!(r.ips[0].address.addr, ip);
+    assert_eq!(
+        dnsmasq_count(&dnsmasq, "DHCPDISCOVER", vm_mac),
+        discovers,
+        "INIT-REBOOT, no DISCOVER:\n{}",
+        dnsmasq.log()
+    );
+    assert_eq!(api.server.count(Op::GetVmim), 1);
+    assert_eq!(api.networks(DST)[key()]["mac_address"], json!(VM_MAC));
+    assert!(api.server.unexpected().is_empty());
+}
