@@ -295,6 +295,7 @@ impl Client {
             }
             return c;
         }
+        let t1 = c.fuzzed_t1(lease.t1);
         let remaining = |t: Duration| {
             if lease.is_infinite() || c.cfg.mode == Mode::OneShot {
                 None
@@ -303,12 +304,12 @@ impl Client {
             }
         };
         let held = Held {
-            t1_at: remaining(lease.t1),
+            t1_at: remaining(t1),
             t2_at: remaining(lease.t2),
             expires_at: remaining(lease.lease_time),
             lease,
         };
-        let (t1, t2) = (held.lease.t1, held.lease.t2);
+        let t2 = held.lease.t2;
         let timers = held.expires_at.is_some();
         c.held = Some(held);
         c.phase = Phase::Bound;
@@ -837,6 +838,13 @@ impl Client {
         };
     }
 
+    /// The lease's T1 with this client's random fuzz (see
+    /// [`Retransmit::renew_fuzz_permille`](crate::config::Retransmit)), so
+    /// leases granted together do not all renew at the same instant.
+    fn fuzzed_t1(&mut self, t1: Duration) -> Duration {
+        backoff::fuzzed_t1(t1, self.cfg.retransmit.renew_fuzz_permille, &mut self.rng)
+    }
+
     fn renew_retx_at(&self, now: Instant, rebinding: bool) -> Instant {
         let until = self
             .held
@@ -1203,8 +1211,9 @@ impl Client {
         self.count_malformed(&notes, server, "ACK");
         let timers = self.cfg.mode == Mode::Maintain && !lease.is_infinite();
         let at = |d: Duration| timers.then(|| later(first_sent, d));
+        let t1 = self.fuzzed_t1(lease.t1);
         let held = Held {
-            t1_at: at(lease.t1),
+            t1_at: at(t1),
             t2_at: at(lease.t2),
             expires_at: at(lease.lease_time),
             lease: lease.clone(),

@@ -336,6 +336,33 @@ fn bound(h: &mut H) -> Lease {
 }
 
 #[test]
+fn t1_is_fuzzed_earlier_so_leases_granted_together_renew_apart() {
+    // The default configuration: up to 5 % of T1 early (90 s of 1800 s).
+    let mut fired = Vec::new();
+    for seed in 0..20 {
+        let mut c = cfg();
+        c.retransmit.renew_fuzz_permille = ClientConfig::default().retransmit.renew_fuzz_permille;
+        let mut h = H::with_seed(c, seed);
+        h.bind();
+        let t1 = h.fire();
+        assert_eq!(h.c.state(), State::Renewing);
+        let offset = t1 - h.t0;
+        assert!(
+            offset <= secs(1800) && offset >= secs(1710),
+            "seed {seed}: renewed at {offset:?}, outside [T1 - 5 %, T1]"
+        );
+        fired.push(offset);
+    }
+    fired.sort();
+    fired.dedup();
+    assert!(
+        fired.len() > 15,
+        "20 clients renewed at only {} instants",
+        fired.len()
+    );
+}
+
+#[test]
 fn renewing_at_t1_is_unicast_from_the_leased_address() {
     let mut h = H::new(cfg());
     let lease = bound(&mut h);
