@@ -58,12 +58,18 @@ pub fn nak_delay(cfg: &Retransmit, consecutive: u32, rng: &mut impl Rng) -> Dura
 /// T1 with its random fuzz (RFC 2131 §4.4.5): `t1` moved earlier by a
 /// uniform amount in `[0, t1 × permille / 1000]`, `permille` capped at 500.
 pub fn fuzzed_t1(t1: Duration, permille: u32, rng: &mut impl Rng) -> Duration {
-    let spread_us =
-        (t1.as_micros() * u128::from(permille.min(500)) / 1000).min(u128::from(u64::MAX)) as u64;
+    let spread_us = fuzz_window(t1, permille).as_micros() as u64;
     if spread_us == 0 {
         return t1;
     }
     t1.saturating_sub(Duration::from_micros(rng.random_range(0..=spread_us)))
+}
+
+/// How far [`fuzzed_t1`] may move `t1`: `t1 × permille / 1000`, `permille`
+/// capped at 500.
+pub fn fuzz_window(t1: Duration, permille: u32) -> Duration {
+    let us = (t1.as_micros() * u128::from(permille.min(500)) / 1000).min(u128::from(u64::MAX));
+    Duration::from_micros(us as u64)
 }
 
 /// RFC 2131 §4.4.5: in RENEWING wait half the time left until T2 (in

@@ -309,14 +309,29 @@ impl Client {
             expires_at: remaining(lease.lease_time),
             lease,
         };
-        let t2 = held.lease.t2;
+        let (lease_t1, t2) = (held.lease.t1, held.lease.t2);
         let timers = held.expires_at.is_some();
         c.held = Some(held);
         c.phase = Phase::Bound;
         if timers && elapsed >= t2 {
             c.enter_rebinding(now);
         } else if timers && elapsed >= t1 {
-            c.enter_renewing(now);
+            // T1 passed while the process was stopped: every lease resumed
+            // in this start would renew in the same instant. Spread them
+            // over the fuzz window, never past halfway to T2.
+            let window = backoff::fuzz_window(lease_t1, c.cfg.retransmit.renew_fuzz_permille)
+                .min(t2.saturating_sub(elapsed) / 2);
+            let delay = if window.is_zero() {
+                Duration::ZERO
+            } else {
+                let us = window.as_micros().min(u128::from(u64::MAX)) as u64;
+                Duration::from_micros(c.rng.random_range(0..=us))
+            };
+            if delay.is_zero() {
+                c.enter_renewing(now);
+            } else if let Some(h) = &mut c.held {
+                h.t1_at = Some(later(now, delay));
+            }
         }
         c
     }

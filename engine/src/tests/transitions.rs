@@ -889,6 +889,44 @@ fn stored_lease() -> Lease {
 }
 
 #[test]
+fn resume_past_t1_spreads_the_renewals_over_the_fuzz_window() {
+    // Stopped across T1 (1800 s) and resumed at 2000 s: with the default
+    // fuzz (5 % of T1 = 90 s), each client renews within 90 s, not all in
+    // the same instant.
+    let t0 = std::time::Instant::now();
+    let mut at = Vec::new();
+    for seed in 0..20 {
+        let mut c = cfg();
+        c.retransmit.renew_fuzz_permille = ClientConfig::default().retransmit.renew_fuzz_permille;
+        let mut client = Client::resume(c, stored_lease(), t0, WALL0 + 2_000_000, seed);
+        let first = client.poll_timeout().expect("a renewal is scheduled");
+        assert!(
+            first <= t0 + secs(90),
+            "seed {seed}: renews {:?} after resume",
+            first - t0
+        );
+        if first > t0 {
+            assert_eq!(client.state(), State::Bound);
+            assert!(
+                client.poll_transmit().is_none(),
+                "nothing sent before its turn"
+            );
+        }
+        client.handle_timeout(first);
+        assert_eq!(client.state(), State::Renewing);
+        assert_eq!(client.poll_transmit().unwrap().kind, MessageKind::Request);
+        at.push(first);
+    }
+    at.sort();
+    at.dedup();
+    assert!(
+        at.len() > 15,
+        "20 resumed clients renew at only {} instants",
+        at.len()
+    );
+}
+
+#[test]
 fn resume_picks_state_from_wall_clock() {
     let t0 = std::time::Instant::now();
     // Before T1: BOUND, T1 timer at the remaining time, nothing sent.
