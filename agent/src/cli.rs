@@ -152,6 +152,10 @@ pub struct AgentArgs {
     /// Minimum retransmission interval in RENEWING/REBINDING (RFC 2131 §4.4.5).
     #[arg(long, value_parser = duration, default_value = "60s")]
     pub renew_min_interval: Duration,
+    /// Renew up to this share of T1 early, at random (per mille, max 500), so
+    /// leases granted together do not renew together (RFC 2131 §4.4.5 fuzz).
+    #[arg(long, default_value_t = 50)]
+    pub renew_fuzz_permille: u32,
     /// Delay before DISCOVER after a second consecutive NAK (doubles per NAK).
     #[arg(long, value_parser = duration, default_value = "250ms")]
     pub nak_backoff_initial: Duration,
@@ -293,6 +297,7 @@ impl AgentArgs {
                 nak_backoff_max: self.nak_backoff_max,
                 decline_delay: self.decline_delay,
                 init_delay_max: self.init_delay_max,
+                renew_fuzz_permille: self.renew_fuzz_permille,
             },
             acquire_timeout: self.acquire_timeout,
             route_policy,

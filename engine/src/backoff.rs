@@ -55,6 +55,23 @@ pub fn nak_delay(cfg: &Retransmit, consecutive: u32, rng: &mut impl Rng) -> Dura
     base * permille / 1000
 }
 
+/// T1 with its random fuzz (RFC 2131 §4.4.5): `t1` moved earlier by a
+/// uniform amount in `[0, t1 × permille / 1000]`, `permille` capped at 500.
+pub fn fuzzed_t1(t1: Duration, permille: u32, rng: &mut impl Rng) -> Duration {
+    let spread_us = fuzz_window(t1, permille).as_micros() as u64;
+    if spread_us == 0 {
+        return t1;
+    }
+    t1.saturating_sub(Duration::from_micros(rng.random_range(0..=spread_us)))
+}
+
+/// How far [`fuzzed_t1`] may move `t1`: `t1 × permille / 1000`, `permille`
+/// capped at 500.
+pub fn fuzz_window(t1: Duration, permille: u32) -> Duration {
+    let us = (t1.as_micros() * u128::from(permille.min(500)) / 1000).min(u128::from(u64::MAX));
+    Duration::from_micros(us as u64)
+}
+
 /// RFC 2131 §4.4.5: in RENEWING wait half the time left until T2 (in
 /// REBINDING until expiry), but at least `min`; never past `until`.
 pub fn renew_delay(remaining: Duration, min: Duration) -> Duration {
@@ -70,6 +87,20 @@ mod tests {
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
+    }
+
+    #[test]
+    fn t1_fuzz_only_moves_earlier_within_the_spread_and_spreads() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let t1 = secs(1800);
+        let got: Vec<Duration> = (0..1000).map(|_| fuzzed_t1(t1, 50, &mut rng)).collect();
+        assert!(got.iter().all(|d| *d <= t1 && *d >= t1 - secs(90)));
+        // 1000 draws over 90 s: both halves of the spread are used.
+        assert!(got.iter().any(|d| *d < t1 - secs(45)));
+        assert!(got.iter().any(|d| *d > t1 - secs(45)));
+        assert_eq!(fuzzed_t1(t1, 0, &mut rng), t1);
+        // Capped at half of T1.
+        assert!(fuzzed_t1(t1, 10_000, &mut rng) >= secs(900));
     }
 
     #[test]

@@ -295,6 +295,7 @@ impl Client {
             }
             return c;
         }
+        let t1 = c.fuzzed_t1(lease.t1);
         let remaining = |t: Duration| {
             if lease.is_infinite() || c.cfg.mode == Mode::OneShot {
                 None
@@ -303,19 +304,34 @@ impl Client {
             }
         };
         let held = Held {
-            t1_at: remaining(lease.t1),
+            t1_at: remaining(t1),
             t2_at: remaining(lease.t2),
             expires_at: remaining(lease.lease_time),
             lease,
         };
-        let (t1, t2) = (held.lease.t1, held.lease.t2);
+        let (lease_t1, t2) = (held.lease.t1, held.lease.t2);
         let timers = held.expires_at.is_some();
         c.held = Some(held);
         c.phase = Phase::Bound;
         if timers && elapsed >= t2 {
             c.enter_rebinding(now);
         } else if timers && elapsed >= t1 {
-            c.enter_renewing(now);
+            // T1 passed while the process was stopped: every lease resumed
+            // in this start would renew in the same instant. Spread them
+            // over the fuzz window, never past halfway to T2.
+            let window = backoff::fuzz_window(lease_t1, c.cfg.retransmit.renew_fuzz_permille)
+                .min(t2.saturating_sub(elapsed) / 2);
+            let delay = if window.is_zero() {
+                Duration::ZERO
+            } else {
+                let us = window.as_micros().min(u128::from(u64::MAX)) as u64;
+                Duration::from_micros(c.rng.random_range(0..=us))
+            };
+            if delay.is_zero() {
+                c.enter_renewing(now);
+            } else if let Some(h) = &mut c.held {
+                h.t1_at = Some(later(now, delay));
+            }
         }
         c
     }
@@ -837,6 +853,13 @@ impl Client {
         };
     }
 
+    /// The lease's T1 with this client's random fuzz (see
+    /// [`Retransmit::renew_fuzz_permille`](crate::config::Retransmit)), so
+    /// leases granted together do not all renew at the same instant.
+    fn fuzzed_t1(&mut self, t1: Duration) -> Duration {
+        backoff::fuzzed_t1(t1, self.cfg.retransmit.renew_fuzz_permille, &mut self.rng)
+    }
+
     fn renew_retx_at(&self, now: Instant, rebinding: bool) -> Instant {
         let until = self
             .held
@@ -1203,8 +1226,9 @@ impl Client {
         self.count_malformed(&notes, server, "ACK");
         let timers = self.cfg.mode == Mode::Maintain && !lease.is_infinite();
         let at = |d: Duration| timers.then(|| later(first_sent, d));
+        let t1 = self.fuzzed_t1(lease.t1);
         let held = Held {
-            t1_at: at(lease.t1),
+            t1_at: at(t1),
             t2_at: at(lease.t2),
             expires_at: at(lease.lease_time),
             lease: lease.clone(),

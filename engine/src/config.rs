@@ -73,6 +73,14 @@ pub struct Retransmit {
     /// `[0, init_delay_max]` (RFC 2131 §4.4.1 suggests 1–10 s to desynchronise
     /// a cold start; pods want their address at once). Default 0.
     pub init_delay_max: Duration,
+    /// T1 is moved earlier by a uniform random amount up to this share of
+    /// T1, in per mille (RFC 2131 §4.4.5: T1 and T2 "SHOULD be chosen with
+    /// some random 'fuzz' around a fixed value, to avoid synchronization of
+    /// client reacquisition"). Only earlier, never later: the server's T1 is
+    /// when it expects the renewal, and renewing early costs one message.
+    /// Default 50 (up to 5 % early; 90 s of a 30-minute T1). 0 renews at
+    /// exactly T1; values above 500 are taken as 500.
+    pub renew_fuzz_permille: u32,
 }
 
 impl Default for Retransmit {
@@ -88,6 +96,7 @@ impl Default for Retransmit {
             nak_backoff_max: Duration::from_secs(4),
             decline_delay: Duration::from_secs(10),
             init_delay_max: Duration::ZERO,
+            renew_fuzz_permille: 50,
         }
     }
 }

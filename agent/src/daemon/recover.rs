@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::StreamExt as _;
 use tracing::{error, info, warn};
 use xdhcp_engine::{Client, Mode};
 
@@ -14,8 +15,16 @@ use super::lease::persist::{self, LeaseRecord, WorkloadKind};
 use super::link::{Link, LinkError};
 use crate::cli::ExpiredPolicy;
 
+/// Leases resumed at once. Each resume is one trip into the pod's network
+/// namespace on its own thread (interface up, raw sender, `AF_PACKET`
+/// receiver): done one after another, a thousand leases took most of a
+/// second; a few in flight keep both the CPUs and the kernel busy without
+/// a thousand threads at once.
+const RESUME_IN_FLIGHT: usize = 16;
+
 /// Load persisted attachments and resume them without a new DISCOVER.
 pub(crate) async fn recover(agent: &Arc<Agent>) {
+    let started = Instant::now();
     let (records, quarantined) = match persist::load_all(&agent.svc.store) {
         Ok(x) => x,
         Err(e) => {
@@ -29,8 +38,9 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         agent.metrics().failure("corrupt_record");
         warn!(record = %q.what, reason = %q.reason, "unusable lease record set aside");
     }
+    let loaded_ms = started.elapsed().as_millis();
     let now_ms = crate::cli::now_unix_ms();
-    let mut resumed = 0usize;
+    let mut to_resume = Vec::with_capacity(records.len());
     for rec in records {
         if let WorkloadKind::Vm { .. } = rec.workload {
             // One-shot discoveries are not maintained; keep them for CHECK/DEL.
@@ -48,7 +58,19 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
             forget(agent, &rec);
             continue;
         }
-        match resume_one(agent, rec.clone(), now_ms).await {
+        to_resume.push(rec);
+    }
+    let outcomes: Vec<_> = futures::stream::iter(to_resume)
+        .map(|rec| async move {
+            let r = resume_one(agent, rec.clone(), now_ms).await;
+            (rec, r)
+        })
+        .buffer_unordered(RESUME_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut resumed = 0usize;
+    for (rec, r) in outcomes {
+        match r {
             Ok(()) => resumed += 1,
             // Gone before DEL, but its uplink is known: DEL releases it there.
             Err(e)
@@ -68,7 +90,12 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
             }
         }
     }
-    info!(resumed, "lease state recovered");
+    info!(
+        resumed,
+        load_ms = loaded_ms,
+        total_ms = started.elapsed().as_millis(),
+        "lease state recovered"
+    );
 }
 
 fn forget(agent: &Agent, rec: &LeaseRecord) {

@@ -189,12 +189,16 @@ pub struct H {
     pub srv: Server,
 }
 
+/// The default configuration but with T1 unfuzzed, so tests can name the
+/// exact instant of each renewal (the fuzz has its own tests).
 pub fn cfg() -> ClientConfig {
-    ClientConfig {
+    let mut c = ClientConfig {
         chaddr: CLIENT_MAC,
         hostname: Some("pod-a".into()),
         ..ClientConfig::default()
-    }
+    };
+    c.retransmit.renew_fuzz_permille = 0;
+    c
 }
 
 impl H {

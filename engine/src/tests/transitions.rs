@@ -336,6 +336,33 @@ fn bound(h: &mut H) -> Lease {
 }
 
 #[test]
+fn t1_is_fuzzed_earlier_so_leases_granted_together_renew_apart() {
+    // The default configuration: up to 5 % of T1 early (90 s of 1800 s).
+    let mut fired = Vec::new();
+    for seed in 0..20 {
+        let mut c = cfg();
+        c.retransmit.renew_fuzz_permille = ClientConfig::default().retransmit.renew_fuzz_permille;
+        let mut h = H::with_seed(c, seed);
+        h.bind();
+        let t1 = h.fire();
+        assert_eq!(h.c.state(), State::Renewing);
+        let offset = t1 - h.t0;
+        assert!(
+            offset <= secs(1800) && offset >= secs(1710),
+            "seed {seed}: renewed at {offset:?}, outside [T1 - 5 %, T1]"
+        );
+        fired.push(offset);
+    }
+    fired.sort();
+    fired.dedup();
+    assert!(
+        fired.len() > 15,
+        "20 clients renewed at only {} instants",
+        fired.len()
+    );
+}
+
+#[test]
 fn renewing_at_t1_is_unicast_from_the_leased_address() {
     let mut h = H::new(cfg());
     let lease = bound(&mut h);
@@ -859,6 +886,44 @@ fn stored_lease() -> Lease {
         acquired_unix_ms: WALL0,
         rejected_routes: vec![],
     }
+}
+
+#[test]
+fn resume_past_t1_spreads_the_renewals_over_the_fuzz_window() {
+    // Stopped across T1 (1800 s) and resumed at 2000 s: with the default
+    // fuzz (5 % of T1 = 90 s), each client renews within 90 s, not all in
+    // the same instant.
+    let t0 = std::time::Instant::now();
+    let mut at = Vec::new();
+    for seed in 0..20 {
+        let mut c = cfg();
+        c.retransmit.renew_fuzz_permille = ClientConfig::default().retransmit.renew_fuzz_permille;
+        let mut client = Client::resume(c, stored_lease(), t0, WALL0 + 2_000_000, seed);
+        let first = client.poll_timeout().expect("a renewal is scheduled");
+        assert!(
+            first <= t0 + secs(90),
+            "seed {seed}: renews {:?} after resume",
+            first - t0
+        );
+        if first > t0 {
+            assert_eq!(client.state(), State::Bound);
+            assert!(
+                client.poll_transmit().is_none(),
+                "nothing sent before its turn"
+            );
+        }
+        client.handle_timeout(first);
+        assert_eq!(client.state(), State::Renewing);
+        assert_eq!(client.poll_transmit().unwrap().kind, MessageKind::Request);
+        at.push(first);
+    }
+    at.sort();
+    at.dedup();
+    assert!(
+        at.len() > 15,
+        "20 resumed clients renew at only {} instants",
+        at.len()
+    );
 }
 
 #[test]
