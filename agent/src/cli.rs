@@ -186,6 +186,21 @@ pub struct AgentArgs {
     /// the last entry for the same ids wins.
     #[arg(long = "vf-driver", value_name = "VENDOR:DEVICE=DRIVER")]
     pub vf_driver: Vec<VfDriverOverride>,
+    /// The DHCP guard on the host end of every workload port the agent
+    /// serves (server messages from workloads dropped, client messages
+    /// rate-limited, one client per VM port); tuned per network by the
+    /// NAD's `ipam.dhcpGuard` (docs/dhcp-guard.md).
+    #[arg(long, value_enum, default_value_t = GuardChoice::On)]
+    pub dhcp_guard: GuardChoice,
+}
+
+/// `--dhcp-guard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GuardChoice {
+    /// Guard every veth workload port whose host end is in the agent's namespace.
+    On,
+    /// No guard.
+    Off,
 }
 
 impl AgentArgs {

@@ -20,6 +20,7 @@ mod add;
 mod capture;
 mod context;
 mod error;
+mod guard;
 mod lease;
 mod link;
 mod recover;
@@ -177,12 +178,14 @@ pub async fn run(
         store,
         token: token.clone(),
     });
+    let args_guard = args.clone();
     let agent = Arc::new(Agent {
         base: args.client_config(),
         args,
         health: health.clone(),
         pod_api,
         leases: Arc::new(Registry::new(svc.clone())),
+        guard: Arc::new(guard::GuardService::start(&args_guard)),
         svc,
     });
 
@@ -192,6 +195,7 @@ pub async fn run(
     }
     health.set_datapath_ready();
     side.spawn(flush_stores(agent.clone(), token.clone()));
+    side.spawn(guard::export_metrics(agent.clone(), token.clone()));
 
     recover::recover(&agent).await;
     health.set_recovered();
