@@ -10,7 +10,14 @@
 //! - a DISCOVER flood from one pod: the real server sees at most the
 //!   configured rate from that port, and the other pods bind meanwhile.
 //!
+//! - through the agent: the `xdhcp` binary runs as `xdhcp agent` inside the
+//!   bridge's namespace (the "node"), the plugin's ADD puts the guard on
+//!   the pod's port, DEL takes it off, and a VM's port drops crafted
+//!   client messages from other MACs.
+//!
 //! Needs root; fails, never skips, without it.
+
+mod agent_support;
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
@@ -390,4 +397,154 @@ fn detaching_a_port_whose_device_is_gone_cleans_up() {
     assert_eq!(guard.policy(ifindex).unwrap(), None);
     assert_eq!(guard.counters(ifindex).unwrap(), None);
     assert!(guard.ports().is_empty());
+}
+
+// ------------------------------------------------------- through the agent --
+
+/// `xdhcp agent` (the workspace's binary) running inside `node`, in
+/// embedded mode, with its own socket and state directory.
+struct NodeAgent {
+    _process: xdhcp_tests::Process,
+    socket: std::path::PathBuf,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NodeAgent {
+    fn start(node: &xdhcp_tests::NetNs) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-agent-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/xdhcp.sock");
+        let log = dir.path().join("agent.log");
+        let mut cmd = xdhcp_tests::netns_exec(node.name(), &agent_support::xdhcp_bin());
+        cmd.args(["agent", "--kube", "off", "--socket"])
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--bpffs-dir")
+            .arg(dir.path().join("bpffs"))
+            .env_remove("CNI_COMMAND")
+            .env("RUST_LOG", "info,xdhcp=debug");
+        let process = xdhcp_tests::Process::spawn_logged("xdhcp agent", cmd, &log);
+        let me = Self {
+            _process: process,
+            socket,
+            log,
+            _dir: dir,
+        };
+        let ok = xdhcp_tests::wait_until(Duration::from_secs(30), || {
+            let out = std::process::Command::new(agent_support::xdhcp_bin())
+                .args(["status", "--json", "--socket"])
+                .arg(&me.socket)
+                .env_remove("CNI_COMMAND")
+                .output()
+                .expect("run xdhcp status");
+            out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .is_ok_and(|v| v["ready"] == true)
+        });
+        assert!(ok, "agent not ready:\n{}", me.log());
+        me
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The plugin's ADD or DEL for `pod` (container id `cid`), as a
+    /// runtime calls the IPAM plugin.
+    fn cni(
+        &self,
+        cni: &agent_support::CniPath,
+        command: &str,
+        cid: &str,
+        pod: &LabClient,
+        ipam: &str,
+    ) -> agent_support::PluginOutput {
+        let config = format!(
+            r#"{{"cniVersion":"1.0.0","name":"guardnet","type":"bridge","ipam":{{"type":"xdhcp","socketPath":"{}"{ipam}}}}}"#,
+            self.socket.display()
+        );
+        agent_support::invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            command,
+            cid,
+            Some(pod.ns.path()),
+            &pod.ifname,
+            cni.dir.path(),
+            &config,
+        )
+    }
+}
+
+fn leased_ip(out: &agent_support::PluginOutput) -> Ipv4Addr {
+    assert!(out.ok, "ADD failed: {}", out.text());
+    let a = out.json["ips"][0]["address"].as_str().expect("an address");
+    a.split('/').next().unwrap().parse().expect("IPv4")
+}
+
+#[test]
+fn agent_add_guards_the_pods_port_and_del_removes_the_guard() {
+    let lab = Lab::with_clients(3);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = NodeAgent::start(&lab.server);
+    let cni = agent_support::CniPath::new();
+
+    // Pod 0 gets its lease, then starts a DHCP server of its own.
+    let ip0 = leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], ""));
+    assert_eq!(ip0.octets()[..3], [192, 0, 2]);
+    let _rogue = rogue(&lab);
+    assert!(
+        agent.log().contains("DHCP guard on"),
+        "the ADD put the guard on:\n{}",
+        agent.log()
+    );
+    // Pod 1 (not under the agent) hears nothing from it.
+    let (bound, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert_eq!(heard, 0, "the rogue was heard through the guarded port");
+    assert!(from_real_server(&lab, bound), "{bound:?}");
+    // Pod 2's ADD through the agent binds to the real server.
+    let ip2 = leased_ip(&agent.cni(&cni, "ADD", "pod2", &lab.clients[2], ""));
+    assert_eq!(
+        ip2.octets()[..3],
+        [192, 0, 2],
+        "pod 2 leased from the real server"
+    );
+
+    // DEL of pod 0 takes the guard off: the rogue is heard again.
+    let del = agent.cni(&cni, "DEL", "pod0", &lab.clients[0], "");
+    assert!(del.ok, "DEL failed: {}", del.text());
+    assert!(
+        agent.log().contains("DHCP guard detached"),
+        "{}",
+        agent.log()
+    );
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(heard > 0, "after DEL the port is no longer guarded");
+}
+
+#[test]
+fn agent_honours_a_trusted_network() {
+    let lab = Lab::with_clients(2);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = NodeAgent::start(&lab.server);
+    let cni = agent_support::CniPath::new();
+    let trusted = r#","dhcpGuard":{"trusted":true}"#;
+    leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], trusted));
+    let _rogue = rogue(&lab);
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(heard > 0, "a trusted port passes its server's messages");
+    // A bad guard field is a CNI error naming it.
+    let out = agent.cni(
+        &cni,
+        "ADD",
+        "pod1",
+        &lab.clients[1],
+        r#","dhcpGuard":{"rate":0}"#,
+    );
+    assert!(!out.ok);
+    assert!(out.text().contains("ipam.dhcpGuard.rate"), "{}", out.text());
 }

@@ -58,6 +58,7 @@ struct Inner {
 /// The guard, or why there is none.
 pub(crate) struct GuardService {
     inner: Option<Mutex<Inner>>,
+    /// Why the guard is off (logged at start).
     off_reason: Option<String>,
 }
 
@@ -114,11 +115,6 @@ impl GuardService {
             inner: None,
             off_reason: Some(reason.to_owned()),
         }
-    }
-
-    /// Why the guard is off, if it is.
-    pub(crate) fn off_reason(&self) -> Option<&str> {
-        self.off_reason.as_deref()
     }
 
     fn lock(&self) -> Option<std::sync::MutexGuard<'_, Inner>> {
