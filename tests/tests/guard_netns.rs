@@ -103,8 +103,13 @@ fn udhcpc(pod: &LabClient) -> Bound {
 /// An AF_PACKET socket (all protocols) on the pod's interface, made in its
 /// namespace, with a 100 ms receive timeout.
 fn packet_socket(pod: &LabClient) -> OwnedFd {
-    let ifindex = pod.ifindex;
-    pod.ns.run_in(move || {
+    packet_socket_on(&pod.ns, pod.ifindex)
+}
+
+/// An AF_PACKET socket (all protocols) on device `ifindex` of `ns`, with a
+/// 100 ms receive timeout.
+fn packet_socket_on(ns: &xdhcp_tests::NetNs, ifindex: u32) -> OwnedFd {
+    ns.run_in(move || {
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain socket(2); ownership taken at once.
         let fd = unsafe {
@@ -382,6 +387,93 @@ fn a_discover_flood_from_one_pod_reaches_the_server_at_the_ports_rate() {
         "the server saw the burst at least: {seen}"
     );
     assert_eq!(c.passed_client + c.dropped_rate, u64::from(sent), "{c:?}");
+}
+
+/// One crafted DISCOVER from inside `pod`: Ethernet source `src`, `chaddr`
+/// `chaddr`, xid `xid`.
+fn send_discover(tx: &OwnedFd, src: [u8; 6], chaddr: [u8; 6], xid: u32) {
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootRequest)
+        .set_xid(xid)
+        .set_flags(Flags::default().set_broadcast())
+        .set_chaddr(&chaddr);
+    m.opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Discover));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).expect("encode");
+    let frame = build_udp_frame(
+        &FrameHeaders {
+            src_mac: src,
+            dst_mac: [0xff; 6],
+            vlan: None,
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst_ip: Ipv4Addr::BROADCAST,
+            src_port: 68,
+            dst_port: 67,
+        },
+        &payload,
+    );
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// xids of the DISCOVERs the server namespace sees on the bridge.
+fn server_sees(sock: &OwnedFd, within: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + within;
+    let mut xids = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    while Instant::now() < deadline {
+        // SAFETY: receiving into an owned buffer.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let Ok(n) = usize::try_from(n) else { continue };
+        if let Ok((h, p)) = parse_udp_frame(&buf[..n])
+            && h.dst_port == 67
+            && p.len() >= 8
+        {
+            xids.push(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+        }
+    }
+    xids
+}
+
+#[test]
+fn a_vm_port_passes_only_the_vms_own_client_messages() {
+    let lab = Lab::with_clients(1);
+    let vm = &lab.clients[0];
+    let vm_mac = [0x02, 0x00, 0x5e, 0x10, 0x00, 0x01];
+    let other = [0x02, 0x00, 0x5e, 0x10, 0x00, 0x99];
+    let mut guard = load_guard();
+    let port = guard
+        .attach(
+            &target(&lab, 0),
+            &PortPolicy {
+                single_client: Some(vm_mac),
+                rate: 0,
+                ..PortPolicy::default()
+            },
+        )
+        .unwrap();
+    // What reaches the bridge, seen from the server's side of it.
+    let bridge = packet_socket_on(&lab.server, lab.server.ifindex(Lab::BRIDGE));
+    let tx = packet_socket(vm);
+    // The VM's own MAC both ways; another MAC as source, as chaddr, as both.
+    send_discover(&tx, vm_mac, vm_mac, 1);
+    send_discover(&tx, other, vm_mac, 2);
+    send_discover(&tx, vm_mac, other, 3);
+    send_discover(&tx, other, other, 4);
+    // The interface's own MAC is not the VM's either (bridge binding: the
+    // guest's MAC is the VM's, the launcher's interface has another).
+    send_discover(&tx, vm.mac, vm.mac, 5);
+    let seen = server_sees(&bridge, Duration::from_millis(500));
+    assert_eq!(seen, [1], "only the VM's own message crossed the port");
+    let c = guard.counters(port).unwrap().unwrap();
+    assert_eq!((c.passed_client, c.dropped_spoof), (1, 4), "{c:?}");
 }
 
 #[test]
