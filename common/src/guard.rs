@@ -31,6 +31,11 @@ pub const PROG_GUARD_INGRESS: &str = "xdhcp_guard_ingress";
 /// TC egress program (frames towards the workload).
 pub const PROG_GUARD_EGRESS: &str = "xdhcp_guard_egress";
 
+/// Do-nothing TC program (returns `TC_ACT_UNSPEC`), the baseline of the
+/// guard's rows in `bench_xdp`; only in objects built with the eBPF crate's
+/// `test-hooks` feature.
+pub const PROG_GUARD_PASS: &str = "xdhcp_guard_pass";
+
 /// Capacity of [`MAP_GUARD_PORTS`] and [`MAP_GUARD_COUNTERS`]: guarded ports on a node.
 pub const GUARD_PORTS_CAPACITY: u32 = 8192;
 /// Size of [`MAP_GUARD_EVENTS`] in bytes: 128 records of the largest size,

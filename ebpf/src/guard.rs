@@ -400,3 +400,11 @@ pub fn xdhcp_guard_egress(ctx: TcContext) -> i32 {
     egress(&ctx);
     TC_ACT_UNSPEC
 }
+
+/// The do-nothing TC baseline of the guard's rows in `bench_xdp`; test
+/// builds only (the `test-hooks` feature), never in the shipped object.
+#[cfg(feature = "test-hooks")]
+#[classifier]
+pub fn xdhcp_guard_pass(_ctx: TcContext) -> i32 {
+    TC_ACT_UNSPEC
+}

@@ -1,8 +1,9 @@
 //! `cargo xtask bench dataplane`: TCP throughput across a veth pair between
 //! two network namespaces (iperf3), with nothing attached, with the TC
 //! program, with native XDP and with generic XDP on the receiving veth, in one
-//! run. The programs run in observe mode (every frame is classified; none is
-//! DHCP).
+//! run, and with the DHCP guard (TC ingress and egress) on it as on a
+//! workload port's host end. The programs run in observe mode (every frame
+//! is classified; none is DHCP).
 //!
 //! Noise control, for a small machine shared with other work: every round
 //! measures all four setups back to back, in an order rotated from round to
@@ -23,7 +24,7 @@ use std::fmt::Write as _;
 
 use anyhow::{Context as _, Result, bail};
 use xdhcp::datapath::AttachMode;
-use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath};
+use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, Guard, PortPolicy};
 use xdhcp_tests::{NetNs, Process, Veth};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
@@ -33,6 +34,9 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 enum Setup {
     Bare,
     Attached(AttachMode),
+    /// The DHCP guard (TC ingress and egress) on the receiving veth, as on
+    /// a workload port's host end.
+    Guard,
 }
 
 impl Setup {
@@ -40,6 +44,7 @@ impl Setup {
         match self {
             Self::Bare => "bare".to_owned(),
             Self::Attached(m) => m.to_string(),
+            Self::Guard => "dhcp guard".to_owned(),
         }
     }
 }
@@ -126,6 +131,15 @@ fn report(setups: &[Setup], results: &[Vec<f64>], secs: u64, runs: usize) -> Res
         100.0 * tc,
         if tc >= 0.97 { "met" } else { "MISSED" }
     )?;
+    if let Some(i) = setups.iter().position(|s| *s == Setup::Guard) {
+        let g = paired[i];
+        writeln!(
+            out,
+            "target: DHCP guard on a workload port >= 97 % of bare: {:.1} % -> {}",
+            100.0 * g,
+            if g >= 0.97 { "met" } else { "MISSED" }
+        )?;
+    }
     Ok(out)
 }
 
@@ -166,13 +180,18 @@ fn main() -> Result<()> {
         Setup::Attached(AttachMode::Tc),
         Setup::Attached(AttachMode::XdpNative),
         Setup::Attached(AttachMode::XdpGeneric),
+        Setup::Guard,
     ];
+    let mut guard = Guard::load().context("loading the DHCP guard")?;
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
     for run in 0..runs {
         // Rotate the order each run so drift on the shared machine hits every setup alike.
         for k in 0..setups.len() {
             let i = (k + run) % setups.len();
             let setup = &setups[i];
+            if *setup == Setup::Guard {
+                guard.attach(&target, &PortPolicy::default())?;
+            }
             if let Setup::Attached(mode) = setup {
                 let att = dp.attach(&target, Some(*mode), CaptureMode::Observe)?;
                 if att.mode != *mode {
@@ -186,6 +205,9 @@ fn main() -> Result<()> {
             let gbps = iperf(&server, &client, secs)?;
             if matches!(setup, Setup::Attached(_)) {
                 dp.detach(&target)?;
+            }
+            if *setup == Setup::Guard {
+                guard.detach(&target)?;
             }
             println!(
                 "run {}/{runs} {:<12} {gbps:>8.2} Gbit/s",

@@ -285,7 +285,11 @@ impl Guard {
             .map_max_entries(common::MAP_IFCONFIG_DIRECT, 1)
             .load(object)
             .map_err(|source| EbpfDatapathError::Load { source })?;
-        for name in [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS] {
+        #[cfg(not(feature = "test-hooks"))]
+        let programs = [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS];
+        #[cfg(feature = "test-hooks")]
+        let programs = [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS, g::PROG_GUARD_PASS];
+        for name in programs {
             let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
             prog.load()
                 .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
@@ -545,6 +549,8 @@ fn page_size() -> usize {
 pub enum GuardProgram {
     Ingress,
     Egress,
+    /// The do-nothing TC baseline.
+    Pass,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -553,10 +559,23 @@ impl Guard {
     /// the frame crossed device `ifindex` of the caller's namespace.
     /// Returns the TC action.
     pub fn test_run(&mut self, which: GuardProgram, data: &[u8], ifindex: u32) -> Result<u32> {
+        self.test_run_timed(which, data, ifindex, 1).map(|(r, _)| r)
+    }
+
+    /// Like [`Guard::test_run`], `repeat` times in one call; returns the
+    /// last TC action and the kernel's average time per repetition.
+    pub fn test_run_timed(
+        &mut self,
+        which: GuardProgram,
+        data: &[u8],
+        ifindex: u32,
+        repeat: u32,
+    ) -> Result<(u32, std::time::Duration)> {
         use aya::programs::{TestRun as _, TestRunOptions};
         let name = match which {
             GuardProgram::Ingress => g::PROG_GUARD_INGRESS,
             GuardProgram::Egress => g::PROG_GUARD_EGRESS,
+            GuardProgram::Pass => g::PROG_GUARD_PASS,
         };
         // struct __sk_buff up to `ifindex` (offset 40); the kernel zero-fills the rest.
         let mut ctx = vec![0u8; 40];
@@ -564,12 +583,12 @@ impl Guard {
         let opts = TestRunOptions {
             data_in: Some(data),
             ctx_in: Some(&ctx),
-            repeat: 1,
+            repeat,
             ..TestRunOptions::default()
         };
         let res = program::<SchedClassifier>(&mut self.ebpf, name)?
             .test_run(opts)
             .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
-        Ok(res.return_value)
+        Ok((res.return_value, res.duration))
     }
 }
