@@ -40,6 +40,9 @@ pub enum Command {
     Leases(ClientArgs),
     /// Print the status of a running agent: datapath, attach modes, counters.
     Status(ClientArgs),
+    /// Print the binding table of a running agent: MAC, IP, workload port,
+    /// expiry, and whether the agent leased or learned it.
+    Bindings(ClientArgs),
 }
 
 /// Flags of the operator commands.
@@ -336,6 +339,18 @@ pub fn leases_text(a: &ClientArgs) -> anyhow::Result<String> {
         Ok(serde_json::to_string_pretty(&rows)? + "\n")
     } else {
         Ok(render_leases(&rows, now_unix_ms()))
+    }
+}
+
+/// `xdhcp bindings`: ask the agent, render the table (or JSON).
+pub fn bindings_text(a: &ClientArgs) -> anyhow::Result<String> {
+    let c = crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10));
+    let rows: Vec<crate::bindings::Binding> = block_on(c.get(crate::bindings::PATH_BINDINGS))?
+        .map_err(|e| anyhow::anyhow!(e.into_cni().msg))?;
+    if a.json {
+        Ok(serde_json::to_string_pretty(&rows)? + "\n")
+    } else {
+        Ok(crate::bindings::render(&rows, now_unix_ms()))
     }
 }
 

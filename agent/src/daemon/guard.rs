@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use tracing::{info, warn};
 
+use crate::bindings::LearnedStore;
 use crate::cli::{AgentArgs, GuardChoice};
 use crate::cni::config::DhcpGuardSpec;
 use crate::datapath::ebpf::{AttachTarget, EbpfDatapathError, Guard, GuardCounters, PortPolicy};
@@ -51,6 +52,8 @@ pub(crate) struct GuardedPort {
 
 struct Inner {
     guard: Guard,
+    /// The guard ring, until the learning task takes it.
+    reader: Option<crate::datapath::ebpf::GuardReader>,
     /// (container id, pod ifname) → its port.
     ports: HashMap<(String, String), GuardedPort>,
 }
@@ -58,6 +61,8 @@ struct Inner {
 /// The guard, or why there is none.
 pub(crate) struct GuardService {
     inner: Option<Mutex<Inner>>,
+    /// Bindings learned from guests, persisted in the state directory.
+    pub(crate) learned: Mutex<LearnedStore>,
     /// Why the guard is off (logged at start).
     off_reason: Option<String>,
 }
@@ -79,7 +84,9 @@ pub(crate) fn port_policy(spec: &DhcpGuardSpec, vm_mac: Option<[u8; 6]>) -> Port
         rate: spec.rate,
         burst: spec.burst,
         single_client: vm_mac,
-        learn: false,
+        // A VM's guest runs its own DHCP client after the one-shot
+        // discovery: follow what it is given.
+        learn: vm_mac.is_some(),
     }
 }
 
@@ -87,34 +94,69 @@ impl GuardService {
     /// Loads the guard unless `--dhcp-guard off`; a kernel that refuses it
     /// leaves the agent running unguarded, with the reason logged and in
     /// `xdhcp status`.
-    pub(crate) fn start(args: &AgentArgs) -> Self {
-        if args.dhcp_guard == GuardChoice::Off {
-            return Self::off("--dhcp-guard off");
+    pub(crate) fn start(args: &AgentArgs) -> Result<Self, crate::bindings::StoreError> {
+        let (learned, quarantined) = LearnedStore::open(&args.state_dir)?;
+        if let Some(q) = quarantined {
+            warn!(file = %q, "unreadable learned-binding file set aside; starting empty");
         }
-        match Guard::load() {
-            Ok(guard) => {
+        let learned = Mutex::new(learned);
+        if args.dhcp_guard == GuardChoice::Off {
+            return Ok(Self::off("--dhcp-guard off", learned));
+        }
+        Ok(match Guard::load() {
+            Ok(mut guard) => {
                 info!("DHCP guard loaded");
+                let reader = match guard.take_reader() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        warn!(error = %crate::rpc::format_chain(&e),
+                            "the guard ring cannot be read; guests' leases are not learned");
+                        None
+                    }
+                };
                 Self {
                     inner: Some(Mutex::new(Inner {
                         guard,
+                        reader,
                         ports: HashMap::new(),
                     })),
+                    learned,
                     off_reason: None,
                 }
             }
             Err(e) => {
                 let reason = crate::rpc::format_chain(&e);
                 warn!(error = %reason, "the DHCP guard could not be loaded; workload ports are not guarded");
-                Self::off(&reason)
+                Self::off(&reason, learned)
             }
+        })
+    }
+
+    fn off(reason: &str, learned: Mutex<LearnedStore>) -> Self {
+        Self {
+            inner: None,
+            learned,
+            off_reason: Some(reason.to_owned()),
         }
     }
 
-    fn off(reason: &str) -> Self {
-        Self {
-            inner: None,
-            off_reason: Some(reason.to_owned()),
-        }
+    /// The attachment and port guarded under host ifindex `ifindex`.
+    pub(crate) fn port_of(&self, ifindex: u32) -> Option<((String, String), GuardedPort)> {
+        let inner = self.lock()?;
+        inner
+            .ports
+            .iter()
+            .find(|(_, p)| p.ifindex == ifindex)
+            .map(|(k, p)| (k.clone(), p.clone()))
+    }
+
+    /// The port of attachment `(container_id, ifname)`.
+    pub(crate) fn port_for(&self, container_id: &str, ifname: &str) -> Option<GuardedPort> {
+        let inner = self.lock()?;
+        inner
+            .ports
+            .get(&(container_id.to_owned(), ifname.to_owned()))
+            .cloned()
     }
 
     fn lock(&self) -> Option<std::sync::MutexGuard<'_, Inner>> {
@@ -265,6 +307,165 @@ pub(crate) async fn export_metrics(
         tokio::select! {
             () = token.cancelled() => return,
             () = tokio::time::sleep(METRICS_PERIOD) => {}
+        }
+    }
+}
+
+/// How often expired learned bindings are dropped.
+const EXPIRY_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Follows the guests' own DHCP on VM ports (the guard ring): an ACK for
+/// the VM's MAC records a learned binding and, when the address is not the
+/// one the `pod-networks` entry reports, rewrites the entry (the same
+/// read-modify-write as at ADD) at once; a renewal of the same address
+/// changes nothing; a RELEASE, a DECLINE or the lease's expiry drops the
+/// learned binding and leaves the entry at the last address the guest held.
+pub(crate) async fn learn_guests(
+    agent: std::sync::Arc<super::context::Agent>,
+    token: tokio_util::sync::CancellationToken,
+) {
+    let reader = agent.guard.lock().and_then(|mut inner| inner.reader.take());
+    let Some(mut reader) = reader else {
+        token.cancelled().await;
+        return;
+    };
+    let mut sweep = tokio::time::interval(EXPIRY_PERIOD);
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            _ = sweep.tick() => expire(&agent),
+            ev = reader.recv() => match ev {
+                Ok(ev) => on_event(&agent, &ev).await,
+                Err(e) => {
+                    warn!(error = %crate::rpc::format_chain(&e),
+                        "the guard ring failed; guests' leases are no longer learned");
+                    token.cancelled().await;
+                    return;
+                }
+            },
+        }
+    }
+}
+
+fn expire(agent: &super::context::Agent) {
+    let now = crate::cli::now_unix_ms();
+    let gone = agent
+        .guard
+        .learned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .expire(now);
+    match gone {
+        Ok(gone) => {
+            for b in gone {
+                info!(mac = %b.mac, ip = %b.ip, "learned binding expired");
+            }
+        }
+        Err(e) => warn!(error = %e, "could not drop expired learned bindings"),
+    }
+}
+
+async fn on_event(agent: &super::context::Agent, ev: &crate::datapath::ebpf::GuardEvent) {
+    use crate::bindings::{Binding, BindingSource, Learned, format_mac, learn};
+    use crate::datapath::ebpf::Direction;
+
+    let Some(((cid, ifname), port)) = agent.guard.port_of(ev.ifindex) else {
+        return;
+    };
+    let Some(mac) = port.policy.single_client else {
+        return;
+    };
+    let learned = match learn(&ev.payload, mac, ev.direction == Direction::ToWorkload) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::trace!(port = %port.host_ifname, reason = %e, "guest message teaches nothing");
+            return;
+        }
+    };
+    let record = agent
+        .leases
+        .get(&cid, &ifname)
+        .map(|h| super::lease::task::lock(&h.live).record.clone());
+    let mac_text = format_mac(mac);
+    let store =
+        |f: &mut dyn FnMut(&mut LearnedStore) -> Result<(), crate::bindings::StoreError>| {
+            let mut s = agent
+                .guard
+                .learned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(e) = f(&mut s) {
+                agent.metrics().failure("learned_binding_store");
+                warn!(error = %e, "could not persist a learned binding");
+            }
+        };
+    match learned {
+        Learned::Released { ip } => {
+            store(&mut |s| s.remove(&mac_text, Some(ip)).map(|_| ()));
+            info!(port = %port.host_ifname, mac = %mac_text, %ip, "guest gave its address back");
+        }
+        Learned::Bound {
+            ip,
+            prefix_len,
+            router,
+            lease_secs,
+        } => {
+            // What the entry reports now: the last learned address, else the one-shot's.
+            let previous = agent
+                .guard
+                .learned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&mac_text)
+                .map(|b| b.ip)
+                .or_else(|| {
+                    record
+                        .as_ref()
+                        .and_then(|r| r.lease.as_ref())
+                        .map(|l| l.address)
+                });
+            let now = crate::cli::now_unix_ms();
+            let binding = Binding {
+                mac: mac_text.clone(),
+                ip,
+                port: Some(port.host_ifname.clone()),
+                pod: record
+                    .as_ref()
+                    .and_then(|r| r.pod.as_ref())
+                    .map(|p| format!("{}/{}", p.namespace, p.name)),
+                expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
+                source: BindingSource::Learned,
+            };
+            store(&mut |s| s.upsert(binding.clone()));
+            if previous == Some(ip) {
+                return;
+            }
+            info!(port = %port.host_ifname, mac = %mac_text, %ip, previous = ?previous,
+                "guest holds another address than reported");
+            let Some(rec) = record else { return };
+            let (Some(pod), Some(key), Some(mut lease)) = (
+                rec.pod.clone(),
+                rec.annotation_key.clone(),
+                rec.lease.clone(),
+            ) else {
+                return;
+            };
+            lease.address = ip;
+            if let Some(p) = prefix_len {
+                lease.prefix_len = p;
+            }
+            if let Some(r) = router {
+                lease.routers = vec![r];
+            }
+            match super::acquire::report_address(agent, &pod, &key, &lease, mac).await {
+                Ok(()) => info!(pod = %format!("{}/{}", pod.namespace, pod.name), %ip,
+                    "pod-networks entry follows the guest's address"),
+                Err(e) => {
+                    agent.metrics().failure("kube_api");
+                    warn!(error = %crate::rpc::format_chain(&e),
+                        "could not update the pod-networks entry to the guest's address");
+                }
+            }
         }
     }
 }

@@ -85,6 +85,11 @@ pub enum DaemonError {
         #[source]
         source: crate::store::StoreError,
     },
+    #[error("opening the learned-binding store: {source}")]
+    Bindings {
+        #[source]
+        source: crate::bindings::StoreError,
+    },
     #[error("serving the agent socket: {source}")]
     Serve {
         #[source]
@@ -185,7 +190,10 @@ pub async fn run(
         health: health.clone(),
         pod_api,
         leases: Arc::new(Registry::new(svc.clone())),
-        guard: Arc::new(guard::GuardService::start(&args_guard)),
+        guard: Arc::new(
+            guard::GuardService::start(&args_guard)
+                .map_err(|source| DaemonError::Bindings { source })?,
+        ),
         svc,
     });
 
@@ -196,6 +204,7 @@ pub async fn run(
     health.set_datapath_ready();
     side.spawn(flush_stores(agent.clone(), token.clone()));
     side.spawn(guard::export_metrics(agent.clone(), token.clone()));
+    side.spawn(guard::learn_guests(agent.clone(), token.clone()));
 
     recover::recover(&agent).await;
     health.set_recovered();

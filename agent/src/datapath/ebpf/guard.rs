@@ -288,7 +288,11 @@ impl Guard {
         #[cfg(not(feature = "test-hooks"))]
         let programs = [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS];
         #[cfg(feature = "test-hooks")]
-        let programs = [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS, g::PROG_GUARD_PASS];
+        let programs = [
+            g::PROG_GUARD_INGRESS,
+            g::PROG_GUARD_EGRESS,
+            g::PROG_GUARD_PASS,
+        ];
         for name in programs {
             let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
             prog.load()
