@@ -12,9 +12,9 @@
 //!
 //! The VM ADD runs the one-shot discovery (client id `01:<MAC>`); then the
 //! guest's client leases for itself, and the entry must end at the address
-//! the guest holds: `dhcpcd` with its DUID gets another address from
-//! dnsmasq, `udhcpc` (client id `01:<MAC>`) the same one, `dhclient` (no
-//! client id) whatever dnsmasq gives it.
+//! the guest holds: `dhcpcd` with its DUID gets another address, `udhcpc`
+//! (client id `01:<MAC>`) the same one, `dhclient` (no client id) whatever
+//! the server gives it. Each against dnsmasq and against Kea.
 //!
 //! Needs root; fails, never skips, without it.
 
@@ -27,7 +27,9 @@ use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
 use xdhcp::cli::{AgentArgs, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, Veth, parse_mac, wait_until};
+use xdhcp_tests::{
+    Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab, NetNs, Veth, parse_mac, wait_until,
+};
 
 const NS: &str = "tenant";
 const NAD: &str = "dhcpnet";
@@ -144,20 +146,36 @@ impl Drop for NodeAgent {
     }
 }
 
+/// The DHCP server on the node's bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Srv {
+    Dnsmasq,
+    Kea,
+}
+
+/// A running server of either kind (kept alive for the test).
+enum Running {
+    Dnsmasq(Dnsmasq),
+    Kea(Kea),
+}
+
 /// The lab, the guest namespace behind the launcher's bridge, the server,
 /// and the agent after the VM's ADD.
 struct Vm {
     agent: NodeAgent,
     guest: NetNs,
     _guest_link: Veth,
-    _server: Dnsmasq,
+    _server: Running,
     lab: Lab,
     one_shot: Ipv4Addr,
 }
 
-fn vm_with_guest() -> Vm {
+fn vm_with_guest(srv: Srv) -> Vm {
     let lab = Lab::with_clients(1);
-    let server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let server = match srv {
+        Srv::Dnsmasq => Running::Dnsmasq(Dnsmasq::start(&lab.server, DnsmasqConfig::default())),
+        Srv::Kea => Running::Kea(Kea::start(&lab.server, KeaConfig::default())),
+    };
     let launcher = &lab.clients[0];
     // Bridge binding: the pod interface and the guest's link on one bridge.
     let guest = NetNs::new();
@@ -283,9 +301,8 @@ fn read_ip(path: &Path) -> Ipv4Addr {
         .expect("an IPv4 address")
 }
 
-#[test]
-fn dhcpcd_guest_with_its_duid_moves_the_entry_to_its_own_address() {
-    let vm = vm_with_guest();
+fn dhcpcd_guest(srv: Srv) {
+    let vm = vm_with_guest(srv);
     let dir = tempfile::tempdir().unwrap();
     // The distribution's defaults that matter (DUID client id), no hooks
     // (the script replaces them: nothing touches this machine's files).
@@ -320,9 +337,8 @@ fn dhcpcd_guest_with_its_duid_moves_the_entry_to_its_own_address() {
     assert!(l[0].expires_unix_ms.is_some());
 }
 
-#[test]
-fn udhcpc_guest_keeping_the_address_changes_nothing() {
-    let vm = vm_with_guest();
+fn udhcpc_guest(srv: Srv) {
+    let vm = vm_with_guest(srv);
     let dir = tempfile::tempdir().unwrap();
     let (script, out) = recorder(dir.path(), "ip", "bound");
     let status = vm
@@ -343,9 +359,8 @@ fn udhcpc_guest_keeping_the_address_changes_nothing() {
     assert_eq!(learned(&vm)[0].ip, guest_ip);
 }
 
-#[test]
-fn dhclient_guest_entry_ends_at_the_address_it_holds() {
-    let vm = vm_with_guest();
+fn dhclient_guest(srv: Srv) {
+    let vm = vm_with_guest(srv);
     let dir = tempfile::tempdir().unwrap();
     let (script, out) = recorder(dir.path(), "new_ip_address", "BOUND");
     let status = vm
@@ -367,4 +382,34 @@ fn dhclient_guest_entry_ends_at_the_address_it_holds() {
         "the entry reports {:?}, the guest holds {guest_ip}",
         vm.agent.reported()
     );
+}
+
+#[test]
+fn dhcpcd_guest_with_its_duid_moves_the_entry_to_its_own_address_dnsmasq() {
+    dhcpcd_guest(Srv::Dnsmasq);
+}
+
+#[test]
+fn dhcpcd_guest_with_its_duid_moves_the_entry_to_its_own_address_kea() {
+    dhcpcd_guest(Srv::Kea);
+}
+
+#[test]
+fn udhcpc_guest_keeping_the_address_changes_nothing_dnsmasq() {
+    udhcpc_guest(Srv::Dnsmasq);
+}
+
+#[test]
+fn udhcpc_guest_keeping_the_address_changes_nothing_kea() {
+    udhcpc_guest(Srv::Kea);
+}
+
+#[test]
+fn dhclient_guest_entry_ends_at_the_address_it_holds_dnsmasq() {
+    dhclient_guest(Srv::Dnsmasq);
+}
+
+#[test]
+fn dhclient_guest_entry_ends_at_the_address_it_holds_kea() {
+    dhclient_guest(Srv::Kea);
 }
