@@ -40,6 +40,9 @@ pub enum Command {
     Leases(ClientArgs),
     /// Print the status of a running agent: datapath, attach modes, counters.
     Status(ClientArgs),
+    /// Print the binding table of a running agent: MAC, IP, workload port,
+    /// expiry, and whether the agent leased or learned it.
+    Bindings(ClientArgs),
 }
 
 /// Flags of the operator commands.
@@ -198,6 +201,12 @@ pub struct AgentArgs {
     /// Repeatable (docs/uplinks.md).
     #[arg(long = "uplink", value_name = "[PHYSNET=]IFACE")]
     pub uplinks: Vec<Uplink>,
+    /// The DHCP guard on the host end of every workload port the agent
+    /// serves (server messages from workloads dropped, client messages
+    /// rate-limited, one client per VM port); tuned per network by the
+    /// NAD's `ipam.dhcpGuard` (docs/dhcp-guard.md).
+    #[arg(long, value_enum, default_value_t = GuardChoice::On)]
+    pub dhcp_guard: GuardChoice,
 }
 
 /// One `--uplink`: an interface of the agent's namespace, and optionally
@@ -262,6 +271,15 @@ impl std::fmt::Display for Uplink {
             None => f.write_str(&self.ifname),
         }
     }
+}
+
+/// `--dhcp-guard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GuardChoice {
+    /// Guard every veth workload port whose host end is in the agent's namespace.
+    On,
+    /// No guard.
+    Off,
 }
 
 impl AgentArgs {
@@ -398,6 +416,18 @@ pub fn leases_text(a: &ClientArgs) -> anyhow::Result<String> {
         Ok(serde_json::to_string_pretty(&rows)? + "\n")
     } else {
         Ok(render_leases(&rows, now_unix_ms()))
+    }
+}
+
+/// `xdhcp bindings`: ask the agent, render the table (or JSON).
+pub fn bindings_text(a: &ClientArgs) -> anyhow::Result<String> {
+    let c = crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10));
+    let rows: Vec<crate::bindings::Binding> = block_on(c.get(crate::bindings::PATH_BINDINGS))?
+        .map_err(|e| anyhow::anyhow!(e.into_cni().msg))?;
+    if a.json {
+        Ok(serde_json::to_string_pretty(&rows)? + "\n")
+    } else {
+        Ok(crate::bindings::render(&rows, now_unix_ms()))
     }
 }
 

@@ -21,6 +21,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod bindings;
 pub mod cli;
 pub mod cni;
 pub mod daemon;

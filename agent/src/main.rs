@@ -32,6 +32,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             return rt.block_on(agent).context("xdhcp agent");
         }
         Command::Leases(a) => xdhcp::cli::leases_text(&a).context("xdhcp leases")?,
+        Command::Bindings(a) => xdhcp::cli::bindings_text(&a).context("xdhcp bindings")?,
         Command::Status(a) => xdhcp::cli::status_text(&a).context("xdhcp status")?,
     };
     let mut out = std::io::stdout().lock();

@@ -72,6 +72,18 @@ struct PathLabel {
     path: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GuardLabel {
+    /// Host-side interface of the workload port (bounded by the ports on the node).
+    port: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PortLabel {
+    port: String,
+}
+
 /// All agent metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -92,6 +104,9 @@ pub(crate) struct Metrics {
     uplink_attached: Family<UplinkModeLabel, Gauge>,
     bound_by_path: Family<PathLabel, Counter>,
     kernel_last: Mutex<Vec<(&'static str, u64)>>,
+    guard_dropped: Family<GuardLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
+    guard_passed: Family<PortLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
+    guard_ports: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -140,6 +155,24 @@ impl Metrics {
             "bound_by_path",
             "Leases bound, by the receive path that carried the replies (uplink, ebpf, af_packet)",
             bound_by_path.clone(),
+        );
+        let guard_dropped = Family::default();
+        let guard_passed = Family::default();
+        let guard_ports = Gauge::default();
+        root.register(
+            "guard_dropped_frames",
+            "DHCP frames the guard dropped on a workload port since it was attached, by port and reason (server, rate, spoof, malformed)",
+            guard_dropped.clone(),
+        );
+        root.register(
+            "guard_passed_client_frames",
+            "DHCP client messages the guard passed on a workload port since it was attached",
+            guard_passed.clone(),
+        );
+        root.register(
+            "guard_ports",
+            "Workload ports under the DHCP guard",
+            guard_ports.clone(),
         );
         root.register("leases", "Leases by DHCP client state", leases.clone());
         root.register(
@@ -213,7 +246,33 @@ impl Metrics {
             kernel,
             cni_requests,
             kernel_last: Mutex::new(Vec::new()),
+            guard_dropped,
+            guard_passed,
+            guard_ports,
         }
+    }
+
+    /// Replaces the guard's per-port figures with a fresh snapshot (ports
+    /// no longer guarded disappear): (port, passed client messages, drops
+    /// by reason).
+    pub(crate) fn guard_snapshot(&self, ports: &[(String, u64, [(&'static str, u64); 4])]) {
+        self.guard_dropped.clear();
+        self.guard_passed.clear();
+        for (port, passed, drops) in ports {
+            self.guard_passed
+                .get_or_create(&PortLabel { port: port.clone() })
+                .set(*passed);
+            for &(reason, n) in drops {
+                self.guard_dropped
+                    .get_or_create(&GuardLabel {
+                        port: port.clone(),
+                        reason,
+                    })
+                    .set(n);
+            }
+        }
+        self.guard_ports
+            .set(i64::try_from(ports.len()).unwrap_or(i64::MAX));
     }
 
     /// A lease moved from `from` (None: new) to `to` (None: gone).

@@ -453,6 +453,99 @@ impl Netlink {
     }
 }
 
+/// The other end of a veth, as seen from the namespace of one end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VethPeer {
+    /// The peer's ifindex, in the peer's namespace.
+    pub ifindex: u32,
+    /// Whether the peer lives in the namespace given to [`Netlink::veth_peer`].
+    pub in_namespace: bool,
+}
+
+impl Netlink {
+    /// The peer of veth `ifname` (`None`: not a veth, or no peer), and
+    /// whether the peer lives in the namespace `ns` refers to (an open
+    /// `/proc/.../ns/net` or `/var/run/netns/...` file): the link's
+    /// `IFLA_LINK_NETNSID` is compared with the id this namespace gives
+    /// `ns` (`RTM_GETNSID`). Ifindexes repeat across namespaces, so the
+    /// ifindex alone never says which device is meant.
+    pub async fn veth_peer(
+        &self,
+        ifname: &str,
+        ns: &std::os::fd::BorrowedFd<'_>,
+    ) -> Result<Option<VethPeer>> {
+        use std::os::fd::AsRawFd as _;
+
+        use futures::StreamExt as _;
+        use rtnetlink::packet_core::{NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
+        use rtnetlink::packet_route::RouteNetlinkMessage;
+        use rtnetlink::packet_route::nsid::{NsidAttribute, NsidMessage};
+
+        let mut stream = self
+            .handle
+            .link()
+            .get()
+            .match_name(ifname.to_owned())
+            .execute();
+        let msg = match stream.try_next().await {
+            Ok(Some(msg)) => msg,
+            Ok(None) => return Err(self.no_such(ifname)),
+            Err(e) if errno(&e) == Some(libc::ENODEV) => return Err(self.no_such(ifname)),
+            Err(e) => return Err(self.request_err(format!("look up link {ifname:?}"))(e)),
+        };
+        if LinkDetails::from_message(&msg).kind.as_deref() != Some("veth") {
+            return Ok(None);
+        }
+        let mut peer = None;
+        let mut peer_nsid = None;
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::Link(i) if *i != 0 => peer = Some(*i),
+                LinkAttribute::LinkNetNsId(id) => peer_nsid = Some(*id),
+                _ => {}
+            }
+        }
+        let Some(ifindex) = peer else {
+            return Ok(None);
+        };
+        // No IFLA_LINK_NETNSID: the peer is in this very namespace.
+        let Some(peer_nsid) = peer_nsid else {
+            return Ok(Some(VethPeer {
+                ifindex,
+                in_namespace: false,
+            }));
+        };
+        let mut get = NsidMessage::default();
+        get.attributes.push(NsidAttribute::Fd(
+            u32::try_from(ns.as_raw_fd()).unwrap_or(u32::MAX),
+        ));
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetNsId(get));
+        req.header.flags = NLM_F_REQUEST;
+        let mut handle = self.handle.clone();
+        let op = || format!("ask the namespace id of the agent's namespace for {ifname:?}");
+        let mut replies = handle.request(req).map_err(self.request_err(op()))?;
+        let mut nsid = None;
+        while let Some(reply) = replies.next().await {
+            match reply.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(m)) => {
+                    nsid = m.attributes.iter().find_map(|a| match a {
+                        NsidAttribute::Id(id) => Some(*id),
+                        _ => None,
+                    });
+                }
+                NetlinkPayload::Error(e) => {
+                    return Err(self.request_err(op())(rtnetlink::Error::NetlinkError(e)));
+                }
+                _ => {}
+            }
+        }
+        Ok(Some(VethPeer {
+            ifindex,
+            in_namespace: nsid == Some(peer_nsid) && peer_nsid >= 0,
+        }))
+    }
+}
+
 impl Drop for Netlink {
     fn drop(&mut self) {
         self.task.abort();

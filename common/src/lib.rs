@@ -10,6 +10,7 @@
 /// `cargo xtask setup`, which builds bpf-linker against this toolchain's LLVM.
 pub const EBPF_TOOLCHAIN: &str = "nightly";
 
+pub mod guard;
 pub mod programs;
 
 /// Name of the BPF ring buffer carrying [`CaptureRecord`]s to user space.

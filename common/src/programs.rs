@@ -110,6 +110,20 @@ pub const PROGRAMS: &[Program] = &[
     ),
     // Capturing DHCP frames in the VM tests.
     deb("tcpdump", "tcpdump", "/usr/bin/tcpdump", "packet capture"),
+    // Guest DHCP clients behind a VM port (passive learning tests): each
+    // with its own default client identifier.
+    deb(
+        "dhcpcd",
+        "dhcpcd-base",
+        "/usr/sbin/dhcpcd",
+        "guest DHCP client (DUID client id)",
+    ),
+    deb(
+        "dhclient",
+        "isc-dhcp-client",
+        "/sbin/dhclient",
+        "guest DHCP client (no client id)",
+    ),
     // The datapath benchmark's traffic.
     deb("iperf3", "iperf3", "/usr/bin/iperf3", "datapath benchmark"),
     // Inspecting pinned maps and programs (docs/kernel.md); no test runs it.
@@ -205,7 +219,7 @@ pub const PROGRAMS: &[Program] = &[
         "busybox",
         "busybox-static",
         "/bin/busybox",
-        "virtme-ng's guest init",
+        "virtme-ng's guest init; udhcpc, a guest DHCP client",
     ),
     deb(
         "python3",

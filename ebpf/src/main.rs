@@ -17,6 +17,7 @@
     reason = "eBPF: helpers must inline into the entry point so the verifier sees one bounds-checked flow"
 )]
 
+mod guard;
 mod parse;
 
 use core::ffi::c_void;

@@ -94,6 +94,71 @@ pub struct IpamOptions {
     pub protected_prefixes: Vec<Ipv4Cidr>,
     /// `ipam.priority` (upstream): route metric for the routes we return/apply.
     pub route_priority: Option<u32>,
+    /// `ipam.dhcpGuard`: the DHCP guard on the workload's port.
+    #[serde(default)]
+    pub dhcp_guard: DhcpGuardSpec,
+}
+
+/// `ipam.dhcpGuard`: `{"trusted": bool, "rate": pps, "burst": n}`, every
+/// field optional. The guard is always on for the ports xdhcp serves; this
+/// only tunes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DhcpGuardSpec {
+    /// DHCP server messages from the workload pass (a server or relay pod).
+    pub trusted: bool,
+    /// Client messages per second the port may send (1..=10000).
+    pub rate: u32,
+    /// Client messages a quiet port may send back to back (1..=10000).
+    pub burst: u32,
+}
+
+impl Default for DhcpGuardSpec {
+    fn default() -> Self {
+        Self {
+            trusted: false,
+            rate: xdhcp_common::guard::GUARD_DEFAULT_RATE,
+            burst: xdhcp_common::guard::GUARD_DEFAULT_BURST,
+        }
+    }
+}
+
+fn parse_dhcp_guard(v: &Value) -> Result<DhcpGuardSpec, CniError> {
+    const FIELDS: &[&str] = &["trusted", "rate", "burst"];
+    let obj = v.as_object().ok_or_else(|| {
+        CniError::config(
+            "ipam.dhcpGuard",
+            "must be an object {\"trusted\": bool, \"rate\": pps, \"burst\": n}",
+        )
+    })?;
+    if let Some(key) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(CniError::unsupported(
+            &format!("ipam.dhcpGuard.{key}"),
+            format!("unknown field; supported: {}", FIELDS.join(", ")),
+        ));
+    }
+    let mut spec = DhcpGuardSpec::default();
+    if let Some(t) = opt_bool(obj, "trusted", "ipam.dhcpGuard.trusted")? {
+        spec.trusted = t;
+    }
+    for (key, slot) in [("rate", &mut spec.rate), ("burst", &mut spec.burst)] {
+        match obj.get(key) {
+            None | Some(Value::Null) => {}
+            Some(v) => {
+                *slot = v
+                    .as_u64()
+                    .filter(|n| (1..=10_000).contains(n))
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        CniError::config(
+                            &format!("ipam.dhcpGuard.{key}"),
+                            format!("{v} must be an integer between 1 and 10000"),
+                        )
+                    })?;
+            }
+        }
+    }
+    Ok(spec)
 }
 
 /// A `{containerID, ifname}` pair from `cni.dev/valid-attachments` (GC).
@@ -224,6 +289,7 @@ const IPAM_FIELDS: &[&str] = &[
     "provide",
     "request",
     "priority",
+    "dhcpGuard",
 ];
 
 #[expect(
@@ -342,6 +408,10 @@ fn parse_ipam(ipam: &Map<String, Value>) -> Result<(IpamOptions, PathBuf), CniEr
     if let Some(v) = ipam.get("request") {
         check_request(v)?;
     }
+    let dhcp_guard = match ipam.get("dhcpGuard") {
+        None | Some(Value::Null) => DhcpGuardSpec::default(),
+        Some(v) => parse_dhcp_guard(v)?,
+    };
 
     Ok((
         IpamOptions {
@@ -354,6 +424,7 @@ fn parse_ipam(ipam: &Map<String, Value>) -> Result<(IpamOptions, PathBuf), CniEr
             allow_default_route_override,
             protected_prefixes,
             route_priority,
+            dhcp_guard,
         },
         socket_path,
     ))
@@ -1108,5 +1179,49 @@ mod tests {
         );
         assert_eq!(sniff_version(br#"{"cniVersion":"9.9.9"}"#), None);
         assert_eq!(sniff_version(b"garbage"), None);
+    }
+
+    #[test]
+    fn dhcp_guard_defaults_fields_and_errors() {
+        let c = parse(&conf(r#"{"type":"xdhcp"}"#)).unwrap();
+        assert_eq!(c.ipam.dhcp_guard, DhcpGuardSpec::default());
+        assert!((15..=100).contains(&c.ipam.dhcp_guard.rate));
+        let c = parse(&conf(
+            r#"{"type":"dhcp","dhcpGuard":{"trusted":true,"rate":50,"burst":5}}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            c.ipam.dhcp_guard,
+            DhcpGuardSpec {
+                trusted: true,
+                rate: 50,
+                burst: 5
+            }
+        );
+        let back: NetworkConfig =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        for (ipam, field) in [
+            (r#"{"type":"xdhcp","dhcpGuard":true}"#, "ipam.dhcpGuard"),
+            (
+                r#"{"type":"xdhcp","dhcpGuard":{"rate":0}}"#,
+                "ipam.dhcpGuard.rate",
+            ),
+            (
+                r#"{"type":"xdhcp","dhcpGuard":{"burst":"9"}}"#,
+                "ipam.dhcpGuard.burst",
+            ),
+            (
+                r#"{"type":"xdhcp","dhcpGuard":{"trusted":1}}"#,
+                "ipam.dhcpGuard.trusted",
+            ),
+            (
+                r#"{"type":"xdhcp","dhcpGuard":{"rates":1}}"#,
+                "ipam.dhcpGuard.rates",
+            ),
+        ] {
+            let e = err(&conf(ipam));
+            assert!(e.msg.contains(field), "{ipam}: {e:?}");
+        }
     }
 }

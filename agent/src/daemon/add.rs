@@ -150,6 +150,17 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             )
         }
     };
+    // The guard is on the port before the first DHCP message of the lease.
+    let vm_mac = (kind != WorkloadKind::Pod).then_some(mac);
+    guard_port(
+        agent,
+        &req.container_id,
+        &req.ifname,
+        &netns,
+        &req.config,
+        vm_mac,
+    )
+    .await;
     let record = persist::fresh(
         &req,
         who.pod.clone(),
@@ -182,6 +193,35 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     Ok(cni_result(&lease, &req.config))
 }
 
+/// Puts the DHCP guard on the host end of the attachment's port. A port the
+/// guard cannot take is logged and counted, never a failed ADD: the lease
+/// does not depend on it.
+pub(crate) async fn guard_port(
+    agent: &Agent,
+    container_id: &str,
+    ifname: &str,
+    netns: &std::path::Path,
+    config: &NetworkConfig,
+    vm_mac: Option<[u8; 6]>,
+) {
+    let policy = super::guard::port_policy(&config.ipam.dhcp_guard, vm_mac);
+    match agent
+        .guard
+        .protect(container_id, ifname, netns, policy)
+        .await
+    {
+        Ok(Some(port)) => {
+            info!(container = %container_id, ifname, port = %port.host_ifname, ?policy, "DHCP guard on");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            agent.metrics().failure("dhcp_guard");
+            warn!(container = %container_id, ifname, error = %crate::rpc::format_chain(&e),
+                "could not put the DHCP guard on the port");
+        }
+    }
+}
+
 /// DEL: RELEASE (pods), forget, remove the annotation entry. Idempotent.
 pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error> {
     agent.metrics().cni_request("del");
@@ -207,6 +247,7 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
             warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
         }
     }
+    agent.guard.release(&req.container_id, &req.ifname);
     persist::remove(&agent.svc.store, &req.container_id, &req.ifname).map_err(|source| {
         Error::Store {
             op: "remove",

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use xdhcp_engine::ClientConfig;
 
 use super::capture::Capture;
+use super::guard::GuardService;
 use super::lease::task::Services;
 use super::registry::Registry;
 use crate::cli::AgentArgs;
@@ -23,6 +24,8 @@ pub(crate) struct Agent {
     /// lease tasks.
     pub(crate) svc: Arc<Services>,
     pub(crate) leases: Arc<Registry>,
+    /// The DHCP guard on workload ports.
+    pub(crate) guard: Arc<GuardService>,
 }
 
 impl Agent {

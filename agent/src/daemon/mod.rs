@@ -20,6 +20,7 @@ mod add;
 mod capture;
 mod context;
 mod error;
+mod guard;
 mod lease;
 mod link;
 mod recover;
@@ -86,6 +87,11 @@ pub enum DaemonError {
     },
     #[error("--uplink {ifname} is given more than once")]
     DuplicateUplink { ifname: String },
+    #[error("opening the learned-binding store: {source}")]
+    Bindings {
+        #[source]
+        source: crate::bindings::StoreError,
+    },
     #[error("serving the agent socket: {source}")]
     Serve {
         #[source]
@@ -186,12 +192,17 @@ pub async fn run(
         store,
         token: token.clone(),
     });
+    let args_guard = args.clone();
     let agent = Arc::new(Agent {
         base: args.client_config(),
         args,
         health: health.clone(),
         pod_api,
         leases: Arc::new(Registry::new(svc.clone())),
+        guard: Arc::new(
+            guard::GuardService::start(&args_guard)
+                .map_err(|source| DaemonError::Bindings { source })?,
+        ),
         svc,
     });
 
@@ -201,6 +212,8 @@ pub async fn run(
     }
     health.set_datapath_ready();
     side.spawn(flush_stores(agent.clone(), token.clone()));
+    side.spawn(guard::export_metrics(agent.clone(), token.clone()));
+    side.spawn(guard::learn_guests(agent.clone(), token.clone()));
 
     recover::recover(&agent).await;
     health.set_recovered();

@@ -42,6 +42,18 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
     let now_ms = crate::cli::now_unix_ms();
     let mut to_resume = Vec::with_capacity(records.len());
     for rec in records {
+        if let Some(ns) = rec.netns.as_deref().filter(|p| p.exists()) {
+            let vm_mac = (rec.workload != WorkloadKind::Pod).then_some(rec.mac);
+            super::add::guard_port(
+                agent,
+                &rec.container_id,
+                &rec.ifname,
+                ns,
+                &rec.config,
+                vm_mac,
+            )
+            .await;
+        }
         if let WorkloadKind::Vm { .. } = rec.workload {
             // One-shot discoveries are not maintained; keep them for CHECK/DEL.
             agent.leases.insert_static(rec);

@@ -86,7 +86,8 @@ pub(crate) fn router(agent: Arc<Agent>) -> Router {
         .route(rpc::PATH_GC, post(gc))
         .route(rpc::PATH_READY, get(ready))
         .route(rpc::PATH_LEASES, get(leases))
-        .route(rpc::PATH_STATUS, get(status));
+        .route(rpc::PATH_STATUS, get(status))
+        .route(crate::bindings::PATH_BINDINGS, get(bindings));
     #[cfg(feature = "test-hooks")]
     let r = r.route(rpc::PATH_TEST_READER_FAULT, post(reader_fault));
     r.with_state(agent)
@@ -173,4 +174,8 @@ async fn reader_fault(
 ) -> Json<serde_json::Value> {
     a.capture().inject_reader_fault(f.broken);
     Json(serde_json::json!({}))
+}
+
+async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::Binding>> {
+    Json(super::status::bindings(&a))
 }

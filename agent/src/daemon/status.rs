@@ -91,3 +91,43 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         annotations,
     }
 }
+
+/// The binding table: every lease the agent holds (pods and VMs' one-shot
+/// discoveries), then every binding learned from a guest, by MAC.
+pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
+    use crate::bindings::{Binding, BindingSource, format_mac};
+    let now = crate::cli::now_unix_ms();
+    let learned = agent
+        .guard
+        .learned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .rows(now);
+    let mut rows: Vec<Binding> = agent
+        .leases
+        .all()
+        .iter()
+        .filter_map(|h| {
+            let l = lock(&h.live);
+            let rec = &l.record;
+            let lease = rec.lease.as_ref()?;
+            Some(Binding {
+                mac: format_mac(rec.mac),
+                ip: lease.address,
+                port: agent
+                    .guard
+                    .port_for(&rec.container_id, &rec.ifname)
+                    .map(|p| p.host_ifname),
+                pod: rec
+                    .pod
+                    .as_ref()
+                    .map(|p| format!("{}/{}", p.namespace, p.name)),
+                expires_unix_ms: crate::daemon::lease::live::expiry_ms(lease),
+                source: BindingSource::Leased,
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| a.mac.cmp(&b.mac));
+    rows.extend(learned);
+    rows
+}

@@ -1,7 +1,8 @@
 //! `cargo xtask bench dataplane`: TCP throughput across a veth pair between
 //! two network namespaces (iperf3), with nothing attached, with the TC
 //! program, with native XDP and with generic XDP on the receiving veth, in one
-//! run. The programs run in observe mode (every frame is classified; none is
+//! run, and with the DHCP guard (TC ingress and egress) on it as on a
+//! workload port's host end. The programs run in observe mode (every frame is classified; none is
 //! DHCP).
 //!
 //! Then the same through a node uplink: the traffic enters a "node"
@@ -29,7 +30,7 @@ use std::fmt::Write as _;
 
 use anyhow::{Context as _, Result, bail};
 use xdhcp::datapath::AttachMode;
-use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, Role};
+use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, Guard, PortPolicy, Role};
 use xdhcp_tests::{Bridge, NetNs, Process, Veth};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
@@ -39,6 +40,9 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 enum Setup {
     Bare,
     Attached(AttachMode),
+    /// The DHCP guard (TC ingress and egress) on the receiving veth, as on
+    /// a workload port's host end.
+    Guard,
 }
 
 impl Setup {
@@ -46,6 +50,7 @@ impl Setup {
         match self {
             Self::Bare => "bare".to_owned(),
             Self::Attached(m) => m.to_string(),
+            Self::Guard => "dhcp guard".to_owned(),
         }
     }
 }
@@ -134,29 +139,29 @@ fn report(
 }
 
 /// Measures `setups` (`Setup::Bare` first) `runs` times each, in an order
-/// rotated from round to round; `attach`/`detach` put the program on and
-/// off where the data flows.
+/// rotated from round to round; `attach`/`detach` put the program of a
+/// setup other than `Bare` on and off where the data flows.
 fn measure(
     dp: &mut Datapath,
     setups: &[Setup],
     runs: usize,
     label: &str,
     mut iperf_once: impl FnMut() -> Result<f64>,
-    mut attach: impl FnMut(&mut Datapath, AttachMode) -> Result<()>,
-    mut detach: impl FnMut(&mut Datapath) -> Result<()>,
+    mut attach: impl FnMut(&mut Datapath, Setup) -> Result<()>,
+    mut detach: impl FnMut(&mut Datapath, Setup) -> Result<()>,
 ) -> Result<Vec<Vec<f64>>> {
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
     for run in 0..runs {
         // Rotate the order each run so drift on the shared machine hits every setup alike.
         for k in 0..setups.len() {
             let i = (k + run) % setups.len();
-            let setup = &setups[i];
-            if let Setup::Attached(mode) = setup {
-                attach(dp, *mode)?;
+            let setup = setups[i];
+            if setup != Setup::Bare {
+                attach(dp, setup)?;
             }
             let gbps = iperf_once()?;
-            if matches!(setup, Setup::Attached(_)) {
-                detach(dp)?;
+            if setup != Setup::Bare {
+                detach(dp, setup)?;
             }
             println!(
                 "run {}/{runs} {label} {:<12} {gbps:>8.2} Gbit/s",
@@ -217,15 +222,30 @@ fn main() -> Result<()> {
         Setup::Attached(AttachMode::Tc),
         Setup::Attached(AttachMode::XdpNative),
         Setup::Attached(AttachMode::XdpGeneric),
+        Setup::Guard,
     ];
+    let guard = std::cell::RefCell::new(Guard::load().context("loading the DHCP guard")?);
     let results = measure(
         &mut dp,
         &setups,
         runs,
         "veth",
         || iperf(&server, &client, secs),
-        |dp, mode| exact(&dp.attach(&target, Some(mode), CaptureMode::Observe)?, mode),
-        |dp| Ok(dp.detach(&target)?),
+        |dp, setup| match setup {
+            Setup::Attached(mode) => {
+                exact(&dp.attach(&target, Some(mode), CaptureMode::Observe)?, mode)
+            }
+            Setup::Guard => {
+                guard.borrow_mut().attach(&target, &PortPolicy::default())?;
+                Ok(())
+            }
+            Setup::Bare => Ok(()),
+        },
+        |dp, setup| match setup {
+            Setup::Attached(_) => Ok(dp.detach(&target)?),
+            Setup::Guard => Ok(guard.borrow_mut().detach(&target)?),
+            Setup::Bare => Ok(()),
+        },
     )?;
     let passed = dp.counters()?.passed_not_dhcp;
     if passed == 0 {
@@ -240,6 +260,15 @@ fn main() -> Result<()> {
         100.0 * tc,
         if tc >= 0.97 { "met" } else { "MISSED" }
     )?;
+    if let Some(i) = setups.iter().position(|s| *s == Setup::Guard) {
+        let g = paired[i];
+        writeln!(
+            out,
+            "target: DHCP guard on a workload port >= 97 % of bare: {:.1} % -> {}",
+            100.0 * g,
+            if g >= 0.97 { "met" } else { "MISSED" }
+        )?;
+    }
     writeln!(out, "frames classified by the programs: {passed}")?;
 
     // Through a node uplink: ext (client) -> up0 [node: br0] pod0 -> pod (server).
@@ -269,11 +298,14 @@ fn main() -> Result<()> {
         runs,
         "uplink",
         || iperf(&pod, &ext, secs),
-        |dp, mode| {
+        |dp, setup| {
+            let Setup::Attached(mode) = setup else {
+                bail!("the uplink is measured bare or with the uplink program only")
+            };
             let att = dp.attach_as(Role::Uplink, &uplink, Some(mode), CaptureMode::Intercept)?;
             exact(&att, mode)
         },
-        |dp| Ok(dp.detach(&uplink)?),
+        |dp, _| Ok(dp.detach(&uplink)?),
     )?;
     let up_passed = dp.counters()?.passed_not_dhcp - before;
     if up_passed == 0 {

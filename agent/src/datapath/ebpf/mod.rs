@@ -13,6 +13,7 @@
 //! programs with `BPF_PROG_TEST_RUN`; the shipped agent has neither.
 
 mod attach;
+mod guard;
 mod maps;
 mod pin;
 mod reader;
@@ -30,6 +31,12 @@ use xdhcp_common as common;
 
 pub use attach::{
     AttachTarget, Attachment, InterfaceKind, Role, classify_driver, default_attach_mode,
+};
+#[cfg(feature = "test-hooks")]
+pub use guard::GuardProgram;
+pub use guard::{
+    Direction, Guard, GuardCounters, GuardEvent, GuardReader, GuardRecordError, GuardedPortInfo,
+    PortPolicy, decode_guard_record,
 };
 pub use maps::{CaptureMode, Counters, XidOwnership};
 pub use pin::{PINNED_MAPS, PinnedMap, Pinning, pin_maps};

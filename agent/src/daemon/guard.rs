@@ -1,0 +1,471 @@
+//! The DHCP guard actor: which workload ports are guarded, with what policy.
+//!
+//! At ADD the agent finds the host end of the pod interface (the veth's
+//! peer, which must live in the agent's own namespace: the node's) and
+//! attaches the guard programs there before the first DHCP message; at DEL
+//! it detaches them. A pod interface that is not a veth (macvlan, a VF) or
+//! whose peer lives elsewhere is not guarded, and the log says so.
+//!
+//! The attachments are BPF links held by this process: they go when the
+//! agent goes, and [`GuardService::protect`] is called again for every
+//! lease the agent resumes at start.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use tracing::{info, warn};
+
+use crate::bindings::LearnedStore;
+use crate::cli::{AgentArgs, GuardChoice};
+use crate::cni::config::DhcpGuardSpec;
+use crate::datapath::ebpf::{AttachTarget, EbpfDatapathError, Guard, GuardCounters, PortPolicy};
+use crate::netlink::{Netlink, NetlinkError};
+
+/// Why a port could not be guarded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GuardError {
+    #[error("finding the host end of {ifname} in {}: {source}", netns.display())]
+    Peer {
+        ifname: String,
+        netns: PathBuf,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("opening the agent's own network namespace: {0}")]
+    OwnNamespace(#[source] std::io::Error),
+    #[error("the host end of {ifname} (ifindex {ifindex}) has no name in the agent's namespace")]
+    NoName { ifname: String, ifindex: u32 },
+    #[error(transparent)]
+    Ebpf(#[from] EbpfDatapathError),
+}
+
+/// One guarded port.
+#[derive(Debug, Clone)]
+pub(crate) struct GuardedPort {
+    /// Host-side interface name (in the agent's namespace).
+    pub(crate) host_ifname: String,
+    pub(crate) ifindex: u32,
+    pub(crate) policy: PortPolicy,
+}
+
+struct Inner {
+    guard: Guard,
+    /// The guard ring, until the learning task takes it.
+    reader: Option<crate::datapath::ebpf::GuardReader>,
+    /// (container id, pod ifname) → its port.
+    ports: HashMap<(String, String), GuardedPort>,
+}
+
+/// The guard, or why there is none.
+pub(crate) struct GuardService {
+    inner: Option<Mutex<Inner>>,
+    /// Bindings learned from guests, persisted in the state directory.
+    pub(crate) learned: Mutex<LearnedStore>,
+    /// Why the guard is off (logged at start).
+    off_reason: Option<String>,
+}
+
+impl std::fmt::Debug for GuardService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardService")
+            .field("on", &self.inner.is_some())
+            .field("off_reason", &self.off_reason)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The kernel policy of a port: the network's `ipam.dhcpGuard`, plus the
+/// single-client rule on a VM's port.
+pub(crate) fn port_policy(spec: &DhcpGuardSpec, vm_mac: Option<[u8; 6]>) -> PortPolicy {
+    PortPolicy {
+        trusted: spec.trusted,
+        rate: spec.rate,
+        burst: spec.burst,
+        single_client: vm_mac,
+        // A VM's guest runs its own DHCP client after the one-shot
+        // discovery: follow what it is given.
+        learn: vm_mac.is_some(),
+    }
+}
+
+impl GuardService {
+    /// Loads the guard unless `--dhcp-guard off`; a kernel that refuses it
+    /// leaves the agent running unguarded, with the reason logged and in
+    /// `xdhcp status`.
+    pub(crate) fn start(args: &AgentArgs) -> Result<Self, crate::bindings::StoreError> {
+        let (learned, quarantined) = LearnedStore::open(&args.state_dir)?;
+        if let Some(q) = quarantined {
+            warn!(file = %q, "unreadable learned-binding file set aside; starting empty");
+        }
+        let learned = Mutex::new(learned);
+        if args.dhcp_guard == GuardChoice::Off {
+            return Ok(Self::off("--dhcp-guard off", learned));
+        }
+        Ok(match Guard::load() {
+            Ok(mut guard) => {
+                info!("DHCP guard loaded");
+                let reader = match guard.take_reader() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        warn!(error = %crate::rpc::format_chain(&e),
+                            "the guard ring cannot be read; guests' leases are not learned");
+                        None
+                    }
+                };
+                Self {
+                    inner: Some(Mutex::new(Inner {
+                        guard,
+                        reader,
+                        ports: HashMap::new(),
+                    })),
+                    learned,
+                    off_reason: None,
+                }
+            }
+            Err(e) => {
+                let reason = crate::rpc::format_chain(&e);
+                warn!(error = %reason, "the DHCP guard could not be loaded; workload ports are not guarded");
+                Self::off(&reason, learned)
+            }
+        })
+    }
+
+    fn off(reason: &str, learned: Mutex<LearnedStore>) -> Self {
+        Self {
+            inner: None,
+            learned,
+            off_reason: Some(reason.to_owned()),
+        }
+    }
+
+    /// The attachment and port guarded under host ifindex `ifindex`.
+    pub(crate) fn port_of(&self, ifindex: u32) -> Option<((String, String), GuardedPort)> {
+        let inner = self.lock()?;
+        inner
+            .ports
+            .iter()
+            .find(|(_, p)| p.ifindex == ifindex)
+            .map(|(k, p)| (k.clone(), p.clone()))
+    }
+
+    /// The port of attachment `(container_id, ifname)`.
+    pub(crate) fn port_for(&self, container_id: &str, ifname: &str) -> Option<GuardedPort> {
+        let inner = self.lock()?;
+        inner
+            .ports
+            .get(&(container_id.to_owned(), ifname.to_owned()))
+            .cloned()
+    }
+
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, Inner>> {
+        self.inner
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Guards the host end of `ifname` (in `netns`) for the attachment
+    /// `(container_id, ifname)`. `Ok(None)`: the guard is off, or the port
+    /// is not one it can guard (not a veth, or its peer is not in the
+    /// agent's namespace). A second call for a guarded attachment updates
+    /// its policy.
+    pub(crate) async fn protect(
+        &self,
+        container_id: &str,
+        ifname: &str,
+        netns: &Path,
+        policy: PortPolicy,
+    ) -> Result<Option<GuardedPort>, GuardError> {
+        if self.inner.is_none() {
+            return Ok(None);
+        }
+        let Some(host_ifname) = host_end(netns, ifname).await? else {
+            info!(ifname, netns = %netns.display(),
+                "pod interface is not a veth with its peer in the agent's namespace; not guarded");
+            return Ok(None);
+        };
+        let key = (container_id.to_owned(), ifname.to_owned());
+        let Some(mut inner) = self.lock() else {
+            return Ok(None);
+        };
+        if let Some(port) = inner.ports.get(&key).cloned() {
+            if port.host_ifname == host_ifname {
+                inner.guard.set_policy(port.ifindex, &policy)?;
+                let port = GuardedPort { policy, ..port };
+                inner.ports.insert(key, port.clone());
+                return Ok(Some(port));
+            }
+            // The pod interface was recreated with another peer.
+            let old = AttachTarget {
+                ifname: port.host_ifname,
+                netns: None,
+            };
+            if let Err(e) = inner.guard.detach(&old) {
+                warn!(error = %e, "could not detach the guard from the old host end");
+            }
+            inner.ports.remove(&key);
+        }
+        let target = AttachTarget {
+            ifname: host_ifname.clone(),
+            netns: None,
+        };
+        let ifindex = inner.guard.attach(&target, &policy)?;
+        let port = GuardedPort {
+            host_ifname,
+            ifindex,
+            policy,
+        };
+        inner.ports.insert(key, port.clone());
+        Ok(Some(port))
+    }
+
+    /// Unguards the attachment's port (DEL). Nothing to do is fine.
+    pub(crate) fn release(&self, container_id: &str, ifname: &str) {
+        let Some(mut inner) = self.lock() else {
+            return;
+        };
+        let Some(port) = inner
+            .ports
+            .remove(&(container_id.to_owned(), ifname.to_owned()))
+        else {
+            return;
+        };
+        let target = AttachTarget {
+            ifname: port.host_ifname.clone(),
+            netns: None,
+        };
+        match inner.guard.detach(&target) {
+            Ok(()) => info!(port = %port.host_ifname, "DHCP guard detached"),
+            Err(e) => warn!(port = %port.host_ifname, error = %crate::rpc::format_chain(&e),
+                "could not detach the DHCP guard"),
+        }
+    }
+
+    /// Every guarded port with its counters, for metrics and status.
+    pub(crate) fn snapshot(&self) -> Vec<(GuardedPort, GuardCounters)> {
+        let Some(inner) = self.lock() else {
+            return Vec::new();
+        };
+        inner
+            .ports
+            .values()
+            .map(|p| {
+                let c = inner
+                    .guard
+                    .counters(p.ifindex)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                (p.clone(), c)
+            })
+            .collect()
+    }
+}
+
+/// The name, in the agent's namespace, of the peer of veth `ifname` in
+/// `netns`; `None` when `ifname` is not a veth or its peer is elsewhere.
+async fn host_end(netns: &Path, ifname: &str) -> Result<Option<String>, GuardError> {
+    let own = std::fs::File::open("/proc/thread-self/ns/net").map_err(GuardError::OwnNamespace)?;
+    let peer_err = |source| GuardError::Peer {
+        ifname: ifname.to_owned(),
+        netns: netns.to_path_buf(),
+        source,
+    };
+    let nl = Netlink::open(Some(netns)).await.map_err(peer_err)?;
+    let Some(peer) = nl.veth_peer(ifname, &own.as_fd()).await.map_err(peer_err)? else {
+        return Ok(None);
+    };
+    if !peer.in_namespace {
+        return Ok(None);
+    }
+    let name = nix::net::if_::if_indextoname(peer.ifindex).map_err(|_| GuardError::NoName {
+        ifname: ifname.to_owned(),
+        ifindex: peer.ifindex,
+    })?;
+    Ok(Some(name.to_string_lossy().into_owned()))
+}
+
+/// How often the guard's kernel counters are copied into the metrics.
+const METRICS_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Copies the guard's per-port counters into the metrics until shutdown.
+pub(crate) async fn export_metrics(
+    agent: std::sync::Arc<super::context::Agent>,
+    token: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let a = agent.clone();
+        let snap = tokio::task::spawn_blocking(move || a.guard.snapshot()).await;
+        if let Ok(snap) = snap {
+            let rows: Vec<_> = snap
+                .iter()
+                .map(|(p, c)| (p.host_ifname.clone(), c.passed_client, c.drops()))
+                .collect();
+            agent.metrics().guard_snapshot(&rows);
+        }
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(METRICS_PERIOD) => {}
+        }
+    }
+}
+
+/// How often expired learned bindings are dropped.
+const EXPIRY_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Follows the guests' own DHCP on VM ports (the guard ring): an ACK for
+/// the VM's MAC records a learned binding and, when the address is not the
+/// one the `pod-networks` entry reports, rewrites the entry (the same
+/// read-modify-write as at ADD) at once; a renewal of the same address
+/// changes nothing; a RELEASE, a DECLINE or the lease's expiry drops the
+/// learned binding and leaves the entry at the last address the guest held.
+pub(crate) async fn learn_guests(
+    agent: std::sync::Arc<super::context::Agent>,
+    token: tokio_util::sync::CancellationToken,
+) {
+    let reader = agent.guard.lock().and_then(|mut inner| inner.reader.take());
+    let Some(mut reader) = reader else {
+        token.cancelled().await;
+        return;
+    };
+    let mut sweep = tokio::time::interval(EXPIRY_PERIOD);
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            _ = sweep.tick() => expire(&agent),
+            ev = reader.recv() => match ev {
+                Ok(ev) => on_event(&agent, &ev).await,
+                Err(e) => {
+                    warn!(error = %crate::rpc::format_chain(&e),
+                        "the guard ring failed; guests' leases are no longer learned");
+                    token.cancelled().await;
+                    return;
+                }
+            },
+        }
+    }
+}
+
+fn expire(agent: &super::context::Agent) {
+    let now = crate::cli::now_unix_ms();
+    let gone = agent
+        .guard
+        .learned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .expire(now);
+    match gone {
+        Ok(gone) => {
+            for b in gone {
+                info!(mac = %b.mac, ip = %b.ip, "learned binding expired");
+            }
+        }
+        Err(e) => warn!(error = %e, "could not drop expired learned bindings"),
+    }
+}
+
+async fn on_event(agent: &super::context::Agent, ev: &crate::datapath::ebpf::GuardEvent) {
+    use crate::bindings::{Binding, BindingSource, Learned, format_mac, learn};
+    use crate::datapath::ebpf::Direction;
+
+    let Some(((cid, ifname), port)) = agent.guard.port_of(ev.ifindex) else {
+        return;
+    };
+    let Some(mac) = port.policy.single_client else {
+        return;
+    };
+    let learned = match learn(&ev.payload, mac, ev.direction == Direction::ToWorkload) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::trace!(port = %port.host_ifname, reason = %e, "guest message teaches nothing");
+            return;
+        }
+    };
+    let record = agent
+        .leases
+        .get(&cid, &ifname)
+        .map(|h| super::lease::task::lock(&h.live).record.clone());
+    let mac_text = format_mac(mac);
+    let store =
+        |f: &mut dyn FnMut(&mut LearnedStore) -> Result<(), crate::bindings::StoreError>| {
+            let mut s = agent
+                .guard
+                .learned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(e) = f(&mut s) {
+                agent.metrics().failure("learned_binding_store");
+                warn!(error = %e, "could not persist a learned binding");
+            }
+        };
+    match learned {
+        Learned::Released { ip } => {
+            store(&mut |s| s.remove(&mac_text, Some(ip)).map(|_| ()));
+            info!(port = %port.host_ifname, mac = %mac_text, %ip, "guest gave its address back");
+        }
+        Learned::Bound {
+            ip,
+            prefix_len,
+            router,
+            lease_secs,
+        } => {
+            // What the entry reports now: the last learned address, else the one-shot's.
+            let previous = agent
+                .guard
+                .learned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&mac_text)
+                .map(|b| b.ip)
+                .or_else(|| {
+                    record
+                        .as_ref()
+                        .and_then(|r| r.lease.as_ref())
+                        .map(|l| l.address)
+                });
+            let now = crate::cli::now_unix_ms();
+            let binding = Binding {
+                mac: mac_text.clone(),
+                ip,
+                port: Some(port.host_ifname.clone()),
+                pod: record
+                    .as_ref()
+                    .and_then(|r| r.pod.as_ref())
+                    .map(|p| format!("{}/{}", p.namespace, p.name)),
+                expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
+                source: BindingSource::Learned,
+            };
+            store(&mut |s| s.upsert(binding.clone()));
+            if previous == Some(ip) {
+                return;
+            }
+            info!(port = %port.host_ifname, mac = %mac_text, %ip, previous = ?previous,
+                "guest holds another address than reported");
+            let Some(rec) = record else { return };
+            let (Some(pod), Some(key), Some(mut lease)) = (
+                rec.pod.clone(),
+                rec.annotation_key.clone(),
+                rec.lease.clone(),
+            ) else {
+                return;
+            };
+            lease.address = ip;
+            if let Some(p) = prefix_len {
+                lease.prefix_len = p;
+            }
+            if let Some(r) = router {
+                lease.routers = vec![r];
+            }
+            match super::acquire::report_address(agent, &pod, &key, &lease, mac).await {
+                Ok(()) => info!(pod = %format!("{}/{}", pod.namespace, pod.name), %ip,
+                    "pod-networks entry follows the guest's address"),
+                Err(e) => {
+                    agent.metrics().failure("kube_api");
+                    warn!(error = %crate::rpc::format_chain(&e),
+                        "could not update the pod-networks entry to the guest's address");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! The DHCP guard on workload ports, user-space half: loads the guard
+//! programs, attaches them (TC ingress and egress) to the host end of a
+//! workload port, keeps each port's policy in the kernel map, reads the
+//! per-port counters and the ring of observed guest exchanges.
+//!
+//! [`Guard`] is independent of [`super::Datapath`]: it loads its own copy
+//! of the embedded object (the capture maps in that copy are shrunk to the
+//! minimum, as nothing uses them) so it works whichever capture path the
+//! agent uses, AF_PACKET included.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
+use aya::programs::SchedClassifier;
+use aya::programs::tc::{SchedClassifierLinkId, TcAttachType, qdisc_add_clsact};
+use aya::{Ebpf, EbpfLoader};
+use tokio::io::unix::AsyncFd;
+use xdhcp_common as common;
+use xdhcp_common::guard as g;
+
+use super::{AttachTarget, EbpfDatapathError, Result, program, take_map};
+use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
+
+/// A workload port's guard policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortPolicy {
+    /// DHCP server messages from the workload pass (a server or relay pod).
+    pub trusted: bool,
+    /// Client messages per second (0: unlimited).
+    pub rate: u32,
+    /// Client messages a quiet port may send back to back.
+    pub burst: u32,
+    /// The one client allowed behind the port (a VM's MAC): client messages
+    /// with another Ethernet source or `chaddr` are dropped.
+    pub single_client: Option<[u8; 6]>,
+    /// Copy the port's DHCP exchanges to the guard ring (passive learning;
+    /// needs `single_client` for the MAC replies are matched against).
+    pub learn: bool,
+}
+
+impl Default for PortPolicy {
+    fn default() -> Self {
+        Self {
+            trusted: false,
+            rate: g::GUARD_DEFAULT_RATE,
+            burst: g::GUARD_DEFAULT_BURST,
+            single_client: None,
+            learn: false,
+        }
+    }
+}
+
+impl PortPolicy {
+    /// The kernel map entry for this policy.
+    pub fn entry(&self) -> g::GuardPort {
+        let mut flags = 0;
+        if self.trusted {
+            flags |= g::GUARD_TRUSTED;
+        }
+        if self.single_client.is_some() {
+            flags |= g::GUARD_SINGLE_CLIENT;
+            if self.learn {
+                flags |= g::GUARD_LEARN;
+            }
+        }
+        g::GuardPort::new(
+            flags,
+            self.single_client.unwrap_or([0; 6]),
+            self.rate,
+            self.burst,
+        )
+    }
+}
+
+/// A port's counters, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GuardCounters {
+    pub passed_client: u64,
+    pub passed_trusted_server: u64,
+    pub dropped_server: u64,
+    pub dropped_rate: u64,
+    pub dropped_spoof: u64,
+    pub dropped_malformed: u64,
+    pub learned: u64,
+    pub learn_lost: u64,
+}
+
+impl GuardCounters {
+    fn from_slots(s: &[u64; g::GUARD_COUNTER_SLOTS]) -> Self {
+        Self {
+            passed_client: s[g::GUARD_PASSED_CLIENT],
+            passed_trusted_server: s[g::GUARD_PASSED_TRUSTED_SERVER],
+            dropped_server: s[g::GUARD_DROPPED_SERVER],
+            dropped_rate: s[g::GUARD_DROPPED_RATE],
+            dropped_spoof: s[g::GUARD_DROPPED_SPOOF],
+            dropped_malformed: s[g::GUARD_DROPPED_MALFORMED],
+            learned: s[g::GUARD_LEARNED],
+            learn_lost: s[g::GUARD_LEARN_LOST],
+        }
+    }
+
+    /// Drops by reason label, for metrics.
+    pub fn drops(&self) -> [(&'static str, u64); 4] {
+        [
+            ("server", self.dropped_server),
+            ("rate", self.dropped_rate),
+            ("spoof", self.dropped_spoof),
+            ("malformed", self.dropped_malformed),
+        ]
+    }
+}
+
+/// Which way an observed exchange went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// A client message the workload sent (and the guard passed).
+    FromWorkload,
+    /// A server reply sent to the workload.
+    ToWorkload,
+}
+
+/// One observed DHCP message on a learning port, undecoded.
+#[derive(Debug, Clone)]
+pub struct GuardEvent {
+    /// ifindex of the guarded port (host side).
+    pub ifindex: u32,
+    pub direction: Direction,
+    /// `CLOCK_MONOTONIC` at tick resolution, at the observation.
+    pub ts_ns: u64,
+    pub headers: FrameHeaders,
+    /// The DHCP message.
+    pub payload: Vec<u8>,
+}
+
+/// Why a guard ring record could not become a [`GuardEvent`].
+#[derive(Debug, thiserror::Error)]
+pub enum GuardRecordError {
+    #[error("guard record of {len} bytes, expected {min}..={max}")]
+    Size { len: usize, min: usize, max: usize },
+    #[error("guard record claims {captured_len} captured bytes (room for {max})")]
+    CapturedLen { captured_len: u32, max: usize },
+    #[error("guard record direction {0} unknown")]
+    Direction(u32),
+    #[error("observed frame: {0}")]
+    Frame(#[from] crate::datapath::frame::FrameError),
+}
+
+/// Decodes one guard ring record.
+pub fn decode_guard_record(bytes: &[u8]) -> Result<GuardEvent, GuardRecordError> {
+    let max_frame = g::GUARD_BUCKETS[g::GUARD_BUCKETS.len() - 1];
+    let (min, max) = (g::GUARD_HEADER_LEN, g::GUARD_HEADER_LEN + max_frame);
+    if bytes.len() < min || bytes.len() > max {
+        return Err(GuardRecordError::Size {
+            len: bytes.len(),
+            min,
+            max,
+        });
+    }
+    let (head, frame) = bytes.split_at(g::GUARD_HEADER_LEN);
+    // SAFETY: `head` has exactly size_of::<GuardHeader>() bytes of a Pod
+    // made of integers.
+    let h: g::GuardHeader = unsafe { std::ptr::read_unaligned(head.as_ptr().cast()) };
+    let captured = h.captured_len as usize;
+    if captured > frame.len() {
+        return Err(GuardRecordError::CapturedLen {
+            captured_len: h.captured_len,
+            max: frame.len(),
+        });
+    }
+    let direction = match h.direction {
+        g::GUARD_FROM_WORKLOAD => Direction::FromWorkload,
+        g::GUARD_TO_WORKLOAD => Direction::ToWorkload,
+        other => return Err(GuardRecordError::Direction(other)),
+    };
+    let (headers, payload) = parse_udp_frame(&frame[..captured])?;
+    Ok(GuardEvent {
+        ifindex: h.ifindex,
+        direction,
+        ts_ns: h.ts_ns,
+        headers,
+        payload: payload.to_vec(),
+    })
+}
+
+/// Async reader of the guard ring.
+pub struct GuardReader {
+    ring: AsyncFd<RingBuf<MapData>>,
+    /// Records that did not decode (logged and skipped).
+    pub rejected: u64,
+}
+
+impl std::fmt::Debug for GuardReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardReader")
+            .field("rejected", &self.rejected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuardReader {
+    /// Waits for the next observed exchange.
+    pub async fn recv(&mut self) -> Result<GuardEvent> {
+        loop {
+            if let Some(ev) = self.try_recv() {
+                return Ok(ev);
+            }
+            let mut ready = self
+                .ring
+                .readable_mut()
+                .await
+                .map_err(|source| EbpfDatapathError::Poll { source })?;
+            if let Some(ev) = Self::drain_one(ready.get_inner_mut(), &mut self.rejected) {
+                return Ok(ev);
+            }
+            ready.clear_ready();
+        }
+    }
+
+    /// The next observed exchange already in the ring, without waiting.
+    pub fn try_recv(&mut self) -> Option<GuardEvent> {
+        Self::drain_one(self.ring.get_mut(), &mut self.rejected)
+    }
+
+    fn drain_one(ring: &mut RingBuf<MapData>, rejected: &mut u64) -> Option<GuardEvent> {
+        while let Some(item) = ring.next() {
+            match decode_guard_record(&item) {
+                Ok(ev) => return Some(ev),
+                Err(e) => {
+                    tracing::debug!(error = %e, "dropping malformed guard record");
+                    *rejected += 1;
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A guarded port: where, and the two TC links.
+struct GuardedPort {
+    ifindex: u32,
+    ingress: SchedClassifierLinkId,
+    egress: SchedClassifierLinkId,
+}
+
+/// The loaded guard programs and their maps.
+pub struct Guard {
+    ebpf: Ebpf,
+    ports: BpfHashMap<MapData, u32, g::GuardPort>,
+    counters: PerCpuHashMap<MapData, u32, g::GuardCounters>,
+    events: Option<RingBuf<MapData>>,
+    attached: HashMap<AttachTarget, GuardedPort>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("attached", &self.attached.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Attached guard ports, for status reporting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardedPortInfo {
+    pub target: AttachTarget,
+    pub ifindex: u32,
+    pub policy: Option<g::GuardPort>,
+}
+
+impl Guard {
+    /// Loads the guard programs from the embedded object.
+    pub fn load() -> Result<Self> {
+        let object = super::embedded_object();
+        if object.is_empty() {
+            return Err(EbpfDatapathError::NoObject);
+        }
+        let page = u32::try_from(page_size()).unwrap_or(4096);
+        // The capture maps of this copy of the object are never used: keep
+        // them as small as the kernel allows.
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(common::MAP_EVENTS, page)
+            .map_max_entries(common::MAP_OWNED, 1)
+            .map_max_entries(common::MAP_IFCONFIG, 1)
+            .map_max_entries(common::MAP_IFCONFIG_DIRECT, 1)
+            .load(object)
+            .map_err(|source| EbpfDatapathError::Load { source })?;
+        #[cfg(not(feature = "test-hooks"))]
+        let programs = [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS];
+        #[cfg(feature = "test-hooks")]
+        let programs = [
+            g::PROG_GUARD_INGRESS,
+            g::PROG_GUARD_EGRESS,
+            g::PROG_GUARD_PASS,
+        ];
+        for name in programs {
+            let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
+            prog.load()
+                .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
+        }
+        let ports = take_map(&mut ebpf, g::MAP_GUARD_PORTS)?;
+        let counters = take_map(&mut ebpf, g::MAP_GUARD_COUNTERS)?;
+        let events = take_map(&mut ebpf, g::MAP_GUARD_EVENTS)?;
+        Ok(Self {
+            ebpf,
+            ports,
+            counters,
+            events: Some(events),
+            attached: HashMap::new(),
+        })
+    }
+
+    /// Takes the reader of observed exchanges (once).
+    pub fn take_reader(&mut self) -> Result<Option<GuardReader>> {
+        let Some(ring) = self.events.take() else {
+            return Ok(None);
+        };
+        Ok(Some(GuardReader {
+            // SAFETY: the RingBuf owns its fd and keeps it open while the
+            // AsyncFd holds it.
+            ring: unsafe { AsyncFd::register(ring) }.map_err(|e| EbpfDatapathError::Poll {
+                source: e.into_parts().1,
+            })?,
+            rejected: 0,
+        }))
+    }
+
+    /// Guards `target` (the host end of a workload port) with `policy`:
+    /// the policy is in the map before the programs are attached, so the
+    /// first frame is already policed. Returns the port's ifindex.
+    pub fn attach(&mut self, target: &AttachTarget, policy: &PortPolicy) -> Result<u32> {
+        if self.attached.contains_key(target) {
+            return Err(EbpfDatapathError::AlreadyAttached {
+                ifname: target.ifname.clone(),
+                mode: crate::datapath::AttachMode::Tc,
+            });
+        }
+        let ifname = target.ifname.clone();
+        let ifindex = in_netns(target.netns.as_deref(), || {
+            nix::net::if_::if_nametoindex(ifname.as_str()).map_err(|e| {
+                EbpfDatapathError::NoInterface {
+                    ifname: ifname.clone(),
+                    source: e.into(),
+                }
+            })
+        })??;
+        self.set_policy(ifindex, policy)?;
+        let ebpf = &mut self.ebpf;
+        let ifname = target.ifname.clone();
+        let links = in_netns(target.netns.as_deref(), move || {
+            let ingress = attach_tc(ebpf, g::PROG_GUARD_INGRESS, &ifname, TcAttachType::Ingress)?;
+            match attach_tc(ebpf, g::PROG_GUARD_EGRESS, &ifname, TcAttachType::Egress) {
+                Ok(egress) => Ok((ingress, egress)),
+                Err(e) => {
+                    if let Ok(p) = program::<SchedClassifier>(ebpf, g::PROG_GUARD_INGRESS) {
+                        let _ = p.detach(ingress);
+                    }
+                    Err(e)
+                }
+            }
+        })
+        .and_then(|r| r);
+        let (ingress, egress) = match links {
+            Ok(l) => l,
+            Err(e) => {
+                self.forget(ifindex);
+                return Err(e);
+            }
+        };
+        tracing::info!(ifname = %target.ifname, netns = ?target.netns, ifindex, ?policy, "DHCP guard attached");
+        self.attached.insert(
+            target.clone(),
+            GuardedPort {
+                ifindex,
+                ingress,
+                egress,
+            },
+        );
+        Ok(ifindex)
+    }
+
+    /// Replaces the policy of port `ifindex` (the rate limiter starts full)
+    /// and makes sure its counters exist.
+    pub fn set_policy(&mut self, ifindex: u32, policy: &PortPolicy) -> Result<()> {
+        let name = g::MAP_GUARD_PORTS;
+        self.ports
+            .insert(ifindex, policy.entry(), 0)
+            .map_err(|source| EbpfDatapathError::Map { name, source })?;
+        let name = g::MAP_GUARD_COUNTERS;
+        if self.counters.get(&ifindex, 0).is_err() {
+            let zero = aya::maps::PerCpuValues::try_from(vec![
+                g::GuardCounters::default();
+                aya::util::nr_cpus().map_err(
+                    |(_, source)| EbpfDatapathError::Poll { source }
+                )?
+            ])
+            .map_err(|source| EbpfDatapathError::Poll { source })?;
+            self.counters
+                .insert(ifindex, zero, 0)
+                .map_err(|source| EbpfDatapathError::Map { name, source })?;
+        }
+        Ok(())
+    }
+
+    /// Unguards `target`: detaches both programs and removes the port's
+    /// entry and counters. A port whose device is already gone (the
+    /// workload deleted first) only loses its entries.
+    pub fn detach(&mut self, target: &AttachTarget) -> Result<()> {
+        let port = self
+            .attached
+            .remove(target)
+            .ok_or_else(|| EbpfDatapathError::NotAttached {
+                ifname: target.ifname.clone(),
+            })?;
+        let ebpf = &mut self.ebpf;
+        let ifname = target.ifname.clone();
+        let res = in_netns(target.netns.as_deref(), move || {
+            let mut first = None;
+            for (name, id) in [
+                (g::PROG_GUARD_INGRESS, port.ingress),
+                (g::PROG_GUARD_EGRESS, port.egress),
+            ] {
+                let r = program::<SchedClassifier>(ebpf, name).and_then(|p| {
+                    p.detach(id).map_err(|source| EbpfDatapathError::Detach {
+                        ifname: ifname.clone(),
+                        source,
+                    })
+                });
+                if let Err(e) = r
+                    && first.is_none()
+                {
+                    first = Some(e);
+                }
+            }
+            first.map_or(Ok(()), Err)
+        });
+        self.forget(port.ifindex);
+        match res {
+            Ok(Ok(())) => Ok(()),
+            // The device went with the workload: its filters went with it.
+            Ok(Err(e)) | Err(e) if !device_exists(target) => {
+                tracing::debug!(ifname = %target.ifname, error = %e, "guard port already gone");
+                Ok(())
+            }
+            Ok(Err(e)) | Err(e) => Err(e),
+        }
+    }
+
+    /// Removes the port's entry and counters (absent ones are fine).
+    fn forget(&mut self, ifindex: u32) {
+        let _ = self.ports.remove(&ifindex);
+        let _ = self.counters.remove(&ifindex);
+    }
+
+    /// Counters of port `ifindex`, summed over CPUs (`None`: not guarded).
+    pub fn counters(&self, ifindex: u32) -> Result<Option<GuardCounters>> {
+        let name = g::MAP_GUARD_COUNTERS;
+        match self.counters.get(&ifindex, 0) {
+            Ok(values) => {
+                let mut sum = [0u64; g::GUARD_COUNTER_SLOTS];
+                for v in values.iter() {
+                    for (s, x) in sum.iter_mut().zip(v.slots) {
+                        *s += x;
+                    }
+                }
+                Ok(Some(GuardCounters::from_slots(&sum)))
+            }
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(source) => Err(EbpfDatapathError::Map { name, source }),
+        }
+    }
+
+    /// The map entry of port `ifindex`.
+    pub fn policy(&self, ifindex: u32) -> Result<Option<g::GuardPort>> {
+        match self.ports.get(&ifindex, 0) {
+            Ok(p) => Ok(Some(p)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: g::MAP_GUARD_PORTS,
+                source,
+            }),
+        }
+    }
+
+    /// The guarded ports.
+    pub fn ports(&self) -> Vec<GuardedPortInfo> {
+        self.attached
+            .iter()
+            .map(|(t, p)| GuardedPortInfo {
+                target: t.clone(),
+                ifindex: p.ifindex,
+                policy: self.policy(p.ifindex).ok().flatten(),
+            })
+            .collect()
+    }
+
+    /// The ifindex `target` was guarded under.
+    pub fn ifindex(&self, target: &AttachTarget) -> Option<u32> {
+        self.attached.get(target).map(|p| p.ifindex)
+    }
+}
+
+/// Whether `target`'s device still exists.
+fn device_exists(target: &AttachTarget) -> bool {
+    let ifname = target.ifname.clone();
+    in_netns(target.netns.as_deref(), move || {
+        nix::net::if_::if_nametoindex(ifname.as_str()).is_ok()
+    })
+    .unwrap_or(false)
+}
+
+fn attach_tc(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    ifname: &str,
+    kind: TcAttachType,
+) -> Result<SchedClassifierLinkId> {
+    let prog: &mut SchedClassifier = program(ebpf, name)?;
+    let err = |source| EbpfDatapathError::Attach {
+        ifname: ifname.to_owned(),
+        mode: crate::datapath::AttachMode::Tc,
+        source,
+    };
+    match prog.attach(ifname, kind) {
+        Ok(id) => Ok(id),
+        Err(first) => {
+            // Before tcx (kernel < 6.6) a clsact qdisc is needed first.
+            if qdisc_add_clsact(ifname).is_err() {
+                return Err(err(first));
+            }
+            prog.attach(ifname, kind).map_err(err)
+        }
+    }
+}
+
+fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T> {
+    match netns {
+        None => Ok(f()),
+        Some(path) => crate::sys::netns::run_in_netns(path, f)
+            .map_err(|source| EbpfDatapathError::Netns { source }),
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096)
+}
+
+/// The guard programs, for [`Guard::test_run`].
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardProgram {
+    Ingress,
+    Egress,
+    /// The do-nothing TC baseline.
+    Pass,
+}
+
+#[cfg(feature = "test-hooks")]
+impl Guard {
+    /// Runs a guard program once on `data` with `BPF_PROG_TEST_RUN`, as if
+    /// the frame crossed device `ifindex` of the caller's namespace.
+    /// Returns the TC action.
+    pub fn test_run(&mut self, which: GuardProgram, data: &[u8], ifindex: u32) -> Result<u32> {
+        self.test_run_timed(which, data, ifindex, 1).map(|(r, _)| r)
+    }
+
+    /// Like [`Guard::test_run`], `repeat` times in one call; returns the
+    /// last TC action and the kernel's average time per repetition.
+    pub fn test_run_timed(
+        &mut self,
+        which: GuardProgram,
+        data: &[u8],
+        ifindex: u32,
+        repeat: u32,
+    ) -> Result<(u32, std::time::Duration)> {
+        use aya::programs::{TestRun as _, TestRunOptions};
+        let name = match which {
+            GuardProgram::Ingress => g::PROG_GUARD_INGRESS,
+            GuardProgram::Egress => g::PROG_GUARD_EGRESS,
+            GuardProgram::Pass => g::PROG_GUARD_PASS,
+        };
+        // struct __sk_buff up to `ifindex` (offset 40); the kernel zero-fills the rest.
+        let mut ctx = vec![0u8; 40];
+        ctx.extend_from_slice(&ifindex.to_ne_bytes());
+        let opts = TestRunOptions {
+            data_in: Some(data),
+            ctx_in: Some(&ctx),
+            repeat,
+            ..TestRunOptions::default()
+        };
+        let res = program::<SchedClassifier>(&mut self.ebpf, name)?
+            .test_run(opts)
+            .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
+        Ok((res.return_value, res.duration))
+    }
+}

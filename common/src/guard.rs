@@ -1,0 +1,186 @@
+//! Types shared by the DHCP guard programs (TC ingress and egress on the host
+//! end of a workload port) and the agent.
+//!
+//! The guard is a program pair of its own, with its own maps, next to the
+//! capture programs in the same object: it is attached per workload port
+//! (the host-side peer of a pod's or VM's veth), not per uplink.
+//!
+//! - Ingress (frames *from* the workload): DHCP server messages are dropped
+//!   unless the port is trusted; client messages are rate-limited per port
+//!   (a token bucket, kept as a GCRA "theoretical arrival time"), and on a
+//!   single-client port (a VM's) dropped when their Ethernet source or
+//!   `chaddr` is not the port's MAC. Client messages that pass on a learning
+//!   port are copied to [`MAP_GUARD_EVENTS`].
+//! - Egress (frames *towards* the workload): on a learning port, DHCP server
+//!   replies whose `chaddr` is the port's MAC are copied to
+//!   [`MAP_GUARD_EVENTS`]; nothing is ever dropped.
+
+/// Per-port configuration and rate-limiter state (`u32` ifindex → [`GuardPort`]).
+/// A port without an entry is not guarded: everything passes.
+pub const MAP_GUARD_PORTS: &str = "XDHCP_GUARD_PORTS";
+/// Per-port, per-CPU drop and pass counters (`u32` ifindex → [`GuardCounters`]).
+pub const MAP_GUARD_COUNTERS: &str = "XDHCP_GUARD_COUNTERS";
+/// Ring buffer of observed guest DHCP exchanges ([`GuardRecord`]), for passive
+/// learning. Separate from the capture ring: another consumer (the learning
+/// task), another record, and it exists whether or not the capture datapath
+/// is eBPF.
+pub const MAP_GUARD_EVENTS: &str = "XDHCP_GUARD_EVENTS";
+
+/// TC ingress program (frames from the workload).
+pub const PROG_GUARD_INGRESS: &str = "xdhcp_guard_ingress";
+/// TC egress program (frames towards the workload).
+pub const PROG_GUARD_EGRESS: &str = "xdhcp_guard_egress";
+
+/// Do-nothing TC program (returns `TC_ACT_UNSPEC`), the baseline of the
+/// guard's rows in `bench_xdp`; only in objects built with the eBPF crate's
+/// `test-hooks` feature.
+pub const PROG_GUARD_PASS: &str = "xdhcp_guard_pass";
+
+/// Capacity of [`MAP_GUARD_PORTS`] and [`MAP_GUARD_COUNTERS`]: guarded ports on a node.
+pub const GUARD_PORTS_CAPACITY: u32 = 8192;
+/// Size of [`MAP_GUARD_EVENTS`] in bytes: 128 records of the largest size,
+/// many seconds of guest DHCP even for hundreds of VMs.
+pub const GUARD_EVENTS_BYTES: u32 = 1 << 18;
+
+/// [`GuardPort::flags`]: DHCP server messages from this port pass.
+pub const GUARD_TRUSTED: u32 = 1 << 0;
+/// [`GuardPort::flags`]: client messages must carry [`GuardPort::mac`] as
+/// Ethernet source and `chaddr` (a VM port: one client behind it).
+pub const GUARD_SINGLE_CLIENT: u32 = 1 << 1;
+/// [`GuardPort::flags`]: copy the port's DHCP exchanges to [`MAP_GUARD_EVENTS`].
+pub const GUARD_LEARN: u32 = 1 << 2;
+
+/// Default client-message rate per port, messages per second (switch
+/// vendors' DHCP snooping rate limits sit between 15 and 100 pps).
+pub const GUARD_DEFAULT_RATE: u32 = 20;
+/// Default burst: messages a quiet port may send back to back.
+pub const GUARD_DEFAULT_BURST: u32 = 10;
+
+/// Value of [`MAP_GUARD_PORTS`]. 40 bytes, no implicit padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuardPort {
+    /// The workload's MAC (for [`GUARD_SINGLE_CLIENT`] and [`GUARD_LEARN`]).
+    pub mac: [u8; 6],
+    /// Reserved, zero.
+    pub reserved: u16,
+    /// `GUARD_*` flag bits.
+    pub flags: u32,
+    /// The configured rate in messages per second (informational; the
+    /// program uses `interval_ns`).
+    pub rate: u32,
+    /// Nanoseconds per client message (1e9 / rate); 0 disables the limit.
+    pub interval_ns: u64,
+    /// How far ahead of now the bucket may run: `(burst - 1) * interval_ns`.
+    pub tolerance_ns: u64,
+    /// Rate-limiter state, written by the program: the theoretical arrival
+    /// time of the next message (`bpf_ktime_get_ns` clock). User space
+    /// writes 0 (a full bucket).
+    pub tat_ns: u64,
+}
+
+impl GuardPort {
+    /// A port entry with `flags`, `mac` and a bucket of `rate` messages per
+    /// second and `burst` back to back (`rate == 0`: no limit).
+    #[must_use]
+    pub const fn new(flags: u32, mac: [u8; 6], rate: u32, burst: u32) -> Self {
+        let (interval_ns, tolerance_ns) = if rate == 0 {
+            (0, 0)
+        } else {
+            let interval = 1_000_000_000 / rate as u64;
+            let burst = if burst == 0 { 1 } else { burst as u64 };
+            (interval, (burst - 1) * interval)
+        };
+        Self {
+            mac,
+            reserved: 0,
+            flags,
+            rate,
+            interval_ns,
+            tolerance_ns,
+            tat_ns: 0,
+        }
+    }
+}
+
+/// Counter slots of [`GuardCounters`].
+pub const GUARD_COUNTER_SLOTS: usize = 8;
+/// Client message passed.
+pub const GUARD_PASSED_CLIENT: usize = 0;
+/// Server message passed because the port is trusted.
+pub const GUARD_PASSED_TRUSTED_SERVER: usize = 1;
+/// Server message (UDP source port 67, destination port 68, or a BOOTREPLY)
+/// from an untrusted port: dropped.
+pub const GUARD_DROPPED_SERVER: usize = 2;
+/// Client message over the port's rate: dropped.
+pub const GUARD_DROPPED_RATE: usize = 3;
+/// Client message whose Ethernet source or `chaddr` is not the port's MAC on
+/// a single-client port: dropped.
+pub const GUARD_DROPPED_SPOOF: usize = 4;
+/// UDP to port 67 too short for a BOOTP header (ingress): dropped.
+pub const GUARD_DROPPED_MALFORMED: usize = 5;
+/// Exchange copied to [`MAP_GUARD_EVENTS`] (either direction).
+pub const GUARD_LEARNED: usize = 6;
+/// [`MAP_GUARD_EVENTS`] full or the copy failed: the record is lost (the
+/// frame's verdict is unaffected).
+pub const GUARD_LEARN_LOST: usize = 7;
+
+/// Value of [`MAP_GUARD_COUNTERS`] (per CPU; user space sums).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuardCounters {
+    pub slots: [u64; GUARD_COUNTER_SLOTS],
+}
+
+/// [`GuardHeader::direction`]: a client message from the workload (ingress).
+pub const GUARD_FROM_WORKLOAD: u32 = 0;
+/// [`GuardHeader::direction`]: a server reply towards the workload (egress).
+pub const GUARD_TO_WORKLOAD: u32 = 1;
+
+/// Header of one [`GuardRecord`]. 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuardHeader {
+    /// ifindex of the guarded port (host side).
+    pub ifindex: u32,
+    /// [`GUARD_FROM_WORKLOAD`] or [`GUARD_TO_WORKLOAD`].
+    pub direction: u32,
+    /// `bpf_ktime_get_coarse_ns()` at the observation.
+    pub ts_ns: u64,
+    /// Offset of the DHCP message in the frame.
+    pub payload_offset: u32,
+    /// UDP payload length from the UDP header.
+    pub payload_len: u32,
+    /// Bytes of the frame copied (`≤` the record's frame capacity).
+    pub captured_len: u32,
+    /// Length of the frame as the program saw it.
+    pub frame_len: u32,
+}
+
+/// Bytes before the frame in a [`GuardRecord`].
+pub const GUARD_HEADER_LEN: usize = 32;
+/// Frame capacities of guard records, smallest first (as for capture records).
+pub const GUARD_BUCKETS: [usize; 2] = [640, 2048];
+
+/// One record of [`MAP_GUARD_EVENTS`]: header, then room for `N` frame bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GuardRecord<const N: usize> {
+    pub header: GuardHeader,
+    pub frame: [u8; N],
+}
+
+const _: () = assert!(core::mem::size_of::<GuardPort>() == 40);
+const _: () = assert!(core::mem::size_of::<GuardHeader>() == GUARD_HEADER_LEN);
+const _: () = assert!(core::mem::offset_of!(GuardRecord<640>, frame) == GUARD_HEADER_LEN);
+const _: () = assert!(core::mem::size_of::<GuardCounters>() == 8 * GUARD_COUNTER_SLOTS);
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: #[repr(C)], Copy, integers only, no padding (asserted above).
+    unsafe impl aya::Pod for super::GuardPort {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::GuardCounters {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::GuardHeader {}
+}

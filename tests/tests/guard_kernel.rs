@@ -1,0 +1,565 @@
+//! The DHCP guard programs run for real through `BPF_PROG_TEST_RUN`: every
+//! verdict (server message dropped or passed on a trusted port, client
+//! message passed, rate-limited, spoofed, malformed), truncation at every
+//! offset, VLAN-tagged and not, fragments, IPv4 options, non-DHCP traffic,
+//! and the records of the learning ring in both directions. Under test-run
+//! the device is the loopback of the test's namespace (ifindex 1), so port
+//! policies are set on 1.
+//!
+//! Needs root (`CAP_BPF`, `CAP_NET_ADMIN`); fails, never skips, without it.
+
+use std::net::Ipv4Addr;
+
+use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
+use dhcproto::{Encodable as _, Encoder};
+use xdhcp::datapath::ebpf::{
+    Direction, Guard, GuardCounters, GuardProgram, GuardReader, PortPolicy,
+};
+use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
+
+const LO: u32 = 1;
+const TC_ACT_UNSPEC: u32 = u32::MAX; // -1
+const TC_ACT_SHOT: u32 = 2;
+const VM_MAC: [u8; 6] = [0x02, 0x00, 0x5e, 0x00, 0x53, 0x42];
+const OTHER_MAC: [u8; 6] = [0x02, 0x00, 0x5e, 0x00, 0x53, 0x99];
+const SERVER_MAC: [u8; 6] = [0x02, 0x00, 0x5e, 0x00, 0x53, 0x01];
+
+fn message(op: Opcode, mt: MessageType, chaddr: [u8; 6]) -> Vec<u8> {
+    let mut m = Message::default();
+    m.set_opcode(op).set_xid(0x5eed).set_chaddr(&chaddr);
+    if op == Opcode::BootReply {
+        m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 50));
+        m.opts_mut()
+            .insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(192, 0, 2, 1)));
+    }
+    m.opts_mut().insert(DhcpOption::MessageType(mt));
+    let mut buf = Vec::new();
+    m.encode(&mut Encoder::new(&mut buf)).expect("encode");
+    buf
+}
+
+struct Dhcp {
+    src_mac: [u8; 6],
+    chaddr: [u8; 6],
+    vlan: Option<u16>,
+    ports: (u16, u16),
+    op: Opcode,
+    mt: MessageType,
+}
+
+impl Dhcp {
+    fn client(mt: MessageType) -> Self {
+        Self {
+            src_mac: VM_MAC,
+            chaddr: VM_MAC,
+            vlan: None,
+            ports: (68, 67),
+            op: Opcode::BootRequest,
+            mt,
+        }
+    }
+
+    fn server(mt: MessageType) -> Self {
+        Self {
+            src_mac: SERVER_MAC,
+            chaddr: VM_MAC,
+            vlan: None,
+            ports: (67, 68),
+            op: Opcode::BootReply,
+            mt,
+        }
+    }
+
+    fn vlan(mut self, vlan: Option<u16>) -> Self {
+        self.vlan = vlan;
+        self
+    }
+
+    fn frame(&self) -> Vec<u8> {
+        let client = self.ports.1 == 67;
+        build_udp_frame(
+            &FrameHeaders {
+                src_mac: self.src_mac,
+                dst_mac: [0xff; 6],
+                vlan: self.vlan,
+                src_ip: if client {
+                    Ipv4Addr::UNSPECIFIED
+                } else {
+                    Ipv4Addr::new(192, 0, 2, 1)
+                },
+                dst_ip: Ipv4Addr::BROADCAST,
+                src_port: self.ports.0,
+                dst_port: self.ports.1,
+            },
+            &message(self.op, self.mt, self.chaddr),
+        )
+    }
+}
+
+fn load() -> (Guard, GuardReader) {
+    let mut g =
+        Guard::load().expect("load the guard programs (needs root and the embedded object)");
+    let r = g.take_reader().unwrap().unwrap();
+    (g, r)
+}
+
+fn ingress(g: &mut Guard, f: &[u8]) -> u32 {
+    g.test_run(GuardProgram::Ingress, f, LO)
+        .expect("BPF_PROG_TEST_RUN")
+}
+
+fn egress(g: &mut Guard, f: &[u8]) -> u32 {
+    g.test_run(GuardProgram::Egress, f, LO)
+        .expect("BPF_PROG_TEST_RUN")
+}
+
+fn counters(g: &Guard) -> GuardCounters {
+    g.counters(LO).unwrap().expect("the port has counters")
+}
+
+fn unlimited() -> PortPolicy {
+    PortPolicy {
+        rate: 0,
+        ..PortPolicy::default()
+    }
+}
+
+const VLANS: [Option<u16>; 2] = [None, Some(100)];
+
+#[tokio::test]
+async fn server_messages_from_an_untrusted_port_are_dropped_and_counted() {
+    for vlan in VLANS {
+        let (mut g, mut r) = load();
+        g.set_policy(LO, &unlimited()).unwrap();
+        let mut frames = Vec::new();
+        for mt in [MessageType::Offer, MessageType::Ack, MessageType::Nak] {
+            frames.push(Dhcp::server(mt).vlan(vlan).frame());
+        }
+        // A relay agent's forward (67 → 67, BOOTREQUEST) is a server-side message.
+        let mut relay = Dhcp::client(MessageType::Discover).vlan(vlan);
+        relay.ports = (67, 67);
+        frames.push(relay.frame());
+        // A BOOTREPLY to the server port from the client port.
+        let mut reply = Dhcp::server(MessageType::Offer).vlan(vlan);
+        reply.ports = (68, 67);
+        frames.push(reply.frame());
+        // Anything to the client port.
+        let mut to_client = Dhcp::client(MessageType::Discover).vlan(vlan);
+        to_client.ports = (5000, 68);
+        frames.push(to_client.frame());
+        for f in &frames {
+            assert_eq!(ingress(&mut g, f), TC_ACT_SHOT, "{vlan:?}");
+        }
+        assert_eq!(
+            counters(&g),
+            GuardCounters {
+                dropped_server: frames.len() as u64,
+                ..GuardCounters::default()
+            },
+            "{vlan:?}"
+        );
+        assert!(r.try_recv().is_none());
+    }
+}
+
+#[tokio::test]
+async fn a_trusted_port_passes_server_messages() {
+    for vlan in VLANS {
+        let (mut g, _r) = load();
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                trusted: true,
+                ..unlimited()
+            },
+        )
+        .unwrap();
+        for mt in [MessageType::Offer, MessageType::Ack] {
+            let f = Dhcp::server(mt).vlan(vlan).frame();
+            assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC, "{vlan:?}");
+        }
+        let c = counters(&g);
+        assert_eq!(
+            (c.passed_trusted_server, c.dropped_server),
+            (2, 0),
+            "{vlan:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unguarded_port_passes_everything() {
+    let (mut g, mut r) = load();
+    for f in [
+        Dhcp::server(MessageType::Offer).frame(),
+        Dhcp::client(MessageType::Discover).frame(),
+    ] {
+        assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC);
+        assert_eq!(egress(&mut g, &f), TC_ACT_UNSPEC);
+    }
+    assert_eq!(g.counters(LO).unwrap(), None);
+    assert!(r.try_recv().is_none());
+}
+
+#[tokio::test]
+async fn client_messages_are_limited_to_the_ports_bucket() {
+    for vlan in VLANS {
+        let (mut g, _r) = load();
+        // One message a second, three back to back: a test run takes
+        // microseconds, so exactly the burst passes.
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                rate: 1,
+                burst: 3,
+                ..PortPolicy::default()
+            },
+        )
+        .unwrap();
+        let f = Dhcp::client(MessageType::Discover).vlan(vlan).frame();
+        let verdicts: Vec<u32> = (0..8).map(|_| ingress(&mut g, &f)).collect();
+        assert_eq!(
+            verdicts,
+            [
+                TC_ACT_UNSPEC,
+                TC_ACT_UNSPEC,
+                TC_ACT_UNSPEC,
+                TC_ACT_SHOT,
+                TC_ACT_SHOT,
+                TC_ACT_SHOT,
+                TC_ACT_SHOT,
+                TC_ACT_SHOT
+            ],
+            "{vlan:?}"
+        );
+        let c = counters(&g);
+        assert_eq!((c.passed_client, c.dropped_rate), (3, 5), "{vlan:?}");
+        // A new policy starts with a full bucket.
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                rate: 1,
+                burst: 1,
+                ..PortPolicy::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC, "{vlan:?}");
+        assert_eq!(ingress(&mut g, &f), TC_ACT_SHOT, "{vlan:?}");
+        // Server messages are not client messages: they never take a token.
+        let s = Dhcp::server(MessageType::Offer).vlan(vlan).frame();
+        assert_eq!(ingress(&mut g, &s), TC_ACT_SHOT);
+        let c = counters(&g);
+        assert_eq!((c.dropped_rate, c.dropped_server), (6, 1), "{vlan:?}");
+    }
+}
+
+#[tokio::test]
+async fn single_client_ports_drop_other_sources_and_chaddrs() {
+    for vlan in VLANS {
+        let (mut g, _r) = load();
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                single_client: Some(VM_MAC),
+                ..unlimited()
+            },
+        )
+        .unwrap();
+        for mt in [
+            MessageType::Discover,
+            MessageType::Request,
+            MessageType::Release,
+            MessageType::Decline,
+            MessageType::Inform,
+        ] {
+            let ok = Dhcp::client(mt).vlan(vlan);
+            assert_eq!(ingress(&mut g, &ok.frame()), TC_ACT_UNSPEC, "{mt:?}");
+            let mut src = Dhcp::client(mt).vlan(vlan);
+            src.src_mac = OTHER_MAC;
+            assert_eq!(ingress(&mut g, &src.frame()), TC_ACT_SHOT, "{mt:?} src");
+            let mut chaddr = Dhcp::client(mt).vlan(vlan);
+            chaddr.chaddr = OTHER_MAC;
+            assert_eq!(
+                ingress(&mut g, &chaddr.frame()),
+                TC_ACT_SHOT,
+                "{mt:?} chaddr"
+            );
+            let mut both = Dhcp::client(mt).vlan(vlan);
+            both.src_mac = OTHER_MAC;
+            both.chaddr = OTHER_MAC;
+            assert_eq!(ingress(&mut g, &both.frame()), TC_ACT_SHOT, "{mt:?} both");
+        }
+        let c = counters(&g);
+        assert_eq!((c.passed_client, c.dropped_spoof), (5, 15), "{vlan:?}");
+        // A port without the rule lets any client through.
+        g.set_policy(LO, &unlimited()).unwrap();
+        let mut other = Dhcp::client(MessageType::Discover).vlan(vlan);
+        other.src_mac = OTHER_MAC;
+        other.chaddr = OTHER_MAC;
+        assert_eq!(ingress(&mut g, &other.frame()), TC_ACT_UNSPEC);
+    }
+}
+
+/// Offsets in a frame with `tag` bytes of VLAN header: where the UDP
+/// ports and length end (what the program reads first), and where the
+/// 8-byte word holding `chaddr` ends.
+fn offsets(tag: usize) -> (usize, usize) {
+    let payload = 14 + tag + 20 + 8;
+    (14 + tag + 20 + 6, payload + 28 + 8)
+}
+
+#[tokio::test]
+async fn client_messages_truncated_at_every_offset() {
+    for vlan in VLANS {
+        let tag = if vlan.is_some() { 4 } else { 0 };
+        let (ports_end, chaddr_end) = offsets(tag);
+        let (mut g, mut r) = load();
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                single_client: Some(VM_MAC),
+                learn: true,
+                ..unlimited()
+            },
+        )
+        .unwrap();
+        let f = Dhcp::client(MessageType::Discover).vlan(vlan).frame();
+        let mut want = GuardCounters::default();
+        // The kernel refuses shorter test inputs for an IPv4 skb.
+        for cut in 14 + 20..=f.len() {
+            let ret = ingress(&mut g, &f[..cut]);
+            if cut < ports_end {
+                // Ports not visible (a tagged frame shorter than its IPv4
+                // header included): nothing a DHCP server would parse.
+                assert_eq!(ret, TC_ACT_UNSPEC, "{vlan:?} cut {cut}");
+            } else if cut < chaddr_end {
+                assert_eq!(ret, TC_ACT_SHOT, "{vlan:?} cut {cut}");
+                want.dropped_malformed += 1;
+            } else {
+                assert_eq!(ret, TC_ACT_UNSPEC, "{vlan:?} cut {cut}");
+                want.passed_client += 1;
+                want.learned += 1;
+            }
+        }
+        assert_eq!(counters(&g), want, "{vlan:?}");
+        // Every passed message was recorded; only the whole one decodes
+        // (the others are cut short of their IPv4 length and rejected).
+        let ev = r.try_recv().expect("the whole frame's record");
+        assert_eq!(ev.direction, Direction::FromWorkload);
+        assert_eq!(ev.headers.src_mac, VM_MAC);
+        assert!(r.try_recv().is_none());
+        assert_eq!(r.rejected, want.learned - 1, "{vlan:?}");
+    }
+}
+
+#[tokio::test]
+async fn server_messages_truncated_at_every_offset() {
+    for vlan in VLANS {
+        let tag = if vlan.is_some() { 4 } else { 0 };
+        let (ports_end, _) = offsets(tag);
+        let (mut g, _r) = load();
+        g.set_policy(LO, &unlimited()).unwrap();
+        let f = Dhcp::server(MessageType::Offer).vlan(vlan).frame();
+        let mut dropped = 0;
+        for cut in 14 + 20..=f.len() {
+            let ret = ingress(&mut g, &f[..cut]);
+            if cut < ports_end {
+                assert_eq!(ret, TC_ACT_UNSPEC, "{vlan:?} cut {cut}");
+            } else {
+                // The source port alone makes it a server message.
+                assert_eq!(ret, TC_ACT_SHOT, "{vlan:?} cut {cut}");
+                dropped += 1;
+            }
+        }
+        assert_eq!(
+            counters(&g),
+            GuardCounters {
+                dropped_server: dropped,
+                ..GuardCounters::default()
+            },
+            "{vlan:?}"
+        );
+    }
+}
+
+fn set_frag(mut f: Vec<u8>, flags_offset: u16) -> Vec<u8> {
+    f[20..22].copy_from_slice(&flags_offset.to_be_bytes());
+    seal_ipv4_header(&mut f[14..34]);
+    f
+}
+
+#[tokio::test]
+async fn first_fragments_are_policed_later_ones_pass() {
+    let (mut g, _r) = load();
+    g.set_policy(LO, &unlimited()).unwrap();
+    let offer = Dhcp::server(MessageType::Offer).frame();
+    // More fragments, offset 0: the first fragment, ports visible.
+    assert_eq!(
+        ingress(&mut g, &set_frag(offer.clone(), 0x2000)),
+        TC_ACT_SHOT
+    );
+    // Later fragments carry no UDP header.
+    for fo in [0x0001, 0x2010] {
+        assert_eq!(ingress(&mut g, &set_frag(offer.clone(), fo)), TC_ACT_UNSPEC);
+    }
+    assert_eq!(counters(&g).dropped_server, 1);
+}
+
+#[tokio::test]
+async fn ip_options_do_not_hide_a_server_message() {
+    let (mut g, _r) = load();
+    g.set_policy(LO, &unlimited()).unwrap();
+    for extra in (0..=40).step_by(4) {
+        let mut f = Dhcp::server(MessageType::Offer).frame();
+        f.splice(34..34, std::iter::repeat_n(1u8, extra)); // NOP options
+        f[14] = 0x45 + (extra / 4) as u8;
+        let total = u16::from_be_bytes([f[16], f[17]]) + extra as u16;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        seal_ipv4_header(&mut f[14..34 + extra]);
+        assert_eq!(ingress(&mut g, &f), TC_ACT_SHOT, "IHL {}", 5 + extra / 4);
+    }
+    assert_eq!(counters(&g).dropped_server, 11);
+}
+
+#[tokio::test]
+async fn non_dhcp_traffic_passes_uncounted() {
+    let (mut g, mut r) = load();
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            single_client: Some(VM_MAC),
+            learn: true,
+            rate: 1,
+            burst: 1,
+            ..PortPolicy::default()
+        },
+    )
+    .unwrap();
+    let udp = |sport, dport| {
+        build_udp_frame(
+            &FrameHeaders {
+                src_mac: OTHER_MAC,
+                dst_mac: [0xff; 6],
+                vlan: None,
+                src_ip: Ipv4Addr::new(192, 0, 2, 9),
+                dst_ip: Ipv4Addr::new(192, 0, 2, 1),
+                src_port: sport,
+                dst_port: dport,
+            },
+            &[0u8; 300],
+        )
+    };
+    let mut tcp = udp(40000, 67);
+    tcp[23] = 6; // protocol: TCP, to port 67
+    seal_ipv4_header(&mut tcp[14..34]);
+    let mut ipv6 = udp(546, 547);
+    ipv6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    let mut arp = vec![0xff; 12];
+    arp.extend_from_slice(&0x0806u16.to_be_bytes());
+    arp.resize(60, 0);
+    for f in [udp(53, 40000), udp(40000, 53), tcp, ipv6, arp] {
+        for _ in 0..3 {
+            assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC);
+            assert_eq!(egress(&mut g, &f), TC_ACT_UNSPEC);
+        }
+    }
+    assert_eq!(counters(&g), GuardCounters::default());
+    assert!(r.try_recv().is_none());
+}
+
+#[tokio::test]
+async fn learning_ports_record_the_guests_exchange_both_ways() {
+    for vlan in VLANS {
+        let (mut g, mut r) = load();
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                single_client: Some(VM_MAC),
+                learn: true,
+                ..unlimited()
+            },
+        )
+        .unwrap();
+        let req = Dhcp::client(MessageType::Request).vlan(vlan).frame();
+        assert_eq!(ingress(&mut g, &req), TC_ACT_UNSPEC);
+        let ev = r.try_recv().expect("the client message");
+        assert_eq!(ev.direction, Direction::FromWorkload);
+        assert_eq!(ev.ifindex, LO);
+        assert_eq!(ev.headers.vlan, vlan);
+        assert_eq!(
+            ev.payload,
+            message(Opcode::BootRequest, MessageType::Request, VM_MAC)
+        );
+        assert!(ev.ts_ns > 0);
+
+        let ack = Dhcp::server(MessageType::Ack).vlan(vlan).frame();
+        assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
+        let ev = r.try_recv().expect("the server reply");
+        assert_eq!(ev.direction, Direction::ToWorkload);
+        assert_eq!(
+            ev.payload,
+            message(Opcode::BootReply, MessageType::Ack, VM_MAC)
+        );
+
+        // Replies for other clients (broadcast on the segment) are not recorded.
+        let mut other = Dhcp::server(MessageType::Ack).vlan(vlan);
+        other.chaddr = OTHER_MAC;
+        assert_eq!(egress(&mut g, &other.frame()), TC_ACT_UNSPEC);
+        // Nor client messages going towards the workload, nor anything on
+        // the ingress hook of a port without learning.
+        assert_eq!(egress(&mut g, &req), TC_ACT_UNSPEC);
+        assert!(r.try_recv().is_none(), "{vlan:?}");
+        assert_eq!(counters(&g).learned, 2);
+
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                single_client: Some(VM_MAC),
+                learn: false,
+                ..unlimited()
+            },
+        )
+        .unwrap();
+        assert_eq!(ingress(&mut g, &req), TC_ACT_UNSPEC);
+        assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
+        assert!(r.try_recv().is_none(), "{vlan:?}: learning off");
+    }
+}
+
+#[tokio::test]
+async fn large_frames_are_recorded_whole() {
+    let (mut g, mut r) = load();
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            single_client: Some(VM_MAC),
+            learn: true,
+            ..unlimited()
+        },
+    )
+    .unwrap();
+    // Around the record-size boundary, and a full 1500-byte MTU frame.
+    let base = Dhcp::server(MessageType::Ack).frame();
+    for len in [639usize, 640, 641, 1514] {
+        let mut m = message(Opcode::BootReply, MessageType::Ack, VM_MAC);
+        let pad = len - base.len();
+        m.extend(std::iter::repeat_n(0u8, pad)); // padding after the end option
+        let f = build_udp_frame(
+            &FrameHeaders {
+                src_mac: SERVER_MAC,
+                dst_mac: [0xff; 6],
+                vlan: None,
+                src_ip: Ipv4Addr::new(192, 0, 2, 1),
+                dst_ip: Ipv4Addr::BROADCAST,
+                src_port: 67,
+                dst_port: 68,
+            },
+            &m,
+        );
+        assert_eq!(f.len(), len);
+        assert_eq!(egress(&mut g, &f), TC_ACT_UNSPEC);
+        let ev = r.try_recv().unwrap_or_else(|| panic!("{len}: no record"));
+        assert_eq!(ev.payload, m, "{len}");
+    }
+}

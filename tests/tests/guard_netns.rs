@@ -1,0 +1,642 @@
+//! The DHCP guard end to end in network namespaces: pods on a bridge (each
+//! a namespace behind a veth whose host end is a bridge port), the real
+//! DHCP server on the bridge, the guard attached to the host end of every
+//! pod port. Pods lease with a real client, busybox's `udhcpc`.
+//!
+//! - a real dnsmasq started as a rogue server inside one pod: without the
+//!   guard its OFFERs reach the other pods; with it none does, and every
+//!   other pod binds to the real server; a trusted port lets them through
+//!   again; a detached port too;
+//! - a DISCOVER flood from one pod: the real server sees at most the
+//!   configured rate from that port, and the other pods bind meanwhile.
+//!
+//! - through the agent: the `xdhcp` binary runs as `xdhcp agent` inside the
+//!   bridge's namespace (the "node"), the plugin's ADD puts the guard on
+//!   the pod's port, DEL takes it off, and a VM's port drops crafted
+//!   client messages from other MACs.
+//!
+//! Needs root; fails, never skips, without it.
+
+mod agent_support;
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
+use dhcproto::{Encodable as _, Encoder};
+use xdhcp::datapath::ebpf::{AttachTarget, Guard, PortPolicy};
+use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, parse_udp_frame};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient};
+
+const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+
+fn target(lab: &Lab, i: usize) -> AttachTarget {
+    AttachTarget {
+        ifname: lab.clients[i].port().to_owned(),
+        netns: Some(lab.server.path().to_path_buf()),
+    }
+}
+
+/// A real dnsmasq inside pod 0, serving its own range on the pod's interface.
+fn rogue(lab: &Lab) -> Dnsmasq {
+    let pod = &lab.clients[0];
+    pod.ns.add_addr(&pod.ifname, ROGUE_IP, 24);
+    Dnsmasq::start(
+        &pod.ns,
+        DnsmasqConfig {
+            interface: pod.ifname.clone(),
+            range: (
+                Ipv4Addr::new(198, 51, 100, 10),
+                Ipv4Addr::new(198, 51, 100, 50),
+            ),
+            router: None,
+            dns: Vec::new(),
+            ..DnsmasqConfig::default()
+        },
+    )
+}
+
+/// What `udhcpc` bound to: (address, server identifier).
+type Bound = Option<(Ipv4Addr, Ipv4Addr)>;
+
+/// Runs busybox `udhcpc` once in `pod` (three DISCOVERs, 1 s apart at
+/// most); its script records the lease it binds.
+fn udhcpc(pod: &LabClient) -> Bound {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("script");
+    let out = dir.path().join("bound");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = bound ] && echo \"$ip $serverid\" > {}\nexit 0\n",
+            out.display()
+        ),
+    )
+    .expect("write udhcpc script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let status = pod
+        .ns
+        .command("busybox")
+        .args([
+            "udhcpc", "-f", "-q", "-n", "-t", "3", "-T", "1", "-A", "1", "-i",
+        ])
+        .arg(&pod.ifname)
+        .arg("-s")
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run udhcpc");
+    if !status.success() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&out).ok()?;
+    let mut it = text.split_whitespace().map(|s| s.parse().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// An AF_PACKET socket (all protocols) on the pod's interface, made in its
+/// namespace, with a 100 ms receive timeout.
+fn packet_socket(pod: &LabClient) -> OwnedFd {
+    packet_socket_on(&pod.ns, pod.ifindex)
+}
+
+/// An AF_PACKET socket (all protocols) on device `ifindex` of `ns`, with a
+/// 100 ms receive timeout.
+fn packet_socket_on(ns: &xdhcp_tests::NetNs, ifindex: u32) -> OwnedFd {
+    ns.run_in(move || {
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain socket(2); ownership taken at once.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                i32::from(proto),
+            )
+        };
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        // SAFETY: fresh fd, ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a zeroed sockaddr_ll is valid.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto;
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: a valid sockaddr_ll of the stated size.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const sll).cast(),
+                size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 100_000,
+        };
+        // SAFETY: a valid timeval option.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&raw const tv).cast(),
+                size_of::<libc::timeval>() as u32,
+            );
+        }
+        fd
+    })
+}
+
+/// Counts DHCP server messages from the rogue that reach `pod` while
+/// `udhcpc` runs there, and what it bound.
+fn lease_watching_for_rogue(pod: &LabClient) -> (Bound, usize) {
+    let sock = packet_socket(pod);
+    let done = Arc::new(AtomicBool::new(false));
+    let sniffer = {
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let mut seen = 0;
+            let mut buf = vec![0u8; 4096];
+            while !done.load(Ordering::Relaxed) {
+                // SAFETY: receiving into an owned buffer.
+                let n =
+                    unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+                let Ok(n) = usize::try_from(n) else { continue };
+                if let Ok((h, _)) = parse_udp_frame(&buf[..n])
+                    && h.src_port == 67
+                    && h.src_ip == ROGUE_IP
+                {
+                    seen += 1;
+                }
+            }
+            seen
+        })
+    };
+    let bound = udhcpc(pod);
+    // Late OFFERs from the other server.
+    std::thread::sleep(Duration::from_millis(300));
+    done.store(true, Ordering::Relaxed);
+    (bound, sniffer.join().expect("sniffer"))
+}
+
+fn from_real_server(lab: &Lab, bound: Bound) -> bool {
+    bound.is_some_and(|(ip, server)| {
+        server == lab.server_ip && ip.octets()[..3] == lab.server_ip.octets()[..3]
+    })
+}
+
+fn load_guard() -> Guard {
+    Guard::load().expect("load the guard programs (needs root)")
+}
+
+#[test]
+fn rogue_dnsmasq_in_a_pod_reaches_no_other_pod_and_every_pod_binds_to_the_real_server() {
+    let lab = Lab::with_clients(4);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let rogue = rogue(&lab);
+
+    // Without the guard the rogue is heard (the test can see a rogue at all).
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(
+        heard > 0,
+        "the rogue dnsmasq's OFFERs reach other pods without the guard"
+    );
+
+    let mut guard = load_guard();
+    for i in 0..lab.clients.len() {
+        guard
+            .attach(&target(&lab, i), &PortPolicy::default())
+            .expect("attach the guard");
+    }
+    for i in 1..lab.clients.len() {
+        let (bound, heard) = lease_watching_for_rogue(&lab.clients[i]);
+        assert_eq!(heard, 0, "pod {i} heard the rogue through the guard");
+        assert!(
+            from_real_server(&lab, bound),
+            "pod {i} bound {bound:?}, not to the real server"
+        );
+    }
+    let rogue_port = guard.ifindex(&target(&lab, 0)).unwrap();
+    let c = guard.counters(rogue_port).unwrap().unwrap();
+    assert!(
+        c.dropped_server >= 3,
+        "the rogue's OFFERs were dropped: {c:?}"
+    );
+    let log = std::fs::read_to_string(rogue.log_file()).unwrap_or_default();
+    assert!(log.contains("DHCPOFFER"), "the rogue did answer:\n{log}");
+
+    // Detached (the pod's DEL), the port is open again.
+    guard.detach(&target(&lab, 0)).expect("detach");
+    assert_eq!(
+        guard.counters(rogue_port).unwrap(),
+        None,
+        "counters removed"
+    );
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[2]);
+    assert!(heard > 0, "detached, the port no longer guards");
+}
+
+#[test]
+fn a_trusted_port_passes_its_servers_messages() {
+    let lab = Lab::with_clients(2);
+    let _rogue = rogue(&lab);
+    let mut guard = load_guard();
+    guard
+        .attach(
+            &target(&lab, 0),
+            &PortPolicy {
+                trusted: true,
+                ..PortPolicy::default()
+            },
+        )
+        .unwrap();
+    guard
+        .attach(&target(&lab, 1), &PortPolicy::default())
+        .unwrap();
+    // The only server is the one on the trusted port: pod 1 binds to it.
+    let (bound, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(heard > 0);
+    assert_eq!(
+        bound.map(|b| b.1),
+        Some(ROGUE_IP),
+        "pod 1 bound to the trusted server"
+    );
+    let c = guard
+        .counters(guard.ifindex(&target(&lab, 0)).unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(c.passed_trusted_server >= 2, "{c:?}");
+    assert_eq!(c.dropped_server, 0);
+}
+
+/// Sends DISCOVERs from `pod`, each with its own made-up MAC (an address
+/// pool starvation attempt), for `how_long`; returns how many and the time
+/// from first to last.
+fn flood(pod: &LabClient, how_long: Duration) -> (u32, Duration) {
+    let tx = packet_socket(pod);
+    let start = Instant::now();
+    let mut sent = 0u32;
+    while start.elapsed() < how_long {
+        let mac = [
+            0x02,
+            0xf1,
+            0,
+            (sent >> 16) as u8,
+            (sent >> 8) as u8,
+            sent as u8,
+        ];
+        let mut m = Message::default();
+        m.set_opcode(Opcode::BootRequest)
+            .set_xid(0xf100_0000 | sent)
+            .set_flags(Flags::default().set_broadcast())
+            .set_chaddr(&mac);
+        m.opts_mut()
+            .insert(DhcpOption::MessageType(MessageType::Discover));
+        let mut payload = Vec::new();
+        m.encode(&mut Encoder::new(&mut payload)).expect("encode");
+        let frame = build_udp_frame(
+            &FrameHeaders {
+                src_mac: mac,
+                dst_mac: [0xff; 6],
+                vlan: None,
+                src_ip: Ipv4Addr::UNSPECIFIED,
+                dst_ip: Ipv4Addr::BROADCAST,
+                src_port: 68,
+                dst_port: 67,
+            },
+            &payload,
+        );
+        // SAFETY: sending a buffer on a bound packet socket.
+        let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        assert_eq!(
+            n,
+            frame.len() as isize,
+            "send: {}",
+            std::io::Error::last_os_error()
+        );
+        sent += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    (sent, start.elapsed())
+}
+
+fn discovers_in_log(log: &Path, mac_prefix: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("DHCPDISCOVER(") && l.contains(mac_prefix))
+        .count()
+}
+
+#[test]
+fn a_discover_flood_from_one_pod_reaches_the_server_at_the_ports_rate() {
+    let lab = Lab::with_clients(3);
+    let server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let mut guard = load_guard();
+    let policy = PortPolicy {
+        rate: 20,
+        burst: 10,
+        ..PortPolicy::default()
+    };
+    for i in 0..lab.clients.len() {
+        guard.attach(&target(&lab, i), &policy).unwrap();
+    }
+    let (sent, elapsed) = std::thread::scope(|s| {
+        let flooder = s.spawn(|| flood(&lab.clients[0], Duration::from_secs(3)));
+        // The other pods lease while the flood runs.
+        std::thread::sleep(Duration::from_millis(300));
+        let others: Vec<_> = (1..lab.clients.len())
+            .map(|i| {
+                let pod = &lab.clients[i];
+                s.spawn(move || udhcpc(pod))
+            })
+            .collect();
+        for (i, h) in others.into_iter().enumerate() {
+            let bound = h.join().expect("udhcpc thread");
+            assert!(
+                from_real_server(&lab, bound),
+                "pod {} did not bind during the flood: {bound:?}",
+                i + 1
+            );
+        }
+        flooder.join().expect("flood thread")
+    });
+    // dnsmasq logs each DISCOVER it reads; give it a moment for the last.
+    std::thread::sleep(Duration::from_millis(500));
+    let allowed = policy.burst as f64 + f64::from(policy.rate) * elapsed.as_secs_f64() + 1.0;
+    let seen = discovers_in_log(&server.log_file(), "02:f1:00:");
+    let c = guard
+        .counters(guard.ifindex(&target(&lab, 0)).unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(sent > 1000, "the flood sent only {sent}");
+    assert!(
+        (seen as f64) <= allowed && c.passed_client as f64 <= allowed,
+        "server saw {seen} DISCOVERs, guard passed {}, of {sent} in {elapsed:?} (at most {allowed:.0})",
+        c.passed_client
+    );
+    assert!(
+        seen >= policy.burst as usize,
+        "the server saw the burst at least: {seen}"
+    );
+    assert_eq!(c.passed_client + c.dropped_rate, u64::from(sent), "{c:?}");
+}
+
+/// One crafted DISCOVER from inside `pod`: Ethernet source `src`, `chaddr`
+/// `chaddr`, xid `xid`.
+fn send_discover(tx: &OwnedFd, src: [u8; 6], chaddr: [u8; 6], xid: u32) {
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootRequest)
+        .set_xid(xid)
+        .set_flags(Flags::default().set_broadcast())
+        .set_chaddr(&chaddr);
+    m.opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Discover));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).expect("encode");
+    let frame = build_udp_frame(
+        &FrameHeaders {
+            src_mac: src,
+            dst_mac: [0xff; 6],
+            vlan: None,
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst_ip: Ipv4Addr::BROADCAST,
+            src_port: 68,
+            dst_port: 67,
+        },
+        &payload,
+    );
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// xids of the DISCOVERs the server namespace sees on the bridge.
+fn server_sees(sock: &OwnedFd, within: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + within;
+    let mut xids = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    while Instant::now() < deadline {
+        // SAFETY: receiving into an owned buffer.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let Ok(n) = usize::try_from(n) else { continue };
+        if let Ok((h, p)) = parse_udp_frame(&buf[..n])
+            && h.dst_port == 67
+            && p.len() >= 8
+        {
+            xids.push(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+        }
+    }
+    xids
+}
+
+#[test]
+fn a_vm_port_passes_only_the_vms_own_client_messages() {
+    let lab = Lab::with_clients(1);
+    let vm = &lab.clients[0];
+    let vm_mac = [0x02, 0x00, 0x5e, 0x10, 0x00, 0x01];
+    let other = [0x02, 0x00, 0x5e, 0x10, 0x00, 0x99];
+    let mut guard = load_guard();
+    let port = guard
+        .attach(
+            &target(&lab, 0),
+            &PortPolicy {
+                single_client: Some(vm_mac),
+                rate: 0,
+                ..PortPolicy::default()
+            },
+        )
+        .unwrap();
+    // What reaches the bridge, seen from the server's side of it.
+    let bridge = packet_socket_on(&lab.server, lab.server.ifindex(Lab::BRIDGE));
+    let tx = packet_socket(vm);
+    // The VM's own MAC both ways; another MAC as source, as chaddr, as both.
+    send_discover(&tx, vm_mac, vm_mac, 1);
+    send_discover(&tx, other, vm_mac, 2);
+    send_discover(&tx, vm_mac, other, 3);
+    send_discover(&tx, other, other, 4);
+    // The interface's own MAC is not the VM's either (bridge binding: the
+    // guest's MAC is the VM's, the launcher's interface has another).
+    send_discover(&tx, vm.mac, vm.mac, 5);
+    let seen = server_sees(&bridge, Duration::from_millis(500));
+    assert_eq!(seen, [1], "only the VM's own message crossed the port");
+    let c = guard.counters(port).unwrap().unwrap();
+    assert_eq!((c.passed_client, c.dropped_spoof), (1, 4), "{c:?}");
+}
+
+#[test]
+fn detaching_a_port_whose_device_is_gone_cleans_up() {
+    let mut lab = Lab::with_clients(1);
+    let mut guard = load_guard();
+    let t = target(&lab, 0);
+    let ifindex = guard.attach(&t, &PortPolicy::default()).unwrap();
+    assert!(guard.policy(ifindex).unwrap().is_some());
+    // The workload goes first (its namespace and veth are deleted).
+    drop(lab.clients.pop());
+    guard.detach(&t).expect("detach after the device is gone");
+    assert_eq!(guard.policy(ifindex).unwrap(), None);
+    assert_eq!(guard.counters(ifindex).unwrap(), None);
+    assert!(guard.ports().is_empty());
+}
+
+// ------------------------------------------------------- through the agent --
+
+/// `xdhcp agent` (the workspace's binary) running inside `node`, in
+/// embedded mode, with its own socket and state directory.
+struct NodeAgent {
+    _process: xdhcp_tests::Process,
+    socket: std::path::PathBuf,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NodeAgent {
+    fn start(node: &xdhcp_tests::NetNs) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-agent-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/xdhcp.sock");
+        let log = dir.path().join("agent.log");
+        let mut cmd = xdhcp_tests::netns_exec(node.name(), &agent_support::xdhcp_bin());
+        cmd.args(["agent", "--kube", "off", "--socket"])
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--bpffs-dir")
+            .arg(dir.path().join("bpffs"))
+            .env_remove("CNI_COMMAND")
+            .env("RUST_LOG", "info,xdhcp=debug");
+        let process = xdhcp_tests::Process::spawn_logged("xdhcp agent", cmd, &log);
+        let me = Self {
+            _process: process,
+            socket,
+            log,
+            _dir: dir,
+        };
+        let ok = xdhcp_tests::wait_until(Duration::from_secs(30), || {
+            let out = std::process::Command::new(agent_support::xdhcp_bin())
+                .args(["status", "--json", "--socket"])
+                .arg(&me.socket)
+                .env_remove("CNI_COMMAND")
+                .output()
+                .expect("run xdhcp status");
+            out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .is_ok_and(|v| v["ready"] == true)
+        });
+        assert!(ok, "agent not ready:\n{}", me.log());
+        me
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The plugin's ADD or DEL for `pod` (container id `cid`), as a
+    /// runtime calls the IPAM plugin.
+    fn cni(
+        &self,
+        cni: &agent_support::CniPath,
+        command: &str,
+        cid: &str,
+        pod: &LabClient,
+        ipam: &str,
+    ) -> agent_support::PluginOutput {
+        let config = format!(
+            r#"{{"cniVersion":"1.0.0","name":"guardnet","type":"bridge","ipam":{{"type":"xdhcp","socketPath":"{}"{ipam}}}}}"#,
+            self.socket.display()
+        );
+        agent_support::invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            command,
+            cid,
+            Some(pod.ns.path()),
+            &pod.ifname,
+            cni.dir.path(),
+            &config,
+        )
+    }
+}
+
+fn leased_ip(out: &agent_support::PluginOutput) -> Ipv4Addr {
+    assert!(out.ok, "ADD failed: {}", out.text());
+    let a = out.json["ips"][0]["address"].as_str().expect("an address");
+    a.split('/').next().unwrap().parse().expect("IPv4")
+}
+
+#[test]
+fn agent_add_guards_the_pods_port_and_del_removes_the_guard() {
+    let lab = Lab::with_clients(3);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = NodeAgent::start(&lab.server);
+    let cni = agent_support::CniPath::new();
+
+    // Pod 0 gets its lease, then starts a DHCP server of its own.
+    let ip0 = leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], ""));
+    assert_eq!(ip0.octets()[..3], [192, 0, 2]);
+    let _rogue = rogue(&lab);
+    assert!(
+        agent.log().contains("DHCP guard on"),
+        "the ADD put the guard on:\n{}",
+        agent.log()
+    );
+    // Pod 1 (not under the agent) hears nothing from it.
+    let (bound, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert_eq!(heard, 0, "the rogue was heard through the guarded port");
+    assert!(from_real_server(&lab, bound), "{bound:?}");
+    // Pod 2's ADD through the agent binds to the real server.
+    let ip2 = leased_ip(&agent.cni(&cni, "ADD", "pod2", &lab.clients[2], ""));
+    assert_eq!(
+        ip2.octets()[..3],
+        [192, 0, 2],
+        "pod 2 leased from the real server"
+    );
+
+    // DEL of pod 0 takes the guard off: the rogue is heard again.
+    let del = agent.cni(&cni, "DEL", "pod0", &lab.clients[0], "");
+    assert!(del.ok, "DEL failed: {}", del.text());
+    assert!(
+        agent.log().contains("DHCP guard detached"),
+        "{}",
+        agent.log()
+    );
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(heard > 0, "after DEL the port is no longer guarded");
+}
+
+#[test]
+fn agent_honours_a_trusted_network() {
+    let lab = Lab::with_clients(2);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = NodeAgent::start(&lab.server);
+    let cni = agent_support::CniPath::new();
+    let trusted = r#","dhcpGuard":{"trusted":true}"#;
+    leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], trusted));
+    let _rogue = rogue(&lab);
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(heard > 0, "a trusted port passes its server's messages");
+    // A bad guard field is a CNI error naming it.
+    let out = agent.cni(
+        &cni,
+        "ADD",
+        "pod1",
+        &lab.clients[1],
+        r#","dhcpGuard":{"rate":0}"#,
+    );
+    assert!(!out.ok);
+    assert!(out.text().contains("ipam.dhcpGuard.rate"), "{}", out.text());
+}
