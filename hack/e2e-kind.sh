@@ -45,12 +45,12 @@ if [ -z "$BIN" ]; then
   (cd "$ROOT" && cargo xtask build)
   BIN=$ROOT/target/release/xdhcp
 fi
-cp "$BIN" "$WORK/xdhcp"
-# The DaemonSet's image name; loaded into the nodes, never pulled.
-docker build -q -t localhost/xdhcp:latest -f - "$WORK" <<EOF
-FROM $BASE_IMAGE
-COPY xdhcp /usr/local/bin/xdhcp
-EOF
+mkdir -p "$WORK/image"
+cp "$BIN" "$WORK/image/xdhcp"
+# The DaemonSet's image, from the repository's Containerfile (what `cargo
+# xtask image` builds); loaded into the nodes, never pulled.
+docker build -q -t localhost/xdhcp:latest --build-arg BASE_IMAGE="$BASE_IMAGE" \
+  -f "$ROOT/Containerfile" "$WORK/image"
 docker build -q -t localhost/dnsmasq:e2e - <<'EOF'
 FROM debian:bookworm-slim
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends dnsmasq-base && rm -rf /var/lib/apt/lists/*
@@ -87,6 +87,7 @@ log "xdhcp"
 kubectl apply -k "$ROOT/manifests"
 kubectl -n xdhcp-system rollout status ds/xdhcp --timeout=180s
 docker exec "$NODE" test -x /opt/cni/bin/xdhcp || fail "init container did not install /opt/cni/bin/xdhcp"
+docker exec "$NODE" test -x /opt/cni/bin/dhcp || fail "init container did not install /opt/cni/bin/dhcp"
 
 log "DHCP server (dnsmasq on br-localnet, 2 minute leases)"
 kubectl apply -f - <<EOF

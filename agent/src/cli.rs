@@ -25,7 +25,15 @@ use crate::vfio::VfDriverOverride;
 /// xdhcp: `DHCPv4` IPAM for OVN-Kubernetes localnet networks. With
 /// `CNI_COMMAND` set, the same binary is the CNI IPAM plugin.
 #[derive(Debug, Parser)]
-#[command(name = "xdhcp", version, about, long_about = None)]
+#[command(
+    name = "xdhcp",
+    version,
+    about,
+    long_about = None,
+    after_help = "Also: `xdhcp daemon [flags]` (or `dhcp daemon` when installed as dhcp) runs the agent \
+        with the upstream dhcp daemon's flags (-socketpath, -hostprefix, -pidfile, -broadcast, \
+        -timeout, -resendmax, -resendtimeout); `dhcp daemon -h` lists them."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -98,6 +106,21 @@ pub struct AgentArgs {
     /// Unix socket the CNI plugin and the operator commands talk to (mode 0600).
     #[arg(long, env = "XDHCP_SOCKET", default_value = DEFAULT_SOCKET)]
     pub socket: PathBuf,
+    /// Also serve the agent socket at this path (repeatable), with the same
+    /// mode and the same protocol. The `DaemonSet` adds `/run/cni/dhcp.sock`,
+    /// the upstream `dhcp` daemon's socket, so the binary installed as
+    /// `dhcp` reaches this agent with an unchanged network config.
+    #[arg(long = "extra-socket", value_name = "PATH")]
+    pub extra_socket: Vec<PathBuf>,
+    /// Prefix put before every `CNI_NETNS` path the agent opens, for an
+    /// agent in a container that sees the host's root under this directory
+    /// (the upstream daemon's `-hostprefix`).
+    #[arg(long, value_name = "DIR")]
+    pub host_prefix: Option<PathBuf>,
+    /// Write the agent's process id to this file once the sockets are
+    /// bound, and remove it on exit (the upstream daemon's `-pidfile`).
+    #[arg(long, value_name = "PATH", value_parser = absolute_path)]
+    pub pidfile: Option<PathBuf>,
     /// Lease records, the embedded annotation store and the VFIO journal.
     #[arg(long, default_value = "/var/lib/xdhcp")]
     pub state_dir: PathBuf,
@@ -327,6 +350,14 @@ impl AgentArgs {
             },
             ..ClientConfig::default()
         }
+    }
+}
+
+fn absolute_path(s: &str) -> Result<PathBuf, String> {
+    if s.starts_with('/') {
+        Ok(PathBuf::from(s))
+    } else {
+        Err(format!("{s:?} is not an absolute path"))
     }
 }
 

@@ -1,36 +1,67 @@
-//! `xdhcp`: the CNI plugin when `CNI_COMMAND` is set, else the agent and the
-//! operator commands.
+//! `xdhcp`, also installed as `dhcp`: the CNI plugin when `CNI_COMMAND` is
+//! set, the agent under the upstream daemon's command line for `daemon`,
+//! else the agent and the operator commands.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use xdhcp::cli::{Cli, Command};
+use xdhcp::cli::{AgentArgs, Cli, Command};
+use xdhcp::cni::upstream::{self, DaemonCommand, Invocation};
 
 #[expect(
     clippy::print_stderr,
     reason = "the binary's edge reports the error chain"
 )]
 fn main() -> ExitCode {
-    if std::env::var_os("CNI_COMMAND").is_some() {
-        return xdhcp::cni::main();
+    let args: Vec<_> = std::env::args_os().collect();
+    let cni_command = std::env::var_os("CNI_COMMAND");
+    match upstream::classify(&args, cni_command.as_deref()) {
+        Invocation::Plugin => xdhcp::cni::main(),
+        Invocation::About => {
+            eprint!("{}", upstream::about());
+            ExitCode::SUCCESS
+        }
+        Invocation::Daemon(flags) => match upstream::parse_daemon(&flags) {
+            Ok(DaemonCommand::Help) => {
+                eprint!("{}", upstream::daemon_usage());
+                ExitCode::SUCCESS
+            }
+            Ok(DaemonCommand::Run(agent)) => report(run_agent(*agent)),
+            Err(e) => {
+                eprintln!("dhcp daemon: {e}\nrun `dhcp daemon -h` for the flags");
+                ExitCode::from(2)
+            }
+        },
+        Invocation::Cli => report(run(Cli::parse_from(args))),
     }
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("xdhcp: {e:#}");
-        return ExitCode::FAILURE;
+}
+
+#[expect(
+    clippy::print_stderr,
+    reason = "the binary's edge reports the error chain"
+)]
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xdhcp: {e:#}");
+            ExitCode::FAILURE
+        }
     }
-    ExitCode::SUCCESS
+}
+
+fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
+    xdhcp::telemetry::init(args.log_format).context("setting up logging")?;
+    let rt = xdhcp::cli::agent_runtime().context("starting the runtime")?;
+    let agent = xdhcp::daemon::run_until_signal(args);
+    rt.block_on(agent).context("xdhcp agent")
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let text = match cli.command {
-        Command::Agent(args) => {
-            xdhcp::telemetry::init(args.log_format).context("setting up logging")?;
-            let rt = xdhcp::cli::agent_runtime().context("starting the runtime")?;
-            let agent = xdhcp::daemon::run_until_signal(*args);
-            return rt.block_on(agent).context("xdhcp agent");
-        }
+        Command::Agent(args) => return run_agent(*args),
         Command::Leases(a) => xdhcp::cli::leases_text(&a).context("xdhcp leases")?,
         Command::Bindings(a) => xdhcp::cli::bindings_text(&a).context("xdhcp bindings")?,
         Command::Status(a) => xdhcp::cli::status_text(&a).context("xdhcp status")?,

@@ -286,6 +286,16 @@ impl RpcError {
                 .with_details(format_chain(&source))
             }
             e @ Self::Timeout { .. } => CniError::new(code::AGENT_UNREACHABLE, e.to_string()),
+            // Go's net/rpc HTTP server (the upstream daemon) answers every
+            // path but its own with a plain-text 404.
+            e @ Self::Decode {
+                status: StatusCode::NOT_FOUND,
+                ..
+            } => CniError::new(
+                code::AGENT_UNREACHABLE,
+                "the daemon on the socket does not speak the xdhcp agent's protocol; is the upstream dhcp daemon still serving it? Stop it and run `dhcp daemon` (or the xdhcp DaemonSet) instead",
+            )
+            .with_details(format_chain(&e)),
             e @ (Self::Http { .. } | Self::Decode { .. }) => {
                 CniError::new(code::AGENT_UNREACHABLE, "talking to the xdhcp agent failed")
                     .with_details(format_chain(&e))
@@ -423,6 +433,39 @@ pub fn status_for(code_: u32) -> StatusCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The upstream daemon (Go's `net/rpc` over HTTP) on the socket: every
+    /// path but its own gets Go's plain-text 404, and the plugin says what
+    /// is wrong instead of "not JSON".
+    #[test]
+    fn the_upstream_daemon_on_the_socket_is_named() {
+        use std::io::{Read as _, Write as _};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dhcp.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).unwrap();
+            conn.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                  X-Content-Type-Options: nosniff\r\nContent-Length: 19\r\n\r\n404 page not found\n",
+            )
+            .unwrap();
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = Client::new(&path, Duration::from_secs(5));
+        let e = rt
+            .block_on(client.get::<Readiness>(PATH_READY))
+            .unwrap_err()
+            .into_cni();
+        server.join().unwrap();
+        assert_eq!(e.code, code::AGENT_UNREACHABLE);
+        assert!(e.msg.contains("upstream dhcp daemon"), "{e}");
+    }
 
     #[test]
     fn connect_errors_name_the_socket_and_the_fix() {

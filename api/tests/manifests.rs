@@ -634,7 +634,8 @@ fn daemonset_runs_the_agent_as_the_node_needs() {
         .expect("resource requests");
     assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
 
-    // The init container installs the plugin as xdhcp, and as dhcp only when asked.
+    // The init container installs the plugin as xdhcp and, unless opted
+    // out, as dhcp: the drop-in is the default.
     let init = &spec.init_containers.as_ref().unwrap()[0];
     let script = init.command.as_ref().unwrap().join("\n");
     assert!(script.contains("/host/opt/cni/bin/xdhcp"), "{script}");
@@ -652,9 +653,17 @@ fn daemonset_runs_the_agent_as_the_node_needs() {
         .expect("INSTALL_AS_DHCP");
     assert_eq!(
         flag.value.as_deref(),
-        Some("false"),
-        "drop-in install is opt-in"
+        Some("true"),
+        "installing as dhcp is the default"
     );
+    // ...and the agent serves the upstream daemon's socket for it.
+    let extra: Vec<&String> = cmd
+        .iter()
+        .zip(cmd.iter().skip(1))
+        .filter(|(flag, _)| *flag == "--extra-socket")
+        .map(|(_, path)| path)
+        .collect();
+    assert_eq!(extra, ["/run/cni/dhcp.sock"], "{cmd:?}");
     let mount = &init.volume_mounts.as_ref().unwrap()[0];
     let volume = spec
         .volumes
@@ -665,6 +674,115 @@ fn daemonset_runs_the_agent_as_the_node_needs() {
         .unwrap();
     assert_eq!(volume.host_path.as_ref().unwrap().path, "/opt/cni/bin");
     assert_eq!(mount.mount_path, "/host/opt/cni/bin");
+}
+
+/// The arguments of the Containerfile's lines that start with `instruction`
+/// (`COPY ` gives `[src, dest]`, `RUN ln -s` gives `[target, link]`).
+fn containerfile_lines(text: &str, instruction: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(instruction))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(instruction.split_whitespace().count())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+/// The image the `DaemonSet` runs is the one `Containerfile` builds, under the name
+/// `cargo xtask image` and the kind test give it; the binary lands where the init
+/// container installs it from; and the install step puts it in /opt/cni/bin under both
+/// names, which the agent's `--extra-socket` and the plugin's defaults match.
+#[test]
+fn containerfile_daemonset_and_install_step_agree() {
+    let root = workspace_root();
+    let containerfile = fs::read_to_string(root.join("Containerfile")).expect("Containerfile");
+    let copies = containerfile_lines(&containerfile, "COPY ");
+    assert_eq!(
+        copies,
+        [["xdhcp", "/usr/local/bin/xdhcp"]],
+        "{containerfile}"
+    );
+    let binary = copies[0][1].as_str();
+    let links = containerfile_lines(&containerfile, "RUN ln -s");
+    assert_eq!(
+        links,
+        [["xdhcp", "/usr/local/bin/dhcp"]],
+        "the image also has the binary as dhcp: {containerfile}"
+    );
+
+    // The image name: xtask image, the kind test, every container of the DaemonSet.
+    let xtask = fs::read_to_string(root.join("xtask/src/image.rs")).expect("xtask/src/image.rs");
+    let image = xtask
+        .split("pub const IMAGE: &str = \"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("IMAGE in xtask/src/image.rs");
+    assert!(
+        xtask.contains("pub const CONTAINERFILE: &str = \"Containerfile\""),
+        "xtask image builds the Containerfile"
+    );
+    let e2e = fs::read_to_string(root.join("hack/e2e-kind.sh")).expect("hack/e2e-kind.sh");
+    assert!(
+        e2e.contains(&format!("-t {image}")) && e2e.contains("-f \"$ROOT/Containerfile\""),
+        "hack/e2e-kind.sh builds {image} from the Containerfile"
+    );
+    assert!(
+        e2e.contains("cp \"$BIN\" \"$WORK/image/xdhcp\""),
+        "the kind test's build context holds the binary as {}",
+        copies[0][0]
+    );
+
+    let ds: DaemonSet = strict(
+        "daemonset.yaml",
+        &doc_of_kind("daemonset.yaml", "DaemonSet"),
+    );
+    let spec = ds.spec.template.spec.as_ref().unwrap();
+    let init = &spec.init_containers.as_ref().unwrap()[0];
+    for c in spec.containers.iter().chain([init]) {
+        assert_eq!(c.image.as_deref(), Some(image), "container {}", c.name);
+    }
+    // The agent runs the binary by the name the image has on PATH.
+    let agent = agent_container(&ds);
+    assert_eq!(
+        agent.command.as_ref().unwrap()[0],
+        Path::new(binary).file_name().unwrap().to_str().unwrap()
+    );
+
+    // The install step copies from where the Containerfile put the binary, into the
+    // host's /opt/cni/bin (the init container's mount), as xdhcp and as dhcp, each by
+    // an atomic rename.
+    let script = init.command.as_ref().unwrap().join("\n");
+    let mount = &init.volume_mounts.as_ref().unwrap()[0].mount_path;
+    for name in ["xdhcp", "dhcp"] {
+        let tmp = format!("{mount}/.{name}.tmp");
+        assert!(
+            script.contains(&format!("install -m 0755 {binary} {tmp}")),
+            "installs {binary} as {name}: {script}"
+        );
+        assert!(
+            script.contains(&format!("mv -f {tmp} {mount}/{name}")),
+            "{script}"
+        );
+    }
+
+    // The socket the plugin installed as dhcp connects to by default is the one the
+    // agent serves beside its own.
+    let config =
+        fs::read_to_string(root.join("agent/src/cni/config.rs")).expect("agent/src/cni/config.rs");
+    let upstream = config
+        .split("UPSTREAM_SOCKET: &str = \"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("UPSTREAM_SOCKET in agent/src/cni/config.rs");
+    let cmd = agent.command.as_ref().unwrap();
+    assert!(
+        cmd.windows(2)
+            .any(|w| w[0] == "--extra-socket" && w[1] == upstream),
+        "{cmd:?}"
+    );
 }
 
 #[test]

@@ -234,11 +234,32 @@ pub const PROGRAMS: &[Program] = &[
         "python3 -m venv (for virtme-ng from PyPI)",
     ),
     deb("bash", "bash", "/bin/bash", "the kind end-to-end script"),
+    // The OVN-Kubernetes drop-in test runs a bare `dhcp daemon` (default
+    // state dir, default bpffs) in a private mount namespace whose /var/lib
+    // and /sys/fs/bpf are the test's own.
+    deb(
+        "unshare",
+        "util-linux",
+        "/usr/bin/unshare",
+        "a private mount namespace for a bare `dhcp daemon`",
+    ),
+    deb(
+        "sh",
+        "dash",
+        "/bin/sh",
+        "bind mounts before exec'ing a bare `dhcp daemon`",
+    ),
     rust("cargo", "building and testing"),
     rust("rustc", "toolchain checks"),
     rust("rustup", "adding rust-src"),
     rust("bpf-linker", "linking the eBPF object"),
 ];
+
+/// Container engines `cargo xtask image` builds the agent image with, the
+/// first found on `PATH`. Not in [`PROGRAMS`]: `setup` never installs one
+/// (no test, benchmark or demo needs an image), and without one `image`
+/// says so and stops.
+pub const CONTAINER_ENGINES: &[&str] = &["podman", "docker", "buildah"];
 
 /// The directory of the Debian CNI plugins (a `CNI_PATH` entry).
 pub const CNI_PLUGIN_DIR: &str = "/usr/lib/cni";

@@ -102,8 +102,11 @@ fn lease_cycle(datapath: DatapathChoice) {
         dnsmasq.log()
     );
     assert!(dnsmasq.log().contains("DHCPRELEASE"));
-    let (code_, _) = agent_code(agent.post(rpc::PATH_CHECK, &req).unwrap_err());
-    assert_eq!(code_, code::CHECK_FAILED);
+    // CHECK and DEL pass for an attachment the agent holds no lease for
+    // (one leased before xdhcp took over the node looks the same).
+    let _ = agent
+        .post(rpc::PATH_CHECK, &req)
+        .expect("CHECK of an unknown attachment");
     // DEL is idempotent, and fine for containers nobody knows.
     let _ = agent.post(rpc::PATH_DEL, &req).expect("second DEL");
     let unknown = request(c, "never-added", r#"{"type":"xdhcp"}"#);

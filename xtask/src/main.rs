@@ -11,6 +11,7 @@ mod build;
 mod cmd;
 mod demo;
 mod fuzz;
+mod image;
 mod setup;
 mod test;
 mod vmtest;
@@ -48,6 +49,9 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Build the agent image from `Containerfile` (localhost/xdhcp:latest, the
+    /// DaemonSet's) with podman, docker or buildah, whichever is on PATH.
+    Image(image::Args),
     /// Run the kind-based end-to-end test (needs Docker and network access; not runnable in this project's CI).
     E2eKind,
 }
@@ -63,6 +67,7 @@ fn main() {
         Command::Bench(args) => bench::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
         Command::Manifests { check } => build::manifests(check),
+        Command::Image(args) => image::run(&args),
         Command::E2eKind => cmd::run(cmd::program("bash").arg("hack/e2e-kind.sh")),
     };
     if let Err(e) = result {

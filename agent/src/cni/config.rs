@@ -12,7 +12,8 @@
 //!   plugin's config, so xdhcp installed as `dhcp` is a drop-in: its
 //!   `daemonSocketPath`, `provide`, `request`, `priority`, `timeout` and
 //!   `resendMax` are mapped onto ours, or rejected with code 2 when xdhcp
-//!   cannot honour them.
+//!   cannot honour them. Without `daemonSocketPath` it connects where the
+//!   upstream plugin would, `/run/cni/dhcp.sock`.
 //!
 //! One thing, whole: every field of the network configuration, each checked
 //! where it is read so its error names it; a fourth of the file is tests.
@@ -26,8 +27,14 @@ use serde_json::{Map, Value};
 use super::env::{validate_container_id, validate_ifname};
 use super::types::{CniError, Ipv4Cidr, SUPPORTED_VERSIONS, code};
 
-/// Default agent socket (the agent's `--socket` default).
+/// Default agent socket (the agent's `--socket` default), and where a
+/// `"type": "xdhcp"` config without `socketPath` connects.
 pub const DEFAULT_SOCKET: &str = "/run/xdhcp/xdhcp.sock";
+/// The upstream `dhcp` daemon's default socket: where a `"type": "dhcp"`
+/// config without `daemonSocketPath` connects, as the upstream plugin does
+/// (`dhcp daemon` serves it; `xdhcp agent --extra-socket` serves it beside
+/// its own).
+pub const UPSTREAM_SOCKET: &str = "/run/cni/dhcp.sock";
 /// Bounds on `ipam.timeout` and `ipam.resendMax`.
 pub const MIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Upper bound on `ipam.timeout` and `ipam.resendMax`.
@@ -385,7 +392,10 @@ fn parse_ipam(ipam: &Map<String, Value>) -> Result<(IpamOptions, PathBuf), CniEr
             }
             PathBuf::from(p)
         }
-        (None, None) => PathBuf::from(DEFAULT_SOCKET),
+        (None, None) => PathBuf::from(match ipam_type {
+            IpamType::Xdhcp => DEFAULT_SOCKET,
+            IpamType::Dhcp => UPSTREAM_SOCKET,
+        }),
     };
 
     let route_priority = match ipam.get("priority") {
@@ -513,9 +523,20 @@ fn apply_provide(
                 *hostname = HostnameSpec::Fixed(h);
             }
             (12, None, Some(arg)) => *hostname = HostnameSpec::FromArg(arg),
+            // The upstream plugin sends the value's bytes as the whole
+            // option, without a type byte of its own; so does xdhcp, so a
+            // server reservation made for it still matches.
             (61, Some(id), None) => {
-                *client_id = parse_client_id(&id)
-                    .map_err(|p| CniError::config(&format!("{base}.value"), p))?;
+                if id.len() < 2 || id.len() > 255 {
+                    return Err(CniError::config(
+                        &format!("{base}.value"),
+                        ClientIdError::Length {
+                            len: id.len(),
+                            input: id,
+                        },
+                    ));
+                }
+                *client_id = ClientIdSpec::Raw(id.into_bytes());
             }
             (61, None, Some(_)) => {
                 return Err(CniError::unsupported(
@@ -960,6 +981,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.ipam.ipam_type, IpamType::Dhcp);
+        assert_eq!(c.socket_path, PathBuf::from(UPSTREAM_SOCKET));
+    }
+
+    /// The exact bytes OVN-Kubernetes builds for the plugin it execs
+    /// (`buildDHCPConf`): nothing but version, name, its own type and
+    /// `ipam.type`.
+    #[test]
+    fn ovn_kubernetes_delegated_config() {
+        let c = parse(
+            br#"{"cniVersion":"1.1.0","ipam":{"type":"dhcp"},"name":"tenant-blue","type":"ovn-k8s-cni-overlay"}"#,
+        )
+        .unwrap();
+        assert_eq!(c.cni_version, "1.1.0");
+        assert_eq!(c.name, "tenant-blue");
+        assert_eq!(c.ipam.ipam_type, IpamType::Dhcp);
+        assert_eq!(c.socket_path, PathBuf::from(UPSTREAM_SOCKET));
+        assert_eq!(c.net_attach_def_name, None);
+        assert_eq!(c.ipam.client_id, ClientIdSpec::Mac);
+        assert!(!c.ipam.apply);
     }
 
     #[test]
@@ -977,9 +1017,17 @@ mod tests {
             c.ipam.hostname,
             HostnameSpec::FromArg("K8S_POD_NAME".into())
         );
-        let mut want = vec![0u8];
-        want.extend_from_slice(b"client-a");
-        assert_eq!(c.ipam.client_id, ClientIdSpec::Raw(want));
+        // As upstream sends it: the value's bytes, no type byte added.
+        assert_eq!(c.ipam.client_id, ClientIdSpec::Raw(b"client-a".to_vec()));
+        let c = parse(&conf(
+            r#"{"type":"dhcp","provide":[{"option":"dhcp-client-identifier","value":"01:02"}]}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.ipam.client_id, ClientIdSpec::Raw(b"01:02".to_vec()));
+        let e = err(&conf(
+            r#"{"type":"dhcp","provide":[{"option":61,"value":"x"}]}"#,
+        ));
+        assert!(e.msg.starts_with("ipam.provide[0].value:"), "{e}");
     }
 
     #[test]

@@ -8,14 +8,16 @@
 pub mod config;
 pub mod env;
 pub mod types;
+pub mod upstream;
 
 use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use self::config::NetworkConfig;
+use self::config::{DEFAULT_SOCKET, IpamType, NetworkConfig, UPSTREAM_SOCKET};
 use self::env::{CniEnv, Command, check_command_version};
 use self::types::{CniError, CniResult, LATEST_VERSION, VersionResult, code};
 use crate::rpc::{self, Client, CniRequest, GcReply, GcRequest, Readiness};
@@ -63,7 +65,7 @@ pub fn run(
     }
     let config = config::parse(stdin)?;
     check_command_version(env.command, &config.cni_version)?;
-    let client = Client::new(config.socket_path.clone(), shim_timeout(&config));
+    let client = Client::new(agent_socket(&config, |p| p.exists()), shim_timeout(&config));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -136,6 +138,22 @@ async fn dispatch(
             }
         }
     }
+}
+
+/// The socket to talk to: the configured one, except that a `"type":
+/// "dhcp"` config pointing at the upstream daemon's socket (its default)
+/// falls back to xdhcp's own socket when nothing is at the upstream path —
+/// an agent that serves only `/run/xdhcp/xdhcp.sock`.
+fn agent_socket(config: &NetworkConfig, exists: impl Fn(&Path) -> bool) -> PathBuf {
+    let configured = &config.socket_path;
+    if config.ipam.ipam_type == IpamType::Dhcp
+        && configured == Path::new(UPSTREAM_SOCKET)
+        && !exists(configured)
+        && exists(Path::new(DEFAULT_SOCKET))
+    {
+        return PathBuf::from(DEFAULT_SOCKET);
+    }
+    configured.clone()
 }
 
 /// The shim waits for the configured DHCP timeout plus a margin; without a
@@ -229,6 +247,44 @@ mod tests {
         assert_eq!(
             e.msg,
             "ipam.timeout: must be a duration between 1s and 300s"
+        );
+    }
+
+    #[test]
+    fn upstream_default_socket_falls_back_to_xdhcps_own() {
+        let ovnk = config::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","type":"ovn-k8s-cni-overlay","ipam":{"type":"dhcp"}}"#,
+        )
+        .unwrap();
+        let only = |present: &'static str| move |p: &Path| p == Path::new(present);
+        // The upstream socket served: used.
+        assert_eq!(
+            agent_socket(&ovnk, only(UPSTREAM_SOCKET)),
+            Path::new(UPSTREAM_SOCKET)
+        );
+        // Only xdhcp's own: that one.
+        assert_eq!(
+            agent_socket(&ovnk, only(DEFAULT_SOCKET)),
+            Path::new(DEFAULT_SOCKET)
+        );
+        // Neither: the upstream path, so the error names what the config meant.
+        assert_eq!(agent_socket(&ovnk, |_| false), Path::new(UPSTREAM_SOCKET));
+        // An xdhcp config, or another daemonSocketPath, never falls back.
+        let own = config::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","ipam":{"type":"xdhcp","socketPath":"/run/cni/dhcp.sock"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            agent_socket(&own, only(DEFAULT_SOCKET)),
+            Path::new(UPSTREAM_SOCKET)
+        );
+        let other = config::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","ipam":{"type":"dhcp","daemonSocketPath":"/tmp/d.sock"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            agent_socket(&other, only(DEFAULT_SOCKET)),
+            Path::new("/tmp/d.sock")
         );
     }
 

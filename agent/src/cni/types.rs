@@ -228,6 +228,9 @@ pub struct IpConfig {
     pub gateway: Option<Ipv4Addr>,
 }
 
+/// `RT_SCOPE_LINK` (`<linux/rtnetlink.h>`): the destination is on the link.
+pub const SCOPE_LINK: u8 = 253;
+
 /// `routes[]` entry of a CNI result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteConfig {
@@ -237,6 +240,26 @@ pub struct RouteConfig {
     /// Route metric (1.1.0 `priority`), from the upstream `ipam.priority`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// Route scope (1.1.0 `scope`, the kernel's `RT_SCOPE_*` number):
+    /// [`SCOPE_LINK`] for an on-link route (an option-121 router of
+    /// 0.0.0.0), as the upstream plugin and OVN-Kubernetes return it, so
+    /// whoever installs the route installs it on the link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<u8>,
+}
+
+impl RouteConfig {
+    /// A route to `dst` through `gw`; a `gw` of 0.0.0.0 means on-link: no
+    /// gateway, scope link.
+    pub fn new(dst: Ipv4Cidr, gw: Ipv4Addr, priority: Option<u32>) -> Self {
+        let on_link = gw.is_unspecified();
+        Self {
+            dst,
+            gw: (!on_link).then_some(gw),
+            priority,
+            scope: on_link.then_some(SCOPE_LINK),
+        }
+    }
 }
 
 /// `dns` of a CNI result.
@@ -270,7 +293,8 @@ pub struct CniResult {
 
 impl CniResult {
     /// Adjust the shape to `cni_version`: pre-1.0 results need
-    /// `ips[].version`, and `routes[].priority` only exists from 1.1.0.
+    /// `ips[].version`, and `routes[].priority` and `routes[].scope` only
+    /// exist from 1.1.0.
     #[must_use]
     pub fn for_version(mut self, cni_version: &str) -> Self {
         let pre_1_0 = version_lt(cni_version, "1.0.0");
@@ -281,6 +305,7 @@ impl CniResult {
         if pre_1_1 {
             for r in &mut self.routes {
                 r.priority = None;
+                r.scope = None;
             }
         }
         cni_version.clone_into(&mut self.cni_version);
@@ -380,11 +405,18 @@ mod tests {
                 address: Ipv4Cidr::parse("192.0.2.10/24").unwrap(),
                 gateway: Some(Ipv4Addr::new(192, 0, 2, 1)),
             }],
-            routes: vec![RouteConfig {
-                dst: Ipv4Cidr::parse("0.0.0.0/0").unwrap(),
-                gw: Some(Ipv4Addr::new(192, 0, 2, 1)),
-                priority: Some(10),
-            }],
+            routes: vec![
+                RouteConfig::new(
+                    Ipv4Cidr::parse("0.0.0.0/0").unwrap(),
+                    Ipv4Addr::new(192, 0, 2, 1),
+                    Some(10),
+                ),
+                RouteConfig::new(
+                    Ipv4Cidr::parse("198.51.100.0/24").unwrap(),
+                    Ipv4Addr::UNSPECIFIED,
+                    Some(10),
+                ),
+            ],
             dns: DnsConfig {
                 nameservers: vec![Ipv4Addr::new(192, 0, 2, 53)],
                 domain: Some("example.test".into()),
@@ -402,6 +434,12 @@ mod tests {
         assert!(v1["ips"][0].get("version").is_none());
         assert_eq!(v1["routes"][0]["dst"], "0.0.0.0/0");
         assert_eq!(v1["routes"][0]["priority"], 10);
+        assert!(v1["routes"][0].get("scope").is_none());
+        // On-link (router 0.0.0.0): no gateway, scope link, as 1.1.0 says it.
+        assert_eq!(
+            v1["routes"][1],
+            serde_json::json!({"dst": "198.51.100.0/24", "priority": 10, "scope": 253})
+        );
         assert_eq!(v1["dns"]["nameservers"][0], "192.0.2.53");
         assert_eq!(v1["dns"]["search"][0], "example.test");
 
@@ -411,6 +449,10 @@ mod tests {
 
         let v10 = serde_json::to_value(sample().for_version("1.0.0")).unwrap();
         assert!(v10["routes"][0].get("priority").is_none());
+        assert_eq!(
+            v10["routes"][1],
+            serde_json::json!({"dst": "198.51.100.0/24"})
+        );
         let back: CniResult = serde_json::from_value(v1).unwrap();
         assert_eq!(back.ips[0].address.prefix_len, 24);
     }

@@ -186,11 +186,11 @@ pub(crate) fn cni_result(lease: &Lease, config: &NetworkConfig) -> CniResult {
     let routes = apply::routes(lease)
         .into_iter()
         .filter_map(|(dst, gw)| {
-            Some(RouteConfig {
-                dst: Ipv4Cidr::parse(&dst).ok()?,
-                gw: (!gw.is_unspecified()).then_some(gw),
-                priority: config.ipam.route_priority,
-            })
+            Some(RouteConfig::new(
+                Ipv4Cidr::parse(&dst).ok()?,
+                gw,
+                config.ipam.route_priority,
+            ))
         })
         .collect();
     CniResult {

@@ -281,6 +281,11 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
     }
     if record.is_some() {
         info!(container = %req.container_id, ifname = %req.ifname, "DEL done");
+    } else {
+        // A repeated DEL, or an attachment leased before xdhcp took over
+        // (the upstream daemon's): nothing of ours to release.
+        info!(container = %req.container_id, ifname = %req.ifname, network = %req.config.name,
+            "DEL for an attachment xdhcp holds no lease for (already deleted, or never leased here): nothing to release");
     }
     Ok(())
 }
@@ -310,16 +315,17 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
     }
 }
 
-/// CHECK: the lease must exist and (with apply) be configured.
+/// CHECK: a lease xdhcp holds must be bound and (with apply) configured.
+/// An attachment xdhcp holds no lease for passes with a log line: it was
+/// leased before xdhcp took over the node (by the upstream daemon), and
+/// failing its CHECK would have the runtime tear down a working pod.
 pub(crate) async fn check(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error> {
     agent.metrics().cni_request("check");
-    let h = agent
-        .leases
-        .get(&req.container_id, &req.ifname)
-        .ok_or_else(|| Error::Unknown {
-            container_id: req.container_id.clone(),
-            ifname: req.ifname.clone(),
-        })?;
+    let Some(h) = agent.leases.get(&req.container_id, &req.ifname) else {
+        info!(container = %req.container_id, ifname = %req.ifname, network = %req.config.name,
+            "CHECK for an attachment xdhcp holds no lease for (leased before xdhcp took over?): nothing to check");
+        return Ok(());
+    };
     let (rec, state) = {
         let l = lock(&h.live);
         (l.record.clone(), l.state)

@@ -129,14 +129,6 @@ pub(crate) enum Error {
         #[source]
         source: StoreError,
     },
-    /// CHECK for an attachment the agent does not know.
-    #[error(
-        "no lease for container {container_id} interface {ifname}: the agent does not know this attachment"
-    )]
-    Unknown {
-        container_id: String,
-        ifname: String,
-    },
     /// CHECK while the lease is being acquired again.
     #[error("the lease on {ifname} is gone (state {state}); the agent is acquiring a new one")]
     LeaseGone { ifname: String, state: String },

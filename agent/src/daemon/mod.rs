@@ -68,7 +68,7 @@ pub enum DaemonError {
         #[source]
         source: io::Error,
     },
-    #[error("another xdhcp agent is already serving {}", path.display())]
+    #[error("another daemon is already serving {} (an xdhcp agent, or the upstream dhcp daemon: stop it first)", path.display())]
     AlreadyRunning { path: PathBuf },
     #[error("--datapath=ebpf, but the eBPF programs could not be loaded: {source}")]
     Ebpf {
@@ -130,9 +130,21 @@ pub async fn bind_socket(path: &Path) -> Result<UnixListener, DaemonError> {
     Ok(l)
 }
 
-/// `xdhcp agent`: bind, run until SIGTERM/SIGINT.
+/// `xdhcp agent`: bind the socket and every `--extra-socket`, write the
+/// `--pidfile`, run until SIGTERM/SIGINT.
 pub async fn run_until_signal(args: AgentArgs) -> Result<(), DaemonError> {
-    let listener = bind_socket(&args.socket).await?;
+    let mut listeners = vec![bind_socket(&args.socket).await?];
+    for extra in &args.extra_socket {
+        listeners.push(bind_socket(extra).await?);
+    }
+    let pidfile = args.pidfile.clone();
+    if let Some(p) = &pidfile {
+        std::fs::write(p, std::process::id().to_string()).map_err(|source| DaemonError::Io {
+            op: "write the pid file",
+            path: p.clone(),
+            source,
+        })?;
+    }
     let shutdown = async {
         let mut term =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -148,13 +160,27 @@ pub async fn run_until_signal(args: AgentArgs) -> Result<(), DaemonError> {
             _ = tokio::signal::ctrl_c() => info!("SIGINT: persisting leases and stopping (leases are kept)"),
         }
     };
-    run(args, listener, shutdown).await
+    let served = run_on(args, listeners, shutdown).await;
+    if let Some(p) = &pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    served
 }
 
 /// Run the agent on `listener` until `shutdown` completes.
 pub async fn run(
     args: AgentArgs,
     listener: UnixListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    run_on(args, vec![listener], shutdown).await
+}
+
+/// Run the agent on `listeners` (the socket first, then the extra ones)
+/// until `shutdown` completes.
+async fn run_on(
+    args: AgentArgs,
+    listeners: Vec<UnixListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     for (i, u) in args.uplinks.iter().enumerate() {
@@ -183,7 +209,7 @@ pub async fn run(
     let capture = Arc::new(capture.with_uplinks(&args.uplinks));
     info!(datapath = capture.name(), note = capture.note().unwrap_or(""),
         pod_api = if pod_api.is_kube() { "kubernetes" } else { "embedded" },
-        socket = %args.socket.display(), state_dir = %args.state_dir.display(), "xdhcp agent starting");
+        socket = %args.socket.display(), extra_sockets = ?args.extra_socket, state_dir = %args.state_dir.display(), "xdhcp agent starting");
 
     let token = CancellationToken::new();
     let svc = Arc::new(Services {
@@ -240,12 +266,15 @@ pub async fn run(
     }
 
     let app = server::router(agent.clone());
-    let t = token.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { t.cancelled().await })
-            .await
-    });
+    let mut servers = JoinSet::new();
+    for listener in listeners {
+        let (app, t) = (app.clone(), token.clone());
+        servers.spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { t.cancelled().await })
+                .await
+        });
+    }
     info!("ready");
     tokio::select! {
         () = shutdown => {},
@@ -260,10 +289,13 @@ pub async fn run(
         }
     }
     token.cancel();
-    let served = match server.await {
-        Ok(r) => r,
-        Err(e) => Err(io::Error::other(e)),
-    };
+    let mut served = Ok(());
+    while let Some(r) = servers.join_next().await {
+        let r = r.map_err(io::Error::other).and_then(|r| r);
+        if served.is_ok() {
+            served = r;
+        }
+    }
     // Lease tasks persist and stop without RELEASE.
     agent.leases.drain(SHUTDOWN_GRACE).await;
     while let Some(r) = side.join_next().await {
@@ -277,7 +309,9 @@ pub async fn run(
     // changes still wait for their group commit.
     let a = agent.clone();
     let _ = tokio::task::spawn_blocking(move || flush_embedded(&a)).await;
-    let _ = std::fs::remove_file(&agent.args.socket);
+    for socket in std::iter::once(&agent.args.socket).chain(&agent.args.extra_socket) {
+        let _ = std::fs::remove_file(socket);
+    }
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
 }

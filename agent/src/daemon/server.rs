@@ -53,9 +53,7 @@ fn to_cni(e: &Error) -> CniError {
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
-        Error::Unknown { .. } | Error::LeaseGone { .. } | Error::AddressMissing { .. } => {
-            (code::CHECK_FAILED, false)
-        }
+        Error::LeaseGone { .. } | Error::AddressMissing { .. } => (code::CHECK_FAILED, false),
         Error::Inspect { .. } => (code::CHECK_FAILED, false),
     };
     let cni = CniError::new(code, e.to_string());
@@ -63,6 +61,21 @@ fn to_cni(e: &Error) -> CniError {
         Some(cause) if !message_has_cause => cni.with_details(format_chain(cause)),
         _ => cni,
     }
+}
+
+/// Decode a CNI request and put `--host-prefix` before its namespace path,
+/// as the upstream daemon's `-hostprefix` does (by concatenation).
+fn decode_cni(
+    agent: &Agent,
+    body: Result<Json<CniRequest>, JsonRejection>,
+) -> Result<CniRequest, ApiError> {
+    let mut req = decode(body)?;
+    if let (Some(prefix), Some(netns)) = (&agent.args.host_prefix, &req.netns) {
+        let mut joined = prefix.clone().into_os_string();
+        joined.push(netns.as_os_str());
+        req.netns = Some(joined.into());
+    }
+    Ok(req)
 }
 
 fn decode<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
@@ -103,7 +116,7 @@ async fn add(
             format!("the xdhcp agent is starting: {why}"),
         )));
     }
-    let req = decode(body)?;
+    let req = decode_cni(&a, body)?;
     Ok(Json(add::add(&a, req).await.map_err(|e| {
         let e = ApiError::from(e);
         tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "ADD failed");
@@ -115,7 +128,7 @@ async fn del(
     State(a): State<Arc<Agent>>,
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let req = decode(body)?;
+    let req = decode_cni(&a, body)?;
     add::del(&a, req).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -124,7 +137,7 @@ async fn check(
     State(a): State<Arc<Agent>>,
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let req = decode(body)?;
+    let req = decode_cni(&a, body)?;
     add::check(&a, req).await?;
     Ok(Json(serde_json::json!({})))
 }
