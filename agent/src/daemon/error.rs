@@ -59,6 +59,13 @@ pub(crate) enum Error {
         #[source]
         source: PodApiError,
     },
+    /// The Kubernetes API did not answer within what was left of the ADD's
+    /// deadline (a hung, overloaded or rate-limiting API server).
+    #[error(
+        "the Kubernetes API did not answer ({what}) within the ADD's deadline of {}s (the CNI plugin's wait)",
+        deadline.as_secs()
+    )]
+    KubeDeadline { what: String, deadline: Duration },
     /// The interface cannot be opened or captured on.
     #[error("cannot use {place}")]
     Interface {
@@ -119,6 +126,11 @@ pub(crate) enum Error {
         #[source]
         source: StoreError,
     },
+    /// The first lease could not be recorded in the state directory (full,
+    /// read-only, failing): the ADD fails rather than hand out a lease a
+    /// restart would lose.
+    #[error("cannot record the lease in the state directory {}: {reason}", dir.display())]
+    Persist { dir: PathBuf, reason: String },
     /// CHECK for an attachment the agent does not know.
     #[error(
         "no lease for container {container_id} interface {ifname}: the agent does not know this attachment"
