@@ -225,7 +225,6 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         )),
     };
     if let Some(reason) = reason {
-        agent.metrics().failure("persist");
         let release = kind == WorkloadKind::Pod;
         acquire::abandon(agent, &req.container_id, &req.ifname, &handle, release).await;
         unapply(&req, &lease, release).await;
