@@ -53,6 +53,13 @@ pub enum Fault {
     Status(u16),
     /// Hold the answer this long (a hung or overloaded API server), then serve.
     Delay(std::time::Duration),
+    /// Answer 429 Too Many Requests with a `Retry-After` header of this many
+    /// seconds (and `details.retryAfterSeconds`), as the API server's
+    /// priority and fairness does when it sheds load.
+    TooManyRequests {
+        /// Seconds the client is asked to wait.
+        retry_after_secs: u32,
+    },
     /// Before serving this PATCH, another client sets annotation `key` to
     /// `value` and bumps the resourceVersion; a PATCH carrying the old
     /// version then gets a genuine 409.
@@ -226,12 +233,18 @@ fn route(path: &str) -> Option<(Kind, String, String)> {
 }
 
 fn reply(code: u16, body: &Value) -> Response {
-    (
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    match body["details"]["retryAfterSeconds"].as_u64() {
+        Some(secs) => (
+            status,
+            json,
+            [(header::RETRY_AFTER, secs.to_string())],
+            body.to_string(),
+        )
+            .into_response(),
+        None => (status, json, body.to_string()).into_response(),
+    }
 }
 
 async fn handle(
@@ -345,6 +358,12 @@ fn serve(
             Fault::Status(code) => {
                 let msg = format!("injected failure for {kind_name} \"{name}\"");
                 return (code, status_body(code, &msg, &name, kind_name));
+            }
+            Fault::TooManyRequests { retry_after_secs } => {
+                let msg = format!("injected: too many requests for {kind_name} \"{name}\"");
+                let mut body = status_body(429, &msg, &name, kind_name);
+                body["details"]["retryAfterSeconds"] = json!(retry_after_secs);
+                return (429, body);
             }
             Fault::Delay(_) => unreachable!("delays are taken before serving"),
             Fault::ConcurrentWrite { key: akey, value } => {

@@ -157,8 +157,9 @@ fn agent_socket(config: &NetworkConfig, exists: impl Fn(&Path) -> bool) -> PathB
 }
 
 /// The shim waits for the configured DHCP timeout plus a margin; without a
-/// configured timeout, for the largest one the agent could apply.
-fn shim_timeout(config: &NetworkConfig) -> Duration {
+/// configured timeout, for the largest one the agent could apply. The agent
+/// answers an ADD within this (see `daemon::add`).
+pub(crate) fn shim_timeout(config: &NetworkConfig) -> Duration {
     config.ipam.timeout.unwrap_or(config::MAX_TIMEOUT) + ANSWER_MARGIN
 }
 

@@ -303,7 +303,7 @@ pub(crate) async fn abandon_unreported(
     record: &LeaseRecord,
     handle: &Handle,
     lease: &Lease,
-    source: PodApiError,
+    source: Error,
 ) -> Error {
     let (cid, ifname) = (&record.container_id, &record.ifname);
     let others: Vec<(String, [u8; 6], Option<Ipv4Addr>)> = agent
@@ -330,11 +330,10 @@ pub(crate) async fn abandon_unreported(
     abandon(agent, cid, ifname, handle, fate == LeaseFate::Released).await;
     tracing::warn!(container = %cid, ifname = %ifname, address = %lease.address,
         error = %crate::rpc::format_chain(&source), fate = %fate, "ADD not reported");
-    agent.metrics().failure("kube_api");
     Error::NotReported {
         address: lease.address,
         fate,
-        source,
+        source: Box::new(source),
     }
 }
 

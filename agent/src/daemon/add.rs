@@ -10,7 +10,7 @@ use super::acquire::{self, Request, cni_result, report_address};
 use super::context::Agent;
 use super::error::{Error, Place};
 use super::lease::apply;
-use super::lease::persist::{self, PodRef, WorkloadKind};
+use super::lease::persist::{self, Durable, PodRef, WorkloadKind};
 use super::lease::task::lock;
 use super::vm;
 use crate::cni::config::NetworkConfig;
@@ -19,8 +19,40 @@ use crate::kube::network_key;
 use crate::rpc::{CniRequest, GcReply, GcRequest};
 use crate::workload::{MacAddr, MigrationTarget, Workload, vm_identity};
 
-/// How long ADD waits for the first lease record to reach the disk.
-const PERSIST_WAIT: Duration = Duration::from_secs(5);
+/// How long ADD waits for the first lease record to reach the disk; an ADD
+/// whose record is not durable by then fails (and gives the lease back).
+const PERSIST_WAIT: Duration = Duration::from_secs(10);
+
+/// How long before the CNI plugin stops waiting an ADD answers at the
+/// latest (its Kubernetes calls are cut off there).
+const ANSWER_SLACK: Duration = Duration::from_secs(1);
+
+/// When an ADD must have answered: just inside the plugin's wait, so the
+/// plugin always hears the outcome and the runtime never sees a timeout
+/// while the agent goes on to finish (or undo) the ADD.
+fn add_deadline(req: &CniRequest) -> (tokio::time::Instant, Duration) {
+    let budget = crate::cni::shim_timeout(&req.config).saturating_sub(ANSWER_SLACK);
+    (tokio::time::Instant::now() + budget, budget)
+}
+
+/// Run a Kubernetes call `what` until `deadline`.
+async fn kube_within<T>(
+    agent: &Agent,
+    (deadline, budget): (tokio::time::Instant, Duration),
+    what: impl FnOnce() -> String,
+    call: impl std::future::Future<Output = Result<T, crate::kube::PodApiError>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout_at(deadline, call).await {
+        Ok(r) => r.map_err(|e| kube(agent, e)),
+        Err(_) => {
+            agent.metrics().failure("kube_api");
+            Err(Error::KubeDeadline {
+                what: what(),
+                deadline: budget,
+            })
+        }
+    }
+}
 
 fn kube(agent: &Agent, source: crate::kube::PodApiError) -> Error {
     agent.metrics().failure("kube_api");
@@ -47,7 +79,11 @@ struct Who {
 }
 
 /// Ask the API (kube) or `CNI_ARGS` + local store (embedded) who this is.
-async fn who(agent: &Agent, req: &CniRequest) -> Result<Who, Error> {
+async fn who(
+    agent: &Agent,
+    req: &CniRequest,
+    deadline: (tokio::time::Instant, Duration),
+) -> Result<Who, Error> {
     let Some((ns, name)) = req.pod() else {
         return Ok(Who {
             pod: None,
@@ -56,11 +92,13 @@ async fn who(agent: &Agent, req: &CniRequest) -> Result<Who, Error> {
             migration: None,
         });
     };
-    let info = agent
-        .pod_api
-        .get_pod(ns, name)
-        .await
-        .map_err(|e| kube(agent, e))?;
+    let info = kube_within(
+        agent,
+        deadline,
+        || format!("reading pod {ns}/{name}"),
+        agent.pod_api.get_pod(ns, name),
+    )
+    .await?;
     // The runtime's UID first: the annotation write then refuses a pod
     // recreated under the same name since this ADD was issued.
     let uid = req
@@ -83,6 +121,7 @@ async fn who(agent: &Agent, req: &CniRequest) -> Result<Who, Error> {
 /// ADD.
 pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, Error> {
     agent.metrics().cni_request("add");
+    let deadline = add_deadline(&req);
     tracing::debug!(container = %req.container_id, ifname = %req.ifname, "ADD received");
     let _guard = agent.leases.key_lock(&req.container_id, &req.ifname).await;
 
@@ -95,7 +134,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         agent.leases.stop(&h, false).await;
     }
     let netns = req.netns.clone().ok_or(Error::NoNetns)?;
-    let who = who(agent, &req).await?;
+    let who = who(agent, &req, deadline).await?;
 
     // A VM whose VF is passed through (vfio-pci): DORA during a driver handoff.
     if let Workload::Vm { vmi_name } = &who.workload
@@ -176,17 +215,74 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     };
     let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
 
-    // Report the address (pods and VMs alike), unless the ADD went stale.
+    // Report the address (pods and VMs alike) within the ADD's deadline,
+    // unless the ADD went stale.
     if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)
-        && let Err(e) = report_address(agent, p, key, &lease, mac, Some(&netns)).await
+        && let Err(e) = kube_within(
+            agent,
+            deadline,
+            || {
+                format!(
+                    "writing the pod-networks entry of pod {}/{}",
+                    p.namespace, p.name
+                )
+            },
+            report_address(agent, p, key, &lease, mac, Some(&netns)),
+        )
+        .await
     {
         // The pod cannot use an unreported address: give it back (pods).
         let record = lock(&handle.live).record.clone();
-        return Err(acquire::abandon_unreported(agent, &record, &handle, &lease, e).await);
+        let e = acquire::abandon_unreported(agent, &record, &handle, &lease, e).await;
+        if let Error::NotReported {
+            fate: acquire::LeaseFate::Released,
+            ..
+        } = &e
+        {
+            unapply(&req, &lease, true).await;
+        }
+        return Err(e);
     }
-    // Answer only once the lease is on disk (a restart must resume it).
-    if !handle.persisted(PERSIST_WAIT).await {
-        warn!("the lease was not persisted within {PERSIST_WAIT:?}; answering anyway");
+    // Answer only once the lease is on disk (a restart must resume it); a
+    // lease that could not be recorded is given back and the ADD fails.
+    let left = deadline
+        .0
+        .saturating_duration_since(tokio::time::Instant::now());
+    let reason = match handle.persisted(PERSIST_WAIT.min(left)).await {
+        Durable::Saved => None,
+        Durable::Failed(e) => Some(crate::rpc::format_chain(&*e)),
+        Durable::Pending => Some(format!(
+            "the write did not finish within {:?}",
+            PERSIST_WAIT.min(left)
+        )),
+    };
+    if let Some(reason) = reason {
+        let release = kind == WorkloadKind::Pod;
+        acquire::abandon(agent, &req.container_id, &req.ifname, &handle, release).await;
+        unapply(&req, &lease, release).await;
+        if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)
+            && let Err(e) = kube_within(
+                agent,
+                deadline,
+                || {
+                    format!(
+                        "removing the pod-networks entry of pod {}/{}",
+                        p.namespace, p.name
+                    )
+                },
+                agent
+                    .pod_api
+                    .remove_network_entry(&p.namespace, &p.name, key),
+            )
+            .await
+        {
+            warn!(error = %crate::rpc::format_chain(&e),
+                "could not remove the pod-networks entry of an ADD whose lease was not recorded");
+        }
+        return Err(Error::Persist {
+            dir: agent.args.state_dir.clone(),
+            reason,
+        });
     }
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %MacAddr(mac), "ADD done");
@@ -219,6 +315,18 @@ pub(crate) async fn guard_port(
             warn!(container = %container_id, ifname, error = %crate::rpc::format_chain(&e),
                 "could not put the DHCP guard on the port");
         }
+    }
+}
+
+/// Take a released lease's address off the pod interface again (`apply`):
+/// an ADD that fails after BOUND leaves the pod without the address.
+async fn unapply(req: &CniRequest, lease: &xdhcp_engine::Lease, released: bool) {
+    if released
+        && req.config.ipam.apply
+        && let Some(ns) = &req.netns
+        && let Err(e) = apply::deconfigure(ns, &req.ifname, lease).await
+    {
+        warn!(error = %crate::rpc::format_chain(&e), "could not remove the address of a failed ADD");
     }
 }
 

@@ -67,8 +67,15 @@ pub(crate) enum Error {
         address: Ipv4Addr,
         fate: super::acquire::LeaseFate,
         #[source]
-        source: PodApiError,
+        source: Box<Error>,
     },
+    /// The Kubernetes API did not answer within what was left of the ADD's
+    /// deadline (a hung, overloaded or rate-limiting API server).
+    #[error(
+        "the Kubernetes API did not answer ({what}) within the ADD's deadline of {}s (the CNI plugin's wait)",
+        deadline.as_secs()
+    )]
+    KubeDeadline { what: String, deadline: Duration },
     /// The interface cannot be opened or captured on.
     #[error("cannot use {place}")]
     Interface {
@@ -129,6 +136,11 @@ pub(crate) enum Error {
         #[source]
         source: StoreError,
     },
+    /// The first lease could not be recorded in the state directory (full,
+    /// read-only, failing): the ADD fails rather than hand out a lease a
+    /// restart would lose.
+    #[error("cannot record the lease in the state directory {}: {reason}", dir.display())]
+    Persist { dir: PathBuf, reason: String },
     /// CHECK while the lease is being acquired again.
     #[error("the lease on {ifname} is gone (state {state}); the agent is acquiring a new one")]
     LeaseGone { ifname: String, state: String },

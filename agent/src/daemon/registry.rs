@@ -14,7 +14,7 @@ use xdhcp_engine::{Client, Mode, State};
 
 use super::capture::CapturePath;
 use super::lease::live::{Command, Live, Outcome};
-use super::lease::persist::LeaseRecord;
+use super::lease::persist::{Durable, LeaseRecord};
 use super::lease::task::{self, Ended, Receive, Services, Task, lock};
 use super::link::{Link, LinkError};
 
@@ -33,9 +33,9 @@ pub(crate) struct Handle {
     pub(crate) generation: u64,
     pub(crate) live: Arc<Mutex<Live>>,
     cmds: Option<mpsc::Sender<Command>>,
-    /// Becomes `true` once the first lease is persisted (ADD waits for it,
+    /// Whether the first lease is persisted (ADD waits for it,
     /// overlapping the store write with the annotation write).
-    persisted: Option<watch::Receiver<bool>>,
+    persisted: Option<watch::Receiver<Durable>>,
 }
 
 impl Handle {
@@ -45,15 +45,17 @@ impl Handle {
         self.cmds.is_some()
     }
 
-    /// Wait until the lease is on disk (at most `within`); `false` if it
-    /// was not by then.
-    pub(crate) async fn persisted(&self, within: Duration) -> bool {
+    /// Wait until the first lease's write has ended (at most `within`):
+    /// [`Durable::Saved`] or [`Durable::Failed`], or [`Durable::Pending`]
+    /// when it had not ended by then (or the task ended without writing).
+    pub(crate) async fn persisted(&self, within: Duration) -> Durable {
         let Some(mut p) = self.persisted.clone() else {
-            return true;
+            return Durable::Saved;
         };
-        tokio::time::timeout(within, p.wait_for(|v| *v))
-            .await
-            .is_ok_and(|r| r.is_ok())
+        match tokio::time::timeout(within, p.wait_for(|v| !matches!(v, Durable::Pending))).await {
+            Ok(Ok(v)) => v.clone(),
+            _ => Durable::Pending,
+        }
     }
 }
 
@@ -192,7 +194,7 @@ impl Registry {
         let state = client.state();
         self.svc.metrics.lease_state(None, Some(state.label()));
         let live = Arc::new(Mutex::new(Live::new(record, state, path)));
-        let (persisted_tx, persisted) = watch::channel(false);
+        let (persisted_tx, persisted) = watch::channel(Durable::Pending);
         let handle = Handle {
             generation,
             live: live.clone(),

@@ -14,6 +14,7 @@ use super::context::Agent;
 use super::error::Error;
 use super::{add, status};
 use crate::cni::types::{CniError, code};
+use crate::kube::PodApiError;
 use crate::rpc::{self, CniRequest, GcRequest, Readiness, format_chain};
 
 /// A CNI error as an HTTP response.
@@ -44,7 +45,21 @@ fn to_cni(e: &Error) -> CniError {
             return CniError::config("cni.dev/valid-attachments", "missing (required for GC)");
         }
         Error::ClientConfig { .. } => (code::INVALID_NETWORK_CONFIG, true),
-        Error::Kube { .. } | Error::NotReported { .. } => (code::KUBE_API, true),
+        Error::Kube { source } => {
+            // The embedded pod store lives in the state directory: its
+            // failures are the node's I/O, not the API's. Either way the
+            // details carry the cause (errno, transport error).
+            let code = match source {
+                PodApiError::Store { .. } | PodApiError::StoreCorrupt { .. } => code::IO_FAILURE,
+                _ => code::KUBE_API,
+            };
+            let cni = CniError::new(code, e.to_string());
+            return match std::error::Error::source(source) {
+                Some(cause) => cni.with_details(format_chain(cause)),
+                None => cni,
+            };
+        }
+        Error::KubeDeadline { .. } | Error::NotReported { .. } => (code::KUBE_API, true),
         Error::Interface { .. } | Error::Netdev { .. } | Error::LinkFailed { .. } => {
             (code::INTERFACE, false)
         }
@@ -53,7 +68,10 @@ fn to_cni(e: &Error) -> CniError {
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
-        Error::LeaseGone { .. } | Error::AddressMissing { .. } => (code::CHECK_FAILED, false),
+        Error::Persist { .. } => (code::IO_FAILURE, true),
+        Error::LeaseGone { .. } | Error::AddressMissing { .. } => {
+            (code::CHECK_FAILED, false)
+        }
         Error::Inspect { .. } => (code::CHECK_FAILED, false),
     };
     let cni = CniError::new(code, e.to_string());

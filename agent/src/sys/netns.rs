@@ -66,11 +66,20 @@ impl NetnsError {}
 ///
 /// Only ever called on a thread spawned for this purpose.
 fn enter(netns: &Path) -> Result<()> {
-    let file = File::open(netns).map_err(|source| NetnsError::Open {
+    enter_file(&open(netns)?, netns)
+}
+
+/// Opens the namespace file `netns`.
+fn open(netns: &Path) -> Result<File> {
+    File::open(netns).map_err(|source| NetnsError::Open {
         path: netns.to_path_buf(),
         source,
-    })?;
-    setns(&file, CloneFlags::CLONE_NEWNET).map_err(|source| match source {
+    })
+}
+
+/// Moves the current thread into the namespace `file` (opened from `netns`).
+fn enter_file(file: &File, netns: &Path) -> Result<()> {
+    setns(file, CloneFlags::CLONE_NEWNET).map_err(|source| match source {
         // setns(2): "EINVAL fd refers to a namespace whose type does not
         // match that specified in nstype" (also: not a namespace at all).
         Errno::EINVAL => NetnsError::NotNetns {
@@ -89,10 +98,14 @@ fn spawn_in_netns<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<std::thread::JoinHandle<Result<T>>> {
     let path = netns.to_path_buf();
+    // Opened here, so a namespace that is gone is this call's error (the
+    // async forms could otherwise only see the thread end without a word).
+    let file = open(netns)?;
     std::thread::Builder::new()
         .name("xdhcp-netns".to_owned())
         .spawn(move || {
-            enter(&path)?;
+            enter_file(&file, &path)?;
+            drop(file);
             f()
         })
         .map_err(|source| NetnsError::Spawn {
@@ -334,5 +347,22 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, NetnsError::Panicked { .. }), "{err:?}");
         assert_ne!(current_thread_netns_inode(), want);
+    }
+
+    /// A namespace that is gone (a pod's, deleted under the agent) is an
+    /// open error naming it from the async forms too, not a "panic".
+    #[tokio::test]
+    async fn async_wrappers_name_a_missing_namespace() {
+        let gone = Path::new("/run/netns/xdhcp-test-no-such-namespace");
+        let err = run_in_netns_async(gone, || ()).await.unwrap_err();
+        assert!(matches!(err, NetnsError::Open { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains(&gone.display().to_string()),
+            "{err}"
+        );
+        let err = block_on_in_netns_async(gone, || async {})
+            .await
+            .unwrap_err();
+        assert!(matches!(err, NetnsError::Open { .. }), "{err:?}");
     }
 }

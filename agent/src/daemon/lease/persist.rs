@@ -4,6 +4,7 @@
 //! attachment ends, loaded at start.
 
 use std::path::Path;
+use std::sync::Arc;
 
 pub(crate) use crate::model::{PodRef, WorkloadKind};
 pub(crate) use crate::store::LeaseRecord;
@@ -32,6 +33,20 @@ pub(crate) fn fresh(
         updated_unix_ms: 0,
         uplink: None,
     }
+}
+
+/// Whether an attachment's first lease has reached the disk. ADD answers
+/// success only on [`Durable::Saved`]: a lease the agent could not record
+/// would be lost by a restart, so such an ADD fails instead.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Durable {
+    /// Not yet written.
+    #[default]
+    Pending,
+    /// Written and `fsync`ed.
+    Saved,
+    /// The write failed (a full or read-only state directory, an I/O error).
+    Failed(Arc<StoreError>),
 }
 
 /// Persist `rec` once it holds a lease (nothing to resume before).

@@ -24,7 +24,7 @@ use xdhcp_engine::{
 
 use super::apply;
 use super::live::{Command, Live, Outcome};
-use super::persist::{self, LeaseRecord, WorkloadKind};
+use super::persist::{self, Durable, LeaseRecord, WorkloadKind};
 use crate::cli::now_unix_ms;
 use crate::daemon::capture::{Capture, CapturePath, TargetState};
 use crate::daemon::link::{Link, LinkError};
@@ -105,8 +105,8 @@ pub(crate) struct Task {
     pub(crate) waiter: Option<oneshot::Sender<Outcome>>,
     pub(crate) rx: Receive,
     pub(crate) started: Instant,
-    /// Set once the first lease is on disk.
-    pub(crate) persisted: watch::Sender<bool>,
+    /// Whether the first lease is on disk.
+    pub(crate) persisted: watch::Sender<Durable>,
 }
 
 /// How a task ended, for the registry.
@@ -126,18 +126,27 @@ impl Task {
         lock(&self.live).record.clone()
     }
 
-    /// Persist off the runtime's worker threads (the store fsyncs).
-    async fn persist_async(&self) {
+    /// Persist off the runtime's worker threads (the store fsyncs); what
+    /// became of the write.
+    async fn persist_async(&self) -> Durable {
         let svc = self.svc.clone();
         let rec = self.record();
-        let res = tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec)).await;
+        let res = tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec))
+            .await
+            .unwrap_or_else(|e| {
+                Err(crate::store::StoreError::Io {
+                    op: "write the lease record in a blocking task",
+                    path: self.svc.store.leases_dir().to_path_buf(),
+                    source: std::io::Error::other(e.to_string()),
+                })
+            });
         match res {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
+            Ok(()) => Durable::Saved,
+            Err(e) => {
                 self.svc.metrics.failure("persist");
                 warn!(error = %crate::rpc::format_chain(&e), "could not persist the lease; a restart would lose it");
+                Durable::Failed(Arc::new(e))
             }
-            Err(e) => warn!(error = %e, "the persist task failed"),
         }
     }
 
@@ -487,8 +496,8 @@ async fn drain_events(
                 if let Some(w) = task.waiter.take() {
                     let _ = w.send(Outcome::Bound(lease));
                 }
-                task.persist_async().await;
-                task.persisted.send_replace(true);
+                let durable = task.persist_async().await;
+                task.persisted.send_replace(durable);
                 if oneshot {
                     return Some(End::Done);
                 }
@@ -498,6 +507,8 @@ async fn drain_events(
                 info!(address = %lease.address, server = %lease.server_id,
                     lease_secs = lease.lease_time.as_secs(), "renewed");
                 task.set_lease(Some(lease));
+                // A failed write is logged and counted; the previous record
+                // stays on disk, whole, and the next change writes again.
                 task.persist_async().await;
             }
             Event::Changed { old, new } => {

@@ -1,0 +1,191 @@
+//! Fault: the agent is SIGKILLed in the middle of a burst of 100 ADDs.
+//!
+//! The `xdhcp agent` binary runs as a child process against a real dnsmasq;
+//! 100 ADDs are posted to its socket at once and the agent is killed with
+//! SIGKILL once some have answered, then started again on the same state
+//! directory. Then:
+//! - every ADD that returned success has a durable record: the restarted
+//!   agent holds it with the same address, and keeps renewing it;
+//! - every other ADD failed with a CNI error (the agent went away), and the
+//!   runtime's retry of it succeeds;
+//! - no orphan lease is left at the server: once settled, dnsmasq's lease
+//!   file holds exactly the leases the agent holds (an exchange the kill
+//!   interrupted left the server a lease for the pod's MAC; the retried ADD,
+//!   same client, is given that same lease back).
+
+mod agent_support;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use agent_support::AgentProcess;
+use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, format_mac, wait_until};
+
+const PODS: usize = 100;
+const T1: u32 = 4;
+
+fn request(lab: &Lab, i: usize) -> CniRequest {
+    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"xdhcp","apply":true,"timeout":"20s"}}"#;
+    xdhcp_tests::cni_request(&lab.clients[i], &format!("burst-{i}"), "default", conf)
+}
+
+fn leases(rt: &tokio::runtime::Runtime, socket: &std::path::Path) -> Vec<LeaseView> {
+    rt.block_on(Client::new(socket, Duration::from_secs(30)).get(rpc::PATH_LEASES))
+        .expect("lease table")
+}
+
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: burst, kill, restart, then each promise checked"
+)]
+fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
+    let lab = Lab::with_clients(PODS);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(T1),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let mut agent = AgentProcess::start(&["--datapath", "afpacket"]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // The burst, in the background; the kill lands once a fifth answered.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let socket = agent.socket.clone();
+    let reqs: Vec<CniRequest> = (0..PODS).map(|i| request(&lab, i)).collect();
+    let burst = {
+        let answered = answered.clone();
+        let reqs = reqs.clone();
+        rt.spawn(async move {
+            let mut set = tokio::task::JoinSet::new();
+            for (i, req) in reqs.into_iter().enumerate() {
+                let socket = socket.clone();
+                let answered = answered.clone();
+                set.spawn(async move {
+                    let r: Result<CniResult, RpcError> =
+                        Client::new(&socket, Duration::from_secs(40))
+                            .post(rpc::PATH_ADD, &req)
+                            .await;
+                    if r.is_ok() {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    (i, r)
+                });
+            }
+            let mut out = BTreeMap::new();
+            while let Some(j) = set.join_next().await {
+                let (i, r) = j.expect("ADD task");
+                out.insert(i, r);
+            }
+            out
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || answered.load(Ordering::SeqCst)
+            >= PODS / 5),
+        "the burst never got going:\n{}",
+        agent.log()
+    );
+    agent.process.kill();
+    let results = rt.block_on(burst).expect("burst");
+    let ok: BTreeMap<usize, Ipv4Addr> = results
+        .iter()
+        .filter_map(|(i, r)| r.as_ref().ok().map(|r| (*i, r.ips[0].address.addr)))
+        .collect();
+    let failed: Vec<(usize, String)> = results
+        .into_iter()
+        .filter_map(|(i, r)| r.err().map(|e| (i, format!("{:?}", e.into_cni()))))
+        .collect();
+    eprintln!(
+        "burst: {} answered before the kill, {} failed",
+        ok.len(),
+        failed.len()
+    );
+    assert!(
+        !failed.is_empty(),
+        "the kill came after the whole burst had answered; nothing was interrupted"
+    );
+    for (i, e) in &failed {
+        assert!(
+            e.contains("agent"),
+            "ADD burst-{i} failed without saying the agent went away: {e}"
+        );
+    }
+
+    // Restart on the same state dir.
+    let restarted = Instant::now();
+    agent.kill_and_restart();
+    let held: BTreeMap<String, Option<Ipv4Addr>> = leases(&rt, &agent.socket)
+        .into_iter()
+        .map(|l| (l.container_id, l.address.map(|a| a.addr)))
+        .collect();
+    for (i, ip) in &ok {
+        assert_eq!(
+            held.get(&format!("burst-{i}")),
+            Some(&Some(*ip)),
+            "ADD burst-{i} answered {ip} but the restarted agent does not hold it: {held:?}"
+        );
+    }
+
+    // The runtime retries every failed ADD: each succeeds.
+    for (i, _) in &failed {
+        let r: CniResult = rt
+            .block_on(
+                Client::new(&agent.socket, Duration::from_secs(40)).post(rpc::PATH_ADD, &reqs[*i]),
+            )
+            .unwrap_or_else(|e| {
+                panic!("retried ADD burst-{i}: {:?}\n{}", e.into_cni(), agent.log())
+            });
+        let c = &lab.clients[*i];
+        assert_eq!(
+            c.ns.ipv4_addrs(&c.ifname),
+            vec![(r.ips[0].address.addr, 24)]
+        );
+    }
+
+    // Every lease answered before the kill renews after the restart.
+    let acks = |mac: [u8; 6]| {
+        let mac = format_mac(mac);
+        dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains("DHCPACK") && l.contains(&mac))
+            .count()
+    };
+    let before: Vec<(usize, usize)> = ok.keys().map(|i| (*i, acks(lab.clients[*i].mac))).collect();
+    let renewed = wait_until(Duration::from_secs(u64::from(T1) * 3 + 10), || {
+        before.iter().all(|(i, n)| acks(lab.clients[*i].mac) > *n)
+    });
+    assert!(
+        renewed,
+        "not every answered lease renewed after the restart ({:?} since)",
+        restarted.elapsed()
+    );
+
+    // No orphan: the server's leases are exactly the agent's.
+    let agent_side: BTreeMap<String, Ipv4Addr> = leases(&rt, &agent.socket)
+        .into_iter()
+        .filter_map(|l| l.address.map(|a| (l.mac.to_ascii_lowercase(), a.addr)))
+        .collect();
+    assert_eq!(agent_side.len(), PODS, "{agent_side:?}");
+    let server_side: BTreeMap<String, Ipv4Addr> = dnsmasq
+        .leases()
+        .into_iter()
+        .map(|l| (format_mac(l.mac), l.ip))
+        .collect();
+    assert_eq!(
+        server_side, agent_side,
+        "the server holds leases the agent does not know (or the reverse)"
+    );
+}
