@@ -54,7 +54,7 @@ async fn kube_within<T>(
     }
 }
 
-fn kube(agent: &Agent, source: crate::kube::PodApiError) -> Error {
+pub(super) fn kube(agent: &Agent, source: crate::kube::PodApiError) -> Error {
     agent.metrics().failure("kube_api");
     Error::Kube { source }
 }

@@ -457,7 +457,7 @@ async fn on_event(agent: &super::context::Agent, ev: &crate::datapath::ebpf::Gua
             if let Some(r) = router {
                 lease.routers = vec![r];
             }
-            match super::acquire::report_address(agent, &pod, &key, &lease, mac).await {
+            match super::acquire::report_address(agent, &pod, &key, &lease, mac, None).await {
                 Ok(()) => info!(pod = %format!("{}/{}", pod.namespace, pod.name), %ip,
                     "pod-networks entry follows the guest's address"),
                 Err(e) => {
