@@ -323,6 +323,44 @@ async fn handle(
     reply(code, &out)
 }
 
+/// Apply the next queued fault (other than a delay) for `op` on `key`: an
+/// error answer to send instead of serving, or a concurrent write done
+/// before serving.
+fn take_fault(
+    st: &mut Inner,
+    op: Op,
+    key: &(Kind, String, String),
+    kind_name: &str,
+) -> Option<(u16, Value)> {
+    let name = &key.2;
+    let i = st
+        .faults
+        .iter()
+        .position(|(o, f)| *o == op && !matches!(f, Fault::Delay(_)))?;
+    let (_, fault) = st.faults.remove(i).expect("position is in range");
+    match fault {
+        Fault::Status(code) => {
+            let msg = format!("injected failure for {kind_name} \"{name}\"");
+            Some((code, status_body(code, &msg, name, kind_name)))
+        }
+        Fault::TooManyRequests { retry_after_secs } => {
+            let msg = format!("injected: too many requests for {kind_name} \"{name}\"");
+            let mut body = status_body(429, &msg, name, kind_name);
+            body["details"]["retryAfterSeconds"] = json!(retry_after_secs);
+            Some((429, body))
+        }
+        Fault::Delay(_) => unreachable!("delays are taken before serving"),
+        Fault::ConcurrentWrite { key: akey, value } => {
+            let rv = st.bump();
+            if let Some(obj) = st.objects.get_mut(key) {
+                obj["metadata"]["annotations"][akey] = json!(value);
+                obj["metadata"]["resourceVersion"] = json!(rv);
+            }
+            None
+        }
+    }
+}
+
 fn serve(
     st: &mut Inner,
     op: Option<Op>,
@@ -348,32 +386,8 @@ fn serve(
     };
     let key = (kind, ns.clone(), name.clone());
 
-    if let Some(i) = st
-        .faults
-        .iter()
-        .position(|(o, f)| *o == op && !matches!(f, Fault::Delay(_)))
-    {
-        let (_, fault) = st.faults.remove(i).expect("position is in range");
-        match fault {
-            Fault::Status(code) => {
-                let msg = format!("injected failure for {kind_name} \"{name}\"");
-                return (code, status_body(code, &msg, &name, kind_name));
-            }
-            Fault::TooManyRequests { retry_after_secs } => {
-                let msg = format!("injected: too many requests for {kind_name} \"{name}\"");
-                let mut body = status_body(429, &msg, &name, kind_name);
-                body["details"]["retryAfterSeconds"] = json!(retry_after_secs);
-                return (429, body);
-            }
-            Fault::Delay(_) => unreachable!("delays are taken before serving"),
-            Fault::ConcurrentWrite { key: akey, value } => {
-                let rv = st.bump();
-                if let Some(obj) = st.objects.get_mut(&key) {
-                    obj["metadata"]["annotations"][akey] = json!(value);
-                    obj["metadata"]["resourceVersion"] = json!(rv);
-                }
-            }
-        }
+    if let Some(answer) = take_fault(st, op, &key, kind_name) {
+        return answer;
     }
 
     let not_found = || {

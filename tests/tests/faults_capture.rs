@@ -48,7 +48,7 @@ fn all_renew(agent: &InProcessAgent, since: &BTreeMap<String, (u64, String)>, wh
         let now = expiries(agent);
         let missed: Vec<_> = since
             .iter()
-            .filter(|(id, (before, _))| !now.get(*id).is_some_and(|(e, _)| e > before))
+            .filter(|(id, (before, _))| now.get(*id).is_none_or(|(e, _)| e <= before))
             .map(|(id, _)| (id.clone(), now.get(id).cloned()))
             .collect();
         panic!(

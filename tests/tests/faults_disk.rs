@@ -63,7 +63,7 @@ impl Tmpfs {
     }
 
     /// Fill every free block with `path`; returns its size.
-    fn fill(&self, path: &Path) -> u64 {
+    fn fill(path: &Path) -> u64 {
         let mut f = std::fs::File::create(path).expect("create the filler");
         let block = [0xa5u8; 4096];
         let mut written = 0u64;
@@ -234,6 +234,10 @@ fn full_or_read_only_state_dir_fails_add_clearly_and_loses_nothing_fake_apiserve
     full_or_read_only(Some(&Api::start()));
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: full, space back, read-only, writable, restart, each with its checks"
+)]
 fn full_or_read_only(api: Option<&Api>) {
     let fs = Tmpfs::mount("64k");
     let state = fs.path().join("state");
@@ -257,7 +261,7 @@ fn full_or_read_only(api: Option<&Api>) {
 
     // --- Full.
     let filler = fs.path().join("filler");
-    let filled = fs.fill(&filler);
+    let filled = Tmpfs::fill(&filler);
     assert!(filled > 0, "the filler took no space");
     let req_b = request(b, "pod-b", api);
     assert_clean_failure(
@@ -270,21 +274,18 @@ fn full_or_read_only(api: Option<&Api>) {
     );
     // No pod-networks entry names the address that was given back, and the
     // entries written before are whole.
-    match api {
-        Some(api) => {
-            let ann = api
-                .server
-                .annotation("default", "pod-b", "k8s.ovn.org/pod-networks")
-                .unwrap_or_default();
-            assert!(!ann.contains("192.0.2."), "{ann}");
-        }
-        None => {
-            let doc = std::fs::read(state.join("pod-networks.json")).unwrap();
-            let doc: serde_json::Value =
-                serde_json::from_slice(&doc).expect("the embedded pod store is whole");
-            assert!(doc.to_string().contains(&ip_a.to_string()), "{doc}");
-            assert!(!doc.to_string().contains("pod-b"), "{doc}");
-        }
+    if let Some(api) = api {
+        let ann = api
+            .server
+            .annotation("default", "pod-b", "k8s.ovn.org/pod-networks")
+            .unwrap_or_default();
+        assert!(!ann.contains("192.0.2."), "{ann}");
+    } else {
+        let doc = std::fs::read(state.join("pod-networks.json")).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&doc).expect("the embedded pod store is whole");
+        assert!(doc.to_string().contains(&ip_a.to_string()), "{doc}");
+        assert!(!doc.to_string().contains("pod-b"), "{doc}");
     }
     // pod-a keeps its lease and renews (twice T1) while its record cannot
     // be rewritten; the record on disk stays whole (the older version).
@@ -359,7 +360,9 @@ fn full_or_read_only(api: Option<&Api>) {
     let stray: Vec<_> = std::fs::read_dir(state.join("leases"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.ends_with(".json") && !n.starts_with(".spare.tmp."))
+        .filter(|n| {
+            Path::new(n).extension().is_none_or(|x| x != "json") && !n.starts_with(".spare.tmp.")
+        })
         .collect();
     assert!(stray.is_empty(), "{stray:?}");
     drop(agent);

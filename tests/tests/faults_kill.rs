@@ -1,4 +1,4 @@
-//! Fault: the agent is SIGKILLed in the middle of a burst of 100 ADDs.
+//! Fault: the agent is killed (`SIGKILL`) in the middle of a burst of 100 ADDs.
 //!
 //! The `xdhcp agent` binary runs as a child process against a real dnsmasq;
 //! 100 ADDs are posted to its socket at once and the agent is killed with
@@ -92,7 +92,7 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
         })
     };
     assert!(
-        wait_until(Duration::from_secs(60), || answered.load(Ordering::SeqCst)
+        wait_until(Duration::from_mins(1), || answered.load(Ordering::SeqCst)
             >= PODS / 5),
         "the burst never got going:\n{}",
         agent.log()
@@ -107,11 +107,6 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
         .into_iter()
         .filter_map(|(i, r)| r.err().map(|e| (i, format!("{:?}", e.into_cni()))))
         .collect();
-    eprintln!(
-        "burst: {} answered before the kill, {} failed",
-        ok.len(),
-        failed.len()
-    );
     assert!(
         !failed.is_empty(),
         "the kill came after the whole burst had answered; nothing was interrupted"

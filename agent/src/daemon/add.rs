@@ -42,16 +42,15 @@ async fn kube_within<T>(
     what: impl FnOnce() -> String,
     call: impl std::future::Future<Output = Result<T, crate::kube::PodApiError>>,
 ) -> Result<T, Error> {
-    match tokio::time::timeout_at(deadline, call).await {
-        Ok(r) => r.map_err(|e| kube(agent, e)),
-        Err(_) => {
-            agent.metrics().failure("kube_api");
-            Err(Error::KubeDeadline {
-                what: what(),
-                deadline: budget,
-            })
-        }
-    }
+    // Boxed: the API calls' futures are large and ADD's future holds them.
+    let Ok(r) = tokio::time::timeout_at(deadline, Box::pin(call)).await else {
+        agent.metrics().failure("kube_api");
+        return Err(Error::KubeDeadline {
+            what: what(),
+            deadline: budget,
+        });
+    };
+    r.map_err(|e| kube(agent, e))
 }
 
 pub(super) fn kube(agent: &Agent, source: crate::kube::PodApiError) -> Error {
@@ -215,6 +214,47 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     };
     let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
 
+    let bound = Bound {
+        handle: &handle,
+        lease: &lease,
+        mac,
+        netns: &netns,
+        release: kind == WorkloadKind::Pod,
+    };
+    report_and_record(agent, &req, &who, &bound, deadline).await?;
+    info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
+        mac = %MacAddr(mac), "ADD done");
+    Ok(cni_result(&lease, &req.config))
+}
+
+/// A lease an ADD has bound, and whether giving it back releases it.
+struct Bound<'a> {
+    handle: &'a super::registry::Handle,
+    lease: &'a xdhcp_engine::Lease,
+    mac: [u8; 6],
+    /// The pod's network namespace: gone by the time of the write means
+    /// the ADD is stale.
+    netns: &'a std::path::Path,
+    release: bool,
+}
+
+/// End an ADD's bound lease: RELEASE (pods), forget it, remove its record,
+/// and take its address off the pod interface (`apply`).
+async fn give_back(agent: &Arc<Agent>, req: &CniRequest, b: &Bound<'_>) {
+    acquire::abandon(agent, &req.container_id, &req.ifname, b.handle, b.release).await;
+    unapply(req, b.lease, b.release).await;
+}
+
+/// Report a bound lease's address (pods and VMs alike) and wait for its
+/// record to be on disk, within the ADD's deadline; if either fails, the
+/// lease is given back and the ADD fails.
+async fn report_and_record(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    who: &Who,
+    b: &Bound<'_>,
+    deadline: (tokio::time::Instant, Duration),
+) -> Result<(), Error> {
     // Report the address (pods and VMs alike) within the ADD's deadline,
     // unless the ADD went stale.
     if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)
@@ -227,19 +267,20 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
                     p.namespace, p.name
                 )
             },
-            report_address(agent, p, key, &lease, mac, Some(&netns)),
+            report_address(agent, p, key, b.lease, b.mac, Some(b.netns)),
         )
         .await
     {
-        // The pod cannot use an unreported address: give it back (pods).
-        let record = lock(&handle.live).record.clone();
-        let e = acquire::abandon_unreported(agent, &record, &handle, &lease, e).await;
+        // The pod cannot use an unreported address: give it back (pods,
+        // unless another attachment holds the same address).
+        let record = lock(&b.handle.live).record.clone();
+        let e = acquire::abandon_unreported(agent, &record, b.handle, b.lease, e).await;
         if let Error::NotReported {
             fate: acquire::LeaseFate::Released,
             ..
         } = &e
         {
-            unapply(&req, &lease, true).await;
+            unapply(req, b.lease, true).await;
         }
         return Err(e);
     }
@@ -248,18 +289,16 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     let left = deadline
         .0
         .saturating_duration_since(tokio::time::Instant::now());
-    let reason = match handle.persisted(PERSIST_WAIT.min(left)).await {
+    let reason = match b.handle.persisted(PERSIST_WAIT.min(left)).await {
         Durable::Saved => None,
         Durable::Failed(e) => Some(crate::rpc::format_chain(&*e)),
         Durable::Pending => Some(format!(
-            "the write did not finish within {:?}",
+            "the write did not finish within {:?} (or the lease ended before it was written)",
             PERSIST_WAIT.min(left)
         )),
     };
     if let Some(reason) = reason {
-        let release = kind == WorkloadKind::Pod;
-        acquire::abandon(agent, &req.container_id, &req.ifname, &handle, release).await;
-        unapply(&req, &lease, release).await;
+        give_back(agent, req, b).await;
         if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)
             && let Err(e) = kube_within(
                 agent,
@@ -284,9 +323,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             reason,
         });
     }
-    info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
-        mac = %MacAddr(mac), "ADD done");
-    Ok(cni_result(&lease, &req.config))
+    Ok(())
 }
 
 /// Puts the DHCP guard on the host end of the attachment's port. A port the
