@@ -281,7 +281,7 @@ impl KubeClient {
                 source,
             })?;
         // `data` holds everything but the metadata.
-        info.uid = obj.metadata.uid.clone();
+        info.uid.clone_from(&obj.metadata.uid);
         Ok(Some(info))
     }
 
