@@ -503,6 +503,35 @@ fn ip_lenient(s: &str) -> Option<IpAddr> {
     s.split('/').next().and_then(|a| a.parse().ok())
 }
 
+/// A VMI's `status.migrationState`, when set.
+fn migration_state(v: Option<&Json>) -> Result<Option<VmiMigrationState>, VmiParseError> {
+    let Some(m) = v
+        .map(|v| obj(v, "status.migrationState"))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    let flag = |k: &str| match m.get(k) {
+        None | Some(Json::Null) => Ok(false),
+        Some(Json::Bool(b)) => Ok(*b),
+        Some(_) => Err(VmiParseError::WrongType {
+            field: format!("status.migrationState.{k}"),
+            expected: "boolean",
+        }),
+    };
+    let text = |k: &str| {
+        string(m.get(k), &format!("status.migrationState.{k}")).map(|v| v.filter(|v| !v.is_empty()))
+    };
+    Ok(Some(VmiMigrationState {
+        migration_uid: text("migrationUid")?,
+        source_pod: text("sourcePod")?,
+        target_pod: text("targetPod")?,
+        completed: flag("completed")?,
+        failed: flag("failed")?,
+    }))
+}
+
 impl VmiInfo {
     /// Extract the fields the agent uses from a `kubevirt.io/v1`
     /// `VirtualMachineInstance` JSON document (the whole object, or the
@@ -588,32 +617,7 @@ impl VmiInfo {
             status_interfaces.push(VmiStatusInterface { name, mac, ips });
         }
 
-        let migration_state = match status.get("migrationState") {
-            Some(m) => obj(m, "status.migrationState")?
-                .map(|m| -> Result<VmiMigrationState, VmiParseError> {
-                    let flag = |k: &str| match m.get(k) {
-                        None | Some(Json::Null) => Ok(false),
-                        Some(Json::Bool(b)) => Ok(*b),
-                        Some(_) => Err(VmiParseError::WrongType {
-                            field: format!("status.migrationState.{k}"),
-                            expected: "boolean",
-                        }),
-                    };
-                    let text = |k: &str| {
-                        string(m.get(k), &format!("status.migrationState.{k}"))
-                            .map(|v| v.filter(|v| !v.is_empty()))
-                    };
-                    Ok(VmiMigrationState {
-                        migration_uid: text("migrationUid")?,
-                        source_pod: text("sourcePod")?,
-                        target_pod: text("targetPod")?,
-                        completed: flag("completed")?,
-                        failed: flag("failed")?,
-                    })
-                })
-                .transpose()?,
-            None => None,
-        };
+        let migration_state = migration_state(status.get("migrationState"))?;
 
         Ok(VmiInfo {
             migration_state,

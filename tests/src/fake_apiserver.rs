@@ -423,22 +423,14 @@ fn serve(
                 m.remove("resourceVersion");
                 m.remove("uid");
             }
-            let have_rv = &current["metadata"]["resourceVersion"];
-            let have_uid = &current["metadata"]["uid"];
-            // The API server applies the patch, then compares the
-            // resourceVersion (409), then validates the update, where a
-            // changed `metadata.uid` is an immutable field (422).
-            if want_rv.as_ref().is_some_and(|rv| rv != have_rv) {
-                let msg = format!(
-                    "Operation cannot be fulfilled on {kind_name} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
-                );
-                return (409, status_body(409, &msg, &name, kind_name));
-            }
-            if let Some(u) = want_uid.as_ref().filter(|u| *u != have_uid) {
-                let msg = format!(
-                    "Pod \"{name}\" is invalid: metadata.uid: Invalid value: {u}: field is immutable"
-                );
-                return (422, status_body(422, &msg, &name, kind_name));
+            if let Some(refused) = preconditions(
+                &current,
+                want_rv.as_ref(),
+                want_uid.as_ref(),
+                &name,
+                kind_name,
+            ) {
+                return refused;
             }
             let mut next = current;
             merge_patch(&mut next, &patch);
@@ -457,6 +449,32 @@ fn serve(
             (200, next)
         }
     }
+}
+
+/// The preconditions of a PATCH on `current`, as the API server checks
+/// them: it applies the patch, compares the resourceVersion (409), then
+/// validates the update, where a changed `metadata.uid` is an immutable
+/// field (422). `None` when the patch may be applied.
+fn preconditions(
+    current: &Value,
+    want_rv: Option<&Value>,
+    want_uid: Option<&Value>,
+    name: &str,
+    kind_name: &str,
+) -> Option<(u16, Value)> {
+    if want_rv.is_some_and(|rv| *rv != current["metadata"]["resourceVersion"]) {
+        let msg = format!(
+            "Operation cannot be fulfilled on {kind_name} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+        );
+        return Some((409, status_body(409, &msg, name, kind_name)));
+    }
+    if let Some(u) = want_uid.filter(|u| **u != current["metadata"]["uid"]) {
+        let msg = format!(
+            "Pod \"{name}\" is invalid: metadata.uid: Invalid value: {u}: field is immutable"
+        );
+        return Some((422, status_body(422, &msg, name, kind_name)));
+    }
+    None
 }
 
 impl FakeApiServer {

@@ -248,10 +248,6 @@ fn add_whose_sandbox_netns_is_removed_before_the_write_reports_nothing_and_relea
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one scenario: recreated before the read, then between the read and the patch"
-)]
 fn add_whose_pod_is_recreated_reports_nothing_and_releases_fake_apiserver() {
     let api = Api::start();
     let uid1 = api.server.add_pod(NS, "web", &[("app", "web")], &[]);
@@ -361,10 +357,6 @@ fn dnsmasq_count(d: &Dnsmasq, kind: &str, mac: [u8; 6]) -> usize {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one scenario: source ADD, VM running, migration target ADD, each with its checks"
-)]
 fn migration_target_asks_for_the_address_the_source_pod_reported_fake_apiserver() {
     const SRC: &str = "virt-launcher-vm1-src";
     const DST: &str = "virt-launcher-vm1-dst";

@@ -301,6 +301,22 @@ async fn removal_on_del_fake_apiserver() {
         // The pod is already gone: success.
         server.delete_pod(NS, "web");
         api.remove_network_entry(NS, "web", KEY).await.unwrap();
+        // A DEL for a pod since recreated under the same name leaves the new
+        // pod's entry alone.
+        let old_uid = server.add_pod(NS, "twin", &[], &[(POD_NETWORKS_ANNOTATION, &existing)]);
+        server.delete_pod(NS, "twin");
+        server.add_pod(NS, "twin", &[], &[(POD_NETWORKS_ANNOTATION, &existing)]);
+        let patches = server.count(Op::PatchPod);
+        api.remove_network_entry_for_uid(NS, "twin", Some(&old_uid), KEY)
+            .await
+            .unwrap();
+        assert_eq!(server.count(Op::PatchPod), patches);
+        assert_eq!(
+            server
+                .annotation(NS, "twin", POD_NETWORKS_ANNOTATION)
+                .as_deref(),
+            Some(existing.as_str())
+        );
         // Conflicts on DEL are retried like on ADD.
         server.add_pod(NS, "again", &[], &[(POD_NETWORKS_ANNOTATION, &existing)]);
         server.inject(Op::PatchPod, Fault::Status(409));

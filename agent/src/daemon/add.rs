@@ -410,17 +410,19 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
                 PodRef {
                     namespace: ns.to_owned(),
                     name: name.to_owned(),
-                    uid: None,
+                    uid: req.args.get("K8S_POD_UID").cloned(),
                 },
                 annotation_key(&req.config, ns)?,
             )),
             None => None,
         },
     };
+    // Only from the pod this attachment was for: a pod recreated under the
+    // same name keeps the entry its own ADD wrote.
     if let Some((p, key)) = target {
         agent
             .pod_api
-            .remove_network_entry(&p.namespace, &p.name, &key)
+            .remove_network_entry_for_uid(&p.namespace, &p.name, p.uid.as_deref(), &key)
             .await
             .map_err(|e| kube(agent, e))?;
     }

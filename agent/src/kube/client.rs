@@ -281,7 +281,7 @@ impl KubeClient {
                 source,
             })?;
         // `data` holds everything but the metadata.
-        info.uid = obj.metadata.uid.clone();
+        info.uid.clone_from(&obj.metadata.uid);
         Ok(Some(info))
     }
 
@@ -302,12 +302,30 @@ impl KubeClient {
         .await
     }
 
-    /// Remove `key`'s entry (DEL); a missing pod or entry is success.
-    pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
-        self.update(ns, name, &WriteGuard::default(), true, |current| {
-            annotation::remove_entry(current, key)
-        })
-        .await
+    /// Remove `key`'s entry (DEL); a missing pod or entry is success, and
+    /// so is a pod whose UID is not `uid` (recreated: nothing of this
+    /// attachment's is there).
+    pub async fn remove_network_entry(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        key: &str,
+    ) -> Result<()> {
+        let guard = WriteGuard::uid(uid);
+        match self
+            .update(ns, name, &guard, true, |current| {
+                annotation::remove_entry(current, key)
+            })
+            .await
+        {
+            Err(PodApiError::UidMismatch { actual, .. }) => {
+                tracing::info!(namespace = ns, pod = name, expected = ?uid, ?actual,
+                    "DEL: the pod was recreated; its pod-networks entry is not this attachment's");
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// The read-modify-write loop. `mutate` maps the current annotation to

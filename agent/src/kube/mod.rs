@@ -383,8 +383,22 @@ impl PodApi {
     /// Remove this network's entry (DEL). Idempotent: a missing pod or entry
     /// is success.
     pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
+        self.remove_network_entry_for_uid(ns, name, None, key).await
+    }
+
+    /// [`PodApi::remove_network_entry`] from the pod with UID `uid` only: a
+    /// pod recreated under the same name (another UID) is left alone, which
+    /// is success (its entry is its own ADD's). The embedded store keeps no
+    /// pod identity to compare, so there it removes by name.
+    pub async fn remove_network_entry_for_uid(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        key: &str,
+    ) -> Result<()> {
         match self {
-            PodApi::Kube(c) => c.remove_network_entry(ns, name, key).await,
+            PodApi::Kube(c) => c.remove_network_entry(ns, name, uid, key).await,
             PodApi::Embedded(s) => s.remove_network_entry(ns, name, key).await,
         }
     }
