@@ -188,6 +188,28 @@ fn ovnk_pod_cycle(
     assert!(again.ok, "repeated ADD: {}", again.text());
     assert_eq!(again.json["ips"], r["ips"]);
 
+    // GC keeps what the runtime lists, ignores listed attachments it never
+    // leased, and leaves other networks' calls alone.
+    let gc_config = |network: &str, valid: &[&str]| {
+        let mut v: Value = serde_json::from_str(config).unwrap();
+        v["name"] = network.into();
+        v["cni.dev/valid-attachments"] = valid
+            .iter()
+            .map(|id| json!({"containerID": id, "ifname": c.ifname}))
+            .collect();
+        v.to_string()
+    };
+    let unknown = "9a8b7c6d5e4f30211f2e3d4c5b6a79880a1b2c3d4e5f60718293a4b5c6d7e8f9";
+    for conf in [
+        gc_config(NETWORK, &[sandbox, unknown]),
+        gc_config("another-network", &[]),
+    ] {
+        let gc = ovnk_exec(cni, "GC", "", c, &conf);
+        assert!(gc.ok, "GC {conf}: {}\n{}", gc.text(), daemon.log());
+    }
+    assert_eq!(leases(socket).len(), 1, "GC dropped a listed lease");
+    assert!(server.lease_for(c.mac).is_some());
+
     // CHECK passes with the lease held.
     let check = ovnk_exec(cni, "CHECK", sandbox, c, config);
     assert!(check.ok, "CHECK: {}\n{}", check.text(), daemon.log());
@@ -326,6 +348,22 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
     assert!(!pidfile.exists(), "pid file left behind");
 }
 
+/// Removes the upstream socket, and `/run/cni` unless it existed before.
+struct RestoreRunCni {
+    existed: bool,
+}
+
+impl Drop for RestoreRunCni {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(UPSTREAM_SOCKET);
+        if !self.existed
+            && let Some(dir) = Path::new(UPSTREAM_SOCKET).parent()
+        {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 #[test]
 fn bare_dhcp_daemon_serves_ovn_kubernetes_on_the_upstream_socket() {
     let socket = Path::new(UPSTREAM_SOCKET);
@@ -378,16 +416,9 @@ fn bare_dhcp_daemon_serves_ovn_kubernetes_on_the_upstream_socket() {
         log,
     };
     // Whatever happens below, leave /run/cni as it was.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(UPSTREAM_SOCKET);
-            if !self.0 {
-                let _ = std::fs::remove_dir(Path::new(UPSTREAM_SOCKET).parent().unwrap());
-            }
-        }
-    }
-    let _restore = Restore(run_cni_existed);
+    let _restore = RestoreRunCni {
+        existed: run_cni_existed,
+    };
     wait_serving(socket, &daemon);
 
     ovnk_pod_cycle(&cni, &lab, &server, &daemon, socket, &ovnk_config());

@@ -53,8 +53,9 @@ fn to_cni(e: &Error) -> CniError {
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
-        Error::LeaseGone { .. } | Error::AddressMissing { .. } => (code::CHECK_FAILED, false),
-        Error::Inspect { .. } => (code::CHECK_FAILED, false),
+        Error::LeaseGone { .. } | Error::AddressMissing { .. } | Error::Inspect { .. } => {
+            (code::CHECK_FAILED, false)
+        }
     };
     let cni = CniError::new(code, e.to_string());
     match std::error::Error::source(e) {
