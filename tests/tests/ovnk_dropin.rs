@@ -297,6 +297,7 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
     std::os::unix::fs::symlink("/var/run/netns", host.join("var/run/netns")).unwrap();
     let pidfile = dir.path().join("dhcp.pid");
     let log = dir.path().join("daemon.log");
+    let own_socket = dir.path().join("xdhcp.sock");
 
     // How DaemonSets start the upstream daemon, plus the xdhcp flags that
     // keep this test's state to itself.
@@ -317,6 +318,9 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
         .arg(dir.path().join("state"))
         .arg("--bpffs-dir")
         .arg(dir.path().join("bpffs"))
+        // xdhcp's own socket beside the upstream one, as the DaemonSet has it.
+        .arg("--extra-socket")
+        .arg(&own_socket)
         .env("RUST_LOG", "info,xdhcp=debug")
         .env("HOME", dir.path())
         .env_remove("KUBECONFIG")
@@ -328,6 +332,7 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
     };
     let socket = host.join("run/cni/dhcp.sock");
     wait_serving(&socket, &daemon);
+    wait_serving(&own_socket, &daemon);
     let pid = std::fs::read_to_string(&pidfile).expect("the pid file");
     assert_eq!(Some(pid.trim().parse().unwrap()), daemon.process.pid());
 
@@ -342,9 +347,11 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
         server.log()
     );
     assert!(leases(&socket).is_empty());
+    assert_eq!(status(&own_socket)["ready"], true);
 
     daemon.stop();
     assert!(!socket.exists(), "socket left behind");
+    assert!(!own_socket.exists(), "extra socket left behind");
     assert!(!pidfile.exists(), "pid file left behind");
 }
 

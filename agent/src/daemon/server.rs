@@ -72,11 +72,16 @@ fn decode_cni(
 ) -> Result<CniRequest, ApiError> {
     let mut req = decode(body)?;
     if let (Some(prefix), Some(netns)) = (&agent.args.host_prefix, &req.netns) {
-        let mut joined = prefix.clone().into_os_string();
-        joined.push(netns.as_os_str());
-        req.netns = Some(joined.into());
+        req.netns = Some(prefixed(prefix, netns));
     }
     Ok(req)
+}
+
+/// `prefix` + `path`, concatenated as the upstream daemon joins them.
+fn prefixed(prefix: &std::path::Path, path: &std::path::Path) -> std::path::PathBuf {
+    let mut joined = prefix.as_os_str().to_owned();
+    joined.push(path.as_os_str());
+    joined.into()
 }
 
 fn decode<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
@@ -187,4 +192,21 @@ async fn reader_fault(
 ) -> Json<serde_json::Value> {
     a.capture().inject_reader_fault(f.broken);
     Json(serde_json::json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn host_prefix_is_concatenated_as_upstream_does() {
+        assert_eq!(
+            super::prefixed(Path::new("/host"), Path::new("/var/run/netns/cni-1")),
+            Path::new("/host/var/run/netns/cni-1")
+        );
+        assert_eq!(
+            super::prefixed(Path::new("/host/"), Path::new("/proc/42/ns/net")),
+            Path::new("/host//proc/42/ns/net")
+        );
+    }
 }
