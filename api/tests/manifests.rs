@@ -656,14 +656,6 @@ fn daemonset_runs_the_agent_as_the_node_needs() {
         Some("true"),
         "installing as dhcp is the default"
     );
-    // ...and the agent serves the upstream daemon's socket for it.
-    let extra: Vec<&String> = cmd
-        .iter()
-        .zip(cmd.iter().skip(1))
-        .filter(|(flag, _)| *flag == "--extra-socket")
-        .map(|(_, path)| path)
-        .collect();
-    assert_eq!(extra, ["/run/cni/dhcp.sock"], "{cmd:?}");
     let mount = &init.volume_mounts.as_ref().unwrap()[0];
     let volume = spec
         .volumes

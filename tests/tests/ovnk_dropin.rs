@@ -188,6 +188,28 @@ fn ovnk_pod_cycle(
     assert!(again.ok, "repeated ADD: {}", again.text());
     assert_eq!(again.json["ips"], r["ips"]);
 
+    // GC keeps what the runtime lists, ignores listed attachments it never
+    // leased, and leaves other networks' calls alone.
+    let gc_config = |network: &str, valid: &[&str]| {
+        let mut v: Value = serde_json::from_str(config).unwrap();
+        v["name"] = network.into();
+        v["cni.dev/valid-attachments"] = valid
+            .iter()
+            .map(|id| json!({"containerID": id, "ifname": c.ifname}))
+            .collect();
+        v.to_string()
+    };
+    let unknown = "9a8b7c6d5e4f30211f2e3d4c5b6a79880a1b2c3d4e5f60718293a4b5c6d7e8f9";
+    for conf in [
+        gc_config(NETWORK, &[sandbox, unknown]),
+        gc_config("another-network", &[]),
+    ] {
+        let gc = ovnk_exec(cni, "GC", "", c, &conf);
+        assert!(gc.ok, "GC {conf}: {}\n{}", gc.text(), daemon.log());
+    }
+    assert_eq!(leases(socket).len(), 1, "GC dropped a listed lease");
+    assert!(server.lease_for(c.mac).is_some());
+
     // CHECK passes with the lease held.
     let check = ovnk_exec(cni, "CHECK", sandbox, c, config);
     assert!(check.ok, "CHECK: {}\n{}", check.text(), daemon.log());
@@ -275,6 +297,7 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
     std::os::unix::fs::symlink("/var/run/netns", host.join("var/run/netns")).unwrap();
     let pidfile = dir.path().join("dhcp.pid");
     let log = dir.path().join("daemon.log");
+    let own_socket = dir.path().join("xdhcp.sock");
 
     // How DaemonSets start the upstream daemon, plus the xdhcp flags that
     // keep this test's state to itself.
@@ -295,6 +318,9 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
         .arg(dir.path().join("state"))
         .arg("--bpffs-dir")
         .arg(dir.path().join("bpffs"))
+        // xdhcp's own socket beside the upstream one, as the DaemonSet has it.
+        .arg("--extra-socket")
+        .arg(&own_socket)
         .env("RUST_LOG", "info,xdhcp=debug")
         .env("HOME", dir.path())
         .env_remove("KUBECONFIG")
@@ -306,6 +332,7 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
     };
     let socket = host.join("run/cni/dhcp.sock");
     wait_serving(&socket, &daemon);
+    wait_serving(&own_socket, &daemon);
     let pid = std::fs::read_to_string(&pidfile).expect("the pid file");
     assert_eq!(Some(pid.trim().parse().unwrap()), daemon.process.pid());
 
@@ -320,10 +347,28 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
         server.log()
     );
     assert!(leases(&socket).is_empty());
+    assert_eq!(status(&own_socket)["ready"], true);
 
     daemon.stop();
     assert!(!socket.exists(), "socket left behind");
+    assert!(!own_socket.exists(), "extra socket left behind");
     assert!(!pidfile.exists(), "pid file left behind");
+}
+
+/// Removes the upstream socket, and `/run/cni` unless it existed before.
+struct RestoreRunCni {
+    existed: bool,
+}
+
+impl Drop for RestoreRunCni {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(UPSTREAM_SOCKET);
+        if !self.existed
+            && let Some(dir) = Path::new(UPSTREAM_SOCKET).parent()
+        {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 #[test]
@@ -378,16 +423,9 @@ fn bare_dhcp_daemon_serves_ovn_kubernetes_on_the_upstream_socket() {
         log,
     };
     // Whatever happens below, leave /run/cni as it was.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(UPSTREAM_SOCKET);
-            if !self.0 {
-                let _ = std::fs::remove_dir(Path::new(UPSTREAM_SOCKET).parent().unwrap());
-            }
-        }
-    }
-    let _restore = Restore(run_cni_existed);
+    let _restore = RestoreRunCni {
+        existed: run_cni_existed,
+    };
     wait_serving(socket, &daemon);
 
     ovnk_pod_cycle(&cni, &lab, &server, &daemon, socket, &ovnk_config());

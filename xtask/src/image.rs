@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{build, cmd};
 
-/// The image the DaemonSet names (`manifests/daemonset.yaml`); loaded into
+/// The image the `DaemonSet` names (`manifests/daemonset.yaml`); loaded into
 /// nodes, never pulled.
 pub const IMAGE: &str = "localhost/xdhcp:latest";
 /// The Containerfile, relative to the workspace root.
@@ -62,6 +62,12 @@ fn find_engine(skipped: &mut Vec<String>) -> Option<Engine> {
         });
     }
     None
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Build the image: engine first (so a machine without one says so before a

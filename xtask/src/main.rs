@@ -50,7 +50,7 @@ enum Command {
         check: bool,
     },
     /// Build the agent image from `Containerfile` (localhost/xdhcp:latest, the
-    /// DaemonSet's) with podman, docker or buildah, whichever is on PATH.
+    /// `DaemonSet`'s) with podman, docker or buildah, whichever is on PATH.
     Image(image::Args),
     /// Run the kind-based end-to-end test (needs Docker and network access; not runnable in this project's CI).
     E2eKind,

@@ -65,7 +65,7 @@ pub fn run(
     }
     let config = config::parse(stdin)?;
     check_command_version(env.command, &config.cni_version)?;
-    let client = Client::new(agent_socket(&config, |p| p.exists()), shim_timeout(&config));
+    let client = Client::new(agent_socket(&config, Path::exists), shim_timeout(&config));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

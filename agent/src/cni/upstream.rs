@@ -16,6 +16,7 @@
 //! Pure argument handling; `main` does the I/O.
 
 use std::ffi::{OsStr, OsString};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -127,7 +128,7 @@ pub fn daemon_usage() -> String {
             Kind::Path => " string",
             Kind::Duration => " duration",
         };
-        out.push_str(&format!("  -{name}{ty}\n    \t{help}\n"));
+        let _ = write!(out, "  -{name}{ty}\n    \t{help}\n");
     }
     out.push_str(
         "Every `xdhcp agent` flag is accepted too (see `xdhcp agent --help`), e.g. --state-dir, --kube, --metrics-addr.\n",

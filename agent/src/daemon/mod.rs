@@ -265,16 +265,7 @@ async fn run_on(
         }
     }
 
-    let app = server::router(agent.clone());
-    let mut servers = JoinSet::new();
-    for listener in listeners {
-        let (app, t) = (app.clone(), token.clone());
-        servers.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { t.cancelled().await })
-                .await
-        });
-    }
+    let mut servers = serve(listeners, &agent, &token);
     info!("ready");
     tokio::select! {
         () = shutdown => {},
@@ -289,13 +280,7 @@ async fn run_on(
         }
     }
     token.cancel();
-    let mut served = Ok(());
-    while let Some(r) = servers.join_next().await {
-        let r = r.map_err(io::Error::other).and_then(|r| r);
-        if served.is_ok() {
-            served = r;
-        }
-    }
+    let served = first_failure(&mut servers).await;
     // Lease tasks persist and stop without RELEASE.
     agent.leases.drain(SHUTDOWN_GRACE).await;
     while let Some(r) = side.join_next().await {
@@ -314,6 +299,38 @@ async fn run_on(
     }
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
+}
+
+/// Serve the agent socket's routes on every listener until `token` is
+/// cancelled.
+fn serve(
+    listeners: Vec<UnixListener>,
+    agent: &Arc<Agent>,
+    token: &CancellationToken,
+) -> JoinSet<io::Result<()>> {
+    let app = server::router(agent.clone());
+    let mut servers = JoinSet::new();
+    for listener in listeners {
+        let (app, t) = (app.clone(), token.clone());
+        servers.spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { t.cancelled().await })
+                .await
+        });
+    }
+    servers
+}
+
+/// Wait for every server; the first failure, if any.
+async fn first_failure(servers: &mut JoinSet<io::Result<()>>) -> io::Result<()> {
+    let mut served = Ok(());
+    while let Some(r) = servers.join_next().await {
+        let r = r.map_err(io::Error::other).and_then(|r| r);
+        if served.is_ok() {
+            served = r;
+        }
+    }
+    served
 }
 
 /// Top up the lease store's spare files and group-commit the embedded pod

@@ -69,10 +69,9 @@ fn to_cni(e: &Error) -> CniError {
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
         Error::Persist { .. } => (code::IO_FAILURE, true),
-        Error::LeaseGone { .. } | Error::AddressMissing { .. } => {
+        Error::LeaseGone { .. } | Error::AddressMissing { .. } | Error::Inspect { .. } => {
             (code::CHECK_FAILED, false)
         }
-        Error::Inspect { .. } => (code::CHECK_FAILED, false),
     };
     let cni = CniError::new(code, e.to_string());
     match std::error::Error::source(e) {
@@ -89,11 +88,16 @@ fn decode_cni(
 ) -> Result<CniRequest, ApiError> {
     let mut req = decode(body)?;
     if let (Some(prefix), Some(netns)) = (&agent.args.host_prefix, &req.netns) {
-        let mut joined = prefix.clone().into_os_string();
-        joined.push(netns.as_os_str());
-        req.netns = Some(joined.into());
+        req.netns = Some(prefixed(prefix, netns));
     }
     Ok(req)
+}
+
+/// `prefix` + `path`, concatenated as the upstream daemon joins them.
+fn prefixed(prefix: &std::path::Path, path: &std::path::Path) -> std::path::PathBuf {
+    let mut joined = prefix.as_os_str().to_owned();
+    joined.push(path.as_os_str());
+    joined.into()
 }
 
 fn decode<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
@@ -209,4 +213,21 @@ async fn reader_fault(
 
 async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::Binding>> {
     Json(super::status::bindings(&a))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn host_prefix_is_concatenated_as_upstream_does() {
+        assert_eq!(
+            super::prefixed(Path::new("/host"), Path::new("/var/run/netns/cni-1")),
+            Path::new("/host/var/run/netns/cni-1")
+        );
+        assert_eq!(
+            super::prefixed(Path::new("/host/"), Path::new("/proc/42/ns/net")),
+            Path::new("/host//proc/42/ns/net")
+        );
+    }
 }
