@@ -154,6 +154,7 @@ enum Srv {
 }
 
 /// A running server of either kind (kept alive for the test).
+#[expect(dead_code, reason = "held only so the server runs until the test ends")]
 enum Running {
     Dnsmasq(Dnsmasq),
     Kea(Kea),
