@@ -169,6 +169,7 @@ struct Vm {
     _server: Running,
     lab: Lab,
     one_shot: Ipv4Addr,
+    req: CniRequest,
 }
 
 fn vm_with_guest(srv: Srv) -> Vm {
@@ -255,6 +256,7 @@ fn vm_with_guest(srv: Srv) -> Vm {
         _server: server,
         lab,
         one_shot,
+        req,
     }
 }
 
@@ -336,6 +338,13 @@ fn dhcpcd_guest(srv: Srv) {
     assert_eq!((l[0].ip, l[0].mac.as_str()), (guest_ip, VM_MAC));
     assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
     assert!(l[0].expires_unix_ms.is_some());
+    // The VM's DEL takes its port's guard and its learned binding away.
+    vm.agent
+        .rt
+        .block_on(vm.agent.client().post::<_, Value>(rpc::PATH_DEL, &vm.req))
+        .expect("DEL");
+    assert!(learned(&vm).is_empty(), "{:?}", learned(&vm));
+    assert!(vm.agent.bindings().is_empty());
 }
 
 fn udhcpc_guest(srv: Srv) {

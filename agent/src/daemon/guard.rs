@@ -242,6 +242,18 @@ impl GuardService {
         }
     }
 
+    /// Forgets what was learned about `mac` (its attachment is gone).
+    pub(crate) fn forget_learned(&self, mac: [u8; 6]) {
+        let mac = crate::bindings::format_mac(mac);
+        let mut s = self
+            .learned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = s.remove(&mac, None) {
+            warn!(%mac, error = %e, "could not forget a learned binding");
+        }
+    }
+
     /// Every guarded port with its counters, for metrics and status.
     pub(crate) fn snapshot(&self) -> Vec<(GuardedPort, GuardCounters)> {
         let Some(inner) = self.lock() else {
