@@ -304,7 +304,14 @@ fn read_ip(path: &Path) -> Ipv4Addr {
         .expect("an IPv4 address")
 }
 
+/// dhcpcd keeps its pid file and control socket under `/run/dhcpcd`, named
+/// after the interface, whatever the namespace: two at once would collide.
+static DHCPCD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn dhcpcd_guest(srv: Srv) {
+    let _one_at_a_time = DHCPCD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let vm = vm_with_guest(srv);
     let dir = tempfile::tempdir().unwrap();
     // The distribution's defaults that matter (DUID client id), no hooks
