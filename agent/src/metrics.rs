@@ -84,6 +84,10 @@ struct PortLabel {
     port: String,
 }
 
+/// One guarded port's figures: host-side name, client messages passed,
+/// drops by reason.
+pub(crate) type GuardPortFigures = (String, u64, [(&'static str, u64); 4]);
+
 /// All agent metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -123,6 +127,10 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A fresh registry with every metric registered.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one registration per metric, in the order of the exposition"
+    )]
     pub(crate) fn new() -> Self {
         let mut root = Registry::with_prefix("xdhcp");
         let leases = Family::<StateLabel, Gauge>::default();
@@ -255,7 +263,7 @@ impl Metrics {
     /// Replaces the guard's per-port figures with a fresh snapshot (ports
     /// no longer guarded disappear): (port, passed client messages, drops
     /// by reason).
-    pub(crate) fn guard_snapshot(&self, ports: &[(String, u64, [(&'static str, u64); 4])]) {
+    pub(crate) fn guard_snapshot(&self, ports: &[GuardPortFigures]) {
         self.guard_dropped.clear();
         self.guard_passed.clear();
         for (port, passed, drops) in ports {

@@ -159,8 +159,9 @@ pub struct GuardHeader {
 
 /// Bytes before the frame in a [`GuardRecord`].
 pub const GUARD_HEADER_LEN: usize = 32;
-/// Frame capacities of guard records, smallest first (as for capture records).
-pub const GUARD_BUCKETS: [usize; 2] = [640, 2048];
+/// Frame capacities of guard records, smallest first (as for capture
+/// records). Powers of two: the program bounds the copy length with a mask.
+pub const GUARD_BUCKETS: [usize; 2] = [1024, 2048];
 
 /// One record of [`MAP_GUARD_EVENTS`]: header, then room for `N` frame bytes.
 #[repr(C)]
@@ -172,7 +173,8 @@ pub struct GuardRecord<const N: usize> {
 
 const _: () = assert!(core::mem::size_of::<GuardPort>() == 40);
 const _: () = assert!(core::mem::size_of::<GuardHeader>() == GUARD_HEADER_LEN);
-const _: () = assert!(core::mem::offset_of!(GuardRecord<640>, frame) == GUARD_HEADER_LEN);
+const _: () = assert!(core::mem::offset_of!(GuardRecord<1024>, frame) == GUARD_HEADER_LEN);
+const _: () = assert!(GUARD_BUCKETS[0].is_power_of_two() && GUARD_BUCKETS[1].is_power_of_two());
 const _: () = assert!(core::mem::size_of::<GuardCounters>() == 8 * GUARD_COUNTER_SLOTS);
 
 #[cfg(feature = "user")]

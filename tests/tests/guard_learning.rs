@@ -154,6 +154,7 @@ enum Srv {
 }
 
 /// A running server of either kind (kept alive for the test).
+#[expect(dead_code, reason = "held only so the server runs until the test ends")]
 enum Running {
     Dnsmasq(Dnsmasq),
     Kea(Kea),
@@ -168,6 +169,7 @@ struct Vm {
     _server: Running,
     lab: Lab,
     one_shot: Ipv4Addr,
+    req: CniRequest,
 }
 
 fn vm_with_guest(srv: Srv) -> Vm {
@@ -254,6 +256,7 @@ fn vm_with_guest(srv: Srv) -> Vm {
         _server: server,
         lab,
         one_shot,
+        req,
     }
 }
 
@@ -301,7 +304,14 @@ fn read_ip(path: &Path) -> Ipv4Addr {
         .expect("an IPv4 address")
 }
 
+/// dhcpcd keeps its pid file and control socket under `/run/dhcpcd`, named
+/// after the interface, whatever the namespace: two at once would collide.
+static DHCPCD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn dhcpcd_guest(srv: Srv) {
+    let _one_at_a_time = DHCPCD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let vm = vm_with_guest(srv);
     let dir = tempfile::tempdir().unwrap();
     // The distribution's defaults that matter (DUID client id), no hooks
@@ -335,6 +345,13 @@ fn dhcpcd_guest(srv: Srv) {
     assert_eq!((l[0].ip, l[0].mac.as_str()), (guest_ip, VM_MAC));
     assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
     assert!(l[0].expires_unix_ms.is_some());
+    // The VM's DEL takes its port's guard and its learned binding away.
+    vm.agent
+        .rt
+        .block_on(vm.agent.client().post::<_, Value>(rpc::PATH_DEL, &vm.req))
+        .expect("DEL");
+    assert!(learned(&vm).is_empty(), "{:?}", learned(&vm));
+    assert!(vm.agent.bindings().is_empty());
 }
 
 fn udhcpc_guest(srv: Srv) {

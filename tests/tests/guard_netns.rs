@@ -370,7 +370,10 @@ fn a_discover_flood_from_one_pod_reaches_the_server_at_the_ports_rate() {
     });
     // dnsmasq logs each DISCOVER it reads; give it a moment for the last.
     std::thread::sleep(Duration::from_millis(500));
-    let allowed = policy.burst as f64 + f64::from(policy.rate) * elapsed.as_secs_f64() + 1.0;
+    // The burst, the rate over the flood's time (rounded up), and one more
+    // for the clock's tick.
+    let ms = u64::try_from(elapsed.as_millis()).unwrap();
+    let allowed = u64::from(policy.burst) + (u64::from(policy.rate) * ms).div_ceil(1000) + 1;
     let seen = discovers_in_log(&server.log_file(), "02:f1:00:");
     let c = guard
         .counters(guard.ifindex(&target(&lab, 0)).unwrap())
@@ -378,8 +381,8 @@ fn a_discover_flood_from_one_pod_reaches_the_server_at_the_ports_rate() {
         .unwrap();
     assert!(sent > 1000, "the flood sent only {sent}");
     assert!(
-        (seen as f64) <= allowed && c.passed_client as f64 <= allowed,
-        "server saw {seen} DISCOVERs, guard passed {}, of {sent} in {elapsed:?} (at most {allowed:.0})",
+        u64::try_from(seen).unwrap() <= allowed && c.passed_client <= allowed,
+        "server saw {seen} DISCOVERs, guard passed {}, of {sent} in {elapsed:?} (at most {allowed})",
         c.passed_client
     );
     assert!(

@@ -89,6 +89,8 @@ fn every_program_in_the_object_passes_the_verifier() {
         xdhcp_common::PROG_TC,
         xdhcp_common::PROG_UPLINK_XDP,
         xdhcp_common::PROG_UPLINK_TC,
+        xdhcp_common::guard::PROG_GUARD_INGRESS,
+        xdhcp_common::guard::PROG_GUARD_EGRESS,
     ] {
         assert!(
             loaded.iter().any(|n| n == wanted),
@@ -98,6 +100,8 @@ fn every_program_in_the_object_passes_the_verifier() {
     // The agent's own loader sees no XDP refusal either.
     let dp = Datapath::load().expect("the agent's loader");
     assert_eq!(dp.xdp_unavailable(), None);
+    // And the guard's own loader (its instance of the object).
+    xdhcp::datapath::ebpf::Guard::load().expect("the guard's loader");
     #[expect(clippy::print_stderr, reason = "which kernel passed is the point")]
     {
         eprintln!("kernel {}: verified {loaded:?}", kernel_release());

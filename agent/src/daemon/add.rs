@@ -393,6 +393,10 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
         }
     }
     agent.guard.release(&req.container_id, &req.ifname);
+    // A VM's learned binding goes with its attachment.
+    if let Some(rec) = record.as_ref().filter(|r| r.workload != WorkloadKind::Pod) {
+        agent.guard.forget_learned(rec.mac);
+    }
     persist::remove(&agent.svc.store, &req.container_id, &req.ifname).map_err(|source| {
         Error::Store {
             op: "remove",

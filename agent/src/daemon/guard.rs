@@ -242,6 +242,18 @@ impl GuardService {
         }
     }
 
+    /// Forgets what was learned about `mac` (its attachment is gone).
+    pub(crate) fn forget_learned(&self, mac: [u8; 6]) {
+        let mac = crate::bindings::format_mac(mac);
+        let mut s = self
+            .learned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = s.remove(&mac, None) {
+            warn!(%mac, error = %e, "could not forget a learned binding");
+        }
+    }
+
     /// Every guarded port with its counters, for metrics and status.
     pub(crate) fn snapshot(&self) -> Vec<(GuardedPort, GuardCounters)> {
         let Some(inner) = self.lock() else {
@@ -366,7 +378,7 @@ fn expire(agent: &super::context::Agent) {
 }
 
 async fn on_event(agent: &super::context::Agent, ev: &crate::datapath::ebpf::GuardEvent) {
-    use crate::bindings::{Binding, BindingSource, Learned, format_mac, learn};
+    use crate::bindings::{Learned, format_mac, learn};
     use crate::datapath::ebpf::Direction;
 
     let Some(((cid, ifname), port)) = agent.guard.port_of(ev.ifindex) else {
@@ -387,21 +399,9 @@ async fn on_event(agent: &super::context::Agent, ev: &crate::datapath::ebpf::Gua
         .get(&cid, &ifname)
         .map(|h| super::lease::task::lock(&h.live).record.clone());
     let mac_text = format_mac(mac);
-    let store =
-        |f: &mut dyn FnMut(&mut LearnedStore) -> Result<(), crate::bindings::StoreError>| {
-            let mut s = agent
-                .guard
-                .learned
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Err(e) = f(&mut s) {
-                agent.metrics().failure("learned_binding_store");
-                warn!(error = %e, "could not persist a learned binding");
-            }
-        };
     match learned {
         Learned::Released { ip } => {
-            store(&mut |s| s.remove(&mac_text, Some(ip)).map(|_| ()));
+            with_store(agent, &mut |s| s.remove(&mac_text, Some(ip)).map(|_| ()));
             info!(port = %port.host_ifname, mac = %mac_text, %ip, "guest gave its address back");
         }
         Learned::Bound {
@@ -410,62 +410,114 @@ async fn on_event(agent: &super::context::Agent, ev: &crate::datapath::ebpf::Gua
             router,
             lease_secs,
         } => {
-            // What the entry reports now: the last learned address, else the one-shot's.
-            let previous = agent
-                .guard
-                .learned
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(&mac_text)
-                .map(|b| b.ip)
-                .or_else(|| {
-                    record
-                        .as_ref()
-                        .and_then(|r| r.lease.as_ref())
-                        .map(|l| l.address)
-                });
-            let now = crate::cli::now_unix_ms();
-            let binding = Binding {
-                mac: mac_text.clone(),
+            let bound = GuestBound {
                 ip,
-                port: Some(port.host_ifname.clone()),
-                pod: record
-                    .as_ref()
-                    .and_then(|r| r.pod.as_ref())
-                    .map(|p| format!("{}/{}", p.namespace, p.name)),
-                expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
-                source: BindingSource::Learned,
+                prefix_len,
+                router,
+                lease_secs,
             };
-            store(&mut |s| s.upsert(binding.clone()));
-            if previous == Some(ip) {
-                return;
-            }
-            info!(port = %port.host_ifname, mac = %mac_text, %ip, previous = ?previous,
-                "guest holds another address than reported");
-            let Some(rec) = record else { return };
-            let (Some(pod), Some(key), Some(mut lease)) = (
-                rec.pod.clone(),
-                rec.annotation_key.clone(),
-                rec.lease.clone(),
-            ) else {
-                return;
-            };
-            lease.address = ip;
-            if let Some(p) = prefix_len {
-                lease.prefix_len = p;
-            }
-            if let Some(r) = router {
-                lease.routers = vec![r];
-            }
-            match super::acquire::report_address(agent, &pod, &key, &lease, mac, None).await {
-                Ok(()) => info!(pod = %format!("{}/{}", pod.namespace, pod.name), %ip,
-                    "pod-networks entry follows the guest's address"),
-                Err(e) => {
-                    agent.metrics().failure("kube_api");
-                    warn!(error = %crate::rpc::format_chain(&e),
-                        "could not update the pod-networks entry to the guest's address");
-                }
-            }
+            follow(agent, &port, mac, record, &bound).await;
         }
+    }
+}
+
+/// A guest's ACK, as learned.
+#[derive(Clone, Copy)]
+struct GuestBound {
+    ip: std::net::Ipv4Addr,
+    prefix_len: Option<u8>,
+    router: Option<std::net::Ipv4Addr>,
+    lease_secs: Option<u32>,
+}
+
+/// Records the guest's binding and, when its address is not the one
+/// reported, moves the `pod-networks` entry to it.
+async fn follow(
+    agent: &super::context::Agent,
+    port: &GuardedPort,
+    mac: [u8; 6],
+    record: Option<crate::store::LeaseRecord>,
+    bound: &GuestBound,
+) {
+    use crate::bindings::{Binding, BindingSource, format_mac};
+    let GuestBound {
+        ip,
+        prefix_len,
+        router,
+        lease_secs,
+    } = *bound;
+    let mac_text = format_mac(mac);
+    // What the entry reports now: the last learned address, else the one-shot's.
+    let previous = agent
+        .guard
+        .learned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&mac_text)
+        .map(|b| b.ip)
+        .or_else(|| {
+            record
+                .as_ref()
+                .and_then(|r| r.lease.as_ref())
+                .map(|l| l.address)
+        });
+    let now = crate::cli::now_unix_ms();
+    let binding = Binding {
+        mac: mac_text.clone(),
+        ip,
+        port: Some(port.host_ifname.clone()),
+        pod: record
+            .as_ref()
+            .and_then(|r| r.pod.as_ref())
+            .map(|p| format!("{}/{}", p.namespace, p.name)),
+        expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
+        source: BindingSource::Learned,
+    };
+    with_store(agent, &mut |s| s.upsert(binding.clone()));
+    if previous == Some(ip) {
+        return;
+    }
+    info!(port = %port.host_ifname, mac = %mac_text, %ip, previous = ?previous,
+        "guest holds another address than reported");
+    let Some(rec) = record else { return };
+    let (Some(pod), Some(key), Some(mut lease)) = (
+        rec.pod.clone(),
+        rec.annotation_key.clone(),
+        rec.lease.clone(),
+    ) else {
+        return;
+    };
+    lease.address = ip;
+    if let Some(p) = prefix_len {
+        lease.prefix_len = p;
+    }
+    if let Some(r) = router {
+        lease.routers = vec![r];
+    }
+    match super::acquire::report_address(agent, &pod, &key, &lease, mac, None).await {
+        Ok(()) => info!(pod = %format!("{}/{}", pod.namespace, pod.name), %ip,
+            "pod-networks entry follows the guest's address"),
+        Err(e) => {
+            agent.metrics().failure("kube_api");
+            warn!(error = %crate::rpc::format_chain(&e),
+                "could not update the pod-networks entry to the guest's address");
+        }
+    }
+}
+
+/// Runs `f` on the learned-binding store; a failure to persist is logged
+/// and counted (the binding stays in memory).
+fn with_store(
+    agent: &super::context::Agent,
+    f: &mut dyn FnMut(&mut LearnedStore) -> Result<(), crate::bindings::StoreError>,
+) {
+    let mut s = agent
+        .guard
+        .learned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Err(e) = f(&mut s) {
+        agent.metrics().failure("learned_binding_store");
+        warn!(error = %e, "could not persist a learned binding");
     }
 }
