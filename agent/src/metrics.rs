@@ -72,6 +72,35 @@ struct PathLabel {
     path: &'static str,
 }
 
+/// The uplink and receive-path metrics, registered in `root`.
+fn register_paths(
+    root: &mut Registry,
+) -> (
+    Family<UplinkLabel, Counter>,
+    Family<UplinkModeLabel, Gauge>,
+    Family<PathLabel, Counter>,
+) {
+    let uplink_replies = Family::<UplinkLabel, Counter>::default();
+    let uplink_attached = Family::<UplinkModeLabel, Gauge>::default();
+    let bound_by_path = Family::<PathLabel, Counter>::default();
+    root.register(
+        "uplink_replies",
+        "DHCP replies captured on a node uplink and delivered to their lease, by uplink",
+        uplink_replies.clone(),
+    );
+    root.register(
+        "uplink_attached",
+        "1 while the capture program is attached to the uplink in this mode (tc, xdp-native, xdp-generic)",
+        uplink_attached.clone(),
+    );
+    root.register(
+        "bound_by_path",
+        "Leases bound, by the receive path that carried the replies (uplink, ebpf, af_packet)",
+        bound_by_path.clone(),
+    );
+    (uplink_replies, uplink_attached, bound_by_path)
+}
+
 /// All agent metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -123,24 +152,7 @@ impl Metrics {
         let capture_restored = Family::<ReasonLabel, Counter>::default();
         let capture_fallbacks = Counter::default();
         let capture_degraded = Gauge::default();
-        let uplink_replies = Family::<UplinkLabel, Counter>::default();
-        let uplink_attached = Family::<UplinkModeLabel, Gauge>::default();
-        let bound_by_path = Family::<PathLabel, Counter>::default();
-        root.register(
-            "uplink_replies",
-            "DHCP replies captured on a node uplink and delivered to their lease, by uplink",
-            uplink_replies.clone(),
-        );
-        root.register(
-            "uplink_attached",
-            "1 while the capture program is attached to the uplink in this mode (tc, xdp-native, xdp-generic)",
-            uplink_attached.clone(),
-        );
-        root.register(
-            "bound_by_path",
-            "Leases bound, by the receive path that carried the replies (uplink, ebpf, af_packet)",
-            bound_by_path.clone(),
-        );
+        let (uplink_replies, uplink_attached, bound_by_path) = register_paths(&mut root);
         root.register("leases", "Leases by DHCP client state", leases.clone());
         root.register(
             "dora_duration_seconds",

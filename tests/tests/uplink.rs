@@ -289,7 +289,6 @@ fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {
         .contains("prog/xdp")
 }
 
-
 #[test]
 fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there() {
     let cni = CniPath::new();
