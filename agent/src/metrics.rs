@@ -88,6 +88,35 @@ struct PortLabel {
 /// drops by reason.
 pub(crate) type GuardPortFigures = (String, u64, [(&'static str, u64); 4]);
 
+/// The uplink and receive-path metrics, registered in `root`.
+fn register_paths(
+    root: &mut Registry,
+) -> (
+    Family<UplinkLabel, Counter>,
+    Family<UplinkModeLabel, Gauge>,
+    Family<PathLabel, Counter>,
+) {
+    let uplink_replies = Family::<UplinkLabel, Counter>::default();
+    let uplink_attached = Family::<UplinkModeLabel, Gauge>::default();
+    let bound_by_path = Family::<PathLabel, Counter>::default();
+    root.register(
+        "uplink_replies",
+        "DHCP replies captured on a node uplink and delivered to their lease, by uplink",
+        uplink_replies.clone(),
+    );
+    root.register(
+        "uplink_attached",
+        "1 while the capture program is attached to the uplink in this mode (tc, xdp-native, xdp-generic)",
+        uplink_attached.clone(),
+    );
+    root.register(
+        "bound_by_path",
+        "Leases bound, by the receive path that carried the replies (uplink, ebpf, af_packet)",
+        bound_by_path.clone(),
+    );
+    (uplink_replies, uplink_attached, bound_by_path)
+}
+
 /// All agent metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -146,24 +175,7 @@ impl Metrics {
         let capture_restored = Family::<ReasonLabel, Counter>::default();
         let capture_fallbacks = Counter::default();
         let capture_degraded = Gauge::default();
-        let uplink_replies = Family::<UplinkLabel, Counter>::default();
-        let uplink_attached = Family::<UplinkModeLabel, Gauge>::default();
-        let bound_by_path = Family::<PathLabel, Counter>::default();
-        root.register(
-            "uplink_replies",
-            "DHCP replies captured on a node uplink and delivered to their lease, by uplink",
-            uplink_replies.clone(),
-        );
-        root.register(
-            "uplink_attached",
-            "1 while the capture program is attached to the uplink in this mode (tc, xdp-native, xdp-generic)",
-            uplink_attached.clone(),
-        );
-        root.register(
-            "bound_by_path",
-            "Leases bound, by the receive path that carried the replies (uplink, ebpf, af_packet)",
-            bound_by_path.clone(),
-        );
+        let (uplink_replies, uplink_attached, bound_by_path) = register_paths(&mut root);
         let guard_dropped = Family::default();
         let guard_passed = Family::default();
         let guard_ports = Gauge::default();

@@ -946,6 +946,36 @@ mod tests {
     }
 
     #[test]
+    fn the_uplink_is_kept_and_records_without_it_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let mut rec = record("c-up", "eth0", [192, 0, 2, 9]);
+        rec.uplink = Some(UplinkRef {
+            ifname: "bond0".into(),
+            vlan: Some(100),
+        });
+        store.save(&rec).unwrap();
+        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), Some(rec.clone()));
+        // A record as written before uplinks existed: no `uplink` key at all.
+        let mut json = serde_json::to_value(&rec).unwrap();
+        assert!(json.as_object_mut().unwrap().remove("uplink").is_some());
+        std::fs::write(
+            store.leases_dir().join("c-up@eth0.json"),
+            serde_json::to_vec(&json).unwrap(),
+        )
+        .unwrap();
+        let report = store.load_all().unwrap();
+        assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
+        assert_eq!(
+            report.records,
+            vec![LeaseRecord {
+                uplink: None,
+                ..rec
+            }]
+        );
+    }
+
+    #[test]
     fn save_load_delete_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let store = LeaseStore::open(dir.path()).unwrap();

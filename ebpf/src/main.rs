@@ -510,7 +510,15 @@ impl Capture for TcPacket<'_> {
         if black_box(self.start + len) <= self.end {
             return direct_copy::<N>(self.start, self.end, dst, len);
         }
-        // Non-linear skb: the helper gathers the fragments.
+        // Non-linear skb: the helper gathers the fragments. The length is
+        // bounded again, on the very register handed to the helper: the
+        // caller's test may sit on another copy of it, and 6.1's verifier
+        // then sees only the largest record's bound (it refused the uplink
+        // twin, `invalid access to memory, mem_size=1584 off=48 size=2048`).
+        let len = black_box(len);
+        if len == 0 || len > N {
+            return false;
+        }
         // SAFETY: dst has room for len <= N bytes; the helper bounds-checks
         // the skb.
         unsafe {

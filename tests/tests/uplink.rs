@@ -21,8 +21,8 @@
 //! counter in the pod namespace stays at zero — and does count them when no
 //! uplink is configured, the fallback), a renewal stays on the uplink, the
 //! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
-//! dnsmasq through the uplink, and an uplink that goes away and comes back
-//! is attached again.
+//! dnsmasq and at Kea through the uplink, and an uplink that goes away and
+//! comes back is attached again.
 
 mod agent_support;
 
@@ -32,7 +32,32 @@ use std::time::Duration;
 
 use agent_support::{CniPath, PluginOutput, invoke, xdhcp_bin};
 use xdhcp::rpc::{AgentStatus, LeaseView};
-use xdhcp_tests::{Bridge, Dnsmasq, DnsmasqConfig, NetNs, Process, Veth, netns_exec, wait_until};
+use xdhcp_tests::{
+    Bridge, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, Process, Veth, netns_exec, wait_until,
+};
+
+/// The DHCP server behind the uplink.
+enum Server {
+    Dnsmasq(Dnsmasq),
+    Kea(Kea),
+}
+
+impl Server {
+    fn log(&self) -> String {
+        match self {
+            Self::Dnsmasq(d) => d.log(),
+            Self::Kea(k) => k.log(),
+        }
+    }
+
+    /// Whether the server's lease database holds a live lease for `mac`.
+    fn holds(&self, mac: [u8; 6]) -> bool {
+        match self {
+            Self::Dnsmasq(d) => d.lease_for(mac).is_some(),
+            Self::Kea(k) => k.lease_for(mac).is_some(),
+        }
+    }
+}
 
 /// The topology of the module docs.
 struct Topology {
@@ -42,12 +67,27 @@ struct Topology {
     _s: Veth,
     node: NetNs,
     wire: NetNs,
-    dnsmasq: Dnsmasq,
-    _server: NetNs,
+    server: Server,
+    _server_ns: NetNs,
 }
 
 impl Topology {
+    /// dnsmasq behind the uplink, T1 = `t1_secs` when given.
     fn new(t1_secs: Option<u32>) -> Self {
+        Self::with_server(|ns| {
+            Server::Dnsmasq(Dnsmasq::start(
+                ns,
+                DnsmasqConfig {
+                    interface: "s0".into(),
+                    t1_secs,
+                    t2_secs: t1_secs.map(|_| 100),
+                    ..DnsmasqConfig::default()
+                },
+            ))
+        })
+    }
+
+    fn with_server(start: impl FnOnce(&NetNs) -> Server) -> Self {
         let server = NetNs::new();
         let wire = NetNs::new();
         let node = NetNs::new();
@@ -61,18 +101,10 @@ impl Topology {
             _xbr0: xbr0,
             _wbr: wbr,
             _s: s,
-            dnsmasq: Dnsmasq::start(
-                &server,
-                DnsmasqConfig {
-                    interface: "s0".into(),
-                    t1_secs,
-                    t2_secs: t1_secs.map(|_| 100),
-                    ..DnsmasqConfig::default()
-                },
-            ),
+            server: start(&server),
             node,
             wire,
-            _server: server,
+            _server_ns: server,
         };
         me.plug_uplink();
         me
@@ -248,17 +280,13 @@ fn add(cni: &CniPath, t: &Topology, agent: &NodeAgent, id: &str) {
         r.stdout,
         r.stderr,
         agent.log(),
-        t.dnsmasq.log()
+        t.server.log()
     );
 }
 
 fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {
     ns.ip(&["-d", "link", "show", "dev", ifname])
         .contains("prog/xdp")
-}
-
-fn dnsmasq_lease(t: &Topology, mac: [u8; 6]) -> bool {
-    t.dnsmasq.lease_for(mac).is_some()
 }
 
 #[test]
@@ -282,7 +310,7 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
 
     add(&cni, &t, &agent, "pod-up");
     let mac = t.pod_mac();
-    assert!(dnsmasq_lease(&t, mac), "{}", t.dnsmasq.log());
+    assert!(t.server.holds(mac), "{}", t.server.log());
 
     // The OFFER and the ACK: captured at the uplink, consumed there, handed
     // to the lease through the ring buffer.
@@ -321,17 +349,52 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
     assert!(!t.pod.has_link("eth0"));
     assert!(
-        wait_until(Duration::from_secs(5), || !dnsmasq_lease(&t, mac)),
+        wait_until(Duration::from_secs(5), || !t.server.holds(mac)),
         "dnsmasq still holds the lease:\n{}\n{}",
-        t.dnsmasq.log(),
+        t.server.log(),
         agent.log()
     );
-    assert!(
-        t.dnsmasq.log().contains("DHCPRELEASE"),
-        "{}",
-        t.dnsmasq.log()
-    );
+    assert!(t.server.log().contains("DHCPRELEASE"), "{}", t.server.log());
     assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert!(
+        agent.log().contains("released through the uplink"),
+        "{}",
+        agent.log()
+    );
+}
+
+/// Kea honours the RELEASE sent through the uplink too (its lease
+/// database no longer holds the lease).
+#[test]
+fn kea_honours_the_release_sent_through_the_uplink() {
+    let cni = CniPath::new();
+    let t = Topology::with_server(|ns| {
+        Server::Kea(Kea::start(
+            ns,
+            KeaConfig {
+                interface: "s0".into(),
+                ..KeaConfig::default()
+            },
+        ))
+    });
+    let agent = NodeAgent::start(&t.node, &["--uplink", "up0"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
+        "{:?}",
+        agent.status()
+    );
+    add(&cni, &t, &agent, "pod-kea");
+    let mac = t.pod_mac();
+    assert!(t.server.holds(mac), "{}", t.server.log());
+    assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
+    let r = bridge(&cni, &t, &agent, "DEL", "pod-kea");
+    assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || !t.server.holds(mac)),
+        "Kea still holds the lease:\n{}\n{}",
+        t.server.log(),
+        agent.log()
+    );
     assert!(
         agent.log().contains("released through the uplink"),
         "{}",

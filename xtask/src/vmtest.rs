@@ -85,6 +85,16 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
         "cni",
         &["bridge_pod_is_bound_renewed_and_deleted_on_the_ebpf_datapath"],
     ),
+    // The uplink programs on 6.1: their own mode map, apart from the ports'
+    // (no netns cookie there to tell namespaces apart), and every truncation
+    // offset, tagged and not.
+    (
+        "uplink_kernel",
+        &[
+            "uplink_and_port_configurations_never_collide",
+            "uplink_truncated_at_every_offset",
+        ],
+    ),
 ];
 
 #[derive(clap::Args, Default)]

@@ -187,13 +187,6 @@ async fn run_on(
     listeners: Vec<UnixListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    for (i, u) in args.uplinks.iter().enumerate() {
-        if args.uplinks[..i].iter().any(|v| v.ifname == u.ifname) {
-            return Err(DaemonError::DuplicateUplink {
-                ifname: u.ifname.clone(),
-            });
-        }
-    }
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     std::fs::create_dir_all(&args.state_dir).map_err(|source| DaemonError::Io {
@@ -337,6 +330,18 @@ async fn first_failure(servers: &mut JoinSet<io::Result<()>>) -> io::Result<()> 
     served
 }
 
+/// Every `--uplink` names another interface.
+fn check_uplinks(uplinks: &[crate::cli::Uplink]) -> Result<(), DaemonError> {
+    for (i, u) in uplinks.iter().enumerate() {
+        if uplinks[..i].iter().any(|v| v.ifname == u.ifname) {
+            return Err(DaemonError::DuplicateUplink {
+                ifname: u.ifname.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Top up the lease store's spare files and group-commit the embedded pod
 /// store, off the ADD path.
 async fn flush_stores(agent: Arc<Agent>, token: CancellationToken) {
@@ -376,6 +381,7 @@ fn choose_datapath(
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> Result<(Capture, Option<capture::Started>), DaemonError> {
+    check_uplinks(&args.uplinks)?;
     let attach = match args.attach {
         AttachChoice::Auto => None,
         AttachChoice::Tc => Some(AttachMode::Tc),

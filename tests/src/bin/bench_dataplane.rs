@@ -271,7 +271,20 @@ fn main() -> Result<()> {
     }
     writeln!(out, "frames classified by the programs: {passed}")?;
 
-    // Through a node uplink: ext (client) -> up0 [node: br0] pod0 -> pod (server).
+    out.push_str(&through_uplink(&mut dp, secs, runs)?);
+    print!("{out}");
+    if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
+        let path = std::path::PathBuf::from(dir).join("dataplane.md");
+        std::fs::write(&path, format!("```text\n{out}```\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// The uplink topology: ext (client) -> `up0` [node: `br0`] `pod0` -> pod
+/// (server), bare and with the uplink program on `up0`; the report.
+fn through_uplink(dp: &mut Datapath, secs: u64, runs: usize) -> Result<String> {
     let pod = NetNs::new();
     let node = NetNs::new();
     let ext = NetNs::new();
@@ -293,7 +306,7 @@ fn main() -> Result<()> {
     ];
     let before = dp.counters()?.passed_not_dhcp;
     let up_results = measure(
-        &mut dp,
+        dp,
         &up_setups,
         runs,
         "uplink",
@@ -318,19 +331,12 @@ fn main() -> Result<()> {
         secs,
         runs,
     )?;
-    out.push_str(&up_out);
+    let mut out = up_out;
     writeln!(
         out,
         "uplink program (tc, the veth default): {:.1} % of the bare uplink path; frames \
          classified: {up_passed}",
         100.0 * up_paired[1]
     )?;
-    print!("{out}");
-    if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
-        let path = std::path::PathBuf::from(dir).join("dataplane.md");
-        std::fs::write(&path, format!("```text\n{out}```\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("written to {}", path.display());
-    }
-    Ok(())
+    Ok(out)
 }

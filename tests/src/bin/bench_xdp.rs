@@ -435,6 +435,12 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
         writeln!(out, "  {name:<62} {floor:>7.2}")?;
     }
     writeln!(out)?;
+    verdicts(&mut out, m60, m342, floor)?;
+    Ok(out)
+}
+
+/// The targets, met or missed, and the uplink program against bare.
+fn verdicts(out: &mut String, m60: [f64; NS], m342: [f64; NS], floor: f64) -> Result<()> {
     let d60 = m60[1] - m60[0];
     writeln!(
         out,
@@ -455,7 +461,7 @@ fn report(s: &mut Samples, decoded: u64) -> Result<String> {
         m342[1],
         if m342[1] <= 40.0 { "met" } else { "MISSED" }
     )?;
-    Ok(out)
+    Ok(())
 }
 
 fn main() -> Result<()> {
