@@ -98,6 +98,8 @@ pub struct DaemonOptions {
     pub state_in: Option<PathBuf>,
     /// Serve the agent's `/metrics` on this address.
     pub metrics: Option<SocketAddr>,
+    /// `RUST_LOG` for the agent (default: `XDHCP_BENCH_RUST_LOG`, else `warn`).
+    pub rust_log: Option<String>,
     /// Do not wait until the daemon serves (the caller times its start).
     pub no_wait: bool,
 }
@@ -164,7 +166,9 @@ impl Daemon {
                 let mut cmd = crate::agent_command(xdhcp, &socket, &dir);
                 cmd.env(
                     "RUST_LOG",
-                    std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+                    opts.rust_log.clone().unwrap_or_else(|| {
+                        std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into())
+                    }),
                 );
                 if let Some(m) = opts.metrics {
                     cmd.arg("--metrics-addr").arg(m.to_string());

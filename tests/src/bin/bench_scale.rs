@@ -75,6 +75,9 @@ struct Run {
 }
 
 struct Restart {
+    /// The agent's own account of recovery (its log line "lease state
+    /// recovered": loading the records, then all of it), ms.
+    recovery_log: Option<(u64, u64)>,
     stop: Duration,
     adopted: Option<Duration>,
     held: usize,
@@ -145,6 +148,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         .expect("tempdir");
     let metrics = bench::free_local_addr();
     let opts = || DaemonOptions {
+        rust_log: Some("info".to_owned()),
         state_in: Some(state.path().to_path_buf()),
         metrics: Some(metrics),
         no_wait: true,
@@ -251,6 +255,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
             ),
         );
         restarts.push(Restart {
+            recovery_log: recovery_log(&d.log),
             stop,
             adopted,
             held: h,
@@ -279,6 +284,9 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         std::thread::sleep(Duration::from_millis(100));
     }
     let missed = granted.len() - renewed.len();
+    // The server writes its lease file before it sends the ACK: give the
+    // agent a moment to take the last ones.
+    std::thread::sleep(Duration::from_secs(2));
     let counters = (which == Impl::Xdhcp).then(|| {
         let text = bench::http_get(metrics, "/metrics").unwrap_or_default();
         (
@@ -310,6 +318,22 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         add_span,
         counters,
     }
+}
+
+/// `load_ms` and `total_ms` from the agent's "lease state recovered" log
+/// line (logged at info; the bench runs the agent at info).
+fn recovery_log(log: &Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("lease state recovered"))?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+    };
+    Some((field("load_ms=")?, field("total_ms=")?))
 }
 
 /// Concurrent ADDs on `clients`, container ids `scale-<offset + i>`.
