@@ -293,6 +293,26 @@ impl Daemon {
     }
 }
 
+/// Puts each pod's leased address (as the server's lease file has it) on its
+/// interface, as the main CNI plugin does after IPAM: a renewal's ACK is
+/// unicast to that address, and the server must resolve it with ARP.
+pub fn configure_leased(
+    clients: &[LabClient],
+    leases: &[crate::servers::ServerLease],
+    prefix_len: u8,
+) -> usize {
+    let by_mac: std::collections::HashMap<[u8; 6], std::net::Ipv4Addr> =
+        leases.iter().map(|l| (l.mac, l.ip)).collect();
+    let mut n = 0;
+    for c in clients {
+        if let Some(ip) = by_mac.get(&c.mac) {
+            c.ns.add_addr(&c.ifname, *ip, prefix_len);
+            n += 1;
+        }
+    }
+    n
+}
+
 /// CPU time (user + system) process `pid` has used, in ms (0 once gone).
 pub fn cpu_ms_of(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

@@ -210,6 +210,9 @@ fn run(
         }
         Receiver::Bare => None,
     };
+    if daemon.is_some() {
+        bench::configure_leased(&lab.clients, &dnsmasq.leases(), 24);
+    }
     let targets: Vec<([u8; 6], Ipv4Addr)> = lab
         .clients
         .iter()
@@ -358,6 +361,7 @@ fn run(
     if let Some(d) = &daemon {
         for (n, c) in lab.clients.iter().enumerate() {
             let _ = d.cni("DEL", &format!("flood-{n}"), c);
+            let _ = c.ns.exec_output(&["ip", "addr", "flush", "dev", &c.ifname]);
         }
     }
     drop(daemon);

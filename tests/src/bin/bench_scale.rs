@@ -201,11 +201,13 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         done_at.values().copied().fold(0.0, f64::max),
     );
     // What the server granted, to see later which leases it renewed.
-    let granted: HashMap<[u8; 6], u64> = dnsmasq
-        .leases()
-        .into_iter()
-        .map(|l| (l.mac, l.expires_unix))
-        .collect();
+    let leases = dnsmasq.leases();
+    let granted: HashMap<[u8; 6], u64> = leases.iter().map(|l| (l.mac, l.expires_unix)).collect();
+    progress!(
+        "{}: putting the leased addresses on the pod interfaces…",
+        which.name()
+    );
+    bench::configure_leased(&lab.clients, &leases, 20);
     progress!(
         "{}: {n} ADDs in {:.2} s, {add_failed} failed; the server holds {} leases",
         which.name(),
@@ -304,6 +306,9 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     // Release what is held so the next implementation starts clean (a fresh
     // server too).
     del_all(&d, &lab.clients);
+    for c in &lab.clients {
+        let _ = c.ns.exec_output(&["ip", "addr", "flush", "dev", &c.ifname]);
+    }
     drop(d);
     drop(dnsmasq);
     Run {
@@ -323,7 +328,18 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
 /// `load_ms` and `total_ms` from the agent's "lease state recovered" log
 /// line (logged at info; the bench runs the agent at info).
 fn recovery_log(log: &Path) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(log).ok()?;
+    let raw = std::fs::read_to_string(log).ok()?;
+    // Drop ANSI colour sequences (ESC [ … m) around field names.
+    let mut text = String::with_capacity(raw.len());
+    let mut in_escape = false;
+    for ch in raw.chars() {
+        match (in_escape, ch) {
+            (false, '\x1b') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+            (false, c) => text.push(c),
+        }
+    }
     let line = text
         .lines()
         .rev()
@@ -451,10 +467,13 @@ fn report(runs: &[Run], n: usize) {
                 || "–".to_owned(),
                 |x| {
                     format!(
-                        "stop {} ms; all held again after {}; {} held; RSS {} KiB",
+                        "stop {} ms; all held again after {}{}; {} held; RSS {} KiB",
                         ms(x.stop),
                         x.adopted
                             .map_or_else(|| "never".to_owned(), |a| format!("{} ms", ms(a))),
+                        x.recovery_log.map_or_else(String::new, |(l, t)| format!(
+                            " (recovery itself {t} ms, reading the records {l} ms)"
+                        )),
                         x.held,
                         x.rss
                     )
