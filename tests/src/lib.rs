@@ -16,6 +16,7 @@
 //! ```
 
 pub mod agent;
+pub mod bench;
 pub mod fake_apiserver;
 pub mod netns;
 pub mod plugin;

@@ -22,6 +22,10 @@ enum Which {
     Cni,
     /// DORA latency against dnsmasq and memory per bound lease.
     Dora,
+    /// 1000 leases: restart under them (SIGTERM, SIGKILL), re-adoption time, the T1 renewal storm.
+    Scale,
+    /// Junk frames to UDP 68 on leased interfaces: daemon CPU and RSS against the packet rate.
+    Flood,
     /// All of the above, in that order.
     All,
 }
@@ -33,7 +37,16 @@ impl Which {
             Which::Dataplane => &["bench_dataplane"],
             Which::Cni => &["bench_cni"],
             Which::Dora => &["bench_dora"],
-            Which::All => &["bench_xdp", "bench_dataplane", "bench_dora", "bench_cni"],
+            Which::Scale => &["bench_scale"],
+            Which::Flood => &["bench_flood"],
+            Which::All => &[
+                "bench_xdp",
+                "bench_dataplane",
+                "bench_dora",
+                "bench_cni",
+                "bench_scale",
+                "bench_flood",
+            ],
         }
     }
 }

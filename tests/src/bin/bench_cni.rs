@@ -34,227 +34,57 @@
 
 use std::{
     fmt::Write as _,
-    io::Write as _,
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
 use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
 use xdhcp_tests::{
-    CNI_PLUGIN_DIR,
+    bench::{Daemon, Impl, Series, impls, upstream},
     netns::{Lab, LabClient},
-    plugin::PluginCall,
-    servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, wait_until},
+    progress,
+    servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig},
 };
 
-/// Debian's upstream `dhcp` plugin, from the program table.
-fn upstream() -> &'static Path {
-    xdhcp_tests::program("cni/dhcp")
-}
 const SINGLE_RUNS: usize = 50;
 const CONCURRENT: usize = 100;
 const BIG: usize = 1000;
+/// Concurrency levels between the single ADD and the full burst, for the
+/// latency-against-concurrency plot (against dnsmasq).
+const SWEEP: &[usize] = &[10, 25, 50];
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Impl {
-    Upstream,
-    Xdhcp,
-}
-
-impl Impl {
-    fn name(self) -> &'static str {
-        match self {
-            Impl::Upstream => "upstream dhcp",
-            Impl::Xdhcp => "xdhcp",
+/// ADD latency (median and p99 of the ADDs in each burst) against the
+/// number of concurrent ADDs, one line per implementation and percentile,
+/// written beside the table as `cni-latency.svg`.
+fn plot_sweep(sweep: &[(Impl, usize, Vec<Duration>)], plots: &mut Vec<String>) {
+    let Some(path) = xdhcp_tests::bench::results_path("cni-latency.svg") else {
+        return;
+    };
+    let mut series = Vec::new();
+    for w in impls() {
+        for (label, p) in [("median", 0.5), ("p99", 0.99)] {
+            let mut points: Vec<(f64, f64)> = sweep
+                .iter()
+                .filter(|(x, _, lat)| *x == w && !lat.is_empty())
+                .map(|(_, n, lat)| (*n as f64, ms(percentile(lat, p))))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            series.push(Series {
+                label: format!("{} {label}", w.name()),
+                points,
+            });
         }
     }
-}
-
-/// A running IPAM daemon and how to invoke its plugin.
-struct Daemon {
-    which: Impl,
-    process: Process,
-    socket: PathBuf,
-    plugin: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start(which: Impl, xdhcp: &Path) -> Daemon {
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-bench-")
-            .tempdir()
-            .expect("tempdir");
-        let socket = dir.path().join("ipam.sock");
-        // `XDHCP_BENCH_LOG_DIR`: keep the daemons' logs there (the agent at
-        // `XDHCP_BENCH_RUST_LOG`, default `warn`) to see where time goes.
-        let log = std::env::var_os("XDHCP_BENCH_LOG_DIR").map_or_else(
-            || dir.path().join("daemon.log"),
-            |d| {
-                PathBuf::from(d).join(format!(
-                    "{}-{}.log",
-                    which.name().replace(' ', "-"),
-                    unix_ms()
-                ))
-            },
-        );
-        let (process, plugin) = match which {
-            Impl::Upstream => {
-                let mut cmd = Command::new(upstream());
-                cmd.arg("daemon").arg("-socketpath").arg(&socket);
-                (
-                    Process::spawn_logged("upstream dhcp daemon", cmd, &log),
-                    upstream().to_path_buf(),
-                )
-            }
-            Impl::Xdhcp => {
-                let mut cmd = xdhcp_tests::agent_command(xdhcp, &socket, dir.path());
-                cmd.env(
-                    "RUST_LOG",
-                    std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()),
-                );
-                (
-                    Process::spawn_logged("xdhcp agent", cmd, &log),
-                    xdhcp.to_path_buf(),
-                )
-            }
-        };
-        assert!(
-            wait_until(Duration::from_secs(20), || socket.exists()),
-            "{} did not create its socket; log:\n{}",
-            which.name(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        let d = Daemon {
-            which,
-            process,
-            socket,
-            plugin,
-            _dir: dir,
-        };
-        // Measure each daemon once it serves, not its start-up: xdhcp binds
-        // its socket first and answers once the datapath and recovery are
-        // done (CNI STATUS says when); the upstream daemon serves as soon as
-        // it accepts connections.
-        assert!(
-            wait_until(Duration::from_secs(20), || d.ready()),
-            "{} did not become ready; log:\n{}",
-            which.name(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        d
-    }
-
-    fn ready(&self) -> bool {
-        match self.which {
-            Impl::Upstream => std::os::unix::net::UnixStream::connect(&self.socket).is_ok(),
-            Impl::Xdhcp => {
-                let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "benchnet",
-                    "ipam": {"type": "xdhcp", "socketPath": self.socket}})
-                .to_string();
-                let Ok(mut child) = Command::new(&self.plugin)
-                    .env("CNI_COMMAND", "STATUS")
-                    .env("CNI_PATH", CNI_PLUGIN_DIR)
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                else {
-                    return false;
-                };
-                let fed = child
-                    .stdin
-                    .take()
-                    .is_some_and(|mut i| i.write_all(conf.as_bytes()).is_ok());
-                child.wait().is_ok_and(|s| s.success()) && fed
-            }
-        }
-    }
-
-    fn config(&self) -> String {
-        let ipam = match self.which {
-            Impl::Upstream => serde_json::json!({"type": "dhcp", "daemonSocketPath": self.socket}),
-            Impl::Xdhcp => serde_json::json!({"type": "xdhcp", "socketPath": self.socket}),
-        };
-        serde_json::json!({"cniVersion": "1.0.0", "name": "benchnet", "type": "macvlan", "ipam": ipam})
-            .to_string()
-    }
-
-    /// Runs one plugin command for `client`; returns its wall time.
-    fn cni(&self, command: &str, id: &str, client: &LabClient) -> Result<Duration, String> {
-        let config = self.config();
-        let cni_args = format!("K8S_POD_NAMESPACE=bench;K8S_POD_NAME={id}");
-        let started = Instant::now();
-        let out = PluginCall {
-            plugin: &self.plugin,
-            node_ns: None,
-            command,
-            container_id: id,
-            netns: Some(client.ns.path()),
-            ifname: &client.ifname,
-            cni_path: Path::new(CNI_PLUGIN_DIR),
-            cni_args: &cni_args,
-            config: &config,
-        }
-        .run()
-        .map_err(|e| format!("exec {}: {e}", self.plugin.display()))?;
-        let elapsed = started.elapsed();
-        if out.ok {
-            Ok(elapsed)
-        } else {
-            Err(format!(
-                "{} {command} {id}: {}",
-                self.which.name(),
-                out.text()
-            ))
-        }
-    }
-
-    /// CPU time (user + system) the daemon process has used, in ms.
-    fn cpu_ms(&self) -> u64 {
-        let Some(pid) = self.process.pid() else {
-            return 0;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // After the parenthesised command name: utime and stime are the
-        // 12th and 13th fields, in clock ticks (100 Hz).
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let ticks: u64 = rest
-            .split_whitespace()
-            .skip(11)
-            .take(2)
-            .filter_map(|v| v.parse::<u64>().ok())
-            .sum();
-        ticks * 10
-    }
-
-    /// (RSS in KiB, OS threads) of the daemon process.
-    fn footprint(&self) -> (u64, u64) {
-        let pid = self.process.pid().expect("daemon running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        (field("VmRSS:"), field("Threads:"))
-    }
-}
-
-/// Both implementations, or only one with `XDHCP_BENCH_ONLY=xdhcp|upstream`
-/// (for iterating; the published table needs both).
-fn impls() -> Vec<Impl> {
-    match std::env::var("XDHCP_BENCH_ONLY").as_deref() {
-        Ok("xdhcp") => vec![Impl::Xdhcp],
-        Ok("upstream") => vec![Impl::Upstream],
-        _ => vec![Impl::Upstream, Impl::Xdhcp],
-    }
+    xdhcp_tests::bench::plot_lines(
+        &path,
+        "CNI ADD latency against concurrent ADDs (dnsmasq --no-ping)",
+        "concurrent ADDs",
+        "ADD latency (ms)",
+        &series,
+    );
+    plots.push("![ADD latency against concurrency](cni-latency.svg)".to_owned());
 }
 
 fn unix_us() -> u128 {
@@ -313,6 +143,8 @@ fn single(d: &Daemon, client: &LabClient) -> Vec<Duration> {
 
 struct Burst {
     wall: Duration,
+    /// The successful ADDs' own latencies, sorted.
+    lat: Vec<Duration>,
     ok: usize,
     failed: usize,
     first_error: Option<String>,
@@ -351,8 +183,14 @@ fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
     }
     let results: Vec<Result<Duration, String>> = timed.into_iter().map(|(_, _, r)| r).collect();
     let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    let mut lat: Vec<Duration> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
+    lat.sort();
     Burst {
         wall,
+        lat,
         ok: results.len() - failed.len(),
         failed: failed.len(),
         first_error: failed.first().map(|s| (*s).clone()),
@@ -576,15 +414,16 @@ fn main() {
     xdhcp_tests::netns::sweep_leftovers();
     let parts = Parts::from_env();
     let mut rows: Vec<Row> = Vec::new();
+    let mut plots: Vec<String> = Vec::new();
 
     // ---- single ADD latency and 100 concurrent ADDs against dnsmasq and Kea.
     if parts.latency {
-        latency_and_bursts(&xdhcp, &mut rows);
+        latency_and_bursts(&xdhcp, &mut rows, &mut plots);
     }
     if parts.footprint {
         footprint(&xdhcp, &mut rows);
     }
-    report(&rows);
+    report(&rows, &plots);
 }
 
 /// Which sections to run: `XDHCP_BENCH_CNI=latency,footprint` (default: all).
@@ -629,13 +468,15 @@ impl Parts {
     clippy::too_many_lines,
     reason = "one linear script: lab, servers, both implementations, rows"
 )]
-fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
-    println!("building a lab with {CONCURRENT} pod interfaces…");
+fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>) {
+    progress!("building a lab with {CONCURRENT} pod interfaces…");
     let lab = Lab::builder().clients(CONCURRENT).build();
     let mut singles = Vec::new();
     let mut bursts = Vec::new();
     let mut floors = Vec::new();
     let mut limits = Vec::new();
+    // (implementation, concurrency, sorted ADD latencies) against dnsmasq.
+    let mut sweep: Vec<(Impl, usize, Vec<Duration>)> = Vec::new();
     for server in ["dnsmasq --no-ping", "Kea"] {
         let _dnsmasq;
         let _kea;
@@ -664,19 +505,27 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
         for which in impls() {
             let d = Daemon::start(which, xdhcp);
             if server != "Kea" {
-                println!(
+                progress!(
                     "{}: {SINGLE_RUNS} single ADDs against {server}…",
                     which.name()
                 );
                 singles.push((which, single(&d, &lab.clients[0])));
             }
-            println!(
+            if server != "Kea" {
+                for &n in SWEEP {
+                    progress!("{}: {n} concurrent ADDs against {server}…", which.name());
+                    let b = burst(&d, &lab.clients[..n], &format!("sweep{n}"));
+                    del_all(&d, &lab.clients[..n], &format!("sweep{n}"));
+                    sweep.push((which, n, b.lat));
+                }
+            }
+            progress!(
                 "{}: {CONCURRENT} concurrent ADDs against {server}…",
                 which.name()
             );
             let cpu0 = d.cpu_ms();
             let b = burst(&d, &lab.clients, "burst");
-            println!(
+            progress!(
                 "  {:.3} s, {} failed, daemon CPU {} ms",
                 b.wall.as_secs_f64(),
                 b.failed,
@@ -685,22 +534,29 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
             if let Some(e) = &b.first_error {
                 eprintln!("  first failure: {e}");
             }
+            if server != "Kea" {
+                sweep.push((which, CONCURRENT, b.lat.clone()));
+            }
             bursts.push((server, which, b));
             del_all(&d, &lab.clients, "burst");
             if server == "Kea" {
-                println!(
+                progress!(
                     "{}: {CONCURRENT} concurrent plugin execs (VERSION)…",
                     which.name()
                 );
                 floors.push((which, exec_floor(&d, &lab.clients)));
             }
         }
-        println!("{server}: {CONCURRENT} raw DORAs at once, no CNI (the server's own limit)…");
+        progress!("{server}: {CONCURRENT} raw DORAs at once, no CNI (the server's own limit)…");
         let (wall, failed) = raw_dora_burst(&lab.clients);
-        println!("  {:.3} s, {failed} failed", wall.as_secs_f64());
+        progress!("  {:.3} s, {failed} failed", wall.as_secs_f64());
         limits.push((server, wall, failed));
     }
     let single_of = |w: Impl| singles.iter().find(|(x, _)| *x == w).map(|(_, v)| v);
+    for (w, v) in &singles {
+        sweep.push((*w, 1, v.clone()));
+    }
+    plot_sweep(&sweep, plots);
     for (label, p) in [
         ("single ADD median (ms)", 0.5),
         ("single ADD p99 (ms)", 0.99),
@@ -769,7 +625,7 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>) {
 
 /// Daemon RSS and threads at 0, 100 and 1000 leases (dnsmasq, a /22 so 1000 fit).
 fn footprint(xdhcp: &Path, rows: &mut Vec<Row>) {
-    println!("building a lab with {BIG} pod interfaces (takes a while)…");
+    progress!("building a lab with {BIG} pod interfaces (takes a while)…");
     let big = Lab::builder()
         .server_ip(Ipv4Addr::new(198, 18, 0, 1), 22)
         .clients(BIG)
@@ -826,7 +682,7 @@ fn footprint(xdhcp: &Path, rows: &mut Vec<Row>) {
         std::thread::sleep(Duration::from_millis(500));
         let at100 = d.footprint();
         del_all(&d, &big.clients[..CONCURRENT], "mid");
-        println!(
+        progress!(
             "{}: footprint {at0:?} {at100:?} {at_big:?}, failures {failed}",
             which.name()
         );
@@ -870,7 +726,7 @@ fn footprint(xdhcp: &Path, rows: &mut Vec<Row>) {
 }
 
 /// Prints the table and writes it to `$XDHCP_BENCH_RESULTS/cni.md`.
-fn report(rows: &[Row]) {
+fn report(rows: &[Row], plots: &[String]) {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -893,6 +749,9 @@ fn report(rows: &[Row]) {
             "| {} | {} | {} | {} |",
             r.what, r.upstream, r.xdhcp, r.ratio
         );
+    }
+    for p in plots {
+        let _ = writeln!(md, "\n{p}");
     }
     println!("\n{md}");
     if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {

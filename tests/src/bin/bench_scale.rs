@@ -1,0 +1,572 @@
+//! `cargo xtask bench scale`: a thousand leases held, the daemon restarted
+//! under them (SIGTERM, then SIGKILL), and the renewal storm at T1 — xdhcp
+//! side by side with the upstream CNI `dhcp` daemon, in one run.
+//!
+//! Testbed: one dnsmasq (`--no-ping`, a /20 pool, 300 s leases, T1 60 s) in
+//! a namespace behind a lab bridge, and 1000 pod namespaces, each with one
+//! veth into the bridge (what the agent needs per lease: an interface in a
+//! network namespace, keyed by container id and interface name). Both
+//! daemons are exec'd as IPAM plugins exactly as a runtime does.
+//!
+//! Per implementation, with a fresh server:
+//! 1. start the daemon (the start-up floor: time until it serves with no
+//!    leases); ADD 1000 pods, 100 at a time, sampling RSS after each 100;
+//! 2. SIGTERM, start again: time from exec until every lease is held again
+//!    (xdhcp: `/metrics` shows 1000 bound leases; its metrics endpoint only
+//!    answers once recovery is done); the same after SIGKILL;
+//! 3. wait through T1 and watch the server's lease file: how many leases
+//!    the server saw renewed (expiry moved on), when, and how many were not
+//!    (renewals missed) — the server's view, the same for both daemons.
+//!
+//! The upstream daemon keeps its leases in memory only: after a restart it
+//! holds none and renews none (they expire at the server while the pods keep
+//! using the addresses). The run shows that rather than assume it.
+//!
+//! Results: `$XDHCP_BENCH_RESULTS/scale.md`, plots `scale-rss.svg` (RSS
+//! against leases) and `scale-renewals.svg` (renewals over time).
+//! `XDHCP_BENCH_SCALE_N` changes the lease count, `XDHCP_BENCH_ONLY` runs
+//! one implementation.
+#![expect(clippy::print_stdout, reason = "a benchmark report")]
+#![expect(
+    clippy::cast_precision_loss,
+    reason = "counts and KiB figures far below 2^52 turned into ratios"
+)]
+
+use std::{
+    collections::HashMap,
+    fmt::Write as _,
+    net::{Ipv4Addr, SocketAddr},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use xdhcp_tests::{
+    bench::{self, Daemon, DaemonOptions, Impl, Series},
+    netns::{Lab, LabClient},
+    progress,
+    servers::{Dnsmasq, DnsmasqConfig},
+};
+
+const CHUNK: usize = 100;
+const LEASE_SECS: u32 = 300;
+const T1_SECS: u32 = 60;
+/// How long after T1 of the last lease the run waits for renewals.
+const RENEW_GRACE: Duration = Duration::from_secs(20);
+
+/// What one implementation did.
+struct Run {
+    which: Impl,
+    start_floor: Duration,
+    add_wall: Duration,
+    add_failed: usize,
+    /// (leases held, RSS KiB, threads) after each chunk.
+    rss: Vec<(usize, u64, u64)>,
+    /// SIGTERM then SIGKILL: stop time, time until every lease is held
+    /// again (`None`: never), leases held then, RSS KiB after.
+    restarts: Vec<Restart>,
+    /// Seconds after the first ADD at which the server saw each renewal.
+    renewed_at: Vec<f64>,
+    /// Leases the server never saw renewed.
+    missed: usize,
+    /// The ADDs' spread (first to last success), seconds after the first ADD.
+    add_span: (f64, f64),
+    /// Agent counters at the end (renewals, failures); xdhcp only.
+    counters: Option<(f64, f64)>,
+}
+
+struct Restart {
+    /// The agent's own account of recovery (its log line "lease state
+    /// recovered": loading the records, then all of it), ms.
+    recovery_log: Option<(u64, u64)>,
+    stop: Duration,
+    adopted: Option<Duration>,
+    held: usize,
+    rss: u64,
+}
+
+fn main() {
+    let xdhcp = bench::xdhcp_bin();
+    let _ = bench::upstream();
+    xdhcp_tests::netns::sweep_leftovers();
+    let n: usize = std::env::var("XDHCP_BENCH_SCALE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    progress!("building a lab with {n} pod namespaces (a veth each into one bridge)…");
+    let lab = Lab::builder()
+        .server_ip(Ipv4Addr::new(198, 18, 0, 1), 20)
+        .clients(n)
+        .build();
+    progress!("lab ready");
+    let mut runs = Vec::new();
+    for which in bench::impls() {
+        runs.push(run(which, &xdhcp, &lab));
+    }
+    report(&runs, n);
+}
+
+fn server(lab: &Lab) -> Dnsmasq {
+    Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            range: (
+                Ipv4Addr::new(198, 18, 0, 10),
+                Ipv4Addr::new(198, 18, 15, 250),
+            ),
+            netmask: Ipv4Addr::new(255, 255, 240, 0),
+            lease_secs: LEASE_SECS,
+            t1_secs: Some(T1_SECS),
+            router: Some(Ipv4Addr::new(198, 18, 0, 1)),
+            dns: vec![],
+            extra_args: vec!["--dhcp-lease-max=5000".to_owned()],
+            ..DnsmasqConfig::default()
+        },
+    )
+}
+
+/// Leases the agent holds in state bound, renewing or rebinding, per its
+/// `/metrics` (`None` until it answers: it binds after recovery).
+fn held(metrics: SocketAddr) -> Option<usize> {
+    let text = bench::http_get(metrics, "/metrics")?;
+    let n: f64 = ["bound", "renewing", "rebinding"]
+        .iter()
+        .map(|s| bench::metric(&text, "xdhcp_leases", &format!("state=\"{s}\"")))
+        .sum();
+    Some(n as usize)
+}
+
+#[expect(
+    clippy::too_many_lines,
+    reason = "one linear script per implementation"
+)]
+fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
+    let n = lab.clients.len();
+    let dnsmasq = server(lab);
+    let state = tempfile::Builder::new()
+        .prefix("xdt-bench-scale-")
+        .tempdir()
+        .expect("tempdir");
+    let metrics = bench::free_local_addr();
+    let opts = || DaemonOptions {
+        rust_log: Some("info".to_owned()),
+        state_in: Some(state.path().to_path_buf()),
+        metrics: Some(metrics),
+        no_wait: true,
+        ..DaemonOptions::default()
+    };
+    progress!("{}: starting with no leases", which.name());
+    let t = Instant::now();
+    let mut d = Daemon::start_with(which, xdhcp, opts());
+    d.wait_serving(Duration::from_secs(30));
+    let start_floor = t.elapsed();
+    progress!(
+        "{}: serving after {:.0} ms",
+        which.name(),
+        start_floor.as_secs_f64() * 1e3
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss0, thr0) = d.footprint();
+    let mut rss = vec![(0, rss0, thr0)];
+    let first_add = Instant::now();
+    let mut add_failed = 0;
+    let mut done_at: HashMap<usize, f64> = HashMap::new();
+    for (c, chunk) in lab.clients.chunks(CHUNK).enumerate() {
+        let results = burst(&d, chunk, c * CHUNK);
+        for (i, r) in results {
+            match r {
+                Ok(()) => {
+                    done_at.insert(i, first_add.elapsed().as_secs_f64());
+                }
+                Err(e) => {
+                    if add_failed == 0 {
+                        progress!("  first failure: {e}");
+                    }
+                    add_failed += 1;
+                }
+            }
+        }
+        let (r, t) = d.footprint();
+        rss.push((done_at.len(), r, t));
+        progress!(
+            "{}: {} leases held, RSS {} KiB, {} threads",
+            which.name(),
+            done_at.len(),
+            r,
+            t
+        );
+    }
+    let add_wall = first_add.elapsed();
+    let add_span = (
+        done_at.values().copied().fold(f64::MAX, f64::min),
+        done_at.values().copied().fold(0.0, f64::max),
+    );
+    // What the server granted, to see later which leases it renewed.
+    let leases = dnsmasq.leases();
+    let granted: HashMap<[u8; 6], u64> = leases.iter().map(|l| (l.mac, l.expires_unix)).collect();
+    progress!(
+        "{}: putting the leased addresses on the pod interfaces…",
+        which.name()
+    );
+    bench::configure_leased(&lab.clients, &leases, 20);
+    progress!(
+        "{}: {n} ADDs in {:.2} s, {add_failed} failed; the server holds {} leases",
+        which.name(),
+        add_wall.as_secs_f64(),
+        granted.len()
+    );
+
+    let mut restarts = Vec::new();
+    for signal in ["SIGTERM", "SIGKILL"] {
+        progress!("{}: restarting with {signal}", which.name());
+        let t = Instant::now();
+        if signal == "SIGTERM" {
+            d.process.stop(Duration::from_secs(30));
+        } else {
+            d.process.kill();
+        }
+        let stop = t.elapsed();
+        drop(d);
+        let t = Instant::now();
+        d = Daemon::start_with(which, xdhcp, opts());
+        let adopted = match which {
+            Impl::Xdhcp => {
+                let ok = xdhcp_tests::wait_until(Duration::from_secs(60), || {
+                    held(metrics).is_some_and(|h| h >= done_at.len())
+                });
+                ok.then(|| t.elapsed())
+            }
+            // Nothing to re-adopt: it keeps no state.
+            Impl::Upstream => None,
+        };
+        d.wait_serving(Duration::from_secs(30));
+        let serving = t.elapsed();
+        std::thread::sleep(Duration::from_millis(300));
+        let (r, _) = d.footprint();
+        let h = match which {
+            Impl::Xdhcp => held(metrics).unwrap_or(0),
+            Impl::Upstream => 0,
+        };
+        progress!(
+            "{}: stopped in {:.0} ms; serving after {:.0} ms; every lease held again after {}; {h} held, RSS {r} KiB",
+            which.name(),
+            stop.as_secs_f64() * 1e3,
+            serving.as_secs_f64() * 1e3,
+            adopted.map_or_else(
+                || "never".to_owned(),
+                |a| format!("{:.0} ms", a.as_secs_f64() * 1e3)
+            ),
+        );
+        restarts.push(Restart {
+            recovery_log: recovery_log(&d.log),
+            stop,
+            adopted,
+            held: h,
+            rss: r,
+        });
+    }
+
+    // Through T1: the server's view of renewals.
+    let wait_until = first_add + add_wall + Duration::from_secs(u64::from(T1_SECS)) + RENEW_GRACE;
+    progress!(
+        "{}: watching the server's leases through T1 ({:.0} s)…",
+        which.name(),
+        wait_until
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64()
+    );
+    let mut renewed: HashMap<[u8; 6], f64> = HashMap::new();
+    while Instant::now() < wait_until && renewed.len() < granted.len() {
+        for l in dnsmasq.leases() {
+            if granted.get(&l.mac).is_some_and(|e| l.expires_unix > *e) {
+                renewed
+                    .entry(l.mac)
+                    .or_insert_with(|| first_add.elapsed().as_secs_f64());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let missed = granted.len() - renewed.len();
+    // The server writes its lease file before it sends the ACK: give the
+    // agent a moment to take the last ones.
+    std::thread::sleep(Duration::from_secs(2));
+    let counters = (which == Impl::Xdhcp).then(|| {
+        let text = bench::http_get(metrics, "/metrics").unwrap_or_default();
+        (
+            bench::metric(&text, "xdhcp_renewals_total", ""),
+            bench::metric(&text, "xdhcp_failures_total", ""),
+        )
+    });
+    progress!(
+        "{}: {} renewals seen by the server, {missed} missed",
+        which.name(),
+        renewed.len()
+    );
+    let mut renewed_at: Vec<f64> = renewed.into_values().collect();
+    renewed_at.sort_by(f64::total_cmp);
+    // Release what is held so the next implementation starts clean (a fresh
+    // server too).
+    del_all(&d, &lab.clients);
+    for c in &lab.clients {
+        let _ = c.ns.exec_output(&["ip", "addr", "flush", "dev", &c.ifname]);
+    }
+    drop(d);
+    drop(dnsmasq);
+    Run {
+        which,
+        start_floor,
+        add_wall,
+        add_failed,
+        rss,
+        restarts,
+        renewed_at,
+        missed,
+        add_span,
+        counters,
+    }
+}
+
+/// `load_ms` and `total_ms` from the agent's "lease state recovered" log
+/// line (logged at info; the bench runs the agent at info).
+fn recovery_log(log: &Path) -> Option<(u64, u64)> {
+    let raw = std::fs::read_to_string(log).ok()?;
+    // Drop ANSI colour sequences (ESC [ … m) around field names.
+    let mut text = String::with_capacity(raw.len());
+    let mut in_escape = false;
+    for ch in raw.chars() {
+        match (in_escape, ch) {
+            (false, '\x1b') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+            (false, c) => text.push(c),
+        }
+    }
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("lease state recovered"))?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+    };
+    Some((field("load_ms=")?, field("total_ms=")?))
+}
+
+/// Concurrent ADDs on `clients`, container ids `scale-<offset + i>`.
+fn burst(d: &Daemon, clients: &[LabClient], offset: usize) -> Vec<(usize, Result<(), String>)> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let id = offset + i;
+                s.spawn(move || (id, d.cni("ADD", &format!("scale-{id}"), c).map(|_| ())))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("ADD thread"))
+            .collect()
+    })
+}
+
+fn del_all(d: &Daemon, clients: &[LabClient]) {
+    for (c, chunk) in clients.chunks(CHUNK).enumerate() {
+        std::thread::scope(|s| {
+            for (i, cl) in chunk.iter().enumerate() {
+                s.spawn(move || {
+                    let _ = d.cni("DEL", &format!("scale-{}", c * CHUNK + i), cl);
+                });
+            }
+        });
+    }
+}
+
+/// Renewals per second, as (second, count) points.
+fn per_second(at: &[f64]) -> Vec<(f64, f64)> {
+    let Some(last) = at.last() else {
+        return Vec::new();
+    };
+    let mut buckets = vec![0u32; *last as usize + 2];
+    for t in at {
+        buckets[*t as usize] += 1;
+    }
+    let first = at[0] as usize;
+    buckets
+        .iter()
+        .enumerate()
+        .skip(first.saturating_sub(2))
+        .map(|(s, c)| (s as f64, f64::from(*c)))
+        .collect()
+}
+
+#[expect(clippy::too_many_lines, reason = "one table")]
+fn report(runs: &[Run], n: usize) {
+    let get = |w: Impl| runs.iter().find(|r| r.which == w);
+    let (up, xd) = (get(Impl::Upstream), get(Impl::Xdhcp));
+    let cell = |r: Option<&Run>, f: &dyn Fn(&Run) -> String| r.map_or_else(|| "–".to_owned(), f);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# A thousand leases through a restart: xdhcp vs. upstream `dhcp` ({})\n",
+        bench::upstream().display()
+    );
+    let _ = writeln!(
+        md,
+        "Same testbed, same run: {n} pod namespaces with a veth each into one lab bridge; dnsmasq \
+         `--no-ping`, a /20 pool, {LEASE_SECS} s leases, T1 {T1_SECS} s. ADDs 100 at a time. \
+         Renewals as the server saw them (its lease file: the expiry moved on). Machine: {} cores.\n",
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
+    );
+    let _ = writeln!(
+        md,
+        "| measure | upstream | xdhcp | ratio |\n|---|---|---|---|"
+    );
+    let mut row = |what: String, u: String, x: String, ratio: String| {
+        let _ = writeln!(md, "| {what} | {u} | {x} | {ratio} |");
+    };
+    let ms = |d: Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
+    row(
+        "start-up with no leases, exec → serving (ms): the floor under a restart".into(),
+        cell(up, &|r| ms(r.start_floor)),
+        cell(xd, &|r| ms(r.start_floor)),
+        String::new(),
+    );
+    row(
+        format!("{n} ADDs, 100 at a time: wall (s) / failures"),
+        cell(up, &|r| {
+            format!("{:.2} / {}", r.add_wall.as_secs_f64(), r.add_failed)
+        }),
+        cell(xd, &|r| {
+            format!("{:.2} / {}", r.add_wall.as_secs_f64(), r.add_failed)
+        }),
+        match (up, xd) {
+            (Some(u), Some(x)) => format!(
+                "{:.1}× faster",
+                u.add_wall.as_secs_f64() / x.add_wall.as_secs_f64().max(1e-9)
+            ),
+            _ => String::new(),
+        },
+    );
+    let last_rss = |r: &Run| r.rss.last().copied().unwrap_or_default();
+    row(
+        format!("RSS (KiB) / threads holding {n} leases"),
+        cell(up, &|r| format!("{} / {}", last_rss(r).1, last_rss(r).2)),
+        cell(xd, &|r| format!("{} / {}", last_rss(r).1, last_rss(r).2)),
+        match (up, xd) {
+            (Some(u), Some(x)) => format!(
+                "{:.2}× the memory",
+                last_rss(x).1 as f64 / last_rss(u).1.max(1) as f64
+            ),
+            _ => String::new(),
+        },
+    );
+    for (i, signal) in ["SIGTERM", "SIGKILL"].iter().enumerate() {
+        let rs = |r: &Run| {
+            r.restarts.get(i).map_or_else(
+                || "–".to_owned(),
+                |x| {
+                    format!(
+                        "stop {} ms; all held again after {}{}; {} held; RSS {} KiB",
+                        ms(x.stop),
+                        x.adopted
+                            .map_or_else(|| "never".to_owned(), |a| format!("{} ms", ms(a))),
+                        x.recovery_log.map_or_else(String::new, |(l, t)| format!(
+                            " (recovery itself {t} ms, reading the records {l} ms)"
+                        )),
+                        x.held,
+                        x.rss
+                    )
+                },
+            )
+        };
+        let ratio = xd
+            .and_then(|x| x.restarts.get(i))
+            .and_then(|x| x.adopted)
+            .map(|a| {
+                format!(
+                    "{:.1}× the start-up floor",
+                    a.as_secs_f64() / xd.map_or(1.0, |x| x.start_floor.as_secs_f64()).max(1e-9)
+                )
+            })
+            .unwrap_or_default();
+        row(
+            format!("restart with {signal} holding {n} leases"),
+            cell(up, &rs),
+            cell(xd, &rs),
+            ratio,
+        );
+    }
+    let spread = |r: &Run| {
+        let (a, b) = (
+            r.renewed_at.first().copied().unwrap_or(0.0),
+            r.renewed_at.last().copied().unwrap_or(0.0),
+        );
+        let peak = per_second(&r.renewed_at)
+            .iter()
+            .map(|p| p.1)
+            .fold(0.0, f64::max);
+        format!(
+            "{} renewed, {} missed; renewals from {a:.1} s to {b:.1} s after the first ADD \
+             (ADDs {:.1}–{:.1} s); peak {peak:.0}/s",
+            r.renewed_at.len(),
+            r.missed,
+            r.add_span.0,
+            r.add_span.1
+        )
+    };
+    row(
+        format!(
+            "through T1 after the restarts (server's view, ≤ {} s after T1)",
+            RENEW_GRACE.as_secs()
+        ),
+        cell(up, &spread),
+        cell(xd, &spread),
+        String::new(),
+    );
+    row(
+        "agent counters at the end: renewals / failures".into(),
+        "–".into(),
+        cell(xd, &|r| {
+            r.counters
+                .map_or_else(|| "–".to_owned(), |(a, b)| format!("{a:.0} / {b:.0}"))
+        }),
+        String::new(),
+    );
+    println!("\n{md}");
+    // Plots.
+    let series = |f: &dyn Fn(&Run) -> Vec<(f64, f64)>| -> Vec<Series> {
+        runs.iter()
+            .map(|r| Series {
+                label: r.which.name().to_owned(),
+                points: f(r),
+            })
+            .collect()
+    };
+    if let Some(p) = bench::results_path("scale-rss.svg") {
+        bench::plot_lines(
+            &p,
+            "Daemon RSS against leases held",
+            "leases held",
+            "RSS (MiB)",
+            &series(&|r| {
+                r.rss
+                    .iter()
+                    .map(|(l, k, _)| (*l as f64, *k as f64 / 1024.0))
+                    .collect()
+            }),
+        );
+        let _ = writeln!(md, "\n![RSS against leases](scale-rss.svg)");
+    }
+    if let Some(p) = bench::results_path("scale-renewals.svg") {
+        bench::plot_lines(
+            &p,
+            "Renewals the server saw, per second",
+            "seconds after the first ADD",
+            "renewals / s",
+            &series(&|r| per_second(&r.renewed_at)),
+        );
+        let _ = writeln!(md, "\n![Renewals per second](scale-renewals.svg)");
+    }
+    bench::write_result("scale.md", &md);
+}
