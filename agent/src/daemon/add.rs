@@ -158,30 +158,11 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     let (mac, mode, requested, kind) = match &who.workload {
         Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
         Workload::Vm { vmi_name } => {
-            let ns = who.pod.as_ref().map_or("", |p| p.namespace.as_str());
-            let vmi = agent
-                .pod_api
-                .get_vmi(ns, vmi_name)
-                .await
-                .map_err(|e| kube(agent, e))?;
-            let key = who.annotation_key.clone().unwrap_or_default();
-            let source = vm::migration_source(
-                agent,
-                who.pod.as_ref(),
-                who.migration.as_ref(),
-                vmi.as_ref(),
-                &key,
-            )
-            .await;
-            let id = vm_identity(vmi.as_ref(), &key, MacAddr(link.info.mac), source.as_ref());
-            info!(vmi = %vmi_name, mac = %id.mac, mac_source = %id.mac_source,
-                requested = ?id.requested, migration_source = ?source.as_ref().map(|s| &s.pod),
-                "VM pod: one-shot discovery, the address is not configured");
-            let req_ip = id.requested.map(|(a, _)| a);
+            let (mac, requested) = vm_dhcp(agent, &who, vmi_name, link.info.mac).await?;
             (
-                id.mac.octets(),
+                mac,
                 Mode::OneShot,
-                req_ip,
+                requested,
                 WorkloadKind::Vm {
                     vmi: vmi_name.clone(),
                 },
@@ -225,6 +206,37 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %MacAddr(mac), "ADD done");
     Ok(cni_result(&lease, &req.config))
+}
+
+/// A VM pod's DHCP identity: the MAC the VM's guest will use (the MAC
+/// chain) and the address to ask for (on a migration target, what the
+/// source pod reported).
+async fn vm_dhcp(
+    agent: &Arc<Agent>,
+    who: &Who,
+    vmi_name: &str,
+    pod_mac: [u8; 6],
+) -> Result<([u8; 6], Option<std::net::Ipv4Addr>), Error> {
+    let ns = who.pod.as_ref().map_or("", |p| p.namespace.as_str());
+    let vmi = agent
+        .pod_api
+        .get_vmi(ns, vmi_name)
+        .await
+        .map_err(|e| kube(agent, e))?;
+    let key = who.annotation_key.clone().unwrap_or_default();
+    let source = vm::migration_source(
+        agent,
+        who.pod.as_ref(),
+        who.migration.as_ref(),
+        vmi.as_ref(),
+        &key,
+    )
+    .await;
+    let id = vm_identity(vmi.as_ref(), &key, MacAddr(pod_mac), source.as_ref());
+    info!(vmi = %vmi_name, mac = %id.mac, mac_source = %id.mac_source,
+        requested = ?id.requested, migration_source = ?source.as_ref().map(|s| &s.pod),
+        "VM pod: one-shot discovery, the address is not configured");
+    Ok((id.mac.octets(), id.requested.map(|(a, _)| a)))
 }
 
 /// A lease an ADD has bound, and whether giving it back releases it.

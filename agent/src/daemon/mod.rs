@@ -168,10 +168,6 @@ pub async fn run_until_signal(args: AgentArgs) -> Result<(), DaemonError> {
 }
 
 /// Run the agent on `listener` until `shutdown` completes.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the start-up and shutdown sequence, read top to bottom"
-)]
 pub async fn run(
     args: AgentArgs,
     listener: UnixListener,
