@@ -5,10 +5,6 @@
 //!
 //! Nothing here asserts a timing; the binaries report figures side by side.
 #![expect(clippy::print_stderr, reason = "benchmark progress goes to stderr")]
-#![expect(
-    clippy::cast_precision_loss,
-    reason = "counts and KiB figures far below 2^52 turned into plot coordinates"
-)]
 
 use std::{
     io::{Read as _, Write as _},
