@@ -113,24 +113,21 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `which` in a fresh directory and waits until it serves.
     pub fn start(which: Impl, xdhcp: &Path) -> Daemon {
-        Self::start_with(which, xdhcp, DaemonOptions::default())
+        Self::start_with(which, xdhcp, &DaemonOptions::default())
     }
 
     /// Starts `which` as `opts` say.
-    pub fn start_with(which: Impl, xdhcp: &Path, opts: DaemonOptions) -> Daemon {
-        let (tmp, dir) = match &opts.state_in {
-            Some(d) => {
-                std::fs::create_dir_all(d).expect("state directory");
-                (None, d.clone())
-            }
-            None => {
-                let t = tempfile::Builder::new()
-                    .prefix("xdt-bench-")
-                    .tempdir()
-                    .expect("tempdir");
-                let p = t.path().to_path_buf();
-                (Some(t), p)
-            }
+    pub fn start_with(which: Impl, xdhcp: &Path, opts: &DaemonOptions) -> Daemon {
+        let (tmp, dir) = if let Some(d) = &opts.state_in {
+            std::fs::create_dir_all(d).expect("state directory");
+            (None, d.clone())
+        } else {
+            let t = tempfile::Builder::new()
+                .prefix("xdt-bench-")
+                .tempdir()
+                .expect("tempdir");
+            let p = t.path().to_path_buf();
+            (Some(t), p)
         };
         let socket = dir.join("ipam.sock");
         // `XDHCP_BENCH_LOG_DIR`: keep the daemons' logs there (the agent at

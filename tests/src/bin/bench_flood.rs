@@ -111,10 +111,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
-    let rates: Vec<u64> = std::env::var("XDHCP_BENCH_FLOOD_RATES")
-        .ok()
-        .map(|v| v.split(',').filter_map(|r| r.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![0, 10_000, 50_000, 100_000]);
+    let rates: Vec<u64> = std::env::var("XDHCP_BENCH_FLOOD_RATES").ok().map_or_else(
+        || vec![0, 10_000, 50_000, 100_000],
+        |v| v.split(',').filter_map(|r| r.trim().parse().ok()).collect(),
+    );
     progress!("building a lab: {PODS} pods, a DHCP server and a flooder on one bridge…");
     let lab = Lab::builder()
         .server_ip(Ipv4Addr::new(198, 18, 0, 1), 24)
@@ -196,7 +196,7 @@ fn run(
             let d = Daemon::start_with(
                 i,
                 xdhcp,
-                DaemonOptions {
+                &DaemonOptions {
                     metrics: Some(metrics),
                     ..DaemonOptions::default()
                 },
@@ -565,11 +565,11 @@ fn send_flood(
         let mut xids: Vec<Option<u32>> = vec![None; targets.len()];
         let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
         let started = Instant::now();
-        let mut refreshed = Instant::now() - Duration::from_secs(1);
+        let mut refreshed: Option<Instant> = None;
         let mut n: u64 = 0;
         while !stop.load(Ordering::SeqCst) {
-            if refreshed.elapsed() >= Duration::from_millis(100) {
-                refreshed = Instant::now();
+            if refreshed.is_none_or(|r| r.elapsed() >= Duration::from_millis(100)) {
+                refreshed = Some(Instant::now());
                 let o = owned.lock().expect("owned xids");
                 for (t, (mac, _)) in targets.iter().enumerate() {
                     xids[t] = o.get(mac).copied();

@@ -139,6 +139,10 @@ fn held(metrics: SocketAddr) -> Option<usize> {
     clippy::too_many_lines,
     reason = "one linear script per implementation"
 )]
+#[allow(
+    clippy::many_single_char_names,
+    reason = "n leases, t a start instant, d the daemon, r/h readings: a short script"
+)]
 fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     let n = lab.clients.len();
     let dnsmasq = server(lab);
@@ -156,7 +160,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     };
     progress!("{}: starting with no leases", which.name());
     let t = Instant::now();
-    let mut d = Daemon::start_with(which, xdhcp, opts());
+    let mut d = Daemon::start_with(which, xdhcp, &opts());
     d.wait_serving(Duration::from_secs(30));
     let start_floor = t.elapsed();
     progress!(
@@ -227,10 +231,10 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         let stop = t.elapsed();
         drop(d);
         let t = Instant::now();
-        d = Daemon::start_with(which, xdhcp, opts());
+        d = Daemon::start_with(which, xdhcp, &opts());
         let adopted = match which {
             Impl::Xdhcp => {
-                let ok = xdhcp_tests::wait_until(Duration::from_secs(60), || {
+                let ok = xdhcp_tests::wait_until(Duration::from_mins(1), || {
                     held(metrics).is_some_and(|h| h >= done_at.len())
                 });
                 ok.then(|| t.elapsed())
