@@ -19,8 +19,9 @@
 //! DUID gets another address (its learned update survives a 409 Conflict
 //! from a concurrent writer; its renewal of the same address writes
 //! nothing), `udhcpc` (client id `01:<MAC>`) the same one (nothing
-//! written), `dhclient` (no client id) whatever the server gives it. Each
-//! against dnsmasq and against Kea.
+//! written), `dhclient` (no client id) whatever the server gives it; its
+//! RELEASE (`dhclient -r`) drops the learned binding while the entry keeps
+//! the last address (nothing written). Each against dnsmasq and against Kea.
 //!
 //! Needs root; fails, never skips, without it.
 
@@ -518,6 +519,37 @@ fn dhclient_guest(srv: Srv) {
         "the entry reports {:?}, the guest holds {guest_ip}",
         vm.api.reported()
     );
+    assert!(wait_until(Duration::from_secs(1), || learned(&vm)
+        .iter()
+        .any(|b| b.ip == guest_ip)));
+
+    // The guest gives its lease back: the learned binding goes; the entry
+    // keeps the last address the guest held, so nothing is written.
+    // dhclient sends its RELEASE over a UDP socket, from the address it
+    // holds: configure it, as its distribution script would have.
+    vm.guest
+        .ip(&["addr", "add", &format!("{guest_ip}/24"), "dev", "eth0"]);
+    let patches = vm.api.patches();
+    let status = vm
+        .guest
+        .command("dhclient")
+        .args(["-4", "-v", "-r", "-sf"])
+        .arg(&script)
+        .arg("-lf")
+        .arg(dir.path().join("leases"))
+        .arg("-pf")
+        .arg(dir.path().join("pid"))
+        .arg("eth0")
+        .status()
+        .expect("run dhclient -r");
+    assert!(status.success(), "dhclient -r failed");
+    assert!(
+        wait_until(Duration::from_secs(1), || learned(&vm).is_empty()),
+        "the RELEASE left {:?}",
+        learned(&vm)
+    );
+    assert_eq!(vm.api.reported(), Some(guest_ip));
+    assert_eq!(vm.api.patches(), patches, "a RELEASE writes nothing");
 }
 
 #[test]
@@ -541,11 +573,11 @@ fn udhcpc_guest_keeping_the_address_changes_nothing_kea_fake_apiserver() {
 }
 
 #[test]
-fn dhclient_guest_entry_ends_at_the_address_it_holds_dnsmasq_fake_apiserver() {
+fn dhclient_guest_entry_follows_it_and_its_release_drops_the_binding_dnsmasq_fake_apiserver() {
     dhclient_guest(Srv::Dnsmasq);
 }
 
 #[test]
-fn dhclient_guest_entry_ends_at_the_address_it_holds_kea_fake_apiserver() {
+fn dhclient_guest_entry_follows_it_and_its_release_drops_the_binding_kea_fake_apiserver() {
     dhclient_guest(Srv::Kea);
 }
