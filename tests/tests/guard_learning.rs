@@ -18,7 +18,8 @@
 //! the guest holds, within a second of the guest's ACK: `dhcpcd` with its
 //! DUID gets another address (its learned update survives a 409 Conflict
 //! from a concurrent writer; its renewal of the same address writes
-//! nothing), `udhcpc` (client id `01:<MAC>`) the same one (nothing
+//! nothing; its RELEASE, `dhcpcd -k`, drops the learned binding while the
+//! entry keeps that address), `udhcpc` (client id `01:<MAC>`) the same one (nothing
 //! written), `dhclient` (no client id) whatever the server gives it; its
 //! RELEASE (`dhclient -r`) drops the learned binding while the entry keeps
 //! the last address (nothing written). Each against dnsmasq and against Kea.
@@ -406,6 +407,53 @@ fn run_dhcpcd(vm: &Vm, dir: &Path) -> Ipv4Addr {
     read_ip(&out)
 }
 
+/// dhcpcd running in the guest (foreground, not one-shot), so that
+/// `dhcpcd -k` can ask it to release; killed on drop if still running.
+struct DhcpcdDaemon {
+    child: std::process::Child,
+    bound: Ipv4Addr,
+}
+
+impl DhcpcdDaemon {
+    fn start(vm: &Vm, dir: &Path) -> Self {
+        let conf = dir.join("dhcpcd.conf");
+        let (script, out) = recorder(dir, "new_ip_address", "BOUND*|*REBIND*|*REBOOT*|*RENEW");
+        let _ = std::fs::remove_file(&out);
+        let child = vm
+            .guest
+            .command("dhcpcd")
+            .args(["-4", "-B", "-t", "20", "-f"])
+            .arg(&conf)
+            .arg("-c")
+            .arg(&script)
+            .arg("eth0")
+            .spawn()
+            .expect("start dhcpcd");
+        let mut me = Self {
+            child,
+            bound: Ipv4Addr::UNSPECIFIED,
+        };
+        assert!(
+            wait_until(Duration::from_secs(20), || out.exists()),
+            "dhcpcd bound no lease"
+        );
+        me.bound = read_ip(&out);
+        me
+    }
+}
+
+impl Drop for DhcpcdDaemon {
+    fn drop(&mut self) {
+        // It exits by itself after a release; otherwise stop it.
+        if !wait_until(Duration::from_secs(5), || {
+            self.child.try_wait().is_ok_and(|s| s.is_some())
+        }) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn dhcpcd_guest(srv: Srv) {
     let _one_at_a_time = DHCPCD
         .lock()
@@ -462,6 +510,31 @@ fn dhcpcd_guest(srv: Srv) {
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(vm.api.patches(), patches, "a renewal writes nothing");
     assert_eq!(vm.api.reported(), Some(guest_ip));
+
+    // The guest's client, running this time, gives its lease back
+    // (`dhcpcd -k` asks the running dhcpcd to RELEASE): the learned binding
+    // goes, the entry keeps the last address the guest held (not the
+    // one-shot's), and nothing is written.
+    let daemon = DhcpcdDaemon::start(&vm, dir.path());
+    assert_eq!(
+        daemon.bound, guest_ip,
+        "the restarted client keeps the address"
+    );
+    let status = vm
+        .guest
+        .command("dhcpcd")
+        .args(["-4", "-k", "eth0"])
+        .status()
+        .expect("run dhcpcd -k");
+    assert!(status.success(), "dhcpcd -k failed");
+    assert!(
+        wait_until(Duration::from_secs(1), || learned(&vm).is_empty()),
+        "the RELEASE left {:?}",
+        learned(&vm)
+    );
+    drop(daemon);
+    assert_eq!(vm.api.reported(), Some(guest_ip));
+    assert_eq!(vm.api.patches(), patches, "a RELEASE writes nothing");
 
     // The VM's DEL takes its port's guard and its learned binding away.
     vm.agent
@@ -553,12 +626,13 @@ fn dhclient_guest(srv: Srv) {
 }
 
 #[test]
-fn dhcpcd_guest_moves_the_entry_through_a_409_renewal_writes_nothing_dnsmasq_fake_apiserver() {
+fn dhcpcd_guest_moves_the_entry_through_a_409_renew_and_release_write_nothing_dnsmasq_fake_apiserver()
+ {
     dhcpcd_guest(Srv::Dnsmasq);
 }
 
 #[test]
-fn dhcpcd_guest_moves_the_entry_through_a_409_renewal_writes_nothing_kea_fake_apiserver() {
+fn dhcpcd_guest_moves_the_entry_through_a_409_renew_and_release_write_nothing_kea_fake_apiserver() {
     dhcpcd_guest(Srv::Kea);
 }
 
@@ -573,11 +647,11 @@ fn udhcpc_guest_keeping_the_address_changes_nothing_kea_fake_apiserver() {
 }
 
 #[test]
-fn dhclient_guest_entry_follows_it_and_its_release_drops_the_binding_dnsmasq_fake_apiserver() {
+fn dhclient_guest_entry_reports_its_address_its_release_drops_the_binding_dnsmasq_fake_apiserver() {
     dhclient_guest(Srv::Dnsmasq);
 }
 
 #[test]
-fn dhclient_guest_entry_follows_it_and_its_release_drops_the_binding_kea_fake_apiserver() {
+fn dhclient_guest_entry_reports_its_address_its_release_drops_the_binding_kea_fake_apiserver() {
     dhclient_guest(Srv::Kea);
 }
