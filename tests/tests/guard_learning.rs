@@ -433,8 +433,10 @@ impl DhcpcdDaemon {
             child,
             bound: Ipv4Addr::UNSPECIFIED,
         };
+        // Polled while the script may still be writing it.
         assert!(
-            wait_until(Duration::from_secs(20), || out.exists()),
+            wait_until(Duration::from_secs(20), || std::fs::read_to_string(&out)
+                .is_ok_and(|t| t.trim().parse::<Ipv4Addr>().is_ok())),
             "dhcpcd bound no lease"
         );
         me.bound = read_ip(&out);
