@@ -537,6 +537,22 @@ fn dhcpcd_guest(srv: Srv) {
     drop(daemon);
     assert_eq!(vm.api.reported(), Some(guest_ip));
     assert_eq!(vm.api.patches(), patches, "a RELEASE writes nothing");
+    // It comes back (its lease file gone with the release, it asks for no
+    // address): the entry follows whatever it is given; given the address
+    // the entry already reports (dnsmasq's choice), nothing is rewritten.
+    let back = run_dhcpcd(&vm, dir.path());
+    assert!(
+        reported_within_a_second(&vm, back),
+        "the entry reports {:?}, the guest holds {back}",
+        vm.api.reported()
+    );
+    assert!(wait_until(Duration::from_secs(1), || learned(&vm)
+        .iter()
+        .any(|b| b.ip == back)));
+    if back == guest_ip {
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(vm.api.patches(), patches, "coming back writes nothing");
+    }
 
     // The VM's DEL takes its port's guard and its learned binding away.
     vm.agent
