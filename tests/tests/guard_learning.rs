@@ -1,20 +1,28 @@
 //! Passive learning of a VM guest's own DHCP, end to end in namespaces,
-//! with real Debian DHCP clients as the guest.
+//! with real Debian DHCP clients as the guest and the **in-process fake API
+//! server** (`xdhcp_tests::fake_apiserver`, driven by the agent's real
+//! `kube::Client`; it is not a cluster).
 //!
 //! Topology (bridge binding): the guest namespace's `eth0` (the VM's MAC)
 //! → veth → bridge `k6t-eth0` in the launcher pod's namespace → the pod
 //! interface `eth0` → its veth peer `c0`, a port of bridge `br0` in the
-//! node namespace → dnsmasq on `br0`. The agent runs in-process inside the
-//! node namespace (every thread it starts inherits it), so the guard goes on
-//! `c0`; its pod API is the embedded store (`--kube=off`) seeded with the
-//! launcher pod and the VMI — not a cluster and not the fake API server: the
-//! `pod-networks` entry is read back from that store.
+//! node namespace → dnsmasq or Kea on `br0`. The agent runs in-process
+//! inside the node namespace (every thread it starts inherits it), so the
+//! guard goes on `c0`; it runs with `--kube=on` and a kubeconfig naming the
+//! fake API server, which listens on the node namespace's loopback and
+//! holds the launcher pod and the VMI. The `pod-networks` annotation is read
+//! back from the fake server, and its PATCH requests are counted.
 //!
 //! The VM ADD runs the one-shot discovery (client id `01:<MAC>`); then the
 //! guest's client leases for itself, and the entry must end at the address
-//! the guest holds: `dhcpcd` with its DUID gets another address, `udhcpc`
-//! (client id `01:<MAC>`) the same one, `dhclient` (no client id) whatever
-//! the server gives it. Each against dnsmasq and against Kea.
+//! the guest holds, within a second of the guest's ACK: `dhcpcd` with its
+//! DUID gets another address (its learned update survives a 409 Conflict
+//! from a concurrent writer; its renewal of the same address writes
+//! nothing; its RELEASE, `dhcpcd -k`, drops the learned binding while the
+//! entry keeps that address), `udhcpc` (client id `01:<MAC>`) the same one (nothing
+//! written), `dhclient` (no client id) whatever the server gives it; its
+//! RELEASE (`dhclient -r`) drops the learned binding while the entry keeps
+//! the last address (nothing written). Each against dnsmasq and against Kea.
 //!
 //! Needs root; fails, never skips, without it.
 
@@ -27,6 +35,7 @@ use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
 use xdhcp::cli::{AgentArgs, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest};
+use xdhcp_tests::fake_apiserver::{FakeApiServer, Fault, Op};
 use xdhcp_tests::{
     Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab, NetNs, Veth, parse_mac, wait_until,
 };
@@ -36,6 +45,79 @@ const NAD: &str = "dhcpnet";
 const POD: &str = "virt-launcher-vm1";
 const VM_MAC: &str = "02:00:00:00:30:01";
 const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
+/// An annotation a concurrent writer sets (the 409 case).
+const OTHER: &str = "example.com/written-meanwhile";
+
+/// The in-process fake API server (not a cluster), listening on the node
+/// namespace's loopback (the agent's threads live in that namespace), on
+/// its own runtime; and a kubeconfig naming it.
+struct Api {
+    server: FakeApiServer,
+    _rt: tokio::runtime::Runtime,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Api {
+    fn start_in(node: &Path) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        // The listening socket is created on a thread inside the node
+        // namespace, so it stays there; the runtime's workers serve it.
+        let server = xdhcp::sys::netns::run_in_netns(node, || rt.block_on(FakeApiServer::start()))
+            .expect("start the fake API server in the node namespace");
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-kubeconfig-")
+            .tempdir()
+            .unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
+                 users:\n- name: nobody\n  user: {{}}\n",
+                server.url()
+            ),
+        )
+        .unwrap();
+        Api {
+            server,
+            _rt: rt,
+            kubeconfig,
+            _dir: dir,
+        }
+    }
+
+    /// The launcher pod's `pod-networks` annotation, parsed.
+    fn networks(&self) -> Option<Value> {
+        serde_json::from_str(&self.server.annotation(NS, POD, POD_NETWORKS)?).ok()
+    }
+
+    /// The address this network's `pod-networks` entry reports.
+    fn reported(&self) -> Option<Ipv4Addr> {
+        let doc = self.networks()?;
+        let ip = doc[format!("{NS}/{NAD}")]["ip_addresses"][0].as_str()?;
+        ip.split('/').next()?.parse().ok()
+    }
+
+    fn patches(&self) -> usize {
+        self.server.count(Op::PatchPod)
+    }
+
+    /// PATCH requests answered 409 Conflict.
+    fn conflicts(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.op == Some(Op::PatchPod) && r.status == 409)
+            .count()
+    }
+}
 
 /// An in-process agent on its own thread inside `node`, stopped on drop.
 struct NodeAgent {
@@ -43,12 +125,11 @@ struct NodeAgent {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     socket: PathBuf,
-    state_dir: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl NodeAgent {
-    fn start(node: &Path, seed: &Value) -> Self {
+    fn start(node: &Path, kubeconfig: &Path) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("xdt-learn-agent-")
             .tempdir()
@@ -56,13 +137,9 @@ impl NodeAgent {
         let socket = dir.path().join("run/xdhcp.sock");
         let state_dir = dir.path().join("state");
         std::fs::create_dir_all(&state_dir).unwrap();
-        std::fs::write(
-            state_dir.join("pod-networks.json"),
-            serde_json::to_vec_pretty(seed).unwrap(),
-        )
-        .unwrap();
-        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir.clone());
-        args.kube = KubeMode::Off;
+        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir);
+        args.kube = KubeMode::On;
+        args.kubeconfig = Some(kubeconfig.to_path_buf());
         args.bpffs_dir = dir.path().join("bpffs");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let sock = socket.clone();
@@ -90,7 +167,6 @@ impl NodeAgent {
             stop: Some(stop),
             thread: Some(thread),
             socket,
-            state_dir,
             _dir: dir,
         };
         let c = me.client();
@@ -119,17 +195,6 @@ impl NodeAgent {
         self.rt
             .block_on(self.client().get(PATH_BINDINGS))
             .expect("binding table")
-    }
-
-    /// The address of this network's `pod-networks` entry of the launcher pod.
-    fn reported(&self) -> Option<Ipv4Addr> {
-        let store: Value =
-            serde_json::from_slice(&std::fs::read(self.state_dir.join("pod-networks.json")).ok()?)
-                .ok()?;
-        let ann = store["pods"][format!("{NS}/{POD}")]["annotations"][POD_NETWORKS].as_str()?;
-        let doc: Value = serde_json::from_str(ann).ok()?;
-        let ip = doc[format!("{NS}/{NAD}")]["ip_addresses"][0].as_str()?;
-        ip.split('/').next()?.parse().ok()
     }
 }
 
@@ -164,6 +229,7 @@ enum Running {
 /// and the agent after the VM's ADD.
 struct Vm {
     agent: NodeAgent,
+    api: Api,
     guest: NetNs,
     _guest_link: Veth,
     _server: Running,
@@ -198,21 +264,28 @@ fn vm_with_guest(srv: Srv) -> Vm {
     guest.link_up("eth0");
 
     let key = format!("{NS}/{NAD}");
-    let seed = json!({
-        "pods": {format!("{NS}/{POD}"): {"labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"}}},
-        "vmis": {format!("{NS}/vm1"): {
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "vm1", "namespace": NS},
-            "spec": {
-                "networks": [{"name": "default", "pod": {}}, {"name": "dhcpnet", "multus": {"networkName": key}}],
-                "domain": {"devices": {"interfaces": [
-                    {"name": "default", "masquerade": {}},
-                    {"name": "dhcpnet", "bridge": {}, "macAddress": VM_MAC}
-                ]}}
-            }
-        }}
-    });
-    let agent = NodeAgent::start(lab.server.path(), &seed);
+    let api = Api::start_in(lab.server.path());
+    let uid = api.server.add_pod(
+        NS,
+        POD,
+        &[
+            ("kubevirt.io", "virt-launcher"),
+            ("vm.kubevirt.io/name", "vm1"),
+        ],
+        &[],
+    );
+    api.server.put_vmi(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm1", "namespace": NS},
+        "spec": {
+            "networks": [{"name": "default", "pod": {}}, {"name": "dhcpnet", "multus": {"networkName": key}}],
+            "domain": {"devices": {"interfaces": [
+                {"name": "default", "masquerade": {}},
+                {"name": "dhcpnet", "bridge": {}, "macAddress": VM_MAC}
+            ]}}
+        }
+    }));
+    let agent = NodeAgent::start(lab.server.path(), &api.kubeconfig);
     let conf = json!({
         "cniVersion": "1.0.0", "name": NAD, "type": "ovn-k8s-cni-overlay",
         "topology": "localnet", "netAttachDefName": key, "ipam": {"type": "dhcp"}
@@ -224,7 +297,7 @@ fn vm_with_guest(srv: Srv) -> Vm {
         args: [
             ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
             ("K8S_POD_NAME".to_owned(), POD.to_owned()),
-            ("K8S_POD_UID".to_owned(), "uid-vm1".to_owned()),
+            ("K8S_POD_UID".to_owned(), uid),
         ]
         .into(),
         config: config::parse(conf.to_string().as_bytes()).unwrap(),
@@ -232,7 +305,7 @@ fn vm_with_guest(srv: Srv) -> Vm {
     let r = agent.add(&req);
     let one_shot = r.ips[0].address.addr;
     assert_eq!(
-        agent.reported(),
+        api.reported(),
         Some(one_shot),
         "the ADD reported its one-shot address"
     );
@@ -251,6 +324,7 @@ fn vm_with_guest(srv: Srv) -> Vm {
     );
     Vm {
         agent,
+        api,
         guest,
         _guest_link: link,
         _server: server,
@@ -264,7 +338,7 @@ fn vm_with_guest(srv: Srv) -> Vm {
 fn reported_within_a_second(vm: &Vm, ip: Ipv4Addr) -> bool {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(1) {
-        if vm.agent.reported() == Some(ip) {
+        if vm.api.reported() == Some(ip) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -308,17 +382,17 @@ fn read_ip(path: &Path) -> Ipv4Addr {
 /// after the interface, whatever the namespace: two at once would collide.
 static DHCPCD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn dhcpcd_guest(srv: Srv) {
-    let _one_at_a_time = DHCPCD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let vm = vm_with_guest(srv);
-    let dir = tempfile::tempdir().unwrap();
+/// Runs dhcpcd once in the guest (it leases, runs its script, exits
+/// without releasing); the address it was bound to.
+fn run_dhcpcd(vm: &Vm, dir: &Path) -> Ipv4Addr {
     // The distribution's defaults that matter (DUID client id), no hooks
     // (the script replaces them: nothing touches this machine's files).
-    let conf = dir.path().join("dhcpcd.conf");
+    let conf = dir.join("dhcpcd.conf");
     std::fs::write(&conf, "duid\npersistent\nrequire dhcp_server_identifier\n").unwrap();
-    let (script, out) = recorder(dir.path(), "new_ip_address", "BOUND");
+    // BOUND for a fresh lease; REBIND/REBOOT/RENEW when it asks again for
+    // the lease it kept (one `case` pattern list).
+    let (script, out) = recorder(dir, "new_ip_address", "BOUND*|*REBIND*|*REBOOT*|*RENEW");
+    let _ = std::fs::remove_file(&out);
     let status = vm
         .guest
         .command("dhcpcd")
@@ -330,21 +404,156 @@ fn dhcpcd_guest(srv: Srv) {
         .status()
         .expect("run dhcpcd");
     assert!(status.success(), "dhcpcd failed");
-    let guest_ip = read_ip(&out);
+    read_ip(&out)
+}
+
+/// dhcpcd running in the guest (foreground, not one-shot), so that
+/// `dhcpcd -k` can ask it to release; killed on drop if still running.
+struct DhcpcdDaemon {
+    child: std::process::Child,
+    bound: Ipv4Addr,
+}
+
+impl DhcpcdDaemon {
+    fn start(vm: &Vm, dir: &Path) -> Self {
+        let conf = dir.join("dhcpcd.conf");
+        let (script, out) = recorder(dir, "new_ip_address", "BOUND*|*REBIND*|*REBOOT*|*RENEW");
+        let _ = std::fs::remove_file(&out);
+        let child = vm
+            .guest
+            .command("dhcpcd")
+            .args(["-4", "-B", "-t", "20", "-f"])
+            .arg(&conf)
+            .arg("-c")
+            .arg(&script)
+            .arg("eth0")
+            .spawn()
+            .expect("start dhcpcd");
+        let mut me = Self {
+            child,
+            bound: Ipv4Addr::UNSPECIFIED,
+        };
+        // Polled while the script may still be writing it.
+        assert!(
+            wait_until(Duration::from_secs(20), || std::fs::read_to_string(&out)
+                .is_ok_and(|t| t.trim().parse::<Ipv4Addr>().is_ok())),
+            "dhcpcd bound no lease"
+        );
+        me.bound = read_ip(&out);
+        me
+    }
+}
+
+impl Drop for DhcpcdDaemon {
+    fn drop(&mut self) {
+        // It exits by itself after a release; otherwise stop it.
+        if !wait_until(Duration::from_secs(5), || {
+            self.child.try_wait().is_ok_and(|s| s.is_some())
+        }) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn dhcpcd_guest(srv: Srv) {
+    let _one_at_a_time = DHCPCD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let vm = vm_with_guest(srv);
+    let dir = tempfile::tempdir().unwrap();
+    // Another client writes the pod just before the learned update's PATCH
+    // is served: that PATCH fails its resourceVersion precondition (409),
+    // and the update must still land, next to the other writer's change.
+    let patches_after_add = vm.api.patches();
+    vm.api.server.inject(
+        Op::PatchPod,
+        Fault::ConcurrentWrite {
+            key: OTHER.to_owned(),
+            value: "kept".to_owned(),
+        },
+    );
+    let guest_ip = run_dhcpcd(&vm, dir.path());
     assert_ne!(
         guest_ip, vm.one_shot,
-        "dnsmasq gives the DUID client another address"
+        "the server gives the DUID client another address"
     );
     assert!(
         reported_within_a_second(&vm, guest_ip),
         "the entry reports {:?}, the guest holds {guest_ip}",
-        vm.agent.reported()
+        vm.api.reported()
     );
+    assert_eq!(vm.api.server.pending_faults(), 0, "the conflict was served");
+    assert_eq!(vm.api.conflicts(), 1, "{:?}", vm.api.server.requests());
+    assert_eq!(
+        vm.api.server.annotation(NS, POD, OTHER).as_deref(),
+        Some("kept"),
+        "the concurrent writer's change survives the retried update"
+    );
+    let entry = &vm.api.networks().unwrap()[format!("{NS}/{NAD}")];
+    assert_eq!(entry["mac_address"], VM_MAC, "{entry}");
     let l = learned(&vm);
     assert_eq!(l.len(), 1, "{l:?}");
     assert_eq!((l[0].ip, l[0].mac.as_str()), (guest_ip, VM_MAC));
     assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
     assert!(l[0].expires_unix_ms.is_some());
+    assert!(vm.api.server.unexpected().is_empty());
+
+    // The guest comes back and asks for its address again (dhcpcd keeps its
+    // DUID and lease): the same address, so nothing is written.
+    let patches = vm.api.patches();
+    assert_eq!(
+        patches,
+        patches_after_add + 2,
+        "the learned update: one 409, one accepted"
+    );
+    let again = run_dhcpcd(&vm, dir.path());
+    assert_eq!(again, guest_ip, "the renewal keeps the address");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(vm.api.patches(), patches, "a renewal writes nothing");
+    assert_eq!(vm.api.reported(), Some(guest_ip));
+
+    // The guest's client, running this time, gives its lease back
+    // (`dhcpcd -k` asks the running dhcpcd to RELEASE): the learned binding
+    // goes, the entry keeps the last address the guest held (not the
+    // one-shot's), and nothing is written.
+    let daemon = DhcpcdDaemon::start(&vm, dir.path());
+    assert_eq!(
+        daemon.bound, guest_ip,
+        "the restarted client keeps the address"
+    );
+    let status = vm
+        .guest
+        .command("dhcpcd")
+        .args(["-4", "-k", "eth0"])
+        .status()
+        .expect("run dhcpcd -k");
+    assert!(status.success(), "dhcpcd -k failed");
+    assert!(
+        wait_until(Duration::from_secs(1), || learned(&vm).is_empty()),
+        "the RELEASE left {:?}",
+        learned(&vm)
+    );
+    drop(daemon);
+    assert_eq!(vm.api.reported(), Some(guest_ip));
+    assert_eq!(vm.api.patches(), patches, "a RELEASE writes nothing");
+    // It comes back (its lease file gone with the release, it asks for no
+    // address): the entry follows whatever it is given; given the address
+    // the entry already reports (dnsmasq's choice), nothing is rewritten.
+    let back = run_dhcpcd(&vm, dir.path());
+    assert!(
+        reported_within_a_second(&vm, back),
+        "the entry reports {:?}, the guest holds {back}",
+        vm.api.reported()
+    );
+    assert!(wait_until(Duration::from_secs(1), || learned(&vm)
+        .iter()
+        .any(|b| b.ip == back)));
+    if back == guest_ip {
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(vm.api.patches(), patches, "coming back writes nothing");
+    }
+
     // The VM's DEL takes its port's guard and its learned binding away.
     vm.agent
         .rt
@@ -356,6 +565,7 @@ fn dhcpcd_guest(srv: Srv) {
 
 fn udhcpc_guest(srv: Srv) {
     let vm = vm_with_guest(srv);
+    let patches = vm.api.patches();
     let dir = tempfile::tempdir().unwrap();
     let (script, out) = recorder(dir.path(), "ip", "bound");
     let status = vm
@@ -372,7 +582,8 @@ fn udhcpc_guest(srv: Srv) {
     // Same client id as the one-shot: the same address, nothing to change.
     assert_eq!(guest_ip, vm.one_shot);
     assert!(wait_until(Duration::from_secs(1), || !learned(&vm).is_empty()));
-    assert_eq!(vm.agent.reported(), Some(vm.one_shot));
+    assert_eq!(vm.api.reported(), Some(vm.one_shot));
+    assert_eq!(vm.api.patches(), patches, "nothing is written");
     assert_eq!(learned(&vm)[0].ip, guest_ip);
 }
 
@@ -397,36 +608,68 @@ fn dhclient_guest(srv: Srv) {
     assert!(
         reported_within_a_second(&vm, guest_ip),
         "the entry reports {:?}, the guest holds {guest_ip}",
-        vm.agent.reported()
+        vm.api.reported()
     );
+    assert!(wait_until(Duration::from_secs(1), || learned(&vm)
+        .iter()
+        .any(|b| b.ip == guest_ip)));
+
+    // The guest gives its lease back: the learned binding goes; the entry
+    // keeps the last address the guest held, so nothing is written.
+    // dhclient sends its RELEASE over a UDP socket, from the address it
+    // holds: configure it, as its distribution script would have.
+    vm.guest
+        .ip(&["addr", "add", &format!("{guest_ip}/24"), "dev", "eth0"]);
+    let patches = vm.api.patches();
+    let status = vm
+        .guest
+        .command("dhclient")
+        .args(["-4", "-v", "-r", "-sf"])
+        .arg(&script)
+        .arg("-lf")
+        .arg(dir.path().join("leases"))
+        .arg("-pf")
+        .arg(dir.path().join("pid"))
+        .arg("eth0")
+        .status()
+        .expect("run dhclient -r");
+    assert!(status.success(), "dhclient -r failed");
+    assert!(
+        wait_until(Duration::from_secs(1), || learned(&vm).is_empty()),
+        "the RELEASE left {:?}",
+        learned(&vm)
+    );
+    assert_eq!(vm.api.reported(), Some(guest_ip));
+    assert_eq!(vm.api.patches(), patches, "a RELEASE writes nothing");
 }
 
 #[test]
-fn dhcpcd_guest_with_its_duid_moves_the_entry_to_its_own_address_dnsmasq() {
+fn dhcpcd_guest_moves_the_entry_through_a_409_renew_and_release_write_nothing_dnsmasq_fake_apiserver()
+ {
     dhcpcd_guest(Srv::Dnsmasq);
 }
 
 #[test]
-fn dhcpcd_guest_with_its_duid_moves_the_entry_to_its_own_address_kea() {
+fn dhcpcd_guest_moves_the_entry_through_a_409_renew_and_release_write_nothing_kea_fake_apiserver() {
     dhcpcd_guest(Srv::Kea);
 }
 
 #[test]
-fn udhcpc_guest_keeping_the_address_changes_nothing_dnsmasq() {
+fn udhcpc_guest_keeping_the_address_changes_nothing_dnsmasq_fake_apiserver() {
     udhcpc_guest(Srv::Dnsmasq);
 }
 
 #[test]
-fn udhcpc_guest_keeping_the_address_changes_nothing_kea() {
+fn udhcpc_guest_keeping_the_address_changes_nothing_kea_fake_apiserver() {
     udhcpc_guest(Srv::Kea);
 }
 
 #[test]
-fn dhclient_guest_entry_ends_at_the_address_it_holds_dnsmasq() {
+fn dhclient_guest_entry_reports_its_address_its_release_drops_the_binding_dnsmasq_fake_apiserver() {
     dhclient_guest(Srv::Dnsmasq);
 }
 
 #[test]
-fn dhclient_guest_entry_ends_at_the_address_it_holds_kea() {
+fn dhclient_guest_entry_reports_its_address_its_release_drops_the_binding_kea_fake_apiserver() {
     dhclient_guest(Srv::Kea);
 }
