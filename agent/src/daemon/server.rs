@@ -59,7 +59,18 @@ fn to_cni(e: &Error) -> CniError {
                 None => cni,
             };
         }
-        Error::KubeDeadline { .. } | Error::NotReported { .. } => (code::KUBE_API, true),
+        Error::KubeDeadline { .. } => (code::KUBE_API, true),
+        Error::NotReported { source, .. } => {
+            // Classified by why the write failed (an embedded store on a
+            // full disk is the node's I/O); the message adds the lease's fate.
+            let inner = to_cni(source);
+            let cni = CniError::new(inner.code, e.to_string());
+            return if inner.details.is_empty() {
+                cni
+            } else {
+                cni.with_details(inner.details)
+            };
+        }
         Error::Interface { .. } | Error::Netdev { .. } | Error::LinkFailed { .. } => {
             (code::INTERFACE, false)
         }
