@@ -231,7 +231,14 @@ pub(crate) async fn add_vfio(
         && let Err(source) = report_address(agent, p, key, &lease, mac, req.netns.as_deref()).await
     {
         let record = super::lease::task::lock(&handle.live).record.clone();
-        return Err(acquire::abandon_unreported(agent, &record, &handle, &lease, super::add::kube(agent, source)).await);
+        return Err(acquire::abandon_unreported(
+            agent,
+            &record,
+            &handle,
+            &lease,
+            super::add::kube(agent, source),
+        )
+        .await);
     }
     info!(container = %req.container_id, ifname = %req.ifname, %pci, address = %lease.address,
         mac = %MacAddr(mac), "ADD done (VFIO VM: address reported, vfio-pci restored)");
