@@ -31,7 +31,6 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::cni::config::{Attachment, NetworkConfig};
 use crate::cni::types::{CniError, Ipv4Cidr, code};
 
 pub use crate::cni::types::CniResult;

@@ -64,27 +64,32 @@ pub fn about() -> String {
     )
 }
 
-/// The agent binary for a plugin binary at `plugin`: [`AGENT_NAME`] in the
-/// same directory (symbolic links resolved, as `/proc/self/exe` has them).
-pub fn agent_binary(plugin: &Path) -> PathBuf {
-    plugin.with_file_name(AGENT_NAME)
+/// Where the agent binary is for a plugin invoked as `arg0` whose own
+/// file is `exe` (`/proc/self/exe`, symbolic links resolved): [`AGENT_NAME`]
+/// in the directory the plugin was invoked from (a runtime execs plugins by
+/// their path in `CNI_PATH`), else beside the plugin's own file.
+pub fn agent_binary(arg0: Option<&Path>, exe: Option<&Path>) -> Option<PathBuf> {
+    let invoked = arg0
+        .filter(|a| a.parent().is_some_and(|d| !d.as_os_str().is_empty()))
+        .map(|a| a.with_file_name(AGENT_NAME));
+    match invoked {
+        Some(p) if p.exists() || exe.is_none() => Some(p),
+        _ => exe.map(|e| e.with_file_name(AGENT_NAME)).or(invoked),
+    }
 }
 
-/// Replace this process with the agent binary beside it, keeping `args`
-/// (`args[0]` too, so the agent sees the name it was invoked as, `dhcp` or
-/// `xdhcp`). Returns only on failure, with what was tried.
+/// Replace this process with the agent binary, keeping `args` (`args[0]`
+/// too, so the agent sees the name it was invoked as, `dhcp` or `xdhcp`).
+/// Returns only on failure, with what was tried.
 pub fn exec_agent(args: &[OsString]) -> io::Error {
     use std::os::unix::process::CommandExt as _;
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            return io::Error::new(
-                e.kind(),
-                format!("cannot find the plugin's own path to locate {AGENT_NAME}: {e}"),
-            );
-        }
+    let exe = std::env::current_exe().ok();
+    let Some(agent) = agent_binary(args.first().map(Path::new), exe.as_deref()) else {
+        return io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("cannot find the plugin's own path to locate {AGENT_NAME} beside it"),
+        );
     };
-    let agent = agent_binary(&exe);
     let mut cmd = std::process::Command::new(&agent);
     if let Some(arg0) = args.first() {
         cmd.arg0(arg0);
@@ -137,10 +142,26 @@ mod tests {
 
     #[test]
     fn the_agent_is_beside_the_plugin() {
+        let dir = tempfile::tempdir().unwrap();
+        let invoked = dir.path().join("dhcp");
+        let exe = Path::new("/usr/libexec/xdhcp/xdhcp-plugin");
+        // Nothing where it was invoked from: beside its own file.
         assert_eq!(
-            agent_binary(Path::new("/opt/cni/bin/xdhcp-plugin")),
-            Path::new("/opt/cni/bin/xdhcp-agent")
+            agent_binary(Some(&invoked), Some(exe)),
+            Some(PathBuf::from("/usr/libexec/xdhcp/xdhcp-agent"))
         );
+        // Installed beside the name it was invoked by (a link farm): that one.
+        std::fs::write(dir.path().join(AGENT_NAME), b"").unwrap();
+        assert_eq!(
+            agent_binary(Some(&invoked), Some(exe)),
+            Some(dir.path().join(AGENT_NAME))
+        );
+        // Run from $PATH (no directory in argv[0]): beside its own file.
+        assert_eq!(
+            agent_binary(Some(Path::new("dhcp")), Some(exe)),
+            Some(PathBuf::from("/usr/libexec/xdhcp/xdhcp-agent"))
+        );
+        assert_eq!(agent_binary(Some(Path::new("dhcp")), None), None);
     }
 
     #[test]
