@@ -144,9 +144,8 @@ impl Client {
             socket: self.socket.clone(),
             source,
         })?;
-        let (status, bytes) = self
-            .exchange(&stream, deadline, method, path, body)
-            .map_err(|source| {
+        let (status, bytes) =
+            Self::exchange(&stream, deadline, method, path, body).map_err(|source| {
                 if matches!(
                     source.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -172,7 +171,6 @@ impl Client {
     }
 
     fn exchange(
-        &self,
         stream: &UnixStream,
         deadline: Instant,
         method: &str,
