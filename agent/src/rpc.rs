@@ -31,103 +31,18 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::cni::config::{Attachment, NetworkConfig};
 use crate::cni::types::{CniError, Ipv4Cidr, code};
 
 pub use crate::cni::types::CniResult;
 
-/// `POST`: CNI ADD.
-pub const PATH_ADD: &str = "/v1/cni/add";
-/// `POST`: CNI DEL.
-pub const PATH_DEL: &str = "/v1/cni/del";
-/// `POST`: CNI CHECK.
-pub const PATH_CHECK: &str = "/v1/cni/check";
-/// `POST`: CNI GC.
-pub const PATH_GC: &str = "/v1/cni/gc";
-/// `GET`: CNI STATUS (is the agent ready for ADDs?).
-pub const PATH_READY: &str = "/v1/cni/status";
+pub use xdhcp_plugin::proto::{
+    CniRequest, GcReply, GcRequest, PATH_ADD, PATH_CHECK, PATH_DEL, PATH_GC, PATH_READY, Readiness,
+    format_chain,
+};
 /// `GET`: the lease table.
 pub const PATH_LEASES: &str = "/v1/leases";
 /// `GET`: agent status for `xdhcp status`.
 pub const PATH_STATUS: &str = "/v1/status";
-
-/// ADD, DEL and CHECK: the validated CNI invocation.
-///
-/// Decoding checks that `container_id` and `ifname` form a lease-store key
-/// (what the shim's environment checks guarantee): the agent must never
-/// answer an ADD for an attachment whose lease it cannot persist.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", try_from = "CniRequestWire")]
-pub struct CniRequest {
-    /// `CNI_CONTAINERID` (validated as a store key).
-    pub container_id: String,
-    /// `CNI_IFNAME` (validated Linux name).
-    pub ifname: String,
-    /// `CNI_NETNS`; `None` only for a DEL whose namespace is gone.
-    pub netns: Option<PathBuf>,
-    /// `CNI_ARGS` (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`, `K8S_POD_UID`, …).
-    pub args: BTreeMap<String, String>,
-    /// The validated network configuration.
-    pub config: NetworkConfig,
-}
-
-/// [`CniRequest`] as it arrives, before its key is checked.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CniRequestWire {
-    container_id: String,
-    ifname: String,
-    netns: Option<PathBuf>,
-    args: BTreeMap<String, String>,
-    config: NetworkConfig,
-}
-
-impl TryFrom<CniRequestWire> for CniRequest {
-    type Error = crate::store::StoreError;
-
-    fn try_from(w: CniRequestWire) -> Result<Self, Self::Error> {
-        crate::store::LeaseKey::new(&w.container_id, &w.ifname)?;
-        Ok(Self {
-            container_id: w.container_id,
-            ifname: w.ifname,
-            netns: w.netns,
-            args: w.args,
-            config: w.config,
-        })
-    }
-}
-
-impl CniRequest {
-    /// `<namespace>/<name>` of the pod from `CNI_ARGS`, if both are present.
-    pub fn pod(&self) -> Option<(&str, &str)> {
-        Some((
-            self.args.get("K8S_POD_NAMESPACE")?.as_str(),
-            self.args.get("K8S_POD_NAME")?.as_str(),
-        ))
-    }
-}
-
-/// GC: the network and its valid attachments.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GcRequest {
-    pub config: NetworkConfig,
-}
-
-/// What GC did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GcReply {
-    /// Attachments whose leases were dropped.
-    pub removed: Vec<Attachment>,
-}
-
-/// STATUS: readiness for new ADDs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Readiness {
-    pub ready: bool,
-    /// Why not ready (empty when ready).
-    #[serde(default)]
-    pub reason: String,
-}
 
 /// One row of `xdhcp leases`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -267,18 +182,7 @@ impl RpcError {
         match self {
             Self::Agent(e) => e,
             Self::Connect { socket, source } => {
-                let hint = match source.kind() {
-                    io::ErrorKind::NotFound => {
-                        "the xdhcp agent is not running (no socket); start it with `xdhcp agent` or check the xdhcp DaemonSet"
-                    }
-                    io::ErrorKind::ConnectionRefused => {
-                        "the xdhcp agent is not running (stale socket, connection refused); start it with `xdhcp agent`"
-                    }
-                    io::ErrorKind::PermissionDenied => {
-                        "permission denied on the agent socket; the plugin must run as root"
-                    }
-                    _ => "the xdhcp agent is not reachable",
-                };
+                let hint = xdhcp_plugin::proto::connect_hint(source.kind());
                 CniError::new(
                     code::AGENT_UNREACHABLE,
                     format!("{hint} (socket {})", socket.display()),
@@ -293,7 +197,7 @@ impl RpcError {
                 ..
             } => CniError::new(
                 code::AGENT_UNREACHABLE,
-                "the daemon on the socket does not speak the xdhcp agent's protocol; is the upstream dhcp daemon still serving it? Stop it and run `dhcp daemon` (or the xdhcp DaemonSet) instead",
+                xdhcp_plugin::proto::NOT_XDHCP_DAEMON,
             )
             .with_details(format_chain(&e)),
             e @ (Self::Http { .. } | Self::Decode { .. }) => {
@@ -302,21 +206,6 @@ impl RpcError {
             }
         }
     }
-}
-
-/// Render an error and its sources as `a: b: c`.
-pub fn format_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        let next = src.to_string();
-        if !s.ends_with(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = src.source();
-    }
-    s
 }
 
 /// Thin HTTP/1.1 client of the agent socket. One connection per call.

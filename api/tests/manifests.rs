@@ -470,12 +470,12 @@ fn agent_default_paths() -> BTreeSet<String> {
         .map(str::to_owned)
         .collect();
     let config =
-        fs::read_to_string(root.join("agent/src/cni/config.rs")).expect("agent/src/cni/config.rs");
+        fs::read_to_string(root.join("plugin/src/config.rs")).expect("plugin/src/config.rs");
     let socket = config
         .split("DEFAULT_SOCKET: &str = \"")
         .nth(1)
         .and_then(|rest| rest.split('"').next())
-        .expect("DEFAULT_SOCKET in agent/src/cni/config.rs");
+        .expect("DEFAULT_SOCKET in plugin/src/config.rs");
     paths.insert(socket.to_owned());
     // The agent's default paths (state, bpffs, sysfs, socket) must be among them.
     for p in [
@@ -694,10 +694,14 @@ fn containerfile_daemonset_and_install_step_agree() {
     let copies = containerfile_lines(&containerfile, "COPY ");
     assert_eq!(
         copies,
-        [["xdhcp", "/usr/local/bin/xdhcp"]],
+        [
+            ["xdhcp", "/usr/local/bin/xdhcp"],
+            ["xdhcp-plugin", "/usr/local/bin/xdhcp-plugin"]
+        ],
         "{containerfile}"
     );
     let binary = copies[0][1].as_str();
+    let plugin = copies[1][1].as_str();
     let links = containerfile_lines(&containerfile, "RUN ln -s");
     assert_eq!(
         links,
@@ -726,6 +730,11 @@ fn containerfile_daemonset_and_install_step_agree() {
         "the kind test's build context holds the binary as {}",
         copies[0][0]
     );
+    assert!(
+        e2e.contains("\"$WORK/image/xdhcp-plugin\"") && xtask.contains("\"xdhcp-plugin\""),
+        "the kind test's and xtask image's build contexts hold the thin plugin as {}",
+        copies[1][0]
+    );
 
     let ds: DaemonSet = strict(
         "daemonset.yaml",
@@ -743,16 +752,27 @@ fn containerfile_daemonset_and_install_step_agree() {
         Path::new(binary).file_name().unwrap().to_str().unwrap()
     );
 
-    // The install step copies from where the Containerfile put the binary, into the
-    // host's /opt/cni/bin (the init container's mount), as xdhcp and as dhcp, each by
-    // an atomic rename.
+    // The install step copies from where the Containerfile put the binaries, into
+    // the host's /opt/cni/bin (the init container's mount): the thin plugin as xdhcp
+    // and as dhcp, the agent binary as the name the plugin hands over to, each by
+    // an atomic rename, the agent first.
     let script = init.command.as_ref().unwrap().join("\n");
     let mount = &init.volume_mounts.as_ref().unwrap()[0].mount_path;
-    for name in ["xdhcp", "dhcp"] {
+    let agent_name = xdhcp_plugin::invocation::AGENT_NAME;
+    let installed = |name: &str| {
+        script
+            .find(&format!("{mount}/{name}\n"))
+            .unwrap_or_else(|| panic!("{name} is installed: {script}"))
+    };
+    assert!(
+        installed(agent_name) < installed("xdhcp"),
+        "the agent binary is in place before the plugin that hands over to it: {script}"
+    );
+    for (from, name) in [(binary, agent_name), (plugin, "xdhcp"), (plugin, "dhcp")] {
         let tmp = format!("{mount}/.{name}.tmp");
         assert!(
-            script.contains(&format!("install -m 0755 {binary} {tmp}")),
-            "installs {binary} as {name}: {script}"
+            script.contains(&format!("install -m 0755 {from} {tmp}")),
+            "installs {from} as {name}: {script}"
         );
         assert!(
             script.contains(&format!("mv -f {tmp} {mount}/{name}")),
@@ -763,12 +783,12 @@ fn containerfile_daemonset_and_install_step_agree() {
     // The socket the plugin installed as dhcp connects to by default is the one the
     // agent serves beside its own.
     let config =
-        fs::read_to_string(root.join("agent/src/cni/config.rs")).expect("agent/src/cni/config.rs");
+        fs::read_to_string(root.join("plugin/src/config.rs")).expect("plugin/src/config.rs");
     let upstream = config
         .split("UPSTREAM_SOCKET: &str = \"")
         .nth(1)
         .and_then(|r| r.split('"').next())
-        .expect("UPSTREAM_SOCKET in agent/src/cni/config.rs");
+        .expect("UPSTREAM_SOCKET in plugin/src/config.rs");
     let cmd = agent.command.as_ref().unwrap();
     assert!(
         cmd.windows(2)

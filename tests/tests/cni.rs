@@ -573,3 +573,104 @@ fn bridge_pod_is_bound_renewed_and_deleted_on_the_ebpf_datapath() {
     assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
     assert_eq!(agent.cli("leases", true).trim(), "[]");
 }
+
+/// The installed plugin is the thin binary (no async runtime, no Kubernetes
+/// client, no eBPF loader); it must answer exactly as the agent binary does
+/// and hand every agent command over to the agent binary beside it.
+#[test]
+fn thin_plugin_answers_as_the_agent_binary_and_hands_agent_commands_over() {
+    let cni = CniPath::new();
+    let full = agent_support::xdhcp_bin();
+    let thin = cni.plugin("xdhcp");
+    let netns = format!("/proc/{}/ns/net", std::process::id());
+    let bad = r#"{"cniVersion":"0.4.0","name":"n","ipam":{"type":"xdhcp","timeout":"forever"}}"#;
+    for (command, config) in [
+        ("VERSION", ""),
+        ("ADD", bad),
+        ("STATUS", bad),
+        ("BOGUS", bad),
+    ] {
+        let run = |plugin: &Path| {
+            invoke(
+                plugin,
+                None,
+                command,
+                "c1",
+                Some(Path::new(&netns)),
+                "eth0",
+                cni.dir.path(),
+                config,
+            )
+        };
+        let (a, b) = (run(&full), run(&thin));
+        assert_eq!(
+            (a.ok, &a.stdout, &a.stderr),
+            (b.ok, &b.stdout, &b.stderr),
+            "{command}"
+        );
+        assert!(!a.stdout.is_empty(), "{command}: {a:?}");
+    }
+    // The bad config names the field, through either binary.
+    let out = invoke(
+        &thin,
+        None,
+        "ADD",
+        "c1",
+        Some(Path::new(&netns)),
+        "eth0",
+        cni.dir.path(),
+        bad,
+    );
+    assert!(!out.ok);
+    assert_eq!(out.json["code"], 7, "{out:?}");
+    assert_eq!(
+        out.json["msg"], "ipam.timeout: must be a duration between 1s and 300s",
+        "{out:?}"
+    );
+
+    // `xdhcp agent --help` and `dhcp daemon -h` come from the agent binary.
+    for (name, args) in [
+        ("xdhcp", &["agent", "--help"][..]),
+        ("dhcp", &["daemon", "-h"][..]),
+    ] {
+        let run = |bin: &Path| {
+            let o = std::process::Command::new(bin)
+                .args(args)
+                .env_remove("CNI_COMMAND")
+                .output()
+                .unwrap();
+            (o.status.code(), o.stdout, o.stderr)
+        };
+        let via_thin = run(&cni.plugin(name));
+        assert_eq!(via_thin.0, Some(0), "{name} {args:?}: {via_thin:?}");
+        // argv[0] is kept: the agent binary sees the name it was run as.
+        let link = cni.dir.path().join(format!("direct-{name}"));
+        let _ = std::fs::create_dir(&link);
+        std::os::unix::fs::symlink(&full, link.join(name)).unwrap();
+        assert_eq!(via_thin, run(&link.join(name)), "{name} {args:?}");
+    }
+    assert!(
+        String::from_utf8_lossy(
+            &std::process::Command::new(cni.plugin("xdhcp"))
+                .args(["agent", "--help"])
+                .env_remove("CNI_COMMAND")
+                .output()
+                .unwrap()
+                .stdout
+        )
+        .contains("--state-dir")
+    );
+
+    // Without the agent binary beside it, the thin binary says what it tried.
+    let lonely = tempfile::tempdir().unwrap();
+    let copy = lonely.path().join("dhcp");
+    std::fs::copy(agent_support::plugin_bin(), &copy).unwrap();
+    let o = std::process::Command::new(&copy)
+        .arg("daemon")
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127), "{o:?}");
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(text.contains("xdhcp-agent"), "{text}");
+}

@@ -13,20 +13,26 @@ pub fn run() -> Result<PathBuf> {
     release_binary()
 }
 
-/// Build the release binary without running setup (callers ran it already).
+/// Build the release binaries, the agent and the thin plugin, without
+/// running setup (callers ran it already). Returns the agent's path.
 pub fn release_binary() -> Result<PathBuf> {
     let root = cmd::workspace_root();
-    cmd::run(
-        cmd::program("cargo")
-            .current_dir(&root)
-            .args(["build", "--release", "-p", "xdhcp"]),
-    )?;
+    cmd::run(cmd::program("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "xdhcp",
+        "-p",
+        "xdhcp-plugin",
+    ]))?;
     let bin = root.join("target/release/xdhcp");
-    if !bin.exists() {
-        bail!(
-            "cargo reported success but {} does not exist",
-            bin.display()
-        );
+    for built in [&bin, &root.join("target/release/xdhcp-plugin")] {
+        if !built.exists() {
+            bail!(
+                "cargo reported success but {} does not exist",
+                built.display()
+            );
+        }
     }
     println!("built {}", bin.display());
     Ok(bin)

@@ -12,7 +12,8 @@ use crate::{build, cmd};
 pub const IMAGE: &str = "localhost/xdhcp:latest";
 /// The Containerfile, relative to the workspace root.
 pub const CONTAINERFILE: &str = "Containerfile";
-/// Where the build context (the release binary, as `xdhcp`) is assembled.
+/// Where the build context (the release binaries `xdhcp` and
+/// `xdhcp-plugin`) is assembled.
 const CONTEXT_DIR: &str = "target/image";
 
 /// `cargo xtask image` flags.
@@ -90,9 +91,14 @@ pub fn run(args: &Args) -> Result<()> {
     let root = cmd::workspace_root();
     let context = root.join(CONTEXT_DIR);
     std::fs::create_dir_all(&context).with_context(|| format!("creating {}", context.display()))?;
-    let staged = context.join("xdhcp");
-    std::fs::copy(&bin, &staged)
-        .with_context(|| format!("copying {} to {}", bin.display(), staged.display()))?;
+    for (built, name) in [
+        (bin.clone(), "xdhcp"),
+        (bin.with_file_name("xdhcp-plugin"), "xdhcp-plugin"),
+    ] {
+        let staged = context.join(name);
+        std::fs::copy(&built, &staged)
+            .with_context(|| format!("copying {} to {}", built.display(), staged.display()))?;
+    }
     let mut c = std::process::Command::new(&engine.path);
     c.arg(engine.build)
         .arg("-f")

@@ -15,60 +15,17 @@
 //! Like upstream, `daemon` as the first argument wins over `CNI_COMMAND`.
 //! Pure argument handling; `main` does the I/O.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, FromArgMatches};
 
 use super::config::{UPSTREAM_SOCKET, parse_go_duration};
-use super::types::SUPPORTED_VERSIONS;
 use crate::cli::AgentArgs;
 
-/// The name the upstream plugin is installed under.
-pub const UPSTREAM_NAME: &str = "dhcp";
-
-/// What one execution of the binary is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Invocation {
-    /// `<any name> daemon …`: the agent with the upstream daemon's flags
-    /// (the arguments after `daemon`).
-    Daemon(Vec<OsString>),
-    /// `CNI_COMMAND` is set: the CNI plugin.
-    Plugin,
-    /// `dhcp` with no arguments and no `CNI_COMMAND`: the about text.
-    About,
-    /// Everything else: `xdhcp agent|leases|status`.
-    Cli,
-}
-
-/// Classify an execution by its arguments (`args[0]` included) and the
-/// value of `CNI_COMMAND`.
-pub fn classify(args: &[OsString], cni_command: Option<&OsStr>) -> Invocation {
-    if args.get(1).is_some_and(|a| a == "daemon") {
-        return Invocation::Daemon(args[2..].to_vec());
-    }
-    let as_dhcp = args
-        .first()
-        .and_then(|a| Path::new(a).file_name())
-        .is_some_and(|n| n == UPSTREAM_NAME);
-    match cni_command {
-        // The upstream plugin treats an empty CNI_COMMAND as unset.
-        Some(c) if !(as_dhcp && c.is_empty()) => Invocation::Plugin,
-        _ if as_dhcp && args.len() <= 1 => Invocation::About,
-        _ => Invocation::Cli,
-    }
-}
-
-/// What `dhcp` prints on stderr when run with nothing to do.
-pub fn about() -> String {
-    format!(
-        "CNI dhcp plugin (xdhcp {}): run `dhcp daemon` for the daemon\nCNI protocol versions supported: {}\n",
-        env!("CARGO_PKG_VERSION"),
-        SUPPORTED_VERSIONS.join(", ")
-    )
-}
+pub use xdhcp_plugin::invocation::{Invocation, UPSTREAM_NAME, about, classify};
 
 /// The kind of value an upstream flag takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -391,34 +348,6 @@ mod tests {
 
     fn refused(v: &[&str]) -> DaemonFlagError {
         parse_daemon(&os(v)).expect_err("must be refused")
-    }
-
-    #[test]
-    fn classify_by_name_arguments_and_cni_command() {
-        let add = Some(OsStr::new("ADD"));
-        let empty = Some(OsStr::new(""));
-        assert_eq!(
-            classify(&os(&["/opt/cni/bin/dhcp", "daemon", "-broadcast"]), add),
-            Invocation::Daemon(os(&["-broadcast"]))
-        );
-        assert_eq!(
-            classify(&os(&["xdhcp", "daemon"]), None),
-            Invocation::Daemon(vec![])
-        );
-        assert_eq!(
-            classify(&os(&["/opt/cni/bin/dhcp"]), add),
-            Invocation::Plugin
-        );
-        assert_eq!(classify(&os(&["xdhcp"]), add), Invocation::Plugin);
-        assert_eq!(
-            classify(&os(&["/opt/cni/bin/dhcp"]), None),
-            Invocation::About
-        );
-        assert_eq!(classify(&os(&["dhcp"]), empty), Invocation::About);
-        assert_eq!(classify(&os(&["xdhcp"]), empty), Invocation::Plugin);
-        assert_eq!(classify(&os(&["xdhcp"]), None), Invocation::Cli);
-        assert_eq!(classify(&os(&["dhcp", "leases"]), None), Invocation::Cli);
-        assert_eq!(classify(&[], None), Invocation::Cli);
     }
 
     #[test]

@@ -18,7 +18,10 @@
 //! Both daemons are measured once they serve (xdhcp: CNI STATUS succeeds),
 //! not during their start-up. Results are printed as a Markdown table of
 //! figures and ratios and written to `$XDHCP_BENCH_RESULTS/cni.md`. Nothing
-//! here asserts a timing. `XDHCP_BENCH_CNI=latency|footprint` runs one part;
+//! here asserts a timing. `XDHCP_BENCH_CNI=latency|footprint|floor` runs one
+//! part; `floor` is the exec floor alone, for three binaries side by side:
+//! upstream's plugin, the full agent binary as the plugin (`XDHCP_BIN`) and
+//! the thin plugin binary (`XDHCP_PLUGIN_BIN`), written to `cni-floor.md`;
 //! `XDHCP_BENCH_ONLY=xdhcp|upstream` one implementation (no ratios then);
 //! `XDHCP_BENCH_LOG_DIR` keeps the daemon logs (agent at
 //! `XDHCP_BENCH_RUST_LOG`) and per-ADD timings there.
@@ -423,14 +426,125 @@ fn main() {
     if parts.footprint {
         footprint(&xdhcp, &mut rows);
     }
-    report(&rows, &plots);
+    if parts.latency || parts.footprint {
+        report(&rows, &plots);
+    }
+    if parts.floor {
+        let thin = PathBuf::from(std::env::var_os("XDHCP_PLUGIN_BIN").expect(
+            "XDHCP_PLUGIN_BIN: path of the release thin plugin binary (cargo xtask bench sets it)",
+        ));
+        exec_floors(&xdhcp, &thin);
+    }
 }
 
-/// Which sections to run: `XDHCP_BENCH_CNI=latency,footprint` (default: all).
+/// `x` against `base`: "N× faster" or "N× slower".
+fn speedup(base: Duration, x: Duration) -> String {
+    let (b, x) = (base.as_secs_f64(), x.as_secs_f64().max(1e-9));
+    if b >= x {
+        format!("{:.1}× faster", b / x)
+    } else {
+        format!("{:.1}× slower", x / b.max(1e-9))
+    }
+}
+
+/// Rounds of the exec-floor comparison; the median round is reported.
+const FLOOR_ROUNDS: usize = 9;
+
+/// The exec floor of three plugin binaries, side by side: `CONCURRENT`
+/// concurrent execs of `CNI_COMMAND=VERSION` (no daemon needed), the three
+/// interleaved round by round so load on the machine hits them alike.
+/// Each binary is exec'd once, unmeasured, before the first round, so
+/// none is read from disk while measured.
+fn exec_floors(full: &Path, thin: &Path) {
+    let binaries = [
+        ("upstream dhcp", upstream().to_path_buf()),
+        ("xdhcp, full agent binary", full.to_path_buf()),
+        ("xdhcp, thin plugin binary", thin.to_path_buf()),
+    ];
+    let config =
+        r#"{"cniVersion":"1.0.0","name":"benchnet","type":"macvlan","ipam":{"type":"dhcp"}}"#;
+    let call = |plugin: &Path, i: usize| {
+        let id = format!("floor-{i}");
+        let out = PluginCall {
+            plugin,
+            node_ns: None,
+            command: "VERSION",
+            container_id: &id,
+            netns: None,
+            ifname: "eth0",
+            cni_path: Path::new(CNI_PLUGIN_DIR),
+            cni_args: "",
+            config,
+        }
+        .run()
+        .unwrap_or_else(|e| panic!("exec {}: {e}", plugin.display()));
+        assert!(out.ok, "{} VERSION: {}", plugin.display(), out.text());
+        out.json
+    };
+    for (name, bin) in &binaries {
+        let v = call(bin, 0);
+        println!("{name} ({}): VERSION {v}", bin.display());
+    }
+    let mut walls: Vec<Vec<Duration>> = vec![Vec::new(); binaries.len()];
+    for round in 0..FLOOR_ROUNDS {
+        for (k, (name, bin)) in binaries.iter().enumerate() {
+            let started = Instant::now();
+            std::thread::scope(|s| {
+                for i in 0..CONCURRENT {
+                    let call = &call;
+                    s.spawn(move || call(bin, i));
+                }
+            });
+            let wall = started.elapsed();
+            println!(
+                "round {round}: {name}: {CONCURRENT} execs in {:.3} s",
+                wall.as_secs_f64()
+            );
+            walls[k].push(wall);
+        }
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let medians: Vec<Duration> = walls.iter_mut().map(median).collect();
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# Plugin exec floor: {CONCURRENT} concurrent execs of CNI VERSION\n\n\
+         Same run, the three binaries interleaved round by round; median of {FLOOR_ROUNDS} rounds. \
+         No daemon is involved (VERSION is answered by the plugin itself). Machine: {} cores.\n",
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
+    );
+    let _ = writeln!(
+        md,
+        "| plugin binary | size (MiB) | wall (s) | vs. upstream | vs. full agent binary |\n|---|---|---|---|---|"
+    );
+    for ((name, bin), m) in binaries.iter().zip(&medians) {
+        let _ = writeln!(
+            md,
+            "| {name} | {:.1} | {:.3} | {} | {} |",
+            size(bin) as f64 / (1024.0 * 1024.0),
+            m.as_secs_f64(),
+            speedup(medians[0], *m),
+            speedup(medians[1], *m),
+        );
+    }
+    println!("\n{md}");
+    if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
+        let path = Path::new(&dir).join("cni-floor.md");
+        std::fs::write(&path, md).expect("writing the results");
+        println!("written to {}", path.display());
+    }
+}
+
+/// Which sections to run: `XDHCP_BENCH_CNI=latency,footprint,floor` (default: all).
 /// Handy while working on one of them; the published table needs both.
 struct Parts {
     latency: bool,
     footprint: bool,
+    floor: bool,
 }
 
 impl Parts {
@@ -439,23 +553,27 @@ impl Parts {
             return Self {
                 latency: true,
                 footprint: true,
+                floor: true,
             };
         };
         let v = v.to_string_lossy().into_owned();
         let mut parts = Self {
             latency: false,
             footprint: false,
+            floor: false,
         };
         for p in v.split(',').map(str::trim) {
             match p {
                 "latency" => parts.latency = true,
                 "footprint" => parts.footprint = true,
+                "floor" => parts.floor = true,
                 "all" => {
                     parts.latency = true;
                     parts.footprint = true;
+                    parts.floor = true;
                 }
                 other => panic!(
-                    "XDHCP_BENCH_CNI: unknown part {other:?} (expected latency, footprint or all)"
+                    "XDHCP_BENCH_CNI: unknown part {other:?} (expected latency, footprint, floor or all)"
                 ),
             }
         }

@@ -11,36 +11,57 @@ use std::time::Duration;
 pub use xdhcp_tests::PluginOutput;
 use xdhcp_tests::{NetNs, PluginCall, Process, wait_until};
 
-/// The `xdhcp` binary of this workspace, built once per test binary; or
-/// `$XDHCP_BIN` when set (the VM tier runs test binaries in a guest that
-/// sees the build tree read-only, so it builds the binary beforehand).
+/// The `xdhcp` (full agent) binary of this workspace, built once per test
+/// binary; or `$XDHCP_BIN` when set (the VM tier runs test binaries in a
+/// guest that sees the build tree read-only, so it builds the binary
+/// beforehand).
 pub fn xdhcp_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(bin) = std::env::var_os("XDHCP_BIN") {
             return PathBuf::from(bin);
         }
+        build_bin("xdhcp", "xdhcp")
+    })
+    .clone()
+}
+
+/// The thin plugin binary (`xdhcp-plugin`, installed as `dhcp` and
+/// `xdhcp`), built once per test binary; or `$XDHCP_PLUGIN_BIN` when set.
+pub fn plugin_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("XDHCP_PLUGIN_BIN") {
+            return PathBuf::from(bin);
+        }
+        build_bin("xdhcp-plugin", "xdhcp-plugin")
+    })
+    .clone()
+}
+
+fn build_bin(package: &str, name: &str) -> PathBuf {
+    {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "xdhcp", "--bin", "xdhcp"])
+            .args(["build", "-p", package, "--bin", name])
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .status()
             .expect("run cargo build for the xdhcp binary");
-        assert!(status.success(), "building the xdhcp binary failed");
-        // target/debug/deps/<test> → target/debug/xdhcp
+        assert!(status.success(), "building the {name} binary failed");
+        // target/debug/deps/<test> → target/debug/<name>
         let exe = std::env::current_exe().expect("test executable path");
         let bin = exe
             .parent()
             .and_then(Path::parent)
             .expect("target/debug")
-            .join("xdhcp");
+            .join(name);
         assert!(bin.exists(), "{} missing after build", bin.display());
         bin
-    })
-    .clone()
+    }
 }
 
-/// A `CNI_PATH` directory: our binary as `xdhcp` and `dhcp`, Debian's
-/// `bridge` and `macvlan`.
+/// A `CNI_PATH` directory laid out as installed: the thin plugin binary as
+/// `xdhcp` and `dhcp`, the agent binary beside them as `xdhcp-agent` (what
+/// `dhcp daemon` hands over to), Debian's `bridge` and `macvlan`.
 pub struct CniPath {
     pub dir: tempfile::TempDir,
 }
@@ -51,9 +72,14 @@ impl CniPath {
             .prefix("xdt-cni-")
             .tempdir()
             .unwrap();
-        let bin = xdhcp_bin();
+        let bin = plugin_bin();
         std::os::unix::fs::symlink(&bin, dir.path().join("xdhcp")).unwrap();
         std::os::unix::fs::symlink(&bin, dir.path().join("dhcp")).unwrap();
+        std::os::unix::fs::symlink(
+            xdhcp_bin(),
+            dir.path().join(xdhcp_plugin::invocation::AGENT_NAME),
+        )
+        .unwrap();
         for p in ["bridge", "macvlan"] {
             let src = xdhcp_tests::program(&format!("cni/{p}"));
             std::os::unix::fs::symlink(src, dir.path().join(p)).unwrap();

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::types::{CniError, code};
-use crate::rpc::format_chain;
+use crate::proto::format_chain;
 
 /// The CNI operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,458 @@
+//! Blocking HTTP/1.1 client of the agent socket: one connection per call,
+//! `Connection: close`, bounded by one deadline. No async runtime: the
+//! plugin makes one call per exec.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::proto::{NOT_XDHCP_DAEMON, connect_hint, format_chain};
+use crate::types::{CniError, code};
+
+/// Largest response head or body the plugin accepts (the agent's are small).
+const MAX_RESPONSE: usize = 4 << 20;
+
+/// An HTTP status as the agent sent it: code and reason phrase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub code: u16,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.reason.is_empty() {
+            write!(f, "{}", self.code)
+        } else {
+            write!(f, "{} {}", self.code, self.reason)
+        }
+    }
+}
+
+/// Failure talking to the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to the xdhcp agent at {}: {source}", socket.display())]
+    Connect {
+        socket: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the xdhcp agent at {} did not answer within {}s", socket.display(), after.as_secs())]
+    Timeout { socket: PathBuf, after: Duration },
+    #[error("HTTP exchange with the xdhcp agent at {} failed: {source}", socket.display())]
+    Http {
+        socket: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "the xdhcp agent answered {status} with a body that is not JSON of the expected shape: {source}"
+    )]
+    Decode {
+        status: Status,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Agent(#[from] CniError),
+}
+
+impl ClientError {
+    /// The CNI error the plugin prints for this failure: an agent error as
+    /// is, everything else as "agent unreachable" naming the socket and
+    /// what to do.
+    pub fn into_cni(self) -> CniError {
+        match self {
+            Self::Agent(e) => e,
+            Self::Connect { socket, source } => CniError::new(
+                code::AGENT_UNREACHABLE,
+                format!(
+                    "{} (socket {})",
+                    connect_hint(source.kind()),
+                    socket.display()
+                ),
+            )
+            .with_details(format_chain(&source)),
+            e @ Self::Timeout { .. } => CniError::new(code::AGENT_UNREACHABLE, e.to_string()),
+            e @ Self::Decode { .. } if matches!(&e, Self::Decode { status, .. } if status.code == 404) => {
+                CniError::new(code::AGENT_UNREACHABLE, NOT_XDHCP_DAEMON)
+                    .with_details(format_chain(&e))
+            }
+            e @ (Self::Http { .. } | Self::Decode { .. }) => {
+                CniError::new(code::AGENT_UNREACHABLE, "talking to the xdhcp agent failed")
+                    .with_details(format_chain(&e))
+            }
+        }
+    }
+}
+
+/// Blocking client of the agent at one socket; every call is bounded by
+/// the timeout.
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+    timeout: Duration,
+}
+
+impl Client {
+    pub fn new(socket: impl Into<PathBuf>, timeout: Duration) -> Self {
+        Self {
+            socket: socket.into(),
+            timeout,
+        }
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post<Q: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Q,
+    ) -> Result<R, ClientError> {
+        let bytes = serde_json::to_vec(body).map_err(|source| ClientError::Decode {
+            status: Status {
+                code: 400,
+                reason: "Bad Request".to_owned(),
+            },
+            source,
+        })?;
+        self.call("POST", path, &bytes)
+    }
+
+    /// `GET path`.
+    pub fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
+        self.call("GET", path, &[])
+    }
+
+    fn call<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<R, ClientError> {
+        let deadline = Instant::now() + self.timeout;
+        let stream = UnixStream::connect(&self.socket).map_err(|source| ClientError::Connect {
+            socket: self.socket.clone(),
+            source,
+        })?;
+        let (status, bytes) =
+            Self::exchange(&stream, deadline, method, path, body).map_err(|source| {
+                if matches!(
+                    source.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) {
+                    ClientError::Timeout {
+                        socket: self.socket.clone(),
+                        after: self.timeout,
+                    }
+                } else {
+                    ClientError::Http {
+                        socket: self.socket.clone(),
+                        source,
+                    }
+                }
+            })?;
+        if (200..300).contains(&status.code) {
+            serde_json::from_slice(&bytes).map_err(|source| ClientError::Decode { status, source })
+        } else {
+            let e: CniError = serde_json::from_slice(&bytes)
+                .map_err(|source| ClientError::Decode { status, source })?;
+            Err(ClientError::Agent(e))
+        }
+    }
+
+    fn exchange(
+        stream: &UnixStream,
+        deadline: Instant,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> io::Result<(Status, Vec<u8>)> {
+        let remaining = || {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                Err(io::Error::from(io::ErrorKind::TimedOut))
+            } else {
+                Ok(left)
+            }
+        };
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: xdhcp\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        stream.set_write_timeout(Some(remaining()?))?;
+        (&*stream).write_all(&request)?;
+        let mut reader = BufReader::new(Deadlined {
+            stream,
+            deadline: &remaining,
+        });
+        read_response(&mut reader)
+    }
+}
+
+/// A stream whose every read is bounded by what is left of the deadline.
+struct Deadlined<'a, F> {
+    stream: &'a UnixStream,
+    deadline: &'a F,
+}
+
+impl<F: Fn() -> io::Result<Duration>> Read for Deadlined<'_, F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some((self.deadline)()?))?;
+        (&*self.stream).read(buf)
+    }
+}
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+fn read_line(r: &mut impl BufRead, what: &str) -> io::Result<String> {
+    let mut line = Vec::new();
+    r.by_ref()
+        .take(MAX_RESPONSE as u64)
+        .read_until(b'\n', &mut line)?;
+    if line.last() != Some(&b'\n') {
+        return Err(if line.is_empty() {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("connection closed before the {what}"),
+            )
+        } else {
+            bad(format!("{what} not terminated"))
+        });
+    }
+    let line = String::from_utf8(line).map_err(|_| bad(format!("{what} is not UTF-8")))?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Read one HTTP/1.1 response: status line, headers, and a body delimited
+/// by `content-length`, chunked encoding, or the end of the connection.
+pub fn read_response(r: &mut impl BufRead) -> io::Result<(Status, Vec<u8>)> {
+    let line = read_line(r, "status line")?;
+    let mut parts = line.splitn(3, ' ');
+    let version = parts.next().unwrap_or_default();
+    if !version.starts_with("HTTP/1.") {
+        return Err(bad(format!("not an HTTP/1.x status line: {line:?}")));
+    }
+    let code = parts
+        .next()
+        .and_then(|c| c.parse::<u16>().ok())
+        .filter(|c| (100..1000).contains(c))
+        .ok_or_else(|| bad(format!("bad status line: {line:?}")))?;
+    let reason = parts.next().unwrap_or_default().to_owned();
+    let mut length = None;
+    let mut chunked = false;
+    let mut head = line.len();
+    loop {
+        let h = read_line(r, "header")?;
+        head += h.len();
+        if head > MAX_RESPONSE {
+            return Err(bad("response head too large"));
+        }
+        if h.is_empty() {
+            break;
+        }
+        let (name, value) = h
+            .split_once(':')
+            .ok_or_else(|| bad(format!("malformed header {h:?}")))?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = value
+                .parse::<usize>()
+                .map_err(|_| bad(format!("bad content-length {value:?}")))?;
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value
+                .rsplit(',')
+                .next()
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("chunked"));
+        }
+    }
+    if code / 100 == 1 {
+        // An interim response: the final one follows.
+        return read_response(r);
+    }
+    let status = Status { code, reason };
+    let body = if chunked {
+        read_chunked(r)?
+    } else if let Some(n) = length {
+        if n > MAX_RESPONSE {
+            return Err(bad("response body too large"));
+        }
+        let mut body = vec![0; n];
+        r.read_exact(&mut body)?;
+        body
+    } else {
+        let mut body = Vec::new();
+        r.take(MAX_RESPONSE as u64 + 1).read_to_end(&mut body)?;
+        if body.len() > MAX_RESPONSE {
+            return Err(bad("response body too large"));
+        }
+        body
+    };
+    Ok((status, body))
+}
+
+fn read_chunked(r: &mut impl BufRead) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line = read_line(r, "chunk size")?;
+        let size = line.split(';').next().unwrap_or_default().trim();
+        let n =
+            usize::from_str_radix(size, 16).map_err(|_| bad(format!("bad chunk size {size:?}")))?;
+        if n == 0 {
+            // Trailers, up to the empty line.
+            while !read_line(r, "trailer")?.is_empty() {}
+            return Ok(body);
+        }
+        if body.len() + n > MAX_RESPONSE {
+            return Err(bad("response body too large"));
+        }
+        let at = body.len();
+        body.resize(at + n, 0);
+        r.read_exact(&mut body[at..])?;
+        if !read_line(r, "chunk end")?.is_empty() {
+            return Err(bad("chunk not followed by CRLF"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{PATH_READY, Readiness};
+
+    fn parse(raw: &str) -> io::Result<(Status, Vec<u8>)> {
+        read_response(&mut raw.as_bytes())
+    }
+
+    #[test]
+    fn bodies_by_length_chunks_and_close() {
+        let (s, b) = parse("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").unwrap();
+        assert_eq!(
+            (s.code, s.reason.as_str(), b.as_slice()),
+            (200, "OK", &b"{}"[..])
+        );
+        let (s, b) = parse(
+            "HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((s.code, b.as_slice()), (404, &br#"{"a":1}"#[..]));
+        let (_, b) = parse("HTTP/1.0 200 OK\r\n\r\n{\"x\":2}").unwrap();
+        assert_eq!(b, br#"{"x":2}"#);
+        let (s, _) = parse(
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(s.code, 204);
+    }
+
+    #[test]
+    fn malformed_responses_are_errors() {
+        for raw in [
+            "",
+            "SSH-2.0-OpenSSH\r\n\r\n",
+            "HTTP/1.1 2x OK\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n{}",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 2",
+        ] {
+            assert!(parse(raw).is_err(), "{raw:?}");
+        }
+    }
+
+    /// The upstream daemon (Go's `net/rpc` over HTTP) on the socket: every
+    /// path but its own gets Go's plain-text 404, and the plugin says what
+    /// is wrong instead of "not JSON".
+    #[test]
+    fn the_upstream_daemon_on_the_socket_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dhcp.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).unwrap();
+            conn.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                  X-Content-Type-Options: nosniff\r\nContent-Length: 19\r\n\r\n404 page not found\n",
+            )
+            .unwrap();
+        });
+        let client = Client::new(&path, Duration::from_secs(5));
+        let e = client.get::<Readiness>(PATH_READY).unwrap_err().into_cni();
+        server.join().unwrap();
+        assert_eq!(e.code, code::AGENT_UNREACHABLE);
+        assert!(e.msg.contains("upstream dhcp daemon"), "{e}");
+        assert!(e.details.contains("404 Not Found"), "{e}");
+    }
+
+    #[test]
+    fn agent_errors_pass_through_and_answers_decode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            for answer in [
+                "HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 33\r\n\r\n{\"code\":102,\"msg\":\"no lease yet\"}",
+                "HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{\"ready\":true}",
+            ] {
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let n = conn.read(&mut buf).unwrap();
+                let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+                conn.write_all(answer.as_bytes()).unwrap();
+                assert!(req.starts_with("GET /v1/cni/status HTTP/1.1\r\n"), "{req}");
+            }
+        });
+        let client = Client::new(&path, Duration::from_secs(5));
+        let e = client.get::<Readiness>(PATH_READY).unwrap_err().into_cni();
+        assert_eq!((e.code, e.msg.as_str()), (102, "no lease yet"));
+        let r: Readiness = client.get(PATH_READY).unwrap();
+        assert!(r.ready);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn missing_socket_is_a_connect_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Client::new(dir.path().join("none.sock"), Duration::from_secs(2));
+        let e = c.get::<Readiness>(PATH_READY).unwrap_err();
+        assert!(matches!(e, ClientError::Connect { .. }), "{e}");
+        let e = e.into_cni();
+        assert_eq!(e.code, code::AGENT_UNREACHABLE);
+        assert!(e.msg.contains("not running"), "{e}");
+        assert!(e.msg.contains("none.sock"), "{e}");
+    }
+
+    #[test]
+    fn silent_agent_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mute.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        // Accept and never answer.
+        let _keep = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(5));
+            drop(s);
+        });
+        let c = Client::new(&path, Duration::from_millis(200));
+        let e = c.get::<Readiness>(PATH_READY).unwrap_err();
+        assert!(matches!(e, ClientError::Timeout { .. }), "{e}");
+        assert_eq!(e.into_cni().code, code::AGENT_UNREACHABLE);
+    }
+}
