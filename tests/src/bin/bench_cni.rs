@@ -45,6 +45,7 @@ use std::{
 use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
 use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
 use xdhcp_tests::{
+    CNI_PLUGIN_DIR, PluginCall,
     bench::{Daemon, Impl, Series, impls, upstream},
     netns::{Lab, LabClient},
     progress,
