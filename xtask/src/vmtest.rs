@@ -330,13 +330,19 @@ fn virtme_ng() -> Result<PathBuf> {
     Ok(vng)
 }
 
-/// Build the agent binary and the guest suite's test binaries.
+/// Build the agent and plugin binaries and the guest suite's test binaries.
 fn build(root: &Path) -> Result<Vec<(String, PathBuf)>> {
-    cmd::run(
-        cmd::program("cargo")
-            .current_dir(root)
-            .args(["build", "-p", "xdhcp", "--bin", "xdhcp"]),
-    )?;
+    cmd::run(cmd::program("cargo").current_dir(root).args([
+        "build",
+        "-p",
+        "xdhcp",
+        "--bin",
+        "xdhcp",
+        "-p",
+        "xdhcp-plugin",
+        "--bin",
+        "xdhcp-plugin",
+    ]))?;
     // The same selection and features as `cargo xtask test`'s `cargo test`,
     // so after it nothing is rebuilt.
     let mut c = cmd::program("cargo");
@@ -399,8 +405,9 @@ fn guest_script(root: &Path, out: &Path, checks: &[Check]) -> String {
     let _ = writeln!(s, "uname -r > {}", q(&out.join("release")));
     let _ = writeln!(
         s,
-        "export XDHCP_BIN={} RUST_BACKTRACE=1",
-        q(&root.join("target/debug/xdhcp"))
+        "export XDHCP_BIN={} XDHCP_PLUGIN_BIN={} RUST_BACKTRACE=1",
+        q(&root.join("target/debug/xdhcp")),
+        q(&root.join("target/debug/xdhcp-plugin"))
     );
     // The host's tree is read-only in the guest; tests write under /tmp.
     let _ = writeln!(s, "cd /tmp");
