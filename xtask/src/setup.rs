@@ -43,7 +43,14 @@ const ESSENTIAL: &[&str] = &[
     "qemu-system-x86_64",
     "busybox",
     "python3",
+    // Guest DHCP clients of the passive-learning tests; `udhcpc` is
+    // busybox's applet (`busybox udhcpc`), installed with `busybox` above.
+    "dhcpcd",
+    "dhclient",
 ];
+// Not installed on purpose: `socat` appears in the tests only as the name
+// of a program outside the table, which `tests/tests/programs.rs` checks is
+// refused; nothing runs it.
 
 pub fn run() -> Result<()> {
     debian_packages()?;
