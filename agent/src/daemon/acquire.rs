@@ -16,7 +16,7 @@ use super::error::{Error, Place};
 use super::lease::apply;
 use super::lease::live::Outcome;
 use super::lease::persist::{self, LeaseRecord, PodRef};
-use super::link::Link;
+use super::link::{Link, Sockets};
 use super::registry::Handle;
 use crate::cni::config::{ClientIdSpec, HostnameSpec, NetworkConfig, validate_hostname};
 use crate::cni::types::{CniResult, DnsConfig, IpConfig, Ipv4Cidr, RouteConfig};
@@ -112,7 +112,12 @@ pub(crate) async fn open_link(
     rx: bool,
     place: &Place,
 ) -> Result<Link, Error> {
-    Link::open(netns, ifname, rx).await.map_err(|source| {
+    let sockets = if rx {
+        Sockets::SenderAndReceiver
+    } else {
+        Sockets::Sender
+    };
+    Link::open(netns, ifname, sockets).await.map_err(|source| {
         agent.metrics().failure("interface");
         Error::Interface {
             place: place.clone(),

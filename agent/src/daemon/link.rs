@@ -13,7 +13,7 @@ use xdhcp_engine::Transmit;
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
 use crate::datapath::rawsock::{
-    LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno,
+    LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno, link_info_with,
 };
 use crate::sys::netns::run_in_netns_async;
 
@@ -22,10 +22,23 @@ pub(super) type LinkError = RawSockError;
 
 /// What one trip into the namespace opens for a link.
 type Opened = (
-    RawSender,
+    LinkInfo,
+    Option<RawSender>,
     Option<AfPacketReceiver>,
     Option<LinkRemovalWatch>,
 );
+
+/// Which packet sockets [`Link::open`] opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sockets {
+    /// The sender only (replies come from the ring buffer).
+    Sender,
+    /// The sender and the `AF_PACKET` receiver.
+    SenderAndReceiver,
+    /// None yet: a resumed lease with nothing to send; each is opened
+    /// before its first transmit.
+    Later,
+}
 
 /// The sender for one interface, plus (`AF_PACKET` fallback) its receiver.
 ///
@@ -42,8 +55,11 @@ pub(super) struct Link {
     /// The hardware address the DHCP client uses (`chaddr`): the
     /// interface's, or a VM's. The receiver takes only replies for it.
     client_mac: [u8; 6],
-    /// Always present; taken only by `Drop`.
+    /// The sender. Closed while a held lease has nothing to send (see
+    /// [`Link::idle_tx`]) and opened again before the next transmit.
     tx: Option<RawSender>,
+    /// The Ethernet source the sender uses (the interface's, or a VM's).
+    src_mac: [u8; 6],
     rx: Option<AfPacketReceiver>,
     /// Interface-removal notifications (pod namespaces only).
     watch: Option<LinkRemovalWatch>,
@@ -61,11 +77,21 @@ impl Drop for Link {
     }
 }
 
-/// Threads that close packet sockets; a fixed number, so the thread count
-/// stays O(1) in the lease count. Concurrent closes share grace periods.
+/// Threads that take packet sockets off the queue; a fixed number, so the
+/// idle thread count stays O(1) in the lease count.
 const CLOSERS: usize = 2;
 
+/// At most this many short-lived threads close one batch of queued sockets
+/// at once. Each close waits for an RCU grace period, and concurrent waits
+/// share grace periods: a thousand sockets closed one after another take
+/// a thousand grace periods (tens of seconds), closed by this many threads
+/// at once a few dozen.
+const CLOSE_FANOUT: usize = 64;
+
 type Closing = Box<dyn Send>;
+
+/// Sockets handed to [`close_later`] and not closed yet.
+static CLOSING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Close `sock` (drop it) on a background closer thread; inline if none
 /// could be started.
@@ -81,21 +107,15 @@ pub(super) fn close_later(sock: Closing) {
                 .name(format!("xdhcp-close{i}"))
                 .stack_size(64 * 1024)
                 .spawn(move || {
-                    loop {
-                        let next = rx
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .recv();
-                        match next {
-                            Ok(sock) => drop(sock),
-                            Err(_) => break,
-                        }
+                    while let Some(batch) = next_batch(&rx) {
+                        close_batch(batch);
                     }
                 });
             started += usize::from(spawned.is_ok());
         }
         (started > 0).then(|| Mutex::new(tx))
     });
+    CLOSING.fetch_add(1, Ordering::SeqCst);
     let rejected = match queue {
         Some(q) => q
             .lock()
@@ -105,7 +125,58 @@ pub(super) fn close_later(sock: Closing) {
             .map(|e| e.0),
         None => Some(sock),
     };
-    drop(rejected);
+    if let Some(sock) = rejected {
+        drop(sock);
+        CLOSING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The next socket on the queue and every one queued behind it; `None`
+/// once the queue is gone.
+fn next_batch(rx: &Mutex<mpsc::Receiver<Closing>>) -> Option<Vec<Closing>> {
+    let rx = rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut batch = vec![rx.recv().ok()?];
+    batch.extend(rx.try_iter());
+    Some(batch)
+}
+
+/// Close `batch`, spread over up to [`CLOSE_FANOUT`] threads so that their
+/// grace periods overlap (inline when the batch is one socket or no thread
+/// can be started).
+fn close_batch(mut batch: Vec<Closing>) {
+    let n = batch.len();
+    let threads = n.min(CLOSE_FANOUT);
+    if threads > 1 {
+        let per = n.div_ceil(threads);
+        std::thread::scope(|s| {
+            while !batch.is_empty() {
+                let chunk: Vec<Closing> = batch.split_off(batch.len().saturating_sub(per));
+                let spawned = std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn_scoped(s, move || drop(chunk));
+                if let Err(e) = spawned {
+                    debug!(error = %e, "closing sockets on this thread");
+                    break;
+                }
+            }
+        });
+    }
+    drop(batch);
+    CLOSING.fetch_sub(n, Ordering::SeqCst);
+}
+
+/// Wait until every socket handed to [`close_later`] is closed, at most
+/// `limit`. Called at shutdown: sockets left open at exit are closed by
+/// the kernel one after another, a grace period each. Whether all were.
+pub(crate) fn wait_closed(limit: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + limit;
+    while CLOSING.load(Ordering::SeqCst) > 0 {
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    true
 }
 
 impl Link {
@@ -115,7 +186,7 @@ impl Link {
     pub(super) async fn open(
         netns: Option<&Path>,
         ifname: &str,
-        afpacket_rx: bool,
+        sockets: Sockets,
     ) -> Result<Self, LinkError> {
         // Main plugins may hand the interface over still down (bridge,
         // macvlan): bring it up first, as the upstream dhcp plugin does. One
@@ -166,30 +237,41 @@ impl Link {
             } else {
                 None
             };
-            let tx = RawSender::open_here(&name).map_err(in_ns)?;
-            let rx = if afpacket_rx {
+            let (info, tx) = if sockets == Sockets::Later {
+                (link_info_with(&name, None).map_err(in_ns)?, None)
+            } else {
+                let tx = RawSender::open_here(&name).map_err(in_ns)?;
+                (tx.info(), Some(tx))
+            };
+            let rx = if sockets == Sockets::SenderAndReceiver {
                 let rx = AfPacketReceiver::open_here(&name).map_err(in_ns)?;
-                rx.only_for(tx.info().mac).map_err(in_ns)?;
+                rx.only_for(info.mac).map_err(in_ns)?;
                 Some(rx)
             } else {
                 None
             };
-            Ok((tx, rx, watch))
+            Ok((info, tx, rx, watch))
         };
-        let (tx, rx, watch) = match netns {
+        let (info, tx, rx, watch) = match netns {
             Some(ns) => run_in_netns_async(ns, work).await??,
             None => work()?,
         };
         Ok(Self {
             ifname: ifname.to_owned(),
             netns: netns.map(Path::to_path_buf),
-            info: tx.info(),
-            client_mac: tx.info().mac,
-            tx: Some(tx),
+            info,
+            client_mac: info.mac,
+            src_mac: info.mac,
+            tx,
             rx,
             watch,
             watch_failed: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the `AF_PACKET` receiver is open.
+    pub(super) fn has_rx(&self) -> bool {
+        self.rx.is_some()
     }
 
     /// Open the `AF_PACKET` receiver on a link that has none (opened
@@ -210,6 +292,7 @@ impl Link {
     #[must_use]
     pub(super) fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
         self.tx = self.tx.take().map(|tx| tx.with_src_mac(mac));
+        self.src_mac = mac;
         if mac == self.client_mac {
             return self;
         }
@@ -225,12 +308,73 @@ impl Link {
         self
     }
 
-    /// Send one engine transmit.
+    /// Send one engine transmit. The sender must be open
+    /// ([`Link::ensure_tx`]); a closed one is an error, never a panic.
     pub(super) fn send(&self, t: &Transmit) -> Result<(), LinkError> {
-        self.tx
-            .as_ref()
-            .expect("the sender is present until the link is dropped")
-            .send_transmit(t)
+        match &self.tx {
+            Some(tx) => tx.send_transmit(t),
+            None => Err(LinkError::Io {
+                op: "send a frame (the sender is closed)",
+                ifname: self.ifname.clone(),
+                netns: self.netns.clone(),
+                source: std::io::Error::from_raw_os_error(libc::EBADF),
+            }),
+        }
+    }
+
+    /// Close the sender while the lease has nothing to send, off this
+    /// thread. A bound lease sends again only at T1 (minutes to hours
+    /// away); until then holding a packet socket costs its close: the
+    /// kernel closes a packet socket only after an RCU grace period, and
+    /// a process that dies holding a thousand of them takes that many
+    /// grace periods, one after another, to exit (tens of seconds on a
+    /// small node), which delays the agent's restart by as much.
+    pub(super) fn idle_tx(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            close_later(Box::new(tx));
+        }
+    }
+
+    /// Open the sender again if it was idled: one trip into the
+    /// namespace. An interface that is gone, or was replaced by another
+    /// under the same name (a different index), is `InterfaceGone`.
+    pub(super) async fn ensure_tx(&mut self) -> Result<(), LinkError> {
+        if self.tx.is_some() {
+            return Ok(());
+        }
+        let tx = RawSender::open_in(self.netns.as_deref(), &self.ifname).await?;
+        self.adopt_tx(tx)
+    }
+
+    /// [`Link::ensure_tx`] from synchronous code (the RELEASE at the end of
+    /// a lease): the namespace trip blocks this thread for its duration.
+    pub(super) fn ensure_tx_blocking(&mut self) -> Result<(), LinkError> {
+        if self.tx.is_some() {
+            return Ok(());
+        }
+        let tx = match &self.netns {
+            Some(ns) => RawSender::open(ns, &self.ifname)?,
+            None => RawSender::open_here(&self.ifname)?,
+        };
+        self.adopt_tx(tx)
+    }
+
+    fn adopt_tx(&mut self, tx: RawSender) -> Result<(), LinkError> {
+        if tx.info().ifindex != self.info.ifindex {
+            let err = LinkError::InterfaceGone {
+                ifname: self.ifname.clone(),
+                netns: self.netns.clone(),
+                source: std::io::Error::other(format!(
+                    "the interface was replaced (index {} is now {})",
+                    self.info.ifindex,
+                    tx.info().ifindex
+                )),
+            };
+            close_later(Box::new(tx));
+            return Err(err);
+        }
+        self.tx = Some(tx.with_src_mac(self.src_mac));
+        Ok(())
     }
 
     /// Close the `AF_PACKET` receiver (capture moved to eBPF), off this thread.
@@ -259,13 +403,13 @@ impl Link {
     /// namespace). Pends forever when the link has no watch (opened in the
     /// agent's own namespace) or the watch failed; cancel-safe.
     pub(super) async fn removed(&self) {
-        let (Some(w), Some(tx)) = (&self.watch, &self.tx) else {
+        let Some(w) = &self.watch else {
             return std::future::pending().await;
         };
         if self.watch_failed.load(Ordering::Relaxed) {
             return std::future::pending().await;
         }
-        if let Err(e) = w.removed(self.info.ifindex, tx).await {
+        if let Err(e) = w.removed(self.info.ifindex, self.tx.as_ref()).await {
             debug!(ifname = %self.ifname, error = %e,
                 "link notifications failed; interface removal is noticed at the next send");
             self.watch_failed.store(true, Ordering::Relaxed);
@@ -280,7 +424,9 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn missing_interface_is_gone() {
-        let e = Link::open(None, "xdt-nope0", false).await.unwrap_err();
+        let e = Link::open(None, "xdt-nope0", Sockets::Sender)
+            .await
+            .unwrap_err();
         assert!(e.is_interface_gone(), "{e}");
     }
 }

@@ -51,6 +51,9 @@ use crate::datapath::ebpf::Datapath;
 use crate::kube::PodApi;
 use crate::metrics::{Health, Metrics};
 
+/// How long shutdown waits for the stopped leases' packet sockets to close.
+const SOCKET_CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 /// How long shutdown waits for lease tasks to persist and stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Store housekeeping period: the lease store's spare files are topped up
@@ -287,6 +290,15 @@ async fn run_on(
     // changes still wait for their group commit.
     let a = agent.clone();
     let _ = tokio::task::spawn_blocking(move || flush_embedded(&a)).await;
+    // The stopped leases' packet sockets are closing on the closer threads,
+    // many at once; left to the exit, the kernel would close them one
+    // after another, a grace period each.
+    let closed = tokio::task::spawn_blocking(|| link::wait_closed(SOCKET_CLOSE_GRACE))
+        .await
+        .unwrap_or(false);
+    if !closed {
+        warn!("packet sockets still closing at exit; the kernel finishes them");
+    }
     for socket in std::iter::once(&agent.args.socket).chain(&agent.args.extra_socket) {
         let _ = std::fs::remove_file(socket);
     }

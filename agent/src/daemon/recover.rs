@@ -12,7 +12,7 @@ use super::acquire::{client_config, seed};
 use super::context::Agent;
 use super::lease::live::expiry_ms;
 use super::lease::persist::{self, LeaseRecord, WorkloadKind};
-use super::link::{Link, LinkError};
+use super::link::{Link, LinkError, Sockets};
 use crate::cli::ExpiredPolicy;
 
 /// Leases resumed at once. Each resume is one trip into the pod's network
@@ -41,19 +41,30 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
     let loaded_ms = started.elapsed().as_millis();
     let now_ms = crate::cli::now_unix_ms();
     let mut to_resume = Vec::with_capacity(records.len());
+    // Every port is guarded again, a namespace trip each: done a few at a
+    // time beside the resumes, not one after another before them (a
+    // thousand records took seconds).
+    let to_guard: Vec<LeaseRecord> = records
+        .iter()
+        .filter(|rec| rec.netns.as_deref().is_some_and(std::path::Path::exists))
+        .cloned()
+        .collect();
+    let guard_all =
+        futures::stream::iter(to_guard).for_each_concurrent(RESUME_IN_FLIGHT, |rec| async move {
+            if let Some(ns) = rec.netns.as_deref() {
+                let vm_mac = (rec.workload != WorkloadKind::Pod).then_some(rec.mac);
+                super::add::guard_port(
+                    agent,
+                    &rec.container_id,
+                    &rec.ifname,
+                    ns,
+                    &rec.config,
+                    vm_mac,
+                )
+                .await;
+            }
+        });
     for rec in records {
-        if let Some(ns) = rec.netns.as_deref().filter(|p| p.exists()) {
-            let vm_mac = (rec.workload != WorkloadKind::Pod).then_some(rec.mac);
-            super::add::guard_port(
-                agent,
-                &rec.container_id,
-                &rec.ifname,
-                ns,
-                &rec.config,
-                vm_mac,
-            )
-            .await;
-        }
         if let WorkloadKind::Vm { .. } = rec.workload {
             // One-shot discoveries are not maintained; keep them for CHECK/DEL.
             agent.leases.insert_static(rec);
@@ -72,14 +83,14 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         }
         to_resume.push(rec);
     }
-    let outcomes: Vec<_> = futures::stream::iter(to_resume)
+    let resume_all = futures::stream::iter(to_resume)
         .map(|rec| async move {
             let r = resume_one(agent, rec.clone(), now_ms).await;
             (rec, r)
         })
         .buffer_unordered(RESUME_IN_FLIGHT)
-        .collect()
-        .await;
+        .collect::<Vec<_>>();
+    let ((), outcomes) = tokio::join!(guard_all, resume_all);
     let mut resumed = 0usize;
     for (rec, r) in outcomes {
         match r {
@@ -118,7 +129,9 @@ fn forget(agent: &Agent, rec: &LeaseRecord) {
 }
 
 async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result<(), LinkError> {
-    let link = Link::open(rec.netns.as_deref(), &rec.ifname, true)
+    // No packet socket yet: the lease opens its sender (and, until the
+    // ring buffer serves it, its receiver) before its first transmit.
+    let link = Link::open(rec.netns.as_deref(), &rec.ifname, Sockets::Later)
         .await?
         .with_src_mac(rec.mac);
     let cfg = client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);

@@ -197,7 +197,7 @@ pub fn link_info_here(ifname: &str) -> Result<LinkInfo> {
     link_info_with(ifname, None)
 }
 
-fn link_info_with(ifname: &str, netns: Option<&Path>) -> Result<LinkInfo> {
+pub(crate) fn link_info_with(ifname: &str, netns: Option<&Path>) -> Result<LinkInfo> {
     let mut req = ifreq_for(ifname)?;
     let sock =
         sys::ifreq::socket().map_err(|e| classify("open a query socket", ifname, netns, e))?;
@@ -492,15 +492,17 @@ impl LinkRemovalWatch {
 
     /// Waits for `RTM_DELLINK` of `ifindex`. When notifications were lost
     /// (`ENOBUFS`: the socket overflowed) the interface is looked up
-    /// through `tx`, whose binding the kernel clears on unregister.
-    pub async fn removed(&self, ifindex: u32, tx: &RawSender) -> io::Result<()> {
+    /// through `tx`, whose binding the kernel clears on unregister; without
+    /// an open sender (an idle lease) the removal is then noticed when the
+    /// sender is opened again for the next transmit.
+    pub async fn removed(&self, ifindex: u32, tx: Option<&RawSender>) -> io::Result<()> {
         loop {
             let mut guard = self.fd.readable().await?;
             match guard.try_io(|fd| drain_notifications(fd.as_raw_fd(), ifindex)) {
                 Ok(Ok(true)) => return Ok(()),
                 Ok(Ok(false)) => {}
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    if !tx.is_bound() {
+                    if tx.is_some_and(|tx| !tx.is_bound()) {
                         return Ok(());
                     }
                 }

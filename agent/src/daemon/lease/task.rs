@@ -215,7 +215,7 @@ async fn drive(mut task: Box<Task>) -> Ended {
     let end_reason;
     loop {
         // Outputs first: frames to send, then events.
-        if let Err(e) = flush(&mut task, &mut owned) {
+        if let Err(e) = flush(&mut task, &mut owned).await {
             end_reason = End::Link(e);
             break;
         }
@@ -235,6 +235,10 @@ async fn drive(mut task: Box<Task>) -> Ended {
         }
         if !task.client.state().expects_reply() {
             release_xid(&task, &mut owned);
+        }
+        // Bound with nothing to send until T1: hold no packet socket.
+        if !oneshot && task.client.state() == State::Bound {
+            task.link.idle_tx();
         }
         let deadline = match (task.client.poll_timeout(), reacquire_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -420,8 +424,21 @@ fn handle_frame(task: &mut Task, f: &RxFrame) {
     }
 }
 
-fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), LinkError> {
+async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), LinkError> {
+    let mut out = Vec::new();
     while let Some(t) = task.client.poll_transmit() {
+        out.push(t);
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    task.link.ensure_tx().await?;
+    // Not on the ring buffer (yet): replies come to the link's own
+    // receiver, opened now if the lease was resumed without one.
+    if task.rx.ifindex.is_none() && !task.link.has_rx() {
+        task.link.open_rx().await?;
+    }
+    for t in out {
         if owned.map(|o| o.xid) != Some(t.xid) {
             release_xid(task, owned);
             // On the ring buffer, the kernel owns the xid; with an uplink
@@ -619,8 +636,15 @@ fn finish(
             task.client.set_wall_clock_unix_ms(now_unix_ms());
             task.client.release(Instant::now());
             release_xid(&task, &mut owned);
+            // An idle lease's sender is closed: open it for the RELEASE (an
+            // interface already gone goes to the uplink below).
+            let mut not_open = task.link.ensure_tx_blocking().err();
             while let Some(t) = task.client.poll_transmit() {
-                let sent = match task.link.send(&t) {
+                let attempt = match not_open.take() {
+                    Some(e) => Err(e),
+                    None => task.link.send(&t),
+                };
+                let sent = match attempt {
                     // The interface went just before DEL (the bridge
                     // plugin's order): through the uplink instead.
                     Err(e) if e.is_interface_gone() && rec.uplink.is_some() => rec
