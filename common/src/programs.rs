@@ -241,13 +241,21 @@ pub const PROGRAMS: &[Program] = &[
         "unshare",
         "util-linux",
         "/usr/bin/unshare",
-        "a private mount namespace for a bare `dhcp daemon`",
+        "a private mount namespace for a bare `dhcp daemon` or a guest DHCP client",
     ),
     deb(
         "sh",
         "dash",
         "/bin/sh",
-        "bind mounts before exec'ing a bare `dhcp daemon`",
+        "bind mounts before exec'ing a bare `dhcp daemon` or a guest DHCP client",
+    ),
+    // The passive-learning tests run each guest DHCP client in a private
+    // mount namespace whose /var/lib/dhcpcd and /run are the test's own.
+    deb(
+        "mount",
+        "mount",
+        "/bin/mount",
+        "bind mounts in a guest client's private mount namespace",
     ),
     rust("cargo", "building and testing"),
     rust("rustc", "toolchain checks"),
