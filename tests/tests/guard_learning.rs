@@ -139,7 +139,7 @@ struct NodeAgent {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     socket: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl NodeAgent {
@@ -183,7 +183,7 @@ impl NodeAgent {
             stop: Some(stop),
             thread: Some(thread),
             socket,
-            _dir: dir,
+            dir,
         };
         let c = me.client();
         let ready = wait_until(Duration::from_secs(20), || {
@@ -215,7 +215,7 @@ impl NodeAgent {
 
     /// The learned-binding file in the agent's state directory, as written.
     fn learned_file(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("state/learned-bindings.json"))
+        std::fs::read_to_string(self.dir.path().join("state/learned-bindings.json"))
             .unwrap_or_default()
     }
 }
@@ -257,7 +257,10 @@ enum Srv {
 }
 
 /// A running server of either kind (kept alive for the test).
-#[expect(dead_code, reason = "held only so the server runs until the test ends")]
+#[expect(
+    dead_code,
+    reason = "a Kea is only held so that it runs until the test ends"
+)]
 enum Running {
     Dnsmasq(Dnsmasq),
     Kea(Kea),
@@ -270,7 +273,7 @@ struct Vm {
     api: Api,
     guest: NetNs,
     _guest_link: Veth,
-    _server: Running,
+    server: Running,
     lab: Lab,
     one_shot: Ipv4Addr,
     req: CniRequest,
@@ -428,7 +431,7 @@ fn vm_on(lab: Lab, start: impl FnOnce(&Lab) -> Running) -> Vm {
         api,
         guest,
         _guest_link: link,
-        _server: server,
+        server,
         lab,
         one_shot,
         req,
@@ -912,7 +915,7 @@ fn dhcpcd_guest_declines_an_address_in_use_the_entry_goes_back_then_follows_dnsm
     // squatter answers, dhcpcd DECLINEs and starts over.
     let daemon = DhcpcdDaemon::start_with(&vm, dir.path(), &["-I", DECLINER_ID]);
     let guest_ip = daemon.bound;
-    let Running::Dnsmasq(dnsmasq) = &vm._server else {
+    let Running::Dnsmasq(dnsmasq) = &vm.server else {
         unreachable!("the server is dnsmasq")
     };
     let log = dnsmasq.log();
