@@ -54,6 +54,11 @@ pub struct Binding {
     /// Expiry, wall clock, milliseconds since the epoch (`None`: infinite).
     pub expires_unix_ms: Option<u64>,
     pub source: BindingSource,
+    /// A learned binding whose ACK moved the `pod-networks` entry: the
+    /// address the entry reported before, put back if the guest declines
+    /// this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<Ipv4Addr>,
 }
 
 /// What one observed message means for the port's binding.
@@ -67,8 +72,11 @@ pub enum Learned {
         /// Lease time in seconds (`None`: infinite).
         lease_secs: Option<u32>,
     },
-    /// The guest gave `ip` back (RELEASE) or refused it (DECLINE).
+    /// The guest gave `ip` back (RELEASE).
     Released { ip: Ipv4Addr },
+    /// The guest refused `ip` after the server acknowledged it (DECLINE:
+    /// its probe found the address in use): it never held it.
+    Declined { ip: Ipv4Addr },
 }
 
 /// Why an observed message taught nothing.
@@ -123,7 +131,7 @@ pub fn learn(payload: &[u8], mac: [u8; 6], to_workload: bool) -> Result<Learned,
         }
         (false, Some(MessageType::Decline)) => match msg.opts().get(OptionCode::RequestedIpAddress)
         {
-            Some(DhcpOption::RequestedIpAddress(ip)) => Ok(Learned::Released { ip: *ip }),
+            Some(DhcpOption::RequestedIpAddress(ip)) => Ok(Learned::Declined { ip: *ip }),
             _ => Err(LearnError::NoChange(mt)),
         },
         _ => Err(LearnError::NoChange(mt)),
@@ -219,13 +227,18 @@ impl LearnedStore {
     /// Forgets `mac`'s binding when it is for `ip` (`None`: whatever it
     /// is), durably. Returns whether one was removed.
     pub fn remove(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> Result<bool, StoreError> {
+        Ok(self.take(mac, ip)?.is_some())
+    }
+
+    /// Like [`Self::remove`], returning the binding removed.
+    pub fn take(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> Result<Option<Binding>, StoreError> {
         match self.rows.get(mac) {
             Some(b) if ip.is_none_or(|ip| ip == b.ip) => {
-                self.rows.remove(mac);
+                let gone = self.rows.remove(mac);
                 self.save()?;
-                Ok(true)
+                Ok(gone)
             }
-            _ => Ok(false),
+            _ => Ok(None),
         }
     }
 
@@ -371,7 +384,7 @@ mod tests {
     }
 
     #[test]
-    fn release_and_decline_give_the_address_back() {
+    fn release_gives_the_address_back_and_decline_refuses_it() {
         let release = msg(Opcode::BootRequest, MessageType::Release, |m| {
             m.set_ciaddr(Ipv4Addr::new(192, 0, 2, 232));
         });
@@ -387,10 +400,16 @@ mod tests {
         });
         assert_eq!(
             learn(&decline, MAC, false),
-            Ok(Learned::Released {
+            Ok(Learned::Declined {
                 ip: Ipv4Addr::new(192, 0, 2, 7)
             })
         );
+        // A DECLINE without the address it refuses teaches nothing.
+        let bare_decline = msg(Opcode::BootRequest, MessageType::Decline, |_| {});
+        assert!(matches!(
+            learn(&bare_decline, MAC, false),
+            Err(LearnError::NoChange(_))
+        ));
         let request = msg(Opcode::BootRequest, MessageType::Request, |_| {});
         assert!(matches!(
             learn(&request, MAC, false),
@@ -406,6 +425,7 @@ mod tests {
             pod: Some("default/vm1".to_owned()),
             expires_unix_ms: expires,
             source: BindingSource::Learned,
+            replaced: None,
         }
     }
 

@@ -84,6 +84,24 @@ struct PortLabel {
     port: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
+}
+
+/// One row of the binding table (bounded by the workloads on the node:
+/// one leased binding per attachment, one learned per VM port).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BindingLabel {
+    mac: String,
+    ip: String,
+    /// Host end of the workload port; empty when unguarded.
+    port: String,
+    /// `<namespace>/<name>`; empty when unknown.
+    pod: String,
+    source: &'static str,
+}
+
 /// One guarded port's figures: host-side name, client messages passed,
 /// drops by reason.
 pub(crate) type GuardPortFigures = (String, u64, [(&'static str, u64); 4]);
@@ -140,6 +158,8 @@ pub(crate) struct Metrics {
     guard_dropped: Family<GuardLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_passed: Family<PortLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_ports: Gauge,
+    bindings: Family<SourceLabel, Gauge>,
+    binding_info: Family<BindingLabel, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -179,6 +199,18 @@ impl Metrics {
         let guard_dropped = Family::default();
         let guard_passed = Family::default();
         let guard_ports = Gauge::default();
+        let bindings = Family::<SourceLabel, Gauge>::default();
+        let binding_info = Family::<BindingLabel, Gauge>::default();
+        root.register(
+            "bindings",
+            "Rows of the binding table (xdhcp bindings), by source (leased, learned)",
+            bindings.clone(),
+        );
+        root.register(
+            "binding_info",
+            "1 per row of the binding table: MAC, address, host end of the port, pod, source",
+            binding_info.clone(),
+        );
         root.register(
             "guard_dropped_frames",
             "DHCP frames the guard dropped on a workload port since it was attached, by port and reason (server, rate, spoof, malformed)",
@@ -269,6 +301,34 @@ impl Metrics {
             guard_dropped,
             guard_passed,
             guard_ports,
+            bindings,
+            binding_info,
+        }
+    }
+
+    /// Replaces the binding-table figures with the table `rows` (rows gone
+    /// from the table disappear; both sources are always reported).
+    pub(crate) fn bindings_snapshot(&self, rows: &[crate::bindings::Binding]) {
+        use crate::bindings::BindingSource;
+        self.binding_info.clear();
+        for source in [BindingSource::Leased, BindingSource::Learned] {
+            let n = rows.iter().filter(|b| b.source == source).count();
+            self.bindings
+                .get_or_create(&SourceLabel {
+                    source: source.label(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        for b in rows {
+            self.binding_info
+                .get_or_create(&BindingLabel {
+                    mac: b.mac.clone(),
+                    ip: b.ip.to_string(),
+                    port: b.port.clone().unwrap_or_default(),
+                    pod: b.pod.clone().unwrap_or_default(),
+                    source: b.source.label(),
+                })
+                .set(1);
         }
     }
 
@@ -581,6 +641,58 @@ mod tests {
             text.contains(r#"xdhcp_kernel_frames_total{outcome="captured"} 7"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn binding_table_figures_follow_the_table() {
+        use crate::bindings::{Binding, BindingSource};
+        let row = |mac: &str, ip: [u8; 4], source| Binding {
+            mac: mac.to_owned(),
+            ip: ip.into(),
+            port: Some("c0".to_owned()),
+            pod: Some("tenant/vm1".to_owned()),
+            expires_unix_ms: None,
+            source,
+            replaced: None,
+        };
+        let m = Metrics::new();
+        m.bindings_snapshot(&[
+            row("02:00:00:00:00:01", [192, 0, 2, 5], BindingSource::Leased),
+            row("02:00:00:00:00:02", [192, 0, 2, 6], BindingSource::Leased),
+            row("02:00:00:00:00:02", [192, 0, 2, 7], BindingSource::Learned),
+        ]);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"xdhcp_bindings{source="leased"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_bindings{source="learned"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"xdhcp_binding_info{mac="02:00:00:00:00:02",ip="192.0.2.7",port="c0",pod="tenant/vm1",source="learned"} 1"#
+            ),
+            "{text}"
+        );
+        // The learned row goes (expired, released): its series goes, the count is 0.
+        m.bindings_snapshot(&[row(
+            "02:00:00:00:00:01",
+            [192, 0, 2, 5],
+            BindingSource::Leased,
+        )]);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"xdhcp_bindings{source="learned"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_bindings{source="leased"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains("192.0.2.7"), "{text}");
+        assert_eq!(text.matches("xdhcp_binding_info{").count(), 1, "{text}");
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -30,6 +30,12 @@ pub mod rules {
     /// Message of [`LAYER2_NO_DHCP`].
     pub const LAYER2_NO_DHCP_MESSAGE: &str =
         "DHCP ipam.mode is not supported for Layer2 topology, use Localnet topology instead";
+    /// xdhcp's own rule (not the OKEP's): `ipam.dhcpGuard` tunes the DHCP
+    /// guard on the ports of a DHCP network, and means nothing elsewhere.
+    pub const DHCP_GUARD_NEEDS_DHCP: &str = r#"!has(self.ipam) || !has(self.ipam.dhcpGuard) || (has(self.ipam.mode) && self.ipam.mode == "DHCP")"#;
+    /// Message of [`DHCP_GUARD_NEEDS_DHCP`].
+    pub const DHCP_GUARD_NEEDS_DHCP_MESSAGE: &str =
+        "ipam.dhcpGuard is only supported when ipam.mode is DHCP";
 }
 
 /// Which namespaces get the network, and the network itself.
@@ -161,6 +167,30 @@ pub struct IpamConfig {
     /// Address lifecycle; only meaningful with mode Enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<IpamLifecycle>,
+    /// The DHCP guard on the network's workload ports (mode DHCP only; an
+    /// xdhcp extension): rendered into the NAD's `ipam.dhcpGuard`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhcp_guard: Option<DhcpGuardConfig>,
+}
+
+/// `ipam.dhcpGuard`: the DHCP guard's settings for a network, every field
+/// optional (the agent's defaults: untrusted, 20 client messages a second,
+/// a burst of 10). The same object in the CUDN and in the NAD's `ipam`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DhcpGuardConfig {
+    /// DHCP server messages from the network's workloads pass (a network
+    /// whose DHCP server or relay runs in a pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted: Option<bool>,
+    /// Client messages per second a workload port may send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub rate: Option<u32>,
+    /// Client messages a quiet workload port may send back to back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub burst: Option<u32>,
 }
 
 /// Localnet topology configuration.
@@ -170,6 +200,8 @@ pub struct IpamConfig {
     .message(rules::LOCALNET_DHCP_SECONDARY_ONLY_MESSAGE))]
 #[x_kube(validation = Rule::new(rules::LOCALNET_DHCP_NO_SUBNETS)
     .message(rules::LOCALNET_DHCP_NO_SUBNETS_MESSAGE))]
+#[x_kube(validation = Rule::new(rules::DHCP_GUARD_NEEDS_DHCP)
+    .message(rules::DHCP_GUARD_NEEDS_DHCP_MESSAGE))]
 pub struct LocalnetConfig {
     /// The network role in the pod; mode DHCP requires Secondary.
     pub role: NetworkRole,
@@ -238,6 +270,8 @@ pub struct AccessVlanConfig {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(rules::LAYER2_NO_DHCP).message(rules::LAYER2_NO_DHCP_MESSAGE))]
+#[x_kube(validation = Rule::new(rules::DHCP_GUARD_NEEDS_DHCP)
+    .message(rules::DHCP_GUARD_NEEDS_DHCP_MESSAGE))]
 pub struct Layer2Config {
     /// The network role in the pod.
     pub role: NetworkRole,

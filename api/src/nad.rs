@@ -17,7 +17,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::cudn::{ClusterUserDefinedNetwork, IpamLifecycle, IpamMode, NetworkTopology};
+use crate::cudn::{
+    ClusterUserDefinedNetwork, DhcpGuardConfig, IpamLifecycle, IpamMode, NetworkTopology,
+};
 
 /// `cniVersion` of rendered configs.
 pub const CNI_VERSION: &str = "1.0.0";
@@ -107,6 +109,10 @@ pub struct IpamConf {
     /// IPAM plugin type; empty or `dhcp`.
     #[serde(rename = "type", default)]
     pub ipam_type: String,
+    /// `dhcpGuard`: the DHCP guard on the network's workload ports, as the
+    /// agent reads it (fields left out take the agent's defaults).
+    #[serde(rename = "dhcpGuard", default, skip_serializing_if = "Option::is_none")]
+    pub dhcp_guard: Option<DhcpGuardConfig>,
     /// Every other key (plugin-specific settings), preserved verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -340,6 +346,7 @@ pub fn render_netconf(
             None,
             Some(IpamConf {
                 ipam_type: DHCP_IPAM_TYPE.to_owned(),
+                dhcp_guard: localnet.ipam.as_ref().and_then(|i| i.dhcp_guard),
                 extra: Map::new(),
             }),
         ),
@@ -547,11 +554,74 @@ spec:
     }
 
     #[test]
+    fn dhcp_guard_is_rendered_and_the_agent_reads_what_was_asked() {
+        // Each field alone, all together, none: the NAD carries exactly
+        // what the CUDN says, and the agent's parser makes of it the CUDN's
+        // values with its own defaults for the rest.
+        let defaults = xdhcp_plugin::config::DhcpGuardSpec::default();
+        let cases = [
+            (
+                DhcpGuardConfig {
+                    trusted: Some(true),
+                    rate: Some(50),
+                    burst: Some(5),
+                },
+                json!({"trusted": true, "rate": 50, "burst": 5}),
+            ),
+            (
+                DhcpGuardConfig {
+                    rate: Some(10_000),
+                    ..DhcpGuardConfig::default()
+                },
+                json!({"rate": 10_000}),
+            ),
+            (
+                DhcpGuardConfig {
+                    trusted: Some(false),
+                    burst: Some(1),
+                    ..DhcpGuardConfig::default()
+                },
+                json!({"trusted": false, "burst": 1}),
+            ),
+            (DhcpGuardConfig::default(), json!({})),
+        ];
+        for (guard, rendered) in cases {
+            let cudn = localnet(|l| {
+                l.ipam.as_mut().unwrap().dhcp_guard = Some(guard);
+            });
+            let nad = render_nad(&cudn, "ns").unwrap();
+            let conf: Value = serde_json::from_str(&nad.spec.config).unwrap();
+            assert_eq!(conf["ipam"]["dhcpGuard"], rendered, "{guard:?}");
+            // The NAD's config round-trips through the typed model.
+            let parsed = validate_nad(&nad).unwrap();
+            assert_eq!(parsed.ipam.as_ref().unwrap().dhcp_guard, Some(guard));
+            assert!(parsed.ipam.as_ref().unwrap().extra.is_empty());
+            assert_eq!(serde_json::to_value(&parsed).unwrap(), conf);
+            // The agent's own parser of the config it is handed at ADD.
+            let agent = xdhcp_plugin::config::parse(nad.spec.config.as_bytes())
+                .unwrap_or_else(|e| panic!("{guard:?}: {e:?}"));
+            assert_eq!(
+                agent.ipam.dhcp_guard,
+                xdhcp_plugin::config::DhcpGuardSpec {
+                    trusted: guard.trusted.unwrap_or(defaults.trusted),
+                    rate: guard.rate.unwrap_or(defaults.rate),
+                    burst: guard.burst.unwrap_or(defaults.burst),
+                },
+                "{guard:?}"
+            );
+        }
+        // No dhcpGuard in the CUDN: none in the NAD (the OKEP's config).
+        let conf = serde_json::to_value(render_netconf(&okep_cudn(), "ns").unwrap()).unwrap();
+        assert_eq!(conf["ipam"], json!({"type": "dhcp"}));
+    }
+
+    #[test]
     fn enabled_mode_renders_subnets_and_no_ipam() {
         let cudn = localnet(|l| {
             l.ipam = Some(IpamConfig {
                 mode: Some(IpamMode::Enabled),
                 lifecycle: Some(IpamLifecycle::Persistent),
+                dhcp_guard: None,
             });
             l.subnets = Some(vec!["192.0.2.0/24".into(), "2001:db8::/64".into()]);
             l.exclude_subnets = Some(vec!["192.0.2.0/30".into()]);
@@ -576,6 +646,7 @@ spec:
             l.ipam = Some(IpamConfig {
                 mode: Some(IpamMode::Disabled),
                 lifecycle: None,
+                dhcp_guard: None,
             });
         });
         let conf = serde_json::to_value(render_netconf(&cudn, "ns").unwrap()).unwrap();

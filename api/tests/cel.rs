@@ -15,6 +15,8 @@ const DHCP_SECONDARY_ONLY: &str =
 const DHCP_NO_SUBNETS: &str = "Subnets is forbidden when ipam.mode is DHCP; addresses are assigned by the external DHCP server";
 const LAYER2_NO_DHCP: &str =
     "DHCP ipam.mode is not supported for Layer2 topology, use Localnet topology instead";
+/// xdhcp's own rule, next to the OKEP's.
+const DHCP_GUARD_NEEDS_DHCP: &str = "ipam.dhcpGuard is only supported when ipam.mode is DHCP";
 
 /// The OKEP's example, verbatim.
 const OKEP_CUDN: &str = r#"apiVersion: k8s.ovn.org/v1
@@ -83,12 +85,20 @@ fn schema_carries_the_okep_rules_verbatim() {
         r#"!has(self.ipam) || !has(self.ipam.mode) || self.ipam.mode != "DHCP" || !has(self.subnets)"#.to_owned(),
         DHCP_NO_SUBNETS.to_owned()
     )));
+    let guard_rule = (
+        r#"!has(self.ipam) || !has(self.ipam.dhcpGuard) || (has(self.ipam.mode) && self.ipam.mode == "DHCP")"#.to_owned(),
+        DHCP_GUARD_NEEDS_DHCP.to_owned(),
+    );
+    assert!(localnet.contains(&guard_rule));
     assert_eq!(
         rules(&network["layer2"]),
-        vec![(
-            r#"!has(self.ipam) || !has(self.ipam.mode) || self.ipam.mode != "DHCP""#.to_owned(),
-            LAYER2_NO_DHCP.to_owned()
-        )]
+        vec![
+            (
+                r#"!has(self.ipam) || !has(self.ipam.mode) || self.ipam.mode != "DHCP""#.to_owned(),
+                LAYER2_NO_DHCP.to_owned()
+            ),
+            guard_rule
+        ]
     );
     let modes = &network["localnet"]["properties"]["ipam"]["properties"]["mode"]["enum"];
     assert_eq!(modes, &json!(["Enabled", "Disabled", "DHCP"]));
@@ -132,6 +142,39 @@ fn dhcp_on_layer2_is_rejected() {
         "layer2": { "role": "Secondary", "ipam": { "mode": "DHCP" } }
     });
     assert_eq!(failures(&obj, None), vec![LAYER2_NO_DHCP]);
+}
+
+#[test]
+fn dhcp_guard_goes_with_dhcp_only() {
+    let mut obj = okep_cudn();
+    obj["spec"]["network"]["localnet"]["ipam"]["dhcpGuard"] =
+        json!({"trusted": true, "rate": 50, "burst": 5});
+    assert_eq!(failures(&obj, None), Vec::<String>::new());
+    let round: ClusterUserDefinedNetwork = serde_json::from_value(obj.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&round).unwrap()["spec"], obj["spec"]);
+    for mode in [json!("Enabled"), json!("Disabled"), Value::Null] {
+        let mut other = obj.clone();
+        other["spec"]["network"]["localnet"]["subnets"] = json!(["192.0.2.0/24"]);
+        other["spec"]["network"]["localnet"]["ipam"]["mode"] = mode.clone();
+        if mode.is_null() {
+            other["spec"]["network"]["localnet"]["ipam"]
+                .as_object_mut()
+                .unwrap()
+                .remove("mode");
+        }
+        assert_eq!(
+            failures(&other, None),
+            vec![DHCP_GUARD_NEEDS_DHCP],
+            "mode {mode}"
+        );
+    }
+    let mut l2 = okep_cudn();
+    l2["spec"]["network"] = json!({
+        "topology": "Layer2",
+        "layer2": { "role": "Secondary", "subnets": ["192.0.2.0/24"],
+                    "ipam": { "mode": "Enabled", "dhcpGuard": { "rate": 5 } } }
+    });
+    assert_eq!(failures(&l2, None), vec![DHCP_GUARD_NEEDS_DHCP]);
 }
 
 #[test]

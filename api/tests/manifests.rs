@@ -848,7 +848,20 @@ fn example_nad_is_what_the_example_cudn_renders() {
     let a: Value = serde_json::from_str(&shipped.spec.config).unwrap();
     let b: Value = serde_json::from_str(&rendered.spec.config).unwrap();
     assert_eq!(a, b);
-    assert_eq!(a["ipam"], serde_json::json!({"type": "dhcp"}));
+    assert_eq!(
+        a["ipam"],
+        serde_json::json!({"type": "dhcp", "dhcpGuard": {"trusted": false, "rate": 20, "burst": 10}})
+    );
+    // The agent reads the example's guard settings as written.
+    let agent = xdhcp_plugin::config::parse(shipped.spec.config.as_bytes()).expect("agent parses");
+    assert_eq!(
+        agent.ipam.dhcp_guard,
+        xdhcp_plugin::config::DhcpGuardSpec {
+            trusted: false,
+            rate: 20,
+            burst: 10
+        }
+    );
 
     // The example CUDN passes the CRD's CEL rules; the namespace is selected by it.
     let crd = doc_of_kind(

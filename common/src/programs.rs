@@ -141,7 +141,14 @@ pub const PROGRAMS: &[Program] = &[
         "power-loss test disk",
     ),
     deb("losetup", "mount", "/sbin/losetup", "power-loss test disk"),
-    deb("mount", "mount", "/bin/mount", "power-loss test disk"),
+    // Also the bind mounts of a guest DHCP client's private mount namespace
+    // (the passive-learning tests: its /var/lib/dhcpcd and /run).
+    deb(
+        "mount",
+        "mount",
+        "/bin/mount",
+        "power-loss test disk; a guest client's private bind mounts",
+    ),
     deb("umount", "mount", "/bin/umount", "power-loss test disk"),
     // CNI plugins: main plugins around the IPAM plugin, and the upstream
     // DHCP IPAM plugin the benchmarks compare against.
@@ -241,13 +248,13 @@ pub const PROGRAMS: &[Program] = &[
         "unshare",
         "util-linux",
         "/usr/bin/unshare",
-        "a private mount namespace for a bare `dhcp daemon`",
+        "a private mount namespace for a bare `dhcp daemon` or a guest DHCP client",
     ),
     deb(
         "sh",
         "dash",
         "/bin/sh",
-        "bind mounts before exec'ing a bare `dhcp daemon`",
+        "bind mounts before exec'ing a bare `dhcp daemon` or a guest DHCP client",
     ),
     rust("cargo", "building and testing"),
     rust("rustc", "toolchain checks"),

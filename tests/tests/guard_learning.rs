@@ -24,6 +24,20 @@
 //! RELEASE (`dhclient -r`) drops the learned binding while the entry keeps
 //! the last address (nothing written). Each against dnsmasq and against Kea.
 //!
+//! Two more with dhcpcd as it runs in a guest (a daemon, ARP probing on):
+//! killed without releasing (SIGKILL), its short Kea lease runs out and the
+//! learned binding goes at expiry (from the table, the agent's state file
+//! and the metrics) while the entry keeps the address, nothing written; and
+//! acknowledged an address another host on the segment already holds
+//! (dnsmasq's fixed address for its client id), it finds it with its ARP
+//! probe and DECLINEs it: the agent drops the binding, puts the entry back
+//! where it was, and follows the next address dnsmasq gives.
+//!
+//! Every guest client runs in a private mount namespace whose
+//! `/var/lib/dhcpcd` and `/run` are the test's own directories: dhcpcd's
+//! DUID, lease file, pid file and control socket never touch this machine's
+//! (checked), and two dhcpcd in parallel tests do not collide.
+//!
 //! Needs root; fails, never skips, without it.
 
 use std::net::Ipv4Addr;
@@ -125,7 +139,7 @@ struct NodeAgent {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     socket: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl NodeAgent {
@@ -138,6 +152,8 @@ impl NodeAgent {
         let state_dir = dir.path().join("state");
         std::fs::create_dir_all(&state_dir).unwrap();
         let mut args = AgentArgs::with_defaults(socket.clone(), state_dir);
+        // On the node namespace's own loopback: no other test's.
+        args.metrics_addr = Some(METRICS);
         args.kube = KubeMode::On;
         args.kubeconfig = Some(kubeconfig.to_path_buf());
         args.bpffs_dir = dir.path().join("bpffs");
@@ -167,7 +183,7 @@ impl NodeAgent {
             stop: Some(stop),
             thread: Some(thread),
             socket,
-            _dir: dir,
+            dir,
         };
         let c = me.client();
         let ready = wait_until(Duration::from_secs(20), || {
@@ -196,6 +212,28 @@ impl NodeAgent {
             .block_on(self.client().get(PATH_BINDINGS))
             .expect("binding table")
     }
+
+    /// The learned-binding file in the agent's state directory, as written.
+    fn learned_file(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("state/learned-bindings.json"))
+            .unwrap_or_default()
+    }
+}
+
+/// The agent's `/metrics`, in the node namespace.
+const METRICS: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 9561);
+
+/// The exposition lines of the agent's `/metrics` starting with `prefix`.
+fn metric_lines(node: &Path, prefix: &str) -> Vec<String> {
+    let text =
+        xdhcp::sys::netns::run_in_netns(node, || xdhcp_tests::bench::http_get(METRICS, "/metrics"))
+            .expect("enter the node namespace")
+            .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
 }
 
 impl Drop for NodeAgent {
@@ -219,7 +257,10 @@ enum Srv {
 }
 
 /// A running server of either kind (kept alive for the test).
-#[expect(dead_code, reason = "held only so the server runs until the test ends")]
+#[expect(
+    dead_code,
+    reason = "a Kea is only held so that it runs until the test ends"
+)]
 enum Running {
     Dnsmasq(Dnsmasq),
     Kea(Kea),
@@ -232,18 +273,75 @@ struct Vm {
     api: Api,
     guest: NetNs,
     _guest_link: Veth,
-    _server: Running,
+    server: Running,
     lab: Lab,
     one_shot: Ipv4Addr,
     req: CniRequest,
+    /// The guest clients' own `/var/lib/dhcpcd` (`db/`) and `/run` (`run/`).
+    guest_fs: tempfile::TempDir,
+}
+
+impl Vm {
+    /// A guest client: the table program `program` inside the guest
+    /// namespace and a private mount namespace (`unshare --mount`, so the
+    /// binds never reach this machine) whose `/var/lib/dhcpcd` and `/run`
+    /// are [`Vm::guest_fs`]'s directories, bound before the client starts.
+    /// `/run` is replaced only once inside the guest's network namespace,
+    /// which `ip netns exec` has found under it already.
+    fn client(&self, program: &str) -> std::process::Command {
+        let (db, run) = (
+            self.guest_fs.path().join("db"),
+            self.guest_fs.path().join("run"),
+        );
+        let mut cmd = self.guest.command("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--"])
+            .arg(xdhcp_tests::program("sh"))
+            .arg("-c")
+            .arg(r#"set -e; "$1" --bind "$2" /var/lib/dhcpcd; "$1" --bind "$3" /run; shift 3; exec "$@""#)
+            .arg("guest-client")
+            .arg(xdhcp_tests::program("mount"))
+            .arg(db)
+            .arg(run)
+            .arg(xdhcp_tests::program(program));
+        cmd
+    }
+}
+
+/// This machine's dhcpcd state a guest client would write without its
+/// private mount namespace: which of those files exist, and their contents.
+fn host_dhcpcd_state() -> Vec<(PathBuf, Option<Vec<u8>>)> {
+    [
+        "/var/lib/dhcpcd/duid",
+        "/var/lib/dhcpcd/eth0.lease",
+        "/run/dhcpcd",
+    ]
+    .into_iter()
+    .map(|p| {
+        let p = PathBuf::from(p);
+        let content = if p.is_dir() {
+            Some(Vec::new())
+        } else {
+            std::fs::read(&p).ok()
+        };
+        (p, content)
+    })
+    .collect()
 }
 
 fn vm_with_guest(srv: Srv) -> Vm {
-    let lab = Lab::with_clients(1);
-    let server = match srv {
+    vm_with_server(|lab| match srv {
         Srv::Dnsmasq => Running::Dnsmasq(Dnsmasq::start(&lab.server, DnsmasqConfig::default())),
         Srv::Kea => Running::Kea(Kea::start(&lab.server, KeaConfig::default())),
-    };
+    })
+}
+
+/// The VM and its guest, with the server `start` runs on the lab.
+fn vm_with_server(start: impl FnOnce(&Lab) -> Running) -> Vm {
+    vm_on(Lab::with_clients(1), start)
+}
+
+fn vm_on(lab: Lab, start: impl FnOnce(&Lab) -> Running) -> Vm {
+    let server = start(&lab);
     let launcher = &lab.clients[0];
     // Bridge binding: the pod interface and the guest's link on one bridge.
     let guest = NetNs::new();
@@ -322,15 +420,22 @@ fn vm_with_guest(srv: Srv) -> Vm {
         Some(launcher.port()),
         "{leased:?}"
     );
+    let guest_fs = tempfile::Builder::new()
+        .prefix("xdt-guest-fs-")
+        .tempdir()
+        .unwrap();
+    std::fs::create_dir(guest_fs.path().join("db")).unwrap();
+    std::fs::create_dir(guest_fs.path().join("run")).unwrap();
     Vm {
         agent,
         api,
         guest,
         _guest_link: link,
-        _server: server,
+        server,
         lab,
         one_shot,
         req,
+        guest_fs,
     }
 }
 
@@ -378,24 +483,16 @@ fn read_ip(path: &Path) -> Ipv4Addr {
         .expect("an IPv4 address")
 }
 
-/// dhcpcd keeps its pid file and control socket under `/run/dhcpcd`, named
-/// after the interface, whatever the namespace: two at once would collide.
-static DHCPCD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Runs dhcpcd once in the guest (it leases, runs its script, exits
 /// without releasing); the address it was bound to.
 fn run_dhcpcd(vm: &Vm, dir: &Path) -> Ipv4Addr {
-    // The distribution's defaults that matter (DUID client id), no hooks
-    // (the script replaces them: nothing touches this machine's files).
-    let conf = dir.join("dhcpcd.conf");
-    std::fs::write(&conf, "duid\npersistent\nrequire dhcp_server_identifier\n").unwrap();
+    let conf = dhcpcd_conf(dir);
     // BOUND for a fresh lease; REBIND/REBOOT/RENEW when it asks again for
     // the lease it kept (one `case` pattern list).
     let (script, out) = recorder(dir, "new_ip_address", "BOUND*|*REBIND*|*REBOOT*|*RENEW");
     let _ = std::fs::remove_file(&out);
     let status = vm
-        .guest
-        .command("dhcpcd")
+        .client("dhcpcd")
         .args(["-1", "-4", "-B", "-t", "20", "-f"])
         .arg(&conf)
         .arg("-c")
@@ -407,6 +504,16 @@ fn run_dhcpcd(vm: &Vm, dir: &Path) -> Ipv4Addr {
     read_ip(&out)
 }
 
+/// dhcpcd's configuration in `dir`: the distribution's defaults that matter
+/// (DUID client id; ARP probing of an acknowledged address, on unless
+/// `noarp`), no hooks (the script replaces them: nothing touches this
+/// machine's files).
+fn dhcpcd_conf(dir: &Path) -> PathBuf {
+    let conf = dir.join("dhcpcd.conf");
+    std::fs::write(&conf, "duid\npersistent\nrequire dhcp_server_identifier\n").unwrap();
+    conf
+}
+
 /// dhcpcd running in the guest (foreground, not one-shot), so that
 /// `dhcpcd -k` can ask it to release; killed on drop if still running.
 struct DhcpcdDaemon {
@@ -416,16 +523,21 @@ struct DhcpcdDaemon {
 
 impl DhcpcdDaemon {
     fn start(vm: &Vm, dir: &Path) -> Self {
-        let conf = dir.join("dhcpcd.conf");
+        Self::start_with(vm, dir, &[])
+    }
+
+    /// With `extra` flags before the interface name.
+    fn start_with(vm: &Vm, dir: &Path, extra: &[&str]) -> Self {
+        let conf = dhcpcd_conf(dir);
         let (script, out) = recorder(dir, "new_ip_address", "BOUND*|*REBIND*|*REBOOT*|*RENEW");
         let _ = std::fs::remove_file(&out);
         let child = vm
-            .guest
-            .command("dhcpcd")
+            .client("dhcpcd")
             .args(["-4", "-B", "-t", "20", "-f"])
             .arg(&conf)
             .arg("-c")
             .arg(&script)
+            .args(extra)
             .arg("eth0")
             .spawn()
             .expect("start dhcpcd");
@@ -457,9 +569,7 @@ impl Drop for DhcpcdDaemon {
 }
 
 fn dhcpcd_guest(srv: Srv) {
-    let _one_at_a_time = DHCPCD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let host_before = host_dhcpcd_state();
     let vm = vm_with_guest(srv);
     let dir = tempfile::tempdir().unwrap();
     // Another client writes the pod just before the learned update's PATCH
@@ -523,8 +633,7 @@ fn dhcpcd_guest(srv: Srv) {
         "the restarted client keeps the address"
     );
     let status = vm
-        .guest
-        .command("dhcpcd")
+        .client("dhcpcd")
         .args(["-4", "-k", "eth0"])
         .status()
         .expect("run dhcpcd -k");
@@ -561,6 +670,14 @@ fn dhcpcd_guest(srv: Srv) {
         .expect("DEL");
     assert!(learned(&vm).is_empty(), "{:?}", learned(&vm));
     assert!(vm.agent.bindings().is_empty());
+    // dhcpcd's DUID and lease went to the test's directory, never here.
+    assert!(vm.guest_fs.path().join("db/duid").exists());
+    drop(vm);
+    assert_eq!(
+        host_dhcpcd_state(),
+        host_before,
+        "this machine's dhcpcd state"
+    );
 }
 
 fn udhcpc_guest(srv: Srv) {
@@ -569,8 +686,7 @@ fn udhcpc_guest(srv: Srv) {
     let dir = tempfile::tempdir().unwrap();
     let (script, out) = recorder(dir.path(), "ip", "bound");
     let status = vm
-        .guest
-        .command("busybox")
+        .client("busybox")
         .args([
             "udhcpc", "-f", "-q", "-n", "-t", "5", "-T", "1", "-i", "eth0", "-s",
         ])
@@ -592,8 +708,7 @@ fn dhclient_guest(srv: Srv) {
     let dir = tempfile::tempdir().unwrap();
     let (script, out) = recorder(dir.path(), "new_ip_address", "BOUND");
     let status = vm
-        .guest
-        .command("dhclient")
+        .client("dhclient")
         .args(["-4", "-1", "-sf"])
         .arg(&script)
         .arg("-lf")
@@ -622,8 +737,7 @@ fn dhclient_guest(srv: Srv) {
         .ip(&["addr", "add", &format!("{guest_ip}/24"), "dev", "eth0"]);
     let patches = vm.api.patches();
     let status = vm
-        .guest
-        .command("dhclient")
+        .client("dhclient")
         .args(["-4", "-v", "-r", "-sf"])
         .arg(&script)
         .arg("-lf")
@@ -641,6 +755,202 @@ fn dhclient_guest(srv: Srv) {
     );
     assert_eq!(vm.api.reported(), Some(guest_ip));
     assert_eq!(vm.api.patches(), patches, "a RELEASE writes nothing");
+}
+
+/// The address each accepted PATCH of the launcher pod wrote into this
+/// network's `pod-networks` entry, in order.
+fn written(vm: &Vm) -> Vec<Ipv4Addr> {
+    fn entry_ip(v: &Value) -> Option<Ipv4Addr> {
+        match v {
+            Value::String(text) => {
+                let doc: Value = serde_json::from_str(text).ok()?;
+                let ip = doc.get(format!("{NS}/{NAD}"))?["ip_addresses"][0].as_str()?;
+                ip.split('/').next()?.parse().ok()
+            }
+            Value::Array(a) => a.iter().find_map(entry_ip),
+            Value::Object(o) => o.values().find_map(entry_ip),
+            _ => None,
+        }
+    }
+    vm.api
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.op == Some(Op::PatchPod) && (200..300).contains(&r.status))
+        .filter_map(|r| r.body.as_ref().and_then(entry_ip))
+        .collect()
+}
+
+/// The learned lease of the expiry test: short, so that it runs out in the
+/// test; its T1 comes well after dhcpcd reports BOUND (its ARP probe takes
+/// about 6 s after the ACK), so the client is killed before it renews.
+const SHORT_LEASE_SECS: u32 = 24;
+
+#[test]
+fn dhcpcd_guest_killed_without_release_its_learned_binding_goes_at_expiry_kea_fake_apiserver() {
+    let host_before = host_dhcpcd_state();
+    let vm = vm_with_server(|lab| {
+        Running::Kea(Kea::start(
+            &lab.server,
+            KeaConfig {
+                valid_lifetime: SHORT_LEASE_SECS,
+                renew_timer: SHORT_LEASE_SECS / 2,
+                rebind_timer: SHORT_LEASE_SECS * 7 / 8,
+                ..KeaConfig::default()
+            },
+        ))
+    });
+    let node = vm.lab.server.path().to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = DhcpcdDaemon::start(&vm, dir.path());
+    let guest_ip = daemon.bound;
+    assert!(
+        reported_within_a_second(&vm, guest_ip),
+        "the entry reports {:?}, the guest holds {guest_ip}",
+        vm.api.reported()
+    );
+    let l = learned(&vm);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0].ip, guest_ip);
+    let expires = l[0]
+        .expires_unix_ms
+        .expect("a learned lease with a lease time");
+    // The binding table in the metrics: one learned row, with its address.
+    let info = format!(r#"ip="{guest_ip}",port="{}""#, vm.lab.clients[0].port());
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            metric_lines(&node, r#"xdhcp_bindings{source="learned"}"#)
+                == [r#"xdhcp_bindings{source="learned"} 1"#]
+                && metric_lines(&node, "xdhcp_binding_info{")
+                    .iter()
+                    .any(|l| l.contains(&info) && l.contains(r#"source="learned""#))
+        }),
+        "{:?}",
+        metric_lines(&node, "xdhcp_binding")
+    );
+
+    // The guest's client dies without a word (no RELEASE).
+    let patches = vm.api.patches();
+    daemon.child.kill().expect("SIGKILL dhcpcd");
+    daemon.child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(learned(&vm).len(), 1, "the binding outlives its client");
+    assert!(vm.agent.learned_file().contains(VM_MAC));
+
+    // Its lease runs out at the server: the learned binding goes, from the
+    // table, from the state file (the expiry sweep) and from the metrics.
+    assert!(
+        wait_until(
+            Duration::from_secs(u64::from(SHORT_LEASE_SECS) + 10),
+            || learned(&vm).is_empty()
+        ),
+        "still learned: {:?}",
+        learned(&vm)
+    );
+    assert!(
+        xdhcp::cli::now_unix_ms() >= expires,
+        "gone at its expiry, not before"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || !vm
+            .agent
+            .learned_file()
+            .contains(VM_MAC)),
+        "the state file keeps it: {}",
+        vm.agent.learned_file()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            metric_lines(&node, r#"xdhcp_bindings{source="learned"}"#)
+                == [r#"xdhcp_bindings{source="learned"} 0"#]
+                && !metric_lines(&node, "xdhcp_binding_info{")
+                    .iter()
+                    .any(|l| l.contains(&info))
+        }),
+        "{:?}",
+        metric_lines(&node, "xdhcp_binding")
+    );
+    // The entry keeps the last address the guest held; nothing is written.
+    assert_eq!(vm.api.reported(), Some(guest_ip));
+    assert_eq!(vm.api.patches(), patches, "an expiry writes nothing");
+    drop(daemon);
+    drop(vm);
+    assert_eq!(
+        host_dhcpcd_state(),
+        host_before,
+        "this machine's dhcpcd state"
+    );
+}
+
+/// The client id the declining guest sends (`dhcpcd -I`), for which
+/// dnsmasq has a fixed address another host on the segment already holds.
+const DECLINER_ID: &str = "00:78:64:68:63:70";
+const TAKEN: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 77);
+
+#[test]
+fn dhcpcd_guest_declines_an_address_in_use_the_entry_goes_back_then_follows_dnsmasq_fake_apiserver()
+{
+    let host_before = host_dhcpcd_state();
+    // The second lab namespace on the node's bridge holds the address.
+    let lab = Lab::with_clients(2);
+    let squatter = &lab.clients[1];
+    squatter.ns.add_addr(&squatter.ifname, TAKEN, 24);
+    let vm = vm_on(lab, |lab| {
+        Running::Dnsmasq(Dnsmasq::start(
+            &lab.server,
+            DnsmasqConfig {
+                extra_args: vec![format!("--dhcp-host=id:{DECLINER_ID},{TAKEN}")],
+                ..DnsmasqConfig::default()
+            },
+        ))
+    });
+    assert_ne!(
+        vm.one_shot, TAKEN,
+        "the one-shot's client id is not the fixed one"
+    );
+    let before = written(&vm).len();
+    let dir = tempfile::tempdir().unwrap();
+    // dhcpcd probes an acknowledged address with ARP by default (the
+    // configuration has no `noarp`, the command line no `-A`): the
+    // squatter answers, dhcpcd DECLINEs and starts over.
+    let daemon = DhcpcdDaemon::start_with(&vm, dir.path(), &["-I", DECLINER_ID]);
+    let guest_ip = daemon.bound;
+    let Running::Dnsmasq(dnsmasq) = &vm.server else {
+        unreachable!("the server is dnsmasq")
+    };
+    let log = dnsmasq.log();
+    assert!(
+        log.contains(&format!("DHCPACK(br0) {TAKEN}"))
+            && log.contains(&format!("DHCPDECLINE(br0) {TAKEN}")),
+        "dhcpcd was given {TAKEN} and declined it:\n{log}"
+    );
+    assert_ne!(guest_ip, TAKEN);
+    assert_ne!(guest_ip, vm.one_shot);
+    assert!(
+        reported_within_a_second(&vm, guest_ip),
+        "the entry reports {:?}, the guest holds {guest_ip}",
+        vm.api.reported()
+    );
+    // The entry went where the ACK said, back to where it was at the
+    // DECLINE (never staying on an address the guest refused), then on to
+    // the address the guest holds.
+    assert_eq!(
+        written(&vm)[before..],
+        [TAKEN, vm.one_shot, guest_ip],
+        "{:?}",
+        vm.api.server.requests()
+    );
+    let l = learned(&vm);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0].ip, guest_ip, "no binding for the declined address");
+    assert_eq!(l[0].replaced, Some(vm.one_shot));
+    drop(daemon);
+    drop(vm);
+    assert_eq!(
+        host_dhcpcd_state(),
+        host_before,
+        "this machine's dhcpcd state"
+    );
 }
 
 #[test]

@@ -47,6 +47,11 @@ const ESSENTIAL: &[&str] = &[
     // busybox's applet (`busybox udhcpc`), installed with `busybox` above.
     "dhcpcd",
     "dhclient",
+    // Each guest client runs in a private mount namespace (and the
+    // OVN-Kubernetes drop-in test's bare `dhcp daemon` too).
+    "unshare",
+    "sh",
+    "mount",
 ];
 // Not installed on purpose: `socat` appears in the tests only as the name
 // of a program outside the table, which `tests/tests/programs.rs` checks is

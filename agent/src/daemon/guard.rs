@@ -301,20 +301,24 @@ async fn host_end(netns: &Path, ifname: &str) -> Result<Option<String>, GuardErr
 /// How often the guard's kernel counters are copied into the metrics.
 const METRICS_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Copies the guard's per-port counters into the metrics until shutdown.
+/// Copies the guard's per-port counters and the binding table into the
+/// metrics until shutdown.
 pub(crate) async fn export_metrics(
     agent: std::sync::Arc<super::context::Agent>,
     token: tokio_util::sync::CancellationToken,
 ) {
     loop {
         let a = agent.clone();
-        let snap = tokio::task::spawn_blocking(move || a.guard.snapshot()).await;
-        if let Ok(snap) = snap {
+        let snap =
+            tokio::task::spawn_blocking(move || (a.guard.snapshot(), super::status::bindings(&a)))
+                .await;
+        if let Ok((snap, bindings)) = snap {
             let rows: Vec<_> = snap
                 .iter()
                 .map(|(p, c)| (p.host_ifname.clone(), c.passed_client, c.drops()))
                 .collect();
             agent.metrics().guard_snapshot(&rows);
+            agent.metrics().bindings_snapshot(&bindings);
         }
         tokio::select! {
             () = token.cancelled() => return,
@@ -330,8 +334,11 @@ const EXPIRY_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 /// the VM's MAC records a learned binding and, when the address is not the
 /// one the `pod-networks` entry reports, rewrites the entry (the same
 /// read-modify-write as at ADD) at once; a renewal of the same address
-/// changes nothing; a RELEASE, a DECLINE or the lease's expiry drops the
-/// learned binding and leaves the entry at the last address the guest held.
+/// changes nothing; a RELEASE or the lease's expiry drops the learned
+/// binding and leaves the entry at the last address the guest held; a
+/// DECLINE drops it and, when its ACK had moved the entry, puts back the
+/// address the entry reported before (the guest never held the declined
+/// one).
 pub(crate) async fn learn_guests(
     agent: std::sync::Arc<super::context::Agent>,
     token: tokio_util::sync::CancellationToken,
@@ -404,6 +411,19 @@ async fn on_event(agent: &super::context::Agent, ev: &crate::datapath::ebpf::Gua
             with_store(agent, &mut |s| s.remove(&mac_text, Some(ip)).map(|_| ()));
             info!(port = %port.host_ifname, mac = %mac_text, %ip, "guest gave its address back");
         }
+        Learned::Declined { ip } => {
+            let mut gone = None;
+            with_store(agent, &mut |s| {
+                s.take(&mac_text, Some(ip)).map(|b| gone = b)
+            });
+            info!(port = %port.host_ifname, mac = %mac_text, %ip,
+                "guest declined the address it was acknowledged (in use)");
+            // The ACK moved the entry to an address the guest never held:
+            // put back what it reported before.
+            if let Some(back) = gone.and_then(|b| b.replaced).filter(|b| *b != ip) {
+                move_entry(agent, &port, mac, record, back, None, None).await;
+            }
+        }
         Learned::Bound {
             ip,
             prefix_len,
@@ -447,20 +467,20 @@ async fn follow(
         lease_secs,
     } = *bound;
     let mac_text = format_mac(mac);
-    // What the entry reports now: the last learned address, else the one-shot's.
-    let previous = agent
+    let existing = agent
         .guard
         .learned
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get(&mac_text)
-        .map(|b| b.ip)
-        .or_else(|| {
-            record
-                .as_ref()
-                .and_then(|r| r.lease.as_ref())
-                .map(|l| l.address)
-        });
+        .cloned();
+    // What the entry reports now: the last learned address, else the one-shot's.
+    let previous = existing.as_ref().map(|b| b.ip).or_else(|| {
+        record
+            .as_ref()
+            .and_then(|r| r.lease.as_ref())
+            .map(|l| l.address)
+    });
     let now = crate::cli::now_unix_ms();
     let binding = Binding {
         mac: mac_text.clone(),
@@ -472,6 +492,13 @@ async fn follow(
             .map(|p| format!("{}/{}", p.namespace, p.name)),
         expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
         source: BindingSource::Learned,
+        // A renewal keeps what its first ACK replaced; a move records
+        // what it replaces.
+        replaced: if previous == Some(ip) {
+            existing.filter(|b| b.ip == ip).and_then(|b| b.replaced)
+        } else {
+            previous
+        },
     };
     with_store(agent, &mut |s| s.upsert(binding.clone()));
     if previous == Some(ip) {
@@ -479,7 +506,24 @@ async fn follow(
     }
     info!(port = %port.host_ifname, mac = %mac_text, %ip, previous = ?previous,
         "guest holds another address than reported");
-    let Some(rec) = record else { return };
+    move_entry(agent, port, mac, record, ip, prefix_len, router).await;
+}
+
+/// Rewrites the `pod-networks` entry of the VM's record to `ip` (the
+/// record's prefix length and router unless given).
+async fn move_entry(
+    agent: &super::context::Agent,
+    port: &GuardedPort,
+    mac: [u8; 6],
+    record: Option<crate::store::LeaseRecord>,
+    ip: std::net::Ipv4Addr,
+    prefix_len: Option<u8>,
+    router: Option<std::net::Ipv4Addr>,
+) {
+    let Some(rec) = record else {
+        info!(port = %port.host_ifname, %ip, "no lease record for the port; the entry is not written");
+        return;
+    };
     let (Some(pod), Some(key), Some(mut lease)) = (
         rec.pod.clone(),
         rec.annotation_key.clone(),

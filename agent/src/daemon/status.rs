@@ -124,6 +124,7 @@ pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
                     .map(|p| format!("{}/{}", p.namespace, p.name)),
                 expires_unix_ms: crate::daemon::lease::live::expiry_ms(lease),
                 source: BindingSource::Leased,
+                replaced: None,
             })
         })
         .collect();

@@ -11,15 +11,22 @@
 //! with nothing attached and with the uplink program on `up0` (TC, the
 //! veth default, and generic XDP), in intercept mode as the agent runs it.
 //!
-//! Noise control, for a small machine shared with other work: every round
-//! measures all four setups back to back, in an order rotated from round to
-//! round; each iperf3 run leaves out its first second (TCP slow start,
-//! `-O 1`); and each attached setup is judged by the median over rounds of
-//! its throughput divided by the bare throughput of the same round (a paired
-//! ratio: drift between rounds cancels out), reported with the spread of
-//! those ratios.
+//! Noise control, for a small machine shared with other work (a 2-core VM
+//! where other builds run): each attached setup is measured in many short
+//! **paired trials**, one bare run and one attached run back to back, their
+//! order alternating from pair to pair (bare first, then attached first),
+//! and the pairs of all setups interleaved, so drift of the machine's load
+//! hits both halves of a pair alike and every setup alike. A pair gives one
+//! ratio, attached / bare; a setup is reported as the **median of its
+//! ratios with their interquartile range** (the middle half of the pairs),
+//! beside the median Gbit/s of each side. Each iperf3 run leaves out its
+//! first second (TCP slow start, `-O 1`); one iperf3 server runs for all of
+//! them; the client and the server are pinned to CPUs 0 and 1 (`-A 0,1`)
+//! when the machine has two, so that the scheduler does not move them
+//! within a run.
 //!
-//! Usage: `bench_dataplane [seconds-per-run] [rounds]` (default 4 s, 9 rounds). Needs root and iperf3.
+//! Usage: `bench_dataplane [seconds-per-run] [pairs]` (default 1 s, 20
+//! pairs per setup). Needs root and iperf3.
 #![expect(clippy::print_stdout, reason = "benchmark CLI prints its report")]
 
 use std::net::Ipv4Addr;
@@ -38,7 +45,6 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Setup {
-    Bare,
     Attached(AttachMode),
     /// The DHCP guard (TC ingress and egress) on the receiving veth, as on
     /// a workload port's host end.
@@ -48,130 +54,221 @@ enum Setup {
 impl Setup {
     fn name(self) -> String {
         match self {
-            Self::Bare => "bare".to_owned(),
             Self::Attached(m) => m.to_string(),
             Self::Guard => "dhcp guard".to_owned(),
         }
     }
 }
 
-/// One iperf3 run; returns received Gbit/s.
-fn iperf(server: &NetNs, client: &NetNs, secs: u64) -> Result<f64> {
-    let mut srv = server.command("iperf3");
-    srv.args(["-s", "-1", "-B", &SERVER_IP.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let _server = Process::spawn("iperf3 server", srv);
-    // Wait until the server listens (the client retries on refusal).
-    let mut last = String::new();
-    for _ in 0..50 {
-        let out = client
-            .command("iperf3")
-            .args(["-c", &SERVER_IP.to_string(), "-t", &secs.to_string()])
-            .args(["-O", "1", "-J"])
-            .output()
-            .context("running iperf3 (is it installed?)")?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            let json: serde_json::Value =
-                serde_json::from_str(&text).context("iperf3 -J output")?;
-            if let Some(bps) = json["end"]["sum_received"]["bits_per_second"].as_f64() {
-                return Ok(bps / 1e9);
-            }
-            // An aborted test (e.g. the server was not listening yet) has no totals.
-            last = format!(
-                "no end.sum_received.bits_per_second in: {}",
-                &text[..text.len().min(400)]
-            );
-        } else {
-            last = text;
+/// An iperf3 server in `server` for the whole measurement, and the client
+/// side of it.
+struct Iperf<'a> {
+    _server: Process,
+    client: &'a NetNs,
+    secs: u64,
+    pin: bool,
+}
+
+impl<'a> Iperf<'a> {
+    fn start(server: &NetNs, client: &'a NetNs, secs: u64) -> Self {
+        let mut srv = server.command("iperf3");
+        srv.args(["-s", "-B", &SERVER_IP.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Self {
+            _server: Process::spawn("iperf3 server", srv),
+            client,
+            secs,
+            pin: std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2),
         }
-        std::thread::sleep(Duration::from_millis(100));
     }
-    bail!("iperf3 client kept failing: {last}")
+
+    /// One run; returns received Gbit/s.
+    fn run(&self) -> Result<f64> {
+        let mut last = String::new();
+        // The first run waits until the server listens (the client retries on refusal).
+        for _ in 0..50 {
+            let mut cmd = self.client.command("iperf3");
+            cmd.args(["-c", &SERVER_IP.to_string(), "-t", &self.secs.to_string()])
+                .args(["-O", "1", "-J"]);
+            if self.pin {
+                cmd.args(["-A", "0,1"]);
+            }
+            let out = cmd.output().context("running iperf3 (is it installed?)")?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() {
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).context("iperf3 -J output")?;
+                if let Some(bps) = json["end"]["sum_received"]["bits_per_second"].as_f64() {
+                    return Ok(bps / 1e9);
+                }
+                // An aborted test (e.g. the server was not listening yet) has no totals.
+                last = format!(
+                    "no end.sum_received.bits_per_second in: {}",
+                    &text[..text.len().min(400)]
+                );
+            } else {
+                last = text;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!("iperf3 client kept failing: {last}")
+    }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// The `q` quantile (0..=1) of `v`, linearly interpolated between the
+/// closest ranks.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    #[expect(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a rank among a few dozen samples"
+    )]
+    let (lo, frac) = {
+        let pos = q.clamp(0.0, 1.0) * (s.len() - 1) as f64;
+        (pos.floor() as usize, pos - pos.floor())
+    };
+    let hi = (lo + 1).min(s.len() - 1);
+    s[lo] + (s[hi] - s[lo]) * frac
 }
 
-/// Medians and paired ratios to bare (`results[0]`), one row per setup.
+/// One attached setup's paired trials: bare and attached Gbit/s, pair by pair.
+#[derive(Default)]
+struct Pairs {
+    bare: Vec<f64>,
+    attached: Vec<f64>,
+}
+
+impl Pairs {
+    fn ratios(&self) -> Vec<f64> {
+        self.attached
+            .iter()
+            .zip(&self.bare)
+            .map(|(a, b)| a / b)
+            .collect()
+    }
+}
+
+/// The figures of one setup: median of the pair ratios and its quartiles.
+struct Figure {
+    median: f64,
+    q1: f64,
+    q3: f64,
+}
+
+impl Figure {
+    fn of(p: &Pairs) -> Self {
+        let r = p.ratios();
+        Self {
+            median: quantile(&r, 0.5),
+            q1: quantile(&r, 0.25),
+            q3: quantile(&r, 0.75),
+        }
+    }
+
+    /// The verdict against a floor (a fraction of bare).
+    fn against(&self, floor: f64) -> &'static str {
+        if self.q1 >= floor {
+            "met (the whole interquartile range is above it)"
+        } else if self.median >= floor {
+            "met by the median; the interquartile range reaches below"
+        } else if self.q3 >= floor {
+            "MISSED by the median; the interquartile range reaches above"
+        } else {
+            "MISSED (the whole interquartile range is below it)"
+        }
+    }
+}
+
+/// The report of one topology: a row per attached setup.
 fn report(
     title: &str,
     setups: &[Setup],
-    results: &[Vec<f64>],
+    pairs: &[Pairs],
     secs: u64,
-    runs: usize,
-) -> Result<(String, Vec<f64>)> {
+    n: usize,
+) -> Result<(String, Vec<Figure>)> {
     let mut out = String::new();
     writeln!(out)?;
     writeln!(
         out,
-        "bench dataplane: iperf3 TCP {title}, {runs} rounds x {secs} s (first second left \
-         out), median Gbit/s and median of per-round ratios to bare"
+        "bench dataplane: iperf3 TCP {title}; {n} paired trials per setup of {secs} s each \
+         (first second left out), bare and attached back to back in alternating order"
     )?;
     writeln!(
         out,
-        "{:<12} {:>12} {:>14} {:>18}",
-        "setup", "Gbit/s", "% of bare", "ratio min..max"
+        "{:<12} {:>11} {:>15} {:>17} {:>19}",
+        "setup", "bare Gbit/s", "setup Gbit/s", "median % of bare", "IQR of % of bare"
     )?;
-    let ratios: Vec<Vec<f64>> = results
-        .iter()
-        .map(|r| r.iter().zip(&results[0]).map(|(x, b)| x / b).collect())
-        .collect();
-    let mut paired = Vec::new();
-    for (i, setup) in setups.iter().enumerate() {
-        let m = median(&mut results[i].clone());
-        let mut r = ratios[i].clone();
-        let pr = median(&mut r);
-        paired.push(pr);
+    let mut figures = Vec::new();
+    for (setup, p) in setups.iter().zip(pairs) {
+        let f = Figure::of(p);
         writeln!(
             out,
-            "{:<12} {m:>12.2} {:>13.1}% {:>8.1}..{:.1} %",
+            "{:<12} {:>11.2} {:>15.2} {:>16.1}% {:>10.1} .. {:.1}%",
             setup.name(),
-            100.0 * pr,
-            100.0 * r[0],
-            100.0 * r[r.len() - 1]
+            quantile(&p.bare, 0.5),
+            quantile(&p.attached, 0.5),
+            100.0 * f.median,
+            100.0 * f.q1,
+            100.0 * f.q3
         )?;
+        figures.push(f);
     }
-    Ok((out, paired))
+    Ok((out, figures))
 }
 
-/// Measures `setups` (`Setup::Bare` first) `runs` times each, in an order
-/// rotated from round to round; `attach`/`detach` put the program of a
-/// setup other than `Bare` on and off where the data flows.
+/// Measures each of `setups` (attached ones: not `Bare`) in `n` paired
+/// trials against bare, the pairs of all setups interleaved, each pair's
+/// order alternating; `attach`/`detach` put a setup's program on and off
+/// where the data flows.
 fn measure(
     dp: &mut Datapath,
     setups: &[Setup],
-    runs: usize,
+    n: usize,
     label: &str,
     mut iperf_once: impl FnMut() -> Result<f64>,
     mut attach: impl FnMut(&mut Datapath, Setup) -> Result<()>,
     mut detach: impl FnMut(&mut Datapath, Setup) -> Result<()>,
-) -> Result<Vec<Vec<f64>>> {
-    let mut results: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
-    for run in 0..runs {
-        // Rotate the order each run so drift on the shared machine hits every setup alike.
-        for k in 0..setups.len() {
-            let i = (k + run) % setups.len();
-            let setup = setups[i];
-            if setup != Setup::Bare {
-                attach(dp, setup)?;
-            }
-            let gbps = iperf_once()?;
-            if setup != Setup::Bare {
-                detach(dp, setup)?;
-            }
+) -> Result<Vec<Pairs>> {
+    let mut pairs: Vec<Pairs> = setups.iter().map(|_| Pairs::default()).collect();
+    for k in 0..n {
+        for (i, &setup) in setups.iter().enumerate() {
+            let mut one = |attached: bool, dp: &mut Datapath| -> Result<f64> {
+                if attached {
+                    attach(dp, setup)?;
+                }
+                let gbps = iperf_once();
+                if attached {
+                    detach(dp, setup)?;
+                }
+                gbps
+            };
+            let attached_first = k % 2 == 1;
+            let first = one(attached_first, dp)?;
+            let second = one(!attached_first, dp)?;
+            let (bare, att) = if attached_first {
+                (second, first)
+            } else {
+                (first, second)
+            };
             println!(
-                "run {}/{runs} {label} {:<12} {gbps:>8.2} Gbit/s",
-                run + 1,
-                setup.name()
+                "pair {}/{n} {label} {:<12} bare {bare:>6.2} attached {att:>6.2} Gbit/s ({:.1} %)",
+                k + 1,
+                setup.name(),
+                100.0 * att / bare
             );
-            results[i].push(gbps);
+            pairs[i].bare.push(bare);
+            pairs[i].attached.push(att);
         }
     }
-    Ok(results)
+    Ok(pairs)
 }
 
 fn exact(att: &xdhcp::datapath::ebpf::Attachment, mode: AttachMode) -> Result<()> {
@@ -189,11 +286,11 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let secs: u64 = args
         .next()
-        .map_or(Ok(4), |s| s.parse())
+        .map_or(Ok(1), |s| s.parse())
         .context("seconds")?;
-    let runs: usize = args.next().map_or(Ok(9), |s| s.parse()).context("rounds")?;
-    if runs == 0 {
-        bail!("at least one round");
+    let n: usize = args.next().map_or(Ok(20), |s| s.parse()).context("pairs")?;
+    if n < 4 {
+        bail!("at least 4 pairs (quartiles)");
     }
     Command::new(xdhcp_tests::program("iperf3"))
         .arg("--version")
@@ -218,19 +315,19 @@ fn main() -> Result<()> {
         netns: Some(server.path().to_path_buf()),
     };
     let setups = [
-        Setup::Bare,
         Setup::Attached(AttachMode::Tc),
-        Setup::Attached(AttachMode::XdpNative),
-        Setup::Attached(AttachMode::XdpGeneric),
         Setup::Guard,
+        Setup::Attached(AttachMode::XdpGeneric),
+        Setup::Attached(AttachMode::XdpNative),
     ];
     let guard = std::cell::RefCell::new(Guard::load().context("loading the DHCP guard")?);
-    let results = measure(
+    let iperf = Iperf::start(&server, &client, secs);
+    let pairs = measure(
         &mut dp,
         &setups,
-        runs,
+        n,
         "veth",
-        || iperf(&server, &client, secs),
+        || iperf.run(),
         |dp, setup| match setup {
             Setup::Attached(mode) => {
                 exact(&dp.attach(&target, Some(mode), CaptureMode::Observe)?, mode)
@@ -239,39 +336,41 @@ fn main() -> Result<()> {
                 guard.borrow_mut().attach(&target, &PortPolicy::default())?;
                 Ok(())
             }
-            Setup::Bare => Ok(()),
         },
         |dp, setup| match setup {
             Setup::Attached(_) => Ok(dp.detach(&target)?),
             Setup::Guard => Ok(guard.borrow_mut().detach(&target)?),
-            Setup::Bare => Ok(()),
         },
     )?;
+    drop(iperf);
     let passed = dp.counters()?.passed_not_dhcp;
     if passed == 0 {
         bail!("the programs classified no packets: not attached where the data flows?");
     }
-    let (mut out, paired) = report("over veth", &setups, &results, secs, runs)?;
-    let tc = paired[1];
+    let (mut out, figures) = report("over veth", &setups, &pairs, secs, n)?;
     writeln!(out)?;
-    writeln!(
-        out,
-        "target: default choice for veth (tc) >= 97 % of bare: {:.1} % -> {}",
-        100.0 * tc,
-        if tc >= 0.97 { "met" } else { "MISSED" }
-    )?;
-    if let Some(i) = setups.iter().position(|s| *s == Setup::Guard) {
-        let g = paired[i];
-        writeln!(
-            out,
-            "target: DHCP guard on a workload port >= 97 % of bare: {:.1} % -> {}",
-            100.0 * g,
-            if g >= 0.97 { "met" } else { "MISSED" }
-        )?;
+    for (setup, what) in [
+        (
+            Setup::Attached(AttachMode::Tc),
+            "default choice for veth (tc)",
+        ),
+        (Setup::Guard, "DHCP guard on a workload port"),
+    ] {
+        if let Some(i) = setups.iter().position(|s| *s == setup) {
+            let f = &figures[i];
+            writeln!(
+                out,
+                "target: {what} >= 97 % of bare: median {:.1} %, IQR {:.1} .. {:.1} % -> {}",
+                100.0 * f.median,
+                100.0 * f.q1,
+                100.0 * f.q3,
+                f.against(0.97)
+            )?;
+        }
     }
     writeln!(out, "frames classified by the programs: {passed}")?;
 
-    out.push_str(&through_uplink(&mut dp, secs, runs)?);
+    out.push_str(&through_uplink(&mut dp, secs, n)?);
     print!("{out}");
     if let Some(dir) = std::env::var_os("XDHCP_BENCH_RESULTS") {
         let path = std::path::PathBuf::from(dir).join("dataplane.md");
@@ -284,7 +383,7 @@ fn main() -> Result<()> {
 
 /// The uplink topology: ext (client) -> `up0` [node: `br0`] `pod0` -> pod
 /// (server), bare and with the uplink program on `up0`; the report.
-fn through_uplink(dp: &mut Datapath, secs: u64, runs: usize) -> Result<String> {
+fn through_uplink(dp: &mut Datapath, secs: u64, n: usize) -> Result<String> {
     let pod = NetNs::new();
     let node = NetNs::new();
     let ext = NetNs::new();
@@ -300,17 +399,17 @@ fn through_uplink(dp: &mut Datapath, secs: u64, runs: usize) -> Result<String> {
         netns: Some(node.path().to_path_buf()),
     };
     let up_setups = [
-        Setup::Bare,
         Setup::Attached(AttachMode::Tc),
         Setup::Attached(AttachMode::XdpGeneric),
     ];
     let before = dp.counters()?.passed_not_dhcp;
-    let up_results = measure(
+    let iperf = Iperf::start(&pod, &ext, secs);
+    let up_pairs = measure(
         dp,
         &up_setups,
-        runs,
+        n,
         "uplink",
-        || iperf(&pod, &ext, secs),
+        || iperf.run(),
         |dp, setup| {
             let Setup::Attached(mode) = setup else {
                 bail!("the uplink is measured bare or with the uplink program only")
@@ -320,23 +419,48 @@ fn through_uplink(dp: &mut Datapath, secs: u64, runs: usize) -> Result<String> {
         },
         |dp, _| Ok(dp.detach(&uplink)?),
     )?;
+    drop(iperf);
     let up_passed = dp.counters()?.passed_not_dhcp - before;
     if up_passed == 0 {
         bail!("the uplink program classified no packets: not attached where the data flows?");
     }
-    let (up_out, up_paired) = report(
+    let (up_out, up_figures) = report(
         "through a node uplink (veth into a bridge, on to a pod's veth)",
         &up_setups,
-        &up_results,
+        &up_pairs,
         secs,
-        runs,
+        n,
     )?;
     let mut out = up_out;
+    let f = &up_figures[0];
     writeln!(
         out,
-        "uplink program (tc, the veth default): {:.1} % of the bare uplink path; frames \
-         classified: {up_passed}",
-        100.0 * up_paired[1]
+        "uplink program (tc, the veth default): median {:.1} % of the bare uplink path, \
+         IQR {:.1} .. {:.1} %; frames classified: {up_passed}",
+        100.0 * f.median,
+        100.0 * f.q1,
+        100.0 * f.q3
     )?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quartiles_of_paired_ratios() {
+        assert!((quantile(&[3.0, 1.0, 2.0], 0.5) - 2.0).abs() < 1e-12);
+        assert!((quantile(&[1.0, 2.0, 3.0, 4.0], 0.25) - 1.75).abs() < 1e-12);
+        assert!((quantile(&[1.0, 2.0, 3.0, 4.0], 0.75) - 3.25).abs() < 1e-12);
+        // Ratios pair by pair: a drift that hits both halves of a pair cancels.
+        let p = Pairs {
+            bare: vec![10.0, 5.0, 8.0, 2.0],
+            attached: vec![9.9, 4.95, 7.92, 1.98],
+        };
+        let f = Figure::of(&p);
+        assert!((f.median - 0.99).abs() < 1e-9 && (f.q3 - f.q1).abs() < 1e-9);
+        assert!(f.against(0.97).starts_with("met (the whole"));
+        assert!(f.against(0.995).starts_with("MISSED (the whole"));
+    }
 }
