@@ -155,27 +155,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         netns: netns.clone(),
     };
     let pod = who.workload == Workload::Pod;
-    // A pod's port is guarded while its interface is opened: both are trips
-    // into its namespace and both come before the lease's first DHCP
-    // message. A VM's guard needs the VM's MAC, known once the link is open.
-    let open = acquire::open_link(agent, Some(&netns), &req.ifname, pod, &place);
-    let link = if pod {
-        let guard = guard_port(
-            agent,
-            &req.container_id,
-            &req.ifname,
-            &netns,
-            &req.config,
-            None,
-        );
-        let (link, ()) = tokio::join!(open, guard);
-        if link.is_err() {
-            agent.guard.release(&req.container_id, &req.ifname);
-        }
-        link?
-    } else {
-        open.await?
-    };
+    let link = open_guarded(agent, &req, &netns, pod, &place).await?;
     phases.open = phases.lap();
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     let (mac, mode, requested, kind) = match &who.workload {
@@ -236,6 +216,36 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
         total_us = phases.total(), "ADD done");
     Ok(cni_result(&lease, &req.config))
+}
+
+/// Open the ADD's interface. A pod's port is guarded while its interface is
+/// opened: both are trips into its namespace and both come before the
+/// lease's first DHCP message. A VM's guard needs the VM's MAC, known once
+/// the link is open, so the caller puts it on afterwards.
+async fn open_guarded(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    netns: &std::path::Path,
+    pod: bool,
+    place: &Place,
+) -> Result<super::link::Link, Error> {
+    let open = acquire::open_link(agent, Some(netns), &req.ifname, pod, place);
+    if !pod {
+        return open.await;
+    }
+    let guard = guard_port(
+        agent,
+        &req.container_id,
+        &req.ifname,
+        netns,
+        &req.config,
+        None,
+    );
+    let (link, ()) = tokio::join!(open, guard);
+    if link.is_err() {
+        agent.guard.release(&req.container_id, &req.ifname);
+    }
+    link
 }
 
 /// A VM pod's DHCP identity: the MAC the VM's guest will use (the MAC

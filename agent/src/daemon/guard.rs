@@ -191,12 +191,19 @@ impl GuardService {
         // Attaching takes RTNL and waits for RCU grace periods (tens of ms
         // under a burst): on a blocking thread, never on a runtime worker.
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.protect_port(key, host_ifname, policy))
-            .await
-            .map_err(|e| GuardError::Task(e.to_string()))?
+        tokio::task::spawn_blocking(move || {
+            me.protect_port(key, host_ifname, policy).map_err(Box::new)
+        })
+        .await
+        .map_err(|e| GuardError::Task(e.to_string()))?
+        .map_err(|e| *e)
     }
 
     /// The kernel side of [`GuardService::protect`], blocking.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the same error as `protect`; a failed guard is logged and counted"
+    )]
     fn protect_port(
         &self,
         key: (String, String),
