@@ -76,6 +76,14 @@ pub fn xdhcp_bin() -> PathBuf {
     )
 }
 
+/// The thin plugin binary (`cargo xtask bench` sets `XDHCP_PLUGIN_BIN`),
+/// what a node installs as `/opt/cni/bin/xdhcp`: the runtime execs it for
+/// every CNI call. Without it the agent binary is the plugin (it answers
+/// the same, from a larger binary).
+pub fn xdhcp_plugin_bin() -> Option<PathBuf> {
+    std::env::var_os("XDHCP_PLUGIN_BIN").map(PathBuf::from)
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn unix_ms() -> u128 {
     std::time::SystemTime::now()
@@ -169,7 +177,7 @@ impl Daemon {
                 cmd.args(&opts.agent_args);
                 (
                     Process::spawn_logged("xdhcp agent", cmd, &log),
-                    xdhcp.to_path_buf(),
+                    xdhcp_plugin_bin().unwrap_or_else(|| xdhcp.to_path_buf()),
                 )
             }
         };

@@ -121,6 +121,7 @@ async fn who(
 pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, Error> {
     agent.metrics().cni_request("add");
     let deadline = add_deadline(&req);
+    let mut phases = Phases::start();
     tracing::debug!(container = %req.container_id, ifname = %req.ifname, "ADD received");
     let _guard = agent.leases.key_lock(&req.container_id, &req.ifname).await;
 
@@ -134,6 +135,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     }
     let netns = req.netns.clone().ok_or(Error::NoNetns)?;
     let who = who(agent, &req, deadline).await?;
+    phases.who = phases.lap();
 
     // A VM whose VF is passed through (vfio-pci): DORA during a driver handoff.
     if let Workload::Vm { vmi_name } = &who.workload
@@ -153,7 +155,8 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         netns: netns.clone(),
     };
     let pod = who.workload == Workload::Pod;
-    let link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, &place).await?;
+    let link = open_guarded(agent, &req, &netns, pod, &place).await?;
+    phases.open = phases.lap();
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     let (mac, mode, requested, kind) = match &who.workload {
         Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
@@ -169,17 +172,21 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             )
         }
     };
-    // The guard is on the port before the first DHCP message of the lease.
-    let vm_mac = (kind != WorkloadKind::Pod).then_some(mac);
-    guard_port(
-        agent,
-        &req.container_id,
-        &req.ifname,
-        &netns,
-        &req.config,
-        vm_mac,
-    )
-    .await;
+    // The guard is on the port before the first DHCP message of the lease
+    // (a pod's went on above, while its interface was opened).
+    if !pod {
+        let vm_mac = (kind != WorkloadKind::Pod).then_some(mac);
+        guard_port(
+            agent,
+            &req.container_id,
+            &req.ifname,
+            &netns,
+            &req.config,
+            vm_mac,
+        )
+        .await;
+        phases.guard = phases.lap();
+    }
     let record = persist::fresh(
         &req,
         who.pod.clone(),
@@ -194,6 +201,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         place,
     };
     let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
+    phases.dora = phases.lap();
 
     let bound = Bound {
         handle: &handle,
@@ -202,10 +210,42 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         netns: &netns,
         release: kind == WorkloadKind::Pod,
     };
-    report_and_record(agent, &req, &who, &bound, deadline).await?;
+    report_and_record(agent, &req, &who, &bound, deadline, &mut phases).await?;
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
-        mac = %MacAddr(mac), "ADD done");
+        mac = %MacAddr(mac), who_us = phases.who, open_us = phases.open, guard_us = phases.guard,
+        dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
+        total_us = phases.total(), "ADD done");
     Ok(cni_result(&lease, &req.config))
+}
+
+/// Open the ADD's interface. A pod's port is guarded while its interface is
+/// opened: both are trips into its namespace and both come before the
+/// lease's first DHCP message. A VM's guard needs the VM's MAC, known once
+/// the link is open, so the caller puts it on afterwards.
+async fn open_guarded(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    netns: &std::path::Path,
+    pod: bool,
+    place: &Place,
+) -> Result<super::link::Link, Error> {
+    let open = acquire::open_link(agent, Some(netns), &req.ifname, pod, place);
+    if !pod {
+        return open.await;
+    }
+    let guard = guard_port(
+        agent,
+        &req.container_id,
+        &req.ifname,
+        netns,
+        &req.config,
+        None,
+    );
+    let (link, ()) = tokio::join!(open, guard);
+    if link.is_err() {
+        agent.guard.release(&req.container_id, &req.ifname);
+    }
+    link
 }
 
 /// A VM pod's DHCP identity: the MAC the VM's guest will use (the MAC
@@ -239,6 +279,55 @@ async fn vm_dhcp(
     Ok((id.mac.octets(), id.requested.map(|(a, _)| a)))
 }
 
+/// Where a pod ADD's time went inside the agent, in µs per step (logged
+/// with "ADD done"; `docs/performance-notes.md` reads them).
+#[derive(Debug)]
+struct Phases {
+    started: std::time::Instant,
+    last: std::time::Instant,
+    /// Lock and pod lookup.
+    who: u64,
+    /// The trip into the pod namespace (sender, receiver, removal watch)
+    /// and, for a pod, the DHCP guard alongside.
+    open: u64,
+    /// A VM's DHCP guard (after the open: it needs the VM's MAC).
+    guard: u64,
+    /// Lease task start to the first outcome (DISCOVER .. ACK).
+    dora: u64,
+    /// The `pod-networks` entry.
+    report: u64,
+    /// The rest of the wait for the lease record to be on disk.
+    durable: u64,
+}
+
+impl Phases {
+    fn start() -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            started: now,
+            last: now,
+            who: 0,
+            open: 0,
+            guard: 0,
+            dora: 0,
+            report: 0,
+            durable: 0,
+        }
+    }
+
+    /// µs since the previous lap.
+    fn lap(&mut self) -> u64 {
+        let now = std::time::Instant::now();
+        let d = now.duration_since(self.last);
+        self.last = now;
+        u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn total(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
 /// A lease an ADD has bound, and whether giving it back releases it.
 struct Bound<'a> {
     handle: &'a super::registry::Handle,
@@ -266,6 +355,7 @@ async fn report_and_record(
     who: &Who,
     b: &Bound<'_>,
     deadline: (tokio::time::Instant, Duration),
+    phases: &mut Phases,
 ) -> Result<(), Error> {
     // Report the address (pods and VMs alike) within the ADD's deadline,
     // unless the ADD went stale.
@@ -296,6 +386,7 @@ async fn report_and_record(
         }
         return Err(e);
     }
+    phases.report = phases.lap();
     // Answer only once the lease is on disk (a restart must resume it); a
     // lease that could not be recorded is given back and the ADD fails.
     let left = deadline
@@ -309,6 +400,7 @@ async fn report_and_record(
             PERSIST_WAIT.min(left)
         )),
     };
+    phases.durable = phases.lap();
     if let Some(reason) = reason {
         give_back(agent, req, b).await;
         if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)

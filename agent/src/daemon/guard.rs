@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
 
@@ -39,6 +39,8 @@ pub(crate) enum GuardError {
     NoName { ifname: String, ifindex: u32 },
     #[error(transparent)]
     Ebpf(#[from] EbpfDatapathError),
+    #[error("the guard's attach task failed: {0}")]
+    Task(String),
 }
 
 /// One guarded port.
@@ -171,7 +173,7 @@ impl GuardService {
     /// agent's namespace). A second call for a guarded attachment updates
     /// its policy.
     pub(crate) async fn protect(
-        &self,
+        self: &Arc<Self>,
         container_id: &str,
         ifname: &str,
         netns: &Path,
@@ -186,6 +188,28 @@ impl GuardService {
             return Ok(None);
         };
         let key = (container_id.to_owned(), ifname.to_owned());
+        // Attaching takes RTNL and waits for RCU grace periods (tens of ms
+        // under a burst): on a blocking thread, never on a runtime worker.
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            me.protect_port(key, host_ifname, policy).map_err(Box::new)
+        })
+        .await
+        .map_err(|e| GuardError::Task(e.to_string()))?
+        .map_err(|e| *e)
+    }
+
+    /// The kernel side of [`GuardService::protect`], blocking.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the same error as `protect`; a failed guard is logged and counted"
+    )]
+    fn protect_port(
+        &self,
+        key: (String, String),
+        host_ifname: String,
+        policy: PortPolicy,
+    ) -> Result<Option<GuardedPort>, GuardError> {
         let Some(mut inner) = self.lock() else {
             return Ok(None);
         };

@@ -688,6 +688,7 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             |u, x| format!("{:.1}× faster", u / x.max(1e-9)),
         ));
     }
+    let floor_of = |w: Impl| floors.iter().find(|(x, _)| *x == w).map(|(_, f)| *f);
     for server in ["dnsmasq --no-ping", "Kea"] {
         let get = |w: Impl| {
             bursts
@@ -728,9 +729,22 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
                 |b| format!("{:.1}×", b.wall.as_secs_f64() / l),
                 |_, _| String::new(),
             ));
+            // The floor under a burst: its implementation's exec floor
+            // (measured below, same run) plus the server's own limit.
+            let with_floor = |w: Impl| get(w).zip(floor_of(w));
+            rows.push(Row::new(
+                format!(
+                    "{CONCURRENT} ADDs, {server}: wall ÷ the floor (that implementation's exec floor, below, + the server's own limit; floor in s)"
+                ),
+                (with_floor(Impl::Upstream), with_floor(Impl::Xdhcp)),
+                |(b, f)| {
+                    let floor = (f + *limit).as_secs_f64();
+                    format!("{:.2}× ({floor:.3})", b.wall.as_secs_f64() / floor)
+                },
+                |_, _| String::new(),
+            ));
         }
     }
-    let floor_of = |w: Impl| floors.iter().find(|(x, _)| *x == w).map(|(_, f)| *f);
     rows.push(Row::new(
         format!(
             "{CONCURRENT} concurrent plugin execs without DHCP (CNI VERSION, the exec floor): wall (s)"
