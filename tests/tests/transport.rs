@@ -388,7 +388,7 @@ async fn interface_deletion_surfaces_as_interface_gone() {
     // Deleting the bridge-side end removes the pod-side end too.
     lab.server.link_del(c.port());
 
-    tokio::time::timeout(Duration::from_secs(5), watch.removed(c.ifindex, &tx))
+    tokio::time::timeout(Duration::from_secs(5), watch.removed(c.ifindex, Some(&tx)))
         .await
         .expect("RTM_DELLINK within 5 s")
         .expect("link watch");

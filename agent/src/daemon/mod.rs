@@ -286,24 +286,25 @@ async fn run_on(
             error!(error = %e, "an agent task panicked");
         }
     }
-    // Lease records are durable when saved; the embedded pod store's last
-    // changes still wait for their group commit.
     let a = agent.clone();
-    let _ = tokio::task::spawn_blocking(move || flush_embedded(&a)).await;
-    // The stopped leases' packet sockets are closing on the closer threads,
-    // many at once; left to the exit, the kernel would close them one
-    // after another, a grace period each.
-    let closed = tokio::task::spawn_blocking(|| link::wait_closed(SOCKET_CLOSE_GRACE))
-        .await
-        .unwrap_or(false);
-    if !closed {
-        warn!("packet sockets still closing at exit; the kernel finishes them");
-    }
+    let _ = tokio::task::spawn_blocking(move || settle(&a)).await;
     for socket in std::iter::once(&agent.args.socket).chain(&agent.args.extra_socket) {
         let _ = std::fs::remove_file(socket);
     }
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
+}
+
+/// Before exit: lease records are durable when saved, but the embedded pod
+/// store's last changes still wait for their group commit; and the stopped
+/// leases' packet sockets are closing on the closer threads, many at once
+/// (left to the exit, the kernel would close them one after another, a
+/// grace period each).
+fn settle(agent: &Agent) {
+    flush_embedded(agent);
+    if !link::wait_closed(SOCKET_CLOSE_GRACE) {
+        warn!("packet sockets still closing at exit; the kernel finishes them");
+    }
 }
 
 /// Serve the agent socket's routes on every listener until `token` is

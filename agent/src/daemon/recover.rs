@@ -49,21 +49,10 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         .filter(|rec| rec.netns.as_deref().is_some_and(std::path::Path::exists))
         .cloned()
         .collect();
-    let guard_all =
-        futures::stream::iter(to_guard).for_each_concurrent(RESUME_IN_FLIGHT, |rec| async move {
-            if let Some(ns) = rec.netns.as_deref() {
-                let vm_mac = (rec.workload != WorkloadKind::Pod).then_some(rec.mac);
-                super::add::guard_port(
-                    agent,
-                    &rec.container_id,
-                    &rec.ifname,
-                    ns,
-                    &rec.config,
-                    vm_mac,
-                )
-                .await;
-            }
-        });
+    let guard_all = futures::stream::iter(to_guard)
+        .map(|rec| guard_one(agent, rec))
+        .buffer_unordered(RESUME_IN_FLIGHT)
+        .collect::<Vec<()>>();
     for rec in records {
         if let WorkloadKind::Vm { .. } = rec.workload {
             // One-shot discoveries are not maintained; keep them for CHECK/DEL.
@@ -90,7 +79,7 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         })
         .buffer_unordered(RESUME_IN_FLIGHT)
         .collect::<Vec<_>>();
-    let ((), outcomes) = tokio::join!(guard_all, resume_all);
+    let (_, outcomes) = tokio::join!(guard_all, resume_all);
     let mut resumed = 0usize;
     for (rec, r) in outcomes {
         match r {
@@ -119,6 +108,22 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         total_ms = started.elapsed().as_millis(),
         "lease state recovered"
     );
+}
+
+/// Guard a recovered record's port again.
+async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
+    if let Some(ns) = rec.netns.as_deref() {
+        let vm_mac = (rec.workload != WorkloadKind::Pod).then_some(rec.mac);
+        super::add::guard_port(
+            agent,
+            &rec.container_id,
+            &rec.ifname,
+            ns,
+            &rec.config,
+            vm_mac,
+        )
+        .await;
+    }
 }
 
 fn forget(agent: &Agent, rec: &LeaseRecord) {
