@@ -101,3 +101,73 @@ fn sigkill_and_restart_keeps_renewing_without_discover() {
         );
     }
 }
+
+/// Leases whose T1 passed while the agent was down renew right after the
+/// restart, spread over the T1 fuzz window: not one retransmission period
+/// (at least 60 s in RENEWING) later, and without a DISCOVER.
+#[test]
+fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(24);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            lease_secs: 600,
+            t1_secs: Some(3),
+            t2_secs: Some(500),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
+        agent.socket.display()
+    );
+    for (i, c) in lab.clients.iter().enumerate() {
+        let r = invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            "ADD",
+            &format!("pod{i}"),
+            Some(c.ns.path()),
+            &c.ifname,
+            cni.dir.path(),
+            &conf,
+        );
+        assert!(r.ok, "ADD pod{i}: {}\n{}", r.stdout, agent.log());
+    }
+    let count = |what: &str, mac: &str| {
+        dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains(what) && l.contains(mac))
+            .count()
+    };
+    let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
+    let discovers: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    // Down across every lease's T1 (3 s after its ACK).
+    agent.kill_and_restart_after(Duration::from_secs(5));
+    let acks_at_restart: Vec<usize> = macs.iter().map(|m| count("DHCPACK", m)).collect();
+    // The fuzz window is 5 % of T1; well within 10 s, far from 60.
+    let renewed = wait_until(Duration::from_secs(10), || {
+        macs.iter()
+            .zip(&acks_at_restart)
+            .all(|(m, before)| count("DHCPACK", m) > *before)
+    });
+    let late: Vec<&String> = macs
+        .iter()
+        .zip(&acks_at_restart)
+        .filter(|(m, before)| count("DHCPACK", m) <= **before)
+        .map(|(m, _)| m)
+        .collect();
+    assert!(
+        renewed,
+        "{} of {} leases past T1 did not renew within 10 s of the restart: {late:?}\n{}\n{}",
+        late.len(),
+        macs.len(),
+        agent.log(),
+        dnsmasq.log()
+    );
+    let after: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    assert_eq!(after, discovers, "a DISCOVER was sent after the restart");
+}

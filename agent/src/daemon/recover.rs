@@ -41,18 +41,16 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
     let loaded_ms = started.elapsed().as_millis();
     let now_ms = crate::cli::now_unix_ms();
     let mut to_resume = Vec::with_capacity(records.len());
-    // Every port is guarded again, a namespace trip each: done a few at a
-    // time beside the resumes, not one after another before them (a
-    // thousand records took seconds).
+    // Every port is guarded again, a namespace trip and a netlink query
+    // each: in the background, a few at a time, once the leases are
+    // resumed (one after another before them, a thousand records took
+    // seconds, and the ports were unguarded all the while the agent was
+    // down anyway).
     let to_guard: Vec<LeaseRecord> = records
         .iter()
         .filter(|rec| rec.netns.as_deref().is_some_and(std::path::Path::exists))
         .cloned()
         .collect();
-    let guard_all = futures::stream::iter(to_guard)
-        .map(|rec| guard_one(agent, rec))
-        .buffer_unordered(RESUME_IN_FLIGHT)
-        .collect::<Vec<()>>();
     for rec in records {
         if let WorkloadKind::Vm { .. } = rec.workload {
             // One-shot discoveries are not maintained; keep them for CHECK/DEL.
@@ -79,7 +77,22 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         })
         .buffer_unordered(RESUME_IN_FLIGHT)
         .collect::<Vec<_>>();
-    let (_, outcomes) = tokio::join!(guard_all, resume_all);
+    let outcomes = resume_all.await;
+    let guarding = agent.clone();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let n = to_guard.len();
+        futures::stream::iter(to_guard)
+            .map(|rec| guard_one(&guarding, rec))
+            .buffer_unordered(RESUME_IN_FLIGHT)
+            .collect::<Vec<()>>()
+            .await;
+        info!(
+            records = n,
+            ms = started.elapsed().as_millis(),
+            "recovered ports guarded again"
+        );
+    });
     let mut resumed = 0usize;
     for (rec, r) in outcomes {
         match r {

@@ -156,6 +156,15 @@ impl AgentProcess {
         self.wait_ready();
     }
 
+    /// SIGKILL, stay down for `down`, then start again on the same socket
+    /// and state dir.
+    pub fn kill_and_restart_after(&mut self, down: Duration) {
+        self.process.kill();
+        std::thread::sleep(down);
+        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra);
+        self.wait_ready();
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
