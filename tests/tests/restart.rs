@@ -109,7 +109,11 @@ fn sigkill_and_restart_keeps_renewing_without_discover() {
 fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
     let cni = CniPath::new();
     let mut agent = AgentProcess::start(&[]);
-    let lab = Lab::with_clients(24);
+    let pods = std::env::var("XDHCP_RESTART_T1_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    let lab = Lab::with_clients(pods);
     let dnsmasq = Dnsmasq::start(
         &lab.server,
         DnsmasqConfig {
@@ -145,7 +149,19 @@ fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
     };
     let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
     let discovers: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
-    // Down across every lease's T1 (3 s after its ACK).
+    // The addresses on the pods, as the main plugin puts them: the server
+    // answers a renewal at the leased address, and must resolve it by ARP
+    // once the entry its first ACK left behind has gone stale.
+    let placed = xdhcp_tests::bench::configure_leased(&lab.clients, &dnsmasq.leases(), 24);
+    assert_eq!(placed, pods, "a lease missing at the server");
+    // Stopped once before T1 (as an upgrade would), then down across every
+    // lease's T1 (3 s after its ACK).
+    assert!(
+        agent.process.stop(Duration::from_secs(15)),
+        "{}",
+        agent.log()
+    );
+    agent.kill_and_restart_after(Duration::ZERO);
     agent.kill_and_restart_after(Duration::from_secs(5));
     let acks_at_restart: Vec<usize> = macs.iter().map(|m| count("DHCPACK", m)).collect();
     // The fuzz window is 5 % of T1; well within 10 s, far from 60.

@@ -3,6 +3,7 @@
 //! inside the target namespace ([`crate::datapath::rawsock`],
 //! [`crate::datapath::afpacket`]).
 
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
@@ -63,6 +64,10 @@ pub(super) struct Link {
     rx: Option<AfPacketReceiver>,
     /// Interface-removal notifications (pod namespaces only).
     watch: Option<LinkRemovalWatch>,
+    /// The namespace, held open: sockets are opened again in it (an idle
+    /// lease's sender, the RELEASE of an ADD given up) even once its path
+    /// is gone, as a runtime removes the sandbox's path before the DEL.
+    ns_handle: Option<std::fs::File>,
     watch_failed: AtomicBool,
 }
 
@@ -256,6 +261,9 @@ impl Link {
             Some(ns) => run_in_netns_async(ns, work).await??,
             None => work()?,
         };
+        // Opened after the trip succeeded, so the path was there; should it
+        // fail now, sockets are reopened by path.
+        let ns_handle = netns.and_then(|p| std::fs::File::open(p).ok());
         Ok(Self {
             ifname: ifname.to_owned(),
             netns: netns.map(Path::to_path_buf),
@@ -265,6 +273,7 @@ impl Link {
             tx,
             rx,
             watch,
+            ns_handle,
             watch_failed: AtomicBool::new(false),
         })
     }
@@ -274,11 +283,19 @@ impl Link {
         self.rx.is_some()
     }
 
+    /// Where to open sockets again: the held namespace, else its path.
+    fn reopen_path(&self) -> Option<PathBuf> {
+        match &self.ns_handle {
+            Some(f) => Some(PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))),
+            None => self.netns.clone(),
+        }
+    }
+
     /// Open the `AF_PACKET` receiver on a link that has none (opened
     /// without one, or its capture moved to eBPF and was lost since).
     pub(crate) async fn open_rx(&mut self) -> Result<(), LinkError> {
         if self.rx.is_none() {
-            let rx = match &self.netns {
+            let rx = match &self.reopen_path() {
                 Some(ns) => AfPacketReceiver::open_async(ns, &self.ifname).await?,
                 None => AfPacketReceiver::open_here(&self.ifname)?,
             };
@@ -342,7 +359,7 @@ impl Link {
         if self.tx.is_some() {
             return Ok(());
         }
-        let tx = RawSender::open_in(self.netns.as_deref(), &self.ifname).await?;
+        let tx = RawSender::open_in(self.reopen_path().as_deref(), &self.ifname).await?;
         self.adopt_tx(tx)
     }
 
@@ -352,7 +369,7 @@ impl Link {
         if self.tx.is_some() {
             return Ok(());
         }
-        let tx = match &self.netns {
+        let tx = match &self.reopen_path() {
             Some(ns) => RawSender::open(ns, &self.ifname)?,
             None => RawSender::open_here(&self.ifname)?,
         };
