@@ -9,19 +9,8 @@ use std::time::Duration;
 use agent_support::{AgentProcess, CniPath, invoke};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, format_mac, wait_until};
 
-#[test]
-fn sigkill_and_restart_keeps_renewing_without_discover() {
-    let cni = CniPath::new();
-    let mut agent = AgentProcess::start(&[]);
-    let lab = Lab::with_clients(3);
-    let dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(4),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+/// ADD every lab client through the plugin, as pod0, pod1, …
+fn add_every_pod(cni: &CniPath, agent: &AgentProcess, lab: &Lab) {
     let conf = format!(
         r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
         agent.socket.display()
@@ -39,6 +28,22 @@ fn sigkill_and_restart_keeps_renewing_without_discover() {
         );
         assert!(r.ok, "ADD pod{i}: {}\n{}", r.stdout, agent.log());
     }
+}
+
+#[test]
+fn sigkill_and_restart_keeps_renewing_without_discover() {
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(3);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(4),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    add_every_pod(&cni, &agent, &lab);
     let count = |what: &str, mac: &str| {
         dnsmasq
             .log()
@@ -123,23 +128,7 @@ fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
             ..DnsmasqConfig::default()
         },
     );
-    let conf = format!(
-        r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
-        agent.socket.display()
-    );
-    for (i, c) in lab.clients.iter().enumerate() {
-        let r = invoke(
-            &cni.plugin("xdhcp"),
-            None,
-            "ADD",
-            &format!("pod{i}"),
-            Some(c.ns.path()),
-            &c.ifname,
-            cni.dir.path(),
-            &conf,
-        );
-        assert!(r.ok, "ADD pod{i}: {}\n{}", r.stdout, agent.log());
-    }
+    add_every_pod(&cni, &agent, &lab);
     let count = |what: &str, mac: &str| {
         dnsmasq
             .log()
