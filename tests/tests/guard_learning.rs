@@ -309,23 +309,34 @@ impl Vm {
 
 /// This machine's dhcpcd state a guest client would write without its
 /// private mount namespace: which of those files exist, and their contents.
-fn host_dhcpcd_state() -> Vec<(PathBuf, Option<Vec<u8>>)> {
-    [
-        "/var/lib/dhcpcd/duid",
-        "/var/lib/dhcpcd/eth0.lease",
-        "/run/dhcpcd",
-    ]
-    .into_iter()
-    .map(|p| {
-        let p = PathBuf::from(p);
-        let content = if p.is_dir() {
-            Some(Vec::new())
-        } else {
-            std::fs::read(&p).ok()
-        };
-        (p, content)
-    })
-    .collect()
+#[derive(Debug, PartialEq, Eq)]
+struct HostDhcpcd(Vec<(PathBuf, Option<Vec<u8>>)>);
+
+impl HostDhcpcd {
+    fn snapshot() -> Self {
+        let files = [
+            "/var/lib/dhcpcd/duid",
+            "/var/lib/dhcpcd/eth0.lease",
+            "/run/dhcpcd",
+        ]
+        .into_iter()
+        .map(|p| {
+            let p = PathBuf::from(p);
+            let content = if p.is_dir() {
+                Some(Vec::new())
+            } else {
+                std::fs::read(&p).ok()
+            };
+            (p, content)
+        })
+        .collect();
+        Self(files)
+    }
+
+    /// Checked once the test's guests are gone.
+    fn assert_unchanged(&self) {
+        assert_eq!(&Self::snapshot(), self, "this machine's dhcpcd state");
+    }
 }
 
 fn vm_with_guest(srv: Srv) -> Vm {
@@ -569,7 +580,7 @@ impl Drop for DhcpcdDaemon {
 }
 
 fn dhcpcd_guest(srv: Srv) {
-    let host_before = host_dhcpcd_state();
+    let host_before = HostDhcpcd::snapshot();
     let vm = vm_with_guest(srv);
     let dir = tempfile::tempdir().unwrap();
     // Another client writes the pod just before the learned update's PATCH
@@ -673,11 +684,7 @@ fn dhcpcd_guest(srv: Srv) {
     // dhcpcd's DUID and lease went to the test's directory, never here.
     assert!(vm.guest_fs.path().join("db/duid").exists());
     drop(vm);
-    assert_eq!(
-        host_dhcpcd_state(),
-        host_before,
-        "this machine's dhcpcd state"
-    );
+    host_before.assert_unchanged();
 }
 
 fn udhcpc_guest(srv: Srv) {
@@ -788,7 +795,7 @@ const SHORT_LEASE_SECS: u32 = 24;
 
 #[test]
 fn dhcpcd_guest_killed_without_release_its_learned_binding_goes_at_expiry_kea_fake_apiserver() {
-    let host_before = host_dhcpcd_state();
+    let host_before = HostDhcpcd::snapshot();
     let vm = vm_with_server(|lab| {
         Running::Kea(Kea::start(
             &lab.server,
@@ -875,11 +882,7 @@ fn dhcpcd_guest_killed_without_release_its_learned_binding_goes_at_expiry_kea_fa
     assert_eq!(vm.api.patches(), patches, "an expiry writes nothing");
     drop(daemon);
     drop(vm);
-    assert_eq!(
-        host_dhcpcd_state(),
-        host_before,
-        "this machine's dhcpcd state"
-    );
+    host_before.assert_unchanged();
 }
 
 /// The client id the declining guest sends (`dhcpcd -I`), for which
@@ -890,7 +893,7 @@ const TAKEN: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 77);
 #[test]
 fn dhcpcd_guest_declines_an_address_in_use_the_entry_goes_back_then_follows_dnsmasq_fake_apiserver()
 {
-    let host_before = host_dhcpcd_state();
+    let host_before = HostDhcpcd::snapshot();
     // The second lab namespace on the node's bridge holds the address.
     let lab = Lab::with_clients(2);
     let squatter = &lab.clients[1];
@@ -946,11 +949,7 @@ fn dhcpcd_guest_declines_an_address_in_use_the_entry_goes_back_then_follows_dnsm
     assert_eq!(l[0].replaced, Some(vm.one_shot));
     drop(daemon);
     drop(vm);
-    assert_eq!(
-        host_dhcpcd_state(),
-        host_before,
-        "this machine's dhcpcd state"
-    );
+    host_before.assert_unchanged();
 }
 
 #[test]

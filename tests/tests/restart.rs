@@ -9,6 +9,38 @@ use std::time::Duration;
 use agent_support::{AgentProcess, CniPath, invoke};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, format_mac, wait_until};
 
+/// How many of dnsmasq's log lines name `what` (a message type) for each MAC.
+fn per_mac(dnsmasq: &Dnsmasq, what: &str, macs: &[String]) -> Vec<usize> {
+    let log = dnsmasq.log();
+    macs.iter()
+        .map(|m| {
+            log.lines()
+                .filter(|l| l.contains(what) && l.contains(m.as_str()))
+                .count()
+        })
+        .collect()
+}
+
+/// The MACs without a DHCPACK beyond `acks_before` after waiting up to
+/// `within` (empty once every one has one).
+fn not_renewed_within(
+    dnsmasq: &Dnsmasq,
+    macs: &[String],
+    acks_before: &[usize],
+    within: Duration,
+) -> Vec<String> {
+    let late = || -> Vec<String> {
+        let now = per_mac(dnsmasq, "DHCPACK", macs);
+        macs.iter()
+            .zip(acks_before.iter().zip(now))
+            .filter(|(_, (before, now))| now <= *before)
+            .map(|(m, _)| m.clone())
+            .collect()
+    };
+    wait_until(within, || late().is_empty());
+    late()
+}
+
 /// ADD every lab client through the plugin, as pod0, pod1, …
 fn add_every_pod(cni: &CniPath, agent: &AgentProcess, lab: &Lab) {
     let conf = format!(
@@ -44,36 +76,25 @@ fn sigkill_and_restart_keeps_renewing_without_discover() {
         },
     );
     add_every_pod(&cni, &agent, &lab);
-    let count = |what: &str, mac: &str| {
-        dnsmasq
-            .log()
-            .lines()
-            .filter(|l| l.contains(what) && l.contains(mac))
-            .count()
-    };
     let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
-    let discovers: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    let discovers = per_mac(&dnsmasq, "DHCPDISCOVER", &macs);
     assert!(discovers.iter().all(|d| *d >= 1), "{}", dnsmasq.log());
 
     agent.kill_and_restart();
-    let acks_at_restart: Vec<usize> = macs.iter().map(|m| count("DHCPACK", m)).collect();
+    let acks_at_restart = per_mac(&dnsmasq, "DHCPACK", &macs);
     assert!(
         agent.log().contains("resuming lease without DISCOVER"),
         "{}",
         agent.log()
     );
     // Every lease renews (T1 = 4 s) after the restart.
-    let renewed = wait_until(Duration::from_secs(20), || {
-        macs.iter()
-            .zip(&acks_at_restart)
-            .all(|(m, before)| count("DHCPACK", m) > *before)
-    });
+    let late = not_renewed_within(&dnsmasq, &macs, &acks_at_restart, Duration::from_secs(20));
     assert!(
-        renewed,
+        late.is_empty(),
         "not every lease renewed after restart:\n{}",
         dnsmasq.log()
     );
-    let after: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    let after = per_mac(&dnsmasq, "DHCPDISCOVER", &macs);
     assert_eq!(after, discovers, "a DISCOVER was sent after the restart");
     let table = agent.cli("leases", false);
     assert_eq!(table.lines().count(), 4, "{table}");
@@ -129,15 +150,8 @@ fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
         },
     );
     add_every_pod(&cni, &agent, &lab);
-    let count = |what: &str, mac: &str| {
-        dnsmasq
-            .log()
-            .lines()
-            .filter(|l| l.contains(what) && l.contains(mac))
-            .count()
-    };
     let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
-    let discovers: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    let discovers = per_mac(&dnsmasq, "DHCPDISCOVER", &macs);
     // The addresses on the pods, as the main plugin puts them: the server
     // answers a renewal at the leased address, and must resolve it by ARP
     // once the entry its first ACK left behind has gone stale.
@@ -150,29 +164,19 @@ fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
         "{}",
         agent.log()
     );
-    agent.kill_and_restart_after(Duration::ZERO);
+    agent.kill_and_restart();
     agent.kill_and_restart_after(Duration::from_secs(5));
-    let acks_at_restart: Vec<usize> = macs.iter().map(|m| count("DHCPACK", m)).collect();
+    let acks_at_restart = per_mac(&dnsmasq, "DHCPACK", &macs);
     // The fuzz window is 5 % of T1; well within 10 s, far from 60.
-    let renewed = wait_until(Duration::from_secs(10), || {
-        macs.iter()
-            .zip(&acks_at_restart)
-            .all(|(m, before)| count("DHCPACK", m) > *before)
-    });
-    let late: Vec<&String> = macs
-        .iter()
-        .zip(&acks_at_restart)
-        .filter(|(m, before)| count("DHCPACK", m) <= **before)
-        .map(|(m, _)| m)
-        .collect();
+    let late = not_renewed_within(&dnsmasq, &macs, &acks_at_restart, Duration::from_secs(10));
     assert!(
-        renewed,
+        late.is_empty(),
         "{} of {} leases past T1 did not renew within 10 s of the restart: {late:?}\n{}\n{}",
         late.len(),
         macs.len(),
         agent.log(),
         dnsmasq.log()
     );
-    let after: Vec<usize> = macs.iter().map(|m| count("DHCPDISCOVER", m)).collect();
+    let after = per_mac(&dnsmasq, "DHCPDISCOVER", &macs);
     assert_eq!(after, discovers, "a DISCOVER was sent after the restart");
 }

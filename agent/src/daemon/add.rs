@@ -175,14 +175,13 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     // The guard is on the port before the first DHCP message of the lease
     // (a pod's went on above, while its interface was opened).
     if !pod {
-        let vm_mac = (kind != WorkloadKind::Pod).then_some(mac);
         guard_port(
             agent,
             &req.container_id,
             &req.ifname,
             &netns,
             &req.config,
-            vm_mac,
+            Some(mac),
         )
         .await;
         phases.guard = phases.lap();

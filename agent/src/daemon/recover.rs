@@ -70,14 +70,14 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         }
         to_resume.push(rec);
     }
-    let resume_all = futures::stream::iter(to_resume)
+    let outcomes: Vec<_> = futures::stream::iter(to_resume)
         .map(|rec| async move {
             let r = resume_one(agent, rec.clone(), now_ms).await;
             (rec, r)
         })
         .buffer_unordered(RESUME_IN_FLIGHT)
-        .collect::<Vec<_>>();
-    let outcomes = resume_all.await;
+        .collect()
+        .await;
     let guarding = agent.clone();
     tokio::spawn(async move {
         let started = Instant::now();

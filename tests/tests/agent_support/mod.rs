@@ -151,9 +151,7 @@ impl AgentProcess {
 
     /// SIGKILL, then start again on the same socket and state dir.
     pub fn kill_and_restart(&mut self) {
-        self.process.kill();
-        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra);
-        self.wait_ready();
+        self.kill_and_restart_after(Duration::ZERO);
     }
 
     /// SIGKILL, stay down for `down`, then start again on the same socket
