@@ -101,6 +101,8 @@ pub const PROGRAMS: &[Program] = &[
     deb("dhcpd", "isc-dhcp-server", "/usr/sbin/dhcpd", "DHCP server"),
     // Network namespaces, links, addresses, `ip netns exec`.
     deb("ip", "iproute2", "/bin/ip", "namespaces, veths, bridges"),
+    // Listing the DHCP guard's TC filters on a port (guard tests).
+    deb("tc", "iproute2", "/sbin/tc", "listing TC filters"),
     // Dropping unicast DHCP at a bridge (the renew-then-rebind tests).
     deb(
         "nft",

@@ -511,6 +511,12 @@ impl NodeAgent {
             .prefix("xdt-agent-")
             .tempdir()
             .unwrap();
+        Self::start_in(node, dir)
+    }
+
+    /// Starts the agent on the state `dir` holds (a previous agent's, after
+    /// [`NodeAgent::stop`]).
+    fn start_in(node: &xdhcp_tests::NetNs, dir: tempfile::TempDir) -> Self {
         let socket = dir.path().join("run/xdhcp.sock");
         let log = dir.path().join("agent.log");
         let mut cmd = xdhcp_tests::netns_exec(node.name(), &agent_support::xdhcp_bin());
@@ -546,6 +552,13 @@ impl NodeAgent {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the agent (SIGTERM) and hands back its directory, state and
+    /// log included.
+    fn stop(self) -> tempfile::TempDir {
+        drop(self._process);
+        self._dir
     }
 
     /// The plugin's ADD or DEL for `pod` (container id `cid`), as a
@@ -617,6 +630,58 @@ fn agent_add_guards_the_pods_port_and_del_removes_the_guard() {
         "{}",
         agent.log()
     );
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(heard > 0, "after DEL the port is no longer guarded");
+}
+
+/// The guard filters on `port` (in `ns`), ingress and egress:
+/// `tc filter show` lines naming the guard programs.
+fn guard_filters(ns: &xdhcp_tests::NetNs, port: &str) -> (usize, usize) {
+    let count = |dir: &str| {
+        ns.exec(&["tc", "filter", "show", "dev", port, dir])
+            .lines()
+            .filter(|l| l.contains("xdhcp_guard"))
+            .count()
+    };
+    (count("ingress"), count("egress"))
+}
+
+#[test]
+fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over() {
+    let lab = Lab::with_clients(2);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = NodeAgent::start(&lab.server);
+    let cni = agent_support::CniPath::new();
+    let port = lab.clients[0].port().to_owned();
+    leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], ""));
+    assert_eq!(guard_filters(&lab.server, &port), (1, 1), "{}", agent.log());
+
+    // The agent stops: the port stays guarded, with the same filters.
+    let dir = agent.stop();
+    assert_eq!(guard_filters(&lab.server, &port), (1, 1));
+    let _rogue = rogue(&lab);
+    let (bound, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert_eq!(heard, 0, "the rogue was heard while no agent ran");
+    assert!(from_real_server(&lab, bound), "{bound:?}");
+
+    // The next agent resumes pod 0's lease and guards its port again,
+    // replacing the filters rather than adding a second pair.
+    let agent = NodeAgent::start_in(&lab.server, dir);
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(10), || agent
+            .log()
+            .contains("replaced a DHCP guard filter left by an earlier agent")),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(guard_filters(&lab.server, &port), (1, 1), "{}", agent.log());
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert_eq!(heard, 0, "the rogue was heard after the restart");
+
+    // And its DEL takes them off.
+    let del = agent.cni(&cni, "DEL", "pod0", &lab.clients[0], "");
+    assert!(del.ok, "DEL failed: {}", del.text());
+    assert_eq!(guard_filters(&lab.server, &port), (0, 0), "{}", agent.log());
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert!(heard > 0, "after DEL the port is no longer guarded");
 }

@@ -33,6 +33,7 @@ const ESSENTIAL: &[&str] = &[
     "dhcpd",
     "nft",
     "ip",
+    "tc",
     "tcpdump",
     "bpftool",
     "iperf3",

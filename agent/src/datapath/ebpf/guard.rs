@@ -13,7 +13,10 @@ use std::path::Path;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
 use aya::programs::SchedClassifier;
-use aya::programs::tc::{SchedClassifierLinkId, TcAttachType, qdisc_add_clsact};
+use aya::programs::tc::{
+    NlOptions, SchedClassifierLinkId, TcAttachOptions, TcAttachType, TcError, qdisc_add_clsact,
+    qdisc_detach_program,
+};
 use aya::{Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
 use xdhcp_common as common;
@@ -257,6 +260,28 @@ impl std::fmt::Debug for Guard {
         f.debug_struct("Guard")
             .field("attached", &self.attached.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The guard stays on its ports when the agent stops, whether it exits or
+/// is killed (a filter holds its program and maps): ports are never left
+/// unguarded while the agent restarts, and the restarted agent replaces
+/// the filters as it guards the ports of the leases it resumes
+/// ([`attach_tc`]). A stop therefore does no netlink work per port.
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for port in std::mem::take(&mut self.attached).into_values() {
+            for (name, id) in [
+                (g::PROG_GUARD_INGRESS, port.ingress),
+                (g::PROG_GUARD_EGRESS, port.egress),
+            ] {
+                if let Ok(p) = program::<SchedClassifier>(&mut self.ebpf, name)
+                    && let Ok(link) = p.take_link(id)
+                {
+                    std::mem::forget(link);
+                }
+            }
+        }
     }
 }
 
@@ -509,6 +534,14 @@ fn device_exists(target: &AttachTarget) -> bool {
     .unwrap_or(false)
 }
 
+/// Attaches guard program `name` to `ifname` as a TC filter on a clsact
+/// qdisc (netlink), on every kernel. Not a tcx link: the kernel waits for an
+/// RCU grace period inside every tcx attach and detach (about 10–30 ms on a
+/// small node, two per port), and a port is guarded on the ADD path of
+/// every pod; a filter is added and removed without that wait. A filter
+/// also outlives the agent process (it holds its program and maps), so a
+/// port stays guarded while the agent restarts; the filter a previous
+/// agent left under the same name is replaced here.
 fn attach_tc(
     ebpf: &mut Ebpf,
     name: &'static str,
@@ -521,16 +554,22 @@ fn attach_tc(
         mode: crate::datapath::AttachMode::Tc,
         source,
     };
-    match prog.attach(ifname, kind) {
-        Ok(id) => Ok(id),
-        Err(first) => {
-            // Before tcx (kernel < 6.6) a clsact qdisc is needed first.
-            if qdisc_add_clsact(ifname).is_err() {
-                return Err(err(first));
-            }
-            prog.attach(ifname, kind).map_err(err)
-        }
+    // Fails when the port already has one (a previous agent's guard, or
+    // another user of clsact), which is fine; a real failure shows in the
+    // attach below.
+    let _ = qdisc_add_clsact(ifname);
+    match qdisc_detach_program(ifname, kind, name) {
+        Ok(()) => tracing::info!(
+            ifname,
+            program = name,
+            "replaced a DHCP guard filter left by an earlier agent"
+        ),
+        Err(TcError::IoError(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(ifname, program = name, error = %e,
+            "could not look for an earlier agent's DHCP guard filter; attaching anyway"),
     }
+    prog.attach_with_options(ifname, kind, TcAttachOptions::Netlink(NlOptions::default()))
+        .map_err(err)
 }
 
 fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T> {
