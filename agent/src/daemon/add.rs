@@ -155,52 +155,91 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         netns: netns.clone(),
     };
     let pod = who.workload == Workload::Pod;
-    let link = open_guarded(agent, &req, &netns, pod, &place).await?;
-    phases.open = phases.lap();
-    tracing::debug!(ifindex = link.info.ifindex, "link open");
-    let (mac, mode, requested, kind) = match &who.workload {
-        Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
-        Workload::Vm { vmi_name } => {
-            let (mac, requested) = vm_dhcp(agent, &who, vmi_name, link.info.mac).await?;
-            (
-                mac,
-                Mode::OneShot,
-                requested,
-                WorkloadKind::Vm {
-                    vmi: vmi_name.clone(),
-                },
+    // A pod's port is guarded while its lease is acquired: the pod's own
+    // processes start only after the ADD answers, so the guard has to be
+    // on by then, not before the agent's own DORA. (Attaching takes two
+    // netlink round trips and a trip into the pod's namespace for the veth
+    // peer; in line, that was on every pod's ADD path.) A VM's guard needs
+    // the VM's MAC and goes on before its one-shot discovery, below.
+    let pod_guard = async {
+        if pod {
+            let started = std::time::Instant::now();
+            guard_port(
+                agent,
+                &req.container_id,
+                &req.ifname,
+                &netns,
+                &req.config,
+                None,
             )
+            .await;
+            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
+        } else {
+            0
         }
     };
-    // The guard is on the port before the first DHCP message of the lease
-    // (a pod's went on above, while its interface was opened).
-    if !pod {
-        guard_port(
-            agent,
-            &req.container_id,
-            &req.ifname,
-            &netns,
-            &req.config,
-            Some(mac),
-        )
-        .await;
-        phases.guard = phases.lap();
-    }
-    let record = persist::fresh(
-        &req,
-        who.pod.clone(),
-        kind.clone(),
-        mac,
-        who.annotation_key.clone(),
-    );
-    let request = Request {
-        record,
-        mode,
-        requested,
-        place,
+    let bind = async {
+        let link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, &place).await?;
+        phases.open = phases.lap();
+        tracing::debug!(ifindex = link.info.ifindex, "link open");
+        let (mac, mode, requested, kind) = match &who.workload {
+            Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
+            Workload::Vm { vmi_name } => {
+                let (mac, requested) = vm_dhcp(agent, &who, vmi_name, link.info.mac).await?;
+                (
+                    mac,
+                    Mode::OneShot,
+                    requested,
+                    WorkloadKind::Vm {
+                        vmi: vmi_name.clone(),
+                    },
+                )
+            }
+        };
+        if !pod {
+            guard_port(
+                agent,
+                &req.container_id,
+                &req.ifname,
+                &netns,
+                &req.config,
+                Some(mac),
+            )
+            .await;
+            phases.guard = phases.lap();
+        }
+        let record = persist::fresh(
+            &req,
+            who.pod.clone(),
+            kind.clone(),
+            mac,
+            who.annotation_key.clone(),
+        );
+        let request = Request {
+            record,
+            mode,
+            requested,
+            place: place.clone(),
+        };
+        let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
+        phases.dora = phases.lap();
+        Ok::<_, Error>((handle, lease, mac, kind))
     };
-    let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
-    phases.dora = phases.lap();
+    let (bound, pod_guard_us) = tokio::join!(bind, pod_guard);
+    if pod {
+        phases.guard = pod_guard_us;
+    }
+    let (handle, lease, mac, kind) = match bound {
+        Ok(b) => b,
+        Err(e) => {
+            if pod {
+                agent.guard.release(&req.container_id, &req.ifname);
+            }
+            return Err(e);
+        }
+    };
+    // Any wait for a pod's guard after the DORA is in no phase of its own.
+    let _ = phases.lap();
 
     let bound = Bound {
         handle: &handle,
@@ -215,36 +254,6 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
         total_us = phases.total(), "ADD done");
     Ok(cni_result(&lease, &req.config))
-}
-
-/// Open the ADD's interface. A pod's port is guarded while its interface is
-/// opened: both are trips into its namespace and both come before the
-/// lease's first DHCP message. A VM's guard needs the VM's MAC, known once
-/// the link is open, so the caller puts it on afterwards.
-async fn open_guarded(
-    agent: &Arc<Agent>,
-    req: &CniRequest,
-    netns: &std::path::Path,
-    pod: bool,
-    place: &Place,
-) -> Result<super::link::Link, Error> {
-    let open = acquire::open_link(agent, Some(netns), &req.ifname, pod, place);
-    if !pod {
-        return open.await;
-    }
-    let guard = guard_port(
-        agent,
-        &req.container_id,
-        &req.ifname,
-        netns,
-        &req.config,
-        None,
-    );
-    let (link, ()) = tokio::join!(open, guard);
-    if link.is_err() {
-        agent.guard.release(&req.container_id, &req.ifname);
-    }
-    link
 }
 
 /// A VM pod's DHCP identity: the MAC the VM's guest will use (the MAC
@@ -286,10 +295,12 @@ struct Phases {
     last: std::time::Instant,
     /// Lock and pod lookup.
     who: u64,
-    /// The trip into the pod namespace (sender, receiver, removal watch)
-    /// and, for a pod, the DHCP guard alongside.
+    /// The trip into the pod namespace (sender, receiver, removal watch).
     open: u64,
-    /// A VM's DHCP guard (after the open: it needs the VM's MAC).
+    /// The DHCP guard's attach: a VM's after the open (it needs the VM's
+    /// MAC); a pod's alongside open and DORA, so not part of the sum of
+    /// the others, which falls short of the total by any wait for the
+    /// guard after the DORA.
     guard: u64,
     /// Lease task start to the first outcome (DISCOVER .. ACK).
     dora: u64,
