@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use aya::maps::{MapData, MapError, RingBuf};
-use aya::programs::{ProgramError, SchedClassifier, Xdp};
+use aya::programs::ProgramError;
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use xdhcp_common as common;
 
@@ -149,6 +149,61 @@ const XDP_PROGRAMS: [&str; 3] = [
 /// The TC programs in the object: for workload ports and for uplinks.
 const TC_PROGRAMS: [&str; 2] = [common::PROG_TC, common::PROG_UPLINK_TC];
 
+/// Loads the TC and XDP programs of `ebpf` into the kernel, each on its
+/// own thread: the verifier's time is most of the agent's start, and the
+/// programs are independent of each other. The TC programs must load;
+/// when an XDP program is refused, returns why (TC only then).
+fn load_programs(ebpf: &mut Ebpf) -> Result<Option<String>> {
+    let mut outcomes: Vec<(&'static str, std::result::Result<(), ProgramError>)> =
+        std::thread::scope(|s| {
+            let threads: Vec<_> = ebpf
+                .programs_mut()
+                .filter_map(|(name, prog)| {
+                    let name = TC_PROGRAMS
+                        .into_iter()
+                        .chain(XDP_PROGRAMS)
+                        .find(|n| *n == name)?;
+                    Some((name, prog))
+                })
+                .map(|(name, prog)| {
+                    let t = s.spawn(move || match prog {
+                        aya::programs::Program::SchedClassifier(p) => p.load(),
+                        aya::programs::Program::Xdp(p) => p.load(),
+                        _ => Err(ProgramError::UnexpectedProgramType),
+                    });
+                    (name, t)
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|(name, t)| {
+                    let r = t
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    (name, r)
+                })
+                .collect()
+        });
+    let mut xdp_unavailable = None;
+    for name in TC_PROGRAMS.into_iter().chain(XDP_PROGRAMS) {
+        let i = outcomes
+            .iter()
+            .position(|(n, _)| *n == name)
+            .ok_or(EbpfDatapathError::MissingProgram { name })?;
+        match outcomes.swap_remove(i).1 {
+            Ok(()) => {}
+            Err(source) if XDP_PROGRAMS.contains(&name) => {
+                if xdp_unavailable.is_none() {
+                    tracing::warn!(program = name, error = %source, "XDP program refused by the kernel; TC only");
+                    xdp_unavailable = Some(format!("{name}: {}", error_chain(&source)));
+                }
+            }
+            Err(source) => return Err(EbpfDatapathError::ProgramLoad { name, source }),
+        }
+    }
+    Ok(xdp_unavailable)
+}
+
 /// The loaded eBPF programs and their maps.
 pub struct Datapath {
     ebpf: Ebpf,
@@ -226,20 +281,7 @@ impl Datapath {
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|source| EbpfDatapathError::Load { source })?;
-        for name in TC_PROGRAMS {
-            let tc: &mut SchedClassifier = program(&mut ebpf, name)?;
-            tc.load()
-                .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
-        }
-        let mut xdp_unavailable = None;
-        for name in XDP_PROGRAMS {
-            let xdp: &mut Xdp = program(&mut ebpf, name)?;
-            if let Err(source) = xdp.load() {
-                tracing::warn!(program = name, error = %source, "XDP program refused by the kernel; TC only");
-                xdp_unavailable = Some(format!("{name}: {}", error_chain(&source)));
-                break;
-            }
-        }
+        let xdp_unavailable = load_programs(&mut ebpf)?;
         let counters = take_map(&mut ebpf, common::MAP_COUNTERS)?;
         let owned = take_map(&mut ebpf, common::MAP_OWNED)?;
         let ifconfig = maps::IfConfigMaps {
