@@ -106,6 +106,10 @@ pub struct DaemonOptions {
     pub rust_log: Option<String>,
     /// Do not wait until the daemon serves (the caller times its start).
     pub no_wait: bool,
+    /// Run the agent inside this network namespace (a node's, whose
+    /// uplinks `agent_args` may name); the upstream daemon runs where the
+    /// benchmark does either way (it enters each pod's namespace itself).
+    pub node_ns: Option<String>,
 }
 
 /// A running IPAM daemon and how to invoke its plugin.
@@ -164,7 +168,8 @@ impl Daemon {
                 )
             }
             Impl::Xdhcp => {
-                let mut cmd = crate::agent_command(xdhcp, &socket, &dir);
+                let mut cmd =
+                    crate::agent_command_in(opts.node_ns.as_deref(), xdhcp, &socket, &dir);
                 cmd.env(
                     "RUST_LOG",
                     opts.rust_log.clone().unwrap_or_else(|| {

@@ -95,7 +95,22 @@ pub fn agent_command(
     socket: &std::path::Path,
     dir: &std::path::Path,
 ) -> std::process::Command {
-    let mut cmd = std::process::Command::new(bin);
+    agent_command_in(None, bin, socket, dir)
+}
+
+/// [`agent_command`], run inside network namespace `ns` (`ip netns exec`)
+/// when one is given: a node's namespace, whose uplinks the agent attaches
+/// to.
+pub fn agent_command_in(
+    ns: Option<&str>,
+    bin: &std::path::Path,
+    socket: &std::path::Path,
+    dir: &std::path::Path,
+) -> std::process::Command {
+    let mut cmd = match ns {
+        Some(ns) => netns_exec(ns, bin),
+        None => std::process::Command::new(bin),
+    };
     cmd.args(["agent", "--kube", "off", "--socket"])
         .arg(socket)
         .arg("--state-dir")

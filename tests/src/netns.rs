@@ -457,18 +457,45 @@ impl LabClient {
 ///  [client ns 1: eth0] ──veth── c1 ├─ br0 192.0.2.1/24   (server ns: run dnsmasq/kea here)
 ///  ...                             ┘
 /// ```
+///
+/// With [`LabBuilder::server_behind_uplink`] the bridge's namespace is a
+/// node's and the server has its own, reached through the node's uplink
+/// [`Lab::UPLINK`] (a port of `br0`), as on a node whose localnet bridge
+/// has a NIC into the physical network:
+///
+/// ```text
+///  [client ns i: eth0] ──veth── ci ┐
+///                                  ├─ br0   (node ns: no address)
+///                             up0 ─┘
+///                              │ veth
+///                       [dhcp ns: s0 192.0.2.1/24]
+/// ```
 #[derive(Debug)]
 pub struct Lab {
     /// Clients (dropped first).
     pub clients: Vec<LabClient>,
+    /// The server's own namespace and its link to the bridge, when the
+    /// server is behind an uplink.
+    pub uplink: Option<LabUplink>,
     /// The bridge in the server namespace.
     pub bridge: Bridge,
-    /// Server namespace: the DHCP server listens on [`Lab::BRIDGE`].
+    /// The bridge's namespace: the DHCP server listens on [`Lab::BRIDGE`]
+    /// here, unless it is behind an uplink ([`Lab::dhcp_ns`]).
     pub server: NetNs,
     /// Server address on the bridge.
     pub server_ip: Ipv4Addr,
     /// Prefix length of the lab subnet.
     pub prefix_len: u8,
+}
+
+/// The DHCP server's namespace behind the lab's uplink.
+#[derive(Debug)]
+pub struct LabUplink {
+    /// [`Lab::UPLINK`] (a bridge port) to [`Lab::SERVER_IF`] in `ns`;
+    /// dropped before the namespace.
+    _veth: Veth,
+    /// The server's namespace.
+    pub ns: NetNs,
 }
 
 /// Builder for [`Lab`].
@@ -478,6 +505,7 @@ pub struct LabBuilder {
     server_ip: Ipv4Addr,
     prefix_len: u8,
     client_ifname: String,
+    behind_uplink: bool,
 }
 
 impl Default for LabBuilder {
@@ -487,6 +515,7 @@ impl Default for LabBuilder {
             server_ip: Ipv4Addr::new(192, 0, 2, 1),
             prefix_len: 24,
             client_ifname: "eth0".to_owned(),
+            behind_uplink: false,
         }
     }
 }
@@ -514,12 +543,29 @@ impl LabBuilder {
         self
     }
 
+    /// Put the server in its own namespace behind the uplink
+    /// [`Lab::UPLINK`], a port of the bridge (see [`Lab`]).
+    #[must_use]
+    pub fn server_behind_uplink(mut self) -> Self {
+        self.behind_uplink = true;
+        self
+    }
+
     /// Creates the namespaces, bridge and veths.
     #[track_caller]
     pub fn build(self) -> Lab {
         let server = NetNs::new();
         let bridge = Bridge::new(&server, Lab::BRIDGE);
-        server.add_addr(Lab::BRIDGE, self.server_ip, self.prefix_len);
+        let uplink = if self.behind_uplink {
+            let ns = NetNs::new();
+            let veth = Veth::new(&server, Lab::UPLINK, &ns, Lab::SERVER_IF);
+            bridge.attach(Lab::UPLINK);
+            ns.add_addr(Lab::SERVER_IF, self.server_ip, self.prefix_len);
+            Some(LabUplink { _veth: veth, ns })
+        } else {
+            server.add_addr(Lab::BRIDGE, self.server_ip, self.prefix_len);
+            None
+        };
         let mut clients = Vec::with_capacity(self.clients);
         for i in 0..self.clients {
             clients.push(Lab::make_client(
@@ -531,6 +577,7 @@ impl LabBuilder {
         }
         Lab {
             clients,
+            uplink,
             bridge,
             server,
             server_ip: self.server_ip,
@@ -542,6 +589,26 @@ impl LabBuilder {
 impl Lab {
     /// Name of the bridge in the server namespace.
     pub const BRIDGE: &'static str = "br0";
+    /// The bridge port toward the server, with
+    /// [`LabBuilder::server_behind_uplink`].
+    pub const UPLINK: &'static str = "up0";
+    /// The server's interface in its own namespace, with
+    /// [`LabBuilder::server_behind_uplink`].
+    pub const SERVER_IF: &'static str = "s0";
+
+    /// The namespace the DHCP server runs in.
+    pub fn dhcp_ns(&self) -> &NetNs {
+        self.uplink.as_ref().map_or(&self.server, |u| &u.ns)
+    }
+
+    /// The interface the DHCP server listens on, in [`Lab::dhcp_ns`].
+    pub fn dhcp_ifname(&self) -> &'static str {
+        if self.uplink.is_some() {
+            Self::SERVER_IF
+        } else {
+            Self::BRIDGE
+        }
+    }
 
     /// A builder with defaults: one client, 192.0.2.1/24, `eth0`.
     pub fn builder() -> LabBuilder {
@@ -582,7 +649,7 @@ impl Lab {
     /// MAC of the server's bridge interface.
     #[track_caller]
     pub fn server_mac(&self) -> [u8; 6] {
-        self.server.mac(Self::BRIDGE)
+        self.dhcp_ns().mac(self.dhcp_ifname())
     }
 
     /// Cuts the server's unicast DHCP path: frames to the server's MAC with
@@ -592,6 +659,10 @@ impl Lab {
     /// and DISCOVER (broadcast) still work. Restored when the guard drops.
     #[track_caller]
     pub fn cut_server_unicast(&self) -> UnicastCut {
+        assert!(
+            self.uplink.is_none(),
+            "the cut is made at the bridge's input: the server must be on the bridge"
+        );
         let mac = format_mac(self.server_mac());
         let ns = self.server.name().to_owned();
         let nft = |args: &[&str]| {

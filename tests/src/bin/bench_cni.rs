@@ -6,7 +6,9 @@
 //! pod interfaces (veths from a lab bridge into per-pod namespaces):
 //!
 //! 1. single ADD latency (median, p99 over 50 ADD+DEL rounds after one
-//!    unmeasured warm-up round, dnsmasq `--no-ping`);
+//!    unmeasured warm-up round, dnsmasq `--no-ping`), and its floor: one
+//!    plugin exec that does no DHCP plus one DORA of the server's own
+//!    (medians of 50, same run);
 //! 2. 100 concurrent ADDs against dnsmasq `--no-ping` and against Kea: wall
 //!    time, leases/s, failures, and the daemon's CPU time (printed);
 //! 3. the floors under those bursts, measured in the same run: 100 plugin
@@ -14,6 +16,12 @@
 //!    each server's own limit — 100 DORAs straight from this process over
 //!    raw sockets, no CNI (back to back, and all at once);
 //! 4. daemon RSS and OS thread count at 0, 100 and 1000 leases.
+//!
+//! For 1–3 the server sits in its own namespace behind the lab bridge's
+//! uplink port, and the agent runs in the bridge's namespace with that port
+//! as its uplink (`--uplink physnet1=up0`), as on a node;
+//! `XDHCP_BENCH_CNI_UPLINK=off` runs it without, capturing on each pod's
+//! interface instead.
 //!
 //! Both daemons are measured once they serve (xdhcp: CNI STATUS succeeds),
 //! not during their start-up. Results are printed as a Markdown table of
@@ -46,7 +54,7 @@ use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
 use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
 use xdhcp_tests::{
     CNI_PLUGIN_DIR, PluginCall,
-    bench::{Daemon, Impl, Series, impls, upstream},
+    bench::{Daemon, DaemonOptions, Impl, Series, impls, upstream},
     netns::{Lab, LabClient},
     progress,
     servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig},
@@ -218,12 +226,24 @@ fn exec_floor(d: &Daemon, clients: &[LabClient]) -> Duration {
     started.elapsed()
 }
 
+/// One plugin exec that does no DHCP (`CNI_COMMAND=VERSION`), `SINGLE_RUNS`
+/// times one after another: the median is what exec alone adds to a single
+/// ADD. Sorted.
+fn single_exec(d: &Daemon, client: &LabClient) -> Vec<Duration> {
+    let mut lat: Vec<Duration> = (0..SINGLE_RUNS)
+        .filter_map(|i| d.cni("VERSION", &format!("exec-{i}"), client).ok())
+        .collect();
+    lat.sort();
+    lat
+}
+
 /// The server's own limit: one DORA per lab client straight from this
 /// process — the xdhcp engine over raw/`AF_PACKET` sockets opened
 /// beforehand, no CNI, no plugin exec, no agent — run back to back and then
 /// all at once; the faster of the two (wall time from the first DISCOVER to
-/// the last ACK), and its failures. Every lease is released after.
-fn raw_dora_burst(clients: &[LabClient]) -> (Duration, usize) {
+/// the last ACK), and its failures. Every lease is released after. Also
+/// each back-to-back DORA's own time, sorted: the server's single DORA.
+fn raw_dora_burst(clients: &[LabClient]) -> (Duration, usize, Vec<Duration>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -247,13 +267,16 @@ fn raw_dora_burst(clients: &[LabClient]) -> (Duration, usize) {
         // instant floods the bridge (every broadcast to every port).
         let seq_start = Instant::now();
         let mut seq_failed = 0;
+        let mut each = Vec::with_capacity(socks.len());
         for (i, (tx, rx, mac)) in socks.iter().enumerate() {
             let cfg = ClientConfig {
                 chaddr: *mac,
                 ..ClientConfig::default()
             };
-            let mut client = Client::new(cfg, Instant::now(), 0x5eed + i as u64);
+            let started = Instant::now();
+            let mut client = Client::new(cfg, started, 0x5eed + i as u64);
             if until_bound(tx, rx, &mut client).await {
+                each.push(started.elapsed());
                 release_now(&mut client, tx);
             } else {
                 seq_failed += 1;
@@ -298,10 +321,11 @@ fn raw_dora_burst(clients: &[LabClient]) -> (Duration, usize) {
             sequential.as_secs_f64(),
             wall.as_secs_f64()
         );
+        each.sort();
         if (sequential, seq_failed) < (wall, failed) {
-            (sequential, seq_failed)
+            (sequential, seq_failed, each)
         } else {
-            (wall, failed)
+            (wall, failed, each)
         }
     })
 }
@@ -540,6 +564,24 @@ fn exec_floors(full: &Path, thin: &Path) {
     }
 }
 
+/// "upstream U ms, xdhcp X ms" (– for an implementation not run).
+fn fmt_pair(upstream: Option<Duration>, xdhcp: Option<Duration>) -> String {
+    let f = |v: Option<Duration>| v.map_or_else(|| "–".to_owned(), |d| format!("{:.2} ms", ms(d)));
+    format!("upstream {}, xdhcp {}", f(upstream), f(xdhcp))
+}
+
+/// Whether xdhcp captures at the lab's uplink (`--uplink physnet1=up0`, as
+/// a node with a localnet uplink runs it; the default) or on each pod's
+/// interface (`XDHCP_BENCH_CNI_UPLINK=off`, the path for interfaces no
+/// uplink serves).
+fn uplink_capture() -> bool {
+    match std::env::var("XDHCP_BENCH_CNI_UPLINK").as_deref() {
+        Err(_) | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => panic!("XDHCP_BENCH_CNI_UPLINK: expected on or off, not {other:?}"),
+    }
+}
+
 /// Which sections to run: `XDHCP_BENCH_CNI=latency,footprint,floor` (default: all).
 /// Handy while working on one of them; the published table needs both.
 struct Parts {
@@ -589,7 +631,22 @@ impl Parts {
 )]
 fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>) {
     progress!("building a lab with {CONCURRENT} pod interfaces…");
-    let lab = Lab::builder().clients(CONCURRENT).build();
+    let lab = Lab::builder()
+        .clients(CONCURRENT)
+        .server_behind_uplink()
+        .build();
+    let uplink = uplink_capture();
+    let opts = DaemonOptions {
+        node_ns: Some(lab.server.name().to_owned()),
+        agent_args: if uplink {
+            vec!["--uplink".to_owned(), format!("physnet1={}", Lab::UPLINK)]
+        } else {
+            Vec::new()
+        },
+        ..DaemonOptions::default()
+    };
+    let mut single_execs = Vec::new();
+    let mut server_doras = Vec::new();
     let mut singles = Vec::new();
     let mut bursts = Vec::new();
     let mut floors = Vec::new();
@@ -601,8 +658,9 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
         let _kea;
         if server == "Kea" {
             _kea = Some(Kea::start(
-                &lab.server,
+                lab.dhcp_ns(),
                 KeaConfig {
+                    interface: lab.dhcp_ifname().to_owned(),
                     pool: (Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 250)),
                     valid_lifetime: 3600,
                     renew_timer: 1800,
@@ -613,22 +671,30 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             _dnsmasq = None;
         } else {
             _dnsmasq = Some(Dnsmasq::start(
-                &lab.server,
-                dnsmasq_config(
-                    (Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 250)),
-                    Ipv4Addr::new(255, 255, 255, 0),
-                ),
+                lab.dhcp_ns(),
+                DnsmasqConfig {
+                    interface: lab.dhcp_ifname().to_owned(),
+                    ..dnsmasq_config(
+                        (Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 250)),
+                        Ipv4Addr::new(255, 255, 255, 0),
+                    )
+                },
             ));
             _kea = None;
         }
         for which in impls() {
-            let d = Daemon::start(which, xdhcp);
+            let d = Daemon::start_with(which, xdhcp, &opts);
             if server != "Kea" {
                 progress!(
                     "{}: {SINGLE_RUNS} single ADDs against {server}…",
                     which.name()
                 );
                 singles.push((which, single(&d, &lab.clients[0])));
+                progress!(
+                    "{}: {SINGLE_RUNS} single plugin execs (VERSION)…",
+                    which.name()
+                );
+                single_execs.push((which, single_exec(&d, &lab.clients[0])));
             }
             if server != "Kea" {
                 for &n in SWEEP {
@@ -667,8 +733,11 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             }
         }
         progress!("{server}: {CONCURRENT} raw DORAs at once, no CNI (the server's own limit)…");
-        let (wall, failed) = raw_dora_burst(&lab.clients);
+        let (wall, failed, each) = raw_dora_burst(&lab.clients);
         progress!("  {:.3} s, {failed} failed", wall.as_secs_f64());
+        if server != "Kea" {
+            server_doras = each;
+        }
         limits.push((server, wall, failed));
     }
     let single_of = |w: Impl| singles.iter().find(|(x, _)| *x == w).map(|(_, v)| v);
@@ -688,6 +757,29 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             |u, x| format!("{:.1}× faster", u / x.max(1e-9)),
         ));
     }
+    // The floor under a single ADD: one exec of that implementation's
+    // plugin and one DORA of the server's own, both medians of this run.
+    let dora = (!server_doras.is_empty()).then(|| percentile(&server_doras, 0.5));
+    let single_floor = |w: Impl| {
+        let exec = single_execs
+            .iter()
+            .find(|(x, v)| *x == w && !v.is_empty())
+            .map(|(_, v)| percentile(v, 0.5))?;
+        Some((percentile(single_of(w)?, 0.5), exec + dora?))
+    };
+    rows.push(Row::new(
+        format!(
+            "single ADD median ÷ its floor (that implementation's single plugin exec, median {}, + the server's own single DORA, median {}; floor in ms)",
+            fmt_pair(
+                single_execs.iter().find(|(x, _)| *x == Impl::Upstream).map(|(_, v)| percentile(v, 0.5)),
+                single_execs.iter().find(|(x, _)| *x == Impl::Xdhcp).map(|(_, v)| percentile(v, 0.5)),
+            ),
+            dora.map_or_else(|| "–".to_owned(), |d| format!("{:.2} ms", ms(d))),
+        ),
+        (single_floor(Impl::Upstream), single_floor(Impl::Xdhcp)),
+        |(t, f)| format!("{:.2}× ({:.2})", ms(t) / ms(f).max(1e-9), ms(f)),
+        |_, _| String::new(),
+    ));
     let floor_of = |w: Impl| floors.iter().find(|(x, _)| *x == w).map(|(_, f)| *f);
     for server in ["dnsmasq --no-ping", "Kea"] {
         let get = |w: Impl| {
@@ -869,7 +961,14 @@ fn report(rows: &[Row], plots: &[String]) {
     let _ = writeln!(
         md,
         "Same testbed, same run: veth pod interfaces into a lab bridge, plugins exec'd with the CNI environment. \
+         Latency and bursts: the DHCP server in its own namespace behind the bridge's uplink port `up0`, \
+         the xdhcp agent in the bridge's namespace {}; the upstream daemon enters each pod's namespace itself. \
          Servers: dnsmasq 2.90 `--no-ping`, Kea 2.2 memfile. Machine: {} cores.\n",
+        if uplink_capture() {
+            "capturing at the uplink (`--uplink physnet1=up0`)"
+        } else {
+            "capturing on each pod's interface (no uplink configured)"
+        },
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
     let _ = writeln!(
