@@ -64,7 +64,7 @@ pub fn run(args: &Args) -> Result<()> {
                 .current_dir(&root)
                 .env("XDHCP_BENCH_RESULTS", &results)
                 .env("XDHCP_BIN", root.join("target/release/xdhcp"))
-                .env("XDHCP_PLUGIN_BIN", root.join("target/release/xdhcp-plugin"))
+                .env("XDHCP_PLUGIN_BIN", crate::build::plugin_binary()?)
                 .args(["run", "--release", "-p", "xdhcp-tests", "--bin", bin]),
         )?;
     }

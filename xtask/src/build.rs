@@ -14,19 +14,41 @@ pub fn run() -> Result<PathBuf> {
 }
 
 /// Build the release binaries, the agent and the thin plugin, without
-/// running setup (callers ran it already). Returns the agent's path.
+/// running setup (callers ran it already). Returns the agent's path; the
+/// plugin's is [`plugin_binary`].
 pub fn release_binary() -> Result<PathBuf> {
     let root = cmd::workspace_root();
-    cmd::run(cmd::program("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "xdhcp",
-        "-p",
-        "xdhcp-plugin",
-    ]))?;
+    cmd::run(
+        cmd::program("cargo")
+            .current_dir(&root)
+            .args(["build", "--release", "-p", "xdhcp"]),
+    )?;
+    // The thin plugin is linked statically: the node's container runtime
+    // execs it for every CNI call, from the host's /opt/cni/bin, so it must
+    // not depend on the host's C library (the agent runs in its image), and
+    // with no dynamic loader to run each exec is about half a millisecond
+    // shorter. `--target` keeps the static flag off build scripts and
+    // proc-macros, which cannot be static.
+    let host = host_triple()?;
+    let flags_var = format!(
+        "CARGO_TARGET_{}_RUSTFLAGS",
+        host.to_uppercase().replace('-', "_")
+    );
+    cmd::run(
+        cmd::program("cargo")
+            .current_dir(&root)
+            .env(flags_var, "-C target-feature=+crt-static")
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "xdhcp-plugin",
+                "--target",
+                &host,
+            ]),
+    )?;
     let bin = root.join("target/release/xdhcp");
-    for built in [&bin, &root.join("target/release/xdhcp-plugin")] {
+    for built in [&bin, &plugin_binary()?] {
         if !built.exists() {
             bail!(
                 "cargo reported success but {} does not exist",
@@ -34,8 +56,26 @@ pub fn release_binary() -> Result<PathBuf> {
             );
         }
     }
-    println!("built {}", bin.display());
+    println!("built {} and {}", bin.display(), plugin_binary()?.display());
     Ok(bin)
+}
+
+/// Where [`release_binary`] puts the statically linked thin plugin.
+pub fn plugin_binary() -> Result<PathBuf> {
+    Ok(cmd::workspace_root()
+        .join("target")
+        .join(host_triple()?)
+        .join("release/xdhcp-plugin"))
+}
+
+/// The host's target triple, as `rustc -vV` prints it.
+fn host_triple() -> Result<String> {
+    let out = cmd::output(cmd::program("rustc").arg("-vV"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(|h| h.trim().to_owned())
+        .context("`rustc -vV` printed no host triple")
 }
 
 /// The CRD file generated from `xdhcp-api`'s Rust types.

@@ -93,7 +93,7 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::create_dir_all(&context).with_context(|| format!("creating {}", context.display()))?;
     for (built, name) in [
         (bin.clone(), "xdhcp"),
-        (bin.with_file_name("xdhcp-plugin"), "xdhcp-plugin"),
+        (build::plugin_binary()?, "xdhcp-plugin"),
     ] {
         let staged = context.join(name);
         std::fs::copy(&built, &staged)
