@@ -123,12 +123,45 @@ fn run_target(dir: &Path, target: &str, args: &Args) -> Result<()> {
         None => c.arg(format!("-max_total_time={}", args.time)),
     };
     c.args(&args.libfuzzer);
-    cmd::run(&mut c).with_context(|| {
-        format!(
-            "fuzz target {target} failed: the crashing input is in {}",
-            dir.join("artifacts").join(target).display()
-        )
-    })
+    let artifacts = dir.join("artifacts").join(target);
+    let before = files_in(&artifacts);
+    println!("\x1b[1m$ {}\x1b[0m", cmd::describe(&c));
+    let status = c
+        .status()
+        .with_context(|| format!("failed to start cargo fuzz for {target}"))?;
+    if status.success() {
+        return Ok(());
+    }
+    // libFuzzer writes every crashing input to the artifacts directory; a
+    // run stopped from outside (a signal, a killed session) leaves none.
+    let found: Vec<String> = files_in(&artifacts)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
+    if found.is_empty() {
+        bail!(
+            "fuzz target {target} did not finish ({status}) and left no crashing input in {}: \
+             it was stopped, or failed before fuzzing (see its output above)",
+            artifacts.display()
+        );
+    }
+    bail!(
+        "fuzz target {target} found a crash: {} (in {})",
+        found.join(", "),
+        artifacts.display()
+    )
+}
+
+/// The file names in `dir` (none when it does not exist).
+fn files_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
