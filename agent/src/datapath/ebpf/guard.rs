@@ -13,9 +13,10 @@ use std::path::Path;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
 use aya::programs::SchedClassifier;
+use aya::programs::ProgramError;
 use aya::programs::tc::{
-    NlOptions, SchedClassifierLinkId, TcAttachOptions, TcAttachType, TcError, qdisc_add_clsact,
-    qdisc_detach_program,
+    NlOptions, SchedClassifierLink, SchedClassifierLinkId, TcAttachOptions, TcAttachType, TcError,
+    TcHandle, qdisc_add_clsact,
 };
 use aya::{Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
@@ -373,6 +374,10 @@ impl Guard {
         let ebpf = &mut self.ebpf;
         let ifname = target.ifname.clone();
         let links = in_netns(target.netns.as_deref(), move || {
+            // Fails when the port has one already (a previous agent's guard,
+            // or another user of clsact), which is fine; a port that cannot
+            // have one fails the attach below.
+            let _ = qdisc_add_clsact(&ifname);
             let ingress = attach_tc(ebpf, g::PROG_GUARD_INGRESS, &ifname, TcAttachType::Ingress)?;
             match attach_tc(ebpf, g::PROG_GUARD_EGRESS, &ifname, TcAttachType::Egress) {
                 Ok(egress) => Ok((ingress, egress)),
@@ -534,14 +539,20 @@ fn device_exists(target: &AttachTarget) -> bool {
     .unwrap_or(false)
 }
 
-/// Attaches guard program `name` to `ifname` as a TC filter on a clsact
-/// qdisc (netlink), on every kernel. Not a tcx link: the kernel waits for an
+/// The guard's TC filters: priority (first on the port) and handle, the
+/// same on every port, so a restarted agent finds the filter an earlier one
+/// left and replaces it in place.
+const GUARD_TC_PRIORITY: u16 = 1;
+const GUARD_TC_HANDLE: TcHandle = TcHandle::new(0, 0x7864);
+
+/// Attaches guard program `name` to `ifname` (which has a clsact qdisc) as
+/// a TC filter, on every kernel. Not a tcx link: the kernel waits for an
 /// RCU grace period inside every tcx attach and detach (about 10–30 ms on a
 /// small node, two per port), and a port is guarded on the ADD path of
 /// every pod; a filter is added and removed without that wait. A filter
 /// also outlives the agent process (it holds its program and maps), so a
 /// port stays guarded while the agent restarts; the filter a previous
-/// agent left under the same name is replaced here.
+/// agent left is replaced here in one step, never leaving the port bare.
 fn attach_tc(
     ebpf: &mut Ebpf,
     name: &'static str,
@@ -554,22 +565,30 @@ fn attach_tc(
         mode: crate::datapath::AttachMode::Tc,
         source,
     };
-    // Fails when the port already has one (a previous agent's guard, or
-    // another user of clsact), which is fine; a real failure shows in the
-    // attach below.
-    let _ = qdisc_add_clsact(ifname);
-    match qdisc_detach_program(ifname, kind, name) {
-        Ok(()) => tracing::info!(
-            ifname,
-            program = name,
-            "replaced a DHCP guard filter left by an earlier agent"
-        ),
-        Err(TcError::IoError(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(ifname, program = name, error = %e,
-            "could not look for an earlier agent's DHCP guard filter; attaching anyway"),
+    let options = TcAttachOptions::Netlink(NlOptions {
+        priority: GUARD_TC_PRIORITY,
+        handle: GUARD_TC_HANDLE,
+        ..NlOptions::default()
+    });
+    match prog.attach_with_options(ifname, kind, options) {
+        Ok(id) => Ok(id),
+        Err(ProgramError::TcError(TcError::NetlinkError(e)))
+            if e.raw_os_error() == Some(libc::EEXIST) =>
+        {
+            let left = SchedClassifierLink::attached(
+                ifname,
+                kind,
+                GUARD_TC_PRIORITY,
+                GUARD_TC_HANDLE,
+                None,
+            )
+            .map_err(|e| err(ProgramError::TcError(TcError::IoError(e))))?;
+            let id = prog.attach_to_link(left).map_err(err)?;
+            tracing::info!(ifname, program = name, "replaced a DHCP guard filter left by an earlier agent");
+            Ok(id)
+        }
+        Err(e) => Err(err(e)),
     }
-    prog.attach_with_options(ifname, kind, TcAttachOptions::Netlink(NlOptions::default()))
-        .map_err(err)
 }
 
 fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T> {
