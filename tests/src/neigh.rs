@@ -130,6 +130,36 @@ impl Drop for RaisedThresholds {
     }
 }
 
+/// Packets dropped because a CPU's input backlog was full
+/// (`net.core.netdev_max_backlog`), summed over CPUs: the second column of
+/// `/proc/net/softnet_stat`, hex, one line per CPU. A veth hands each packet
+/// to the receiving side through that backlog, so a broadcast flooded by a
+/// bridge to a thousand veths takes a thousand slots. Machine-wide.
+pub fn parse_softnet_dropped(text: &str) -> Option<u64> {
+    let mut sum = 0;
+    let mut rows = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        sum += u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()?;
+        rows += 1;
+    }
+    (rows > 0).then_some(sum)
+}
+
+/// [`parse_softnet_dropped`] of this machine now.
+pub fn softnet_dropped() -> Option<u64> {
+    parse_softnet_dropped(&std::fs::read_to_string("/proc/net/softnet_stat").ok()?)
+}
+
+/// UDP datagrams dropped because a socket's receive buffer was full
+/// (`RcvbufErrors` of the `Udp:` lines in `/proc/net/snmp`, a header line
+/// of names and a line of decimal values). Per network namespace.
+pub fn parse_udp_rcvbuf_errors(text: &str) -> Option<u64> {
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +230,34 @@ entries  allocs   destroys hash_grows lookups  hits     res_failed rcv_probes_mc
         assert!(ArpStat::read().is_some());
         let t = gc_thresholds().expect("gc_thresh sysctls");
         assert!(t[0] <= t[2], "{t:?}");
+    }
+
+    #[test]
+    fn sums_backlog_drops_over_cpus() {
+        let text = "\
+017c042d 004d0688 0000041e 00000000 00000000
+017e6e7e 0059fe1d 00000411 00000000 00000000
+";
+        assert_eq!(parse_softnet_dropped(text), Some(0x004d_0688 + 0x0059_fe1d));
+        assert_eq!(parse_softnet_dropped(""), None);
+        assert_eq!(parse_softnet_dropped("017c042d\n"), None);
+        assert!(softnet_dropped().is_some());
+    }
+
+    #[test]
+    fn finds_udp_receive_buffer_errors() {
+        let text = "\
+Icmp: InMsgs InErrors
+Icmp: 3 0
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+Udp: 1200 4 735 900 731 0 0 0 0
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+UdpLite: 0 0 0 0 0 0 0 0 0
+";
+        assert_eq!(parse_udp_rcvbuf_errors(text), Some(731));
+        assert_eq!(parse_udp_rcvbuf_errors("Udp: InDatagrams\nUdp: 5\n"), None);
+        assert!(
+            parse_udp_rcvbuf_errors(&std::fs::read_to_string("/proc/net/snmp").unwrap()).is_some()
+        );
     }
 }

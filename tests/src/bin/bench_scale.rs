@@ -90,7 +90,7 @@ struct Run {
     missed: usize,
     /// Kernel ARP table counters grown during each phase (`None`: could not
     /// read them).
-    arp: Vec<(&'static str, Option<ArpStat>)>,
+    arp: Vec<(&'static str, Option<Drops>)>,
     /// The ADDs' spread (first to last success), seconds after the first ADD.
     add_span: (f64, f64),
     /// Agent counters at the end (renewals, failures); xdhcp only.
@@ -160,17 +160,52 @@ fn slash(t: [u64; 3]) -> String {
     format!("{}/{}/{}", t[0], t[1], t[2])
 }
 
-/// The ARP table counters grown since `before`, logged.
-fn arp_phase(which: Impl, phase: &'static str, before: Option<ArpStat>) -> Option<ArpStat> {
-    let d = ArpStat::read().zip(before).map(|(a, b)| a.since(b));
+/// The kernel's counts of packets it could not take, where the lab's
+/// packets can be lost.
+#[derive(Clone, Copy)]
+struct Drops {
+    /// The ARP table (machine-wide).
+    arp: ArpStat,
+    /// Input backlog full (machine-wide).
+    backlog: u64,
+    /// UDP receive buffers full in the server's namespace (dnsmasq's).
+    server_rcvbuf: u64,
+}
+
+impl Drops {
+    fn read(lab: &Lab) -> Option<Drops> {
+        Some(Drops {
+            arp: ArpStat::read()?,
+            backlog: neigh::softnet_dropped()?,
+            server_rcvbuf: lab.server.run_in(|| {
+                neigh::parse_udp_rcvbuf_errors(
+                    &std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?,
+                )
+            })?,
+        })
+    }
+
+    fn since(self, before: Drops) -> Drops {
+        Drops {
+            arp: self.arp.since(before.arp),
+            backlog: self.backlog.saturating_sub(before.backlog),
+            server_rcvbuf: self.server_rcvbuf.saturating_sub(before.server_rcvbuf),
+        }
+    }
+}
+
+/// The drops counted since `before`, logged.
+fn arp_phase(lab: &Lab, which: Impl, phase: &'static str, before: Option<Drops>) -> Option<Drops> {
+    let d = Drops::read(lab).zip(before).map(|(a, b)| a.since(b));
     progress!(
-        "{}: ARP table during {phase}: {}",
+        "{}: kernel drops during {phase}: {}",
         which.name(),
         d.map_or_else(
             || "unreadable".to_owned(),
             |d| format!(
-                "{} table_fulls, {} forced_gc_runs",
-                d.table_fulls, d.forced_gc_runs
+                "ARP table {} table_fulls, {} forced_gc_runs; input backlog {} dropped; \
+                 server UDP receive buffer {} dropped",
+                d.arp.table_fulls, d.arp.forced_gc_runs, d.backlog, d.server_rcvbuf
             )
         )
     );
@@ -244,7 +279,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     let (rss0, thr0) = d.footprint();
     let mut rss = vec![(0, rss0, thr0)];
     let mut arp = Vec::new();
-    let mut arp0 = ArpStat::read();
+    let mut arp0 = Drops::read(lab);
     let first_add = Instant::now();
     let mut add_failed = 0;
     let mut done_at: HashMap<usize, f64> = HashMap::new();
@@ -293,13 +328,13 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         add_wall.as_secs_f64(),
         granted.len()
     );
-    arp.push(("the ADDs", arp_phase(which, "the ADDs", arp0)));
+    arp.push(("the ADDs", arp_phase(lab, which, "the ADDs", arp0)));
 
     let mut restarts = Vec::new();
     let mut storm_start = Instant::now();
     for signal in ["SIGTERM", "SIGKILL"] {
         progress!("{}: restarting with {signal}", which.name());
-        arp0 = ArpStat::read();
+        arp0 = Drops::read(lab);
         let t = Instant::now();
         if signal == "SIGTERM" {
             d.process.stop(Duration::from_secs(30));
@@ -336,9 +371,9 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
             down = Some(t.elapsed());
             arp.push((
                 "SIGKILL and down past T1",
-                arp_phase(which, "SIGKILL and down past T1", arp0),
+                arp_phase(lab, which, "SIGKILL and down past T1", arp0),
             ));
-            arp0 = ArpStat::read();
+            arp0 = Drops::read(lab);
         }
         let t = Instant::now();
         storm_start = t;
@@ -374,7 +409,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         if signal == "SIGTERM" {
             arp.push((
                 "the SIGTERM restart",
-                arp_phase(which, "the SIGTERM restart", arp0),
+                arp_phase(lab, which, "the SIGTERM restart", arp0),
             ));
         }
         restarts.push(Restart {
@@ -413,7 +448,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     let missed = granted.len() - renewed.len();
     arp.push((
         "the renewal storm",
-        arp_phase(which, "the renewal storm", arp0),
+        arp_phase(lab, which, "the renewal storm", arp0),
     ));
     // The server writes its lease file before it sends the ACK: give the
     // agent a moment to take the last ones.
@@ -687,13 +722,19 @@ fn report(runs: &[Run], n: usize, neigh_note: &str) {
                 .and_then(|p| p.1)
                 .map_or_else(
                     || "–".to_owned(),
-                    |a| format!("{} / {}", a.table_fulls, a.forced_gc_runs),
+                    |d| {
+                        format!(
+                            "{} / {} / {} / {}",
+                            d.arp.table_fulls, d.arp.forced_gc_runs, d.backlog, d.server_rcvbuf
+                        )
+                    },
                 )
         };
         row(
             format!(
-                "kernel ARP table during {phase}: entries refused (table full) / forced GC runs \
-                 (machine-wide)"
+                "kernel drops during {phase}: ARP entries refused (table full) / ARP forced GC \
+                 runs / packets dropped at a full input backlog (these three machine-wide) / \
+                 datagrams dropped at dnsmasq's full receive buffer"
             ),
             cell(up, &arp),
             cell(xd, &arp),
