@@ -21,14 +21,23 @@
 //!    (expiry moved on), when, and how many not (renewals missed) — the
 //!    server's view, the same for both daemons.
 //!
-//! The kernel has one ARP table for all network namespaces: the server
-//! resolving every leased address and each pod resolving the server can
-//! fill it, and then packets are dropped. The run reads the table's
-//! overflow counters (`/proc/net/stat/arp_cache`) around each phase, and
-//! by default raises `net.ipv4.neigh.default.gc_thresh1/2/3` for its
-//! duration as a node running a thousand pods is set up
-//! (`XDHCP_BENCH_SCALE_NEIGH=leave` keeps the machine's values; either way
-//! they are restored at the end).
+//! Where the lab can lose packets, counted around each phase: the kernel's
+//! one ARP table for all network namespaces (`/proc/net/stat/arp_cache`:
+//! new entries refused when full), each CPU's input backlog that every veth
+//! hop and every bridge flood copy passes (`/proc/net/softnet_stat`), and
+//! dnsmasq's socket receive buffer (`RcvbufErrors` in the server
+//! namespace). In the storm dnsmasq — one thread, writing its lease file
+//! for every renewal — falls behind a thousand requests in a few seconds,
+//! and with the default 208 KiB receive buffer the kernel drops what does
+//! not fit: those are the renewals the server never sees. So by default the
+//! run gives the server's namespace a 4 MiB `net.core.rmem_default` before
+//! dnsmasq starts (a namespace of the lab's own, gone with it);
+//! `XDHCP_BENCH_SCALE_RCVBUF=leave` keeps the kernel's default.
+//! `XDHCP_BENCH_SCALE_NEIGH=raise` raises the machine's
+//! `net.ipv4.neigh.default.gc_thresh1/2/3` for the run (restored at the
+//! end, also on panic), as a node running a thousand pods is set up; the
+//! default `leave` keeps them (the ARP table has not been found full in a
+//! run).
 //!
 //! The upstream daemon keeps its leases in memory only: after a restart it
 //! holds none and renews none (they expire at the server while the pods keep
@@ -37,8 +46,8 @@
 //! Results: `$XDHCP_BENCH_RESULTS/scale.md`, plots `scale-rss.svg` (RSS
 //! against leases) and `scale-renewals.svg` (renewals over time).
 //! `XDHCP_BENCH_SCALE_N` changes the lease count, `XDHCP_BENCH_ONLY` runs
-//! one implementation, `XDHCP_BENCH_SCALE_NEIGH` is `raise` (default) or
-//! `leave`.
+//! one implementation, `XDHCP_BENCH_SCALE_RCVBUF` is `raise` (default) or
+//! `leave`, `XDHCP_BENCH_SCALE_NEIGH` is `leave` (default) or `raise`.
 #![expect(clippy::print_stdout, reason = "a benchmark report")]
 #![expect(
     clippy::cast_precision_loss,
@@ -71,6 +80,9 @@ const RENEW_GRACE: Duration = Duration::from_secs(20);
 const FUZZ: Duration = Duration::from_secs(T1_SECS as u64 / 20);
 /// ARP table thresholds for `XDHCP_BENCH_SCALE_NEIGH=raise`.
 const NEIGH_RAISED: [u64; 3] = [4096, 16384, 32768];
+/// The server namespace's default socket receive buffer for
+/// `XDHCP_BENCH_SCALE_RCVBUF=raise`: about two thousand DHCP datagrams.
+const SERVER_RCVBUF: u64 = 4 << 20;
 
 /// What one implementation did.
 struct Run {
@@ -117,7 +129,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let neigh_mode = std::env::var("XDHCP_BENCH_SCALE_NEIGH").unwrap_or_else(|_| "raise".into());
+    let neigh_mode = std::env::var("XDHCP_BENCH_SCALE_NEIGH").unwrap_or_else(|_| "leave".into());
     let before = neigh::gc_thresholds();
     let raised = match neigh_mode.as_str() {
         "raise" => Some(
@@ -148,12 +160,45 @@ fn main() {
         .clients(n)
         .build();
     progress!("lab ready");
+    let rcvbuf_note = match std::env::var("XDHCP_BENCH_SCALE_RCVBUF").as_deref() {
+        Ok("raise") | Err(_) => {
+            let was = raise_server_rcvbuf(&lab);
+            format!(
+                "the server namespace's net.core.rmem_default (dnsmasq's receive buffer) raised \
+                 from {was} to {SERVER_RCVBUF} bytes (XDHCP_BENCH_SCALE_RCVBUF=raise)"
+            )
+        }
+        Ok("leave") => format!(
+            "the server namespace's net.core.rmem_default (dnsmasq's receive buffer) left at \
+             the kernel's {} bytes (XDHCP_BENCH_SCALE_RCVBUF=leave)",
+            lab.server
+                .run_in(|| std::fs::read_to_string("/proc/sys/net/core/rmem_default"))
+                .map_or_else(|e| e.to_string(), |v| v.trim().to_owned())
+        ),
+        Ok(other) => panic!("XDHCP_BENCH_SCALE_RCVBUF={other}: expected `raise` or `leave`"),
+    };
+    progress!("{rcvbuf_note}");
+    let neigh_note = format!("{neigh_note}; {rcvbuf_note}");
     let mut runs = Vec::new();
     for which in bench::impls() {
         runs.push(run(which, &xdhcp, &lab));
     }
     report(&runs, n, &neigh_note);
     drop(raised);
+}
+
+/// Sets `net.core.rmem_default` in the server's namespace (a per-namespace
+/// setting; the namespace is the lab's and goes with it) to
+/// [`SERVER_RCVBUF`], before dnsmasq opens its socket; returns what it was.
+fn raise_server_rcvbuf(lab: &Lab) -> String {
+    lab.server
+        .run_in(|| {
+            let path = "/proc/sys/net/core/rmem_default";
+            let was = std::fs::read_to_string(path)?;
+            std::fs::write(path, SERVER_RCVBUF.to_string())?;
+            Ok::<_, std::io::Error>(was.trim().to_owned())
+        })
+        .expect("set net.core.rmem_default in the server namespace")
 }
 
 fn slash(t: [u64; 3]) -> String {
