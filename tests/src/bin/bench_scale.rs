@@ -75,6 +75,9 @@ const LEASE_SECS: u32 = 300;
 const T1_SECS: u32 = 60;
 /// How long after the storm's spread window the run waits for renewals.
 const RENEW_GRACE: Duration = Duration::from_secs(20);
+/// The storm's watch goes on while the server has renewed a lease within
+/// this long.
+const RENEW_QUIET: Duration = Duration::from_secs(10);
 /// The agent's default renewal fuzz (5 % of T1): leases resumed past T1
 /// renew spread over this window.
 const FUZZ: Duration = Duration::from_secs(T1_SECS as u64 / 20);
@@ -469,8 +472,11 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
 
     // The storm: the server's view of renewals after the start past T1.
     // Through the spread window after every lease is held again, and a
-    // grace after it.
-    let wait_until =
+    // grace after it; longer while renewals still arrive (a server slower
+    // than the storm works through its backlog), until none came for
+    // RENEW_QUIET (no retransmission is due that soon: the next is half the
+    // time to T2 away).
+    let mut wait_until =
         (storm_start + Duration::from_secs(30)).max(Instant::now() + FUZZ + RENEW_GRACE);
     progress!(
         "{}: watching the server's leases through the storm ({:.0} s more)…",
@@ -480,12 +486,14 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
             .as_secs_f64()
     );
     let mut renewed: HashMap<[u8; 6], f64> = HashMap::new();
+    let cap = Instant::now() + Duration::from_mins(2);
     while Instant::now() < wait_until && renewed.len() < granted.len() {
         for l in dnsmasq.leases() {
             if granted.get(&l.mac).is_some_and(|e| l.expires_unix > *e) {
-                renewed
-                    .entry(l.mac)
-                    .or_insert_with(|| storm_start.elapsed().as_secs_f64());
+                renewed.entry(l.mac).or_insert_with(|| {
+                    wait_until = wait_until.max((Instant::now() + RENEW_QUIET).min(cap));
+                    storm_start.elapsed().as_secs_f64()
+                });
             }
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -743,8 +751,9 @@ fn report(runs: &[Run], n: usize, neigh_note: &str) {
     row(
         format!(
             "renewal storm: every lease past T1 when the daemon starts (server's view, \
-             ≤ {} s after the spread window)",
-            RENEW_GRACE.as_secs()
+             until {} s after the spread window and {} s without a new renewal)",
+            RENEW_GRACE.as_secs(),
+            RENEW_QUIET.as_secs()
         ),
         cell(up, &storm),
         cell(xd, &storm),
