@@ -261,3 +261,51 @@ UdpLite: 0 0 0 0 0 0 0 0 0
         );
     }
 }
+
+/// A sysctl under `/proc/sys` raised to at least a value for as long as
+/// the guard lives, restored when it is dropped (also during a panic).
+#[derive(Debug)]
+pub struct RaisedSysctl {
+    path: PathBuf,
+    previous: String,
+    /// The value set.
+    pub now: u64,
+}
+
+impl RaisedSysctl {
+    /// Raises `name` (dotted, `net.core.rmem_default`) to at least `to`.
+    ///
+    /// # Errors
+    /// If it cannot be read, is not a number, or cannot be written.
+    pub fn raise(name: &str, to: u64) -> std::io::Result<RaisedSysctl> {
+        let path = Path::new("/proc/sys").join(name.replace('.', "/"));
+        let previous = std::fs::read_to_string(&path)?.trim().to_owned();
+        let was: u64 = previous
+            .parse()
+            .map_err(|e| std::io::Error::other(format!("{name} = {previous}: {e}")))?;
+        let now = was.max(to);
+        std::fs::write(&path, now.to_string())?;
+        Ok(RaisedSysctl {
+            path,
+            previous,
+            now,
+        })
+    }
+
+    /// The value it had (and gets back on drop).
+    pub fn previous(&self) -> &str {
+        &self.previous
+    }
+}
+
+impl Drop for RaisedSysctl {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(&self.path, &self.previous) {
+            crate::bench::progress_line(&format!(
+                "could not restore {} to {}: {e}",
+                self.path.display(),
+                self.previous
+            ));
+        }
+    }
+}

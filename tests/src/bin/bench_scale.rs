@@ -30,9 +30,10 @@
 //! for every renewal — falls behind a thousand requests in a few seconds,
 //! and with the default 208 KiB receive buffer the kernel drops what does
 //! not fit: those are the renewals the server never sees. So by default the
-//! run gives the server's namespace a 4 MiB `net.core.rmem_default` before
-//! dnsmasq starts (a namespace of the lab's own, gone with it);
-//! `XDHCP_BENCH_SCALE_RCVBUF=leave` keeps the kernel's default.
+//! run raises `net.core.rmem_default` to 4 MiB for its duration (only the
+//! initial namespace may set it, and child namespaces take it from there;
+//! restored at the end, also on panic); `XDHCP_BENCH_SCALE_RCVBUF=leave`
+//! keeps the machine's value.
 //! `XDHCP_BENCH_SCALE_NEIGH=raise` raises the machine's
 //! `net.ipv4.neigh.default.gc_thresh1/2/3` for the run (restored at the
 //! end, also on panic), as a node running a thousand pods is set up; the
@@ -64,7 +65,7 @@ use std::{
 
 use xdhcp_tests::{
     bench::{self, Daemon, DaemonOptions, Impl, Series},
-    neigh::{self, ArpStat, RaisedThresholds},
+    neigh::{self, ArpStat, RaisedSysctl, RaisedThresholds},
     netns::{Lab, LabClient},
     progress,
     servers::{Dnsmasq, DnsmasqConfig},
@@ -83,8 +84,8 @@ const RENEW_QUIET: Duration = Duration::from_secs(10);
 const FUZZ: Duration = Duration::from_secs(T1_SECS as u64 / 20);
 /// ARP table thresholds for `XDHCP_BENCH_SCALE_NEIGH=raise`.
 const NEIGH_RAISED: [u64; 3] = [4096, 16384, 32768];
-/// The server namespace's default socket receive buffer for
-/// `XDHCP_BENCH_SCALE_RCVBUF=raise`: about two thousand DHCP datagrams.
+/// The default socket receive buffer for `XDHCP_BENCH_SCALE_RCVBUF=raise`:
+/// about two thousand DHCP datagrams.
 const SERVER_RCVBUF: u64 = 4 << 20;
 
 /// What one implementation did.
@@ -157,51 +158,45 @@ fn main() {
         (None, None) => "the kernel's ARP table thresholds left as they are (unreadable)".into(),
     };
     progress!("{neigh_note}");
+    // A namespace takes rmem_default when it is created: before the lab.
+    let (rcvbuf, rcvbuf_note) = match std::env::var("XDHCP_BENCH_SCALE_RCVBUF").as_deref() {
+        Ok("raise") | Err(_) => {
+            let g = RaisedSysctl::raise("net.core.rmem_default", SERVER_RCVBUF)
+                .expect("raise net.core.rmem_default (run as root)");
+            let note = format!(
+                "net.core.rmem_default (the receive buffer dnsmasq's socket gets) raised from {} \
+                 to {} bytes for the run and restored after (XDHCP_BENCH_SCALE_RCVBUF=raise)",
+                g.previous(),
+                g.now
+            );
+            (Some(g), note)
+        }
+        Ok("leave") => (
+            None,
+            format!(
+                "net.core.rmem_default (the receive buffer dnsmasq's socket gets) left at {} \
+                 bytes (XDHCP_BENCH_SCALE_RCVBUF=leave)",
+                std::fs::read_to_string("/proc/sys/net/core/rmem_default")
+                    .map_or_else(|e| e.to_string(), |v| v.trim().to_owned())
+            ),
+        ),
+        Ok(other) => panic!("XDHCP_BENCH_SCALE_RCVBUF={other}: expected `raise` or `leave`"),
+    };
+    progress!("{rcvbuf_note}");
+    let neigh_note = format!("{neigh_note}; {rcvbuf_note}");
     progress!("building a lab with {n} pod namespaces (a veth each into one bridge)…");
     let lab = Lab::builder()
         .server_ip(Ipv4Addr::new(198, 18, 0, 1), 20)
         .clients(n)
         .build();
     progress!("lab ready");
-    let rcvbuf_note = match std::env::var("XDHCP_BENCH_SCALE_RCVBUF").as_deref() {
-        Ok("raise") | Err(_) => {
-            let was = raise_server_rcvbuf(&lab);
-            format!(
-                "the server namespace's net.core.rmem_default (dnsmasq's receive buffer) raised \
-                 from {was} to {SERVER_RCVBUF} bytes (XDHCP_BENCH_SCALE_RCVBUF=raise)"
-            )
-        }
-        Ok("leave") => format!(
-            "the server namespace's net.core.rmem_default (dnsmasq's receive buffer) left at \
-             the kernel's {} bytes (XDHCP_BENCH_SCALE_RCVBUF=leave)",
-            lab.server
-                .run_in(|| std::fs::read_to_string("/proc/sys/net/core/rmem_default"))
-                .map_or_else(|e| e.to_string(), |v| v.trim().to_owned())
-        ),
-        Ok(other) => panic!("XDHCP_BENCH_SCALE_RCVBUF={other}: expected `raise` or `leave`"),
-    };
-    progress!("{rcvbuf_note}");
-    let neigh_note = format!("{neigh_note}; {rcvbuf_note}");
     let mut runs = Vec::new();
     for which in bench::impls() {
         runs.push(run(which, &xdhcp, &lab));
     }
     report(&runs, n, &neigh_note);
     drop(raised);
-}
-
-/// Sets `net.core.rmem_default` in the server's namespace (a per-namespace
-/// setting; the namespace is the lab's and goes with it) to
-/// [`SERVER_RCVBUF`], before dnsmasq opens its socket; returns what it was.
-fn raise_server_rcvbuf(lab: &Lab) -> String {
-    lab.server
-        .run_in(|| {
-            let path = "/proc/sys/net/core/rmem_default";
-            let was = std::fs::read_to_string(path)?;
-            std::fs::write(path, SERVER_RCVBUF.to_string())?;
-            Ok::<_, std::io::Error>(was.trim().to_owned())
-        })
-        .expect("set net.core.rmem_default in the server namespace")
+    drop(rcvbuf);
 }
 
 fn slash(t: [u64; 3]) -> String {
