@@ -34,11 +34,15 @@
 //! initial namespace may set it, and child namespaces take it from there;
 //! restored at the end, also on panic); `XDHCP_BENCH_SCALE_RCVBUF=leave`
 //! keeps the machine's value.
-//! `XDHCP_BENCH_SCALE_NEIGH=raise` raises the machine's
-//! `net.ipv4.neigh.default.gc_thresh1/2/3` for the run (restored at the
-//! end, also on panic), as a node running a thousand pods is set up; the
-//! default `leave` keeps them (the ARP table has not been found full in a
-//! run).
+//!
+//! Once dnsmasq takes every request it must also unicast every ACK, and
+//! resolving a thousand pod addresses at once fills the ARP table
+//! (`gc_thresh3` is 1024 by default, for all namespaces together): the ACKs it cannot resolve
+//! are dropped after the lease file is written, so the server's view shows
+//! the renewal while the agent never hears of it. So by default the run also
+//! raises `net.ipv4.neigh.default.gc_thresh1/2/3`, as a node running a
+//! thousand pods is set up (restored at the end, also on panic);
+//! `XDHCP_BENCH_SCALE_NEIGH=leave` keeps the machine's values.
 //!
 //! The upstream daemon keeps its leases in memory only: after a restart it
 //! holds none and renews none (they expire at the server while the pods keep
@@ -48,7 +52,7 @@
 //! against leases) and `scale-renewals.svg` (renewals over time).
 //! `XDHCP_BENCH_SCALE_N` changes the lease count, `XDHCP_BENCH_ONLY` runs
 //! one implementation, `XDHCP_BENCH_SCALE_RCVBUF` is `raise` (default) or
-//! `leave`, `XDHCP_BENCH_SCALE_NEIGH` is `leave` (default) or `raise`.
+//! `leave`, and so is `XDHCP_BENCH_SCALE_NEIGH`.
 #![expect(clippy::print_stdout, reason = "a benchmark report")]
 #![expect(
     clippy::cast_precision_loss,
@@ -133,7 +137,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let neigh_mode = std::env::var("XDHCP_BENCH_SCALE_NEIGH").unwrap_or_else(|_| "leave".into());
+    let neigh_mode = std::env::var("XDHCP_BENCH_SCALE_NEIGH").unwrap_or_else(|_| "raise".into());
     let before = neigh::gc_thresholds();
     let raised = match neigh_mode.as_str() {
         "raise" => Some(
