@@ -37,9 +37,9 @@
 //!
 //! Once dnsmasq takes every request it must also unicast every ACK, and
 //! resolving a thousand pod addresses at once fills the ARP table
-//! (`gc_thresh3` is 1024 by default, for all namespaces together): the ACKs it cannot resolve
-//! are dropped after the lease file is written, so the server's view shows
-//! the renewal while the agent never hears of it. So by default the run also
+//! (`gc_thresh3` is 1024 by default, for all namespaces together): the
+//! ACKs it cannot resolve are dropped after the lease file is written, so
+//! the server's view shows the renewal while the agent never hears of it. So by default the run also
 //! raises `net.ipv4.neigh.default.gc_thresh1/2/3`, as a node running a
 //! thousand pods is set up (restored at the end, also on panic);
 //! `XDHCP_BENCH_SCALE_NEIGH=leave` keeps the machine's values.
