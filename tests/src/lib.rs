@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod bench;
 pub mod fake_apiserver;
+pub mod neigh;
 pub mod netns;
 pub mod plugin;
 pub mod servers;

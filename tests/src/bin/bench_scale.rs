@@ -13,10 +13,36 @@
 //!    leases); ADD 1000 pods, 100 at a time, sampling RSS after each 100;
 //! 2. SIGTERM, start again: time from exec until every lease is held again
 //!    (xdhcp: `/metrics` shows 1000 bound leases; its metrics endpoint only
-//!    answers once recovery is done); the same after SIGKILL;
-//! 3. wait through T1 and watch the server's lease file: how many leases
-//!    the server saw renewed (expiry moved on), when, and how many were not
-//!    (renewals missed) — the server's view, the same for both daemons.
+//!    answers once recovery is done);
+//! 3. SIGKILL, and stay down until every lease is past T1 (from the grant
+//!    times in the server's lease file), then start again: the same
+//!    re-adoption time, and the renewal storm — every lease resumes past T1
+//!    at once. The server's lease file shows how many leases it saw renewed
+//!    (expiry moved on), when, and how many not (renewals missed) — the
+//!    server's view, the same for both daemons.
+//!
+//! Where the lab can lose packets, counted around each phase: the kernel's
+//! one ARP table for all network namespaces (`/proc/net/stat/arp_cache`:
+//! new entries refused when full), each CPU's input backlog that every veth
+//! hop and every bridge flood copy passes (`/proc/net/softnet_stat`), and
+//! dnsmasq's socket receive buffer (`RcvbufErrors` in the server
+//! namespace). In the storm dnsmasq — one thread, writing its lease file
+//! for every renewal — falls behind a thousand requests in a few seconds,
+//! and with the default 208 KiB receive buffer the kernel drops what does
+//! not fit: those are the renewals the server never sees. So by default the
+//! run raises `net.core.rmem_default` to 4 MiB for its duration (only the
+//! initial namespace may set it, and child namespaces take it from there;
+//! restored at the end, also on panic); `XDHCP_BENCH_SCALE_RCVBUF=leave`
+//! keeps the machine's value.
+//!
+//! Once dnsmasq takes every request it must also unicast every ACK, and
+//! resolving a thousand pod addresses at once fills the ARP table
+//! (`gc_thresh3` is 1024 by default, for all namespaces together): the
+//! ACKs it cannot resolve are dropped after the lease file is written, so
+//! the server's view shows the renewal while the agent never hears of it. So by default the run also
+//! raises `net.ipv4.neigh.default.gc_thresh1/2/3`, as a node running a
+//! thousand pods is set up (restored at the end, also on panic);
+//! `XDHCP_BENCH_SCALE_NEIGH=leave` keeps the machine's values.
 //!
 //! The upstream daemon keeps its leases in memory only: after a restart it
 //! holds none and renews none (they expire at the server while the pods keep
@@ -25,7 +51,8 @@
 //! Results: `$XDHCP_BENCH_RESULTS/scale.md`, plots `scale-rss.svg` (RSS
 //! against leases) and `scale-renewals.svg` (renewals over time).
 //! `XDHCP_BENCH_SCALE_N` changes the lease count, `XDHCP_BENCH_ONLY` runs
-//! one implementation.
+//! one implementation, `XDHCP_BENCH_SCALE_RCVBUF` is `raise` (default) or
+//! `leave`, and so is `XDHCP_BENCH_SCALE_NEIGH`.
 #![expect(clippy::print_stdout, reason = "a benchmark report")]
 #![expect(
     clippy::cast_precision_loss,
@@ -42,6 +69,7 @@ use std::{
 
 use xdhcp_tests::{
     bench::{self, Daemon, DaemonOptions, Impl, Series},
+    neigh::{self, ArpStat, RaisedSysctl, RaisedThresholds},
     netns::{Lab, LabClient},
     progress,
     servers::{Dnsmasq, DnsmasqConfig},
@@ -50,8 +78,19 @@ use xdhcp_tests::{
 const CHUNK: usize = 100;
 const LEASE_SECS: u32 = 300;
 const T1_SECS: u32 = 60;
-/// How long after T1 of the last lease the run waits for renewals.
+/// How long after the storm's spread window the run waits for renewals.
 const RENEW_GRACE: Duration = Duration::from_secs(20);
+/// The storm's watch goes on while the server has renewed a lease within
+/// this long.
+const RENEW_QUIET: Duration = Duration::from_secs(10);
+/// The agent's default renewal fuzz (5 % of T1): leases resumed past T1
+/// renew spread over this window.
+const FUZZ: Duration = Duration::from_secs(T1_SECS as u64 / 20);
+/// ARP table thresholds for `XDHCP_BENCH_SCALE_NEIGH=raise`.
+const NEIGH_RAISED: [u64; 3] = [4096, 16384, 32768];
+/// The default socket receive buffer for `XDHCP_BENCH_SCALE_RCVBUF=raise`:
+/// about two thousand DHCP datagrams.
+const SERVER_RCVBUF: u64 = 4 << 20;
 
 /// What one implementation did.
 struct Run {
@@ -64,10 +103,14 @@ struct Run {
     /// SIGTERM then SIGKILL: stop time, time until every lease is held
     /// again (`None`: never), leases held then, RSS KiB after.
     restarts: Vec<Restart>,
-    /// Seconds after the first ADD at which the server saw each renewal.
+    /// Seconds after the start past T1 at which the server saw each
+    /// renewal.
     renewed_at: Vec<f64>,
-    /// Leases the server never saw renewed.
+    /// Leases the server never saw renewed in the storm.
     missed: usize,
+    /// Kernel ARP table counters grown during each phase (`None`: could not
+    /// read them).
+    arp: Vec<(&'static str, Option<Drops>)>,
     /// The ADDs' spread (first to last success), seconds after the first ADD.
     add_span: (f64, f64),
     /// Agent counters at the end (renewals, failures); xdhcp only.
@@ -79,6 +122,8 @@ struct Restart {
     /// recovered": loading the records, then all of it), ms.
     recovery_log: Option<(u64, u64)>,
     stop: Duration,
+    /// How long the daemon was kept down (waiting for every lease's T1).
+    down: Option<Duration>,
     adopted: Option<Duration>,
     held: usize,
     rss: u64,
@@ -92,6 +137,57 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
+    let neigh_mode = std::env::var("XDHCP_BENCH_SCALE_NEIGH").unwrap_or_else(|_| "raise".into());
+    let before = neigh::gc_thresholds();
+    let raised = match neigh_mode.as_str() {
+        "raise" => Some(
+            RaisedThresholds::raise(NEIGH_RAISED)
+                .expect("raise net.ipv4.neigh.default.gc_thresh* (run as root)"),
+        ),
+        "leave" => None,
+        other => panic!("XDHCP_BENCH_SCALE_NEIGH={other}: expected `raise` or `leave`"),
+    };
+    let neigh_note = match (&raised, before) {
+        (Some(r), _) => format!(
+            "the kernel's ARP table thresholds (net.ipv4.neigh.default.gc_thresh1/2/3) raised \
+             from {} to {} for the run and restored after (XDHCP_BENCH_SCALE_NEIGH=raise)",
+            slash(r.previous()),
+            slash(r.now)
+        ),
+        (None, Some(b)) => format!(
+            "the kernel's ARP table thresholds (net.ipv4.neigh.default.gc_thresh1/2/3) left at \
+             the machine's {} (XDHCP_BENCH_SCALE_NEIGH=leave)",
+            slash(b)
+        ),
+        (None, None) => "the kernel's ARP table thresholds left as they are (unreadable)".into(),
+    };
+    progress!("{neigh_note}");
+    // A namespace takes rmem_default when it is created: before the lab.
+    let (rcvbuf, rcvbuf_note) = match std::env::var("XDHCP_BENCH_SCALE_RCVBUF").as_deref() {
+        Ok("raise") | Err(_) => {
+            let g = RaisedSysctl::raise("net.core.rmem_default", SERVER_RCVBUF)
+                .expect("raise net.core.rmem_default (run as root)");
+            let note = format!(
+                "net.core.rmem_default (the receive buffer dnsmasq's socket gets) raised from {} \
+                 to {} bytes for the run and restored after (XDHCP_BENCH_SCALE_RCVBUF=raise)",
+                g.previous(),
+                g.now
+            );
+            (Some(g), note)
+        }
+        Ok("leave") => (
+            None,
+            format!(
+                "net.core.rmem_default (the receive buffer dnsmasq's socket gets) left at {} \
+                 bytes (XDHCP_BENCH_SCALE_RCVBUF=leave)",
+                std::fs::read_to_string("/proc/sys/net/core/rmem_default")
+                    .map_or_else(|e| e.to_string(), |v| v.trim().to_owned())
+            ),
+        ),
+        Ok(other) => panic!("XDHCP_BENCH_SCALE_RCVBUF={other}: expected `raise` or `leave`"),
+    };
+    progress!("{rcvbuf_note}");
+    let neigh_note = format!("{neigh_note}; {rcvbuf_note}");
     progress!("building a lab with {n} pod namespaces (a veth each into one bridge)…");
     let lab = Lab::builder()
         .server_ip(Ipv4Addr::new(198, 18, 0, 1), 20)
@@ -102,7 +198,65 @@ fn main() {
     for which in bench::impls() {
         runs.push(run(which, &xdhcp, &lab));
     }
-    report(&runs, n);
+    report(&runs, n, &neigh_note);
+    drop(raised);
+    drop(rcvbuf);
+}
+
+fn slash(t: [u64; 3]) -> String {
+    format!("{}/{}/{}", t[0], t[1], t[2])
+}
+
+/// The kernel's counts of packets it could not take, where the lab's
+/// packets can be lost.
+#[derive(Clone, Copy)]
+struct Drops {
+    /// The ARP table (machine-wide).
+    arp: ArpStat,
+    /// Input backlog full (machine-wide).
+    backlog: u64,
+    /// UDP receive buffers full in the server's namespace (dnsmasq's).
+    server_rcvbuf: u64,
+}
+
+impl Drops {
+    fn read(lab: &Lab) -> Option<Drops> {
+        Some(Drops {
+            arp: ArpStat::read()?,
+            backlog: neigh::softnet_dropped()?,
+            server_rcvbuf: lab.server.run_in(|| {
+                neigh::parse_udp_rcvbuf_errors(
+                    &std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?,
+                )
+            })?,
+        })
+    }
+
+    fn since(self, before: Drops) -> Drops {
+        Drops {
+            arp: self.arp.since(before.arp),
+            backlog: self.backlog.saturating_sub(before.backlog),
+            server_rcvbuf: self.server_rcvbuf.saturating_sub(before.server_rcvbuf),
+        }
+    }
+}
+
+/// The drops counted since `before`, logged.
+fn arp_phase(lab: &Lab, which: Impl, phase: &'static str, before: Option<Drops>) -> Option<Drops> {
+    let d = Drops::read(lab).zip(before).map(|(a, b)| a.since(b));
+    progress!(
+        "{}: kernel drops during {phase}: {}",
+        which.name(),
+        d.map_or_else(
+            || "unreadable".to_owned(),
+            |d| format!(
+                "ARP table {} table_fulls, {} forced_gc_runs; input backlog {} dropped; \
+                 server UDP receive buffer {} dropped",
+                d.arp.table_fulls, d.arp.forced_gc_runs, d.backlog, d.server_rcvbuf
+            )
+        )
+    );
+    d
 }
 
 fn server(lab: &Lab) -> Dnsmasq {
@@ -171,6 +325,8 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     std::thread::sleep(Duration::from_millis(300));
     let (rss0, thr0) = d.footprint();
     let mut rss = vec![(0, rss0, thr0)];
+    let mut arp = Vec::new();
+    let mut arp0 = Drops::read(lab);
     let first_add = Instant::now();
     let mut add_failed = 0;
     let mut done_at: HashMap<usize, f64> = HashMap::new();
@@ -206,7 +362,8 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     );
     // What the server granted, to see later which leases it renewed.
     let leases = dnsmasq.leases();
-    let granted: HashMap<[u8; 6], u64> = leases.iter().map(|l| (l.mac, l.expires_unix)).collect();
+    let mut granted: HashMap<[u8; 6], u64> =
+        leases.iter().map(|l| (l.mac, l.expires_unix)).collect();
     progress!(
         "{}: putting the leased addresses on the pod interfaces…",
         which.name()
@@ -218,10 +375,13 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         add_wall.as_secs_f64(),
         granted.len()
     );
+    arp.push(("the ADDs", arp_phase(lab, which, "the ADDs", arp0)));
 
     let mut restarts = Vec::new();
+    let mut storm_start = Instant::now();
     for signal in ["SIGTERM", "SIGKILL"] {
         progress!("{}: restarting with {signal}", which.name());
+        arp0 = Drops::read(lab);
         let t = Instant::now();
         if signal == "SIGTERM" {
             d.process.stop(Duration::from_secs(30));
@@ -230,7 +390,40 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         }
         let stop = t.elapsed();
         drop(d);
+        let mut down = None;
+        if signal == "SIGKILL" {
+            // Stay down until every lease the server holds is past T1 (its
+            // lease file has each expiry; T1 is that less the lease time
+            // plus T1), so that all of them resume past T1 at once. What
+            // the server holds now is the base the storm's renewals move
+            // on from.
+            let leases = dnsmasq.leases();
+            granted = leases.iter().map(|l| (l.mac, l.expires_unix)).collect();
+            let last_t1 = leases
+                .iter()
+                .map(|l| l.expires_unix - u64::from(LEASE_SECS) + u64::from(T1_SECS))
+                .max()
+                .unwrap_or(0);
+            // Whole seconds in the file, and the agent's T1 counts from
+            // when it took the ACK: a margin.
+            let wait = Duration::from_millis(
+                ((last_t1 + 2) * 1000).saturating_sub(bench::unix_ms() as u64),
+            );
+            progress!(
+                "{}: down for {:.1} s, until every lease is past T1",
+                which.name(),
+                wait.as_secs_f64()
+            );
+            std::thread::sleep(wait);
+            down = Some(t.elapsed());
+            arp.push((
+                "SIGKILL and down past T1",
+                arp_phase(lab, which, "SIGKILL and down past T1", arp0),
+            ));
+            arp0 = Drops::read(lab);
+        }
         let t = Instant::now();
+        storm_start = t;
         d = Daemon::start_with(which, xdhcp, &opts());
         let adopted = match which {
             Impl::Xdhcp => {
@@ -260,39 +453,55 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
                 |a| format!("{:.0} ms", a.as_secs_f64() * 1e3)
             ),
         );
+        if signal == "SIGTERM" {
+            arp.push((
+                "the SIGTERM restart",
+                arp_phase(lab, which, "the SIGTERM restart", arp0),
+            ));
+        }
         restarts.push(Restart {
             recovery_log: recovery_log(&d.log),
             stop,
+            down,
             adopted,
             held: h,
             rss: r,
         });
     }
 
-    // Through T1: the server's view of renewals.
-    // Until every lease's T1 is past, and in any case a while after the
-    // last restart (slow stops can push it past many T1s).
-    let wait_until = (first_add + add_wall + Duration::from_secs(u64::from(T1_SECS)) + RENEW_GRACE)
-        .max(Instant::now() + RENEW_GRACE + Duration::from_secs(10));
+    // The storm: the server's view of renewals after the start past T1.
+    // Through the spread window after every lease is held again, and a
+    // grace after it; longer while renewals still arrive (a server slower
+    // than the storm works through its backlog), until none came for
+    // RENEW_QUIET (no retransmission is due that soon: the next is half the
+    // time to T2 away).
+    let mut wait_until =
+        (storm_start + Duration::from_secs(30)).max(Instant::now() + FUZZ + RENEW_GRACE);
     progress!(
-        "{}: watching the server's leases through T1 ({:.0} s)…",
+        "{}: watching the server's leases through the storm ({:.0} s more)…",
         which.name(),
         wait_until
             .saturating_duration_since(Instant::now())
             .as_secs_f64()
     );
     let mut renewed: HashMap<[u8; 6], f64> = HashMap::new();
+    let cap = Instant::now() + Duration::from_mins(2);
     while Instant::now() < wait_until && renewed.len() < granted.len() {
         for l in dnsmasq.leases() {
             if granted.get(&l.mac).is_some_and(|e| l.expires_unix > *e) {
-                renewed
-                    .entry(l.mac)
-                    .or_insert_with(|| first_add.elapsed().as_secs_f64());
+                renewed.entry(l.mac).or_insert_with(|| {
+                    wait_until = wait_until.max((Instant::now() + RENEW_QUIET).min(cap));
+                    storm_start.elapsed().as_secs_f64()
+                });
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let missed = granted.len() - renewed.len();
+    arp.push((
+        "the renewal storm",
+        arp_phase(lab, which, "the renewal storm", arp0),
+    ));
     // The server writes its lease file before it sends the ACK: give the
     // agent a moment to take the last ones.
     std::thread::sleep(Duration::from_secs(2));
@@ -327,6 +536,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         restarts,
         renewed_at,
         missed,
+        arp,
         add_span,
         counters,
     }
@@ -408,7 +618,7 @@ fn per_second(at: &[f64]) -> Vec<(f64, f64)> {
 }
 
 #[allow(clippy::too_many_lines, reason = "one table")]
-fn report(runs: &[Run], n: usize) {
+fn report(runs: &[Run], n: usize, neigh_note: &str) {
     let get = |w: Impl| runs.iter().find(|r| r.which == w);
     let (up, xd) = (get(Impl::Upstream), get(Impl::Xdhcp));
     let cell = |r: Option<&Run>, f: &dyn Fn(&Run) -> String| r.map_or_else(|| "–".to_owned(), f);
@@ -422,7 +632,8 @@ fn report(runs: &[Run], n: usize) {
         md,
         "Same testbed, same run: {n} pod namespaces with a veth each into one lab bridge; dnsmasq \
          `--no-ping`, a /20 pool, {LEASE_SECS} s leases, T1 {T1_SECS} s. ADDs 100 at a time. \
-         Renewals as the server saw them (its lease file: the expiry moved on). Machine: {} cores.\n",
+         Renewals as the server saw them (its lease file: the expiry moved on). Machine: {} cores; \
+         {neigh_note}.\n",
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
     let _ = writeln!(
@@ -439,14 +650,19 @@ fn report(runs: &[Run], n: usize) {
         cell(xd, &|r| ms(r.start_floor)),
         String::new(),
     );
+    let adds = |r: &Run| {
+        format!(
+            "{:.2} / {} (first to last success {:.1}–{:.1} s)",
+            r.add_wall.as_secs_f64(),
+            r.add_failed,
+            r.add_span.0,
+            r.add_span.1
+        )
+    };
     row(
         format!("{n} ADDs, 100 at a time: wall (s) / failures"),
-        cell(up, &|r| {
-            format!("{:.2} / {}", r.add_wall.as_secs_f64(), r.add_failed)
-        }),
-        cell(xd, &|r| {
-            format!("{:.2} / {}", r.add_wall.as_secs_f64(), r.add_failed)
-        }),
+        cell(up, &adds),
+        cell(xd, &adds),
         match (up, xd) {
             (Some(u), Some(x)) => format!(
                 "{:.1}× faster",
@@ -474,8 +690,12 @@ fn report(runs: &[Run], n: usize) {
                 || "–".to_owned(),
                 |x| {
                     format!(
-                        "stop {} ms; all held again after {}{}; {} held; RSS {} KiB",
+                        "stop {} ms{}; all held again after {}{}; {} held; RSS {} KiB",
                         ms(x.stop),
+                        x.down.map_or_else(String::new, |d| format!(
+                            "; down {:.1} s, until every lease was past T1",
+                            d.as_secs_f64()
+                        )),
                         x.adopted
                             .map_or_else(|| "never".to_owned(), |a| format!("{} ms", ms(a))),
                         x.recovery_log.map_or_else(String::new, |(l, t)| format!(
@@ -504,33 +724,76 @@ fn report(runs: &[Run], n: usize) {
             ratio,
         );
     }
-    let spread = |r: &Run| {
-        let (a, b) = (
-            r.renewed_at.first().copied().unwrap_or(0.0),
-            r.renewed_at.last().copied().unwrap_or(0.0),
-        );
-        let peak = per_second(&r.renewed_at)
-            .iter()
-            .map(|p| p.1)
-            .fold(0.0, f64::max);
-        format!(
-            "{} renewed, {} missed; renewals from {a:.1} s to {b:.1} s after the first ADD \
-             (ADDs {:.1}–{:.1} s); peak {peak:.0}/s",
-            r.renewed_at.len(),
-            r.missed,
-            r.add_span.0,
-            r.add_span.1
-        )
+    let storm = |r: &Run| {
+        let at = &r.renewed_at;
+        let quantile = |f: f64| {
+            at.get(((at.len() as f64 - 1.0) * f).round() as usize)
+                .copied()
+        };
+        let peak = per_second(at).iter().map(|p| p.1).fold(0.0, f64::max);
+        let spread = match (quantile(0.0), quantile(0.5), quantile(1.0)) {
+            (Some(first), Some(median), Some(last)) => format!(
+                "; first {first:.1} s, median {median:.1} s, last {last:.1} s after the start; \
+                 widest 1-s bucket {peak:.0}"
+            ),
+            _ => String::new(),
+        };
+        let renewed = format!("{} renewed, {} missed{spread}", at.len(), r.missed);
+        match r.which {
+            Impl::Xdhcp => renewed,
+            Impl::Upstream => format!(
+                "– (keeps no leases across a restart, so it has nothing to renew; \
+                 the server saw {renewed})"
+            ),
+        }
     };
     row(
         format!(
-            "through T1 after the restarts (server's view, ≤ {} s after T1)",
-            RENEW_GRACE.as_secs()
+            "renewal storm: every lease past T1 when the daemon starts (server's view, \
+             until {} s after the spread window and {} s without a new renewal)",
+            RENEW_GRACE.as_secs(),
+            RENEW_QUIET.as_secs()
         ),
-        cell(up, &spread),
-        cell(xd, &spread),
+        cell(up, &storm),
+        cell(xd, &storm),
         String::new(),
     );
+    let phases: Vec<&str> =
+        runs.iter()
+            .flat_map(|r| r.arp.iter().map(|p| p.0))
+            .fold(Vec::new(), |mut v, p| {
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+                v
+            });
+    for phase in phases {
+        let arp = |r: &Run| {
+            r.arp
+                .iter()
+                .find(|p| p.0 == phase)
+                .and_then(|p| p.1)
+                .map_or_else(
+                    || "–".to_owned(),
+                    |d| {
+                        format!(
+                            "{} / {} / {} / {}",
+                            d.arp.table_fulls, d.arp.forced_gc_runs, d.backlog, d.server_rcvbuf
+                        )
+                    },
+                )
+        };
+        row(
+            format!(
+                "kernel drops during {phase}: ARP entries refused (table full) / ARP forced GC \
+                 runs / packets dropped at a full input backlog (these three machine-wide) / \
+                 datagrams dropped at dnsmasq's full receive buffer"
+            ),
+            cell(up, &arp),
+            cell(xd, &arp),
+            String::new(),
+        );
+    }
     row(
         "agent counters at the end: renewals / failures".into(),
         "–".into(),
@@ -568,8 +831,8 @@ fn report(runs: &[Run], n: usize) {
     if let Some(p) = bench::results_path("scale-renewals.svg") {
         bench::plot_lines(
             &p,
-            "Renewals the server saw, per second",
-            "seconds after the first ADD",
+            "Renewals the server saw after a start past every T1, per second",
+            "seconds after the start past T1",
             "renewals / s",
             &series(&|r| per_second(&r.renewed_at)),
         );
