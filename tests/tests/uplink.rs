@@ -181,6 +181,16 @@ impl NodeAgent {
             .prefix("xdt-agent-")
             .tempdir()
             .unwrap();
+        Self::start_in(node, extra, dir)
+    }
+
+    /// Stops the agent (SIGTERM) and starts another on its state.
+    fn restart(self, node: &NetNs, extra: &[&str]) -> Self {
+        drop(self._process);
+        Self::start_in(node, extra, self._dir)
+    }
+
+    fn start_in(node: &NetNs, extra: &[&str], dir: tempfile::TempDir) -> Self {
         let socket = dir.path().join("run/xdhcp.sock");
         let log = dir.path().join("agent.log");
         let mut cmd = netns_exec(node.name(), &xdhcp_bin());
@@ -361,6 +371,68 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
         "{}",
         agent.log()
     );
+}
+
+/// A restarted agent resumes its leases on the uplink their record names:
+/// nothing is attached in the pod's namespace after the restart either,
+/// and the next renewal comes through the uplink.
+#[test]
+fn a_restarted_agent_keeps_its_leases_on_the_uplink() {
+    let cni = CniPath::new();
+    // T1 8 s: the renewal comes after the check below, which waits out
+    // the delay a per-interface attach would be made after.
+    let t = Topology::new(Some(8));
+    let args = ["--uplink", "physnet1=up0"];
+    let agent = NodeAgent::start(&t.node, &args);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
+        "{}",
+        agent.log()
+    );
+    t.count_replies_in_pod();
+    add(&cni, &t, &agent, "pod-re");
+    assert_eq!(agent.leases()[0].path, "uplink:up0");
+
+    let agent = agent.restart(&t.node, &args);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
+        "{}",
+        agent.log()
+    );
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    let expiry = leases[0].expires_unix_ms;
+    // A lease held but not yet on the ring buffer asks for its interface's
+    // capture, attached 0.5–2 s later; a resumed uplink lease must not.
+    std::thread::sleep(Duration::from_secs(3));
+    let s = agent.status();
+    assert!(
+        s.interfaces.iter().all(|i| i.bpf_link.is_none()),
+        "a per-interface program was attached after the restart: {:?}\n{}",
+        s.interfaces,
+        agent.log()
+    );
+    assert!(
+        agent.leases()[0].expires_unix_ms == expiry,
+        "renewed before the check: raise T1"
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            agent.leases()[0].expires_unix_ms > expiry
+        }),
+        "no renewal after the restart: {:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+    assert_eq!(agent.leases()[0].path, "uplink:up0", "{}", agent.log());
+    let s = agent.status();
+    assert!(
+        s.interfaces.iter().all(|i| i.bpf_link.is_none()),
+        "a per-interface program was attached after the restart: {:?}",
+        s.interfaces
+    );
+    assert!(!attached_xdp(&t.pod, "eth0"));
+    assert_eq!(t.replies_seen_by_pod(), 0);
 }
 
 /// Kea honours the RELEASE sent through the uplink too (its lease

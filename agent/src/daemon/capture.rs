@@ -354,6 +354,11 @@ impl Capture {
         })
     }
 
+    /// Whether `name` is one of this agent's uplinks (live or not yet).
+    pub(crate) fn has_uplink(&self, name: &str) -> bool {
+        self.uplinks.iter().any(|u| &*u.name == name)
+    }
+
     /// The live uplink whose ifindex (in the agent's namespace) is `ifindex`.
     fn uplink_at(&self, ifindex: u32) -> Option<&UplinkEntry> {
         let targets = lock(&self.targets);

@@ -225,8 +225,15 @@ async fn drive(mut task: Box<Task>) -> Ended {
         }
         task.set_state(task.client.state());
         // A held lease asks for the ring buffer (one-shot discoveries end at
-        // BOUND: nothing to move).
-        if task.rx.sub.is_none() && !oneshot && task.client.lease().is_some() {
+        // BOUND: nothing to move) — on its interface, unless its record says
+        // an uplink of this agent carries its replies (a lease resumed after
+        // a restart): its next reply moves it there, as on its first ADD,
+        // with nothing attached in the pod's namespace.
+        if task.rx.sub.is_none()
+            && !oneshot
+            && task.client.lease().is_some()
+            && !served_by_uplink(&task)
+        {
             task.rx.sub = task.svc.capture.subscribe(&task.rx.target, true);
             if let Err(e) = converge(&mut task, owned).await {
                 end_reason = End::Link(e);
@@ -376,6 +383,15 @@ async fn converge(task: &mut Task, owned: Option<OwnedXid>) -> Result<(), LinkEr
         }
     }
     Ok(())
+}
+
+/// Whether the lease's record names one of this agent's uplinks.
+fn served_by_uplink(task: &Task) -> bool {
+    lock(&task.live)
+        .record
+        .uplink
+        .as_ref()
+        .is_some_and(|u| task.svc.capture.has_uplink(&u.ifname))
 }
 
 /// A reply came through a node uplink: move the lease there (its own
