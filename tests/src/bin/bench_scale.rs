@@ -3,9 +3,13 @@
 //! side by side with the upstream CNI `dhcp` daemon, in one run.
 //!
 //! Testbed: one dnsmasq (`--no-ping`, a /20 pool, 300 s leases, T1 60 s) in
-//! a namespace behind a lab bridge, and 1000 pod namespaces, each with one
-//! veth into the bridge (what the agent needs per lease: an interface in a
-//! network namespace, keyed by container id and interface name). Both
+//! its own namespace behind the lab bridge's uplink port, and 1000 pod
+//! namespaces, each with one veth into the bridge (what the agent needs per
+//! lease: an interface in a network namespace, keyed by container id and
+//! interface name). The xdhcp agent runs in the bridge's namespace, as on a
+//! node, capturing at the uplink (`--uplink physnet1=up0`) and guarding
+//! every pod's port; `XDHCP_BENCH_SCALE_UPLINK=off` puts the server on the
+//! bridge instead, so each pod's interface carries its own capture. Both
 //! daemons are exec'd as IPAM plugins exactly as a runtime does.
 //!
 //! Per implementation, with a fresh server:
@@ -189,10 +193,14 @@ fn main() {
     progress!("{rcvbuf_note}");
     let neigh_note = format!("{neigh_note}; {rcvbuf_note}");
     progress!("building a lab with {n} pod namespaces (a veth each into one bridge)…");
-    let lab = Lab::builder()
+    let uplink = uplink_capture();
+    let mut builder = Lab::builder()
         .server_ip(Ipv4Addr::new(198, 18, 0, 1), 20)
-        .clients(n)
-        .build();
+        .clients(n);
+    if uplink {
+        builder = builder.server_behind_uplink();
+    }
+    let lab = builder.build();
     progress!("lab ready");
     let mut runs = Vec::new();
     for which in bench::impls() {
@@ -201,6 +209,25 @@ fn main() {
     report(&runs, n, &neigh_note);
     drop(raised);
     drop(rcvbuf);
+}
+
+/// Whether the server sits behind the lab bridge's uplink port and the
+/// agent, in the bridge's namespace, captures there and guards every pod's
+/// port (`--uplink physnet1=up0`, as on a node; the default), or the server
+/// is on the bridge and each pod's interface carries its own capture
+/// (`XDHCP_BENCH_SCALE_UPLINK=off`).
+fn uplink_capture() -> bool {
+    match std::env::var("XDHCP_BENCH_SCALE_UPLINK").as_deref() {
+        Err(_) | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => panic!("XDHCP_BENCH_SCALE_UPLINK: expected on or off, not {other:?}"),
+    }
+}
+
+/// The agent's `/metrics` text, fetched from the namespace it runs in.
+fn scrape(lab: &Lab, metrics: SocketAddr) -> Option<String> {
+    lab.server
+        .run_in(move || bench::http_get(metrics, "/metrics"))
 }
 
 fn slash(t: [u64; 3]) -> String {
@@ -224,7 +251,7 @@ impl Drops {
         Some(Drops {
             arp: ArpStat::read()?,
             backlog: neigh::softnet_dropped()?,
-            server_rcvbuf: lab.server.run_in(|| {
+            server_rcvbuf: lab.dhcp_ns().run_in(|| {
                 neigh::parse_udp_rcvbuf_errors(
                     &std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?,
                 )
@@ -261,8 +288,9 @@ fn arp_phase(lab: &Lab, which: Impl, phase: &'static str, before: Option<Drops>)
 
 fn server(lab: &Lab) -> Dnsmasq {
     Dnsmasq::start(
-        &lab.server,
+        lab.dhcp_ns(),
         DnsmasqConfig {
+            interface: lab.dhcp_ifname().to_owned(),
             range: (
                 Ipv4Addr::new(198, 18, 0, 10),
                 Ipv4Addr::new(198, 18, 15, 250),
@@ -280,8 +308,8 @@ fn server(lab: &Lab) -> Dnsmasq {
 
 /// Leases the agent holds in state bound, renewing or rebinding, per its
 /// `/metrics` (`None` until it answers: it binds after recovery).
-fn held(metrics: SocketAddr) -> Option<usize> {
-    let text = bench::http_get(metrics, "/metrics")?;
+fn held(lab: &Lab, metrics: SocketAddr) -> Option<usize> {
+    let text = scrape(lab, metrics)?;
     let n: f64 = ["bound", "renewing", "rebinding"]
         .iter()
         .map(|s| bench::metric(&text, "xdhcp_leases", &format!("state=\"{s}\"")))
@@ -310,6 +338,12 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         state_in: Some(state.path().to_path_buf()),
         metrics: Some(metrics),
         no_wait: true,
+        node_ns: Some(lab.server.name().to_owned()),
+        agent_args: if lab.uplink.is_some() {
+            vec!["--uplink".to_owned(), format!("physnet1={}", Lab::UPLINK)]
+        } else {
+            Vec::new()
+        },
         ..DaemonOptions::default()
     };
     progress!("{}: starting with no leases", which.name());
@@ -428,7 +462,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         let adopted = match which {
             Impl::Xdhcp => {
                 let ok = xdhcp_tests::wait_until(Duration::from_mins(1), || {
-                    held(metrics).is_some_and(|h| h >= done_at.len())
+                    held(lab, metrics).is_some_and(|h| h >= done_at.len())
                 });
                 ok.then(|| t.elapsed())
             }
@@ -440,7 +474,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         std::thread::sleep(Duration::from_millis(300));
         let (r, _) = d.footprint();
         let h = match which {
-            Impl::Xdhcp => held(metrics).unwrap_or(0),
+            Impl::Xdhcp => held(lab, metrics).unwrap_or(0),
             Impl::Upstream => 0,
         };
         progress!(
@@ -506,7 +540,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
     // agent a moment to take the last ones.
     std::thread::sleep(Duration::from_secs(2));
     let counters = (which == Impl::Xdhcp).then(|| {
-        let text = bench::http_get(metrics, "/metrics").unwrap_or_default();
+        let text = scrape(lab, metrics).unwrap_or_default();
         (
             bench::metric(&text, "xdhcp_renewals_total", ""),
             bench::metric(&text, "xdhcp_failures_total", ""),
@@ -630,10 +664,18 @@ fn report(runs: &[Run], n: usize, neigh_note: &str) {
     );
     let _ = writeln!(
         md,
-        "Same testbed, same run: {n} pod namespaces with a veth each into one lab bridge; dnsmasq \
+        "Same testbed, same run: {n} pod namespaces with a veth each into one lab bridge; {}; dnsmasq \
          `--no-ping`, a /20 pool, {LEASE_SECS} s leases, T1 {T1_SECS} s. ADDs 100 at a time. \
          Renewals as the server saw them (its lease file: the expiry moved on). Machine: {} cores; \
          {neigh_note}.\n",
+        if uplink_capture() {
+            "the server in its own namespace behind the bridge's uplink port, the xdhcp agent in the \
+             bridge's namespace capturing at the uplink (`--uplink physnet1=up0`) and guarding every \
+             pod's port, the upstream daemon entering each pod's namespace itself"
+        } else {
+            "the server on the bridge, the xdhcp agent in the bridge's namespace capturing on each \
+             pod's interface"
+        },
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
     let _ = writeln!(
