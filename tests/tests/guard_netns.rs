@@ -499,10 +499,10 @@ fn detaching_a_port_whose_device_is_gone_cleans_up() {
 /// `xdhcp agent` (the workspace's binary) running inside `node`, in
 /// embedded mode, with its own socket and state directory.
 struct NodeAgent {
-    _process: xdhcp_tests::Process,
+    process: xdhcp_tests::Process,
     socket: std::path::PathBuf,
     log: std::path::PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl NodeAgent {
@@ -530,10 +530,10 @@ impl NodeAgent {
             .env("RUST_LOG", "info,xdhcp=debug");
         let process = xdhcp_tests::Process::spawn_logged("xdhcp agent", cmd, &log);
         let me = Self {
-            _process: process,
+            process,
             socket,
             log,
-            _dir: dir,
+            dir,
         };
         let ok = xdhcp_tests::wait_until(Duration::from_secs(30), || {
             let out = std::process::Command::new(agent_support::xdhcp_bin())
@@ -557,8 +557,8 @@ impl NodeAgent {
     /// Stops the agent (SIGTERM) and hands back its directory, state and
     /// log included.
     fn stop(self) -> tempfile::TempDir {
-        drop(self._process);
-        self._dir
+        drop(self.process);
+        self.dir
     }
 
     /// The plugin's ADD or DEL for `pod` (container id `cid`), as a

@@ -169,10 +169,10 @@ impl Topology {
 
 /// `xdhcp agent` running inside the node namespace.
 struct NodeAgent {
-    _process: Process,
+    process: Process,
     socket: PathBuf,
     log: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl NodeAgent {
@@ -186,8 +186,8 @@ impl NodeAgent {
 
     /// Stops the agent (SIGTERM) and starts another on its state.
     fn restart(self, node: &NetNs, extra: &[&str]) -> Self {
-        drop(self._process);
-        Self::start_in(node, extra, self._dir)
+        drop(self.process);
+        Self::start_in(node, extra, self.dir)
     }
 
     fn start_in(node: &NetNs, extra: &[&str], dir: tempfile::TempDir) -> Self {
@@ -205,10 +205,10 @@ impl NodeAgent {
             .env("RUST_LOG", "info,xdhcp=debug");
         let process = Process::spawn_logged("xdhcp agent", cmd, &log);
         let me = Self {
-            _process: process,
+            process,
             socket,
             log,
-            _dir: dir,
+            dir,
         };
         assert!(
             wait_until(Duration::from_secs(30), || me

@@ -178,53 +178,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             0
         }
     };
-    let bind = async {
-        let link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, &place).await?;
-        phases.open = phases.lap();
-        tracing::debug!(ifindex = link.info.ifindex, "link open");
-        let (mac, mode, requested, kind) = match &who.workload {
-            Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
-            Workload::Vm { vmi_name } => {
-                let (mac, requested) = vm_dhcp(agent, &who, vmi_name, link.info.mac).await?;
-                (
-                    mac,
-                    Mode::OneShot,
-                    requested,
-                    WorkloadKind::Vm {
-                        vmi: vmi_name.clone(),
-                    },
-                )
-            }
-        };
-        if !pod {
-            guard_port(
-                agent,
-                &req.container_id,
-                &req.ifname,
-                &netns,
-                &req.config,
-                Some(mac),
-            )
-            .await;
-            phases.guard = phases.lap();
-        }
-        let record = persist::fresh(
-            &req,
-            who.pod.clone(),
-            kind.clone(),
-            mac,
-            who.annotation_key.clone(),
-        );
-        let request = Request {
-            record,
-            mode,
-            requested,
-            place: place.clone(),
-        };
-        let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
-        phases.dora = phases.lap();
-        Ok::<_, Error>((handle, lease, mac, kind))
-    };
+    let bind = bind(agent, &req, &who, &netns, &place, &mut phases);
     let (bound, pod_guard_us) = tokio::join!(bind, pod_guard);
     if pod {
         phases.guard = pod_guard_us;
@@ -254,6 +208,72 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
         total_us = phases.total(), "ADD done");
     Ok(cni_result(&lease, &req.config))
+}
+
+/// Open the attachment's interface and acquire its lease (a VM's guard goes
+/// on between the two: it needs the VM's MAC).
+async fn bind(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    who: &Who,
+    netns: &std::path::Path,
+    place: &Place,
+    phases: &mut Phases,
+) -> Result<
+    (
+        super::registry::Handle,
+        xdhcp_engine::Lease,
+        [u8; 6],
+        WorkloadKind,
+    ),
+    Error,
+> {
+    let pod = who.workload == Workload::Pod;
+    let link = acquire::open_link(agent, Some(netns), &req.ifname, pod, place).await?;
+    phases.open = phases.lap();
+    tracing::debug!(ifindex = link.info.ifindex, "link open");
+    let (mac, mode, requested, kind) = match &who.workload {
+        Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
+        Workload::Vm { vmi_name } => {
+            let (mac, requested) = vm_dhcp(agent, who, vmi_name, link.info.mac).await?;
+            (
+                mac,
+                Mode::OneShot,
+                requested,
+                WorkloadKind::Vm {
+                    vmi: vmi_name.clone(),
+                },
+            )
+        }
+    };
+    if !pod {
+        guard_port(
+            agent,
+            &req.container_id,
+            &req.ifname,
+            netns,
+            &req.config,
+            Some(mac),
+        )
+        .await;
+        phases.guard = phases.lap();
+    }
+    let record = persist::fresh(
+        req,
+        who.pod.clone(),
+        kind.clone(),
+        mac,
+        who.annotation_key.clone(),
+    );
+    let request = Request {
+        record,
+        mode,
+        requested,
+        place: place.clone(),
+    };
+    let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
+    phases.dora = phases.lap();
+    Ok((handle, lease, mac, kind))
 }
 
 /// A VM pod's DHCP identity: the MAC the VM's guest will use (the MAC

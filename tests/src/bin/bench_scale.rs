@@ -344,7 +344,6 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         } else {
             Vec::new()
         },
-        ..DaemonOptions::default()
     };
     progress!("{}: starting with no leases", which.name());
     let t = Instant::now();

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
-use aya::programs::SchedClassifier;
 use aya::programs::ProgramError;
+use aya::programs::SchedClassifier;
 use aya::programs::tc::{
     NlOptions, SchedClassifierLink, SchedClassifierLinkId, TcAttachOptions, TcAttachType, TcError,
     TcHandle, qdisc_add_clsact,
@@ -584,7 +584,11 @@ fn attach_tc(
             )
             .map_err(|e| err(ProgramError::TcError(TcError::IoError(e))))?;
             let id = prog.attach_to_link(left).map_err(err)?;
-            tracing::info!(ifname, program = name, "replaced a DHCP guard filter left by an earlier agent");
+            tracing::info!(
+                ifname,
+                program = name,
+                "replaced a DHCP guard filter left by an earlier agent"
+            );
             Ok(id)
         }
         Err(e) => Err(err(e)),
