@@ -254,6 +254,26 @@ impl NodeAgent {
         self.status().counters.get(name).copied().unwrap_or(0)
     }
 
+    /// Waits until the (first) uplink is attached; fails with `what`.
+    fn wait_uplink_live(&self, within: Duration, what: &str) {
+        assert!(
+            wait_until(within, || self.uplink_state() == "live"),
+            "{what}: {:?}\n{}",
+            self.try_status(),
+            self.log()
+        );
+    }
+
+    /// Waits until the (only) lease expires later than `expiry`: renewed.
+    fn wait_renewed(&self, expiry: Option<u64>, within: Duration, what: &str) {
+        assert!(
+            wait_until(within, || self.leases()[0].expires_unix_ms > expiry),
+            "{what}: {:?}\n{}",
+            self.leases(),
+            self.log()
+        );
+    }
+
     fn uplink_state(&self) -> String {
         self.status()
             .uplinks
@@ -304,12 +324,7 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     let cni = CniPath::new();
     let t = Topology::new(Some(3));
     let agent = NodeAgent::start(&t.node, &["--uplink", "physnet1=up0"]);
-    assert!(
-        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
-        "the uplink was not attached: {:?}\n{}",
-        agent.status(),
-        agent.log()
-    );
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
     let up = agent.status().uplinks[0].clone();
     assert_eq!(up.ifname, "up0");
     assert_eq!(up.physnet.as_deref(), Some("physnet1"));
@@ -339,14 +354,7 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     // A renewal (T1 = 3 s) also comes through the uplink.
     let before = agent.status().uplinks[0].replies;
     let expiry = leases[0].expires_unix_ms;
-    assert!(
-        wait_until(Duration::from_secs(12), || {
-            agent.leases()[0].expires_unix_ms > expiry
-        }),
-        "no renewal: {:?}\n{}",
-        agent.leases(),
-        agent.log()
-    );
+    agent.wait_renewed(expiry, Duration::from_secs(12), "no renewal");
     let s = agent.status();
     assert!(s.uplinks[0].replies > before, "{:?}", s.uplinks);
     assert_eq!(agent.leases()[0].path, "uplink:up0");
@@ -384,21 +392,13 @@ fn a_restarted_agent_keeps_its_leases_on_the_uplink() {
     let t = Topology::new(Some(8));
     let args = ["--uplink", "physnet1=up0"];
     let agent = NodeAgent::start(&t.node, &args);
-    assert!(
-        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
-        "{}",
-        agent.log()
-    );
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
     t.count_replies_in_pod();
     add(&cni, &t, &agent, "pod-re");
     assert_eq!(agent.leases()[0].path, "uplink:up0");
 
     let agent = agent.restart(&t.node, &args);
-    assert!(
-        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
-        "{}",
-        agent.log()
-    );
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached again");
     let leases = agent.leases();
     assert_eq!(leases.len(), 1, "{leases:?}");
     let expiry = leases[0].expires_unix_ms;
@@ -416,13 +416,10 @@ fn a_restarted_agent_keeps_its_leases_on_the_uplink() {
         agent.leases()[0].expires_unix_ms == expiry,
         "renewed before the check: raise T1"
     );
-    assert!(
-        wait_until(Duration::from_secs(15), || {
-            agent.leases()[0].expires_unix_ms > expiry
-        }),
-        "no renewal after the restart: {:?}\n{}",
-        agent.leases(),
-        agent.log()
+    agent.wait_renewed(
+        expiry,
+        Duration::from_secs(15),
+        "no renewal after the restart",
     );
     assert_eq!(agent.leases()[0].path, "uplink:up0", "{}", agent.log());
     let s = agent.status();
@@ -450,11 +447,7 @@ fn kea_honours_the_release_sent_through_the_uplink() {
         ))
     });
     let agent = NodeAgent::start(&t.node, &["--uplink", "up0"]);
-    assert!(
-        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
-        "{:?}",
-        agent.status()
-    );
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
     add(&cni, &t, &agent, "pod-kea");
     let mac = t.pod_mac();
     assert!(t.server.holds(mac), "{}", t.server.log());
@@ -503,11 +496,7 @@ fn an_uplink_that_goes_away_and_comes_back_is_attached_again() {
     let cni = CniPath::new();
     let t = Topology::new(None);
     let agent = NodeAgent::start(&t.node, &["--uplink", "up0"]);
-    assert!(
-        wait_until(Duration::from_secs(10), || agent.uplink_state() == "live"),
-        "{:?}",
-        agent.status()
-    );
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
     let first = agent.status().uplinks[0].clone();
 
     t.unplug_uplink();
@@ -519,12 +508,7 @@ fn an_uplink_that_goes_away_and_comes_back_is_attached_again() {
     assert!(agent.status().degraded.is_some());
 
     t.plug_uplink();
-    assert!(
-        wait_until(Duration::from_secs(5), || agent.uplink_state() == "live"),
-        "the uplink was not attached again: {:?}\n{}",
-        agent.status(),
-        agent.log()
-    );
+    agent.wait_uplink_live(Duration::from_secs(5), "the uplink was not attached again");
     let again = agent.status().uplinks[0].clone();
     assert_ne!(again.ifindex, first.ifindex, "a new interface");
     assert!(again.bpf_link.is_some() && again.bpf_link != first.bpf_link);

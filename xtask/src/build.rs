@@ -30,6 +30,7 @@ pub fn release_binary() -> Result<PathBuf> {
     // shorter. `--target` keeps the static flag off build scripts and
     // proc-macros, which cannot be static.
     let host = host_triple()?;
+    let plugin = plugin_path(&root, &host);
     let flags_var = format!(
         "CARGO_TARGET_{}_RUSTFLAGS",
         host.to_uppercase().replace('-', "_")
@@ -48,7 +49,7 @@ pub fn release_binary() -> Result<PathBuf> {
             ]),
     )?;
     let bin = root.join("target/release/xdhcp");
-    for built in [&bin, &plugin_binary()?] {
+    for built in [&bin, &plugin] {
         if !built.exists() {
             bail!(
                 "cargo reported success but {} does not exist",
@@ -56,16 +57,17 @@ pub fn release_binary() -> Result<PathBuf> {
             );
         }
     }
-    println!("built {} and {}", bin.display(), plugin_binary()?.display());
+    println!("built {} and {}", bin.display(), plugin.display());
     Ok(bin)
 }
 
 /// Where [`release_binary`] puts the statically linked thin plugin.
 pub fn plugin_binary() -> Result<PathBuf> {
-    Ok(cmd::workspace_root()
-        .join("target")
-        .join(host_triple()?)
-        .join("release/xdhcp-plugin"))
+    Ok(plugin_path(&cmd::workspace_root(), &host_triple()?))
+}
+
+fn plugin_path(root: &std::path::Path, host: &str) -> PathBuf {
+    root.join("target").join(host).join("release/xdhcp-plugin")
 }
 
 /// The host's target triple, as `rustc -vV` prints it.

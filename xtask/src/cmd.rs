@@ -33,7 +33,7 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().map_or(manifest.clone(), PathBuf::from)
 }
 
-pub fn describe(cmd: &Command) -> String {
+fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         s.push(' ');
@@ -44,15 +44,20 @@ pub fn describe(cmd: &Command) -> String {
 
 /// Run a command with inherited stdio; fail with the command line if it fails.
 pub fn run(cmd: &mut Command) -> Result<()> {
-    let line = describe(cmd);
-    println!("\x1b[1m$ {line}\x1b[0m");
-    let status = cmd
-        .status()
-        .with_context(|| format!("failed to start `{line}`"))?;
+    let status = status(cmd)?;
     if !status.success() {
-        bail!("`{line}` failed ({status})");
+        bail!("`{}` failed ({status})", describe(cmd));
     }
     Ok(())
+}
+
+/// Run a command, echoing it first, and return its exit status whatever it
+/// is (for callers that explain a failure themselves).
+pub fn status(cmd: &mut Command) -> Result<std::process::ExitStatus> {
+    let line = describe(cmd);
+    println!("\x1b[1m$ {line}\x1b[0m");
+    cmd.status()
+        .with_context(|| format!("failed to start `{line}`"))
 }
 
 /// Run a command quietly and capture its output; fail (with stderr) if it fails.

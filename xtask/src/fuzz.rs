@@ -125,10 +125,7 @@ fn run_target(dir: &Path, target: &str, args: &Args) -> Result<()> {
     c.args(&args.libfuzzer);
     let artifacts = dir.join("artifacts").join(target);
     let before = files_in(&artifacts);
-    println!("\x1b[1m$ {}\x1b[0m", cmd::describe(&c));
-    let status = c
-        .status()
-        .with_context(|| format!("failed to start cargo fuzz for {target}"))?;
+    let status = cmd::status(&mut c)?;
     if status.success() {
         return Ok(());
     }

@@ -212,6 +212,12 @@ async fn drive(mut task: Box<Task>) -> Ended {
     if oneshot {
         task.link.drop_watch();
     }
+    // A lease resumed on an uplink (its record names one of this agent's)
+    // waits for its next reply to move it there, as on its first ADD,
+    // rather than asking for its interface's capture below. Read once: the
+    // record changes its uplink only when a reply moves the lease, which
+    // subscribes it.
+    let resumed_on_uplink = served_by_uplink(&task);
     let end_reason;
     loop {
         // Outputs first: frames to send, then events.
@@ -225,14 +231,8 @@ async fn drive(mut task: Box<Task>) -> Ended {
         }
         task.set_state(task.client.state());
         // A held lease asks for the ring buffer (one-shot discoveries end at
-        // BOUND: nothing to move) — on its interface, unless its record says
-        // an uplink of this agent carries its replies (a lease resumed after
-        // a restart): its next reply moves it there, as on its first ADD,
-        // with nothing attached in the pod's namespace.
-        if task.rx.sub.is_none()
-            && !oneshot
-            && task.client.lease().is_some()
-            && !served_by_uplink(&task)
+        // BOUND: nothing to move), unless it was resumed on an uplink.
+        if task.rx.sub.is_none() && !oneshot && !resumed_on_uplink && task.client.lease().is_some()
         {
             task.rx.sub = task.svc.capture.subscribe(&task.rx.target, true);
             if let Err(e) = converge(&mut task, owned).await {
