@@ -119,12 +119,13 @@ pub fn run(args: &Args) -> Result<()> {
 
     let root = cmd::workspace_root();
     let t_build = Instant::now();
-    let bins = build(&root)?;
+    let built = build(&root)?;
     let build_took = t_build.elapsed();
 
     let mut checks = Vec::new();
     for (name, filters) in GUEST_SUITE {
-        let bin = bins
+        let bin = built
+            .tests
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, p)| p.clone())
@@ -153,7 +154,7 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::create_dir_all(out.join("checks"))
         .with_context(|| format!("creating {}", out.display()))?;
     let script = out.join("guest.sh");
-    std::fs::write(&script, guest_script(&root, &out, &checks))
+    std::fs::write(&script, guest_script(&built, &out, &checks))
         .with_context(|| format!("writing {}", script.display()))?;
 
     println!(
@@ -330,28 +331,27 @@ fn virtme_ng() -> Result<PathBuf> {
     Ok(vng)
 }
 
-/// Build the agent and plugin binaries and the guest suite's test binaries.
-fn build(root: &Path) -> Result<Vec<(String, PathBuf)>> {
-    cmd::run(cmd::program("cargo").current_dir(root).args([
-        "build",
-        "-p",
-        "xdhcp",
-        "--bin",
-        "xdhcp",
-        "-p",
-        "xdhcp-plugin",
-        "--bin",
-        "xdhcp-plugin",
-    ]))?;
-    // The same selection and features as `cargo xtask test`'s `cargo test`,
-    // so after it nothing is rebuilt.
+/// What the guest runs: the guest suite's test binaries, and the agent and
+/// plugin binaries those tests exec.
+struct Built {
+    tests: Vec<(String, PathBuf)>,
+    agent: PathBuf,
+    plugin: PathBuf,
+}
+
+/// Build the guest suite's test binaries and, in the same `cargo test
+/// --no-run` (same selection and features as `cargo xtask test`'s `cargo
+/// test`, so after it nothing is rebuilt), the plain agent and plugin
+/// binaries: the agent and plugin packages' own integration tests make cargo
+/// build them.
+fn build(root: &Path) -> Result<Built> {
     let mut c = cmd::program("cargo");
     c.current_dir(root).args([
         "test",
         "--no-run",
         "--message-format=json-render-diagnostics",
     ]);
-    println!("\x1b[1m$ cargo test --no-run (the guest suite's binaries)\x1b[0m");
+    println!("\x1b[1m$ cargo test --no-run (the guest suite and the binaries it runs)\x1b[0m");
     let out = c
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -359,23 +359,39 @@ fn build(root: &Path) -> Result<Vec<(String, PathBuf)>> {
     if !out.status.success() {
         bail!("building the guest suite failed ({})", out.status);
     }
-    let mut bins = Vec::new();
+    let mut tests = Vec::new();
+    let (mut agent, mut plugin) = (None, None);
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        let is_test = msg["target"]["kind"]
-            .as_array()
-            .is_some_and(|k| k.iter().any(|k| k == "test"));
-        if let (true, Some(name), Some(exe)) = (
-            is_test,
-            msg["target"]["name"].as_str(),
-            msg["executable"].as_str(),
-        ) {
-            bins.push((name.to_owned(), PathBuf::from(exe)));
+        let kind = |k: &str| {
+            msg["target"]["kind"]
+                .as_array()
+                .is_some_and(|ks| ks.iter().any(|x| x == k))
+        };
+        let (Some(name), Some(exe)) = (msg["target"]["name"].as_str(), msg["executable"].as_str())
+        else {
+            continue;
+        };
+        let package = msg["package_id"].as_str().unwrap_or_default();
+        if kind("test") {
+            tests.push((name.to_owned(), PathBuf::from(exe)));
+        } else if kind("bin") && msg["profile"]["test"] == false {
+            match name {
+                "xdhcp" if package.contains("#xdhcp@") => agent = Some(PathBuf::from(exe)),
+                "xdhcp-plugin" if package.contains("#xdhcp-plugin@") => {
+                    plugin = Some(PathBuf::from(exe));
+                }
+                _ => {}
+            }
         }
     }
-    Ok(bins)
+    Ok(Built {
+        tests,
+        agent: agent.context("cargo test --no-run built no plain xdhcp binary")?,
+        plugin: plugin.context("cargo test --no-run built no plain xdhcp-plugin binary")?,
+    })
 }
 
 /// Every test of a libtest binary, ignored ones included.
@@ -394,7 +410,7 @@ fn shell_quote(s: &str) -> String {
 
 /// The guest's script: modules, then every check on its own, each writing
 /// `checks/<n>.{log,rc,ns}` (output, exit status, start and end time).
-fn guest_script(root: &Path, out: &Path, checks: &[Check]) -> String {
+fn guest_script(built: &Built, out: &Path, checks: &[Check]) -> String {
     let q = |p: &Path| shell_quote(&p.to_string_lossy());
     let mut s = String::new();
     let _ = writeln!(s, "#!/bin/sh");
@@ -406,8 +422,8 @@ fn guest_script(root: &Path, out: &Path, checks: &[Check]) -> String {
     let _ = writeln!(
         s,
         "export XDHCP_BIN={} XDHCP_PLUGIN_BIN={} RUST_BACKTRACE=1",
-        q(&root.join("target/debug/xdhcp")),
-        q(&root.join("target/debug/xdhcp-plugin"))
+        q(&built.agent),
+        q(&built.plugin)
     );
     // The host's tree is read-only in the guest; tests write under /tmp.
     let _ = writeln!(s, "cd /tmp");

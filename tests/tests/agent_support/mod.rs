@@ -39,24 +39,60 @@ pub fn plugin_bin() -> PathBuf {
     .clone()
 }
 
+/// The plain binary `name` of `package`, as `cargo test` builds it for the
+/// package's own integration tests: same feature set as the rest of the
+/// test build, so nothing is compiled twice (a `cargo build -p` here would
+/// resolve features for one package and rebuild most of the tree). Fresh
+/// after a workspace `cargo test`; otherwise this builds it.
 fn build_bin(package: &str, name: &str) -> PathBuf {
-    {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", package, "--bin", name])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .status()
-            .expect("run cargo build for the xdhcp binary");
-        assert!(status.success(), "building the {name} binary failed");
-        // target/debug/deps/<test> → target/debug/<name>
-        let exe = std::env::current_exe().expect("test executable path");
-        let bin = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/debug")
-            .join(name);
-        assert!(bin.exists(), "{} missing after build", bin.display());
-        bin
+    let mut cargo = Command::new(env!("CARGO"));
+    // What cargo set for this test process (its package's name, manifest
+    // directory, OUT_DIR…) is not the outer build's environment: build
+    // scripts that watch those variables (ring's) would rerun and the outer
+    // and inner builds would rebuild each other's artifacts.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key == "OUT_DIR"
+            || [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_BIN_",
+                "CARGO_CRATE_",
+            ]
+            .iter()
+            .any(|p| key.starts_with(p))
+            || key == "CARGO_PRIMARY_PACKAGE"
+            || key == "CARGO_TARGET_TMPDIR"
+        {
+            cargo.env_remove(&*key);
+        }
     }
+    let out = cargo
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run cargo test --no-run for the xdhcp binaries");
+    assert!(out.status.success(), "building the {name} binary failed");
+    let wanted = format!("#{package}@");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|m| {
+            m["reason"] == "compiler-artifact"
+                && m["package_id"]
+                    .as_str()
+                    .is_some_and(|p| p.contains(&wanted))
+                && m["target"]["name"] == name
+                && m["target"]["kind"][0] == "bin"
+                && m["profile"]["test"] == false
+        })
+        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo test --no-run built no plain {name} binary of {package}"))
 }
 
 /// A `CNI_PATH` directory laid out as installed: the thin plugin binary as
