@@ -103,6 +103,8 @@ pub const PROGRAMS: &[Program] = &[
     deb("ip", "iproute2", "/bin/ip", "namespaces, veths, bridges"),
     // Listing the DHCP guard's TC filters on a port (guard tests).
     deb("tc", "iproute2", "/sbin/tc", "listing TC filters"),
+    // Listing the agent's packet sockets in a pod namespace (uplink tests).
+    deb("ss", "iproute2", "/bin/ss", "listing packet sockets"),
     // Dropping unicast DHCP at a bridge (the renew-then-rebind tests).
     deb(
         "nft",

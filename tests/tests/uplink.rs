@@ -402,6 +402,11 @@ fn a_restarted_agent_keeps_its_leases_on_the_uplink() {
     let leases = agent.leases();
     assert_eq!(leases.len(), 1, "{leases:?}");
     let expiry = leases[0].expires_unix_ms;
+    // Resumed on its uplink, not pending on a receiver of its own: no
+    // packet socket in the pod (each would cost its close a grace period,
+    // a thousand of them seconds when the agent is killed).
+    assert_eq!(leases[0].path, "uplink:up0", "{leases:?}");
+    assert_eq!(agent_packet_sockets(&t.pod), 0, "{}", agent.log());
     // A lease held but not yet on the ring buffer asks for its interface's
     // capture, attached 0.5–2 s later; a resumed uplink lease must not.
     std::thread::sleep(Duration::from_secs(3));
@@ -519,4 +524,12 @@ fn an_uplink_that_goes_away_and_comes_back_is_attached_again() {
     assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
     let r = bridge(&cni, &t, &agent, "DEL", "pod-back");
     assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
+}
+
+/// The agent's packet sockets open in `ns` (`ss -0 -p`).
+fn agent_packet_sockets(ns: &NetNs) -> usize {
+    ns.exec(&["ss", "-0", "-a", "-p", "-H"])
+        .lines()
+        .filter(|l| l.contains("\"xdhcp\""))
+        .count()
 }

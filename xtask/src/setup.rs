@@ -34,6 +34,7 @@ const ESSENTIAL: &[&str] = &[
     "nft",
     "ip",
     "tc",
+    "ss",
     "tcpdump",
     "bpftool",
     "iperf3",

@@ -149,7 +149,8 @@ pub(crate) struct UplinkPath {
     pub(crate) name: Arc<str>,
     pub(crate) target: AttachTarget,
     pub(crate) sub: watch::Receiver<TargetState>,
-    pub(crate) ifindex: u32,
+    /// The uplink's ifindex while it is live.
+    pub(crate) ifindex: Option<u32>,
 }
 
 /// The eBPF half of the actor.
@@ -354,11 +355,6 @@ impl Capture {
         })
     }
 
-    /// Whether `name` is one of this agent's uplinks (live or not yet).
-    pub(crate) fn has_uplink(&self, name: &str) -> bool {
-        self.uplinks.iter().any(|u| &*u.name == name)
-    }
-
     /// The live uplink whose ifindex (in the agent's namespace) is `ifindex`.
     fn uplink_at(&self, ifindex: u32) -> Option<&UplinkEntry> {
         let targets = lock(&self.targets);
@@ -378,6 +374,30 @@ impl Capture {
         let mut targets = lock(&self.targets);
         let e = targets.get_mut(&u.target)?;
         e.users += 1;
+        Some(UplinkPath {
+            name: u.name.clone(),
+            target: u.target.clone(),
+            sub: e.state.subscribe(),
+            ifindex: Some(ifindex),
+        })
+    }
+
+    /// A lease resumed from a record that names uplink `name` follows that
+    /// uplink from the start, live or not yet: its replies came there
+    /// before the restart, so it needs no receiver of its own and no
+    /// per-interface capture. `None` without the eBPF datapath or when this
+    /// agent has no such uplink (its flags changed); the lease then takes
+    /// the per-interface path until a reply moves it.
+    pub(crate) fn resume_on_uplink(&self, name: &str) -> Option<UplinkPath> {
+        self.kernel.as_ref()?;
+        let u = self.uplinks.iter().find(|u| &*u.name == name)?;
+        let mut targets = lock(&self.targets);
+        let e = targets.get_mut(&u.target)?;
+        e.users += 1;
+        let ifindex = match *e.state.borrow() {
+            TargetState::Live { ifindex, .. } => Some(ifindex),
+            _ => None,
+        };
         Some(UplinkPath {
             name: u.name.clone(),
             target: u.target.clone(),

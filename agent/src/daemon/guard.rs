@@ -15,7 +15,7 @@ use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::bindings::LearnedStore;
 use crate::cli::{AgentArgs, GuardChoice};
@@ -182,6 +182,7 @@ impl GuardService {
         if self.inner.is_none() {
             return Ok(None);
         }
+        let t0 = std::time::Instant::now();
         let Some(host_ifname) = host_end(netns, ifname).await? else {
             info!(ifname, netns = %netns.display(),
                 "pod interface is not a veth with its peer in the agent's namespace; not guarded");
@@ -191,8 +192,20 @@ impl GuardService {
         // Attaching takes RTNL and waits for RCU grace periods (tens of ms
         // under a burst): on a blocking thread, never on a runtime worker.
         let me = self.clone();
+        let peer = t0.elapsed();
         tokio::task::spawn_blocking(move || {
-            me.protect_port(key, host_ifname, policy).map_err(Box::new)
+            let t1 = std::time::Instant::now();
+            let r = me.protect_port(key, host_ifname, policy, t1);
+            debug!(
+                peer_us = peer.as_micros(),
+                queued_us = t1
+                    .saturating_duration_since(t0)
+                    .saturating_sub(peer)
+                    .as_micros(),
+                attach_us = t1.elapsed().as_micros(),
+                "guard timing"
+            );
+            r.map_err(Box::new)
         })
         .await
         .map_err(|e| GuardError::Task(e.to_string()))?
@@ -209,10 +222,12 @@ impl GuardService {
         key: (String, String),
         host_ifname: String,
         policy: PortPolicy,
+        t1: std::time::Instant,
     ) -> Result<Option<GuardedPort>, GuardError> {
         let Some(mut inner) = self.lock() else {
             return Ok(None);
         };
+        debug!(lock_wait_us = t1.elapsed().as_micros(), "guard lock");
         if let Some(port) = inner.ports.get(&key).cloned() {
             if port.host_ifname == host_ifname {
                 inner.guard.set_policy(port.ifindex, &policy)?;

@@ -174,7 +174,21 @@ impl Registry {
         } else {
             None
         };
-        let (rx, path) = if let Some((sub, ifindex, mode)) = now {
+        // A maintained lease resumed from a record that names one of this
+        // agent's uplinks follows it from the start: no receiver of its
+        // own, no per-interface capture (its renewals' replies come there).
+        let resumed = (!eager)
+            .then_some(record.uplink.as_ref())
+            .flatten()
+            .and_then(|u| capture.resume_on_uplink(&u.ifname));
+        let (rx, path) = if let Some(up) = resumed {
+            link.drop_rx();
+            let path = match up.ifindex {
+                Some(_) => CapturePath::Uplink(up.name.clone()),
+                None => CapturePath::AfPacketPending,
+            };
+            (Receive::uplink(up), path)
+        } else if let Some((sub, ifindex, mode)) = now {
             link.drop_rx();
             (Receive::ebpf(&link, sub, ifindex), CapturePath::Ebpf(mode))
         } else {

@@ -26,7 +26,7 @@ use super::apply;
 use super::live::{Command, Live, Outcome};
 use super::persist::{self, Durable, LeaseRecord, WorkloadKind};
 use crate::cli::now_unix_ms;
-use crate::daemon::capture::{Capture, CapturePath, TargetState};
+use crate::daemon::capture::{Capture, CapturePath, TargetState, UplinkPath};
 use crate::daemon::link::{Link, LinkError};
 use crate::datapath::ebpf::AttachTarget;
 use crate::datapath::rawsock::RawSender;
@@ -71,6 +71,16 @@ impl Receive {
             sub: None,
             ifindex: None,
             uplink: None,
+        }
+    }
+
+    /// Replies from a node uplink's program (a lease resumed there).
+    pub(crate) fn uplink(up: UplinkPath) -> Self {
+        Self {
+            target: up.target,
+            sub: Some(up.sub),
+            ifindex: up.ifindex,
+            uplink: Some(up.name),
         }
     }
 
@@ -212,12 +222,6 @@ async fn drive(mut task: Box<Task>) -> Ended {
     if oneshot {
         task.link.drop_watch();
     }
-    // A lease resumed on an uplink (its record names one of this agent's)
-    // waits for its next reply to move it there, as on its first ADD,
-    // rather than asking for its interface's capture below. Read once: the
-    // record changes its uplink only when a reply moves the lease, which
-    // subscribes it.
-    let resumed_on_uplink = served_by_uplink(&task);
     let end_reason;
     loop {
         // Outputs first: frames to send, then events.
@@ -231,9 +235,8 @@ async fn drive(mut task: Box<Task>) -> Ended {
         }
         task.set_state(task.client.state());
         // A held lease asks for the ring buffer (one-shot discoveries end at
-        // BOUND: nothing to move), unless it was resumed on an uplink.
-        if task.rx.sub.is_none() && !oneshot && !resumed_on_uplink && task.client.lease().is_some()
-        {
+        // BOUND: nothing to move); one resumed on its uplink follows that.
+        if task.rx.sub.is_none() && !oneshot && task.client.lease().is_some() {
             task.rx.sub = task.svc.capture.subscribe(&task.rx.target, true);
             if let Err(e) = converge(&mut task, owned).await {
                 end_reason = End::Link(e);
@@ -385,15 +388,6 @@ async fn converge(task: &mut Task, owned: Option<OwnedXid>) -> Result<(), LinkEr
     Ok(())
 }
 
-/// Whether the lease's record names one of this agent's uplinks.
-fn served_by_uplink(task: &Task) -> bool {
-    lock(&task.live)
-        .record
-        .uplink
-        .as_ref()
-        .is_some_and(|u| task.svc.capture.has_uplink(&u.ifname))
-}
-
 /// A reply came through a node uplink: move the lease there (its own
 /// receiver closed, any per-interface subscription given up), once.
 fn adopt_uplink(task: &mut Task, f: &RxFrame) {
@@ -407,16 +401,12 @@ fn adopt_uplink(task: &mut Task, f: &RxFrame) {
         task.svc.capture.unsubscribe(&task.rx.target);
     }
     info!(uplink = %up.name, "replies arrive through the uplink; no per-interface capture");
-    task.rx = Receive {
-        target: up.target,
-        sub: Some(up.sub),
-        ifindex: Some(up.ifindex),
-        uplink: Some(up.name.clone()),
-    };
+    let name = up.name.clone();
+    task.rx = Receive::uplink(up);
     task.link.drop_rx();
-    task.set_path(CapturePath::Uplink(up.name.clone()));
+    task.set_path(CapturePath::Uplink(name.clone()));
     lock(&task.live).record.uplink = Some(UplinkRef {
-        ifname: up.name.to_string(),
+        ifname: name.to_string(),
         vlan: f.headers.vlan,
     });
 }
