@@ -104,12 +104,14 @@ pub(crate) async fn acquire(
 }
 
 /// Open `ifname` (in `netns`, else the agent's own namespace) for an
-/// acquisition: its sender, and its own receiver when `rx`.
+/// acquisition: its sender, and its own receiver when `rx`; with
+/// `veth_peer`, also find its veth peer for the DHCP guard in the same trip.
 pub(crate) async fn open_link(
     agent: &Agent,
     netns: Option<&std::path::Path>,
     ifname: &str,
     rx: bool,
+    veth_peer: bool,
     place: &Place,
 ) -> Result<Link, Error> {
     let sockets = if rx {
@@ -117,13 +119,15 @@ pub(crate) async fn open_link(
     } else {
         Sockets::Sender
     };
-    Link::open(netns, ifname, sockets).await.map_err(|source| {
-        agent.metrics().failure("interface");
-        Error::Interface {
-            place: place.clone(),
-            source,
-        }
-    })
+    Link::open_looking(netns, ifname, sockets, veth_peer)
+        .await
+        .map_err(|source| {
+            agent.metrics().failure("interface");
+            Error::Interface {
+                place: place.clone(),
+                source,
+            }
+        })
 }
 
 /// End an attachment this ADD created (RELEASE first when `release`),

@@ -12,6 +12,7 @@ use super::error::{Error, Place};
 use super::lease::apply;
 use super::lease::persist::{self, Durable, PodRef, WorkloadKind};
 use super::lease::task::lock;
+use super::link::Link;
 use super::vm;
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::CniResult;
@@ -155,12 +156,18 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         netns: netns.clone(),
     };
     let pod = who.workload == Workload::Pod;
+    // One trip into the pod's namespace opens the link and finds its veth
+    // peer (the port the guard goes on).
+    let mut link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, true, &place).await?;
+    phases.open = phases.lap();
+    tracing::debug!(ifindex = link.info.ifindex, "link open");
     // A pod's port is guarded while its lease is acquired: the pod's own
     // processes start only after the ADD answers, so the guard has to be
     // on by then, not before the agent's own DORA. (Attaching takes two
-    // netlink round trips and a trip into the pod's namespace for the veth
-    // peer; in line, that was on every pod's ADD path.) A VM's guard needs
-    // the VM's MAC and goes on before its one-shot discovery, below.
+    // netlink round trips; in line, that was on every pod's ADD path.) A
+    // VM's guard needs the VM's MAC and goes on before its one-shot
+    // discovery, in `bind`.
+    let pod_peer = if pod { link.take_veth_peer() } else { None };
     let pod_guard = async {
         if pod {
             let started = std::time::Instant::now();
@@ -171,6 +178,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
                 &netns,
                 &req.config,
                 None,
+                pod_peer,
             )
             .await;
             u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
@@ -178,7 +186,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             0
         }
     };
-    let bind = bind(agent, &req, &who, &netns, &place, &mut phases);
+    let bind = bind(agent, &req, &who, link, &netns, &place, &mut phases);
     let (bound, pod_guard_us) = tokio::join!(bind, pod_guard);
     if pod {
         phases.guard = pod_guard_us;
@@ -210,12 +218,13 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     Ok(cni_result(&lease, &req.config))
 }
 
-/// Open the attachment's interface and acquire its lease (a VM's guard goes
-/// on between the two: it needs the VM's MAC).
+/// Acquire the lease on the attachment's opened interface (a VM's guard
+/// goes on first: it needs the VM's MAC).
 async fn bind(
     agent: &Arc<Agent>,
     req: &CniRequest,
     who: &Who,
+    mut link: Link,
     netns: &std::path::Path,
     place: &Place,
     phases: &mut Phases,
@@ -229,9 +238,6 @@ async fn bind(
     Error,
 > {
     let pod = who.workload == Workload::Pod;
-    let link = acquire::open_link(agent, Some(netns), &req.ifname, pod, place).await?;
-    phases.open = phases.lap();
-    tracing::debug!(ifindex = link.info.ifindex, "link open");
     let (mac, mode, requested, kind) = match &who.workload {
         Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
         Workload::Vm { vmi_name } => {
@@ -254,6 +260,7 @@ async fn bind(
             netns,
             &req.config,
             Some(mac),
+            link.take_veth_peer(),
         )
         .await;
         phases.guard = phases.lap();
@@ -470,11 +477,12 @@ pub(crate) async fn guard_port(
     netns: &std::path::Path,
     config: &NetworkConfig,
     vm_mac: Option<[u8; 6]>,
+    peer: super::guard::PeerLookup,
 ) {
     let policy = super::guard::port_policy(&config.ipam.dhcp_guard, vm_mac);
     match agent
         .guard
-        .protect(container_id, ifname, netns, policy)
+        .protect(container_id, ifname, netns, peer, policy)
         .await
     {
         Ok(Some(port)) => {

@@ -21,7 +21,8 @@ use crate::bindings::LearnedStore;
 use crate::cli::{AgentArgs, GuardChoice};
 use crate::cni::config::DhcpGuardSpec;
 use crate::datapath::ebpf::{AttachTarget, EbpfDatapathError, Guard, GuardCounters, PortPolicy};
-use crate::netlink::{Netlink, NetlinkError};
+use crate::netlink::{VethPeer, veth_peer_here};
+use crate::sys::netns::run_in_netns_async;
 
 /// Why a port could not be guarded.
 #[derive(Debug, thiserror::Error)]
@@ -31,8 +32,10 @@ pub(crate) enum GuardError {
         ifname: String,
         netns: PathBuf,
         #[source]
-        source: NetlinkError,
+        source: std::io::Error,
     },
+    #[error(transparent)]
+    Netns(#[from] crate::sys::netns::NetnsError),
     #[error("opening the agent's own network namespace: {0}")]
     OwnNamespace(#[source] std::io::Error),
     #[error("the host end of {ifname} (ifindex {ifindex}) has no name in the agent's namespace")]
@@ -177,13 +180,14 @@ impl GuardService {
         container_id: &str,
         ifname: &str,
         netns: &Path,
+        peer: PeerLookup,
         policy: PortPolicy,
     ) -> Result<Option<GuardedPort>, GuardError> {
         if self.inner.is_none() {
             return Ok(None);
         }
         let t0 = std::time::Instant::now();
-        let Some(host_ifname) = host_end(netns, ifname).await? else {
+        let Some(host_ifname) = host_end(netns, ifname, peer).await? else {
             info!(ifname, netns = %netns.display(),
                 "pod interface is not a veth with its peer in the agent's namespace; not guarded");
             return Ok(None);
@@ -205,18 +209,13 @@ impl GuardService {
                 attach_us = t1.elapsed().as_micros(),
                 "guard timing"
             );
-            r.map_err(Box::new)
+            r
         })
         .await
         .map_err(|e| GuardError::Task(e.to_string()))?
-        .map_err(|e| *e)
     }
 
     /// The kernel side of [`GuardService::protect`], blocking.
-    #[expect(
-        clippy::result_large_err,
-        reason = "the same error as `protect`; a failed guard is logged and counted"
-    )]
     fn protect_port(
         &self,
         key: (String, String),
@@ -314,22 +313,37 @@ impl GuardService {
     }
 }
 
+/// What the trip that opened a pod's link found out about its veth peer
+/// ([`crate::netlink::veth_peer_here`]), for the guard; `None` when that
+/// trip did not look (the guard then makes a trip of its own).
+pub(crate) type PeerLookup = Option<std::io::Result<Option<VethPeer>>>;
+
 /// The name, in the agent's namespace, of the peer of veth `ifname` in
 /// `netns`; `None` when `ifname` is not a veth or its peer is elsewhere.
-async fn host_end(netns: &Path, ifname: &str) -> Result<Option<String>, GuardError> {
-    let own = std::fs::File::open("/proc/thread-self/ns/net").map_err(GuardError::OwnNamespace)?;
+/// `known`: what the link's own trip found, if it looked.
+async fn host_end(
+    netns: &Path,
+    ifname: &str,
+    known: PeerLookup,
+) -> Result<Option<String>, GuardError> {
     let peer_err = |source| GuardError::Peer {
         ifname: ifname.to_owned(),
         netns: netns.to_path_buf(),
         source,
     };
-    let nl = Netlink::open(Some(netns)).await.map_err(peer_err)?;
-    let Some(peer) = nl.veth_peer(ifname, &own.as_fd()).await.map_err(peer_err)? else {
+    let peer = if let Some(found) = known {
+        found.map_err(peer_err)?
+    } else {
+        let own =
+            std::fs::File::open("/proc/thread-self/ns/net").map_err(GuardError::OwnNamespace)?;
+        let name = ifname.to_owned();
+        run_in_netns_async(netns, move || veth_peer_here(&name, own.as_fd()))
+            .await?
+            .map_err(peer_err)?
+    };
+    let Some(peer) = peer.filter(|p| p.in_namespace) else {
         return Ok(None);
     };
-    if !peer.in_namespace {
-        return Ok(None);
-    }
     let name = nix::net::if_::if_indextoname(peer.ifindex).map_err(|_| GuardError::NoName {
         ifname: ifname.to_owned(),
         ifindex: peer.ifindex,

@@ -3,7 +3,7 @@
 //! inside the target namespace ([`crate::datapath::rawsock`],
 //! [`crate::datapath::afpacket`]).
 
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use tracing::debug;
 use xdhcp_engine::Transmit;
 
+use super::guard::PeerLookup;
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
 use crate::datapath::rawsock::{
@@ -27,6 +28,7 @@ type Opened = (
     Option<RawSender>,
     Option<AfPacketReceiver>,
     Option<LinkRemovalWatch>,
+    PeerLookup,
 );
 
 /// Which packet sockets [`Link::open`] opens.
@@ -69,6 +71,9 @@ pub(super) struct Link {
     /// is gone, as a runtime removes the sandbox's path before the DEL.
     ns_handle: Option<std::fs::File>,
     watch_failed: AtomicBool,
+    /// The veth peer, when the open was asked to look (for the DHCP guard,
+    /// which then needs no trip into the namespace of its own).
+    veth_peer: PeerLookup,
 }
 
 impl Drop for Link {
@@ -193,6 +198,23 @@ impl Link {
         ifname: &str,
         sockets: Sockets,
     ) -> Result<Self, LinkError> {
+        Self::open_looking(netns, ifname, sockets, false).await
+    }
+
+    /// [`Link::open`], and in the same trip into `netns` find the
+    /// interface's veth peer for the DHCP guard ([`Link::take_veth_peer`]).
+    pub(super) async fn open_looking(
+        netns: Option<&Path>,
+        ifname: &str,
+        sockets: Sockets,
+        veth_peer: bool,
+    ) -> Result<Self, LinkError> {
+        // The agent's own namespace, for the peer lookup (opened on this
+        // thread, which is in it).
+        let own_ns = match (veth_peer, netns) {
+            (true, Some(_)) => Some(std::fs::File::open("/proc/thread-self/ns/net")),
+            _ => None,
+        };
         // Main plugins may hand the interface over still down (bridge,
         // macvlan): bring it up first, as the upstream dhcp plugin does. One
         // trip into the namespace does both.
@@ -255,9 +277,12 @@ impl Link {
             } else {
                 None
             };
-            Ok((info, tx, rx, watch))
+            // A failed lookup costs the guard, not the lease: carried to it.
+            let peer = own_ns
+                .map(|own| own.and_then(|own| crate::netlink::veth_peer_here(&name, own.as_fd())));
+            Ok((info, tx, rx, watch, peer))
         };
-        let (info, tx, rx, watch) = match netns {
+        let (info, tx, rx, watch, veth_peer) = match netns {
             Some(ns) => run_in_netns_async(ns, work).await??,
             None => work()?,
         };
@@ -275,7 +300,13 @@ impl Link {
             watch,
             ns_handle,
             watch_failed: AtomicBool::new(false),
+            veth_peer,
         })
+    }
+
+    /// What [`Link::open_looking`] found of the veth peer (once).
+    pub(super) fn take_veth_peer(&mut self) -> PeerLookup {
+        self.veth_peer.take()
     }
 
     /// Whether the `AF_PACKET` receiver is open.

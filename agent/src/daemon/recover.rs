@@ -134,6 +134,7 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
             ns,
             &rec.config,
             vm_mac,
+            None,
         )
         .await;
     }
