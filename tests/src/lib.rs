@@ -22,6 +22,7 @@ pub mod neigh;
 pub mod netns;
 pub mod plugin;
 pub mod servers;
+pub mod tmpfs;
 
 pub use agent::InProcessAgent;
 pub use netns::{

@@ -12,79 +12,16 @@
 //! hold keeps renewing; once space (or write access) returns, the same ADD
 //! succeeds, and an agent restarted on the directory resumes every lease.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
 use xdhcp::rpc::CniRequest;
 use xdhcp::store::LeaseRecord;
 use xdhcp_tests::fake_apiserver::FakeApiServer;
+use xdhcp_tests::tmpfs::Tmpfs;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, LabClient, format_mac, wait_until};
-
-/// A tmpfs of `size` mounted on a fresh temporary directory; unmounted
-/// (lazily, so a straggling open file cannot keep it) when dropped.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-tmpfs-")
-            .tempdir()
-            .unwrap();
-        let data = format!("size={size},mode=0700");
-        mount(
-            Some("xdt-tmpfs"),
-            dir.path(),
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(data.as_str()),
-        )
-        .expect("mount a tmpfs for the state directory");
-        Self { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Remount read-only (`ro`) or read-write.
-    fn remount(&self, read_only: bool) {
-        let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-        if read_only {
-            flags |= MsFlags::MS_RDONLY;
-        }
-        mount(None::<&str>, self.path(), None::<&str>, flags, None::<&str>)
-            .expect("remount the tmpfs");
-    }
-
-    /// Fill every free block with `path`; returns its size.
-    fn fill(path: &Path) -> u64 {
-        let mut f = std::fs::File::create(path).expect("create the filler");
-        let block = [0xa5u8; 4096];
-        let mut written = 0u64;
-        loop {
-            match f.write(&block) {
-                Ok(0) => break,
-                Ok(n) => written += n as u64,
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                Err(e) => panic!("filling the tmpfs: {e}"),
-            }
-        }
-        let _ = f.sync_all();
-        written
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = umount2(self.dir.path(), MntFlags::MNT_DETACH);
-    }
-}
 
 const T1: u64 = 3;
 

@@ -34,6 +34,7 @@ use xdhcp::cni::config;
 use xdhcp::cni::types::code;
 use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
 use xdhcp_tests::fake_apiserver::FakeApiServer;
+use xdhcp_tests::tmpfs::Tmpfs;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, format_mac, wait_until};
 
 const NS: &str = "tenant";
@@ -898,6 +899,81 @@ fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
             .is_some()
     );
     assert!(agent.leases().is_empty());
+}
+
+/// The VFIO path answers only once the attachment's record is on disk, as
+/// every ADD does (a restarted agent answers the VM's CHECK and DEL from
+/// it): with the lease directory read-only (a tmpfs the test mounts there),
+/// the ADD fails with an I/O error naming the state directory, the
+/// `pod-networks` entry it reported is taken back, `vfio-pci` is restored
+/// and no attachment is left.
+#[test]
+fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory() {
+    const VM_MAC: &str = "02:00:00:00:20:0b";
+    const NAD: &str = "localnet-dhcp-vfio";
+    let lab = Lab::builder().clients(1).client_ifname(VF_NETDEV).build();
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let host = &lab.clients[0];
+    host.ns.ip(&["link", "set", VF_NETDEV, "down"]);
+    let launcher = NetNs::new();
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    let seed = vfio_seed(VM_MAC, NAD);
+    let sysfs_root = tree.path().join("sys");
+    let mut fake: Option<FakeVf> = None;
+    let mut leases_fs: Option<Tmpfs> = None;
+    let agent = TestAgent::start(Some(host.ns.path()), &seed, |a| {
+        fake = Some(FakeVf::new(
+            tree.path(),
+            &a.state_dir,
+            (0x15b3, 0x101e),
+            "mlx5_core",
+        ));
+        leases_fs = Some(Tmpfs::mount_at(&a.state_dir.join("leases"), "1m"));
+        a.sysfs_root.clone_from(&sysfs_root);
+        a.vfio_netdev_timeout = Duration::from_secs(5);
+    });
+    let fake = fake.expect("fake sysfs built");
+    leases_fs.as_ref().expect("tmpfs mounted").remount(true);
+
+    let req = request(
+        "ctr-vfio-ro",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &localnet_config(NAD, Some(BDF)),
+    );
+    let err = agent
+        .add(&req)
+        .expect_err("a VFIO ADD whose record cannot be written must fail")
+        .into_cni();
+    assert_eq!(err.code, code::IO_FAILURE, "{err:?}");
+    let text = format!("{} {}", err.msg, err.details);
+    assert!(
+        text.contains(&agent.state_dir.display().to_string()),
+        "the error must name the state directory {}: {err:?}",
+        agent.state_dir.display()
+    );
+    // The DORA did run (the server holds the VM's lease, which the VM's
+    // guest owns: no RELEASE), then the answer was withheld.
+    assert!(
+        dnsmasq
+            .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+            .is_some(),
+        "{}",
+        dnsmasq.log()
+    );
+    assert!(
+        agent
+            .network_entry("virt-launcher-vm2-x", &format!("{NS}/{NAD}"))
+            .is_none(),
+        "the reported address of the failed ADD was left in pod-networks"
+    );
+    assert_eq!(fake.driver_override(), "vfio-pci");
+    assert_eq!(fake.journal_entries(), 0);
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
 }
 
 #[test]

@@ -31,7 +31,7 @@ const ANSWER_SLACK: Duration = Duration::from_secs(1);
 /// When an ADD must have answered: just inside the plugin's wait, so the
 /// plugin always hears the outcome and the runtime never sees a timeout
 /// while the agent goes on to finish (or undo) the ADD.
-fn add_deadline(req: &CniRequest) -> (tokio::time::Instant, Duration) {
+pub(super) fn add_deadline(req: &CniRequest) -> (tokio::time::Instant, Duration) {
     let budget = crate::cni::shim_timeout(&req.config).saturating_sub(ANSWER_SLACK);
     (tokio::time::Instant::now() + budget, budget)
 }
@@ -148,7 +148,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             vmi_name: vmi_name.clone(),
             migration: who.migration,
         };
-        return vm::add_vfio(agent, &req, target, pci).await;
+        return vm::add_vfio(agent, &req, target, pci, deadline).await;
     }
 
     let place = Place::Pod {
@@ -426,45 +426,73 @@ async fn report_and_record(
     phases.report = phases.lap();
     // Answer only once the lease is on disk (a restart must resume it); a
     // lease that could not be recorded is given back and the ADD fails.
+    let unrecorded = unrecorded(b.handle, deadline).await;
+    phases.durable = phases.lap();
+    if let Some(reason) = unrecorded {
+        give_back(agent, req, b).await;
+        return Err(unreport(
+            agent,
+            who.pod.as_ref(),
+            who.annotation_key.as_deref(),
+            deadline,
+            reason,
+        )
+        .await);
+    }
+    Ok(())
+}
+
+/// Why the attachment's record is not on disk, after waiting for it within
+/// the ADD's deadline; `None` once it is.
+pub(super) async fn unrecorded(
+    handle: &super::registry::Handle,
+    deadline: (tokio::time::Instant, Duration),
+) -> Option<String> {
     let left = deadline
         .0
         .saturating_duration_since(tokio::time::Instant::now());
-    let reason = match b.handle.persisted(PERSIST_WAIT.min(left)).await {
+    match handle.persisted(PERSIST_WAIT.min(left)).await {
         Durable::Saved => None,
         Durable::Failed(e) => Some(crate::rpc::format_chain(&*e)),
         Durable::Pending => Some(format!(
             "the write did not finish within {:?} (or the lease ended before it was written)",
             PERSIST_WAIT.min(left)
         )),
-    };
-    phases.durable = phases.lap();
-    if let Some(reason) = reason {
-        give_back(agent, req, b).await;
-        if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)
-            && let Err(e) = kube_within(
-                agent,
-                deadline,
-                || {
-                    format!(
-                        "removing the pod-networks entry of pod {}/{}",
-                        p.namespace, p.name
-                    )
-                },
-                agent
-                    .pod_api
-                    .remove_network_entry(&p.namespace, &p.name, key),
-            )
-            .await
-        {
-            warn!(error = %crate::rpc::format_chain(&e),
-                "could not remove the pod-networks entry of an ADD whose lease was not recorded");
-        }
-        return Err(Error::Persist {
-            dir: agent.args.state_dir.clone(),
-            reason,
-        });
     }
-    Ok(())
+}
+
+/// An ADD whose lease could not be recorded (and was given back): remove
+/// the address it reported, and name the state directory in its error.
+pub(super) async fn unreport(
+    agent: &Agent,
+    pod: Option<&PodRef>,
+    annotation_key: Option<&str>,
+    deadline: (tokio::time::Instant, Duration),
+    reason: String,
+) -> Error {
+    if let (Some(p), Some(key)) = (pod, annotation_key)
+        && let Err(e) = kube_within(
+            agent,
+            deadline,
+            || {
+                format!(
+                    "removing the pod-networks entry of pod {}/{}",
+                    p.namespace, p.name
+                )
+            },
+            agent
+                .pod_api
+                .remove_network_entry(&p.namespace, &p.name, key),
+        )
+        .await
+    {
+        warn!(error = %crate::rpc::format_chain(&e),
+            "could not remove the pod-networks entry of an ADD whose lease was not recorded");
+    }
+    Error::Persist {
+        dir: agent.args.state_dir.clone(),
+        reason,
+    }
 }
 
 /// Puts the DHCP guard on the host end of the attachment's port. A port the

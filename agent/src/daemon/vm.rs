@@ -180,6 +180,7 @@ pub(crate) async fn add_vfio(
     req: &CniRequest,
     vm: VmPod,
     pci: PciAddr,
+    deadline: (tokio::time::Instant, std::time::Duration),
 ) -> Result<CniResult, Error> {
     let who = pod_label(vm.pod.as_ref());
     let ns = vm.pod.as_ref().map_or("", |p| p.namespace.as_str());
@@ -237,6 +238,20 @@ pub(crate) async fn add_vfio(
             &handle,
             &lease,
             super::add::kube(agent, source),
+        )
+        .await);
+    }
+    // Answer only once the record is on disk, as for every ADD: a restarted
+    // agent answers this VM's CHECK and DEL from it. The VM owns its lease
+    // (no RELEASE); the reported address is taken back.
+    if let Some(reason) = super::add::unrecorded(&handle, deadline).await {
+        acquire::abandon(agent, &req.container_id, &req.ifname, &handle, false).await;
+        return Err(super::add::unreport(
+            agent,
+            vm.pod.as_ref(),
+            vm.annotation_key.as_deref(),
+            deadline,
+            reason,
         )
         .await);
     }
