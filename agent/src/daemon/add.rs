@@ -550,7 +550,13 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
             // the lease is released through the uplink that carried it.
             release_through_uplink(agent, rec);
         }
-        agent.leases.stop(h, release).await;
+        let took = agent.leases.stop(h, release).await;
+        if release && h.is_running() && !took {
+            // The same, when the task parked between the lookup above and
+            // the stop (the interface went just before DEL).
+            let rec = lock(&h.live).record.clone();
+            release_through_uplink(agent, &rec);
+        }
         agent
             .leases
             .forget(&req.container_id, &req.ifname, h.generation);

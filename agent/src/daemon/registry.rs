@@ -241,17 +241,23 @@ impl Registry {
     }
 
     /// Stop a lease task (RELEASE first when `release`) and wait until it
-    /// has ended; a task already gone is fine.
-    pub(crate) async fn stop(&self, h: &Handle, release: bool) {
-        let Some(cmds) = &h.cmds else { return };
+    /// has ended; a task already gone is fine. Whether the task took the
+    /// command (`false`: it had ended on its own, e.g. parked because its
+    /// interface went just before, so it sent no RELEASE).
+    pub(crate) async fn stop(&self, h: &Handle, release: bool) -> bool {
+        let Some(cmds) = &h.cmds else { return false };
         let (ack, done) = oneshot::channel();
         // A send error means the task is gone; a dropped ack means it ended
         // without reading the command. Either way it holds nothing any more.
-        if cmds.send(Command::Stop { release, ack }).await.is_ok()
-            && tokio::time::timeout(STOP_WAIT, done).await.is_err()
-        {
+        if cmds.send(Command::Stop { release, ack }).await.is_err() {
+            return false;
+        }
+        if let Ok(acked) = tokio::time::timeout(STOP_WAIT, done).await {
+            acked.is_ok()
+        } else {
             warn!("lease task did not stop within {STOP_WAIT:?}");
             self.svc.metrics.failure("stop_timeout");
+            true
         }
     }
 
