@@ -787,38 +787,72 @@ fn vfio_seed(vm_mac: &str, nad: &str) -> Value {
     })
 }
 
+/// A node with one VF behind the fake sysfs (`mlx5_core`, bound to
+/// `vfio-pci`), its netdev in the lab's client namespace, a dnsmasq, a
+/// launcher pod namespace and an agent on it all. Fields drop in order:
+/// the agent first.
+struct VfioNode {
+    agent: TestAgent,
+    fake: FakeVf,
+    launcher: NetNs,
+    _tree: tempfile::TempDir,
+    dnsmasq: Dnsmasq,
+    lab: Lab,
+}
+
+impl VfioNode {
+    fn start(vm_mac: &str, nad: &str, tweak: impl FnOnce(&mut AgentArgs)) -> Self {
+        let lab = Lab::builder().clients(1).client_ifname(VF_NETDEV).build();
+        let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+        // The node's host namespace, holding the VF netdev (down, as after
+        // a bind).
+        let host = &lab.clients[0];
+        host.ns.ip(&["link", "set", VF_NETDEV, "down"]);
+        let launcher = NetNs::new();
+        let tree = tempfile::Builder::new()
+            .prefix("xdt-vm-sysfs-")
+            .tempdir()
+            .unwrap();
+        // The fake kernel watches the agent's journal dir, known once the
+        // agent's flags are.
+        let seed = vfio_seed(vm_mac, nad);
+        let sysfs_root = tree.path().join("sys");
+        let mut fake: Option<FakeVf> = None;
+        let agent = TestAgent::start(Some(host.ns.path()), &seed, |a| {
+            fake = Some(FakeVf::new(
+                tree.path(),
+                &a.state_dir,
+                (0x15b3, 0x101e),
+                "mlx5_core",
+            ));
+            a.sysfs_root.clone_from(&sysfs_root);
+            a.vfio_netdev_timeout = Duration::from_secs(5);
+            tweak(a);
+        });
+        Self {
+            agent,
+            fake: fake.expect("fake sysfs built"),
+            launcher,
+            _tree: tree,
+            dnsmasq,
+            lab,
+        }
+    }
+}
+
 #[test]
 fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
     const VM_MAC: &str = "02:00:00:00:20:09";
     const NAD: &str = "localnet-dhcp-vfio";
-    let lab = Lab::builder().clients(1).client_ifname(VF_NETDEV).build();
-    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    // The node's host namespace, holding the VF netdev (down, as after a bind).
+    let node = VfioNode::start(VM_MAC, NAD, |a| a.datapath = DatapathChoice::Auto);
+    let (agent, fake, launcher, dnsmasq, lab) = (
+        &node.agent,
+        &node.fake,
+        &node.launcher,
+        &node.dnsmasq,
+        &node.lab,
+    );
     let host = &lab.clients[0];
-    host.ns.ip(&["link", "set", VF_NETDEV, "down"]);
-    let launcher = NetNs::new();
-
-    let tree = tempfile::Builder::new()
-        .prefix("xdt-vm-sysfs-")
-        .tempdir()
-        .unwrap();
-    // The fake kernel watches the agent's journal dir, known once the
-    // agent's flags are.
-    let seed = vfio_seed(VM_MAC, NAD);
-    let sysfs_root = tree.path().join("sys");
-    let mut fake: Option<FakeVf> = None;
-    let agent = TestAgent::start(Some(host.ns.path()), &seed, |a| {
-        fake = Some(FakeVf::new(
-            tree.path(),
-            &a.state_dir,
-            (0x15b3, 0x101e),
-            "mlx5_core",
-        ));
-        a.sysfs_root.clone_from(&sysfs_root);
-        a.vfio_netdev_timeout = Duration::from_secs(5);
-        a.datapath = DatapathChoice::Auto;
-    });
-    let fake = fake.expect("fake sysfs built");
 
     let req = request(
         "ctr-vfio",
@@ -911,31 +945,12 @@ fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
 fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory() {
     const VM_MAC: &str = "02:00:00:00:20:0b";
     const NAD: &str = "localnet-dhcp-vfio";
-    let lab = Lab::builder().clients(1).client_ifname(VF_NETDEV).build();
-    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    let host = &lab.clients[0];
-    host.ns.ip(&["link", "set", VF_NETDEV, "down"]);
-    let launcher = NetNs::new();
-    let tree = tempfile::Builder::new()
-        .prefix("xdt-vm-sysfs-")
-        .tempdir()
-        .unwrap();
-    let seed = vfio_seed(VM_MAC, NAD);
-    let sysfs_root = tree.path().join("sys");
-    let mut fake: Option<FakeVf> = None;
+    // Declared first: unmounted after the agent has stopped.
     let mut leases_fs: Option<Tmpfs> = None;
-    let agent = TestAgent::start(Some(host.ns.path()), &seed, |a| {
-        fake = Some(FakeVf::new(
-            tree.path(),
-            &a.state_dir,
-            (0x15b3, 0x101e),
-            "mlx5_core",
-        ));
+    let node = VfioNode::start(VM_MAC, NAD, |a| {
         leases_fs = Some(Tmpfs::mount_at(&a.state_dir.join("leases"), "1m"));
-        a.sysfs_root.clone_from(&sysfs_root);
-        a.vfio_netdev_timeout = Duration::from_secs(5);
     });
-    let fake = fake.expect("fake sysfs built");
+    let (agent, fake, launcher, dnsmasq) = (&node.agent, &node.fake, &node.launcher, &node.dnsmasq);
     leases_fs.as_ref().expect("tmpfs mounted").remount(true);
 
     let req = request(
