@@ -275,6 +275,26 @@ pub const CONTAINER_ENGINES: &[&str] = &["podman", "docker", "buildah"];
 /// The directory of the Debian CNI plugins (a `CNI_PATH` entry).
 pub const CNI_PLUGIN_DIR: &str = "/usr/lib/cni";
 
+/// Whether `key` is one of the variables cargo sets for the one target it
+/// builds or runs (its package's name and manifest, `OUT_DIR`…). A cargo
+/// started from such a process (`cargo xtask`, a test building a binary)
+/// must not inherit them: build scripts that watch them (ring's) would see
+/// another environment than a cargo started from a shell and rerun, and
+/// two such builds would keep rebuilding each other's artifacts.
+pub fn is_cargo_target_env(key: &str) -> bool {
+    key == "OUT_DIR"
+        || key == "CARGO_PRIMARY_PACKAGE"
+        || key == "CARGO_TARGET_TMPDIR"
+        || [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|p| key.starts_with(p))
+}
+
 /// The table entry for `name`, if there is one.
 pub fn find(name: &str) -> Option<&'static Program> {
     PROGRAMS.iter().find(|p| p.name == name)
@@ -283,6 +303,29 @@ pub fn find(name: &str) -> Option<&'static Program> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cargo_target_variables_are_told_from_the_user_s() {
+        for k in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_LINKS",
+            "CARGO_BIN_EXE_xdhcp",
+            "CARGO_CRATE_NAME",
+            "OUT_DIR",
+        ] {
+            assert!(is_cargo_target_env(k), "{k}");
+        }
+        for k in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "PATH",
+            "RUSTFLAGS",
+        ] {
+            assert!(!is_cargo_target_env(k), "{k}");
+        }
+    }
 
     #[test]
     fn names_are_unique_and_cni_plugins_live_in_the_plugin_dir() {

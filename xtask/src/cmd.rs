@@ -24,7 +24,19 @@ pub fn executable(name: &str) -> &'static str {
 
 /// A [`Command`] for the table program `name` ([`executable`]).
 pub fn program(name: &str) -> Command {
-    Command::new(executable(name))
+    let mut cmd = Command::new(executable(name));
+    if name == "cargo" {
+        // `cargo xtask` ran us with cargo's per-target variables set; the
+        // cargo we start must see a shell's environment, as the cargo the
+        // tests start does (`xdhcp_common::programs::is_cargo_target_env`).
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if xdhcp_common::programs::is_cargo_target_env(&key) {
+                cmd.env_remove(&*key);
+            }
+        }
+    }
+    cmd
 }
 
 /// The workspace root (xtask lives one level below it).

@@ -52,18 +52,7 @@ fn build_bin(package: &str, name: &str) -> PathBuf {
     // and inner builds would rebuild each other's artifacts.
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
-        if key == "OUT_DIR"
-            || [
-                "CARGO_PKG_",
-                "CARGO_MANIFEST_",
-                "CARGO_BIN_",
-                "CARGO_CRATE_",
-            ]
-            .iter()
-            .any(|p| key.starts_with(p))
-            || key == "CARGO_PRIMARY_PACKAGE"
-            || key == "CARGO_TARGET_TMPDIR"
-        {
+        if xdhcp_common::programs::is_cargo_target_env(&key) {
             cargo.env_remove(&*key);
         }
     }
