@@ -134,6 +134,26 @@ impl NetNs {
         ns
     }
 
+    /// Turns IPv6 off in this namespace, for the links created in it from
+    /// now on and the ones already there (`net.ipv6.conf.{default,all}.
+    /// disable_ipv6`, written from a thread inside the namespace: the
+    /// `net` sysctls are the writer's namespace's).
+    #[track_caller]
+    pub fn disable_ipv6(&self) {
+        let path = self.path.clone();
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).expect("open the namespace");
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("enter the namespace");
+            for conf in ["default", "all"] {
+                std::fs::write(format!("/proc/sys/net/ipv6/conf/{conf}/disable_ipv6"), "1")
+                    .expect("turn IPv6 off");
+            }
+        })
+        .join()
+        .expect("the IPv6 sysctl thread panicked");
+    }
+
     /// The namespace name (`ip netns` name).
     pub fn name(&self) -> &str {
         &self.name
@@ -506,6 +526,7 @@ pub struct LabBuilder {
     prefix_len: u8,
     client_ifname: String,
     behind_uplink: bool,
+    without_ipv6: bool,
 }
 
 impl Default for LabBuilder {
@@ -515,6 +536,7 @@ impl Default for LabBuilder {
             server_ip: Ipv4Addr::new(192, 0, 2, 1),
             prefix_len: 24,
             client_ifname: "eth0".to_owned(),
+            without_ipv6: false,
             behind_uplink: false,
         }
     }
@@ -551,13 +573,31 @@ impl LabBuilder {
         self
     }
 
+    /// IPv6 off in every namespace of the lab before its links exist: no
+    /// link-local addresses, so no router solicitations, DAD or MLD reports,
+    /// each of which a bridge with a thousand ports floods to every port
+    /// (the kernel's input backlog then drops packets machine-wide, DHCP
+    /// ones among them). For the benches with hundreds of clients.
+    #[must_use]
+    pub fn without_ipv6(mut self) -> Self {
+        self.without_ipv6 = true;
+        self
+    }
+
     /// Creates the namespaces, bridge and veths.
     #[track_caller]
     pub fn build(self) -> Lab {
-        let server = NetNs::new();
+        let new_ns = || {
+            let ns = NetNs::new();
+            if self.without_ipv6 {
+                ns.disable_ipv6();
+            }
+            ns
+        };
+        let server = new_ns();
         let bridge = Bridge::new(&server, Lab::BRIDGE);
         let uplink = if self.behind_uplink {
-            let ns = NetNs::new();
+            let ns = new_ns();
             let veth = Veth::new(&server, Lab::UPLINK, &ns, Lab::SERVER_IF);
             bridge.attach(Lab::UPLINK);
             ns.add_addr(Lab::SERVER_IF, self.server_ip, self.prefix_len);
@@ -570,6 +610,7 @@ impl LabBuilder {
         for i in 0..self.clients {
             clients.push(Lab::make_client(
                 &server,
+                new_ns(),
                 &bridge,
                 &format!("c{i}"),
                 &self.client_ifname,
@@ -625,14 +666,19 @@ impl Lab {
     #[track_caller]
     pub fn add_client(&mut self, ifname: &str) -> &LabClient {
         let port = format!("c{}", self.clients.len());
-        let client = Self::make_client(&self.server, &self.bridge, &port, ifname);
+        let client = Self::make_client(&self.server, NetNs::new(), &self.bridge, &port, ifname);
         self.clients.push(client);
         self.clients.last().expect("just pushed")
     }
 
     #[track_caller]
-    fn make_client(server: &NetNs, bridge: &Bridge, port: &str, ifname: &str) -> LabClient {
-        let ns = NetNs::new();
+    fn make_client(
+        server: &NetNs,
+        ns: NetNs,
+        bridge: &Bridge,
+        port: &str,
+        ifname: &str,
+    ) -> LabClient {
         let veth = Veth::new(server, port, &ns, ifname);
         bridge.attach(port);
         let mac = ns.mac(ifname);
