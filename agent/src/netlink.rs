@@ -463,6 +463,11 @@ pub struct VethPeer {
     pub in_namespace: bool,
 }
 
+/// What a trip that opened a pod's link found out about its veth peer
+/// ([`veth_peer_here`]), for the DHCP guard; `None` when that trip did not
+/// look (the guard then makes a trip of its own).
+pub type PeerLookup = Option<io::Result<Option<VethPeer>>>;
+
 /// The peer of veth `ifname` in the calling thread's namespace (`None`:
 /// not a veth, or no peer), and whether the peer lives in the namespace
 /// `ns` refers to (an open `/proc/.../ns/net` or `/var/run/netns/...`

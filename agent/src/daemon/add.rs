@@ -505,7 +505,7 @@ pub(crate) async fn guard_port(
     netns: &std::path::Path,
     config: &NetworkConfig,
     vm_mac: Option<[u8; 6]>,
-    peer: super::guard::PeerLookup,
+    peer: crate::netlink::PeerLookup,
 ) {
     let policy = super::guard::port_policy(&config.ipam.dhcp_guard, vm_mac);
     match agent
@@ -545,15 +545,11 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
     let record = handle.as_ref().map(|h| lock(&h.live).record.clone());
     if let (Some(h), Some(rec)) = (&handle, &record) {
         let release = rec.workload == WorkloadKind::Pod;
-        if release && !h.is_running() {
-            // The pod interface went before DEL (the bridge plugin's order):
-            // the lease is released through the uplink that carried it.
-            release_through_uplink(agent, rec);
-        }
-        let took = agent.leases.stop(h, release).await;
-        if release && h.is_running() && !took {
-            // The same, when the task parked between the lookup above and
-            // the stop (the interface went just before DEL).
+        // A task that did not take the Stop (parked: the pod interface went
+        // before DEL, the bridge plugin's order, whether before the lookup
+        // above or just after it) sent no RELEASE: the lease is released
+        // through the uplink that carried it.
+        if !agent.leases.stop(h, release).await && release {
             let rec = lock(&h.live).record.clone();
             release_through_uplink(agent, &rec);
         }

@@ -370,16 +370,7 @@ impl Capture {
     /// its `target` when it ends). `None` when no live uplink has that
     /// index (detached meanwhile).
     pub(crate) fn adopt_uplink(&self, ifindex: u32) -> Option<UplinkPath> {
-        let u = self.uplink_at(ifindex)?;
-        let mut targets = lock(&self.targets);
-        let e = targets.get_mut(&u.target)?;
-        e.users += 1;
-        Some(UplinkPath {
-            name: u.name.clone(),
-            target: u.target.clone(),
-            sub: e.state.subscribe(),
-            ifindex: Some(ifindex),
-        })
+        self.follow_uplink(self.uplink_at(ifindex)?)
     }
 
     /// A lease resumed from a record that names uplink `name` follows that
@@ -390,7 +381,12 @@ impl Capture {
     /// the per-interface path until a reply moves it.
     pub(crate) fn resume_on_uplink(&self, name: &str) -> Option<UplinkPath> {
         self.kernel.as_ref()?;
-        let u = self.uplinks.iter().find(|u| &*u.name == name)?;
+        self.follow_uplink(self.uplinks.iter().find(|u| &*u.name == name)?)
+    }
+
+    /// One more lease follows uplink `u`: its state, and its ifindex while
+    /// it is live.
+    fn follow_uplink(&self, u: &UplinkEntry) -> Option<UplinkPath> {
         let mut targets = lock(&self.targets);
         let e = targets.get_mut(&u.target)?;
         e.users += 1;

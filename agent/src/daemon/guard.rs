@@ -21,7 +21,7 @@ use crate::bindings::LearnedStore;
 use crate::cli::{AgentArgs, GuardChoice};
 use crate::cni::config::DhcpGuardSpec;
 use crate::datapath::ebpf::{AttachTarget, EbpfDatapathError, Guard, GuardCounters, PortPolicy};
-use crate::netlink::{VethPeer, veth_peer_here};
+use crate::netlink::{PeerLookup, veth_peer_here};
 use crate::sys::netns::run_in_netns_async;
 
 /// Why a port could not be guarded.
@@ -312,11 +312,6 @@ impl GuardService {
             .collect()
     }
 }
-
-/// What the trip that opened a pod's link found out about its veth peer
-/// ([`crate::netlink::veth_peer_here`]), for the guard; `None` when that
-/// trip did not look (the guard then makes a trip of its own).
-pub(crate) type PeerLookup = Option<std::io::Result<Option<VethPeer>>>;
 
 /// The name, in the agent's namespace, of the peer of veth `ifname` in
 /// `netns`; `None` when `ifname` is not a veth or its peer is elsewhere.

@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use tracing::debug;
 use xdhcp_engine::Transmit;
 
-use super::guard::PeerLookup;
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
 use crate::datapath::rawsock::{
     LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno, link_info_with,
 };
+use crate::netlink::PeerLookup;
 use crate::sys::netns::run_in_netns_async;
 
 /// Failure opening or using a link.

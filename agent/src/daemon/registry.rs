@@ -39,12 +39,6 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    /// Whether a lease task runs for this attachment (not a finished VM
-    /// discovery, nor a lease parked after its interface went).
-    pub(crate) fn is_running(&self) -> bool {
-        self.cmds.is_some()
-    }
-
     /// Wait until the first lease's write has ended (at most `within`):
     /// [`Durable::Saved`] or [`Durable::Failed`], or [`Durable::Pending`]
     /// when it had not ended by then (or the task ended without writing).
