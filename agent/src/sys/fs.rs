@@ -26,15 +26,22 @@ pub(crate) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<File> {
 
 /// Replace the content of `path` (created with mode 0600 if absent) with
 /// `bytes`; a symlink planted in its place is refused, not followed.
+///
+/// The old content is overwritten and the file then cut to the new length,
+/// not truncated to nothing first: on ext4 a file truncated to zero and
+/// written again has its blocks allocated and written out when it is
+/// closed or renamed (`auto_da_alloc`), which put a synchronous block
+/// allocation on every caller's path, `fsync` or not.
 pub(crate) fn rewrite(path: &Path, bytes: &[u8]) -> io::Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
     file.write_all(bytes)?;
+    file.set_len(bytes.len() as u64)?;
     Ok(file)
 }
 
@@ -122,6 +129,20 @@ mod tests {
         let err = rewrite(&spare, b"evil").unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn rewrite_leaves_exactly_the_new_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let spare = dir.path().join("spare");
+        rewrite(&spare, b"a longer first document").unwrap();
+        rewrite(&spare, b"short").unwrap();
+        assert_eq!(std::fs::read(&spare).unwrap(), b"short");
+        rewrite(&spare, b"longer again, past the old end").unwrap();
+        assert_eq!(
+            std::fs::read(&spare).unwrap(),
+            b"longer again, past the old end"
+        );
     }
 
     #[test]
