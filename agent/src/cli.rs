@@ -191,6 +191,14 @@ pub struct AgentArgs {
     /// Wait after DHCPDECLINE before restarting (RFC 2131 §3.1: ≥ 10s).
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub decline_delay: Duration,
+    /// New acquisitions in flight per network at once (the rest queue, in
+    /// arrival order, for their first DISCOVER); 0 admits every one at once.
+    #[arg(long, default_value_t = 4)]
+    pub acquisitions_per_network: usize,
+    /// The longest one acquisition keeps its network's slot without an
+    /// answer (then it goes on retransmitting outside the queue).
+    #[arg(long, value_parser = duration, default_value = "500ms")]
+    pub acquisition_slot_hold: Duration,
     /// Random delay before the first DISCOVER, uniform in [0, this].
     #[arg(long, value_parser = duration, default_value = "0s")]
     pub init_delay_max: Duration,

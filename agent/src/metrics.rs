@@ -158,6 +158,7 @@ pub(crate) struct Metrics {
     guard_dropped: Family<GuardLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_passed: Family<PortLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_ports: Gauge,
+    acquisitions_queued: Gauge,
     bindings: Family<SourceLabel, Gauge>,
     binding_info: Family<BindingLabel, Gauge>,
 }
@@ -199,6 +200,7 @@ impl Metrics {
         let guard_dropped = Family::default();
         let guard_passed = Family::default();
         let guard_ports = Gauge::default();
+        let acquisitions_queued = Gauge::default();
         let bindings = Family::<SourceLabel, Gauge>::default();
         let binding_info = Family::<BindingLabel, Gauge>::default();
         root.register(
@@ -225,6 +227,11 @@ impl Metrics {
             "guard_ports",
             "Workload ports under the DHCP guard",
             guard_ports.clone(),
+        );
+        root.register(
+            "acquisitions_queued",
+            "New acquisitions waiting for one of their network's slots before their first DISCOVER",
+            acquisitions_queued.clone(),
         );
         root.register("leases", "Leases by DHCP client state", leases.clone());
         root.register(
@@ -301,6 +308,7 @@ impl Metrics {
             guard_dropped,
             guard_passed,
             guard_ports,
+            acquisitions_queued,
             bindings,
             binding_info,
         }
@@ -445,6 +453,12 @@ impl Metrics {
     }
 
     /// Whether some capture path is lost right now.
+    /// The gauge of acquisitions waiting for a slot ([`crate::daemon`]'s
+    /// pacing keeps it).
+    pub(crate) fn acquisitions_queued(&self) -> Gauge {
+        self.acquisitions_queued.clone()
+    }
+
     pub(crate) fn set_capture_degraded(&self, degraded: bool) {
         self.capture_degraded.set(i64::from(degraded));
     }

@@ -59,6 +59,12 @@ pub(crate) async fn acquire(
     cfg.validate()
         .map_err(|source| Error::ClientConfig { source })?;
     let timeout = cfg.acquire_timeout;
+    // Admitted by the network's pacing before the first DISCOVER; the
+    // engine's clock starts then.
+    let asked = Instant::now();
+    let slot = agent.pacing.admit(&rec.config.name).await;
+    tracing::debug!(network = %rec.config.name, waited_us = asked.elapsed().as_micros(),
+        "acquisition admitted");
     let client = Client::new(cfg, Instant::now(), seed());
     let (cid, ifname) = (rec.container_id.clone(), rec.ifname.clone());
     let (tx, rx) = oneshot::channel();
@@ -73,7 +79,9 @@ pub(crate) async fn acquire(
                 source,
             }
         })?;
-    let outcome = tokio::time::timeout(timeout + ADD_MARGIN, rx).await;
+    let outcome = slot
+        .hold_during(tokio::time::timeout(timeout + ADD_MARGIN, rx))
+        .await;
     let failure = match outcome {
         Ok(Ok(Outcome::Bound(lease))) => return Ok((handle, lease)),
         Ok(Ok(Outcome::Failed(source))) => Error::NoLease {

@@ -7,6 +7,7 @@ use xdhcp_engine::ClientConfig;
 use super::capture::Capture;
 use super::guard::GuardService;
 use super::lease::task::Services;
+use super::pacing::Pacing;
 use super::registry::Registry;
 use crate::cli::AgentArgs;
 use crate::kube::PodApi;
@@ -26,6 +27,8 @@ pub(crate) struct Agent {
     pub(crate) leases: Arc<Registry>,
     /// The DHCP guard on workload ports.
     pub(crate) guard: Arc<GuardService>,
+    /// How many new acquisitions each network admits at once.
+    pub(crate) pacing: Pacing,
 }
 
 impl Agent {

@@ -23,6 +23,7 @@ mod error;
 mod guard;
 mod lease;
 mod link;
+mod pacing;
 mod recover;
 mod registry;
 mod server;
@@ -225,6 +226,11 @@ async fn run_on(
             guard::GuardService::start(&args_guard)
                 .map_err(|source| DaemonError::Bindings { source })?,
         ),
+        pacing: pacing::Pacing::new(
+            args_guard.acquisitions_per_network,
+            args_guard.acquisition_slot_hold,
+            svc.metrics.acquisitions_queued(),
+        ),
         svc,
     });
 
@@ -241,24 +247,7 @@ async fn run_on(
     health.set_recovered();
 
     if let Some(addr) = agent.args.metrics_addr {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                let app = crate::metrics::router(metrics.clone(), health.clone());
-                let t = token.clone();
-                info!(%addr, "serving /metrics, /healthz, /readyz");
-                side.spawn(async move {
-                    if let Err(e) = axum::serve(l, app)
-                        .with_graceful_shutdown(async move { t.cancelled().await })
-                        .await
-                    {
-                        error!(error = %e, "metrics server failed");
-                    }
-                });
-            }
-            Err(e) => {
-                error!(%addr, error = %e, "cannot bind the metrics address; metrics disabled");
-            }
-        }
+        serve_metrics(addr, &metrics, &health, &token, &mut side).await;
     }
 
     let mut servers = serve(listeners, &agent, &token);
@@ -293,6 +282,35 @@ async fn run_on(
     }
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until `token` is
+/// cancelled; an address that cannot be bound is logged and skipped.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+    token: &CancellationToken,
+    side: &mut JoinSet<()>,
+) {
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => {
+            let app = crate::metrics::router(metrics.clone(), health.clone());
+            let t = token.clone();
+            info!(%addr, "serving /metrics, /healthz, /readyz");
+            side.spawn(async move {
+                if let Err(e) = axum::serve(l, app)
+                    .with_graceful_shutdown(async move { t.cancelled().await })
+                    .await
+                {
+                    error!(error = %e, "metrics server failed");
+                }
+            });
+        }
+        Err(e) => {
+            error!(%addr, error = %e, "cannot bind the metrics address; metrics disabled");
+        }
+    }
 }
 
 /// Before exit: lease records are durable when saved, but the embedded pod

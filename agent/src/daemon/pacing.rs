@@ -1,0 +1,230 @@
+//! How many new acquisitions talk to a network's DHCP server at once.
+//!
+//! A burst of ADDs (a node draining onto this one, a deployment scaled up)
+//! would otherwise put every DISCOVER on the wire in the same millisecond.
+//! On a localnet network each DISCOVER and each REQUEST of a fresh
+//! acquisition is a broadcast the bridge floods to every port, and the
+//! server answers one client at a time anyway: dnsmasq is single-threaded,
+//! writes its lease file on every ACK, and without its ping check offers
+//! the same free address to clients that ask at the same instant, so all
+//! but one of them get a DHCPNAK and start over. So each network admits a few
+//! acquisitions at a time and queues the rest, in arrival order.
+//!
+//! A slot is held from the first DISCOVER until the acquisition's first
+//! outcome (BOUND or failure), and never longer than a hold limit: an
+//! acquisition whose server does not answer gives its slot up after the
+//! limit and goes on retransmitting outside the queue, so one silent server
+//! delays the others of its network by at most that limit each. Networks
+//! are paced separately (by the CNI network name): a slow server on one
+//! does not hold up another. Renewals, rebinds and RELEASEs are not paced:
+//! they are unicast, and a lease's renewal times are already spread.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The acquisition slots of every network.
+#[derive(Debug)]
+pub(crate) struct Pacing {
+    /// Acquisitions in flight per network; 0 admits every one at once.
+    per_network: usize,
+    /// The longest a slot is held.
+    hold: Duration,
+    networks: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Acquisitions waiting for a slot, over every network (the
+    /// `acquisitions_queued` metric).
+    queued: Gauge,
+}
+
+/// An admitted acquisition's slot (none when pacing is off).
+#[derive(Debug)]
+pub(crate) struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    hold: Duration,
+}
+
+impl Pacing {
+    pub(crate) fn new(per_network: usize, hold: Duration, queued: Gauge) -> Self {
+        Self {
+            per_network,
+            hold,
+            networks: Mutex::new(HashMap::new()),
+            queued,
+        }
+    }
+
+    /// Wait for a slot on `network`: at once while fewer than the limit are
+    /// in flight there, else behind those that asked before.
+    pub(crate) async fn admit(&self, network: &str) -> Slot {
+        if self.per_network == 0 {
+            return Slot {
+                permit: None,
+                hold: self.hold,
+            };
+        }
+        let sem = {
+            let mut nets = self
+                .networks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            nets.entry(network.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_network)))
+                .clone()
+        };
+        // Counted while it waits, however the wait ends (an ADD may be
+        // abandoned in the queue).
+        self.queued.inc();
+        let queued = Queued(&self.queued);
+        // The semaphore is never closed, so this cannot fail.
+        let permit = sem.acquire_owned().await.ok();
+        drop(queued);
+        Slot {
+            permit,
+            hold: self.hold,
+        }
+    }
+
+    /// Acquisitions waiting for a slot, over every network.
+    #[cfg(test)]
+    fn waiting(&self) -> i64 {
+        self.queued.get()
+    }
+}
+
+/// Takes one off the queue gauge when dropped.
+struct Queued<'a>(&'a Gauge);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Slot {
+    /// Run `exchange` (the wait for an acquisition's first outcome) holding
+    /// the slot, which is given up when it ends or once the hold limit has
+    /// passed, whichever is first.
+    pub(crate) async fn hold_during<F: Future>(mut self, exchange: F) -> F::Output {
+        let exchange = std::pin::pin!(exchange);
+        let Some(permit) = self.permit.take() else {
+            return exchange.await;
+        };
+        let mut exchange = exchange;
+        tokio::select! {
+            biased;
+            out = &mut exchange => out,
+            () = tokio::time::sleep(self.hold) => {
+                drop(permit);
+                exchange.await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::time::Instant;
+
+    /// `n` acquisitions on `network`, each taking `each` to its outcome;
+    /// returns the most that were in flight at once and when each ended.
+    fn run(
+        pacing: &Arc<Pacing>,
+        network: &'static str,
+        n: usize,
+        each: Duration,
+        live: &Arc<AtomicUsize>,
+        peak: &Arc<AtomicUsize>,
+    ) -> Vec<tokio::task::JoinHandle<Duration>> {
+        let start = Instant::now();
+        (0..n)
+            .map(|_| {
+                let (pacing, live, peak) = (pacing.clone(), live.clone(), peak.clone());
+                tokio::spawn(async move {
+                    let slot = pacing.admit(network).await;
+                    slot.hold_during(async {
+                        let now = live.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(each).await;
+                        live.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await;
+                    start.elapsed()
+                })
+            })
+            .collect()
+    }
+
+    async fn ends(handles: Vec<tokio::task::JoinHandle<Duration>>) -> Vec<Duration> {
+        let mut out = Vec::new();
+        for h in handles {
+            out.push(h.await.expect("acquisition task"));
+        }
+        out.sort();
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_the_limit_are_in_flight_and_the_rest_follow_in_turn() {
+        let pacing = Arc::new(Pacing::new(2, Duration::from_secs(1), Gauge::default()));
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let h = run(&pacing, "net1", 6, Duration::from_millis(10), &live, &peak);
+        let ends = ends(h).await;
+        assert_eq!(peak.load(Ordering::SeqCst), 2);
+        // Three rounds of two, 10 ms each.
+        assert_eq!(ends.last().copied(), Some(Duration::from_millis(30)));
+        assert_eq!(pacing.waiting(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_gives_its_slot_up_after_the_hold_limit() {
+        let pacing = Arc::new(Pacing::new(1, Duration::from_millis(500), Gauge::default()));
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        // The first acquisition never hears back within 10 s; the second
+        // starts once the first has held its slot for 500 ms.
+        let slow = run(&pacing, "net1", 1, Duration::from_secs(10), &live, &peak);
+        tokio::task::yield_now().await;
+        let fast = run(&pacing, "net1", 1, Duration::from_millis(10), &live, &peak);
+        assert_eq!(ends(fast).await, vec![Duration::from_millis(510)]);
+        assert_eq!(ends(slow).await, vec![Duration::from_secs(10)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn networks_are_paced_apart() {
+        let pacing = Arc::new(Pacing::new(1, Duration::from_secs(5), Gauge::default()));
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let a = run(&pacing, "net1", 1, Duration::from_secs(2), &live, &peak);
+        let b = run(&pacing, "net2", 1, Duration::from_millis(10), &live, &peak);
+        assert_eq!(ends(b).await, vec![Duration::from_millis(10)]);
+        assert_eq!(ends(a).await, vec![Duration::from_secs(2)]);
+        assert_eq!(peak.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_of_zero_admits_every_acquisition_at_once() {
+        let pacing = Arc::new(Pacing::new(0, Duration::from_secs(1), Gauge::default()));
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let h = run(&pacing, "net1", 5, Duration::from_millis(10), &live, &peak);
+        assert_eq!(
+            ends(h).await.last().copied(),
+            Some(Duration::from_millis(10))
+        );
+        assert_eq!(peak.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_counts_the_queue() {
+        let pacing = Arc::new(Pacing::new(1, Duration::from_secs(5), Gauge::default()));
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let h = run(&pacing, "net1", 3, Duration::from_millis(100), &live, &peak);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(pacing.waiting(), 2);
+        ends(h).await;
+        assert_eq!(pacing.waiting(), 0);
+    }
+}
