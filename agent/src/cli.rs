@@ -193,7 +193,7 @@ pub struct AgentArgs {
     pub decline_delay: Duration,
     /// New acquisitions in flight per network at once (the rest queue, in
     /// arrival order, for their first DISCOVER); 0 admits every one at once.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub acquisitions_per_network: usize,
     /// The longest one acquisition keeps its network's slot without an
     /// answer (then it goes on retransmitting outside the queue).

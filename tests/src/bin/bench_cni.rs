@@ -32,7 +32,9 @@
 //! the thin plugin binary (`XDHCP_PLUGIN_BIN`), written to `cni-floor.md`;
 //! `XDHCP_BENCH_ONLY=xdhcp|upstream` one implementation (no ratios then);
 //! `XDHCP_BENCH_LOG_DIR` keeps the daemon logs (agent at
-//! `XDHCP_BENCH_RUST_LOG`) and per-ADD timings there.
+//! `XDHCP_BENCH_RUST_LOG`) and per-ADD timings there;
+//! `XDHCP_BENCH_AGENT_ARGS` adds flags to the agent's command line (e.g.
+//! `--acquisitions-per-network 0` to compare pacing settings).
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -645,6 +647,11 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
         },
         ..DaemonOptions::default()
     };
+    let mut opts = opts;
+    if let Ok(extra) = std::env::var("XDHCP_BENCH_AGENT_ARGS") {
+        opts.agent_args
+            .extend(extra.split_whitespace().map(str::to_owned));
+    }
     let mut single_execs = Vec::new();
     let mut server_doras = Vec::new();
     let mut singles = Vec::new();
