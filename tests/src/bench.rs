@@ -381,7 +381,8 @@ pub fn metric(text: &str, name: &str, label: &str) -> f64 {
                 .then(|| value.parse::<f64>().ok())
                 .flatten()
         })
-        .sum()
+        // Not `sum()`: a float sum of nothing is -0.0, printed "-0".
+        .fold(0.0, |total, v| total + v)
 }
 
 /// One line of a plot.
@@ -451,5 +452,21 @@ pub fn write_result(name: &str, text: &str) {
     if let Some(p) = results_path(name) {
         std::fs::write(&p, text).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
         progress_line(&format!("written to {}", p.display()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric;
+
+    #[test]
+    fn metric_sums_the_matching_samples_and_an_absent_one_is_plain_zero() {
+        let text = "# HELP xdhcp_failures_total x\n\
+                    xdhcp_failures_total{error=\"a\"} 2\n\
+                    xdhcp_failures_total{error=\"b\"} 3\n\
+                    xdhcp_renewals_total 7\n";
+        assert!((metric(text, "xdhcp_failures_total", "") - 5.0).abs() < f64::EPSILON);
+        assert!((metric(text, "xdhcp_failures_total", "error=\"b\"") - 3.0).abs() < f64::EPSILON);
+        assert_eq!(format!("{:.0}", metric(text, "xdhcp_naks_total", "")), "0");
     }
 }
