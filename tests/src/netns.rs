@@ -502,6 +502,9 @@ pub struct Lab {
     /// The bridge's namespace: the DHCP server listens on [`Lab::BRIDGE`]
     /// here, unless it is behind an uplink ([`Lab::dhcp_ns`]).
     pub server: NetNs,
+    /// IPv6 off in every namespace, those [`Lab::add_client`] adds
+    /// later too ([`LabBuilder::without_ipv6`]).
+    pub without_ipv6: bool,
     /// Server address on the bridge.
     pub server_ip: Ipv4Addr,
     /// Prefix length of the lab subnet.
@@ -621,6 +624,7 @@ impl LabBuilder {
             uplink,
             bridge,
             server,
+            without_ipv6: self.without_ipv6,
             server_ip: self.server_ip,
             prefix_len: self.prefix_len,
         }
@@ -666,7 +670,11 @@ impl Lab {
     #[track_caller]
     pub fn add_client(&mut self, ifname: &str) -> &LabClient {
         let port = format!("c{}", self.clients.len());
-        let client = Self::make_client(&self.server, NetNs::new(), &self.bridge, &port, ifname);
+        let ns = NetNs::new();
+        if self.without_ipv6 {
+            ns.disable_ipv6();
+        }
+        let client = Self::make_client(&self.server, ns, &self.bridge, &port, ifname);
         self.clients.push(client);
         self.clients.last().expect("just pushed")
     }

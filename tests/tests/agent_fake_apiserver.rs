@@ -369,7 +369,11 @@ fn migration_target_asks_for_the_address_the_source_pod_reported_fake_apiserver(
     let src_uid = api.server.add_pod(NS, SRC, &launcher, &[]);
     // First boot: nothing in the VMI status yet.
     api.server.put_vmi(vmi(None));
-    let mut lab = Lab::with_clients(1);
+    // IPv6 off: the VM's MAC is the source pod interface's own, so that
+    // interface's router solicitations and MLD reports would move the
+    // bridge's entry for it back to the source port, where a reply to the
+    // target would then go.
+    let mut lab = Lab::builder().clients(1).without_ipv6().build();
     let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
     let agent = api.agent();
 

@@ -109,11 +109,10 @@ impl Slot {
     /// the slot, which is given up when it ends or once the hold limit has
     /// passed, whichever is first.
     pub(crate) async fn hold_during<F: Future>(mut self, exchange: F) -> F::Output {
-        let exchange = std::pin::pin!(exchange);
+        let mut exchange = std::pin::pin!(exchange);
         let Some(permit) = self.permit.take() else {
             return exchange.await;
         };
-        let mut exchange = exchange;
         tokio::select! {
             biased;
             out = &mut exchange => out,
@@ -131,8 +130,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::time::Instant;
 
-    /// `n` acquisitions on `network`, each taking `each` to its outcome;
-    /// returns the most that were in flight at once and when each ended.
+    /// Start `n` acquisitions on `network`, each taking `each` to its
+    /// outcome once admitted, counting those in flight in `live` and the
+    /// most at once in `peak`; each task returns when it ended.
     fn run(
         pacing: &Arc<Pacing>,
         network: &'static str,
