@@ -152,6 +152,52 @@ fn apply_configures_and_check_sees_a_removed_address() {
     let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
 }
 
+/// A burst against a silent server: with one acquisition per network at a
+/// time, held until its outcome, an ADD with a shorter deadline than the
+/// one ahead of it never gets its slot and fails in time, saying it was
+/// queued and behind what.
+#[test]
+fn an_add_queued_behind_a_silent_server_fails_naming_its_network_and_the_queue() {
+    let lab = Lab::with_clients(2);
+    let agent = InProcessAgent::start_with(|a| {
+        a.acquisitions_per_network = 1;
+        a.acquisition_slot_hold = Duration::from_secs(30);
+    });
+    let first = request(
+        &lab.clients[0],
+        "pod-q1",
+        r#"{"type":"xdhcp","timeout":"6s"}"#,
+    );
+    let second = request(
+        &lab.clients[1],
+        "pod-q2",
+        r#"{"type":"xdhcp","timeout":"2s"}"#,
+    );
+    let t0 = Instant::now();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| agent.add(&first));
+        // The first is admitted before the second asks.
+        std::thread::sleep(Duration::from_millis(300));
+        let b = s.spawn(|| agent.add(&second));
+        (a.join().expect("first ADD"), b.join().expect("second ADD"))
+    });
+    let took = t0.elapsed();
+    let (code_a, msg_a) = agent_code(a.unwrap_err());
+    assert_eq!(code_a, code::DHCP_TIMEOUT, "{msg_a}");
+    assert!(msg_a.contains("heard nothing"), "{msg_a}");
+    let (code_b, msg_b) = agent_code(b.unwrap_err());
+    assert_eq!(code_b, code::DHCP_TIMEOUT, "{msg_b}");
+    assert!(
+        msg_b.contains("still waiting for one of network \"net1\"'s acquisition slots (1 ahead"),
+        "{msg_b}"
+    );
+    assert!(took < Duration::from_secs(11), "took {took:?}");
+    assert!(
+        agent.leases().is_empty(),
+        "failed ADDs leave nothing behind"
+    );
+}
+
 #[test]
 fn add_with_the_server_down_fails_within_the_timeout() {
     let lab = Lab::with_clients(1);

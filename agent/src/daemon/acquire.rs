@@ -27,6 +27,9 @@ use crate::workload::MacAddr;
 /// event (its deadline fires on a timer).
 const ADD_MARGIN: Duration = Duration::from_secs(3);
 
+/// The least an admitted acquisition gets to run, however long it queued.
+const MIN_ACQUIRE_LEFT: Duration = Duration::from_secs(1);
+
 /// What an acquisition is for.
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -59,12 +62,27 @@ pub(crate) async fn acquire(
     cfg.validate()
         .map_err(|source| Error::ClientConfig { source })?;
     let timeout = cfg.acquire_timeout;
-    // Admitted by the network's pacing before the first DISCOVER; the
-    // engine's clock starts then.
+    // Admitted by the network's pacing before the first DISCOVER, within
+    // the acquisition's deadline; the engine gets what is left of it.
     let asked = Instant::now();
-    let slot = agent.pacing.admit(&rec.config.name).await;
-    tracing::debug!(network = %rec.config.name, waited_us = asked.elapsed().as_micros(),
+    let slot = agent
+        .pacing
+        .admit_within(&rec.config.name, timeout)
+        .await
+        .map_err(|ahead| {
+            agent.metrics().failure("acquire_queued");
+            Error::Queued {
+                place: req.place.clone(),
+                network: rec.config.name.clone(),
+                ahead,
+                timeout,
+            }
+        })?;
+    let waited = asked.elapsed();
+    tracing::debug!(network = %rec.config.name, waited_us = waited.as_micros(),
         "acquisition admitted");
+    let mut cfg = cfg;
+    cfg.acquire_timeout = timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT);
     let client = Client::new(cfg, Instant::now(), seed());
     let (cid, ifname) = (rec.container_id.clone(), rec.ifname.clone());
     let (tx, rx) = oneshot::channel();

@@ -100,6 +100,18 @@ pub(crate) enum Error {
         #[source]
         source: Box<AcquireError>,
     },
+    /// The acquisition never got one of its network's slots by the
+    /// deadline: the acquisitions ahead of it were slow or unanswered.
+    #[error(
+        "no DHCP lease on {place} within {}s: still waiting for one of network {network:?}'s acquisition slots ({ahead} ahead, in flight or queued: its DHCP server answers slowly or not at all)",
+        timeout.as_secs()
+    )]
+    Queued {
+        place: Place,
+        network: String,
+        ahead: usize,
+        timeout: Duration,
+    },
     /// Nothing answered by the deadline (or the task ended without a word).
     #[error("no DHCP lease on {place} within {}s: heard nothing", timeout.as_secs())]
     Silent { place: Place, timeout: Duration },

@@ -57,6 +57,29 @@ impl Pacing {
         }
     }
 
+    /// [`Pacing::admit`] within `limit`; else how many were still queued
+    /// or in flight on `network` ahead of this one.
+    pub(crate) async fn admit_within(&self, network: &str, limit: Duration) -> Result<Slot, usize> {
+        match tokio::time::timeout(limit, self.admit(network)).await {
+            Ok(slot) => Ok(slot),
+            Err(_) => Err(self.ahead(network)),
+        }
+    }
+
+    /// Acquisitions in flight on `network` plus those waiting anywhere (the
+    /// queue gauge is not kept per network).
+    fn ahead(&self, network: &str) -> usize {
+        let in_flight = self
+            .networks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(network)
+            .map_or(0, |s| {
+                self.per_network.saturating_sub(s.available_permits())
+            });
+        in_flight + usize::try_from(self.queued.get()).unwrap_or(0)
+    }
+
     /// Wait for a slot on `network`: at once while fewer than the limit are
     /// in flight there, else behind those that asked before.
     pub(crate) async fn admit(&self, network: &str) -> Slot {
@@ -215,6 +238,37 @@ mod tests {
             Some(Duration::from_millis(10))
         );
         assert_eq!(peak.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquisition_queued_past_its_deadline_is_refused_with_the_queue_ahead() {
+        let pacing = Arc::new(Pacing::new(1, Duration::from_secs(5), Gauge::default()));
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        // One in flight for 10 s (holding its slot for the 5 s limit), one
+        // queued behind it.
+        let busy = run(&pacing, "net1", 2, Duration::from_secs(10), &live, &peak);
+        tokio::task::yield_now().await;
+        let refused = pacing.admit_within("net1", Duration::from_secs(2)).await;
+        assert_eq!(refused.err(), Some(2), "one in flight and one queued ahead");
+        assert_eq!(
+            pacing.waiting(),
+            1,
+            "a refused acquisition leaves the queue"
+        );
+        assert!(
+            pacing
+                .admit_within("net2", Duration::from_millis(1))
+                .await
+                .is_ok(),
+            "another network has its own slots"
+        );
+        ends(busy).await;
+        assert!(
+            pacing
+                .admit_within("net1", Duration::from_millis(1))
+                .await
+                .is_ok()
+        );
     }
 
     #[tokio::test(start_paused = true)]

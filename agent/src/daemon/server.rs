@@ -75,7 +75,7 @@ fn to_cni(e: &Error) -> CniError {
             (code::INTERFACE, false)
         }
         Error::NoLease { .. } => (code::DHCP_TIMEOUT, true),
-        Error::Silent { .. } => (code::DHCP_TIMEOUT, false),
+        Error::Silent { .. } | Error::Queued { .. } => (code::DHCP_TIMEOUT, false),
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
