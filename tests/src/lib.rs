@@ -161,6 +161,21 @@ mod tests {
     }
 
     #[test]
+    fn a_lab_without_ipv6_has_no_ipv6_address_in_any_client_added_later_too() {
+        let mut lab = Lab::builder().clients(1).without_ipv6().build();
+        lab.add_client("eth0");
+        for c in &lab.clients {
+            let v6 = c.ns.ip(&["-6", "addr", "show", "dev", &c.ifname]);
+            assert!(!v6.contains("inet6"), "{}: {v6}", c.ns.name());
+        }
+        // A lab with IPv6 on gets a link-local address on its clients.
+        let with = Lab::with_clients(1);
+        let c = &with.clients[0];
+        let v6 = c.ns.ip(&["-6", "addr", "show", "dev", &c.ifname]);
+        assert!(v6.contains("inet6 fe80"), "{v6}");
+    }
+
+    #[test]
     fn lab_connects_clients_to_server() {
         let lab = Lab::with_clients(2);
         let c = &lab.clients[1];

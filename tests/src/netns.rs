@@ -140,18 +140,12 @@ impl NetNs {
     /// `net` sysctls are the writer's namespace's).
     #[track_caller]
     pub fn disable_ipv6(&self) {
-        let path = self.path.clone();
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(&path).expect("open the namespace");
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                .expect("enter the namespace");
+        self.run_in(|| {
             for conf in ["default", "all"] {
                 std::fs::write(format!("/proc/sys/net/ipv6/conf/{conf}/disable_ipv6"), "1")
                     .expect("turn IPv6 off");
             }
-        })
-        .join()
-        .expect("the IPv6 sysctl thread panicked");
+        });
     }
 
     /// The namespace name (`ip netns` name).
@@ -590,13 +584,7 @@ impl LabBuilder {
     /// Creates the namespaces, bridge and veths.
     #[track_caller]
     pub fn build(self) -> Lab {
-        let new_ns = || {
-            let ns = NetNs::new();
-            if self.without_ipv6 {
-                ns.disable_ipv6();
-            }
-            ns
-        };
+        let new_ns = || Lab::new_ns(self.without_ipv6);
         let server = new_ns();
         let bridge = Bridge::new(&server, Lab::BRIDGE);
         let uplink = if self.behind_uplink {
@@ -670,13 +658,20 @@ impl Lab {
     #[track_caller]
     pub fn add_client(&mut self, ifname: &str) -> &LabClient {
         let port = format!("c{}", self.clients.len());
-        let ns = NetNs::new();
-        if self.without_ipv6 {
-            ns.disable_ipv6();
-        }
+        let ns = Self::new_ns(self.without_ipv6);
         let client = Self::make_client(&self.server, ns, &self.bridge, &port, ifname);
         self.clients.push(client);
         self.clients.last().expect("just pushed")
+    }
+
+    /// A new namespace of a lab, IPv6 off in it if the lab has it off.
+    #[track_caller]
+    fn new_ns(without_ipv6: bool) -> NetNs {
+        let ns = NetNs::new();
+        if without_ipv6 {
+            ns.disable_ipv6();
+        }
+        ns
     }
 
     #[track_caller]

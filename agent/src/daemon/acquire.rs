@@ -51,7 +51,7 @@ pub(crate) async fn acquire(
     link: Link,
 ) -> Result<(Handle, Lease), Error> {
     let rec = &req.record;
-    let cfg = client_config(
+    let mut cfg = client_config(
         agent,
         &rec.config,
         &rec.args,
@@ -81,7 +81,6 @@ pub(crate) async fn acquire(
     let waited = asked.elapsed();
     tracing::debug!(network = %rec.config.name, waited_us = waited.as_micros(),
         "acquisition admitted");
-    let mut cfg = cfg;
     cfg.acquire_timeout = timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT);
     let client = Client::new(cfg, Instant::now(), seed());
     let (cid, ifname) = (rec.container_id.clone(), rec.ifname.clone());

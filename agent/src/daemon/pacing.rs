@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,10 +35,17 @@ pub(crate) struct Pacing {
     per_network: usize,
     /// The longest a slot is held.
     hold: Duration,
-    networks: Mutex<HashMap<String, Arc<Semaphore>>>,
+    networks: Mutex<HashMap<String, Arc<Network>>>,
     /// Acquisitions waiting for a slot, over every network (the
     /// `acquisitions_queued` metric).
     queued: Gauge,
+}
+
+/// One network's slots, and how many wait for one.
+#[derive(Debug)]
+struct Network {
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
 }
 
 /// An admitted acquisition's slot (none when pacing is off).
@@ -57,8 +65,8 @@ impl Pacing {
         }
     }
 
-    /// [`Pacing::admit`] within `limit`; else how many were still queued
-    /// or in flight on `network` ahead of this one.
+    /// [`Pacing::admit`] within `limit`; else how many were still in
+    /// flight or queued on `network` ahead of this one.
     pub(crate) async fn admit_within(&self, network: &str, limit: Duration) -> Result<Slot, usize> {
         match tokio::time::timeout(limit, self.admit(network)).await {
             Ok(slot) => Ok(slot),
@@ -66,18 +74,33 @@ impl Pacing {
         }
     }
 
-    /// Acquisitions in flight on `network` plus those waiting anywhere (the
-    /// queue gauge is not kept per network).
+    /// Acquisitions in flight on `network` plus those waiting there.
     fn ahead(&self, network: &str) -> usize {
-        let in_flight = self
+        let nets = self
             .networks
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(network)
-            .map_or(0, |s| {
-                self.per_network.saturating_sub(s.available_permits())
-            });
-        in_flight + usize::try_from(self.queued.get()).unwrap_or(0)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        nets.get(network).map_or(0, |n| {
+            self.per_network.saturating_sub(n.slots.available_permits())
+                + n.waiting.load(Ordering::Relaxed)
+        })
+    }
+
+    /// Network `name`'s slots, made on its first acquisition.
+    fn network(&self, name: &str) -> Arc<Network> {
+        let mut nets = self
+            .networks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = nets.get(name) {
+            return n.clone();
+        }
+        let n = Arc::new(Network {
+            slots: Arc::new(Semaphore::new(self.per_network)),
+            waiting: AtomicUsize::new(0),
+        });
+        nets.insert(name.to_owned(), n.clone());
+        n
     }
 
     /// Wait for a slot on `network`: at once while fewer than the limit are
@@ -89,21 +112,12 @@ impl Pacing {
                 hold: self.hold,
             };
         }
-        let sem = {
-            let mut nets = self
-                .networks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            nets.entry(network.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.per_network)))
-                .clone()
-        };
+        let net = self.network(network);
         // Counted while it waits, however the wait ends (an ADD may be
         // abandoned in the queue).
-        self.queued.inc();
-        let queued = Queued(&self.queued);
+        let queued = Queued::new(&self.queued, &net.waiting);
         // The semaphore is never closed, so this cannot fail.
-        let permit = sem.acquire_owned().await.ok();
+        let permit = net.slots.clone().acquire_owned().await.ok();
         drop(queued);
         Slot {
             permit,
@@ -118,12 +132,25 @@ impl Pacing {
     }
 }
 
-/// Takes one off the queue gauge when dropped.
-struct Queued<'a>(&'a Gauge);
+/// One acquisition waiting for a slot: counted in the gauge and in its
+/// network while it lives.
+struct Queued<'a> {
+    gauge: &'a Gauge,
+    network: &'a AtomicUsize,
+}
+
+impl<'a> Queued<'a> {
+    fn new(gauge: &'a Gauge, network: &'a AtomicUsize) -> Self {
+        gauge.inc();
+        network.fetch_add(1, Ordering::Relaxed);
+        Self { gauge, network }
+    }
+}
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        self.0.dec();
+        self.gauge.dec();
+        self.network.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -150,37 +177,56 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::time::Instant;
 
-    /// Start `n` acquisitions on `network`, each taking `each` to its
-    /// outcome once admitted, counting those in flight in `live` and the
-    /// most at once in `peak`; each task returns when it ended.
-    fn run(
-        pacing: &Arc<Pacing>,
-        network: &'static str,
-        n: usize,
-        each: Duration,
-        live: &Arc<AtomicUsize>,
-        peak: &Arc<AtomicUsize>,
-    ) -> Vec<tokio::task::JoinHandle<Duration>> {
-        let start = Instant::now();
-        (0..n)
-            .map(|_| {
-                let (pacing, live, peak) = (pacing.clone(), live.clone(), peak.clone());
-                tokio::spawn(async move {
-                    let slot = pacing.admit(network).await;
-                    slot.hold_during(async {
-                        let now = live.fetch_add(1, Ordering::SeqCst) + 1;
-                        peak.fetch_max(now, Ordering::SeqCst);
-                        tokio::time::sleep(each).await;
-                        live.fetch_sub(1, Ordering::SeqCst);
+    /// A pacing under test, and how many of its acquisitions were in flight
+    /// (now, and at most at once).
+    struct Trial {
+        pacing: Arc<Pacing>,
+        live: Arc<AtomicUsize>,
+        peak: Arc<AtomicUsize>,
+    }
+
+    impl Trial {
+        fn new(per_network: usize, hold: Duration) -> Self {
+            Self {
+                pacing: Arc::new(Pacing::new(per_network, hold, Gauge::default())),
+                live: Arc::new(AtomicUsize::new(0)),
+                peak: Arc::new(AtomicUsize::new(0)),
+            }
+        }
+
+        /// Start `n` acquisitions on `network`, each taking `each` to its
+        /// outcome once admitted; each task returns when it ended.
+        fn run(
+            &self,
+            network: &'static str,
+            n: usize,
+            each: Duration,
+        ) -> Vec<tokio::task::JoinHandle<Duration>> {
+            let start = Instant::now();
+            (0..n)
+                .map(|_| {
+                    let (pacing, live, peak) =
+                        (self.pacing.clone(), self.live.clone(), self.peak.clone());
+                    tokio::spawn(async move {
+                        let slot = pacing.admit(network).await;
+                        slot.hold_during(async {
+                            let now = live.fetch_add(1, Ordering::SeqCst) + 1;
+                            peak.fetch_max(now, Ordering::SeqCst);
+                            tokio::time::sleep(each).await;
+                            live.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .await;
+                        start.elapsed()
                     })
-                    .await;
-                    start.elapsed()
                 })
-            })
-            .collect()
+                .collect()
+        }
+
+        fn peak(&self) -> usize {
+            self.peak.load(Ordering::SeqCst)
+        }
     }
 
     async fn ends(handles: Vec<tokio::task::JoinHandle<Duration>>) -> Vec<Duration> {
@@ -194,77 +240,74 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn at_most_the_limit_are_in_flight_and_the_rest_follow_in_turn() {
-        let pacing = Arc::new(Pacing::new(2, Duration::from_secs(1), Gauge::default()));
-        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let h = run(&pacing, "net1", 6, Duration::from_millis(10), &live, &peak);
-        let ends = ends(h).await;
-        assert_eq!(peak.load(Ordering::SeqCst), 2);
+        let t = Trial::new(2, Duration::from_secs(1));
+        let ends = ends(t.run("net1", 6, Duration::from_millis(10))).await;
+        assert_eq!(t.peak(), 2);
         // Three rounds of two, 10 ms each.
         assert_eq!(ends.last().copied(), Some(Duration::from_millis(30)));
-        assert_eq!(pacing.waiting(), 0);
+        assert_eq!(t.pacing.waiting(), 0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_server_gives_its_slot_up_after_the_hold_limit() {
-        let pacing = Arc::new(Pacing::new(1, Duration::from_millis(500), Gauge::default()));
-        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let t = Trial::new(1, Duration::from_millis(500));
         // The first acquisition never hears back within 10 s; the second
         // starts once the first has held its slot for 500 ms.
-        let slow = run(&pacing, "net1", 1, Duration::from_secs(10), &live, &peak);
+        let slow = t.run("net1", 1, Duration::from_secs(10));
         tokio::task::yield_now().await;
-        let fast = run(&pacing, "net1", 1, Duration::from_millis(10), &live, &peak);
+        let fast = t.run("net1", 1, Duration::from_millis(10));
         assert_eq!(ends(fast).await, vec![Duration::from_millis(510)]);
         assert_eq!(ends(slow).await, vec![Duration::from_secs(10)]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn networks_are_paced_apart() {
-        let pacing = Arc::new(Pacing::new(1, Duration::from_secs(5), Gauge::default()));
-        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let a = run(&pacing, "net1", 1, Duration::from_secs(2), &live, &peak);
-        let b = run(&pacing, "net2", 1, Duration::from_millis(10), &live, &peak);
+        let t = Trial::new(1, Duration::from_secs(5));
+        let a = t.run("net1", 1, Duration::from_secs(2));
+        let b = t.run("net2", 1, Duration::from_millis(10));
         assert_eq!(ends(b).await, vec![Duration::from_millis(10)]);
         assert_eq!(ends(a).await, vec![Duration::from_secs(2)]);
-        assert_eq!(peak.load(Ordering::SeqCst), 2);
+        assert_eq!(t.peak(), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_limit_of_zero_admits_every_acquisition_at_once() {
-        let pacing = Arc::new(Pacing::new(0, Duration::from_secs(1), Gauge::default()));
-        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let h = run(&pacing, "net1", 5, Duration::from_millis(10), &live, &peak);
+        let t = Trial::new(0, Duration::from_secs(1));
+        let h = t.run("net1", 5, Duration::from_millis(10));
         assert_eq!(
             ends(h).await.last().copied(),
             Some(Duration::from_millis(10))
         );
-        assert_eq!(peak.load(Ordering::SeqCst), 5);
+        assert_eq!(t.peak(), 5);
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_acquisition_queued_past_its_deadline_is_refused_with_the_queue_ahead() {
-        let pacing = Arc::new(Pacing::new(1, Duration::from_secs(5), Gauge::default()));
-        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let t = Trial::new(1, Duration::from_secs(5));
         // One in flight for 10 s (holding its slot for the 5 s limit), one
-        // queued behind it.
-        let busy = run(&pacing, "net1", 2, Duration::from_secs(10), &live, &peak);
+        // queued behind it; the same on another network, which is not
+        // ahead of this one.
+        let busy = t.run("net1", 2, Duration::from_secs(10));
+        let elsewhere = t.run("net3", 2, Duration::from_secs(10));
         tokio::task::yield_now().await;
-        let refused = pacing.admit_within("net1", Duration::from_secs(2)).await;
+        let refused = t.pacing.admit_within("net1", Duration::from_secs(2)).await;
         assert_eq!(refused.err(), Some(2), "one in flight and one queued ahead");
         assert_eq!(
-            pacing.waiting(),
-            1,
+            t.pacing.waiting(),
+            2,
             "a refused acquisition leaves the queue"
         );
         assert!(
-            pacing
+            t.pacing
                 .admit_within("net2", Duration::from_millis(1))
                 .await
                 .is_ok(),
             "another network has its own slots"
         );
         ends(busy).await;
+        ends(elsewhere).await;
         assert!(
-            pacing
+            t.pacing
                 .admit_within("net1", Duration::from_millis(1))
                 .await
                 .is_ok()
@@ -273,12 +316,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn waiting_counts_the_queue() {
-        let pacing = Arc::new(Pacing::new(1, Duration::from_secs(5), Gauge::default()));
-        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let h = run(&pacing, "net1", 3, Duration::from_millis(100), &live, &peak);
+        let t = Trial::new(1, Duration::from_secs(5));
+        let h = t.run("net1", 3, Duration::from_millis(100));
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(pacing.waiting(), 2);
+        assert_eq!(t.pacing.waiting(), 2);
         ends(h).await;
-        assert_eq!(pacing.waiting(), 0);
+        assert_eq!(t.pacing.waiting(), 0);
     }
 }
