@@ -258,8 +258,9 @@ pub fn rpc_request(data: &[u8]) {
 
 /// A stored lease record and the file name it is stored under. `data` is
 /// the record file; its first line, when it is not JSON, is tried as a file
-/// stem. A record the store accepts re-encodes to the same record, and the
-/// engine resumes its lease into a consistent state at any age.
+/// stem. A record the store accepts re-encodes to the same record, holds a
+/// lease or a requested address, and the engine resumes its lease into a
+/// consistent state at any age.
 pub fn lease_record(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let stem = text.lines().next().unwrap_or_default();
@@ -276,10 +277,15 @@ pub fn lease_record(data: &[u8]) {
     let bytes = serde_json::to_vec(&record).expect("a record encodes");
     let again = store::decode_record(&bytes, &key).expect("a stored record decodes");
     assert_eq!(again, record, "record does not round-trip");
-    let l = record
-        .lease
-        .as_ref()
-        .expect("the store decodes only records that hold a lease");
+    assert!(
+        record.resumable(),
+        "the store decodes only records that hold a lease or a requested address"
+    );
+    // A record written while its first REQUEST was out resumes as an
+    // INIT-REBOOT for its address: nothing to age.
+    let Some(l) = record.lease.as_ref() else {
+        return;
+    };
     for elapsed_ms in [
         0,
         l.t1.as_millis() as u64,
@@ -785,6 +791,7 @@ mod tests {
                 lease: Some(lease()),
                 updated_unix_ms: 1_800_000_000_000,
                 uplink: None,
+                requested: None,
             };
             let mut inf = lease();
             inf.lease_time = Duration::from_secs(0xffff_ffff);
@@ -795,11 +802,20 @@ mod tests {
                 lease: Some(inf),
                 ..pod.clone()
             };
+            let requesting = LeaseRecord {
+                lease: None,
+                requested: Some("192.0.2.10".parse().expect("an address")),
+                ..pod.clone()
+            };
             let mut stem = b"c1@eth%2F0\n".to_vec();
             stem.extend(serde_json::to_vec(&pod).expect("encodes"));
             vec![
                 ("pod", serde_json::to_vec_pretty(&pod).expect("encodes")),
                 ("vm-infinite", serde_json::to_vec(&vm).expect("encodes")),
+                (
+                    "pod-requesting",
+                    serde_json::to_vec(&requesting).expect("encodes"),
+                ),
                 ("file-stem", stem),
             ]
         }

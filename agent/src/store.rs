@@ -78,8 +78,9 @@ pub enum StoreError {
         "invalid interface name {value:?}: must be 1-15 bytes, not \".\" or \"..\", without '/', ':' or whitespace"
     )]
     InvalidIfname { value: String },
-    /// Only records that hold a lease are stored.
-    #[error("the record of {key} holds no lease")]
+    /// Only records that hold a lease, or the address of a first REQUEST
+    /// still out, are stored.
+    #[error("the record of {key} holds no lease and no requested address")]
     NoLease { key: LeaseKey },
     /// A filesystem operation failed.
     #[error("failed to {op}: {path}: {source}")]
@@ -142,8 +143,9 @@ pub enum Corruption {
     /// The identity inside the record is not a valid lease key.
     #[error("the container id or interface name inside is invalid")]
     BadKey,
-    /// The record holds no lease (only leases are stored).
-    #[error("holds no lease")]
+    /// The record holds no lease and no requested address (nothing to
+    /// resume: such records are never written).
+    #[error("holds no lease and no requested address")]
     NoLease,
     /// Could not be read.
     #[error("cannot read: {0}")]
@@ -262,8 +264,8 @@ impl<'de> Deserialize<'de> for LeaseKey {
 
 /// One lease, as the agent keeps it and as it is stored: where and for whom
 /// it was acquired (everything a restarted agent needs to resume it without
-/// a new DISCOVER) and the lease itself. Only records that hold a lease are
-/// stored.
+/// a new DISCOVER) and the lease itself. Only records that hold a lease, or
+/// the address of an attachment's first REQUEST while it is out, are stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseRecord {
@@ -295,9 +297,22 @@ pub struct LeaseRecord {
     /// in records written before uplinks existed, which read as `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uplink: Option<UplinkRef>,
+    /// Before the first lease: the address the attachment's REQUEST is out
+    /// for (the offer it chose). Written while the server's ACK is awaited,
+    /// so the record that lets a restart get the lease back is on disk by
+    /// the time the lease is bound; a restart that finds it asks for the
+    /// same address again (INIT-REBOOT). Absent once a lease is held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<std::net::Ipv4Addr>,
 }
 
 impl LeaseRecord {
+    /// Whether the record holds anything a restart can resume: a lease, or
+    /// the address of a first REQUEST.
+    pub fn resumable(&self) -> bool {
+        self.lease.is_some() || self.requested.is_some()
+    }
+
     /// The record's validated identity.
     pub fn key(&self) -> Result<LeaseKey> {
         LeaseKey::new(&self.container_id, &self.ifname)
@@ -386,6 +401,7 @@ mod v1 {
                 lease: Some(self.lease),
                 updated_unix_ms: self.updated_unix_ms,
                 uplink: None,
+                requested: None,
             }
         }
     }
@@ -534,7 +550,7 @@ impl LeaseStore {
     /// a host crash; a failure leaves the previous record in place.
     pub fn save(&self, record: &LeaseRecord) -> Result<()> {
         let key = record.key()?;
-        if record.lease.is_none() {
+        if !record.resumable() {
             return Err(StoreError::NoLease { key });
         }
         let mut bytes =
@@ -824,7 +840,7 @@ pub(crate) fn decode_record(bytes: &[u8], key: &LeaseKey) -> Result<LeaseRecord,
             file: key.clone(),
         });
     }
-    if record.lease.is_none() {
+    if !record.resumable() {
         return Err(Corruption::NoLease);
     }
     Ok(record)
@@ -880,6 +896,7 @@ mod tests {
             lease: Some(lease(addr)),
             updated_unix_ms: 1_700_000_000_000,
             uplink: None,
+            requested: None,
         }
     }
 
@@ -970,9 +987,50 @@ mod tests {
             report.records,
             vec![LeaseRecord {
                 uplink: None,
+                requested: None,
                 ..rec
             }]
         );
+    }
+
+    #[test]
+    fn a_record_naming_its_requested_address_is_kept_and_one_with_nothing_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let requesting = LeaseRecord {
+            lease: None,
+            requested: Some(Ipv4Addr::new(192, 0, 2, 11)),
+            ..record("c-req", "eth0", [192, 0, 2, 11])
+        };
+        store.save(&requesting).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(store.leases_dir().join("c-req@eth0.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(json["requested"], "192.0.2.11");
+        let report = store.load_all().unwrap();
+        assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
+        assert_eq!(report.records, vec![requesting.clone()]);
+
+        // Neither a lease nor a requested address: never written, and set
+        // aside if found.
+        let empty = LeaseRecord {
+            requested: None,
+            ..requesting
+        };
+        assert!(matches!(
+            store.save(&empty),
+            Err(StoreError::NoLease { .. })
+        ));
+        std::fs::write(
+            store.leases_dir().join("c-req@eth0.json"),
+            serde_json::to_vec(&empty).unwrap(),
+        )
+        .unwrap();
+        let report = store.load_all().unwrap();
+        assert!(report.records.is_empty());
+        assert_eq!(report.quarantined.len(), 1);
+        assert_eq!(report.quarantined[0].reason.metric_label(), "no_lease");
     }
 
     #[test]

@@ -542,6 +542,17 @@ impl Client {
         }
     }
 
+    /// The address a REQUEST is out for in REQUESTING (the one its chosen
+    /// OFFER made). A driver that records it before the ACK lets a restart
+    /// ask for the same address again (INIT-REBOOT) should the ACK's lease
+    /// never reach its own record.
+    pub fn requesting(&self) -> Option<Ipv4Addr> {
+        match self.phase {
+            Phase::Requesting { offer, .. } => Some(offer.address),
+            _ => None,
+        }
+    }
+
     /// The lease held (BOUND, RENEWING, REBINDING).
     pub fn lease(&self) -> Option<&Lease> {
         self.held.as_ref().map(|h| &h.lease)

@@ -16,7 +16,7 @@ pub struct InProcessAgent {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<Result<(), xdhcp::daemon::DaemonError>>>,
     pub socket: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl InProcessAgent {
@@ -61,7 +61,7 @@ impl InProcessAgent {
             stop: Some(stop),
             done: Some(done),
             socket,
-            _dir: dir,
+            dir,
         };
         let c = me.client();
         let ready = wait_until(Duration::from_secs(20), || {
@@ -88,6 +88,29 @@ impl InProcessAgent {
         req: &T,
     ) -> Result<serde_json::Value, RpcError> {
         self.rt.block_on(self.client().post(path, req))
+    }
+
+    /// The agent's state directory (its lease records are under `leases/`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// The file names of the lease records on disk.
+    pub fn record_files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.state_dir().join("leases"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| {
+                        std::path::Path::new(n)
+                            .extension()
+                            .is_some_and(|e| e == "json")
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
     }
 
     /// ADD.

@@ -26,8 +26,8 @@ pub mod tmpfs;
 
 pub use agent::InProcessAgent;
 pub use netns::{
-    Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, netns_exec, parse_mac,
-    unique_name,
+    AckDrop, Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, netns_exec,
+    parse_mac, unique_name,
 };
 pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{

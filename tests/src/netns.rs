@@ -701,6 +701,44 @@ impl Lab {
         self.dhcp_ns().mac(self.dhcp_ifname())
     }
 
+    /// Drops every DHCPACK the server sends (dnsmasq and the agent's engine
+    /// write option 53 first, so the message type sits at a fixed offset of
+    /// the UDP payload): the server answers DISCOVER, commits the REQUEST,
+    /// and its ACK never leaves. Restored when the guard drops.
+    #[track_caller]
+    pub fn drop_server_acks(&self) -> AckDrop {
+        let ns = self.dhcp_ns().name().to_owned();
+        let nft = |args: &[&str]| {
+            run(netns_exec(&ns, crate::program("nft")).args(args));
+        };
+        nft(&["add", "table", "inet", AckDrop::TABLE]);
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            AckDrop::TABLE,
+            "out",
+            "{ type filter hook output priority 0; }",
+        ]);
+        // UDP header (8) + BOOTP fixed part (236) + magic cookie (4) = byte
+        // 248 of the transport header: option 53, length 1, DHCPACK (5).
+        nft(&[
+            "add",
+            "rule",
+            "inet",
+            AckDrop::TABLE,
+            "out",
+            "udp",
+            "sport",
+            "67",
+            "@th,1984,24",
+            "0x350105",
+            "counter",
+            "drop",
+        ]);
+        AckDrop { ns }
+    }
+
     /// Cuts the server's unicast DHCP path: frames to the server's MAC with
     /// UDP destination port 67 are dropped at the bridge (nftables, bridge
     /// family, input hook — before both dnsmasq's UDP socket and Kea's raw
@@ -742,6 +780,24 @@ impl Lab {
             "drop",
         ]);
         UnicastCut { ns }
+    }
+}
+
+/// Guard of [`Lab::drop_server_acks`]; the server's ACKs flow again on drop.
+#[derive(Debug)]
+pub struct AckDrop {
+    ns: String,
+}
+
+impl AckDrop {
+    const TABLE: &'static str = "xdt_ack_drop";
+}
+
+impl Drop for AckDrop {
+    fn drop(&mut self) {
+        let _ = netns_exec(&self.ns, crate::program("nft"))
+            .args(["delete", "table", "inet", Self::TABLE])
+            .output();
     }
 }
 

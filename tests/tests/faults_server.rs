@@ -12,10 +12,8 @@ use std::time::{Duration, Instant};
 use xdhcp::cli::DatapathChoice;
 use xdhcp::cni::types::code;
 use xdhcp::rpc::{CniRequest, LeaseView};
-use xdhcp_tests::netns::run;
 use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, InProcessAgent, Kea, KeaConfig, Lab, LabClient, NetNs, netns_exec,
-    wait_until,
+    Dnsmasq, DnsmasqConfig, InProcessAgent, Kea, KeaConfig, Lab, LabClient, wait_until,
 };
 
 const IPAM: &str = r#"{"type":"xdhcp","apply":true,"timeout":"3s"}"#;
@@ -32,64 +30,11 @@ fn view(agent: &InProcessAgent, container: &str) -> Option<LeaseView> {
         .find(|l| l.container_id == container)
 }
 
-/// Drops every DHCPACK the server sends (dnsmasq writes option 53 first, so
-/// the message type sits at a fixed offset of the UDP payload): the server
-/// answers DISCOVER and then falls silent. Removed on drop.
-struct AckDrop {
-    ns: String,
-}
-
-impl AckDrop {
-    const TABLE: &'static str = "xdt_ack_drop";
-
-    fn new(ns: &NetNs) -> Self {
-        let nft = |args: &[&str]| {
-            run(netns_exec(ns.name(), xdhcp_tests::program("nft")).args(args));
-        };
-        nft(&["add", "table", "inet", Self::TABLE]);
-        nft(&[
-            "add",
-            "chain",
-            "inet",
-            Self::TABLE,
-            "out",
-            "{ type filter hook output priority 0; }",
-        ]);
-        // UDP header (8) + BOOTP fixed part (236) + magic cookie (4) = byte
-        // 248 of the transport header: option 53, length 1, DHCPACK (5).
-        nft(&[
-            "add",
-            "rule",
-            "inet",
-            Self::TABLE,
-            "out",
-            "udp",
-            "sport",
-            "67",
-            "@th,1984,24",
-            "0x350105",
-            "counter",
-            "drop",
-        ]);
-        Self {
-            ns: ns.name().to_owned(),
-        }
-    }
-}
-
-impl Drop for AckDrop {
-    fn drop(&mut self) {
-        let _ = netns_exec(&self.ns, xdhcp_tests::program("nft"))
-            .args(["delete", "table", "inet", Self::TABLE])
-            .output();
-    }
-}
-
 /// The server answers the DISCOVER, then dies before its ACK reaches the
 /// pod: the ADD fails within its timeout with the DHCP code and says it had
-/// offers but no ACK; nothing is left in the agent or on the pod. The
-/// server's own lease for the REQUEST it committed is the one the retried
-/// ADD gets back (same client), so nothing is orphaned.
+/// offers but no ACK; nothing is left in the agent, its state directory or
+/// on the pod. The server's own lease for the REQUEST it committed is the
+/// one the retried ADD gets back (same client), so nothing is orphaned.
 #[test]
 fn server_dying_mid_dora_fails_the_add_clearly_and_a_retry_succeeds() {
     let lab = Lab::with_clients(1);
@@ -98,7 +43,7 @@ fn server_dying_mid_dora_fails_the_add_clearly_and_a_retry_succeeds() {
     let c = &lab.clients[0];
     let req = request(c, "pod-dora");
 
-    let drop_acks = AckDrop::new(&lab.server);
+    let drop_acks = lab.drop_server_acks();
     let killer = {
         // Kill the server once it has offered (the ACK it sends is dropped).
         let log = dnsmasq.log_file();
@@ -123,6 +68,8 @@ fn server_dying_mid_dora_fails_the_add_clearly_and_a_retry_succeeds() {
     );
     assert!(took < Duration::from_secs(8), "took {took:?}");
     assert!(view(&agent, "pod-dora").is_none(), "{:?}", agent.leases());
+    // The record written while the REQUEST was out went with the ADD.
+    assert_eq!(agent.record_files(), Vec::<String>::new());
     assert!(c.ns.ipv4_addrs(&c.ifname).is_empty());
 
     // The server comes back: the retried ADD succeeds, and the server holds

@@ -180,3 +180,117 @@ fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
     let after = per_mac(&dnsmasq, "DHCPDISCOVER", &macs);
     assert_eq!(after, discovers, "a DISCOVER was sent after the restart");
 }
+
+/// The only lease record in `state_dir`, as JSON, once there is one.
+fn the_record(state_dir: &std::path::Path) -> Option<serde_json::Value> {
+    let mut files = std::fs::read_dir(state_dir.join("leases"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"));
+    let file = files.next()?;
+    serde_json::from_slice(&std::fs::read(file.path()).ok()?).ok()
+}
+
+/// While an ADD's first REQUEST is out, its record is already on disk and
+/// names the offered address (so the ADD does not wait for the disk after
+/// the ACK). Killed right then (the server's ACK never leaves it), the agent
+/// comes back, asks for that address again (INIT-REBOOT, no DISCOVER), and
+/// holds the lease the server committed, its record now the full lease.
+#[test]
+fn a_kill_while_the_first_request_is_out_resumes_by_asking_for_the_offered_address() {
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let mac = format_mac(c.mac);
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}","timeout":"30s"}}}}"#,
+        agent.socket.display()
+    );
+    let acks = lab.drop_server_acks();
+    let (offered, add) = std::thread::scope(|s| {
+        let add = s.spawn(|| {
+            invoke(
+                &cni.plugin("xdhcp"),
+                None,
+                "ADD",
+                "pod0",
+                Some(c.ns.path()),
+                &c.ifname,
+                cni.dir.path(),
+                &conf,
+            )
+        });
+        let mut offered = None;
+        wait_until(Duration::from_secs(15), || {
+            offered = the_record(&agent.state_dir)
+                .and_then(|r| r["requested"].as_str().map(str::to_owned));
+            offered.is_some()
+        });
+        let offered = offered.unwrap_or_else(|| {
+            panic!(
+                "no record naming the requested address while the REQUEST was out\n{}\n{}",
+                agent.log(),
+                dnsmasq.log()
+            )
+        });
+        let record = the_record(&agent.state_dir).expect("the record");
+        assert!(record["lease"].is_null(), "{record}");
+        agent.kill_and_restart();
+        (offered, add.join().expect("the ADD thread"))
+    });
+    assert!(!add.ok, "the ADD answered though its agent was killed");
+    assert!(
+        dnsmasq
+            .log()
+            .lines()
+            .any(|l| l.contains("DHCPOFFER") && l.contains(&offered) && l.contains(&mac)),
+        "{offered} was not this client's offer:\n{}",
+        dnsmasq.log()
+    );
+    let discovers = per_mac(&dnsmasq, "DHCPDISCOVER", std::slice::from_ref(&mac));
+    drop(acks);
+
+    let held = || {
+        let table: Vec<serde_json::Value> =
+            serde_json::from_str(&agent.cli("leases", true)).expect("lease table");
+        table
+            .iter()
+            .find(|v| v["containerId"] == "pod0")
+            .and_then(|v| v["address"].as_str().map(str::to_owned))
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || held().is_some()),
+        "the restarted agent holds no lease for pod0:\n{}\n{}",
+        agent.log(),
+        dnsmasq.log()
+    );
+    assert_eq!(held(), Some(format!("{offered}/24")));
+    assert!(
+        agent
+            .log()
+            .contains("resuming an acquisition whose REQUEST was out"),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(
+        per_mac(&dnsmasq, "DHCPDISCOVER", std::slice::from_ref(&mac)),
+        discovers,
+        "the restarted agent sent a DISCOVER:\n{}",
+        dnsmasq.log()
+    );
+    assert_eq!(
+        dnsmasq.lease_for(c.mac).map(|l| l.ip.to_string()),
+        Some(offered.clone())
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            the_record(&agent.state_dir).is_some_and(|r| {
+                r["lease"]["address"] == offered.as_str() && r.get("requested").is_none()
+            })
+        }),
+        "the record does not hold the lease: {:?}",
+        the_record(&agent.state_dir)
+    );
+}

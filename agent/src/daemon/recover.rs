@@ -153,15 +153,29 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
     let link = Link::open(rec.netns.as_deref(), &rec.ifname, Sockets::Later)
         .await?
         .with_src_mac(rec.mac);
-    let cfg = client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
     let now = Instant::now();
-    let client = match rec.lease.clone() {
-        Some(l) => {
+    let client = match (rec.lease.clone(), rec.requested) {
+        (Some(l), _) => {
             info!(container = %rec.container_id, ifname = %rec.ifname, address = %l.address,
                 "resuming lease without DISCOVER");
+            let cfg = client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
             Client::resume(cfg, l, now, now_ms, seed())
         }
-        None => Client::new(cfg, now, seed()),
+        // Stopped with its first REQUEST out (its ADD may have answered):
+        // ask for that address again.
+        (None, requested) => {
+            info!(container = %rec.container_id, ifname = %rec.ifname, requested = ?requested,
+                "resuming an acquisition whose REQUEST was out (INIT-REBOOT)");
+            let cfg = client_config(
+                agent,
+                &rec.config,
+                &rec.args,
+                rec.mac,
+                Mode::Maintain,
+                requested,
+            );
+            Client::new(cfg, now, seed())
+        }
     };
     agent
         .leases

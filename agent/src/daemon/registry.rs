@@ -222,6 +222,7 @@ impl Registry {
             rx,
             started: Instant::now(),
             persisted: persisted_tx,
+            ahead: None,
         };
         let me = self.clone();
         lock(&self.tasks).spawn(async move {

@@ -22,6 +22,7 @@ fn secs(s: u64) -> Duration {
 fn dora_reaches_bound_with_rfc_message_shapes() {
     let mut h = H::new(cfg());
     assert_eq!(h.c.state(), State::Selecting);
+    assert_eq!(h.c.requesting(), None, "no offer chosen yet");
     let d = h.one_tx();
     assert_eq!(d.kind, MessageKind::Discover);
     assert_eq!(d.dst, Destination::Broadcast);
@@ -45,6 +46,7 @@ fn dora_reaches_bound_with_rfc_message_shapes() {
     let offer = h.srv.offer(&d);
     h.feed(&offer).unwrap();
     assert_eq!(h.c.state(), State::Requesting);
+    assert_eq!(h.c.requesting(), Some(ADDR), "the offered address is out");
     let r = h.one_tx();
     let rm = Request::decode(&r);
     assert_eq!(r.kind, MessageKind::Request);
@@ -62,6 +64,7 @@ fn dora_reaches_bound_with_rfc_message_shapes() {
     let ack = h.srv.ack(&r);
     h.feed(&ack).unwrap();
     assert_eq!(h.c.state(), State::Bound);
+    assert_eq!(h.c.requesting(), None, "nothing is out once bound");
     let ev = h.ev();
     let [Event::Bound(lease)] = ev.as_slice() else {
         panic!("{ev:?}")

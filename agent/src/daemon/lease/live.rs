@@ -89,6 +89,9 @@ impl Live {
     /// Replace the lease (and its expiry).
     pub(crate) fn set_lease(&mut self, lease: Option<Lease>) {
         self.expires_unix_ms = lease.as_ref().and_then(expiry_ms);
+        if lease.is_some() {
+            self.record.requested = None;
+        }
         self.record.lease = lease;
         self.record.updated_unix_ms = crate::cli::now_unix_ms();
     }

@@ -32,6 +32,7 @@ pub(crate) fn fresh(
         lease: None,
         updated_unix_ms: 0,
         uplink: None,
+        requested: None,
     }
 }
 
@@ -49,9 +50,10 @@ pub(crate) enum Durable {
     Failed(Arc<StoreError>),
 }
 
-/// Persist `rec` once it holds a lease (nothing to resume before).
+/// Persist `rec` once it holds a lease or its first REQUEST's address
+/// (nothing to resume before).
 pub(crate) fn save(store: &LeaseStore, rec: &LeaseRecord) -> Result<(), StoreError> {
-    if rec.lease.is_none() {
+    if !rec.resumable() {
         return Ok(());
     }
     store.save(rec)
@@ -125,6 +127,7 @@ mod tests {
             annotation_key: Some("default/n".into()),
             lease,
             uplink: None,
+            requested: None,
         }
     }
 

@@ -117,6 +117,17 @@ pub(crate) struct Task {
     pub(crate) started: Instant,
     /// Whether the first lease is on disk.
     pub(crate) persisted: watch::Sender<Durable>,
+    /// The record written while an ADD's first REQUEST is out.
+    pub(crate) ahead: Option<Ahead>,
+}
+
+/// A record written ahead of the first ACK: it names the address the
+/// REQUEST is out for, so a restart that finds it asks for that address
+/// again (INIT-REBOOT). The disk's `fsync`s run while the server answers,
+/// instead of between the ACK and the ADD's answer.
+pub(crate) struct Ahead {
+    address: std::net::Ipv4Addr,
+    write: tokio::task::JoinHandle<Durable>,
 }
 
 /// How a task ended, for the registry.
@@ -139,25 +150,38 @@ impl Task {
     /// Persist off the runtime's worker threads (the store fsyncs); what
     /// became of the write.
     async fn persist_async(&self) -> Durable {
-        let svc = self.svc.clone();
-        let rec = self.record();
-        let res = tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec))
-            .await
-            .unwrap_or_else(|e| {
-                Err(crate::store::StoreError::Io {
-                    op: "write the lease record in a blocking task",
-                    path: self.svc.store.leases_dir().to_path_buf(),
-                    source: std::io::Error::other(e.to_string()),
-                })
-            });
-        match res {
-            Ok(()) => Durable::Saved,
-            Err(e) => {
-                self.svc.metrics.failure("persist");
-                warn!(error = %crate::rpc::format_chain(&e), "could not persist the lease; a restart would lose it");
-                Durable::Failed(Arc::new(e))
-            }
+        write_record(self.svc.clone(), self.record()).await
+    }
+
+    /// While an ADD waits for its first lease: once the REQUEST for an
+    /// offered address is out, write the record naming that address in the
+    /// background (after any earlier one: one write per record at a time).
+    async fn write_ahead(&mut self) {
+        let Some(address) = self.client.requesting() else {
+            return;
+        };
+        if self.waiter.is_none() || self.ahead.as_ref().is_some_and(|a| a.address == address) {
+            return;
         }
+        self.settle_ahead().await;
+        let mut rec = self.record();
+        rec.requested = Some(address);
+        let write = tokio::spawn(write_record(self.svc.clone(), rec));
+        self.ahead = Some(Ahead { address, write });
+    }
+
+    /// Wait for the write ahead, if one is out; whether it recorded
+    /// `address`.
+    async fn settle_ahead(&mut self) -> Option<(std::net::Ipv4Addr, Durable)> {
+        let ahead = self.ahead.take()?;
+        let durable = ahead.write.await.unwrap_or_else(|e| {
+            Durable::Failed(Arc::new(crate::store::StoreError::Io {
+                op: "write the lease record ahead of the ACK",
+                path: self.svc.store.leases_dir().to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            }))
+        });
+        Some((ahead.address, durable))
     }
 
     fn persist(&self) {
@@ -185,6 +209,29 @@ impl Task {
 
     fn set_path(&self, path: CapturePath) {
         lock(&self.live).capture = path;
+    }
+}
+
+/// Write `rec` on the blocking pool; what became of the write.
+async fn write_record(svc: Arc<Services>, rec: LeaseRecord) -> Durable {
+    let store_dir = svc.store.leases_dir().to_path_buf();
+    let metrics = svc.metrics.clone();
+    let res = tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec))
+        .await
+        .unwrap_or_else(|e| {
+            Err(crate::store::StoreError::Io {
+                op: "write the lease record in a blocking task",
+                path: store_dir,
+                source: std::io::Error::other(e.to_string()),
+            })
+        });
+    match res {
+        Ok(()) => Durable::Saved,
+        Err(e) => {
+            metrics.failure("persist");
+            warn!(error = %crate::rpc::format_chain(&e), "could not persist the lease; a restart would lose it");
+            Durable::Failed(Arc::new(e))
+        }
     }
 }
 
@@ -232,6 +279,9 @@ async fn drive(mut task: Box<Task>) -> Ended {
         if let Some(end) = drain_events(&mut task, oneshot, &mut reacquire_at).await {
             end_reason = end;
             break;
+        }
+        if !oneshot {
+            task.write_ahead().await;
         }
         task.set_state(task.client.state());
         // A held lease asks for the ring buffer (one-shot discoveries end at
@@ -323,6 +373,9 @@ async fn drive(mut task: Box<Task>) -> Ended {
             }
         }
     }
+    // A record written ahead lands before whatever ends the task removes
+    // or rewrites it.
+    task.settle_ahead().await;
     finish(task, end_reason, owned, stop_ack)
 }
 
@@ -517,10 +570,19 @@ async fn drain_events(
                 // ADD writes the annotation while the store write runs; it
                 // answers only once `persisted` is set.
                 if let Some(w) = task.waiter.take() {
-                    let _ = w.send(Outcome::Bound(lease));
+                    let _ = w.send(Outcome::Bound(lease.clone()));
+                }
+                // Written ahead with this address: the ADD may answer now
+                // (a restart asks for it again); the full record follows.
+                if let Some((address, Durable::Saved)) = task.settle_ahead().await
+                    && address == lease.address
+                {
+                    task.persisted.send_replace(Durable::Saved);
                 }
                 let durable = task.persist_async().await;
-                task.persisted.send_replace(durable);
+                if matches!(*task.persisted.borrow(), Durable::Pending) {
+                    task.persisted.send_replace(durable);
+                }
                 if oneshot {
                     return Some(End::Done);
                 }
