@@ -131,7 +131,11 @@ pub(crate) async fn acquire(
 /// Open `ifname` (in `netns`, else the agent's own namespace) for an
 /// acquisition: its sender, and its own receiver when `rx`; with
 /// `veth_peer`, also find its veth peer for the DHCP guard in the same trip.
-pub(crate) async fn open_link(
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed open is rare; its error goes straight to the socket"
+)]
+pub(crate) fn open_link(
     agent: &Agent,
     netns: Option<&std::path::Path>,
     ifname: &str,
@@ -144,15 +148,13 @@ pub(crate) async fn open_link(
     } else {
         Sockets::Sender
     };
-    Link::open_looking(netns, ifname, sockets, veth_peer)
-        .await
-        .map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface {
-                place: place.clone(),
-                source,
-            }
-        })
+    Link::open_looking(netns, ifname, sockets, veth_peer).map_err(|source| {
+        agent.metrics().failure("interface");
+        Error::Interface {
+            place: place.clone(),
+            source,
+        }
+    })
 }
 
 /// End an attachment this ADD created (RELEASE first when `release`),

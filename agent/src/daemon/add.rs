@@ -158,7 +158,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     let pod = who.workload == Workload::Pod;
     // One trip into the pod's namespace opens the link and finds its veth
     // peer (the port the guard goes on).
-    let mut link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, true, &place).await?;
+    let mut link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, true, &place)?;
     phases.open = phases.lap();
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     // A pod's port is guarded while its lease is acquired: the pod's own

@@ -16,10 +16,8 @@ use super::link::{Link, LinkError, Sockets};
 use crate::cli::ExpiredPolicy;
 
 /// Leases resumed at once. Each resume is one trip into the pod's network
-/// namespace on its own thread (interface up, raw sender, `AF_PACKET`
-/// receiver): done one after another, a thousand leases took most of a
-/// second; a few in flight keep both the CPUs and the kernel busy without
-/// a thousand threads at once.
+/// namespace (interface up, the link's details, removal watch), on the
+/// runtime worker that runs it; a few in flight keep both workers busy.
 const RESUME_IN_FLIGHT: usize = 16;
 
 /// Load persisted attachments and resume them without a new DISCOVER.
@@ -150,9 +148,7 @@ fn forget(agent: &Agent, rec: &LeaseRecord) {
 async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result<(), LinkError> {
     // No packet socket yet: the lease opens its sender (and, until the
     // ring buffer serves it, its receiver) before its first transmit.
-    let link = Link::open(rec.netns.as_deref(), &rec.ifname, Sockets::Later)
-        .await?
-        .with_src_mac(rec.mac);
+    let link = Link::open(rec.netns.as_deref(), &rec.ifname, Sockets::Later)?.with_src_mac(rec.mac);
     let now = Instant::now();
     let client = match (rec.lease.clone(), rec.requested) {
         (Some(l), _) => {

@@ -309,9 +309,8 @@ async fn discover(
     let place = Place::VfNetdev {
         netdev: netdev.clone(),
     };
-    let link = acquire::open_link(agent, None, &netdev, false, false, &place)
-        .await?
-        .with_src_mac(mac.octets());
+    let link =
+        acquire::open_link(agent, None, &netdev, false, false, &place)?.with_src_mac(mac.octets());
     let record = persist::fresh(
         req,
         vm.pod.clone(),

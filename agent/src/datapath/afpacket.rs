@@ -253,7 +253,11 @@ fn setsockopt<T>(fd: RawFd, level: i32, name: i32, value: &T) -> io::Result<()> 
 }
 
 /// Opens, filters and binds the socket in the calling thread's namespace.
-fn open_socket(ifname: &str, netns: Option<&Path>) -> Result<(OwnedFd, LinkInfo), RawSockError> {
+fn open_socket(
+    ifname: &str,
+    netns: Option<&Path>,
+    chaddr: Option<[u8; 6]>,
+) -> Result<(OwnedFd, LinkInfo), RawSockError> {
     let info = if let Some(ns) = netns {
         rawsock::link_info_here(ifname).map_err(|e| match e {
             RawSockError::InterfaceGone { ifname, source, .. } => RawSockError::InterfaceGone {
@@ -268,7 +272,7 @@ fn open_socket(ifname: &str, netns: Option<&Path>) -> Result<(OwnedFd, LinkInfo)
     };
     let fd =
         packet_socket(0, true).map_err(|e| classify("open a packet socket", ifname, netns, e))?;
-    attach_filter(fd.as_raw_fd(), None)
+    attach_filter(fd.as_raw_fd(), chaddr)
         .map_err(|e| classify("attach the BPF filter", ifname, netns, e))?;
     setsockopt(
         fd.as_raw_fd(),
@@ -328,7 +332,16 @@ impl AfPacketReceiver {
     /// Opens a receiver on `ifname` in the calling thread's namespace.
     /// Must be called within a tokio runtime.
     pub fn open_here(ifname: &str) -> Result<Self, RawSockError> {
-        let (fd, info) = open_socket(ifname, None)?;
+        let (fd, info) = open_socket(ifname, None, None)?;
+        Self::from_socket(fd, info, ifname, None)
+    }
+
+    /// Opens a receiver on `ifname` in the calling thread's namespace that
+    /// takes only replies for the client with hardware address `chaddr`
+    /// (as [`AfPacketReceiver::only_for`] would narrow it, with one filter
+    /// attached instead of two). Must be called within a tokio runtime.
+    pub fn open_here_for(ifname: &str, chaddr: [u8; 6]) -> Result<Self, RawSockError> {
+        let (fd, info) = open_socket(ifname, None, Some(chaddr))?;
         Self::from_socket(fd, info, ifname, None)
     }
 
@@ -338,7 +351,7 @@ impl AfPacketReceiver {
     pub fn open(netns: &Path, ifname: &str) -> Result<Self, RawSockError> {
         let name = ifname.to_owned();
         let ns = netns.to_path_buf();
-        let (fd, info) = run_in_netns(netns, move || open_socket(&name, Some(&ns)))??;
+        let (fd, info) = run_in_netns(netns, move || open_socket(&name, Some(&ns), None))??;
         Self::from_socket(fd, info, ifname, Some(netns))
     }
 
@@ -346,7 +359,8 @@ impl AfPacketReceiver {
     pub async fn open_async(netns: &Path, ifname: &str) -> Result<Self, RawSockError> {
         let name = ifname.to_owned();
         let ns = netns.to_path_buf();
-        let (fd, info) = run_in_netns_async(netns, move || open_socket(&name, Some(&ns))).await??;
+        let (fd, info) =
+            run_in_netns_async(netns, move || open_socket(&name, Some(&ns), None)).await??;
         Self::from_socket(fd, info, ifname, Some(netns))
     }
 
