@@ -6,9 +6,11 @@
 //! it detaches them. A pod interface that is not a veth (macvlan, a VF) or
 //! whose peer lives elsewhere is not guarded, and the log says so.
 //!
-//! The attachments are BPF links held by this process: they go when the
-//! agent goes, and [`GuardService::protect`] is called again for every
-//! lease the agent resumes at start.
+//! The attachments are TC filters: they stay on their ports when the agent
+//! stops or is killed (each holds its program and maps), so no port is
+//! bare while the agent restarts; [`GuardService::protect`] is called again
+//! for every lease the agent resumes at start and replaces the filter an
+//! earlier agent left in one step.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
