@@ -21,8 +21,8 @@
 //! counter in the pod namespace stays at zero — and does count them when no
 //! uplink is configured, the fallback), a renewal stays on the uplink, the
 //! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
-//! dnsmasq and at Kea through the uplink, and an uplink that goes away and
-//! comes back is attached again.
+//! dnsmasq, Kea and ISC dhcpd through the uplink, and an uplink that goes
+//! away and comes back is attached again.
 
 mod agent_support;
 
@@ -33,13 +33,15 @@ use std::time::Duration;
 use agent_support::{CniPath, PluginOutput, invoke, xdhcp_bin};
 use xdhcp::rpc::{AgentStatus, LeaseView};
 use xdhcp_tests::{
-    Bridge, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, Process, Veth, netns_exec, wait_until,
+    Bridge, Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, Process, Veth,
+    netns_exec, wait_until,
 };
 
 /// The DHCP server behind the uplink.
 enum Server {
     Dnsmasq(Dnsmasq),
     Kea(Kea),
+    Dhcpd(Dhcpd),
 }
 
 impl Server {
@@ -47,6 +49,7 @@ impl Server {
         match self {
             Self::Dnsmasq(d) => d.log(),
             Self::Kea(k) => k.log(),
+            Self::Dhcpd(d) => d.log(),
         }
     }
 
@@ -55,6 +58,7 @@ impl Server {
         match self {
             Self::Dnsmasq(d) => d.lease_for(mac).is_some(),
             Self::Kea(k) => k.lease_for(mac).is_some(),
+            Self::Dhcpd(d) => d.leases().iter().any(|l| l.mac == mac),
         }
     }
 }
@@ -437,31 +441,23 @@ fn a_restarted_agent_keeps_its_leases_on_the_uplink() {
     assert_eq!(t.replies_seen_by_pod(), 0);
 }
 
-/// Kea honours the RELEASE sent through the uplink too (its lease
-/// database no longer holds the lease).
-#[test]
-fn kea_honours_the_release_sent_through_the_uplink() {
+/// A `bridge`-plugin DEL (the pod's veth gone before IPAM DEL) releases
+/// the lease through the uplink, and `server`'s lease database no longer
+/// holds it.
+fn release_through_the_uplink_is_honoured(server: impl FnOnce(&NetNs) -> Server, id: &str) {
     let cni = CniPath::new();
-    let t = Topology::with_server(|ns| {
-        Server::Kea(Kea::start(
-            ns,
-            KeaConfig {
-                interface: "s0".into(),
-                ..KeaConfig::default()
-            },
-        ))
-    });
+    let t = Topology::with_server(server);
     let agent = NodeAgent::start(&t.node, &["--uplink", "up0"]);
     agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
-    add(&cni, &t, &agent, "pod-kea");
+    add(&cni, &t, &agent, id);
     let mac = t.pod_mac();
     assert!(t.server.holds(mac), "{}", t.server.log());
     assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
-    let r = bridge(&cni, &t, &agent, "DEL", "pod-kea");
+    let r = bridge(&cni, &t, &agent, "DEL", id);
     assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
     assert!(
         wait_until(Duration::from_secs(5), || !t.server.holds(mac)),
-        "Kea still holds the lease:\n{}\n{}",
+        "the server still holds the lease:\n{}\n{}",
         t.server.log(),
         agent.log()
     );
@@ -469,6 +465,42 @@ fn kea_honours_the_release_sent_through_the_uplink() {
         agent.log().contains("released through the uplink"),
         "{}",
         agent.log()
+    );
+}
+
+/// Kea honours the RELEASE sent through the uplink too.
+#[test]
+fn kea_honours_the_release_sent_through_the_uplink() {
+    release_through_the_uplink_is_honoured(
+        |ns| {
+            Server::Kea(Kea::start(
+                ns,
+                KeaConfig {
+                    interface: "s0".into(),
+                    ..KeaConfig::default()
+                },
+            ))
+        },
+        "pod-kea",
+    );
+}
+
+/// ISC dhcpd honours the RELEASE sent through the uplink too (the binding
+/// is no longer active in its lease file).
+#[test]
+fn dhcpd_honours_the_release_sent_through_the_uplink() {
+    release_through_the_uplink_is_honoured(
+        |ns| {
+            Server::Dhcpd(Dhcpd::start(
+                ns,
+                &DhcpdConfig {
+                    interface: "s0".into(),
+                    extra: "ping-check false;".into(),
+                    ..DhcpdConfig::default()
+                },
+            ))
+        },
+        "pod-dhcpd",
     );
 }
 
