@@ -2,7 +2,7 @@
 //! own socket, state directory and eBPF pin directory; stopped (leases
 //! kept) on drop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
@@ -97,20 +97,11 @@ impl InProcessAgent {
 
     /// The file names of the lease records on disk.
     pub fn record_files(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.state_dir().join("leases"))
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| {
-                        std::path::Path::new(n)
-                            .extension()
-                            .is_some_and(|e| e == "json")
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
+        lease_record_files(&self.state_dir())
+            .iter()
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect()
     }
 
     /// ADD.
@@ -154,4 +145,19 @@ impl Drop for InProcessAgent {
                 .block_on(async { tokio::time::timeout(Duration::from_secs(15), d).await });
         }
     }
+}
+
+/// The lease record files under an agent's state directory `state_dir`
+/// (`leases/*.json`), sorted; none when the directory is missing.
+pub fn lease_record_files(state_dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(state_dir.join("leases"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
 }

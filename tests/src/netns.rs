@@ -707,36 +707,17 @@ impl Lab {
     /// and its ACK never leaves. Restored when the guard drops.
     #[track_caller]
     pub fn drop_server_acks(&self) -> AckDrop {
-        let ns = self.dhcp_ns().name().to_owned();
-        let nft = |args: &[&str]| {
-            run(netns_exec(&ns, crate::program("nft")).args(args));
-        };
-        nft(&["add", "table", "inet", AckDrop::TABLE]);
-        nft(&[
-            "add",
-            "chain",
-            "inet",
-            AckDrop::TABLE,
-            "out",
-            "{ type filter hook output priority 0; }",
-        ]);
         // UDP header (8) + BOOTP fixed part (236) + magic cookie (4) = byte
         // 248 of the transport header: option 53, length 1, DHCPACK (5).
-        nft(&[
-            "add",
-            "rule",
-            "inet",
-            AckDrop::TABLE,
-            "out",
-            "udp",
-            "sport",
-            "67",
-            "@th,1984,24",
-            "0x350105",
-            "counter",
-            "drop",
-        ]);
-        AckDrop { ns }
+        AckDrop {
+            _rule: NftDrop::add(
+                self.dhcp_ns(),
+                "inet",
+                "xdt_ack_drop",
+                "output",
+                &["udp", "sport", "67", "@th,1984,24", "0x350105"],
+            ),
+        }
     }
 
     /// Cuts the server's unicast DHCP path: frames to the server's MAC with
@@ -751,73 +732,62 @@ impl Lab {
             "the cut is made at the bridge's input: the server must be on the bridge"
         );
         let mac = format_mac(self.server_mac());
-        let ns = self.server.name().to_owned();
-        let nft = |args: &[&str]| {
-            run(netns_exec(&ns, crate::program("nft")).args(args));
-        };
-        nft(&["add", "table", "bridge", UnicastCut::TABLE]);
-        nft(&[
-            "add",
-            "chain",
+        UnicastCut(NftDrop::add(
+            &self.server,
             "bridge",
-            UnicastCut::TABLE,
-            "in",
-            "{ type filter hook input priority 0; }",
-        ]);
-        nft(&[
-            "add",
-            "rule",
-            "bridge",
-            UnicastCut::TABLE,
-            "in",
-            "ether",
-            "daddr",
-            &mac,
-            "udp",
-            "dport",
-            "67",
-            "counter",
-            "drop",
-        ]);
-        UnicastCut { ns }
+            "xdt_unicast_cut",
+            "input",
+            &["ether", "daddr", &mac, "udp", "dport", "67"],
+        ))
     }
 }
 
-/// Guard of [`Lab::drop_server_acks`]; the server's ACKs flow again on drop.
+/// An nftables table in a namespace with one chain on one hook and one
+/// rule that counts and drops what `matches`; deleted on drop.
 #[derive(Debug)]
-pub struct AckDrop {
+struct NftDrop {
     ns: String,
+    family: &'static str,
+    table: &'static str,
 }
 
-impl AckDrop {
-    const TABLE: &'static str = "xdt_ack_drop";
-}
-
-impl Drop for AckDrop {
-    fn drop(&mut self) {
-        let _ = netns_exec(&self.ns, crate::program("nft"))
-            .args(["delete", "table", "inet", Self::TABLE])
-            .output();
-    }
-}
-
-/// Guard of [`Lab::cut_server_unicast`]; restores the path on drop.
-#[derive(Debug)]
-pub struct UnicastCut {
-    ns: String,
-}
-
-impl UnicastCut {
-    const TABLE: &'static str = "xdt_unicast_cut";
-
-    /// How many frames were dropped so far.
+impl NftDrop {
     #[track_caller]
-    pub fn dropped(&self) -> u64 {
+    fn add(
+        ns: &NetNs,
+        family: &'static str,
+        table: &'static str,
+        hook: &str,
+        matches: &[&str],
+    ) -> Self {
+        let nft = |args: &[&str]| {
+            run(netns_exec(ns.name(), crate::program("nft")).args(args));
+        };
+        nft(&["add", "table", family, table]);
+        let chain = format!("{{ type filter hook {hook} priority 0; }}");
+        nft(&["add", "chain", family, table, "c", &chain]);
+        let rule = [
+            &["add", "rule", family, table, "c"],
+            matches,
+            &["counter", "drop"],
+        ]
+        .concat();
+        nft(&rule);
+        Self {
+            ns: ns.name().to_owned(),
+            family,
+            table,
+        }
+    }
+
+    /// How many packets the rule dropped so far.
+    #[track_caller]
+    fn dropped(&self) -> u64 {
         let out = run(netns_exec(&self.ns, crate::program("nft")).args([
             "list",
             "table",
-            "bridge",
-            Self::TABLE,
+            self.family,
+            self.table,
         ]));
         out.split_whitespace()
             .skip_while(|w| *w != "packets")
@@ -827,13 +797,31 @@ impl UnicastCut {
     }
 }
 
-impl Drop for UnicastCut {
+impl Drop for NftDrop {
     fn drop(&mut self) {
         let _ = output(netns_exec(&self.ns, crate::program("nft")).args([
             "delete",
             "table",
-            "bridge",
-            Self::TABLE,
+            self.family,
+            self.table,
         ]));
+    }
+}
+
+/// Guard of [`Lab::drop_server_acks`]; the server's ACKs flow again on drop.
+#[derive(Debug)]
+pub struct AckDrop {
+    _rule: NftDrop,
+}
+
+/// Guard of [`Lab::cut_server_unicast`]; restores the path on drop.
+#[derive(Debug)]
+pub struct UnicastCut(NftDrop);
+
+impl UnicastCut {
+    /// How many frames were dropped so far.
+    #[track_caller]
+    pub fn dropped(&self) -> u64 {
+        self.0.dropped()
     }
 }

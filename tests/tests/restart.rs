@@ -183,12 +183,8 @@ fn leases_whose_t1_passed_while_down_renew_right_after_the_restart() {
 
 /// The only lease record in `state_dir`, as JSON, once there is one.
 fn the_record(state_dir: &std::path::Path) -> Option<serde_json::Value> {
-    let mut files = std::fs::read_dir(state_dir.join("leases"))
-        .ok()?
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"));
-    let file = files.next()?;
-    serde_json::from_slice(&std::fs::read(file.path()).ok()?).ok()
+    let file = xdhcp_tests::agent::lease_record_files(state_dir).pop()?;
+    serde_json::from_slice(&std::fs::read(file).ok()?).ok()
 }
 
 /// While an ADD's first REQUEST is out, its record is already on disk and

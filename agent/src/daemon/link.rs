@@ -3,7 +3,7 @@
 //! inside the target namespace ([`crate::datapath::rawsock`],
 //! [`crate::datapath::afpacket`]).
 
-use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
@@ -209,12 +209,6 @@ impl Link {
         sockets: Sockets,
         veth_peer: bool,
     ) -> Result<Self, LinkError> {
-        // The agent's own namespace, for the peer lookup (opened on this
-        // thread, which is in it).
-        let own_ns = match (veth_peer, netns) {
-            (true, Some(_)) => Some(std::fs::File::open("/proc/thread-self/ns/net")),
-            _ => None,
-        };
         // Main plugins may hand the interface over still down (bridge,
         // macvlan): bring it up first, as the upstream dhcp plugin does. One
         // trip into the namespace does both.
@@ -224,7 +218,9 @@ impl Link {
         // everything. Must be called within the runtime.
         let runtime = tokio::runtime::Handle::current();
         let watched = netns.is_some();
-        let work = move || -> Result<Opened, LinkError> {
+        // `home`: the namespace the trip came from (the agent's), which the
+        // veth peer lookup compares against; none without a trip.
+        let work = move |home: Option<BorrowedFd<'_>>| -> Result<Opened, LinkError> {
             let in_ns = |e: RawSockError| match e {
                 RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
                     ifname,
@@ -276,16 +272,17 @@ impl Link {
                 None
             };
             // A failed lookup costs the guard, not the lease: carried to it.
-            let peer = own_ns
-                .map(|own| own.and_then(|own| crate::netlink::veth_peer_here(&name, own.as_fd())));
+            let peer = home
+                .filter(|_| veth_peer)
+                .map(|home| crate::netlink::veth_peer_here(&name, home));
             Ok((info, tx, rx, watch, peer))
         };
         let (info, tx, rx, watch, veth_peer) = match netns {
             // On this thread, moved in and back: the work is short and never
             // blocks, and a thread of its own cost a spawn and a cross-CPU
             // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip).
-            Some(ns) => run_switched(ns, work)??,
-            None => work()?,
+            Some(ns) => run_switched(ns, |home| work(Some(home)))??,
+            None => work(None)?,
         };
         // Opened after the trip succeeded, so the path was there; should it
         // fail now, sockets are reopened by path.

@@ -17,6 +17,7 @@
 
 use std::fs::File;
 use std::future::Future;
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -97,7 +98,8 @@ fn enter_file(file: &File, netns: &Path) -> Result<()> {
 }
 
 /// Run `f` on the calling thread moved into `netns`, and move the thread
-/// back to the namespace it was in before returning, also when `f` panics.
+/// back to the namespace it was in (which `f` is given) before returning,
+/// also when `f` panics.
 /// `f` must be short and must not block or yield (no `.await` can happen
 /// inside it: it is synchronous), so no other work runs on the thread while
 /// it is inside. Should the way back fail, the process aborts: a thread
@@ -105,7 +107,7 @@ fn enter_file(file: &File, netns: &Path) -> Result<()> {
 ///
 /// # Errors
 /// Opening `netns` or entering it; `f` has not run then.
-pub fn run_switched<T>(netns: &Path, f: impl FnOnce() -> T) -> Result<T> {
+pub fn run_switched<T>(netns: &Path, f: impl FnOnce(BorrowedFd<'_>) -> T) -> Result<T> {
     /// Moves the thread back when dropped.
     struct Back(File);
     impl Drop for Back {
@@ -120,9 +122,9 @@ pub fn run_switched<T>(netns: &Path, f: impl FnOnce() -> T) -> Result<T> {
     let home = open(Path::new("/proc/thread-self/ns/net"))?;
     let target = open(netns)?;
     enter_file(&target, netns)?;
-    let _back = Back(home);
+    let back = Back(home);
     drop(target);
-    Ok(f())
+    Ok(f(back.0.as_fd()))
 }
 
 /// Spawns the dedicated thread that enters `netns` and runs `f`.
@@ -386,19 +388,27 @@ mod tests {
     fn run_switched_runs_inside_and_brings_the_thread_back_even_after_a_panic() {
         let ns = ThreadNetns::new();
         let before = current_thread_netns_inode();
-        let (inside, sock) = run_switched(&ns.path, || {
+        let (inside, sock, home) = run_switched(&ns.path, |home| {
             (
                 current_thread_netns_inode(),
                 std::net::UdpSocket::bind("0.0.0.0:0").unwrap(),
+                File::from(home.try_clone_to_owned().unwrap())
+                    .metadata()
+                    .unwrap()
+                    .ino(),
             )
         })
         .unwrap();
         assert_eq!(inside, ns.inode());
+        assert_eq!(
+            home, before,
+            "the closure is given the namespace it came from"
+        );
         assert_eq!(socket_netns_inode(&sock), ns.inode());
         assert_eq!(current_thread_netns_inode(), before);
 
         let caught = std::panic::catch_unwind(|| {
-            run_switched(&ns.path, || -> () { panic!("boom") }).unwrap();
+            run_switched(&ns.path, |_| -> () { panic!("boom") }).unwrap();
         });
         assert!(caught.is_err());
         assert_eq!(
@@ -407,9 +417,9 @@ mod tests {
             "a panic inside left the thread in the namespace"
         );
 
-        let err = run_switched(Path::new("/proc/self/ns/uts"), || ()).unwrap_err();
+        let err = run_switched(Path::new("/proc/self/ns/uts"), |_| ()).unwrap_err();
         assert!(matches!(err, NetnsError::NotNetns { .. }), "{err:?}");
-        let err = run_switched(Path::new("/run/netns/xdhcp-test-none"), || ()).unwrap_err();
+        let err = run_switched(Path::new("/run/netns/xdhcp-test-none"), |_| ()).unwrap_err();
         assert!(matches!(err, NetnsError::Open { .. }), "{err:?}");
         assert_eq!(current_thread_netns_inode(), before);
     }

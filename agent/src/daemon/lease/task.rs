@@ -33,7 +33,7 @@ use crate::datapath::rawsock::RawSender;
 use crate::datapath::{RxFrame, RxPath};
 use crate::metrics::Metrics;
 use crate::model::UplinkRef;
-use crate::store::LeaseStore;
+use crate::store::{LeaseStore, StoreError};
 
 /// How a maintained lease waits before trying again after an acquisition
 /// failed with nobody waiting on it (a resumed lease).
@@ -127,7 +127,7 @@ pub(crate) struct Task {
 /// instead of between the ACK and the ADD's answer.
 pub(crate) struct Ahead {
     address: std::net::Ipv4Addr,
-    write: tokio::task::JoinHandle<Durable>,
+    write: tokio::task::JoinHandle<Result<(), StoreError>>,
 }
 
 /// How a task ended, for the registry.
@@ -150,7 +150,7 @@ impl Task {
     /// Persist off the runtime's worker threads (the store fsyncs); what
     /// became of the write.
     async fn persist_async(&self) -> Durable {
-        write_record(self.svc.clone(), self.record()).await
+        durable(&self.svc, save_blocking(&self.svc, self.record())).await
     }
 
     /// While an ADD waits for its first lease: once the REQUEST for an
@@ -166,22 +166,15 @@ impl Task {
         self.settle_ahead().await;
         let mut rec = self.record();
         rec.requested = Some(address);
-        let write = tokio::spawn(write_record(self.svc.clone(), rec));
+        let write = save_blocking(&self.svc, rec);
         self.ahead = Some(Ahead { address, write });
     }
 
-    /// Wait for the write ahead, if one is out; whether it recorded
-    /// `address`.
+    /// Wait for the write ahead, if one is out: the address it recorded,
+    /// and whether it is on disk.
     async fn settle_ahead(&mut self) -> Option<(std::net::Ipv4Addr, Durable)> {
         let ahead = self.ahead.take()?;
-        let durable = ahead.write.await.unwrap_or_else(|e| {
-            Durable::Failed(Arc::new(crate::store::StoreError::Io {
-                op: "write the lease record ahead of the ACK",
-                path: self.svc.store.leases_dir().to_path_buf(),
-                source: std::io::Error::other(e.to_string()),
-            }))
-        });
-        Some((ahead.address, durable))
+        Some((ahead.address, durable(&self.svc, ahead.write).await))
     }
 
     fn persist(&self) {
@@ -212,23 +205,32 @@ impl Task {
     }
 }
 
-/// Write `rec` on the blocking pool; what became of the write.
-async fn write_record(svc: Arc<Services>, rec: LeaseRecord) -> Durable {
-    let store_dir = svc.store.leases_dir().to_path_buf();
-    let metrics = svc.metrics.clone();
-    let res = tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec))
-        .await
-        .unwrap_or_else(|e| {
-            Err(crate::store::StoreError::Io {
-                op: "write the lease record in a blocking task",
-                path: store_dir,
-                source: std::io::Error::other(e.to_string()),
-            })
-        });
+/// Start writing `rec` on the blocking pool.
+fn save_blocking(
+    svc: &Arc<Services>,
+    rec: LeaseRecord,
+) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+    let svc = svc.clone();
+    tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec))
+}
+
+/// What became of a write [`save_blocking`] started (a failure is logged
+/// and counted).
+async fn durable(
+    svc: &Services,
+    write: tokio::task::JoinHandle<Result<(), StoreError>>,
+) -> Durable {
+    let res = write.await.unwrap_or_else(|e| {
+        Err(StoreError::Io {
+            op: "write the lease record in a blocking task",
+            path: svc.store.leases_dir().to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    });
     match res {
         Ok(()) => Durable::Saved,
         Err(e) => {
-            metrics.failure("persist");
+            svc.metrics.failure("persist");
             warn!(error = %crate::rpc::format_chain(&e), "could not persist the lease; a restart would lose it");
             Durable::Failed(Arc::new(e))
         }
@@ -574,13 +576,13 @@ async fn drain_events(
                 }
                 // Written ahead with this address: the ADD may answer now
                 // (a restart asks for it again); the full record follows.
-                if let Some((address, Durable::Saved)) = task.settle_ahead().await
-                    && address == lease.address
-                {
+                let early = matches!(task.settle_ahead().await,
+                    Some((address, Durable::Saved)) if address == lease.address);
+                if early {
                     task.persisted.send_replace(Durable::Saved);
                 }
                 let durable = task.persist_async().await;
-                if matches!(*task.persisted.borrow(), Durable::Pending) {
+                if !early {
                     task.persisted.send_replace(durable);
                 }
                 if oneshot {
