@@ -479,6 +479,49 @@ fn a_vm_port_passes_only_the_vms_own_client_messages() {
     assert_eq!((c.passed_client, c.dropped_spoof), (1, 4), "{c:?}");
 }
 
+/// The egress program only copies a learning port's replies to the guard
+/// ring, yet it would run on every frame towards every workload: a port
+/// has the egress filter exactly while its policy learns, and a filter an
+/// earlier agent left that the port's policy no longer needs is removed
+/// when the port is taken over.
+#[test]
+fn a_port_has_the_egress_filter_only_while_its_policy_learns() {
+    let lab = Lab::with_clients(1);
+    let port = lab.clients[0].port().to_owned();
+    let learning = PortPolicy {
+        single_client: Some([0x02, 0x00, 0x5e, 0x10, 0x00, 0x01]),
+        learn: true,
+        ..PortPolicy::default()
+    };
+    let mut guard = load_guard();
+    guard
+        .attach(&target(&lab, 0), &PortPolicy::default())
+        .unwrap();
+    assert_eq!(guard_filters(&lab.server, &port), (1, 0), "a pod's port");
+    guard.update(&target(&lab, 0), &learning).unwrap();
+    assert_eq!(guard_filters(&lab.server, &port), (1, 1), "now learning");
+    guard
+        .update(&target(&lab, 0), &PortPolicy::default())
+        .unwrap();
+    assert_eq!(
+        guard_filters(&lab.server, &port),
+        (1, 0),
+        "learning no more"
+    );
+
+    // A learning port left by an agent that stopped, taken over by the
+    // next one with a policy that does not learn.
+    guard.update(&target(&lab, 0), &learning).unwrap();
+    drop(guard);
+    assert_eq!(guard_filters(&lab.server, &port), (1, 1), "left in place");
+    let mut next = load_guard();
+    next.attach(&target(&lab, 0), &PortPolicy::default())
+        .unwrap();
+    assert_eq!(guard_filters(&lab.server, &port), (1, 0), "taken over");
+    next.detach(&target(&lab, 0)).unwrap();
+    assert_eq!(guard_filters(&lab.server, &port), (0, 0), "detached");
+}
+
 #[test]
 fn detaching_a_port_whose_device_is_gone_cleans_up() {
     let mut lab = Lab::with_clients(1);
@@ -654,18 +697,19 @@ fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over(
     let cni = agent_support::CniPath::new();
     let port = lab.clients[0].port().to_owned();
     leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], ""));
-    assert_eq!(guard_filters(&lab.server, &port), (1, 1), "{}", agent.log());
+    // A pod's port: the ingress filter only (nothing to learn).
+    assert_eq!(guard_filters(&lab.server, &port), (1, 0), "{}", agent.log());
 
-    // The agent stops: the port stays guarded, with the same filters.
+    // The agent stops: the port stays guarded, with the same filter.
     let dir = agent.stop();
-    assert_eq!(guard_filters(&lab.server, &port), (1, 1));
+    assert_eq!(guard_filters(&lab.server, &port), (1, 0));
     let _rogue = rogue(&lab);
     let (bound, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert_eq!(heard, 0, "the rogue was heard while no agent ran");
     assert!(from_real_server(&lab, bound), "{bound:?}");
 
     // The next agent resumes pod 0's lease and guards its port again,
-    // replacing the filters rather than adding a second pair.
+    // replacing the filter rather than adding a second one.
     let agent = NodeAgent::start_in(&lab.server, dir);
     assert!(
         xdhcp_tests::wait_until(Duration::from_secs(10), || agent
@@ -674,7 +718,7 @@ fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over(
         "{}",
         agent.log()
     );
-    assert_eq!(guard_filters(&lab.server, &port), (1, 1), "{}", agent.log());
+    assert_eq!(guard_filters(&lab.server, &port), (1, 0), "{}", agent.log());
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert_eq!(heard, 0, "the rogue was heard after the restart");
 

@@ -231,7 +231,11 @@ impl GuardService {
         debug!(lock_wait_us = t1.elapsed().as_micros(), "guard lock");
         if let Some(port) = inner.ports.get(&key).cloned() {
             if port.host_ifname == host_ifname {
-                inner.guard.set_policy(port.ifindex, &policy)?;
+                let target = AttachTarget {
+                    ifname: host_ifname,
+                    netns: None,
+                };
+                inner.guard.update(&target, &policy)?;
                 let port = GuardedPort { policy, ..port };
                 inner.ports.insert(key, port.clone());
                 return Ok(Some(port));

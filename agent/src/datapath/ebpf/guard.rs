@@ -1,7 +1,9 @@
 //! The DHCP guard on workload ports, user-space half: loads the guard
-//! programs, attaches them (TC ingress and egress) to the host end of a
-//! workload port, keeps each port's policy in the kernel map, reads the
-//! per-port counters and the ring of observed guest exchanges.
+//! programs, attaches them to the host end of a workload port (TC ingress
+//! always; TC egress only where the port's policy learns the guest's
+//! exchanges, as the egress program does nothing else), keeps each port's
+//! policy in the kernel map, reads the per-port counters and the ring of
+//! observed guest exchanges.
 //!
 //! [`Guard`] is independent of [`super::Datapath`]: it loads its own copy
 //! of the embedded object (the capture maps in that copy are shrunk to the
@@ -56,6 +58,12 @@ impl Default for PortPolicy {
 }
 
 impl PortPolicy {
+    /// Whether the port needs the egress program: it only copies replies
+    /// towards a learning port's one client to the guard ring.
+    pub fn needs_egress(&self) -> bool {
+        self.learn && self.single_client.is_some()
+    }
+
     /// The kernel map entry for this policy.
     pub fn entry(&self) -> g::GuardPort {
         let mut flags = 0;
@@ -240,11 +248,18 @@ impl GuardReader {
     }
 }
 
-/// A guarded port: where, and the two TC links.
+/// A guarded port: where, and its TC links (egress only when learning).
 struct GuardedPort {
     ifindex: u32,
     ingress: SchedClassifierLinkId,
-    egress: SchedClassifierLinkId,
+    egress: Option<SchedClassifierLinkId>,
+}
+
+impl GuardedPort {
+    fn links(self) -> impl Iterator<Item = (&'static str, SchedClassifierLinkId)> {
+        std::iter::once((g::PROG_GUARD_INGRESS, self.ingress))
+            .chain(self.egress.map(|id| (g::PROG_GUARD_EGRESS, id)))
+    }
 }
 
 /// The loaded guard programs and their maps.
@@ -272,10 +287,7 @@ impl std::fmt::Debug for Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         for port in std::mem::take(&mut self.attached).into_values() {
-            for (name, id) in [
-                (g::PROG_GUARD_INGRESS, port.ingress),
-                (g::PROG_GUARD_EGRESS, port.egress),
-            ] {
+            for (name, id) in port.links() {
                 if let Ok(p) = program::<SchedClassifier>(&mut self.ebpf, name)
                     && let Ok(link) = p.take_link(id)
                 {
@@ -354,6 +366,11 @@ impl Guard {
     /// Guards `target` (the host end of a workload port) with `policy`:
     /// the policy is in the map before the programs are attached, so the
     /// first frame is already policed. Returns the port's ifindex.
+    ///
+    /// A port gets the ingress filter, and the egress one only when its
+    /// policy learns: the egress program runs on every frame towards the
+    /// workload, and for a port that does not learn it only parses the
+    /// frame and passes it.
     pub fn attach(&mut self, target: &AttachTarget, policy: &PortPolicy) -> Result<u32> {
         if self.attached.contains_key(target) {
             return Err(EbpfDatapathError::AlreadyAttached {
@@ -373,14 +390,24 @@ impl Guard {
         self.set_policy(ifindex, policy)?;
         let ebpf = &mut self.ebpf;
         let ifname = target.ifname.clone();
+        let egress = policy.needs_egress();
         let links = in_netns(target.netns.as_deref(), move || {
             // Fails when the port has one already (a previous agent's guard,
             // or another user of clsact), which is fine; a port that cannot
             // have one fails the attach below.
             let _ = qdisc_add_clsact(&ifname);
-            let ingress = attach_tc(ebpf, g::PROG_GUARD_INGRESS, &ifname, TcAttachType::Ingress)?;
+            let (ingress, replaced) =
+                attach_tc(ebpf, g::PROG_GUARD_INGRESS, &ifname, TcAttachType::Ingress)?;
+            if !egress {
+                // An earlier agent (or policy) may have left an egress
+                // filter; only a port that had an ingress one can have it.
+                if replaced {
+                    remove_left_filter(&ifname, TcAttachType::Egress);
+                }
+                return Ok((ingress, None));
+            }
             match attach_tc(ebpf, g::PROG_GUARD_EGRESS, &ifname, TcAttachType::Egress) {
-                Ok(egress) => Ok((ingress, egress)),
+                Ok((egress, _)) => Ok((ingress, Some(egress))),
                 Err(e) => {
                     if let Ok(p) = program::<SchedClassifier>(ebpf, g::PROG_GUARD_INGRESS) {
                         let _ = p.detach(ingress);
@@ -397,7 +424,8 @@ impl Guard {
                 return Err(e);
             }
         };
-        tracing::info!(ifname = %target.ifname, netns = ?target.netns, ifindex, ?policy, "DHCP guard attached");
+        tracing::info!(ifname = %target.ifname, netns = ?target.netns, ifindex, ?policy,
+            egress = egress.is_some(), "DHCP guard attached");
         self.attached.insert(
             target.clone(),
             GuardedPort {
@@ -406,6 +434,43 @@ impl Guard {
                 egress,
             },
         );
+        Ok(ifindex)
+    }
+
+    /// Gives the attached port `target` a new policy, adding or removing
+    /// its egress filter as the policy needs. Returns the port's ifindex.
+    pub fn update(&mut self, target: &AttachTarget, policy: &PortPolicy) -> Result<u32> {
+        let port = self
+            .attached
+            .get(target)
+            .ok_or_else(|| EbpfDatapathError::NotAttached {
+                ifname: target.ifname.clone(),
+            })?;
+        let (ifindex, has) = (port.ifindex, port.egress.is_some());
+        let wants = policy.needs_egress();
+        self.set_policy(ifindex, policy)?;
+        if wants == has {
+            return Ok(ifindex);
+        }
+        let ifname = target.ifname.clone();
+        if wants {
+            let ebpf = &mut self.ebpf;
+            let id = in_netns(target.netns.as_deref(), move || {
+                attach_tc(ebpf, g::PROG_GUARD_EGRESS, &ifname, TcAttachType::Egress)
+            })??
+            .0;
+            if let Some(port) = self.attached.get_mut(target) {
+                port.egress = Some(id);
+            }
+        } else if let Some(id) = self.attached.get_mut(target).and_then(|p| p.egress.take()) {
+            let ebpf = &mut self.ebpf;
+            in_netns(target.netns.as_deref(), move || {
+                program::<SchedClassifier>(ebpf, g::PROG_GUARD_EGRESS).and_then(|p| {
+                    p.detach(id)
+                        .map_err(|source| EbpfDatapathError::Detach { ifname, source })
+                })
+            })??;
+        }
         Ok(ifindex)
     }
 
@@ -432,7 +497,7 @@ impl Guard {
         Ok(())
     }
 
-    /// Unguards `target`: detaches both programs and removes the port's
+    /// Unguards `target`: detaches its programs and removes the port's
     /// entry and counters. A port whose device is already gone (the
     /// workload deleted first) only loses its entries.
     pub fn detach(&mut self, target: &AttachTarget) -> Result<()> {
@@ -444,12 +509,11 @@ impl Guard {
             })?;
         let ebpf = &mut self.ebpf;
         let ifname = target.ifname.clone();
+        let ifindex = port.ifindex;
+        let links: Vec<_> = port.links().collect();
         let res = in_netns(target.netns.as_deref(), move || {
             let mut first = None;
-            for (name, id) in [
-                (g::PROG_GUARD_INGRESS, port.ingress),
-                (g::PROG_GUARD_EGRESS, port.egress),
-            ] {
+            for (name, id) in links {
                 let r = program::<SchedClassifier>(ebpf, name).and_then(|p| {
                     p.detach(id).map_err(|source| EbpfDatapathError::Detach {
                         ifname: ifname.clone(),
@@ -464,7 +528,7 @@ impl Guard {
             }
             first.map_or(Ok(()), Err)
         });
-        self.forget(port.ifindex);
+        self.forget(ifindex);
         match res {
             Ok(Ok(())) => Ok(()),
             // The device went with the workload: its filters went with it.
@@ -558,7 +622,7 @@ fn attach_tc(
     name: &'static str,
     ifname: &str,
     kind: TcAttachType,
-) -> Result<SchedClassifierLinkId> {
+) -> Result<(SchedClassifierLinkId, bool)> {
     let prog: &mut SchedClassifier = program(ebpf, name)?;
     let err = |source| EbpfDatapathError::Attach {
         ifname: ifname.to_owned(),
@@ -571,7 +635,7 @@ fn attach_tc(
         ..NlOptions::default()
     });
     match prog.attach_with_options(ifname, kind, options) {
-        Ok(id) => Ok(id),
+        Ok(id) => Ok((id, false)),
         Err(ProgramError::TcError(TcError::NetlinkError(e)))
             if e.raw_os_error() == Some(libc::EEXIST) =>
         {
@@ -589,9 +653,33 @@ fn attach_tc(
                 program = name,
                 "replaced a DHCP guard filter left by an earlier agent"
             );
-            Ok(id)
+            Ok((id, true))
         }
         Err(e) => Err(err(e)),
+    }
+}
+
+/// Removes the guard filter an earlier agent left on `ifname`'s `kind`
+/// hook, if there is one (none is the common case: nothing to do).
+fn remove_left_filter(ifname: &str, kind: TcAttachType) {
+    let left =
+        match SchedClassifierLink::attached(ifname, kind, GUARD_TC_PRIORITY, GUARD_TC_HANDLE, None)
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(ifname, error = %e, "no port to look for a left guard filter on");
+                return;
+            }
+        };
+    match aya::programs::links::Link::detach(left) {
+        Ok(()) => tracing::info!(
+            ifname,
+            ?kind,
+            "removed a DHCP guard filter an earlier agent left (this port's policy does not need it)"
+        ),
+        Err(ProgramError::NetlinkError(e)) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(e) => tracing::warn!(ifname, ?kind, error = %e,
+            "could not remove a DHCP guard filter an earlier agent left"),
     }
 }
 
