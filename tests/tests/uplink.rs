@@ -26,15 +26,11 @@
 
 mod agent_support;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use agent_support::{CniPath, PluginOutput, invoke, xdhcp_bin};
-use xdhcp::rpc::{AgentStatus, LeaseView};
+use agent_support::{CniPath, NodeAgent, PluginOutput, bridge_plugin};
 use xdhcp_tests::{
-    Bridge, Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, Process, Veth,
-    netns_exec, wait_until,
+    Bridge, Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, Veth, wait_until,
 };
 
 /// The DHCP server behind the uplink.
@@ -171,139 +167,8 @@ impl Topology {
     }
 }
 
-/// `xdhcp agent` running inside the node namespace.
-struct NodeAgent {
-    process: Process,
-    socket: PathBuf,
-    log: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl NodeAgent {
-    fn start(node: &NetNs, extra: &[&str]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-agent-")
-            .tempdir()
-            .unwrap();
-        Self::start_in(node, extra, dir)
-    }
-
-    /// Stops the agent (SIGTERM) and starts another on its state.
-    fn restart(self, node: &NetNs, extra: &[&str]) -> Self {
-        drop(self.process);
-        Self::start_in(node, extra, self.dir)
-    }
-
-    fn start_in(node: &NetNs, extra: &[&str], dir: tempfile::TempDir) -> Self {
-        let socket = dir.path().join("run/xdhcp.sock");
-        let log = dir.path().join("agent.log");
-        let mut cmd = netns_exec(node.name(), &xdhcp_bin());
-        cmd.args(["agent", "--kube", "off", "--datapath", "ebpf", "--socket"])
-            .arg(&socket)
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .arg("--bpffs-dir")
-            .arg(dir.path().join("bpffs"))
-            .args(extra)
-            .env_remove("CNI_COMMAND")
-            .env("RUST_LOG", "info,xdhcp=debug");
-        let process = Process::spawn_logged("xdhcp agent", cmd, &log);
-        let me = Self {
-            process,
-            socket,
-            log,
-            dir,
-        };
-        assert!(
-            wait_until(Duration::from_secs(30), || me
-                .try_status()
-                .is_some_and(|s| s.ready || s.degraded.is_some())),
-            "agent not ready:\n{}",
-            me.log()
-        );
-        me
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn cli(&self, cmd: &str) -> Option<String> {
-        let out = Command::new(xdhcp_bin())
-            .args([cmd, "--json", "--socket"])
-            .arg(&self.socket)
-            .env_remove("CNI_COMMAND")
-            .output()
-            .expect("run the xdhcp cli");
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    fn try_status(&self) -> Option<AgentStatus> {
-        self.cli("status")
-            .and_then(|s| serde_json::from_str(&s).ok())
-    }
-
-    fn status(&self) -> AgentStatus {
-        self.try_status()
-            .unwrap_or_else(|| panic!("xdhcp status failed:\n{}", self.log()))
-    }
-
-    fn leases(&self) -> Vec<LeaseView> {
-        serde_json::from_str(&self.cli("leases").expect("xdhcp leases")).expect("lease JSON")
-    }
-
-    fn counter(&self, name: &str) -> u64 {
-        self.status().counters.get(name).copied().unwrap_or(0)
-    }
-
-    /// Waits until the (first) uplink is attached; fails with `what`.
-    fn wait_uplink_live(&self, within: Duration, what: &str) {
-        assert!(
-            wait_until(within, || self.uplink_state() == "live"),
-            "{what}: {:?}\n{}",
-            self.try_status(),
-            self.log()
-        );
-    }
-
-    /// Waits until the (only) lease expires later than `expiry`: renewed.
-    fn wait_renewed(&self, expiry: Option<u64>, within: Duration, what: &str) {
-        assert!(
-            wait_until(within, || self.leases()[0].expires_unix_ms > expiry),
-            "{what}: {:?}\n{}",
-            self.leases(),
-            self.log()
-        );
-    }
-
-    fn uplink_state(&self) -> String {
-        self.status()
-            .uplinks
-            .first()
-            .map(|u| u.state.clone())
-            .unwrap_or_default()
-    }
-}
-
 fn bridge(cni: &CniPath, t: &Topology, agent: &NodeAgent, cmd: &str, id: &str) -> PluginOutput {
-    let conf = format!(
-        r#"{{"cniVersion":"1.0.0","name":"xnet","type":"bridge","bridge":"xbr0",
-            "isGateway":false,"ipMasq":false,
-            "ipam":{{"type":"xdhcp","socketPath":"{}","timeout":"15s"}}}}"#,
-        agent.socket.display()
-    );
-    invoke(
-        &cni.plugin("bridge"),
-        Some(&t.node),
-        cmd,
-        id,
-        Some(t.pod.path()),
-        "eth0",
-        cni.dir.path(),
-        &conf,
-    )
+    bridge_plugin(cni, &t.node, &t.pod, "xbr0", &agent.socket, cmd, id)
 }
 
 fn add(cni: &CniPath, t: &Topology, agent: &NodeAgent, id: &str) {

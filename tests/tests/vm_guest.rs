@@ -1,6 +1,7 @@
 //! Checks of the VM test tier (`cargo xtask vmtest`): the eBPF programs,
-//! native XDP on a real NIC driver, and the VFIO handoff of a real PCI NIC,
-//! on whatever kernel runs them.
+//! native XDP on a real NIC driver (per interface, and the agent's uplink
+//! on a NIC carrying a pod's DORA and RELEASE), and the VFIO handoff of a
+//! real PCI NIC, on whatever kernel runs them.
 //!
 //! `cargo xtask vmtest` boots a second kernel (Debian 12's 6.1) in qemu over
 //! this machine's root filesystem and runs this binary in the guest with
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use agent_support::{CniPath, NodeAgent, bridge_plugin};
 use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
 use dhcproto::{Decodable as _, Decoder, Encodable as _, Encoder};
 use serde_json::{Value, json};
@@ -36,7 +38,7 @@ use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, DhcpEvent, Even
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
 use xdhcp::rpc::{self, Client, CniRequest, CniResult, RpcError};
 use xdhcp::vfio::{PciAddr, VFIO_PCI};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, Process, parse_mac, wait_until};
+use xdhcp_tests::{Bridge, Dnsmasq, DnsmasqConfig, NetNs, Process, parse_mac, wait_until};
 
 /// The virtio-net NIC the capture program attaches to (set by `cargo xtask vmtest`).
 pub const VIRTIO_CLIENT_MAC: &str = "52:54:00:78:64:01";
@@ -332,6 +334,111 @@ async fn native_xdp_on_virtio_net_delivers_a_dnsmasq_offer_and_ack() {
     );
     assert!(dp.counters().unwrap().captured >= 2);
     dp.detach(&target).expect("detach");
+}
+
+// ------------------------------------------- a virtio-net NIC as the uplink --
+
+/// The product's shape on a real NIC driver: the node's localnet uplink is
+/// a NIC (the guest's virtio-net, on the qemu hub dnsmasq serves), a bridge
+/// in the node namespace holds it and the pods' veths, and the agent takes
+/// the NIC as its uplink (`--uplink physnet1=<nic>`). The agent must choose
+/// native XDP for it (the kernel agrees: driver mode, not generic), a pod
+/// added through the `bridge` plugin must get its OFFER and ACK through the
+/// ring buffer at that NIC with nothing attached in the pod, and the
+/// plugin's DEL (veth first) must release the lease at dnsmasq through the
+/// NIC.
+#[test]
+#[ignore = "needs the VM tier's devices: run `cargo xtask vmtest`"]
+fn a_virtio_nic_as_the_uplink_gets_native_xdp_and_carries_a_pods_dora_and_release() {
+    let server = MovedNic::new(VIRTIO_SERVER_MAC);
+    server
+        .ns
+        .add_addr(&server.ifname, "192.0.2.1".parse().unwrap(), 24);
+    let dnsmasq = Dnsmasq::start(
+        &server.ns,
+        DnsmasqConfig {
+            interface: server.ifname.clone(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let uplink = MovedNic::new(VIRTIO_CLIENT_MAC);
+    let node = &uplink.ns;
+    let bridge = Bridge::new(node, "xbr0");
+    bridge.attach(&uplink.ifname);
+    let pod = NetNs::new();
+    let cni = CniPath::new();
+
+    let physnet = format!("physnet1={}", uplink.ifname);
+    let agent = NodeAgent::start(node, &["--uplink", &physnet]);
+    agent.wait_uplink_live(Duration::from_secs(30), "the NIC uplink was not attached");
+    let up = agent.status().uplinks[0].clone();
+    assert_eq!(up.ifname, uplink.ifname);
+    assert_eq!(
+        up.mode.as_deref(),
+        Some("xdp-native"),
+        "a NIC uplink gets native XDP on {}: {up:?}\n{}",
+        kernel_release(),
+        agent.log()
+    );
+    let link = node.ip(&["-d", "link", "show", "dev", &uplink.ifname]);
+    assert!(link.contains("xdp ") || link.contains("xdpdrv"), "{link}");
+    assert!(!link.contains("xdpgeneric"), "{link}");
+
+    let add = bridge_plugin(&cni, node, &pod, "xbr0", &agent.socket, "ADD", "pod-nic");
+    assert!(
+        add.ok,
+        "ADD: {} {}\n{}\n{}",
+        add.stdout,
+        add.stderr,
+        agent.log(),
+        dnsmasq.log()
+    );
+    let mac = pod.mac("eth0");
+    let held = dnsmasq.lease_for(mac).map(|l| l.ip);
+    assert!(held.is_some(), "{}", dnsmasq.log());
+    let s = agent.status();
+    assert!(s.uplinks[0].replies >= 2, "OFFER and ACK: {:?}", s.uplinks);
+    assert!(
+        s.counters["kernel.dropped_owned"] >= 2,
+        "consumed at the NIC: {:?}",
+        s.counters
+    );
+    let leases = agent.leases();
+    assert_eq!(
+        leases.iter().map(|l| l.path.as_str()).collect::<Vec<_>>(),
+        [format!("uplink:{}", uplink.ifname)],
+        "{leases:?}"
+    );
+    assert!(
+        s.interfaces.iter().all(|i| i.bpf_link.is_none()),
+        "nothing attached for the pod: {:?}",
+        s.interfaces
+    );
+    assert!(
+        !pod.ip(&["-d", "link", "show", "dev", "eth0"])
+            .contains("prog/xdp")
+    );
+
+    let del = bridge_plugin(&cni, node, &pod, "xbr0", &agent.socket, "DEL", "pod-nic");
+    assert!(
+        del.ok,
+        "DEL: {} {}\n{}",
+        del.stdout,
+        del.stderr,
+        agent.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || dnsmasq.lease_for(mac).is_none()),
+        "dnsmasq still holds {held:?}:\n{}\n{}",
+        dnsmasq.log(),
+        agent.log()
+    );
+    assert!(dnsmasq.log().contains("DHCPRELEASE"), "{}", dnsmasq.log());
+    assert!(
+        agent.log().contains("released through the uplink"),
+        "{}",
+        agent.log()
+    );
 }
 
 // ------------------------------------------------- VFIO with a real e1000e --

@@ -53,7 +53,8 @@ const QEMU_DEVICES: &[&str] = &[
     // The e1000e (8086:10d3) on the user network: qemu's own DHCP server.
     "-netdev user,id=vmt-user",
     "-device e1000e,netdev=vmt-user",
-    // Two virtio-net NICs on one hub: dnsmasq on one, native XDP on the other.
+    // Two virtio-net NICs on one hub: dnsmasq on one, native XDP (per
+    // interface, or the agent's uplink) on the other.
     "-netdev hubport,id=vmt-hub1,hubid=7",
     "-netdev hubport,id=vmt-hub2,hubid=7",
     "-device virtio-net-pci,netdev=vmt-hub1,mac=52:54:00:78:64:01,guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off",
@@ -63,8 +64,9 @@ const QEMU_DEVICES: &[&str] = &[
 /// The guest suite: integration-test binaries and the tests of each that run
 /// in the guest (substrings of test names; empty: all, ignored ones included).
 const GUEST_SUITE: &[(&str, &[&str])] = &[
-    // Every program through the verifier; native XDP on virtio-net; the
-    // VFIO handoff of the e1000e against qemu's DHCP server.
+    // Every program through the verifier; native XDP on virtio-net, per
+    // interface and as the agent's uplink; the VFIO handoff of the e1000e
+    // against qemu's DHCP server.
     ("vm_guest", &[]),
     // Capture through TC and native/generic XDP on veths (dnsmasq), and the
     // programs under BPF_PROG_TEST_RUN: every record size (the copy 6.1

@@ -240,3 +240,151 @@ pub fn invoke(
     .run()
     .unwrap_or_else(|e| panic!("cannot run {}: {e}", plugin.display()))
 }
+
+/// `xdhcp agent` on the eBPF datapath, in embedded mode, running inside a
+/// test's node namespace (`ip netns exec`), so the uplinks and ports it
+/// attaches to are the test's, never this machine's.
+pub struct NodeAgent {
+    process: Process,
+    pub socket: PathBuf,
+    log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl NodeAgent {
+    pub fn start(node: &NetNs, extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-agent-")
+            .tempdir()
+            .unwrap();
+        Self::start_in(node, extra, dir)
+    }
+
+    /// Stops the agent (SIGTERM) and starts another on its state.
+    pub fn restart(self, node: &NetNs, extra: &[&str]) -> Self {
+        drop(self.process);
+        Self::start_in(node, extra, self.dir)
+    }
+
+    pub fn start_in(node: &NetNs, extra: &[&str], dir: tempfile::TempDir) -> Self {
+        let socket = dir.path().join("run/xdhcp.sock");
+        let log = dir.path().join("agent.log");
+        let mut cmd = xdhcp_tests::netns_exec(node.name(), &xdhcp_bin());
+        cmd.args(["agent", "--kube", "off", "--datapath", "ebpf", "--socket"])
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--bpffs-dir")
+            .arg(dir.path().join("bpffs"))
+            .args(extra)
+            .env_remove("CNI_COMMAND")
+            .env("RUST_LOG", "info,xdhcp=debug");
+        let process = Process::spawn_logged("xdhcp agent", cmd, &log);
+        let me = Self {
+            process,
+            socket,
+            log,
+            dir,
+        };
+        assert!(
+            wait_until(Duration::from_secs(30), || me
+                .try_status()
+                .is_some_and(|s| s.ready || s.degraded.is_some())),
+            "agent not ready:\n{}",
+            me.log()
+        );
+        me
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn cli(&self, cmd: &str) -> Option<String> {
+        let out = Command::new(xdhcp_bin())
+            .args([cmd, "--json", "--socket"])
+            .arg(&self.socket)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .expect("run the xdhcp cli");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    pub fn try_status(&self) -> Option<xdhcp::rpc::AgentStatus> {
+        self.cli("status")
+            .and_then(|s| serde_json::from_str(&s).ok())
+    }
+
+    pub fn status(&self) -> xdhcp::rpc::AgentStatus {
+        self.try_status()
+            .unwrap_or_else(|| panic!("xdhcp status failed:\n{}", self.log()))
+    }
+
+    pub fn leases(&self) -> Vec<xdhcp::rpc::LeaseView> {
+        serde_json::from_str(&self.cli("leases").expect("xdhcp leases")).expect("lease JSON")
+    }
+
+    pub fn counter(&self, name: &str) -> u64 {
+        self.status().counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// Waits until the (first) uplink is attached; fails with `what`.
+    pub fn wait_uplink_live(&self, within: Duration, what: &str) {
+        assert!(
+            wait_until(within, || self.uplink_state() == "live"),
+            "{what}: {:?}\n{}",
+            self.try_status(),
+            self.log()
+        );
+    }
+
+    /// Waits until the (only) lease expires later than `expiry`: renewed.
+    pub fn wait_renewed(&self, expiry: Option<u64>, within: Duration, what: &str) {
+        assert!(
+            wait_until(within, || self.leases()[0].expires_unix_ms > expiry),
+            "{what}: {:?}\n{}",
+            self.leases(),
+            self.log()
+        );
+    }
+
+    pub fn uplink_state(&self) -> String {
+        self.status()
+            .uplinks
+            .first()
+            .map(|u| u.state.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Debian's `bridge` plugin run from inside `node`, putting `pod`'s `eth0`
+/// on `bridge` with xdhcp IPAM through the agent at `socket`; its DEL
+/// deletes the veth before it calls IPAM DEL.
+pub fn bridge_plugin(
+    cni: &CniPath,
+    node: &NetNs,
+    pod: &NetNs,
+    bridge: &str,
+    socket: &Path,
+    cmd: &str,
+    id: &str,
+) -> PluginOutput {
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","type":"bridge","bridge":"{bridge}",
+            "isGateway":false,"ipMasq":false,
+            "ipam":{{"type":"xdhcp","socketPath":"{}","timeout":"15s"}}}}"#,
+        socket.display()
+    );
+    invoke(
+        &cni.plugin("bridge"),
+        Some(node),
+        cmd,
+        id,
+        Some(pod.path()),
+        "eth0",
+        cni.dir.path(),
+        &conf,
+    )
+}
