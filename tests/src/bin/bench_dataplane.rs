@@ -1,8 +1,8 @@
 //! `cargo xtask bench dataplane`: TCP throughput across a veth pair between
 //! two network namespaces (iperf3), with nothing attached, with the TC
 //! program, with native XDP and with generic XDP on the receiving veth, in one
-//! run, and with the DHCP guard (TC ingress and egress) on it as on a
-//! workload port's host end. The programs run in observe mode (every frame is classified; none is
+//! run, and with the DHCP guard on it as on a pod's port's host end (TC
+//! ingress; a pod's port does not learn, so no egress program). The programs run in observe mode (every frame is classified; none is
 //! DHCP).
 //!
 //! Then the same through a node uplink: the traffic enters a "node"
@@ -46,8 +46,8 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Setup {
     Attached(AttachMode),
-    /// The DHCP guard (TC ingress and egress) on the receiving veth, as on
-    /// a workload port's host end.
+    /// The DHCP guard on the receiving veth, as on a pod's port's host end
+    /// (TC ingress only: a pod's port does not learn).
     Guard,
 }
 
