@@ -171,6 +171,31 @@ impl MovedNic {
     }
 }
 
+/// The server NIC moved into a namespace of its own, 192.0.2.1/24, with
+/// dnsmasq serving on it.
+fn dnsmasq_on_the_server_nic() -> (MovedNic, Dnsmasq) {
+    let server = MovedNic::new(VIRTIO_SERVER_MAC);
+    server
+        .ns
+        .add_addr(&server.ifname, "192.0.2.1".parse().unwrap(), 24);
+    let dnsmasq = Dnsmasq::start(
+        &server.ns,
+        DnsmasqConfig {
+            interface: server.ifname.clone(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    (server, dnsmasq)
+}
+
+/// The kernel agrees: `ifname` (in `ns`) has its XDP program in driver
+/// mode, not generic.
+fn assert_driver_mode_xdp(ns: &NetNs, ifname: &str) {
+    let link = ns.ip(&["-d", "link", "show", "dev", ifname]);
+    assert!(link.contains("xdp ") || link.contains("xdpdrv"), "{link}");
+    assert!(!link.contains("xdpgeneric"), "{link}");
+}
+
 /// An `AF_PACKET` socket on `nic` (send only), created in its namespace.
 fn send_socket(nic: &MovedNic) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd as _;
@@ -261,18 +286,8 @@ async fn next_reply(reader: &mut EventReader, xid: u32, kind: MessageType) -> Dh
 #[tokio::test]
 #[ignore = "needs the VM tier's devices: run `cargo xtask vmtest`"]
 async fn native_xdp_on_virtio_net_delivers_a_dnsmasq_offer_and_ack() {
-    let server = MovedNic::new(VIRTIO_SERVER_MAC);
+    let (_server, dnsmasq) = dnsmasq_on_the_server_nic();
     let client = MovedNic::new(VIRTIO_CLIENT_MAC);
-    server
-        .ns
-        .add_addr(&server.ifname, "192.0.2.1".parse().unwrap(), 24);
-    let dnsmasq = Dnsmasq::start(
-        &server.ns,
-        DnsmasqConfig {
-            interface: server.ifname.clone(),
-            ..DnsmasqConfig::default()
-        },
-    );
 
     let mut dp = Datapath::load().expect("load");
     let mut reader = dp.take_reader().unwrap().unwrap();
@@ -289,10 +304,7 @@ async fn native_xdp_on_virtio_net_delivers_a_dnsmasq_offer_and_ack() {
         "virtio_net on {} refused native XDP",
         kernel_release()
     );
-    // The kernel agrees: the program is attached in driver mode.
-    let link = client.ns.ip(&["-d", "link", "show", "dev", &client.ifname]);
-    assert!(link.contains("xdp ") || link.contains("xdpdrv"), "{link}");
-    assert!(!link.contains("xdpgeneric"), "{link}");
+    assert_driver_mode_xdp(&client.ns, &client.ifname);
 
     let tx = send_socket(&client);
     let xid = 0x7e57_0001;
@@ -350,17 +362,7 @@ async fn native_xdp_on_virtio_net_delivers_a_dnsmasq_offer_and_ack() {
 #[test]
 #[ignore = "needs the VM tier's devices: run `cargo xtask vmtest`"]
 fn a_virtio_nic_as_the_uplink_gets_native_xdp_and_carries_a_pods_dora_and_release() {
-    let server = MovedNic::new(VIRTIO_SERVER_MAC);
-    server
-        .ns
-        .add_addr(&server.ifname, "192.0.2.1".parse().unwrap(), 24);
-    let dnsmasq = Dnsmasq::start(
-        &server.ns,
-        DnsmasqConfig {
-            interface: server.ifname.clone(),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let (_server, dnsmasq) = dnsmasq_on_the_server_nic();
     let uplink = MovedNic::new(VIRTIO_CLIENT_MAC);
     let node = &uplink.ns;
     let bridge = Bridge::new(node, "xbr0");
@@ -380,9 +382,7 @@ fn a_virtio_nic_as_the_uplink_gets_native_xdp_and_carries_a_pods_dora_and_releas
         kernel_release(),
         agent.log()
     );
-    let link = node.ip(&["-d", "link", "show", "dev", &uplink.ifname]);
-    assert!(link.contains("xdp ") || link.contains("xdpdrv"), "{link}");
-    assert!(!link.contains("xdpgeneric"), "{link}");
+    assert_driver_mode_xdp(node, &uplink.ifname);
 
     let add = bridge_plugin(&cni, node, &pod, "xbr0", &agent.socket, "ADD", "pod-nic");
     assert!(

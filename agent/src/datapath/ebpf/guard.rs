@@ -465,10 +465,7 @@ impl Guard {
         } else if let Some(id) = self.attached.get_mut(target).and_then(|p| p.egress.take()) {
             let ebpf = &mut self.ebpf;
             in_netns(target.netns.as_deref(), move || {
-                program::<SchedClassifier>(ebpf, g::PROG_GUARD_EGRESS).and_then(|p| {
-                    p.detach(id)
-                        .map_err(|source| EbpfDatapathError::Detach { ifname, source })
-                })
+                detach_tc(ebpf, g::PROG_GUARD_EGRESS, id, &ifname)
             })??;
         }
         Ok(ifindex)
@@ -514,13 +511,7 @@ impl Guard {
         let res = in_netns(target.netns.as_deref(), move || {
             let mut first = None;
             for (name, id) in links {
-                let r = program::<SchedClassifier>(ebpf, name).and_then(|p| {
-                    p.detach(id).map_err(|source| EbpfDatapathError::Detach {
-                        ifname: ifname.clone(),
-                        source,
-                    })
-                });
-                if let Err(e) = r
+                if let Err(e) = detach_tc(ebpf, name, id, &ifname)
                     && first.is_none()
                 {
                     first = Some(e);
@@ -657,6 +648,21 @@ fn attach_tc(
         }
         Err(e) => Err(err(e)),
     }
+}
+
+/// Detaches guard program `name`'s filter `id` from `ifname`.
+fn detach_tc(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    id: SchedClassifierLinkId,
+    ifname: &str,
+) -> Result<()> {
+    program::<SchedClassifier>(ebpf, name)?
+        .detach(id)
+        .map_err(|source| EbpfDatapathError::Detach {
+            ifname: ifname.to_owned(),
+            source,
+        })
 }
 
 /// Removes the guard filter an earlier agent left on `ifname`'s `kind`
