@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use agent_support::NodeAgent;
 use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::ebpf::{AttachTarget, Guard, PortPolicy};
@@ -539,96 +540,30 @@ fn detaching_a_port_whose_device_is_gone_cleans_up() {
 
 // ------------------------------------------------------- through the agent --
 
-/// `xdhcp agent` (the workspace's binary) running inside `node`, in
-/// embedded mode, with its own socket and state directory.
-struct NodeAgent {
-    process: xdhcp_tests::Process,
-    socket: std::path::PathBuf,
-    log: std::path::PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl NodeAgent {
-    fn start(node: &xdhcp_tests::NetNs) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-agent-")
-            .tempdir()
-            .unwrap();
-        Self::start_in(node, dir)
-    }
-
-    /// Starts the agent on the state `dir` holds (a previous agent's, after
-    /// [`NodeAgent::stop`]).
-    fn start_in(node: &xdhcp_tests::NetNs, dir: tempfile::TempDir) -> Self {
-        let socket = dir.path().join("run/xdhcp.sock");
-        let log = dir.path().join("agent.log");
-        let mut cmd = xdhcp_tests::netns_exec(node.name(), &agent_support::xdhcp_bin());
-        cmd.args(["agent", "--kube", "off", "--socket"])
-            .arg(&socket)
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .arg("--bpffs-dir")
-            .arg(dir.path().join("bpffs"))
-            .env_remove("CNI_COMMAND")
-            .env("RUST_LOG", "info,xdhcp=debug");
-        let process = xdhcp_tests::Process::spawn_logged("xdhcp agent", cmd, &log);
-        let me = Self {
-            process,
-            socket,
-            log,
-            dir,
-        };
-        let ok = xdhcp_tests::wait_until(Duration::from_secs(30), || {
-            let out = std::process::Command::new(agent_support::xdhcp_bin())
-                .args(["status", "--json", "--socket"])
-                .arg(&me.socket)
-                .env_remove("CNI_COMMAND")
-                .output()
-                .expect("run xdhcp status");
-            out.status.success()
-                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
-                    .is_ok_and(|v| v["ready"] == true)
-        });
-        assert!(ok, "agent not ready:\n{}", me.log());
-        me
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Stops the agent (SIGTERM) and hands back its directory, state and
-    /// log included.
-    fn stop(self) -> tempfile::TempDir {
-        drop(self.process);
-        self.dir
-    }
-
-    /// The plugin's ADD or DEL for `pod` (container id `cid`), as a
-    /// runtime calls the IPAM plugin.
-    fn cni(
-        &self,
-        cni: &agent_support::CniPath,
-        command: &str,
-        cid: &str,
-        pod: &LabClient,
-        ipam: &str,
-    ) -> agent_support::PluginOutput {
-        let config = format!(
-            r#"{{"cniVersion":"1.0.0","name":"guardnet","type":"bridge","ipam":{{"type":"xdhcp","socketPath":"{}"{ipam}}}}}"#,
-            self.socket.display()
-        );
-        agent_support::invoke(
-            &cni.plugin("xdhcp"),
-            None,
-            command,
-            cid,
-            Some(pod.ns.path()),
-            &pod.ifname,
-            cni.dir.path(),
-            &config,
-        )
-    }
+/// The plugin's ADD or DEL for `pod` (container id `cid`) through
+/// `agent`, as a runtime calls the IPAM plugin.
+fn ipam_call(
+    agent: &NodeAgent,
+    cni: &agent_support::CniPath,
+    command: &str,
+    cid: &str,
+    pod: &LabClient,
+    ipam: &str,
+) -> agent_support::PluginOutput {
+    let config = format!(
+        r#"{{"cniVersion":"1.0.0","name":"guardnet","type":"bridge","ipam":{{"type":"xdhcp","socketPath":"{}"{ipam}}}}}"#,
+        agent.socket.display()
+    );
+    agent_support::invoke(
+        &cni.plugin("xdhcp"),
+        None,
+        command,
+        cid,
+        Some(pod.ns.path()),
+        &pod.ifname,
+        cni.dir.path(),
+        &config,
+    )
 }
 
 fn leased_ip(out: &agent_support::PluginOutput) -> Ipv4Addr {
@@ -641,11 +576,11 @@ fn leased_ip(out: &agent_support::PluginOutput) -> Ipv4Addr {
 fn agent_add_guards_the_pods_port_and_del_removes_the_guard() {
     let lab = Lab::with_clients(3);
     let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    let agent = NodeAgent::start(&lab.server);
+    let agent = NodeAgent::start(&lab.server, &[]);
     let cni = agent_support::CniPath::new();
 
     // Pod 0 gets its lease, then starts a DHCP server of its own.
-    let ip0 = leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], ""));
+    let ip0 = leased_ip(&ipam_call(&agent, &cni, "ADD", "pod0", &lab.clients[0], ""));
     assert_eq!(ip0.octets()[..3], [192, 0, 2]);
     let _rogue = rogue(&lab);
     assert!(
@@ -658,7 +593,7 @@ fn agent_add_guards_the_pods_port_and_del_removes_the_guard() {
     assert_eq!(heard, 0, "the rogue was heard through the guarded port");
     assert!(from_real_server(&lab, bound), "{bound:?}");
     // Pod 2's ADD through the agent binds to the real server.
-    let ip2 = leased_ip(&agent.cni(&cni, "ADD", "pod2", &lab.clients[2], ""));
+    let ip2 = leased_ip(&ipam_call(&agent, &cni, "ADD", "pod2", &lab.clients[2], ""));
     assert_eq!(
         ip2.octets()[..3],
         [192, 0, 2],
@@ -666,7 +601,7 @@ fn agent_add_guards_the_pods_port_and_del_removes_the_guard() {
     );
 
     // DEL of pod 0 takes the guard off: the rogue is heard again.
-    let del = agent.cni(&cni, "DEL", "pod0", &lab.clients[0], "");
+    let del = ipam_call(&agent, &cni, "DEL", "pod0", &lab.clients[0], "");
     assert!(del.ok, "DEL failed: {}", del.text());
     assert!(
         agent.log().contains("DHCP guard detached"),
@@ -693,10 +628,10 @@ fn guard_filters(ns: &xdhcp_tests::NetNs, port: &str) -> (usize, usize) {
 fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over() {
     let lab = Lab::with_clients(2);
     let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    let agent = NodeAgent::start(&lab.server);
+    let agent = NodeAgent::start(&lab.server, &[]);
     let cni = agent_support::CniPath::new();
     let port = lab.clients[0].port().to_owned();
-    leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], ""));
+    leased_ip(&ipam_call(&agent, &cni, "ADD", "pod0", &lab.clients[0], ""));
     // A pod's port: the ingress filter only (nothing to learn).
     assert_eq!(guard_filters(&lab.server, &port), (1, 0), "{}", agent.log());
 
@@ -710,7 +645,7 @@ fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over(
 
     // The next agent resumes pod 0's lease and guards its port again,
     // replacing the filter rather than adding a second one.
-    let agent = NodeAgent::start_in(&lab.server, dir);
+    let agent = NodeAgent::start_in(&lab.server, &[], dir);
     assert!(
         xdhcp_tests::wait_until(Duration::from_secs(10), || agent
             .log()
@@ -723,7 +658,7 @@ fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over(
     assert_eq!(heard, 0, "the rogue was heard after the restart");
 
     // And its DEL takes them off.
-    let del = agent.cni(&cni, "DEL", "pod0", &lab.clients[0], "");
+    let del = ipam_call(&agent, &cni, "DEL", "pod0", &lab.clients[0], "");
     assert!(del.ok, "DEL failed: {}", del.text());
     assert_eq!(guard_filters(&lab.server, &port), (0, 0), "{}", agent.log());
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
@@ -734,15 +669,23 @@ fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over(
 fn agent_honours_a_trusted_network() {
     let lab = Lab::with_clients(2);
     let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    let agent = NodeAgent::start(&lab.server);
+    let agent = NodeAgent::start(&lab.server, &[]);
     let cni = agent_support::CniPath::new();
     let trusted = r#","dhcpGuard":{"trusted":true}"#;
-    leased_ip(&agent.cni(&cni, "ADD", "pod0", &lab.clients[0], trusted));
+    leased_ip(&ipam_call(
+        &agent,
+        &cni,
+        "ADD",
+        "pod0",
+        &lab.clients[0],
+        trusted,
+    ));
     let _rogue = rogue(&lab);
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert!(heard > 0, "a trusted port passes its server's messages");
     // A bad guard field is a CNI error naming it.
-    let out = agent.cni(
+    let out = ipam_call(
+        &agent,
         &cni,
         "ADD",
         "pod1",

@@ -262,8 +262,14 @@ impl NodeAgent {
 
     /// Stops the agent (SIGTERM) and starts another on its state.
     pub fn restart(self, node: &NetNs, extra: &[&str]) -> Self {
+        Self::start_in(node, extra, self.stop())
+    }
+
+    /// Stops the agent (SIGTERM) and hands back its directory, state and
+    /// log included.
+    pub fn stop(self) -> tempfile::TempDir {
         drop(self.process);
-        Self::start_in(node, extra, self.dir)
+        self.dir
     }
 
     pub fn start_in(node: &NetNs, extra: &[&str], dir: tempfile::TempDir) -> Self {
