@@ -163,8 +163,11 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     // A pod's port is guarded while its lease is acquired: the pod's own
     // processes start only after the ADD answers, so the guard has to be
-    // on by then, not before the agent's own DORA. (Attaching takes two
-    // netlink round trips; in line, that was on every pod's ADD path.) A
+    // on by then, not before the agent's own DORA. (The attach's cost is
+    // the kernel's: its first filter on the port's new qdisc waits for an
+    // expedited RCU grace period. Beside the DORA a server's round trip
+    // hides it; in line, before or after the DORA, it is on every pod's
+    // ADD path — measured after the DORA, it cost as much as it saves.) A
     // VM's guard needs the VM's MAC and goes on before its one-shot
     // discovery, in `bind`.
     let pod_peer = if pod { link.take_veth_peer() } else { None };
