@@ -283,6 +283,22 @@ impl NetNs {
             .unwrap_or_else(|e| panic!("run in {}: {e}", self.name))
     }
 
+    /// An `AF_PACKET` socket bound to device `ifindex` of this namespace
+    /// (made inside it): see [`packet_socket_here`].
+    #[track_caller]
+    pub fn packet_socket(
+        &self,
+        ifindex: u32,
+        protocol: u16,
+        recv_timeout: Option<std::time::Duration>,
+    ) -> std::os::fd::OwnedFd {
+        let name = self.name.clone();
+        self.run_in(move || {
+            packet_socket_here(ifindex, protocol, recv_timeout)
+                .unwrap_or_else(|e| panic!("AF_PACKET socket on {ifindex} in {name}: {e}"))
+        })
+    }
+
     /// Runs the future from `f` on a current-thread tokio runtime inside this namespace.
     #[track_caller]
     pub fn block_on_in<T, Fut>(&self, f: impl FnOnce() -> Fut + Send + 'static) -> T
@@ -824,4 +840,67 @@ impl UnicastCut {
     pub fn dropped(&self) -> u64 {
         self.0.dropped()
     }
+}
+
+/// An `AF_PACKET` raw socket bound to device `ifindex` of the calling
+/// thread's namespace, receiving `protocol` (an Ethernet type in host order:
+/// `ETH_P_ALL` for every frame — on a bridge port only taps see frames, the
+/// bridge consumes them before protocol-specific sockets — or 0 to send
+/// only), reads bounded by `recv_timeout`.
+pub fn packet_socket_here(
+    ifindex: u32,
+    protocol: u16,
+    recv_timeout: Option<std::time::Duration>,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    let proto = protocol.to_be();
+    // SAFETY: plain socket(2); ownership taken at once.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            i32::from(proto),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is fresh and ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a zeroed sockaddr_ll is valid.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = i32::try_from(ifindex).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    // SAFETY: a valid sockaddr_ll of the stated size.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sll).cast(),
+            size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if let Some(t) = recv_timeout {
+        let tv = libc::timeval {
+            tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_usec: libc::suseconds_t::from(t.subsec_micros()),
+        };
+        // SAFETY: a valid timeval option.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&raw const tv).cast(),
+                size_of::<libc::timeval>() as u32,
+            )
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
 }

@@ -20,7 +20,7 @@
 mod agent_support;
 
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,49 +110,11 @@ fn packet_socket(pod: &LabClient) -> OwnedFd {
 /// An AF_PACKET socket (all protocols) on device `ifindex` of `ns`, with a
 /// 100 ms receive timeout.
 fn packet_socket_on(ns: &xdhcp_tests::NetNs, ifindex: u32) -> OwnedFd {
-    ns.run_in(move || {
-        let proto = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: plain socket(2); ownership taken at once.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                i32::from(proto),
-            )
-        };
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        // SAFETY: fresh fd, ours.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: a zeroed sockaddr_ll is valid.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = proto;
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: a valid sockaddr_ll of the stated size.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const sll).cast(),
-                size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-        let tv = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 100_000,
-        };
-        // SAFETY: a valid timeval option.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&raw const tv).cast(),
-                size_of::<libc::timeval>() as u32,
-            );
-        }
-        fd
-    })
+    ns.packet_socket(
+        ifindex,
+        libc::ETH_P_ALL as u16,
+        Some(Duration::from_millis(100)),
+    )
 }
 
 /// Counts DHCP server messages from the rogue that reach `pod` while

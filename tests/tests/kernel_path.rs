@@ -678,53 +678,9 @@ mod netns {
     /// An AF_PACKET socket bound to the client's interface, created inside its
     /// namespace. `protocol` 0 sends only.
     fn packet_socket(client: &LabClient, protocol: u16) -> OwnedFd {
-        let ifindex = client.ifindex;
-        client.ns.run_in(move || {
-            // SAFETY: plain socket(2); ownership taken at once.
-            let fd = unsafe {
-                libc::socket(
-                    libc::AF_PACKET,
-                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                    i32::from(protocol.to_be()),
-                )
-            };
-            assert!(
-                fd >= 0,
-                "AF_PACKET socket: {}",
-                std::io::Error::last_os_error()
-            );
-            // SAFETY: fd is fresh and ours.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            // SAFETY: zeroed sockaddr_ll is valid.
-            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sll.sll_family = libc::AF_PACKET as u16;
-            sll.sll_protocol = protocol.to_be();
-            sll.sll_ifindex = ifindex as i32;
-            // SAFETY: valid sockaddr_ll of the stated size.
-            let rc = unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&raw const sll).cast(),
-                    size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-            let tv = libc::timeval {
-                tv_sec: 0,
-                tv_usec: 100_000,
-            };
-            // SAFETY: valid timeval option.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
-                    (&raw const tv).cast(),
-                    size_of::<libc::timeval>() as u32,
-                );
-            }
-            fd
-        })
+        client
+            .ns
+            .packet_socket(client.ifindex, protocol, Some(Duration::from_millis(100)))
     }
 
     fn send_discover(tx: &OwnedFd, client: &LabClient, xid: u32) {

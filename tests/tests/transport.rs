@@ -576,51 +576,15 @@ struct ServerCapture {
 
 impl ServerCapture {
     fn open(ifname: &str) -> std::io::Result<Self> {
-        use std::os::fd::{AsRawFd, FromRawFd};
         // ETH_P_ALL: on a bridge port, protocol-specific packet sockets never
         // see frames (the bridge's rx_handler consumes them first); taps do.
-        let proto = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: plain syscalls with checked results.
-        unsafe {
-            let fd = libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                i32::from(proto),
-            );
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
-            let name = std::ffi::CString::new(ifname).unwrap();
-            let ifindex = libc::if_nametoindex(name.as_ptr());
-            if ifindex == 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-            sll.sll_family = libc::AF_PACKET as u16;
-            sll.sll_protocol = proto;
-            sll.sll_ifindex = ifindex as i32;
-            if libc::bind(
-                fd.as_raw_fd(),
-                std::ptr::from_ref(&sll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            ) < 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            let tv = libc::timeval {
-                tv_sec: 0,
-                tv_usec: 200_000,
-            };
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                std::ptr::from_ref(&tv).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            );
-            Ok(Self { fd })
-        }
+        let ifindex = nix::net::if_::if_nametoindex(ifname)?;
+        let fd = xdhcp_tests::netns::packet_socket_here(
+            ifindex,
+            libc::ETH_P_ALL as u16,
+            Some(Duration::from_millis(200)),
+        )?;
+        Ok(Self { fd })
     }
 
     /// Reads frames (up to 10 s) until `pred` matches one.

@@ -198,29 +198,7 @@ fn assert_driver_mode_xdp(ns: &NetNs, ifname: &str) {
 
 /// An `AF_PACKET` socket on `nic` (send only), created in its namespace.
 fn send_socket(nic: &MovedNic) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd as _;
-    let ifindex = nic.ns.ifindex(&nic.ifname);
-    nic.ns.run_in(move || {
-        // SAFETY: plain socket(2); ownership taken at once.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        // SAFETY: fd is fresh and ours.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        // SAFETY: a zeroed sockaddr_ll is valid.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: a valid sockaddr_ll of the stated size.
-        let rc = unsafe {
-            libc::bind(
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                (&raw const sll).cast(),
-                size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-        fd
-    })
+    nic.ns.packet_socket(nic.ns.ifindex(&nic.ifname), 0, None)
 }
 
 fn send_request(tx: &std::os::fd::OwnedFd, mac: [u8; 6], xid: u32, opts: Vec<DhcpOption>) {
