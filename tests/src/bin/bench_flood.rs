@@ -40,7 +40,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     fmt::Write as _,
     net::{Ipv4Addr, SocketAddr},
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
     path::Path,
     sync::{
         Arc, Mutex,
@@ -372,49 +372,10 @@ fn run(
 /// An `AF_PACKET` raw socket for `proto` bound to `ifname` in the calling
 /// thread's namespace, with a 100 ms receive timeout.
 fn packet_socket(ifname: &str, proto: u16) -> OwnedFd {
-    // SAFETY: plain socket syscalls on a descriptor this function owns.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            i32::from(proto.to_be()),
-        );
-        assert!(
-            fd >= 0,
-            "AF_PACKET socket: {}",
-            std::io::Error::last_os_error()
-        );
-        let fd = OwnedFd::from_raw_fd(fd);
-        let name = std::ffi::CString::new(ifname).expect("ifname");
-        let ifindex = libc::if_nametoindex(name.as_ptr());
-        assert!(ifindex != 0, "no interface {ifname}");
-        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = proto.to_be();
-        sll.sll_ifindex = ifindex as i32;
-        let rc = libc::bind(
-            fd.as_raw_fd(),
-            std::ptr::from_ref(&sll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        );
-        assert!(
-            rc == 0,
-            "bind {ifname}: {}",
-            std::io::Error::last_os_error()
-        );
-        let tv = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 100_000,
-        };
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            std::ptr::from_ref(&tv).cast(),
-            std::mem::size_of::<libc::timeval>() as u32,
-        );
-        fd
-    }
+    let ifindex = nix::net::if_::if_nametoindex(ifname)
+        .unwrap_or_else(|e| panic!("no interface {ifname}: {e}"));
+    xdhcp_tests::netns::packet_socket_here(ifindex, proto, Some(Duration::from_millis(100)))
+        .unwrap_or_else(|e| panic!("AF_PACKET socket on {ifname}: {e}"))
 }
 
 /// CPU time of the calling thread, in ms.
