@@ -852,55 +852,15 @@ pub fn packet_socket_here(
     protocol: u16,
     recv_timeout: Option<std::time::Duration>,
 ) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-    let proto = protocol.to_be();
-    // SAFETY: plain socket(2); ownership taken at once.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            i32::from(proto),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is fresh and ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: a zeroed sockaddr_ll is valid.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
-    sll.sll_ifindex = i32::try_from(ifindex).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-    // SAFETY: a valid sockaddr_ll of the stated size.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&raw const sll).cast(),
-            size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    use xdhcp::datapath::rawsock::{bind_packet, packet_socket};
+    let fd = packet_socket(protocol.to_be(), false)?;
+    bind_packet(&fd, ifindex, protocol.to_be())?;
     if let Some(t) = recv_timeout {
-        let tv = libc::timeval {
+        let tv = nix::sys::time::TimeVal::from(libc::timeval {
             tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
             tv_usec: libc::suseconds_t::from(t.subsec_micros()),
-        };
-        // SAFETY: a valid timeval option.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&raw const tv).cast(),
-                size_of::<libc::timeval>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        });
+        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &tv)?;
     }
     Ok(fd)
 }

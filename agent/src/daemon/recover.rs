@@ -150,28 +150,24 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
     // ring buffer serves it, its receiver) before its first transmit.
     let link = Link::open(rec.netns.as_deref(), &rec.ifname, Sockets::Later)?.with_src_mac(rec.mac);
     let now = Instant::now();
-    let client = match (rec.lease.clone(), rec.requested) {
-        (Some(l), _) => {
-            info!(container = %rec.container_id, ifname = %rec.ifname, address = %l.address,
-                "resuming lease without DISCOVER");
-            let cfg = client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
-            Client::resume(cfg, l, now, now_ms, seed())
-        }
-        // Stopped with its first REQUEST out (its ADD may have answered):
-        // ask for that address again.
-        (None, requested) => {
-            info!(container = %rec.container_id, ifname = %rec.ifname, requested = ?requested,
-                "resuming an acquisition whose REQUEST was out (INIT-REBOOT)");
-            let cfg = client_config(
-                agent,
-                &rec.config,
-                &rec.args,
-                rec.mac,
-                Mode::Maintain,
-                requested,
-            );
-            Client::new(cfg, now, seed())
-        }
+    // A record holds a lease or, stopped with its first REQUEST out (its
+    // ADD may have answered), the address to ask for again (INIT-REBOOT).
+    let cfg = client_config(
+        agent,
+        &rec.config,
+        &rec.args,
+        rec.mac,
+        Mode::Maintain,
+        rec.requested,
+    );
+    let client = if let Some(l) = rec.lease.clone() {
+        info!(container = %rec.container_id, ifname = %rec.ifname, address = %l.address,
+            "resuming lease without DISCOVER");
+        Client::resume(cfg, l, now, now_ms, seed())
+    } else {
+        info!(container = %rec.container_id, ifname = %rec.ifname, requested = ?rec.requested,
+            "resuming an acquisition whose REQUEST was out (INIT-REBOOT)");
+        Client::new(cfg, now, seed())
     };
     agent
         .leases

@@ -156,7 +156,7 @@ fn ifreq_for(ifname: &str) -> Result<libc::ifreq> {
 
 /// Creates an `AF_PACKET`/`SOCK_RAW` socket (close-on-exec) for `protocol`
 /// (network byte order already applied by the caller, 0 = receive nothing).
-pub(crate) fn packet_socket(protocol: u16, nonblocking: bool) -> io::Result<OwnedFd> {
+pub fn packet_socket(protocol: u16, nonblocking: bool) -> io::Result<OwnedFd> {
     let mut ty = libc::SOCK_RAW | libc::SOCK_CLOEXEC;
     if nonblocking {
         ty |= libc::SOCK_NONBLOCK;
@@ -171,7 +171,7 @@ pub(crate) fn packet_socket(protocol: u16, nonblocking: bool) -> io::Result<Owne
 }
 
 /// Binds a packet socket to `ifindex` for `protocol` (network byte order).
-pub(crate) fn bind_packet(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
+pub fn bind_packet(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
     let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
