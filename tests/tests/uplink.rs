@@ -188,11 +188,47 @@ fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {
         .contains("prog/xdp")
 }
 
+/// Where the agent serves its metrics: inside the node namespace, which
+/// is the test's own, so a fixed port cannot collide.
+const METRICS: &str = "127.0.0.1:9464";
+
+/// The agent's Prometheus exposition, scraped from inside the node
+/// namespace.
+fn scrape(t: &Topology) -> String {
+    let addr: std::net::SocketAddr = METRICS.parse().expect("an address");
+    let mut text = None;
+    wait_until(Duration::from_secs(5), || {
+        text = t
+            .node
+            .run_in(move || xdhcp_tests::bench::http_get(addr, "/metrics"));
+        text.is_some()
+    });
+    text.expect("the agent's metrics server answers")
+}
+
+/// Sample `name` (with labels containing `label`) of exposition `m`: the
+/// counters and gauges read here are whole numbers.
+fn sample(m: &str, name: &str, label: &str) -> u64 {
+    let v = xdhcp_tests::bench::metric(m, name, label);
+    assert!(v >= 0.0 && v.fract() == 0.0, "{name}{{{label}}} = {v}");
+    // Checked above: a whole, non-negative number.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "checked above"
+    )]
+    let n = v as u64;
+    n
+}
+
 #[test]
 fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there() {
     let cni = CniPath::new();
     let t = Topology::new(Some(3));
-    let agent = NodeAgent::start(&t.node, &["--uplink", "physnet1=up0"]);
+    let agent = NodeAgent::start(
+        &t.node,
+        &["--uplink", "physnet1=up0", "--metrics-addr", METRICS],
+    );
     agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
     let up = agent.status().uplinks[0].clone();
     assert_eq!(up.ifname, "up0");
@@ -219,6 +255,28 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     assert!(!attached_xdp(&t.pod, "eth0"));
     // The pod's own stack never saw a DHCP reply.
     assert_eq!(t.replies_seen_by_pod(), 0);
+    // The metrics say the same: the uplink's mode, its replies, the path
+    // the lease was bound through.
+    let m = scrape(&t);
+    assert_eq!(
+        sample(&m, "xdhcp_uplink_attached", r#"uplink="up0",mode="tc""#),
+        1,
+        "{m}"
+    );
+    assert!(
+        sample(&m, "xdhcp_uplink_replies_total", r#"uplink="up0""#) >= 2,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "xdhcp_bound_by_path_total", r#"path="uplink""#),
+        1,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "xdhcp_bound_by_path_total", r#"path="af_packet""#),
+        0,
+        "{m}"
+    );
 
     // A renewal (T1 = 3 s) also comes through the uplink.
     let before = agent.status().uplinks[0].replies;
@@ -373,10 +431,23 @@ fn dhcpd_honours_the_release_sent_through_the_uplink() {
 fn without_an_uplink_the_pod_keeps_its_own_path() {
     let cni = CniPath::new();
     let t = Topology::new(None);
-    let agent = NodeAgent::start(&t.node, &[]);
+    let agent = NodeAgent::start(&t.node, &["--metrics-addr", METRICS]);
     assert!(agent.status().uplinks.is_empty());
     t.count_replies_in_pod();
     add(&cni, &t, &agent, "pod-fb");
+    // Bound through the pod's own packet socket, and the metrics say so.
+    let m = scrape(&t);
+    assert_eq!(
+        sample(&m, "xdhcp_bound_by_path_total", r#"path="af_packet""#),
+        1,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "xdhcp_bound_by_path_total", r#"path="uplink""#),
+        0,
+        "{m}"
+    );
+    assert_eq!(sample(&m, "xdhcp_uplink_attached", ""), 0, "{m}");
     let path = agent.leases()[0].path.clone();
     assert!(path.starts_with("af-packet") || path == "tc", "{path}");
     // The replies reached the pod's namespace (the counter works).

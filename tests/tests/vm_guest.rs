@@ -349,7 +349,11 @@ fn a_virtio_nic_as_the_uplink_gets_native_xdp_and_carries_a_pods_dora_and_releas
     let cni = CniPath::new();
 
     let physnet = format!("physnet1={}", uplink.ifname);
-    let agent = NodeAgent::start(node, &["--uplink", &physnet]);
+    let metrics: std::net::SocketAddr = "127.0.0.1:9464".parse().unwrap();
+    let agent = NodeAgent::start(
+        node,
+        &["--uplink", &physnet, "--metrics-addr", &metrics.to_string()],
+    );
     agent.wait_uplink_live(Duration::from_secs(30), "the NIC uplink was not attached");
     let up = agent.status().uplinks[0].clone();
     assert_eq!(up.ifname, uplink.ifname);
@@ -361,6 +365,15 @@ fn a_virtio_nic_as_the_uplink_gets_native_xdp_and_carries_a_pods_dora_and_releas
         agent.log()
     );
     assert_driver_mode_xdp(node, &uplink.ifname);
+    // The metrics (scraped inside the node namespace) name the mode too.
+    let scraped = node
+        .run_in(move || xdhcp_tests::bench::http_get(metrics, "/metrics"))
+        .expect("the agent's metrics");
+    let series = format!("uplink=\"{}\",mode=\"xdp-native\"", uplink.ifname);
+    assert!(
+        xdhcp_tests::bench::metric(&scraped, "xdhcp_uplink_attached", &series) >= 1.0,
+        "{scraped}"
+    );
 
     let add = bridge_plugin(&cni, node, &pod, "xbr0", &agent.socket, "ADD", "pod-nic");
     assert!(
