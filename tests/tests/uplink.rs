@@ -19,7 +19,9 @@
 //! uplink (the agent and the kernel count them), nothing is attached in the
 //! pod's namespace, the pod's own stack never sees its replies (an nftables
 //! counter in the pod namespace stays at zero — and does count them when no
-//! uplink is configured, the fallback), a renewal stays on the uplink, the
+//! uplink is configured, or when the server sits on the node's bridge and
+//! the uplink carries nothing: the fallback), the metrics agree, a renewal
+//! stays on the uplink, the
 //! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
 //! dnsmasq, Kea and ISC dhcpd through the uplink, and an uplink that goes
 //! away and comes back is attached again.
@@ -461,6 +463,67 @@ fn without_an_uplink_the_pod_keeps_its_own_path() {
     assert!(agent.status().interfaces[0].bpf_link.is_some());
     assert_eq!(agent.counter("kernel.dropped_owned"), 0);
     let r = bridge(&cni, &t, &agent, "DEL", "pod-fb");
+    assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
+}
+
+/// A server on the node itself (on the localnet bridge, not behind the
+/// uplink) while the uplink is live: the pod's replies never cross the
+/// uplink, so its first reply comes to the pod's own `AF_PACKET` receiver
+/// and the lease keeps the per-interface path, as with no uplink at all.
+#[test]
+fn a_server_on_the_node_keeps_the_per_interface_path_while_an_uplink_is_live() {
+    let cni = CniPath::new();
+    let t = Topology::new(None);
+    // The server behind the uplink is cut off: the wire leads nowhere.
+    t.wire.ip(&["link", "set", "w1", "nomaster"]);
+    let local_ns = NetNs::new();
+    let _local_port = Veth::new(&t.node, "ls0", &local_ns, "s0");
+    t.node.ip(&["link", "set", "ls0", "master", "xbr0"]);
+    local_ns.add_addr("s0", "192.0.2.1".parse().unwrap(), 24);
+    let local = Dnsmasq::start(
+        &local_ns,
+        DnsmasqConfig {
+            interface: "s0".into(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let agent = NodeAgent::start(
+        &t.node,
+        &["--uplink", "physnet1=up0", "--metrics-addr", METRICS],
+    );
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
+    t.count_replies_in_pod();
+
+    add(&cni, &t, &agent, "pod-local");
+    let mac = t.pod_mac();
+    assert!(local.lease_for(mac).is_some(), "{}", local.log());
+    assert!(!t.server.holds(mac), "the cut-off server answered");
+    let leases = agent.leases();
+    assert!(
+        leases[0].path.starts_with("af-packet") || leases[0].path == "tc",
+        "{leases:?}"
+    );
+    assert_eq!(agent.status().uplinks[0].replies, 0);
+    assert!(t.replies_seen_by_pod() >= 2, "{}", t.replies_seen_by_pod());
+    let m = scrape(&t);
+    assert_eq!(
+        sample(&m, "xdhcp_bound_by_path_total", r#"path="af_packet""#),
+        1,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "xdhcp_bound_by_path_total", r#"path="uplink""#),
+        0,
+        "{m}"
+    );
+    // The held lease moves to the per-interface program.
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.leases()[0].path == "tc"),
+        "{:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+    let r = bridge(&cni, &t, &agent, "DEL", "pod-local");
     assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
 }
 
