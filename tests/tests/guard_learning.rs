@@ -33,6 +33,11 @@
 //! probe and DECLINEs it: the agent drops the binding, puts the entry back
 //! where it was, and follows the next address dnsmasq gives.
 //!
+//! And one with the server behind a live uplink (the node's `up0`, a port
+//! of `br0`; the server in its own namespace): the one-shot discovery's
+//! replies are consumed at the uplink, the guest's own pass it unchanged,
+//! and the guard on the VM's port learns the guest's address from them.
+//!
 //! Every guest client runs in a private mount namespace whose
 //! `/var/lib/dhcpcd` and `/run` are the test's own directories: dhcpcd's
 //! DUID, lease file, pid file and control socket never touch this machine's
@@ -143,7 +148,9 @@ struct NodeAgent {
 }
 
 impl NodeAgent {
-    fn start(node: &Path, kubeconfig: &Path) -> Self {
+    /// With `uplinks` (`--uplink` values) attached at start; the agent is
+    /// ready only once each is live, so the VM's ADD finds them.
+    fn start(node: &Path, kubeconfig: &Path, uplinks: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("xdt-learn-agent-")
             .tempdir()
@@ -157,6 +164,10 @@ impl NodeAgent {
         args.kube = KubeMode::On;
         args.kubeconfig = Some(kubeconfig.to_path_buf());
         args.bpffs_dir = dir.path().join("bpffs");
+        args.uplinks = uplinks
+            .iter()
+            .map(|u| u.parse().expect("an --uplink value"))
+            .collect();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let sock = socket.clone();
         let agent = move || async move {
@@ -192,7 +203,21 @@ impl NodeAgent {
                 .is_ok_and(|r| r.ready)
         });
         assert!(ready, "agent did not become ready");
+        let live = wait_until(Duration::from_secs(10), || {
+            me.status().uplinks.iter().all(|u| u.state == "live")
+        });
+        assert!(
+            live,
+            "an uplink was not attached: {:?}",
+            me.status().uplinks
+        );
         me
+    }
+
+    fn status(&self) -> rpc::AgentStatus {
+        self.rt
+            .block_on(self.client().get(rpc::PATH_STATUS))
+            .expect("agent status")
     }
 
     fn client(&self) -> Client {
@@ -394,7 +419,13 @@ fn vm_on(lab: Lab, start: impl FnOnce(&Lab) -> Running) -> Vm {
             ]}}
         }
     }));
-    let agent = NodeAgent::start(lab.server.path(), &api.kubeconfig);
+    let uplink = format!("physnet1={}", Lab::UPLINK);
+    let uplinks: &[&str] = if lab.uplink.is_some() {
+        &[&uplink]
+    } else {
+        &[]
+    };
+    let agent = NodeAgent::start(lab.server.path(), &api.kubeconfig, uplinks);
     let conf = json!({
         "cniVersion": "1.0.0", "name": NAD, "type": "ovn-k8s-cni-overlay",
         "topology": "localnet", "netAttachDefName": key, "ipam": {"type": "dhcp"}
@@ -981,4 +1012,64 @@ fn dhclient_guest_entry_reports_its_address_its_release_drops_the_binding_dnsmas
 #[test]
 fn dhclient_guest_entry_reports_its_address_its_release_drops_the_binding_kea_fake_apiserver() {
     dhclient_guest(Srv::Kea);
+}
+
+/// The server behind a live uplink (its own namespace, reached through the
+/// node's `up0`, a port of `br0`): the one-shot discovery's OFFER and ACK
+/// are the agent's, consumed at the uplink; the guest's own are not, so the
+/// uplink passes them unchanged, the guest leases, and the guard on the
+/// VM's port learns the address from them.
+#[test]
+fn dhcpcd_guest_behind_a_live_uplink_is_learned_from_the_replies_it_passes_dnsmasq_fake_apiserver()
+{
+    let lab = Lab::builder().server_behind_uplink().build();
+    let vm = vm_on(lab, |lab| {
+        Running::Dnsmasq(Dnsmasq::start(
+            lab.dhcp_ns(),
+            DnsmasqConfig {
+                interface: lab.dhcp_ifname().into(),
+                ..DnsmasqConfig::default()
+            },
+        ))
+    });
+    let s = vm.agent.status();
+    let up = &s.uplinks[0];
+    assert_eq!(
+        (up.state.as_str(), up.mode.as_deref()),
+        ("live", Some("tc"))
+    );
+    assert!(up.replies >= 2, "the one-shot's replies: {up:?}");
+    assert!(s.counters["kernel.dropped_owned"] >= 2, "{:?}", s.counters);
+    let passed = s.counters["kernel.passed_unowned"];
+
+    let dir = tempfile::tempdir().unwrap();
+    let guest_ip = run_dhcpcd(&vm, dir.path());
+    assert_ne!(
+        guest_ip, vm.one_shot,
+        "the server gives the DUID client another address"
+    );
+    assert!(
+        reported_within_a_second(&vm, guest_ip),
+        "the entry reports {:?}, the guest holds {guest_ip}",
+        vm.api.reported()
+    );
+    let l = learned(&vm);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!((l[0].ip, l[0].mac.as_str()), (guest_ip, VM_MAC));
+    assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
+    // The guest's OFFER and ACK passed the uplink, and no lease took them.
+    let s = vm.agent.status();
+    assert!(
+        s.counters["kernel.passed_unowned"] >= passed + 2,
+        "{:?}",
+        s.counters
+    );
+    assert_eq!(s.uplinks[0].replies, up.replies, "{:?}", s.uplinks);
+    assert!(
+        metric_lines(vm.lab.server.path(), "xdhcp_uplink_attached")
+            .iter()
+            .any(|l| l.contains(r#"uplink="up0""#) && l.ends_with(" 1")),
+        "{:?}",
+        metric_lines(vm.lab.server.path(), "xdhcp_uplink")
+    );
 }

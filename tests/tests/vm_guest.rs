@@ -1,7 +1,8 @@
 //! Checks of the VM test tier (`cargo xtask vmtest`): the eBPF programs,
 //! native XDP on a real NIC driver (per interface, and the agent's uplink
 //! on a NIC carrying a pod's DORA and RELEASE), and the VFIO handoff of a
-//! real PCI NIC, on whatever kernel runs them.
+//! real PCI NIC (with and without a live uplink on the VF's physical
+//! network), on whatever kernel runs them.
 //!
 //! `cargo xtask vmtest` boots a second kernel (Debian 12's 6.1) in qemu over
 //! this machine's root filesystem and runs this binary in the guest with
@@ -732,6 +733,85 @@ fn vfio_handoff_of_a_real_e1000e_runs_the_dora_against_qemus_server() {
         "{entry}"
     );
     assert!(!launcher.has_link("net1"));
+    agent.del(&req);
+}
+
+/// The node has a live uplink for the very physical network the VF's NAD
+/// names (the virtio NIC, native XDP): a VF's replies arrive on its own
+/// netdev, never at the uplink, so the handoff's discovery keeps the VF's
+/// per-interface path and completes as it does without uplinks.
+#[test]
+#[ignore = "needs the VM tier's devices: run `cargo xtask vmtest`"]
+fn vfio_handoff_with_a_live_uplink_on_its_physnet_keeps_the_vfs_own_path() {
+    xdhcp_tests::netns::run(
+        std::process::Command::new(xdhcp_tests::program("modprobe")).arg("virtio_net"),
+    );
+    let uplink = netdev_with_mac(VIRTIO_CLIENT_MAC);
+    let nic = E1000e::claim();
+    let physnet = format!("physnet={uplink}");
+    let metrics: std::net::SocketAddr = "127.0.0.1:9465".parse().unwrap();
+    let agent = VfioAgent::start(&[
+        "--vf-driver",
+        E1000E_ENTRY,
+        "--uplink",
+        &physnet,
+        "--metrics-addr",
+        &metrics.to_string(),
+    ]);
+    let status = || {
+        agent
+            .rt
+            .block_on(agent.client().get::<rpc::AgentStatus>(rpc::PATH_STATUS))
+            .expect("agent status")
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || status().uplinks[0].state
+            == "live"),
+        "the uplink was not attached: {:?}\n{}",
+        status().uplinks,
+        agent.log()
+    );
+    let up = status().uplinks[0].clone();
+    assert_eq!(
+        (up.physnet.as_deref(), up.mode.as_deref()),
+        (Some("physnet"), Some("xdp-native")),
+        "{up:?}"
+    );
+    let launcher = NetNs::new();
+    let req = VfioAgent::request(&launcher, nic.pci);
+    let r = agent
+        .add(&req)
+        .unwrap_or_else(|e| panic!("ADD: {:?}\n{}", e.into_cni(), agent.log()));
+    assert_qemu_lease(&r);
+    nic.assert_on_vfio(&agent.journal());
+    let log = agent.log();
+    assert!(log.contains("vfio-pci restored"), "{log}");
+    assert!(!log.contains("replies arrive through the uplink"), "{log}");
+    let s = status();
+    assert_eq!(s.uplinks[0].replies, 0, "{:?}", s.uplinks);
+    assert_eq!(s.uplinks[0].state, "live", "{:?}", s.uplinks);
+    let scraped = xdhcp_tests::bench::http_get(metrics, "/metrics").expect("the agent's metrics");
+    let bound = |path: &str| {
+        xdhcp_tests::bench::metric(
+            &scraped,
+            "xdhcp_bound_by_path_total",
+            &format!("path=\"{path}\""),
+        )
+    };
+    // Counters: whole numbers.
+    assert!(bound("uplink") < 0.5, "{scraped}");
+    assert!(
+        (bound("af_packet") + bound("ebpf") - 1.0).abs() < 0.5,
+        "{scraped}"
+    );
+    let entry = agent
+        .pod_networks_entry()
+        .unwrap_or_else(|| panic!("no pod-networks entry\n{log}"));
+    assert_eq!(
+        entry["ip_addresses"][0],
+        format!("{}/24", r.ips[0].address.addr),
+        "{entry}"
+    );
     agent.del(&req);
 }
 

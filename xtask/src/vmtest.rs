@@ -66,7 +66,7 @@ const QEMU_DEVICES: &[&str] = &[
 const GUEST_SUITE: &[(&str, &[&str])] = &[
     // Every program through the verifier; native XDP on virtio-net, per
     // interface and as the agent's uplink; the VFIO handoff of the e1000e
-    // against qemu's DHCP server.
+    // against qemu's DHCP server, with and without a live uplink.
     ("vm_guest", &[]),
     // Capture through TC and native/generic XDP on veths (dnsmasq), and the
     // programs under BPF_PROG_TEST_RUN: every record size (the copy 6.1
