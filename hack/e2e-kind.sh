@@ -47,7 +47,7 @@ if [ -z "$BIN" ]; then
 fi
 mkdir -p "$WORK/image"
 cp "$BIN" "$WORK/image/xdhcp"
-cp "${XDHCP_PLUGIN_BIN:-$ROOT/target/x86_64-unknown-linux-gnu/release/xdhcp-plugin}" "$WORK/image/xdhcp-plugin"
+cp "${XDHCP_PLUGIN_BIN:-$ROOT/target/x86_64-unknown-linux-musl/release/xdhcp-plugin}" "$WORK/image/xdhcp-plugin"
 # The DaemonSet's image, from the repository's Containerfile (what `cargo
 # xtask image` builds); loaded into the nodes, never pulled.
 docker build -q -t localhost/xdhcp:latest --build-arg BASE_IMAGE="$BASE_IMAGE" \

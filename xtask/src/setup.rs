@@ -63,6 +63,7 @@ pub fn run() -> Result<()> {
     debian_packages()?;
     installed()?;
     rust_src()?;
+    musl_target()?;
     bpf_linker()?;
     println!("setup: everything is in place");
     Ok(())
@@ -142,6 +143,31 @@ fn nix_is_root() -> bool {
 
 fn toolchain_arg() -> String {
     format!("+{EBPF_TOOLCHAIN}")
+}
+
+/// The musl standard library for the workspace's toolchain: the thin
+/// plugin is built against it (`build::plugin`).
+fn musl_target() -> Result<()> {
+    let target = crate::build::plugin_target()?;
+    let root = cmd::workspace_root();
+    let installed = cmd::output(cmd::program("rustup").current_dir(&root).args([
+        "target",
+        "list",
+        "--installed",
+    ]))?;
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == target)
+    {
+        return Ok(());
+    }
+    println!("setup: adding the {target} target (the thin plugin's)");
+    cmd::run(
+        cmd::program("rustup")
+            .current_dir(&root)
+            .args(["target", "add", &target]),
+    )
+    .with_context(|| format!("could not add the {target} target (the thin plugin is built for it)"))
 }
 
 fn rust_src() -> Result<()> {

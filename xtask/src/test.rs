@@ -51,9 +51,17 @@ pub fn run(args: &Args) -> Result<()> {
         cmd::run(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
         ebpf_clippy(&root)?;
     }
+    // The tests that exec the plugin exec it as shipped: release, static,
+    // musl (`build::plugin`), not the debug build `cargo test` makes.
+    let plugin = crate::build::plugin()?;
     // Every test binary runs even when one fails, so a run reports every
     // failure at once.
-    cmd::run(cargo().args(["test", "--no-fail-fast"]).args(&args.extra))?;
+    cmd::run(
+        cargo()
+            .args(["test", "--no-fail-fast"])
+            .args(&args.extra)
+            .env("XDHCP_PLUGIN_BIN", &plugin),
+    )?;
     // Fuzz smoke: every seed and corpus input through its fuzz function.
     // Same package selection as above, so the test binaries are reused.
     cmd::run(cargo().args(["test", "--lib", "fuzzing::tests"]))?;
