@@ -610,6 +610,31 @@ impl Drop for DhcpcdDaemon {
     }
 }
 
+/// dhcpcd leases once in the guest: its DUID earns it another address
+/// than the one-shot's, and the entry reports that address within a second.
+fn dhcpcd_moves_the_entry(vm: &Vm, dir: &Path) -> Ipv4Addr {
+    let guest_ip = run_dhcpcd(vm, dir);
+    assert_ne!(
+        guest_ip, vm.one_shot,
+        "the server gives the DUID client another address"
+    );
+    assert!(
+        reported_within_a_second(vm, guest_ip),
+        "the entry reports {:?}, the guest holds {guest_ip}",
+        vm.api.reported()
+    );
+    guest_ip
+}
+
+/// The one learned binding: the guest's `ip`, the VM's MAC, on its port.
+fn assert_learned_one(vm: &Vm, ip: Ipv4Addr) -> Binding {
+    let l = learned(vm);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!((l[0].ip, l[0].mac.as_str()), (ip, VM_MAC));
+    assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
+    l[0].clone()
+}
+
 fn dhcpcd_guest(srv: Srv) {
     let host_before = HostDhcpcd::snapshot();
     let vm = vm_with_guest(srv);
@@ -625,16 +650,7 @@ fn dhcpcd_guest(srv: Srv) {
             value: "kept".to_owned(),
         },
     );
-    let guest_ip = run_dhcpcd(&vm, dir.path());
-    assert_ne!(
-        guest_ip, vm.one_shot,
-        "the server gives the DUID client another address"
-    );
-    assert!(
-        reported_within_a_second(&vm, guest_ip),
-        "the entry reports {:?}, the guest holds {guest_ip}",
-        vm.api.reported()
-    );
+    let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
     assert_eq!(vm.api.server.pending_faults(), 0, "the conflict was served");
     assert_eq!(vm.api.conflicts(), 1, "{:?}", vm.api.server.requests());
     assert_eq!(
@@ -644,11 +660,8 @@ fn dhcpcd_guest(srv: Srv) {
     );
     let entry = &vm.api.networks().unwrap()[format!("{NS}/{NAD}")];
     assert_eq!(entry["mac_address"], VM_MAC, "{entry}");
-    let l = learned(&vm);
-    assert_eq!(l.len(), 1, "{l:?}");
-    assert_eq!((l[0].ip, l[0].mac.as_str()), (guest_ip, VM_MAC));
-    assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
-    assert!(l[0].expires_unix_ms.is_some());
+    let l = assert_learned_one(&vm, guest_ip);
+    assert!(l.expires_unix_ms.is_some());
     assert!(vm.api.server.unexpected().is_empty());
 
     // The guest comes back and asks for its address again (dhcpcd keeps its
@@ -1043,20 +1056,8 @@ fn dhcpcd_guest_behind_a_live_uplink_is_learned_from_the_replies_it_passes_dnsma
     let passed = s.counters["kernel.passed_unowned"];
 
     let dir = tempfile::tempdir().unwrap();
-    let guest_ip = run_dhcpcd(&vm, dir.path());
-    assert_ne!(
-        guest_ip, vm.one_shot,
-        "the server gives the DUID client another address"
-    );
-    assert!(
-        reported_within_a_second(&vm, guest_ip),
-        "the entry reports {:?}, the guest holds {guest_ip}",
-        vm.api.reported()
-    );
-    let l = learned(&vm);
-    assert_eq!(l.len(), 1, "{l:?}");
-    assert_eq!((l[0].ip, l[0].mac.as_str()), (guest_ip, VM_MAC));
-    assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
+    let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
+    assert_learned_one(&vm, guest_ip);
     // The guest's OFFER and ACK passed the uplink, and no lease took them.
     let s = vm.agent.status();
     assert!(
