@@ -20,8 +20,9 @@
 //! pod's namespace, the pod's own stack never sees its replies (an nftables
 //! counter in the pod namespace stays at zero — and does count them when no
 //! uplink is configured, or when the server sits on the node's bridge and
-//! the uplink carries nothing: the fallback), the metrics agree, a renewal
-//! stays on the uplink, the
+//! the uplink carries nothing: the fallback), the metrics agree, the
+//! lease's REQUEST and its renewal leave through the uplink too (the
+//! bridge forwards the DISCOVER alone), a renewal stays on the uplink, the
 //! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
 //! dnsmasq, Kea and ISC dhcpd through the uplink, and an uplink that goes
 //! away and comes back is attached again.
@@ -132,41 +133,65 @@ impl Topology {
     /// Packets the pod's own IP stack received from UDP port 67 to 68 (an
     /// nftables counter at prerouting in the pod namespace).
     fn count_replies_in_pod(&self) {
-        let nft = |args: &[&str]| {
-            let out = self.pod.exec_output(&[&["nft"], args].concat());
-            assert!(
-                out.status.success(),
-                "nft {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        nft(&["add", "table", "inet", "xdt_seen"]);
-        nft(&[
-            "add",
-            "chain",
-            "inet",
-            "xdt_seen",
-            "pre",
-            "{ type filter hook prerouting priority -400; }",
-        ]);
-        nft(&[
-            "add", "rule", "inet", "xdt_seen", "pre", "udp", "sport", "67", "udp", "dport", "68",
-            "counter",
-        ]);
+        add_counter(
+            &self.pod,
+            "inet xdt_seen",
+            "prerouting priority -400",
+            &["udp", "sport", "67", "udp", "dport", "68"],
+        );
     }
 
     fn replies_seen_by_pod(&self) -> u64 {
-        let out = self.pod.exec(&["nft", "list", "table", "inet", "xdt_seen"]);
-        out.split_whitespace()
-            .skip_while(|w| *w != "packets")
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .expect("the counter's packets")
+        counted(&self.pod, "inet xdt_seen")
+    }
+
+    /// Count the DHCP client frames the node's bridge forwards (from the
+    /// pod's port to the uplink: there is one pod).
+    fn count_client_frames_on_bridge(&self) {
+        add_counter(
+            &self.node,
+            "bridge xdt_fwd",
+            "forward priority 0",
+            &["udp", "dport", "67"],
+        );
+    }
+
+    fn client_frames_on_bridge(&self) -> u64 {
+        counted(&self.node, "bridge xdt_fwd")
     }
 
     fn pod_mac(&self) -> [u8; 6] {
         self.pod.mac("eth0")
     }
+}
+
+/// An nftables table `table` ("FAMILY NAME") in `ns` with one chain on
+/// `hook` ("HOOK priority N") holding one rule: `rule` and a counter.
+fn add_counter(ns: &NetNs, table: &str, hook: &str, rule: &[&str]) {
+    let nft = |args: &[&str]| {
+        let out = ns.exec_output(&[&["nft"], args].concat());
+        assert!(
+            out.status.success(),
+            "nft {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (family, name) = table.split_once(' ').expect("FAMILY NAME");
+    nft(&["add", "table", family, name]);
+    let chain = format!("{{ type filter hook {hook}; }}");
+    nft(&["add", "chain", family, name, "c", &chain]);
+    nft(&[&["add", "rule", family, name, "c"], rule, &["counter"]].concat());
+}
+
+/// The packets [`add_counter`]'s rule in `table` counted.
+fn counted(ns: &NetNs, table: &str) -> u64 {
+    let (family, name) = table.split_once(' ').expect("FAMILY NAME");
+    let out = ns.exec(&["nft", "list", "table", family, name]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("the counter's packets")
 }
 
 fn bridge(cni: &CniPath, t: &Topology, agent: &NodeAgent, cmd: &str, id: &str) -> PluginOutput {
@@ -239,6 +264,7 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     assert!(up.bpf_link.is_some(), "{up:?}");
     assert_eq!(up.replies, 0);
     t.count_replies_in_pod();
+    t.count_client_frames_on_bridge();
 
     add(&cni, &t, &agent, "pod-up");
     let mac = t.pod_mac();
@@ -257,6 +283,9 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     assert!(!attached_xdp(&t.pod, "eth0"));
     // The pod's own stack never saw a DHCP reply.
     assert_eq!(t.replies_seen_by_pod(), 0);
+    // Once the OFFER came through the uplink, the REQUEST left there too:
+    // the bridge forwarded the DISCOVER alone.
+    assert_eq!(t.client_frames_on_bridge(), 1);
     // The metrics say the same: the uplink's mode, its replies, the path
     // the lease was bound through.
     let m = scrape(&t);
@@ -287,6 +316,8 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     let s = agent.status();
     assert!(s.uplinks[0].replies > before, "{:?}", s.uplinks);
     assert_eq!(agent.leases()[0].path, "uplink:up0");
+    // So did the renewal's REQUEST: still the DISCOVER alone.
+    assert_eq!(t.client_frames_on_bridge(), 1);
     assert!(s.interfaces[0].bpf_link.is_none(), "{:?}", s.interfaces);
     assert_eq!(t.replies_seen_by_pod(), 0);
 

@@ -37,6 +37,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::cli::Uplink;
 use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader, Role, XidOwnership};
+use crate::datapath::rawsock::{RawSender, RawSockError, headers_for};
 use crate::datapath::{AttachMode, RxFrame, RxPath};
 use crate::metrics::{Health, Metrics};
 use crate::rpc::UplinkStatus;
@@ -142,6 +143,9 @@ struct UplinkEntry {
     /// (then the backoff applies; an interface that reappears is tried at
     /// once).
     tried: AtomicBool,
+    /// The packet socket the leases that moved here send through, opened
+    /// on first use, bound to the ifindex it was opened at.
+    tx: Mutex<Option<Arc<RawSender>>>,
 }
 
 /// What [`Capture::adopt_uplink`] hands a lease that moves onto an uplink.
@@ -283,6 +287,7 @@ impl Capture {
                 },
                 replies: std::sync::atomic::AtomicU64::new(0),
                 tried: AtomicBool::new(false),
+                tx: Mutex::new(None),
             })
             .collect();
         if self.kernel.is_none() && !self.uplinks.is_empty() {
@@ -400,6 +405,53 @@ impl Capture {
             sub: e.state.subscribe(),
             ifindex,
         })
+    }
+
+    /// Send `t` out of the uplink `name` while it is live at `ifindex`,
+    /// from `mac`, tagged `vlan`: a lease whose replies come through an
+    /// uplink sends there too, so its REQUESTs, renewals and RELEASE skip
+    /// the pod's veth and the node's bridge (which floods a broadcast to
+    /// every other port). An error when the uplink cannot take it (gone,
+    /// re-created, the socket failed): the caller sends through the pod's
+    /// own link instead.
+    pub(crate) fn send_via_uplink(
+        &self,
+        name: &str,
+        ifindex: u32,
+        mac: [u8; 6],
+        vlan: Option<u16>,
+        t: &xdhcp_engine::Transmit,
+    ) -> Result<(), RawSockError> {
+        let gone = || RawSockError::InterfaceGone {
+            ifname: name.to_owned(),
+            netns: None,
+            source: std::io::Error::from_raw_os_error(libc::ENODEV),
+        };
+        let u = self
+            .uplinks
+            .iter()
+            .find(|u| &*u.name == name)
+            .ok_or_else(gone)?;
+        let tx = {
+            let mut slot = lock(&u.tx);
+            match slot.as_ref() {
+                Some(tx) if tx.info().ifindex == ifindex => tx.clone(),
+                _ => {
+                    // In the agent's own namespace, where the uplink is.
+                    let tx = Arc::new(RawSender::open_here(&u.spec.ifname)?);
+                    if tx.info().ifindex != ifindex {
+                        return Err(gone());
+                    }
+                    // A socket bound to an ifindex that went away is closed
+                    // off this thread (it waits for a grace period).
+                    if let Some(old) = slot.replace(tx.clone()) {
+                        super::link::close_later(Box::new(old));
+                    }
+                    tx
+                }
+            }
+        };
+        tx.send(&headers_for(mac, vlan, t), &t.payload)
     }
 
     /// Hand a captured frame to the lease task owning its xid.

@@ -493,7 +493,21 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
     if out.is_empty() {
         return Ok(());
     }
-    task.link.ensure_tx().await?;
+    // Replies through an uplink: send there too (see
+    // `Capture::send_via_uplink`); the pod's own link is the fallback.
+    let via_uplink = match (&task.rx.uplink, task.rx.ifindex) {
+        (Some(name), Some(ifindex)) => {
+            let l = lock(&task.live);
+            l.record
+                .uplink
+                .as_ref()
+                .map(|u| (name.clone(), ifindex, l.record.mac, u.vlan))
+        }
+        _ => None,
+    };
+    if via_uplink.is_none() {
+        task.link.ensure_tx().await?;
+    }
     // Not on the ring buffer (yet): replies come to the link's own
     // receiver, opened now if the lease was resumed without one.
     if task.rx.ifindex.is_none() && !task.link.has_rx() {
@@ -517,6 +531,19 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
             });
         }
         debug!(xid = t.xid, kind = ?t.kind, "send");
+        if let Some((name, ifindex, mac, vlan)) = &via_uplink {
+            match task
+                .svc
+                .capture
+                .send_via_uplink(name, *ifindex, *mac, *vlan, &t)
+            {
+                Ok(()) => continue,
+                Err(e) => {
+                    debug!(uplink = %name, error = %e, "not sent through the uplink; through the pod's link instead");
+                    task.link.ensure_tx().await?;
+                }
+            }
+        }
         match task.link.send(&t) {
             Ok(()) => {}
             // A full queue on the way out (ENOBUFS: the veth peer's backlog
