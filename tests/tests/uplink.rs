@@ -25,7 +25,8 @@
 //! bridge forwards the DISCOVER alone), a renewal stays on the uplink, the
 //! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
 //! dnsmasq, Kea and ISC dhcpd through the uplink, and an uplink that goes
-//! away and comes back is attached again.
+//! away and comes back is attached again (a lease held across it renews
+//! through the new one).
 
 mod agent_support;
 
@@ -585,6 +586,48 @@ fn an_uplink_that_goes_away_and_comes_back_is_attached_again() {
     add(&cni, &t, &agent, "pod-back");
     assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
     let r = bridge(&cni, &t, &agent, "DEL", "pod-back");
+    assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
+}
+
+/// A lease held while its uplink goes away and comes back under another
+/// index: its next renewal leaves through the re-created uplink (the
+/// agent opens its socket there again), never through the bridge.
+#[test]
+fn a_lease_held_across_an_uplink_replug_renews_through_the_new_uplink() {
+    let cni = CniPath::new();
+    // T1 8 s: room for the replug between two renewals.
+    let t = Topology::new(Some(8));
+    let agent = NodeAgent::start(&t.node, &["--uplink", "up0"]);
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
+    t.count_client_frames_on_bridge();
+    add(&cni, &t, &agent, "pod-held");
+    assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
+    let first = agent.status().uplinks[0].ifindex;
+    // Just after a renewal, so that the next one comes after the replug.
+    let expiry = agent.leases()[0].expires_unix_ms;
+    agent.wait_renewed(expiry, Duration::from_secs(20), "no renewal");
+
+    t.unplug_uplink();
+    assert!(
+        wait_until(Duration::from_secs(3), || agent.uplink_state() == "lost"),
+        "{:?}",
+        agent.status()
+    );
+    t.plug_uplink();
+    agent.wait_uplink_live(Duration::from_secs(5), "the uplink was not attached again");
+    assert_ne!(agent.status().uplinks[0].ifindex, first, "a new interface");
+
+    let expiry = agent.leases()[0].expires_unix_ms;
+    agent.wait_renewed(
+        expiry,
+        Duration::from_secs(20),
+        "no renewal after the replug",
+    );
+    assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
+    // The DISCOVER alone crossed the bridge: both renewals left by the
+    // uplink, the second through a socket on the new interface.
+    assert_eq!(t.client_frames_on_bridge(), 1, "{}", agent.log());
+    let r = bridge(&cni, &t, &agent, "DEL", "pod-held");
     assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
 }
 
