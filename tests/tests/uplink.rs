@@ -166,6 +166,25 @@ impl Topology {
     }
 }
 
+/// The pod's one lease was bound through its own packet socket (its
+/// replies reached the pod's namespace; the metrics say `af_packet`, not
+/// `uplink`), and the held lease moves to the per-interface program.
+fn assert_own_path(t: &Topology, agent: &NodeAgent) {
+    let path = agent.leases()[0].path.clone();
+    assert!(path.starts_with("af-packet") || path == "tc", "{path}");
+    assert!(t.replies_seen_by_pod() >= 2, "{}", t.replies_seen_by_pod());
+    let m = scrape(t);
+    for (label, n) in [(r#"path="af_packet""#, 1), (r#"path="uplink""#, 0)] {
+        assert_eq!(sample(&m, "xdhcp_bound_by_path_total", label), n, "{m}");
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.leases()[0].path == "tc"),
+        "{:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+}
+
 /// An nftables table `table` ("FAMILY NAME") in `ns` with one chain on
 /// `hook` ("HOOK priority N") holding one rule: `rule` and a counter.
 fn add_counter(ns: &NetNs, table: &str, hook: &str, rule: &[&str]) {
@@ -469,29 +488,9 @@ fn without_an_uplink_the_pod_keeps_its_own_path() {
     assert!(agent.status().uplinks.is_empty());
     t.count_replies_in_pod();
     add(&cni, &t, &agent, "pod-fb");
-    // Bound through the pod's own packet socket, and the metrics say so.
-    let m = scrape(&t);
-    assert_eq!(
-        sample(&m, "xdhcp_bound_by_path_total", r#"path="af_packet""#),
-        1,
-        "{m}"
-    );
-    assert_eq!(
-        sample(&m, "xdhcp_bound_by_path_total", r#"path="uplink""#),
-        0,
-        "{m}"
-    );
-    assert_eq!(sample(&m, "xdhcp_uplink_attached", ""), 0, "{m}");
-    let path = agent.leases()[0].path.clone();
-    assert!(path.starts_with("af-packet") || path == "tc", "{path}");
     // The replies reached the pod's namespace (the counter works).
-    assert!(t.replies_seen_by_pod() >= 2, "{}", t.replies_seen_by_pod());
-    // The held lease moves to the per-interface program, as before.
-    assert!(
-        wait_until(Duration::from_secs(10), || agent.leases()[0].path == "tc"),
-        "{:?}",
-        agent.leases()
-    );
+    assert_own_path(&t, &agent);
+    assert_eq!(sample(&scrape(&t), "xdhcp_uplink_attached", ""), 0);
     assert!(agent.status().interfaces[0].bpf_link.is_some());
     assert_eq!(agent.counter("kernel.dropped_owned"), 0);
     let r = bridge(&cni, &t, &agent, "DEL", "pod-fb");
@@ -530,31 +529,8 @@ fn a_server_on_the_node_keeps_the_per_interface_path_while_an_uplink_is_live() {
     let mac = t.pod_mac();
     assert!(local.lease_for(mac).is_some(), "{}", local.log());
     assert!(!t.server.holds(mac), "the cut-off server answered");
-    let leases = agent.leases();
-    assert!(
-        leases[0].path.starts_with("af-packet") || leases[0].path == "tc",
-        "{leases:?}"
-    );
     assert_eq!(agent.status().uplinks[0].replies, 0);
-    assert!(t.replies_seen_by_pod() >= 2, "{}", t.replies_seen_by_pod());
-    let m = scrape(&t);
-    assert_eq!(
-        sample(&m, "xdhcp_bound_by_path_total", r#"path="af_packet""#),
-        1,
-        "{m}"
-    );
-    assert_eq!(
-        sample(&m, "xdhcp_bound_by_path_total", r#"path="uplink""#),
-        0,
-        "{m}"
-    );
-    // The held lease moves to the per-interface program.
-    assert!(
-        wait_until(Duration::from_secs(10), || agent.leases()[0].path == "tc"),
-        "{:?}\n{}",
-        agent.leases(),
-        agent.log()
-    );
+    assert_own_path(&t, &agent);
     let r = bridge(&cni, &t, &agent, "DEL", "pod-local");
     assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
 }

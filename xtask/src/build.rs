@@ -60,15 +60,19 @@ pub fn plugin() -> Result<PathBuf> {
         "--target",
         &target,
     ]))?;
-    plugin_binary()
+    Ok(plugin_path(&target))
 }
 
 /// Where [`plugin`] puts the thin plugin.
 pub fn plugin_binary() -> Result<PathBuf> {
-    Ok(cmd::workspace_root()
+    Ok(plugin_path(&plugin_target()?))
+}
+
+fn plugin_path(target: &str) -> PathBuf {
+    cmd::workspace_root()
         .join("target")
-        .join(plugin_target()?)
-        .join("release/xdhcp-plugin"))
+        .join(target)
+        .join("release/xdhcp-plugin")
 }
 
 /// The musl triple of the host's architecture (`x86_64-unknown-linux-musl`).

@@ -629,7 +629,11 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
     let mut client = xdhcp_engine::Client::resume(cfg, lease.clone(), now, now_ms, acquire::seed());
     client.release(now);
     while let Some(t) = client.poll_transmit() {
-        match super::lease::task::send_via_uplink(uplink, rec.mac, &t) {
+        match agent
+            .svc
+            .capture
+            .send_via_uplink(&uplink.ifname, rec.mac, uplink.vlan, &t)
+        {
             Ok(()) => info!(container = %rec.container_id, ifname = %rec.ifname,
                 uplink = %uplink.ifname, address = %lease.address, "released through the uplink"),
             Err(e) => {

@@ -407,42 +407,45 @@ impl Capture {
         })
     }
 
-    /// Send `t` out of the uplink `name` while it is live at `ifindex`,
-    /// from `mac`, tagged `vlan`: a lease whose replies come through an
-    /// uplink sends there too, so its REQUESTs, renewals and RELEASE skip
-    /// the pod's veth and the node's bridge (which floods a broadcast to
-    /// every other port). An error when the uplink cannot take it (gone,
-    /// re-created, the socket failed): the caller sends through the pod's
-    /// own link instead.
+    /// Send `t` out of uplink `name` (an `--uplink` interface), from `mac`,
+    /// tagged `vlan`: the frames of a lease whose replies come through an
+    /// uplink (its REQUESTs, renewals and RELEASE skip the pod's veth and
+    /// the node's bridge, which floods a broadcast to every other port), and
+    /// the RELEASE of a lease whose interface is gone. While the uplink is
+    /// live, through one socket shared by its leases (opened again when the
+    /// uplink comes back under another index); otherwise through a socket
+    /// of its own. An error when the uplink cannot take the frame: a lease
+    /// then sends through the pod's own link.
     pub(crate) fn send_via_uplink(
         &self,
         name: &str,
-        ifindex: u32,
         mac: [u8; 6],
         vlan: Option<u16>,
         t: &xdhcp_engine::Transmit,
     ) -> Result<(), RawSockError> {
-        let gone = || RawSockError::InterfaceGone {
-            ifname: name.to_owned(),
-            netns: None,
-            source: std::io::Error::from_raw_os_error(libc::ENODEV),
+        let frame = headers_for(mac, vlan, t);
+        let entry = self.uplinks.iter().find(|u| &*u.name == name);
+        let live = entry.and_then(|u| match lock(&self.targets).get(&u.target) {
+            Some(e) => match *e.state.borrow() {
+                TargetState::Live { ifindex, .. } => Some(ifindex),
+                _ => None,
+            },
+            None => None,
+        });
+        let (Some(u), Some(ifindex)) = (entry, live) else {
+            // In the agent's own namespace, where the uplink is.
+            let tx = RawSender::open_here(name)?;
+            let sent = tx.send(&frame, &t.payload);
+            super::link::close_later(Box::new(tx));
+            return sent;
         };
-        let u = self
-            .uplinks
-            .iter()
-            .find(|u| &*u.name == name)
-            .ok_or_else(gone)?;
         let tx = {
             let mut slot = lock(&u.tx);
             match slot.as_ref() {
                 Some(tx) if tx.info().ifindex == ifindex => tx.clone(),
                 _ => {
-                    // In the agent's own namespace, where the uplink is.
-                    let tx = Arc::new(RawSender::open_here(&u.spec.ifname)?);
-                    if tx.info().ifindex != ifindex {
-                        return Err(gone());
-                    }
-                    // A socket bound to an ifindex that went away is closed
+                    let tx = Arc::new(RawSender::open_here(name)?);
+                    // A socket bound to an index that went away is closed
                     // off this thread (it waits for a grace period).
                     if let Some(old) = slot.replace(tx.clone()) {
                         super::link::close_later(Box::new(old));
@@ -451,7 +454,7 @@ impl Capture {
                 }
             }
         };
-        tx.send(&headers_for(mac, vlan, t), &t.payload)
+        tx.send(&frame, &t.payload)
     }
 
     /// Hand a captured frame to the lease task owning its xid.

@@ -29,7 +29,6 @@ use crate::cli::now_unix_ms;
 use crate::daemon::capture::{Capture, CapturePath, TargetState, UplinkPath};
 use crate::daemon::link::{Link, LinkError};
 use crate::datapath::ebpf::AttachTarget;
-use crate::datapath::rawsock::RawSender;
 use crate::datapath::{RxFrame, RxPath};
 use crate::metrics::Metrics;
 use crate::model::UplinkRef;
@@ -485,6 +484,43 @@ fn handle_frame(task: &mut Task, f: &RxFrame) {
     }
 }
 
+/// Where a lease on a node uplink sends: that uplink, from the lease's MAC,
+/// tagged with the VLAN its replies carried.
+struct UplinkRoute {
+    name: Arc<str>,
+    mac: [u8; 6],
+    vlan: Option<u16>,
+}
+
+/// The lease's [`UplinkRoute`] while its replies come through a live uplink.
+fn uplink_route(task: &Task) -> Option<UplinkRoute> {
+    task.rx.ifindex?;
+    let name = task.rx.uplink.clone()?;
+    let l = lock(&task.live);
+    let vlan = l.record.uplink.as_ref()?.vlan;
+    Some(UplinkRoute {
+        name,
+        mac: l.record.mac,
+        vlan,
+    })
+}
+
+/// Send `t` through the lease's uplink when it is on one (see
+/// `Capture::send_via_uplink`); whether it went. When not, the caller sends
+/// through the pod's own link.
+fn sent_via_uplink(task: &Task, route: Option<&UplinkRoute>, t: &xdhcp_engine::Transmit) -> bool {
+    let Some(r) = route else {
+        return false;
+    };
+    match task.svc.capture.send_via_uplink(&r.name, r.mac, r.vlan, t) {
+        Ok(()) => true,
+        Err(e) => {
+            debug!(uplink = %r.name, error = %e, "not sent through the uplink; through the pod's link instead");
+            false
+        }
+    }
+}
+
 async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), LinkError> {
     let mut out = Vec::new();
     while let Some(t) = task.client.poll_transmit() {
@@ -493,21 +529,7 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
     if out.is_empty() {
         return Ok(());
     }
-    // Replies through an uplink: send there too (see
-    // `Capture::send_via_uplink`); the pod's own link is the fallback.
-    let via_uplink = match (&task.rx.uplink, task.rx.ifindex) {
-        (Some(name), Some(ifindex)) => {
-            let l = lock(&task.live);
-            l.record
-                .uplink
-                .as_ref()
-                .map(|u| (name.clone(), ifindex, l.record.mac, u.vlan))
-        }
-        _ => None,
-    };
-    if via_uplink.is_none() {
-        task.link.ensure_tx().await?;
-    }
+    let route = uplink_route(task);
     // Not on the ring buffer (yet): replies come to the link's own
     // receiver, opened now if the lease was resumed without one.
     if task.rx.ifindex.is_none() && !task.link.has_rx() {
@@ -531,19 +553,10 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
             });
         }
         debug!(xid = t.xid, kind = ?t.kind, "send");
-        if let Some((name, ifindex, mac, vlan)) = &via_uplink {
-            match task
-                .svc
-                .capture
-                .send_via_uplink(name, *ifindex, *mac, *vlan, &t)
-            {
-                Ok(()) => continue,
-                Err(e) => {
-                    debug!(uplink = %name, error = %e, "not sent through the uplink; through the pod's link instead");
-                    task.link.ensure_tx().await?;
-                }
-            }
+        if sent_via_uplink(task, route.as_ref(), &t) {
+            continue;
         }
+        task.link.ensure_tx().await?;
         match task.link.send(&t) {
             Ok(()) => {}
             // A full queue on the way out (ENOBUFS: the veth peer's backlog
@@ -733,22 +746,27 @@ fn finish(
             task.client.set_wall_clock_unix_ms(now_unix_ms());
             task.client.release(Instant::now());
             release_xid(&task, &mut owned);
-            // An idle lease's sender is closed: open it for the RELEASE (an
-            // interface already gone goes to the uplink below).
-            let mut not_open = task.link.ensure_tx_blocking().err();
+            let route = uplink_route(&task);
             while let Some(t) = task.client.poll_transmit() {
-                let attempt = match not_open.take() {
-                    Some(e) => Err(e),
-                    None => task.link.send(&t),
-                };
-                let sent = match attempt {
+                if sent_via_uplink(&task, route.as_ref(), &t) {
+                    if rec.lease.is_some() {
+                        info!("released");
+                    }
+                    continue;
+                }
+                // An idle lease's sender is closed: open it for the RELEASE.
+                let attempt = task
+                    .link
+                    .ensure_tx_blocking()
+                    .and_then(|()| task.link.send(&t));
+                let sent = match (attempt, &rec.uplink) {
                     // The interface went just before DEL (the bridge
                     // plugin's order): through the uplink instead.
-                    Err(e) if e.is_interface_gone() && rec.uplink.is_some() => rec
-                        .uplink
-                        .as_ref()
-                        .map_or(Err(e), |u| send_via_uplink(u, rec.mac, &t)),
-                    other => other,
+                    (Err(e), Some(u)) if e.is_interface_gone() => task
+                        .svc
+                        .capture
+                        .send_via_uplink(&u.ifname, rec.mac, u.vlan, &t),
+                    (other, _) => other,
                 };
                 match sent {
                     Ok(()) if rec.lease.is_some() => info!("released"),
@@ -813,22 +831,6 @@ fn finish(
 /// pod's held lease whose replies came through an uplink.
 fn parkable(rec: &LeaseRecord) -> bool {
     rec.lease.is_some() && rec.uplink.is_some() && rec.workload == WorkloadKind::Pod
-}
-
-/// Send one engine transmit out of the node uplink `uplink` (in the agent's
-/// namespace) as the client `mac` would: its MAC as the Ethernet source,
-/// tagged as the lease's replies were. The socket is closed off this thread.
-pub(crate) fn send_via_uplink(
-    uplink: &UplinkRef,
-    mac: [u8; 6],
-    t: &xdhcp_engine::Transmit,
-) -> Result<(), LinkError> {
-    let tx = RawSender::open_here(&uplink.ifname)?
-        .with_src_mac(mac)
-        .with_vlan(uplink.vlan);
-    let res = tx.send_transmit(t);
-    crate::daemon::link::close_later(Box::new(tx));
-    res
 }
 
 /// Lock a std mutex, ignoring poisoning (the data is plain values).
