@@ -385,6 +385,21 @@ pub fn metric(text: &str, name: &str, label: &str) -> f64 {
         .fold(0.0, |total, v| total + v)
 }
 
+/// [`metric`] for counters and gauges that hold whole numbers: the sum as
+/// an integer (panics, naming the series, on anything else).
+pub fn metric_count(text: &str, name: &str, label: &str) -> u64 {
+    let v = metric(text, name, label);
+    assert!(v >= 0.0 && v.fract() == 0.0, "{name}{{{label}}} = {v}");
+    // Checked above: a whole, non-negative number.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "checked above"
+    )]
+    let n = v as u64;
+    n
+}
+
 /// One line of a plot.
 pub struct Series {
     pub label: String,

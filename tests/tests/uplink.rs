@@ -33,6 +33,7 @@ mod agent_support;
 use std::time::Duration;
 
 use agent_support::{CniPath, NodeAgent, PluginOutput, bridge_plugin};
+use xdhcp_tests::bench::metric_count;
 use xdhcp_tests::{
     Bridge, Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, Veth, wait_until,
 };
@@ -175,7 +176,11 @@ fn assert_own_path(t: &Topology, agent: &NodeAgent) {
     assert!(t.replies_seen_by_pod() >= 2, "{}", t.replies_seen_by_pod());
     let m = scrape(t);
     for (label, n) in [(r#"path="af_packet""#, 1), (r#"path="uplink""#, 0)] {
-        assert_eq!(sample(&m, "xdhcp_bound_by_path_total", label), n, "{m}");
+        assert_eq!(
+            metric_count(&m, "xdhcp_bound_by_path_total", label),
+            n,
+            "{m}"
+        );
     }
     assert!(
         wait_until(Duration::from_secs(10), || agent.leases()[0].path == "tc"),
@@ -253,21 +258,6 @@ fn scrape(t: &Topology) -> String {
     text.expect("the agent's metrics server answers")
 }
 
-/// Sample `name` (with labels containing `label`) of exposition `m`: the
-/// counters and gauges read here are whole numbers.
-fn sample(m: &str, name: &str, label: &str) -> u64 {
-    let v = xdhcp_tests::bench::metric(m, name, label);
-    assert!(v >= 0.0 && v.fract() == 0.0, "{name}{{{label}}} = {v}");
-    // Checked above: a whole, non-negative number.
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "checked above"
-    )]
-    let n = v as u64;
-    n
-}
-
 #[test]
 fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there() {
     let cni = CniPath::new();
@@ -310,21 +300,21 @@ fn replies_come_through_the_uplink_from_the_first_offer_and_del_releases_there()
     // the lease was bound through.
     let m = scrape(&t);
     assert_eq!(
-        sample(&m, "xdhcp_uplink_attached", r#"uplink="up0",mode="tc""#),
+        metric_count(&m, "xdhcp_uplink_attached", r#"uplink="up0",mode="tc""#),
         1,
         "{m}"
     );
     assert!(
-        sample(&m, "xdhcp_uplink_replies_total", r#"uplink="up0""#) >= 2,
+        metric_count(&m, "xdhcp_uplink_replies_total", r#"uplink="up0""#) >= 2,
         "{m}"
     );
     assert_eq!(
-        sample(&m, "xdhcp_bound_by_path_total", r#"path="uplink""#),
+        metric_count(&m, "xdhcp_bound_by_path_total", r#"path="uplink""#),
         1,
         "{m}"
     );
     assert_eq!(
-        sample(&m, "xdhcp_bound_by_path_total", r#"path="af_packet""#),
+        metric_count(&m, "xdhcp_bound_by_path_total", r#"path="af_packet""#),
         0,
         "{m}"
     );
@@ -490,7 +480,7 @@ fn without_an_uplink_the_pod_keeps_its_own_path() {
     add(&cni, &t, &agent, "pod-fb");
     // The replies reached the pod's namespace (the counter works).
     assert_own_path(&t, &agent);
-    assert_eq!(sample(&scrape(&t), "xdhcp_uplink_attached", ""), 0);
+    assert_eq!(metric_count(&scrape(&t), "xdhcp_uplink_attached", ""), 0);
     assert!(agent.status().interfaces[0].bpf_link.is_some());
     assert_eq!(agent.counter("kernel.dropped_owned"), 0);
     let r = bridge(&cni, &t, &agent, "DEL", "pod-fb");

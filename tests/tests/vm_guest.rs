@@ -792,18 +792,14 @@ fn vfio_handoff_with_a_live_uplink_on_its_physnet_keeps_the_vfs_own_path() {
     assert_eq!(s.uplinks[0].state, "live", "{:?}", s.uplinks);
     let scraped = xdhcp_tests::bench::http_get(metrics, "/metrics").expect("the agent's metrics");
     let bound = |path: &str| {
-        xdhcp_tests::bench::metric(
+        xdhcp_tests::bench::metric_count(
             &scraped,
             "xdhcp_bound_by_path_total",
             &format!("path=\"{path}\""),
         )
     };
-    // Counters: whole numbers.
-    assert!(bound("uplink") < 0.5, "{scraped}");
-    assert!(
-        (bound("af_packet") + bound("ebpf") - 1.0).abs() < 0.5,
-        "{scraped}"
-    );
+    assert_eq!(bound("uplink"), 0, "{scraped}");
+    assert_eq!(bound("af_packet") + bound("ebpf"), 1, "{scraped}");
     let entry = agent
         .pod_networks_entry()
         .unwrap_or_else(|| panic!("no pod-networks entry\n{log}"));
