@@ -22,7 +22,9 @@
 //! uplink is configured, or when the server sits on the node's bridge and
 //! the uplink carries nothing: the fallback), the metrics agree, the
 //! lease's REQUEST and its renewal leave through the uplink too (the
-//! bridge forwards the DISCOVER alone), a renewal stays on the uplink, the
+//! bridge forwards the DISCOVER alone), and so does the network's next
+//! pod's DISCOVER (unless the uplink no longer answers: then the
+//! retransmission crosses the bridge), a renewal stays on the uplink, the
 //! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
 //! dnsmasq, Kea and ISC dhcpd through the uplink, and an uplink that goes
 //! away and comes back is attached again (a lease held across it renews
@@ -160,6 +162,48 @@ impl Topology {
 
     fn client_frames_on_bridge(&self) -> u64 {
         counted(&self.node, "bridge xdt_fwd")
+    }
+
+    /// Count the DHCP client frames that reach the wire (`w0`'s ingress)
+    /// and those of them the node's bridge forwarded to `up0`: the rest
+    /// left straight through the agent's packet socket on the uplink.
+    fn count_client_frames_to_wire(&self) {
+        add_counter(
+            &self.wire,
+            "netdev xdt_w0",
+            "ingress device w0 priority 0",
+            &["udp", "dport", "67"],
+        );
+        add_counter(
+            &self.node,
+            "bridge xdt_up0",
+            "forward priority 0",
+            &["oifname", "up0", "udp", "dport", "67"],
+        );
+    }
+
+    /// DHCP client frames sent straight out of the uplink, not through
+    /// the bridge (see [`Topology::count_client_frames_to_wire`]).
+    fn client_frames_sent_on_uplink(&self) -> u64 {
+        counted(&self.wire, "netdev xdt_w0") - counted(&self.node, "bridge xdt_up0")
+    }
+
+    /// A dnsmasq on the node's own bridge (port `ls0`), with the wire
+    /// behind the uplink cut off from the server there.
+    fn move_server_onto_the_node(&self) -> (NetNs, Veth, Dnsmasq) {
+        self.wire.ip(&["link", "set", "w1", "nomaster"]);
+        let local_ns = NetNs::new();
+        let port = Veth::new(&self.node, "ls0", &local_ns, "s0");
+        self.node.ip(&["link", "set", "ls0", "master", "xbr0"]);
+        local_ns.add_addr("s0", "192.0.2.1".parse().unwrap(), 24);
+        let local = Dnsmasq::start(
+            &local_ns,
+            DnsmasqConfig {
+                interface: "s0".into(),
+                ..DnsmasqConfig::default()
+            },
+        );
+        (local_ns, port, local)
     }
 
     fn pod_mac(&self) -> [u8; 6] {
@@ -496,18 +540,7 @@ fn a_server_on_the_node_keeps_the_per_interface_path_while_an_uplink_is_live() {
     let cni = CniPath::new();
     let t = Topology::new(None);
     // The server behind the uplink is cut off: the wire leads nowhere.
-    t.wire.ip(&["link", "set", "w1", "nomaster"]);
-    let local_ns = NetNs::new();
-    let _local_port = Veth::new(&t.node, "ls0", &local_ns, "s0");
-    t.node.ip(&["link", "set", "ls0", "master", "xbr0"]);
-    local_ns.add_addr("s0", "192.0.2.1".parse().unwrap(), 24);
-    let local = Dnsmasq::start(
-        &local_ns,
-        DnsmasqConfig {
-            interface: "s0".into(),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let (_local_ns, _local_port, local) = t.move_server_onto_the_node();
     let agent = NodeAgent::start(
         &t.node,
         &["--uplink", "physnet1=up0", "--metrics-addr", METRICS],
@@ -595,6 +628,86 @@ fn a_lease_held_across_an_uplink_replug_renews_through_the_new_uplink() {
     assert_eq!(t.client_frames_on_bridge(), 1, "{}", agent.log());
     let r = bridge(&cni, &t, &agent, "DEL", "pod-held");
     assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
+}
+
+/// ADD a pod in `pod` (its own namespace) on the node's bridge.
+fn add_in(cni: &CniPath, t: &Topology, agent: &NodeAgent, pod: &NetNs, id: &str) {
+    let r = bridge_plugin(cni, &t.node, pod, "xbr0", &agent.socket, "ADD", id);
+    assert!(r.ok, "ADD {id}: {} {}\n{}", r.stdout, r.stderr, agent.log());
+}
+
+/// Once a network's server has answered through the uplink, a fresh pod's
+/// first DISCOVER leaves straight through that uplink: the node's bridge
+/// floods nothing to the network's other pods.
+#[test]
+fn a_fresh_pods_discover_leaves_through_the_uplink_that_served_its_network() {
+    let cni = CniPath::new();
+    let t = Topology::new(None);
+    let agent = NodeAgent::start(&t.node, &["--uplink", "physnet1=up0"]);
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
+    t.count_client_frames_on_bridge();
+
+    // The network's first lease: its DISCOVER crosses the bridge to find
+    // a server wherever it is.
+    add(&cni, &t, &agent, "pod-first");
+    assert_eq!(t.client_frames_on_bridge(), 1);
+
+    let second = NetNs::new();
+    add_in(&cni, &t, &agent, &second, "pod-second");
+    assert!(t.server.holds(second.mac("eth0")), "{}", t.server.log());
+    // Its DISCOVER went out of the uplink; flooded, it would have been
+    // counted twice more (to `up0` and to the first pod's port).
+    assert_eq!(t.client_frames_on_bridge(), 1, "{}", agent.log());
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 2, "{leases:?}");
+    assert!(leases.iter().all(|l| l.path == "uplink:up0"), "{leases:?}");
+    for (pod, id) in [(&t.pod, "pod-first"), (&second, "pod-second")] {
+        let r = bridge_plugin(&cni, &t.node, pod, "xbr0", &agent.socket, "DEL", id);
+        assert!(r.ok, "DEL {id}: {} {}", r.stdout, r.stderr);
+    }
+}
+
+/// When the uplink that served a network no longer leads to its server (it
+/// moved onto the node's bridge), a fresh pod's first DISCOVER is lost
+/// there, its retransmission crosses the bridge and finds the server, and
+/// the network's next pod sends through the bridge from the start.
+#[test]
+fn a_discover_the_uplink_no_longer_answers_is_retransmitted_through_the_bridge() {
+    let cni = CniPath::new();
+    let t = Topology::new(None);
+    let agent = NodeAgent::start(
+        &t.node,
+        &["--uplink", "physnet1=up0", "--retransmit-initial", "1s"],
+    );
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
+    add(&cni, &t, &agent, "pod-first");
+    assert_eq!(agent.leases()[0].path, "uplink:up0", "{:?}", agent.leases());
+
+    let (_local_ns, _local_port, local) = t.move_server_onto_the_node();
+    t.count_client_frames_to_wire();
+    let second = NetNs::new();
+    add_in(&cni, &t, &agent, &second, "pod-second");
+    let mac = second.mac("eth0");
+    assert!(local.lease_for(mac).is_some(), "{}", local.log());
+    // One frame went straight out of the uplink: the first DISCOVER.
+    assert_eq!(t.client_frames_sent_on_uplink(), 1, "{}", agent.log());
+    let lease = agent
+        .leases()
+        .into_iter()
+        .find(|l| l.container_id == "pod-second");
+    let path = lease.map(|l| l.path).unwrap_or_default();
+    assert!(path.starts_with("af-packet") || path == "tc", "{path}");
+
+    // The network's server answered on the node: the next pod's DISCOVER
+    // goes through the bridge at once.
+    let third = NetNs::new();
+    add_in(&cni, &t, &agent, &third, "pod-third");
+    assert!(
+        local.lease_for(third.mac("eth0")).is_some(),
+        "{}",
+        local.log()
+    );
+    assert_eq!(t.client_frames_sent_on_uplink(), 1, "{}", agent.log());
 }
 
 /// The agent's packet sockets open in `ns` (`ss -0 -p`).

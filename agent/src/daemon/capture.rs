@@ -188,6 +188,16 @@ pub(crate) struct Capture {
     health: Arc<Health>,
     /// Reasons the path is degraded, by what was lost.
     lost: Mutex<HashMap<String, &'static str>>,
+    /// Per network (its CNI name): the uplink, and VLAN, its latest lease's
+    /// replies came through. See [`Capture::discover_route`].
+    served: Mutex<HashMap<String, ServedVia>>,
+}
+
+/// Where a network's server was last heard: a live uplink, tagged so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServedVia {
+    pub(crate) uplink: Arc<str>,
+    pub(crate) vlan: Option<u16>,
 }
 
 impl fmt::Debug for Capture {
@@ -221,6 +231,7 @@ impl Capture {
             metrics,
             health,
             lost: Mutex::new(HashMap::new()),
+            served: Mutex::new(HashMap::new()),
         }
     }
 
@@ -455,6 +466,41 @@ impl Capture {
             }
         };
         tx.send(&frame, &t.payload)
+    }
+
+    /// A lease of `network` heard its server: through uplink `via` (with
+    /// the VLAN its reply carried), or on its own path (`None`: the server
+    /// answered without crossing an uplink — it sits on the node's bridge,
+    /// or no uplink program is live).
+    pub(crate) fn note_served(&self, network: &str, via: Option<ServedVia>) {
+        let mut served = lock(&self.served);
+        match via {
+            Some(v) => {
+                if served.get(network) != Some(&v) {
+                    served.insert(network.to_owned(), v);
+                }
+            }
+            None => {
+                served.remove(network);
+            }
+        }
+    }
+
+    /// Where a fresh acquisition on `network` sends its first DISCOVER: the
+    /// live uplink the network's latest lease was served through, if any.
+    /// Sent into the pod's interface instead, a DISCOVER is a broadcast the
+    /// node's bridge floods to every other port of the network (every pod's
+    /// stack takes a copy) before it reaches the uplink; sent there, it
+    /// reaches the same server and nothing else. Only the first one: a
+    /// retransmission goes through the pod's interface and finds a server
+    /// wherever it is now.
+    pub(crate) fn discover_route(&self, network: &str) -> Option<ServedVia> {
+        let via = lock(&self.served).get(network).cloned()?;
+        let u = self.uplinks.iter().find(|u| u.name == via.uplink)?;
+        let live = lock(&self.targets)
+            .get(&u.target)
+            .is_some_and(|e| matches!(*e.state.borrow(), TargetState::Live { .. }));
+        live.then_some(via)
     }
 
     /// Hand a captured frame to the lease task owning its xid.

@@ -223,6 +223,7 @@ impl Registry {
             started: Instant::now(),
             persisted: persisted_tx,
             ahead: None,
+            discovered: false,
         };
         let me = self.clone();
         lock(&self.tasks).spawn(async move {

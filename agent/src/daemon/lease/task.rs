@@ -5,7 +5,8 @@
 //! DEL, on interface removal, or (one-shot VM discovery) at BOUND.
 //!
 //! With node uplinks live, a lease owns its xids in the kernel from its
-//! first DISCOVER; the first reply decides its path: captured on an uplink,
+//! first DISCOVER (sent through the uplink its network's server last
+//! answered through, if any); the first reply decides its path: captured on an uplink,
 //! the lease moves there for good (its `AF_PACKET` receiver closed, nothing
 //! ever attached in its namespace); received on its own `AF_PACKET`
 //! receiver, it keeps today's per-interface path.
@@ -19,14 +20,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use xdhcp_engine::{
-    AcquireError, Client, Event, Heard, Lease, LostReason, Mode, PacketSource, State,
+    AcquireError, Client, Event, Heard, Lease, LostReason, MessageKind, Mode, PacketSource, State,
 };
 
 use super::apply;
 use super::live::{Command, Live, Outcome};
 use super::persist::{self, Durable, LeaseRecord, WorkloadKind};
 use crate::cli::now_unix_ms;
-use crate::daemon::capture::{Capture, CapturePath, TargetState, UplinkPath};
+use crate::daemon::capture::{Capture, CapturePath, ServedVia, TargetState, UplinkPath};
 use crate::daemon::link::{Link, LinkError};
 use crate::datapath::ebpf::AttachTarget;
 use crate::datapath::{RxFrame, RxPath};
@@ -118,6 +119,9 @@ pub(crate) struct Task {
     pub(crate) persisted: watch::Sender<Durable>,
     /// The record written while an ADD's first REQUEST is out.
     pub(crate) ahead: Option<Ahead>,
+    /// Whether a DISCOVER went out yet (only the first may take the
+    /// network's uplink before the lease is on one).
+    pub(crate) discovered: bool,
 }
 
 /// A record written ahead of the first ACK: it names the address the
@@ -459,14 +463,29 @@ fn adopt_uplink(task: &mut Task, f: &RxFrame) {
     task.rx = Receive::uplink(up);
     task.link.drop_rx();
     task.set_path(CapturePath::Uplink(name.clone()));
-    lock(&task.live).record.uplink = Some(UplinkRef {
-        ifname: name.to_string(),
-        vlan: f.headers.vlan,
-    });
+    let network = {
+        let mut l = lock(&task.live);
+        l.record.uplink = Some(UplinkRef {
+            ifname: name.to_string(),
+            vlan: f.headers.vlan,
+        });
+        l.record.config.name.clone()
+    };
+    task.svc.capture.note_served(
+        &network,
+        Some(ServedVia {
+            uplink: name,
+            vlan: f.headers.vlan,
+        }),
+    );
 }
 
 fn handle_frame(task: &mut Task, f: &RxFrame) {
     adopt_uplink(task, f);
+    if !matches!(f.via, RxPath::Uplink { .. }) {
+        let network = lock(&task.live).record.config.name.clone();
+        task.svc.capture.note_served(&network, None);
+    }
     let now = Instant::now();
     let src = PacketSource {
         src_mac: f.headers.src_mac,
@@ -505,6 +524,22 @@ fn uplink_route(task: &Task) -> Option<UplinkRoute> {
     })
 }
 
+/// The route of a fresh lease's first DISCOVER: its network's uplink, from
+/// the lease's MAC (see `Capture::discover_route`).
+fn discover_route(task: &Task) -> Option<UplinkRoute> {
+    let (network, mac) = {
+        let l = lock(&task.live);
+        (l.record.config.name.clone(), l.record.mac)
+    };
+    let via = task.svc.capture.discover_route(&network)?;
+    debug!(uplink = %via.uplink, vlan = ?via.vlan, "first DISCOVER through the network's uplink");
+    Some(UplinkRoute {
+        name: via.uplink,
+        mac,
+        vlan: via.vlan,
+    })
+}
+
 /// Send `t` through the lease's uplink when it is on one (see
 /// `Capture::send_via_uplink`); whether it went. When not, the caller sends
 /// through the pod's own link.
@@ -530,12 +565,23 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
         return Ok(());
     }
     let route = uplink_route(task);
+    // Before the lease is on an uplink, its first DISCOVER takes the one
+    // its network's server was last heard through.
+    let first = (route.is_none() && !task.discovered)
+        .then(|| discover_route(task))
+        .flatten();
     // Not on the ring buffer (yet): replies come to the link's own
     // receiver, opened now if the lease was resumed without one.
     if task.rx.ifindex.is_none() && !task.link.has_rx() {
         task.link.open_rx().await?;
     }
     for t in out {
+        let route = match t.kind {
+            MessageKind::Discover if !std::mem::replace(&mut task.discovered, true) => {
+                route.as_ref().or(first.as_ref())
+            }
+            _ => route.as_ref(),
+        };
         if owned.map(|o| o.xid) != Some(t.xid) {
             release_xid(task, owned);
             // On the ring buffer, the kernel owns the xid; with an uplink
@@ -553,7 +599,7 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
             });
         }
         debug!(xid = t.xid, kind = ?t.kind, "send");
-        if sent_via_uplink(task, route.as_ref(), &t) {
+        if sent_via_uplink(task, route, &t) {
             continue;
         }
         task.link.ensure_tx().await?;
