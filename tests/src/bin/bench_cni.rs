@@ -10,11 +10,14 @@
 //!    plugin exec that does no DHCP plus one DORA of the server's own
 //!    (medians of 50, same run);
 //! 2. 100 concurrent ADDs against dnsmasq `--no-ping` and against Kea: wall
-//!    time, leases/s, failures, and the daemon's CPU time (printed);
+//!    time, leases/s, failures, and the daemon's CPU time (printed); each
+//!    burst `XDHCP_BENCH_ROUNDS` times (default 5), the median reported
+//!    with the rounds' range;
 //! 3. the floors under those bursts, measured in the same run: 100 plugin
-//!    execs that do no DHCP (`CNI_COMMAND=VERSION`) per implementation, and
-//!    each server's own limit — 100 DORAs straight from this process over
-//!    raw sockets, no CNI (back to back, and all at once);
+//!    execs that do no DHCP (`CNI_COMMAND=VERSION`) per implementation,
+//!    after each burst round, and each server's own limit — 100 DORAs
+//!    straight from this process over raw sockets, no CNI (back to back,
+//!    and all at once; the faster), as many rounds; medians;
 //! 4. daemon RSS and OS thread count at 0, 100 and 1000 leases.
 //!
 //! For 1–3 the server sits in its own namespace behind the lab bridge's
@@ -162,6 +165,42 @@ struct Burst {
     ok: usize,
     failed: usize,
     first_error: Option<String>,
+}
+
+/// The rounds of one burst, by wall time.
+struct Rounds(Vec<Burst>);
+
+impl Rounds {
+    fn of(mut rounds: Vec<Burst>) -> Self {
+        assert!(!rounds.is_empty(), "at least one round");
+        rounds.sort_by_key(|b| b.wall);
+        Self(rounds)
+    }
+
+    /// The round of median wall time (the slower middle one of an even
+    /// count).
+    fn median(&self) -> &Burst {
+        &self.0[self.0.len() / 2]
+    }
+
+    fn fastest(&self) -> Duration {
+        self.0[0].wall
+    }
+
+    fn slowest(&self) -> Duration {
+        self.0[self.0.len() - 1].wall
+    }
+
+    /// Failed ADDs over every round.
+    fn failed(&self) -> usize {
+        self.0.iter().map(|b| b.failed).sum()
+    }
+}
+
+/// The median of `v` (the slower middle one of an even count).
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
 }
 
 /// `n` concurrent ADDs on clients `0..n`, container ids `<tag>-<i>`.
@@ -474,6 +513,16 @@ fn speedup(base: Duration, x: Duration) -> String {
     }
 }
 
+/// Rounds of each 100-ADD burst, of its exec floor and of the server's own
+/// limit (`XDHCP_BENCH_ROUNDS`, default 5); medians are reported.
+fn burst_rounds() -> usize {
+    std::env::var("XDHCP_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(5)
+}
+
 /// Rounds of the exec-floor comparison; the median round is reported.
 const FLOOR_ROUNDS: usize = 9;
 
@@ -658,6 +707,7 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
     let mut bursts = Vec::new();
     let mut floors = Vec::new();
     let mut limits = Vec::new();
+    let rounds = burst_rounds();
     // (implementation, concurrency, sorted ADD latencies) against dnsmasq.
     let mut sweep: Vec<(Impl, usize, Vec<Duration>)> = Vec::new();
     for server in ["dnsmasq --no-ping", "Kea"] {
@@ -711,41 +761,56 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
                     sweep.push((which, n, b.lat));
                 }
             }
-            progress!(
-                "{}: {CONCURRENT} concurrent ADDs against {server}…",
-                which.name()
-            );
-            let cpu0 = d.cpu_ms();
-            let b = burst(&d, &lab.clients, "burst");
-            progress!(
-                "  {:.3} s, {} failed, daemon CPU {} ms",
-                b.wall.as_secs_f64(),
-                b.failed,
-                d.cpu_ms().saturating_sub(cpu0)
-            );
-            if let Some(e) = &b.first_error {
-                eprintln!("  first failure: {e}");
-            }
-            if server != "Kea" {
-                sweep.push((which, CONCURRENT, b.lat.clone()));
-            }
-            bursts.push((server, which, b));
-            del_all(&d, &lab.clients, "burst");
-            if server == "Kea" {
+            // A burst lasts a tenth of a second on a machine it saturates:
+            // one alone is as much the scheduler's draw as the code's, so
+            // each is run `rounds` times, each round followed by its exec
+            // floor, and the medians are reported.
+            let mut set = Vec::with_capacity(rounds);
+            for round in 1..=rounds {
+                progress!(
+                    "{}: {CONCURRENT} concurrent ADDs against {server}, round {round} of {rounds}…",
+                    which.name()
+                );
+                let cpu0 = d.cpu_ms();
+                let b = burst(&d, &lab.clients, "burst");
+                progress!(
+                    "  {:.3} s, {} failed, daemon CPU {} ms",
+                    b.wall.as_secs_f64(),
+                    b.failed,
+                    d.cpu_ms().saturating_sub(cpu0)
+                );
+                if let Some(e) = &b.first_error {
+                    eprintln!("  first failure: {e}");
+                }
+                del_all(&d, &lab.clients, "burst");
                 progress!(
                     "{}: {CONCURRENT} concurrent plugin execs (VERSION)…",
                     which.name()
                 );
                 floors.push((which, exec_floor(&d, &lab.clients)));
+                set.push(b);
             }
+            let set = Rounds::of(set);
+            if server != "Kea" {
+                sweep.push((which, CONCURRENT, set.median().lat.clone()));
+            }
+            bursts.push((server, which, set));
         }
-        progress!("{server}: {CONCURRENT} raw DORAs at once, no CNI (the server's own limit)…");
-        let (wall, failed, each) = raw_dora_burst(&lab.clients);
-        progress!("  {:.3} s, {failed} failed", wall.as_secs_f64());
-        if server != "Kea" {
-            server_doras = each;
+        let mut walls = Vec::with_capacity(rounds);
+        let mut failures = 0;
+        for round in 1..=rounds {
+            progress!(
+                "{server}: {CONCURRENT} raw DORAs, no CNI (the server's own limit), round {round} of {rounds}…"
+            );
+            let (wall, failed, each) = raw_dora_burst(&lab.clients);
+            progress!("  {:.3} s, {failed} failed", wall.as_secs_f64());
+            if server != "Kea" && server_doras.is_empty() {
+                server_doras = each;
+            }
+            walls.push(wall);
+            failures += failed;
         }
-        limits.push((server, wall, failed));
+        limits.push((server, median(&mut walls), failures));
     }
     let single_of = |w: Impl| singles.iter().find(|(x, _)| *x == w).map(|(_, v)| v);
     for (w, v) in &singles {
@@ -787,7 +852,14 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
         |(t, f)| format!("{:.2}× ({:.2})", ms(t) / ms(f).max(1e-9), ms(f)),
         |_, _| String::new(),
     ));
-    let floor_of = |w: Impl| floors.iter().find(|(x, _)| *x == w).map(|(_, f)| *f);
+    let floor_of = |w: Impl| {
+        let mut of: Vec<Duration> = floors
+            .iter()
+            .filter(|(x, _)| *x == w)
+            .map(|(_, f)| *f)
+            .collect();
+        (!of.is_empty()).then(|| median(&mut of))
+    };
     for server in ["dnsmasq --no-ping", "Kea"] {
         let get = |w: Impl| {
             bursts
@@ -800,20 +872,25 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             continue;
         }
         rows.push(Row::new(
-            format!("{CONCURRENT} concurrent ADDs, {server}: wall (s) / leases/s / failures"),
+            format!(
+                "{CONCURRENT} concurrent ADDs, {server}: wall (s, median of {rounds} rounds; their range) / leases/s / failures (all rounds)"
+            ),
             both,
-            |b| {
+            |r| {
+                let b = r.median();
                 format!(
-                    "{:.2} / {:.0} / {}",
+                    "{:.2} ({:.2}–{:.2}) / {:.0} / {}",
                     b.wall.as_secs_f64(),
+                    r.fastest().as_secs_f64(),
+                    r.slowest().as_secs_f64(),
                     b.ok as f64 / b.wall.as_secs_f64(),
-                    b.failed
+                    r.failed()
                 )
             },
             |u, x| {
                 format!(
                     "{:.1}× faster",
-                    u.wall.as_secs_f64() / x.wall.as_secs_f64().max(1e-9)
+                    u.median().wall.as_secs_f64() / x.median().wall.as_secs_f64().max(1e-9)
                 )
             },
         ));
@@ -821,11 +898,11 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             let l = limit.as_secs_f64().max(1e-9);
             rows.push(Row::new(
                 format!(
-                    "{CONCURRENT} ADDs, {server}: wall ÷ the server's own limit ({CONCURRENT} raw DORAs without CNI, best of back to back and all at once: {:.3} s, {lf} failed)",
+                    "{CONCURRENT} ADDs, {server}: wall ÷ the server's own limit ({CONCURRENT} raw DORAs without CNI, best of back to back and all at once, median of {rounds} rounds: {:.3} s, {lf} failed)",
                     limit.as_secs_f64()
                 ),
                 both,
-                |b| format!("{:.1}×", b.wall.as_secs_f64() / l),
+                |r| format!("{:.1}×", r.median().wall.as_secs_f64() / l),
                 |_, _| String::new(),
             ));
             // The floor under a burst: its implementation's exec floor
@@ -833,12 +910,17 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             let with_floor = |w: Impl| get(w).zip(floor_of(w));
             rows.push(Row::new(
                 format!(
-                    "{CONCURRENT} ADDs, {server}: wall ÷ the floor (that implementation's exec floor, below, + the server's own limit; floor in s)"
+                    "{CONCURRENT} ADDs, {server}: wall ÷ the floor (that implementation's exec floor, below, + the server's own limit, medians; floor in s; the rounds' range)"
                 ),
                 (with_floor(Impl::Upstream), with_floor(Impl::Xdhcp)),
-                |(b, f)| {
+                |(r, f)| {
                     let floor = (f + *limit).as_secs_f64();
-                    format!("{:.2}× ({floor:.3})", b.wall.as_secs_f64() / floor)
+                    format!(
+                        "{:.2}× ({floor:.3}; {:.2}–{:.2}×)",
+                        r.median().wall.as_secs_f64() / floor,
+                        r.fastest().as_secs_f64() / floor,
+                        r.slowest().as_secs_f64() / floor
+                    )
                 },
                 |_, _| String::new(),
             ));
@@ -846,7 +928,7 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
     }
     rows.push(Row::new(
         format!(
-            "{CONCURRENT} concurrent plugin execs without DHCP (CNI VERSION, the exec floor): wall (s)"
+            "{CONCURRENT} concurrent plugin execs without DHCP (CNI VERSION, the exec floor): wall (s, median of one after each burst round)"
         ),
         (floor_of(Impl::Upstream), floor_of(Impl::Xdhcp)),
         |f| format!("{:.3}", f.as_secs_f64()),
