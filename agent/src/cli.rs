@@ -183,7 +183,7 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 50)]
     pub renew_fuzz_permille: u32,
     /// Delay before DISCOVER after a second consecutive NAK (doubles per NAK).
-    #[arg(long, value_parser = duration, default_value = "250ms")]
+    #[arg(long, value_parser = duration, default_value = "50ms")]
     pub nak_backoff_initial: Duration,
     /// Cap on the NAK backoff.
     #[arg(long, value_parser = duration, default_value = "4s")]
@@ -899,6 +899,10 @@ mod tests {
         assert_eq!(c.retransmit.max_interval, Duration::from_secs(2));
         assert_eq!(c.expired_lease, ExpiredLeasePolicy::Discover);
         assert_eq!(c.route_policy.max_routes, 3);
+        // Unset flags keep the engine's defaults.
+        let engine = xdhcp_engine::ClientConfig::default().retransmit;
+        assert_eq!(c.retransmit.nak_backoff_initial, engine.nak_backoff_initial);
+        assert_eq!(c.retransmit.nak_backoff_max, engine.nak_backoff_max);
         assert!(Cli::try_parse_from(["xdhcp", "agent", "--acquire-timeout", "soon"]).is_err());
     }
 

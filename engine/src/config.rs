@@ -62,7 +62,10 @@ pub struct Retransmit {
     pub renew_min_interval: Duration,
     /// Delay before DISCOVER after a second consecutive NAK; it doubles with
     /// each further NAK up to `nak_backoff_max`, randomised to 50–100 %. The
-    /// first NAK restarts at once (RFC 2131 §3.1 step 5). Default 250 ms.
+    /// first NAK restarts at once (RFC 2131 §3.1 step 5). Default 50 ms:
+    /// two NAKs in a row are most often clients colliding on an address a
+    /// server without conflict detection offered to both, and a server that
+    /// NAKs everything is still slowed to the cap within a few seconds.
     pub nak_backoff_initial: Duration,
     /// Cap for the NAK backoff. Default 4 s.
     pub nak_backoff_max: Duration,
@@ -92,7 +95,7 @@ impl Default for Retransmit {
             request_attempts: 4,
             reboot_attempts: 2,
             renew_min_interval: Duration::from_mins(1),
-            nak_backoff_initial: Duration::from_millis(250),
+            nak_backoff_initial: Duration::from_millis(50),
             nak_backoff_max: Duration::from_secs(4),
             decline_delay: Duration::from_secs(10),
             init_delay_max: Duration::ZERO,
@@ -289,6 +292,8 @@ mod tests {
         assert_eq!(c.retransmit.max_interval, Duration::from_secs(64));
         assert_eq!(c.retransmit.jitter, Duration::from_secs(1));
         assert_eq!(c.retransmit.renew_min_interval, Duration::from_mins(1));
+        assert_eq!(c.retransmit.nak_backoff_initial, Duration::from_millis(50));
+        assert_eq!(c.retransmit.nak_backoff_max, Duration::from_secs(4));
         assert_eq!(c.max_message_size, 1500);
         assert_eq!(
             c.client_id.bytes([2, 0, 0, 0, 0, 1]).unwrap(),
