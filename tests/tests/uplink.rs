@@ -28,7 +28,8 @@
 //! `bridge` plugin's DEL (veth first, IPAM DEL after) releases the lease at
 //! dnsmasq, Kea and ISC dhcpd through the uplink, and an uplink that goes
 //! away and comes back is attached again (a lease held across it renews
-//! through the new one).
+//! through the new one). A restarted agent resumes its leases on the uplink
+//! and sends a fresh pod's DISCOVER there at once.
 
 mod agent_support;
 
@@ -449,6 +450,14 @@ fn a_restarted_agent_keeps_its_leases_on_the_uplink() {
     );
     assert!(!attached_xdp(&t.pod, "eth0"));
     assert_eq!(t.replies_seen_by_pod(), 0);
+
+    // The resumed lease says where its network's server is: a fresh pod's
+    // DISCOVER leaves through the uplink, the bridge forwards none of it.
+    t.count_client_frames_on_bridge();
+    let second = NetNs::new();
+    add_in(&cni, &t, &agent, &second, "pod-after");
+    assert!(t.server.holds(second.mac("eth0")), "{}", t.server.log());
+    assert_eq!(t.client_frames_on_bridge(), 0, "{}", agent.log());
 }
 
 /// A `bridge`-plugin DEL (the pod's veth gone before IPAM DEL) releases

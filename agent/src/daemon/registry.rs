@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, warn};
 use xdhcp_engine::{Client, Mode, State};
 
-use super::capture::CapturePath;
+use super::capture::{CapturePath, ServedVia};
 use super::lease::live::{Command, Live, Outcome};
 use super::lease::persist::{Durable, LeaseRecord};
 use super::lease::task::{self, Ended, Receive, Services, Task, lock};
@@ -177,6 +177,15 @@ impl Registry {
             .and_then(|u| capture.resume_on_uplink(&u.ifname));
         let (rx, path) = if let Some(up) = resumed {
             link.drop_rx();
+            // Its network's server answered there: a fresh pod of the
+            // network sends its first DISCOVER there too.
+            capture.note_served(
+                &record.config.name,
+                Some(ServedVia {
+                    uplink: up.name.clone(),
+                    vlan: record.uplink.as_ref().and_then(|u| u.vlan),
+                }),
+            );
             let path = match up.ifindex {
                 Some(_) => CapturePath::Uplink(up.name.clone()),
                 None => CapturePath::AfPacketPending,
