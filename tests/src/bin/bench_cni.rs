@@ -1076,7 +1076,9 @@ fn report(rows: &[Row], plots: &[String]) {
         "Same testbed, same run: veth pod interfaces into a lab bridge, plugins exec'd with the CNI environment. \
          Latency and bursts: the DHCP server in its own namespace behind the bridge's uplink port `up0`, \
          the xdhcp agent in the bridge's namespace {}; the upstream daemon enters each pod's namespace itself. \
-         Servers: dnsmasq 2.90 `--no-ping`, Kea 2.2 memfile. Machine: {} cores.\n",
+         Servers: dnsmasq 2.90 `--no-ping`, Kea 2.2 memfile. Machine: {} cores. \
+         Each pod port is made fresh again (its qdisc removed) after each DEL, as a new pod's veth is; \
+         each 100-ADD burst, its exec floor and the server's own limit are run in rounds, medians reported.\n",
         if uplink_capture() {
             "capturing at the uplink (`--uplink physnet1=up0`)"
         } else {
