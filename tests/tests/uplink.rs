@@ -269,7 +269,12 @@ fn bridge(cni: &CniPath, t: &Topology, agent: &NodeAgent, cmd: &str, id: &str) -
 }
 
 fn add(cni: &CniPath, t: &Topology, agent: &NodeAgent, id: &str) {
-    let r = bridge(cni, t, agent, "ADD", id);
+    add_in(cni, t, agent, &t.pod, id);
+}
+
+/// ADD a pod in `pod` (its own namespace) on the node's bridge.
+fn add_in(cni: &CniPath, t: &Topology, agent: &NodeAgent, pod: &NetNs, id: &str) {
+    let r = bridge_plugin(cni, &t.node, pod, "xbr0", &agent.socket, "ADD", id);
     assert!(
         r.ok,
         "ADD {id}: {} {}\n{}\n{}",
@@ -637,12 +642,6 @@ fn a_lease_held_across_an_uplink_replug_renews_through_the_new_uplink() {
     assert_eq!(t.client_frames_on_bridge(), 1, "{}", agent.log());
     let r = bridge(&cni, &t, &agent, "DEL", "pod-held");
     assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
-}
-
-/// ADD a pod in `pod` (its own namespace) on the node's bridge.
-fn add_in(cni: &CniPath, t: &Topology, agent: &NodeAgent, pod: &NetNs, id: &str) {
-    let r = bridge_plugin(cni, &t.node, pod, "xbr0", &agent.socket, "ADD", id);
-    assert!(r.ok, "ADD {id}: {} {}\n{}", r.stdout, r.stderr, agent.log());
 }
 
 /// Once a network's server has answered through the uplink, a fresh pod's
