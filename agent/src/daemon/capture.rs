@@ -363,22 +363,28 @@ impl Capture {
         if self.uplinks.is_empty() || !k.reader_ok.load(Ordering::SeqCst) {
             return false;
         }
+        self.uplinks.iter().any(|u| self.live_ifindex(u).is_some())
+    }
+
+    /// The configured uplink named `name`.
+    fn uplink_named(&self, name: &str) -> Option<&UplinkEntry> {
+        self.uplinks.iter().find(|u| &*u.name == name)
+    }
+
+    /// Uplink `u`'s ifindex (in the agent's namespace) while it is live.
+    fn live_ifindex(&self, u: &UplinkEntry) -> Option<u32> {
         let targets = lock(&self.targets);
-        self.uplinks.iter().any(|u| {
-            targets
-                .get(&u.target)
-                .is_some_and(|e| matches!(*e.state.borrow(), TargetState::Live { .. }))
-        })
+        match *targets.get(&u.target)?.state.borrow() {
+            TargetState::Live { ifindex, .. } => Some(ifindex),
+            _ => None,
+        }
     }
 
     /// The live uplink whose ifindex (in the agent's namespace) is `ifindex`.
     fn uplink_at(&self, ifindex: u32) -> Option<&UplinkEntry> {
-        let targets = lock(&self.targets);
-        self.uplinks.iter().find(|u| {
-            targets.get(&u.target).is_some_and(|e| {
-                matches!(*e.state.borrow(), TargetState::Live { ifindex: i, .. } if i == ifindex)
-            })
-        })
+        self.uplinks
+            .iter()
+            .find(|u| self.live_ifindex(u) == Some(ifindex))
     }
 
     /// Move a lease onto the uplink that captured one of its replies at
@@ -397,7 +403,7 @@ impl Capture {
     /// the per-interface path until a reply moves it.
     pub(crate) fn resume_on_uplink(&self, name: &str) -> Option<UplinkPath> {
         self.kernel.as_ref()?;
-        self.follow_uplink(self.uplinks.iter().find(|u| &*u.name == name)?)
+        self.follow_uplink(self.uplink_named(name)?)
     }
 
     /// One more lease follows uplink `u`: its state, and its ifindex while
@@ -435,14 +441,8 @@ impl Capture {
         t: &xdhcp_engine::Transmit,
     ) -> Result<(), RawSockError> {
         let frame = headers_for(mac, vlan, t);
-        let entry = self.uplinks.iter().find(|u| &*u.name == name);
-        let live = entry.and_then(|u| match lock(&self.targets).get(&u.target) {
-            Some(e) => match *e.state.borrow() {
-                TargetState::Live { ifindex, .. } => Some(ifindex),
-                _ => None,
-            },
-            None => None,
-        });
+        let entry = self.uplink_named(name);
+        let live = entry.and_then(|u| self.live_ifindex(u));
         let (Some(u), Some(ifindex)) = (entry, live) else {
             // In the agent's own namespace, where the uplink is.
             let tx = RawSender::open_here(name)?;
@@ -496,11 +496,8 @@ impl Capture {
     /// wherever it is now.
     pub(crate) fn discover_route(&self, network: &str) -> Option<ServedVia> {
         let via = lock(&self.served).get(network).cloned()?;
-        let u = self.uplinks.iter().find(|u| u.name == via.uplink)?;
-        let live = lock(&self.targets)
-            .get(&u.target)
-            .is_some_and(|e| matches!(*e.state.borrow(), TargetState::Live { .. }));
-        live.then_some(via)
+        self.live_ifindex(self.uplink_named(&via.uplink)?)?;
+        Some(via)
     }
 
     /// Hand a captured frame to the lease task owning its xid.

@@ -200,12 +200,6 @@ impl Rounds {
     }
 }
 
-/// The median of `v` (the slower middle one of an even count).
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 /// `n` concurrent ADDs on clients `0..n`, container ids `<tag>-<i>`.
 fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
     let started = Instant::now();
@@ -834,7 +828,8 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             walls.push(wall);
             failures += failed;
         }
-        limits.push((server, median(&mut walls), failures));
+        walls.sort();
+        limits.push((server, percentile(&walls, 0.5), failures));
     }
     let single_of = |w: Impl| singles.iter().find(|(x, _)| *x == w).map(|(_, v)| v);
     for (w, v) in &singles {
@@ -882,7 +877,8 @@ fn latency_and_bursts(xdhcp: &Path, rows: &mut Vec<Row>, plots: &mut Vec<String>
             .filter(|(x, _)| *x == w)
             .map(|(_, f)| *f)
             .collect();
-        (!of.is_empty()).then(|| median(&mut of))
+        of.sort();
+        (!of.is_empty()).then(|| percentile(&of, 0.5))
     };
     for server in ["dnsmasq --no-ping", "Kea"] {
         let get = |w: Impl| {

@@ -565,23 +565,20 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
         return Ok(());
     }
     let route = uplink_route(task);
-    // Before the lease is on an uplink, its first DISCOVER takes the one
-    // its network's server was last heard through.
-    let first = (route.is_none() && !task.discovered)
-        .then(|| discover_route(task))
-        .flatten();
     // Not on the ring buffer (yet): replies come to the link's own
     // receiver, opened now if the lease was resumed without one.
     if task.rx.ifindex.is_none() && !task.link.has_rx() {
         task.link.open_rx().await?;
     }
     for t in out {
-        let route = match t.kind {
-            MessageKind::Discover if !std::mem::replace(&mut task.discovered, true) => {
-                route.as_ref().or(first.as_ref())
-            }
-            _ => route.as_ref(),
-        };
+        // Before the lease is on an uplink, its first DISCOVER takes the one
+        // its network's server was last heard through.
+        let first = (route.is_none()
+            && t.kind == MessageKind::Discover
+            && !std::mem::replace(&mut task.discovered, true))
+        .then(|| discover_route(task))
+        .flatten();
+        let route = route.as_ref().or(first.as_ref());
         if owned.map(|o| o.xid) != Some(t.xid) {
             release_xid(task, owned);
             // On the ring buffer, the kernel owns the xid; with an uplink
