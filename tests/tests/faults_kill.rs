@@ -5,7 +5,9 @@
 //! SIGKILL once some have answered, then started again on the same state
 //! directory. Then:
 //! - every ADD that returned success has a durable record: the restarted
-//!   agent holds it with the same address, and keeps renewing it;
+//!   agent holds it with the same address (at once, or, answered while the
+//!   full record was being written, after asking for the address the record
+//!   written ahead names: INIT-REBOOT), and keeps renewing it;
 //! - every other ADD failed with a CNI error (the agent went away), and the
 //!   runtime's retry of it succeeds;
 //! - no orphan lease is left at the server: once settled, dnsmasq's lease
@@ -118,20 +120,35 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
         );
     }
 
-    // Restart on the same state dir.
+    // Restart on the same state dir. Every answered ADD has its record at
+    // once; one answered while its full record was still being written
+    // (the record written ahead names the address its REQUEST was out for)
+    // asks for that address again (INIT-REBOOT) and holds it moments later.
     let restarted = Instant::now();
     agent.kill_and_restart();
-    let held: BTreeMap<String, Option<Ipv4Addr>> = leases(&rt, &agent.socket)
-        .into_iter()
-        .map(|l| (l.container_id, l.address.map(|a| a.addr)))
-        .collect();
-    for (i, ip) in &ok {
-        assert_eq!(
-            held.get(&format!("burst-{i}")),
-            Some(&Some(*ip)),
-            "ADD burst-{i} answered {ip} but the restarted agent does not hold it: {held:?}"
+    let held = || -> BTreeMap<String, Option<Ipv4Addr>> {
+        leases(&rt, &agent.socket)
+            .into_iter()
+            .map(|l| (l.container_id, l.address.map(|a| a.addr)))
+            .collect()
+    };
+    let at_restart = held();
+    for i in ok.keys() {
+        assert!(
+            at_restart.contains_key(&format!("burst-{i}")),
+            "ADD burst-{i} answered but the restarted agent has no record of it: {at_restart:?}"
         );
     }
+    let all_held = |h: &BTreeMap<String, Option<Ipv4Addr>>| {
+        ok.iter()
+            .all(|(i, ip)| h.get(&format!("burst-{i}")) == Some(&Some(*ip)))
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || all_held(&held())),
+        "an answered ADD's address is not held by the restarted agent: answered {ok:?}, held {:?}\n{}",
+        held(),
+        agent.log()
+    );
 
     // The runtime retries every failed ADD: each succeeds.
     for (i, _) in &failed {
