@@ -189,7 +189,9 @@ pub(crate) struct Capture {
     /// Reasons the path is degraded, by what was lost.
     lost: Mutex<HashMap<String, &'static str>>,
     /// Per network (its CNI name): the uplink, and VLAN, its latest lease's
-    /// replies came through. See [`Capture::discover_route`].
+    /// replies came through. See [`Capture::discover_route`]. Locked (as
+    /// are `targets`, there) while a lease task holds its own `live` lock;
+    /// the capture never takes a lease's lock.
     served: Mutex<HashMap<String, ServedVia>>,
 }
 

@@ -463,16 +463,13 @@ fn adopt_uplink(task: &mut Task, f: &RxFrame) {
     task.rx = Receive::uplink(up);
     task.link.drop_rx();
     task.set_path(CapturePath::Uplink(name.clone()));
-    let network = {
-        let mut l = lock(&task.live);
-        l.record.uplink = Some(UplinkRef {
-            ifname: name.to_string(),
-            vlan: f.headers.vlan,
-        });
-        l.record.config.name.clone()
-    };
+    let mut l = lock(&task.live);
+    l.record.uplink = Some(UplinkRef {
+        ifname: name.to_string(),
+        vlan: f.headers.vlan,
+    });
     task.svc.capture.note_served(
-        &network,
+        &l.record.config.name,
         Some(ServedVia {
             uplink: name,
             vlan: f.headers.vlan,
@@ -483,8 +480,8 @@ fn adopt_uplink(task: &mut Task, f: &RxFrame) {
 fn handle_frame(task: &mut Task, f: &RxFrame) {
     adopt_uplink(task, f);
     if !matches!(f.via, RxPath::Uplink { .. }) {
-        let network = lock(&task.live).record.config.name.clone();
-        task.svc.capture.note_served(&network, None);
+        let l = lock(&task.live);
+        task.svc.capture.note_served(&l.record.config.name, None);
     }
     let now = Instant::now();
     let src = PacketSource {
@@ -527,15 +524,12 @@ fn uplink_route(task: &Task) -> Option<UplinkRoute> {
 /// The route of a fresh lease's first DISCOVER: its network's uplink, from
 /// the lease's MAC (see `Capture::discover_route`).
 fn discover_route(task: &Task) -> Option<UplinkRoute> {
-    let (network, mac) = {
-        let l = lock(&task.live);
-        (l.record.config.name.clone(), l.record.mac)
-    };
-    let via = task.svc.capture.discover_route(&network)?;
+    let l = lock(&task.live);
+    let via = task.svc.capture.discover_route(&l.record.config.name)?;
     debug!(uplink = %via.uplink, vlan = ?via.vlan, "first DISCOVER through the network's uplink");
     Some(UplinkRoute {
         name: via.uplink,
-        mac,
+        mac: l.record.mac,
         vlan: via.vlan,
     })
 }
@@ -573,11 +567,12 @@ async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), Link
     for t in out {
         // Before the lease is on an uplink, its first DISCOVER takes the one
         // its network's server was last heard through.
-        let first = (route.is_none()
-            && t.kind == MessageKind::Discover
-            && !std::mem::replace(&mut task.discovered, true))
-        .then(|| discover_route(task))
-        .flatten();
+        let first = if route.is_none() && t.kind == MessageKind::Discover && !task.discovered {
+            task.discovered = true;
+            discover_route(task)
+        } else {
+            None
+        };
         let route = route.as_ref().or(first.as_ref());
         if owned.map(|o| o.xid) != Some(t.xid) {
             release_xid(task, owned);
