@@ -17,6 +17,8 @@ use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 use dhcproto::{Decodable as _, Decoder};
 use serde::{Deserialize, Serialize};
 
+use crate::sys::fs::{AtomicWrite, Temp, WriteStep};
+
 /// `GET` path of the binding table on the agent socket.
 pub const PATH_BINDINGS: &str = "/v1/bindings";
 
@@ -268,13 +270,19 @@ impl LearnedStore {
         let rows: Vec<&Binding> = self.rows.values().collect();
         let bytes = serde_json::to_vec_pretty(&rows).map_err(|e| io("encode", e.into()))?;
         let tmp = self.path.with_extension("tmp");
-        let file = crate::sys::fs::rewrite(&tmp, &bytes).map_err(|e| io("write", e))?;
-        crate::sys::fs::sync_file(&file).map_err(|e| io("fsync", e))?;
-        crate::sys::fs::rename(&tmp, &self.path).map_err(|e| io("rename", e))?;
-        if let Some(dir) = self.path.parent() {
-            crate::sys::fs::sync_dir(dir).map_err(|e| io("fsync the directory of", e))?;
-        }
-        Ok(())
+        let options = AtomicWrite {
+            create: Temp::Reuse,
+            ..AtomicWrite::durable(&tmp)
+        };
+        crate::sys::fs::atomic_replace(&self.path, &bytes, &options).map_err(|e| {
+            let op = match e.step {
+                WriteStep::Write => "write",
+                WriteStep::SyncFile => "fsync",
+                WriteStep::Install => "rename",
+                WriteStep::SyncDir => "fsync the directory of",
+            };
+            io(op, e.source)
+        })
     }
 }
 

@@ -53,6 +53,7 @@ use crate::cni::config::NetworkConfig;
 use crate::cni::env::{validate_container_id, validate_ifname};
 use crate::model::{PodRef, UplinkRef, WorkloadKind};
 use crate::sys;
+use crate::sys::fs::{AtomicWrite, AtomicWriteError, Install, Temp, WriteStep};
 
 /// Version of the on-disk record format.
 pub const RECORD_VERSION: u32 = 2;
@@ -562,35 +563,27 @@ impl LeaseStore {
         let path = self.path_for(&key);
         // A spare from the pool when there is one: no inode is allocated here.
         let spare = lock(&self.pool).pop();
-        let reused = spare.and_then(|tmp| {
-            if let Ok(file) = rewrite_file(&tmp, &bytes) {
-                Some((tmp, Ok(file)))
-            } else {
-                let _ = fs::remove_file(&tmp);
-                None
+        if let Some(spare) = spare {
+            match sys::fs::atomic_replace(&path, &bytes, &self.write_options(&spare, Temp::Reuse)) {
+                // The spare could not be written (and is gone): a fresh one.
+                Err(e) if e.step == WriteStep::Write => {}
+                done => return done.map_err(write_err),
             }
-        });
-        let (tmp, written) = reused.unwrap_or_else(|| {
-            let tmp = self.tmp_name();
-            let w = write_new_file(&tmp, &bytes);
-            (tmp, w)
-        });
-        let result = written
-            .and_then(|file| self.sync_file(&file, &tmp))
-            .and_then(|()| {
-                sys::fs::rename(&tmp, &path).map_err(io_err("rename temporary file over", &path))
-            });
-        if let Err(e) = result {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
         }
-        self.sync_dir()
+        let tmp = self.tmp_name();
+        sys::fs::atomic_replace(&path, &bytes, &self.write_options(&tmp, Temp::Fresh))
+            .map_err(write_err)
     }
 
-    fn sync_file(&self, file: &File, path: &Path) -> Result<()> {
-        sys::fs::sync_file(file).map_err(io_err("fsync temporary file", path))?;
-        self.syncs_total.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+    /// A durable write of a record through `temp`, its `fsync`s counted.
+    fn write_options<'a>(&'a self, temp: &'a Path, create: Temp) -> AtomicWrite<'a> {
+        AtomicWrite {
+            temp,
+            create,
+            install: Install::Rename,
+            durable: true,
+            syncs: Some(&self.syncs_total),
+        }
     }
 
     /// `fsync`s the leases directory, making renames and removals in it durable.
@@ -765,10 +758,15 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<File> {
     sys::fs::write_new(path, bytes).map_err(io_err("create temporary file", path))
 }
 
-/// Replaces the content of the existing file `path` (a spare) with `bytes`;
-/// a symlink planted in its place is not followed.
-fn rewrite_file(path: &Path, bytes: &[u8]) -> Result<File> {
-    sys::fs::rewrite(path, bytes).map_err(io_err("write spare file", path))
+/// A failed save, named as the store names its steps.
+fn write_err(e: AtomicWriteError) -> StoreError {
+    let op = match e.step {
+        WriteStep::Write => "create temporary file",
+        WriteStep::SyncFile => "fsync temporary file",
+        WriteStep::Install => "rename temporary file over",
+        WriteStep::SyncDir => "fsync directory",
+    };
+    io_err(op, &e.path)(e.source)
 }
 
 /// Lock a mutex holding plain values, ignoring poisoning.

@@ -54,6 +54,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::sys::fs::{AtomicWrite, Install, WriteStep};
+
 /// The driver a passed-through VF lives on.
 pub const VFIO_PCI: &str = "vfio-pci";
 /// Default `--sysfs-root`.
@@ -670,24 +672,31 @@ fn journal_create(journal_dir: &Path, entry: &JournalEntry) -> Result<PathBuf, V
     let path = journal_path(journal_dir, &entry.bdf);
     let tmp = journal_dir.join(format!(".{}.tmp.{}", entry.bdf, std::process::id()));
     let bytes = serde_json::to_vec(entry).expect("a journal entry always serializes");
+    // A temporary left by a crash of this pid's predecessor.
     let _ = std::fs::remove_file(&tmp);
-    let write = crate::sys::fs::write_new(&tmp, &bytes).and_then(|f| crate::sys::fs::sync_file(&f));
-    if let Err(e) = write {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_err("write journal", &tmp)(e));
-    }
-    match crate::sys::fs::link_new(&tmp, &path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            return Err(VfioError::HandoffInProgress {
+    let options = AtomicWrite {
+        install: Install::Exclusive,
+        ..AtomicWrite::durable(&tmp)
+    };
+    match crate::sys::fs::atomic_replace(&path, &bytes, &options) {
+        Ok(()) => Ok(path),
+        Err(e)
+            if e.step == WriteStep::Install && e.source.kind() == io::ErrorKind::AlreadyExists =>
+        {
+            Err(VfioError::HandoffInProgress {
                 pci: entry.bdf,
                 journal: path,
-            });
+            })
         }
-        Err(e) => return Err(io_err("create journal", &path)(e)),
+        Err(e) => {
+            let op = match e.step {
+                WriteStep::Write | WriteStep::SyncFile => "write journal",
+                WriteStep::Install => "create journal",
+                WriteStep::SyncDir => "fsync journal dir",
+            };
+            Err(io_err(op, &e.path)(e.source))
+        }
     }
-    crate::sys::fs::sync_dir(journal_dir).map_err(io_err("fsync journal dir", journal_dir))?;
-    Ok(path)
 }
 
 fn read_id(

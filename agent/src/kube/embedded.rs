@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use super::annotation::{self, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
 use super::{PodApiError, PodInfo, Result, WriteGuard};
+use crate::sys::fs::{AtomicWrite, Install, Temp};
 use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo};
 
 /// File name of the store under the state dir.
@@ -411,11 +412,9 @@ impl EmbeddedStore {
         let stamp = std::fs::metadata(&self.path).ok().map(|m| Stamp::of(&m));
         let mut cache = self.lock.lock().await;
         cache.writing = false;
-        if let Err((op, path, source)) = written {
-            // The changes stay in the cache (the file, untouched, still
-            // matches its stamp) and go out with the next commit.
-            return Err(PodApiError::Store { op, path, source });
-        }
+        // On failure the changes stay in the cache (the file, untouched,
+        // still matches its stamp) and go out with the next commit.
+        written?;
         self.unsynced.store(true, Ordering::Release);
         cache.written = cache.written.max(version);
         // The file is now our write; the cached document is it or newer.
@@ -443,38 +442,39 @@ pub fn load_file(path: &Path) -> Result<EmbeddedState> {
     }
 }
 
-/// A failed step of [`write_atomic`]: what, on which path, and why.
-pub(crate) type AtomicWriteError = (&'static str, PathBuf, std::io::Error);
-
 /// Write `bytes` to `path` so readers see the old or the new content, never
 /// a mix (durability: [`EmbeddedStore::flush`]). Creates the directory if
 /// needed. The content goes to a spare file next to `path`
 /// (`.<name>.spare`), which is then atomically exchanged with `path`
-/// (`renameat2(RENAME_EXCHANGE)`): the spare keeps the previous document and
-/// is rewritten next time, so a rewrite allocates and frees no inode (on
+/// ([`Install::Exchange`]): the spare keeps the previous document and is
+/// rewritten next time, so a rewrite allocates and frees no inode (on
 /// ext4, allocating one skips over every recently freed inode, which showed
 /// up in the agent's CPU profile). Where the exchange is not supported, or
 /// `path` does not exist yet, the spare is renamed over `path` instead.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| ("create directory", dir.to_owned(), e))?;
+    std::fs::create_dir_all(dir).map_err(|source| PodApiError::Store {
+        op: "create directory",
+        path: dir.to_owned(),
+        source,
+    })?;
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let spare = dir.join(format!(".{file_name}.spare"));
-    let result = crate::sys::fs::rewrite(&spare, bytes)
-        .map(drop)
-        .map_err(|e| ("write", spare.clone(), e))
-        .and_then(|()| {
-            crate::sys::fs::exchange_or_rename(&spare, path)
-                .map_err(|e| ("put into place", path.to_owned(), e))
-        });
-    if result.is_err() {
-        // Best effort: never leave a half-written spare behind.
-        let _ = std::fs::remove_file(&spare);
-    }
-    result
+    let options = AtomicWrite {
+        temp: &spare,
+        create: Temp::Reuse,
+        install: Install::Exchange,
+        durable: false,
+        syncs: None,
+    };
+    crate::sys::fs::atomic_replace(path, bytes, &options).map_err(|e| PodApiError::Store {
+        op: e.step.label(),
+        path: e.path,
+        source: e.source,
+    })
 }
 
 #[cfg(test)]

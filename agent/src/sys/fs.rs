@@ -1,16 +1,20 @@
-//! The one writer of files that must not tear: temporary files written
-//! beside their target, `fsync`, and the atomic step that puts them in place
-//! (rename, exchange, or an exclusive link), then the directory's `fsync`.
+//! The one writer of files that must not tear: [`atomic_replace`] writes a
+//! temporary file beside its target, `fsync`s it, puts it in place
+//! atomically (rename, exchange, or an exclusive link) and `fsync`s the
+//! directory; [`AtomicWrite`] says which temporary, which step and whether
+//! to sync.
 //!
-//! The lease store, the embedded pod store and the VFIO journal each compose
-//! these steps for their own guarantee; none of them opens, syncs or renames
-//! files on its own.
+//! The lease store, the learned-binding store, the embedded pod store and
+//! the VFIO journal all write through it; none of them opens, syncs or
+//! renames a file of its own. Moving a corrupt file aside (quarantine) is
+//! another operation: a plain [`rename`] of a file already written.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::OpenOptionsExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Create `path` (it must not exist) with mode 0600 and write `bytes`; the
 /// caller decides whether to [`sync_file`] it.
@@ -115,6 +119,164 @@ pub(crate) fn link_new(from: &Path, to: &Path) -> io::Result<()> {
     linked
 }
 
+/// How [`atomic_replace`] creates the temporary file it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Temp {
+    /// A new file (mode 0600); the name must not exist.
+    Fresh,
+    /// A spare file kept for this (an old temporary, or the previous
+    /// content left by [`Install::Exchange`]): written over in place
+    /// ([`rewrite`]), so no inode is allocated; created if absent. A
+    /// symlink planted at its name is refused.
+    Reuse,
+}
+
+/// How [`atomic_replace`] puts the written temporary in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Install {
+    /// Rename over the target; the temporary name is gone.
+    Rename,
+    /// Exchange with the target ([`exchange_or_rename`]): the temporary
+    /// name keeps the previous content, to be reused next time.
+    Exchange,
+    /// Link to the target only if it does not exist yet ([`link_new`]),
+    /// failing with `ErrorKind::AlreadyExists` otherwise; the temporary
+    /// name is gone either way.
+    Exclusive,
+}
+
+/// Options of one [`atomic_replace`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AtomicWrite<'a> {
+    /// The temporary file, in the target's directory.
+    pub temp: &'a Path,
+    /// How it is created.
+    pub create: Temp,
+    /// How it takes the target's place.
+    pub install: Install,
+    /// `fsync` the temporary before it is installed and the directory after:
+    /// once the write returns it survives a host crash. Without it readers
+    /// still see the old or the new content, never a mix; the caller makes
+    /// it durable later ([`sync_path`], [`sync_dir`]).
+    pub durable: bool,
+    /// Counts the `fsync` calls made (for callers that report them).
+    pub syncs: Option<&'a AtomicU64>,
+}
+
+impl<'a> AtomicWrite<'a> {
+    /// Write a fresh `temp`, `fsync` it, rename it over the target, `fsync`
+    /// the directory.
+    pub(crate) fn durable(temp: &'a Path) -> Self {
+        AtomicWrite {
+            temp,
+            create: Temp::Fresh,
+            install: Install::Rename,
+            durable: true,
+            syncs: None,
+        }
+    }
+}
+
+/// The step of [`atomic_replace`] that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteStep {
+    /// Creating or writing the temporary file.
+    Write,
+    /// `fsync` of the temporary file.
+    SyncFile,
+    /// Rename, exchange or link into the target's name.
+    Install,
+    /// `fsync` of the directory.
+    SyncDir,
+}
+
+impl WriteStep {
+    /// What the step does, for messages.
+    pub(crate) const fn label(self) -> &'static str {
+        match self {
+            WriteStep::Write => "write",
+            WriteStep::SyncFile => "fsync",
+            WriteStep::Install => "put into place",
+            WriteStep::SyncDir => "fsync the directory of",
+        }
+    }
+}
+
+/// A failed [`atomic_replace`]: the step, the path it acted on (the
+/// temporary for [`WriteStep::Write`] and [`WriteStep::SyncFile`], the
+/// target for [`WriteStep::Install`], the directory for
+/// [`WriteStep::SyncDir`]) and the I/O error. On any failure before the
+/// install the target is untouched and the temporary removed.
+#[derive(Debug, thiserror::Error)]
+#[error("{} {}: {source}", step.label(), path.display())]
+pub(crate) struct AtomicWriteError {
+    pub step: WriteStep,
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Replace the content of `path` with `bytes` so a reader sees the old or
+/// the new content, never a mix, and (with [`AtomicWrite::durable`]) so the
+/// new content survives a crash once this returns: write `options.temp`,
+/// `fsync` it, install it (rename, exchange or exclusive link), `fsync` the
+/// directory.
+pub(crate) fn atomic_replace(
+    path: &Path,
+    bytes: &[u8],
+    options: &AtomicWrite<'_>,
+) -> Result<(), AtomicWriteError> {
+    let temp = options.temp;
+    let fail = |step, path: &Path| {
+        let path = path.to_owned();
+        move |source| AtomicWriteError { step, path, source }
+    };
+    let count = || {
+        if let Some(n) = options.syncs {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    let written = match options.create {
+        Temp::Fresh => write_new(temp, bytes),
+        Temp::Reuse => rewrite(temp, bytes),
+    }
+    .map_err(fail(WriteStep::Write, temp))
+    .and_then(|file| {
+        if options.durable {
+            sync_file(&file).map_err(fail(WriteStep::SyncFile, temp))?;
+            count();
+        }
+        Ok(())
+    })
+    .and_then(|()| {
+        match options.install {
+            Install::Rename => rename(temp, path),
+            Install::Exchange => exchange_or_rename(temp, path),
+            Install::Exclusive => link_new(temp, path),
+        }
+        .map_err(fail(WriteStep::Install, path))
+    });
+    if let Err(e) = written {
+        // Best effort: never leave a half-written temporary behind.
+        let _ = std::fs::remove_file(temp);
+        return Err(e);
+    }
+    if options.durable {
+        let dir = parent_dir(path);
+        sync_dir(dir).map_err(fail(WriteStep::SyncDir, dir))?;
+        count();
+    }
+    Ok(())
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +339,128 @@ mod tests {
             write_new(&entry, b"x").unwrap_err().kind(),
             io::ErrorKind::AlreadyExists
         );
+    }
+
+    fn options(temp: &Path, create: Temp, install: Install) -> AtomicWrite<'_> {
+        AtomicWrite {
+            temp,
+            create,
+            install,
+            durable: true,
+            syncs: None,
+        }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn atomic_replace_replaces_the_content_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, tmp) = (dir.path().join("doc"), dir.path().join(".doc.tmp"));
+        let syncs = AtomicU64::new(0);
+        let opts = AtomicWrite {
+            syncs: Some(&syncs),
+            ..AtomicWrite::durable(&tmp)
+        };
+        atomic_replace(&path, b"first, and longer", &opts).unwrap();
+        atomic_replace(&path, b"second", &opts).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        assert_eq!(names(dir.path()), ["doc"]);
+        assert_eq!(
+            syncs.load(Ordering::Relaxed),
+            4,
+            "file and directory, twice"
+        );
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn atomic_replace_by_exchange_keeps_the_old_content_as_the_spare() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, spare) = (dir.path().join("doc"), dir.path().join(".doc.spare"));
+        let opts = AtomicWrite {
+            durable: false,
+            ..options(&spare, Temp::Reuse, Install::Exchange)
+        };
+        atomic_replace(&path, b"one", &opts).unwrap();
+        assert!(!spare.exists(), "the first write is a rename");
+        atomic_replace(&path, b"two", &opts).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        // tmpfs and ext4 exchange; elsewhere the rename leaves no spare.
+        if let Ok(old) = std::fs::read(&spare) {
+            assert_eq!(old, b"one");
+        }
+        // The spare (holding "one", longer than the new content) is
+        // written over in place and cut to the new length.
+        atomic_replace(&path, b"3", &opts).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"3");
+        if let Ok(old) = std::fs::read(&spare) {
+            assert_eq!(old, b"two");
+        }
+    }
+
+    #[test]
+    fn atomic_replace_refuses_a_planted_symlink_and_keeps_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, spare) = (dir.path().join("doc"), dir.path().join(".doc.spare"));
+        let victim = dir.path().join("victim");
+        std::fs::write(&path, b"old").unwrap();
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, &spare).unwrap();
+        let err = atomic_replace(
+            &path,
+            b"new",
+            &options(&spare, Temp::Reuse, Install::Exchange),
+        )
+        .unwrap_err();
+        assert_eq!(err.step, WriteStep::Write);
+        assert_eq!(err.path, spare);
+        assert_eq!(err.source.raw_os_error(), Some(libc::ELOOP));
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        // A fresh temporary never follows or overwrites what is at its name.
+        std::os::unix::fs::symlink(&victim, &spare).unwrap();
+        let err = atomic_replace(&path, b"new", &AtomicWrite::durable(&spare)).unwrap_err();
+        assert_eq!(err.step, WriteStep::Write);
+        assert_eq!(err.source.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn atomic_replace_exclusive_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, tmp) = (dir.path().join("entry"), dir.path().join(".entry.tmp"));
+        let opts = options(&tmp, Temp::Fresh, Install::Exclusive);
+        atomic_replace(&path, b"first", &opts).unwrap();
+        let err = atomic_replace(&path, b"second", &opts).unwrap_err();
+        assert_eq!(err.step, WriteStep::Install);
+        assert_eq!(err.path, path);
+        assert_eq!(err.source.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        assert_eq!(names(dir.path()), ["entry"]);
+    }
+
+    #[test]
+    fn atomic_replace_failing_to_install_removes_the_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join(".doc.tmp");
+        // A directory in the target's place: a file cannot be renamed over it.
+        let path = dir.path().join("doc");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("inside"), b"x").unwrap();
+        let err = atomic_replace(&path, b"new", &AtomicWrite::durable(&tmp)).unwrap_err();
+        assert_eq!(err.step, WriteStep::Install);
+        assert!(err.to_string().starts_with("put into place "), "{err}");
+        assert_eq!(names(dir.path()), ["doc"]);
     }
 }
