@@ -21,10 +21,10 @@ use aya::programs::tc::{
     TcHandle, qdisc_add_clsact,
 };
 use aya::{Ebpf, EbpfLoader};
-use tokio::io::unix::AsyncFd;
 use xdhcp_common as common;
 use xdhcp_common::guard as g;
 
+use super::ring::Ring;
 use super::{AttachTarget, EbpfDatapathError, Result, program, take_map};
 use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
 
@@ -197,7 +197,7 @@ pub fn decode_guard_record(bytes: &[u8]) -> Result<GuardEvent, GuardRecordError>
 
 /// Async reader of the guard ring.
 pub struct GuardReader {
-    ring: AsyncFd<RingBuf<MapData>>,
+    ring: Ring,
     /// Records that did not decode (logged and skipped).
     pub rejected: u64,
 }
@@ -213,38 +213,26 @@ impl std::fmt::Debug for GuardReader {
 impl GuardReader {
     /// Waits for the next observed exchange.
     pub async fn recv(&mut self) -> Result<GuardEvent> {
-        loop {
-            if let Some(ev) = self.try_recv() {
-                return Ok(ev);
-            }
-            let mut ready = self
-                .ring
-                .readable_mut()
-                .await
-                .map_err(|source| EbpfDatapathError::Poll { source })?;
-            if let Some(ev) = Self::drain_one(ready.get_inner_mut(), &mut self.rejected) {
-                return Ok(ev);
-            }
-            ready.clear_ready();
-        }
+        let rejected = &mut self.rejected;
+        self.ring.recv(|item| Self::take(item, rejected)).await
     }
 
     /// The next observed exchange already in the ring, without waiting.
     pub fn try_recv(&mut self) -> Option<GuardEvent> {
-        Self::drain_one(self.ring.get_mut(), &mut self.rejected)
+        let rejected = &mut self.rejected;
+        self.ring.try_recv(|item| Self::take(item, rejected))
     }
 
-    fn drain_one(ring: &mut RingBuf<MapData>, rejected: &mut u64) -> Option<GuardEvent> {
-        while let Some(item) = ring.next() {
-            match decode_guard_record(&item) {
-                Ok(ev) => return Some(ev),
-                Err(e) => {
-                    tracing::debug!(error = %e, "dropping malformed guard record");
-                    *rejected += 1;
-                }
+    /// One record: an exchange, or a malformed record counted and skipped.
+    fn take(item: &[u8], rejected: &mut u64) -> Option<GuardEvent> {
+        match decode_guard_record(item) {
+            Ok(ev) => Some(ev),
+            Err(e) => {
+                tracing::debug!(error = %e, "dropping malformed guard record");
+                *rejected += 1;
+                None
             }
         }
-        None
     }
 }
 
@@ -354,11 +342,7 @@ impl Guard {
             return Ok(None);
         };
         Ok(Some(GuardReader {
-            // SAFETY: the RingBuf owns its fd and keeps it open while the
-            // AsyncFd holds it.
-            ring: unsafe { AsyncFd::register(ring) }.map_err(|e| EbpfDatapathError::Poll {
-                source: e.into_parts().1,
-            })?,
+            ring: Ring::new(ring)?,
             rejected: 0,
         }))
     }

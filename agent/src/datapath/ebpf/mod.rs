@@ -6,7 +6,7 @@
 //! maps ([`maps`]), pinned under the bpffs directory when it can be
 //! ([`pin`]); [`EventReader`] drains the ring buffer through tokio's
 //! `AsyncFd` and hands each captured frame on, its DHCP payload undecoded
-//! ([`reader`]).
+//! ([`reader`]); it and the guard's reader share one drain ([`ring`]).
 //!
 //! With the `test-hooks` feature (the tests crate turns it on), the object
 //! also carries a do-nothing XDP baseline and [`Datapath::test_run`] runs
@@ -17,6 +17,7 @@ mod guard;
 mod maps;
 mod pin;
 mod reader;
+mod ring;
 #[cfg(feature = "test-hooks")]
 mod test_run;
 

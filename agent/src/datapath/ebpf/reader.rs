@@ -11,10 +11,10 @@
 use std::collections::HashMap;
 
 use aya::maps::{MapData, RingBuf};
-use tokio::io::unix::AsyncFd;
 use xdhcp_common as common;
 
-use super::{EbpfDatapathError, Result};
+use super::Result;
+use super::ring::Ring;
 use crate::datapath::frame::{FrameError, parse_udp_frame};
 use crate::datapath::{RxFrame, RxPath, Verdict};
 
@@ -134,7 +134,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
 
 /// Async reader of the capture ring buffer.
 pub struct EventReader {
-    ring: AsyncFd<RingBuf<MapData>>,
+    ring: Ring,
     stats: ReaderStats,
 }
 
@@ -150,11 +150,7 @@ impl EventReader {
     /// Wraps the ring buffer taken from the loaded object.
     pub(super) fn new(ring: RingBuf<MapData>) -> Result<Self> {
         Ok(Self {
-            // SAFETY: the RingBuf owns its map fd and keeps it open for as
-            // long as the AsyncFd holds it; nothing else closes or replaces it.
-            ring: unsafe { AsyncFd::register(ring) }.map_err(|e| EbpfDatapathError::Poll {
-                source: e.into_parts().1,
-            })?,
+            ring: Ring::new(ring)?,
             stats: ReaderStats::default(),
         })
     }
@@ -162,41 +158,29 @@ impl EventReader {
     /// Waits for the next well-framed event; malformed records are counted
     /// in [`EventReader::stats`] and skipped.
     pub async fn recv(&mut self) -> Result<DhcpEvent> {
-        loop {
-            if let Some(ev) = self.try_recv() {
-                return Ok(ev);
-            }
-            let mut guard = self
-                .ring
-                .readable_mut()
-                .await
-                .map_err(|source| EbpfDatapathError::Poll { source })?;
-            if let Some(ev) = Self::drain_one(guard.get_inner_mut(), &mut self.stats) {
-                return Ok(ev);
-            }
-            guard.clear_ready();
-        }
+        let stats = &mut self.stats;
+        self.ring.recv(|item| Self::take(item, stats)).await
     }
 
     /// Returns the next well-framed event already in the ring, without waiting.
     pub fn try_recv(&mut self) -> Option<DhcpEvent> {
-        Self::drain_one(self.ring.get_mut(), &mut self.stats)
+        let stats = &mut self.stats;
+        self.ring.try_recv(|item| Self::take(item, stats))
     }
 
-    fn drain_one(ring: &mut RingBuf<MapData>, stats: &mut ReaderStats) -> Option<DhcpEvent> {
-        while let Some(item) = ring.next() {
-            match decode_record(&item) {
-                Ok(ev) => {
-                    stats.events += 1;
-                    return Some(ev);
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "dropping malformed capture record");
-                    *stats.errors.entry(e.label()).or_default() += 1;
-                }
+    /// One record: an event, or a malformed record counted and skipped.
+    fn take(item: &[u8], stats: &mut ReaderStats) -> Option<DhcpEvent> {
+        match decode_record(item) {
+            Ok(ev) => {
+                stats.events += 1;
+                Some(ev)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "dropping malformed capture record");
+                *stats.errors.entry(e.label()).or_default() += 1;
+                None
             }
         }
-        None
     }
 
     /// Counts of events and rejected records so far.
