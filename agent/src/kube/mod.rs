@@ -1,7 +1,8 @@
 //! Kubernetes: the pod-networks annotation, the API client, the embedded store.
 //!
-//! The daemon talks to one façade, [`PodApi`], chosen once at start by
-//! `--kube=auto|on|off` ([`KubeMode`], [`PodApi::connect`]):
+//! The daemon talks to one interface, [`PodStore`], through the backend
+//! chosen once at start by `--kube=auto|on|off` ([`KubeMode`],
+//! [`PodApi::connect`]):
 //! - [`PodApi::Kube`]: the real API server through [`client::KubeClient`]
 //!   (pods get/patch, VMIs get — the whole RBAC surface);
 //! - [`PodApi::Embedded`]: no cluster (`--kube=off`); pod identity comes from
@@ -13,7 +14,9 @@ pub mod client;
 pub mod embedded;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
@@ -267,13 +270,189 @@ impl WriteGuard {
     }
 }
 
-/// The one pod API the daemon uses.
+/// The future a [`PodStore`] method returns (boxed: the trait is used as
+/// `dyn PodStore`).
+pub type PodFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// The pod operations the daemon needs, whichever backend answers them:
+/// [`KubeClient`] (a real API server) or [`EmbeddedStore`] (no cluster).
+/// Object safe; tests implement it with an in-memory fake.
+pub trait PodStore: std::fmt::Debug + Send + Sync {
+    /// Read a pod (labels, uid, owner, current annotation).
+    fn get_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, PodInfo>;
+
+    /// Read a VMI; `Ok(None)` when it does not exist (or `name` is empty).
+    fn get_vmi<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, Option<VmiInfo>>;
+
+    /// Read a `VirtualMachineInstanceMigration`; `Ok(None)` when it does not
+    /// exist (or `name` is empty).
+    fn get_migration<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> PodFuture<'a, Option<MigrationInfo>>;
+
+    /// Set this network's entry of `k8s.ovn.org/pod-networks`, preserving
+    /// every other entry, under `guard`: nothing is written when the pod's
+    /// UID is not the guarded one or the sandbox's network namespace is
+    /// gone, checked on every attempt (read-modify-write, retried on 409).
+    fn set_network_entry_guarded<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        guard: &'a WriteGuard,
+        key: &'a str,
+        entry: PodNetworkEntry,
+    ) -> PodFuture<'a, ()>;
+
+    /// Remove this network's entry (DEL) from the pod with UID `uid` only:
+    /// a pod recreated under the same name (another UID) is left alone,
+    /// which is success (its entry is its own ADD's). Idempotent: a missing
+    /// pod or entry is success. The embedded store keeps no pod identity to
+    /// compare, so there it removes by name.
+    fn remove_network_entry_for_uid<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        uid: Option<&'a str>,
+        key: &'a str,
+    ) -> PodFuture<'a, ()>;
+
+    /// [`PodStore::set_network_entry_guarded`] with no guard.
+    fn set_network_entry<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        key: &'a str,
+        entry: PodNetworkEntry,
+    ) -> PodFuture<'a, ()> {
+        self.set_network_entry_for_uid(ns, name, None, key, entry)
+    }
+
+    /// [`PodStore::set_network_entry_guarded`], refusing (before writing)
+    /// when the pod's UID is not `uid` (a recreated pod must not receive a
+    /// stale address).
+    fn set_network_entry_for_uid<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        uid: Option<&'a str>,
+        key: &'a str,
+        entry: PodNetworkEntry,
+    ) -> PodFuture<'a, ()> {
+        let guard = WriteGuard::uid(uid);
+        Box::pin(async move {
+            self.set_network_entry_guarded(ns, name, &guard, key, entry)
+                .await
+        })
+    }
+
+    /// [`PodStore::remove_network_entry_for_uid`] whatever the pod's UID.
+    fn remove_network_entry<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        key: &'a str,
+    ) -> PodFuture<'a, ()> {
+        self.remove_network_entry_for_uid(ns, name, None, key)
+    }
+}
+
+impl PodStore for KubeClient {
+    fn get_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, PodInfo> {
+        Box::pin(KubeClient::get_pod(self, ns, name))
+    }
+    fn get_vmi<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
+        Box::pin(KubeClient::get_vmi(self, ns, name))
+    }
+    fn get_migration<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> PodFuture<'a, Option<MigrationInfo>> {
+        Box::pin(KubeClient::get_migration(self, ns, name))
+    }
+    fn set_network_entry_guarded<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        guard: &'a WriteGuard,
+        key: &'a str,
+        entry: PodNetworkEntry,
+    ) -> PodFuture<'a, ()> {
+        Box::pin(
+            async move { KubeClient::set_network_entry(self, ns, name, guard, key, &entry).await },
+        )
+    }
+    fn remove_network_entry_for_uid<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        uid: Option<&'a str>,
+        key: &'a str,
+    ) -> PodFuture<'a, ()> {
+        Box::pin(KubeClient::remove_network_entry(self, ns, name, uid, key))
+    }
+}
+
+impl PodStore for EmbeddedStore {
+    fn get_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, PodInfo> {
+        Box::pin(EmbeddedStore::get_pod(self, ns, name))
+    }
+    fn get_vmi<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
+        Box::pin(EmbeddedStore::get_vmi(self, ns, name))
+    }
+    fn get_migration<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> PodFuture<'a, Option<MigrationInfo>> {
+        Box::pin(EmbeddedStore::get_migration(self, ns, name))
+    }
+    fn set_network_entry_guarded<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        guard: &'a WriteGuard,
+        key: &'a str,
+        entry: PodNetworkEntry,
+    ) -> PodFuture<'a, ()> {
+        Box::pin(async move {
+            EmbeddedStore::set_network_entry(self, ns, name, guard, key, &entry).await
+        })
+    }
+    fn remove_network_entry_for_uid<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        _uid: Option<&'a str>,
+        key: &'a str,
+    ) -> PodFuture<'a, ()> {
+        Box::pin(EmbeddedStore::remove_network_entry(self, ns, name, key))
+    }
+}
+
+/// The backend the daemon chose at start. Every pod operation goes through
+/// [`PodStore`] (`PodApi` dereferences to the chosen backend's); the
+/// variants are for what only one backend has (the embedded store's flush
+/// and status).
 #[derive(Debug, Clone)]
 pub enum PodApi {
     /// A real API server.
     Kube(KubeClient),
     /// No cluster: `CNI_ARGS` identity and a local annotation store.
     Embedded(EmbeddedStore),
+}
+
+impl std::ops::Deref for PodApi {
+    type Target = dyn PodStore;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            PodApi::Kube(c) => c,
+            PodApi::Embedded(s) => s,
+        }
+    }
 }
 
 impl PodApi {
@@ -310,96 +489,169 @@ impl PodApi {
     pub fn is_kube(&self) -> bool {
         matches!(self, PodApi::Kube(_))
     }
+}
 
-    /// Read a pod (labels, uid, owner, current annotation).
-    pub async fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
-        match self {
-            PodApi::Kube(c) => c.get_pod(ns, name).await,
-            PodApi::Embedded(s) => s.get_pod(ns, name).await,
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A fake pod: its UID and its `pod-networks` entries by network key.
+    type FakePod = (Option<String>, BTreeMap<String, PodNetworkEntry>);
+
+    /// An in-memory [`PodStore`]: pods by `ns/name`.
+    #[derive(Debug, Default)]
+    struct FakePods {
+        pods: Mutex<BTreeMap<String, FakePod>>,
+    }
+
+    impl FakePods {
+        fn with_pod(ns: &str, name: &str, uid: &str) -> Self {
+            let fake = FakePods::default();
+            fake.pods.lock().unwrap().insert(
+                format!("{ns}/{name}"),
+                (Some(uid.to_owned()), BTreeMap::new()),
+            );
+            fake
+        }
+
+        fn entries(&self, ns: &str, name: &str) -> Vec<String> {
+            self.pods.lock().unwrap()[&format!("{ns}/{name}")]
+                .1
+                .keys()
+                .cloned()
+                .collect()
         }
     }
 
-    /// Read a VMI; `Ok(None)` when it does not exist (or `name` is empty).
-    pub async fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
-        match self {
-            PodApi::Kube(c) => c.get_vmi(ns, name).await,
-            PodApi::Embedded(s) => s.get_vmi(ns, name).await,
+    impl PodStore for FakePods {
+        fn get_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, PodInfo> {
+            let uid = self
+                .pods
+                .lock()
+                .unwrap()
+                .get(&format!("{ns}/{name}"))
+                .and_then(|p| p.0.clone());
+            Box::pin(async move {
+                Ok(PodInfo {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    uid,
+                    ..PodInfo::default()
+                })
+            })
+        }
+        fn get_vmi<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn get_migration<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> PodFuture<'a, Option<MigrationInfo>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn set_network_entry_guarded<'a>(
+            &'a self,
+            ns: &'a str,
+            name: &'a str,
+            guard: &'a WriteGuard,
+            key: &'a str,
+            entry: PodNetworkEntry,
+        ) -> PodFuture<'a, ()> {
+            let mut pods = self.pods.lock().unwrap();
+            let pod = pods.entry(format!("{ns}/{name}")).or_default();
+            let result = match &guard.uid {
+                Some(expected) if pod.0.as_ref() != Some(expected) => {
+                    Err(PodApiError::UidMismatch {
+                        namespace: ns.to_owned(),
+                        name: name.to_owned(),
+                        expected: expected.clone(),
+                        actual: pod.0.clone(),
+                    })
+                }
+                _ => {
+                    pod.1.insert(key.to_owned(), entry);
+                    Ok(())
+                }
+            };
+            Box::pin(async move { result })
+        }
+        fn remove_network_entry_for_uid<'a>(
+            &'a self,
+            ns: &'a str,
+            name: &'a str,
+            uid: Option<&'a str>,
+            key: &'a str,
+        ) -> PodFuture<'a, ()> {
+            if let Some(pod) = self.pods.lock().unwrap().get_mut(&format!("{ns}/{name}"))
+                && uid.is_none_or(|u| pod.0.as_deref() == Some(u))
+            {
+                pod.1.remove(key);
+            }
+            Box::pin(async { Ok(()) })
         }
     }
 
-    /// Read a `VirtualMachineInstanceMigration`; `Ok(None)` when it does not
-    /// exist (or `name` is empty).
-    pub async fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
-        match self {
-            PodApi::Kube(c) => c.get_migration(ns, name).await,
-            PodApi::Embedded(s) => s.get_migration(ns, name).await,
-        }
+    fn entry() -> PodNetworkEntry {
+        PodNetworkEntry::dhcp(
+            std::net::Ipv4Addr::new(192, 0, 2, 10),
+            24,
+            "02:00:00:00:00:01".parse().unwrap(),
+            &[std::net::Ipv4Addr::new(192, 0, 2, 1)],
+        )
     }
 
-    /// Set this network's entry of `k8s.ovn.org/pod-networks`, preserving
-    /// every other entry (read-modify-write, retried on 409).
-    pub async fn set_network_entry(
-        &self,
-        ns: &str,
-        name: &str,
-        key: &str,
-        entry: PodNetworkEntry,
-    ) -> Result<()> {
-        self.set_network_entry_for_uid(ns, name, None, key, entry)
+    /// The provided methods reach the backend as their guarded forms: a
+    /// write for another pod UID is refused, an unguarded one lands, and a
+    /// DEL for another UID leaves the entry.
+    #[tokio::test]
+    async fn a_fake_backend_sees_the_provided_methods_as_their_guarded_forms() {
+        let fake = FakePods::with_pod("ns", "vm", "uid-1");
+        let api: &dyn PodStore = &fake;
+        assert_eq!(
+            api.get_pod("ns", "vm").await.unwrap().uid.as_deref(),
+            Some("uid-1")
+        );
+        let err = api
+            .set_network_entry_for_uid("ns", "vm", Some("uid-0"), "default", entry())
             .await
-    }
-
-    /// [`PodApi::set_network_entry`], refusing (before writing) when the pod's
-    /// UID is not `uid` (a recreated pod must not receive a stale address).
-    pub async fn set_network_entry_for_uid(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: Option<&str>,
-        key: &str,
-        entry: PodNetworkEntry,
-    ) -> Result<()> {
-        self.set_network_entry_guarded(ns, name, &WriteGuard::uid(uid), key, entry)
+            .unwrap_err();
+        assert!(matches!(err, PodApiError::UidMismatch { .. }), "{err}");
+        assert!(fake.entries("ns", "vm").is_empty());
+        api.set_network_entry("ns", "vm", "default", entry())
             .await
+            .unwrap();
+        assert_eq!(fake.entries("ns", "vm"), ["default"]);
+        api.remove_network_entry_for_uid("ns", "vm", Some("uid-0"), "default")
+            .await
+            .unwrap();
+        assert_eq!(fake.entries("ns", "vm"), ["default"]);
+        api.remove_network_entry("ns", "vm", "default")
+            .await
+            .unwrap();
+        assert!(fake.entries("ns", "vm").is_empty());
     }
 
-    /// [`PodApi::set_network_entry`] under `guard`: nothing is written when
-    /// the pod's UID is not the guarded one or the sandbox's network
-    /// namespace is gone, checked on every attempt.
-    pub async fn set_network_entry_guarded(
-        &self,
-        ns: &str,
-        name: &str,
-        guard: &WriteGuard,
-        key: &str,
-        entry: PodNetworkEntry,
-    ) -> Result<()> {
-        match self {
-            PodApi::Kube(c) => c.set_network_entry(ns, name, guard, key, &entry).await,
-            PodApi::Embedded(s) => s.set_network_entry(ns, name, guard, key, &entry).await,
-        }
-    }
-
-    /// Remove this network's entry (DEL). Idempotent: a missing pod or entry
-    /// is success.
-    pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
-        self.remove_network_entry_for_uid(ns, name, None, key).await
-    }
-
-    /// [`PodApi::remove_network_entry`] from the pod with UID `uid` only: a
-    /// pod recreated under the same name (another UID) is left alone, which
-    /// is success (its entry is its own ADD's). The embedded store keeps no
-    /// pod identity to compare, so there it removes by name.
-    pub async fn remove_network_entry_for_uid(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: Option<&str>,
-        key: &str,
-    ) -> Result<()> {
-        match self {
-            PodApi::Kube(c) => c.remove_network_entry(ns, name, uid, key).await,
-            PodApi::Embedded(s) => s.remove_network_entry(ns, name, key).await,
-        }
+    /// `PodApi` hands every operation to the backend it holds.
+    #[tokio::test]
+    async fn pod_api_dispatches_to_its_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = PodApi::Embedded(EmbeddedStore::open(dir.path()));
+        assert!(!api.is_kube());
+        api.set_network_entry("ns", "pod", "default", entry())
+            .await
+            .unwrap();
+        let PodApi::Embedded(store) = &api else {
+            unreachable!()
+        };
+        let direct = store.get_pod("ns", "pod").await.unwrap();
+        assert_eq!(api.get_pod("ns", "pod").await.unwrap(), direct);
+        assert!(
+            direct
+                .pod_networks
+                .is_some_and(|a| a.contains("192.0.2.10"))
+        );
     }
 }
