@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
-use dhcproto::{Decodable as _, Decoder};
 use serde::{Deserialize, Serialize};
+use xdhcp_engine::DropReason;
+use xdhcp_engine::validate::{self, MessageType};
 
 use crate::sys::fs::{AtomicWrite, Temp, WriteStep};
 
@@ -84,8 +84,12 @@ pub enum Learned {
 /// Why an observed message taught nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LearnError {
-    #[error("not a DHCP message: {0}")]
-    Decode(String),
+    /// The engine's validator refused the message.
+    #[error("not a valid DHCP message: {reason}")]
+    Decode {
+        #[source]
+        reason: DropReason,
+    },
     #[error("chaddr is not the port's MAC")]
     OtherClient,
     #[error("message type {0:?} changes no binding")]
@@ -94,47 +98,29 @@ pub enum LearnError {
 
 /// Interprets one DHCP message seen on a learning port whose client has
 /// `mac`. `to_workload`: the message went towards the workload (a server
-/// reply), else it came from it (a client message).
+/// reply), else it came from it (a client message). The message is decoded
+/// by the engine's validator ([`validate::parse_observed`]), the one that
+/// checks the replies to the agent's own leases.
 pub fn learn(payload: &[u8], mac: [u8; 6], to_workload: bool) -> Result<Learned, LearnError> {
-    let msg = Message::decode(&mut Decoder::new(payload))
-        .map_err(|e| LearnError::Decode(e.to_string()))?;
-    if msg.chaddr().get(..6) != Some(&mac[..]) {
+    let msg = validate::parse_observed(payload).map_err(|reason| LearnError::Decode { reason })?;
+    if msg.chaddr != mac {
         return Err(LearnError::OtherClient);
     }
-    let mt = msg.opts().msg_type();
+    let mt = msg.message_type;
     match (to_workload, mt) {
         // An ACK to an INFORM carries no address (yiaddr 0): nothing bound.
-        (true, Some(MessageType::Ack)) if !msg.yiaddr().is_unspecified() => {
-            let lease_secs = match msg.opts().get(OptionCode::AddressLeaseTime) {
-                Some(DhcpOption::AddressLeaseTime(s)) if *s != u32::MAX => Some(*s),
-                _ => None,
-            };
-            let prefix_len = match msg.opts().get(OptionCode::SubnetMask) {
-                Some(DhcpOption::SubnetMask(m)) => {
-                    let bits = u32::from(*m);
-                    (bits.leading_ones() + bits.trailing_zeros() == 32)
-                        .then(|| bits.leading_ones() as u8)
-                }
-                _ => None,
-            };
-            let router = match msg.opts().get(OptionCode::Router) {
-                Some(DhcpOption::Router(r)) => r.first().copied(),
-                _ => None,
-            };
-            Ok(Learned::Bound {
-                ip: msg.yiaddr(),
-                prefix_len,
-                router,
-                lease_secs,
-            })
+        (true, Some(MessageType::Ack)) if !msg.yiaddr.is_unspecified() => Ok(Learned::Bound {
+            ip: msg.yiaddr,
+            prefix_len: msg.prefix_len,
+            router: msg.router,
+            lease_secs: msg.lease_time.filter(|s| *s != u32::MAX),
+        }),
+        (false, Some(MessageType::Release)) if !msg.ciaddr.is_unspecified() => {
+            Ok(Learned::Released { ip: msg.ciaddr })
         }
-        (false, Some(MessageType::Release)) if !msg.ciaddr().is_unspecified() => {
-            Ok(Learned::Released { ip: msg.ciaddr() })
-        }
-        (false, Some(MessageType::Decline)) => match msg.opts().get(OptionCode::RequestedIpAddress)
-        {
-            Some(DhcpOption::RequestedIpAddress(ip)) => Ok(Learned::Declined { ip: *ip }),
-            _ => Err(LearnError::NoChange(mt)),
+        (false, Some(MessageType::Decline)) => match msg.requested_ip {
+            Some(ip) => Ok(Learned::Declined { ip }),
+            None => Err(LearnError::NoChange(mt)),
         },
         _ => Err(LearnError::NoChange(mt)),
     }
@@ -320,14 +306,14 @@ pub fn render(rows: &[Binding], now_ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use dhcproto::v4::Opcode;
+    use dhcproto::v4::{self, DhcpOption, Message, Opcode};
     use dhcproto::{Encodable as _, Encoder};
 
     use super::*;
 
     const MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x42];
 
-    fn msg(op: Opcode, mt: MessageType, f: impl FnOnce(&mut Message)) -> Vec<u8> {
+    fn msg(op: Opcode, mt: v4::MessageType, f: impl FnOnce(&mut Message)) -> Vec<u8> {
         let mut m = Message::default();
         m.set_opcode(op).set_chaddr(&MAC);
         m.opts_mut().insert(DhcpOption::MessageType(mt));
@@ -339,7 +325,7 @@ mod tests {
 
     #[test]
     fn an_ack_for_the_port_binds_its_address() {
-        let ack = msg(Opcode::BootReply, MessageType::Ack, |m| {
+        let ack = msg(Opcode::BootReply, v4::MessageType::Ack, |m| {
             m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 232));
             m.opts_mut().insert(DhcpOption::AddressLeaseTime(120));
             m.opts_mut()
@@ -361,12 +347,12 @@ mod tests {
             learn(&ack, [2, 0, 0, 0, 0, 1], true),
             Err(LearnError::OtherClient)
         );
-        let inform_ack = msg(Opcode::BootReply, MessageType::Ack, |_| {});
+        let inform_ack = msg(Opcode::BootReply, v4::MessageType::Ack, |_| {});
         assert!(matches!(
             learn(&inform_ack, MAC, true),
             Err(LearnError::NoChange(_))
         ));
-        let offer = msg(Opcode::BootReply, MessageType::Offer, |m| {
+        let offer = msg(Opcode::BootReply, v4::MessageType::Offer, |m| {
             m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 9));
         });
         assert!(matches!(
@@ -374,7 +360,7 @@ mod tests {
             Err(LearnError::NoChange(_))
         ));
         // An infinite lease has no expiry.
-        let forever = msg(Opcode::BootReply, MessageType::Ack, |m| {
+        let forever = msg(Opcode::BootReply, v4::MessageType::Ack, |m| {
             m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 9));
             m.opts_mut().insert(DhcpOption::AddressLeaseTime(u32::MAX));
         });
@@ -385,15 +371,54 @@ mod tests {
                 ..
             })
         ));
-        assert!(matches!(
+        assert_eq!(
             learn(b"junk", MAC, true),
-            Err(LearnError::Decode(_))
+            Err(LearnError::Decode {
+                reason: DropReason::Truncated
+            })
+        );
+    }
+
+    /// Learning decodes with the engine's validator: what it refuses in a
+    /// reply to the agent's own lease teaches nothing here either.
+    #[test]
+    fn a_message_the_validator_refuses_teaches_nothing() {
+        let ack = |f: fn(&mut Message)| {
+            msg(Opcode::BootReply, v4::MessageType::Ack, |m| {
+                m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 232));
+                f(m);
+            })
+        };
+        let refused = |bytes: &[u8]| match learn(bytes, MAC, true) {
+            Err(LearnError::Decode { reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let mut bad_cookie = ack(|_| {});
+        bad_cookie[236] = 0;
+        assert_eq!(refused(&bad_cookie), DropReason::BadCookie);
+        let mut long_option = ack(|_| {});
+        let end = long_option.iter().rposition(|b| *b == 255).unwrap();
+        long_option.truncate(end);
+        long_option.extend_from_slice(&[15, 200, b'x']);
+        assert_eq!(refused(&long_option), DropReason::BadOptionLength);
+        let mut short_lease_time = ack(|_| {});
+        let end = short_lease_time.iter().rposition(|b| *b == 255).unwrap();
+        short_lease_time.truncate(end);
+        short_lease_time.extend_from_slice(&[51, 2, 0, 60, 255]);
+        assert_eq!(refused(&short_lease_time), DropReason::BadLeaseTime);
+        // The same ACK, well-formed, binds.
+        assert!(matches!(
+            learn(&ack(|_| {}), MAC, true),
+            Ok(Learned::Bound {
+                lease_secs: None,
+                ..
+            })
         ));
     }
 
     #[test]
     fn release_gives_the_address_back_and_decline_refuses_it() {
-        let release = msg(Opcode::BootRequest, MessageType::Release, |m| {
+        let release = msg(Opcode::BootRequest, v4::MessageType::Release, |m| {
             m.set_ciaddr(Ipv4Addr::new(192, 0, 2, 232));
         });
         assert_eq!(
@@ -402,7 +427,7 @@ mod tests {
                 ip: Ipv4Addr::new(192, 0, 2, 232)
             })
         );
-        let decline = msg(Opcode::BootRequest, MessageType::Decline, |m| {
+        let decline = msg(Opcode::BootRequest, v4::MessageType::Decline, |m| {
             m.opts_mut()
                 .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(192, 0, 2, 7)));
         });
@@ -413,12 +438,12 @@ mod tests {
             })
         );
         // A DECLINE without the address it refuses teaches nothing.
-        let bare_decline = msg(Opcode::BootRequest, MessageType::Decline, |_| {});
+        let bare_decline = msg(Opcode::BootRequest, v4::MessageType::Decline, |_| {});
         assert!(matches!(
             learn(&bare_decline, MAC, false),
             Err(LearnError::NoChange(_))
         ));
-        let request = msg(Opcode::BootRequest, MessageType::Request, |_| {});
+        let request = msg(Opcode::BootRequest, v4::MessageType::Request, |_| {});
         assert!(matches!(
             learn(&request, MAC, false),
             Err(LearnError::NoChange(_))

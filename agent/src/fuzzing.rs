@@ -14,7 +14,8 @@
 //! | [`lease_record`]     | stored lease record and its file name      | the state directory   |
 //! | [`annotation_merge`] | `k8s.ovn.org/pod-networks` merge/remove    | the API server        |
 //!
-//! Engine-side targets (replies in every state, option 121, overload) are in
+//! Engine-side targets (replies in every state, option 121, overload, the
+//! watched messages passive learning decodes) are in
 //! `xdhcp_engine::fuzzing`.
 
 use std::collections::BTreeMap;
@@ -461,7 +462,7 @@ mod tests {
     #[test]
     fn seeds_pass_their_targets() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 9] = [
+        let targets: [Target; 10] = [
             ("udp_frame", super::udp_frame),
             ("ring_record", super::ring_record),
             ("cni_config", super::cni_config),
@@ -471,6 +472,10 @@ mod tests {
             ("annotation_merge", super::annotation_merge),
             ("client_replies", xdhcp_engine::fuzzing::client_replies),
             ("reply_options", xdhcp_engine::fuzzing::reply_options),
+            (
+                "observed_messages",
+                xdhcp_engine::fuzzing::observed_messages,
+            ),
         ];
         let all = seeds::all();
         for (target, f) in targets {
@@ -878,6 +883,10 @@ mod tests {
                     "reply_options",
                     named(xdhcp_engine::fuzzing::reply_options_seeds()),
                 ),
+                (
+                    "observed_messages",
+                    named(xdhcp_engine::fuzzing::observed_messages_seeds()),
+                ),
             ]
         }
     }
@@ -922,5 +931,9 @@ mod tests {
         replay("annotation_merge", super::annotation_merge);
         replay("client_replies", xdhcp_engine::fuzzing::client_replies);
         replay("reply_options", xdhcp_engine::fuzzing::reply_options);
+        replay(
+            "observed_messages",
+            xdhcp_engine::fuzzing::observed_messages,
+        );
     }
 }

@@ -16,6 +16,13 @@
 //!   options again and re-parsing gives the same map; option 121 re-encodes
 //!   to the same routes; a lease built from the reply holds only routes the
 //!   policy accepts and accounts for every route it refused.
+//! - [`observed_messages`]: [`validate::parse_observed`], the decoder of
+//!   watched messages (passive learning). Invariants: it agrees with
+//!   [`validate::parse_reply`] on the same bytes as a BOOTREPLY (same
+//!   header fields, message type, server identifier; a refusal for the
+//!   same reason, or for one of its own option checks); its typed fields
+//!   are exactly the option bytes; the direction (`op`) changes nothing
+//!   else.
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -758,6 +765,108 @@ pub fn reply_options(data: &[u8]) {
     }
 }
 
+/// One watched message: `data` is the whole DHCP message (BOOTP header,
+/// cookie, options). Panics on a violation.
+pub fn observed_messages(data: &[u8]) {
+    let observed = validate::parse_observed(data);
+    let Some(&op) = data.first() else {
+        assert_eq!(observed, Err(validate::DropReason::Truncated));
+        return;
+    };
+    // The direction changes nothing but `op`.
+    let mut other = data.to_vec();
+    other[0] = if op == 1 { 2 } else { 1 };
+    let flipped = validate::parse_observed(&other);
+    match (&observed, &flipped) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a.op, op);
+            assert_eq!(b.op, other[0]);
+            assert_eq!(&validate::Observed { op, ..b.clone() }, a);
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        _ => panic!("op changed the outcome: {observed:?} / {flipped:?}"),
+    }
+    // The same bytes as a BOOTREPLY, through the lease path's parser.
+    let mut as_reply = data.to_vec();
+    as_reply[0] = 2;
+    let reply = validate::parse_reply(&as_reply);
+    let o = match (observed, reply) {
+        (Ok(o), Ok(r)) => {
+            assert_eq!(
+                (o.xid, o.chaddr, o.ciaddr, o.yiaddr),
+                (r.xid, r.chaddr, r.ciaddr, r.yiaddr)
+            );
+            let reply_type = match o.message_type {
+                Some(validate::MessageType::Offer) => Ok(ReplyType::Offer),
+                Some(validate::MessageType::Ack) => Ok(ReplyType::Ack),
+                Some(validate::MessageType::Nak) => Ok(ReplyType::Nak),
+                // Values no RFC assigns (the reply parser knows up to 18).
+                Some(validate::MessageType::Other(v)) if !(9..=18).contains(&v) => {
+                    Err(validate::DropReason::BadMessageType)
+                }
+                Some(_) => Err(validate::DropReason::UnexpectedType),
+                None => Err(validate::DropReason::MissingMessageType),
+            };
+            assert_eq!(r.reply_type(), reply_type);
+            match o.server_id {
+                Some(s) => assert_eq!(r.server_id(), Ok(s)),
+                None => assert_eq!(r.server_id(), Err(validate::DropReason::MissingServerId)),
+            }
+            check_observed_options(&o, &r.options);
+            o
+        }
+        (Err(reason), Ok(r)) => {
+            // Refused only by a check parse_reply leaves to its callers.
+            let option = match reason {
+                validate::DropReason::BadMessageType => 53,
+                validate::DropReason::BadServerId => 54,
+                validate::DropReason::BadLeaseTime => 51,
+                other => panic!("refused with {other}, which the reply parser accepts"),
+            };
+            assert!(
+                r.options.contains_key(&option),
+                "{reason} without option {option}"
+            );
+            return;
+        }
+        (Err(a), Err(b)) => {
+            assert_eq!(a, b, "the two parsers refuse for different reasons");
+            return;
+        }
+        (Ok(_), Err(b)) => panic!("the reply parser refuses ({b}) what parse_observed accepts"),
+    };
+    assert!(o.server_id.is_none_or(is_unicast));
+}
+
+/// The typed fields of `o` are the option bytes.
+fn check_observed_options(
+    o: &validate::Observed,
+    options: &std::collections::BTreeMap<u8, Vec<u8>>,
+) {
+    let get = |code: u8| options.get(&code).map(Vec::as_slice);
+    assert_eq!(
+        o.lease_time.map(u32::to_be_bytes).as_ref().map(|b| &b[..]),
+        get(51)
+    );
+    if let Some(n) = o.prefix_len {
+        let mask = u32::MAX.checked_shl(32 - u32::from(n)).unwrap_or(0);
+        assert_eq!(get(1), Some(&mask.to_be_bytes()[..]));
+    }
+    if let Some(r) = o.router {
+        assert_eq!(get(3).and_then(|v| v.get(..4)), Some(&r.octets()[..]));
+    }
+    if let Some(ip) = o.requested_ip {
+        assert_eq!(get(50), Some(&ip.octets()[..]));
+    }
+    assert_eq!(
+        o.message_type,
+        match get(53) {
+            Some(&[v]) => Some(validate::MessageType::from_code(v)),
+            _ => None,
+        }
+    );
+}
+
 /// Seed scripts for [`client_replies`]: the RFC 2131 paths a real server
 /// takes the client through (DORA, renewal, rebinding, NAK, reboot, expiry,
 /// decline, release), with `dhcproto`-built replies.
@@ -899,6 +1008,64 @@ pub fn reply_options_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
+/// Seed inputs for [`observed_messages`]: a guest's exchange as a server
+/// and its client send it (ACK, RELEASE, DECLINE, an INFORM's ACK), and an
+/// ACK whose options are overloaded into `file` and `sname`.
+pub fn observed_messages_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let build = |op: Opcode, ty: MessageType, f: &dyn Fn(&mut Message)| {
+        let mut m = Message::new_with_id(
+            0x2468_ace0,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            &CLIENT_MAC,
+        );
+        m.set_opcode(op);
+        m.opts_mut().insert(DhcpOption::MessageType(ty));
+        f(&mut m);
+        let mut b = Vec::new();
+        m.encode(&mut Encoder::new(&mut b))
+            .expect("a message encodes");
+        b
+    };
+    let ack = build(Opcode::BootReply, MessageType::Ack, &|m| {
+        m.set_yiaddr(ADDR);
+        let o = m.opts_mut();
+        o.insert(DhcpOption::ServerIdentifier(SERVER_IP));
+        o.insert(DhcpOption::AddressLeaseTime(3600));
+        o.insert(DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)));
+        o.insert(DhcpOption::Router(vec![SERVER_IP]));
+    });
+    let release = build(Opcode::BootRequest, MessageType::Release, &|m| {
+        m.set_ciaddr(ADDR);
+        m.opts_mut().insert(DhcpOption::ServerIdentifier(SERVER_IP));
+    });
+    let decline = build(Opcode::BootRequest, MessageType::Decline, &|m| {
+        let o = m.opts_mut();
+        o.insert(DhcpOption::RequestedIpAddress(ADDR));
+        o.insert(DhcpOption::ServerIdentifier(SERVER_IP));
+    });
+    let inform_ack = build(Opcode::BootReply, MessageType::Ack, &|m| {
+        m.opts_mut().insert(DhcpOption::ServerIdentifier(SERVER_IP));
+    });
+    let overloaded = bootreply(
+        ADDR,
+        &[3, 4, 192, 0, 2, 1, 255],
+        &[1, 4, 255, 255, 255, 0, 255],
+        &[
+            52, 1, 3, 53, 1, 5, 54, 4, 192, 0, 2, 1, 51, 4, 0, 0, 14, 16, 255,
+        ],
+    );
+    vec![
+        ("ack", ack),
+        ("release", release),
+        ("decline", decline),
+        ("inform-ack", inform_ack),
+        ("overloaded-ack", overloaded),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -935,6 +1102,22 @@ mod tests {
         let spec = ReplySpec { kind: 1, ..spec };
         c.handle_packet(now, src, &build_reply(&c, &spec)).unwrap();
         assert_eq!(c.state(), State::Bound);
+    }
+
+    #[test]
+    fn observed_seeds_pass_and_decode() {
+        for (_, s) in observed_messages_seeds() {
+            observed_messages(&s);
+        }
+        // The seeds reach the deep checks: every one decodes, and the
+        // overloaded ACK's mask and router come from `file` and `sname`.
+        let all = observed_messages_seeds();
+        for (name, s) in &all {
+            assert!(validate::parse_observed(s).is_ok(), "{name}");
+        }
+        let o = validate::parse_observed(&all[4].1).unwrap();
+        assert_eq!((o.prefix_len, o.router), (Some(24), Some(SERVER_IP)));
+        assert_eq!(o.lease_time, Some(3600));
     }
 
     #[test]

@@ -413,7 +413,7 @@ fn ip_list(data: &[u8]) -> Option<Vec<Ipv4Addr>> {
 }
 
 /// Prefix length of a contiguous mask.
-fn mask_to_prefix(m: [u8; 4]) -> Option<u8> {
+pub(crate) fn mask_to_prefix(m: [u8; 4]) -> Option<u8> {
     let v = u32::from_be_bytes(m);
     let ones = v.leading_ones();
     (v.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)

@@ -196,6 +196,12 @@ pub fn parse_header(p: &[u8]) -> Result<Header, DropReason> {
     if p[0] != 2 {
         return Err(DropReason::NotBootReply);
     }
+    hardware_header(p)
+}
+
+/// Hardware type and length (Ethernet, 6), xid and chaddr of a message at
+/// least [`HEADER_LEN`] long.
+fn hardware_header(p: &[u8]) -> Result<Header, DropReason> {
     if p[1] != 1 || p[2] != 6 {
         return Err(DropReason::BadHardwareType);
     }
@@ -244,6 +250,11 @@ fn walk(area: &[u8], which: Area, out: &mut BTreeMap<u8, Vec<u8>>) -> Result<(),
 /// and RFC 3396 concatenation.
 pub fn parse_reply(p: &[u8]) -> Result<Reply, DropReason> {
     let h = parse_header(p)?;
+    parse_body(p, h)
+}
+
+/// The cookie and options of a message whose header checked out.
+fn parse_body(p: &[u8], h: Header) -> Result<Reply, DropReason> {
     if p[HEADER_LEN..HEADER_LEN + 4] != MAGIC_COOKIE {
         return Err(DropReason::BadCookie);
     }
@@ -315,6 +326,113 @@ impl Reply {
             .get(&56)
             .map(|m| sanitize_text(&String::from_utf8_lossy(m), 256))
     }
+}
+
+/// Option 53 (RFC 2132 §9.6): the type of a DHCP message, either direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageType {
+    Discover,
+    Offer,
+    Request,
+    Decline,
+    Ack,
+    Nak,
+    Release,
+    Inform,
+    /// Any other value (lease query and later extensions).
+    Other(u8),
+}
+
+impl MessageType {
+    /// The type of option-53 value `v`.
+    pub fn from_code(v: u8) -> Self {
+        match v {
+            1 => MessageType::Discover,
+            2 => MessageType::Offer,
+            3 => MessageType::Request,
+            4 => MessageType::Decline,
+            5 => MessageType::Ack,
+            6 => MessageType::Nak,
+            7 => MessageType::Release,
+            8 => MessageType::Inform,
+            v => MessageType::Other(v),
+        }
+    }
+}
+
+/// A DHCP message of someone else's exchange — a guest's own client and
+/// its server, watched on a learning port, not answered — through the same
+/// checks as a reply to the engine's own client ([`parse_reply`]: length,
+/// Ethernet hardware type, magic cookie, the option walk with overload and
+/// RFC 3396 concatenation), whichever its direction, with the fields that
+/// say what the exchange binds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// `op`: 1 BOOTREQUEST (from the client), 2 BOOTREPLY; not checked.
+    pub op: u8,
+    /// Option 53, when present.
+    pub message_type: Option<MessageType>,
+    pub xid: u32,
+    pub chaddr: [u8; 6],
+    pub ciaddr: Ipv4Addr,
+    pub yiaddr: Ipv4Addr,
+    /// Option 54, when present (a unicast address).
+    pub server_id: Option<Ipv4Addr>,
+    /// Option 50, when present and well-formed.
+    pub requested_ip: Option<Ipv4Addr>,
+    /// Option 1 as a prefix length, when present and a contiguous mask.
+    pub prefix_len: Option<u8>,
+    /// The first address of option 3, when present and well-formed.
+    pub router: Option<Ipv4Addr>,
+    /// Option 51 in seconds, when present (`u32::MAX`: infinite).
+    pub lease_time: Option<u32>,
+}
+
+/// Decode a watched DHCP message ([`Observed`]). Whatever would make the
+/// engine drop a reply structurally drops it here too, and so does a
+/// malformed option 53 ([`DropReason::BadMessageType`]), 54
+/// ([`DropReason::BadServerId`]) or 51 ([`DropReason::BadLeaseTime`]); a
+/// malformed option 1, 3 or 50 is left out on its own, as the lease path
+/// leaves out a malformed optional option.
+pub fn parse_observed(p: &[u8]) -> Result<Observed, DropReason> {
+    if p.len() < HEADER_LEN + MAGIC_COOKIE.len() {
+        return Err(DropReason::Truncated);
+    }
+    let header = hardware_header(p)?;
+    let m = parse_body(p, header)?;
+    let opt = |code: u8| m.options.get(&code).map(Vec::as_slice);
+    let message_type = match opt(53) {
+        None => None,
+        Some(&[v]) => Some(MessageType::from_code(v)),
+        Some(_) => return Err(DropReason::BadMessageType),
+    };
+    let server_id = match opt(54) {
+        None => None,
+        Some(_) => Some(m.server_id()?),
+    };
+    let lease_time = match opt(51).map(<[u8; 4]>::try_from) {
+        None => None,
+        Some(Ok(secs)) => Some(u32::from_be_bytes(secs)),
+        Some(Err(_)) => return Err(DropReason::BadLeaseTime),
+    };
+    let addr = |code| opt(code).and_then(|v| <[u8; 4]>::try_from(v).ok().map(Ipv4Addr::from));
+    let router = match opt(3) {
+        Some(list) if !list.is_empty() && list.len().is_multiple_of(4) => Some(ip_at(list, 0)),
+        _ => None,
+    };
+    Ok(Observed {
+        op: p[0],
+        message_type,
+        xid: m.xid,
+        chaddr: m.chaddr,
+        ciaddr: m.ciaddr,
+        yiaddr: m.yiaddr,
+        server_id,
+        requested_ip: addr(50),
+        prefix_len: addr(1).and_then(|mask| crate::lease::mask_to_prefix(mask.octets())),
+        router,
+        lease_time,
+    })
 }
 
 /// Replace control characters and bound the length of text from the wire so
@@ -485,5 +603,69 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(r.index(), i);
         }
+    }
+
+    #[test]
+    fn observed_messages_of_either_direction() {
+        // A client's DECLINE: op 1, option 50, no server checks needed.
+        let mut p = base();
+        p[0] = 1;
+        p[12..16].copy_from_slice(&[192, 0, 2, 9]);
+        p.extend_from_slice(&[53, 1, 4, 50, 4, 192, 0, 2, 7, 255]);
+        assert_eq!(parse_reply(&p), Err(DropReason::NotBootReply));
+        let o = parse_observed(&p).unwrap();
+        assert_eq!(o.op, 1);
+        assert_eq!(o.message_type, Some(MessageType::Decline));
+        assert_eq!(o.xid, 0x1234_5678);
+        assert_eq!(o.chaddr, [2, 0, 0, 0, 0, 1]);
+        assert_eq!(o.ciaddr, Ipv4Addr::new(192, 0, 2, 9));
+        assert_eq!(o.requested_ip, Some(Ipv4Addr::new(192, 0, 2, 7)));
+        assert_eq!((o.server_id, o.lease_time, o.router), (None, None, None));
+        // A server's ACK, its mask and routers split across instances.
+        let mut p = base();
+        p[16..20].copy_from_slice(&[192, 0, 2, 10]);
+        p.extend_from_slice(&[53, 1, 5, 54, 4, 192, 0, 2, 1, 51, 4, 0, 0, 0, 120]);
+        p.extend_from_slice(&[1, 2, 255, 255, 3, 4, 192, 0, 2, 1, 1, 2, 255, 0]);
+        p.extend_from_slice(&[3, 4, 192, 0, 2, 2, 255]);
+        let o = parse_observed(&p).unwrap();
+        assert_eq!(o.message_type, Some(MessageType::Ack));
+        assert_eq!(o.yiaddr, Ipv4Addr::new(192, 0, 2, 10));
+        assert_eq!(o.server_id, Some(Ipv4Addr::new(192, 0, 2, 1)));
+        assert_eq!(o.lease_time, Some(120));
+        assert_eq!(o.prefix_len, Some(24));
+        assert_eq!(o.router, Some(Ipv4Addr::new(192, 0, 2, 1)));
+    }
+
+    #[test]
+    fn observed_messages_are_checked_like_replies() {
+        assert_eq!(parse_observed(&[1; 100]), Err(DropReason::Truncated));
+        let mut p = base();
+        p[239] = 0;
+        assert_eq!(parse_observed(&p), Err(DropReason::BadCookie));
+        let mut p = base();
+        p[2] = 16;
+        assert_eq!(parse_observed(&p), Err(DropReason::BadHardwareType));
+        let cases: [(&[u8], DropReason); 5] = [
+            (&[53, 1, 5, 3, 9, 1], DropReason::BadOptionLength),
+            (&[52, 1, 7, 53, 1, 5], DropReason::BadOverload),
+            (&[53, 2, 5, 5], DropReason::BadMessageType),
+            (&[53, 1, 5, 54, 4, 224, 0, 0, 1], DropReason::BadServerId),
+            (&[53, 1, 5, 51, 2, 0, 1], DropReason::BadLeaseTime),
+        ];
+        for (options, reason) in cases {
+            let mut p = base();
+            p.extend_from_slice(options);
+            assert_eq!(parse_observed(&p), Err(reason), "{options:?}");
+        }
+        // Malformed optional options are left out; the rest stands.
+        let mut p = base();
+        p.extend_from_slice(&[53, 1, 5, 1, 4, 255, 0, 255, 0, 3, 3, 1, 2, 3, 50, 1, 9, 255]);
+        let o = parse_observed(&p).unwrap();
+        assert_eq!(o.message_type, Some(MessageType::Ack));
+        assert_eq!((o.prefix_len, o.router, o.requested_ip), (None, None, None));
+        // No option 53 at all: a message of no type.
+        let mut p = base();
+        p.push(255);
+        assert_eq!(parse_observed(&p).unwrap().message_type, None);
     }
 }

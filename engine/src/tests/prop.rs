@@ -467,6 +467,19 @@ proptest! {
             let _ = crate::lease::from_reply(&r, Ipv4Addr::new(192, 0, 2, 1), &crate::RoutePolicy::default(), 0);
         }
     }
+
+    #[test]
+    fn observed_parser_agrees_with_the_reply_parser(
+        op in 0u8..4,
+        opts in prop::collection::vec(any::<u8>(), 0..600),
+        sname in prop::collection::vec(any::<u8>(), 0..64),
+        file in prop::collection::vec(any::<u8>(), 0..128),
+    ) {
+        let mut p = raw_reply(1, ADDR, &opts, &sname, &file);
+        p[0] = op;
+        // Panics on a disagreement (see its documentation).
+        crate::fuzzing::observed_messages(&p);
+    }
 }
 
 /// The generated sequences reach every state and every kind of transition a
