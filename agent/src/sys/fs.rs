@@ -16,8 +16,9 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Create `path` (it must not exist) with mode 0600 and write `bytes`; the
-/// caller decides whether to [`sync_file`] it.
+/// Create `path` (it must not exist) with mode 0600 and write `bytes`, not
+/// synced: the temporary of [`atomic_replace`], or an empty spare file a
+/// store keeps for later writes.
 pub(crate) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
@@ -36,7 +37,7 @@ pub(crate) fn write_new(path: &Path, bytes: &[u8]) -> io::Result<File> {
 /// written again has its blocks allocated and written out when it is
 /// closed or renamed (`auto_da_alloc`), which put a synchronous block
 /// allocation on every caller's path, `fsync` or not.
-pub(crate) fn rewrite(path: &Path, bytes: &[u8]) -> io::Result<File> {
+fn rewrite(path: &Path, bytes: &[u8]) -> io::Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -50,7 +51,7 @@ pub(crate) fn rewrite(path: &Path, bytes: &[u8]) -> io::Result<File> {
 }
 
 /// Make a written file's content durable.
-pub(crate) fn sync_file(file: &File) -> io::Result<()> {
+fn sync_file(file: &File) -> io::Result<()> {
     file.sync_all()
 }
 
@@ -73,7 +74,7 @@ pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
 /// (`renameat2(RENAME_EXCHANGE)`), so the old file's inode can be written
 /// again next time; where the filesystem cannot exchange (or `to` does not
 /// exist yet), a plain rename.
-pub(crate) fn exchange_or_rename(from: &Path, to: &Path) -> io::Result<()> {
+fn exchange_or_rename(from: &Path, to: &Path) -> io::Result<()> {
     match exchange(from, to) {
         Ok(()) => Ok(()),
         Err(e)
@@ -113,7 +114,7 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 
 /// Give the written file `from` the name `to` only if `to` does not exist
 /// (`ErrorKind::AlreadyExists` otherwise), then drop the name `from`.
-pub(crate) fn link_new(from: &Path, to: &Path) -> io::Result<()> {
+fn link_new(from: &Path, to: &Path) -> io::Result<()> {
     let linked = std::fs::hard_link(from, to);
     let _ = std::fs::remove_file(from);
     linked
