@@ -12,11 +12,12 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, warn};
 use xdhcp_engine::{Client, Mode, State};
 
-use super::capture::{CapturePath, ServedVia};
-use super::lease::live::{Command, Live, Outcome};
-use super::lease::persist::{Durable, LeaseRecord};
-use super::lease::task::{self, Ended, Receive, Services, Task, lock};
-use super::link::{Link, LinkError};
+use crate::datapath::capture::{CapturePath, ServedVia};
+use crate::datapath::link::{Link, LinkError};
+use crate::lease::live::{Command, Live, Outcome};
+use crate::lease::persist::{Durable, LeaseRecord};
+use crate::lease::task::{self, Ended, Receive, Services, Task};
+use crate::sys::sync::lock;
 
 /// Channel depth per lease task for captured frames.
 const FRAME_QUEUE: usize = 32;

@@ -23,17 +23,18 @@ use xdhcp_engine::{
     AcquireError, Client, Event, Heard, Lease, LostReason, MessageKind, Mode, PacketSource, State,
 };
 
-use super::apply;
-use super::live::{Command, Live, Outcome};
-use super::persist::{self, Durable, LeaseRecord, WorkloadKind};
-use crate::cli::now_unix_ms;
-use crate::daemon::capture::{Capture, CapturePath, ServedVia, TargetState, UplinkPath};
-use crate::daemon::link::{Link, LinkError};
+use crate::datapath::capture::{Capture, CapturePath, ServedVia, TargetState, UplinkPath};
 use crate::datapath::ebpf::AttachTarget;
+use crate::datapath::link::{Link, LinkError};
 use crate::datapath::{RxFrame, RxPath};
+use crate::lease::apply;
+use crate::lease::live::{Command, Live, Outcome};
+use crate::lease::persist::{self, Durable, LeaseRecord, WorkloadKind};
 use crate::metrics::Metrics;
 use crate::model::UplinkRef;
 use crate::store::{LeaseStore, StoreError};
+use crate::sys::clock::now_unix_ms;
+use crate::sys::sync::lock;
 
 /// How a maintained lease waits before trying again after an acquisition
 /// failed with nobody waiting on it (a resumed lease).
@@ -869,11 +870,6 @@ fn finish(
 /// pod's held lease whose replies came through an uplink.
 fn parkable(rec: &LeaseRecord) -> bool {
     rec.lease.is_some() && rec.uplink.is_some() && rec.workload == WorkloadKind::Pod
-}
-
-/// Lock a std mutex, ignoring poisoning (the data is plain values).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
