@@ -775,8 +775,8 @@ mod tests {
         fn lease_records() -> Vec<(&'static str, Vec<u8>)> {
             let pod = LeaseRecord {
                 version: store::RECORD_VERSION,
-                container_id: crate::fuzzing::SEED_CONTAINER.into(),
-                ifname: crate::fuzzing::SEED_IFNAME.into(),
+                container_id: super::super::SEED_CONTAINER.into(),
+                ifname: super::super::SEED_IFNAME.into(),
                 netns: Some("/var/run/netns/cni-1".into()),
                 config: network_config(1),
                 args: std::collections::BTreeMap::new(),

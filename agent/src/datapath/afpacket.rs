@@ -31,11 +31,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use crate::datapath::frame::{self, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP};
-use crate::datapath::rawsock::{
+use super::frame::{self, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP};
+use super::rawsock::{
     self, LinkInfo, RawSockError, SERVER_PORT, bind_packet, classify, packet_socket,
 };
-use crate::datapath::{RxFrame, RxPath};
+use super::{RxFrame, RxPath};
 use crate::sys::netns::{run_in_netns, run_in_netns_async};
 
 /// Receive buffer: a jumbo frame plus a VLAN tag; anything longer is truncated and counted.

@@ -29,7 +29,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use xdhcp_engine::{Destination, Transmit};
 
-use crate::datapath::frame::{self, FrameHeaders};
+use super::frame::{self, FrameHeaders};
 use crate::sys;
 use crate::sys::netns::{NetnsError, run_in_netns, run_in_netns_async};
 

@@ -17,8 +17,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::kube::annotation::{self, AnnotationError, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
-use crate::kube::{PodApiError, PodInfo, Result, WriteGuard};
+use super::annotation::{self, AnnotationError, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
+use super::{PodApiError, PodInfo, Result, WriteGuard};
 use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo};
 
 /// Longest wait for a TCP/TLS connection to the API server.

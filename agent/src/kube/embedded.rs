@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::kube::annotation::{self, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
-use crate::kube::{PodApiError, PodInfo, Result, WriteGuard};
+use super::annotation::{self, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
+use super::{PodApiError, PodInfo, Result, WriteGuard};
 use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo};
 
 /// File name of the store under the state dir.
@@ -82,7 +82,7 @@ pub struct EmbeddedState {
     pub migrations: BTreeMap<String, serde_json::Value>,
 }
 
-/// The embedded backend of [`crate::kube::PodApi`].
+/// The embedded backend of [`super::PodApi`].
 #[derive(Debug, Clone)]
 pub struct EmbeddedStore {
     path: PathBuf,

@@ -14,10 +14,8 @@ use aya::programs::xdp::XdpLink;
 use aya::programs::{SchedClassifier, Xdp, XdpMode};
 use xdhcp_common as common;
 
+use super::{CaptureMode, Datapath, EbpfDatapathError, Result, error_chain, program};
 use crate::datapath::AttachMode;
-use crate::datapath::ebpf::{
-    CaptureMode, Datapath, EbpfDatapathError, Result, error_chain, program,
-};
 
 /// Where to attach: an interface name, optionally inside another network
 /// namespace (`/var/run/netns/<name>` or `/proc/<pid>/ns/net`).

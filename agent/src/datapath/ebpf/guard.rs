@@ -5,7 +5,7 @@
 //! policy in the kernel map, reads the per-port counters and the ring of
 //! observed guest exchanges.
 //!
-//! [`Guard`] is independent of [`crate::datapath::ebpf::Datapath`]: it loads its own copy
+//! [`Guard`] is independent of [`super::Datapath`]: it loads its own copy
 //! of the embedded object (the capture maps in that copy are shrunk to the
 //! minimum, as nothing uses them) so it works whichever capture path the
 //! agent uses, AF_PACKET included.
@@ -25,7 +25,7 @@ use tokio::io::unix::AsyncFd;
 use xdhcp_common as common;
 use xdhcp_common::guard as g;
 
-use crate::datapath::ebpf::{AttachTarget, EbpfDatapathError, Result, program, take_map};
+use super::{AttachTarget, EbpfDatapathError, Result, program, take_map};
 use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
 
 /// A workload port's guard policy.
@@ -309,7 +309,7 @@ pub struct GuardedPortInfo {
 impl Guard {
     /// Loads the guard programs from the embedded object.
     pub fn load() -> Result<Self> {
-        let object = crate::datapath::ebpf::embedded_object();
+        let object = super::embedded_object();
         if object.is_empty() {
             return Err(EbpfDatapathError::NoObject);
         }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
 use xdhcp_common as common;
 
-use crate::datapath::ebpf::{Datapath, EbpfDatapathError, Result, Role};
+use super::{Datapath, EbpfDatapathError, Result, Role};
 
 /// Per-interface capture mode, mirrored into the kernel's config map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -44,7 +44,7 @@ pub use reader::{DhcpEvent, EventReader, ReaderStats, RecordError, decode_record
 #[cfg(feature = "test-hooks")]
 pub use test_run::{ProgramKind, TestRunOutcome};
 
-use crate::datapath::AttachMode;
+use super::AttachMode;
 use crate::sys::netns::NetnsError;
 
 /// The eBPF object built by `agent/build.rs` (empty when `AYA_BUILD_SKIP=1`).

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use aya::maps::{MapData, MapType};
 use xdhcp_common as common;
 
-use crate::datapath::ebpf::error_chain;
+use super::error_chain;
 
 /// A map the agent pins, with the definition a pin must have to be reused.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -14,7 +14,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use xdhcp_common as common;
 
-use crate::datapath::ebpf::{EbpfDatapathError, Result};
+use super::{EbpfDatapathError, Result};
 use crate::datapath::frame::{FrameError, parse_udp_frame};
 use crate::datapath::{RxFrame, RxPath, Verdict};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use aya::programs::{SchedClassifier, TestRun as _, TestRunOptions, Xdp};
 use xdhcp_common as common;
 
-use crate::datapath::ebpf::{Datapath, EbpfDatapathError, Result, program};
+use super::{Datapath, EbpfDatapathError, Result, program};
 
 /// The programs in the object, for [`Datapath::test_run`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
