@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::cni::types::code;
-use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult, LeaseView};
 use xdhcp_tests::fake_apiserver::FakeApiServer;
 use xdhcp_tests::tmpfs::Tmpfs;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, format_mac, wait_until};
@@ -43,7 +43,6 @@ const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
 /// An agent on its own thread (optionally inside a network namespace, which
 /// is then the agent's "host" namespace), stopped on drop.
 struct TestAgent {
-    rt: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     socket: PathBuf,
@@ -97,10 +96,6 @@ impl TestAgent {
                 .block_on(agent()),
         });
         let me = Self {
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
             stop: Some(stop),
             thread: Some(thread),
             socket,
@@ -112,9 +107,7 @@ impl TestAgent {
             me.thread
                 .as_ref()
                 .is_some_and(std::thread::JoinHandle::is_finished)
-                || me
-                    .rt
-                    .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
+                || c.get::<rpc::Readiness>(rpc::PATH_READY)
                     .is_ok_and(|r| r.ready)
         });
         if me
@@ -134,19 +127,17 @@ impl TestAgent {
         Client::new(&self.socket, Duration::from_mins(1))
     }
 
-    fn post(&self, path: &str, req: &CniRequest) -> Result<Value, RpcError> {
-        self.rt.block_on(self.client().post(path, req))
+    fn post(&self, path: &str, req: &CniRequest) -> Result<Value, ClientError> {
+        self.client().post(path, req)
     }
 
-    fn add(&self, req: &CniRequest) -> Result<CniResult, RpcError> {
+    fn add(&self, req: &CniRequest) -> Result<CniResult, ClientError> {
         self.post(rpc::PATH_ADD, req)
             .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
     }
 
     fn leases(&self) -> Vec<LeaseView> {
-        self.rt
-            .block_on(self.client().get(rpc::PATH_LEASES))
-            .expect("lease table")
+        self.client().get(rpc::PATH_LEASES).expect("lease table")
     }
 
     fn store_path(&self) -> PathBuf {
@@ -907,10 +898,7 @@ fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
     );
     // The reply capture on the VF netdev: the eBPF TC program when the
     // datapath loaded, else AF_PACKET.
-    let status: rpc::AgentStatus = agent
-        .rt
-        .block_on(agent.client().get(rpc::PATH_STATUS))
-        .expect("status");
+    let status: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
     let want = if status.datapath == "ebpf" {
         "tc"
     } else {

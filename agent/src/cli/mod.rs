@@ -131,19 +131,17 @@ pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
     out
 }
 
-/// A one-off runtime for an operator command.
-fn block_on<F: Future>(f: F) -> std::io::Result<F::Output> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(f))
+/// Ask the agent at `a.socket` for `path` (the one blocking client of the
+/// socket); its error is the agent's CNI message.
+fn ask<R: serde::de::DeserializeOwned>(a: &ClientArgs, path: &str) -> anyhow::Result<R> {
+    crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10))
+        .get(path)
+        .map_err(|e| anyhow::anyhow!(e.into_cni().msg))
 }
 
 /// `xdhcp leases`: ask the agent, render the table (or JSON).
 pub fn leases_text(a: &ClientArgs) -> anyhow::Result<String> {
-    let c = crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10));
-    let rows: Vec<LeaseView> =
-        block_on(c.get(crate::rpc::PATH_LEASES))?.map_err(|e| anyhow::anyhow!(e.into_cni().msg))?;
+    let rows: Vec<LeaseView> = ask(a, crate::rpc::PATH_LEASES)?;
     if a.json {
         Ok(serde_json::to_string_pretty(&rows)? + "\n")
     } else {
@@ -153,9 +151,7 @@ pub fn leases_text(a: &ClientArgs) -> anyhow::Result<String> {
 
 /// `xdhcp bindings`: ask the agent, render the table (or JSON).
 pub fn bindings_text(a: &ClientArgs) -> anyhow::Result<String> {
-    let c = crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10));
-    let rows: Vec<crate::bindings::Binding> = block_on(c.get(crate::bindings::PATH_BINDINGS))?
-        .map_err(|e| anyhow::anyhow!(e.into_cni().msg))?;
+    let rows: Vec<crate::bindings::Binding> = ask(a, crate::bindings::PATH_BINDINGS)?;
     if a.json {
         Ok(serde_json::to_string_pretty(&rows)? + "\n")
     } else {
@@ -165,9 +161,7 @@ pub fn bindings_text(a: &ClientArgs) -> anyhow::Result<String> {
 
 /// `xdhcp status`: ask the agent, render the summary (or JSON).
 pub fn status_text(a: &ClientArgs) -> anyhow::Result<String> {
-    let c = crate::rpc::Client::new(a.socket.clone(), Duration::from_secs(10));
-    let s: AgentStatus =
-        block_on(c.get(crate::rpc::PATH_STATUS))?.map_err(|e| anyhow::anyhow!(e.into_cni().msg))?;
+    let s: AgentStatus = ask(a, crate::rpc::PATH_STATUS)?;
     if a.json {
         Ok(serde_json::to_string_pretty(&s)? + "\n")
     } else {
