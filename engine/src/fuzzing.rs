@@ -16,6 +16,9 @@
 //!   options again and re-parsing gives the same map; option 121 re-encodes
 //!   to the same routes; a lease built from the reply holds only routes the
 //!   policy accepts and accounts for every route it refused.
+//!
+//! One thing: the engine's fuzz entry points, each with the invariants it
+//! checks (built for fuzzing and the corpus replay only, never shipped).
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};

@@ -1038,6 +1038,85 @@ fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
     assert!(e.msg.contains("\"eth7\""), "{}", e.msg);
 }
 
+/// A VFIO VM's ADD whose VMI read hangs (the fake API server holds it for
+/// a minute): the ADD fails at its deadline with the API code naming the
+/// VMI, as every other ADD path does, and the VF is never handed off. The
+/// VFIO path used to make this call with no deadline at all.
+#[test]
+fn vfio_vm_add_with_a_hung_vmi_read_fails_at_its_deadline_fake_apiserver() {
+    use xdhcp_tests::fake_apiserver::{Fault, Op};
+    const NAD: &str = "localnet-dhcp-vfio";
+    /// The ADD deadline of a network with `"timeout": "2s"`: the plugin
+    /// waits 2 s + 15 s; the agent answers one second before.
+    const DEADLINE: Duration = Duration::from_secs(16);
+    let api_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = api_rt.block_on(FakeApiServer::start());
+    let seed = vfio_seed("02:00:00:00:20:0d", NAD);
+    server.add_pod(
+        NS,
+        "virt-launcher-vm2-x",
+        &[
+            ("kubevirt.io", "virt-launcher"),
+            ("vm.kubevirt.io/name", "vm2"),
+        ],
+        &[],
+    );
+    server.put_vmi(seed["vmis"][format!("{NS}/vm2")].clone());
+    server.inject(Op::GetVmi, Fault::Delay(Duration::from_mins(1)));
+    let cfg_dir = tempfile::Builder::new()
+        .prefix("xdt-kubeconfig-")
+        .tempdir()
+        .unwrap();
+    let kubeconfig = write_kubeconfig(cfg_dir.path(), &server.url());
+    let launcher = NetNs::new();
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    let sysfs_root = tree.path().join("sys");
+    let mut fake = None;
+    let agent = TestAgent::start(None, &json!({}), |a| {
+        fake = Some(FakeVf::new(
+            tree.path(),
+            &a.state_dir,
+            (0x15b3, 0x101e),
+            "mlx5_core",
+        ));
+        a.sysfs_root.clone_from(&sysfs_root);
+        a.kube = KubeMode::On;
+        a.kubeconfig = Some(kubeconfig.clone());
+        a.datapath = DatapathChoice::Afpacket;
+    });
+    let fake = fake.unwrap();
+    let mut conf = localnet_config(NAD, Some(BDF));
+    conf["ipam"] = json!({"type": "xdhcp", "timeout": "2s"});
+    let req = request(
+        "ctr-hung",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &conf,
+    );
+    let t0 = std::time::Instant::now();
+    let e = agent.add(&req).unwrap_err().into_cni();
+    let took = t0.elapsed();
+    assert_eq!(e.code, code::KUBE_API, "{e:?}");
+    let text = format!("{} {}", e.msg, e.details);
+    assert!(
+        text.contains("VirtualMachineInstance") && text.contains(&format!("{NS}/vm2")),
+        "{e:?}"
+    );
+    assert!(took < DEADLINE + Duration::from_secs(2), "took {took:?}");
+    // The VMI is read before the handoff: the VF never left vfio-pci.
+    assert_eq!(fake.driver_file("vfio-pci", "unbind"), "");
+    assert_eq!(fake.journal_entries(), 0);
+    assert!(agent.leases().is_empty());
+}
+
 #[test]
 fn vfio_vm_failures_inside_the_handoff_still_restore_vfio_pci() {
     const NAD: &str = "localnet-dhcp-vfio";
