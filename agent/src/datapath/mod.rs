@@ -9,6 +9,7 @@ pub(crate) mod capture;
 pub mod ebpf;
 pub mod frame;
 pub(crate) mod link;
+pub(crate) mod port;
 pub mod rawsock;
 
 use std::fmt;
