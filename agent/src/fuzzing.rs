@@ -17,6 +17,9 @@
 //! Engine-side targets (replies in every state, option 121, overload, the
 //! watched messages passive learning decodes) are in
 //! `xdhcp_engine::fuzzing`.
+//!
+//! One thing: the agent's fuzz entry points, one per decoder of outside
+//! bytes (built for fuzzing and the corpus replay only, never shipped).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;

@@ -30,12 +30,15 @@ pub mod datapath;
 /// which replay the committed corpora through them).
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+mod guard;
 pub mod kube;
+mod lease;
 mod metrics;
 pub mod model;
 pub mod netlink;
-
+mod ops;
 pub mod rpc;
+pub mod settings;
 pub mod store;
 pub mod sys;
 pub mod telemetry;

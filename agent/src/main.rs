@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use xdhcp::cli::upstream::{self, DaemonCommand, Invocation};
 use xdhcp::cli::{AgentArgs, Cli, Command};
-use xdhcp::cni::upstream::{self, DaemonCommand, Invocation};
 
 #[expect(
     clippy::print_stderr,

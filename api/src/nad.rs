@@ -8,6 +8,9 @@
 //!
 //! Validation follows the OKEP's change to OVN-K's NAD controller: an `ipam.type` is accepted
 //! only when it is empty or `dhcp`; anything else is rejected with the offending value named.
+//!
+//! One thing: the NAD a CUDN renders to, and its validation (about 420
+//! lines of code; the rest is its tests).
 
 use std::collections::BTreeMap;
 

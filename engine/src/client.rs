@@ -8,6 +8,9 @@
 //!   [`Client::poll_event`] — drain all three after every input;
 //! - C. inspection: [`Client::state`], [`Client::lease`], [`Client::xid`],
 //!   [`Client::stats`].
+//!
+//! One thing: the DHCP client state machine of RFC 2131 §4.4 — every state
+//! and its transitions in one type, as quinn-proto keeps a connection.
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;

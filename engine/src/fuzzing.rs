@@ -23,6 +23,9 @@
 //!   same reason, or for one of its own option checks); its typed fields
 //!   are exactly the option bytes; the direction (`op`) changes nothing
 //!   else.
+//!
+//! One thing: the engine's fuzz entry points, each with the invariants it
+//! checks (built for fuzzing and the corpus replay only, never shipped).
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};

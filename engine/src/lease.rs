@@ -8,6 +8,9 @@
 //! ([`LeaseOption`]), and the lease proceeds. Option 121 replaces option 3
 //! (RFC 3442 §2); a dropped option 121 falls back to option 3, as when it is
 //! absent. `docs/dhcp-options.md` lists what "malformed" means per option.
+//!
+//! One thing: a validated reply made into a lease (about 680 lines of code,
+//! one option parser per option; the rest is its tests).
 
 use std::fmt;
 use std::net::Ipv4Addr;

@@ -11,7 +11,9 @@
 //!
 //! - [`config`], [`env`], [`types`]: CNI wire formats and validation.
 //! - [`proto`]: the CNI calls on the agent socket (paths and bodies).
-//! - [`client`]: blocking HTTP/1.1 over the unix socket.
+//! - [`views`]: what the socket's read-only calls answer (leases, status).
+//! - [`client`]: blocking HTTP/1.1 over the unix socket, the one client of
+//!   the socket (the plugin, the operator commands and the tests use it).
 //! - [`run`]: one plugin invocation.
 //! - [`invocation`]: what an execution is, and the hand-over to the agent.
 
@@ -24,3 +26,4 @@ pub mod invocation;
 pub mod proto;
 pub mod run;
 pub mod types;
+pub mod views;

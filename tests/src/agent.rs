@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
-use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult, LeaseView};
 
 use crate::wait_until;
 
@@ -65,8 +65,7 @@ impl InProcessAgent {
         };
         let c = me.client();
         let ready = wait_until(Duration::from_secs(20), || {
-            me.rt
-                .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
+            c.get::<rpc::Readiness>(rpc::PATH_READY)
                 .is_ok_and(|r| r.ready)
         });
         assert!(ready, "agent did not become ready");
@@ -86,8 +85,8 @@ impl InProcessAgent {
         &self,
         path: &str,
         req: &T,
-    ) -> Result<serde_json::Value, RpcError> {
-        self.rt.block_on(self.client().post(path, req))
+    ) -> Result<serde_json::Value, ClientError> {
+        self.client().post(path, req)
     }
 
     /// The agent's state directory (its lease records are under `leases/`).
@@ -108,7 +107,7 @@ impl InProcessAgent {
     ///
     /// # Errors
     /// The agent's CNI error, or a transport failure.
-    pub fn add(&self, req: &CniRequest) -> Result<CniResult, RpcError> {
+    pub fn add(&self, req: &CniRequest) -> Result<CniResult, ClientError> {
         self.post(rpc::PATH_ADD, req)
             .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
     }
@@ -118,9 +117,7 @@ impl InProcessAgent {
     /// # Panics
     /// If the agent does not answer.
     pub fn leases(&self) -> Vec<LeaseView> {
-        self.rt
-            .block_on(self.client().get(rpc::PATH_LEASES))
-            .expect("lease table")
+        self.client().get(rpc::PATH_LEASES).expect("lease table")
     }
 
     /// `xdhcp status`.
@@ -128,9 +125,7 @@ impl InProcessAgent {
     /// # Panics
     /// If the agent does not answer.
     pub fn status(&self) -> rpc::AgentStatus {
-        self.rt
-            .block_on(self.client().get(rpc::PATH_STATUS))
-            .expect("status")
+        self.client().get(rpc::PATH_STATUS).expect("status")
     }
 }
 

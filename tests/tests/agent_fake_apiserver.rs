@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::cni::types::code;
-use xdhcp::rpc::{CniRequest, CniResult, RpcError};
+use xdhcp::rpc::{ClientError, CniRequest, CniResult};
 use xdhcp_tests::agent::InProcessAgent;
 use xdhcp_tests::fake_apiserver::{FakeApiServer, Op};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, format_mac, wait_until};
@@ -170,7 +170,7 @@ fn add_while_held(
     held: xdhcp_tests::fake_apiserver::Held,
     req: &CniRequest,
     during: impl FnOnce(),
-) -> Result<CniResult, RpcError> {
+) -> Result<CniResult, ClientError> {
     std::thread::scope(|s| {
         let add = s.spawn(|| agent.add(req));
         assert!(

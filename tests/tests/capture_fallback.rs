@@ -158,11 +158,7 @@ impl Setup {
         );
         assert_eq!(metric(self.metrics, "xdhcp_capture_fallbacks_total"), 1);
         // CNI requests are still served while degraded.
-        let r: rpc::Readiness = self
-            .agent
-            .rt
-            .block_on(self.agent.client().get(rpc::PATH_READY))
-            .unwrap();
+        let r: rpc::Readiness = self.agent.client().get(rpc::PATH_READY).unwrap();
         assert!(r.ready, "{r:?}");
     }
 

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_support::AgentProcess;
-use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult, LeaseView};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, format_mac, wait_until};
 
 const PODS: usize = 100;
@@ -35,8 +35,9 @@ fn request(lab: &Lab, i: usize) -> CniRequest {
     xdhcp_tests::cni_request(&lab.clients[i], &format!("burst-{i}"), "default", conf)
 }
 
-fn leases(rt: &tokio::runtime::Runtime, socket: &std::path::Path) -> Vec<LeaseView> {
-    rt.block_on(Client::new(socket, Duration::from_secs(30)).get(rpc::PATH_LEASES))
+fn leases(socket: &std::path::Path) -> Vec<LeaseView> {
+    Client::new(socket, Duration::from_secs(30))
+        .get(rpc::PATH_LEASES)
         .expect("lease table")
 }
 
@@ -74,11 +75,9 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
             for (i, req) in reqs.into_iter().enumerate() {
                 let socket = socket.clone();
                 let answered = answered.clone();
-                set.spawn(async move {
-                    let r: Result<CniResult, RpcError> =
-                        Client::new(&socket, Duration::from_secs(40))
-                            .post(rpc::PATH_ADD, &req)
-                            .await;
+                set.spawn_blocking(move || {
+                    let r: Result<CniResult, ClientError> =
+                        Client::new(&socket, Duration::from_secs(40)).post(rpc::PATH_ADD, &req);
                     if r.is_ok() {
                         answered.fetch_add(1, Ordering::SeqCst);
                     }
@@ -127,7 +126,7 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
     let restarted = Instant::now();
     agent.kill_and_restart();
     let held = || -> BTreeMap<String, Option<Ipv4Addr>> {
-        leases(&rt, &agent.socket)
+        leases(&agent.socket)
             .into_iter()
             .map(|l| (l.container_id, l.address.map(|a| a.addr)))
             .collect()
@@ -152,10 +151,8 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
 
     // The runtime retries every failed ADD: each succeeds.
     for (i, _) in &failed {
-        let r: CniResult = rt
-            .block_on(
-                Client::new(&agent.socket, Duration::from_secs(40)).post(rpc::PATH_ADD, &reqs[*i]),
-            )
+        let r: CniResult = Client::new(&agent.socket, Duration::from_secs(40))
+            .post(rpc::PATH_ADD, &reqs[*i])
             .unwrap_or_else(|e| {
                 panic!("retried ADD burst-{i}: {:?}\n{}", e.into_cni(), agent.log())
             });
@@ -186,7 +183,7 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
     );
 
     // No orphan: the server's leases are exactly the agent's.
-    let agent_side: BTreeMap<String, Ipv4Addr> = leases(&rt, &agent.socket)
+    let agent_side: BTreeMap<String, Ipv4Addr> = leases(&agent.socket)
         .into_iter()
         .filter_map(|l| l.address.map(|a| (l.mac.to_ascii_lowercase(), a.addr)))
         .collect();

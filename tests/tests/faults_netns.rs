@@ -60,19 +60,10 @@ fn interface_deleted_during_the_add_fails_it_at_once() {
     let req = request(c, "pod-gone-add");
     let client = agent.client();
     let t0 = Instant::now();
-    let add = agent.rt.spawn(async move {
-        client
-            .post::<_, serde_json::Value>(rpc::PATH_ADD, &req)
-            .await
-    });
+    let add = std::thread::spawn(move || client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req));
     std::thread::sleep(Duration::from_secs(1));
     lab.server.link_del(c.port());
-    let err = agent
-        .rt
-        .block_on(add)
-        .unwrap()
-        .expect_err("ADD must fail")
-        .into_cni();
+    let err = add.join().unwrap().expect_err("ADD must fail").into_cni();
     let took = t0.elapsed();
     assert_eq!(err.code, code::INTERFACE, "{err:?}");
     let text = format!("{} {}", err.msg, err.details);

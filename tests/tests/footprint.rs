@@ -200,35 +200,36 @@ fn big_dnsmasq(lab: &Lab) -> Dnsmasq {
     )
 }
 
-fn wait_ready(rt: &tokio::runtime::Runtime, client: &Client, log: &dyn Fn() -> String) {
+fn wait_ready(client: &Client, log: &dyn Fn() -> String) {
     let ready = wait_until(Duration::from_secs(30), || {
-        rt.block_on(client.get::<rpc::Readiness>(rpc::PATH_READY))
+        client
+            .get::<rpc::Readiness>(rpc::PATH_READY)
             .is_ok_and(|r| r.ready)
     });
     assert!(ready, "agent not ready:\n{}", log());
 }
 
-/// ADD every client, [`CHUNK`] at a time; container ids `foot-<i>`.
-fn add_all(rt: &tokio::runtime::Runtime, socket: &Path, clients: &[LabClient]) {
+/// ADD every client, [`CHUNK`] at a time (a thread each: the socket's
+/// client is blocking); container ids `foot-<i>`.
+fn add_all(socket: &Path, clients: &[LabClient]) {
     for (chunk_no, chunk) in clients.chunks(CHUNK).enumerate() {
-        let mut set = tokio::task::JoinSet::new();
-        for (i, c) in chunk.iter().enumerate() {
-            let req = request(c, &format!("foot-{}", chunk_no * CHUNK + i));
-            let client = Client::new(socket, Duration::from_mins(2));
-            set.spawn_on(
-                async move {
-                    client
-                        .post::<_, serde_json::Value>(rpc::PATH_ADD, &req)
-                        .await
-                },
-                rt.handle(),
-            );
-        }
-        let failed: Vec<String> = rt
-            .block_on(set.join_all())
-            .into_iter()
-            .filter_map(|r| r.err().map(|e| e.to_string()))
-            .collect();
+        let failed: Vec<String> = std::thread::scope(|s| {
+            let adds: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let req = request(c, &format!("foot-{}", chunk_no * CHUNK + i));
+                    s.spawn(move || {
+                        Client::new(socket, Duration::from_mins(2))
+                            .post::<_, serde_json::Value>(rpc::PATH_ADD, &req)
+                    })
+                })
+                .collect();
+            adds.into_iter()
+                .map(|h| h.join().expect("ADD thread"))
+                .filter_map(|r| r.err().map(|e| e.to_string()))
+                .collect()
+        });
         assert!(
             failed.is_empty(),
             "{} ADDs failed, first: {}",
@@ -253,19 +254,14 @@ fn threads_stay_bounded_and_receivers_close_after_handover() {
     let _dnsmasq = big_dnsmasq(&lab);
     let agent = TestAgent::start();
     let (socket, log) = (&agent.socket, || agent.log());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
     let client = Client::new(socket, Duration::from_mins(2));
-    wait_ready(&rt, &client, &log);
+    wait_ready(&client, &log);
     let pid = agent.process.pid().expect("agent running");
     let rss0 = status_field(pid, "VmRSS:");
     let threads0 = status_field(pid, "Threads:");
     let sampler = ThreadSampler::start(pid);
 
-    add_all(&rt, socket, &lab.clients);
+    add_all(socket, &lab.clients);
     // Where `cargo xtask bench cni` measures: half a second after the last
     // ADD, while the last leases still move to eBPF.
     std::thread::sleep(Duration::from_millis(500));
@@ -273,10 +269,7 @@ fn threads_stay_bounded_and_receivers_close_after_handover() {
     let threads_bench = status_field(pid, "Threads:");
 
     // Every lease moves to the eBPF capture (TC on veths) in the background.
-    let status = || -> rpc::AgentStatus {
-        rt.block_on(client.get(rpc::PATH_STATUS))
-            .expect("agent status")
-    };
+    let status = || -> rpc::AgentStatus { client.get(rpc::PATH_STATUS).expect("agent status") };
     let handed_over = wait_until(Duration::from_mins(1), || {
         let s = status();
         s.interfaces.len() == n && s.interfaces.iter().all(|i| i.attach == "tc")
@@ -332,26 +325,18 @@ fn a_lease_ends_when_its_interface_is_deleted() {
     let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
     let agent = TestAgent::start();
     let (socket, log) = (&agent.socket, || agent.log());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let client = Client::new(socket, Duration::from_mins(1));
-    wait_ready(&rt, &client, &log);
+    wait_ready(&client, &log);
     for (i, c) in lab.clients.iter().enumerate() {
-        rt.block_on(
-            client.post::<_, serde_json::Value>(rpc::PATH_ADD, &request(c, &format!("gone-{i}"))),
-        )
-        .unwrap_or_else(|e| panic!("ADD {i}: {e}\n{}", log()));
+        client
+            .post::<_, serde_json::Value>(rpc::PATH_ADD, &request(c, &format!("gone-{i}")))
+            .unwrap_or_else(|e| panic!("ADD {i}: {e}\n{}", log()));
     }
-    let leases = || -> Vec<rpc::LeaseView> {
-        rt.block_on(client.get(rpc::PATH_LEASES))
-            .expect("lease table")
-    };
+    let leases = || -> Vec<rpc::LeaseView> { client.get(rpc::PATH_LEASES).expect("lease table") };
     assert_eq!(leases().len(), 2);
     // Once on eBPF no AF_PACKET receiver is left to see the interface go.
     let on_ebpf = wait_until(Duration::from_secs(10), || {
-        let s: rpc::AgentStatus = rt.block_on(client.get(rpc::PATH_STATUS)).expect("status");
+        let s: rpc::AgentStatus = client.get(rpc::PATH_STATUS).expect("status");
         s.interfaces.len() == 2 && s.interfaces.iter().all(|i| i.attach == "tc")
     });
     assert!(on_ebpf, "leases did not move to eBPF:\n{}", log());

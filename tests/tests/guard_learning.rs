@@ -140,7 +140,6 @@ impl Api {
 
 /// An in-process agent on its own thread inside `node`, stopped on drop.
 struct NodeAgent {
-    rt: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     socket: PathBuf,
@@ -187,10 +186,6 @@ impl NodeAgent {
                 .and_then(|r| r)
         });
         let me = Self {
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
             stop: Some(stop),
             thread: Some(thread),
             socket,
@@ -198,8 +193,7 @@ impl NodeAgent {
         };
         let c = me.client();
         let ready = wait_until(Duration::from_secs(20), || {
-            me.rt
-                .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
+            c.get::<rpc::Readiness>(rpc::PATH_READY)
                 .is_ok_and(|r| r.ready)
         });
         assert!(ready, "agent did not become ready");
@@ -215,9 +209,7 @@ impl NodeAgent {
     }
 
     fn status(&self) -> rpc::AgentStatus {
-        self.rt
-            .block_on(self.client().get(rpc::PATH_STATUS))
-            .expect("agent status")
+        self.client().get(rpc::PATH_STATUS).expect("agent status")
     }
 
     fn client(&self) -> Client {
@@ -226,16 +218,14 @@ impl NodeAgent {
 
     fn add(&self, req: &CniRequest) -> rpc::CniResult {
         let v = self
-            .rt
-            .block_on(self.client().post(rpc::PATH_ADD, req))
+            .client()
+            .post(rpc::PATH_ADD, req)
             .expect("VM ADD succeeds");
         serde_json::from_value(v).expect("a CNI result")
     }
 
     fn bindings(&self) -> Vec<Binding> {
-        self.rt
-            .block_on(self.client().get(PATH_BINDINGS))
-            .expect("binding table")
+        self.client().get(PATH_BINDINGS).expect("binding table")
     }
 
     /// The learned-binding file in the agent's state directory, as written.
@@ -720,8 +710,8 @@ fn dhcpcd_guest(srv: Srv) {
 
     // The VM's DEL takes its port's guard and its learned binding away.
     vm.agent
-        .rt
-        .block_on(vm.agent.client().post::<_, Value>(rpc::PATH_DEL, &vm.req))
+        .client()
+        .post::<_, Value>(rpc::PATH_DEL, &vm.req)
         .expect("DEL");
     assert!(learned(&vm).is_empty(), "{:?}", learned(&vm));
     assert!(vm.agent.bindings().is_empty());

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use xdhcp::cli::DatapathChoice;
 use xdhcp::cni::types::code;
-use xdhcp::rpc::{self, CniRequest, RpcError};
+use xdhcp::rpc::{self, ClientError, CniRequest};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, LabClient, format_mac, wait_until};
 
 fn request(client: &LabClient, container: &str, ipam: &str) -> CniRequest {
@@ -15,7 +15,7 @@ fn request(client: &LabClient, container: &str, ipam: &str) -> CniRequest {
     xdhcp_tests::cni_request(client, container, "default", &conf)
 }
 
-fn agent_code(e: RpcError) -> (u32, String) {
+fn agent_code(e: ClientError) -> (u32, String) {
     let e = e.into_cni();
     (e.code, e.msg)
 }

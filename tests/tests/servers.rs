@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
-use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult, LeaseView};
 use xdhcp_tests::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab, LabClient, Process,
     ServerLease, format_mac, wait_until,
@@ -118,8 +118,7 @@ impl AgentProc {
         self.process = Some(Process::spawn_logged("xdhcp agent", cmd, &self.log_file()));
         let c = self.client();
         let ready = wait_until(Duration::from_secs(20), || {
-            self.rt
-                .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
+            c.get::<rpc::Readiness>(rpc::PATH_READY)
                 .is_ok_and(|r| r.ready)
         });
         assert!(ready, "agent did not become ready:\n{}", self.log());
@@ -134,8 +133,8 @@ impl AgentProc {
         Client::new(self.socket(), Duration::from_mins(1))
     }
 
-    fn post(&self, path: &str, req: &CniRequest) -> Result<serde_json::Value, RpcError> {
-        self.rt.block_on(self.client().post(path, req))
+    fn post(&self, path: &str, req: &CniRequest) -> Result<serde_json::Value, ClientError> {
+        self.client().post(path, req)
     }
 
     fn add(&self, req: &CniRequest) -> CniResult {
@@ -152,9 +151,7 @@ impl AgentProc {
     }
 
     fn leases(&self) -> Vec<LeaseView> {
-        self.rt
-            .block_on(self.client().get(rpc::PATH_LEASES))
-            .expect("lease table")
+        self.client().get(rpc::PATH_LEASES).expect("lease table")
     }
 
     fn lease(&self, container: &str) -> LeaseView {
@@ -644,13 +641,13 @@ fn dnsmasq_twenty_concurrent_clients_all_bind() {
         .map(|(i, c)| request(c, &format!("pod-many-{i}"), IPAM))
         .collect();
     let client = agent.client();
-    let results: Vec<Result<serde_json::Value, RpcError>> = agent.rt.block_on(async {
+    let results: Vec<Result<serde_json::Value, ClientError>> = agent.rt.block_on(async {
         let mut set = tokio::task::JoinSet::new();
         for (i, r) in reqs.iter().cloned().enumerate() {
             let client = client.clone();
-            set.spawn(async move { (i, client.post(rpc::PATH_ADD, &r).await) });
+            set.spawn_blocking(move || (i, client.post(rpc::PATH_ADD, &r)));
         }
-        let mut out: Vec<Option<Result<serde_json::Value, RpcError>>> =
+        let mut out: Vec<Option<Result<serde_json::Value, ClientError>>> =
             (0..N).map(|_| None).collect();
         while let Some(j) = set.join_next().await {
             let (i, r) = j.expect("ADD task");
@@ -761,16 +758,14 @@ fn status_answers_and_the_agent_stays_usable() {
     let req = request(c, "pod-status", IPAM);
     let ip = addr(&agent.add(&req));
     let quick = Client::new(agent.socket(), Duration::from_secs(5));
-    let status: rpc::AgentStatus = agent
-        .rt
-        .block_on(quick.get(rpc::PATH_STATUS))
+    let status: rpc::AgentStatus = quick
+        .get(rpc::PATH_STATUS)
         .unwrap_or_else(|e| panic!("GET {}: {e}", rpc::PATH_STATUS));
     assert_eq!(status.leases, 1, "{status:?}");
     assert_eq!(status.interfaces.len(), 1, "{status:?}");
     assert_eq!(status.interfaces[0].ifname, c.ifname);
-    let table: Vec<LeaseView> = agent
-        .rt
-        .block_on(quick.get(rpc::PATH_LEASES))
+    let table: Vec<LeaseView> = quick
+        .get(rpc::PATH_LEASES)
         .unwrap_or_else(|e| panic!("lease table after status: {e}"));
     assert_eq!(table[0].address.map(|a| a.addr), Some(ip));
     agent.del(&req);

@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::cni::types::code;
-use xdhcp::rpc::{self, Client, CniRequest, CniResult, LeaseView, RpcError};
+use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult, LeaseView};
 use xdhcp_tests::fake_apiserver::FakeApiServer;
 use xdhcp_tests::tmpfs::Tmpfs;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, format_mac, wait_until};
@@ -43,7 +43,6 @@ const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
 /// An agent on its own thread (optionally inside a network namespace, which
 /// is then the agent's "host" namespace), stopped on drop.
 struct TestAgent {
-    rt: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     socket: PathBuf,
@@ -97,10 +96,6 @@ impl TestAgent {
                 .block_on(agent()),
         });
         let me = Self {
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
             stop: Some(stop),
             thread: Some(thread),
             socket,
@@ -112,9 +107,7 @@ impl TestAgent {
             me.thread
                 .as_ref()
                 .is_some_and(std::thread::JoinHandle::is_finished)
-                || me
-                    .rt
-                    .block_on(c.get::<rpc::Readiness>(rpc::PATH_READY))
+                || c.get::<rpc::Readiness>(rpc::PATH_READY)
                     .is_ok_and(|r| r.ready)
         });
         if me
@@ -134,19 +127,17 @@ impl TestAgent {
         Client::new(&self.socket, Duration::from_mins(1))
     }
 
-    fn post(&self, path: &str, req: &CniRequest) -> Result<Value, RpcError> {
-        self.rt.block_on(self.client().post(path, req))
+    fn post(&self, path: &str, req: &CniRequest) -> Result<Value, ClientError> {
+        self.client().post(path, req)
     }
 
-    fn add(&self, req: &CniRequest) -> Result<CniResult, RpcError> {
+    fn add(&self, req: &CniRequest) -> Result<CniResult, ClientError> {
         self.post(rpc::PATH_ADD, req)
             .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
     }
 
     fn leases(&self) -> Vec<LeaseView> {
-        self.rt
-            .block_on(self.client().get(rpc::PATH_LEASES))
-            .expect("lease table")
+        self.client().get(rpc::PATH_LEASES).expect("lease table")
     }
 
     fn store_path(&self) -> PathBuf {
@@ -907,10 +898,7 @@ fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
     );
     // The reply capture on the VF netdev: the eBPF TC program when the
     // datapath loaded, else AF_PACKET.
-    let status: rpc::AgentStatus = agent
-        .rt
-        .block_on(agent.client().get(rpc::PATH_STATUS))
-        .expect("status");
+    let status: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
     let want = if status.datapath == "ebpf" {
         "tc"
     } else {
@@ -1048,6 +1036,85 @@ fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
     let e = agent.add(&bad).unwrap_err().into_cni();
     assert_eq!(e.code, code::VFIO, "{e:?}");
     assert!(e.msg.contains("\"eth7\""), "{}", e.msg);
+}
+
+/// A VFIO VM's ADD whose VMI read hangs (the fake API server holds it for
+/// a minute): the ADD fails at its deadline with the API code naming the
+/// VMI, as every other ADD path does, and the VF is never handed off. The
+/// VFIO path used to make this call with no deadline at all.
+#[test]
+fn vfio_vm_add_with_a_hung_vmi_read_fails_at_its_deadline_fake_apiserver() {
+    use xdhcp_tests::fake_apiserver::{Fault, Op};
+    const NAD: &str = "localnet-dhcp-vfio";
+    /// The ADD deadline of a network with `"timeout": "2s"`: the plugin
+    /// waits 2 s + 15 s; the agent answers one second before.
+    const DEADLINE: Duration = Duration::from_secs(16);
+    let api_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = api_rt.block_on(FakeApiServer::start());
+    let seed = vfio_seed("02:00:00:00:20:0d", NAD);
+    server.add_pod(
+        NS,
+        "virt-launcher-vm2-x",
+        &[
+            ("kubevirt.io", "virt-launcher"),
+            ("vm.kubevirt.io/name", "vm2"),
+        ],
+        &[],
+    );
+    server.put_vmi(seed["vmis"][format!("{NS}/vm2")].clone());
+    server.inject(Op::GetVmi, Fault::Delay(Duration::from_mins(1)));
+    let cfg_dir = tempfile::Builder::new()
+        .prefix("xdt-kubeconfig-")
+        .tempdir()
+        .unwrap();
+    let kubeconfig = write_kubeconfig(cfg_dir.path(), &server.url());
+    let launcher = NetNs::new();
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    let sysfs_root = tree.path().join("sys");
+    let mut fake = None;
+    let agent = TestAgent::start(None, &json!({}), |a| {
+        fake = Some(FakeVf::new(
+            tree.path(),
+            &a.state_dir,
+            (0x15b3, 0x101e),
+            "mlx5_core",
+        ));
+        a.sysfs_root.clone_from(&sysfs_root);
+        a.kube = KubeMode::On;
+        a.kubeconfig = Some(kubeconfig.clone());
+        a.datapath = DatapathChoice::Afpacket;
+    });
+    let fake = fake.unwrap();
+    let mut conf = localnet_config(NAD, Some(BDF));
+    conf["ipam"] = json!({"type": "xdhcp", "timeout": "2s"});
+    let req = request(
+        "ctr-hung",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &conf,
+    );
+    let t0 = std::time::Instant::now();
+    let e = agent.add(&req).unwrap_err().into_cni();
+    let took = t0.elapsed();
+    assert_eq!(e.code, code::KUBE_API, "{e:?}");
+    let text = format!("{} {}", e.msg, e.details);
+    assert!(
+        text.contains("VirtualMachineInstance") && text.contains(&format!("{NS}/vm2")),
+        "{e:?}"
+    );
+    assert!(took < DEADLINE + Duration::from_secs(2), "took {took:?}");
+    // The VMI is read before the handoff: the VF never left vfio-pci.
+    assert_eq!(fake.driver_file("vfio-pci", "unbind"), "");
+    assert_eq!(fake.journal_entries(), 0);
+    assert!(agent.leases().is_empty());
 }
 
 #[test]

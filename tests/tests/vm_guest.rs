@@ -37,7 +37,7 @@ use xdhcp::cni::types::code;
 use xdhcp::datapath::AttachMode;
 use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, DhcpEvent, EventReader};
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
-use xdhcp::rpc::{self, Client, CniRequest, CniResult, RpcError};
+use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult};
 use xdhcp::vfio::{PciAddr, VFIO_PCI};
 use xdhcp_tests::{Bridge, Dnsmasq, DnsmasqConfig, NetNs, Process, parse_mac, wait_until};
 
@@ -538,7 +538,6 @@ struct VfioAgent {
     process: Option<Process>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
-    rt: tokio::runtime::Runtime,
 }
 
 impl VfioAgent {
@@ -577,10 +576,6 @@ impl VfioAgent {
             process: None,
             dir,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
         };
         me.spawn();
         me
@@ -614,8 +609,8 @@ impl VfioAgent {
         ));
         let client = self.client();
         let ready = wait_until(Duration::from_mins(1), || {
-            self.rt
-                .block_on(client.get::<rpc::Readiness>(rpc::PATH_READY))
+            client
+                .get::<rpc::Readiness>(rpc::PATH_READY)
                 .is_ok_and(|r| r.ready)
         });
         assert!(ready, "agent not ready:\n{}", self.log());
@@ -655,13 +650,13 @@ impl VfioAgent {
         }
     }
 
-    fn add(&self, req: &CniRequest) -> Result<CniResult, RpcError> {
-        add_on(&self.client(), &self.rt, req)
+    fn add(&self, req: &CniRequest) -> Result<CniResult, ClientError> {
+        add_on(&self.client(), req)
     }
 
     fn del(&self, req: &CniRequest) {
-        self.rt
-            .block_on(self.client().post::<_, Value>(rpc::PATH_DEL, req))
+        self.client()
+            .post::<_, Value>(rpc::PATH_DEL, req)
             .unwrap_or_else(|e| panic!("DEL: {e}\n{}", self.log()));
     }
 
@@ -680,12 +675,9 @@ impl VfioAgent {
     }
 }
 
-fn add_on(
-    client: &Client,
-    rt: &tokio::runtime::Runtime,
-    req: &CniRequest,
-) -> Result<CniResult, RpcError> {
-    rt.block_on(client.post::<_, Value>(rpc::PATH_ADD, req))
+fn add_on(client: &Client, req: &CniRequest) -> Result<CniResult, ClientError> {
+    client
+        .post::<_, Value>(rpc::PATH_ADD, req)
         .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
 }
 
@@ -760,8 +752,8 @@ fn vfio_handoff_with_a_live_uplink_on_its_physnet_keeps_the_vfs_own_path() {
     ]);
     let status = || {
         agent
-            .rt
-            .block_on(agent.client().get::<rpc::AgentStatus>(rpc::PATH_STATUS))
+            .client()
+            .get::<rpc::AgentStatus>(rpc::PATH_STATUS)
             .expect("agent status")
     };
     assert!(
@@ -821,13 +813,7 @@ fn vfio_handoff_killed_mid_way_is_healed_by_the_restarted_agent() {
 
     // ADD from another thread; SIGKILL the agent once the NIC is on e1000e.
     let (client, add_req) = (agent.client(), req.clone());
-    let adder = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        add_on(&client, &rt, &add_req)
-    });
+    let adder = std::thread::spawn(move || add_on(&client, &add_req));
     let handed = wait_until(Duration::from_mins(1), || {
         nic.driver().as_deref() == Some("e1000e")
     });

@@ -8,7 +8,5 @@
 //! binaries behave identically; this binary behaves as the plugin whenever
 //! `CNI_COMMAND` is set.
 
-pub mod upstream;
-
 pub use xdhcp_plugin::run::{main, run, shim_timeout};
 pub use xdhcp_plugin::{config, env, types};

@@ -15,20 +15,9 @@
 //! every lease and do **not** release them: a restarted agent resumes them
 //! without a new DISCOVER.
 
-mod acquire;
-mod add;
-mod capture;
-mod context;
-mod error;
-mod guard;
-mod lease;
-mod link;
-mod pacing;
 mod recover;
-mod registry;
 mod server;
 mod status;
-mod vm;
 
 use std::future::Future;
 use std::io;
@@ -42,15 +31,19 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use self::capture::Capture;
-use self::context::Agent;
-use self::lease::task::Services;
-use self::registry::Registry;
-use crate::cli::{AgentArgs, AttachChoice, DatapathChoice};
 use crate::datapath::AttachMode;
+use crate::datapath::capture::{self, Capture};
 use crate::datapath::ebpf::Datapath;
+use crate::datapath::link;
+use crate::guard;
 use crate::kube::PodApi;
+use crate::lease::registry::Registry;
+use crate::lease::task::Services;
+use crate::lease::{self, pacing};
 use crate::metrics::{Health, Metrics};
+use crate::ops::context::Agent;
+use crate::ops::vm;
+use crate::settings::{AgentArgs, AttachChoice, DatapathChoice};
 
 /// How long shutdown waits for the stopped leases' packet sockets to close.
 const SOCKET_CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -240,8 +233,11 @@ async fn run_on(
     }
     health.set_datapath_ready();
     side.spawn(flush_stores(agent.clone(), token.clone()));
-    side.spawn(guard::export_metrics(agent.clone(), token.clone()));
-    side.spawn(guard::learn_guests(agent.clone(), token.clone()));
+    side.spawn(status::export_metrics(agent.clone(), token.clone()));
+    side.spawn(crate::ops::learn::learn_guests(
+        agent.clone(),
+        token.clone(),
+    ));
 
     recover::recover(&agent).await;
     health.set_recovered();
@@ -358,7 +354,7 @@ async fn first_failure(servers: &mut JoinSet<io::Result<()>>) -> io::Result<()> 
 }
 
 /// Every `--uplink` names another interface.
-fn check_uplinks(uplinks: &[crate::cli::Uplink]) -> Result<(), DaemonError> {
+fn check_uplinks(uplinks: &[crate::settings::Uplink]) -> Result<(), DaemonError> {
     for (i, u) in uplinks.iter().enumerate() {
         if uplinks[..i].iter().any(|v| v.ifname == u.ifname) {
             return Err(DaemonError::DuplicateUplink {

@@ -8,12 +8,13 @@ use futures::StreamExt as _;
 use tracing::{error, info, warn};
 use xdhcp_engine::{Client, Mode};
 
-use super::acquire::{client_config, seed};
-use super::context::Agent;
-use super::lease::live::expiry_ms;
-use super::lease::persist::{self, LeaseRecord, WorkloadKind};
-use super::link::{Link, LinkError, Sockets};
-use crate::cli::ExpiredPolicy;
+use crate::datapath::link::{Link, LinkError, Sockets};
+use crate::lease::live::expiry_ms;
+use crate::lease::persist::{self, LeaseRecord, WorkloadKind};
+use crate::ops::acquire::client_config;
+use crate::ops::context::Agent;
+use crate::settings::ExpiredPolicy;
+use crate::sys::clock::seed;
 
 /// Leases resumed at once. Each resume is one trip into the pod's network
 /// namespace (interface up, the link's details, removal watch), on the
@@ -37,7 +38,7 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         warn!(record = %q.what, reason = %q.reason, "unusable lease record set aside");
     }
     let loaded_ms = started.elapsed().as_millis();
-    let now_ms = crate::cli::now_unix_ms();
+    let now_ms = crate::sys::clock::now_unix_ms();
     let mut to_resume = Vec::with_capacity(records.len());
     // Every port is guarded again, a namespace trip and a netlink query
     // each: in the background, a few at a time, once the leases are
@@ -125,7 +126,7 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
 async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
     if let Some(ns) = rec.netns.as_deref() {
         let vm_mac = (rec.workload != WorkloadKind::Pod).then_some(rec.mac);
-        super::add::guard_port(
+        crate::ops::add::guard_port(
             agent,
             &rec.container_id,
             &rec.ifname,

@@ -10,11 +10,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::context::Agent;
-use super::error::Error;
-use super::{add, status};
 use crate::cni::types::{CniError, code};
+use crate::daemon::status;
 use crate::kube::PodApiError;
+use crate::ops::add;
+use crate::ops::context::Agent;
+use crate::ops::error::Error;
 use crate::rpc::{self, CniRequest, GcRequest, Readiness, format_chain};
 
 /// A CNI error as an HTTP response.
@@ -223,7 +224,7 @@ async fn reader_fault(
 }
 
 async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::Binding>> {
-    Json(super::status::bindings(&a))
+    Json(crate::daemon::status::bindings(&a))
 }
 
 #[cfg(test)]

@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use super::capture::CapturePath;
-use super::context::Agent;
-use super::lease::task::lock;
+use crate::datapath::capture::CapturePath;
 use crate::datapath::ebpf::AttachTarget;
 use crate::kube::PodApi;
+use crate::ops::context::Agent;
 use crate::rpc::{AgentStatus, InterfaceStatus, LeaseView};
+use crate::sys::sync::lock;
 
 /// The `xdhcp leases` rows, sorted by attachment.
 pub(crate) fn leases(agent: &Agent) -> Vec<LeaseView> {
@@ -96,7 +96,7 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
 /// discoveries), then every binding learned from a guest, by MAC.
 pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
     use crate::bindings::{Binding, BindingSource, format_mac};
-    let now = crate::cli::now_unix_ms();
+    let now = crate::sys::clock::now_unix_ms();
     let learned = agent
         .guard
         .learned
@@ -122,7 +122,7 @@ pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
                     .pod
                     .as_ref()
                     .map(|p| format!("{}/{}", p.namespace, p.name)),
-                expires_unix_ms: crate::daemon::lease::live::expiry_ms(lease),
+                expires_unix_ms: crate::lease::live::expiry_ms(lease),
                 source: BindingSource::Leased,
                 replaced: None,
             })
@@ -131,4 +131,31 @@ pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
     rows.sort_by(|a, b| a.mac.cmp(&b.mac));
     rows.extend(learned);
     rows
+}
+
+/// How often the guard's kernel counters are copied into the metrics.
+const METRICS_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Copies the guard's per-port counters and the binding table into the
+/// metrics until shutdown.
+pub(crate) async fn export_metrics(
+    agent: std::sync::Arc<crate::ops::context::Agent>,
+    token: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let a = agent.clone();
+        let snap = tokio::task::spawn_blocking(move || (a.guard.snapshot(), bindings(&a))).await;
+        if let Ok((snap, bindings)) = snap {
+            let rows: Vec<_> = snap
+                .iter()
+                .map(|(p, c)| (p.host_ifname.clone(), c.passed_client, c.drops()))
+                .collect();
+            agent.metrics().guard_snapshot(&rows);
+            agent.metrics().bindings_snapshot(&bindings);
+        }
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(METRICS_PERIOD) => {}
+        }
+    }
 }

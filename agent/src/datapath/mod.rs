@@ -5,8 +5,11 @@
 //! tasks by xid, never by ifindex alone (ifindexes repeat across namespaces).
 
 pub mod afpacket;
+pub(crate) mod capture;
 pub mod ebpf;
 pub mod frame;
+pub(crate) mod link;
+pub(crate) mod port;
 pub mod rawsock;
 
 use std::fmt;

@@ -273,7 +273,6 @@ async fn wait_ready(client: &rpc::Client, log: &Path) -> Result<()> {
     loop {
         if client
             .get::<rpc::Readiness>(rpc::PATH_READY)
-            .await
             .is_ok_and(|r| r.ready)
         {
             return Ok(());
@@ -338,7 +337,7 @@ async fn agent_memory(n: usize) -> Result<AgentMemory> {
     let mut rss_one = 0;
     for i in 0..n {
         let req = add_request(&pod, i)?;
-        let _: serde_json::Value = client.post(rpc::PATH_ADD, &req).await.with_context(|| {
+        let _: serde_json::Value = client.post(rpc::PATH_ADD, &req).with_context(|| {
             format!(
                 "ADD {i}; agent log:\n{}",
                 std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default()
@@ -366,7 +365,6 @@ async fn agent_memory(n: usize) -> Result<AgentMemory> {
     for req in &reqs {
         let _: serde_json::Value = client
             .post(rpc::PATH_DEL, req)
-            .await
             .with_context(|| format!("DEL {}", req.container_id))?;
     }
     drop(agent);

@@ -20,7 +20,7 @@ use crate::netlink::PeerLookup;
 use crate::sys::netns::run_switched;
 
 /// Failure opening or using a link.
-pub(super) type LinkError = RawSockError;
+pub(crate) type LinkError = RawSockError;
 
 /// What one trip into the namespace opens for a link.
 type Opened = (
@@ -33,7 +33,7 @@ type Opened = (
 
 /// Which packet sockets [`Link::open`] opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sockets {
+pub(crate) enum Sockets {
     /// The sender only (replies come from the ring buffer).
     Sender,
     /// The sender and the `AF_PACKET` receiver.
@@ -51,7 +51,7 @@ pub(super) enum Sockets {
 /// therefore hands the sockets to [`close_later`] instead of blocking the
 /// async worker that runs the lease task.
 #[derive(Debug)]
-pub(super) struct Link {
+pub(crate) struct Link {
     pub ifname: String,
     pub netns: Option<PathBuf>,
     pub info: LinkInfo,
@@ -105,7 +105,7 @@ static CLOSING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize:
 
 /// Close `sock` (drop it) on a background closer thread; inline if none
 /// could be started.
-pub(super) fn close_later(sock: Closing) {
+pub(crate) fn close_later(sock: Closing) {
     static QUEUE: OnceLock<Option<Mutex<mpsc::Sender<Closing>>>> = OnceLock::new();
     let queue = QUEUE.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Closing>();
@@ -193,7 +193,7 @@ impl Link {
     /// Open the sender (and, with `afpacket_rx`, the receiver) on `ifname`
     /// inside `netns` (`None`: the agent's own namespace, e.g. a VF netdev
     /// during the VFIO handoff).
-    pub(super) fn open(
+    pub(crate) fn open(
         netns: Option<&Path>,
         ifname: &str,
         sockets: Sockets,
@@ -203,7 +203,7 @@ impl Link {
 
     /// [`Link::open`], and in the same trip into `netns` find the
     /// interface's veth peer for the DHCP guard ([`Link::take_veth_peer`]).
-    pub(super) fn open_looking(
+    pub(crate) fn open_looking(
         netns: Option<&Path>,
         ifname: &str,
         sockets: Sockets,
@@ -303,12 +303,12 @@ impl Link {
     }
 
     /// What [`Link::open_looking`] found of the veth peer (once).
-    pub(super) fn take_veth_peer(&mut self) -> PeerLookup {
+    pub(crate) fn take_veth_peer(&mut self) -> PeerLookup {
         self.veth_peer.take()
     }
 
     /// Whether the `AF_PACKET` receiver is open.
-    pub(super) fn has_rx(&self) -> bool {
+    pub(crate) fn has_rx(&self) -> bool {
         self.rx.is_some()
     }
 
@@ -336,7 +336,7 @@ impl Link {
 
     /// Send frames with `mac` as the Ethernet source (a VM's MAC).
     #[must_use]
-    pub(super) fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
+    pub(crate) fn with_src_mac(mut self, mac: [u8; 6]) -> Self {
         self.tx = self.tx.take().map(|tx| tx.with_src_mac(mac));
         self.src_mac = mac;
         if mac == self.client_mac {
@@ -356,7 +356,7 @@ impl Link {
 
     /// Send one engine transmit. The sender must be open
     /// ([`Link::ensure_tx`]); a closed one is an error, never a panic.
-    pub(super) fn send(&self, t: &Transmit) -> Result<(), LinkError> {
+    pub(crate) fn send(&self, t: &Transmit) -> Result<(), LinkError> {
         match &self.tx {
             Some(tx) => tx.send_transmit(t),
             None => Err(LinkError::Io {
@@ -375,7 +375,7 @@ impl Link {
     /// a process that dies holding a thousand of them takes that many
     /// grace periods, one after another, to exit (tens of seconds on a
     /// small node), which delays the agent's restart by as much.
-    pub(super) fn idle_tx(&mut self) {
+    pub(crate) fn idle_tx(&mut self) {
         if let Some(tx) = self.tx.take() {
             close_later(Box::new(tx));
         }
@@ -384,7 +384,7 @@ impl Link {
     /// Open the sender again if it was idled: one trip into the
     /// namespace. An interface that is gone, or was replaced by another
     /// under the same name (a different index), is `InterfaceGone`.
-    pub(super) async fn ensure_tx(&mut self) -> Result<(), LinkError> {
+    pub(crate) async fn ensure_tx(&mut self) -> Result<(), LinkError> {
         if self.tx.is_some() {
             return Ok(());
         }
@@ -394,7 +394,7 @@ impl Link {
 
     /// [`Link::ensure_tx`] from synchronous code (the RELEASE at the end of
     /// a lease): the namespace trip blocks this thread for its duration.
-    pub(super) fn ensure_tx_blocking(&mut self) -> Result<(), LinkError> {
+    pub(crate) fn ensure_tx_blocking(&mut self) -> Result<(), LinkError> {
         if self.tx.is_some() {
             return Ok(());
         }
@@ -424,7 +424,7 @@ impl Link {
     }
 
     /// Close the `AF_PACKET` receiver (capture moved to eBPF), off this thread.
-    pub(super) fn drop_rx(&mut self) {
+    pub(crate) fn drop_rx(&mut self) {
         if let Some(rx) = self.rx.take() {
             close_later(Box::new(rx));
         }
@@ -432,7 +432,7 @@ impl Link {
 
     /// Next DHCP server→client frame from the `AF_PACKET` receiver. Pends
     /// forever when the link has none (the eBPF dispatcher delivers instead).
-    pub(super) async fn recv(&self) -> Result<RxFrame, LinkError> {
+    pub(crate) async fn recv(&self) -> Result<RxFrame, LinkError> {
         match &self.rx {
             Some(rx) => rx.recv().await,
             None => std::future::pending().await,
@@ -441,14 +441,14 @@ impl Link {
 
     /// Stop watching for the interface's removal (a one-shot discovery
     /// ends at BOUND and never asks).
-    pub(super) fn drop_watch(&mut self) {
+    pub(crate) fn drop_watch(&mut self) {
         self.watch = None;
     }
 
     /// Resolves once the interface is deleted (or moved out of its
     /// namespace). Pends forever when the link has no watch (opened in the
     /// agent's own namespace) or the watch failed; cancel-safe.
-    pub(super) async fn removed(&self) {
+    pub(crate) async fn removed(&self) {
         let Some(w) = &self.watch else {
             return std::future::pending().await;
         };

@@ -9,17 +9,17 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use tracing::{debug, error, warn};
+use tracing::{error, warn};
 use xdhcp_engine::{Client, Mode, State};
 
-use super::capture::{CapturePath, ServedVia};
-use super::lease::live::{Command, Live, Outcome};
-use super::lease::persist::{Durable, LeaseRecord};
-use super::lease::task::{self, Ended, Receive, Services, Task, lock};
-use super::link::{Link, LinkError};
+use crate::datapath::capture::CapturePath;
+use crate::datapath::link::{Link, LinkError};
+use crate::datapath::port::{Port, PortOwner};
+use crate::lease::live::{Command, Live, Outcome};
+use crate::lease::persist::{Durable, LeaseRecord};
+use crate::lease::task::{self, Ended, Services, Task};
+use crate::sys::sync::lock;
 
-/// Channel depth per lease task for captured frames.
-const FRAME_QUEUE: usize = 32;
 /// How long a stop waits for a lease task to send RELEASE and end.
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
@@ -157,55 +157,25 @@ impl Registry {
         self: &Arc<Self>,
         record: LeaseRecord,
         client: Client,
-        mut link: Link,
+        link: Link,
         waiter: Option<oneshot::Sender<Outcome>>,
     ) -> Result<Handle, LinkError> {
-        let capture = &self.svc.capture;
         let eager = client.config().mode == Mode::OneShot;
-        let target = task::target_of(&link);
-        let now = if eager && capture.has_ebpf() {
-            capture.subscribe_now(&target).await
-        } else {
-            None
+        let owner = PortOwner {
+            network: record.config.name.clone(),
+            mac: record.mac,
+            uplink: record.uplink.clone(),
         };
-        // A maintained lease resumed from a record that names one of this
-        // agent's uplinks follows it from the start: no receiver of its
-        // own, no per-interface capture (its renewals' replies come there).
-        let resumed = (!eager)
-            .then_some(record.uplink.as_ref())
-            .flatten()
-            .and_then(|u| capture.resume_on_uplink(&u.ifname));
-        let (rx, path) = if let Some(up) = resumed {
-            link.drop_rx();
-            // Its network's server answered there: a fresh pod of the
-            // network sends its first DISCOVER there too.
-            capture.note_served(
-                &record.config.name,
-                Some(ServedVia {
-                    uplink: up.name.clone(),
-                    vlan: record.uplink.as_ref().and_then(|u| u.vlan),
-                }),
-            );
-            let path = match up.ifindex {
-                Some(_) => CapturePath::Uplink(up.name.clone()),
-                None => CapturePath::AfPacketPending,
-            };
-            (Receive::uplink(up), path)
-        } else if let Some((sub, ifindex, mode)) = now {
-            link.drop_rx();
-            (Receive::ebpf(&link, sub, ifindex), CapturePath::Ebpf(mode))
-        } else {
-            link.open_rx().await?;
-            let path = if capture.has_ebpf() && !eager {
-                CapturePath::AfPacketPending
-            } else {
-                CapturePath::AfPacket
-            };
-            (Receive::af_packet(&link), path)
-        };
-        debug!(ifname = %link.ifname, %path, "capture ready");
+        let port = Port::open(
+            self.svc.capture.clone(),
+            self.svc.metrics.clone(),
+            link,
+            owner,
+            eager,
+        )
+        .await?;
+        let path = port.path().clone();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let (frames_tx, frames) = mpsc::channel(FRAME_QUEUE);
         let (cmd_tx, cmds) = mpsc::channel(2);
         let key = (record.container_id.clone(), record.ifname.clone());
         let state = client.state();
@@ -222,17 +192,13 @@ impl Registry {
         let task = Task {
             svc: self.svc.clone(),
             client,
-            link,
+            port,
             live,
-            frames,
-            frames_tx,
             cmds,
             waiter,
-            rx,
             started: Instant::now(),
             persisted: persisted_tx,
             ahead: None,
-            discovered: false,
         };
         let me = self.clone();
         lock(&self.tasks).spawn(async move {

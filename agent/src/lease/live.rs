@@ -4,9 +4,9 @@
 use tokio::sync::oneshot;
 use xdhcp_engine::{AcquireError, Lease, State};
 
-use super::persist::{LeaseRecord, WorkloadKind};
-use crate::daemon::capture::CapturePath;
-use crate::daemon::link::LinkError;
+use crate::datapath::capture::CapturePath;
+use crate::datapath::link::LinkError;
+use crate::lease::persist::{LeaseRecord, WorkloadKind};
 use crate::rpc::LeaseView;
 use crate::workload::MacAddr;
 
@@ -93,7 +93,7 @@ impl Live {
             self.record.requested = None;
         }
         self.record.lease = lease;
-        self.record.updated_unix_ms = crate::cli::now_unix_ms();
+        self.record.updated_unix_ms = crate::sys::clock::now_unix_ms();
     }
 }
 

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use clap::{Args, FromArgMatches};
 
-use super::config::{UPSTREAM_SOCKET, parse_go_duration};
-use crate::cli::AgentArgs;
+use crate::cni::config::{UPSTREAM_SOCKET, parse_go_duration};
+use crate::settings::AgentArgs;
 
 pub use xdhcp_plugin::invocation::{Invocation, UPSTREAM_NAME, about, classify};
 
@@ -408,8 +408,8 @@ mod tests {
             "--broadcast-flag",
         ]);
         assert_eq!(a.state_dir, PathBuf::from("/tmp/state"));
-        assert_eq!(a.kube, crate::cli::KubeMode::Off);
-        assert_eq!(a.datapath, crate::cli::DatapathChoice::Afpacket);
+        assert_eq!(a.kube, crate::settings::KubeMode::Off);
+        assert_eq!(a.datapath, crate::settings::DatapathChoice::Afpacket);
         assert_eq!(a.extra_socket, vec![PathBuf::from("/run/xdhcp/xdhcp.sock")]);
         assert!(a.broadcast_flag);
         assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));

@@ -1,73 +1,25 @@
 //! The CNI operations as the agent performs them: ADD, DEL, CHECK, GC.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::{info, warn};
 use xdhcp_engine::Mode;
 
-use super::acquire::{self, Request, cni_result, report_address};
-use super::context::Agent;
-use super::error::{Error, Place};
-use super::lease::apply;
-use super::lease::persist::{self, Durable, PodRef, WorkloadKind};
-use super::lease::task::lock;
-use super::link::Link;
-use super::vm;
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::CniResult;
-use crate::kube::network_key;
+use crate::datapath::link::Link;
+use crate::lease::apply;
+use crate::lease::persist::{self, PodRef, WorkloadKind};
+use crate::ops::acquire::{self, Request, cni_result};
+use crate::ops::context::Agent;
+use crate::ops::error::{Error, Place};
+use crate::ops::report::{
+    Bound, Deadline, Phases, ReportTo, annotation_key, kube_error, report_and_record,
+};
+use crate::ops::vm;
 use crate::rpc::{CniRequest, GcReply, GcRequest};
-use crate::workload::{MacAddr, MigrationTarget, Workload, vm_identity};
-
-/// How long ADD waits for the first lease record to reach the disk; an ADD
-/// whose record is not durable by then fails (and gives the lease back).
-const PERSIST_WAIT: Duration = Duration::from_secs(10);
-
-/// How long before the CNI plugin stops waiting an ADD answers at the
-/// latest (its Kubernetes calls are cut off there).
-const ANSWER_SLACK: Duration = Duration::from_secs(1);
-
-/// When an ADD must have answered: just inside the plugin's wait, so the
-/// plugin always hears the outcome and the runtime never sees a timeout
-/// while the agent goes on to finish (or undo) the ADD.
-pub(super) fn add_deadline(req: &CniRequest) -> (tokio::time::Instant, Duration) {
-    let budget = crate::cni::shim_timeout(&req.config).saturating_sub(ANSWER_SLACK);
-    (tokio::time::Instant::now() + budget, budget)
-}
-
-/// Run a Kubernetes call `what` until `deadline`.
-async fn kube_within<T>(
-    agent: &Agent,
-    (deadline, budget): (tokio::time::Instant, Duration),
-    what: impl FnOnce() -> String,
-    call: impl std::future::Future<Output = Result<T, crate::kube::PodApiError>>,
-) -> Result<T, Error> {
-    // Boxed: the API calls' futures are large and ADD's future holds them.
-    let Ok(r) = tokio::time::timeout_at(deadline, Box::pin(call)).await else {
-        agent.metrics().failure("kube_api");
-        return Err(Error::KubeDeadline {
-            what: what(),
-            deadline: budget,
-        });
-    };
-    r.map_err(|e| kube(agent, e))
-}
-
-pub(super) fn kube(agent: &Agent, source: crate::kube::PodApiError) -> Error {
-    agent.metrics().failure("kube_api");
-    Error::Kube { source }
-}
-
-/// The `pod-networks` key of `config` for a pod in `pod_ns`.
-#[expect(
-    clippy::result_large_err,
-    reason = "a failed CNI operation is rare; its error goes straight to the socket"
-)]
-pub(crate) fn annotation_key(config: &NetworkConfig, pod_ns: &str) -> Result<String, Error> {
-    network_key(config.net_attach_def_name.as_deref(), pod_ns, &config.name)
-        .map_err(|source| Error::AnnotationKey { source })
-}
+use crate::sys::sync::lock;
+use crate::workload::{MacAddr, MigrationTarget, Workload};
 
 /// Who an ADD is for.
 struct Who {
@@ -78,12 +30,20 @@ struct Who {
     migration: Option<MigrationTarget>,
 }
 
+impl Who {
+    /// The VM pod this ADD is for, owned by VMI `vmi_name`.
+    fn vm_pod(&self, vmi_name: &str) -> vm::VmPod {
+        vm::VmPod {
+            pod: self.pod.clone(),
+            annotation_key: self.annotation_key.clone(),
+            vmi_name: vmi_name.to_owned(),
+            migration: self.migration.clone(),
+        }
+    }
+}
+
 /// Ask the API (kube) or `CNI_ARGS` + local store (embedded) who this is.
-async fn who(
-    agent: &Agent,
-    req: &CniRequest,
-    deadline: (tokio::time::Instant, Duration),
-) -> Result<Who, Error> {
+async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who, Error> {
     let Some((ns, name)) = req.pod() else {
         return Ok(Who {
             pod: None,
@@ -92,13 +52,13 @@ async fn who(
             migration: None,
         });
     };
-    let info = kube_within(
-        agent,
-        deadline,
-        || format!("reading pod {ns}/{name}"),
-        agent.pod_api.get_pod(ns, name),
-    )
-    .await?;
+    let info = deadline
+        .kube(
+            agent,
+            || format!("reading pod {ns}/{name}"),
+            agent.pod_api.get_pod(ns, name),
+        )
+        .await?;
     // The runtime's UID first: the annotation write then refuses a pod
     // recreated under the same name since this ADD was issued.
     let uid = req
@@ -121,7 +81,7 @@ async fn who(
 /// ADD.
 pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, Error> {
     agent.metrics().cni_request("add");
-    let deadline = add_deadline(&req);
+    let deadline = Deadline::for_add(&req);
     let mut phases = Phases::start();
     tracing::debug!(container = %req.container_id, ifname = %req.ifname, "ADD received");
     let _guard = agent.leases.key_lock(&req.container_id, &req.ifname).await;
@@ -142,13 +102,8 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     if let Workload::Vm { vmi_name } = &who.workload
         && let Some(pci) = vm::vfio_device(agent, &req, who.pod.as_ref())?
     {
-        let target = vm::VmPod {
-            pod: who.pod,
-            annotation_key: who.annotation_key,
-            vmi_name: vmi_name.clone(),
-            migration: who.migration,
-        };
-        return vm::add_vfio(agent, &req, target, pci, deadline).await;
+        let target = who.vm_pod(vmi_name);
+        return vm::add_vfio(agent, &req, target, pci, deadline, phases).await;
     }
 
     let place = Place::Pod {
@@ -189,7 +144,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
             0
         }
     };
-    let bind = bind(agent, &req, &who, link, &netns, &place, &mut phases);
+    let bind = bind(agent, &req, &who, link, &netns, deadline, &mut phases);
     let (bound, pod_guard_us) = tokio::join!(bind, pod_guard);
     if pod {
         phases.guard = pod_guard_us;
@@ -210,10 +165,14 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         handle: &handle,
         lease: &lease,
         mac,
-        netns: &netns,
+        netns: Some(&netns),
         release: kind == WorkloadKind::Pod,
     };
-    report_and_record(agent, &req, &who, &bound, deadline, &mut phases).await?;
+    let to = ReportTo {
+        pod: who.pod.as_ref(),
+        key: who.annotation_key.as_deref(),
+    };
+    report_and_record(agent, &req, to, &bound, deadline, &mut phases).await?;
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %MacAddr(mac), who_us = phases.who, open_us = phases.open, guard_us = phases.guard,
         dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
@@ -229,11 +188,11 @@ async fn bind(
     who: &Who,
     mut link: Link,
     netns: &std::path::Path,
-    place: &Place,
+    deadline: Deadline,
     phases: &mut Phases,
 ) -> Result<
     (
-        super::registry::Handle,
+        crate::lease::registry::Handle,
         xdhcp_engine::Lease,
         [u8; 6],
         WorkloadKind,
@@ -244,7 +203,9 @@ async fn bind(
     let (mac, mode, requested, kind) = match &who.workload {
         Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
         Workload::Vm { vmi_name } => {
-            let (mac, requested) = vm_dhcp(agent, who, vmi_name, link.info.mac).await?;
+            let (mac, requested) =
+                vm::identity_on_pod_netdev(agent, &who.vm_pod(vmi_name), link.info.mac, deadline)
+                    .await?;
             (
                 mac,
                 Mode::OneShot,
@@ -279,223 +240,14 @@ async fn bind(
         record,
         mode,
         requested,
-        place: place.clone(),
+        place: Place::Pod {
+            ifname: req.ifname.clone(),
+            netns: netns.to_owned(),
+        },
     };
     let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
     phases.dora = phases.lap();
     Ok((handle, lease, mac, kind))
-}
-
-/// A VM pod's DHCP identity: the MAC the VM's guest will use (the MAC
-/// chain) and the address to ask for (on a migration target, what the
-/// source pod reported).
-async fn vm_dhcp(
-    agent: &Arc<Agent>,
-    who: &Who,
-    vmi_name: &str,
-    pod_mac: [u8; 6],
-) -> Result<([u8; 6], Option<std::net::Ipv4Addr>), Error> {
-    let ns = who.pod.as_ref().map_or("", |p| p.namespace.as_str());
-    let vmi = agent
-        .pod_api
-        .get_vmi(ns, vmi_name)
-        .await
-        .map_err(|e| kube(agent, e))?;
-    let key = who.annotation_key.clone().unwrap_or_default();
-    let source = vm::migration_source(
-        agent,
-        who.pod.as_ref(),
-        who.migration.as_ref(),
-        vmi.as_ref(),
-        &key,
-    )
-    .await;
-    let id = vm_identity(vmi.as_ref(), &key, MacAddr(pod_mac), source.as_ref());
-    info!(vmi = %vmi_name, mac = %id.mac, mac_source = %id.mac_source,
-        requested = ?id.requested, migration_source = ?source.as_ref().map(|s| &s.pod),
-        "VM pod: one-shot discovery, the address is not configured");
-    Ok((id.mac.octets(), id.requested.map(|(a, _)| a)))
-}
-
-/// Where a pod ADD's time went inside the agent, in µs per step (logged
-/// with "ADD done"; `docs/performance-notes.md` reads them).
-#[derive(Debug)]
-struct Phases {
-    started: std::time::Instant,
-    last: std::time::Instant,
-    /// Lock and pod lookup.
-    who: u64,
-    /// The trip into the pod namespace (sender, receiver, removal watch).
-    open: u64,
-    /// The DHCP guard's attach: a VM's after the open (it needs the VM's
-    /// MAC); a pod's alongside open and DORA, so not part of the sum of
-    /// the others, which falls short of the total by any wait for the
-    /// guard after the DORA.
-    guard: u64,
-    /// Lease task start to the first outcome (DISCOVER .. ACK).
-    dora: u64,
-    /// The `pod-networks` entry.
-    report: u64,
-    /// The rest of the wait for the lease record to be on disk.
-    durable: u64,
-}
-
-impl Phases {
-    fn start() -> Self {
-        let now = std::time::Instant::now();
-        Self {
-            started: now,
-            last: now,
-            who: 0,
-            open: 0,
-            guard: 0,
-            dora: 0,
-            report: 0,
-            durable: 0,
-        }
-    }
-
-    /// µs since the previous lap.
-    fn lap(&mut self) -> u64 {
-        let now = std::time::Instant::now();
-        let d = now.duration_since(self.last);
-        self.last = now;
-        u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-    }
-
-    fn total(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
-    }
-}
-
-/// A lease an ADD has bound, and whether giving it back releases it.
-struct Bound<'a> {
-    handle: &'a super::registry::Handle,
-    lease: &'a xdhcp_engine::Lease,
-    mac: [u8; 6],
-    /// The pod's network namespace: gone by the time of the write means
-    /// the ADD is stale.
-    netns: &'a std::path::Path,
-    release: bool,
-}
-
-/// End an ADD's bound lease: RELEASE (pods), forget it, remove its record,
-/// and take its address off the pod interface (`apply`).
-async fn give_back(agent: &Arc<Agent>, req: &CniRequest, b: &Bound<'_>) {
-    acquire::abandon(agent, &req.container_id, &req.ifname, b.handle, b.release).await;
-    unapply(req, b.lease, b.release).await;
-}
-
-/// Report a bound lease's address (pods and VMs alike) and wait for its
-/// record to be on disk, within the ADD's deadline; if either fails, the
-/// lease is given back and the ADD fails.
-async fn report_and_record(
-    agent: &Arc<Agent>,
-    req: &CniRequest,
-    who: &Who,
-    b: &Bound<'_>,
-    deadline: (tokio::time::Instant, Duration),
-    phases: &mut Phases,
-) -> Result<(), Error> {
-    // Report the address (pods and VMs alike) within the ADD's deadline,
-    // unless the ADD went stale.
-    if let (Some(p), Some(key)) = (&who.pod, &who.annotation_key)
-        && let Err(e) = kube_within(
-            agent,
-            deadline,
-            || {
-                format!(
-                    "writing the pod-networks entry of pod {}/{}",
-                    p.namespace, p.name
-                )
-            },
-            report_address(agent, p, key, b.lease, b.mac, Some(b.netns)),
-        )
-        .await
-    {
-        // The pod cannot use an unreported address: give it back (pods,
-        // unless another attachment holds the same address).
-        let record = lock(&b.handle.live).record.clone();
-        let e = acquire::abandon_unreported(agent, &record, b.handle, b.lease, e).await;
-        if let Error::NotReported {
-            fate: acquire::LeaseFate::Released,
-            ..
-        } = &e
-        {
-            unapply(req, b.lease, true).await;
-        }
-        return Err(e);
-    }
-    phases.report = phases.lap();
-    // Answer only once the lease is on disk (a restart must resume it); a
-    // lease that could not be recorded is given back and the ADD fails.
-    let unrecorded = unrecorded(b.handle, deadline).await;
-    phases.durable = phases.lap();
-    if let Some(reason) = unrecorded {
-        give_back(agent, req, b).await;
-        return Err(unreport(
-            agent,
-            who.pod.as_ref(),
-            who.annotation_key.as_deref(),
-            deadline,
-            reason,
-        )
-        .await);
-    }
-    Ok(())
-}
-
-/// Why the attachment's record is not on disk, after waiting for it within
-/// the ADD's deadline; `None` once it is.
-pub(super) async fn unrecorded(
-    handle: &super::registry::Handle,
-    deadline: (tokio::time::Instant, Duration),
-) -> Option<String> {
-    let left = deadline
-        .0
-        .saturating_duration_since(tokio::time::Instant::now());
-    match handle.persisted(PERSIST_WAIT.min(left)).await {
-        Durable::Saved => None,
-        Durable::Failed(e) => Some(crate::rpc::format_chain(&*e)),
-        Durable::Pending => Some(format!(
-            "the write did not finish within {:?} (or the lease ended before it was written)",
-            PERSIST_WAIT.min(left)
-        )),
-    }
-}
-
-/// An ADD whose lease could not be recorded (and was given back): remove
-/// the address it reported, and name the state directory in its error.
-pub(super) async fn unreport(
-    agent: &Agent,
-    pod: Option<&PodRef>,
-    annotation_key: Option<&str>,
-    deadline: (tokio::time::Instant, Duration),
-    reason: String,
-) -> Error {
-    if let (Some(p), Some(key)) = (pod, annotation_key)
-        && let Err(e) = kube_within(
-            agent,
-            deadline,
-            || {
-                format!(
-                    "removing the pod-networks entry of pod {}/{}",
-                    p.namespace, p.name
-                )
-            },
-            agent
-                .pod_api
-                .remove_network_entry(&p.namespace, &p.name, key),
-        )
-        .await
-    {
-        warn!(error = %crate::rpc::format_chain(&e),
-            "could not remove the pod-networks entry of an ADD whose lease was not recorded");
-    }
-    Error::Persist {
-        dir: agent.args.state_dir.clone(),
-        reason,
-    }
 }
 
 /// Puts the DHCP guard on the host end of the attachment's port. A port the
@@ -510,7 +262,7 @@ pub(crate) async fn guard_port(
     vm_mac: Option<[u8; 6]>,
     peer: crate::netlink::PeerLookup,
 ) {
-    let policy = super::guard::port_policy(&config.ipam.dhcp_guard, vm_mac);
+    let policy = crate::guard::port_policy(&config.ipam.dhcp_guard, vm_mac);
     match agent
         .guard
         .protect(container_id, ifname, netns, peer, policy)
@@ -525,18 +277,6 @@ pub(crate) async fn guard_port(
             warn!(container = %container_id, ifname, error = %crate::rpc::format_chain(&e),
                 "could not put the DHCP guard on the port");
         }
-    }
-}
-
-/// Take a released lease's address off the pod interface again (`apply`):
-/// an ADD that fails after BOUND leaves the pod without the address.
-async fn unapply(req: &CniRequest, lease: &xdhcp_engine::Lease, released: bool) {
-    if released
-        && req.config.ipam.apply
-        && let Some(ns) = &req.netns
-        && let Err(e) = apply::deconfigure(ns, &req.ifname, lease).await
-    {
-        warn!(error = %crate::rpc::format_chain(&e), "could not remove the address of a failed ADD");
     }
 }
 
@@ -603,7 +343,7 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
             .pod_api
             .remove_network_entry_for_uid(&p.namespace, &p.name, p.uid.as_deref(), &key)
             .await
-            .map_err(|e| kube(agent, e))?;
+            .map_err(|e| kube_error(agent, e))?;
     }
     if record.is_some() {
         info!(container = %req.container_id, ifname = %req.ifname, "DEL done");
@@ -625,8 +365,9 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
     };
     let cfg = acquire::client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
     let now = std::time::Instant::now();
-    let now_ms = crate::cli::now_unix_ms();
-    let mut client = xdhcp_engine::Client::resume(cfg, lease.clone(), now, now_ms, acquire::seed());
+    let now_ms = crate::sys::clock::now_unix_ms();
+    let mut client =
+        xdhcp_engine::Client::resume(cfg, lease.clone(), now, now_ms, crate::sys::clock::seed());
     client.release(now);
     while let Some(t) = client.poll_transmit() {
         match agent

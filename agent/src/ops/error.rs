@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use xdhcp_engine::{AcquireError, ConfigError};
 
-use super::link::LinkError;
+use crate::datapath::link::LinkError;
 use crate::kube::PodApiError;
 use crate::kube::annotation::AnnotationError;
 use crate::netlink::NetlinkError;
@@ -65,7 +65,7 @@ pub(crate) enum Error {
     #[error("address {address} not reported: {source}; {fate}")]
     NotReported {
         address: Ipv4Addr,
-        fate: super::acquire::LeaseFate,
+        fate: LeaseFate,
         #[source]
         source: Box<Error>,
     },
@@ -171,4 +171,34 @@ pub(crate) enum Error {
         ifname: String,
         netns: PathBuf,
     },
+}
+
+/// What became of a lease whose address could not be reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaseFate {
+    /// A pod's lease: RELEASE sent to the server (nobody would report or
+    /// renew it otherwise).
+    Released,
+    /// A pod's lease another attachment on this node holds too (same MAC
+    /// and address: a newer sandbox of the same pod); a RELEASE would take
+    /// it from that one, so none is sent.
+    Shared { container_id: String },
+    /// A VM's lease: the binding belongs to the VM's identity, which the
+    /// VM's next launcher pod asks for again; VM leases are never released.
+    KeptForVm,
+}
+
+impl std::fmt::Display for LeaseFate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseFate::Released => f.write_str("the lease was released at the DHCP server"),
+            LeaseFate::Shared { container_id } => write!(
+                f,
+                "the lease was not released: container {container_id} on this node holds the same binding"
+            ),
+            LeaseFate::KeptForVm => f.write_str(
+                "the VM's lease stays at the DHCP server for its next launcher pod (VM leases are never released)",
+            ),
+        }
+    }
 }

@@ -35,12 +35,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::cli::Uplink;
 use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader, Role, XidOwnership};
 use crate::datapath::rawsock::{RawSender, RawSockError, headers_for};
 use crate::datapath::{AttachMode, RxFrame, RxPath};
 use crate::metrics::{Health, Metrics};
 use crate::rpc::UplinkStatus;
+use crate::settings::Uplink;
 
 /// How often attached links are checked against the kernel (a link detached
 /// from outside is noticed within this).
@@ -449,7 +449,7 @@ impl Capture {
             // In the agent's own namespace, where the uplink is.
             let tx = RawSender::open_here(name)?;
             let sent = tx.send(&frame, &t.payload);
-            super::link::close_later(Box::new(tx));
+            crate::datapath::link::close_later(Box::new(tx));
             return sent;
         };
         let tx = {
@@ -461,7 +461,7 @@ impl Capture {
                     // A socket bound to an index that went away is closed
                     // off this thread (it waits for a grace period).
                     if let Some(old) = slot.replace(tx.clone()) {
-                        super::link::close_later(Box::new(old));
+                        crate::datapath::link::close_later(Box::new(old));
                     }
                     tx
                 }
@@ -646,7 +646,7 @@ impl Capture {
         let me = self.clone();
         let t = target.clone();
         let wait = if delay {
-            PROMOTE_DELAY + Duration::from_millis(super::acquire::seed() % PROMOTE_JITTER_MS)
+            PROMOTE_DELAY + Duration::from_millis(crate::sys::clock::seed() % PROMOTE_JITTER_MS)
         } else {
             Duration::ZERO
         };

@@ -1,15 +1,9 @@
 //! The lease actor: one tokio task per attachment drives the sans-IO engine
-//! with tokio time, sends through the link's raw socket, takes replies from
-//! whichever receive path the capture actor says serves its interface,
-//! persists every lease change, applies the address when asked, and ends on
-//! DEL, on interface removal, or (one-shot VM discovery) at BOUND.
-//!
-//! With node uplinks live, a lease owns its xids in the kernel from its
-//! first DISCOVER (sent through the uplink its network's server last
-//! answered through, if any); the first reply decides its path: captured on an uplink,
-//! the lease moves there for good (its `AF_PACKET` receiver closed, nothing
-//! ever attached in its namespace); received on its own `AF_PACKET`
-//! receiver, it keeps today's per-interface path.
+//! with tokio time against the lease's port ([`crate::datapath::port`]:
+//! frames out, replies and changes of path in — which socket, ring or
+//! uplink serves it is the port's business), persists every lease change,
+//! applies the address when asked, and ends on DEL, on interface removal,
+//! or (one-shot VM discovery) at BOUND.
 //!
 //! One thing: the lease's event loop and the handlers of its inputs.
 
@@ -20,20 +14,20 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use xdhcp_engine::{
-    AcquireError, Client, Event, Heard, Lease, LostReason, MessageKind, Mode, PacketSource, State,
+    AcquireError, Client, Event, Heard, Lease, LostReason, Mode, PacketSource, State,
 };
 
-use super::apply;
-use super::live::{Command, Live, Outcome};
-use super::persist::{self, Durable, LeaseRecord, WorkloadKind};
-use crate::cli::now_unix_ms;
-use crate::daemon::capture::{Capture, CapturePath, ServedVia, TargetState, UplinkPath};
-use crate::daemon::link::{Link, LinkError};
-use crate::datapath::ebpf::AttachTarget;
-use crate::datapath::{RxFrame, RxPath};
+use crate::datapath::RxFrame;
+use crate::datapath::capture::{Capture, CapturePath};
+use crate::datapath::link::LinkError;
+use crate::datapath::port::{Input, Port};
+use crate::lease::apply;
+use crate::lease::live::{Command, Live, Outcome};
+use crate::lease::persist::{self, Durable, LeaseRecord, WorkloadKind};
 use crate::metrics::Metrics;
-use crate::model::UplinkRef;
 use crate::store::{LeaseStore, StoreError};
+use crate::sys::clock::now_unix_ms;
+use crate::sys::sync::lock;
 
 /// How a maintained lease waits before trying again after an acquisition
 /// failed with nobody waiting on it (a resumed lease).
@@ -49,79 +43,20 @@ pub(crate) struct Services {
     pub(crate) token: CancellationToken,
 }
 
-/// How the task receives replies right now.
-#[derive(Debug)]
-pub(crate) struct Receive {
-    target: AttachTarget,
-    /// The capture actor's word on `target`, once subscribed.
-    sub: Option<watch::Receiver<TargetState>>,
-    /// Set while replies come from the ring buffer (the kernel keys xid
-    /// ownership by it).
-    ifindex: Option<u32>,
-    /// Set once the lease's replies came through this node uplink (`target`
-    /// is then the uplink's).
-    uplink: Option<Arc<str>>,
-}
-
-impl Receive {
-    /// Replies from the link's own `AF_PACKET` receiver.
-    pub(crate) fn af_packet(link: &Link) -> Self {
-        Self {
-            target: target_of(link),
-            sub: None,
-            ifindex: None,
-            uplink: None,
-        }
-    }
-
-    /// Replies from a node uplink's program (a lease resumed there).
-    pub(crate) fn uplink(up: UplinkPath) -> Self {
-        Self {
-            target: up.target,
-            sub: Some(up.sub),
-            ifindex: up.ifindex,
-            uplink: Some(up.name),
-        }
-    }
-
-    /// Replies from the ring buffer, already attached (one-shot discovery).
-    pub(crate) fn ebpf(link: &Link, sub: watch::Receiver<TargetState>, ifindex: u32) -> Self {
-        Self {
-            target: target_of(link),
-            sub: Some(sub),
-            ifindex: Some(ifindex),
-            uplink: None,
-        }
-    }
-}
-
-/// The capture target of a link.
-pub(crate) fn target_of(link: &Link) -> AttachTarget {
-    AttachTarget {
-        ifname: link.ifname.clone(),
-        netns: link.netns.clone(),
-    }
-}
-
 /// Everything a lease task owns.
 pub(crate) struct Task {
     pub(crate) svc: Arc<Services>,
     pub(crate) client: Client,
-    pub(crate) link: Link,
+    /// Where the lease's frames go out and its replies come in.
+    pub(crate) port: Port,
     pub(crate) live: Arc<Mutex<Live>>,
-    pub(crate) frames: mpsc::Receiver<RxFrame>,
-    pub(crate) frames_tx: mpsc::Sender<RxFrame>,
     pub(crate) cmds: mpsc::Receiver<Command>,
     pub(crate) waiter: Option<oneshot::Sender<Outcome>>,
-    pub(crate) rx: Receive,
     pub(crate) started: Instant,
     /// Whether the first lease is on disk.
     pub(crate) persisted: watch::Sender<Durable>,
     /// The record written while an ADD's first REQUEST is out.
     pub(crate) ahead: Option<Ahead>,
-    /// Whether a DISCOVER went out yet (only the first may take the
-    /// network's uplink before the lease is on one).
-    pub(crate) discovered: bool,
 }
 
 /// A record written ahead of the first ACK: it names the address the
@@ -240,13 +175,6 @@ async fn durable(
     }
 }
 
-/// The xid the engine has open, and whether the kernel knows it.
-#[derive(Debug, Clone, Copy)]
-struct OwnedXid {
-    xid: u32,
-    in_kernel: bool,
-}
-
 /// Run the task to its end.
 ///
 /// Every held lease keeps this future resident, so its state sits in one
@@ -257,14 +185,9 @@ pub(crate) fn run(task: Task) -> impl Future<Output = Ended> + Send {
     drive(Box::new(task))
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the lease's event loop: one select over all of its inputs"
-)]
-#[tracing::instrument(skip_all, fields(container = %lock(&task.live).record.container_id, ifname = %task.link.ifname))]
+#[tracing::instrument(skip_all, fields(container = %lock(&task.live).record.container_id, ifname = %task.port.link.ifname))]
 async fn drive(mut task: Box<Task>) -> Ended {
     let token = task.svc.token.clone();
-    let mut owned: Option<OwnedXid> = None;
     let oneshot = task.client.config().mode == Mode::OneShot;
     let mut stop_ack: Option<oneshot::Sender<()>> = None;
     let mut reacquire_at: Option<Instant> = None;
@@ -272,12 +195,12 @@ async fn drive(mut task: Box<Task>) -> Ended {
     // or the main plugin's DEL removed it first), not at the next send: the
     // link's removal watch, subscribed when the link was opened.
     if oneshot {
-        task.link.drop_watch();
+        task.port.link.drop_watch();
     }
     let end_reason;
     loop {
         // Outputs first: frames to send, then events.
-        if let Err(e) = flush(&mut task, &mut owned).await {
+        if let Err(e) = flush(&mut task).await {
             end_reason = End::Link(e);
             break;
         }
@@ -291,19 +214,22 @@ async fn drive(mut task: Box<Task>) -> Ended {
         task.set_state(task.client.state());
         // A held lease asks for the ring buffer (one-shot discoveries end at
         // BOUND: nothing to move); one resumed on its uplink follows that.
-        if task.rx.sub.is_none() && !oneshot && task.client.lease().is_some() {
-            task.rx.sub = task.svc.capture.subscribe(&task.rx.target, true);
-            if let Err(e) = converge(&mut task, owned).await {
-                end_reason = End::Link(e);
-                break;
+        if !oneshot && task.client.lease().is_some() {
+            match task.port.take_ring().await {
+                Ok(Some(path)) => task.set_path(path),
+                Ok(None) => {}
+                Err(e) => {
+                    end_reason = End::Link(e);
+                    break;
+                }
             }
         }
         if !task.client.state().expects_reply() {
-            release_xid(&task, &mut owned);
+            task.port.release_xid();
         }
         // Bound with nothing to send until T1: hold no packet socket.
         if !oneshot && task.client.state() == State::Bound {
-            task.link.idle_tx();
+            task.port.link.idle_tx();
         }
         let deadline = match (task.client.poll_timeout(), reacquire_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -312,18 +238,6 @@ async fn drive(mut task: Box<Task>) -> Ended {
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        let capture_changed = async {
-            match task.rx.sub.as_mut() {
-                Some(s) => {
-                    if s.changed().await.is_err() {
-                        // The capture actor dropped the target: nothing more
-                        // will change.
-                        std::future::pending::<()>().await;
-                    }
-                }
                 None => std::future::pending().await,
             }
         };
@@ -344,28 +258,18 @@ async fn drive(mut task: Box<Task>) -> Ended {
                     break;
                 }
             },
-            frame = task.frames.recv() => {
-                if let Some(f) = frame {
-                    handle_frame(&mut task, &f);
+            input = task.port.next() => match input {
+                Ok(Input::Frame(f)) => handle_frame(&mut task, &f),
+                Ok(Input::Path(path)) => task.set_path(path),
+                Ok(Input::Removed) => {
+                    end_reason = End::Removed;
+                    break;
                 }
-            }
-            got = task.link.recv() => match got {
-                Ok(f) => handle_frame(&mut task, &f),
                 Err(e) => {
                     end_reason = End::Link(e);
                     break;
                 }
             },
-            () = task.link.removed() => {
-                end_reason = End::Removed;
-                break;
-            }
-            () = capture_changed => {
-                if let Err(e) = converge(&mut task, owned).await {
-                    end_reason = End::Link(e);
-                    break;
-                }
-            }
             () = sleep => {
                 let now = Instant::now();
                 task.client.set_wall_clock_unix_ms(now_unix_ms());
@@ -381,7 +285,7 @@ async fn drive(mut task: Box<Task>) -> Ended {
     // A record written ahead lands before whatever ends the task removes
     // or rewrites it.
     task.settle_ahead().await;
-    finish(task, end_reason, owned, stop_ack)
+    finish(task, end_reason, stop_ack)
 }
 
 enum End {
@@ -395,93 +299,22 @@ enum End {
     Done,
 }
 
-/// Follow the capture actor's word on this interface: move to the ring
-/// buffer when it serves the interface, back to the link's own `AF_PACKET`
-/// receiver when it does not (never attached, refused, or lost).
-async fn converge(task: &mut Task, owned: Option<OwnedXid>) -> Result<(), LinkError> {
-    let Some(sub) = task.rx.sub.as_mut() else {
-        return Ok(());
-    };
-    let state = *sub.borrow_and_update();
-    match state {
-        TargetState::Live { ifindex, mode } => {
-            if task.rx.ifindex == Some(ifindex) {
-                return Ok(());
-            }
-            let was_fallback = lock(&task.live).capture == CapturePath::AfPacketFallback;
-            task.rx.ifindex = Some(ifindex);
-            if let Some(o) = owned {
-                task.svc
-                    .capture
-                    .register(o.xid, task.frames_tx.clone(), Some(ifindex));
-            }
-            task.link.drop_rx();
-            task.set_path(match &task.rx.uplink {
-                Some(name) => CapturePath::Uplink(name.clone()),
-                None => CapturePath::Ebpf(mode),
-            });
-            if was_fallback {
-                info!(%mode, "capture back on the eBPF ring buffer");
-            } else {
-                debug!(%mode, "capture switched to eBPF");
-            }
-        }
-        TargetState::Pending => task.set_path(CapturePath::AfPacketPending),
-        TargetState::Refused => task.set_path(CapturePath::AfPacket),
-        TargetState::Lost => {
-            let was_ebpf = task.rx.ifindex.take().is_some();
-            if let Err(e) = task.link.open_rx().await {
-                warn!(error = %e, "cannot open the AF_PACKET fallback receiver");
-                return Err(e);
-            }
-            task.set_path(CapturePath::AfPacketFallback);
-            if was_ebpf {
-                task.svc.metrics.capture_fallback();
-                warn!(
-                    "eBPF capture lost on this interface; the lease uses its own AF_PACKET receiver"
-                );
-            }
-        }
+/// Send what the engine has to send through the port.
+async fn flush(task: &mut Task) -> Result<(), LinkError> {
+    let mut out = Vec::new();
+    while let Some(t) = task.client.poll_transmit() {
+        out.push(t);
     }
-    Ok(())
-}
-
-/// A reply came through a node uplink: move the lease there (its own
-/// receiver closed, any per-interface subscription given up), once.
-fn adopt_uplink(task: &mut Task, f: &RxFrame) {
-    if task.rx.uplink.is_some() || !matches!(f.via, RxPath::Uplink { .. }) {
-        return;
-    }
-    let Some(up) = task.svc.capture.adopt_uplink(f.ifindex) else {
-        return;
-    };
-    if task.rx.sub.take().is_some() {
-        task.svc.capture.unsubscribe(&task.rx.target);
-    }
-    info!(uplink = %up.name, "replies arrive through the uplink; no per-interface capture");
-    let name = up.name.clone();
-    task.rx = Receive::uplink(up);
-    task.link.drop_rx();
-    task.set_path(CapturePath::Uplink(name.clone()));
-    let mut l = lock(&task.live);
-    l.record.uplink = Some(UplinkRef {
-        ifname: name.to_string(),
-        vlan: f.headers.vlan,
-    });
-    task.svc.capture.note_served(
-        &l.record.config.name,
-        Some(ServedVia {
-            uplink: name,
-            vlan: f.headers.vlan,
-        }),
-    );
+    task.port.send(out).await
 }
 
 fn handle_frame(task: &mut Task, f: &RxFrame) {
-    adopt_uplink(task, f);
-    if !matches!(f.via, RxPath::Uplink { .. }) {
-        let l = lock(&task.live);
-        task.svc.capture.note_served(&l.record.config.name, None);
+    // A reply through an uplink moves the lease there for good: its
+    // record names the uplink (a restart resumes it there).
+    if let Some(uplink) = task.port.on_reply(f) {
+        let mut l = lock(&task.live);
+        l.record.uplink = Some(uplink);
+        l.capture = task.port.path().clone();
     }
     let now = Instant::now();
     let src = PacketSource {
@@ -497,135 +330,6 @@ fn handle_frame(task: &mut Task, f: &RxFrame) {
     // Optional options the engine dropped as malformed (the lease went on).
     for (option, n) in task.client.take_malformed_options() {
         task.svc.metrics.malformed_option(option.label(), n);
-    }
-}
-
-/// Where a lease on a node uplink sends: that uplink, from the lease's MAC,
-/// tagged with the VLAN its replies carried.
-struct UplinkRoute {
-    name: Arc<str>,
-    mac: [u8; 6],
-    vlan: Option<u16>,
-}
-
-/// The lease's [`UplinkRoute`] while its replies come through a live uplink.
-fn uplink_route(task: &Task) -> Option<UplinkRoute> {
-    task.rx.ifindex?;
-    let name = task.rx.uplink.clone()?;
-    let l = lock(&task.live);
-    let vlan = l.record.uplink.as_ref()?.vlan;
-    Some(UplinkRoute {
-        name,
-        mac: l.record.mac,
-        vlan,
-    })
-}
-
-/// The route of a fresh lease's first DISCOVER: its network's uplink, from
-/// the lease's MAC (see `Capture::discover_route`).
-fn discover_route(task: &Task) -> Option<UplinkRoute> {
-    let l = lock(&task.live);
-    let via = task.svc.capture.discover_route(&l.record.config.name)?;
-    debug!(uplink = %via.uplink, vlan = ?via.vlan, "first DISCOVER through the network's uplink");
-    Some(UplinkRoute {
-        name: via.uplink,
-        mac: l.record.mac,
-        vlan: via.vlan,
-    })
-}
-
-/// Send `t` through the lease's uplink when it is on one (see
-/// `Capture::send_via_uplink`); whether it went. When not, the caller sends
-/// through the pod's own link.
-fn sent_via_uplink(task: &Task, route: Option<&UplinkRoute>, t: &xdhcp_engine::Transmit) -> bool {
-    let Some(r) = route else {
-        return false;
-    };
-    match task.svc.capture.send_via_uplink(&r.name, r.mac, r.vlan, t) {
-        Ok(()) => true,
-        Err(e) => {
-            debug!(uplink = %r.name, error = %e, "not sent through the uplink; through the pod's link instead");
-            false
-        }
-    }
-}
-
-async fn flush(task: &mut Task, owned: &mut Option<OwnedXid>) -> Result<(), LinkError> {
-    let mut out = Vec::new();
-    while let Some(t) = task.client.poll_transmit() {
-        out.push(t);
-    }
-    if out.is_empty() {
-        return Ok(());
-    }
-    let route = uplink_route(task);
-    // Not on the ring buffer (yet): replies come to the link's own
-    // receiver, opened now if the lease was resumed without one.
-    if task.rx.ifindex.is_none() && !task.link.has_rx() {
-        task.link.open_rx().await?;
-    }
-    for t in out {
-        // Before the lease is on an uplink, its first DISCOVER takes the one
-        // its network's server was last heard through.
-        let first = if route.is_none() && t.kind == MessageKind::Discover && !task.discovered {
-            task.discovered = true;
-            discover_route(task)
-        } else {
-            None
-        };
-        let route = route.as_ref().or(first.as_ref());
-        if owned.map(|o| o.xid) != Some(t.xid) {
-            release_xid(task, owned);
-            // On the ring buffer, the kernel owns the xid; with an uplink
-            // live, also before any path is known (0: any interface).
-            let kernel = task
-                .rx
-                .ifindex
-                .or_else(|| task.svc.capture.owns_early().then_some(0));
-            task.svc
-                .capture
-                .register(t.xid, task.frames_tx.clone(), kernel);
-            *owned = Some(OwnedXid {
-                xid: t.xid,
-                in_kernel: kernel.is_some(),
-            });
-        }
-        debug!(xid = t.xid, kind = ?t.kind, "send");
-        if sent_via_uplink(task, route, &t) {
-            continue;
-        }
-        task.link.ensure_tx().await?;
-        match task.link.send(&t) {
-            Ok(()) => {}
-            // A full queue on the way out (ENOBUFS: the veth peer's backlog
-            // overflowed, e.g. a bridge flooding broadcasts to many pods) is a
-            // lost datagram, not a broken link: the engine's retransmission
-            // timer sends it again, as for a frame lost on the wire.
-            Err(e) if is_transient_send_error(&e) => {
-                warn!(xid = t.xid, kind = ?t.kind, error = %e,
-                    "frame not sent (queue full); the retransmission timer resends it");
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Whether a send failure only lost this one frame (kernel queue or memory
-/// pressure) rather than the link.
-fn is_transient_send_error(e: &LinkError) -> bool {
-    matches!(
-        e,
-        LinkError::Io { source, .. }
-            if matches!(source.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::ENOMEM))
-    )
-}
-
-fn release_xid(task: &Task, owned: &mut Option<OwnedXid>) {
-    if let Some(o) = owned.take() {
-        // Registered in the kernel then, or since (moved to the ring buffer).
-        let in_kernel = o.in_kernel || task.rx.ifindex.is_some();
-        task.svc.capture.unregister(o.xid, in_kernel);
     }
 }
 
@@ -691,9 +395,10 @@ async fn drain_events(
                     let l = lock(&task.live);
                     (l.record.lease.clone(), l.record.config.ipam.apply)
                 };
-                if let (Some(old), Some(ns)) = (old, task.link.netns.clone())
+                if let (Some(old), Some(ns)) = (old, task.port.link.netns.clone())
                     && apply
-                    && let Err(e) = Box::pin(apply::deconfigure(&ns, &task.link.ifname, &old)).await
+                    && let Err(e) =
+                        Box::pin(apply::deconfigure(&ns, &task.port.link.ifname, &old)).await
                 {
                     warn!(error = %crate::rpc::format_chain(&e), "could not remove the lost address");
                 }
@@ -757,19 +462,16 @@ async fn apply_if_asked(task: &Task, lease: &Lease) {
     if !apply || vm {
         return;
     }
-    let Some(ns) = &task.link.netns else { return };
-    if let Err(e) = apply::configure(ns, &task.link.ifname, lease).await {
+    let Some(ns) = &task.port.link.netns else {
+        return;
+    };
+    if let Err(e) = apply::configure(ns, &task.port.link.ifname, lease).await {
         task.svc.metrics.failure("apply");
         warn!(error = %crate::rpc::format_chain(&e), "could not configure the leased address");
     }
 }
 
-fn finish(
-    mut task: Box<Task>,
-    end: End,
-    mut owned: Option<OwnedXid>,
-    stop_ack: Option<oneshot::Sender<()>>,
-) -> Ended {
+fn finish(mut task: Box<Task>, end: End, stop_ack: Option<oneshot::Sender<()>>) -> Ended {
     let rec = task.record();
     let mut ended = Ended::Kept;
     match end {
@@ -783,30 +485,8 @@ fn finish(
         End::Release => {
             task.client.set_wall_clock_unix_ms(now_unix_ms());
             task.client.release(Instant::now());
-            release_xid(&task, &mut owned);
-            let route = uplink_route(&task);
             while let Some(t) = task.client.poll_transmit() {
-                if sent_via_uplink(&task, route.as_ref(), &t) {
-                    if rec.lease.is_some() {
-                        info!("released");
-                    }
-                    continue;
-                }
-                // An idle lease's sender is closed: open it for the RELEASE.
-                let attempt = task
-                    .link
-                    .ensure_tx_blocking()
-                    .and_then(|()| task.link.send(&t));
-                let sent = match (attempt, &rec.uplink) {
-                    // The interface went just before DEL (the bridge
-                    // plugin's order): through the uplink instead.
-                    (Err(e), Some(u)) if e.is_interface_gone() => task
-                        .svc
-                        .capture
-                        .send_via_uplink(&u.ifname, rec.mac, u.vlan, &t),
-                    (other, _) => other,
-                };
-                match sent {
+                match task.port.send_release(&t) {
                     Ok(()) if rec.lease.is_some() => info!("released"),
                     Ok(()) => {}
                     Err(e) => warn!(error = %e, "RELEASE could not be sent"),
@@ -841,12 +521,9 @@ fn finish(
             }
         }
     }
-    release_xid(&task, &mut owned);
     // The path that served the lease stays in its view (a finished one-shot
     // discovery reports how it was captured).
-    if task.rx.sub.take().is_some() {
-        task.svc.capture.unsubscribe(&task.rx.target);
-    }
+    task.port.close();
     if ended == Ended::Gone
         && let Err(e) = persist::remove(&task.svc.store, &rec.container_id, &rec.ifname)
     {
@@ -871,14 +548,10 @@ fn parkable(rec: &LeaseRecord) -> bool {
     rec.lease.is_some() && rec.uplink.is_some() && rec.workload == WorkloadKind::Pod
 }
 
-/// Lock a std mutex, ignoring poisoning (the data is plain values).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datapath::port::is_transient_send_error;
 
     fn io(errno: i32) -> LinkError {
         LinkError::Io {

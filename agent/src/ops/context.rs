@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use xdhcp_engine::ClientConfig;
 
-use super::capture::Capture;
-use super::guard::GuardService;
-use super::lease::task::Services;
-use super::pacing::Pacing;
-use super::registry::Registry;
-use crate::cli::AgentArgs;
+use crate::datapath::capture::Capture;
+use crate::guard::GuardService;
 use crate::kube::PodApi;
+use crate::lease::pacing::Pacing;
+use crate::lease::registry::Registry;
+use crate::lease::task::Services;
 use crate::metrics::{Health, Metrics};
+use crate::settings::AgentArgs;
 
 /// Shared agent state.
 #[derive(Debug)]

@@ -19,16 +19,17 @@ use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 use xdhcp_engine::{Lease, Mode};
 
-use super::acquire::{self, Request, cni_result, report_address};
-use super::context::Agent;
-use super::error::{Error, Place};
-use super::lease::persist::{self, PodRef, WorkloadKind};
-use super::registry::Handle;
-use crate::cli::AgentArgs;
 use crate::cni::types::CniResult;
 use crate::kube::annotation::PodNetworks;
+use crate::lease::persist::{self, PodRef, WorkloadKind};
+use crate::lease::registry::Handle;
 use crate::netlink::Netlink;
+use crate::ops::acquire::{self, Request, cni_result};
+use crate::ops::context::Agent;
+use crate::ops::error::{Error, Place};
+use crate::ops::report::{Bound, Deadline, Phases, ReportTo, report_and_record};
 use crate::rpc::{CniRequest, format_chain};
+use crate::settings::AgentArgs;
 use crate::vfio::{self, PciAddr, Sysfs, VmDevice};
 use crate::workload::{
     MacAddr, MacSource, MigrationTarget, SourceReport, VmiInfo, migration_source_pod, vm_identity,
@@ -173,6 +174,57 @@ pub(crate) async fn migration_source(
     }
 }
 
+/// The VMI and, on a live-migration target, what the source pod reported:
+/// the one lookup every VM ADD makes, within the ADD's deadline.
+async fn lookup(
+    agent: &Agent,
+    vm: &VmPod,
+    deadline: Deadline,
+) -> Result<(Option<VmiInfo>, Option<SourceReport>), Error> {
+    let ns = vm.pod.as_ref().map_or("", |p| p.namespace.as_str());
+    let vmi = deadline
+        .kube(
+            agent,
+            || format!("reading VirtualMachineInstance {ns}/{}", vm.vmi_name),
+            agent.pod_api.get_vmi(ns, &vm.vmi_name),
+        )
+        .await?;
+    let key = vm.annotation_key.as_deref().unwrap_or_default();
+    let source = migration_source(
+        agent,
+        vm.pod.as_ref(),
+        vm.migration.as_ref(),
+        vmi.as_ref(),
+        key,
+    );
+    let report = if let Ok(r) = tokio::time::timeout(deadline.left(), source).await {
+        r
+    } else {
+        warn!(pod = %pod_label(vm.pod.as_ref()),
+            "migration target: the source pod's report was not read within the ADD's deadline");
+        None
+    };
+    Ok((vmi, report))
+}
+
+/// A VM pod's DHCP identity on its pod netdev: the MAC the VM's guest will
+/// use (the MAC chain) and the address to ask for (on a migration target,
+/// what the source pod reported).
+pub(crate) async fn identity_on_pod_netdev(
+    agent: &Agent,
+    vm: &VmPod,
+    pod_mac: [u8; 6],
+    deadline: Deadline,
+) -> Result<([u8; 6], Option<std::net::Ipv4Addr>), Error> {
+    let (vmi, source) = lookup(agent, vm, deadline).await?;
+    let key = vm.annotation_key.as_deref().unwrap_or_default();
+    let id = vm_identity(vmi.as_ref(), key, MacAddr(pod_mac), source.as_ref());
+    info!(vmi = %vm.vmi_name, mac = %id.mac, mac_source = %id.mac_source,
+        requested = ?id.requested, migration_source = ?source.as_ref().map(|s| &s.pod),
+        "VM pod: one-shot discovery, the address is not configured");
+    Ok((id.mac.octets(), id.requested.map(|(a, _)| a)))
+}
+
 /// ADD for a VM whose device is the VF `pci` on `vfio-pci`: hand it off,
 /// one-shot DORA on the netdev, restore, report.
 pub(crate) async fn add_vfio(
@@ -180,28 +232,13 @@ pub(crate) async fn add_vfio(
     req: &CniRequest,
     vm: VmPod,
     pci: PciAddr,
-    deadline: (tokio::time::Instant, std::time::Duration),
+    deadline: Deadline,
+    mut phases: Phases,
 ) -> Result<CniResult, Error> {
     let who = pod_label(vm.pod.as_ref());
-    let ns = vm.pod.as_ref().map_or("", |p| p.namespace.as_str());
-    let vmi = agent
-        .pod_api
-        .get_vmi(ns, &vm.vmi_name)
-        .await
-        .map_err(|source| {
-            agent.metrics().failure("kube_api");
-            Error::Kube { source }
-        })?;
     // Before the handoff: the window on the kernel driver stays one DORA long.
-    let key = vm.annotation_key.clone().unwrap_or_default();
-    let report = migration_source(
-        agent,
-        vm.pod.as_ref(),
-        vm.migration.as_ref(),
-        vmi.as_ref(),
-        &key,
-    )
-    .await;
+    let (vmi, report) = lookup(agent, &vm, deadline).await?;
+    phases.who = phases.lap();
     let sysfs = Sysfs::new(&agent.args.sysfs_root).with_vf_drivers(&agent.args.vf_driver);
     let journal = vfio::journal_dir(&agent.args.state_dir);
     let handed = vfio::with_kernel_driver(
@@ -228,35 +265,26 @@ pub(crate) async fn add_vfio(
             });
         }
     };
-    if let (Some(p), Some(key)) = (&vm.pod, &vm.annotation_key)
-        && let Err(source) = report_address(agent, p, key, &lease, mac, req.netns.as_deref()).await
-    {
-        let record = super::lease::task::lock(&handle.live).record.clone();
-        return Err(acquire::abandon_unreported(
-            agent,
-            &record,
-            &handle,
-            &lease,
-            super::add::kube(agent, source),
-        )
-        .await);
-    }
-    // Answer only once the record is on disk, as for every ADD: a restarted
-    // agent answers this VM's CHECK and DEL from it. The VM owns its lease
-    // (no RELEASE); the reported address is taken back.
-    if let Some(reason) = super::add::unrecorded(&handle, deadline).await {
-        acquire::abandon(agent, &req.container_id, &req.ifname, &handle, false).await;
-        return Err(super::add::unreport(
-            agent,
-            vm.pod.as_ref(),
-            vm.annotation_key.as_deref(),
-            deadline,
-            reason,
-        )
-        .await);
-    }
+    phases.dora = phases.lap();
+    // Report and record as every ADD does; the VM owns its lease (never
+    // released), and a restarted agent answers this VM's CHECK and DEL
+    // from the record.
+    let bound = Bound {
+        handle: &handle,
+        lease: &lease,
+        mac,
+        netns: req.netns.as_deref(),
+        release: false,
+    };
+    let to = ReportTo {
+        pod: vm.pod.as_ref(),
+        key: vm.annotation_key.as_deref(),
+    };
+    report_and_record(agent, req, to, &bound, deadline, &mut phases).await?;
     info!(container = %req.container_id, ifname = %req.ifname, %pci, address = %lease.address,
-        mac = %MacAddr(mac), "ADD done (VFIO VM: address reported, vfio-pci restored)");
+        mac = %MacAddr(mac), who_us = phases.who, dora_us = phases.dora, report_us = phases.report,
+        durable_us = phases.durable, total_us = phases.total(),
+        "ADD done (VFIO VM: address reported, vfio-pci restored)");
     Ok(cni_result(&lease, &req.config))
 }
 

@@ -11,17 +11,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use xdhcp_engine::{Client, ClientConfig, ClientId, Ipv4Prefix, Lease, Mode};
 
-use super::context::Agent;
-use super::error::{Error, Place};
-use super::lease::apply;
-use super::lease::live::Outcome;
-use super::lease::persist::{self, LeaseRecord, PodRef};
-use super::link::{Link, Sockets};
-use super::registry::Handle;
 use crate::cni::config::{ClientIdSpec, HostnameSpec, NetworkConfig, validate_hostname};
 use crate::cni::types::{CniResult, DnsConfig, IpConfig, Ipv4Cidr, RouteConfig};
-use crate::kube::{PodApiError, PodNetworkEntry, WriteGuard};
-use crate::workload::MacAddr;
+use crate::datapath::link::{Link, Sockets};
+use crate::lease::apply;
+use crate::lease::live::Outcome;
+use crate::lease::persist::{self, LeaseRecord};
+use crate::lease::registry::Handle;
+use crate::ops::context::Agent;
+use crate::ops::error::{Error, Place};
 
 /// Extra time beyond the acquisition timeout for the engine's own failure
 /// event (its deadline fires on a timer).
@@ -82,7 +80,7 @@ pub(crate) async fn acquire(
     tracing::debug!(network = %rec.config.name, waited_us = waited.as_micros(),
         "acquisition admitted");
     cfg.acquire_timeout = timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT);
-    let client = Client::new(cfg, Instant::now(), seed());
+    let client = Client::new(cfg, Instant::now(), crate::sys::clock::seed());
     let (cid, ifname) = (rec.container_id.clone(), rec.ifname.clone());
     let (tx, rx) = oneshot::channel();
     let handle = agent
@@ -247,180 +245,4 @@ pub(crate) fn cni_result(lease: &Lease, config: &NetworkConfig) -> CniResult {
         },
     }
     .for_version(&config.cni_version)
-}
-
-/// Write the `pod-networks` entry for a learned lease (pods and VMs
-/// alike). Nothing is written when the ADD went stale while the lease was
-/// acquired: the pod's UID is not the one the ADD started with (the pod was
-/// deleted and recreated under the same name), or the sandbox's network
-/// namespace `netns` is gone (torn down or superseded). Both are checked
-/// after every read of the pod, right before the patch.
-pub(crate) async fn report_address(
-    agent: &Agent,
-    pod: &PodRef,
-    key: &str,
-    lease: &Lease,
-    mac: [u8; 6],
-    netns: Option<&std::path::Path>,
-) -> Result<(), PodApiError> {
-    let entry = PodNetworkEntry::dhcp(
-        lease.address,
-        lease.prefix_len,
-        MacAddr(mac),
-        &lease.default_gateway().into_iter().collect::<Vec<_>>(),
-    );
-    let guard = WriteGuard {
-        uid: pod.uid.clone(),
-        netns: netns.map(std::path::Path::to_path_buf),
-    };
-    agent
-        .pod_api
-        .set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
-        .await
-}
-
-/// What became of a lease whose address could not be reported.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LeaseFate {
-    /// A pod's lease: RELEASE sent to the server (nobody would report or
-    /// renew it otherwise).
-    Released,
-    /// A pod's lease another attachment on this node holds too (same MAC
-    /// and address: a newer sandbox of the same pod); a RELEASE would take
-    /// it from that one, so none is sent.
-    Shared { container_id: String },
-    /// A VM's lease: the binding belongs to the VM's identity, which the
-    /// VM's next launcher pod asks for again; VM leases are never released.
-    KeptForVm,
-}
-
-impl std::fmt::Display for LeaseFate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LeaseFate::Released => f.write_str("the lease was released at the DHCP server"),
-            LeaseFate::Shared { container_id } => write!(
-                f,
-                "the lease was not released: container {container_id} on this node holds the same binding"
-            ),
-            LeaseFate::KeptForVm => f.write_str(
-                "the VM's lease stays at the DHCP server for its next launcher pod (VM leases are never released)",
-            ),
-        }
-    }
-}
-
-/// The lease fate rule for an unreported address (pure): VMs keep theirs;
-/// a pod releases unless another attachment (`others`: container id, MAC,
-/// address) holds the same binding.
-pub(crate) fn unreported_fate<'a>(
-    vm: bool,
-    mac: [u8; 6],
-    address: Ipv4Addr,
-    others: impl IntoIterator<Item = (&'a str, [u8; 6], Option<Ipv4Addr>)>,
-) -> LeaseFate {
-    if vm {
-        return LeaseFate::KeptForVm;
-    }
-    match others
-        .into_iter()
-        .find(|(_, m, a)| *m == mac && *a == Some(address))
-    {
-        Some((cid, ..)) => LeaseFate::Shared {
-            container_id: cid.to_owned(),
-        },
-        None => LeaseFate::Released,
-    }
-}
-
-/// End an attachment whose address was not reported, deciding its lease's
-/// fate ([`unreported_fate`]); the error names the fate.
-pub(crate) async fn abandon_unreported(
-    agent: &Agent,
-    record: &LeaseRecord,
-    handle: &Handle,
-    lease: &Lease,
-    source: Error,
-) -> Error {
-    let (cid, ifname) = (&record.container_id, &record.ifname);
-    let others: Vec<(String, [u8; 6], Option<Ipv4Addr>)> = agent
-        .leases
-        .all()
-        .into_iter()
-        .filter(|h| h.generation != handle.generation)
-        .map(|h| {
-            let l = super::lease::task::lock(&h.live);
-            (
-                l.record.container_id.clone(),
-                l.record.mac,
-                l.record.lease.as_ref().map(|x| x.address),
-            )
-        })
-        .collect();
-    let vm = record.workload != persist::WorkloadKind::Pod;
-    let fate = unreported_fate(
-        vm,
-        record.mac,
-        lease.address,
-        others.iter().map(|(c, m, a)| (c.as_str(), *m, *a)),
-    );
-    abandon(agent, cid, ifname, handle, fate == LeaseFate::Released).await;
-    tracing::warn!(container = %cid, ifname = %ifname, address = %lease.address,
-        error = %crate::rpc::format_chain(&source), fate = %fate, "ADD not reported");
-    Error::NotReported {
-        address: lease.address,
-        fate,
-        source: Box::new(source),
-    }
-}
-
-/// A fresh random seed for an engine client (xids, backoff jitter).
-pub(crate) fn seed() -> u64 {
-    use rand::TryRngCore as _;
-    rand::rngs::OsRng.try_next_u64().unwrap_or_else(|_| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        t.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-    const ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
-
-    #[test]
-    fn an_unreported_pod_lease_is_released_unless_another_attachment_holds_it() {
-        assert_eq!(unreported_fate(false, MAC, ADDR, []), LeaseFate::Released);
-        // Other attachments with another MAC, another address, or none yet.
-        let others = [
-            ("a", [2, 0, 0, 0, 0, 2], Some(ADDR)),
-            ("b", MAC, Some(Ipv4Addr::new(192, 0, 2, 11))),
-            ("c", MAC, None),
-        ];
-        assert_eq!(
-            unreported_fate(false, MAC, ADDR, others),
-            LeaseFate::Released
-        );
-        // A newer sandbox of the same pod (same MAC) already holds it.
-        let others = [
-            ("a", [2, 0, 0, 0, 0, 2], Some(ADDR)),
-            ("newer", MAC, Some(ADDR)),
-        ];
-        assert_eq!(
-            unreported_fate(false, MAC, ADDR, others),
-            LeaseFate::Shared {
-                container_id: "newer".into()
-            }
-        );
-    }
-
-    #[test]
-    fn an_unreported_vm_lease_is_kept() {
-        assert_eq!(unreported_fate(true, MAC, ADDR, []), LeaseFate::KeptForVm);
-        assert!(LeaseFate::KeptForVm.to_string().contains("never released"));
-        assert!(LeaseFate::Released.to_string().contains("released"));
-    }
 }

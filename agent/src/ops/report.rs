@@ -1,0 +1,417 @@
+//! What follows a bound lease on every ADD path (a pod, a VM on its pod
+//! netdev, a VM through the VFIO handoff), written once: report the address
+//! in the pod's `pod-networks` entry, wait for the lease's record to be on
+//! disk, and undo both when either fails — all within the one deadline an
+//! ADD has ([`Deadline`]), which bounds every Kubernetes call an ADD makes.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::warn;
+use xdhcp_engine::Lease;
+
+use crate::cni::config::NetworkConfig;
+use crate::kube::{PodApiError, PodNetworkEntry, WriteGuard, network_key};
+use crate::lease::apply;
+use crate::lease::persist::{self, Durable, LeaseRecord, PodRef};
+use crate::lease::registry::Handle;
+use crate::ops::acquire::abandon;
+use crate::ops::context::Agent;
+use crate::ops::error::{Error, LeaseFate};
+use crate::rpc::CniRequest;
+use crate::sys::sync::lock;
+use crate::workload::MacAddr;
+
+/// How long ADD waits for the first lease record to reach the disk; an ADD
+/// whose record is not durable by then fails (and gives the lease back).
+const PERSIST_WAIT: Duration = Duration::from_secs(10);
+
+/// How long before the CNI plugin stops waiting an ADD answers at the
+/// latest (its Kubernetes calls are cut off there).
+const ANSWER_SLACK: Duration = Duration::from_secs(1);
+
+/// The one deadline of an ADD: just inside the plugin's wait, so the
+/// plugin always hears the outcome and the runtime never sees a timeout
+/// while the agent goes on to finish (or undo) the ADD. Every Kubernetes
+/// call an ADD makes, on every path, and its wait for the lease record end
+/// by then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    at: tokio::time::Instant,
+    /// The whole budget, for errors.
+    budget: Duration,
+}
+
+impl Deadline {
+    /// The deadline of an ADD that starts now.
+    pub(crate) fn for_add(req: &CniRequest) -> Self {
+        Self::after(crate::cni::shim_timeout(&req.config).saturating_sub(ANSWER_SLACK))
+    }
+
+    /// A deadline `budget` from now.
+    pub(crate) fn after(budget: Duration) -> Self {
+        Self {
+            at: tokio::time::Instant::now() + budget,
+            budget,
+        }
+    }
+
+    /// What is left of it.
+    pub(crate) fn left(self) -> Duration {
+        self.at
+            .saturating_duration_since(tokio::time::Instant::now())
+    }
+
+    /// Run a Kubernetes call `what` until the deadline.
+    pub(crate) async fn kube<T>(
+        self,
+        agent: &Agent,
+        what: impl FnOnce() -> String,
+        call: impl std::future::Future<Output = Result<T, PodApiError>>,
+    ) -> Result<T, Error> {
+        // Boxed: the API calls' futures are large and ADD's future holds them.
+        let Ok(r) = tokio::time::timeout_at(self.at, Box::pin(call)).await else {
+            agent.metrics().failure("kube_api");
+            return Err(Error::KubeDeadline {
+                what: what(),
+                deadline: self.budget,
+            });
+        };
+        r.map_err(|e| kube_error(agent, e))
+    }
+}
+
+/// A failed Kubernetes call, counted.
+pub(crate) fn kube_error(agent: &Agent, source: PodApiError) -> Error {
+    agent.metrics().failure("kube_api");
+    Error::Kube { source }
+}
+
+/// The `pod-networks` key of `config` for a pod in `pod_ns`.
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed CNI operation is rare; its error goes straight to the socket"
+)]
+pub(crate) fn annotation_key(config: &NetworkConfig, pod_ns: &str) -> Result<String, Error> {
+    network_key(config.net_attach_def_name.as_deref(), pod_ns, &config.name)
+        .map_err(|source| Error::AnnotationKey { source })
+}
+
+/// Where a pod ADD's time went inside the agent, in µs per step (logged
+/// with "ADD done"; `docs/performance-notes.md` reads them).
+#[derive(Debug)]
+pub(crate) struct Phases {
+    started: std::time::Instant,
+    last: std::time::Instant,
+    /// Lock and pod lookup.
+    pub(crate) who: u64,
+    /// The trip into the pod namespace (sender, receiver, removal watch).
+    pub(crate) open: u64,
+    /// The DHCP guard's attach: a VM's after the open (it needs the VM's
+    /// MAC); a pod's alongside open and DORA, so not part of the sum of
+    /// the others, which falls short of the total by any wait for the
+    /// guard after the DORA.
+    pub(crate) guard: u64,
+    /// Lease task start to the first outcome (DISCOVER .. ACK).
+    pub(crate) dora: u64,
+    /// The `pod-networks` entry.
+    pub(crate) report: u64,
+    /// The rest of the wait for the lease record to be on disk.
+    pub(crate) durable: u64,
+}
+
+impl Phases {
+    pub(crate) fn start() -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            started: now,
+            last: now,
+            who: 0,
+            open: 0,
+            guard: 0,
+            dora: 0,
+            report: 0,
+            durable: 0,
+        }
+    }
+
+    /// µs since the previous lap.
+    pub(crate) fn lap(&mut self) -> u64 {
+        let now = std::time::Instant::now();
+        let d = now.duration_since(self.last);
+        self.last = now;
+        u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Where an ADD reports its address: the pod and its `pod-networks` key
+/// (neither, for an ADD that names no pod: nothing is written).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReportTo<'a> {
+    pub(crate) pod: Option<&'a PodRef>,
+    pub(crate) key: Option<&'a str>,
+}
+
+/// A lease an ADD has bound, and whether giving it back releases it.
+pub(crate) struct Bound<'a> {
+    pub(crate) handle: &'a Handle,
+    pub(crate) lease: &'a Lease,
+    pub(crate) mac: [u8; 6],
+    /// The pod's network namespace: gone by the time of the write means
+    /// the ADD is stale.
+    pub(crate) netns: Option<&'a std::path::Path>,
+    /// Pods' leases are released when given back; VMs' never are.
+    pub(crate) release: bool,
+}
+
+/// End an ADD's bound lease: RELEASE (pods), forget it, remove its record,
+/// and take its address off the pod interface (`apply`).
+async fn give_back(agent: &Arc<Agent>, req: &CniRequest, b: &Bound<'_>) {
+    abandon(agent, &req.container_id, &req.ifname, b.handle, b.release).await;
+    unapply(req, b.lease, b.release).await;
+}
+
+/// Report a bound lease's address (pods and VMs alike) and wait for its
+/// record to be on disk, within the ADD's deadline; if either fails, the
+/// lease is given back and the ADD fails.
+pub(crate) async fn report_and_record(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    to: ReportTo<'_>,
+    b: &Bound<'_>,
+    deadline: Deadline,
+    phases: &mut Phases,
+) -> Result<(), Error> {
+    // Report the address within the ADD's deadline, unless the ADD went
+    // stale.
+    if let (Some(p), Some(key)) = (to.pod, to.key)
+        && let Err(e) = deadline
+            .kube(
+                agent,
+                || {
+                    format!(
+                        "writing the pod-networks entry of pod {}/{}",
+                        p.namespace, p.name
+                    )
+                },
+                report_address(agent, p, key, b.lease, b.mac, b.netns),
+            )
+            .await
+    {
+        // The pod cannot use an unreported address: give it back (pods,
+        // unless another attachment holds the same address).
+        let record = lock(&b.handle.live).record.clone();
+        let e = abandon_unreported(agent, &record, b.handle, b.lease, e).await;
+        if let Error::NotReported {
+            fate: LeaseFate::Released,
+            ..
+        } = &e
+        {
+            unapply(req, b.lease, true).await;
+        }
+        return Err(e);
+    }
+    phases.report = phases.lap();
+    // Answer only once the lease is on disk (a restart must resume it); a
+    // lease that could not be recorded is given back and the ADD fails.
+    let unrecorded = unrecorded(b.handle, deadline).await;
+    phases.durable = phases.lap();
+    if let Some(reason) = unrecorded {
+        give_back(agent, req, b).await;
+        return Err(unreport(agent, to, deadline, reason).await);
+    }
+    Ok(())
+}
+
+/// Why the attachment's record is not on disk, after waiting for it within
+/// the ADD's deadline; `None` once it is.
+async fn unrecorded(handle: &Handle, deadline: Deadline) -> Option<String> {
+    let wait = PERSIST_WAIT.min(deadline.left());
+    match handle.persisted(wait).await {
+        Durable::Saved => None,
+        Durable::Failed(e) => Some(crate::rpc::format_chain(&*e)),
+        Durable::Pending => Some(format!(
+            "the write did not finish within {wait:?} (or the lease ended before it was written)"
+        )),
+    }
+}
+
+/// An ADD whose lease could not be recorded (and was given back): remove
+/// the address it reported, and name the state directory in its error.
+async fn unreport(agent: &Agent, to: ReportTo<'_>, deadline: Deadline, reason: String) -> Error {
+    if let (Some(p), Some(key)) = (to.pod, to.key)
+        && let Err(e) = deadline
+            .kube(
+                agent,
+                || {
+                    format!(
+                        "removing the pod-networks entry of pod {}/{}",
+                        p.namespace, p.name
+                    )
+                },
+                agent
+                    .pod_api
+                    .remove_network_entry(&p.namespace, &p.name, key),
+            )
+            .await
+    {
+        warn!(error = %crate::rpc::format_chain(&e),
+            "could not remove the pod-networks entry of an ADD whose lease was not recorded");
+    }
+    Error::Persist {
+        dir: agent.args.state_dir.clone(),
+        reason,
+    }
+}
+
+/// Take a released lease's address off the pod interface again (`apply`):
+/// an ADD that fails after BOUND leaves the pod without the address.
+async fn unapply(req: &CniRequest, lease: &Lease, released: bool) {
+    if released
+        && req.config.ipam.apply
+        && let Some(ns) = &req.netns
+        && let Err(e) = apply::deconfigure(ns, &req.ifname, lease).await
+    {
+        warn!(error = %crate::rpc::format_chain(&e), "could not remove the address of a failed ADD");
+    }
+}
+
+/// Write the `pod-networks` entry for a learned lease (pods and VMs
+/// alike). Nothing is written when the ADD went stale while the lease was
+/// acquired: the pod's UID is not the one the ADD started with (the pod was
+/// deleted and recreated under the same name), or the sandbox's network
+/// namespace `netns` is gone (torn down or superseded). Both are checked
+/// after every read of the pod, right before the patch.
+pub(crate) async fn report_address(
+    agent: &Agent,
+    pod: &PodRef,
+    key: &str,
+    lease: &Lease,
+    mac: [u8; 6],
+    netns: Option<&std::path::Path>,
+) -> Result<(), PodApiError> {
+    let entry = PodNetworkEntry::dhcp(
+        lease.address,
+        lease.prefix_len,
+        MacAddr(mac),
+        &lease.default_gateway().into_iter().collect::<Vec<_>>(),
+    );
+    let guard = WriteGuard {
+        uid: pod.uid.clone(),
+        netns: netns.map(std::path::Path::to_path_buf),
+    };
+    agent
+        .pod_api
+        .set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
+        .await
+}
+
+/// The lease fate rule for an unreported address (pure): VMs keep theirs;
+/// a pod releases unless another attachment (`others`: container id, MAC,
+/// address) holds the same binding.
+pub(crate) fn unreported_fate<'a>(
+    vm: bool,
+    mac: [u8; 6],
+    address: Ipv4Addr,
+    others: impl IntoIterator<Item = (&'a str, [u8; 6], Option<Ipv4Addr>)>,
+) -> LeaseFate {
+    if vm {
+        return LeaseFate::KeptForVm;
+    }
+    match others
+        .into_iter()
+        .find(|(_, m, a)| *m == mac && *a == Some(address))
+    {
+        Some((cid, ..)) => LeaseFate::Shared {
+            container_id: cid.to_owned(),
+        },
+        None => LeaseFate::Released,
+    }
+}
+
+/// End an attachment whose address was not reported, deciding its lease's
+/// fate ([`unreported_fate`]); the error names the fate.
+pub(crate) async fn abandon_unreported(
+    agent: &Agent,
+    record: &LeaseRecord,
+    handle: &Handle,
+    lease: &Lease,
+    source: Error,
+) -> Error {
+    let (cid, ifname) = (&record.container_id, &record.ifname);
+    let others: Vec<(String, [u8; 6], Option<Ipv4Addr>)> = agent
+        .leases
+        .all()
+        .into_iter()
+        .filter(|h| h.generation != handle.generation)
+        .map(|h| {
+            let l = crate::sys::sync::lock(&h.live);
+            (
+                l.record.container_id.clone(),
+                l.record.mac,
+                l.record.lease.as_ref().map(|x| x.address),
+            )
+        })
+        .collect();
+    let vm = record.workload != persist::WorkloadKind::Pod;
+    let fate = unreported_fate(
+        vm,
+        record.mac,
+        lease.address,
+        others.iter().map(|(c, m, a)| (c.as_str(), *m, *a)),
+    );
+    abandon(agent, cid, ifname, handle, fate == LeaseFate::Released).await;
+    tracing::warn!(container = %cid, ifname = %ifname, address = %lease.address,
+        error = %crate::rpc::format_chain(&source), fate = %fate, "ADD not reported");
+    Error::NotReported {
+        address: lease.address,
+        fate,
+        source: Box::new(source),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+
+    #[test]
+    fn an_unreported_pod_lease_is_released_unless_another_attachment_holds_it() {
+        assert_eq!(unreported_fate(false, MAC, ADDR, []), LeaseFate::Released);
+        // Other attachments with another MAC, another address, or none yet.
+        let others = [
+            ("a", [2, 0, 0, 0, 0, 2], Some(ADDR)),
+            ("b", MAC, Some(Ipv4Addr::new(192, 0, 2, 11))),
+            ("c", MAC, None),
+        ];
+        assert_eq!(
+            unreported_fate(false, MAC, ADDR, others),
+            LeaseFate::Released
+        );
+        // A newer sandbox of the same pod (same MAC) already holds it.
+        let others = [
+            ("a", [2, 0, 0, 0, 0, 2], Some(ADDR)),
+            ("newer", MAC, Some(ADDR)),
+        ];
+        assert_eq!(
+            unreported_fate(false, MAC, ADDR, others),
+            LeaseFate::Shared {
+                container_id: "newer".into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_unreported_vm_lease_is_kept() {
+        assert_eq!(unreported_fate(true, MAC, ADDR, []), LeaseFate::KeptForVm);
+        assert!(LeaseFate::KeptForVm.to_string().contains("never released"));
+        assert!(LeaseFate::Released.to_string().contains("released"));
+    }
+}

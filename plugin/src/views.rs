@@ -1,0 +1,108 @@
+//! What the agent socket's read-only calls answer, as the operator
+//! commands (`xdhcp leases`, `xdhcp status`) print it: the lease table, the
+//! agent's status, its interfaces and uplinks. Shared by the agent (which
+//! fills them) and every client of the socket.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::Ipv4Cidr;
+
+/// `GET`: the lease table.
+pub const PATH_LEASES: &str = "/v1/leases";
+/// `GET`: agent status for `xdhcp status`.
+pub const PATH_STATUS: &str = "/v1/status";
+
+/// One row of `xdhcp leases`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    pub container_id: String,
+    pub ifname: String,
+    /// `<namespace>/<name>` when known.
+    pub pod: Option<String>,
+    pub network: String,
+    /// `pod` or `vm:<vmi>`.
+    pub workload: String,
+    pub mac: String,
+    pub address: Option<Ipv4Cidr>,
+    pub server: Option<Ipv4Addr>,
+    /// Engine state (`Bound`, `Renewing`, …) or `OneShot` for VM discoveries.
+    pub state: String,
+    /// The receive path serving the lease: `tc`, `xdp-native`, `xdp-generic`
+    /// (the eBPF ring buffer), `af-packet`, `af-packet (ebpf pending)` or
+    /// `af-packet (ebpf lost)`.
+    #[serde(default)]
+    pub path: String,
+    /// Lease expiry, wall clock, milliseconds since the epoch.
+    pub expires_unix_ms: Option<u64>,
+}
+
+/// Per-interface datapath view for `xdhcp status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStatus {
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: Option<PathBuf>,
+    /// `tc`, `xdp-native`, `xdp-generic` or `af-packet` (with what it waits
+    /// for, or lost).
+    pub attach: String,
+    /// The kernel id of the BPF link capturing on the interface, when the
+    /// attachment is one (`bpftool link show id N`).
+    #[serde(default)]
+    pub bpf_link: Option<u32>,
+}
+
+/// `xdhcp status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    pub version: String,
+    pub ready: bool,
+    pub state_recovered: bool,
+    /// `ebpf` or `af-packet` (what new leases use).
+    pub datapath: String,
+    /// Why the eBPF path is not in use, when it is not.
+    pub datapath_note: Option<String>,
+    /// Set while part of the kernel capture path is lost (its leases use
+    /// `AF_PACKET` until it is restored), saying what.
+    #[serde(default)]
+    pub degraded: Option<String>,
+    /// `kubernetes` or `embedded`.
+    pub pod_api: String,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub leases: usize,
+    pub interfaces: Vec<InterfaceStatus>,
+    /// The node uplinks (`--uplink`), in flag order.
+    #[serde(default)]
+    pub uplinks: Vec<UplinkStatus>,
+    /// Agent and kernel counters by name.
+    pub counters: BTreeMap<String, u64>,
+    /// Embedded mode: the pod-networks annotations written to the local store.
+    pub annotations: serde_json::Value,
+}
+
+/// One uplink, as `xdhcp status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UplinkStatus {
+    /// Interface name in the agent's namespace.
+    pub ifname: String,
+    /// The `physicalNetworkName` it carries, when given as `PHYSNET=IFACE`.
+    pub physnet: Option<String>,
+    /// `live`, `pending` (attaching), `lost` (absent or detached; retried),
+    /// or `off` (no eBPF datapath).
+    pub state: String,
+    /// `tc`, `xdp-native` or `xdp-generic` while attached.
+    pub mode: Option<String>,
+    /// The uplink's ifindex while attached.
+    pub ifindex: Option<u32>,
+    /// The kernel id of the program's BPF link, while attached.
+    pub bpf_link: Option<u32>,
+    /// DHCP replies captured here and delivered to their lease.
+    pub replies: u64,
+}
