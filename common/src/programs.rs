@@ -260,6 +260,35 @@ pub const PROGRAMS: &[Program] = &[
         "/bin/sh",
         "bind mounts before exec'ing a bare `dhcp daemon` or a guest DHCP client",
     ),
+    // Open vSwitch's database, without ovs-vswitchd: the OVSDB client's
+    // tests (`ovsdb/tests/`) run their own server on a database of their
+    // own, built from the schema the package ships.
+    deb(
+        "ovsdb-server",
+        "openvswitch-common",
+        "/usr/sbin/ovsdb-server",
+        "an OVSDB server for the OVSDB client's tests",
+    ),
+    deb(
+        "ovsdb-tool",
+        "openvswitch-common",
+        "/usr/bin/ovsdb-tool",
+        "creating a test's Open_vSwitch database",
+    ),
+    deb(
+        "ovs-vsctl",
+        "openvswitch-switch",
+        "/usr/bin/ovs-vsctl",
+        "bridges, ports and external_ids in a test's database",
+    ),
+    // Not a program: the schema `ovsdb-tool create` reads, from the package
+    // `setup` must install for it.
+    deb(
+        "vswitch.ovsschema",
+        "openvswitch-switch",
+        "/usr/share/openvswitch/vswitch.ovsschema",
+        "the Open_vSwitch database schema",
+    ),
     rust("cargo", "building and testing"),
     rust("rustc", "toolchain checks"),
     rust("rustup", "adding rust-src"),
