@@ -182,3 +182,158 @@ async fn session(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::Framer;
+    use crate::{ViewWarning, node::Uplink};
+    use serde_json::{Value as Json, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{UnixListener, UnixStream};
+    use tokio::sync::mpsc;
+
+    fn fixture(text: &str) -> Json {
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// The next message the client sent.
+    async fn recv(stream: &mut UnixStream, framer: &mut Framer) -> Json {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(m) = framer.next_message().unwrap() {
+                return m;
+            }
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the client hung up");
+            framer.push(&buf[..n]);
+        }
+    }
+
+    async fn send(stream: &mut UnixStream, msg: &Json) {
+        stream.write_all(msg.to_string().as_bytes()).await.unwrap();
+    }
+
+    /// A server from before `monitor_cond` (Open vSwitch < 2.6), speaking
+    /// with replies recorded from a real one: it answers `monitor_cond` with
+    /// the recorded "unknown method", `monitor` with the recorded initial
+    /// rows, then checks that the client answers its `echo`, and sends the
+    /// recorded `update` of `ovn-bridge-mappings` gaining `physnet2` on the
+    /// first connection only. It hangs up when told to.
+    async fn old_server(
+        listener: UnixListener,
+        echoed: mpsc::UnboundedSender<Json>,
+        mut hang_up: mpsc::UnboundedReceiver<()>,
+    ) {
+        for connection in 0.. {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut framer = Framer::default();
+            let req = recv(&mut s, &mut framer).await;
+            assert_eq!(req["method"], "get_schema");
+            let mut reply = fixture(include_str!("../fixtures/get_schema_reply.json"));
+            reply["id"] = req["id"].clone();
+            send(&mut s, &reply).await;
+
+            let req = recv(&mut s, &mut framer).await;
+            assert_eq!(req["method"], "monitor_cond");
+            let mut reply = fixture(include_str!("../fixtures/unknown_method_reply.json"));
+            reply["id"] = req["id"].clone();
+            send(&mut s, &reply).await;
+
+            let req = recv(&mut s, &mut framer).await;
+            assert_eq!(req["method"], "monitor");
+            let monitor_id = req["params"][1].clone();
+            let mut reply = fixture(include_str!("../fixtures/monitor_reply.json"));
+            reply["id"] = req["id"].clone();
+            send(&mut s, &reply).await;
+
+            send(
+                &mut s,
+                &json!({"id": "probe", "method": "echo", "params": ["hello"]}),
+            )
+            .await;
+            echoed.send(recv(&mut s, &mut framer).await).unwrap();
+
+            if connection == 0 {
+                let mut update = fixture(include_str!("../fixtures/update_mapping_added.json"));
+                update["params"][0] = monitor_id;
+                send(&mut s, &update).await;
+            }
+            hang_up.recv().await.unwrap();
+        }
+    }
+
+    fn physnets(state: &NodeState) -> Vec<String> {
+        match state {
+            NodeState::Ready(v) => v.mappings.iter().map(|m| m.physnet.clone()).collect(),
+            NodeState::Unavailable { .. } => Vec::new(),
+        }
+    }
+
+    fn uplinks(state: &NodeState) -> Vec<Uplink> {
+        match state {
+            NodeState::Ready(v) => v.uplinks.clone(),
+            NodeState::Unavailable { .. } => Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_old_server_is_monitored_with_monitor_and_resynced_after_it_hangs_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("db.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let (echo_tx, mut echoed) = mpsc::unbounded_channel();
+        let (hang_up, hang_up_rx) = mpsc::unbounded_channel();
+        let server = tokio::spawn(old_server(listener, echo_tx, hang_up_rx));
+        let options = WatchOptions {
+            backoff_initial: Duration::from_millis(10),
+            probe_interval: None,
+            ..WatchOptions::default()
+        };
+        let mut rx = NodeWatch::spawn(&socket, options);
+        let timeout = Duration::from_secs(10);
+
+        // The recorded update: physnet2 mapped to a bridge that is missing.
+        let state = tokio::time::timeout(
+            timeout,
+            rx.wait_for(|s| physnets(s) == ["physnet1", "physnet2"]),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .clone();
+        let NodeState::Ready(view) = &state else {
+            unreachable!()
+        };
+        assert_eq!(
+            view.warnings,
+            [ViewWarning::MappedBridgeMissing {
+                physnet: "physnet2".into(),
+                bridge: "br-phys2".into()
+            }]
+        );
+        assert_eq!(uplinks(&state).len(), 3);
+        assert_eq!(
+            echoed.recv().await.unwrap(),
+            json!({"id": "probe", "result": ["hello"], "error": null})
+        );
+
+        // Hung up: unavailable, then a fresh monitor whose replica holds
+        // the initial rows only (physnet2 is gone).
+        hang_up.send(()).unwrap();
+        tokio::time::timeout(
+            timeout,
+            rx.wait_for(|s| matches!(s, NodeState::Unavailable { .. })),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        tokio::time::timeout(timeout, rx.wait_for(|s| physnets(s) == ["physnet1"]))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(echoed.recv().await.is_some());
+        drop(rx);
+        server.abort();
+    }
+}
