@@ -289,6 +289,53 @@ pub const PROGRAMS: &[Program] = &[
         "/usr/share/openvswitch/vswitch.ovsschema",
         "the Open_vSwitch database schema",
     ),
+    // The OVS + OVN node lab (`tests/src/ovs_lab.rs`): a userspace-datapath
+    // ovs-vswitchd (the package's own path: /usr/sbin/ovs-vswitchd is an
+    // alternatives link no package owns), OVN's databases, northd and
+    // controller, and ethtool for the veths' checksum offload.
+    deb(
+        "ovs-vswitchd",
+        "openvswitch-switch",
+        "/usr/lib/openvswitch-switch/ovs-vswitchd",
+        "the OVN lab's switch (userspace datapath)",
+    ),
+    deb(
+        "ovn-northd",
+        "ovn-central",
+        "/usr/bin/ovn-northd",
+        "the OVN lab's northbound-to-southbound translation",
+    ),
+    deb(
+        "ovn-controller",
+        "ovn-host",
+        "/usr/bin/ovn-controller",
+        "the OVN lab's chassis controller",
+    ),
+    deb(
+        "ovn-nbctl",
+        "ovn-common",
+        "/usr/bin/ovn-nbctl",
+        "the OVN lab's logical switch and ports",
+    ),
+    // Not programs: the schemas of the OVN lab's databases.
+    deb(
+        "ovn-nb.ovsschema",
+        "ovn-central",
+        "/usr/share/ovn/ovn-nb.ovsschema",
+        "the OVN northbound database schema",
+    ),
+    deb(
+        "ovn-sb.ovsschema",
+        "ovn-central",
+        "/usr/share/ovn/ovn-sb.ovsschema",
+        "the OVN southbound database schema",
+    ),
+    deb(
+        "ethtool",
+        "ethtool",
+        "/sbin/ethtool",
+        "tx checksum offload off on veths under the userspace datapath",
+    ),
     rust("cargo", "building and testing"),
     rust("rustc", "toolchain checks"),
     rust("rustup", "adding rust-src"),
