@@ -30,6 +30,10 @@ pub struct WatchOptions {
     /// How often to `echo` the server to find a hung one (a dead one closes
     /// the socket, which is seen at once); `None`: never.
     pub probe_interval: Option<Duration>,
+    /// How long the server may take to answer a call (the schema, the
+    /// monitor, a probe) before the connection counts as lost: a hung
+    /// server still accepts connections.
+    pub reply_timeout: Duration,
 }
 
 impl Default for WatchOptions {
@@ -40,6 +44,7 @@ impl Default for WatchOptions {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             probe_interval: Some(Duration::from_secs(5)),
+            reply_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -58,8 +63,8 @@ pub enum NodeState {
 pub enum WatchError {
     #[error(transparent)]
     Ovsdb(#[from] Error),
-    #[error("the server did not answer an echo within {after:?}")]
-    ProbeTimeout { after: Duration },
+    #[error("the server did not answer {call} within {after:?}")]
+    Timeout { call: &'static str, after: Duration },
 }
 
 /// The node watcher.
@@ -84,16 +89,46 @@ impl NodeWatch {
     }
 }
 
+/// Waits between connection attempts: `initial`, doubling on each failure
+/// up to `max`, back to `initial` once a monitor has run.
+#[derive(Debug, Clone)]
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            next: initial.min(max),
+        }
+    }
+
+    /// The wait before the next attempt.
+    fn delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (d * 2).min(self.max);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.next = self.initial.min(self.max);
+    }
+}
+
 async fn run(socket: &Path, options: &WatchOptions, tx: &watch::Sender<NodeState>) {
-    let mut delay = options.backoff_initial;
+    let mut backoff = Backoff::new(options.backoff_initial, options.backoff_max);
     loop {
         let mut monitored = false;
         let Err(error) = session(socket, options, tx, &mut monitored).await;
         if monitored {
-            delay = options.backoff_initial;
+            backoff.reset();
             tracing::warn!(socket = %socket.display(), %error, "OVSDB monitor lost; reconnecting");
         } else {
-            tracing::debug!(socket = %socket.display(), %error, ?delay, "OVSDB not available");
+            tracing::debug!(socket = %socket.display(), %error, "OVSDB not available");
         }
         publish(
             tx,
@@ -101,8 +136,7 @@ async fn run(socket: &Path, options: &WatchOptions, tx: &watch::Sender<NodeState
                 reason: error.to_string(),
             },
         );
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(options.backoff_max);
+        tokio::time::sleep(backoff.delay()).await;
     }
 }
 
@@ -136,11 +170,20 @@ async fn session(
     tx: &watch::Sender<NodeState>,
     monitored: &mut bool,
 ) -> Result<Infallible, WatchError> {
-    let (client, mut events) = Client::connect(socket).await?;
-    let schema = client.get_schema(&options.database).await?;
-    let mut monitor = client
-        .monitor(&options.database, schema, &monitor_requests())
-        .await?;
+    let after = options.reply_timeout;
+    let timeout = |call| move |_: tokio::time::error::Elapsed| WatchError::Timeout { call, after };
+    let (client, mut events) = tokio::time::timeout(after, Client::connect(socket))
+        .await
+        .map_err(timeout("connect"))??;
+    let schema = tokio::time::timeout(after, client.get_schema(&options.database))
+        .await
+        .map_err(timeout("get_schema"))??;
+    let mut monitor = tokio::time::timeout(
+        after,
+        client.monitor(&options.database, schema, &monitor_requests()),
+    )
+    .await
+    .map_err(timeout("the monitor request"))??;
     *monitored = true;
     tracing::info!(socket = %socket.display(), kind = ?monitor.kind, "OVSDB monitor running");
     publish(
@@ -151,14 +194,13 @@ async fn session(
     let mut probe = options.probe_interval.map(|period| {
         let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        (i, period)
+        i
     });
     loop {
         let probe_tick = async {
             match probe.as_mut() {
-                Some((i, period)) => {
+                Some(i) => {
                     i.tick().await;
-                    *period
                 }
                 None => std::future::pending().await,
             }
@@ -173,11 +215,10 @@ async fn session(
                 Some(Event::Closed(e)) => return Err(e.into()),
                 None => return Err(Error::Closed.into()),
             },
-            period = probe_tick => {
-                match tokio::time::timeout(period, client.echo()).await {
-                    Ok(result) => result?,
-                    Err(_) => return Err(WatchError::ProbeTimeout { after: period }),
-                }
+            () = probe_tick => {
+                tokio::time::timeout(after, client.echo())
+                    .await
+                    .map_err(timeout("an echo"))??;
             }
         }
     }
@@ -275,6 +316,54 @@ mod tests {
             NodeState::Ready(v) => v.uplinks.clone(),
             NodeState::Unavailable { .. } => Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_cap_and_starts_over_after_a_monitor() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(500));
+        let delays: Vec<_> = (0..5).map(|_| b.delay()).collect();
+        assert_eq!(delays, [ms(100), ms(200), ms(400), ms(500), ms(500)]);
+        b.reset();
+        assert_eq!(b.delay(), ms(100));
+    }
+
+    #[tokio::test]
+    async fn a_server_that_accepts_but_never_answers_is_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("db.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                held.push(listener.accept().await.unwrap().0);
+            }
+        });
+        let mut rx = NodeWatch::spawn(
+            &socket,
+            WatchOptions {
+                reply_timeout: Duration::from_millis(50),
+                ..WatchOptions::default()
+            },
+        );
+        let state = tokio::time::timeout(
+            Duration::from_secs(10),
+            rx.wait_for(
+                |s| matches!(s, NodeState::Unavailable { reason } if reason != "connecting"),
+            ),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .clone();
+        assert_eq!(
+            state,
+            NodeState::Unavailable {
+                reason: "the server did not answer get_schema within 50ms".into()
+            }
+        );
+        drop(rx);
+        server.abort();
     }
 
     #[tokio::test]

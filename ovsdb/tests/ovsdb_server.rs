@@ -146,6 +146,21 @@ impl Server {
         }
     }
 
+    /// Sends `signal` to the server.
+    fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("the server runs");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+        // SAFETY: kill has no memory effects; the pid is our own child's,
+        // not yet reaped.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({pid}, {signal}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
     /// `ovs-vsctl --no-wait` on this server.
     fn vsctl(&self, args: &[&str]) {
         let out = Command::new(program("ovs-vsctl"))
@@ -548,6 +563,47 @@ async fn the_watcher_reconnects_and_resyncs_after_the_server_is_killed() {
     let v = ready(&state).unwrap();
     assert_eq!(v.warnings, [], "{v:#?}");
     assert_eq!(v.uplinks.len(), 1, "{v:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_is_found_by_the_echo_probe_and_picked_up_again() {
+    if !root() {
+        return;
+    }
+    let s = Server::start();
+    provider_bridge(&s);
+    s.vsctl(&[
+        "set",
+        "open_vswitch",
+        ".",
+        "external_ids:ovn-bridge-mappings=physnet1:br-ex",
+    ]);
+    let mut rx = NodeWatch::spawn(
+        s.socket(),
+        WatchOptions {
+            probe_interval: Some(Duration::from_millis(100)),
+            reply_timeout: Duration::from_secs(1),
+            ..options()
+        },
+    );
+    wait_for(&mut rx, "the first view", |st| ready(st).is_some()).await;
+
+    // Stopped, the server keeps its socket open and answers nothing.
+    s.signal(libc::SIGSTOP);
+    let state = wait_for(&mut rx, "unavailable", |st| {
+        matches!(st, NodeState::Unavailable { .. })
+    })
+    .await;
+    let NodeState::Unavailable { reason } = state else {
+        unreachable!()
+    };
+    assert!(reason.contains("echo"), "{reason}");
+    s.signal(libc::SIGCONT);
+    let state = wait_for(&mut rx, "ready again", |st| ready(st).is_some()).await;
+    assert_eq!(
+        uplink_names(ready(&state).unwrap(), "physnet1"),
+        ["ens1f0", "ens1f1", "eth1"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
