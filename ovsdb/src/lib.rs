@@ -16,6 +16,21 @@
 //! * [`NodeWatch`]: all of it running, as a `watch` channel of
 //!   [`NodeState`] that reconnects on its own.
 //!
+//! ```no_run
+//! # async fn f() {
+//! use xdhcp_ovsdb::{DEFAULT_SOCKET, NodeState, NodeWatch, WatchOptions};
+//!
+//! let mut rx = NodeWatch::spawn(DEFAULT_SOCKET, WatchOptions::default());
+//! while rx.changed().await.is_ok() {
+//!     if let NodeState::Ready(view) = &*rx.borrow_and_update() {
+//!         for uplink in view.uplinks_of("physnet1") {
+//!             // capture on uplink.ifname …
+//!         }
+//!     }
+//! }
+//! # }
+//! ```
+//!
 //! No published crate fitted: the `ovsdb` crate on crates.io was at 0.0.6,
 //! and this needs only reads, one monitor and a reconnect loop.
 
