@@ -178,6 +178,9 @@ pub struct WorkloadPort {
     /// `vf-is-vfio=true`: the VF is bound to VFIO (a VM's), so no netdev in
     /// the pod.
     pub vf_is_vfio: bool,
+    /// `ovn-installed=true`: ovn-controller has bound the logical port and
+    /// installed its flows, so the port forwards.
+    pub ovn_installed: bool,
 }
 
 /// Something in the database the view could not use. The rest of the view
@@ -454,6 +457,7 @@ fn workload_port(iface: &Row, warnings: &mut Vec<ViewWarning>) -> Option<Workloa
         nad: id("k8s.ovn.org/nad"),
         vf_netdev_name: id("vf-netdev-name"),
         vf_is_vfio: id("vf-is-vfio").as_deref() == Some("true"),
+        ovn_installed: id("ovn-installed").as_deref() == Some("true"),
         ifname,
     })
 }
@@ -518,6 +522,7 @@ mod tests {
                 nad: Some("my-ns/loc-dhcp".into()),
                 vf_netdev_name: None,
                 vf_is_vfio: false,
+                ovn_installed: false,
             })
         );
         let vf = v.workload("vf0rep").unwrap();

@@ -476,6 +476,19 @@ async fn a_pod_port_with_ovn_kubernetes_external_ids_is_read_right() {
     assert_eq!(w.network.as_deref(), Some("my-ns_loc"));
     assert_eq!(w.nad.as_deref(), Some("my-ns/loc-dhcp"));
     assert_eq!((w.vf_netdev_name.as_deref(), w.vf_is_vfio), (None, false));
+    assert!(!w.ovn_installed);
+
+    // ovn-controller marks the port wired.
+    s.vsctl(&[
+        "set",
+        "interface",
+        "0123456789abcde_3",
+        "external_ids:ovn-installed=true",
+    ]);
+    wait_for(&mut rx, "ovn-installed", |st| {
+        ready(st).is_some_and(|v| v.workloads.iter().any(|w| w.ovn_installed))
+    })
+    .await;
 
     // An SR-IOV VF representor for a VM (VFIO).
     s.vsctl(&[
