@@ -260,6 +260,82 @@ pub const PROGRAMS: &[Program] = &[
         "/bin/sh",
         "bind mounts before exec'ing a bare `dhcp daemon` or a guest DHCP client",
     ),
+    // Open vSwitch's database, without ovs-vswitchd: the OVSDB client's
+    // tests (`ovsdb/tests/`) run their own server on a database of their
+    // own, built from the schema the package ships.
+    deb(
+        "ovsdb-server",
+        "openvswitch-common",
+        "/usr/sbin/ovsdb-server",
+        "an OVSDB server for the OVSDB client's tests",
+    ),
+    deb(
+        "ovsdb-tool",
+        "openvswitch-common",
+        "/usr/bin/ovsdb-tool",
+        "creating a test's Open_vSwitch database",
+    ),
+    deb(
+        "ovs-vsctl",
+        "openvswitch-switch",
+        "/usr/bin/ovs-vsctl",
+        "bridges, ports and external_ids in a test's database",
+    ),
+    // Not a program: the schema `ovsdb-tool create` reads, from the package
+    // `setup` must install for it.
+    deb(
+        "vswitch.ovsschema",
+        "openvswitch-switch",
+        "/usr/share/openvswitch/vswitch.ovsschema",
+        "the Open_vSwitch database schema",
+    ),
+    // The OVS + OVN node lab (`tests/src/ovs_lab.rs`): a userspace-datapath
+    // ovs-vswitchd (the package's own path: /usr/sbin/ovs-vswitchd is an
+    // alternatives link no package owns), OVN's databases, northd and
+    // controller, and ethtool for the veths' checksum offload.
+    deb(
+        "ovs-vswitchd",
+        "openvswitch-switch",
+        "/usr/lib/openvswitch-switch/ovs-vswitchd",
+        "the OVN lab's switch (userspace datapath)",
+    ),
+    deb(
+        "ovn-northd",
+        "ovn-central",
+        "/usr/bin/ovn-northd",
+        "the OVN lab's northbound-to-southbound translation",
+    ),
+    deb(
+        "ovn-controller",
+        "ovn-host",
+        "/usr/bin/ovn-controller",
+        "the OVN lab's chassis controller",
+    ),
+    deb(
+        "ovn-nbctl",
+        "ovn-common",
+        "/usr/bin/ovn-nbctl",
+        "the OVN lab's logical switch and ports",
+    ),
+    // Not programs: the schemas of the OVN lab's databases.
+    deb(
+        "ovn-nb.ovsschema",
+        "ovn-central",
+        "/usr/share/ovn/ovn-nb.ovsschema",
+        "the OVN northbound database schema",
+    ),
+    deb(
+        "ovn-sb.ovsschema",
+        "ovn-central",
+        "/usr/share/ovn/ovn-sb.ovsschema",
+        "the OVN southbound database schema",
+    ),
+    deb(
+        "ethtool",
+        "ethtool",
+        "/sbin/ethtool",
+        "tx checksum offload off on veths under the userspace datapath",
+    ),
     rust("cargo", "building and testing"),
     rust("rustc", "toolchain checks"),
     rust("rustup", "adding rust-src"),

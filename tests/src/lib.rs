@@ -20,6 +20,7 @@ pub mod bench;
 pub mod fake_apiserver;
 pub mod neigh;
 pub mod netns;
+pub mod ovs_lab;
 pub mod plugin;
 pub mod servers;
 pub mod tmpfs;
@@ -29,6 +30,7 @@ pub use netns::{
     AckDrop, Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, netns_exec,
     parse_mac, unique_name,
 };
+pub use ovs_lab::{OvnLab, OvnPod};
 pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,

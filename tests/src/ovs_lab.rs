@@ -1,0 +1,456 @@
+//! An OVS + OVN node lab, wired like an OVN-Kubernetes node with a localnet
+//! network: `ovsdb-server` (the node's `Open_vSwitch` database), the OVN
+//! northbound and southbound databases, `ovn-northd`, `ovs-vswitchd` and
+//! `ovn-controller`, every one with run, database and log directories of the
+//! lab's own (a temporary directory, also in `OVS_RUNDIR`/`OVS_DBDIR`/
+//! `OVS_LOGDIR`/`OVN_RUNDIR`/…, so nothing reaches the host's).
+//!
+//! ```text
+//!  pod netns               node netns (ovs-vswitchd, ovn-controller)        server netns
+//!  eth0 ──veth── <host if> on br-int ─patch─ br-phys ── eth1 ──veth── s0 (192.0.2.1, dnsmasq)
+//! ```
+//!
+//! The bridges use the userspace datapath (`datapath_type=netdev`): the
+//! host has no openvswitch kernel module. `br-int` is the integration
+//! bridge; `ovn-bridge-mappings=physnet1:br-phys` maps the localnet's
+//! physical network to the provider bridge, whose port `eth1` is the
+//! node's "NIC". The logical switch has a localnet port (`type=localnet`,
+//! `addresses=unknown`, `network_name=physnet1`), so ovn-controller adds the
+//! patch ports between the bridges. Each pod is a namespace whose `eth0` is
+//! a veth to a `br-int` port carrying the `external_ids` OVN-Kubernetes'
+//! CNI writes, bound to a logical port with the pod's MAC (MAC only, as for
+//! DHCP).
+//!
+//! Dropping the lab stops the daemons (newest first) and removes the
+//! namespaces and the directory, also when the test fails.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::netns::{NetNs, Veth, format_mac, netns_exec, run};
+use crate::program;
+use crate::servers::{Process, wait_until};
+
+/// How long the daemons get to come up and wire a port.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A pod of the lab.
+#[derive(Debug)]
+pub struct OvnPod {
+    /// The pod's namespace.
+    pub ns: NetNs,
+    /// The pod's interface (in [`OvnPod::ns`]).
+    pub ifname: String,
+    /// The host end of its veth: a port of `br-int` (in the node namespace).
+    pub host_ifname: String,
+    pub mac: [u8; 6],
+    /// The logical switch port (`external_ids:iface-id`).
+    pub iface_id: String,
+    /// The pod UID (`external_ids:iface-id-ver`).
+    pub uid: String,
+    _veth: Veth,
+}
+
+/// The lab: see the module documentation.
+#[derive(Debug)]
+pub struct OvnLab {
+    /// Where `ovs-vswitchd` and `ovn-controller` run: the node's
+    /// interfaces (`eth1`, the pods' host ends, the bridges' own ports).
+    pub node: NetNs,
+    /// The DHCP server's namespace, behind the provider bridge.
+    pub server: NetNs,
+    pods: Vec<OvnPod>,
+    _uplink: Veth,
+    /// Stopped newest first on drop.
+    daemons: Vec<Process>,
+    dir: tempfile::TempDir,
+}
+
+impl OvnLab {
+    pub const INTEGRATION_BRIDGE: &'static str = "br-int";
+    pub const PROVIDER_BRIDGE: &'static str = "br-phys";
+    pub const PHYSNET: &'static str = "physnet1";
+    /// The provider bridge's NIC (in the node namespace).
+    pub const UPLINK: &'static str = "eth1";
+    /// The server's end of the uplink (in the server namespace).
+    pub const SERVER_IF: &'static str = "s0";
+    pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    pub const LOGICAL_SWITCH: &'static str = "localnet1";
+    pub const LOCALNET_PORT: &'static str = "localnet1_ovn_localnet_port";
+    /// The NetworkAttachmentDefinition the pods' ports name.
+    pub const NAD: &'static str = "lab-ns/localnet1";
+    /// The network name OVN-Kubernetes writes for it.
+    pub const NETWORK: &'static str = "lab-ns_localnet1";
+    pub const CHASSIS: &'static str = "lab-node";
+
+    /// Starts every daemon and builds the bridges, the logical switch and the
+    /// server's link; panics (with the daemons' logs left in place until
+    /// drop) if something does not come up.
+    #[track_caller]
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-ovnlab-")
+            .tempdir()
+            .expect("tempdir");
+        let node = NetNs::new();
+        let server = NetNs::new();
+        let uplink = Veth::new(&node, Self::UPLINK, &server, Self::SERVER_IF);
+        checksum_offload_off(&node, Self::UPLINK);
+        checksum_offload_off(&server, Self::SERVER_IF);
+        server.add_addr(Self::SERVER_IF, Self::SERVER_IP, 24);
+        let mut lab = Self {
+            node,
+            server,
+            pods: Vec::new(),
+            _uplink: uplink,
+            daemons: Vec::new(),
+            dir,
+        };
+        for (db, schema) in [
+            ("conf", "vswitch.ovsschema"),
+            ("ovnnb", "ovn-nb.ovsschema"),
+            ("ovnsb", "ovn-sb.ovsschema"),
+        ] {
+            run(Command::new(program("ovsdb-tool"))
+                .arg("create")
+                .arg(lab.path(&format!("{db}.db")))
+                .arg(program(schema)));
+            lab.ovsdb_server(db);
+        }
+        lab.vsctl(&["init"]);
+
+        // The node's daemons run in its namespace: the userspace datapath
+        // opens the node's interfaces by name there. `--disable-system`:
+        // never touch the kernel datapath.
+        let mut vswitchd = netns_exec(lab.node.name(), program("ovs-vswitchd"));
+        vswitchd
+            .arg(format!("unix:{}", lab.db_socket().display()))
+            .arg("--disable-system");
+        lab.daemon("ovs-vswitchd", vswitchd, true);
+
+        let mut northd = Command::new(program("ovn-northd"));
+        northd
+            .arg(format!(
+                "--ovnnb-db=unix:{}",
+                lab.path("ovnnb.sock").display()
+            ))
+            .arg(format!(
+                "--ovnsb-db=unix:{}",
+                lab.path("ovnsb.sock").display()
+            ));
+        lab.daemon("ovn-northd", northd, true);
+
+        lab.configure_node();
+
+        // ovn-controller 23.03 has no --unixctl: its control socket goes
+        // to OVN_RUNDIR.
+        let mut controller = netns_exec(lab.node.name(), program("ovn-controller"));
+        controller.arg(format!("unix:{}", lab.db_socket().display()));
+        lab.daemon("ovn-controller", controller, false);
+
+        lab.nbctl(&["ls-add", Self::LOGICAL_SWITCH]);
+        lab.nbctl(&[
+            "lsp-add",
+            Self::LOGICAL_SWITCH,
+            Self::LOCALNET_PORT,
+            "--",
+            "lsp-set-type",
+            Self::LOCALNET_PORT,
+            "localnet",
+            "--",
+            "lsp-set-addresses",
+            Self::LOCALNET_PORT,
+            "unknown",
+            "--",
+            "lsp-set-options",
+            Self::LOCALNET_PORT,
+            &format!("network_name={}", Self::PHYSNET),
+        ]);
+
+        lab.vsctl(&["add-port", Self::PROVIDER_BRIDGE, Self::UPLINK]);
+        lab
+    }
+
+    /// The node's bridges (userspace datapath) and the `Open_vSwitch`
+    /// row's OVN settings: chassis name, southbound database, encapsulation
+    /// and the bridge mapping of the localnet's physical network.
+    #[track_caller]
+    fn configure_node(&self) {
+        self.vsctl(&[
+            "add-br",
+            Self::INTEGRATION_BRIDGE,
+            "--",
+            "set",
+            "bridge",
+            Self::INTEGRATION_BRIDGE,
+            "datapath_type=netdev",
+            "fail_mode=secure",
+            "other_config:disable-in-band=true",
+        ]);
+        self.vsctl(&[
+            "add-br",
+            Self::PROVIDER_BRIDGE,
+            "--",
+            "set",
+            "bridge",
+            Self::PROVIDER_BRIDGE,
+            "datapath_type=netdev",
+        ]);
+        self.vsctl(&[
+            "set",
+            "open_vswitch",
+            ".",
+            &format!("external_ids:system-id={}", Self::CHASSIS),
+            &format!(
+                "external_ids:ovn-remote=\"unix:{}\"",
+                self.path("ovnsb.sock").display()
+            ),
+            "external_ids:ovn-encap-type=geneve",
+            "external_ids:ovn-encap-ip=127.0.0.1",
+            &format!(
+                "external_ids:ovn-bridge-mappings=\"{}:{}\"",
+                Self::PHYSNET,
+                Self::PROVIDER_BRIDGE
+            ),
+        ]);
+    }
+
+    /// The lab directory's `name`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The node's `Open_vSwitch` database socket.
+    pub fn db_socket(&self) -> PathBuf {
+        self.path("db.sock")
+    }
+
+    /// The environment every OVS and OVN program of the lab gets: its
+    /// directories are the lab's.
+    fn env(&self, cmd: &mut Command) {
+        let dir = self.dir.path();
+        for var in [
+            "OVS_RUNDIR",
+            "OVS_DBDIR",
+            "OVS_LOGDIR",
+            "OVS_SYSCONFDIR",
+            "OVN_RUNDIR",
+            "OVN_DBDIR",
+            "OVN_LOGDIR",
+            "OVN_SYSCONFDIR",
+        ] {
+            cmd.env(var, dir);
+        }
+    }
+
+    /// Starts `ovsdb-server` on `<db>.db`, serving `<db>.sock`
+    /// (`conf` serves the node's database on `db.sock`), and waits for it.
+    #[track_caller]
+    fn ovsdb_server(&mut self, db: &str) {
+        let sock = if db == "conf" {
+            self.db_socket()
+        } else {
+            self.path(&format!("{db}.sock"))
+        };
+        let mut cmd = Command::new(program("ovsdb-server"));
+        cmd.arg(self.path(&format!("{db}.db")))
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(format!(
+                "--unixctl={}",
+                self.path(&format!("{db}.ctl")).display()
+            ));
+        let what = format!("ovsdb-server ({db})");
+        self.daemon_named(&what, db, cmd, false);
+        assert!(
+            wait_until(READY_TIMEOUT, || std::os::unix::net::UnixStream::connect(
+                &sock
+            )
+            .is_ok()),
+            "{what} did not open {}: {}",
+            sock.display(),
+            self.log(db)
+        );
+    }
+
+    /// Starts a daemon with the lab's environment, `--pidfile`, `--no-chdir`
+    /// and `--log-file` in the lab directory (and `--unixctl` there when
+    /// `unixctl`).
+    #[track_caller]
+    fn daemon(&mut self, what: &str, cmd: Command, unixctl: bool) {
+        let mut cmd = cmd;
+        if unixctl {
+            cmd.arg(format!(
+                "--unixctl={}",
+                self.path(&format!("{what}.ctl")).display()
+            ));
+        }
+        self.daemon_named(what, what, cmd, true);
+    }
+
+    #[track_caller]
+    fn daemon_named(&mut self, what: &str, name: &str, mut cmd: Command, check: bool) {
+        self.env(&mut cmd);
+        cmd.arg(format!(
+            "--pidfile={}",
+            self.path(&format!("{name}.pid")).display()
+        ))
+        .arg("--no-chdir")
+        .arg(format!(
+            "--log-file={}",
+            self.path(&format!("{name}.log")).display()
+        ));
+        let stderr = self.path(&format!("{name}.stderr"));
+        let mut p = Process::spawn_logged(what, cmd, &stderr);
+        if check {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                p.is_running(),
+                "{what} exited: {}{}",
+                std::fs::read_to_string(&stderr).unwrap_or_default(),
+                self.log(name)
+            );
+        }
+        self.daemons.push(p);
+    }
+
+    /// The log of daemon `name` (empty if none yet).
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// `ovs-vsctl --no-wait` on the node's database; returns stdout.
+    #[track_caller]
+    pub fn vsctl(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(program("ovs-vsctl"));
+        self.env(&mut cmd);
+        cmd.arg(format!("--db=unix:{}", self.db_socket().display()))
+            .arg("--no-wait")
+            .args(args);
+        run(&mut cmd)
+    }
+
+    /// `ovn-nbctl` on the northbound database; returns stdout.
+    #[track_caller]
+    pub fn nbctl(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(program("ovn-nbctl"));
+        self.env(&mut cmd);
+        cmd.arg(format!("--db=unix:{}", self.path("ovnnb.sock").display()))
+            .args(args);
+        run(&mut cmd)
+    }
+
+    /// Adds a pod on the localnet as OVN-Kubernetes' CNI does for a
+    /// secondary network: a namespace whose `eth0` (MAC `mac`) is a veth to
+    /// a `br-int` port with the pod's `external_ids`, and a logical switch
+    /// port with the MAC only; waits until ovn-controller has wired it
+    /// (`external_ids:ovn-installed`).
+    #[track_caller]
+    pub fn add_pod(&mut self, pod: &str, mac: [u8; 6]) -> &OvnPod {
+        let n = self.pods.len();
+        let ns = NetNs::new();
+        // A container id: 64 hex digits.
+        let sandbox = format!("5a4db0c{n:02x}{}", "e".repeat(55));
+        // OVN-Kubernetes names a secondary network's host end
+        // `<sandbox id, cut to 15 minus the suffix>_<ifindex>`.
+        let host_ifname = format!("{}_{}", &sandbox[..13], n + 3);
+        let ifname = "eth0".to_owned();
+        let veth = Veth::with_mac(&self.node, &host_ifname, &ns, &ifname, mac);
+        checksum_offload_off(&self.node, &host_ifname);
+        checksum_offload_off(&ns, &ifname);
+        // The logical port's name: the NAD key with `/` and `-` as `.`,
+        // then the pod's namespace and name.
+        let iface_id = format!("{}_lab-ns_{pod}", Self::NAD.replace(['/', '-'], "."));
+        let uid = format!("00000000-0000-4000-8000-{:012x}", n + 1);
+        let mac_text = format_mac(mac);
+        self.nbctl(&[
+            "lsp-add",
+            Self::LOGICAL_SWITCH,
+            &iface_id,
+            "--",
+            "lsp-set-addresses",
+            &iface_id,
+            &mac_text,
+            "--",
+            "set",
+            "logical_switch_port",
+            &iface_id,
+            &format!("options:iface-id-ver={uid}"),
+        ]);
+        self.vsctl(&[
+            "add-port",
+            Self::INTEGRATION_BRIDGE,
+            &host_ifname,
+            "other_config:transient=true",
+            "--",
+            "set",
+            "interface",
+            &host_ifname,
+            &format!("external_ids:iface-id={iface_id}"),
+            &format!("external_ids:iface-id-ver={uid}"),
+            &format!("external_ids:attached_mac=\"{mac_text}\""),
+            &format!("external_ids:sandbox={sandbox}"),
+            "external_ids:pod-if-name=net1",
+            &format!("external_ids:\"k8s.ovn.org/network\"={}", Self::NETWORK),
+            &format!("external_ids:\"k8s.ovn.org/nad\"=\"{}\"", Self::NAD),
+        ]);
+        let installed = wait_until(READY_TIMEOUT, || {
+            self.vsctl(&[
+                "--if-exists",
+                "get",
+                "interface",
+                &host_ifname,
+                "external_ids:ovn-installed",
+            ])
+            .trim()
+                == "\"true\""
+        });
+        assert!(
+            installed,
+            "ovn-controller did not wire {host_ifname} in {READY_TIMEOUT:?}: {}",
+            self.log("ovn-controller")
+        );
+        self.pods.push(OvnPod {
+            ns,
+            ifname,
+            host_ifname,
+            mac,
+            iface_id,
+            uid,
+            _veth: veth,
+        });
+        &self.pods[n]
+    }
+
+    /// The pods, in the order they were added.
+    pub fn pods(&self) -> &[OvnPod] {
+        &self.pods
+    }
+
+    /// The directory of the lab's files (databases, sockets, logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Turns tx checksum offload off on `ifname` in `ns`. A veth hands a
+/// packet on with its checksum still to be filled in (offloaded); the
+/// userspace datapath reads it through a packet socket and sends it on
+/// as it is, so the far end gets a bad UDP checksum and drops it. OVS
+/// documents this for veths under the userspace datapath. (Measured in
+/// this lab: with offload on, `udhcpc` gets no lease.)
+#[track_caller]
+fn checksum_offload_off(ns: &NetNs, ifname: &str) {
+    ns.exec(&["ethtool", "-K", ifname, "tx", "off"]);
+}
+
+impl Drop for OvnLab {
+    fn drop(&mut self) {
+        // The controller and the switch before the databases they use.
+        while let Some(mut p) = self.daemons.pop() {
+            p.stop(Duration::from_secs(2));
+        }
+        // Then the pods, the links and the namespaces (fields, in order).
+    }
+}
