@@ -148,7 +148,7 @@ fn toolchain_arg() -> String {
 /// The musl standard library for the workspace's toolchain: the thin
 /// plugin is built against it (`build::plugin`).
 fn musl_target() -> Result<()> {
-    let target = crate::build::plugin_target()?;
+    let target = crate::triple::plugin_target()?;
     let root = cmd::workspace_root();
     let installed = cmd::output(cmd::program("rustup").current_dir(&root).args([
         "target",
