@@ -1,10 +1,18 @@
 //! Logging: `tracing` with an `EnvFilter` (`RUST_LOG`, default `info`), human
 //! or JSON lines on stderr (stdout belongs to the CNI result and the
-//! operator commands).
+//! operator commands). Human lines are coloured only when stderr is a
+//! terminal: a log written to a file or a pipe (a container runtime's,
+//! journald's) stays plain text.
+
+use std::io::IsTerminal as _;
 
 use clap::ValueEnum;
+use tracing::Subscriber;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::{DefaultFields, Format};
+use tracing_subscriber::fmt::writer::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// `--log-format`.
@@ -33,13 +41,31 @@ pub fn filter() -> Result<EnvFilter, TelemetryError> {
     }
 }
 
+/// The human-readable layer writing to `writer`, with ANSI colour codes
+/// only when `ansi` (stderr is a terminal).
+fn human_layer<S, W>(
+    writer: W,
+    ansi: bool,
+) -> tracing_subscriber::fmt::Layer<S, DefaultFields, Format, W>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + 'static,
+{
+    tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(ansi)
+}
+
 /// Install the global subscriber.
 pub fn init(format: LogFormat) -> Result<(), TelemetryError> {
     let filter = filter()?;
     let registry = tracing_subscriber::registry().with(filter);
     match format {
         LogFormat::Human => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(human_layer(
+                std::io::stderr,
+                std::io::stderr().is_terminal(),
+            ))
             .try_init()?,
         LogFormat::Json => registry
             .with(
@@ -56,7 +82,60 @@ pub fn init(format: LogFormat) -> Result<(), TelemetryError> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
     use super::*;
+
+    /// A log sink the test reads back.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("sink lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Sink {
+        type Writer = Sink;
+
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    /// One warning through [`human_layer`], as written.
+    fn human_line(ansi: bool) -> String {
+        let sink = Sink::default();
+        let subscriber = tracing_subscriber::registry().with(human_layer(sink.clone(), ansi));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(ifname = "eth0", "lease renewed");
+        });
+        let bytes = sink.0.lock().expect("sink lock").clone();
+        String::from_utf8(bytes).expect("log lines are UTF-8")
+    }
+
+    #[test]
+    fn colour_codes_only_for_a_terminal() {
+        let plain = human_line(false);
+        assert!(plain.contains("lease renewed"), "{plain:?}");
+        assert!(plain.contains("ifname=\"eth0\""), "{plain:?}");
+        assert!(
+            !plain.contains('\x1b'),
+            "ANSI codes in a plain log: {plain:?}"
+        );
+        let coloured = human_line(true);
+        assert!(
+            coloured.contains("\x1b["),
+            "no ANSI codes on a terminal: {coloured:?}"
+        );
+    }
 
     #[test]
     fn bad_filter_is_a_typed_error() {

@@ -11,7 +11,6 @@
 pub const EBPF_TOOLCHAIN: &str = "nightly";
 
 pub mod guard;
-pub mod programs;
 
 /// Name of the BPF ring buffer carrying [`CaptureRecord`]s to user space.
 pub const MAP_EVENTS: &str = "XDHCP_EVENTS";

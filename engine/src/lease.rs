@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::routes::{self, Option121Error, RejectedRoute, Route, RoutePolicy};
-use crate::validate::{DropReason, Reply, is_unicast};
+use crate::validate::{DropReason, Reply, is_unicast, mask_to_prefix};
 
 /// Lease time value meaning "infinite" (RFC 2132 §9.2).
 pub const INFINITE_SECS: u64 = 0xffff_ffff;
@@ -413,13 +413,6 @@ fn ip_list(data: &[u8]) -> Option<Vec<Ipv4Addr>> {
             .map(|c| Ipv4Addr::new(c[0], c[1], c[2], c[3]))
             .collect(),
     )
-}
-
-/// Prefix length of a contiguous mask.
-pub(crate) fn mask_to_prefix(m: [u8; 4]) -> Option<u8> {
-    let v = u32::from_be_bytes(m);
-    let ones = v.leading_ones();
-    (v.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)
 }
 
 /// A DNS name as allowed in resolv.conf: LDH labels (plus `_`), each 1..=63

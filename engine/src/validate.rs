@@ -429,7 +429,7 @@ pub fn parse_observed(p: &[u8]) -> Result<Observed, DropReason> {
         yiaddr: m.yiaddr,
         server_id,
         requested_ip: addr(50),
-        prefix_len: addr(1).and_then(|mask| crate::lease::mask_to_prefix(mask.octets())),
+        prefix_len: addr(1).and_then(|mask| mask_to_prefix(mask.octets())),
         router,
         lease_time,
     })
@@ -452,6 +452,13 @@ pub fn is_unicast(ip: Ipv4Addr) -> bool {
         || ip.is_multicast()
         || ip.is_loopback()
         || ip.octets()[0] >= 240)
+}
+
+/// Prefix length of a contiguous mask.
+pub(crate) fn mask_to_prefix(m: [u8; 4]) -> Option<u8> {
+    let v = u32::from_be_bytes(m);
+    let ones = v.leading_ones();
+    (v.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)
 }
 
 #[cfg(test)]

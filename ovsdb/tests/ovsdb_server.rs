@@ -23,7 +23,7 @@ use xdhcp_ovsdb::{
 /// If the table lacks it, or its Debian package is not installed.
 #[track_caller]
 fn program(name: &str) -> &'static Path {
-    let p = xdhcp_common::programs::find(name)
+    let p = xdhcp_testbed::programs::find(name)
         .unwrap_or_else(|| panic!("`{name}` is not in the program table (common/src/programs.rs)"));
     let exe = Path::new(p.executable());
     assert!(

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::proto::{NOT_XDHCP_DAEMON, connect_hint, format_chain};
+use crate::error_chain::format_chain;
+use crate::proto::{NOT_XDHCP_DAEMON, connect_hint};
 use crate::types::{CniError, code};
 
 /// Largest response head or body the plugin accepts (the agent's are small).

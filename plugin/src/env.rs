@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::types::{CniError, code};
-use crate::proto::format_chain;
+use crate::error_chain::format_chain;
 
 /// The CNI operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

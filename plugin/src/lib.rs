@@ -10,6 +10,7 @@
 //! exec'd once per CNI call, and its start-up is the floor of every burst.
 //!
 //! - [`config`], [`env`], [`types`]: CNI wire formats and validation.
+//! - [`error_chain`]: errors and their sources as one line.
 //! - [`proto`]: the CNI calls on the agent socket (paths and bodies).
 //! - [`views`]: what the socket's read-only calls answer (leases, status).
 //! - [`client`]: blocking HTTP/1.1 over the unix socket, the one client of
@@ -22,6 +23,7 @@
 pub mod client;
 pub mod config;
 pub mod env;
+pub mod error_chain;
 pub mod invocation;
 pub mod proto;
 pub mod run;

@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Attachment, NetworkConfig};
 use crate::env::{validate_container_id, validate_ifname};
 
+/// Where the agent's `rpc` module takes it from, with the protocol types;
+/// it lives in [`crate::error_chain`], below the modules that use it.
+pub use crate::error_chain::format_chain;
+
 /// `POST`: CNI ADD.
 pub const PATH_ADD: &str = "/v1/cni/add";
 /// `POST`: CNI DEL.
@@ -139,18 +143,3 @@ pub fn connect_hint(kind: io::ErrorKind) -> &'static str {
 /// body that is not a CNI error: Go's `net/rpc` HTTP server (the upstream
 /// daemon) answers every path but its own that way.
 pub const NOT_XDHCP_DAEMON: &str = "the daemon on the socket does not speak the xdhcp agent's protocol; is the upstream dhcp daemon still serving it? Stop it and run `dhcp daemon` (or the xdhcp DaemonSet) instead";
-
-/// Render an error and its sources as `a: b: c`.
-pub fn format_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        let next = src.to_string();
-        if !s.ends_with(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = src.source();
-    }
-    s
-}

@@ -13,7 +13,8 @@ use serde_json::Value;
 use crate::client::{Client, ClientError};
 use crate::config::{self, DEFAULT_SOCKET, IpamType, NetworkConfig, UPSTREAM_SOCKET};
 use crate::env::{CniEnv, Command, check_command_version};
-use crate::proto::{self, CniRequest, GcReply, GcRequest, Readiness, format_chain};
+use crate::error_chain::format_chain;
+use crate::proto::{self, CniRequest, GcReply, GcRequest, Readiness};
 use crate::types::{CniError, CniResult, LATEST_VERSION, VersionResult, code};
 
 /// How long the shim waits for the agent beyond the configured DHCP timeout.

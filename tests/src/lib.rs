@@ -35,10 +35,10 @@ pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,
 };
-pub use xdhcp_common::programs::CNI_PLUGIN_DIR;
+pub use xdhcp_testbed::programs::CNI_PLUGIN_DIR;
 
 /// The executable of the external program `name` from the one program table
-/// ([`xdhcp_common::programs::PROGRAMS`], which `cargo xtask setup` installs
+/// ([`xdhcp_testbed::programs::PROGRAMS`], which `cargo xtask setup` installs
 /// from): an absolute path for a Debian program, the bare name for a Rust
 /// toolchain program. Every program the harness, the tests and the
 /// benchmarks run is found here.
@@ -48,10 +48,10 @@ pub use xdhcp_common::programs::CNI_PLUGIN_DIR;
 /// if its Debian package is not installed (run `cargo xtask setup`).
 #[track_caller]
 pub fn program(name: &str) -> &'static std::path::Path {
-    use xdhcp_common::programs::{self, Source};
+    use xdhcp_testbed::programs::{self, Source};
     let Some(p) = programs::find(name) else {
         panic!(
-            "`{name}` is not in the program table (common/src/programs.rs): add it there with \
+            "`{name}` is not in the program table (testbed/src/programs.rs): add it there with \
              its Debian package so `cargo xtask setup` installs it"
         )
     };

@@ -1,5 +1,5 @@
 //! Every external program the tests, the benchmarks and `cargo xtask` run
-//! comes from the one program table (`xdhcp_common::programs`), which
+//! comes from the one program table (`xdhcp_testbed::programs`), which
 //! `cargo xtask setup` installs from, so a fresh machine that ran `setup`
 //! has all of them.
 //!
@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use xdhcp_common::programs::{self, PROGRAMS, Source};
+use xdhcp_testbed::programs::{self, PROGRAMS, Source};
 
 #[test]
 #[should_panic(expected = "not in the program table")]
@@ -350,7 +350,7 @@ fn nothing_in_tests_or_xtask_runs_a_program_outside_the_table() {
         .parent()
         .expect("workspace root");
     let mut files = Vec::new();
-    for dir in ["tests/src", "tests/tests", "xtask/src", "ovsdb/tests"] {
+    for dir in ["tests/src", "tests/tests", "xtask/src", "xtask/tests", "ovsdb/tests"] {
         rust_files(&root.join(dir), &mut files);
     }
     let mut findings = Vec::new();
@@ -375,7 +375,7 @@ fn nothing_in_tests_or_xtask_runs_a_program_outside_the_table() {
     );
     assert!(
         findings.is_empty(),
-        "programs run outside the table (common/src/programs.rs):\n{}",
+        "programs run outside the table (testbed/src/programs.rs):\n{}",
         findings
             .iter()
             .map(|f| format!("{}: {}", f.file, f.what))

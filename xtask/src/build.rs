@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::triple::plugin_target;
 use crate::{cmd, setup};
 
 /// Build the agent in release mode; `agent/build.rs` builds and embeds the
@@ -73,26 +74,6 @@ fn plugin_path(target: &str) -> PathBuf {
         .join("target")
         .join(target)
         .join("release/xdhcp-plugin")
-}
-
-/// The musl triple of the host's architecture (`x86_64-unknown-linux-musl`).
-pub fn plugin_target() -> Result<String> {
-    let host = host_triple()?;
-    let arch = host
-        .split('-')
-        .next()
-        .with_context(|| format!("host triple {host:?}"))?;
-    Ok(format!("{arch}-unknown-linux-musl"))
-}
-
-/// The host's target triple, as `rustc -vV` prints it.
-fn host_triple() -> Result<String> {
-    let out = cmd::output(cmd::program("rustc").arg("-vV"))?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .map(|h| h.trim().to_owned())
-        .context("`rustc -vV` printed no host triple")
 }
 
 /// The CRD file generated from `xdhcp-api`'s Rust types.

@@ -8,7 +8,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 /// The executable of the external program `name` from the one program table
-/// (`xdhcp_common::programs`, which `cargo xtask setup` installs from): an
+/// (`xdhcp_testbed::programs`, which `cargo xtask setup` installs from): an
 /// absolute path for a Debian program, the bare name for a Rust toolchain
 /// program.
 ///
@@ -16,9 +16,9 @@ use anyhow::{Context as _, Result, bail};
 /// If `name` is not in the table: a bug in xtask; add it there with its
 /// Debian package.
 pub fn executable(name: &str) -> &'static str {
-    xdhcp_common::programs::find(name).map_or_else(
-        || panic!("`{name}` is not in the program table (common/src/programs.rs): add it there"),
-        xdhcp_common::programs::Program::executable,
+    xdhcp_testbed::programs::find(name).map_or_else(
+        || panic!("`{name}` is not in the program table (testbed/src/programs.rs): add it there"),
+        xdhcp_testbed::programs::Program::executable,
     )
 }
 
@@ -28,10 +28,10 @@ pub fn program(name: &str) -> Command {
     if name == "cargo" {
         // `cargo xtask` ran us with cargo's per-target variables set; the
         // cargo we start must see a shell's environment, as the cargo the
-        // tests start does (`xdhcp_common::programs::is_cargo_target_env`).
+        // tests start does (`xdhcp_testbed::programs::is_cargo_target_env`).
         for (key, _) in std::env::vars_os() {
             let key = key.to_string_lossy();
-            if xdhcp_common::programs::is_cargo_target_env(&key) {
+            if xdhcp_testbed::programs::is_cargo_target_env(&key) {
                 cmd.env_remove(&*key);
             }
         }

@@ -288,7 +288,7 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     let path = format!(
         "{}:{}",
         cni_bin.display(),
-        xdhcp_common::programs::CNI_PLUGIN_DIR
+        xdhcp_testbed::programs::CNI_PLUGIN_DIR
     );
     let conf = serde_json::json!({
         "cniVersion": "1.0.0",

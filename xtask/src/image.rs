@@ -35,7 +35,7 @@ struct Engine {
 /// usable goes into `skipped` (a docker CLI without a reachable daemon).
 fn find_engine(skipped: &mut Vec<String>) -> Option<Engine> {
     let path = std::env::var_os("PATH")?;
-    for name in xdhcp_common::programs::CONTAINER_ENGINES {
+    for name in xdhcp_testbed::programs::CONTAINER_ENGINES {
         let Some(found) = std::env::split_paths(&path)
             .map(|dir| dir.join(name))
             .find(|p| is_executable(p))
@@ -84,7 +84,7 @@ pub fn run(args: &Args) -> Result<()> {
         bail!(
             "no usable container engine on PATH (looked for {}{found}): install one to build the image, \
              or build {CONTAINERFILE} elsewhere with the release binary as `xdhcp` in the build context",
-            xdhcp_common::programs::CONTAINER_ENGINES.join(", ")
+            xdhcp_testbed::programs::CONTAINER_ENGINES.join(", ")
         );
     };
     let bin = build::run()?;

@@ -14,6 +14,7 @@ mod fuzz;
 mod image;
 mod setup;
 mod test;
+mod triple;
 mod vmtest;
 
 use clap::{Parser, Subcommand};

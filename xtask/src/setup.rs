@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use xdhcp_common::programs::{PROGRAMS, Source};
+use xdhcp_testbed::programs::{PROGRAMS, Source};
 
 use crate::cmd;
 
@@ -70,7 +70,7 @@ pub fn run() -> Result<()> {
 }
 
 /// Installs the Debian package of every program in the one program table
-/// (`xdhcp_common::programs`) whose file is missing. The tests, the
+/// (`xdhcp_testbed::programs`) whose file is missing. The tests, the
 /// benchmarks and the demo find their programs in the same table, so what
 /// they run is what this installs.
 fn debian_packages() -> Result<()> {
@@ -111,11 +111,11 @@ fn debian_packages() -> Result<()> {
 /// says (a package that installed elsewhere fails here, not in a test).
 fn installed() -> Result<()> {
     for name in ESSENTIAL {
-        if xdhcp_common::programs::find(name)
-            .and_then(xdhcp_common::programs::Program::package)
+        if xdhcp_testbed::programs::find(name)
+            .and_then(xdhcp_testbed::programs::Program::package)
             .is_none()
         {
-            bail!("{name} is not a Debian program of the table (common/src/programs.rs)");
+            bail!("{name} is not a Debian program of the table (testbed/src/programs.rs)");
         }
     }
     let absent: Vec<String> = PROGRAMS
@@ -131,7 +131,7 @@ fn installed() -> Result<()> {
         return Ok(());
     }
     bail!(
-        "after installing, still missing: {} (common/src/programs.rs names the wrong path?)",
+        "after installing, still missing: {} (testbed/src/programs.rs names the wrong path?)",
         absent.join(", ")
     )
 }
@@ -148,7 +148,7 @@ fn toolchain_arg() -> String {
 /// The musl standard library for the workspace's toolchain: the thin
 /// plugin is built against it (`build::plugin`).
 fn musl_target() -> Result<()> {
-    let target = crate::build::plugin_target()?;
+    let target = crate::triple::plugin_target()?;
     let root = cmd::workspace_root();
     let installed = cmd::output(cmd::program("rustup").current_dir(&root).args([
         "target",
@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn every_essential_program_is_installed_from_a_debian_package() {
         for name in ESSENTIAL {
-            let p = xdhcp_common::programs::find(name)
+            let p = xdhcp_testbed::programs::find(name)
                 .unwrap_or_else(|| panic!("{name} is not in the program table"));
             assert!(p.package().is_some(), "{name} comes from no Debian package");
         }

@@ -46,9 +46,17 @@ pub fn run(args: &Args) -> Result<()> {
         c.current_dir(&root);
         c
     };
+    // Every host member, the tests crate included: it is no default member
+    // (`xdhcp_testbed::TEST_BUILD_PACKAGES`).
+    let packages = xdhcp_testbed::TEST_BUILD_PACKAGES;
     if !args.no_lint {
         cmd::run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-        cmd::run(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+        cmd::run(cargo().arg("clippy").args(packages).args([
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
         ebpf_clippy(&root)?;
     }
     // The tests that exec the plugin exec it as shipped: release, static,
@@ -59,12 +67,18 @@ pub fn run(args: &Args) -> Result<()> {
     cmd::run(
         cargo()
             .args(["test", "--no-fail-fast"])
+            .args(packages)
             .args(&args.extra)
             .env("XDHCP_PLUGIN_BIN", &plugin),
     )?;
     // Fuzz smoke: every seed and corpus input through its fuzz function.
     // Same package selection as above, so the test binaries are reused.
-    cmd::run(cargo().args(["test", "--lib", "fuzzing::tests"]))?;
+    cmd::run(
+        cargo()
+            .arg("test")
+            .args(packages)
+            .args(["--lib", "fuzzing::tests"]),
+    )?;
     if !args.no_vm && args.extra.is_empty() {
         // The second kernel: Debian 12's 6.1 in qemu (its own setup steps
         // fetch the kernel and virtme-ng; the packages came with setup).

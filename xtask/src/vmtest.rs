@@ -348,11 +348,10 @@ struct Built {
 /// build them.
 fn build(root: &Path) -> Result<Built> {
     let mut c = cmd::program("cargo");
-    c.current_dir(root).args([
-        "test",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
+    c.current_dir(root)
+        .arg("test")
+        .args(xdhcp_testbed::TEST_BUILD_PACKAGES)
+        .args(["--no-run", "--message-format=json-render-diagnostics"]);
     println!("\x1b[1m$ cargo test --no-run (the guest suite and the binaries it runs)\x1b[0m");
     let out = c
         .stderr(std::process::Stdio::inherit())

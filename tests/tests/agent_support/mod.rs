@@ -40,10 +40,12 @@ pub fn plugin_bin() -> PathBuf {
 }
 
 /// The plain binary `name` of `package`, as `cargo test` builds it for the
-/// package's own integration tests: same feature set as the rest of the
-/// test build, so nothing is compiled twice (a `cargo build -p` here would
-/// resolve features for one package and rebuild most of the tree). Fresh
-/// after a workspace `cargo test`; otherwise this builds it.
+/// package's own integration tests: same package selection and feature set
+/// as the rest of the test build (`TEST_BUILD_PACKAGES`, with which the
+/// agent carries its `test-hooks`, as the fault tests need), so nothing is
+/// compiled twice (a `cargo build -p` here would resolve features for one
+/// package and rebuild most of the tree). Fresh after `cargo xtask test`'s
+/// `cargo test`; otherwise this builds it.
 fn build_bin(package: &str, name: &str) -> PathBuf {
     let mut cargo = Command::new(env!("CARGO"));
     // What cargo set for this test process (its package's name, manifest
@@ -52,16 +54,14 @@ fn build_bin(package: &str, name: &str) -> PathBuf {
     // and inner builds would rebuild each other's artifacts.
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
-        if xdhcp_common::programs::is_cargo_target_env(&key) {
+        if xdhcp_testbed::programs::is_cargo_target_env(&key) {
             cargo.env_remove(&*key);
         }
     }
     let out = cargo
-        .args([
-            "test",
-            "--no-run",
-            "--message-format=json-render-diagnostics",
-        ])
+        .arg("test")
+        .args(xdhcp_testbed::TEST_BUILD_PACKAGES)
+        .args(["--no-run", "--message-format=json-render-diagnostics"])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stderr(std::process::Stdio::inherit())
         .output()

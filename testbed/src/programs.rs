@@ -11,9 +11,9 @@
 //! Paths are the ones the Debian 12 package registers (`dpkg-query -S`), so
 //! they hold whether or not `/usr` is merged.
 //!
-//! It lives in `xdhcp-common` because both `xtask` and the tests crate
-//! already depend on this crate, and `xtask` must not depend on the tests
-//! crate; a typed `const` needs no parser on either side.
+//! It lives in `xdhcp-testbed`, which both `xtask` and the tests crate
+//! depend on and no shipped crate does (`xtask` must not depend on the tests
+//! crate); a typed `const` needs no parser on either side.
 
 /// Where a program comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
