@@ -350,7 +350,13 @@ fn nothing_in_tests_or_xtask_runs_a_program_outside_the_table() {
         .parent()
         .expect("workspace root");
     let mut files = Vec::new();
-    for dir in ["tests/src", "tests/tests", "xtask/src", "xtask/tests", "ovsdb/tests"] {
+    for dir in [
+        "tests/src",
+        "tests/tests",
+        "xtask/src",
+        "xtask/tests",
+        "ovsdb/tests",
+    ] {
         rust_files(&root.join(dir), &mut files);
     }
     let mut findings = Vec::new();
