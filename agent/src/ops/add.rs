@@ -54,7 +54,7 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
     };
     let info = deadline
         .kube(
-            agent,
+            agent.metrics(),
             || format!("reading pod {ns}/{name}"),
             agent.pod_api.get_pod(ns, name),
         )
@@ -343,7 +343,7 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
             .pod_api
             .remove_network_entry_for_uid(&p.namespace, &p.name, p.uid.as_deref(), &key)
             .await
-            .map_err(|e| kube_error(agent, e))?;
+            .map_err(|e| kube_error(agent.metrics(), e))?;
     }
     if record.is_some() {
         info!(container = %req.container_id, ifname = %req.ifname, "DEL done");

@@ -218,7 +218,7 @@ async fn move_entry(
     if let Some(r) = router {
         lease.routers = vec![r];
     }
-    match crate::ops::report::report_address(agent, &pod, &key, &lease, mac, None).await {
+    match crate::ops::report::report_address(&*agent.pod_api, &pod, &key, &lease, mac, None).await {
         Ok(()) => info!(pod = %format!("{}/{}", pod.namespace, pod.name), %ip,
             "pod-networks entry follows the guest's address"),
         Err(e) => {

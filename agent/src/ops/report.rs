@@ -12,10 +12,11 @@ use tracing::warn;
 use xdhcp_engine::Lease;
 
 use crate::cni::config::NetworkConfig;
-use crate::kube::{PodApiError, PodNetworkEntry, WriteGuard, network_key};
+use crate::kube::{PodApiError, PodNetworkEntry, PodStore, WriteGuard, network_key};
 use crate::lease::apply;
 use crate::lease::persist::{self, Durable, LeaseRecord, PodRef};
 use crate::lease::registry::Handle;
+use crate::metrics::Metrics;
 use crate::ops::acquire::abandon;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate};
@@ -66,25 +67,25 @@ impl Deadline {
     /// Run a Kubernetes call `what` until the deadline.
     pub(crate) async fn kube<T>(
         self,
-        agent: &Agent,
+        metrics: &Metrics,
         what: impl FnOnce() -> String,
         call: impl std::future::Future<Output = Result<T, PodApiError>>,
     ) -> Result<T, Error> {
         // Boxed: the API calls' futures are large and ADD's future holds them.
         let Ok(r) = tokio::time::timeout_at(self.at, Box::pin(call)).await else {
-            agent.metrics().failure("kube_api");
+            metrics.failure("kube_api");
             return Err(Error::KubeDeadline {
                 what: what(),
                 deadline: self.budget,
             });
         };
-        r.map_err(|e| kube_error(agent, e))
+        r.map_err(|e| kube_error(metrics, e))
     }
 }
 
 /// A failed Kubernetes call, counted.
-pub(crate) fn kube_error(agent: &Agent, source: PodApiError) -> Error {
-    agent.metrics().failure("kube_api");
+pub(crate) fn kube_error(metrics: &Metrics, source: PodApiError) -> Error {
+    metrics.failure("kube_api");
     Error::Kube { source }
 }
 
@@ -192,14 +193,14 @@ pub(crate) async fn report_and_record(
     if let (Some(p), Some(key)) = (to.pod, to.key)
         && let Err(e) = deadline
             .kube(
-                agent,
+                agent.metrics(),
                 || {
                     format!(
                         "writing the pod-networks entry of pod {}/{}",
                         p.namespace, p.name
                     )
                 },
-                report_address(agent, p, key, b.lease, b.mac, b.netns),
+                report_address(&*agent.pod_api, p, key, b.lease, b.mac, b.netns),
             )
             .await
     {
@@ -247,7 +248,7 @@ async fn unreport(agent: &Agent, to: ReportTo<'_>, deadline: Deadline, reason: S
     if let (Some(p), Some(key)) = (to.pod, to.key)
         && let Err(e) = deadline
             .kube(
-                agent,
+                agent.metrics(),
                 || {
                     format!(
                         "removing the pod-networks entry of pod {}/{}",
@@ -288,7 +289,7 @@ async fn unapply(req: &CniRequest, lease: &Lease, released: bool) {
 /// namespace `netns` is gone (torn down or superseded). Both are checked
 /// after every read of the pod, right before the patch.
 pub(crate) async fn report_address(
-    agent: &Agent,
+    pods: &dyn PodStore,
     pod: &PodRef,
     key: &str,
     lease: &Lease,
@@ -305,9 +306,7 @@ pub(crate) async fn report_address(
         uid: pod.uid.clone(),
         netns: netns.map(std::path::Path::to_path_buf),
     };
-    agent
-        .pod_api
-        .set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
+    pods.set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
         .await
 }
 
@@ -378,6 +377,166 @@ pub(crate) async fn abandon_unreported(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use crate::kube::annotation::AnnotationError;
+    use crate::kube::{PodFuture, PodInfo};
+    use crate::workload::{MigrationInfo, VmiInfo};
+
+    /// A pod store that is not a cluster: its reads never answer (a hung
+    /// API server) and its guarded writes are recorded.
+    #[derive(Debug, Default)]
+    struct FakePods {
+        writes: Mutex<Vec<Write>>,
+    }
+
+    /// One guarded write: namespace, pod, guard, network key, entry.
+    type Write = (String, String, WriteGuard, String, PodNetworkEntry);
+
+    impl PodStore for FakePods {
+        fn get_pod<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, PodInfo> {
+            Box::pin(std::future::pending())
+        }
+        fn get_vmi<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
+            Box::pin(std::future::pending())
+        }
+        fn get_migration<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> PodFuture<'a, Option<MigrationInfo>> {
+            Box::pin(std::future::pending())
+        }
+        fn set_network_entry_guarded<'a>(
+            &'a self,
+            ns: &'a str,
+            name: &'a str,
+            guard: &'a WriteGuard,
+            key: &'a str,
+            entry: PodNetworkEntry,
+        ) -> PodFuture<'a, ()> {
+            self.writes.lock().unwrap().push((
+                ns.to_owned(),
+                name.to_owned(),
+                guard.clone(),
+                key.to_owned(),
+                entry,
+            ));
+            Box::pin(async { Ok(()) })
+        }
+        fn remove_network_entry_for_uid<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: Option<&'a str>,
+            _: &'a str,
+        ) -> PodFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn bound_lease() -> Lease {
+        Lease {
+            address: ADDR,
+            prefix_len: 24,
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            server_mac: None,
+            routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
+            routes: vec![],
+            dns_servers: vec![],
+            domain_name: None,
+            search: vec![],
+            mtu: None,
+            lease_time: Duration::from_mins(2),
+            t1: Duration::from_mins(1),
+            t2: Duration::from_secs(105),
+            acquired_unix_ms: 1,
+            rejected_routes: vec![],
+        }
+    }
+
+    /// Every outside call of an ADD ends at the ADD's one deadline: a read
+    /// that never answers fails with the deadline named, when it is up (in
+    /// virtual time), and is counted as a Kubernetes API failure.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_answers_ends_at_the_deadline() {
+        let metrics = Metrics::new();
+        let pods = FakePods::default();
+        let deadline = Deadline::after(Duration::from_secs(16));
+        let t0 = tokio::time::Instant::now();
+        let e = deadline
+            .kube(
+                &metrics,
+                || "reading pod tenant/web".to_owned(),
+                pods.get_pod("tenant", "web"),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(t0.elapsed(), Duration::from_secs(16));
+        assert!(
+            matches!(&e, Error::KubeDeadline { what, deadline }
+                if what == "reading pod tenant/web" && *deadline == Duration::from_secs(16)),
+            "{e:?}"
+        );
+        assert!(metrics.encode().contains(r#"error="kube_api""#));
+        assert_eq!(deadline.left(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_fails_in_time_is_the_apis_error() {
+        let metrics = Metrics::new();
+        let failed = async {
+            Err::<(), _>(PodApiError::Annotation {
+                namespace: "tenant".to_owned(),
+                name: "web".to_owned(),
+                source: AnnotationError::NotJson {
+                    source: serde_json::from_str::<serde_json::Value>("{").unwrap_err(),
+                },
+            })
+        };
+        let e = Deadline::after(Duration::from_secs(16))
+            .kube(&metrics, || "writing".to_owned(), failed)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Kube { .. }), "{e:?}");
+    }
+
+    /// The report writes the network's entry (the lease's address, prefix,
+    /// gateway, the MAC, `ipam_mode: dhcp`) under the ADD's guard: the pod's
+    /// UID and the sandbox's network namespace.
+    #[tokio::test]
+    async fn the_report_writes_the_entry_under_the_adds_guard() {
+        let pods = FakePods::default();
+        let pod = PodRef {
+            namespace: "tenant".to_owned(),
+            name: "web".to_owned(),
+            uid: Some("uid-1".to_owned()),
+        };
+        let netns = std::path::Path::new("/run/netns/sandbox-1");
+        report_address(
+            &pods,
+            &pod,
+            "tenant/localnet",
+            &bound_lease(),
+            MAC,
+            Some(netns),
+        )
+        .await
+        .unwrap();
+        let writes = pods.writes.lock().unwrap();
+        let (ns, name, guard, key, entry) = &writes[0];
+        assert_eq!(
+            (ns.as_str(), name.as_str(), key.as_str()),
+            ("tenant", "web", "tenant/localnet")
+        );
+        assert_eq!(guard.uid.as_deref(), Some("uid-1"));
+        assert_eq!(guard.netns.as_deref(), Some(netns));
+        assert_eq!(entry.ip_addresses, ["192.0.2.10/24"]);
+        assert_eq!(entry.mac_address, "02:00:00:00:00:01");
+        assert_eq!(entry.gateway_ips, ["192.0.2.1"]);
+        assert_eq!(entry.ipam_mode.as_deref(), Some("dhcp"));
+    }
 
     const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);

@@ -20,9 +20,11 @@ use tracing::{error, info, warn};
 use xdhcp_engine::{Lease, Mode};
 
 use crate::cni::types::CniResult;
+use crate::kube::PodStore;
 use crate::kube::annotation::PodNetworks;
 use crate::lease::persist::{self, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
+use crate::metrics::Metrics;
 use crate::netlink::Netlink;
 use crate::ops::acquire::{self, Request, cni_result};
 use crate::ops::context::Agent;
@@ -119,7 +121,7 @@ pub(crate) struct VmPod {
 /// anything missing or unreadable is logged and the DORA goes on with the
 /// VMI status address, if any.
 pub(crate) async fn migration_source(
-    agent: &Agent,
+    pods: &dyn PodStore,
     pod: Option<&PodRef>,
     migration: Option<&MigrationTarget>,
     vmi: Option<&VmiInfo>,
@@ -128,7 +130,7 @@ pub(crate) async fn migration_source(
     let (pod, target) = (pod?, migration?);
     let ns = pod.namespace.as_str();
     let object = match target.migration_name.as_deref() {
-        Some(name) => match agent.pod_api.get_migration(ns, name).await {
+        Some(name) => match pods.get_migration(ns, name).await {
             Ok(m) => m,
             Err(e) => {
                 warn!(pod = %pod_label(Some(pod)), migration = name, error = %format_chain(&e),
@@ -145,7 +147,7 @@ pub(crate) async fn migration_source(
             "migration target: the source pod is not known; asking for the VMI status address, if any");
         return None;
     };
-    let entry = match agent.pod_api.get_pod(ns, &source).await {
+    let entry = match pods.get_pod(ns, &source).await {
         Ok(info) => PodNetworks::parse(info.pod_networks.as_deref()).and_then(|n| n.entry(key)),
         Err(e) => {
             warn!(pod = %pod_label(Some(pod)), source = %source, error = %format_chain(&e),
@@ -177,21 +179,22 @@ pub(crate) async fn migration_source(
 /// The VMI and, on a live-migration target, what the source pod reported:
 /// the one lookup every VM ADD makes, within the ADD's deadline.
 async fn lookup(
-    agent: &Agent,
+    pods: &dyn PodStore,
+    metrics: &Metrics,
     vm: &VmPod,
     deadline: Deadline,
 ) -> Result<(Option<VmiInfo>, Option<SourceReport>), Error> {
     let ns = vm.pod.as_ref().map_or("", |p| p.namespace.as_str());
     let vmi = deadline
         .kube(
-            agent,
+            metrics,
             || format!("reading VirtualMachineInstance {ns}/{}", vm.vmi_name),
-            agent.pod_api.get_vmi(ns, &vm.vmi_name),
+            pods.get_vmi(ns, &vm.vmi_name),
         )
         .await?;
     let key = vm.annotation_key.as_deref().unwrap_or_default();
     let source = migration_source(
-        agent,
+        pods,
         vm.pod.as_ref(),
         vm.migration.as_ref(),
         vmi.as_ref(),
@@ -216,7 +219,7 @@ pub(crate) async fn identity_on_pod_netdev(
     pod_mac: [u8; 6],
     deadline: Deadline,
 ) -> Result<([u8; 6], Option<std::net::Ipv4Addr>), Error> {
-    let (vmi, source) = lookup(agent, vm, deadline).await?;
+    let (vmi, source) = lookup(&*agent.pod_api, agent.metrics(), vm, deadline).await?;
     let key = vm.annotation_key.as_deref().unwrap_or_default();
     let id = vm_identity(vmi.as_ref(), key, MacAddr(pod_mac), source.as_ref());
     info!(vmi = %vm.vmi_name, mac = %id.mac, mac_source = %id.mac_source,
@@ -237,7 +240,7 @@ pub(crate) async fn add_vfio(
 ) -> Result<CniResult, Error> {
     let who = pod_label(vm.pod.as_ref());
     // Before the handoff: the window on the kernel driver stays one DORA long.
-    let (vmi, report) = lookup(agent, &vm, deadline).await?;
+    let (vmi, report) = lookup(&*agent.pod_api, agent.metrics(), &vm, deadline).await?;
     phases.who = phases.lap();
     let sysfs = Sysfs::new(&agent.args.sysfs_root).with_vf_drivers(&agent.args.vf_driver);
     let journal = vfio::journal_dir(&agent.args.state_dir);
@@ -393,5 +396,116 @@ async fn prepare(
             return Ok(());
         }
         tokio::time::sleep(CARRIER_POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::kube::{PodFuture, PodInfo, PodNetworkEntry, WriteGuard};
+    use crate::workload::MigrationInfo;
+
+    /// A pod store that is not a cluster: the VMI is answered (absent) or
+    /// never answered, as `vmi_hangs` says; every other read never answers.
+    #[derive(Debug)]
+    struct FakePods {
+        vmi_hangs: bool,
+    }
+
+    impl PodStore for FakePods {
+        fn get_pod<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, PodInfo> {
+            Box::pin(std::future::pending())
+        }
+        fn get_vmi<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
+            if self.vmi_hangs {
+                Box::pin(std::future::pending())
+            } else {
+                Box::pin(async { Ok(None) })
+            }
+        }
+        fn get_migration<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> PodFuture<'a, Option<MigrationInfo>> {
+            Box::pin(std::future::pending())
+        }
+        fn set_network_entry_guarded<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a WriteGuard,
+            _: &'a str,
+            _: PodNetworkEntry,
+        ) -> PodFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn remove_network_entry_for_uid<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: Option<&'a str>,
+            _: &'a str,
+        ) -> PodFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn migration_target() -> VmPod {
+        VmPod {
+            pod: Some(PodRef {
+                namespace: "tenant".to_owned(),
+                name: "virt-launcher-vm2-x".to_owned(),
+                uid: None,
+            }),
+            annotation_key: Some("tenant/localnet".to_owned()),
+            vmi_name: "vm2".to_owned(),
+            migration: Some(MigrationTarget {
+                migration_uid: "m-1".to_owned(),
+                migration_name: Some("migrate-vm2".to_owned()),
+            }),
+        }
+    }
+
+    /// Every VM ADD, the VFIO handoff's included, reads its VMI within the
+    /// ADD's deadline: a read that never answers fails the ADD when the
+    /// deadline is up, naming the VMI.
+    #[tokio::test(start_paused = true)]
+    async fn a_vmi_read_that_never_answers_ends_at_the_deadline() {
+        let t0 = tokio::time::Instant::now();
+        let e = lookup(
+            &FakePods { vmi_hangs: true },
+            &Metrics::new(),
+            &migration_target(),
+            Deadline::after(Duration::from_secs(16)),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(t0.elapsed(), Duration::from_secs(16));
+        assert!(
+            matches!(&e, Error::KubeDeadline { what, .. }
+                if what == "reading VirtualMachineInstance tenant/vm2"),
+            "{e:?}"
+        );
+    }
+
+    /// A migration target whose migration object never answers still gets
+    /// its ADD: the source's report is best effort, cut at the deadline, and
+    /// the DORA goes on without it.
+    #[tokio::test(start_paused = true)]
+    async fn a_migration_read_that_never_answers_is_cut_at_the_deadline() {
+        let t0 = tokio::time::Instant::now();
+        let (vmi, report) = lookup(
+            &FakePods { vmi_hangs: false },
+            &Metrics::new(),
+            &migration_target(),
+            Deadline::after(Duration::from_secs(16)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(16));
+        assert!(vmi.is_none() && report.is_none());
     }
 }
