@@ -14,10 +14,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Attachment, NetworkConfig};
 use crate::env::{validate_container_id, validate_ifname};
 
-/// Where the agent's `rpc` module takes it from, with the protocol types;
-/// it lives in [`crate::error_chain`], below the modules that use it.
-pub use crate::error_chain::format_chain;
-
 /// `POST`: CNI ADD.
 pub const PATH_ADD: &str = "/v1/cni/add";
 /// `POST`: CNI DEL.

@@ -28,7 +28,7 @@ fn tree(select: &[&str]) -> Vec<Node> {
         .expect("xtask lives one level below the workspace root");
     let out = Command::new(env!("CARGO"))
         .current_dir(root)
-        .args(["tree", "--offline", "--locked"])
+        .args(["tree", "--locked"])
         .args(["--edges", "normal,build", "--prefix", "none"])
         .args(["--format", "{p}|{f}"])
         .args(select)
@@ -36,7 +36,7 @@ fn tree(select: &[&str]) -> Vec<Node> {
         .expect("run cargo tree");
     assert!(
         out.status.success(),
-        "cargo tree {select:?} failed (run `cargo fetch` once if packages are missing):\n{}",
+        "cargo tree {select:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
