@@ -8,6 +8,9 @@
 //! - [`PodApi::Embedded`]: no cluster (`--kube=off`); pod identity comes from
 //!   `CNI_ARGS` and annotations go to a JSON file under the state dir
 //!   ([`embedded::EmbeddedStore`]) that `xdhcp status` shows.
+//!
+//! One thing: the pod store's interface, its errors and the choice of
+//! backend (about 490 lines of code; the rest is its tests).
 
 pub mod annotation;
 pub mod client;

@@ -9,6 +9,9 @@
 //! of the embedded object (the capture maps in that copy are shrunk to the
 //! minimum, as nothing uses them) so it works whichever capture path the
 //! agent uses, AF_PACKET included.
+//!
+//! One thing: the guard programs' loader, attachments, policy map, counters
+//! and ring, as one object the guard service holds.
 
 use std::collections::HashMap;
 use std::path::Path;
