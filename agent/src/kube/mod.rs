@@ -15,6 +15,9 @@
 pub mod annotation;
 pub mod client;
 pub mod embedded;
+/// An in-memory pod store for unit tests (not a cluster).
+#[cfg(test)]
+pub(crate) mod fake;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -496,106 +499,9 @@ impl PodApi {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use crate::kube::fake::FakePods;
 
     use super::*;
-
-    /// A fake pod: its UID and its `pod-networks` entries by network key.
-    type FakePod = (Option<String>, BTreeMap<String, PodNetworkEntry>);
-
-    /// An in-memory [`PodStore`]: pods by `ns/name`.
-    #[derive(Debug, Default)]
-    struct FakePods {
-        pods: Mutex<BTreeMap<String, FakePod>>,
-    }
-
-    impl FakePods {
-        fn with_pod(ns: &str, name: &str, uid: &str) -> Self {
-            let fake = FakePods::default();
-            fake.pods.lock().unwrap().insert(
-                format!("{ns}/{name}"),
-                (Some(uid.to_owned()), BTreeMap::new()),
-            );
-            fake
-        }
-
-        fn entries(&self, ns: &str, name: &str) -> Vec<String> {
-            self.pods.lock().unwrap()[&format!("{ns}/{name}")]
-                .1
-                .keys()
-                .cloned()
-                .collect()
-        }
-    }
-
-    impl PodStore for FakePods {
-        fn get_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, PodInfo> {
-            let uid = self
-                .pods
-                .lock()
-                .unwrap()
-                .get(&format!("{ns}/{name}"))
-                .and_then(|p| p.0.clone());
-            Box::pin(async move {
-                Ok(PodInfo {
-                    namespace: ns.to_owned(),
-                    name: name.to_owned(),
-                    uid,
-                    ..PodInfo::default()
-                })
-            })
-        }
-        fn get_vmi<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
-            Box::pin(async { Ok(None) })
-        }
-        fn get_migration<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-        ) -> PodFuture<'a, Option<MigrationInfo>> {
-            Box::pin(async { Ok(None) })
-        }
-        fn set_network_entry_guarded<'a>(
-            &'a self,
-            ns: &'a str,
-            name: &'a str,
-            guard: &'a WriteGuard,
-            key: &'a str,
-            entry: PodNetworkEntry,
-        ) -> PodFuture<'a, ()> {
-            let mut pods = self.pods.lock().unwrap();
-            let pod = pods.entry(format!("{ns}/{name}")).or_default();
-            let result = match &guard.uid {
-                Some(expected) if pod.0.as_ref() != Some(expected) => {
-                    Err(PodApiError::UidMismatch {
-                        namespace: ns.to_owned(),
-                        name: name.to_owned(),
-                        expected: expected.clone(),
-                        actual: pod.0.clone(),
-                    })
-                }
-                _ => {
-                    pod.1.insert(key.to_owned(), entry);
-                    Ok(())
-                }
-            };
-            Box::pin(async move { result })
-        }
-        fn remove_network_entry_for_uid<'a>(
-            &'a self,
-            ns: &'a str,
-            name: &'a str,
-            uid: Option<&'a str>,
-            key: &'a str,
-        ) -> PodFuture<'a, ()> {
-            if let Some(pod) = self.pods.lock().unwrap().get_mut(&format!("{ns}/{name}"))
-                && uid.is_none_or(|u| pod.0.as_deref() == Some(u))
-            {
-                pod.1.remove(key);
-            }
-            Box::pin(async { Ok(()) })
-        }
-    }
 
     fn entry() -> PodNetworkEntry {
         PodNetworkEntry::dhcp(

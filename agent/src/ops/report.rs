@@ -377,64 +377,10 @@ pub(crate) async fn abandon_unreported(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
     use std::time::Duration;
 
     use crate::kube::annotation::AnnotationError;
-    use crate::kube::{PodFuture, PodInfo};
-    use crate::workload::{MigrationInfo, VmiInfo};
-
-    /// A pod store that is not a cluster: its reads never answer (a hung
-    /// API server) and its guarded writes are recorded.
-    #[derive(Debug, Default)]
-    struct FakePods {
-        writes: Mutex<Vec<Write>>,
-    }
-
-    /// One guarded write: namespace, pod, guard, network key, entry.
-    type Write = (String, String, WriteGuard, String, PodNetworkEntry);
-
-    impl PodStore for FakePods {
-        fn get_pod<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, PodInfo> {
-            Box::pin(std::future::pending())
-        }
-        fn get_vmi<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
-            Box::pin(std::future::pending())
-        }
-        fn get_migration<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-        ) -> PodFuture<'a, Option<MigrationInfo>> {
-            Box::pin(std::future::pending())
-        }
-        fn set_network_entry_guarded<'a>(
-            &'a self,
-            ns: &'a str,
-            name: &'a str,
-            guard: &'a WriteGuard,
-            key: &'a str,
-            entry: PodNetworkEntry,
-        ) -> PodFuture<'a, ()> {
-            self.writes.lock().unwrap().push((
-                ns.to_owned(),
-                name.to_owned(),
-                guard.clone(),
-                key.to_owned(),
-                entry,
-            ));
-            Box::pin(async { Ok(()) })
-        }
-        fn remove_network_entry_for_uid<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-            _: Option<&'a str>,
-            _: &'a str,
-        ) -> PodFuture<'a, ()> {
-            Box::pin(async { Ok(()) })
-        }
-    }
+    use crate::kube::fake::{FakePods, Hung};
 
     fn bound_lease() -> Lease {
         Lease {
@@ -462,7 +408,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_that_never_answers_ends_at_the_deadline() {
         let metrics = Metrics::new();
-        let pods = FakePods::default();
+        let pods = FakePods::hung(Hung {
+            pods: true,
+            ..Hung::default()
+        });
         let deadline = Deadline::after(Duration::from_secs(16));
         let t0 = tokio::time::Instant::now();
         let e = deadline
@@ -507,7 +456,7 @@ mod tests {
     /// UID and the sandbox's network namespace.
     #[tokio::test]
     async fn the_report_writes_the_entry_under_the_adds_guard() {
-        let pods = FakePods::default();
+        let pods = FakePods::with_pod("tenant", "web", "uid-1");
         let pod = PodRef {
             namespace: "tenant".to_owned(),
             name: "web".to_owned(),
@@ -524,14 +473,12 @@ mod tests {
         )
         .await
         .unwrap();
-        let writes = pods.writes.lock().unwrap();
-        let (ns, name, guard, key, entry) = &writes[0];
-        assert_eq!(
-            (ns.as_str(), name.as_str(), key.as_str()),
-            ("tenant", "web", "tenant/localnet")
-        );
+        let guards = pods.guards();
+        let (at, guard) = &guards[0];
+        assert_eq!(at, "tenant/web");
         assert_eq!(guard.uid.as_deref(), Some("uid-1"));
         assert_eq!(guard.netns.as_deref(), Some(netns));
+        let entry = pods.entry("tenant", "web", "tenant/localnet").unwrap();
         assert_eq!(entry.ip_addresses, ["192.0.2.10/24"]);
         assert_eq!(entry.mac_address, "02:00:00:00:00:01");
         assert_eq!(entry.gateway_ips, ["192.0.2.1"]);

@@ -404,54 +404,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::kube::{PodFuture, PodInfo, PodNetworkEntry, WriteGuard};
-    use crate::workload::MigrationInfo;
-
-    /// A pod store that is not a cluster: the VMI is answered (absent) or
-    /// never answered, as `vmi_hangs` says; every other read never answers.
-    #[derive(Debug)]
-    struct FakePods {
-        vmi_hangs: bool,
-    }
-
-    impl PodStore for FakePods {
-        fn get_pod<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, PodInfo> {
-            Box::pin(std::future::pending())
-        }
-        fn get_vmi<'a>(&'a self, _: &'a str, _: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
-            if self.vmi_hangs {
-                Box::pin(std::future::pending())
-            } else {
-                Box::pin(async { Ok(None) })
-            }
-        }
-        fn get_migration<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-        ) -> PodFuture<'a, Option<MigrationInfo>> {
-            Box::pin(std::future::pending())
-        }
-        fn set_network_entry_guarded<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-            _: &'a WriteGuard,
-            _: &'a str,
-            _: PodNetworkEntry,
-        ) -> PodFuture<'a, ()> {
-            Box::pin(async { Ok(()) })
-        }
-        fn remove_network_entry_for_uid<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-            _: Option<&'a str>,
-            _: &'a str,
-        ) -> PodFuture<'a, ()> {
-            Box::pin(async { Ok(()) })
-        }
-    }
+    use crate::kube::fake::{FakePods, Hung};
 
     fn migration_target() -> VmPod {
         VmPod {
@@ -476,7 +429,10 @@ mod tests {
     async fn a_vmi_read_that_never_answers_ends_at_the_deadline() {
         let t0 = tokio::time::Instant::now();
         let e = lookup(
-            &FakePods { vmi_hangs: true },
+            &FakePods::hung(Hung {
+                vmis: true,
+                ..Hung::default()
+            }),
             &Metrics::new(),
             &migration_target(),
             Deadline::after(Duration::from_secs(16)),
@@ -498,7 +454,10 @@ mod tests {
     async fn a_migration_read_that_never_answers_is_cut_at_the_deadline() {
         let t0 = tokio::time::Instant::now();
         let (vmi, report) = lookup(
-            &FakePods { vmi_hangs: false },
+            &FakePods::hung(Hung {
+                migrations: true,
+                ..Hung::default()
+            }),
             &Metrics::new(),
             &migration_target(),
             Deadline::after(Duration::from_secs(16)),
