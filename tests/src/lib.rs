@@ -125,6 +125,46 @@ pub fn agent_command_in(
     cmd
 }
 
+/// Runs busybox `udhcpc` once in `ns` on `ifname` (three DISCOVERs, 1 s
+/// apart at most); its script records the lease it binds: (address, server
+/// identifier), or `None` when it bound none.
+///
+/// # Panics
+/// If the script cannot be written or busybox cannot be run.
+pub fn udhcpc_once(ns: &NetNs, ifname: &str) -> Option<(std::net::Ipv4Addr, std::net::Ipv4Addr)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("script");
+    let out = dir.path().join("bound");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = bound ] && echo \"$ip $serverid\" > {}\nexit 0\n",
+            out.display()
+        ),
+    )
+    .expect("write udhcpc script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let status = ns
+        .command("busybox")
+        .args([
+            "udhcpc", "-f", "-q", "-n", "-t", "3", "-T", "1", "-A", "1", "-i",
+        ])
+        .arg(ifname)
+        .arg("-s")
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run udhcpc");
+    if !status.success() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&out).ok()?;
+    let mut it = text.split_whitespace().map(|s| s.parse().ok());
+    Some((it.next()??, it.next()??))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

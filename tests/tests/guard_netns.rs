@@ -67,38 +67,7 @@ type Bound = Option<(Ipv4Addr, Ipv4Addr)>;
 /// Runs busybox `udhcpc` once in `pod` (three DISCOVERs, 1 s apart at
 /// most); its script records the lease it binds.
 fn udhcpc(pod: &LabClient) -> Bound {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let script = dir.path().join("script");
-    let out = dir.path().join("bound");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\n[ \"$1\" = bound ] && echo \"$ip $serverid\" > {}\nexit 0\n",
-            out.display()
-        ),
-    )
-    .expect("write udhcpc script");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    let status = pod
-        .ns
-        .command("busybox")
-        .args([
-            "udhcpc", "-f", "-q", "-n", "-t", "3", "-T", "1", "-A", "1", "-i",
-        ])
-        .arg(&pod.ifname)
-        .arg("-s")
-        .arg(&script)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("run udhcpc");
-    if !status.success() {
-        return None;
-    }
-    let text = std::fs::read_to_string(&out).ok()?;
-    let mut it = text.split_whitespace().map(|s| s.parse().ok());
-    Some((it.next()??, it.next()??))
+    xdhcp_tests::udhcpc_once(&pod.ns, &pod.ifname)
 }
 
 /// An AF_PACKET socket (all protocols) on the pod's interface, made in its
