@@ -67,11 +67,11 @@ struct UplinkLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UplinkModeLabel {
     uplink: String,
+    mode: &'static str,
     /// The physical network it carries (empty when not known).
     physnet: String,
     /// `flag` (`--uplink`) or `ovs` (read from Open vSwitch).
     source: &'static str,
-    mode: &'static str,
 }
 
 /// Which uplink an `uplink_attached` series is about.
