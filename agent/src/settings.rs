@@ -192,7 +192,11 @@ pub struct AgentArgs {
     /// provider bridge's ports) from it and follows them as they change; an
     /// explicit `--uplink` wins, and OVS is not read. No database there:
     /// no uplinks, said once in the log and in `xdhcp status`.
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_OVSDB)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/run/openvswitch/db.sock"
+    )]
     pub ovsdb: PathBuf,
     /// The DHCP guard on the host end of every workload port the agent
     /// serves (server messages from workloads dropped, client messages
@@ -201,9 +205,6 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = GuardChoice::On)]
     pub dhcp_guard: GuardChoice,
 }
-
-/// `--ovsdb`: where Open vSwitch serves its database on a node.
-pub const DEFAULT_OVSDB: &str = "/var/run/openvswitch/db.sock";
 
 /// One `--uplink`: an interface of the agent's namespace, and optionally
 /// the physical network it carries.
