@@ -738,11 +738,9 @@ impl Capture {
                 }
             }
             drop(targets);
-            // Unless the same interface is held again under a new spec
-            // (its attach follows).
-            if !self.is_uplink(&u.target) {
-                self.detach_in_background(&u.target);
-            }
+            // Also when the same interface is held again under a new spec:
+            // its attach follows, maybe in another mode.
+            self.detach_in_background(&u.target);
         }
         self.update_degraded();
     }
