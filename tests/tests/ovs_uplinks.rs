@@ -273,6 +273,14 @@ fn at_tc_a_userspace_datapath_uplink_still_hands_the_reply_to_ovs() {
     );
 }
 
+/// The measured time, in the test's output (`--nocapture`).
+fn report(what: &str, took: Duration) {
+    #[expect(clippy::print_stderr, reason = "the figure is useful in test logs")]
+    {
+        eprintln!("{what} in {took:?}");
+    }
+}
+
 #[test]
 fn a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
     let mut lab = OvnLab::start();
@@ -289,7 +297,7 @@ fn a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
     lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
     let up = wait_live(&agent, "eth2", Duration::from_secs(5));
     let took = t0.elapsed();
-    println!("mapping added -> eth2 attached in {took:?}");
+    report("mapping added -> eth2 attached", took);
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
     assert_eq!(up.bridge.as_deref(), Some("br-phys2"), "{up:?}");
@@ -308,7 +316,7 @@ fn a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
         agent.log()
     );
     let took = t0.elapsed();
-    println!("mapping removed -> eth2 detached in {took:?}");
+    report("mapping removed -> eth2 detached", took);
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
     assert_eq!(agent.status().degraded, None);
