@@ -388,3 +388,40 @@ fn an_ovs_database_that_never_answers_is_reported_unavailable() {
     assert!(reason.contains("did not answer"), "{reason}");
     assert!(s.uplinks.is_empty(), "{:?}", s.uplinks);
 }
+
+/// A lease on an uplink whose mapping goes falls back to its own receiver
+/// (as after a capture loss, without the agent counting itself degraded),
+/// and returns to the uplink when the mapping is back.
+#[test]
+fn a_lease_on_an_uplink_that_is_unmapped_falls_back_and_returns() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq) = lab_with_pod();
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    assert_eq!(agent.leases()[0].path, "uplink:eth1", "{}", agent.log());
+
+    let mappings = lab.bridge_mappings();
+    lab.set_bridge_mappings("");
+    assert!(
+        wait_until(Duration::from_secs(5), || agent.leases()[0].path
+            == "af-packet (ebpf lost)"),
+        "{:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+    let s = agent.status();
+    assert!(s.uplinks.is_empty(), "{:?}", s.uplinks);
+    assert!(!attached_xdp(&lab.node, OvnLab::UPLINK));
+    assert_eq!(s.degraded, None);
+
+    lab.set_bridge_mappings(&mappings);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(5));
+    assert!(
+        wait_until(Duration::from_secs(5), || agent.leases()[0].path
+            == "uplink:eth1"),
+        "{:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+}
