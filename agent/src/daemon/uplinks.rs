@@ -138,29 +138,9 @@ impl Follower {
         }
     }
 
-    /// The uplinks of `view` the capture can hold: kernel network devices
-    /// (a DPDK port has none; an `AF_XDP` port's device carries OVS's own
-    /// XDP program).
+    /// [`specs_of`] `view`, logging the ports left out when they change.
     fn specs(&mut self, view: &NodeView) -> Vec<UplinkSpec> {
-        let mut skipped = Vec::new();
-        let specs = view
-            .uplinks
-            .iter()
-            .filter(|u| {
-                let ok = u.kind == UplinkKind::System;
-                if !ok {
-                    skipped.push(format!("{} ({:?})", u.ifname, u.kind));
-                }
-                ok
-            })
-            .map(|u| UplinkSpec {
-                ifname: u.ifname.clone(),
-                physnet: Some(u.physnet.clone()),
-                bridge: Some(u.bridge.clone()),
-                source: UplinkSource::Ovs,
-                attach: attach_for(&u.datapath),
-            })
-            .collect();
+        let (specs, skipped) = specs_of(view);
         if skipped != self.skipped {
             if !skipped.is_empty() {
                 warn!(ports = ?skipped, "uplinks without a kernel device of their own are not captured on; their leases take the per-interface path");
@@ -187,6 +167,37 @@ impl Follower {
     }
 }
 
+/// The uplinks of `view` the capture can hold, and the ports left out:
+/// kernel network devices only (a DPDK port has none; an `AF_XDP` port's
+/// device carries OVS's own XDP program), one per interface (several
+/// physical networks mapped to one bridge share its ports, and are named
+/// together).
+fn specs_of(view: &NodeView) -> (Vec<UplinkSpec>, Vec<String>) {
+    let mut skipped = Vec::new();
+    let mut specs: Vec<UplinkSpec> = Vec::new();
+    for u in &view.uplinks {
+        if u.kind != UplinkKind::System {
+            skipped.push(format!("{} ({:?})", u.ifname, u.kind));
+            continue;
+        }
+        if let Some(held) = specs.iter_mut().find(|s| s.ifname == u.ifname) {
+            if let Some(p) = held.physnet.as_mut() {
+                p.push(',');
+                p.push_str(&u.physnet);
+            }
+            continue;
+        }
+        specs.push(UplinkSpec {
+            ifname: u.ifname.clone(),
+            physnet: Some(u.physnet.clone()),
+            bridge: Some(u.bridge.clone()),
+            source: UplinkSource::Ovs,
+            attach: attach_for(&u.datapath),
+        });
+    }
+    (specs, skipped)
+}
+
 /// The attach mode an uplink of a bridge on `datapath` needs: XDP under
 /// the userspace datapath (native where the driver has it, generic
 /// otherwise: the attach falls back on its own); the per-device default
@@ -201,6 +212,40 @@ fn attach_for(datapath: &OvsDatapath) -> Option<AttachMode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn uplink(physnet: &str, bridge: &str, ifname: &str, kind: UplinkKind) -> xdhcp_ovsdb::Uplink {
+        xdhcp_ovsdb::Uplink {
+            ifname: ifname.to_owned(),
+            physnet: physnet.to_owned(),
+            bridge: bridge.to_owned(),
+            datapath: OvsDatapath::Netdev,
+            kind,
+            bond: None,
+        }
+    }
+
+    #[test]
+    fn one_uplink_per_interface_and_no_port_without_a_kernel_device() {
+        let view = NodeView {
+            integration_bridge: "br-int".to_owned(),
+            integration_datapath: None,
+            mappings: Vec::new(),
+            uplinks: vec![
+                uplink("physnet1", "br-ex", "eth1", UplinkKind::System),
+                uplink("physnet2", "br-ex", "eth1", UplinkKind::System),
+                uplink("physnet3", "br-dpdk", "dpdk0", UplinkKind::Dpdk),
+            ],
+            workloads: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let (specs, skipped) = specs_of(&view);
+        assert_eq!(specs.len(), 1, "{specs:?}");
+        assert_eq!(specs[0].ifname, "eth1");
+        assert_eq!(specs[0].physnet.as_deref(), Some("physnet1,physnet2"));
+        assert_eq!(specs[0].bridge.as_deref(), Some("br-ex"));
+        assert_eq!(specs[0].attach, Some(AttachMode::XdpNative));
+        assert_eq!(skipped, ["dpdk0 (Dpdk)"]);
+    }
 
     #[test]
     fn a_userspace_datapath_uplink_needs_xdp_and_a_kernel_one_the_default() {
