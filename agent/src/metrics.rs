@@ -68,6 +68,18 @@ struct UplinkLabel {
 struct UplinkModeLabel {
     uplink: String,
     mode: &'static str,
+    /// The physical network it carries (empty when not known).
+    physnet: String,
+    /// `flag` (`--uplink`) or `ovs` (read from Open vSwitch).
+    source: &'static str,
+}
+
+/// Which uplink an `uplink_attached` series is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UplinkLabels {
+    pub(crate) uplink: String,
+    pub(crate) physnet: String,
+    pub(crate) source: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -109,6 +121,9 @@ struct BindingLabel {
 /// drops by reason.
 pub(crate) type GuardPortFigures = (String, u64, [(&'static str, u64); 4]);
 
+/// The attach modes an uplink's `uplink_attached` series cover.
+const ATTACH_MODES: [&str; 3] = ["tc", "xdp-native", "xdp-generic"];
+
 /// The uplink and receive-path metrics, registered in `root`.
 fn register_paths(
     root: &mut Registry,
@@ -127,7 +142,7 @@ fn register_paths(
     );
     root.register(
         "uplink_attached",
-        "1 while the capture program is attached to the uplink in this mode (tc, xdp-native, xdp-generic)",
+        "1 while the capture program is attached to the uplink in this mode (tc, xdp-native, xdp-generic), with the physical network it carries and where it was learnt (flag, ovs)",
         uplink_attached.clone(),
     );
     root.register(
@@ -436,16 +451,30 @@ impl Metrics {
             .inc();
     }
 
-    /// The capture program on `uplink` is attached in `mode` (`None`: not
-    /// attached; every mode's series goes to 0).
-    pub(crate) fn set_uplink_attached(&self, uplink: &str, mode: Option<&'static str>) {
-        for m in ["tc", "xdp-native", "xdp-generic"] {
+    /// The capture program on uplink `u` is attached in `mode` (`None`:
+    /// not attached).
+    pub(crate) fn set_uplink_attached(&self, u: &UplinkLabels, mode: Option<&'static str>) {
+        for m in ATTACH_MODES {
             self.uplink_attached
                 .get_or_create(&UplinkModeLabel {
-                    uplink: uplink.to_owned(),
+                    uplink: u.uplink.clone(),
+                    physnet: u.physnet.clone(),
+                    source: u.source,
                     mode: m,
                 })
                 .set(i64::from(mode == Some(m)));
+        }
+    }
+
+    /// Uplink `u` is no longer held: its `uplink_attached` series go.
+    pub(crate) fn forget_uplink(&self, u: &UplinkLabels) {
+        for m in ATTACH_MODES {
+            self.uplink_attached.remove(&UplinkModeLabel {
+                uplink: u.uplink.clone(),
+                physnet: u.physnet.clone(),
+                source: u.source,
+                mode: m,
+            });
         }
     }
 

@@ -187,6 +187,17 @@ pub struct AgentArgs {
     /// Repeatable (docs/uplinks.md).
     #[arg(long = "uplink", value_name = "[PHYSNET=]IFACE")]
     pub uplinks: Vec<Uplink>,
+    /// The node's Open vSwitch database socket. With no `--uplink`, the
+    /// agent reads the uplinks of every `ovn-bridge-mappings` entry (each
+    /// provider bridge's ports) from it and follows them as they change; an
+    /// explicit `--uplink` wins, and OVS is not read. No database there:
+    /// no uplinks, said once in the log and in `xdhcp status`.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/run/openvswitch/db.sock"
+    )]
+    pub ovsdb: PathBuf,
     /// The DHCP guard on the host end of every workload port the agent
     /// serves (server messages from workloads dropped, client messages
     /// rate-limited, one client per VM port); tuned per network by the

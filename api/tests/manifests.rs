@@ -461,7 +461,9 @@ fn rbac_is_exactly_what_the_agent_uses() {
 /// Path defaults of `xdhcp agent`, read from its sources so a changed default fails here.
 fn agent_default_paths() -> BTreeSet<String> {
     let root = workspace_root();
-    let cli = fs::read_to_string(root.join("agent/src/cli.rs")).expect("agent/src/cli.rs");
+    // The agent's flags and their defaults live in settings.rs.
+    let cli =
+        fs::read_to_string(root.join("agent/src/settings.rs")).expect("agent/src/settings.rs");
     let mut paths: BTreeSet<String> = cli
         .split("default_value = \"")
         .skip(1)
@@ -483,6 +485,7 @@ fn agent_default_paths() -> BTreeSet<String> {
         "/sys/fs/bpf/xdhcp",
         "/sys",
         "/run/xdhcp/xdhcp.sock",
+        "/var/run/openvswitch/db.sock",
     ] {
         assert!(
             paths.contains(p),
@@ -552,6 +555,13 @@ fn daemonset_mounts_every_agent_path_from_the_host_at_the_same_path() {
         Some("HostToContainer")
     );
     assert_eq!(by_path("/opt/cni/bin").read_only, Some(true));
+    // The uplinks are read from Open vSwitch (--ovsdb): its run directory,
+    // read-only (connecting to its socket needs no writable mount).
+    assert_eq!(by_path("/var/run/openvswitch").read_only, Some(true));
+    assert_eq!(
+        by_path("/var/run/openvswitch").mount_propagation.as_deref(),
+        Some("HostToContainer")
+    );
     assert_eq!(
         host_paths[by_path("/var/lib/xdhcp").name.as_str()].1,
         Some("DirectoryOrCreate")

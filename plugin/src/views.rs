@@ -78,9 +78,13 @@ pub struct AgentStatus {
     pub state_dir: PathBuf,
     pub leases: usize,
     pub interfaces: Vec<InterfaceStatus>,
-    /// The node uplinks (`--uplink`), in flag order.
+    /// The node uplinks: the `--uplink` flags in their order, or those
+    /// read from Open vSwitch.
     #[serde(default)]
     pub uplinks: Vec<UplinkStatus>,
+    /// Where the uplinks come from, and whether that source answers.
+    #[serde(default)]
+    pub uplink_source: UplinkSourceStatus,
     /// Agent and kernel counters by name.
     pub counters: BTreeMap<String, u64>,
     /// Embedded mode: the pod-networks annotations written to the local store.
@@ -92,8 +96,15 @@ pub struct AgentStatus {
 pub struct UplinkStatus {
     /// Interface name in the agent's namespace.
     pub ifname: String,
-    /// The `physicalNetworkName` it carries, when given as `PHYSNET=IFACE`.
+    /// The `physicalNetworkName` it carries (`PHYSNET=IFACE`, or the
+    /// `ovn-bridge-mappings` entry it was read from).
     pub physnet: Option<String>,
+    /// The OVS bridge it is a port of, when read from Open vSwitch.
+    #[serde(default)]
+    pub bridge: Option<String>,
+    /// Where the agent learnt of it: `flag` (`--uplink`) or `ovs`.
+    #[serde(default)]
+    pub source: String,
     /// `live`, `pending` (attaching), `lost` (absent or detached; retried),
     /// or `off` (no eBPF datapath).
     pub state: String,
@@ -105,4 +116,22 @@ pub struct UplinkStatus {
     pub bpf_link: Option<u32>,
     /// DHCP replies captured here and delivered to their lease.
     pub replies: u64,
+}
+
+/// Where the agent's uplinks come from, as `xdhcp status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UplinkSourceStatus {
+    /// `flag` (`--uplink` given: OVS is not read), `ovs` (the uplinks of
+    /// `ovn-bridge-mappings`, followed), or empty (an agent that does not
+    /// say).
+    pub kind: String,
+    /// The OVS database socket read (`--ovsdb`), for `ovs`.
+    pub ovsdb: Option<PathBuf>,
+    /// For `ovs`: `connecting`, `connected`, or `unavailable`.
+    pub state: Option<String>,
+    /// Why OVS is not read, while `unavailable` (the agent then runs with
+    /// the uplinks it last read, none if it never did: every lease takes
+    /// its per-interface path).
+    pub reason: Option<String>,
 }

@@ -43,6 +43,8 @@ impl InProcessAgent {
         let mut args = AgentArgs::with_defaults(socket.clone(), dir.path().join("state"));
         args.kube = KubeMode::Off;
         args.bpffs_dir = dir.path().join("bpffs");
+        // Never this machine's Open vSwitch: its uplinks are no test's.
+        args.ovsdb = dir.path().join("no-ovsdb.sock");
         edit(&mut args);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -121,6 +121,9 @@ pub fn agent_command_in(
         .arg(dir.join("state"))
         .arg("--bpffs-dir")
         .arg(dir.join("bpffs"))
+        // Never this machine's Open vSwitch: its uplinks are no test's.
+        .arg("--ovsdb")
+        .arg(dir.join("no-ovsdb.sock"))
         .env_remove("CNI_COMMAND");
     cmd
 }

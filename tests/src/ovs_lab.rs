@@ -63,6 +63,8 @@ pub struct OvnLab {
     pub server: NetNs,
     pods: Vec<OvnPod>,
     _uplink: Veth,
+    /// The links of providers added at run time ([`OvnLab::add_provider`]).
+    providers: Vec<Veth>,
     /// Stopped newest first on drop.
     daemons: Vec<Process>,
     dir: tempfile::TempDir,
@@ -105,6 +107,7 @@ impl OvnLab {
             server,
             pods: Vec::new(),
             _uplink: uplink,
+            providers: Vec::new(),
             daemons: Vec::new(),
             dir,
         };
@@ -421,6 +424,57 @@ impl OvnLab {
             _veth: veth,
         });
         &self.pods[n]
+    }
+
+    /// Adds a provider bridge for a second physical network, as an
+    /// operator would at run time: `bridge` (userspace datapath) whose port
+    /// `nic` (in the node namespace) is a veth to `server_if` in the
+    /// server's namespace. Not mapped yet: see
+    /// [`OvnLab::set_bridge_mappings`].
+    #[track_caller]
+    pub fn add_provider_bridge(&mut self, bridge: &str, nic: &str, server_if: &str) {
+        let veth = Veth::new(&self.node, nic, &self.server, server_if);
+        checksum_offload_off(&self.node, nic);
+        checksum_offload_off(&self.server, server_if);
+        self.providers.push(veth);
+        self.vsctl(&[
+            "add-br",
+            bridge,
+            "--",
+            "set",
+            "bridge",
+            bridge,
+            "datapath_type=netdev",
+            "--",
+            "add-port",
+            bridge,
+            nic,
+        ]);
+    }
+
+    /// `external_ids:ovn-bridge-mappings` of the node.
+    #[track_caller]
+    pub fn bridge_mappings(&self) -> String {
+        self.vsctl(&[
+            "get",
+            "open_vswitch",
+            ".",
+            "external_ids:ovn-bridge-mappings",
+        ])
+        .trim()
+        .trim_matches('"')
+        .to_owned()
+    }
+
+    /// Sets `external_ids:ovn-bridge-mappings` (`physnet:bridge,…`).
+    #[track_caller]
+    pub fn set_bridge_mappings(&self, mappings: &str) {
+        self.vsctl(&[
+            "set",
+            "open_vswitch",
+            ".",
+            &format!("external_ids:ovn-bridge-mappings=\"{mappings}\""),
+        ]);
     }
 
     /// The pods, in the order they were added.

@@ -211,14 +211,30 @@ pub fn render_status(s: &AgentStatus) -> String {
             );
         }
     }
+    let src = &s.uplink_source;
+    if !src.kind.is_empty() {
+        let mut line = format!("uplinks from: {}", src.kind);
+        if let Some(db) = &src.ovsdb {
+            let _ = write!(line, " ({}", db.display());
+            if let Some(state) = &src.state {
+                let _ = write!(line, ", {state}");
+            }
+            if let Some(reason) = &src.reason {
+                let _ = write!(line, ": {reason}");
+            }
+            line.push(')');
+        }
+        let _ = writeln!(out, "{line}");
+    }
     if !s.uplinks.is_empty() {
         out.push_str("uplinks:\n");
         for u in &s.uplinks {
             let _ = writeln!(
                 out,
-                "  {:<16} {:<16} {:<8} {:<12} replies {}",
+                "  {:<16} {:<16} {:<6} {:<8} {:<12} replies {}",
                 u.ifname,
                 u.physnet.as_deref().unwrap_or("-"),
+                if u.source.is_empty() { "-" } else { &u.source },
                 u.state,
                 u.mode.as_deref().unwrap_or("-"),
                 u.replies

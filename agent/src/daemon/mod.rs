@@ -9,6 +9,7 @@
 //! - `lease::task`: one task per lease, driving the DHCP engine;
 //! - `add` / `vm` / `acquire`: the CNI operations;
 //! - `recover`: resuming persisted leases at start;
+//! - `uplinks`: without `--uplink`, the uplinks read from Open vSwitch;
 //! - `server` / `status`: the agent socket.
 //!
 //! One [`CancellationToken`] fans out to every task. SIGTERM/SIGINT persist
@@ -18,6 +19,7 @@
 mod recover;
 mod server;
 mod status;
+mod uplinks;
 
 use std::future::Future;
 use std::io;
@@ -224,12 +226,20 @@ async fn run_on(
             args_guard.acquisition_slot_hold,
             svc.metrics.acquisitions_queued(),
         ),
+        uplink_source: std::sync::Mutex::new(uplinks::source_at_start(&args_guard)),
         svc,
     });
 
     let mut side = JoinSet::new();
     if let Some(started) = started {
         capture.spawn(started, &mut side, &token);
+    }
+    // Without --uplink, the uplinks are Open vSwitch's: wait a little for
+    // the first view, so persisted leases resume on their uplink.
+    if agent.args.uplinks.is_empty() {
+        let (first, heard) = tokio::sync::oneshot::channel();
+        side.spawn(uplinks::follow_ovs(agent.clone(), token.clone(), first));
+        let _ = tokio::time::timeout(uplinks::FIRST_VIEW_WAIT, heard).await;
     }
     health.set_datapath_ready();
     side.spawn(flush_stores(agent.clone(), token.clone()));

@@ -87,6 +87,11 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         leases: agent.leases.len(),
         interfaces: interfaces(agent),
         uplinks: agent.capture().uplink_status(),
+        uplink_source: agent
+            .uplink_source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone(),
         counters: counters(agent),
         annotations,
     }

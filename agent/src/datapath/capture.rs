@@ -12,13 +12,18 @@
 //! Without eBPF (not loaded, or `--datapath=afpacket`) the actor has nothing
 //! to attach or read, and every lease keeps its `AF_PACKET` receiver.
 //!
-//! Node uplinks (`--uplink`) are attached once at start and held for the
-//! agent's life: a lease whose replies are captured there (the program on
-//! the uplink consumes the replies of owned xids and flags its records) is
-//! moved onto the uplink — its own `AF_PACKET` receiver closed, nothing
+//! Node uplinks are held by the agent: given with `--uplink`, attached at
+//! start for the agent's life; or the set the daemon reads from Open
+//! vSwitch, which it hands over again whenever it changes
+//! ([`Capture::set_uplinks`]: the new ones attached, the gone ones
+//! detached). A lease whose replies are captured at an uplink (the program
+//! on the uplink consumes the replies of owned xids and flags its records)
+//! is moved onto the uplink — its own `AF_PACKET` receiver closed, nothing
 //! attached in its namespace — and follows the uplink's state like any
-//! other target's. An uplink that is absent, or goes away, is retried as
-//! soon as the link check sees its interface again.
+//! other target's: an uplink that is dropped from the set is lost to its
+//! leases, which fall back to their own receivers. An uplink that is
+//! absent, or goes away, is retried as soon as the link check sees its
+//! interface again.
 //!
 //! One thing, whole: one actor with one piece of state (which interfaces
 //! the program serves, and whether each still does), whose attach, health
@@ -38,7 +43,7 @@ use tracing::{debug, error, info, warn};
 use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader, Role, XidOwnership};
 use crate::datapath::rawsock::{RawSender, RawSockError, headers_for};
 use crate::datapath::{AttachMode, RxFrame, RxPath};
-use crate::metrics::{Health, Metrics};
+use crate::metrics::{Health, Metrics, UplinkLabels};
 use crate::rpc::UplinkStatus;
 use crate::settings::Uplink;
 
@@ -132,9 +137,56 @@ struct Entry {
     state: watch::Sender<TargetState>,
 }
 
-/// A configured uplink and what the agent knows of it.
+/// Where the agent learnt of an uplink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UplinkSource {
+    /// `--uplink`.
+    Flag,
+    /// A port of a provider bridge in Open vSwitch's `ovn-bridge-mappings`.
+    Ovs,
+}
+
+impl UplinkSource {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            UplinkSource::Flag => "flag",
+            UplinkSource::Ovs => "ovs",
+        }
+    }
+}
+
+/// One uplink the agent is to hold: what [`Capture::set_uplinks`] takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UplinkSpec {
+    /// The interface, in the agent's own namespace.
+    pub(crate) ifname: String,
+    pub(crate) physnet: Option<String>,
+    /// The OVS bridge it is a port of, when known.
+    pub(crate) bridge: Option<String>,
+    pub(crate) source: UplinkSource,
+    /// The attach mode this uplink needs, over `--attach` and the
+    /// per-device default (an uplink of a userspace-datapath bridge needs
+    /// XDP: `ovs-vswitchd` reads it through a packet socket, which sees a
+    /// frame before TC ingress runs).
+    pub(crate) attach: Option<AttachMode>,
+}
+
+impl UplinkSpec {
+    /// A `--uplink` flag.
+    pub(crate) fn from_flag(u: &Uplink) -> Self {
+        Self {
+            ifname: u.ifname.clone(),
+            physnet: u.physnet.clone(),
+            bridge: None,
+            source: UplinkSource::Flag,
+            attach: None,
+        }
+    }
+}
+
+/// A held uplink and what the agent knows of it.
 struct UplinkEntry {
-    spec: Uplink,
+    spec: UplinkSpec,
     name: Arc<str>,
     target: AttachTarget,
     /// Replies captured here and delivered to a lease.
@@ -146,6 +198,31 @@ struct UplinkEntry {
     /// The packet socket the leases that moved here send through, opened
     /// on first use, bound to the ifindex it was opened at.
     tx: Mutex<Option<Arc<RawSender>>>,
+}
+
+impl UplinkEntry {
+    fn new(spec: UplinkSpec) -> Self {
+        Self {
+            name: Arc::from(spec.ifname.as_str()),
+            target: AttachTarget {
+                ifname: spec.ifname.clone(),
+                netns: None,
+            },
+            spec,
+            replies: std::sync::atomic::AtomicU64::new(0),
+            tried: AtomicBool::new(false),
+            tx: Mutex::new(None),
+        }
+    }
+
+    /// Its labels in the `uplink_attached` metric.
+    fn labels(&self) -> UplinkLabels {
+        UplinkLabels {
+            uplink: self.spec.ifname.clone(),
+            physnet: self.spec.physnet.clone().unwrap_or_default(),
+            source: self.spec.source.as_str(),
+        }
+    }
 }
 
 /// What [`Capture::adopt_uplink`] hands a lease that moves onto an uplink.
@@ -181,7 +258,9 @@ pub(crate) struct Capture {
     note: Option<String>,
     routes: Mutex<HashMap<u32, mpsc::Sender<RxFrame>>>,
     targets: Mutex<HashMap<AttachTarget, Entry>>,
-    uplinks: Vec<UplinkEntry>,
+    /// The held uplinks. A leaf lock: copied out ([`Capture::uplinks`]),
+    /// never held while another lock is taken.
+    uplinks: Mutex<Vec<Arc<UplinkEntry>>>,
     /// Uplinks whose attach failed, for the link check to retry.
     uplink_retry: Mutex<Vec<AttachTarget>>,
     metrics: Arc<Metrics>,
@@ -228,7 +307,7 @@ impl Capture {
             note,
             routes: Mutex::new(HashMap::new()),
             targets: Mutex::new(HashMap::new()),
-            uplinks: Vec::new(),
+            uplinks: Mutex::new(Vec::new()),
             uplink_retry: Mutex::new(Vec::new()),
             metrics,
             health,
@@ -288,27 +367,55 @@ impl Capture {
 
     /// The node uplinks (`--uplink`), attached by [`Capture::spawn`].
     #[must_use]
-    pub(crate) fn with_uplinks(mut self, uplinks: &[Uplink]) -> Self {
-        self.uplinks = uplinks
+    pub(crate) fn with_uplinks(self, uplinks: &[Uplink]) -> Self {
+        *lock(&self.uplinks) = uplinks
             .iter()
-            .map(|u| UplinkEntry {
-                spec: u.clone(),
-                name: Arc::from(u.ifname.as_str()),
-                target: AttachTarget {
-                    ifname: u.ifname.clone(),
-                    netns: None,
-                },
-                replies: std::sync::atomic::AtomicU64::new(0),
-                tried: AtomicBool::new(false),
-                tx: Mutex::new(None),
-            })
+            .map(|u| Arc::new(UplinkEntry::new(UplinkSpec::from_flag(u))))
             .collect();
-        if self.kernel.is_none() && !self.uplinks.is_empty() {
+        if self.kernel.is_none() && !uplinks.is_empty() {
             warn!(
                 "uplinks configured but no eBPF datapath: leases use their own AF_PACKET receivers"
             );
         }
         self
+    }
+
+    /// Hold exactly the uplinks of `desired` from now on (the set read
+    /// from Open vSwitch, each time it changes): an uplink not held yet is
+    /// attached in the background, one no longer in the set is detached
+    /// (its leases see it lost and fall back to their own receivers, as
+    /// after a capture loss), one whose spec changed (another physical
+    /// network, bridge or attach mode) is attached again. Call after
+    /// [`Capture::spawn`]; without eBPF the set is only recorded.
+    pub(crate) fn set_uplinks(self: &Arc<Self>, desired: &[UplinkSpec]) {
+        let (gone, added) = {
+            let mut held = lock(&self.uplinks);
+            let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut *held)
+                .into_iter()
+                .partition(|u| desired.contains(&u.spec));
+            let added: Vec<Arc<UplinkEntry>> = desired
+                .iter()
+                .filter(|d| !kept.iter().any(|u| &u.spec == *d))
+                .map(|d| Arc::new(UplinkEntry::new(d.clone())))
+                .collect();
+            *held = kept;
+            held.extend(added.iter().cloned());
+            (gone, added)
+        };
+        for u in &gone {
+            info!(uplink = %u.name, physnet = ?u.spec.physnet, source = u.spec.source.as_str(), "uplink dropped; detaching");
+            self.release_uplink(u);
+        }
+        for u in &added {
+            info!(uplink = %u.name, physnet = ?u.spec.physnet, bridge = ?u.spec.bridge,
+                source = u.spec.source.as_str(), attach = ?u.spec.attach, "uplink added; attaching");
+            self.hold_uplink(u);
+        }
+    }
+
+    /// The held uplinks, copied out of their lock.
+    fn uplinks(&self) -> Vec<Arc<UplinkEntry>> {
+        lock(&self.uplinks).clone()
     }
 
     /// `ebpf` or `af-packet`.
@@ -362,15 +469,21 @@ impl Capture {
     /// not touched by this: no program sits on it yet.
     pub(crate) fn owns_early(&self) -> bool {
         let Some(k) = &self.kernel else { return false };
-        if self.uplinks.is_empty() || !k.reader_ok.load(Ordering::SeqCst) {
+        let uplinks = self.uplinks();
+        if uplinks.is_empty() || !k.reader_ok.load(Ordering::SeqCst) {
             return false;
         }
-        self.uplinks.iter().any(|u| self.live_ifindex(u).is_some())
+        uplinks.iter().any(|u| self.live_ifindex(u).is_some())
     }
 
-    /// The configured uplink named `name`.
-    fn uplink_named(&self, name: &str) -> Option<&UplinkEntry> {
-        self.uplinks.iter().find(|u| &*u.name == name)
+    /// The held uplink named `name`.
+    fn uplink_named(&self, name: &str) -> Option<Arc<UplinkEntry>> {
+        self.uplinks().into_iter().find(|u| &*u.name == name)
+    }
+
+    /// The held uplink capturing on `t`.
+    fn uplink_on(&self, t: &AttachTarget) -> Option<Arc<UplinkEntry>> {
+        self.uplinks().into_iter().find(|u| &u.target == t)
     }
 
     /// Uplink `u`'s ifindex (in the agent's namespace) while it is live.
@@ -383,9 +496,9 @@ impl Capture {
     }
 
     /// The live uplink whose ifindex (in the agent's namespace) is `ifindex`.
-    fn uplink_at(&self, ifindex: u32) -> Option<&UplinkEntry> {
-        self.uplinks
-            .iter()
+    fn uplink_at(&self, ifindex: u32) -> Option<Arc<UplinkEntry>> {
+        self.uplinks()
+            .into_iter()
             .find(|u| self.live_ifindex(u) == Some(ifindex))
     }
 
@@ -394,7 +507,7 @@ impl Capture {
     /// its `target` when it ends). `None` when no live uplink has that
     /// index (detached meanwhile).
     pub(crate) fn adopt_uplink(&self, ifindex: u32) -> Option<UplinkPath> {
-        self.follow_uplink(self.uplink_at(ifindex)?)
+        self.follow_uplink(&*self.uplink_at(ifindex)?)
     }
 
     /// A lease resumed from a record that names uplink `name` follows that
@@ -405,7 +518,7 @@ impl Capture {
     /// the per-interface path until a reply moves it.
     pub(crate) fn resume_on_uplink(&self, name: &str) -> Option<UplinkPath> {
         self.kernel.as_ref()?;
-        self.follow_uplink(self.uplink_named(name)?)
+        self.follow_uplink(&*self.uplink_named(name)?)
     }
 
     /// One more lease follows uplink `u`: its state, and its ifindex while
@@ -444,7 +557,7 @@ impl Capture {
     ) -> Result<(), RawSockError> {
         let frame = headers_for(mac, vlan, t);
         let entry = self.uplink_named(name);
-        let live = entry.and_then(|u| self.live_ifindex(u));
+        let live = entry.as_ref().and_then(|u| self.live_ifindex(u));
         let (Some(u), Some(ifindex)) = (entry, live) else {
             // In the agent's own namespace, where the uplink is.
             let tx = RawSender::open_here(name)?;
@@ -498,7 +611,7 @@ impl Capture {
     /// wherever it is now.
     pub(crate) fn discover_route(&self, network: &str) -> Option<ServedVia> {
         let via = lock(&self.served).get(network).cloned()?;
-        self.live_ifindex(self.uplink_named(&via.uplink)?)?;
+        self.live_ifindex(&*self.uplink_named(&via.uplink)?)?;
         Some(via)
     }
 
@@ -523,16 +636,17 @@ impl Capture {
         delivered
     }
 
-    /// Every configured uplink, as `xdhcp status` shows it.
+    /// Every held uplink, as `xdhcp status` shows it.
     pub(crate) fn uplink_status(&self) -> Vec<UplinkStatus> {
+        let uplinks = self.uplinks();
         let states: Vec<Option<TargetState>> = {
             let targets = lock(&self.targets);
-            self.uplinks
+            uplinks
                 .iter()
                 .map(|u| targets.get(&u.target).map(|e| *e.state.borrow()))
                 .collect()
         };
-        self.uplinks
+        uplinks
             .iter()
             .zip(states)
             .map(|(u, state)| {
@@ -547,6 +661,8 @@ impl Capture {
                 UplinkStatus {
                     ifname: u.spec.ifname.clone(),
                     physnet: u.spec.physnet.clone(),
+                    bridge: u.spec.bridge.clone(),
+                    source: u.spec.source.as_str().to_owned(),
                     state: state.to_owned(),
                     mode,
                     ifindex,
@@ -560,41 +676,94 @@ impl Capture {
     /// Start holding every uplink: attach each now, in the agent's own
     /// namespace; failures are retried by the link check.
     fn start_uplinks(self: &Arc<Self>) {
+        for u in self.uplinks() {
+            self.hold_uplink(&u);
+        }
+    }
+
+    /// Hold uplink `u` (the agent is one more user of its target, never
+    /// leaving it while `u` is held) and attach it in the background.
+    /// Leases still following an uplink of that name from before (it was
+    /// dropped, and is back) see it pending, then live.
+    fn hold_uplink(self: &Arc<Self>, u: &UplinkEntry) {
         if self.kernel.is_none() {
             return;
         }
-        for u in &self.uplinks {
-            let (state, _) = watch::channel(TargetState::Pending);
-            lock(&self.targets).insert(
-                u.target.clone(),
-                Entry {
-                    // Held by the agent itself: never detached by leases.
-                    users: 1,
-                    role: Role::Uplink,
-                    state,
-                },
-            );
-            self.metrics.set_uplink_attached(&u.spec.ifname, None);
-            let me = self.clone();
-            let t = u.target.clone();
-            tokio::spawn(async move { me.attach_in_background(t).await });
+        {
+            let mut targets = lock(&self.targets);
+            match targets.get_mut(&u.target) {
+                Some(e) if e.role == Role::Port => {
+                    warn!(uplink = %u.name, "the uplink's interface is served as a workload port; not held as an uplink");
+                    return;
+                }
+                Some(e) => {
+                    e.users += 1;
+                    e.state.send_replace(TargetState::Pending);
+                }
+                None => {
+                    let (state, _) = watch::channel(TargetState::Pending);
+                    targets.insert(
+                        u.target.clone(),
+                        Entry {
+                            users: 1,
+                            role: Role::Uplink,
+                            state,
+                        },
+                    );
+                }
+            }
         }
+        self.uplink_metric(&u.target, TargetState::Pending);
+        let me = self.clone();
+        let t = u.target.clone();
+        tokio::spawn(async move { me.attach_in_background(t).await });
+    }
+
+    /// Stop holding uplink `u` (no longer in the set): its leases see it
+    /// lost and fall back to their own receivers, the program is detached,
+    /// and it counts as no loss (it was dropped on purpose).
+    fn release_uplink(&self, u: &UplinkEntry) {
+        self.metrics.forget_uplink(&u.labels());
+        lock(&self.uplink_retry).retain(|t| t != &u.target);
+        lock(&self.lost).remove(&target_key(&u.target));
+        if self.kernel.is_some() {
+            let mut targets = lock(&self.targets);
+            if let Some(e) = targets.get_mut(&u.target)
+                && e.role == Role::Uplink
+            {
+                e.state.send_replace(TargetState::Lost);
+                e.users -= 1;
+                if e.users == 0 {
+                    targets.remove(&u.target);
+                }
+            }
+            drop(targets);
+            // Also when the same interface is held again under a new spec:
+            // its attach follows, maybe in another mode.
+            self.detach_in_background(&u.target);
+        }
+        self.update_degraded();
     }
 
     fn is_uplink(&self, t: &AttachTarget) -> bool {
-        self.uplinks.iter().any(|u| &u.target == t)
+        self.uplink_on(t).is_some()
     }
 
     fn uplink_seen(&self, t: &AttachTarget) -> bool {
-        self.uplinks
-            .iter()
-            .any(|u| &u.target == t && u.tried.load(Ordering::Relaxed))
+        self.uplink_on(t)
+            .is_some_and(|u| u.tried.load(Ordering::Relaxed))
     }
 
     fn set_uplink_seen(&self, t: &AttachTarget, tried: bool) {
-        for u in self.uplinks.iter().filter(|u| &u.target == t) {
+        if let Some(u) = self.uplink_on(t) {
             u.tried.store(tried, Ordering::Relaxed);
         }
+    }
+
+    /// The attach mode for `t`: its uplink's own need, else `--attach`,
+    /// else (`None`) the per-device default.
+    fn attach_mode(&self, t: &AttachTarget, k: &Kernel) -> Option<AttachMode> {
+        self.uplink_on(t).and_then(|u| u.spec.attach).or(k.attach)
     }
 
     fn role_of(&self, t: &AttachTarget) -> Role {
@@ -603,12 +772,12 @@ impl Capture {
 
     /// Report an uplink's attach state in the metrics.
     fn uplink_metric(&self, t: &AttachTarget, state: TargetState) {
-        if self.is_uplink(t) {
+        if let Some(u) = self.uplink_on(t) {
             let mode = match state {
                 TargetState::Live { mode, .. } => Some(mode.as_str()),
                 _ => None,
             };
-            self.metrics.set_uplink_attached(&t.ifname, mode);
+            self.metrics.set_uplink_attached(&u.labels(), mode);
         }
     }
 
@@ -724,8 +893,13 @@ impl Capture {
                 None => true,
             }
         };
-        // Every lease left while the attach ran: undo it.
-        if orphaned && matches!(state, TargetState::Live { .. } | TargetState::Lost) {
+        // Every lease left while the attach ran, or the uplink was
+        // dropped meanwhile: undo it.
+        let dropped = self.role_of(&target) == Role::Uplink && !self.is_uplink(&target);
+        if dropped && let Some(e) = lock(&self.targets).get(&target) {
+            e.state.send_replace(TargetState::Lost);
+        }
+        if (orphaned || dropped) && matches!(state, TargetState::Live { .. } | TargetState::Lost) {
             self.detach_in_background(&target);
         }
     }
@@ -741,7 +915,8 @@ impl Capture {
             CaptureMode::Observe
         };
         let role = self.role_of(target);
-        let a = lock(&k.dp).attach_as(role, target, k.attach, capture)?;
+        let mode = self.attach_mode(target, k);
+        let a = lock(&k.dp).attach_as(role, target, mode, capture)?;
         Ok((a.ifindex, a.mode))
     }
 
@@ -823,9 +998,9 @@ impl Capture {
             {
                 let live = TargetState::Live { ifindex, mode };
                 e.state.send_replace(live);
-                if self.is_uplink(t) {
+                if let Some(u) = self.uplink_on(t) {
                     self.metrics
-                        .set_uplink_attached(&t.ifname, Some(mode.as_str()));
+                        .set_uplink_attached(&u.labels(), Some(mode.as_str()));
                 }
             }
         }
@@ -1083,13 +1258,19 @@ impl Capture {
         if !lock(&self.targets).contains_key(t) {
             return Ok(false);
         }
+        // An uplink dropped from the set: its leases stay on their own
+        // receivers.
+        let role = self.role_of(t);
+        if role == Role::Uplink && !self.is_uplink(t) {
+            return Ok(false);
+        }
         let mode = if k.reader_ok.load(Ordering::SeqCst) {
             CaptureMode::Intercept
         } else {
             CaptureMode::Observe
         };
-        let role = self.role_of(t);
-        Ok(dp.attach_as(role, t, k.attach, mode).map(|_| true)?)
+        let attach = self.attach_mode(t, k);
+        Ok(dp.attach_as(role, t, attach, mode).map(|_| true)?)
     }
 
     async fn poll_counters(self: Arc<Self>, token: CancellationToken) {

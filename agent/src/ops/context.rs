@@ -1,6 +1,6 @@
 //! The agent's shared state, handed to every CNI operation.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use xdhcp_engine::ClientConfig;
 
@@ -11,6 +11,7 @@ use crate::lease::pacing::Pacing;
 use crate::lease::registry::Registry;
 use crate::lease::task::Services;
 use crate::metrics::{Health, Metrics};
+use crate::rpc::UplinkSourceStatus;
 use crate::settings::AgentArgs;
 
 /// Shared agent state.
@@ -29,6 +30,9 @@ pub(crate) struct Agent {
     pub(crate) guard: Arc<GuardService>,
     /// How many new acquisitions each network admits at once.
     pub(crate) pacing: Pacing,
+    /// Where the node uplinks come from (`--uplink` or Open vSwitch), as
+    /// `xdhcp status` shows it; the daemon's OVS follower keeps it.
+    pub(crate) uplink_source: Mutex<UplinkSourceStatus>,
 }
 
 impl Agent {

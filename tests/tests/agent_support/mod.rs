@@ -285,6 +285,10 @@ impl NodeAgent {
             .args(extra)
             .env_remove("CNI_COMMAND")
             .env("RUST_LOG", "info,xdhcp=debug");
+        // Never this machine's Open vSwitch, unless the test names one.
+        if !extra.contains(&"--ovsdb") {
+            cmd.arg("--ovsdb").arg(dir.path().join("no-ovsdb.sock"));
+        }
         let process = Process::spawn_logged("xdhcp agent", cmd, &log);
         let me = Self {
             process,

@@ -1,0 +1,427 @@
+//! Uplinks read from Open vSwitch, in the OVS + OVN node lab
+//! (`xdhcp_tests::OvnLab`: userspace datapath, a localnet logical switch,
+//! provider bridge `br-phys` whose port `eth1` is a veth to the server's
+//! namespace, pods wired as OVN-Kubernetes wires them).
+//!
+//! The `xdhcp agent` binary runs inside the lab's node namespace (`ip netns
+//! exec`), where `ovs-vswitchd` runs and `eth1` is, with `--ovsdb` on the
+//! lab's own database socket and no `--uplink`. Shown:
+//!
+//! - it finds `eth1` from `ovn-bridge-mappings` and attaches there with
+//!   XDP (the bridge is on the userspace datapath), status and metrics
+//!   naming the uplink's physical network, bridge and source;
+//! - a pod's OFFER and ACK are taken at that uplink (the lease's path is
+//!   `uplink:eth1`), nothing is attached in the pod's namespace, and the
+//!   pod's own stack never sees a reply: consumed by XDP, it never reached
+//!   `ovs-vswitchd`'s packet socket. With the program at TC instead (an
+//!   explicit `--uplink … --attach tc`, which also shows the flag winning
+//!   over OVS), OVS still forwards every reply to the pod: under the
+//!   userspace datapath TC ingress runs after the packet taps;
+//! - a bridge mapping added at run time is attached within a second
+//!   (measured and printed), and detached when the mapping goes;
+//! - with no database at `--ovsdb`, or one that never answers, the agent
+//!   runs without uplinks (a pod leases on its own path) and says why.
+//!
+//! Checksum offload is off on every lab veth (`OvnLab`, and
+//! `OvnLab::add_provider_bridge` for the added one). Needs root; fails,
+//! never skips, without it.
+
+mod agent_support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent_support::{CniPath, NodeAgent};
+use xdhcp_tests::bench::metric_count;
+use xdhcp_tests::{
+    Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginCall, PluginOutput, parse_mac, wait_until,
+};
+
+/// Where the agent serves its metrics, inside the lab's node namespace.
+const METRICS: &str = "127.0.0.1:9464";
+
+/// The lab with dnsmasq behind the provider bridge and one pod.
+fn lab_with_pod() -> (OvnLab, Dnsmasq) {
+    let mut lab = OvnLab::start();
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            interface: OvnLab::SERVER_IF.to_owned(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    lab.add_pod("pod1", parse_mac("0a:58:c0:00:02:05").unwrap());
+    (lab, dnsmasq)
+}
+
+/// The agent in `node` (the lab's node namespace), reading OVS at `ovsdb`.
+fn agent(node: &NetNs, ovsdb: &Path, extra: &[&str]) -> NodeAgent {
+    let ovsdb = ovsdb.to_str().expect("a UTF-8 path");
+    let args = [&["--ovsdb", ovsdb, "--metrics-addr", METRICS], extra].concat();
+    NodeAgent::start(node, &args)
+}
+
+/// ADD `pod` as ovnkube-node does for a localnet network in DHCP mode:
+/// the `dhcp` plugin, the config OVN-Kubernetes writes (with the agent's
+/// socket as `daemonSocketPath`), an empty `CNI_ARGS`.
+fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
+    let config = format!(
+        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
+        agent.socket.display(),
+        OvnLab::NETWORK
+    );
+    PluginCall {
+        plugin: &cni.plugin("dhcp"),
+        node_ns: None,
+        command: "ADD",
+        container_id: "5a4db0c00eeee",
+        netns: Some(pod.ns.path()),
+        ifname: &pod.ifname,
+        cni_path: cni.dir.path(),
+        cni_args: "",
+        config: &config,
+    }
+    .run()
+    .expect("run the dhcp plugin")
+}
+
+#[track_caller]
+fn add_ok(cni: &CniPath, agent: &NodeAgent, lab: &OvnLab, dnsmasq: &Dnsmasq) {
+    let r = ovnk_add(cni, agent, &lab.pods()[0]);
+    assert!(
+        r.ok,
+        "ADD: {} {}\n{}\n{}\novs-vswitchd:\n{}",
+        r.stdout,
+        r.stderr,
+        agent.log(),
+        dnsmasq.log(),
+        lab.log("ovs-vswitchd")
+    );
+}
+
+/// Count the DHCP replies the pod's own IP stack receives (an nftables
+/// counter at prerouting in its namespace).
+fn count_replies_in(ns: &NetNs) {
+    for args in [
+        &["nft", "add", "table", "inet", "xdt_seen"][..],
+        &[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "xdt_seen",
+            "c",
+            "{ type filter hook prerouting priority -400; }",
+        ],
+        &[
+            "nft", "add", "rule", "inet", "xdt_seen", "c", "udp", "sport", "67", "udp", "dport",
+            "68", "counter",
+        ],
+    ] {
+        let out = ns.exec_output(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn replies_seen_in(ns: &NetNs) -> u64 {
+    ns.exec(&["nft", "list", "table", "inet", "xdt_seen"])
+        .split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("the counter's packets")
+}
+
+fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {
+    ns.ip(&["-d", "link", "show", "dev", ifname])
+        .contains("prog/xdp")
+}
+
+/// The uplink `ifname` as `xdhcp status` shows it, once it is live.
+fn live_uplink(agent: &NodeAgent, ifname: &str) -> Option<xdhcp::rpc::UplinkStatus> {
+    agent
+        .try_status()?
+        .uplinks
+        .into_iter()
+        .find(|u| u.ifname == ifname && u.state == "live")
+}
+
+#[track_caller]
+fn wait_live(agent: &NodeAgent, ifname: &str, within: Duration) -> xdhcp::rpc::UplinkStatus {
+    let mut found = None;
+    wait_until(within, || {
+        found = live_uplink(agent, ifname);
+        found.is_some()
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "{ifname} not live in {within:?}: {:?}\n{}",
+            agent.try_status(),
+            agent.log()
+        )
+    })
+}
+
+fn scrape(node: &NetNs) -> String {
+    let addr: std::net::SocketAddr = METRICS.parse().expect("an address");
+    let mut text = None;
+    wait_until(Duration::from_secs(5), || {
+        text = node.run_in(move || xdhcp_tests::bench::http_get(addr, "/metrics"));
+        text.is_some()
+    });
+    text.expect("the agent's metrics server answers")
+}
+
+#[test]
+fn without_uplink_flags_the_agent_captures_at_the_provider_port_ovs_names() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq) = lab_with_pod();
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+
+    // (a) Found from ovn-bridge-mappings, attached with XDP: the bridge is
+    // on the userspace datapath (a veth has native XDP).
+    let up = wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    assert_eq!(up.physnet.as_deref(), Some(OvnLab::PHYSNET), "{up:?}");
+    assert_eq!(
+        up.bridge.as_deref(),
+        Some(OvnLab::PROVIDER_BRIDGE),
+        "{up:?}"
+    );
+    assert_eq!(up.source, "ovs", "{up:?}");
+    assert_eq!(up.mode.as_deref(), Some("xdp-native"), "{up:?}");
+    assert!(up.bpf_link.is_some(), "{up:?}");
+    assert!(attached_xdp(&lab.node, OvnLab::UPLINK));
+    let s = agent.status();
+    assert_eq!(s.uplinks.len(), 1, "{:?}", s.uplinks);
+    assert_eq!(s.uplink_source.kind, "ovs", "{:?}", s.uplink_source);
+    assert_eq!(
+        s.uplink_source.state.as_deref(),
+        Some("connected"),
+        "{:?}",
+        s.uplink_source
+    );
+    assert_eq!(s.uplink_source.ovsdb.as_deref(), Some(&*lab.db_socket()));
+    let m = scrape(&lab.node);
+    assert_eq!(
+        metric_count(
+            &m,
+            "xdhcp_uplink_attached",
+            r#"uplink="eth1",mode="xdp-native",physnet="physnet1",source="ovs""#
+        ),
+        1,
+        "{m}"
+    );
+
+    // (b) The pod's OFFER and ACK are taken at the uplink.
+    let pod = &lab.pods()[0];
+    count_replies_in(&pod.ns);
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    assert!(dnsmasq.lease_for(pod.mac).is_some(), "{}", dnsmasq.log());
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0].path, "uplink:eth1", "{leases:?}\n{}", agent.log());
+    let s = agent.status();
+    assert!(s.uplinks[0].replies >= 2, "{:?}", s.uplinks);
+    assert!(s.counters["kernel.dropped_owned"] >= 2, "{:?}", s.counters);
+    // Nothing attached in the pod's namespace.
+    assert!(
+        s.interfaces.iter().all(|i| i.bpf_link.is_none()),
+        "{:?}",
+        s.interfaces
+    );
+    assert!(!attached_xdp(&pod.ns, &pod.ifname));
+    assert!(
+        pod.ns
+            .exec(&["tc", "filter", "show", "dev", &pod.ifname, "ingress"])
+            .trim()
+            .is_empty()
+    );
+    // Consumed at XDP, the replies never reached ovs-vswitchd's packet
+    // socket, so OVS never forwarded them to the pod.
+    assert_eq!(replies_seen_in(&pod.ns), 0);
+}
+
+/// The evidence for XDP under the userspace datapath: at TC, a reply the
+/// program consumes has already been read by `ovs-vswitchd`, which
+/// forwards it to the pod. Also: `--uplink` wins, OVS is not read.
+#[test]
+fn at_tc_a_userspace_datapath_uplink_still_hands_the_reply_to_ovs() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq) = lab_with_pod();
+    let agent = agent(
+        &lab.node,
+        &lab.db_socket(),
+        &["--uplink", "physnet1=eth1", "--attach", "tc"],
+    );
+    let up = wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    assert_eq!(up.mode.as_deref(), Some("tc"), "{up:?}");
+    assert_eq!(up.source, "flag", "{up:?}");
+    let s = agent.status();
+    assert_eq!(s.uplink_source.kind, "flag", "{:?}", s.uplink_source);
+    assert_eq!(s.uplink_source.ovsdb, None, "{:?}", s.uplink_source);
+
+    let pod = &lab.pods()[0];
+    count_replies_in(&pod.ns);
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    assert!(
+        replies_seen_in(&pod.ns) >= 1,
+        "the pod saw no reply with TC at the uplink"
+    );
+}
+
+/// The measured time, in the test's output (`--nocapture`).
+fn report(what: &str, took: Duration) {
+    #[expect(clippy::print_stderr, reason = "the figure is useful in test logs")]
+    {
+        eprintln!("{what} in {took:?}");
+    }
+}
+
+#[test]
+fn a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
+    let mut lab = OvnLab::start();
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+
+    lab.add_provider_bridge("br-phys2", "eth2", "s1");
+    // A bridge nobody maps is no uplink.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(live_uplink(&agent, "eth2").is_none());
+    let before = lab.bridge_mappings();
+
+    let t0 = Instant::now();
+    lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
+    let up = wait_live(&agent, "eth2", Duration::from_secs(5));
+    let took = t0.elapsed();
+    report("mapping added -> eth2 attached", took);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
+    assert_eq!(up.bridge.as_deref(), Some("br-phys2"), "{up:?}");
+    assert_eq!(up.source, "ovs");
+    assert!(attached_xdp(&lab.node, "eth2"));
+    assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
+
+    // The mapping goes: so does the program, and eth1 stays.
+    let t0 = Instant::now();
+    lab.set_bridge_mappings(&before);
+    assert!(
+        wait_until(Duration::from_secs(5), || !attached_xdp(&lab.node, "eth2")
+            && agent.status().uplinks.iter().all(|u| u.ifname != "eth2")),
+        "{:?}\n{}",
+        agent.try_status(),
+        agent.log()
+    );
+    let took = t0.elapsed();
+    report("mapping removed -> eth2 detached", took);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
+    assert_eq!(agent.status().degraded, None);
+}
+
+#[test]
+fn with_no_ovs_database_the_agent_runs_on_the_per_interface_path_and_says_why() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq) = lab_with_pod();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("db.sock");
+    let agent = agent(&lab.node, &missing, &[]);
+    let mut status = None;
+    wait_until(Duration::from_secs(5), || {
+        status = agent.try_status();
+        status
+            .as_ref()
+            .is_some_and(|s| s.uplink_source.state.as_deref() == Some("unavailable"))
+    });
+    let s = status.expect("a status");
+    assert_eq!(s.uplink_source.kind, "ovs", "{:?}", s.uplink_source);
+    assert_eq!(
+        s.uplink_source.state.as_deref(),
+        Some("unavailable"),
+        "{:?}",
+        s.uplink_source
+    );
+    assert!(s.uplink_source.reason.is_some(), "{:?}", s.uplink_source);
+    assert!(s.uplinks.is_empty(), "{:?}", s.uplinks);
+    assert!(s.ready, "{s:?}");
+
+    // Served on the pod's own path.
+    let pod = &lab.pods()[0];
+    count_replies_in(&pod.ns);
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    let path = agent.leases()[0].path.clone();
+    assert!(!path.starts_with("uplink"), "{path}");
+    assert!(replies_seen_in(&pod.ns) >= 2);
+
+    // Said once, though the watcher keeps trying.
+    let said = |log: &str| log.matches("no Open vSwitch database").count();
+    assert!(
+        wait_until(Duration::from_secs(3), || said(&agent.log()) == 1),
+        "{}",
+        agent.log()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(said(&agent.log()), 1, "{}", agent.log());
+}
+
+/// A socket that accepts and never answers: the agent says so too.
+#[test]
+fn an_ovs_database_that_never_answers_is_reported_unavailable() {
+    let node = NetNs::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mute = dir.path().join("db.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&mute).expect("bind");
+    let agent = agent(&node, &mute, &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent.try_status().is_some_and(
+            |s| s.uplink_source.state.as_deref() == Some("unavailable")
+        )),
+        "{:?}\n{}",
+        agent.try_status(),
+        agent.log()
+    );
+    let s = agent.status();
+    let reason = s.uplink_source.reason.clone().unwrap_or_default();
+    assert!(reason.contains("did not answer"), "{reason}");
+    assert!(s.uplinks.is_empty(), "{:?}", s.uplinks);
+}
+
+/// A lease on an uplink whose mapping goes falls back to its own receiver
+/// (as after a capture loss, without the agent counting itself degraded),
+/// and returns to the uplink when the mapping is back.
+#[test]
+fn a_lease_on_an_uplink_that_is_unmapped_falls_back_and_returns() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq) = lab_with_pod();
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    assert_eq!(agent.leases()[0].path, "uplink:eth1", "{}", agent.log());
+
+    let mappings = lab.bridge_mappings();
+    lab.set_bridge_mappings("");
+    assert!(
+        wait_until(Duration::from_secs(5), || agent.leases()[0].path
+            == "af-packet (ebpf lost)"),
+        "{:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+    let s = agent.status();
+    assert!(s.uplinks.is_empty(), "{:?}", s.uplinks);
+    assert!(!attached_xdp(&lab.node, OvnLab::UPLINK));
+    assert_eq!(s.degraded, None);
+
+    lab.set_bridge_mappings(&mappings);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(5));
+    assert!(
+        wait_until(Duration::from_secs(5), || agent.leases()[0].path
+            == "uplink:eth1"),
+        "{:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+}
