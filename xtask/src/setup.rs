@@ -54,6 +54,16 @@ const ESSENTIAL: &[&str] = &[
     "unshare",
     "sh",
     "mount",
+    // The Open vSwitch + OVN node lab (the OVSDB client's tests, the uplinks
+    // read from OVS), and ethtool to turn checksum offload off on its veths.
+    "ovsdb-server",
+    "ovsdb-tool",
+    "ovs-vsctl",
+    "ovs-vswitchd",
+    "ovn-northd",
+    "ovn-controller",
+    "ovn-nbctl",
+    "ethtool",
 ];
 // Not installed on purpose: `socat` appears in the tests only as the name
 // of a program outside the table, which `tests/tests/programs.rs` checks is
