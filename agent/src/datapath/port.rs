@@ -15,6 +15,8 @@
 //! closed, nothing ever attached in its namespace); received on its own
 //! `AF_PACKET` receiver, it keeps the per-interface path.
 
+use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -495,6 +497,75 @@ impl Port {
         if self.rx.sub.take().is_some() {
             self.capture.unsubscribe(&self.rx.target);
         }
+    }
+}
+
+/// What a lease task needs of its way to the wire: [`Port`] on a node, a
+/// fake in the lease task's unit tests. The lease task drives the engine
+/// against it and knows nothing of sockets, rings or uplinks.
+pub(crate) trait LeasePort: Send + Sync + 'static {
+    /// The lease's interface, and its network namespace (`None`: the
+    /// agent's own), where `"apply": true` configures the address.
+    fn ifname(&self) -> &str;
+    fn netns(&self) -> Option<&Path>;
+    /// Stop watching for the interface's removal (a one-shot discovery).
+    fn drop_watch(&mut self);
+    /// Bound with nothing to send until T1: hold no packet socket.
+    fn idle_tx(&mut self);
+    /// The path the lease's replies come by now.
+    fn path(&self) -> &CapturePath;
+    /// Ask for the ring buffer (a held lease): the path it moved to, if any.
+    fn take_ring(&mut self) -> impl Future<Output = Result<Option<CapturePath>, LinkError>> + Send;
+    /// The next reply, change of path or removal (cancel-safe).
+    fn next(&mut self) -> impl Future<Output = Result<Input, LinkError>> + Send;
+    /// A reply arrived: the uplink the lease moved onto, the first time.
+    fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef>;
+    /// Send what the engine has to send.
+    fn send(&mut self, out: Vec<Transmit>) -> impl Future<Output = Result<(), LinkError>> + Send;
+    /// Send an ending lease's RELEASE, by whatever way is left.
+    fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError>;
+    /// The engine expects no reply: let its xid go.
+    fn release_xid(&mut self);
+    /// The lease ends.
+    fn close(&mut self);
+}
+
+impl LeasePort for Port {
+    fn ifname(&self) -> &str {
+        &self.link.ifname
+    }
+    fn netns(&self) -> Option<&Path> {
+        self.link.netns.as_deref()
+    }
+    fn drop_watch(&mut self) {
+        self.link.drop_watch();
+    }
+    fn idle_tx(&mut self) {
+        self.link.idle_tx();
+    }
+    fn path(&self) -> &CapturePath {
+        Port::path(self)
+    }
+    fn take_ring(&mut self) -> impl Future<Output = Result<Option<CapturePath>, LinkError>> + Send {
+        Port::take_ring(self)
+    }
+    fn next(&mut self) -> impl Future<Output = Result<Input, LinkError>> + Send {
+        Port::next(self)
+    }
+    fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef> {
+        Port::on_reply(self, f)
+    }
+    fn send(&mut self, out: Vec<Transmit>) -> impl Future<Output = Result<(), LinkError>> + Send {
+        Port::send(self, out)
+    }
+    fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError> {
+        Port::send_release(self, t)
+    }
+    fn release_xid(&mut self) {
+        Port::release_xid(self);
+    }
+    fn close(&mut self) {
+        Port::close(self);
     }
 }
 

@@ -20,7 +20,7 @@ use xdhcp_engine::{
 use crate::datapath::RxFrame;
 use crate::datapath::capture::{Capture, CapturePath};
 use crate::datapath::link::LinkError;
-use crate::datapath::port::{Input, Port};
+use crate::datapath::port::{Input, LeasePort, Port};
 use crate::lease::apply;
 use crate::lease::live::{Command, Live, Outcome};
 use crate::lease::persist::{self, Durable, LeaseRecord, WorkloadKind};
@@ -44,11 +44,11 @@ pub(crate) struct Services {
 }
 
 /// Everything a lease task owns.
-pub(crate) struct Task {
+pub(crate) struct Task<P: LeasePort = Port> {
     pub(crate) svc: Arc<Services>,
     pub(crate) client: Client,
     /// Where the lease's frames go out and its replies come in.
-    pub(crate) port: Port,
+    pub(crate) port: P,
     pub(crate) live: Arc<Mutex<Live>>,
     pub(crate) cmds: mpsc::Receiver<Command>,
     pub(crate) waiter: Option<oneshot::Sender<Outcome>>,
@@ -80,7 +80,7 @@ pub(crate) enum Ended {
     Parked,
 }
 
-impl Task {
+impl<P: LeasePort> Task<P> {
     fn record(&self) -> LeaseRecord {
         lock(&self.live).record.clone()
     }
@@ -181,12 +181,12 @@ async fn durable(
 /// heap box and the rarely taken long awaits (address configuration, the
 /// end of the task) are boxed where they happen (see
 /// `docs/performance-notes.md`).
-pub(crate) fn run(task: Task) -> impl Future<Output = Ended> + Send {
+pub(crate) fn run<P: LeasePort>(task: Task<P>) -> impl Future<Output = Ended> + Send {
     drive(Box::new(task))
 }
 
-#[tracing::instrument(skip_all, fields(container = %lock(&task.live).record.container_id, ifname = %task.port.link.ifname))]
-async fn drive(mut task: Box<Task>) -> Ended {
+#[tracing::instrument(skip_all, fields(container = %lock(&task.live).record.container_id, ifname = %task.port.ifname()))]
+async fn drive<P: LeasePort>(mut task: Box<Task<P>>) -> Ended {
     let token = task.svc.token.clone();
     let oneshot = task.client.config().mode == Mode::OneShot;
     let mut stop_ack: Option<oneshot::Sender<()>> = None;
@@ -195,7 +195,7 @@ async fn drive(mut task: Box<Task>) -> Ended {
     // or the main plugin's DEL removed it first), not at the next send: the
     // link's removal watch, subscribed when the link was opened.
     if oneshot {
-        task.port.link.drop_watch();
+        task.port.drop_watch();
     }
     let end_reason;
     loop {
@@ -229,7 +229,7 @@ async fn drive(mut task: Box<Task>) -> Ended {
         }
         // Bound with nothing to send until T1: hold no packet socket.
         if !oneshot && task.client.state() == State::Bound {
-            task.port.link.idle_tx();
+            task.port.idle_tx();
         }
         let deadline = match (task.client.poll_timeout(), reacquire_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -300,7 +300,7 @@ enum End {
 }
 
 /// Send what the engine has to send through the port.
-async fn flush(task: &mut Task) -> Result<(), LinkError> {
+async fn flush<P: LeasePort>(task: &mut Task<P>) -> Result<(), LinkError> {
     let mut out = Vec::new();
     while let Some(t) = task.client.poll_transmit() {
         out.push(t);
@@ -308,7 +308,7 @@ async fn flush(task: &mut Task) -> Result<(), LinkError> {
     task.port.send(out).await
 }
 
-fn handle_frame(task: &mut Task, f: &RxFrame) {
+fn handle_frame<P: LeasePort>(task: &mut Task<P>, f: &RxFrame) {
     // A reply through an uplink moves the lease there for good: its
     // record names the uplink (a restart resumes it there).
     if let Some(uplink) = task.port.on_reply(f) {
@@ -333,8 +333,8 @@ fn handle_frame(task: &mut Task, f: &RxFrame) {
     }
 }
 
-async fn drain_events(
-    task: &mut Task,
+async fn drain_events<P: LeasePort>(
+    task: &mut Task<P>,
     oneshot: bool,
     reacquire_at: &mut Option<Instant>,
 ) -> Option<End> {
@@ -395,10 +395,11 @@ async fn drain_events(
                     let l = lock(&task.live);
                     (l.record.lease.clone(), l.record.config.ipam.apply)
                 };
-                if let (Some(old), Some(ns)) = (old, task.port.link.netns.clone())
+                if let (Some(old), Some(ns)) =
+                    (old, task.port.netns().map(std::path::Path::to_path_buf))
                     && apply
                     && let Err(e) =
-                        Box::pin(apply::deconfigure(&ns, &task.port.link.ifname, &old)).await
+                        Box::pin(apply::deconfigure(&ns, task.port.ifname(), &old)).await
                 {
                     warn!(error = %crate::rpc::format_chain(&e), "could not remove the lost address");
                 }
@@ -449,7 +450,7 @@ fn log_rejected(lease: &Lease) {
     }
 }
 
-async fn apply_if_asked(task: &Task, lease: &Lease) {
+async fn apply_if_asked<P: LeasePort>(task: &Task<P>, lease: &Lease) {
     let (apply, vm) = {
         let l = lock(&task.live);
         (
@@ -462,16 +463,24 @@ async fn apply_if_asked(task: &Task, lease: &Lease) {
     if !apply || vm {
         return;
     }
-    let Some(ns) = &task.port.link.netns else {
+    let Some(ns) = task.port.netns() else {
         return;
     };
-    if let Err(e) = apply::configure(ns, &task.port.link.ifname, lease).await {
+    if let Err(e) = apply::configure(ns, task.port.ifname(), lease).await {
         task.svc.metrics.failure("apply");
         warn!(error = %crate::rpc::format_chain(&e), "could not configure the leased address");
     }
 }
 
-fn finish(mut task: Box<Task>, end: End, stop_ack: Option<oneshot::Sender<()>>) -> Ended {
+#[expect(
+    clippy::boxed_local,
+    reason = "the task lives in one heap box for its whole life (see `run`); it ends here as `drive` holds it"
+)]
+fn finish<P: LeasePort>(
+    mut task: Box<Task<P>>,
+    end: End,
+    stop_ack: Option<oneshot::Sender<()>>,
+) -> Ended {
     let rec = task.record();
     let mut ended = Ended::Kept;
     match end {
@@ -553,6 +562,217 @@ mod tests {
     use super::*;
     use crate::datapath::port::is_transient_send_error;
 
+    /// The lease task against a fake port: no socket, namespace or root.
+    mod against_a_fake_port {
+        use std::net::Ipv4Addr;
+
+        use dhcproto::v4::{
+            Decodable as _, Decoder, DhcpOption, Encodable as _, Encoder, Message, MessageType,
+            Opcode,
+        };
+        use xdhcp_engine::{ClientConfig, MessageKind, Transmit};
+
+        use super::*;
+        use crate::datapath::RxPath;
+        use crate::datapath::frame::FrameHeaders;
+        use crate::metrics::Health;
+        use crate::model::UplinkRef;
+        use crate::rpc::CniRequest;
+        use crate::store::LeaseKey;
+
+        const MAC: [u8; 6] = [2, 0, 0, 0, 0, 7];
+        const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+        const ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
+
+        /// A port that hands the test every frame the task sends and gives
+        /// the task the replies the test queues.
+        struct FakePort {
+            sent: mpsc::UnboundedSender<Transmit>,
+            replies: mpsc::UnboundedReceiver<RxFrame>,
+            path: CapturePath,
+        }
+
+        impl LeasePort for FakePort {
+            #[expect(
+                clippy::unnecessary_literal_bound,
+                reason = "the trait's signature: a real port lends its link's name"
+            )]
+            fn ifname(&self) -> &str {
+                "eth0"
+            }
+            fn netns(&self) -> Option<&std::path::Path> {
+                None
+            }
+            fn drop_watch(&mut self) {}
+            fn idle_tx(&mut self) {}
+            fn path(&self) -> &CapturePath {
+                &self.path
+            }
+            async fn take_ring(&mut self) -> Result<Option<CapturePath>, LinkError> {
+                Ok(None)
+            }
+            async fn next(&mut self) -> Result<Input, LinkError> {
+                match self.replies.recv().await {
+                    Some(f) => Ok(Input::Frame(f)),
+                    None => std::future::pending().await,
+                }
+            }
+            fn on_reply(&mut self, _: &RxFrame) -> Option<UplinkRef> {
+                None
+            }
+            async fn send(&mut self, out: Vec<Transmit>) -> Result<(), LinkError> {
+                for t in out {
+                    let _ = self.sent.send(t);
+                }
+                Ok(())
+            }
+            fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError> {
+                let _ = self.sent.send(t.clone());
+                Ok(())
+            }
+            fn release_xid(&mut self) {}
+            fn close(&mut self) {}
+        }
+
+        /// The server's `ty` answer to the client's message `to`.
+        fn reply(to: &Transmit, ty: MessageType) -> RxFrame {
+            let req = Message::decode(&mut Decoder::new(&to.payload)).unwrap();
+            let mut m = Message::new_with_id(
+                req.xid(),
+                Ipv4Addr::UNSPECIFIED,
+                ADDR,
+                Ipv4Addr::UNSPECIFIED,
+                Ipv4Addr::UNSPECIFIED,
+                req.chaddr(),
+            );
+            m.set_opcode(Opcode::BootReply);
+            let o = m.opts_mut();
+            o.insert(DhcpOption::MessageType(ty));
+            o.insert(DhcpOption::ServerIdentifier(SERVER));
+            o.insert(DhcpOption::AddressLeaseTime(120));
+            o.insert(DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)));
+            let mut payload = Vec::new();
+            m.encode(&mut Encoder::new(&mut payload)).unwrap();
+            RxFrame {
+                ifindex: 2,
+                ts_ns: 0,
+                headers: FrameHeaders {
+                    src_mac: [2, 0, 0, 0, 0, 1],
+                    dst_mac: MAC,
+                    vlan: None,
+                    src_ip: SERVER,
+                    dst_ip: Ipv4Addr::BROADCAST,
+                    src_port: 67,
+                    dst_port: 68,
+                },
+                payload,
+                via: RxPath::AfPacket,
+            }
+        }
+
+        fn request() -> CniRequest {
+            serde_json::from_str(
+                r#"{"containerId":"c1","ifname":"eth0","netns":null,"args":{},"config":{
+                    "cniVersion":"1.0.0","name":"localnet","socketPath":"/s","ipam":{
+                    "ipamType":"xdhcp","apply":false,"clientId":{"kind":"mac"},
+                    "hostname":{"kind":"podname"},"allowDefaultRouteOverride":false,
+                    "protectedPrefixes":[],"routePriority":null}}}"#,
+            )
+            .unwrap()
+        }
+
+        /// A maintained lease driven against the fake port: its DORA, the
+        /// ADD told of the lease, its record on disk naming the address, and
+        /// a RELEASE from that address when DEL stops it.
+        #[tokio::test]
+        async fn a_lease_binds_persists_and_releases_through_its_port() {
+            let dir = tempfile::tempdir().unwrap();
+            let metrics = Arc::new(Metrics::new());
+            let svc = Arc::new(Services {
+                metrics: metrics.clone(),
+                capture: Arc::new(Capture::af_packet(
+                    None,
+                    metrics,
+                    Arc::new(Health::default()),
+                )),
+                store: persist::open(dir.path()).unwrap(),
+                token: CancellationToken::new(),
+            });
+            let config = ClientConfig {
+                chaddr: MAC,
+                ..ClientConfig::default()
+            };
+            let client = Client::new(config, Instant::now(), 7);
+            let record = persist::fresh(&request(), None, WorkloadKind::Pod, MAC, None);
+            let live = Arc::new(Mutex::new(Live::new(
+                record,
+                client.state(),
+                CapturePath::AfPacket,
+            )));
+            let (sent_tx, mut sent) = mpsc::unbounded_channel();
+            let (replies, replies_rx) = mpsc::unbounded_channel();
+            let (cmd_tx, cmds) = mpsc::channel(2);
+            let (waiter, outcome) = oneshot::channel();
+            let (persisted, mut durable) = watch::channel(Durable::Pending);
+            let task = Task {
+                svc: svc.clone(),
+                client,
+                port: FakePort {
+                    sent: sent_tx,
+                    replies: replies_rx,
+                    path: CapturePath::AfPacket,
+                },
+                live: live.clone(),
+                cmds,
+                waiter: Some(waiter),
+                started: Instant::now(),
+                persisted,
+                ahead: None,
+            };
+            let ended = tokio::spawn(run(task));
+
+            let discover = sent.recv().await.unwrap();
+            assert_eq!(discover.kind, MessageKind::Discover);
+            replies.send(reply(&discover, MessageType::Offer)).unwrap();
+            let request = sent.recv().await.unwrap();
+            assert_eq!(request.kind, MessageKind::Request);
+            assert_eq!(request.xid, discover.xid);
+            replies.send(reply(&request, MessageType::Ack)).unwrap();
+
+            let Ok(Outcome::Bound(lease)) = outcome.await else {
+                panic!("the ADD was not told of a lease");
+            };
+            assert_eq!((lease.address, lease.prefix_len), (ADDR, 24));
+            durable
+                .wait_for(|d| matches!(d, Durable::Saved))
+                .await
+                .unwrap();
+            let on_disk = svc
+                .store
+                .load(&LeaseKey::new("c1", "eth0").unwrap())
+                .unwrap()
+                .expect("the record is on disk");
+            // Durable as soon as the record written ahead (while the
+            // REQUEST was out) names the address; the full one follows.
+            assert_eq!(
+                on_disk.lease.map(|l| l.address).or(on_disk.requested),
+                Some(ADDR)
+            );
+            assert_eq!(lock(&live).state, State::Bound);
+
+            let (ack, stopped) = oneshot::channel();
+            cmd_tx
+                .send(Command::Stop { release: true, ack })
+                .await
+                .unwrap();
+            stopped.await.unwrap();
+            let release = sent.recv().await.unwrap();
+            assert_eq!(release.kind, MessageKind::Release);
+            assert_eq!(release.src_ip, ADDR);
+            assert!(matches!(ended.await.unwrap(), Ended::Kept));
+        }
+    }
+
     fn io(errno: i32) -> LinkError {
         LinkError::Io {
             op: "send a frame",
@@ -570,7 +790,7 @@ mod tests {
     #[test]
     fn the_resident_lease_future_stays_small() {
         // One of these per held lease, for the lease's lifetime.
-        let size = future_size(run);
+        let size = future_size(run::<Port>);
         assert!(size <= 4096, "the lease future is {size} bytes");
     }
 
