@@ -3,9 +3,9 @@
 //! database of its own in a temporary directory, and changes it with
 //! `ovs-vsctl --no-wait` (no `ovs-vswitchd` runs).
 //!
-//! Needs root (skips, saying so, without it). The programs come from the one
-//! program table (`common/src/programs.rs`), which `cargo xtask setup`
-//! installs from; a missing one fails the test.
+//! The programs come from the one program table (`testbed/src/programs.rs`),
+//! which `cargo xtask setup` installs from; a missing one fails the test,
+//! as a test of the project does rather than skip.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,8 +23,9 @@ use xdhcp_ovsdb::{
 /// If the table lacks it, or its Debian package is not installed.
 #[track_caller]
 fn program(name: &str) -> &'static Path {
-    let p = xdhcp_testbed::programs::find(name)
-        .unwrap_or_else(|| panic!("`{name}` is not in the program table (common/src/programs.rs)"));
+    let p = xdhcp_testbed::programs::find(name).unwrap_or_else(|| {
+        panic!("`{name}` is not in the program table (testbed/src/programs.rs)")
+    });
     let exe = Path::new(p.executable());
     assert!(
         exe.exists(),
@@ -33,19 +34,6 @@ fn program(name: &str) -> &'static Path {
         p.package().unwrap_or("?")
     );
     exe
-}
-
-/// Whether the test may run; says why not when it may not.
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        #[expect(clippy::print_stderr, reason = "a skipped test says why")]
-        {
-            eprintln!("skipped: the OVSDB server tests need root");
-        }
-    }
-    root
 }
 
 /// An `ovsdb-server` on a database of its own, killed (and its directory
@@ -253,19 +241,21 @@ fn provider_bridge(s: &Server) {
     ]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mapped_bridge_lists_nic_and_bond_members_not_patch_or_internal() {
-    if !root() {
-        return;
-    }
-    let s = Server::start();
-    provider_bridge(&s);
+/// Set the node's `ovn-bridge-mappings` (`physnet:bridge,…`).
+fn map(s: &Server, mappings: &str) {
     s.vsctl(&[
         "set",
         "open_vswitch",
         ".",
-        "external_ids:ovn-bridge-mappings=physnet1:br-ex",
+        &format!("external_ids:ovn-bridge-mappings={mappings}"),
     ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mapped_bridge_lists_nic_and_bond_members_not_patch_or_internal() {
+    let s = Server::start();
+    provider_bridge(&s);
+    map(&s, "physnet1:br-ex");
 
     let mut rx = NodeWatch::spawn(s.socket(), options());
     let state = wait_for(&mut rx, "a ready view", |st| ready(st).is_some()).await;
@@ -287,9 +277,6 @@ async fn mapped_bridge_lists_nic_and_bond_members_not_patch_or_internal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mapping_added_at_run_time_reaches_the_view_within_a_second() {
-    if !root() {
-        return;
-    }
     let s = Server::start();
     provider_bridge(&s);
     s.vsctl(&["set", "bridge", "br-ex", "datapath_type=netdev"]);
@@ -298,12 +285,7 @@ async fn a_mapping_added_at_run_time_reaches_the_view_within_a_second() {
     assert_eq!(ready(&state).unwrap().uplinks, []);
 
     let start = Instant::now();
-    s.vsctl(&[
-        "set",
-        "open_vswitch",
-        ".",
-        "external_ids:ovn-bridge-mappings=physnet1:br-ex",
-    ]);
+    map(&s, "physnet1:br-ex");
     let written = start.elapsed();
     let state = wait_for(&mut rx, "the mapping's uplinks", |st| {
         ready(st).is_some_and(|v| !v.uplinks.is_empty())
@@ -327,12 +309,7 @@ async fn a_mapping_added_at_run_time_reaches_the_view_within_a_second() {
     );
 
     // A malformed mapping is a warning, the good entries still count.
-    s.vsctl(&[
-        "set",
-        "open_vswitch",
-        ".",
-        "external_ids:ovn-bridge-mappings=\"physnet1:br-ex,nocolon,physnet2:br-none\"",
-    ]);
+    map(&s, "\"physnet1:br-ex,nocolon,physnet2:br-none\"");
     let state = wait_for(&mut rx, "the malformed mapping's warnings", |st| {
         ready(st).is_some_and(|v| !v.warnings.is_empty())
     })
@@ -355,17 +332,9 @@ async fn a_mapping_added_at_run_time_reaches_the_view_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ports_added_removed_and_renamed_show_in_the_view() {
-    if !root() {
-        return;
-    }
     let s = Server::start();
     provider_bridge(&s);
-    s.vsctl(&[
-        "set",
-        "open_vswitch",
-        ".",
-        "external_ids:ovn-bridge-mappings=physnet1:br-ex",
-    ]);
+    map(&s, "physnet1:br-ex");
     let mut rx = NodeWatch::spawn(s.socket(), options());
     let names_are = |want: &'static [&'static str]| {
         move |st: &NodeState| ready(st).is_some_and(|v| uplink_names(v, "physnet1") == want)
@@ -418,9 +387,6 @@ async fn ports_added_removed_and_renamed_show_in_the_view() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_port_with_ovn_kubernetes_external_ids_is_read_right() {
-    if !root() {
-        return;
-    }
     let s = Server::start();
     s.vsctl(&["add-br", "br-int"]);
     // As OVN-Kubernetes' CNI adds a secondary-network pod port.
@@ -518,17 +484,9 @@ async fn a_pod_port_with_ovn_kubernetes_external_ids_is_read_right() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watcher_reconnects_and_resyncs_after_the_server_is_killed() {
-    if !root() {
-        return;
-    }
     let mut s = Server::start();
     provider_bridge(&s);
-    s.vsctl(&[
-        "set",
-        "open_vswitch",
-        ".",
-        "external_ids:ovn-bridge-mappings=physnet1:br-ex",
-    ]);
+    map(&s, "physnet1:br-ex");
     let mut rx = NodeWatch::spawn(s.socket(), options());
     wait_for(&mut rx, "the first view", |st| {
         ready(st).is_some_and(|v| uplink_names(v, "physnet1").len() == 3)
@@ -563,12 +521,7 @@ async fn the_watcher_reconnects_and_resyncs_after_the_server_is_killed() {
     s.vsctl(&["init"]);
     s.vsctl(&["add-br", "br-int"]);
     s.vsctl(&["add-br", "br-new", "--", "add-port", "br-new", "eth9"]);
-    s.vsctl(&[
-        "set",
-        "open_vswitch",
-        ".",
-        "external_ids:ovn-bridge-mappings=physnet1:br-new",
-    ]);
+    map(&s, "physnet1:br-new");
     let state = wait_for(&mut rx, "the new database's view", |st| {
         ready(st).is_some_and(|v| uplink_names(v, "physnet1") == ["eth9"])
     })
@@ -580,17 +533,9 @@ async fn the_watcher_reconnects_and_resyncs_after_the_server_is_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_server_is_found_by_the_echo_probe_and_picked_up_again() {
-    if !root() {
-        return;
-    }
     let s = Server::start();
     provider_bridge(&s);
-    s.vsctl(&[
-        "set",
-        "open_vswitch",
-        ".",
-        "external_ids:ovn-bridge-mappings=physnet1:br-ex",
-    ]);
+    map(&s, "physnet1:br-ex");
     let mut rx = NodeWatch::spawn(
         s.socket(),
         WatchOptions {
@@ -621,17 +566,9 @@ async fn a_hung_server_is_found_by_the_echo_probe_and_picked_up_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selects_read_what_the_monitor_replicates() {
-    if !root() {
-        return;
-    }
     let s = Server::start();
     provider_bridge(&s);
-    s.vsctl(&[
-        "set",
-        "open_vswitch",
-        ".",
-        "external_ids:ovn-bridge-mappings=physnet1:br-ex",
-    ]);
+    map(&s, "physnet1:br-ex");
     let (client, _events) = Client::connect(&s.socket()).await.expect("connect");
     let schema = client.get_schema(VSWITCH_DB).await.expect("get_schema");
     let monitor = client
