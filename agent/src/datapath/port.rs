@@ -119,8 +119,9 @@ struct UplinkRoute {
 pub(crate) enum Input {
     /// A reply.
     Frame(RxFrame),
-    /// The replies now come another way.
-    Path(CapturePath),
+    /// The capture actor's word on the port changed: follow it with
+    /// [`LeasePort::follow_capture`].
+    CaptureChanged,
     /// The interface was deleted (netlink `RTM_DELLINK`).
     Removed,
 }
@@ -211,63 +212,6 @@ impl Port {
         })
     }
 
-    /// The path the lease's replies come by now.
-    pub(crate) fn path(&self) -> &CapturePath {
-        &self.path
-    }
-
-    /// Ask for the ring buffer (a held lease; one resumed on its uplink
-    /// follows that already): the path it moved to, if it moved.
-    pub(crate) async fn take_ring(&mut self) -> Result<Option<CapturePath>, LinkError> {
-        if self.rx.sub.is_some() {
-            return Ok(None);
-        }
-        self.rx.sub = self.capture.subscribe(&self.rx.target, true);
-        self.converge().await
-    }
-
-    /// The next reply, change of path or removal. Cancel-safe: nothing is
-    /// lost when another branch of the caller's `select!` wins.
-    pub(crate) async fn next(&mut self) -> Result<Input, LinkError> {
-        enum Woke {
-            Frame(RxFrame),
-            Removed,
-            Changed,
-        }
-        let woke = {
-            let Self {
-                link, rx, frames, ..
-            } = self;
-            let changed = async {
-                match rx.sub.as_mut() {
-                    Some(s) => {
-                        if s.changed().await.is_err() {
-                            // The capture actor dropped the target: nothing
-                            // more will change.
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                // The port holds a sender: the channel never closes.
-                Some(f) = frames.recv() => Woke::Frame(f),
-                got = link.recv() => Woke::Frame(got?),
-                () = link.removed() => Woke::Removed,
-                () = changed => Woke::Changed,
-            }
-        };
-        Ok(match woke {
-            Woke::Frame(f) => Input::Frame(f),
-            Woke::Removed => Input::Removed,
-            Woke::Changed => match self.converge().await? {
-                Some(p) => Input::Path(p),
-                None => Input::Path(self.path.clone()),
-            },
-        })
-    }
-
     /// Follow the capture actor's word on this interface: move to the ring
     /// buffer when it serves the interface, back to the link's own
     /// `AF_PACKET` receiver when it does not (never attached, refused, or
@@ -320,42 +264,6 @@ impl Port {
         Ok(Some(path))
     }
 
-    /// A reply arrived: note where the network's server was heard and, when
-    /// it came through a node uplink, move the port there for good (its own
-    /// receiver closed, any per-interface subscription given up). The
-    /// uplink, the first time, for the lease's record.
-    pub(crate) fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef> {
-        if !matches!(f.via, RxPath::Uplink { .. }) {
-            self.capture.note_served(&self.owner.network, None);
-            return None;
-        }
-        if self.rx.uplink.is_some() {
-            return None;
-        }
-        let up = self.capture.adopt_uplink(f.ifindex)?;
-        if self.rx.sub.take().is_some() {
-            self.capture.unsubscribe(&self.rx.target);
-        }
-        info!(uplink = %up.name, "replies arrive through the uplink; no per-interface capture");
-        let name = up.name.clone();
-        self.rx = Receive::uplink(up);
-        self.link.drop_rx();
-        self.path = CapturePath::Uplink(name.clone());
-        let uplink = UplinkRef {
-            ifname: name.to_string(),
-            vlan: f.headers.vlan,
-        };
-        self.owner.uplink = Some(uplink.clone());
-        self.capture.note_served(
-            &self.owner.network,
-            Some(ServedVia {
-                uplink: name,
-                vlan: f.headers.vlan,
-            }),
-        );
-        Some(uplink)
-    }
-
     /// The port's [`UplinkRoute`] while its replies come through a live
     /// uplink.
     fn uplink_route(&self) -> Option<UplinkRoute> {
@@ -396,10 +304,159 @@ impl Port {
             }
         }
     }
+}
+
+/// What a lease task needs of its way to the wire: [`Port`] on a node, a
+/// fake in the lease task's unit tests. The lease task drives the engine
+/// against it and knows nothing of sockets, rings or uplinks.
+pub(crate) trait LeasePort: Send + Sync + 'static {
+    /// The lease's interface, and its network namespace (`None`: the
+    /// agent's own), where `"apply": true` configures the address.
+    fn ifname(&self) -> &str;
+    fn netns(&self) -> Option<&Path>;
+    /// Stop watching for the interface's removal (a one-shot discovery).
+    fn drop_watch(&mut self);
+    /// Bound with nothing to send until T1: hold no packet socket.
+    fn idle_tx(&mut self);
+    /// The path the lease's replies come by now.
+    fn path(&self) -> &CapturePath;
+    /// Ask for the ring buffer (a held lease): the path it moved to, if any.
+    fn take_ring(&mut self) -> impl Future<Output = Result<Option<CapturePath>, LinkError>> + Send;
+    /// The next reply, capture notice or removal (cancel-safe).
+    fn next(&mut self) -> impl Future<Output = Result<Input, LinkError>> + Send;
+    /// After [`Input::CaptureChanged`]: move to whichever receive path the
+    /// capture actor now offers; the path it moved to, if it moved. Not
+    /// cancel-safe: await it to its end.
+    fn follow_capture(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<CapturePath>, LinkError>> + Send;
+    /// A reply arrived: the uplink the lease moved onto, the first time.
+    fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef>;
+    /// Send what the engine has to send.
+    fn send(&mut self, out: Vec<Transmit>) -> impl Future<Output = Result<(), LinkError>> + Send;
+    /// Send an ending lease's RELEASE, by whatever way is left.
+    fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError>;
+    /// The engine expects no reply: let its xid go.
+    fn release_xid(&mut self);
+    /// The lease ends.
+    fn close(&mut self);
+}
+
+impl LeasePort for Port {
+    fn ifname(&self) -> &str {
+        &self.link.ifname
+    }
+
+    fn netns(&self) -> Option<&Path> {
+        self.link.netns.as_deref()
+    }
+
+    fn drop_watch(&mut self) {
+        self.link.drop_watch();
+    }
+
+    fn idle_tx(&mut self) {
+        self.link.idle_tx();
+    }
+
+    /// The path the lease's replies come by now.
+    fn path(&self) -> &CapturePath {
+        &self.path
+    }
+
+    /// Ask for the ring buffer (a held lease; one resumed on its uplink
+    /// follows that already): the path it moved to, if it moved.
+    async fn take_ring(&mut self) -> Result<Option<CapturePath>, LinkError> {
+        if self.rx.sub.is_some() {
+            return Ok(None);
+        }
+        self.rx.sub = self.capture.subscribe(&self.rx.target, true);
+        self.converge().await
+    }
+
+    /// The next reply, capture notice or removal. Cancel-safe: it only
+    /// waits (a notice is followed by [`LeasePort::follow_capture`], outside
+    /// the caller's `select!`), so nothing is lost when another branch wins.
+    async fn next(&mut self) -> Result<Input, LinkError> {
+        enum Woke {
+            Frame(RxFrame),
+            Removed,
+            Changed,
+        }
+        let woke = {
+            let Self {
+                link, rx, frames, ..
+            } = self;
+            let changed = async {
+                match rx.sub.as_mut() {
+                    Some(s) => {
+                        if s.changed().await.is_err() {
+                            // The capture actor dropped the target: nothing
+                            // more will change.
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                // The port holds a sender: the channel never closes.
+                Some(f) = frames.recv() => Woke::Frame(f),
+                got = link.recv() => Woke::Frame(got?),
+                () = link.removed() => Woke::Removed,
+                () = changed => Woke::Changed,
+            }
+        };
+        Ok(match woke {
+            Woke::Frame(f) => Input::Frame(f),
+            Woke::Removed => Input::Removed,
+            Woke::Changed => Input::CaptureChanged,
+        })
+    }
+
+    async fn follow_capture(&mut self) -> Result<Option<CapturePath>, LinkError> {
+        self.converge().await
+    }
+
+    /// A reply arrived: note where the network's server was heard and, when
+    /// it came through a node uplink, move the port there for good (its own
+    /// receiver closed, any per-interface subscription given up). The
+    /// uplink, the first time, for the lease's record.
+    fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef> {
+        if !matches!(f.via, RxPath::Uplink { .. }) {
+            self.capture.note_served(&self.owner.network, None);
+            return None;
+        }
+        if self.rx.uplink.is_some() {
+            return None;
+        }
+        let up = self.capture.adopt_uplink(f.ifindex)?;
+        if self.rx.sub.take().is_some() {
+            self.capture.unsubscribe(&self.rx.target);
+        }
+        info!(uplink = %up.name, "replies arrive through the uplink; no per-interface capture");
+        let name = up.name.clone();
+        self.rx = Receive::uplink(up);
+        self.link.drop_rx();
+        self.path = CapturePath::Uplink(name.clone());
+        let uplink = UplinkRef {
+            ifname: name.to_string(),
+            vlan: f.headers.vlan,
+        };
+        self.owner.uplink = Some(uplink.clone());
+        self.capture.note_served(
+            &self.owner.network,
+            Some(ServedVia {
+                uplink: name,
+                vlan: f.headers.vlan,
+            }),
+        );
+        Some(uplink)
+    }
 
     /// Send what the engine has to send, owning each new xid first (in the
     /// kernel too, where the ring buffer or an uplink captures).
-    pub(crate) async fn send(&mut self, out: Vec<Transmit>) -> Result<(), LinkError> {
+    async fn send(&mut self, out: Vec<Transmit>) -> Result<(), LinkError> {
         if out.is_empty() {
             return Ok(());
         }
@@ -459,7 +516,7 @@ impl Port {
     /// is on one, else through the pod's link — or, when the interface went
     /// just before DEL (the bridge plugin's order), through the uplink its
     /// replies came by. Whether it went.
-    pub(crate) fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError> {
+    fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError> {
         self.release_xid();
         let route = self.uplink_route();
         if self.sent_via_uplink(route.as_ref(), t) {
@@ -480,7 +537,7 @@ impl Port {
     }
 
     /// The engine expects no reply: let its xid go.
-    pub(crate) fn release_xid(&mut self) {
+    fn release_xid(&mut self) {
         if let Some(o) = self.owned.take() {
             // Registered in the kernel then, or since (moved to the ring
             // buffer).
@@ -492,80 +549,11 @@ impl Port {
     /// The lease ends: its xid and its subscription go. The path stays in
     /// its view (a finished one-shot discovery reports how it was
     /// captured).
-    pub(crate) fn close(&mut self) {
+    fn close(&mut self) {
         self.release_xid();
         if self.rx.sub.take().is_some() {
             self.capture.unsubscribe(&self.rx.target);
         }
-    }
-}
-
-/// What a lease task needs of its way to the wire: [`Port`] on a node, a
-/// fake in the lease task's unit tests. The lease task drives the engine
-/// against it and knows nothing of sockets, rings or uplinks.
-pub(crate) trait LeasePort: Send + Sync + 'static {
-    /// The lease's interface, and its network namespace (`None`: the
-    /// agent's own), where `"apply": true` configures the address.
-    fn ifname(&self) -> &str;
-    fn netns(&self) -> Option<&Path>;
-    /// Stop watching for the interface's removal (a one-shot discovery).
-    fn drop_watch(&mut self);
-    /// Bound with nothing to send until T1: hold no packet socket.
-    fn idle_tx(&mut self);
-    /// The path the lease's replies come by now.
-    fn path(&self) -> &CapturePath;
-    /// Ask for the ring buffer (a held lease): the path it moved to, if any.
-    fn take_ring(&mut self) -> impl Future<Output = Result<Option<CapturePath>, LinkError>> + Send;
-    /// The next reply, change of path or removal (cancel-safe).
-    fn next(&mut self) -> impl Future<Output = Result<Input, LinkError>> + Send;
-    /// A reply arrived: the uplink the lease moved onto, the first time.
-    fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef>;
-    /// Send what the engine has to send.
-    fn send(&mut self, out: Vec<Transmit>) -> impl Future<Output = Result<(), LinkError>> + Send;
-    /// Send an ending lease's RELEASE, by whatever way is left.
-    fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError>;
-    /// The engine expects no reply: let its xid go.
-    fn release_xid(&mut self);
-    /// The lease ends.
-    fn close(&mut self);
-}
-
-impl LeasePort for Port {
-    fn ifname(&self) -> &str {
-        &self.link.ifname
-    }
-    fn netns(&self) -> Option<&Path> {
-        self.link.netns.as_deref()
-    }
-    fn drop_watch(&mut self) {
-        self.link.drop_watch();
-    }
-    fn idle_tx(&mut self) {
-        self.link.idle_tx();
-    }
-    fn path(&self) -> &CapturePath {
-        Port::path(self)
-    }
-    fn take_ring(&mut self) -> impl Future<Output = Result<Option<CapturePath>, LinkError>> + Send {
-        Port::take_ring(self)
-    }
-    fn next(&mut self) -> impl Future<Output = Result<Input, LinkError>> + Send {
-        Port::next(self)
-    }
-    fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef> {
-        Port::on_reply(self, f)
-    }
-    fn send(&mut self, out: Vec<Transmit>) -> impl Future<Output = Result<(), LinkError>> + Send {
-        Port::send(self, out)
-    }
-    fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError> {
-        Port::send_release(self, t)
-    }
-    fn release_xid(&mut self) {
-        Port::release_xid(self);
-    }
-    fn close(&mut self) {
-        Port::close(self);
     }
 }
 

@@ -14,7 +14,7 @@ use xdhcp_engine::{Client, Mode, State};
 
 use crate::datapath::capture::CapturePath;
 use crate::datapath::link::{Link, LinkError};
-use crate::datapath::port::{Port, PortOwner};
+use crate::datapath::port::{LeasePort as _, Port, PortOwner};
 use crate::lease::live::{Command, Live, Outcome};
 use crate::lease::persist::{Durable, LeaseRecord};
 use crate::lease::task::{self, Ended, Services, Task};

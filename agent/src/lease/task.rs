@@ -260,7 +260,14 @@ async fn drive<P: LeasePort>(mut task: Box<Task<P>>) -> Ended {
             },
             input = task.port.next() => match input {
                 Ok(Input::Frame(f)) => handle_frame(&mut task, &f),
-                Ok(Input::Path(path)) => task.set_path(path),
+                Ok(Input::CaptureChanged) => match task.port.follow_capture().await {
+                    Ok(Some(path)) => task.set_path(path),
+                    Ok(None) => {}
+                    Err(e) => {
+                        end_reason = End::Link(e);
+                        break;
+                    }
+                },
                 Ok(Input::Removed) => {
                     end_reason = End::Removed;
                     break;
@@ -609,6 +616,9 @@ mod tests {
                 &self.path
             }
             async fn take_ring(&mut self) -> Result<Option<CapturePath>, LinkError> {
+                Ok(None)
+            }
+            async fn follow_capture(&mut self) -> Result<Option<CapturePath>, LinkError> {
                 Ok(None)
             }
             async fn next(&mut self) -> Result<Input, LinkError> {
