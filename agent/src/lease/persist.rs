@@ -99,7 +99,7 @@ pub(crate) fn open(state_dir: &Path) -> Result<LeaseStore, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use std::time::Duration;
@@ -131,7 +131,9 @@ mod tests {
         }
     }
 
-    fn lease() -> Lease {
+    /// A lease of 192.0.2.10/24 from 192.0.2.1 (the other layers' unit
+    /// tests start from it too).
+    pub(crate) fn lease() -> Lease {
         Lease {
             address: "192.0.2.10".parse().unwrap(),
             prefix_len: 24,

@@ -382,23 +382,11 @@ mod tests {
     use crate::kube::annotation::AnnotationError;
     use crate::kube::fake::{FakePods, Hung};
 
+    /// The record tests' lease, with a router.
     fn bound_lease() -> Lease {
         Lease {
-            address: ADDR,
-            prefix_len: 24,
-            server_id: Ipv4Addr::new(192, 0, 2, 1),
-            server_mac: None,
             routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
-            routes: vec![],
-            dns_servers: vec![],
-            domain_name: None,
-            search: vec![],
-            mtu: None,
-            lease_time: Duration::from_mins(2),
-            t1: Duration::from_mins(1),
-            t2: Duration::from_secs(105),
-            acquired_unix_ms: 1,
-            rejected_routes: vec![],
+            ..crate::lease::persist::tests::lease()
         }
     }
 
