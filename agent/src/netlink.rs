@@ -25,7 +25,7 @@ use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo
 use rtnetlink::packet_route::route::{RouteProtocol, RouteScope};
 use rtnetlink::{Handle, RouteMessageBuilder};
 use tokio::task::JoinHandle;
-use xdhcp_engine::Lease;
+use xdhcp_engine::{Ipv4Prefix, Lease};
 
 use crate::sys::netns::{NetnsError, run_in_netns_async};
 
@@ -56,6 +56,13 @@ pub enum NetlinkError {
         netns: Option<PathBuf>,
         #[source]
         source: rtnetlink::Error,
+    },
+    /// A lease's route would take the place of a route already there.
+    #[error("route {wanted} conflicts with {existing} in {}: the existing route is left alone", ns_label(netns.as_deref()))]
+    RouteConflict {
+        wanted: String,
+        existing: String,
+        netns: Option<PathBuf>,
     },
 }
 
@@ -172,6 +179,57 @@ pub fn lease_routes(lease: &Lease) -> Vec<Ipv4Route> {
                 gateway: (!r.gateway.is_unspecified()).then_some(r.gateway),
             })
             .collect()
+    }
+}
+
+/// A route of the main table, as far as the agent compares routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelRoute {
+    pub dest: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<Ipv4Addr>,
+    pub oif: Option<u32>,
+    pub metric: u32,
+}
+
+impl KernelRoute {
+    fn from_message(m: &rtnetlink::packet_route::route::RouteMessage) -> Option<Self> {
+        use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteType};
+        if m.header.kind != RouteType::Unicast {
+            return None;
+        }
+        let mut r = KernelRoute {
+            dest: Ipv4Addr::UNSPECIFIED,
+            prefix_len: m.header.destination_prefix_length,
+            gateway: None,
+            oif: None,
+            metric: 0,
+        };
+        let mut table = u32::from(m.header.table);
+        for a in &m.attributes {
+            match a {
+                RouteAttribute::Destination(RouteAddress::Inet(ip)) => r.dest = *ip,
+                RouteAttribute::Gateway(RouteAddress::Inet(ip)) => r.gateway = Some(*ip),
+                RouteAttribute::Oif(i) => r.oif = Some(*i),
+                RouteAttribute::Priority(p) => r.metric = *p,
+                RouteAttribute::Table(t) => table = *t,
+                _ => {}
+            }
+        }
+        (table == u32::from(libc::RT_TABLE_MAIN)).then_some(r)
+    }
+}
+
+impl std::fmt::Display for KernelRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.dest, self.prefix_len)?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(oif) = self.oif {
+            write!(f, " dev #{oif}")?;
+        }
+        write!(f, " metric {}", self.metric)
     }
 }
 
@@ -319,6 +377,54 @@ impl Netlink {
             .collect())
     }
 
+    /// The IPv4 routes of the main table, with what a conflict message and
+    /// the route policy need.
+    pub async fn routes(&self) -> Result<Vec<KernelRoute>> {
+        let msgs: Vec<rtnetlink::packet_route::route::RouteMessage> = self
+            .handle
+            .route()
+            .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.request_err("list routes"))?;
+        Ok(msgs.iter().filter_map(KernelRoute::from_message).collect())
+    }
+
+    /// Prefixes whose routing a lease must not change, as seen in this
+    /// namespace: the destination of every main-table route out of an
+    /// interface other than `except` (the default route aside: it is the
+    /// most general route there is), and the networks of every address on
+    /// such an interface (loopback aside).
+    pub async fn prefixes_to_protect(&self, except: Option<u32>) -> Result<Vec<Ipv4Prefix>> {
+        let mut out = Vec::new();
+        for r in self.routes().await? {
+            if r.prefix_len > 0 && r.oif.is_some() && r.oif != except {
+                out.extend(Ipv4Prefix::new(r.dest, r.prefix_len));
+            }
+        }
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.request_err("list addresses"))?;
+        for m in msgs.iter().filter(|m| Some(m.header.index) != except) {
+            for a in &m.attributes {
+                if let AddressAttribute::Local(IpAddr::V4(ip)) = a
+                    && !ip.is_loopback()
+                {
+                    out.extend(Ipv4Prefix::new(*ip, m.header.prefix_len));
+                }
+            }
+        }
+        out.sort_by_key(|p| (u32::from(p.addr), p.len));
+        out.dedup();
+        Ok(out)
+    }
+
     /// Whether `addr` (with `prefix_len`, if given) is configured on `ifindex`
     /// (CNI CHECK with `"apply": true`).
     pub async fn has_address(
@@ -380,6 +486,7 @@ impl Netlink {
     fn route_message(
         ifindex: u32,
         route: Ipv4Route,
+        metric: Option<u32>,
     ) -> rtnetlink::packet_route::route::RouteMessage {
         let mut builder = RouteMessageBuilder::<Ipv4Addr>::new()
             .destination_prefix(route.dest, route.prefix_len)
@@ -389,26 +496,76 @@ impl Netlink {
             Some(gw) => builder.gateway(gw),
             None => builder.scope(RouteScope::Link),
         };
+        if let Some(m) = metric {
+            builder = builder.priority(m);
+        }
         builder.build()
     }
 
-    /// Adds (or replaces) a route out of `ifindex`.
-    pub async fn add_route(&self, ifindex: u32, route: Ipv4Route) -> Result<()> {
-        self.handle
+    /// Adds a route out of `ifindex` with `metric` (the network's
+    /// `ipam.priority`; the kernel's 0 when unset). Never replaces: the
+    /// same route already there out of `ifindex` (a lease applied again) is
+    /// fine, and any other route with the same destination and metric —
+    /// another interface's, or another gateway's — is left alone and the
+    /// add fails naming both ([`NetlinkError::RouteConflict`]).
+    pub async fn add_route(
+        &self,
+        ifindex: u32,
+        route: Ipv4Route,
+        metric: Option<u32>,
+    ) -> Result<()> {
+        let added = self
+            .handle
             .route()
-            .add(Self::route_message(ifindex, route))
-            .replace()
+            .add(Self::route_message(ifindex, route, metric))
             .execute()
-            .await
-            .map_err(self.request_err(format!("add route {route:?} via link #{ifindex}")))
+            .await;
+        match added {
+            Ok(()) => Ok(()),
+            Err(e) if errno(&e) == Some(libc::EEXIST) => {
+                let wanted = KernelRoute {
+                    dest: route.dest,
+                    prefix_len: route.prefix_len,
+                    gateway: route.gateway,
+                    oif: Some(ifindex),
+                    metric: metric.unwrap_or(0),
+                };
+                let existing = self.routes().await?.into_iter().find(|r| {
+                    r.dest == wanted.dest
+                        && r.prefix_len == wanted.prefix_len
+                        && r.metric == wanted.metric
+                });
+                match existing {
+                    Some(r) if r == wanted => Ok(()),
+                    existing => Err(NetlinkError::RouteConflict {
+                        wanted: wanted.to_string(),
+                        existing: existing.map_or_else(
+                            || "a route the kernel did not list".to_owned(),
+                            |r| r.to_string(),
+                        ),
+                        netns: self.netns.clone(),
+                    }),
+                }
+            }
+            Err(e) => Err(self
+                .request_err(format!("add route {route:?} via link #{ifindex}"))(
+                e
+            )),
+        }
     }
 
-    /// Deletes a route out of `ifindex`; returns whether it existed.
-    pub async fn del_route(&self, ifindex: u32, route: Ipv4Route) -> Result<bool> {
+    /// Deletes our route out of `ifindex` (the same destination, gateway,
+    /// interface and metric); returns whether it existed.
+    pub async fn del_route(
+        &self,
+        ifindex: u32,
+        route: Ipv4Route,
+        metric: Option<u32>,
+    ) -> Result<bool> {
         match self
             .handle
             .route()
-            .del(Self::route_message(ifindex, route))
+            .del(Self::route_message(ifindex, route, metric))
             .execute()
             .await
         {
@@ -426,7 +583,12 @@ impl Netlink {
     /// address and routes matter more — adds the address, then the routes of
     /// [`lease_routes`] (on-link routes first so gateways reachable only
     /// through them resolve).
-    pub async fn apply_lease(&self, ifindex: u32, lease: &Lease) -> Result<()> {
+    pub async fn apply_lease(
+        &self,
+        ifindex: u32,
+        lease: &Lease,
+        metric: Option<u32>,
+    ) -> Result<()> {
         self.set_up(ifindex).await?;
         if let Some(mtu) = lease.mtu.filter(|m| *m >= MIN_IPV4_MTU)
             && let Err(error) = self.set_mtu(ifindex, u32::from(mtu)).await
@@ -438,18 +600,23 @@ impl Netlink {
         let mut routes = lease_routes(lease);
         routes.sort_by_key(|r| r.gateway.is_some());
         for route in routes {
-            self.add_route(ifindex, route).await?;
+            self.add_route(ifindex, route, metric).await?;
         }
         Ok(())
     }
 
     /// Removes what [`Netlink::apply_lease`] added (routes, then the address).
     /// Missing pieces are not an error.
-    pub async fn remove_lease(&self, ifindex: u32, lease: &Lease) -> Result<()> {
+    pub async fn remove_lease(
+        &self,
+        ifindex: u32,
+        lease: &Lease,
+        metric: Option<u32>,
+    ) -> Result<()> {
         let mut routes = lease_routes(lease);
         routes.sort_by_key(|r| r.gateway.is_none());
         for route in routes {
-            self.del_route(ifindex, route).await?;
+            self.del_route(ifindex, route, metric).await?;
         }
         self.del_address(ifindex, lease.address, lease.prefix_len)
             .await?;

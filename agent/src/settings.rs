@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use xdhcp_engine::{ClientConfig, ExpiredLeasePolicy, Retransmit, RoutePolicy};
+use xdhcp_engine::{ClientConfig, ExpiredLeasePolicy, Ipv4Prefix, Retransmit, RoutePolicy};
 
 use crate::cni::config::{DEFAULT_SOCKET, parse_go_duration};
 pub use crate::kube::KubeMode;
@@ -170,6 +170,13 @@ pub struct AgentArgs {
     /// NAD sets `allowDefaultRouteOverride` (`TunnelVision`, CVE-2024-3661).
     #[arg(long, default_value_t = 8)]
     pub min_route_prefix: u8,
+    /// A prefix whose routing no DHCP server may change: a route from a
+    /// lease that overlaps it (inside it or around it) is refused. Give the
+    /// cluster's pod and service CIDRs here. The node's own networks and the
+    /// pod's other interfaces' routes are protected without a flag.
+    /// Repeatable (docs/security.md).
+    #[arg(long = "protect-prefix", value_name = "A.B.C.D/LEN")]
+    pub protect_prefixes: Vec<Ipv4Prefix>,
     /// VFIO handoff: how long to wait for the VF's netdev to appear.
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub vfio_netdev_timeout: Duration,
@@ -303,6 +310,7 @@ impl AgentArgs {
         let route_policy = RoutePolicy {
             max_routes: self.max_routes,
             min_prefix_len: self.min_route_prefix,
+            protected: self.protect_prefixes.clone(),
             ..RoutePolicy::default()
         };
         ClientConfig {

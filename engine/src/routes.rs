@@ -73,6 +73,11 @@ impl Ipv4Prefix {
         other.len >= self.len && (u32::from(other.addr) & mask(self.len)) == u32::from(self.addr)
     }
 
+    /// Whether the two prefixes share any address (one contains the other).
+    pub fn overlaps(&self, other: &Ipv4Prefix) -> bool {
+        self.contains(other) || other.contains(self)
+    }
+
     /// Whether `addr` is inside the prefix.
     pub fn contains_addr(&self, addr: Ipv4Addr) -> bool {
         (u32::from(addr) & mask(self.len)) == u32::from(self.addr)
@@ -198,9 +203,14 @@ pub struct RoutePolicy {
     /// Accept routes shorter than `min_prefix_len`. Default `false`.
     pub allow_default_override: bool,
     /// Prefixes that must keep their existing routing (cluster pod/service
-    /// CIDRs, node networks). A route inside (equal to or more specific than)
-    /// one of them would hijack that traffic and is rejected unless
-    /// `allow_protected_override` is set. Default empty.
+    /// CIDRs, node networks, the pod's other interfaces). A route that
+    /// overlaps one of them in either direction is rejected unless
+    /// `allow_protected_override` is set: one inside it hijacks part of that
+    /// traffic, and one around it (`172.16.0.0/12` around a service CIDR
+    /// `172.30.0.0/16`) takes all of it wherever the protected prefix has no
+    /// more specific route of its own (a service CIDR reached through the
+    /// default route). The default route is governed by
+    /// `allow_default_route` alone. Default empty.
     pub protected: Vec<Ipv4Prefix>,
     /// Accept routes inside protected prefixes. Default `false`.
     pub allow_protected_override: bool,
@@ -228,7 +238,7 @@ pub enum RouteRejection {
     DefaultRoute,
     /// A short prefix that overrides the default route (`TunnelVision`).
     OverridesDefault,
-    /// Inside a protected prefix.
+    /// Overlaps a protected prefix (inside it or around it).
     Protected { prefix: Ipv4Prefix },
     /// The gateway is not a usable unicast address.
     BadGateway,
@@ -258,7 +268,7 @@ impl fmt::Display for RouteRejection {
                 f.write_str("prefix overrides the default route (CVE-2024-3661)")
             }
             RouteRejection::Protected { prefix } => {
-                write!(f, "inside protected prefix {prefix}")
+                write!(f, "overlaps protected prefix {prefix}")
             }
             RouteRejection::BadGateway => f.write_str("gateway is not a unicast address"),
         }
@@ -295,7 +305,7 @@ impl RoutePolicy {
         }
         if !self.allow_protected_override {
             let p = route.prefix();
-            if let Some(prefix) = self.protected.iter().find(|prot| prot.contains(&p)) {
+            if let Some(prefix) = self.protected.iter().find(|prot| prot.overlaps(&p)) {
                 return Err(RouteRejection::Protected { prefix: *prefix });
             }
         }
@@ -435,8 +445,30 @@ mod tests {
                 prefix: "10.128.0.0/14".parse().unwrap()
             })
         );
-        // Less specific: longest-prefix match keeps the cluster route.
-        assert_eq!(policy.check(&r([10, 0, 0, 0], 8, [192, 0, 2, 1])), Ok(()));
+        // Less specific: it takes the whole protected prefix wherever that
+        // prefix has no route of its own → rejected too.
+        assert_eq!(
+            policy.check(&r([10, 0, 0, 0], 8, [192, 0, 2, 1])),
+            Err(RouteRejection::Protected {
+                prefix: "10.128.0.0/14".parse().unwrap()
+            })
+        );
+        // The service-CIDR capture: a /12 around a /16.
+        let services = RoutePolicy {
+            protected: vec!["172.30.0.0/16".parse().unwrap()],
+            ..RoutePolicy::default()
+        };
+        assert!(matches!(
+            services.check(&r([172, 16, 0, 0], 12, [192, 0, 2, 1])),
+            Err(RouteRejection::Protected { .. })
+        ));
+        // Disjoint prefixes are untouched, and the default route is not an
+        // overlap (it is more general than every route the pod has).
+        assert_eq!(
+            policy.check(&r([10, 132, 0, 0], 16, [192, 0, 2, 1])),
+            Ok(())
+        );
+        assert_eq!(services.check(&r([0, 0, 0, 0], 0, [192, 0, 2, 1])), Ok(()));
         assert_eq!(
             policy.check(&r([0, 0, 0, 0], 0, [192, 0, 2, 1])),
             Err(RouteRejection::DefaultRoute)

@@ -152,6 +152,124 @@ fn apply_configures_and_check_sees_a_removed_address() {
     let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
 }
 
+/// Give the client's namespace a primary interface the way a pod has one
+/// before its secondary network's ADD: `prim0` (a veth whose peer stays in
+/// the same namespace) with 10.99.0.2/24, a default route and `routes`
+/// (each `dst/len`) via 10.99.0.1.
+fn add_primary_interface(c: &LabClient, routes: &[&str]) {
+    c.ns.ip(&[
+        "link", "add", "prim0", "type", "veth", "peer", "name", "prim0p",
+    ]);
+    c.ns.ip(&["addr", "add", "10.99.0.2/24", "dev", "prim0"]);
+    c.ns.ip(&["link", "set", "prim0", "up"]);
+    c.ns.ip(&["link", "set", "prim0p", "up"]);
+    c.ns.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.99.0.1",
+        "dev",
+        "prim0",
+    ]);
+    for r in routes {
+        c.ns.ip(&["route", "add", r, "via", "10.99.0.1", "dev", "prim0"]);
+    }
+}
+
+/// `apply` never moves a route of another interface: the lease's default
+/// route (option 3) meets the pod's primary default route with the same
+/// metric, the ADD fails naming both, the primary route is untouched and
+/// the lease's address is taken off again. With `priority` (the metric)
+/// the two live side by side.
+#[test]
+fn apply_never_replaces_another_interfaces_route() {
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = InProcessAgent::start(DatapathChoice::Auto);
+    let c = &lab.clients[0];
+    add_primary_interface(c, &[]);
+
+    let req = request(c, "pod-conflict", r#"{"type":"xdhcp","apply":true}"#);
+    let (code_, msg) = agent_code(agent.add(&req).unwrap_err());
+    assert_eq!(code_, code::INTERFACE, "{msg}");
+    assert!(
+        msg.contains("0.0.0.0/0 via 192.0.2.1") && msg.contains("0.0.0.0/0 via 10.99.0.1"),
+        "the error names both routes: {msg}"
+    );
+    let routes = c.ns.routes();
+    assert!(
+        routes.contains("default via 10.99.0.1 dev prim0"),
+        "{routes}"
+    );
+    assert!(!routes.contains("192.0.2.1"), "{routes}");
+    assert!(
+        !c.ns
+            .ipv4_addrs(&c.ifname)
+            .iter()
+            .any(|(a, _)| a.octets()[..3] == [192, 0, 2]),
+        "the address of the failed ADD is taken off: {:?}",
+        c.ns.ipv4_addrs(&c.ifname)
+    );
+
+    let req = request(
+        c,
+        "pod-metric",
+        r#"{"type":"xdhcp","apply":true,"priority":100}"#,
+    );
+    let _ = agent.add(&req).expect("ADD with a metric");
+    let routes = c.ns.routes();
+    assert!(
+        routes.contains("default via 10.99.0.1 dev prim0"),
+        "{routes}"
+    );
+    assert!(
+        routes.contains(&format!(
+            "default via 192.0.2.1 dev {} proto dhcp metric 100",
+            c.ifname
+        )),
+        "{routes}"
+    );
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+    let routes = c.ns.routes();
+    assert!(
+        !routes.contains("192.0.2.1"),
+        "DEL takes its route off: {routes}"
+    );
+    assert!(
+        routes.contains("default via 10.99.0.1 dev prim0"),
+        "{routes}"
+    );
+}
+
+/// A server may not reroute what the pod already routes elsewhere: the
+/// pod's primary interface routes 172.30.0.0/16 (a service CIDR), and an
+/// option-121 route 172.16.0.0/12 around it is refused while an unrelated
+/// route is kept. No flag or network setting asks for this protection.
+#[test]
+fn a_route_around_the_pods_other_routes_is_refused() {
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            extra_args: vec![
+                "--dhcp-option-force=121,172.16.0.0/12,192.0.2.1,198.51.100.0/24,192.0.2.1"
+                    .to_owned(),
+            ],
+            ..DnsmasqConfig::default()
+        },
+    );
+    let agent = InProcessAgent::start(DatapathChoice::Auto);
+    let c = &lab.clients[0];
+    add_primary_interface(c, &["172.30.0.0/16"]);
+    let req = request(c, "pod-protect", r#"{"type":"xdhcp"}"#);
+    let r = agent.add(&req).expect("ADD");
+    let dsts: Vec<String> = r.routes.iter().map(|rt| rt.dst.to_string()).collect();
+    assert!(dsts.contains(&"198.51.100.0/24".to_owned()), "{dsts:?}");
+    assert!(!dsts.contains(&"172.16.0.0/12".to_owned()), "{dsts:?}");
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+}
+
 /// A burst against a silent server: with one acquisition per network at a
 /// time, held until its outcome, an ADD with a shorter deadline than the
 /// one ahead of it never gets its slot and fails in time, saying it was

@@ -463,7 +463,7 @@ async fn netlink_looks_up_links_and_applies_and_removes_leases() {
     // Option 3 only: address + default route; option 26 sets the MTU.
     let mut plain = lease_with(Vec::new());
     plain.mtu = Some(1400);
-    nl.apply_lease(c.ifindex, &plain).await.unwrap();
+    nl.apply_lease(c.ifindex, &plain, None).await.unwrap();
     assert_eq!(nl.link(&c.ifname).await.unwrap().mtu, Some(1400));
     plain.mtu = None;
     assert!(c.ns.ipv4_addrs(&c.ifname).contains(&(plain.address, 24)));
@@ -483,8 +483,8 @@ async fn netlink_looks_up_links_and_applies_and_removes_leases() {
         "{routes}"
     );
     // Applying again is idempotent.
-    nl.apply_lease(c.ifindex, &plain).await.unwrap();
-    nl.remove_lease(c.ifindex, &plain).await.unwrap();
+    nl.apply_lease(c.ifindex, &plain, None).await.unwrap();
+    nl.remove_lease(c.ifindex, &plain, None).await.unwrap();
     assert!(
         !nl.has_address(c.ifindex, plain.address, None)
             .await
@@ -517,7 +517,7 @@ async fn netlink_applies_classless_routes_and_checks_addresses() {
             gateway: Ipv4Addr::new(192, 0, 2, 254),
         },
     ]);
-    nl.apply_lease(c.ifindex, &classless).await.unwrap();
+    nl.apply_lease(c.ifindex, &classless, None).await.unwrap();
     let routes = c.ns.routes();
     assert!(
         routes.contains("203.0.113.0/24 dev eth0 proto dhcp scope link"),
@@ -563,9 +563,9 @@ async fn netlink_applies_classless_routes_and_checks_addresses() {
         gateway: None,
     };
     // (Deleting the address flushed routes that depended on it.)
-    nl.add_route(c.ifindex, on_link).await.unwrap();
-    assert!(nl.del_route(c.ifindex, on_link).await.unwrap());
-    assert!(!nl.del_route(c.ifindex, on_link).await.unwrap());
+    nl.add_route(c.ifindex, on_link, None).await.unwrap();
+    assert!(nl.del_route(c.ifindex, on_link, None).await.unwrap());
+    assert!(!nl.del_route(c.ifindex, on_link, None).await.unwrap());
 }
 
 /// A raw packet socket receiving every frame on one interface (server side),
@@ -718,7 +718,7 @@ async fn engine_over_rawsock_and_afpacket_binds_renews_and_releases_with_kea() {
     assert_eq!(kea.lease_for(c.mac).map(|l| l.ip), Some(lease.address));
 
     let nl = Netlink::open(Some(c.ns.path())).await.unwrap();
-    nl.apply_lease(c.ifindex, &lease).await.unwrap();
+    nl.apply_lease(c.ifindex, &lease, None).await.unwrap();
     assert!(
         c.ns.routes().contains("default via 192.0.2.1"),
         "{}",
@@ -762,7 +762,7 @@ async fn engine_over_rawsock_and_afpacket_binds_renews_and_releases_with_kea() {
         "Kea still holds the lease after RELEASE: {:?}",
         kea.leases()
     );
-    nl.remove_lease(c.ifindex, &lease).await.unwrap();
+    nl.remove_lease(c.ifindex, &lease, None).await.unwrap();
     assert!(c.ns.ipv4_addrs(&c.ifname).is_empty());
 }
 
@@ -826,7 +826,7 @@ async fn rebind_broadcast_keeps_the_lease_when_unicast_is_cut() {
     Netlink::open(Some(c.ns.path()))
         .await
         .unwrap()
-        .apply_lease(c.ifindex, &lease)
+        .apply_lease(c.ifindex, &lease, None)
         .await
         .unwrap();
 

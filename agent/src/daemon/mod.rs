@@ -212,7 +212,7 @@ async fn run_on(
     });
     let args_guard = args.clone();
     let agent = Arc::new(Agent {
-        base: args.client_config(),
+        base: base_config(&args).await,
         args,
         health: health.clone(),
         pod_api,
@@ -439,4 +439,30 @@ fn choose_datapath(
             }
         },
     }
+}
+
+/// The engine configuration every lease starts from: the flags, and the
+/// node's own networks and routes among the prefixes no lease may reroute
+/// (read once at start; `--protect-prefix` adds what the node cannot see,
+/// such as a service CIDR without a route of its own).
+async fn base_config(args: &AgentArgs) -> xdhcp_engine::ClientConfig {
+    let mut base = args.client_config();
+    let node = async {
+        crate::netlink::Netlink::open(None)
+            .await?
+            .prefixes_to_protect(None)
+            .await
+    };
+    match node.await {
+        Ok(prefixes) => {
+            info!(
+                count = prefixes.len(),
+                "the node's networks are protected from lease routes"
+            );
+            base.route_policy.protected.extend(prefixes);
+        }
+        Err(e) => warn!(error = %crate::rpc::format_chain(&e),
+            "could not read the node's networks; only --protect-prefix protects routes"),
+    }
+    base
 }

@@ -153,7 +153,7 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
     let now = Instant::now();
     // A record holds a lease or, stopped with its first REQUEST out (its
     // ADD may have answered), the address to ask for again (INIT-REBOOT).
-    let cfg = client_config(
+    let mut cfg = client_config(
         agent,
         &rec.config,
         &rec.args,
@@ -161,6 +161,9 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
         Mode::Maintain,
         rec.requested,
     );
+    cfg.route_policy
+        .protected
+        .extend(crate::lease::apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await);
     let client = if let Some(l) = rec.lease.clone() {
         info!(container = %rec.container_id, ifname = %rec.ifname, address = %l.address,
             "resuming lease without DISCOVER");

@@ -75,6 +75,7 @@ fn to_cni(e: &Error) -> CniError {
         Error::Interface { .. } | Error::Netdev { .. } | Error::LinkFailed { .. } => {
             (code::INTERFACE, false)
         }
+        Error::Apply { .. } => (code::INTERFACE, true),
         Error::NoLease { .. } => (code::DHCP_TIMEOUT, true),
         Error::Silent { .. } | Error::Queued { .. } => (code::DHCP_TIMEOUT, false),
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),

@@ -19,6 +19,10 @@ pub(crate) enum Outcome {
     LinkFailed(LinkError),
     /// The interface was deleted during the acquisition.
     Removed,
+    /// Bound, but `"apply": true` could not configure the lease on the
+    /// interface (a route there already, say); what was added is taken
+    /// off again.
+    ApplyFailed(crate::netlink::NetlinkError),
     /// The agent is shutting down.
     Cancelled,
 }

@@ -357,11 +357,14 @@ async fn drain_events<P: LeasePort>(
                 log_rejected(&lease);
                 task.set_lease(Some(lease.clone()));
                 task.set_state(task.client.state());
-                Box::pin(apply_if_asked(task, &lease)).await;
+                let applied = Box::pin(apply_if_asked(task, &lease)).await;
                 // ADD writes the annotation while the store write runs; it
                 // answers only once `persisted` is set.
                 if let Some(w) = task.waiter.take() {
-                    let _ = w.send(Outcome::Bound(lease.clone()));
+                    let _ = w.send(match applied {
+                        Ok(()) => Outcome::Bound(lease.clone()),
+                        Err(e) => Outcome::ApplyFailed(e),
+                    });
                 }
                 // Written ahead with this address: the ADD may answer now
                 // (a restart asks for it again); the full record follows.
@@ -393,20 +396,22 @@ async fn drain_events<P: LeasePort>(
                 log_rejected(&new);
                 task.set_lease(Some(new.clone()));
                 task.persist_async().await;
-                Box::pin(apply_if_asked(task, &new)).await;
+                // No ADD waits here: a failure is logged and counted.
+                let _ = Box::pin(apply_if_asked(task, &new)).await;
             }
             Event::Lost { reason } => {
                 task.svc.metrics.failure(lost_label(reason));
                 warn!(reason = reason.label(), "lease lost; acquiring again");
-                let (old, apply) = {
+                let (old, apply, metric) = {
                     let l = lock(&task.live);
-                    (l.record.lease.clone(), l.record.config.ipam.apply)
+                    let ipam = &l.record.config.ipam;
+                    (l.record.lease.clone(), ipam.apply, ipam.route_priority)
                 };
                 if let (Some(old), Some(ns)) =
                     (old, task.port.netns().map(std::path::Path::to_path_buf))
                     && apply
                     && let Err(e) =
-                        Box::pin(apply::deconfigure(&ns, task.port.ifname(), &old)).await
+                        Box::pin(apply::deconfigure(&ns, task.port.ifname(), &old, metric)).await
                 {
                     warn!(error = %crate::rpc::format_chain(&e), "could not remove the lost address");
                 }
@@ -457,26 +462,35 @@ fn log_rejected(lease: &Lease) {
     }
 }
 
-async fn apply_if_asked<P: LeasePort>(task: &Task<P>, lease: &Lease) {
-    let (apply, vm) = {
+/// Configure the lease on the interface when the network asks for it
+/// (`"apply": true`); a failure is logged, counted and returned (the first
+/// lease's ADD fails with it).
+async fn apply_if_asked<P: LeasePort>(
+    task: &Task<P>,
+    lease: &Lease,
+) -> Result<(), crate::netlink::NetlinkError> {
+    let (apply, vm, metric) = {
         let l = lock(&task.live);
         (
             l.record.config.ipam.apply,
             matches!(l.record.workload, WorkloadKind::Vm { .. }),
+            l.record.config.ipam.route_priority,
         )
     };
     // A VM's address belongs to the guest: never configured on the pod
     // interface.
     if !apply || vm {
-        return;
+        return Ok(());
     }
     let Some(ns) = task.port.netns() else {
-        return;
+        return Ok(());
     };
-    if let Err(e) = apply::configure(ns, task.port.ifname(), lease).await {
-        task.svc.metrics.failure("apply");
-        warn!(error = %crate::rpc::format_chain(&e), "could not configure the leased address");
-    }
+    apply::configure(ns, task.port.ifname(), lease, metric)
+        .await
+        .inspect_err(|e| {
+            task.svc.metrics.failure("apply");
+            warn!(error = %crate::rpc::format_chain(e), "could not configure the leased address");
+        })
 }
 
 #[expect(

@@ -57,6 +57,9 @@ pub(crate) async fn acquire(
         req.mode,
         req.requested,
     );
+    cfg.route_policy
+        .protected
+        .extend(apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await);
     cfg.validate()
         .map_err(|source| Error::ClientConfig { source })?;
     let timeout = cfg.acquire_timeout;
@@ -113,6 +116,14 @@ pub(crate) async fn acquire(
             source: None,
         },
         Ok(Ok(Outcome::Cancelled)) => Error::ShuttingDown,
+        Ok(Ok(Outcome::ApplyFailed(source))) => {
+            // Bound at the server: give the address back, nobody uses it.
+            abandon(agent, &cid, &ifname, &handle, true).await;
+            return Err(Error::Apply {
+                place: req.place,
+                source,
+            });
+        }
         // No answer by the deadline, or the task ended without one.
         Ok(Err(_)) | Err(_) => {
             agent.metrics().failure("acquire_no_reply");
@@ -203,15 +214,14 @@ pub(crate) fn client_config(
         cfg.retransmit.max_interval = m.max(cfg.retransmit.initial);
     }
     cfg.route_policy.allow_default_override = config.ipam.allow_default_route_override;
-    cfg.route_policy.protected = config
-        .ipam
-        .protected_prefixes
-        .iter()
-        .map(|p| Ipv4Prefix {
+    // The network's own protected prefixes add to the agent's (its flags
+    // and the node's networks); they never replace them.
+    cfg.route_policy
+        .protected
+        .extend(config.ipam.protected_prefixes.iter().map(|p| Ipv4Prefix {
             addr: p.addr,
             len: p.prefix_len,
-        })
-        .collect();
+        }));
     cfg
 }
 

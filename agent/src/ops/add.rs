@@ -302,7 +302,8 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
         if release
             && rec.config.ipam.apply
             && let (Some(ns), Some(l)) = (&req.netns, &rec.lease)
-            && let Err(e) = apply::deconfigure(ns, &req.ifname, l).await
+            && let Err(e) =
+                apply::deconfigure(ns, &req.ifname, l, rec.config.ipam.route_priority).await
         {
             warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
         }

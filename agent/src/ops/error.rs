@@ -153,6 +153,14 @@ pub(crate) enum Error {
     /// restart would lose.
     #[error("cannot record the lease in the state directory {}: {reason}", dir.display())]
     Persist { dir: PathBuf, reason: String },
+    /// `"apply": true` could not configure the lease (the lease was given
+    /// back and what was configured taken off).
+    #[error("could not configure the lease on {place}: {source}")]
+    Apply {
+        place: Place,
+        #[source]
+        source: NetlinkError,
+    },
     /// CHECK while the lease is being acquired again.
     #[error("the lease on {ifname} is gone (state {state}); the agent is acquiring a new one")]
     LeaseGone { ifname: String, state: String },

@@ -276,7 +276,8 @@ async fn unapply(req: &CniRequest, lease: &Lease, released: bool) {
     if released
         && req.config.ipam.apply
         && let Some(ns) = &req.netns
-        && let Err(e) = apply::deconfigure(ns, &req.ifname, lease).await
+        && let Err(e) =
+            apply::deconfigure(ns, &req.ifname, lease, req.config.ipam.route_priority).await
     {
         warn!(error = %crate::rpc::format_chain(&e), "could not remove the address of a failed ADD");
     }
