@@ -185,10 +185,12 @@ impl LearnedStore {
                         path: path.clone(),
                         source,
                     };
-                    std::fs::DirBuilder::new()
-                        .recursive(true)
-                        .create(&dir)
-                        .map_err(set_aside)?;
+                    std::os::unix::fs::DirBuilderExt::mode(
+                        std::fs::DirBuilder::new().recursive(true),
+                        0o700,
+                    )
+                    .create(&dir)
+                    .map_err(set_aside)?;
                     std::fs::rename(&path, &aside).map_err(set_aside)?;
                     crate::store::prune_quarantine(&dir, now_ms());
                     quarantined = Some(format!("{}: {e}", aside.display()));
