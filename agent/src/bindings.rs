@@ -3,19 +3,21 @@
 //! address itself, or it learned it by watching the guest's own DHCP on a
 //! VM's port.
 //!
-//! [`Learner`] turns observed DHCP messages into binding changes (sans-IO);
-//! [`LearnedStore`] keeps the learned bindings in one file, replaced
-//! durably on every change (temporary file, `fsync`, rename, directory
-//! `fsync`), so they survive agent restarts; a file that does not parse is
-//! set aside, never trusted.
+//! [`learner::Learner`] says which observed DHCP messages a real exchange
+//! on the port proves, and what they change (sans-IO); [`LearnedStore`]
+//! keeps the learned bindings in memory and in one file, replaced durably
+//! (temporary file, `fsync`, rename, directory `fsync`) by its owner off the
+//! async runtime ([`LearnedStore::take_snapshot`], [`Snapshot::write`]), so
+//! they survive agent restarts; a file that does not parse is set aside in
+//! the quarantine directory, never trusted.
+
+pub mod learner;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use xdhcp_engine::DropReason;
-use xdhcp_engine::validate::{self, MessageType};
 
 use crate::sys::fs::{AtomicWrite, Temp, WriteStep};
 
@@ -81,51 +83,6 @@ pub enum Learned {
     Declined { ip: Ipv4Addr },
 }
 
-/// Why an observed message taught nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LearnError {
-    /// The engine's validator refused the message.
-    #[error("not a valid DHCP message: {reason}")]
-    Decode {
-        #[source]
-        reason: DropReason,
-    },
-    #[error("chaddr is not the port's MAC")]
-    OtherClient,
-    #[error("message type {0:?} changes no binding")]
-    NoChange(Option<MessageType>),
-}
-
-/// Interprets one DHCP message seen on a learning port whose client has
-/// `mac`. `to_workload`: the message went towards the workload (a server
-/// reply), else it came from it (a client message). The message is decoded
-/// by the engine's validator ([`validate::parse_observed`]), the one that
-/// checks the replies to the agent's own leases.
-pub fn learn(payload: &[u8], mac: [u8; 6], to_workload: bool) -> Result<Learned, LearnError> {
-    let msg = validate::parse_observed(payload).map_err(|reason| LearnError::Decode { reason })?;
-    if msg.chaddr != mac {
-        return Err(LearnError::OtherClient);
-    }
-    let mt = msg.message_type;
-    match (to_workload, mt) {
-        // An ACK to an INFORM carries no address (yiaddr 0): nothing bound.
-        (true, Some(MessageType::Ack)) if !msg.yiaddr.is_unspecified() => Ok(Learned::Bound {
-            ip: msg.yiaddr,
-            prefix_len: msg.prefix_len,
-            router: msg.router,
-            lease_secs: msg.lease_time.filter(|s| *s != u32::MAX),
-        }),
-        (false, Some(MessageType::Release)) if !msg.ciaddr.is_unspecified() => {
-            Ok(Learned::Released { ip: msg.ciaddr })
-        }
-        (false, Some(MessageType::Decline)) => match msg.requested_ip {
-            Some(ip) => Ok(Learned::Declined { ip }),
-            None => Err(LearnError::NoChange(mt)),
-        },
-        _ => Err(LearnError::NoChange(mt)),
-    }
-}
-
 /// `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: [u8; 6]) -> String {
     mac.iter()
@@ -144,13 +101,66 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The blocking task writing the file did not finish.
+    #[error("the task writing the learned bindings failed: {0}")]
+    Task(String),
 }
 
-/// The learned bindings, keyed by MAC, persisted in one file.
+/// What a change to the table needs on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    /// Nothing changed.
+    None,
+    /// Only an expiry moved (a renewal): written with the next batch.
+    Expiry,
+    /// A binding came, went, or changed address: written soon.
+    Durable,
+}
+
+/// The learned bindings, keyed by MAC, in memory; the owner writes them to
+/// one file ([`LearnedStore::take_snapshot`]).
 #[derive(Debug)]
 pub struct LearnedStore {
     path: PathBuf,
     rows: BTreeMap<String, Binding>,
+    /// The most a change since the last snapshot needs.
+    dirty: Change,
+}
+
+/// The table's bytes, to be written to its file (blocking IO: off the
+/// async runtime).
+#[derive(Debug)]
+pub struct Snapshot {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    /// The most a change it holds needed.
+    pub change: Change,
+}
+
+impl Snapshot {
+    /// Replaces the file durably (temporary file, `fsync`, rename,
+    /// directory `fsync`).
+    pub fn write(&self) -> Result<(), StoreError> {
+        let io = |op, source| StoreError::Io {
+            op,
+            path: self.path.clone(),
+            source,
+        };
+        let tmp = self.path.with_extension("tmp");
+        let options = AtomicWrite {
+            create: Temp::Reuse,
+            ..AtomicWrite::durable(&tmp)
+        };
+        crate::sys::fs::atomic_replace(&self.path, &self.bytes, &options).map_err(|e| {
+            let op = match e.step {
+                WriteStep::Write => "write",
+                WriteStep::SyncFile => "fsync",
+                WriteStep::Install => "rename",
+                WriteStep::SyncDir => "fsync the directory of",
+            };
+            io(op, e.source)
+        })
+    }
 }
 
 impl LearnedStore {
@@ -158,8 +168,9 @@ impl LearnedStore {
     pub const FILE: &'static str = "learned-bindings.json";
 
     /// Opens (or starts) the store in `state_dir`. An unreadable or
-    /// unparsable file is renamed aside (`*.corrupt-<ms>`) and the store
-    /// starts empty; the second value says so.
+    /// unparsable file is moved to the state directory's quarantine
+    /// (`quarantine/learned-bindings.json.<unix ms>`, pruned with the
+    /// lease store's) and the store starts empty; the second value says so.
     pub fn open(state_dir: &Path) -> Result<(Self, Option<String>), StoreError> {
         let path = state_dir.join(Self::FILE);
         let mut quarantined = None;
@@ -167,12 +178,21 @@ impl LearnedStore {
             Ok(bytes) => match serde_json::from_slice::<Vec<Binding>>(&bytes) {
                 Ok(v) => v.into_iter().map(|b| (b.mac.clone(), b)).collect(),
                 Err(e) => {
-                    let aside = path.with_extension(format!("corrupt-{}", now_ms()));
-                    std::fs::rename(&path, &aside).map_err(|source| StoreError::Io {
+                    let dir = crate::store::quarantine_dir(state_dir);
+                    let aside = dir.join(format!("{}.{}", Self::FILE, now_ms()));
+                    let set_aside = |source| StoreError::Io {
                         op: "set aside",
                         path: path.clone(),
                         source,
-                    })?;
+                    };
+                    std::os::unix::fs::DirBuilderExt::mode(
+                        std::fs::DirBuilder::new().recursive(true),
+                        0o700,
+                    )
+                    .create(&dir)
+                    .map_err(set_aside)?;
+                    std::fs::rename(&path, &aside).map_err(set_aside)?;
+                    crate::store::prune_quarantine(&dir, now_ms());
                     quarantined = Some(format!("{}: {e}", aside.display()));
                     BTreeMap::new()
                 }
@@ -186,7 +206,14 @@ impl LearnedStore {
                 });
             }
         };
-        Ok((Self { path, rows }, quarantined))
+        Ok((
+            Self {
+                path,
+                rows,
+                dirty: Change::None,
+            },
+            quarantined,
+        ))
     }
 
     /// Every learned binding not expired at `now_ms`.
@@ -203,35 +230,52 @@ impl LearnedStore {
         self.rows.get(mac)
     }
 
-    /// Records `b` (replacing the MAC's previous binding), durably.
-    pub fn upsert(&mut self, b: Binding) -> Result<(), StoreError> {
-        if self.rows.get(&b.mac) == Some(&b) {
-            return Ok(());
+    fn mark(&mut self, change: Change) -> Change {
+        self.dirty = self.dirty.max(change);
+        change
+    }
+
+    /// Records `b` (replacing the MAC's previous binding); what the change
+    /// needs on disk.
+    pub fn upsert(&mut self, b: Binding) -> Change {
+        let change = match self.rows.get(&b.mac) {
+            Some(old) if *old == b => Change::None,
+            Some(old)
+                if Binding {
+                    expires_unix_ms: b.expires_unix_ms,
+                    ..old.clone()
+                } == b =>
+            {
+                Change::Expiry
+            }
+            _ => Change::Durable,
+        };
+        if change != Change::None {
+            self.rows.insert(b.mac.clone(), b);
         }
-        self.rows.insert(b.mac.clone(), b);
-        self.save()
+        self.mark(change)
     }
 
     /// Forgets `mac`'s binding when it is for `ip` (`None`: whatever it
-    /// is), durably. Returns whether one was removed.
-    pub fn remove(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> Result<bool, StoreError> {
-        Ok(self.take(mac, ip)?.is_some())
+    /// is). Returns whether one was removed.
+    pub fn remove(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> bool {
+        self.take(mac, ip).is_some()
     }
 
     /// Like [`Self::remove`], returning the binding removed.
-    pub fn take(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> Result<Option<Binding>, StoreError> {
+    pub fn take(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> Option<Binding> {
         match self.rows.get(mac) {
             Some(b) if ip.is_none_or(|ip| ip == b.ip) => {
                 let gone = self.rows.remove(mac);
-                self.save()?;
-                Ok(gone)
+                self.mark(Change::Durable);
+                gone
             }
-            _ => Ok(None),
+            _ => None,
         }
     }
 
-    /// Drops the bindings expired at `now_ms`, durably; returns them.
-    pub fn expire(&mut self, now_ms: u64) -> Result<Vec<Binding>, StoreError> {
+    /// Drops the bindings expired at `now_ms`; returns them.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<Binding> {
         let gone: Vec<Binding> = self
             .rows
             .values()
@@ -242,33 +286,47 @@ impl LearnedStore {
             for b in &gone {
                 self.rows.remove(&b.mac);
             }
-            self.save()?;
+            self.mark(Change::Durable);
         }
-        Ok(gone)
+        gone
     }
 
-    fn save(&self) -> Result<(), StoreError> {
-        let io = |op, source| StoreError::Io {
-            op,
-            path: self.path.clone(),
-            source,
-        };
+    /// What the changes since the last snapshot need on disk.
+    pub fn dirty(&self) -> Change {
+        self.dirty
+    }
+
+    /// The table to write, when it changed since the last snapshot (the
+    /// mark is cleared: a failed write must [`Self::mark_unwritten`]).
+    pub fn take_snapshot(&mut self) -> Result<Option<Snapshot>, StoreError> {
+        if self.dirty == Change::None {
+            return Ok(None);
+        }
         let rows: Vec<&Binding> = self.rows.values().collect();
-        let bytes = serde_json::to_vec_pretty(&rows).map_err(|e| io("encode", e.into()))?;
-        let tmp = self.path.with_extension("tmp");
-        let options = AtomicWrite {
-            create: Temp::Reuse,
-            ..AtomicWrite::durable(&tmp)
-        };
-        crate::sys::fs::atomic_replace(&self.path, &bytes, &options).map_err(|e| {
-            let op = match e.step {
-                WriteStep::Write => "write",
-                WriteStep::SyncFile => "fsync",
-                WriteStep::Install => "rename",
-                WriteStep::SyncDir => "fsync the directory of",
-            };
-            io(op, e.source)
-        })
+        let bytes = serde_json::to_vec_pretty(&rows).map_err(|e| StoreError::Io {
+            op: "encode",
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        let change = std::mem::replace(&mut self.dirty, Change::None);
+        Ok(Some(Snapshot {
+            path: self.path.clone(),
+            bytes,
+            change,
+        }))
+    }
+
+    /// A snapshot's write failed: its changes are still to be written.
+    pub fn mark_unwritten(&mut self, change: Change) {
+        self.mark(change);
+    }
+
+    /// Writes the table now if it changed (blocking: tests and shutdown).
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        if let Some(s) = self.take_snapshot()? {
+            s.write().inspect_err(|_| self.mark_unwritten(s.change))?;
+        }
+        Ok(())
     }
 }
 
@@ -306,149 +364,7 @@ pub fn render(rows: &[Binding], now_ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use dhcproto::v4::{self, DhcpOption, Message, Opcode};
-    use dhcproto::{Encodable as _, Encoder};
-
     use super::*;
-
-    const MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x42];
-
-    fn msg(op: Opcode, mt: v4::MessageType, f: impl FnOnce(&mut Message)) -> Vec<u8> {
-        let mut m = Message::default();
-        m.set_opcode(op).set_chaddr(&MAC);
-        m.opts_mut().insert(DhcpOption::MessageType(mt));
-        f(&mut m);
-        let mut b = Vec::new();
-        m.encode(&mut Encoder::new(&mut b)).unwrap();
-        b
-    }
-
-    #[test]
-    fn an_ack_for_the_port_binds_its_address() {
-        let ack = msg(Opcode::BootReply, v4::MessageType::Ack, |m| {
-            m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 232));
-            m.opts_mut().insert(DhcpOption::AddressLeaseTime(120));
-            m.opts_mut()
-                .insert(DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)));
-            m.opts_mut()
-                .insert(DhcpOption::Router(vec![Ipv4Addr::new(192, 0, 2, 1)]));
-        });
-        assert_eq!(
-            learn(&ack, MAC, true),
-            Ok(Learned::Bound {
-                ip: Ipv4Addr::new(192, 0, 2, 232),
-                prefix_len: Some(24),
-                router: Some(Ipv4Addr::new(192, 0, 2, 1)),
-                lease_secs: Some(120),
-            })
-        );
-        // Another client's ACK, an INFORM's ACK, an OFFER: nothing.
-        assert_eq!(
-            learn(&ack, [2, 0, 0, 0, 0, 1], true),
-            Err(LearnError::OtherClient)
-        );
-        let inform_ack = msg(Opcode::BootReply, v4::MessageType::Ack, |_| {});
-        assert!(matches!(
-            learn(&inform_ack, MAC, true),
-            Err(LearnError::NoChange(_))
-        ));
-        let offer = msg(Opcode::BootReply, v4::MessageType::Offer, |m| {
-            m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 9));
-        });
-        assert!(matches!(
-            learn(&offer, MAC, true),
-            Err(LearnError::NoChange(_))
-        ));
-        // An infinite lease has no expiry.
-        let forever = msg(Opcode::BootReply, v4::MessageType::Ack, |m| {
-            m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 9));
-            m.opts_mut().insert(DhcpOption::AddressLeaseTime(u32::MAX));
-        });
-        assert!(matches!(
-            learn(&forever, MAC, true),
-            Ok(Learned::Bound {
-                lease_secs: None,
-                ..
-            })
-        ));
-        assert_eq!(
-            learn(b"junk", MAC, true),
-            Err(LearnError::Decode {
-                reason: DropReason::Truncated
-            })
-        );
-    }
-
-    /// Learning decodes with the engine's validator: what it refuses in a
-    /// reply to the agent's own lease teaches nothing here either.
-    #[test]
-    fn a_message_the_validator_refuses_teaches_nothing() {
-        let ack = |f: fn(&mut Message)| {
-            msg(Opcode::BootReply, v4::MessageType::Ack, |m| {
-                m.set_yiaddr(Ipv4Addr::new(192, 0, 2, 232));
-                f(m);
-            })
-        };
-        let refused = |bytes: &[u8]| match learn(bytes, MAC, true) {
-            Err(LearnError::Decode { reason }) => reason,
-            other => panic!("{other:?}"),
-        };
-        let mut bad_cookie = ack(|_| {});
-        bad_cookie[236] = 0;
-        assert_eq!(refused(&bad_cookie), DropReason::BadCookie);
-        let mut long_option = ack(|_| {});
-        let end = long_option.iter().rposition(|b| *b == 255).unwrap();
-        long_option.truncate(end);
-        long_option.extend_from_slice(&[15, 200, b'x']);
-        assert_eq!(refused(&long_option), DropReason::BadOptionLength);
-        let mut short_lease_time = ack(|_| {});
-        let end = short_lease_time.iter().rposition(|b| *b == 255).unwrap();
-        short_lease_time.truncate(end);
-        short_lease_time.extend_from_slice(&[51, 2, 0, 60, 255]);
-        assert_eq!(refused(&short_lease_time), DropReason::BadLeaseTime);
-        // The same ACK, well-formed, binds.
-        assert!(matches!(
-            learn(&ack(|_| {}), MAC, true),
-            Ok(Learned::Bound {
-                lease_secs: None,
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn release_gives_the_address_back_and_decline_refuses_it() {
-        let release = msg(Opcode::BootRequest, v4::MessageType::Release, |m| {
-            m.set_ciaddr(Ipv4Addr::new(192, 0, 2, 232));
-        });
-        assert_eq!(
-            learn(&release, MAC, false),
-            Ok(Learned::Released {
-                ip: Ipv4Addr::new(192, 0, 2, 232)
-            })
-        );
-        let decline = msg(Opcode::BootRequest, v4::MessageType::Decline, |m| {
-            m.opts_mut()
-                .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(192, 0, 2, 7)));
-        });
-        assert_eq!(
-            learn(&decline, MAC, false),
-            Ok(Learned::Declined {
-                ip: Ipv4Addr::new(192, 0, 2, 7)
-            })
-        );
-        // A DECLINE without the address it refuses teaches nothing.
-        let bare_decline = msg(Opcode::BootRequest, v4::MessageType::Decline, |_| {});
-        assert!(matches!(
-            learn(&bare_decline, MAC, false),
-            Err(LearnError::NoChange(_))
-        ));
-        let request = msg(Opcode::BootRequest, v4::MessageType::Request, |_| {});
-        assert!(matches!(
-            learn(&request, MAC, false),
-            Err(LearnError::NoChange(_))
-        ));
-    }
 
     fn binding(mac: &str, ip: [u8; 4], expires: Option<u64>) -> Binding {
         Binding {
@@ -467,26 +383,53 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut s, q) = LearnedStore::open(dir.path()).unwrap();
         assert!(q.is_none());
-        s.upsert(binding("02:00:00:00:00:01", [192, 0, 2, 5], Some(10_000)))
-            .unwrap();
-        s.upsert(binding("02:00:00:00:00:02", [192, 0, 2, 6], None))
-            .unwrap();
+        let first = binding("02:00:00:00:00:01", [192, 0, 2, 5], Some(10_000));
+        assert_eq!(s.upsert(first.clone()), Change::Durable);
+        assert_eq!(s.upsert(first), Change::None);
+        s.upsert(binding("02:00:00:00:00:02", [192, 0, 2, 6], None));
+        s.flush().unwrap();
+        assert_eq!(s.dirty(), Change::None);
         let (mut s, _) = LearnedStore::open(dir.path()).unwrap();
         assert_eq!(s.rows(0).len(), 2);
         assert_eq!(s.rows(10_000).len(), 1, "expired rows are not shown");
-        let gone = s.expire(10_000).unwrap();
+        let gone = s.expire(10_000);
         assert_eq!(gone.len(), 1);
         // A RELEASE of another address keeps the binding; of its own removes it.
-        assert!(
-            !s.remove("02:00:00:00:00:02", Some(Ipv4Addr::new(192, 0, 2, 99)))
-                .unwrap()
-        );
-        assert!(
-            s.remove("02:00:00:00:00:02", Some(Ipv4Addr::new(192, 0, 2, 6)))
-                .unwrap()
-        );
+        assert!(!s.remove("02:00:00:00:00:02", Some(Ipv4Addr::new(192, 0, 2, 99))));
+        assert!(s.remove("02:00:00:00:00:02", Some(Ipv4Addr::new(192, 0, 2, 6))));
+        s.flush().unwrap();
         let (s, _) = LearnedStore::open(dir.path()).unwrap();
         assert!(s.rows(0).is_empty());
+    }
+
+    /// A renewal moves only the expiry: kept in memory, the file is not
+    /// rewritten until a batch takes it (or a durable change comes).
+    #[test]
+    fn a_renewal_changes_only_memory_until_the_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = LearnedStore::open(dir.path()).unwrap();
+        s.upsert(binding("02:00:00:00:00:01", [192, 0, 2, 5], Some(10_000)));
+        s.flush().unwrap();
+        let file = dir.path().join(LearnedStore::FILE);
+        let written = std::fs::read(&file).unwrap();
+        for e in 1..100 {
+            let renewed = binding("02:00:00:00:00:01", [192, 0, 2, 5], Some(10_000 + e));
+            assert_eq!(s.upsert(renewed), Change::Expiry);
+        }
+        assert_eq!(std::fs::read(&file).unwrap(), written, "nothing written");
+        assert_eq!(s.rows(10_050).len(), 1, "the table has the new expiry");
+        assert_eq!(s.dirty(), Change::Expiry);
+        // A move is durable, and takes the renewals with it.
+        s.upsert(binding("02:00:00:00:00:01", [192, 0, 2, 6], Some(20_000)));
+        let snap = s.take_snapshot().unwrap().unwrap();
+        assert_eq!(snap.change, Change::Durable);
+        assert_eq!(s.dirty(), Change::None);
+        // A failed write leaves the change to be written.
+        s.mark_unwritten(snap.change);
+        assert_eq!(s.dirty(), Change::Durable);
+        s.flush().unwrap();
+        let (s, _) = LearnedStore::open(dir.path()).unwrap();
+        assert_eq!(s.rows(0)[0].ip, Ipv4Addr::new(192, 0, 2, 6));
     }
 
     #[test]
@@ -495,8 +438,12 @@ mod tests {
         std::fs::write(dir.path().join(LearnedStore::FILE), b"{not json").unwrap();
         let (s, q) = LearnedStore::open(dir.path()).unwrap();
         assert!(s.rows(0).is_empty());
-        assert!(q.is_some_and(|q| q.contains("corrupt")));
+        assert!(q.is_some_and(|q| q.contains("quarantine")));
         assert!(!dir.path().join(LearnedStore::FILE).exists());
+        let aside: Vec<_> = std::fs::read_dir(dir.path().join("quarantine"))
+            .unwrap()
+            .collect();
+        assert_eq!(aside.len(), 1);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | [`rpc_request`]      | agent-socket JSON bodies, both directions  | the socket            |
 //! | [`lease_record`]     | stored lease record and its file name      | the state directory   |
 //! | [`annotation_merge`] | `k8s.ovn.org/pod-networks` merge/remove    | the API server        |
+//! | [`guest_learning`]   | guard ring records, then guest learning    | guests, the segment   |
 //!
 //! Engine-side targets (replies in every state, option 121, overload, the
 //! watched messages passive learning decodes) are in
@@ -413,6 +414,206 @@ pub fn annotation_merge(data: &[u8]) {
     }
 }
 
+/// The learning port of [`guest_learning`]: the VM's MAC, the network's
+/// one server (its identifier and Ethernet source), its prefix, and an
+/// address a neighbour holds.
+pub mod learning_lab {
+    use std::net::Ipv4Addr;
+
+    pub const MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x42];
+    pub const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    pub const SERVER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 1];
+    pub const NEIGHBOUR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
+    /// `192.0.2.0/24`.
+    pub const PREFIX: (Ipv4Addr, u8) = (Ipv4Addr::new(192, 0, 2, 0), 24);
+}
+
+/// Guest learning from the guard ring: `data` is a script of operations,
+/// each an opcode byte: below `0x80` a guard ring record follows (a
+/// little-endian `u16` length, then that many bytes), from `0x80` the
+/// clock advances by `op - 0x80` seconds. Every record goes through the
+/// record decoder ([`crate::datapath::ebpf::decode_guard_record`]), then
+/// through [`crate::bindings::learner::Learner`] for a port whose client is
+/// [`learning_lab::MAC`], and every accepted ACK into
+/// [`crate::bindings::learner::Moves`].
+///
+/// Checked: an accepted record's payload is the UDP payload of its
+/// captured frame; a binding is learned only from an ACK that answers a
+/// client REQUEST (or Rapid Commit DISCOVER) of the same xid seen at most
+/// 64 s before, and at most once per such message, for the address it
+/// asked for, from the server's identifier, IP and MAC, inside the prefix
+/// with its mask, not the neighbour's, with a lease of at least 20 s; a
+/// RELEASE or DECLINE is learned only from the guest; entry writes never
+/// outrun the burst plus one per interval.
+///
+/// # Panics
+///
+/// On a violated invariant.
+pub fn guest_learning(data: &[u8]) {
+    learn_script(data);
+}
+
+/// [`guest_learning`]; how many bindings were learned.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one script interpreter: the record decoder, the model of open exchanges and the checks of each outcome side by side"
+)]
+fn learn_script(data: &[u8]) -> u32 {
+    use std::collections::HashMap;
+    use std::time::{Duration, Instant};
+
+    use xdhcp_engine::validate::{self, MessageType};
+
+    use crate::bindings::Learned;
+    use crate::bindings::learner::{
+        self, EXCHANGE_WINDOW, Learner, MOVE_BURST, MOVE_INTERVAL, Moves, NetworkView, Seen,
+    };
+    use crate::datapath::ebpf::{Direction, decode_guard_record};
+    use learning_lab::{MAC, NEIGHBOUR, PREFIX, SERVER, SERVER_MAC};
+
+    let mut view = NetworkView::default();
+    view.served(
+        SERVER,
+        Some(SERVER_MAC),
+        Ipv4Addr::new(192, 0, 2, 10),
+        PREFIX.1,
+    );
+    view.held.insert(NEIGHBOUR);
+    let t0 = Instant::now();
+    let mut now = t0;
+    let mut learner = Learner::default();
+    let mut moves: Moves<u32, Ipv4Addr> = Moves::default();
+    let mut writes = 0u64;
+    let mut learned = 0;
+    let mut wanted = std::collections::HashSet::new();
+    // The model: (port, xid) -> (address asked for, when last seen).
+    let mut asked: HashMap<(u32, u32), (Option<Ipv4Addr>, Instant)> = HashMap::new();
+    let mut rest = data;
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        if op >= 0x80 {
+            now += Duration::from_secs(u64::from(op - 0x80));
+            learner.prune(now);
+            continue;
+        }
+        let Some((len, tail)) = rest.split_first_chunk::<2>() else {
+            break;
+        };
+        let len = usize::from(u16::from_le_bytes(*len)).min(tail.len());
+        let (record, tail) = tail.split_at(len);
+        rest = tail;
+        let Ok(ev) = decode_guard_record(record) else {
+            continue;
+        };
+        let head = xdhcp_common::guard::GUARD_HEADER_LEN;
+        let captured = u32::from_ne_bytes(
+            record[head - 8..head - 4]
+                .try_into()
+                .expect("an accepted record has a header"),
+        ) as usize;
+        let (_, payload) = parse_udp_frame(&record[head..head + captured])
+            .expect("an accepted record holds a frame");
+        assert_eq!(ev.payload, payload, "event payload is not the frame's");
+        let seen = Seen {
+            direction: match ev.direction {
+                Direction::FromWorkload => learner::Direction::FromGuest,
+                Direction::ToWorkload => learner::Direction::ToGuest,
+            },
+            src_mac: ev.headers.src_mac,
+            src_ip: ev.headers.src_ip,
+            payload: &ev.payload,
+        };
+        let observed = validate::parse_observed(&ev.payload).ok();
+        let out = learner.observe(ev.ifindex, MAC, &seen, now, || Some(view.clone()));
+        let Some(msg) = observed.filter(|m| m.chaddr == MAC) else {
+            assert!(out.is_err(), "an undecodable message taught {out:?}");
+            continue;
+        };
+        let from_guest = ev.direction == Direction::FromWorkload;
+        if from_guest {
+            let opens = match msg.message_type {
+                Some(MessageType::Request) => Some(
+                    msg.requested_ip
+                        .or_else(|| (!msg.ciaddr.is_unspecified()).then_some(msg.ciaddr)),
+                ),
+                Some(MessageType::Discover) if msg.rapid_commit => Some(msg.requested_ip),
+                _ => None,
+            };
+            if let Some(requested) = opens {
+                asked.insert((ev.ifindex, msg.xid), (requested, now));
+            }
+        }
+        match out {
+            Ok(Some(Learned::Bound {
+                ip,
+                prefix_len,
+                router,
+                lease_secs,
+            })) => {
+                assert!(
+                    !from_guest,
+                    "a binding learned from the guest's own message"
+                );
+                let (requested, at) = asked
+                    .remove(&(ev.ifindex, msg.xid))
+                    .expect("a binding learned without a client message of its xid");
+                assert!(
+                    now.duration_since(at) <= EXCHANGE_WINDOW,
+                    "learned past the window"
+                );
+                assert!(
+                    requested.is_none_or(|r| r == ip),
+                    "not the address asked for"
+                );
+                assert_eq!(msg.message_type, Some(MessageType::Ack));
+                assert_eq!(ip, msg.yiaddr);
+                assert_eq!(msg.server_id, Some(SERVER));
+                assert_eq!(ev.headers.src_mac, SERVER_MAC);
+                assert!(
+                    ev.headers.src_ip == SERVER
+                        || (!msg.giaddr.is_unspecified() && ev.headers.src_ip == msg.giaddr)
+                );
+                let net = u32::from(PREFIX.0);
+                assert_eq!(u32::from(ip) & 0xffff_ff00, net, "{ip} outside the prefix");
+                assert_eq!(prefix_len, Some(PREFIX.1));
+                assert!(router.is_none_or(|r| u32::from(r) & 0xffff_ff00 == net));
+                assert_ne!(ip, NEIGHBOUR, "the neighbour's address was learned");
+                assert!(
+                    lease_secs.is_none_or(|s| s >= 20),
+                    "a lease under the floor"
+                );
+                moves.want(ev.ifindex, ip, now);
+                wanted.insert(ev.ifindex);
+                learned += 1;
+            }
+            Ok(Some(Learned::Released { ip })) => {
+                assert!(from_guest);
+                assert_eq!(
+                    (msg.message_type, ip),
+                    (Some(MessageType::Release), msg.ciaddr)
+                );
+            }
+            Ok(Some(Learned::Declined { ip })) => {
+                assert!(from_guest);
+                assert_eq!(msg.message_type, Some(MessageType::Decline));
+                assert_eq!(Some(ip), msg.requested_ip);
+            }
+            Ok(None) | Err(_) => {}
+        }
+        while let Some((port, _)) = moves.poll(now) {
+            writes += 1;
+            moves.done(&port, true, now);
+        }
+    }
+    let elapsed = now.duration_since(t0).as_secs() / MOVE_INTERVAL.as_secs();
+    let ports = wanted.len() as u64;
+    assert!(
+        writes <= ports * (u64::from(MOVE_BURST) + elapsed + 1),
+        "{writes} entry writes on {ports} ports in {elapsed} intervals"
+    );
+    learned
+}
+
 #[cfg(test)]
 mod tests {
     //! Every committed corpus file of every target, through its function
@@ -465,7 +666,7 @@ mod tests {
     #[test]
     fn seeds_pass_their_targets() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 10] = [
+        let targets: [Target; 11] = [
             ("udp_frame", super::udp_frame),
             ("ring_record", super::ring_record),
             ("cni_config", super::cni_config),
@@ -473,6 +674,7 @@ mod tests {
             ("rpc_request", super::rpc_request),
             ("lease_record", super::lease_record),
             ("annotation_merge", super::annotation_merge),
+            ("guest_learning", super::guest_learning),
             ("client_replies", xdhcp_engine::fuzzing::client_replies),
             ("reply_options", xdhcp_engine::fuzzing::reply_options),
             (
@@ -854,6 +1056,129 @@ mod tests {
             ("empty", 1, ""),
         ];
 
+        /// A guard ring record: the header as the guard programs write it
+        /// (native-endian, in declaration order), then the frame.
+        fn guard_record(direction: u32, frame: &[u8]) -> Vec<u8> {
+            let len = frame.len() as u32;
+            let mut r = Vec::new();
+            for v in [7u32, direction] {
+                r.extend_from_slice(&v.to_ne_bytes());
+            }
+            r.extend_from_slice(&42u64.to_ne_bytes());
+            for v in [42, len - 42, len, len] {
+                r.extend_from_slice(&v.to_ne_bytes());
+            }
+            assert_eq!(r.len(), xdhcp_common::guard::GUARD_HEADER_LEN);
+            r.extend_from_slice(frame);
+            r
+        }
+
+        /// A message of the guest (`xid`) as a guard record going out, or,
+        /// from `src`, coming in.
+        fn guest_msg(
+            xid: u32,
+            ty: MessageType,
+            src: Option<(Ipv4Addr, [u8; 6])>,
+            f: &dyn Fn(&mut Message),
+        ) -> Vec<u8> {
+            use super::super::learning_lab::MAC;
+            let mut m = Message::default();
+            let op = if src.is_some() {
+                Opcode::BootReply
+            } else {
+                Opcode::BootRequest
+            };
+            m.set_opcode(op).set_xid(xid).set_chaddr(&MAC);
+            m.opts_mut().insert(DhcpOption::MessageType(ty));
+            f(&mut m);
+            let mut payload = Vec::new();
+            m.encode(&mut Encoder::new(&mut payload)).expect("encodes");
+            let (src_ip, src_mac) = src.unwrap_or((Ipv4Addr::UNSPECIFIED, MAC));
+            let h = FrameHeaders {
+                src_mac,
+                dst_mac: if src.is_some() { MAC } else { [0xff; 6] },
+                vlan: None,
+                src_ip,
+                dst_ip: Ipv4Addr::BROADCAST,
+                src_port: if src.is_some() { 67 } else { 68 },
+                dst_port: if src.is_some() { 68 } else { 67 },
+            };
+            let direction = if src.is_some() {
+                xdhcp_common::guard::GUARD_TO_WORKLOAD
+            } else {
+                xdhcp_common::guard::GUARD_FROM_WORKLOAD
+            };
+            let rec = guard_record(direction, &build_udp_frame(&h, &payload));
+            let mut op = vec![0u8];
+            op.extend_from_slice(&u16::try_from(rec.len()).expect("short").to_le_bytes());
+            op.extend_from_slice(&rec);
+            op
+        }
+
+        fn guest_learning() -> Vec<(&'static str, Vec<u8>)> {
+            use super::super::learning_lab::{NEIGHBOUR, SERVER, SERVER_MAC};
+            let guest_ip = Ipv4Addr::new(192, 0, 2, 232);
+            let server = Some((SERVER, SERVER_MAC));
+            let attacker = Some((Ipv4Addr::new(192, 0, 2, 66), [2, 0, 0x5e, 0, 0x53, 0x66]));
+            let request = |xid, ip| {
+                guest_msg(xid, MessageType::Request, None, &move |m: &mut Message| {
+                    m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+                })
+            };
+            let ack = |xid, ip, src| {
+                guest_msg(xid, MessageType::Ack, src, &move |m: &mut Message| {
+                    m.set_yiaddr(ip);
+                    let o = m.opts_mut();
+                    o.insert(DhcpOption::ServerIdentifier(SERVER));
+                    o.insert(DhcpOption::AddressLeaseTime(120));
+                    o.insert(DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)));
+                    o.insert(DhcpOption::Router(vec![SERVER]));
+                })
+            };
+            let cat = |parts: &[&[u8]]| parts.concat();
+            let release = guest_msg(9, MessageType::Release, None, &|m: &mut Message| {
+                m.set_ciaddr(Ipv4Addr::new(192, 0, 2, 232));
+            });
+            let decline = guest_msg(10, MessageType::Decline, None, &|m: &mut Message| {
+                m.opts_mut()
+                    .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
+                        192, 0, 2, 232,
+                    )));
+            });
+            let mut flood = Vec::new();
+            for i in 0..20u8 {
+                let ip = Ipv4Addr::new(192, 0, 2, 100 + i % 2);
+                flood.extend(request(u32::from(i), ip));
+                flood.extend(ack(u32::from(i), ip, server));
+                flood.push(0x81);
+            }
+            vec![
+                (
+                    "exchange",
+                    cat(&[&request(7, guest_ip), &ack(7, guest_ip, server)]),
+                ),
+                (
+                    "forged-then-real",
+                    cat(&[
+                        &ack(1, NEIGHBOUR, attacker),
+                        &request(7, guest_ip),
+                        &ack(7, guest_ip, attacker),
+                        &ack(7, guest_ip, server),
+                    ]),
+                ),
+                (
+                    "late",
+                    cat(&[&request(7, guest_ip), &[0xff], &ack(7, guest_ip, server)]),
+                ),
+                (
+                    "neighbour",
+                    cat(&[&request(7, NEIGHBOUR), &ack(7, NEIGHBOUR, server)]),
+                ),
+                ("flood", flood),
+                ("release-decline", cat(&[&release, &decline])),
+            ]
+        }
+
         pub(super) fn all() -> Corpus {
             let strs = |v: &[(&'static str, &'static str)]| -> Vec<(String, Vec<u8>)> {
                 v.iter()
@@ -878,6 +1203,7 @@ mod tests {
                         })
                         .collect(),
                 ),
+                ("guest_learning", named(guest_learning())),
                 (
                     "client_replies",
                     named(xdhcp_engine::fuzzing::client_replies_seeds()),
@@ -923,6 +1249,28 @@ mod tests {
         super::lease_record(&read("lease_record/long-number-in-cni-config.json"));
     }
 
+    /// The learning seeds reach the checks that matter: the guest's own
+    /// exchange is learned (once, after a forged ACK for it), a late one, a
+    /// neighbour's address and a forgery are not; the flood is learned and
+    /// paced.
+    #[test]
+    fn learning_seeds_learn_what_a_real_exchange_proves() {
+        let all = seeds::all();
+        let (_, learning) = all
+            .iter()
+            .find(|(t, _)| *t == "guest_learning")
+            .expect("seeds");
+        let learned = |name: &str| {
+            let (_, bytes) = learning.iter().find(|(n, _)| n == name).expect(name);
+            super::learn_script(bytes)
+        };
+        assert_eq!(learned("exchange"), 1);
+        assert_eq!(learned("forged-then-real"), 1);
+        assert_eq!(learned("late"), 0);
+        assert_eq!(learned("neighbour"), 0);
+        assert_eq!(learned("flood"), 20);
+    }
+
     #[test]
     fn corpora_replay_through_the_fuzz_functions() {
         replay("udp_frame", super::udp_frame);
@@ -932,6 +1280,7 @@ mod tests {
         replay("rpc_request", super::rpc_request);
         replay("lease_record", super::lease_record);
         replay("annotation_merge", super::annotation_merge);
+        replay("guest_learning", super::guest_learning);
         replay("client_replies", xdhcp_engine::fuzzing::client_replies);
         replay("reply_options", xdhcp_engine::fuzzing::reply_options);
         replay(

@@ -292,16 +292,14 @@ impl GuardService {
         }
     }
 
-    /// Forgets what was learned about `mac` (its attachment is gone).
+    /// Forgets what was learned about `mac` (its attachment is gone); the
+    /// learning task writes the change to the file.
     pub(crate) fn forget_learned(&self, mac: [u8; 6]) {
         let mac = crate::bindings::format_mac(mac);
-        let mut s = self
-            .learned
+        self.learned
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = s.remove(&mac, None) {
-            warn!(%mac, error = %e, "could not forget a learned binding");
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&mac, None);
     }
 
     /// Every guarded port with its counters, for metrics and status.

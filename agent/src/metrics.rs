@@ -153,8 +153,37 @@ fn register_paths(
     (uplink_replies, uplink_attached, bound_by_path)
 }
 
+/// What guest learning counts.
+#[derive(Clone, Default)]
+struct Learning {
+    refused: Family<ReasonLabel, Counter>,
+    moves_deferred: Counter,
+    events_dropped: Counter,
+}
+
+fn register_learning(root: &mut Registry) -> Learning {
+    let l = Learning::default();
+    root.register(
+        "learn_refused",
+        "Guest DHCP messages on learning ports that taught nothing because a check refused them, by reason (decode, other_client, unsolicited, not_requested, unknown_network, unknown_server, server_source, outside_prefix, address_taken)",
+        l.refused.clone(),
+    );
+    root.register(
+        "learn_moves_deferred",
+        "pod-networks entry moves a port's write rate deferred (the newest target is written when the port has a token)",
+        l.moves_deferred.clone(),
+    );
+    root.register(
+        "learn_events_dropped",
+        "Observed guest messages dropped because the learning queue was full",
+        l.events_dropped.clone(),
+    );
+    l
+}
+
 /// All agent metrics.
 pub(crate) struct Metrics {
+    learning: Learning,
     registry: Registry,
     leases: Family<StateLabel, Gauge>,
     dora_seconds: Histogram,
@@ -215,6 +244,7 @@ impl Metrics {
         let capture_fallbacks = Counter::default();
         let capture_degraded = Gauge::default();
         let (uplink_replies, uplink_attached, bound_by_path) = register_paths(&mut root);
+        let learning = register_learning(&mut root);
         let guard_dropped = Family::default();
         let guard_passed = Family::default();
         let guard_ports = Gauge::default();
@@ -305,6 +335,7 @@ impl Metrics {
             capture_degraded.clone(),
         );
         Self {
+            learning,
             registry: root,
             capture_lost,
             capture_restored,
@@ -412,6 +443,24 @@ impl Metrics {
     /// An operation failed with a bounded error label.
     pub(crate) fn failure(&self, error: &'static str) {
         self.failures.get_or_create(&ErrorLabel { error }).inc();
+    }
+
+    /// A guest's message on a learning port was refused for `reason`.
+    pub(crate) fn learn_refused(&self, reason: &'static str) {
+        self.learning
+            .refused
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// A port's write rate deferred an entry move.
+    pub(crate) fn learn_move_deferred(&self) {
+        self.learning.moves_deferred.inc();
+    }
+
+    /// The learning queue was full: an observed message was dropped.
+    pub(crate) fn learn_event_dropped(&self) {
+        self.learning.events_dropped.inc();
     }
 
     /// The engine dropped `n` more replies for `reason`.
@@ -685,6 +734,33 @@ mod tests {
         );
         assert!(
             text.contains(r#"xdhcp_kernel_frames_total{outcome="captured"} 7"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn learning_refusals_are_counted_by_reason() {
+        let m = Metrics::new();
+        m.learn_refused("unsolicited");
+        m.learn_refused("unsolicited");
+        m.learn_refused("address_taken");
+        m.learn_move_deferred();
+        m.learn_event_dropped();
+        let text = m.encode();
+        assert!(
+            text.contains(r#"xdhcp_learn_refused_total{reason="unsolicited"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_learn_refused_total{reason="address_taken"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("xdhcp_learn_moves_deferred_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("xdhcp_learn_events_dropped_total 1"),
             "{text}"
         );
     }

@@ -7,6 +7,10 @@
 //! <state_dir>/leases/<container_id>@<ifname>.json   one LeaseRecord each
 //! <state_dir>/quarantine/<original name>.<unix_ms>  records that failed to load
 //! ```
+//! The quarantine keeps what it holds for [`QUARANTINE_MAX_AGE`], and at
+//! most the [`QUARANTINE_MAX_FILES`] newest ([`prune_quarantine`], at open
+//! and after every file set aside): evidence for a while, never a disk
+//! filled by a record that is corrupted again at every start.
 //! File names are only ever built from a validated [`LeaseKey`]; the interface
 //! name part is percent-encoded outside `[A-Za-z0-9_.-]`, so no input can
 //! escape the directory. A record that cannot be read back is moved aside,
@@ -63,6 +67,10 @@ pub const MAX_RECORD_BYTES: u64 = 1 << 20;
 
 const LEASES_DIR: &str = "leases";
 const QUARANTINE_DIR: &str = "quarantine";
+/// Files the quarantine keeps at most (the newest).
+pub const QUARANTINE_MAX_FILES: usize = 64;
+/// How long the quarantine keeps a file.
+pub const QUARANTINE_MAX_AGE: std::time::Duration = std::time::Duration::from_hours(30 * 24);
 const RECORD_EXT: &str = ".json";
 const TMP_MARKER: &str = ".tmp.";
 /// Empty files kept ready in the leases directory (see [`LeaseStore::save`]).
@@ -503,6 +511,7 @@ impl LeaseStore {
         };
         store.remove_stale_tmp()?;
         store.replenish();
+        prune_quarantine(&store.quarantine_dir, unix_ms_now());
         Ok(store)
     }
 
@@ -721,6 +730,7 @@ impl LeaseStore {
             .map_err(io_err("move corrupt record to", &target))
             .and_then(|()| sync_dir(&self.quarantine_dir))
             .and_then(|()| sync_dir(&self.leases_dir));
+        prune_quarantine(&self.quarantine_dir, unix_ms_now());
         match moved {
             Ok(()) => {
                 tracing::warn!(
@@ -750,6 +760,65 @@ impl LeaseStore {
             }
         }
     }
+}
+
+/// `<state_dir>/quarantine`, where every store of the state directory sets
+/// aside a file it cannot read.
+pub fn quarantine_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join(QUARANTINE_DIR)
+}
+
+/// Removes from the quarantine directory `dir` the files set aside more
+/// than [`QUARANTINE_MAX_AGE`] before `now_ms`, then all but the
+/// [`QUARANTINE_MAX_FILES`] newest. A file's age is the `.<unix ms>` suffix
+/// its name was given when set aside (its modification time when it has
+/// none). Never fails: what cannot be listed or removed is logged and
+/// stays. Returns how many files were removed.
+pub fn prune_quarantine(dir: &Path, now_ms: u64) -> usize {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot list the quarantine to prune it");
+            return 0;
+        }
+    };
+    let mut files: Vec<(u64, PathBuf)> = entries
+        .filter_map(std::result::Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| {
+            let path = e.path();
+            let stamp = path
+                .extension()
+                .and_then(|x| x.to_str())
+                .and_then(|x| x.parse::<u64>().ok())
+                .or_else(|| {
+                    let modified = e.metadata().ok()?.modified().ok()?;
+                    let d = modified.duration_since(UNIX_EPOCH).ok()?;
+                    u64::try_from(d.as_millis()).ok()
+                })
+                .unwrap_or(0);
+            (stamp, path)
+        })
+        .collect();
+    // Newest first.
+    files.sort_by(|a, b| b.cmp(a));
+    let max_age_ms = u64::try_from(QUARANTINE_MAX_AGE.as_millis()).unwrap_or(u64::MAX);
+    let mut removed = 0;
+    for (i, (stamp, path)) in files.iter().enumerate() {
+        if i < QUARANTINE_MAX_FILES && now_ms.saturating_sub(*stamp) <= max_age_ms {
+            continue;
+        }
+        match fs::remove_file(path) {
+            Ok(()) => removed += 1,
+            Err(e) => tracing::warn!(path = %path.display(), error = %e,
+                "cannot remove an old quarantined file"),
+        }
+    }
+    if removed > 0 {
+        tracing::info!(dir = %dir.display(), removed, "old quarantined files removed");
+    }
+    removed
 }
 
 /// Creates `path` exclusively with mode 0600 and writes `bytes`; the caller
@@ -1125,6 +1194,42 @@ mod tests {
         assert_eq!(json["workload"]["kind"], "vm");
         assert_eq!(json["version"], RECORD_VERSION);
         assert_eq!(json["lease"]["address"], "192.0.2.10");
+    }
+
+    /// The quarantine keeps the newest files, none older than its age
+    /// limit; a file without a stamp in its name is aged by its mtime.
+    #[test]
+    fn the_quarantine_is_pruned_by_age_and_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = quarantine_dir(dir.path());
+        fs::create_dir(&q).unwrap();
+        let day = 24 * 3600 * 1000;
+        let now = unix_ms_now();
+        // 70 recent files, 5 older than the limit.
+        for i in 0..70u64 {
+            fs::write(q.join(format!("c@eth0.json.{}", now - i * 1000)), b"x").unwrap();
+        }
+        for i in 0..5u64 {
+            fs::write(
+                q.join(format!("old@eth0.json.{}", now - 31 * day - i)),
+                b"x",
+            )
+            .unwrap();
+        }
+        fs::write(q.join("learned-bindings.json.notastamp"), b"x").unwrap();
+        let removed = prune_quarantine(&q, now);
+        let left: Vec<String> = fs::read_dir(&q)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left.len(), QUARANTINE_MAX_FILES, "{left:?}");
+        assert_eq!(removed, 70 + 5 + 1 - QUARANTINE_MAX_FILES);
+        assert!(left.iter().all(|n| !n.starts_with("old@")), "{left:?}");
+        // Pruning again changes nothing; a store opening prunes too.
+        assert_eq!(prune_quarantine(&q, now), 0);
+        fs::write(q.join(format!("x@eth0.json.{}", 1)), b"x").unwrap();
+        LeaseStore::open(dir.path()).unwrap();
+        assert_eq!(fs::read_dir(&q).unwrap().count(), QUARANTINE_MAX_FILES);
     }
 
     #[test]

@@ -1196,6 +1196,7 @@ impl Client {
         s.lease_times_missing += u64::from(notes.times_missing);
         s.lease_times_zero += u64::from(notes.times_zero);
         s.lease_times_inconsistent += u64::from(notes.times_inconsistent);
+        s.lease_times_raised += u64::from(notes.lease_time_raised);
         s.subnet_mask_missing += u64::from(notes.mask_missing);
         s.routers_ignored_for_121 += u64::from(notes.routers_ignored_for_121);
         s.routes_rejected += lease.rejected_routes.len() as u64;

@@ -366,7 +366,10 @@ fn check_ack_backs(l: &Lease, payload: &[u8], xid: u32) {
         .map(u32::from_be_bytes)
         .expect("a lease from an ACK without a 4-byte option 51");
     assert_ne!(secs, 0, "a zero lease time was accepted");
-    assert_eq!(l.lease_time, Duration::from_secs(u64::from(secs)));
+    assert_eq!(
+        l.lease_time,
+        Duration::from_secs(u64::from(secs).max(crate::lease::MIN_LEASE_SECS))
+    );
 }
 
 struct Driver {
@@ -796,8 +799,8 @@ pub fn observed_messages(data: &[u8]) {
     let o = match (observed, reply) {
         (Ok(o), Ok(r)) => {
             assert_eq!(
-                (o.xid, o.chaddr, o.ciaddr, o.yiaddr),
-                (r.xid, r.chaddr, r.ciaddr, r.yiaddr)
+                (o.xid, o.chaddr, o.ciaddr, o.yiaddr, o.giaddr),
+                (r.xid, r.chaddr, r.ciaddr, r.yiaddr, r.giaddr)
             );
             let reply_type = match o.message_type {
                 Some(validate::MessageType::Offer) => Ok(ReplyType::Offer),
@@ -861,6 +864,7 @@ fn check_observed_options(
     if let Some(ip) = o.requested_ip {
         assert_eq!(get(50), Some(&ip.octets()[..]));
     }
+    assert_eq!(o.rapid_commit, options.contains_key(&80));
     assert_eq!(
         o.message_type,
         match get(53) {

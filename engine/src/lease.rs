@@ -24,6 +24,15 @@ use crate::validate::{DropReason, Reply, is_unicast, mask_to_prefix};
 /// Lease time value meaning "infinite" (RFC 2132 §9.2).
 pub const INFINITE_SECS: u64 = 0xffff_ffff;
 
+/// The shortest lease the client keeps, in seconds: a shorter option 51 is
+/// raised to it, and its T1 and T2 are then the defaults of the raised
+/// lease (the server's described a lease that no longer holds). RFC 2131
+/// sets no floor; dhcpcd raises a lease below 20 s to 20 s the same way
+/// (`DHCP_MIN_LEASE`), and systemd-networkd and ell refuse one below 10 s.
+/// Without a floor a 1 s lease renews, and rewrites its record, twice a
+/// second.
+pub const MIN_LEASE_SECS: u64 = 20;
+
 /// A DHCP lease. Serialisable so a driver can persist it and resume it after
 /// a restart ([`crate::Client::resume`]); times are
 /// stored as whole seconds.
@@ -163,6 +172,8 @@ pub struct LeaseNotes {
     pub times_zero: u32,
     /// T1 ≥ T2 or T2 ≥ lease → corrected.
     pub times_inconsistent: u32,
+    /// Lease time below [`MIN_LEASE_SECS`] → raised to it.
+    pub lease_time_raised: bool,
     /// Option 1 missing → classful prefix length used.
     pub mask_missing: bool,
     /// Option 3 ignored because option 121 was present.
@@ -503,12 +514,22 @@ pub fn from_reply(
     if lease_secs == 0 {
         return Err(DropReason::ZeroLeaseTime);
     }
-    let t1 = optional_time(reply, LeaseOption::RenewalTime, &mut notes);
-    let t2 = optional_time(reply, LeaseOption::RebindingTime, &mut notes);
+    let mut t1 = optional_time(reply, LeaseOption::RenewalTime, &mut notes);
+    let mut t2 = optional_time(reply, LeaseOption::RebindingTime, &mut notes);
+    let lease_secs = if lease_secs < MIN_LEASE_SECS {
+        notes.lease_time_raised = true;
+        (t1, t2) = (None, None);
+        MIN_LEASE_SECS
+    } else {
+        lease_secs
+    };
     let (t1, t2, tn) = times(lease_secs, t1, t2);
-    notes.times_missing = tn.missing;
-    notes.times_zero = tn.zero;
-    notes.times_inconsistent = tn.inconsistent;
+    // A raised lease's defaults are the floor's, not missing times.
+    if !notes.lease_time_raised {
+        notes.times_missing = tn.missing;
+        notes.times_zero = tn.zero;
+        notes.times_inconsistent = tn.inconsistent;
+    }
 
     let prefix_len = subnet_prefix(reply, address, &mut notes);
     // The subnet's own network or broadcast address is never a host address
@@ -708,6 +729,42 @@ mod tests {
         );
         let (t1, t2, _) = times(INFINITE_SECS, Some(5), Some(6));
         assert_eq!((t1, t2), (d(INFINITE_SECS), d(INFINITE_SECS)));
+    }
+
+    /// A lease shorter than the floor is raised to it, with the floor's
+    /// default T1 and T2 (the server's 2 s and 4 s described the 6 s lease);
+    /// a lease at the floor keeps the server's times.
+    #[test]
+    fn a_tiny_lease_is_raised_to_the_floor() {
+        let reply = |secs: u32| Reply {
+            xid: 1,
+            secs: 0,
+            flags: 0,
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            yiaddr: Ipv4Addr::new(192, 0, 2, 10),
+            siaddr: Ipv4Addr::UNSPECIFIED,
+            giaddr: Ipv4Addr::UNSPECIFIED,
+            chaddr: [2, 0, 0, 0, 0, 1],
+            options: [
+                (1, vec![255, 255, 255, 0]),
+                (51, secs.to_be_bytes().to_vec()),
+                (58, 2u32.to_be_bytes().to_vec()),
+                (59, 4u32.to_be_bytes().to_vec()),
+            ]
+            .into(),
+        };
+        let server = Ipv4Addr::new(192, 0, 2, 1);
+        let policy = RoutePolicy::default();
+        for secs in [1, 6, 19] {
+            let (l, n) = from_reply(&reply(secs), server, &policy, 0).unwrap();
+            assert_eq!(l.lease_time, d(MIN_LEASE_SECS), "{secs} s");
+            assert_eq!((l.t1, l.t2), (d(10), Duration::from_millis(17_500)));
+            assert!(n.lease_time_raised);
+            assert_eq!(n.times_missing + n.times_zero + n.times_inconsistent, 0);
+        }
+        let (l, n) = from_reply(&reply(20), server, &policy, 0).unwrap();
+        assert_eq!((l.lease_time, l.t1, l.t2), (d(20), d(2), d(4)));
+        assert!(!n.lease_time_raised);
     }
 
     #[test]

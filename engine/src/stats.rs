@@ -33,6 +33,9 @@ pub struct ClientStats {
     pub lease_times_zero: u64,
     /// T1 ≥ T2 or T2 ≥ lease time in an ACK (corrected).
     pub lease_times_inconsistent: u64,
+    /// ACKs whose lease time was below [`crate::lease::MIN_LEASE_SECS`]
+    /// (raised to it).
+    pub lease_times_raised: u64,
     /// ACKs without option 1 (classful prefix used).
     pub subnet_mask_missing: u64,
     /// ACKs whose option 3 was ignored because option 121 was present.

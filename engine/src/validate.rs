@@ -379,6 +379,8 @@ pub struct Observed {
     pub chaddr: [u8; 6],
     pub ciaddr: Ipv4Addr,
     pub yiaddr: Ipv4Addr,
+    /// `giaddr`: the relay agent a relayed reply goes back through.
+    pub giaddr: Ipv4Addr,
     /// Option 54, when present (a unicast address).
     pub server_id: Option<Ipv4Addr>,
     /// Option 50, when present and well-formed.
@@ -389,6 +391,9 @@ pub struct Observed {
     pub router: Option<Ipv4Addr>,
     /// Option 51 in seconds, when present (`u32::MAX`: infinite).
     pub lease_time: Option<u32>,
+    /// Option 80 (Rapid Commit, RFC 4039) is present: a DISCOVER that
+    /// carries it may be answered by an ACK.
+    pub rapid_commit: bool,
 }
 
 /// Decode a watched DHCP message ([`Observed`]). Whatever would make the
@@ -430,11 +435,13 @@ pub fn parse_observed(p: &[u8]) -> Result<Observed, DropReason> {
         chaddr: m.chaddr,
         ciaddr: m.ciaddr,
         yiaddr: m.yiaddr,
+        giaddr: m.giaddr,
         server_id,
         requested_ip: addr(50),
         prefix_len: addr(1).and_then(|mask| mask_to_prefix(mask.octets())),
         router,
         lease_time,
+        rapid_commit: m.options.contains_key(&80),
     })
 }
 

@@ -33,6 +33,12 @@
 //! probe and DECLINEs it: the agent drops the binding, puts the entry back
 //! where it was, and follows the next address dnsmasq gives.
 //!
+//! One where a host on the segment forges unicast ACKs for the VM's MAC,
+//! naming an address of its choosing: they answer no REQUEST of the guest,
+//! so they are counted and ignored (the entry, the pod and the binding
+//! table untouched), and the guest's own exchange afterwards still moves
+//! the entry.
+//!
 //! And one with the server behind a live uplink (the node's `up0`, a port
 //! of `br0`; the server in its own namespace): the one-shot discovery's
 //! replies are consumed at the uplink, the guest's own pass it unchanged,
@@ -1063,4 +1069,108 @@ fn dhcpcd_guest_behind_a_live_uplink_is_learned_from_the_replies_it_passes_dnsma
         "{:?}",
         metric_lines(vm.lab.server.path(), "xdhcp_uplink")
     );
+}
+
+/// A host on the segment (here the node's bridge itself, as any unguarded
+/// machine on the physical network could) that wants the VM's address.
+const FORGER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x66, 0x66];
+const FORGER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 251);
+/// The address the forger wants the entry to report.
+const WANTED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 66);
+
+/// Sends on the node's bridge a unicast ACK for the VM's MAC that answers
+/// nothing the guest sent: `xid` from no REQUEST, `yiaddr` the forger's
+/// choice, the real server's identifier, the forger's own sources.
+fn forge_ack(vm: &Vm, xid: u32) {
+    use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
+    use dhcproto::{Encodable as _, Encoder};
+    use std::os::fd::AsRawFd as _;
+    use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
+
+    let mac = parse_mac(VM_MAC).unwrap();
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootReply)
+        .set_xid(xid)
+        .set_chaddr(&mac)
+        .set_yiaddr(WANTED);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::MessageType(MessageType::Ack));
+    o.insert(DhcpOption::ServerIdentifier(vm.lab.server_ip));
+    o.insert(DhcpOption::AddressLeaseTime(3600));
+    o.insert(DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)));
+    o.insert(DhcpOption::Router(vec![FORGER_IP]));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).unwrap();
+    let frame = build_udp_frame(
+        &FrameHeaders {
+            src_mac: FORGER_MAC,
+            dst_mac: mac,
+            vlan: None,
+            src_ip: FORGER_IP,
+            dst_ip: WANTED,
+            src_port: 67,
+            dst_port: 68,
+        },
+        &payload,
+    );
+    let node = &vm.lab.server;
+    let sock = node.packet_socket(node.ifindex(Lab::BRIDGE), libc::ETH_P_ALL as u16, None);
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The refusals of guest learning for `reason`, from the agent's metrics.
+fn refused(vm: &Vm, reason: &str) -> u64 {
+    metric_lines(vm.lab.server.path(), "xdhcp_learn_refused_total")
+        .iter()
+        .find(|l| l.contains(&format!(r#"reason="{reason}""#)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A forged unicast ACK for the VM's MAC, from a host on the segment,
+/// passes the guard's egress like any reply towards the VM, and used to
+/// move the entry (and with it the port security) to the address it named.
+/// It answers no REQUEST of the guest: it is counted and ignored, nothing
+/// is written, nothing is learned; the guest's own exchange afterwards
+/// still moves the entry.
+#[test]
+fn a_forged_ack_from_the_segment_moves_nothing_the_guests_exchange_still_does_dnsmasq_fake_apiserver()
+ {
+    let host_before = HostDhcpcd::snapshot();
+    let vm = vm_with_guest(Srv::Dnsmasq);
+    let patches = vm.api.patches();
+    // The guest's link has been up since the ADD: the bridge knows the
+    // VM's MAC behind the port, so the forgeries go out of it (and would
+    // be flooded there anyway).
+    for xid in 0..5 {
+        forge_ack(&vm, 0x0bad_0000 + xid);
+    }
+    assert!(
+        wait_until(Duration::from_secs(2), || refused(&vm, "unsolicited") >= 5),
+        "the forgeries were not seen and refused: {:?}",
+        metric_lines(vm.lab.server.path(), "xdhcp_learn")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        vm.api.reported(),
+        Some(vm.one_shot),
+        "the forgery moved the entry"
+    );
+    assert_eq!(vm.api.patches(), patches, "the forgery wrote the pod");
+    assert!(learned(&vm).is_empty(), "{:?}", learned(&vm));
+
+    // The guest's own exchange is learned and moves the entry.
+    let dir = tempfile::tempdir().unwrap();
+    let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
+    assert_ne!(guest_ip, WANTED);
+    assert_learned_one(&vm, guest_ip);
+    drop(vm);
+    host_before.assert_unchanged();
 }

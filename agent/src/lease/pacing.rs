@@ -41,6 +41,12 @@ pub(crate) struct Pacing {
     queued: Gauge,
 }
 
+fn lock_networks(
+    m: &Mutex<HashMap<String, Arc<Network>>>,
+) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Network>>> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// One network's slots, and how many wait for one.
 #[derive(Debug)]
 struct Network {
@@ -88,13 +94,19 @@ impl Pacing {
 
     /// Network `name`'s slots, made on its first acquisition.
     fn network(&self, name: &str) -> Arc<Network> {
-        let mut nets = self
-            .networks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut nets = lock_networks(&self.networks);
         if let Some(n) = nets.get(name) {
             return n.clone();
         }
+        // A network nobody is admitted to or waiting on is forgotten when
+        // another one comes (the map holds the busy networks, not every
+        // name ever seen); it starts afresh with all its slots.
+        let per_network = self.per_network;
+        nets.retain(|_, n| {
+            Arc::strong_count(n) > 1
+                || n.waiting.load(Ordering::Relaxed) > 0
+                || n.slots.available_permits() < per_network
+        });
         let n = Arc::new(Network {
             slots: Arc::new(Semaphore::new(self.per_network)),
             waiting: AtomicUsize::new(0),
@@ -129,6 +141,12 @@ impl Pacing {
     #[cfg(test)]
     fn waiting(&self) -> i64 {
         self.queued.get()
+    }
+
+    /// Networks in the map.
+    #[cfg(test)]
+    fn networks(&self) -> usize {
+        lock_networks(&self.networks).len()
     }
 }
 
@@ -258,6 +276,22 @@ mod tests {
         let fast = t.run("net1", 1, Duration::from_millis(10));
         assert_eq!(ends(fast).await, vec![Duration::from_millis(510)]);
         assert_eq!(ends(slow).await, vec![Duration::from_secs(10)]);
+    }
+
+    /// The map keeps the networks in use, not every name ever seen; a
+    /// network in use keeps its slots.
+    #[tokio::test(start_paused = true)]
+    async fn idle_networks_are_forgotten() {
+        let t = Trial::new(1, Duration::from_secs(5));
+        let busy = t.run("busy", 2, Duration::from_secs(1));
+        tokio::task::yield_now().await;
+        for i in 0..100 {
+            let name: &'static str = Box::leak(format!("net{i}").into_boxed_str());
+            ends(t.run(name, 1, Duration::from_millis(1))).await;
+        }
+        assert_eq!(t.pacing.networks(), 2, "the busy one and the last one");
+        ends(busy).await;
+        assert_eq!(t.peak(), 2, "one on `busy` and one elsewhere at a time");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,173 +1,379 @@
 //! Guest learning: follows the guests' own DHCP on guarded VM ports (the
 //! guard's ring) and keeps each VM's `pod-networks` entry at the address
 //! its guest holds, through the same report as an ADD.
+//!
+//! What may be learned is decided by [`crate::bindings::learner`] (sans-IO):
+//! only a reply that answers the guest's own REQUEST, from a server of the
+//! network, for an address inside the network's prefixes that no other
+//! binding holds; anything else is counted (`xdhcp_learn_refused_total`, by
+//! reason) and ignored. This module is its edge, and keeps the runtime
+//! free: one task reads the ring into a bounded queue (a full queue drops
+//! and counts); the deciding loop never waits on IO: the learned-binding
+//! file is written on a blocking thread, a binding change within about a
+//! second ([`FLUSH_PERIOD`]) and a renewal that moves only an expiry with
+//! the next batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks,
+//! one at a time per port, paced and coalesced per port
+//! ([`crate::bindings::learner::Moves`]).
 
-use tracing::{info, warn};
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::bindings::LearnedStore;
-use crate::guard::GuardedPort;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
 
-/// How often expired learned bindings are dropped.
-const EXPIRY_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+use crate::bindings::learner::{self, Learner, Moves, NetworkView, Pace, Seen};
+use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
+use crate::datapath::ebpf::{Direction, GuardEvent};
+use crate::ops::context::Agent;
+use crate::sys::sync::lock;
 
-/// Follows the guests' own DHCP on VM ports (the guard ring): an ACK for
-/// the VM's MAC records a learned binding and, when the address is not the
-/// one the `pod-networks` entry reports, rewrites the entry (the same
-/// read-modify-write as at ADD) at once; a renewal of the same address
-/// changes nothing; a RELEASE or the lease's expiry drops the learned
-/// binding and leaves the entry at the last address the guest held; a
-/// DECLINE drops it and, when its ACK had moved the entry, puts back the
+/// How often expired learned bindings and stale exchanges are dropped.
+const EXPIRY_PERIOD: Duration = Duration::from_secs(5);
+/// How often the learned-binding file is written when a binding came,
+/// went or moved.
+pub(crate) const FLUSH_PERIOD: Duration = Duration::from_secs(1);
+/// How often the file is written at most when only expiries moved.
+pub(crate) const EXPIRY_FLUSH: Duration = Duration::from_mins(1);
+/// Observed messages waiting to be decided.
+pub(crate) const QUEUE: usize = 1024;
+
+/// An attachment: (container id, pod interface).
+type Attachment = (String, String);
+
+/// Where a move puts the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Target {
+    ip: Ipv4Addr,
+    /// The record's when `None`.
+    prefix_len: Option<u8>,
+    /// The record's when `None`.
+    router: Option<Ipv4Addr>,
+}
+
+/// Follows the guests' own DHCP on VM ports (the guard ring): an accepted
+/// ACK for the VM's MAC records a learned binding and, when the address is
+/// not the one the `pod-networks` entry reports, has the entry rewritten
+/// (the same read-modify-write as at ADD); a renewal of the same address
+/// changes nothing but its expiry; a RELEASE or the lease's expiry drops the
+/// learned binding and leaves the entry at the last address the guest held;
+/// a DECLINE drops it and, when its ACK had moved the entry, puts back the
 /// address the entry reported before (the guest never held the declined
 /// one).
-pub(crate) async fn learn_guests(
-    agent: std::sync::Arc<crate::ops::context::Agent>,
+pub(crate) async fn learn_guests(agent: Arc<Agent>, token: tokio_util::sync::CancellationToken) {
+    let (tx, mut rx) = mpsc::channel(QUEUE);
+    let mut ring = JoinSet::new();
+    if let Some(reader) = agent.guard.take_reader() {
+        ring.spawn(read_ring(reader, tx, agent.clone(), token.clone()));
+    } else {
+        drop(tx);
+    }
+    let mut f = Following::default();
+    let mut sweep = tokio::time::interval(EXPIRY_PERIOD);
+    let mut flush = tokio::time::interval(FLUSH_PERIOD);
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut queue_open = true;
+    loop {
+        let next_move = f.moves.poll_timeout(Instant::now().into_std());
+        tokio::select! {
+            () = token.cancelled() => break,
+            ev = rx.recv(), if queue_open => match ev {
+                Some(ev) => f.on_event(&agent, &ev),
+                None => queue_open = false,
+            },
+            _ = sweep.tick() => f.sweep(&agent),
+            _ = flush.tick() => f.flush(&agent, false),
+            Some(done) = f.writes.join_next() => f.written(done),
+            Some(done) = f.flushing.join_next() => flushed(&agent, done),
+            () = sleep_until(next_move), if next_move.is_some() => {}
+        }
+        f.dispatch(&agent);
+    }
+    // Whatever is not on disk yet goes now (the daemon waits for it).
+    while let Some(done) = f.flushing.join_next().await {
+        flushed(&agent, done);
+    }
+    f.flush(&agent, true);
+    while let Some(done) = f.flushing.join_next().await {
+        flushed(&agent, done);
+    }
+}
+
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the guard ring into the bounded queue; a full queue drops the
+/// message and counts it.
+async fn read_ring(
+    mut reader: crate::datapath::ebpf::GuardReader,
+    tx: mpsc::Sender<GuardEvent>,
+    agent: Arc<Agent>,
     token: tokio_util::sync::CancellationToken,
 ) {
-    let reader = agent.guard.take_reader();
-    let Some(mut reader) = reader else {
-        token.cancelled().await;
-        return;
-    };
-    let mut sweep = tokio::time::interval(EXPIRY_PERIOD);
     loop {
-        tokio::select! {
+        let ev = tokio::select! {
             () = token.cancelled() => return,
-            _ = sweep.tick() => expire(&agent),
-            ev = reader.recv() => match ev {
-                Ok(ev) => on_event(&agent, &ev).await,
-                Err(e) => {
-                    warn!(error = %crate::rpc::format_chain(&e),
-                        "the guard ring failed; guests' leases are no longer learned");
-                    token.cancelled().await;
-                    return;
-                }
+            ev = reader.recv() => ev,
+        };
+        match ev {
+            Ok(ev) => match tx.try_send(ev) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => agent.metrics().learn_event_dropped(),
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
             },
-        }
-    }
-}
-
-fn expire(agent: &crate::ops::context::Agent) {
-    let now = crate::sys::clock::now_unix_ms();
-    let gone = agent
-        .guard
-        .learned
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .expire(now);
-    match gone {
-        Ok(gone) => {
-            for b in gone {
-                info!(mac = %b.mac, ip = %b.ip, "learned binding expired");
+            Err(e) => {
+                warn!(error = %crate::rpc::format_chain(&e),
+                    "the guard ring failed; guests' leases are no longer learned");
+                return;
             }
         }
-        Err(e) => warn!(error = %e, "could not drop expired learned bindings"),
     }
 }
 
-async fn on_event(agent: &crate::ops::context::Agent, ev: &crate::datapath::ebpf::GuardEvent) {
-    use crate::bindings::{Learned, format_mac, learn};
-    use crate::datapath::ebpf::Direction;
+/// The deciding loop's state.
+#[derive(Default)]
+struct Following {
+    learner: Learner,
+    moves: Moves<Attachment, Target>,
+    /// Entry writes out: the attachment and whether it was written.
+    writes: JoinSet<(Attachment, bool)>,
+    /// The learned-binding file's write, when one is out.
+    flushing: JoinSet<(Change, Result<(), StoreError>)>,
+    /// When the file was last written (expiry-only changes wait for
+    /// [`EXPIRY_FLUSH`] after it).
+    last_flush: Option<Instant>,
+}
 
-    let Some(((cid, ifname), port)) = agent.guard.port_of(ev.ifindex) else {
-        return;
-    };
-    let Some(mac) = port.policy.single_client else {
-        return;
-    };
-    let learned = match learn(&ev.payload, mac, ev.direction == Direction::ToWorkload) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::trace!(port = %port.host_ifname, reason = %e, "guest message teaches nothing");
+impl Following {
+    fn on_event(&mut self, agent: &Agent, ev: &GuardEvent) {
+        let Some(((cid, ifname), port)) = agent.guard.port_of(ev.ifindex) else {
             return;
-        }
-    };
-    let record = agent
-        .leases
-        .get(&cid, &ifname)
-        .map(|h| crate::sys::sync::lock(&h.live).record.clone());
-    let mac_text = format_mac(mac);
-    match learned {
-        Learned::Released { ip } => {
-            with_store(agent, &mut |s| s.remove(&mac_text, Some(ip)).map(|_| ()));
-            info!(port = %port.host_ifname, mac = %mac_text, %ip, "guest gave its address back");
-        }
-        Learned::Declined { ip } => {
-            let mut gone = None;
-            with_store(agent, &mut |s| {
-                s.take(&mac_text, Some(ip)).map(|b| gone = b)
-            });
-            info!(port = %port.host_ifname, mac = %mac_text, %ip,
-                "guest declined the address it was acknowledged (in use)");
-            // The ACK moved the entry to an address the guest never held:
-            // put back what it reported before.
-            if let Some(back) = gone.and_then(|b| b.replaced).filter(|b| *b != ip) {
-                move_entry(agent, &port, mac, record, back, None, None).await;
+        };
+        let Some(mac) = port.policy.single_client else {
+            return;
+        };
+        let seen = Seen {
+            direction: match ev.direction {
+                Direction::FromWorkload => learner::Direction::FromGuest,
+                Direction::ToWorkload => learner::Direction::ToGuest,
+            },
+            src_mac: ev.headers.src_mac,
+            src_ip: ev.headers.src_ip,
+            payload: &ev.payload,
+        };
+        let now = Instant::now().into_std();
+        let learned = self.learner.observe(port.ifindex, mac, &seen, now, || {
+            network_view(agent, &cid, &ifname, mac)
+        });
+        let learned = match learned {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
+            Err(reason) => {
+                agent.metrics().learn_refused(reason.label());
+                debug!(port = %port.host_ifname, reason = %reason, "guest message refused");
+                return;
             }
-        }
-        Learned::Bound {
-            ip,
-            prefix_len,
-            router,
-            lease_secs,
-        } => {
-            let bound = GuestBound {
+        };
+        let key = (cid, ifname);
+        let record = agent
+            .leases
+            .get(&key.0, &key.1)
+            .map(|h| lock(&h.live).record.clone());
+        let mac_text = format_mac(mac);
+        match learned {
+            Learned::Released { ip } => {
+                lock(&agent.guard.learned).remove(&mac_text, Some(ip));
+                info!(port = %port.host_ifname, mac = %mac_text, %ip, "guest gave its address back");
+            }
+            Learned::Declined { ip } => {
+                let gone = lock(&agent.guard.learned).take(&mac_text, Some(ip));
+                info!(port = %port.host_ifname, mac = %mac_text, %ip,
+                    "guest declined the address it was acknowledged (in use)");
+                // The ACK moved the entry to an address the guest never held:
+                // put back what it reported before.
+                if let Some(back) = gone.and_then(|b| b.replaced).filter(|b| *b != ip) {
+                    let target = Target {
+                        ip: back,
+                        prefix_len: None,
+                        router: None,
+                    };
+                    self.want(agent, key, target);
+                }
+            }
+            Learned::Bound {
                 ip,
                 prefix_len,
                 router,
                 lease_secs,
-            };
-            follow(agent, &port, mac, record, &bound).await;
+            } => {
+                let moved = follow(
+                    agent,
+                    &port.host_ifname,
+                    &mac_text,
+                    record.as_ref(),
+                    ip,
+                    lease_secs,
+                );
+                if moved {
+                    let target = Target {
+                        ip,
+                        prefix_len,
+                        router,
+                    };
+                    self.want(agent, key, target);
+                }
+            }
+        }
+    }
+
+    fn want(&mut self, agent: &Agent, key: Attachment, target: Target) {
+        if self.moves.want(key, target, Instant::now().into_std()) == Pace::Deferred {
+            agent.metrics().learn_move_deferred();
+        }
+    }
+
+    /// Starts every entry write that may start now.
+    fn dispatch(&mut self, agent: &Arc<Agent>) {
+        while let Some((key, target)) = self.moves.poll(Instant::now().into_std()) {
+            let agent = agent.clone();
+            self.writes.spawn(async move {
+                let ok = write_entry(&agent, &key, target).await;
+                (key, ok)
+            });
+        }
+    }
+
+    fn written(&mut self, done: Result<(Attachment, bool), tokio::task::JoinError>) {
+        let Ok((key, ok)) = done else {
+            return;
+        };
+        if self.moves.done(&key, ok, Instant::now().into_std()) {
+            info!(container_id = %key.0, ifname = %key.1, "the entry write is tried again");
+        }
+    }
+
+    fn sweep(&mut self, agent: &Agent) {
+        let now = crate::sys::clock::now_unix_ms();
+        for b in lock(&agent.guard.learned).expire(now) {
+            info!(mac = %b.mac, ip = %b.ip, "learned binding expired");
+        }
+        let mono = Instant::now().into_std();
+        self.learner.prune(mono);
+        self.moves.prune(mono);
+    }
+
+    /// Writes the learned-binding file on a blocking thread when a change
+    /// is due (`all`: whatever changed, at shutdown); one write at a time.
+    fn flush(&mut self, agent: &Agent, all: bool) {
+        if !self.flushing.is_empty() {
+            return;
+        }
+        let mut s = lock(&agent.guard.learned);
+        let due = match s.dirty() {
+            Change::None => false,
+            Change::Expiry => all || self.last_flush.is_none_or(|t| t.elapsed() >= EXPIRY_FLUSH),
+            Change::Durable => true,
+        };
+        if !due {
+            return;
+        }
+        match s.take_snapshot() {
+            Ok(Some(snap)) => {
+                self.last_flush = Some(Instant::now());
+                self.flushing
+                    .spawn_blocking(move || (snap.change, snap.write()));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                agent.metrics().failure("learned_binding_store");
+                warn!(error = %e, "could not encode the learned bindings");
+            }
         }
     }
 }
 
-/// A guest's ACK, as learned.
-#[derive(Clone, Copy)]
-struct GuestBound {
-    ip: std::net::Ipv4Addr,
-    prefix_len: Option<u8>,
-    router: Option<std::net::Ipv4Addr>,
-    lease_secs: Option<u32>,
+/// A write of the learned-binding file ended; a failed one's changes are
+/// written again with the next flush.
+fn flushed(agent: &Agent, done: Result<(Change, Result<(), StoreError>), tokio::task::JoinError>) {
+    let (change, result) = match done {
+        Ok(d) => d,
+        Err(e) => (Change::Durable, Err(StoreError::Task(e.to_string()))),
+    };
+    if let Err(e) = result {
+        lock(&agent.guard.learned).mark_unwritten(change);
+        agent.metrics().failure("learned_binding_store");
+        warn!(error = %e, "could not persist the learned bindings; retrying");
+    }
 }
 
-/// Records the guest's binding and, when its address is not the one
-/// reported, moves the `pod-networks` entry to it.
-async fn follow(
-    agent: &crate::ops::context::Agent,
-    port: &GuardedPort,
-    mac: [u8; 6],
-    record: Option<crate::store::LeaseRecord>,
-    bound: &GuestBound,
-) {
-    use crate::bindings::{Binding, BindingSource, format_mac};
-    let GuestBound {
-        ip,
-        prefix_len,
-        router,
-        lease_secs,
-    } = *bound;
-    let mac_text = format_mac(mac);
-    let existing = agent
-        .guard
-        .learned
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(&mac_text)
-        .cloned();
+/// What the node knows of the network of attachment `(cid, ifname)`: the
+/// servers and prefixes of every lease of that network on the node, and the
+/// addresses the other bindings of that network hold (leases of other
+/// attachments and MACs, bindings learned for other MACs). `None` when the
+/// attachment has no record.
+fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<NetworkView> {
+    let own = agent.leases.get(cid, ifname)?;
+    let network = lock(&own.live).record.config.name.clone();
+    let mut view = NetworkView::default();
+    let mut macs = HashSet::new();
+    for h in agent.leases.all() {
+        let live = lock(&h.live);
+        let r = &live.record;
+        if r.config.name != network {
+            continue;
+        }
+        let other = r.mac != mac;
+        if other {
+            macs.insert(format_mac(r.mac));
+        }
+        if let Some(l) = &r.lease {
+            view.served(l.server_id, l.server_mac, l.address, l.prefix_len);
+            if other {
+                view.held.insert(l.address);
+            }
+        }
+    }
+    let now = crate::sys::clock::now_unix_ms();
+    view.held.extend(
+        lock(&agent.guard.learned)
+            .rows(now)
+            .into_iter()
+            .filter(|b| macs.contains(&b.mac))
+            .map(|b| b.ip),
+    );
+    Some(view)
+}
+
+/// Records the guest's binding (in memory); whether its address is not
+/// the one the entry reports (the entry is to move).
+fn follow(
+    agent: &Agent,
+    port: &str,
+    mac_text: &str,
+    record: Option<&crate::store::LeaseRecord>,
+    ip: Ipv4Addr,
+    lease_secs: Option<u32>,
+) -> bool {
+    let mut store = lock(&agent.guard.learned);
+    let existing = store.get(mac_text).cloned();
     // What the entry reports now: the last learned address, else the one-shot's.
-    let previous = existing.as_ref().map(|b| b.ip).or_else(|| {
-        record
-            .as_ref()
-            .and_then(|r| r.lease.as_ref())
-            .map(|l| l.address)
-    });
+    let previous = existing
+        .as_ref()
+        .map(|b| b.ip)
+        .or_else(|| record.and_then(|r| r.lease.as_ref()).map(|l| l.address));
     let now = crate::sys::clock::now_unix_ms();
     let binding = Binding {
-        mac: mac_text.clone(),
+        mac: mac_text.to_owned(),
         ip,
-        port: Some(port.host_ifname.clone()),
+        port: Some(port.to_owned()),
         pod: record
-            .as_ref()
             .and_then(|r| r.pod.as_ref())
             .map(|p| format!("{}/{}", p.namespace, p.name)),
         expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
@@ -180,68 +386,63 @@ async fn follow(
             previous
         },
     };
-    with_store(agent, &mut |s| s.upsert(binding.clone()));
+    store.upsert(binding);
+    drop(store);
     if previous == Some(ip) {
-        return;
+        return false;
     }
-    info!(port = %port.host_ifname, mac = %mac_text, %ip, previous = ?previous,
+    info!(port, mac = %mac_text, %ip, previous = ?previous,
         "guest holds another address than reported");
-    move_entry(agent, port, mac, record, ip, prefix_len, router).await;
+    true
 }
 
-/// Rewrites the `pod-networks` entry of the VM's record to `ip` (the
-/// record's prefix length and router unless given).
-async fn move_entry(
-    agent: &crate::ops::context::Agent,
-    port: &GuardedPort,
-    mac: [u8; 6],
-    record: Option<crate::store::LeaseRecord>,
-    ip: std::net::Ipv4Addr,
-    prefix_len: Option<u8>,
-    router: Option<std::net::Ipv4Addr>,
-) {
-    let Some(rec) = record else {
-        info!(port = %port.host_ifname, %ip, "no lease record for the port; the entry is not written");
-        return;
+/// Rewrites the `pod-networks` entry of the attachment's record to the
+/// target (the record's prefix length and router unless given). Whether
+/// the entry is as wanted (an attachment gone, or one without an entry,
+/// has nothing to write: done).
+async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
+    let Some(rec) = agent
+        .leases
+        .get(&key.0, &key.1)
+        .map(|h| lock(&h.live).record.clone())
+    else {
+        info!(container_id = %key.0, ip = %target.ip, "no lease record for the port; the entry is not written");
+        return true;
     };
-    let (Some(pod), Some(key), Some(mut lease)) = (
+    let (Some(pod), Some(annotation), Some(mut lease)) = (
         rec.pod.clone(),
         rec.annotation_key.clone(),
         rec.lease.clone(),
     ) else {
-        return;
+        return true;
     };
-    lease.address = ip;
-    if let Some(p) = prefix_len {
+    lease.address = target.ip;
+    if let Some(p) = target.prefix_len {
         lease.prefix_len = p;
     }
-    if let Some(r) = router {
+    if let Some(r) = target.router {
         lease.routers = vec![r];
     }
-    match crate::ops::report::report_address(&*agent.pod_api, &pod, &key, &lease, mac, None).await {
-        Ok(()) => info!(pod = %format!("{}/{}", pod.namespace, pod.name), %ip,
-            "pod-networks entry follows the guest's address"),
+    match crate::ops::report::report_address(
+        &*agent.pod_api,
+        &pod,
+        &annotation,
+        &lease,
+        rec.mac,
+        None,
+    )
+    .await
+    {
+        Ok(()) => {
+            info!(pod = %format!("{}/{}", pod.namespace, pod.name), ip = %target.ip,
+                "pod-networks entry follows the guest's address");
+            true
+        }
         Err(e) => {
             agent.metrics().failure("kube_api");
             warn!(error = %crate::rpc::format_chain(&e),
                 "could not update the pod-networks entry to the guest's address");
+            false
         }
-    }
-}
-
-/// Runs `f` on the learned-binding store; a failure to persist is logged
-/// and counted (the binding stays in memory).
-fn with_store(
-    agent: &crate::ops::context::Agent,
-    f: &mut dyn FnMut(&mut LearnedStore) -> Result<(), crate::bindings::StoreError>,
-) {
-    let mut s = agent
-        .guard
-        .learned
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Err(e) = f(&mut s) {
-        agent.metrics().failure("learned_binding_store");
-        warn!(error = %e, "could not persist a learned binding");
     }
 }

@@ -138,7 +138,10 @@ proptest! {
         let (l, _) = lease::from_reply(&reply, p.server, &policy, 7).unwrap();
         prop_assert_eq!(l.address, p.yiaddr);
         prop_assert_eq!(l.prefix_len, 32);
-        prop_assert_eq!(l.lease_time, Duration::from_secs(u64::from(p.lease)));
+        prop_assert_eq!(
+            l.lease_time,
+            Duration::from_secs(u64::from(p.lease).max(lease::MIN_LEASE_SECS))
+        );
         prop_assert_eq!(&l.routers, &p.routers);
         prop_assert_eq!(&l.dns_servers, &p.dns);
         prop_assert_eq!(&l.domain_name, &p.domain);
@@ -152,6 +155,7 @@ proptest! {
             if let (Some(t1), Some(t2)) = (p.t1, p.t2)
                 && t1 < t2
                 && t2 < p.lease
+                && u64::from(p.lease) >= lease::MIN_LEASE_SECS
             {
                 prop_assert_eq!(l.t1, Duration::from_secs(u64::from(t1)));
                 prop_assert_eq!(l.t2, Duration::from_secs(u64::from(t2)));
