@@ -25,7 +25,7 @@
 //! own (a VM's single client among it) wins once it comes. While the
 //! database is away the ports last read stay guarded.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,19 +145,20 @@ pub(super) fn wanted(ports: &[WorkloadPort], nets: &DhcpNetworks) -> Vec<Wanted>
 /// `wanted`. A port an ADD holds keeps the ADD's policy, so only its OVS
 /// identity is compared.
 pub(super) fn plan(wanted: &[Wanted], held: &[GuardedPort]) -> Plan {
+    let by_port: HashMap<&str, &GuardedPort> =
+        held.iter().map(|h| (h.host_ifname.as_str(), h)).collect();
+    let wanted_ports: HashSet<&str> = wanted.iter().map(|w| w.host_ifname.as_str()).collect();
     let mut out = Plan::default();
     for w in wanted {
-        let same = held.iter().any(|h| {
-            h.host_ifname == w.host_ifname
-                && h.identity.ovs.as_ref() == Some(&w.ovs)
-                && (h.identity.cni || h.policy == w.policy)
+        let same = by_port.get(w.host_ifname.as_str()).is_some_and(|h| {
+            h.identity.ovs.as_ref() == Some(&w.ovs) && (h.identity.cni || h.policy == w.policy)
         });
         if !same {
             out.guard.push(w.clone());
         }
     }
     for h in held {
-        if !wanted.iter().any(|w| w.host_ifname == h.host_ifname) {
+        if !wanted_ports.contains(h.host_ifname.as_str()) {
             out.release.push(h.host_ifname.clone());
         }
     }
