@@ -383,7 +383,26 @@ impl GuardService {
             return;
         };
         if port.identity.ovs.is_some() {
+            // The port stays, a workload's port no ADD holds: a VM's rules
+            // (one client, learning) go with the VM's attachment; the
+            // daemon sets the network's policy again.
             port.identity.cni = false;
+            let policy = PortPolicy {
+                single_client: None,
+                learn: false,
+                ..port.policy
+            };
+            if policy != port.policy {
+                port.policy = policy;
+                let target = AttachTarget {
+                    ifname: port.host_ifname.clone(),
+                    netns: None,
+                };
+                if let Err(e) = inner.guard.update(&target, &policy) {
+                    warn!(port = %target.ifname, error = %crate::rpc::format_chain(&e),
+                        "could not set a pod's policy on a port its VM left");
+                }
+            }
             return;
         }
         if let Some(port) = inner.ports.remove(&key) {
