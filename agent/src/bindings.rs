@@ -65,6 +65,19 @@ pub struct Binding {
     pub replaced: Option<Ipv4Addr>,
 }
 
+/// One row of `xdhcp bindings` as the agent serves it: the binding, and
+/// where its port's identity came from (`ovs`: the Open vSwitch database,
+/// `cni`: an ADD, `both`), when the guard is on the port. A client that
+/// reads a [`Binding`] ignores the extra field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingRow {
+    #[serde(flatten)]
+    pub binding: Binding,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+}
+
 /// What one observed message means for the port's binding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Learned {
@@ -337,23 +350,25 @@ fn now_ms() -> u64 {
 }
 
 /// The table as `xdhcp bindings` prints it.
-pub fn render(rows: &[Binding], now_ms: u64) -> String {
+pub fn render(rows: &[BindingRow], now_ms: u64) -> String {
     use std::fmt::Write as _;
     let mut s = format!(
-        "{:<17}  {:<15}  {:<15}  {:<30}  {:<10}  {:>10}\n",
-        "MAC", "IP", "PORT", "POD", "SOURCE", "EXPIRES IN"
+        "{:<17}  {:<15}  {:<15}  {:<8}  {:<30}  {:<10}  {:>10}\n",
+        "MAC", "IP", "PORT", "IDENTITY", "POD", "SOURCE", "EXPIRES IN"
     );
-    for b in rows {
+    for row in rows {
+        let b = &row.binding;
         let expires = b.expires_unix_ms.map_or_else(
             || "never".to_owned(),
             |e| format!("{}s", e.saturating_sub(now_ms) / 1000),
         );
         let _ = writeln!(
             s,
-            "{:<17}  {:<15}  {:<15}  {:<30}  {:<10}  {:>10}",
+            "{:<17}  {:<15}  {:<15}  {:<8}  {:<30}  {:<10}  {:>10}",
             b.mac,
             b.ip,
             b.port.as_deref().unwrap_or("-"),
+            row.identity.as_deref().unwrap_or("-"),
             b.pod.as_deref().unwrap_or("-"),
             b.source.label(),
             expires
@@ -448,11 +463,18 @@ mod tests {
 
     #[test]
     fn table_rendering() {
-        let t = render(
-            &[binding("02:00:00:00:00:01", [192, 0, 2, 5], Some(65_000))],
-            5_000,
-        );
+        let row = |identity: Option<&str>| BindingRow {
+            binding: binding("02:00:00:00:00:01", [192, 0, 2, 5], Some(65_000)),
+            identity: identity.map(str::to_owned),
+        };
+        let t = render(&[row(None), row(Some("both"))], 5_000);
         assert!(t.lines().nth(1).unwrap().contains("192.0.2.5"));
         assert!(t.contains("learned") && t.contains("60s"));
+        assert!(t.lines().nth(2).unwrap().contains(" both "), "{t}");
+        // A client that reads plain bindings reads the rows too.
+        let json = serde_json::to_string(&[row(Some("ovs"))]).unwrap();
+        let plain: Vec<Binding> = serde_json::from_str(&json).unwrap();
+        assert_eq!(plain[0], row(None).binding);
+        assert!(json.contains(r#""identity":"ovs""#), "{json}");
     }
 }

@@ -6,6 +6,15 @@
 //! it detaches them. A pod interface that is not a veth (macvlan, a VF) or
 //! whose peer lives elsewhere is not guarded, and the log says so.
 //!
+//! A port can also be found before its ADD: the daemon reads the workload
+//! ports of the integration bridge from Open vSwitch and hands each port of
+//! a DHCP network here ([`GuardService::protect_found`]) as soon as it is
+//! in the database; it takes it away when the port leaves the database
+//! ([`GuardService::release_found`]). The ADD that follows for the same port
+//! finds the guard on and only sets the network's policy: one attachment,
+//! whichever came first, and each port remembers where its identity came
+//! from ([`Identity`]).
+//!
 //! The attachments are TC filters: they stay on their ports when the agent
 //! stops or is killed (each holds its program and maps), so no port is
 //! bare while the agent restarts; [`GuardService::protect`] is called again
@@ -48,6 +57,49 @@ pub(crate) enum GuardError {
     Task(String),
 }
 
+/// What Open vSwitch says about a workload port (the `external_ids`
+/// OVN-Kubernetes' CNI writes on its Interface), as the daemon hands it
+/// down.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct OvsIdentity {
+    /// `k8s.ovn.org/network`.
+    pub(crate) network: Option<String>,
+    /// `k8s.ovn.org/nad` (`namespace/name`).
+    pub(crate) nad: Option<String>,
+    /// `iface-id-ver`: the pod UID.
+    pub(crate) pod_uid: Option<String>,
+    /// `sandbox`: the sandbox (container) id.
+    pub(crate) sandbox: Option<String>,
+    /// `pod-if-name`: the interface inside the pod.
+    pub(crate) pod_if_name: Option<String>,
+    /// `attached_mac`.
+    pub(crate) mac: Option<[u8; 6]>,
+    /// `vf-netdev-name`, and whether the VF is bound to VFIO.
+    pub(crate) vf_netdev_name: Option<String>,
+    pub(crate) vf_is_vfio: bool,
+}
+
+/// Where a guarded port's identity came from: the CNI ADD, Open vSwitch,
+/// or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// What Open vSwitch says, while the port is in its database.
+    pub(crate) ovs: Option<OvsIdentity>,
+    /// An ADD holds the port (until its DEL).
+    pub(crate) cni: bool,
+}
+
+impl Identity {
+    /// `ovs`, `cni` or `both`, as `xdhcp status` and `xdhcp bindings` say.
+    pub(crate) fn label(&self) -> &'static str {
+        match (self.ovs.is_some(), self.cni) {
+            (true, true) => "both",
+            (true, false) => "ovs",
+            (false, _) => "cni",
+        }
+    }
+}
+
 /// One guarded port.
 #[derive(Debug, Clone)]
 pub(crate) struct GuardedPort {
@@ -55,6 +107,7 @@ pub(crate) struct GuardedPort {
     pub(crate) host_ifname: String,
     pub(crate) ifindex: u32,
     pub(crate) policy: PortPolicy,
+    pub(crate) identity: Identity,
 }
 
 struct Inner {
@@ -63,6 +116,32 @@ struct Inner {
     reader: Option<crate::datapath::ebpf::GuardReader>,
     /// (container id, pod ifname) → its port.
     ports: HashMap<(String, String), GuardedPort>,
+}
+
+impl Inner {
+    /// Takes the guard off `host_ifname`, logging the outcome.
+    fn detach(&mut self, host_ifname: &str) {
+        let target = AttachTarget {
+            ifname: host_ifname.to_owned(),
+            netns: None,
+        };
+        match self.guard.detach(&target) {
+            Ok(()) => info!(port = %host_ifname, "DHCP guard detached"),
+            Err(e) => warn!(port = %host_ifname, error = %crate::rpc::format_chain(&e),
+                "could not detach the DHCP guard"),
+        }
+    }
+}
+
+/// The attachment whose port is on host interface `host_ifname`.
+fn key_of_host(
+    ports: &HashMap<(String, String), GuardedPort>,
+    host_ifname: &str,
+) -> Option<(String, String)> {
+    ports
+        .iter()
+        .find(|(_, p)| p.host_ifname == host_ifname)
+        .map(|(k, _)| k.clone())
 }
 
 /// The guard, or why there is none.
@@ -235,17 +314,9 @@ impl GuardService {
             return Ok(None);
         };
         debug!(lock_wait_us = t1.elapsed().as_micros(), "guard lock");
-        if let Some(port) = inner.ports.get(&key).cloned() {
-            if port.host_ifname == host_ifname {
-                let target = AttachTarget {
-                    ifname: host_ifname,
-                    netns: None,
-                };
-                inner.guard.update(&target, &policy)?;
-                let port = GuardedPort { policy, ..port };
-                inner.ports.insert(key, port.clone());
-                return Ok(Some(port));
-            }
+        if let Some(port) = inner.ports.get(&key).cloned()
+            && port.host_ifname != host_ifname
+        {
             // The pod interface was recreated with another peer.
             let old = AttachTarget {
                 ifname: port.host_ifname,
@@ -256,6 +327,32 @@ impl GuardService {
             }
             inner.ports.remove(&key);
         }
+        // Found in Open vSwitch before this ADD, under the key its
+        // `external_ids` gave (the same one, unless `pod-if-name` was
+        // missing): the guard is on; the ADD takes it over.
+        if !inner.ports.contains_key(&key)
+            && let Some(found) = key_of_host(&inner.ports, &host_ifname)
+            && let Some(port) = inner.ports.remove(&found)
+        {
+            inner.ports.insert(key.clone(), port);
+        }
+        if let Some(port) = inner.ports.get(&key).cloned() {
+            let target = AttachTarget {
+                ifname: host_ifname,
+                netns: None,
+            };
+            inner.guard.update(&target, &policy)?;
+            let port = GuardedPort {
+                policy,
+                identity: Identity {
+                    cni: true,
+                    ..port.identity
+                },
+                ..port
+            };
+            inner.ports.insert(key, port.clone());
+            return Ok(Some(port));
+        }
         let target = AttachTarget {
             ifname: host_ifname.clone(),
             netns: None,
@@ -265,31 +362,188 @@ impl GuardService {
             host_ifname,
             ifindex,
             policy,
+            identity: Identity {
+                ovs: None,
+                cni: true,
+            },
         };
         inner.ports.insert(key, port.clone());
         Ok(Some(port))
     }
 
-    /// Unguards the attachment's port (DEL). Nothing to do is fine.
+    /// Unguards the attachment's port (DEL). Nothing to do is fine. A port
+    /// Open vSwitch still holds stays guarded until it leaves the database
+    /// ([`GuardService::release_found`]).
     pub(crate) fn release(&self, container_id: &str, ifname: &str) {
         let Some(mut inner) = self.lock() else {
             return;
         };
-        let Some(port) = inner
-            .ports
-            .remove(&(container_id.to_owned(), ifname.to_owned()))
-        else {
+        let key = (container_id.to_owned(), ifname.to_owned());
+        let Some(port) = inner.ports.get_mut(&key) else {
             return;
         };
+        if port.identity.ovs.is_some() {
+            // The port stays, a workload's port no ADD holds: a VM's rules
+            // (one client, learning) go with the VM's attachment; the
+            // daemon sets the network's policy again.
+            port.identity.cni = false;
+            let policy = PortPolicy {
+                single_client: None,
+                learn: false,
+                ..port.policy
+            };
+            if policy != port.policy {
+                port.policy = policy;
+                let target = AttachTarget {
+                    ifname: port.host_ifname.clone(),
+                    netns: None,
+                };
+                if let Err(e) = inner.guard.update(&target, &policy) {
+                    warn!(port = %target.ifname, error = %crate::rpc::format_chain(&e),
+                        "could not set a pod's policy on a port its VM left");
+                }
+            }
+            return;
+        }
+        if let Some(port) = inner.ports.remove(&key) {
+            inner.detach(&port.host_ifname);
+        }
+    }
+
+    /// Guards `host_ifname`, a port Open vSwitch holds for a workload of a
+    /// DHCP network, before (or without) any ADD; `key` is the attachment
+    /// its `external_ids` name (sandbox, pod interface). A port already
+    /// guarded (by an ADD, or found before) is not attached again: it only
+    /// gains the OVS identity, and, unless an ADD holds it, `policy`.
+    /// `Ok(None)`: the guard is off. Blocking: attaching takes RTNL.
+    pub(crate) fn protect_found(
+        &self,
+        key: (String, String),
+        host_ifname: &str,
+        policy: PortPolicy,
+        ovs: OvsIdentity,
+    ) -> Result<Option<GuardedPort>, GuardError> {
+        let Some(mut inner) = self.lock() else {
+            return Ok(None);
+        };
+        if let Some(port) = inner.ports.get(&key)
+            && port.host_ifname != host_ifname
+        {
+            // The attachment's port was recreated under another name.
+            let old = port.host_ifname.clone();
+            inner.detach(&old);
+            inner.ports.remove(&key);
+        }
+        if let Some(held) = key_of_host(&inner.ports, host_ifname) {
+            let target = AttachTarget {
+                ifname: host_ifname.to_owned(),
+                netns: None,
+            };
+            let port =
+                inner.ports.get(&held).cloned().ok_or_else(|| {
+                    GuardError::Task("a guarded port vanished under the lock".into())
+                })?;
+            // An ADD's policy is the network's own (and a VM's single
+            // client): it stays.
+            let policy = if port.identity.cni {
+                port.policy
+            } else {
+                policy
+            };
+            if policy != port.policy {
+                inner.guard.update(&target, &policy)?;
+            }
+            let port = GuardedPort {
+                policy,
+                identity: Identity {
+                    ovs: Some(ovs),
+                    cni: port.identity.cni,
+                },
+                ..port
+            };
+            inner.ports.insert(held, port.clone());
+            return Ok(Some(port));
+        }
         let target = AttachTarget {
-            ifname: port.host_ifname.clone(),
+            ifname: host_ifname.to_owned(),
             netns: None,
         };
-        match inner.guard.detach(&target) {
-            Ok(()) => info!(port = %port.host_ifname, "DHCP guard detached"),
-            Err(e) => warn!(port = %port.host_ifname, error = %crate::rpc::format_chain(&e),
-                "could not detach the DHCP guard"),
+        let ifindex = inner.guard.attach(&target, &policy)?;
+        let port = GuardedPort {
+            host_ifname: host_ifname.to_owned(),
+            ifindex,
+            policy,
+            identity: Identity {
+                ovs: Some(ovs),
+                cni: false,
+            },
+        };
+        inner.ports.insert(key, port.clone());
+        Ok(Some(port))
+    }
+
+    /// `host_ifname` left Open vSwitch's database (or its network is no
+    /// DHCP network any more): unguarded, unless an ADD holds it (its DEL
+    /// does that). Nothing to do is fine.
+    pub(crate) fn release_found(&self, host_ifname: &str) {
+        let Some(mut inner) = self.lock() else {
+            return;
+        };
+        let Some(key) = key_of_host(&inner.ports, host_ifname) else {
+            return;
+        };
+        let Some(port) = inner.ports.get_mut(&key) else {
+            return;
+        };
+        port.identity.ovs = None;
+        if port.identity.cni {
+            return;
         }
+        if let Some(port) = inner.ports.remove(&key) {
+            inner.detach(&port.host_ifname);
+        }
+    }
+
+    /// The guarded ports found in Open vSwitch.
+    pub(crate) fn found_ports(&self) -> Vec<GuardedPort> {
+        let Some(inner) = self.lock() else {
+            return Vec::new();
+        };
+        inner
+            .ports
+            .values()
+            .filter(|p| p.identity.ovs.is_some())
+            .cloned()
+            .collect()
+    }
+
+    /// The guarded port on host interface `host_ifname`.
+    pub(crate) fn port_on(&self, host_ifname: &str) -> Option<GuardedPort> {
+        let inner = self.lock()?;
+        inner
+            .ports
+            .values()
+            .find(|p| p.host_ifname == host_ifname)
+            .cloned()
+    }
+
+    /// Every guarded port with its attachment, sorted by host interface.
+    pub(crate) fn ports(&self) -> Vec<((String, String), GuardedPort)> {
+        let Some(inner) = self.lock() else {
+            return Vec::new();
+        };
+        let mut v: Vec<_> = inner
+            .ports
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        v.sort_by(|a, b| a.1.host_ifname.cmp(&b.1.host_ifname));
+        v
+    }
+
+    /// Whether the guard is loaded (else nothing is ever attached).
+    pub(crate) fn is_on(&self) -> bool {
+        self.inner.is_some()
     }
 
     /// Forgets what was learned about `mac` (its attachment is gone); the

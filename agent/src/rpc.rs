@@ -31,8 +31,8 @@ pub use xdhcp_plugin::proto::{
     CniRequest, GcReply, GcRequest, PATH_ADD, PATH_CHECK, PATH_DEL, PATH_GC, PATH_READY, Readiness,
 };
 pub use xdhcp_plugin::views::{
-    AgentStatus, InterfaceStatus, LeaseView, PATH_LEASES, PATH_STATUS, UplinkSourceStatus,
-    UplinkStatus,
+    AgentStatus, GuardedPortStatus, InterfaceStatus, LeaseView, PATH_LEASES, PATH_STATUS,
+    UplinkSourceStatus, UplinkStatus,
 };
 
 /// Tests only: break (`true`) or mend the agent's ring reader.

@@ -205,6 +205,15 @@ pub struct AgentArgs {
         default_value = "/var/run/openvswitch/db.sock"
     )]
     pub ovsdb: PathBuf,
+    /// A network whose workload ports are DHCP ports: every port of it that
+    /// appears on the integration bridge in Open vSwitch (`--ovsdb`) is
+    /// guarded at once, before its ADD and whether or not one comes. Named
+    /// as OVN-Kubernetes names it on the port: the network
+    /// (`k8s.ovn.org/network`, the `name` of its CNI config) or the NAD
+    /// (`k8s.ovn.org/nad`, `NAMESPACE/NAME`). Repeatable. Networks the
+    /// agent has leased on since it started count too (docs/dhcp-guard.md).
+    #[arg(long = "dhcp-network", value_name = "NETWORK")]
+    pub dhcp_networks: Vec<String>,
     /// The DHCP guard on the host end of every workload port the agent
     /// serves (server messages from workloads dropped, client messages
     /// rate-limited, one client per VM port); tuned per network by the

@@ -85,6 +85,10 @@ pub struct AgentStatus {
     /// Where the uplinks come from, and whether that source answers.
     #[serde(default)]
     pub uplink_source: UplinkSourceStatus,
+    /// The workload ports the DHCP guard is on, with where each one's
+    /// identity came from.
+    #[serde(default)]
+    pub guarded_ports: Vec<GuardedPortStatus>,
     /// Agent and kernel counters by name.
     pub counters: BTreeMap<String, u64>,
     /// Embedded mode: the pod-networks annotations written to the local store.
@@ -116,6 +120,37 @@ pub struct UplinkStatus {
     pub bpf_link: Option<u32>,
     /// DHCP replies captured here and delivered to their lease.
     pub replies: u64,
+}
+
+/// One workload port the DHCP guard is on, as `xdhcp status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardedPortStatus {
+    /// The port's host interface (in the agent's namespace).
+    pub port: String,
+    /// Where the port's identity came from: `ovs` (found in the Open
+    /// vSwitch database before, or without, a CNI ADD), `cni` (an ADD), or
+    /// `both`.
+    pub identity: String,
+    /// The attachment: the CNI container (sandbox) id and the interface
+    /// in the pod, as the ADD gave them or OVS names them (`sandbox`,
+    /// `pod-if-name`).
+    pub container_id: String,
+    pub ifname: String,
+    /// From OVS: `k8s.ovn.org/network`, `k8s.ovn.org/nad`, `iface-id-ver`
+    /// (the pod UID), `attached_mac`, `vf-netdev-name`, `vf-is-vfio`.
+    #[serde(default)]
+    pub network: Option<String>,
+    #[serde(default)]
+    pub nad: Option<String>,
+    #[serde(default)]
+    pub pod_uid: Option<String>,
+    #[serde(default)]
+    pub mac: Option<String>,
+    #[serde(default)]
+    pub vf_netdev_name: Option<String>,
+    #[serde(default)]
+    pub vf_is_vfio: bool,
 }
 
 /// Where the agent's uplinks come from, as `xdhcp status` shows it.

@@ -50,6 +50,9 @@ pub struct OvnPod {
     pub iface_id: String,
     /// The pod UID (`external_ids:iface-id-ver`).
     pub uid: String,
+    /// The sandbox id (`external_ids:sandbox`): the CNI container id of
+    /// the pod's ADD.
+    pub sandbox: String,
     _veth: Veth,
 }
 
@@ -394,7 +397,7 @@ impl OvnLab {
             &format!("external_ids:iface-id-ver={uid}"),
             &format!("external_ids:attached_mac=\"{mac_text}\""),
             &format!("external_ids:sandbox={sandbox}"),
-            "external_ids:pod-if-name=net1",
+            &format!("external_ids:pod-if-name={ifname}"),
             &format!("external_ids:\"k8s.ovn.org/network\"={}", Self::NETWORK),
             &format!("external_ids:\"k8s.ovn.org/nad\"=\"{}\"", Self::NAD),
         ]);
@@ -421,9 +424,18 @@ impl OvnLab {
             mac,
             iface_id,
             uid,
+            sandbox,
             _veth: veth,
         });
         &self.pods[n]
+    }
+
+    /// Removes pod `index`'s port from `br-int`, as OVN-Kubernetes' CNI
+    /// does at DEL; its veth stays.
+    #[track_caller]
+    pub fn remove_pod_port(&self, index: usize) {
+        let host_ifname = &self.pods[index].host_ifname;
+        self.vsctl(&["del-port", Self::INTEGRATION_BRIDGE, host_ifname]);
     }
 
     /// Adds a provider bridge for a second physical network, as an

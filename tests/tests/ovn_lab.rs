@@ -97,7 +97,7 @@ fn a_pod_on_the_localnet_leases_from_dnsmasq_behind_the_provider_bridge() {
     assert_eq!(w.attached_mac.map(|m| m.0), Some(mac));
     assert_eq!(w.network.as_deref(), Some(OvnLab::NETWORK));
     assert_eq!(w.nad.as_deref(), Some(OvnLab::NAD));
-    assert_eq!(w.pod_if_name.as_deref(), Some("net1"));
+    assert_eq!(w.pod_if_name.as_deref(), Some(pod.ifname.as_str()));
     // ovn-controller wrote that it wired the port.
     assert!(w.ovn_installed, "{w:#?}");
 }

@@ -1,4 +1,4 @@
-//! Uplinks read from Open vSwitch, in the OVS + OVN node lab
+//! Uplinks and workload ports read from Open vSwitch, in the OVS + OVN node lab
 //! (`xdhcp_tests::OvnLab`: userspace datapath, a localnet logical switch,
 //! provider bridge `br-phys` whose port `eth1` is a veth to the server's
 //! namespace, pods wired as OVN-Kubernetes wires them).
@@ -20,7 +20,14 @@
 //! - a bridge mapping added at run time is attached within a second
 //!   (measured and printed), and detached when the mapping goes;
 //! - with no database at `--ovsdb`, or one that never answers, the agent
-//!   runs without uplinks (a pod leases on its own path) and says why.
+//!   runs without uplinks (a pod leases on its own path) and says why;
+//! - a pod's port of a DHCP network is guarded as soon as it is on `br-int`,
+//!   before any ADD (the ADD then finds the guard on: one attachment, its
+//!   identity from both OVS and the CNI), and the guard comes off a port
+//!   no ADD holds when the port leaves `br-int`; a network becomes a DHCP
+//!   network by `--dhcp-network`, or by the agent's first lease on it.
+//!   (What is asserted is the attachment: under the userspace datapath
+//!   `ovs-vswitchd` reads a pod's frames before TC ingress.)
 //!
 //! Checksum offload is off on every lab veth (`OvnLab`, and
 //! `OvnLab::add_provider_bridge` for the added one). Needs root; fails,
@@ -65,6 +72,12 @@ fn agent(node: &NetNs, ovsdb: &Path, extra: &[&str]) -> NodeAgent {
 /// the `dhcp` plugin, the config OVN-Kubernetes writes (with the agent's
 /// socket as `daemonSocketPath`), an empty `CNI_ARGS`.
 fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
+    ovnk_call(cni, agent, pod, "ADD")
+}
+
+/// The plugin called as ovnkube-node calls it, for `command`: the
+/// container id is the pod's sandbox id, as on its `br-int` port.
+fn ovnk_call(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, command: &str) -> PluginOutput {
     let config = format!(
         r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
         agent.socket.display(),
@@ -73,8 +86,8 @@ fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
     PluginCall {
         plugin: &cni.plugin("dhcp"),
         node_ns: None,
-        command: "ADD",
-        container_id: "5a4db0c00eeee",
+        command,
+        container_id: &pod.sandbox,
         netns: Some(pod.ns.path()),
         ifname: &pod.ifname,
         cni_path: cni.dir.path(),
@@ -424,4 +437,202 @@ fn a_lease_on_an_uplink_that_is_unmapped_falls_back_and_returns() {
         agent.leases(),
         agent.log()
     );
+}
+
+/// What the guard has on `ifname` (in `ns`), at TC ingress or XDP: empty
+/// when nothing.
+fn guard_programs(ns: &NetNs, ifname: &str) -> String {
+    let mut out = ns.exec(&["tc", "filter", "show", "dev", ifname, "ingress"]);
+    if attached_xdp(ns, ifname) {
+        out.push_str("xdp");
+    }
+    out.trim().to_owned()
+}
+
+/// The guarded port `port` as `xdhcp status` shows it.
+fn guarded(agent: &NodeAgent, port: &str) -> Option<xdhcp::rpc::GuardedPortStatus> {
+    agent
+        .try_status()?
+        .guarded_ports
+        .into_iter()
+        .find(|p| p.port == port)
+}
+
+/// Waits until `port` is guarded with identity `identity`.
+#[track_caller]
+fn wait_guarded(
+    agent: &NodeAgent,
+    port: &str,
+    identity: &str,
+    within: Duration,
+) -> xdhcp::rpc::GuardedPortStatus {
+    let mut found = None;
+    wait_until(within, || {
+        found = guarded(agent, port).filter(|p| p.identity == identity);
+        found.is_some()
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "{port} not guarded ({identity}) in {within:?}: {:?}\n{}",
+            agent.try_status().map(|s| s.guarded_ports),
+            agent.log()
+        )
+    })
+}
+
+/// `xdhcp bindings --json`, as JSON values (with the identity column).
+fn bindings(agent: &NodeAgent) -> Vec<serde_json::Value> {
+    serde_json::from_str(&agent.cli("bindings").expect("xdhcp bindings")).expect("bindings JSON")
+}
+
+#[test]
+fn a_port_appearing_in_ovs_is_guarded_before_its_add() {
+    let cni = CniPath::new();
+    let mut lab = OvnLab::start();
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            interface: OvnLab::SERVER_IF.to_owned(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let agent = agent(
+        &lab.node,
+        &lab.db_socket(),
+        &["--dhcp-network", OvnLab::NETWORK],
+    );
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    assert!(agent.status().guarded_ports.is_empty());
+
+    // (a) The pod's port appears on br-int (add_pod returns once
+    // ovn-controller has wired it): guarded, its identity from OVS, before
+    // any ADD.
+    let t0 = Instant::now();
+    let pod = lab.add_pod("pod1", parse_mac("0a:58:c0:00:02:05").unwrap());
+    let (host, mac, uid, sandbox) = (
+        pod.host_ifname.clone(),
+        pod.mac,
+        pod.uid.clone(),
+        pod.sandbox.clone(),
+    );
+    let p = wait_guarded(&agent, &host, "ovs", Duration::from_secs(5));
+    report(
+        "port on br-int -> guarded (includes ovn-controller's wiring)",
+        t0.elapsed(),
+    );
+    assert_eq!(p.network.as_deref(), Some(OvnLab::NETWORK), "{p:?}");
+    assert_eq!(p.nad.as_deref(), Some(OvnLab::NAD), "{p:?}");
+    assert_eq!(p.pod_uid.as_deref(), Some(uid.as_str()), "{p:?}");
+    assert_eq!(p.mac, Some(xdhcp_tests::format_mac(mac)), "{p:?}");
+    assert_eq!(
+        (p.container_id.as_str(), p.ifname.as_str()),
+        (sandbox.as_str(), "eth0")
+    );
+    let before_add = guard_programs(&lab.node, &host);
+    assert!(!before_add.is_empty(), "nothing attached on {host}");
+    assert!(agent.leases().is_empty());
+
+    // (b) The ADD finds the guard on: the same attachment, now held by the
+    // CNI too; one guarded port.
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    let p = wait_guarded(&agent, &host, "both", Duration::from_secs(2));
+    assert_eq!(p.container_id, sandbox, "{p:?}");
+    assert_eq!(agent.status().guarded_ports.len(), 1);
+    assert_eq!(
+        guard_programs(&lab.node, &host),
+        before_add,
+        "attached again"
+    );
+    assert!(
+        !agent.log().contains("could not put the DHCP guard"),
+        "{}",
+        agent.log()
+    );
+    let rows = bindings(&agent);
+    let row = rows
+        .iter()
+        .find(|r| r["mac"] == xdhcp_tests::format_mac(mac))
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    assert_eq!(row["port"], host.as_str(), "{row}");
+    assert_eq!(row["identity"], "both", "{row}");
+    let table = agent_table(&agent, "bindings");
+    assert!(
+        table.contains("IDENTITY") && table.contains(" both "),
+        "{table}"
+    );
+
+    // (c) The port leaves br-int while the ADD holds it: still guarded (its
+    // DEL lets go), its identity now the CNI's alone.
+    lab.remove_pod_port(0);
+    wait_guarded(&agent, &host, "cni", Duration::from_secs(2));
+    assert_eq!(guard_programs(&lab.node, &host), before_add);
+
+    // (d) A port no ADD ever names: guarded while it is on br-int, and
+    // unguarded when it leaves (its veth stays).
+    let pod2 = lab.add_pod("pod2", parse_mac("0a:58:c0:00:02:06").unwrap());
+    let host2 = pod2.host_ifname.clone();
+    wait_guarded(&agent, &host2, "ovs", Duration::from_secs(5));
+    assert!(!guard_programs(&lab.node, &host2).is_empty());
+    let t0 = Instant::now();
+    lab.remove_pod_port(1);
+    assert!(
+        wait_until(Duration::from_secs(3), || guarded(&agent, &host2).is_none()
+            && guard_programs(&lab.node, &host2).is_empty()),
+        "{:?}\n{}",
+        agent.try_status().map(|s| s.guarded_ports),
+        agent.log()
+    );
+    report("port removed from br-int -> guard detached", t0.elapsed());
+    let status_text = agent_table(&agent, "status");
+    assert!(status_text.contains("guarded ports"), "{status_text}");
+    assert!(status_text.contains(&host), "{status_text}");
+}
+
+#[test]
+fn a_network_is_a_dhcp_network_once_the_agent_leases_on_it() {
+    let cni = CniPath::new();
+    let (mut lab, dnsmasq) = lab_with_pod();
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    let host = lab.pods()[0].host_ifname.clone();
+    // No --dhcp-network and no lease yet: the port is nobody's business.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        guarded(&agent, &host).is_none(),
+        "{:?}",
+        agent.status().guarded_ports
+    );
+    assert!(guard_programs(&lab.node, &host).is_empty());
+
+    // The first ADD guards its own port, and makes the network a DHCP
+    // network: the next port of it is guarded before any ADD.
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    wait_guarded(&agent, &host, "both", Duration::from_secs(3));
+    let pod2 = lab.add_pod("pod2", parse_mac("0a:58:c0:00:02:06").unwrap());
+    let host2 = pod2.host_ifname.clone();
+    let p = wait_guarded(&agent, &host2, "ovs", Duration::from_secs(5));
+    assert_eq!(p.network.as_deref(), Some(OvnLab::NETWORK), "{p:?}");
+    assert!(!guard_programs(&lab.node, &host2).is_empty());
+
+    // The DEL of the first lets its port go back to OVS's identity alone:
+    // still on br-int, still guarded.
+    let r = ovnk_call(&cni, &agent, &lab.pods()[0], "DEL");
+    assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
+    wait_guarded(&agent, &host, "ovs", Duration::from_secs(2));
+}
+
+/// `xdhcp CMD` as an operator reads it (the table, not JSON).
+fn agent_table(agent: &NodeAgent, cmd: &str) -> String {
+    let out = std::process::Command::new(agent_support::xdhcp_bin())
+        .args([cmd, "--socket"])
+        .arg(&agent.socket)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("run the xdhcp cli");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

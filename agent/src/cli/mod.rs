@@ -151,7 +151,7 @@ pub fn leases_text(a: &ClientArgs) -> anyhow::Result<String> {
 
 /// `xdhcp bindings`: ask the agent, render the table (or JSON).
 pub fn bindings_text(a: &ClientArgs) -> anyhow::Result<String> {
-    let rows: Vec<crate::bindings::Binding> = ask(a, crate::bindings::PATH_BINDINGS)?;
+    let rows: Vec<crate::bindings::BindingRow> = ask(a, crate::bindings::PATH_BINDINGS)?;
     if a.json {
         Ok(serde_json::to_string_pretty(&rows)? + "\n")
     } else {
@@ -238,6 +238,21 @@ pub fn render_status(s: &AgentStatus) -> String {
                 u.state,
                 u.mode.as_deref().unwrap_or("-"),
                 u.replies
+            );
+        }
+    }
+    if !s.guarded_ports.is_empty() {
+        out.push_str("guarded ports (identity from):\n");
+        for p in &s.guarded_ports {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<5} {:<12} {:<6} {:<24} {}",
+                p.port,
+                p.identity,
+                short_id(&p.container_id),
+                if p.ifname.is_empty() { "-" } else { &p.ifname },
+                p.network.as_deref().unwrap_or("-"),
+                p.pod_uid.as_deref().unwrap_or("-"),
             );
         }
     }

@@ -10,6 +10,7 @@
 //! - `add` / `vm` / `acquire`: the CNI operations;
 //! - `recover`: resuming persisted leases at start;
 //! - `uplinks`: without `--uplink`, the uplinks read from Open vSwitch;
+//! - `workloads`: the guard on the workload ports read from Open vSwitch;
 //! - `server` / `status`: the agent socket.
 //!
 //! One [`CancellationToken`] fans out to every task. SIGTERM/SIGINT persist
@@ -20,6 +21,7 @@ mod recover;
 mod server;
 mod status;
 mod uplinks;
+mod workloads;
 
 use std::future::Future;
 use std::io;
@@ -234,13 +236,7 @@ async fn run_on(
     if let Some(started) = started {
         capture.spawn(started, &mut side, &token);
     }
-    // Without --uplink, the uplinks are Open vSwitch's: wait a little for
-    // the first view, so persisted leases resume on their uplink.
-    if agent.args.uplinks.is_empty() {
-        let (first, heard) = tokio::sync::oneshot::channel();
-        side.spawn(uplinks::follow_ovs(agent.clone(), token.clone(), first));
-        let _ = tokio::time::timeout(uplinks::FIRST_VIEW_WAIT, heard).await;
-    }
+    follow_node_ovs(&agent, &mut side, &token).await;
     health.set_datapath_ready();
     side.spawn(flush_stores(agent.clone(), token.clone()));
     side.spawn(status::export_metrics(agent.clone(), token.clone()));
@@ -288,6 +284,30 @@ async fn run_on(
     }
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
+}
+
+/// Follow the node's Open vSwitch (`--ovsdb`): its workload ports are
+/// guarded from the moment they appear; without `--uplink`, the uplinks
+/// are its too, and start-up waits a little for the first view, so
+/// persisted leases resume on their uplink.
+async fn follow_node_ovs(agent: &Arc<Agent>, side: &mut JoinSet<()>, token: &CancellationToken) {
+    let ovs =
+        xdhcp_ovsdb::NodeWatch::spawn(&agent.args.ovsdb, xdhcp_ovsdb::WatchOptions::default());
+    side.spawn(workloads::follow_ports(
+        agent.clone(),
+        ovs.clone(),
+        token.clone(),
+    ));
+    if agent.args.uplinks.is_empty() {
+        let (first, heard) = tokio::sync::oneshot::channel();
+        side.spawn(uplinks::follow_ovs(
+            agent.clone(),
+            ovs,
+            token.clone(),
+            first,
+        ));
+        let _ = tokio::time::timeout(uplinks::FIRST_VIEW_WAIT, heard).await;
+    }
 }
 
 /// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until `token` is

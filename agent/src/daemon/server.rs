@@ -224,8 +224,8 @@ async fn reader_fault(
     Json(serde_json::json!({}))
 }
 
-async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::Binding>> {
-    Json(crate::daemon::status::bindings(&a))
+async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::BindingRow>> {
+    Json(crate::daemon::status::binding_rows(&a))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::datapath::capture::CapturePath;
 use crate::datapath::ebpf::AttachTarget;
 use crate::kube::PodApi;
 use crate::ops::context::Agent;
-use crate::rpc::{AgentStatus, InterfaceStatus, LeaseView};
+use crate::rpc::{AgentStatus, GuardedPortStatus, InterfaceStatus, LeaseView};
 use crate::sys::sync::lock;
 
 /// The `xdhcp leases` rows, sorted by attachment.
@@ -87,6 +87,7 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         leases: agent.leases.len(),
         interfaces: interfaces(agent),
         uplinks: agent.capture().uplink_status(),
+        guarded_ports: guarded_ports(agent),
         uplink_source: agent
             .uplink_source
             .lock()
@@ -95,6 +96,46 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         counters: counters(agent),
         annotations,
     }
+}
+
+/// The ports the guard is on, and where each one's identity came from.
+fn guarded_ports(agent: &Agent) -> Vec<GuardedPortStatus> {
+    agent
+        .guard
+        .ports()
+        .into_iter()
+        .map(|((container_id, ifname), p)| {
+            let ovs = p.identity.ovs.clone().unwrap_or_default();
+            GuardedPortStatus {
+                port: p.host_ifname.clone(),
+                identity: p.identity.label().to_owned(),
+                container_id,
+                ifname,
+                network: ovs.network,
+                nad: ovs.nad,
+                pod_uid: ovs.pod_uid,
+                mac: ovs.mac.map(crate::bindings::format_mac),
+                vf_netdev_name: ovs.vf_netdev_name,
+                vf_is_vfio: ovs.vf_is_vfio,
+            }
+        })
+        .collect()
+}
+
+/// The `xdhcp bindings` rows: [`bindings`], each with where its port's
+/// identity came from (`ovs`, `cni`, `both`) when the guard is on it.
+pub(crate) fn binding_rows(agent: &Agent) -> Vec<crate::bindings::BindingRow> {
+    bindings(agent)
+        .into_iter()
+        .map(|binding| crate::bindings::BindingRow {
+            identity: binding
+                .port
+                .as_deref()
+                .and_then(|port| agent.guard.port_on(port))
+                .map(|p| p.identity.label().to_owned()),
+            binding,
+        })
+        .collect()
 }
 
 /// The binding table: every lease the agent holds (pods and VMs' one-shot

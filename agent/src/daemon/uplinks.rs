@@ -1,6 +1,7 @@
 //! Where the node uplinks come from: the `--uplink` flags, or, without
 //! them, Open vSwitch. The follower here reads the node's `Open_vSwitch`
-//! database (`--ovsdb`) with [`xdhcp_ovsdb::NodeWatch`] and hands the
+//! database (`--ovsdb`) through the daemon's [`xdhcp_ovsdb::NodeWatch`]
+//! (shared with the workload ports' follower, `workloads.rs`) and hands the
 //! capture actor the uplinks of every `ovn-bridge-mappings` entry each time
 //! the view changes (a mapping, a bridge or a port added, removed or
 //! renamed): [`Capture::set_uplinks`] attaches the new and detaches the
@@ -24,9 +25,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-use xdhcp_ovsdb::{
-    Datapath as OvsDatapath, NodeState, NodeView, NodeWatch, UplinkKind, WatchOptions,
-};
+use xdhcp_ovsdb::{Datapath as OvsDatapath, NodeState, NodeView, UplinkKind};
 
 use crate::datapath::AttachMode;
 use crate::datapath::capture::{UplinkSource, UplinkSpec};
@@ -61,11 +60,10 @@ pub(super) const FIRST_VIEW_WAIT: Duration = Duration::from_secs(2);
 /// is told once the first view is applied or the database is found absent.
 pub(super) async fn follow_ovs(
     agent: Arc<Agent>,
+    mut rx: watch::Receiver<NodeState>,
     token: CancellationToken,
     first: oneshot::Sender<()>,
 ) {
-    let socket = agent.args.ovsdb.clone();
-    let mut rx = NodeWatch::spawn(&socket, WatchOptions::default());
     let mut follower = Follower {
         agent,
         first: Some(first),

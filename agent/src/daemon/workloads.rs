@@ -1,0 +1,391 @@
+//! The workload ports of the integration bridge, read from Open vSwitch:
+//! the guard goes on a port of a DHCP network as soon as the port is in the
+//! database — before the CNI ADD reaches the agent, and whether or not one
+//! ever does (a VM whose DHCP is OVN-Kubernetes' own, an ADD that never
+//! comes) — and comes off when the port leaves it.
+//!
+//! OVN-Kubernetes' CNI adds each pod's host-side port to `br-int` with the
+//! pod's identity in the Interface's `external_ids` (`iface-id-ver`: the
+//! pod UID, `sandbox`, `attached_mac`, `pod-if-name`, `k8s.ovn.org/network`,
+//! `k8s.ovn.org/nad`, for SR-IOV `vf-netdev-name` / `vf-is-vfio`) before it
+//! calls the IPAM plugin. The follower here keeps that table from the
+//! [`xdhcp_ovsdb::NodeWatch`] view and hands the guard plain data
+//! ([`GuardService::protect_found`]); the ADD that follows finds the guard
+//! on and only sets its network's policy.
+//!
+//! A DHCP network is one named by `--dhcp-network` (the network or the NAD,
+//! as the port names them), or one the agent has leased on since it
+//! started (the leases it holds, including those it resumed): its first
+//! pod on a node is guarded at its ADD, every later port from the moment
+//! it appears. A port of any other network is left alone: a DHCP server
+//! pod on a network xdhcp does not serve is none of the agent's business.
+//!
+//! The policy of a port found this way is its network's `ipam.dhcpGuard`
+//! as the network's latest lease carried it, else the defaults; an ADD's
+//! own (a VM's single client among it) wins once it comes. While the
+//! database is away the ports last read stay guarded.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use xdhcp_ovsdb::{NodeState, WorkloadPort};
+
+use crate::cni::config::DhcpGuardSpec;
+use crate::datapath::ebpf::PortPolicy;
+use crate::guard::{GuardService, GuardedPort, OvsIdentity, port_policy};
+use crate::ops::context::Agent;
+use crate::sys::sync::lock;
+
+/// How often the follower looks again without a database change: a network
+/// becomes a DHCP network when a lease on it starts, which the database
+/// does not say.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Which networks are DHCP networks, and with what guard settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct DhcpNetworks {
+    /// `--dhcp-network`: network names or NAD keys.
+    named: BTreeSet<String>,
+    /// Networks leased on since start, with the `ipam.dhcpGuard` of the
+    /// latest lease seen on each.
+    served: BTreeMap<String, DhcpGuardSpec>,
+}
+
+impl DhcpNetworks {
+    pub(super) fn named(names: &[String]) -> Self {
+        Self {
+            named: names.iter().cloned().collect(),
+            served: BTreeMap::new(),
+        }
+    }
+
+    /// Network `name` is leased on, with `spec`.
+    pub(super) fn served(&mut self, name: &str, spec: DhcpGuardSpec) {
+        self.served.insert(name.to_owned(), spec);
+    }
+
+    /// The guard settings of `port`'s network, or `None` when it is no
+    /// DHCP network (the default network's ports name none).
+    fn spec_for(&self, port: &WorkloadPort) -> Option<DhcpGuardSpec> {
+        let network = port.network.as_deref();
+        if let Some(spec) = network.and_then(|n| self.served.get(n)) {
+            return Some(*spec);
+        }
+        let named = |v: Option<&str>| v.is_some_and(|v| self.named.contains(v));
+        (named(network) || named(port.nad.as_deref())).then(DhcpGuardSpec::default)
+    }
+}
+
+/// A port the guard is to be on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Wanted {
+    pub(super) host_ifname: String,
+    /// The attachment its `external_ids` name: (sandbox, pod interface).
+    pub(super) key: (String, String),
+    pub(super) policy: PortPolicy,
+    pub(super) ovs: OvsIdentity,
+}
+
+/// What to change so that the guard holds exactly the DHCP ports of the
+/// view (among those it found in OVS).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Plan {
+    /// Ports to guard, or whose OVS identity or policy changed.
+    pub(super) guard: Vec<Wanted>,
+    /// Host interfaces to let go of (gone from the view, or no longer of a
+    /// DHCP network).
+    pub(super) release: Vec<String>,
+}
+
+impl Plan {
+    fn is_empty(&self) -> bool {
+        self.guard.is_empty() && self.release.is_empty()
+    }
+}
+
+/// What OVS says about `port`, as the guard keeps it.
+fn identity_of(port: &WorkloadPort) -> OvsIdentity {
+    OvsIdentity {
+        network: port.network.clone(),
+        nad: port.nad.clone(),
+        pod_uid: port.pod_uid.clone(),
+        sandbox: port.sandbox.clone(),
+        pod_if_name: port.pod_if_name.clone(),
+        mac: port.attached_mac.map(|m| m.0),
+        vf_netdev_name: port.vf_netdev_name.clone(),
+        vf_is_vfio: port.vf_is_vfio,
+    }
+}
+
+/// The ports of `ports` the guard should be on: those of a DHCP network.
+pub(super) fn wanted(ports: &[WorkloadPort], nets: &DhcpNetworks) -> Vec<Wanted> {
+    ports
+        .iter()
+        .filter_map(|p| {
+            let spec = nets.spec_for(p)?;
+            let ovs = identity_of(p);
+            Some(Wanted {
+                host_ifname: p.ifname.clone(),
+                key: (
+                    ovs.sandbox.clone().unwrap_or_default(),
+                    ovs.pod_if_name.clone().unwrap_or_default(),
+                ),
+                policy: port_policy(&spec, None),
+                ovs,
+            })
+        })
+        .collect()
+}
+
+/// The step from `held` (the guarded ports the guard found in OVS) to
+/// `wanted`. A port an ADD holds keeps the ADD's policy, so only its OVS
+/// identity is compared.
+pub(super) fn plan(wanted: &[Wanted], held: &[GuardedPort]) -> Plan {
+    let by_port: HashMap<&str, &GuardedPort> =
+        held.iter().map(|h| (h.host_ifname.as_str(), h)).collect();
+    let wanted_ports: HashSet<&str> = wanted.iter().map(|w| w.host_ifname.as_str()).collect();
+    let mut out = Plan::default();
+    for w in wanted {
+        let same = by_port.get(w.host_ifname.as_str()).is_some_and(|h| {
+            h.identity.ovs.as_ref() == Some(&w.ovs) && (h.identity.cni || h.policy == w.policy)
+        });
+        if !same {
+            out.guard.push(w.clone());
+        }
+    }
+    for h in held {
+        if !wanted_ports.contains(h.host_ifname.as_str()) {
+            out.release.push(h.host_ifname.clone());
+        }
+    }
+    out
+}
+
+/// Follow the workload ports of `rx` until `token` is cancelled. Nothing to
+/// do without the guard; the task then only waits.
+pub(super) async fn follow_ports(
+    agent: Arc<Agent>,
+    mut rx: watch::Receiver<NodeState>,
+    token: CancellationToken,
+) {
+    if !agent.guard.is_on() {
+        token.cancelled().await;
+        return;
+    }
+    let mut follower = Follower {
+        nets: DhcpNetworks::named(&agent.args.dhcp_networks),
+        agent,
+        ports: None,
+        failed: BTreeMap::new(),
+    };
+    let mut tick = tokio::time::interval(RECHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut open = true;
+    loop {
+        if let NodeState::Ready(view) = &*rx.borrow_and_update() {
+            follower.ports = Some(view.workloads.clone());
+        }
+        follower.pass().await;
+        tokio::select! {
+            () = token.cancelled() => return,
+            r = rx.changed(), if open => open = r.is_ok(),
+            _ = tick.tick() => {}
+        }
+    }
+}
+
+struct Follower {
+    agent: Arc<Agent>,
+    nets: DhcpNetworks,
+    /// The workload ports last read; `None` until a view is read.
+    ports: Option<Vec<WorkloadPort>>,
+    /// Ports the guard could not take, with the error last logged (each
+    /// logged once, retried every pass).
+    failed: BTreeMap<String, String>,
+}
+
+impl Follower {
+    async fn pass(&mut self) {
+        self.note_served();
+        let Some(ports) = &self.ports else {
+            return;
+        };
+        let wanted = wanted(ports, &self.nets);
+        let plan = plan(&wanted, &self.agent.guard.found_ports());
+        if plan.is_empty() {
+            return;
+        }
+        let guard = self.agent.guard.clone();
+        // Attaching takes RTNL: on a blocking thread.
+        let outcome = tokio::task::spawn_blocking(move || apply(&guard, plan)).await;
+        let Ok(outcome) = outcome else {
+            warn!("the guard's attach task for OVS ports failed");
+            return;
+        };
+        self.failed
+            .retain(|port, _| outcome.iter().any(|(p, _)| p == port));
+        for (port, error) in outcome {
+            if self.failed.get(&port) != Some(&error) {
+                self.agent.metrics().failure("dhcp_guard");
+                warn!(%port, %error, "could not put the DHCP guard on a port found in Open vSwitch; retrying");
+                self.failed.insert(port, error);
+            }
+        }
+    }
+
+    /// Every network a lease is held on is a DHCP network from now on.
+    fn note_served(&mut self) {
+        for h in self.agent.leases.all() {
+            let l = lock(&h.live);
+            let cfg = &l.record.config;
+            self.nets.served(&cfg.name, cfg.ipam.dhcp_guard);
+        }
+    }
+}
+
+/// Carries `plan` out; the ports that failed, with why.
+fn apply(guard: &GuardService, plan: Plan) -> Vec<(String, String)> {
+    for port in &plan.release {
+        guard.release_found(port);
+        info!(%port, "the port left Open vSwitch (or its network is no DHCP network): no longer guarded for it");
+    }
+    let mut failed = Vec::new();
+    for w in plan.guard {
+        let held = guard.port_on(&w.host_ifname).is_some();
+        match guard.protect_found(w.key, &w.host_ifname, w.policy, w.ovs.clone()) {
+            Ok(Some(p)) if !held => info!(port = %w.host_ifname,
+                network = w.ovs.network.as_deref().unwrap_or("-"),
+                pod_uid = w.ovs.pod_uid.as_deref().unwrap_or("-"),
+                policy = ?p.policy, "DHCP guard on a port found in Open vSwitch"),
+            Ok(_) => {}
+            Err(e) => failed.push((w.host_ifname, crate::rpc::format_chain(&e))),
+        }
+    }
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::Identity;
+
+    fn port(ifname: &str, network: Option<&str>, nad: Option<&str>) -> WorkloadPort {
+        WorkloadPort {
+            ifname: ifname.to_owned(),
+            iface_id: format!("ns.nad_ns_{ifname}"),
+            pod_uid: Some(format!("uid-{ifname}")),
+            sandbox: Some(format!("sandbox-{ifname}")),
+            attached_mac: Some(xdhcp_ovsdb::Mac([0x0a, 0x58, 0, 0, 0, 1])),
+            pod_if_name: Some("net1".to_owned()),
+            network: network.map(str::to_owned),
+            nad: nad.map(str::to_owned),
+            vf_netdev_name: None,
+            vf_is_vfio: false,
+            ovn_installed: true,
+        }
+    }
+
+    fn held(w: &Wanted, cni: bool) -> GuardedPort {
+        GuardedPort {
+            host_ifname: w.host_ifname.clone(),
+            ifindex: 7,
+            policy: w.policy,
+            identity: Identity {
+                ovs: Some(w.ovs.clone()),
+                cni,
+            },
+        }
+    }
+
+    #[test]
+    fn only_ports_of_dhcp_networks_are_wanted_by_network_or_nad() {
+        let ports = [
+            port("a_3", Some("ns_dhcp"), Some("ns/dhcp")),
+            port("b_4", Some("ns_static"), Some("ns/static")),
+            // The default network: no network named on the port.
+            port("c", None, None),
+            port("d_5", Some("ns_other"), Some("ns/by-nad")),
+        ];
+        let nets = DhcpNetworks::named(&["ns_dhcp".to_owned(), "ns/by-nad".to_owned()]);
+        let w = wanted(&ports, &nets);
+        let names: Vec<_> = w.iter().map(|w| w.host_ifname.as_str()).collect();
+        assert_eq!(names, ["a_3", "d_5"]);
+        assert_eq!(w[0].key, ("sandbox-a_3".to_owned(), "net1".to_owned()));
+        assert_eq!(w[0].ovs.pod_uid.as_deref(), Some("uid-a_3"));
+        assert_eq!(w[0].ovs.mac, Some([0x0a, 0x58, 0, 0, 0, 1]));
+        assert_eq!(w[0].policy, port_policy(&DhcpGuardSpec::default(), None));
+        // No network named at all: nothing is wanted.
+        assert!(wanted(&ports, &DhcpNetworks::default()).is_empty());
+    }
+
+    #[test]
+    fn a_network_leased_on_becomes_a_dhcp_network_with_its_lease_s_guard_settings() {
+        let ports = [port("a_3", Some("ns_dhcp"), Some("ns/dhcp"))];
+        let mut nets = DhcpNetworks::default();
+        assert!(wanted(&ports, &nets).is_empty());
+        let spec = DhcpGuardSpec {
+            trusted: false,
+            rate: 3,
+            burst: 4,
+        };
+        nets.served("ns_dhcp", spec);
+        let w = wanted(&ports, &nets);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].policy, port_policy(&spec, None));
+    }
+
+    #[test]
+    fn the_plan_guards_new_ports_releases_gone_ones_and_leaves_the_rest() {
+        let nets = DhcpNetworks::named(&["n".to_owned()]);
+        let a = port("a_3", Some("n"), None);
+        let b = port("b_4", Some("n"), None);
+        let w = wanted(&[a.clone(), b], &nets);
+        // Nothing held: both guarded.
+        let p = plan(&w, &[]);
+        assert_eq!(p.guard, w);
+        assert!(p.release.is_empty());
+        // Both held as wanted: nothing to do.
+        let both = [held(&w[0], false), held(&w[1], false)];
+        assert!(plan(&w, &both).is_empty());
+        // b left the database: released; a stays.
+        let only_a = wanted(&[a], &nets);
+        let p = plan(&only_a, &both);
+        assert!(p.guard.is_empty());
+        assert_eq!(p.release, ["b_4"]);
+    }
+
+    #[test]
+    fn a_changed_identity_or_policy_is_handed_again_but_an_add_s_policy_stays() {
+        let nets = DhcpNetworks::named(&["n".to_owned()]);
+        let w = wanted(&[port("a_3", Some("n"), None)], &nets);
+        // The pod UID changed on the same port (a new pod, same name).
+        let mut old = held(&w[0], false);
+        old.identity.ovs.as_mut().unwrap().pod_uid = Some("uid-old".into());
+        assert_eq!(plan(&w, &[old]).guard, w);
+        // Another policy, no ADD: the network's policy is set.
+        let mut other = held(&w[0], false);
+        other.policy.rate += 1;
+        assert_eq!(plan(&w, &[other.clone()]).guard, w);
+        // An ADD holds it: its policy wins, nothing to do.
+        other.identity.cni = true;
+        assert!(plan(&w, &[other]).is_empty());
+    }
+
+    #[test]
+    fn a_port_whose_network_stops_being_named_is_released() {
+        let a = port("a_3", Some("n"), None);
+        let w = wanted(
+            std::slice::from_ref(&a),
+            &DhcpNetworks::named(&["n".to_owned()]),
+        );
+        let p = plan(
+            &wanted(&[a], &DhcpNetworks::default()),
+            &[held(&w[0], true)],
+        );
+        assert_eq!(p.release, ["a_3"]);
+    }
+}
