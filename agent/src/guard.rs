@@ -163,16 +163,21 @@ impl std::fmt::Debug for GuardService {
 }
 
 /// The kernel policy of a port: the network's `ipam.dhcpGuard`, plus the
-/// single-client rule on a VM's port.
-pub(crate) fn port_policy(spec: &DhcpGuardSpec, vm_mac: Option<[u8; 6]>) -> PortPolicy {
+/// single-client rule on the workload's MAC when it is known (a pod
+/// interface's MAC, a VM's MAC; for a port found in Open vSwitch, its
+/// `attached_mac`): one workload sends DHCP in one client's name only, so
+/// it cannot release, decline or take addresses in a neighbour's name or
+/// drain the pool with made-up MACs. The agent's own exchanges for a pod
+/// leave through the pod's interface with that MAC (or through an uplink,
+/// past no guard). `vm`: the port is a VM's, whose guest runs its own DHCP
+/// client after the one-shot discovery: its exchanges are learned.
+pub(crate) fn port_policy(spec: &DhcpGuardSpec, mac: Option<[u8; 6]>, vm: bool) -> PortPolicy {
     PortPolicy {
         trusted: spec.trusted,
         rate: spec.rate,
         burst: spec.burst,
-        single_client: vm_mac,
-        // A VM's guest runs its own DHCP client after the one-shot
-        // discovery: follow what it is given.
-        learn: vm_mac.is_some(),
+        single_client: mac,
+        learn: vm && mac.is_some(),
     }
 }
 
@@ -383,12 +388,13 @@ impl GuardService {
             return;
         };
         if port.identity.ovs.is_some() {
-            // The port stays, a workload's port no ADD holds: a VM's rules
-            // (one client, learning) go with the VM's attachment; the
-            // daemon sets the network's policy again.
+            // The port stays, a workload's port no ADD holds: a VM's
+            // learning goes with the VM's attachment; the one client left
+            // is the MAC Open vSwitch names (the daemon sets the network's
+            // policy again).
             port.identity.cni = false;
             let policy = PortPolicy {
-                single_client: None,
+                single_client: port.identity.ovs.as_ref().and_then(|o| o.mac),
                 learn: false,
                 ..port.policy
             };

@@ -119,7 +119,7 @@ struct BindingLabel {
 
 /// One guarded port's figures: host-side name, client messages passed,
 /// drops by reason.
-pub(crate) type GuardPortFigures = (String, u64, [(&'static str, u64); 4]);
+pub(crate) type GuardPortFigures = (String, u64, [(&'static str, u64); 5]);
 
 /// The attach modes an uplink's `uplink_attached` series cover.
 const ATTACH_MODES: [&str; 3] = ["tc", "xdp-native", "xdp-generic"];

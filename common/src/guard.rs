@@ -8,9 +8,12 @@
 //! - Ingress (frames *from* the workload): DHCP server messages are dropped
 //!   unless the port is trusted; client messages are rate-limited per port
 //!   (a token bucket, kept as a GCRA "theoretical arrival time"), and on a
-//!   single-client port (a VM's) dropped when their Ethernet source or
-//!   `chaddr` is not the port's MAC. Client messages that pass on a learning
-//!   port are copied to [`MAP_GUARD_EVENTS`].
+//!   single-client port (every workload port whose MAC the agent knows)
+//!   dropped when their Ethernet source, `chaddr` or a MAC-type client
+//!   identifier (option 61, type 1) is not the port's MAC. A frame with more
+//!   VLAN tags than the guard parses that may carry DHCP is dropped. Client
+//!   messages that pass on a learning port are copied to
+//!   [`MAP_GUARD_EVENTS`].
 //! - Egress (frames *towards* the workload): on a learning port, DHCP server
 //!   replies whose `chaddr` is the port's MAC are copied to
 //!   [`MAP_GUARD_EVENTS`]; nothing is ever dropped.
@@ -45,7 +48,9 @@ pub const GUARD_EVENTS_BYTES: u32 = 1 << 18;
 /// [`GuardPort::flags`]: DHCP server messages from this port pass.
 pub const GUARD_TRUSTED: u32 = 1 << 0;
 /// [`GuardPort::flags`]: client messages must carry [`GuardPort::mac`] as
-/// Ethernet source and `chaddr` (a VM port: one client behind it).
+/// Ethernet source and `chaddr`, and in a client identifier of type 1
+/// (`01` + MAC) if they carry one (one client behind the port: a pod's
+/// interface, a VM).
 pub const GUARD_SINGLE_CLIENT: u32 = 1 << 1;
 /// [`GuardPort::flags`]: copy the port's DHCP exchanges to [`MAP_GUARD_EVENTS`].
 pub const GUARD_LEARN: u32 = 1 << 2;
@@ -104,7 +109,7 @@ impl GuardPort {
 }
 
 /// Counter slots of [`GuardCounters`].
-pub const GUARD_COUNTER_SLOTS: usize = 8;
+pub const GUARD_COUNTER_SLOTS: usize = 9;
 /// Client message passed.
 pub const GUARD_PASSED_CLIENT: usize = 0;
 /// Server message passed because the port is trusted.
@@ -114,8 +119,8 @@ pub const GUARD_PASSED_TRUSTED_SERVER: usize = 1;
 pub const GUARD_DROPPED_SERVER: usize = 2;
 /// Client message over the port's rate: dropped.
 pub const GUARD_DROPPED_RATE: usize = 3;
-/// Client message whose Ethernet source or `chaddr` is not the port's MAC on
-/// a single-client port: dropped.
+/// Client message whose Ethernet source, `chaddr` or type-1 client
+/// identifier is not the port's MAC on a single-client port: dropped.
 pub const GUARD_DROPPED_SPOOF: usize = 4;
 /// UDP to port 67 too short for a BOOTP header (ingress): dropped.
 pub const GUARD_DROPPED_MALFORMED: usize = 5;
@@ -124,6 +129,13 @@ pub const GUARD_LEARNED: usize = 6;
 /// [`MAP_GUARD_EVENTS`] full or the copy failed: the record is lost (the
 /// frame's verdict is unaffected).
 pub const GUARD_LEARN_LOST: usize = 7;
+/// A frame the guard cannot classify on a guarded port, dropped because it
+/// may be DHCP: more VLAN tags than the guard parses in front of IPv4 UDP
+/// to or from port 67/68 (or too many to see what follows them); on a
+/// single-client port, a client message whose options the guard cannot
+/// check (more than one client identifier, option overload, more options
+/// than it reads).
+pub const GUARD_DROPPED_UNCLASSIFIED: usize = 8;
 
 /// Value of [`MAP_GUARD_COUNTERS`] (per CPU; user space sums).
 #[repr(C)]

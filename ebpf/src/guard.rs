@@ -6,12 +6,22 @@
 //!
 //! - a server message (UDP source port 67, destination port 68, or a
 //!   BOOTREPLY to port 67) is dropped unless the port is trusted;
-//! - a client message on a single-client port whose Ethernet source or
-//!   `chaddr` is not the port's MAC is dropped;
+//! - a client message on a single-client port whose Ethernet source,
+//!   `chaddr` or type-1 client identifier (`01` + MAC, option 61) is not the
+//!   port's MAC is dropped, and so is one whose options the guard cannot
+//!   check (two client identifiers, option overload, more options than it
+//!   reads);
 //! - a client message over the port's rate (GCRA token bucket) is dropped;
 //! - a client message too short for a BOOTP header is dropped;
 //! - a client message that passes on a learning port is copied to the
 //!   guard ring for the agent.
+//!
+//! A frame with more VLAN tags than the parser reads (it reads one; at TC
+//! ingress the kernel has already moved the outermost tag to the skb's
+//! metadata) whose next header is IPv4 UDP to or from port 67 or 68, or
+//! with too many tags to see what follows, is dropped on a guarded port as
+//! unclassifiable: it may be a server reply that a switch further on
+//! untags.
 //!
 //! Egress sees what is sent to the workload: on a learning port, server
 //! replies for the port's MAC are copied to the ring; nothing is dropped.
@@ -35,10 +45,10 @@ use aya_ebpf::maps::{HashMap, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::TcContext;
 use xdhcp_common::guard::{
     GUARD_BUCKETS, GUARD_DROPPED_MALFORMED, GUARD_DROPPED_RATE, GUARD_DROPPED_SERVER,
-    GUARD_DROPPED_SPOOF, GUARD_EVENTS_BYTES, GUARD_FROM_WORKLOAD, GUARD_LEARN, GUARD_LEARN_LOST,
-    GUARD_LEARNED, GUARD_PASSED_CLIENT, GUARD_PASSED_TRUSTED_SERVER, GUARD_PORTS_CAPACITY,
-    GUARD_SINGLE_CLIENT, GUARD_TO_WORKLOAD, GUARD_TRUSTED, GuardCounters, GuardHeader, GuardPort,
-    GuardRecord,
+    GUARD_DROPPED_SPOOF, GUARD_DROPPED_UNCLASSIFIED, GUARD_EVENTS_BYTES, GUARD_FROM_WORKLOAD,
+    GUARD_LEARN, GUARD_LEARN_LOST, GUARD_LEARNED, GUARD_PASSED_CLIENT, GUARD_PASSED_TRUSTED_SERVER,
+    GUARD_PORTS_CAPACITY, GUARD_SINGLE_CLIENT, GUARD_TO_WORKLOAD, GUARD_TRUSTED, GuardCounters,
+    GuardHeader, GuardPort, GuardRecord,
 };
 
 /// Port entries ([`xdhcp_common::guard::MAP_GUARD_PORTS`]).
@@ -59,6 +69,8 @@ const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
+/// The pre-standard QinQ outer tag some switches still use.
+const ETH_P_QINQ_9100: u16 = 0x9100;
 const IPPROTO_UDP: u8 = 17;
 const UDP_HLEN: usize = 8;
 const BOOTREQUEST: u8 = 1;
@@ -67,6 +79,21 @@ const BOOTREPLY: u8 = 2;
 const CHADDR: usize = 28;
 const SERVER_PORT: u16 = 67;
 const CLIENT_PORT: u16 = 68;
+/// Offset of the magic cookie, then of the options, in the BOOTP message.
+const COOKIE: usize = 236;
+const OPTIONS: usize = 240;
+const MAGIC_COOKIE: [u8; 4] = [99, 130, 83, 99];
+const OPT_PAD: u8 = 0;
+const OPT_END: u8 = 255;
+const OPT_OVERLOAD: u8 = 52;
+const OPT_CLIENT_ID: u8 = 61;
+/// Options the client-identifier scan reads before it gives up (a client's
+/// message has a dozen or two; pads count one each).
+const MAX_OPTIONS: usize = 48;
+/// Offsets the scan reads below: a bound the verifier can see on every
+/// packet offset; a DHCP message with options beyond it is not checked,
+/// so refused.
+const OPTIONS_LIMIT: usize = 2048;
 
 /// Bounded reads from the skb: the linear part directly, the rest through
 /// `bpf_skb_load_bytes`.
@@ -184,6 +211,145 @@ fn mac_at(f: &Frame<'_>, offset: usize, mac: [u8; 6]) -> Option<bool> {
     Some([a[0], a[1], a[2], a[3], b[0], b[1]] == mac)
 }
 
+/// Whether `ethertype` (as on the wire) is a VLAN tag's.
+#[inline(always)]
+fn is_tag(ethertype: u16) -> bool {
+    ethertype == ETH_P_8021Q.to_be()
+        || ethertype == ETH_P_8021AD.to_be()
+        || ethertype == ETH_P_QINQ_9100.to_be()
+}
+
+/// Whether a frame [`locate`] did not classify may still be DHCP: it has
+/// more VLAN tags than `locate` reads (two or more in the frame, or one of
+/// the pre-standard 0x9100 kind) and, behind at most three, IPv4 UDP to or
+/// from port 67 or 68 — or more than three, so the guard cannot see what
+/// they carry.
+#[inline(always)]
+fn stacked_dhcp(f: &Frame<'_>) -> bool {
+    let Some([outer, _tci, inner]) = f.read::<[u16; 3]>(12) else {
+        return false;
+    };
+    // One 802.1Q/802.1ad tag and no other: `locate` read it.
+    if !is_tag(outer) || (!is_tag(inner) && outer != ETH_P_QINQ_9100.to_be()) {
+        return false;
+    }
+    // The EtherType after the first tag is at 16; up to two more tags.
+    let mut at = ETH_HLEN + 2;
+    let mut next = inner;
+    if is_tag(next) {
+        at += 4;
+        let Some(n) = f.read::<u16>(at) else {
+            return false;
+        };
+        next = n;
+    }
+    if is_tag(next) {
+        at += 4;
+        let Some(n) = f.read::<u16>(at) else {
+            return false;
+        };
+        next = n;
+    }
+    if is_tag(next) {
+        return true;
+    }
+    if next != ETH_P_IP.to_be() {
+        return false;
+    }
+    let l3 = at + 2;
+    let Some(ip) = f.read::<[u16; 5]>(l3) else {
+        return false;
+    };
+    let [version_ihl, _tos] = ip[0].to_ne_bytes();
+    let [_ttl, protocol] = ip[4].to_ne_bytes();
+    if protocol != IPPROTO_UDP || version_ihl >> 4 != 4 {
+        return false;
+    }
+    let ihl = usize::from(version_ihl & 0x0f) * 4;
+    if ihl < 20 || u16::from_be(ip[3]) & 0x1fff != 0 {
+        return false;
+    }
+    let Some([sport, dport]) = f.read::<[u16; 2]>(l3 + ihl) else {
+        return false;
+    };
+    let dhcp = |p: u16| p == SERVER_PORT.to_be() || p == CLIENT_PORT.to_be();
+    dhcp(sport) || dhcp(dport)
+}
+
+/// What a client message's options say about whose it is.
+enum ClientIds {
+    /// No client identifier of type 1 naming another MAC.
+    Own,
+    /// A client identifier `01` + another MAC.
+    Other,
+    /// The guard cannot tell: two client identifiers (a server may join
+    /// them, RFC 3396), option overload (options in `sname`/`file`, which
+    /// the scan does not read), or more options than it reads.
+    Unknown,
+}
+
+/// Scans the options of the client message at `payload` for client
+/// identifiers (option 61). Only a type-1 identifier (`01` + a MAC: what
+/// xdhcp sends by default, for a pod and for a VM) names a MAC the guard
+/// can compare; identifiers of other types pass. The scan stops at the
+/// end option, at the UDP payload's end or where the frame ends (a server
+/// sees no more options either).
+#[inline(always)]
+fn client_ids(f: &Frame<'_>, payload: usize, payload_len: usize, mac: [u8; 6]) -> ClientIds {
+    // No cookie: a BOOTP message, no options for a server to read.
+    if f.read::<[u8; 4]>(payload + COOKIE) != Some(MAGIC_COOKIE) {
+        return ClientIds::Own;
+    }
+    let end = payload + payload_len;
+    let mut off = payload + OPTIONS;
+    let mut seen = false;
+    for _ in 0..MAX_OPTIONS {
+        if off >= end {
+            return ClientIds::Own;
+        }
+        if off >= OPTIONS_LIMIT {
+            return ClientIds::Unknown;
+        }
+        // Masked, though the test above bounds it: a range the verifier
+        // sees the same on every round (so it prunes), whatever the
+        // compiler makes of the test.
+        let at = black_box(off) & (OPTIONS_LIMIT - 1);
+        let Some([code, len]) = f.read::<[u8; 2]>(at) else {
+            return ClientIds::Own;
+        };
+        match code {
+            OPT_PAD => {
+                off = at + 1;
+                continue;
+            }
+            OPT_END => return ClientIds::Own,
+            OPT_OVERLOAD => return ClientIds::Unknown,
+            OPT_CLIENT_ID => {
+                if seen {
+                    return ClientIds::Unknown;
+                }
+                seen = true;
+                if len == 7 {
+                    let Some(id) = f.read::<[u8; 7]>(at + 2) else {
+                        return ClientIds::Own;
+                    };
+                    if id[0] == 1 && [id[1], id[2], id[3], id[4], id[5], id[6]] != mac {
+                        return ClientIds::Other;
+                    }
+                }
+            }
+            _ => {}
+        }
+        off = at + 2 + usize::from(len);
+    }
+    // More options than the scan reads, unless it ended exactly here.
+    if off >= end {
+        ClientIds::Own
+    } else {
+        ClientIds::Unknown
+    }
+}
+
 /// Takes one token from the port's bucket (GCRA: the theoretical arrival
 /// time advances by one interval per message and may run at most
 /// `tolerance` ahead of now).
@@ -228,6 +394,10 @@ enum Verdict {
 fn ingress(ctx: &TcContext) -> Verdict {
     let f = frame(ctx);
     let Some(udp) = locate(&f) else {
+        // Rare (a frame with stacked VLAN tags): looked up only then.
+        if stacked_dhcp(&f) && XDHCP_GUARD_PORTS.get_ptr(ifindex(ctx)).is_some() {
+            return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED);
+        }
         return Verdict::Pass;
     };
     let client = udp.dport == SERVER_PORT && udp.sport != SERVER_PORT;
@@ -270,6 +440,11 @@ fn ingress(ctx: &TcContext) -> Verdict {
         };
         if !src_ok || !chaddr_ok {
             return Verdict::Drop(GUARD_DROPPED_SPOOF);
+        }
+        match client_ids(&f, udp.payload, udp.payload_len, mac) {
+            ClientIds::Own => {}
+            ClientIds::Other => return Verdict::Drop(GUARD_DROPPED_SPOOF),
+            ClientIds::Unknown => return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED),
         }
     }
     // SAFETY: helper without arguments.

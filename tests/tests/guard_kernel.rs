@@ -1,7 +1,8 @@
 //! The DHCP guard programs run for real through `BPF_PROG_TEST_RUN`: every
 //! verdict (server message dropped or passed on a trusted port, client
 //! message passed, rate-limited, spoofed, malformed), truncation at every
-//! offset, VLAN-tagged and not, fragments, IPv4 options, non-DHCP traffic,
+//! offset, VLAN-tagged and not, stacked VLAN tags, a neighbour's client
+//! identifier, fragments, IPv4 options, non-DHCP traffic,
 //! and the records of the learning ring in both directions. Under test-run
 //! the device is the loopback of the test's namespace (ifindex 1), so port
 //! policies are set on 1.
@@ -562,4 +563,168 @@ async fn large_frames_are_recorded_whole() {
         let ev = r.try_recv().unwrap_or_else(|| panic!("{len}: no record"));
         assert_eq!(ev.payload, m, "{len}");
     }
+}
+
+/// A client message from `VM_MAC` with raw `extra` option bytes inserted
+/// before the end option.
+fn client_with_options(mt: MessageType, vlan: Option<u16>, extra: &[u8]) -> Vec<u8> {
+    let mut m = message(Opcode::BootRequest, mt, VM_MAC);
+    // Walk the options (after the cookie at 236) to the end option.
+    let mut at = 240;
+    while m[at] != 255 {
+        at += if m[at] == 0 {
+            1
+        } else {
+            2 + usize::from(m[at + 1])
+        };
+    }
+    m.splice(at..at, extra.iter().copied());
+    build_udp_frame(
+        &FrameHeaders {
+            src_mac: VM_MAC,
+            dst_mac: [0xff; 6],
+            vlan,
+            src_ip: Ipv4Addr::UNSPECIFIED,
+            dst_ip: Ipv4Addr::BROADCAST,
+            src_port: 68,
+            dst_port: 67,
+        },
+        &m,
+    )
+}
+
+/// Option 61 of type 1 with `mac`.
+fn mac_id(mac: [u8; 6]) -> Vec<u8> {
+    let mut o = vec![61, 7, 1];
+    o.extend_from_slice(&mac);
+    o
+}
+
+#[tokio::test]
+async fn single_client_ports_drop_a_neighbours_client_identifier() {
+    for vlan in VLANS {
+        let (mut g, _r) = load();
+        g.set_policy(
+            LO,
+            &PortPolicy {
+                single_client: Some(VM_MAC),
+                ..unlimited()
+            },
+        )
+        .unwrap();
+        let text_id = [61, 5, 0, b'p', b'o', b'd', b'1'];
+        let mut want = GuardCounters::default();
+        for mt in [
+            MessageType::Discover,
+            MessageType::Request,
+            MessageType::Release,
+            MessageType::Decline,
+        ] {
+            // Its own MAC as the identifier, an identifier of another type,
+            // none at all, pads in front: passed.
+            let mut own_padded = vec![0; 5];
+            own_padded.extend(mac_id(VM_MAC));
+            for ok in [mac_id(VM_MAC), text_id.to_vec(), Vec::new(), own_padded] {
+                let f = client_with_options(mt, vlan, &ok);
+                assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC, "{mt:?} {ok:?}");
+                want.passed_client += 1;
+            }
+            // The neighbour's `01` + MAC with the port's own chaddr and
+            // source: a RELEASE in its name. Dropped as a spoof.
+            let f = client_with_options(mt, vlan, &mac_id(OTHER_MAC));
+            assert_eq!(ingress(&mut g, &f), TC_ACT_SHOT, "{mt:?} neighbour id");
+            want.dropped_spoof += 1;
+            // What the guard cannot check: two identifiers (its own first),
+            // option overload, more options than it reads.
+            let mut two = mac_id(VM_MAC);
+            two.extend(mac_id(OTHER_MAC));
+            let overload = vec![52, 1, 3];
+            let many: Vec<u8> = (0..60).flat_map(|_| [250u8, 1, 0]).collect();
+            for bad in [two, overload, many] {
+                let f = client_with_options(mt, vlan, &bad);
+                assert_eq!(ingress(&mut g, &f), TC_ACT_SHOT, "{mt:?} {bad:?}");
+                want.dropped_unclassified += 1;
+            }
+        }
+        assert_eq!(counters(&g), want, "{vlan:?}");
+        // A port without the rule lets the neighbour's identifier through.
+        g.set_policy(LO, &unlimited()).unwrap();
+        let f = client_with_options(MessageType::Release, vlan, &mac_id(OTHER_MAC));
+        assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC);
+    }
+}
+
+/// `f` (untagged) with VLAN tags of `tpids` (outermost first) inserted
+/// after the MAC addresses.
+fn with_tags(f: &[u8], tpids: &[u16]) -> Vec<u8> {
+    let mut out = f[..12].to_vec();
+    for (i, tpid) in tpids.iter().enumerate() {
+        out.extend_from_slice(&tpid.to_be_bytes());
+        out.extend_from_slice(&(100 + i as u16).to_be_bytes());
+    }
+    out.extend_from_slice(&f[12..]);
+    out
+}
+
+#[tokio::test]
+async fn stacked_vlan_tags_do_not_hide_dhcp() {
+    // Trusted or not, with or without the single-client rule: a frame the
+    // guard cannot classify is dropped.
+    for policy in [
+        unlimited(),
+        PortPolicy {
+            trusted: true,
+            single_client: Some(VM_MAC),
+            ..unlimited()
+        },
+    ] {
+        let (mut g, _r) = load();
+        g.set_policy(LO, &policy).unwrap();
+        let offer = Dhcp::server(MessageType::Offer).frame();
+        let discover = Dhcp::client(MessageType::Discover).frame();
+        let stacks: [&[u16]; 6] = [
+            &[0x88a8, 0x8100],
+            &[0x8100, 0x8100],
+            &[0x9100],
+            &[0x9100, 0x8100],
+            &[0x88a8, 0x8100, 0x8100],
+            &[0x88a8, 0x8100, 0x8100, 0x8100],
+        ];
+        let mut dropped = 0;
+        for tags in stacks {
+            for f in [&offer, &discover] {
+                let tagged = with_tags(f, tags);
+                assert_eq!(ingress(&mut g, &tagged), TC_ACT_SHOT, "{tags:x?}");
+                dropped += 1;
+            }
+        }
+        let c = counters(&g);
+        assert_eq!(c.dropped_unclassified, dropped, "{policy:?}");
+        // Stacked tags over anything else pass uncounted.
+        let dns = build_udp_frame(
+            &FrameHeaders {
+                src_mac: OTHER_MAC,
+                dst_mac: [0xff; 6],
+                vlan: None,
+                src_ip: Ipv4Addr::new(192, 0, 2, 9),
+                dst_ip: Ipv4Addr::new(192, 0, 2, 1),
+                src_port: 40000,
+                dst_port: 53,
+            },
+            &[0u8; 300],
+        );
+        let mut arp = vec![0xff; 12];
+        arp.extend_from_slice(&0x0806u16.to_be_bytes());
+        arp.resize(60, 0);
+        for f in [dns, arp] {
+            for tags in [&[0x88a8u16, 0x8100][..], &[0x8100, 0x8100, 0x8100]] {
+                assert_eq!(ingress(&mut g, &with_tags(&f, tags)), TC_ACT_UNSPEC);
+            }
+        }
+        assert_eq!(counters(&g), c);
+    }
+    // An unguarded port passes them.
+    let (mut g, _r) = load();
+    let f = with_tags(&Dhcp::server(MessageType::Offer).frame(), &[0x88a8, 0x8100]);
+    assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC);
 }

@@ -125,14 +125,15 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
 /// Guard a recovered record's port again.
 async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
     if let Some(ns) = rec.netns.as_deref() {
-        let vm_mac = (rec.workload != WorkloadKind::Pod).then_some(rec.mac);
+        // A pod's record holds its interface's MAC, a VM's the VM's.
+        let vm = rec.workload != WorkloadKind::Pod;
         crate::ops::add::guard_port(
             agent,
             &rec.container_id,
             &rec.ifname,
             ns,
             &rec.config,
-            vm_mac,
+            (rec.mac, vm),
             None,
         )
         .await;

@@ -134,7 +134,7 @@ pub(super) fn wanted(ports: &[WorkloadPort], nets: &DhcpNetworks) -> Vec<Wanted>
                     ovs.sandbox.clone().unwrap_or_default(),
                     ovs.pod_if_name.clone().unwrap_or_default(),
                 ),
-                policy: port_policy(&spec, None),
+                policy: port_policy(&spec, ovs.mac, false),
                 ovs,
             })
         })
@@ -317,7 +317,14 @@ mod tests {
         assert_eq!(w[0].key, ("sandbox-a_3".to_owned(), "net1".to_owned()));
         assert_eq!(w[0].ovs.pod_uid.as_deref(), Some("uid-a_3"));
         assert_eq!(w[0].ovs.mac, Some([0x0a, 0x58, 0, 0, 0, 1]));
-        assert_eq!(w[0].policy, port_policy(&DhcpGuardSpec::default(), None));
+        assert_eq!(
+            w[0].policy,
+            port_policy(
+                &DhcpGuardSpec::default(),
+                Some([0x0a, 0x58, 0, 0, 0, 1]),
+                false
+            )
+        );
         // No network named at all: nothing is wanted.
         assert!(wanted(&ports, &DhcpNetworks::default()).is_empty());
     }
@@ -335,7 +342,10 @@ mod tests {
         nets.served("ns_dhcp", spec);
         let w = wanted(&ports, &nets);
         assert_eq!(w.len(), 1);
-        assert_eq!(w[0].policy, port_policy(&spec, None));
+        assert_eq!(
+            w[0].policy,
+            port_policy(&spec, Some([0x0a, 0x58, 0, 0, 0, 1]), false)
+        );
     }
 
     #[test]

@@ -126,6 +126,8 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
     // VM's guard needs the VM's MAC and goes on before its one-shot
     // discovery, in `bind`.
     let pod_peer = if pod { link.take_veth_peer() } else { None };
+    // The pod's one client: the agent's own exchanges for it carry this MAC.
+    let pod_mac = link.info.mac;
     let pod_guard = async {
         if pod {
             let started = std::time::Instant::now();
@@ -135,7 +137,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
                 &req.ifname,
                 &netns,
                 &req.config,
-                None,
+                (pod_mac, false),
                 pod_peer,
             )
             .await;
@@ -223,7 +225,7 @@ async fn bind(
             &req.ifname,
             netns,
             &req.config,
-            Some(mac),
+            (mac, true),
             link.take_veth_peer(),
         )
         .await;
@@ -250,19 +252,21 @@ async fn bind(
     Ok((handle, lease, mac, kind))
 }
 
-/// Puts the DHCP guard on the host end of the attachment's port. A port the
-/// guard cannot take is logged and counted, never a failed ADD: the lease
-/// does not depend on it.
+/// Puts the DHCP guard on the host end of the attachment's port, with the
+/// single-client rule on `client`'s MAC (`(mac, vm)`: a VM's port also
+/// learns). A port the guard cannot take is logged and counted, never a
+/// failed ADD: the lease does not depend on it.
 pub(crate) async fn guard_port(
     agent: &Agent,
     container_id: &str,
     ifname: &str,
     netns: &std::path::Path,
     config: &NetworkConfig,
-    vm_mac: Option<[u8; 6]>,
+    client: ([u8; 6], bool),
     peer: crate::netlink::PeerLookup,
 ) {
-    let policy = crate::guard::port_policy(&config.ipam.dhcp_guard, vm_mac);
+    let (mac, vm) = client;
+    let policy = crate::guard::port_policy(&config.ipam.dhcp_guard, Some(mac), vm);
     match agent
         .guard
         .protect(container_id, ifname, netns, peer, policy)

@@ -40,8 +40,9 @@ pub struct PortPolicy {
     pub rate: u32,
     /// Client messages a quiet port may send back to back.
     pub burst: u32,
-    /// The one client allowed behind the port (a VM's MAC): client messages
-    /// with another Ethernet source or `chaddr` are dropped.
+    /// The one client allowed behind the port (a pod interface's MAC, a
+    /// VM's MAC): client messages with another Ethernet source, `chaddr` or
+    /// type-1 client identifier are dropped.
     pub single_client: Option<[u8; 6]>,
     /// Copy the port's DHCP exchanges to the guard ring (passive learning;
     /// needs `single_client` for the MAC replies are matched against).
@@ -99,6 +100,7 @@ pub struct GuardCounters {
     pub dropped_malformed: u64,
     pub learned: u64,
     pub learn_lost: u64,
+    pub dropped_unclassified: u64,
 }
 
 impl GuardCounters {
@@ -112,16 +114,18 @@ impl GuardCounters {
             dropped_malformed: s[g::GUARD_DROPPED_MALFORMED],
             learned: s[g::GUARD_LEARNED],
             learn_lost: s[g::GUARD_LEARN_LOST],
+            dropped_unclassified: s[g::GUARD_DROPPED_UNCLASSIFIED],
         }
     }
 
     /// Drops by reason label, for metrics.
-    pub fn drops(&self) -> [(&'static str, u64); 4] {
+    pub fn drops(&self) -> [(&'static str, u64); 5] {
         [
             ("server", self.dropped_server),
             ("rate", self.dropped_rate),
             ("spoof", self.dropped_spoof),
             ("malformed", self.dropped_malformed),
+            ("unclassified", self.dropped_unclassified),
         ]
     }
 }
