@@ -263,7 +263,7 @@ impl Metrics {
         );
         root.register(
             "guard_dropped_frames",
-            "DHCP frames the guard dropped on a workload port since it was attached, by port and reason (server, rate, spoof, malformed)",
+            "DHCP frames the guard dropped on a workload port since it was attached, by port and reason (server, rate, spoof, malformed, unclassified)",
             guard_dropped.clone(),
         );
         root.register(

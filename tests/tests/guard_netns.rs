@@ -626,3 +626,188 @@ fn agent_honours_a_trusted_network() {
     assert!(!out.ok);
     assert!(out.text().contains("ipam.dhcpGuard.rate"), "{}", out.text());
 }
+
+/// Where a test agent serves its metrics: inside the lab's node namespace,
+/// so a fixed port cannot collide.
+const METRICS: &str = "127.0.0.1:9464";
+
+/// The guard's drops on `port` for `reason`, from the agent's metrics.
+fn guard_drops(lab: &Lab, port: &str, reason: &str) -> u64 {
+    let addr: std::net::SocketAddr = METRICS.parse().expect("an address");
+    let text = lab
+        .server
+        .run_in(move || xdhcp_tests::bench::http_get(addr, "/metrics"))
+        .unwrap_or_default();
+    let (port, reason) = (format!("port=\"{port}\""), format!("reason=\"{reason}\""));
+    text.lines()
+        .filter(|l| l.contains("guard_dropped_frames{") && l.contains(&port) && l.contains(&reason))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A client message of type `mt` from inside a pod: Ethernet source `src`,
+/// `chaddr`, client identifier `01` + `id`, `ciaddr`, and for a DECLINE the
+/// address declined; IP from `src_ip` to `dst_ip`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one crafted message, every field named"
+)]
+fn send_client_message(
+    tx: &OwnedFd,
+    mt: MessageType,
+    src: [u8; 6],
+    chaddr: [u8; 6],
+    id: [u8; 6],
+    ciaddr: Ipv4Addr,
+    requested: Option<Ipv4Addr>,
+    (src_ip, dst_ip): (Ipv4Addr, Ipv4Addr),
+    server: Ipv4Addr,
+) {
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootRequest)
+        .set_xid(0x0bad_0000 | u32::from(id[5]))
+        .set_ciaddr(ciaddr)
+        .set_chaddr(&chaddr);
+    let mut client_id = vec![1];
+    client_id.extend_from_slice(&id);
+    let opts = m.opts_mut();
+    opts.insert(DhcpOption::MessageType(mt));
+    opts.insert(DhcpOption::ServerIdentifier(server));
+    opts.insert(DhcpOption::ClientIdentifier(client_id));
+    if let Some(ip) = requested {
+        opts.insert(DhcpOption::RequestedIpAddress(ip));
+    }
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).expect("encode");
+    let frame = build_udp_frame(
+        &FrameHeaders {
+            src_mac: src,
+            dst_mac: [0xff; 6],
+            vlan: None,
+            src_ip,
+            dst_ip,
+            src_port: 68,
+            dst_port: 67,
+        },
+        &payload,
+    );
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// A pod's port has the single-client rule on the pod's own MAC: a RELEASE
+/// or DECLINE in a neighbour pod's name (its `chaddr`, or its `01` + MAC
+/// client identifier with the pod's own `chaddr`) and DISCOVERs with
+/// made-up MACs never reach the server, and are counted; the pod's own
+/// RELEASE does.
+#[test]
+fn a_pod_cannot_release_or_decline_in_a_neighbours_name() {
+    let lab = Lab::with_clients(2);
+    let server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = NodeAgent::start(&lab.server, &["--metrics-addr", METRICS]);
+    let cni = agent_support::CniPath::new();
+    let (attacker, victim) = (&lab.clients[0], &lab.clients[1]);
+    let own_ip = leased_ip(&ipam_call(&agent, &cni, "ADD", "pod0", attacker, ""));
+    let victim_ip = leased_ip(&ipam_call(&agent, &cni, "ADD", "pod1", victim, ""));
+    let held = server.lease_for(victim.mac).expect("the victim's lease");
+    assert_eq!(held.ip, victim_ip);
+
+    let tx = packet_socket(attacker);
+    let to_server = (own_ip, lab.server_ip);
+    let broadcast = (Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST);
+    let (me, them) = (attacker.mac, victim.mac);
+    // RELEASE of the victim's address: with its chaddr, then with the
+    // pod's own chaddr and the victim's client identifier.
+    for (chaddr, id) in [(them, them), (me, them)] {
+        let r = MessageType::Release;
+        send_client_message(
+            &tx,
+            r,
+            me,
+            chaddr,
+            id,
+            victim_ip,
+            None,
+            to_server,
+            lab.server_ip,
+        );
+    }
+    // DECLINE of it, both ways: the server would take it out of its pool.
+    for (chaddr, id) in [(them, them), (me, them)] {
+        let d = MessageType::Decline;
+        let ip = Ipv4Addr::UNSPECIFIED;
+        send_client_message(
+            &tx,
+            d,
+            me,
+            chaddr,
+            id,
+            ip,
+            Some(victim_ip),
+            broadcast,
+            lab.server_ip,
+        );
+    }
+    // Pool starvation: DISCOVERs with a made-up MAC, as source and chaddr
+    // or as chaddr only.
+    let fresh = [0x02, 0xf1, 0, 0, 0, 1];
+    send_discover(&tx, fresh, fresh, 0xf1);
+    send_discover(&tx, me, fresh, 0xf2);
+
+    let port = attacker.port();
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(10), || guard_drops(&lab, port, "spoof")
+            >= 6),
+        "the guard counted {} spoofed messages on the pod's port, not 6\n{}",
+        guard_drops(&lab, port, "spoof"),
+        agent.log()
+    );
+    // The server saw none of them: the victim's lease is intact.
+    std::thread::sleep(Duration::from_millis(500));
+    let log = server.log();
+    assert!(
+        !log.contains("DHCPRELEASE") && !log.contains("DHCPDECLINE"),
+        "a message in the neighbour's name reached the server:\n{log}"
+    );
+    assert_eq!(
+        discovers_in_log(&server.log_file(), "02:f1:00:"),
+        0,
+        "{log}"
+    );
+    let still = server
+        .lease_for(victim.mac)
+        .expect("the victim's lease is kept");
+    assert_eq!(still.ip, victim_ip);
+    assert_eq!(guard_drops(&lab, port, "spoof"), 6);
+
+    // The pod's own RELEASE, in its own name, passes (and the server acts
+    // on it: the messages above were ones it would have taken).
+    send_client_message(
+        &tx,
+        MessageType::Release,
+        me,
+        me,
+        me,
+        own_ip,
+        None,
+        to_server,
+        lab.server_ip,
+    );
+    assert!(
+        server.wait_for_log("DHCPRELEASE", Duration::from_secs(5)),
+        "the pod's own RELEASE did not reach the server:\n{}",
+        server.log()
+    );
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || server.lease_for(me).is_none()),
+        "{}",
+        server.log()
+    );
+    assert!(server.lease_for(victim.mac).is_some());
+}
