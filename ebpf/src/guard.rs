@@ -69,7 +69,7 @@ const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
-/// The pre-standard QinQ outer tag some switches still use.
+/// The pre-standard outer tag of stacked VLANs some switches still use.
 const ETH_P_QINQ_9100: u16 = 0x9100;
 const IPPROTO_UDP: u8 = 17;
 const UDP_HLEN: usize = 8;
