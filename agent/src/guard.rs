@@ -615,3 +615,29 @@ async fn host_end(
     })?;
     Ok(Some(name.to_string_lossy().into_owned()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xdhcp_common::guard as g;
+
+    const MAC: [u8; 6] = [0x0a, 0x58, 0xc0, 0, 2, 5];
+
+    #[test]
+    fn every_port_with_a_known_mac_has_one_client_and_only_a_vm_s_learns() {
+        let spec = DhcpGuardSpec::default();
+        let pod = port_policy(&spec, Some(MAC), false);
+        assert_eq!((pod.single_client, pod.learn), (Some(MAC), false));
+        let entry = pod.entry();
+        assert_eq!(entry.flags, g::GUARD_SINGLE_CLIENT);
+        assert_eq!(entry.mac, MAC);
+        assert!(!pod.needs_egress());
+        let vm = port_policy(&spec, Some(MAC), true);
+        assert_eq!((vm.single_client, vm.learn), (Some(MAC), true));
+        assert_eq!(vm.entry().flags, g::GUARD_SINGLE_CLIENT | g::GUARD_LEARN);
+        // No MAC (a port OVS names none for): no rule, nothing learned.
+        let unknown = port_policy(&spec, None, true);
+        assert_eq!((unknown.single_client, unknown.learn), (None, false));
+        assert_eq!(unknown.entry().flags, 0);
+    }
+}
