@@ -724,9 +724,10 @@ fn a_pod_cannot_release_or_decline_in_a_neighbours_name() {
     let to_server = (own_ip, lab.server_ip);
     let broadcast = (Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST);
     let (me, them) = (attacker.mac, victim.mac);
-    // RELEASE of the victim's address: with its chaddr, then with the
-    // pod's own chaddr and the victim's client identifier.
-    for (chaddr, id) in [(them, them), (me, them)] {
+    // RELEASE of the victim's address: with the pod's own chaddr and the
+    // victim's client identifier (by which dnsmasq finds the lease first),
+    // then with the victim's chaddr too.
+    for (chaddr, id) in [(me, them), (them, them)] {
         let r = MessageType::Release;
         send_client_message(
             &tx,
@@ -741,7 +742,7 @@ fn a_pod_cannot_release_or_decline_in_a_neighbours_name() {
         );
     }
     // DECLINE of it, both ways: the server would take it out of its pool.
-    for (chaddr, id) in [(them, them), (me, them)] {
+    for (chaddr, id) in [(me, them), (them, them)] {
         let d = MessageType::Decline;
         let ip = Ipv4Addr::UNSPECIFIED;
         send_client_message(
