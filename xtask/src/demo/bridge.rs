@@ -1,7 +1,5 @@
-//! `cargo xtask demo`: the main job, end to end, in private network namespaces.
-//!
-//! The lab (all of it in namespaces this command creates, removed on exit,
-//! on failure and on Ctrl-C):
+//! The Linux-bridge demo: what `cargo xtask demo` shows where Open vSwitch
+//! cannot run, or with `--bridge`.
 //!
 //! ```text
 //!   xdemo-<pid>-dhcp          xdemo-<pid>-node                 xdemo-<pid>-pod1 / pod2
@@ -9,185 +7,44 @@
 //!   192.0.2.1/24              network" bridge)  ─ veth ─────── Debian bridge CNI plugin)
 //! ```
 //!
-//! The agent runs in embedded mode (`--kube=off`); the Debian `bridge` CNI
-//! plugin runs inside the node namespace with `ipam.type = xdhcp`, so the
-//! xdhcp plugin talks to the agent exactly as it would on a node.
+//! The Debian `bridge` CNI plugin runs inside the node namespace with
+//! `ipam.type = xdhcp`, so the xdhcp plugin talks to the agent exactly as it
+//! would on a node.
 
 use std::{
     fs,
-    io::{IsTerminal as _, Write as _},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    path::Path,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
-use crate::{build, cmd, setup};
-
-#[derive(clap::Args)]
-pub struct Args {
-    /// How long to wait for the first renewal to show (dnsmasq is told T1 = 10 s).
-    #[arg(long, default_value_t = 40)]
-    renewal_wait_secs: u64,
-    /// Skip `cargo xtask setup`.
-    #[arg(long)]
-    no_setup: bool,
-}
+use super::{
+    Args, CniCall, Shared, add_ns, dnsmasq_line, in_ns, locked, netns_exec, print_leasefile, show,
+    spawn, step, wait_for,
+};
+use crate::cmd;
 
 const PODS: [&str; 2] = ["pod1", "pod2"];
-
-/// Everything the demo created; dropping it tears the lab down.
-struct Lab {
-    prefix: String,
-    dir: PathBuf,
-    children: Vec<Child>,
-}
-
-impl Lab {
-    fn ns(&self, role: &str) -> String {
-        format!("{}-{role}", self.prefix)
-    }
-
-    fn teardown(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.children.clear();
-        for role in ["dhcp", "node", "pod1", "pod2"] {
-            let _ = cmd::program("ip")
-                .args(["netns", "del", &self.ns(role)])
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        self.teardown();
-    }
-}
-
-fn step(n: u32, text: &str) {
-    println!("\n\x1b[1;36m[{n}] {text}\x1b[0m");
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    cmd::output(cmd::program("ip").args(args)).map(|_| ())
-}
-
-/// `ip netns exec <ns> <exe>`: the one place the demo runs a program inside
-/// a namespace. `exe` is a table program or the xdhcp binary.
-fn netns_exec(ns: &str, exe: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut c = cmd::program("ip");
-    c.args(["netns", "exec", ns]).arg(exe);
-    c
-}
-
-/// Runs the table program `args[0]` with `args[1..]` inside `ns`.
-fn in_ns(ns: &str, args: &[&str]) -> Result<String> {
-    let (program, rest) = args.split_first().context("in_ns needs a program")?;
-    let out = cmd::output(netns_exec(ns, cmd::executable(program)).args(rest))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-pub fn run(args: &Args) -> Result<()> {
-    if !args.no_setup {
-        setup::run()?;
-    }
-    let xdhcp = build::release_binary()?;
-
-    let pid = std::process::id();
-    let dir = std::env::temp_dir().join(format!("xdhcp-demo-{pid}"));
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let lab = Arc::new(std::sync::Mutex::new(Lab {
-        prefix: format!("xdemo-{pid}"),
-        dir: dir.clone(),
-        children: Vec::new(),
-    }));
-
-    // Ctrl-C: tear down, then exit non-zero.
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let lab = Arc::clone(&lab);
-        let interrupted = Arc::clone(&interrupted);
-        ctrlc::set_handler(move || {
-            interrupted.store(true, Ordering::SeqCst);
-            eprintln!("\ninterrupted: tearing the lab down");
-            if let Ok(mut lab) = lab.lock() {
-                lab.teardown();
-            }
-            std::process::exit(130);
-        })
-        .context("installing the Ctrl-C handler")?;
-    }
-
-    let result = run_lab(args, &lab, &xdhcp);
-    let mut guard = lab
-        .lock()
-        .map_err(|_| anyhow::anyhow!("lab lock poisoned"))?;
-    if result.is_err() {
-        eprintln!("\ndemo failed; logs are in {}", guard.dir.display());
-        for log in ["agent.log", "dnsmasq.log"] {
-            let path = guard.dir.join(log);
-            if let Ok(text) = fs::read_to_string(&path) {
-                eprintln!("--- last lines of {log} ---");
-                for line in text
-                    .lines()
-                    .rev()
-                    .take(15)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                {
-                    eprintln!("{line}");
-                }
-            }
-        }
-    }
-    step(9, "tearing the lab down");
-    guard.teardown();
-    println!("removed namespaces {}-*", guard.prefix);
-    if result.is_ok() {
-        let _ = fs::remove_dir_all(&guard.dir);
-    }
-    result
-}
 
 #[expect(
     clippy::too_many_lines,
     reason = "the demo reads top to bottom as the steps it prints"
 )]
-fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Result<()> {
+pub(super) fn run(args: &Args, lab: &Shared, xdhcp: &Path) -> Result<()> {
     let (prefix, dir) = {
-        let l = lab
-            .lock()
-            .map_err(|_| anyhow::anyhow!("lab lock poisoned"))?;
+        let l = locked(lab)?;
         (l.prefix.clone(), l.dir.clone())
     };
     let ns = |role: &str| format!("{prefix}-{role}");
-    let spawn = |cmd: &mut Command| -> Result<()> {
-        let child = cmd.spawn().context("spawning")?;
-        lab.lock()
-            .map_err(|_| anyhow::anyhow!("lab lock poisoned"))?
-            .children
-            .push(child);
-        Ok(())
-    };
 
     step(
         1,
         "creating the lab: a DHCP server, a node with a \"physical network\" bridge, two pods",
     );
     for role in ["dhcp", "node", "pod1", "pod2"] {
-        ip(&["netns", "add", &ns(role)])?;
-        in_ns(&ns(role), &["ip", "link", "set", "lo", "up"])?;
+        add_ns(lab, role)?;
     }
     in_ns(
         &ns("node"),
@@ -228,6 +85,7 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     let leases = dir.join("dnsmasq.leases");
     let dns_log = dir.join("dnsmasq.log");
     spawn(
+        lab,
         netns_exec(&ns("dhcp"), cmd::executable("dnsmasq"))
             .args(["--no-daemon", "--conf-file=/dev/null"])
             .args([
@@ -263,6 +121,7 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     let state = dir.join("state");
     let agent_log = fs::File::create(dir.join("agent.log")).context("creating agent.log")?;
     spawn(
+        lab,
         Command::new(xdhcp)
             .args(["agent", "--kube", "off", "--socket"])
             .arg(&sock)
@@ -323,7 +182,7 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
     }
 
     step(5, "the lease table (`xdhcp leases`)");
-    show_leases(xdhcp, &sock)?;
+    show(xdhcp, "leases", &sock)?;
     println!("  dnsmasq's lease file:");
     print_leasefile(&leases);
 
@@ -346,18 +205,9 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
         .skip(2 * PODS.len())
         .take(4)
     {
-        println!(
-            "  dnsmasq: {}",
-            line.split_once("dnsmasq-dhcp")
-                .map_or(line, |(_, r)| r)
-                .trim_start_matches(|c: char| c == '['
-                    || c.is_ascii_digit()
-                    || c == ']'
-                    || c == ':'
-                    || c == ' ')
-        );
+        println!("  dnsmasq: {}", dnsmasq_line(line));
     }
-    show_leases(xdhcp, &sock)?;
+    show(xdhcp, "leases", &sock)?;
 
     step(
         7,
@@ -399,8 +249,34 @@ fn run_lab(args: &Args, lab: &Arc<std::sync::Mutex<Lab>>, xdhcp: &Path) -> Resul
                 .trim()
         );
     }
-    show_leases(xdhcp, &sock)?;
+    show(xdhcp, "leases", &sock)?;
     Ok(())
+}
+
+/// Runs CNI plugin `plugin` in `node_ns` the way a runtime does, for `pod`.
+fn cni_exec(
+    node_ns: &str,
+    plugin: &Path,
+    command: &str,
+    pod: &str,
+    pod_ns: &str,
+    path: &str,
+    conf: &str,
+) -> Result<String> {
+    CniCall {
+        node_ns: Some(node_ns),
+        plugin,
+        command,
+        container_id: &format!("demo-{pod}"),
+        netns: &format!("/var/run/netns/{pod_ns}"),
+        ifname: "eth0",
+        cni_path: path,
+        cni_args: &format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}"
+        ),
+        conf,
+    }
+    .run()
 }
 
 /// Runs the Debian bridge plugin in `node_ns` the way a runtime does.
@@ -421,100 +297,4 @@ fn cni(
         path,
         conf,
     )
-}
-
-/// Runs CNI plugin `plugin` in `node_ns` with the CNI environment and `conf` on stdin.
-fn cni_exec(
-    node_ns: &str,
-    plugin: &Path,
-    command: &str,
-    pod: &str,
-    pod_ns: &str,
-    path: &str,
-    conf: &str,
-) -> Result<String> {
-    let mut child = netns_exec(node_ns, plugin)
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", format!("demo-{pod}"))
-        .env("CNI_NETNS", format!("/var/run/netns/{pod_ns}"))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", path)
-        .env(
-            "CNI_ARGS",
-            format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}"
-            ),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {}", plugin.display()))?;
-    child
-        .stdin
-        .take()
-        .context("plugin stdin")?
-        .write_all(conf.as_bytes())
-        .context("writing the network config")?;
-    let out = child
-        .wait_with_output()
-        .with_context(|| format!("waiting for {}", plugin.display()))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        bail!(
-            "CNI {command} for {pod} failed: {}{}",
-            stdout.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(stdout)
-}
-
-fn show_leases(xdhcp: &Path, sock: &Path) -> Result<()> {
-    let out = cmd::output(Command::new(xdhcp).args(["leases", "--socket"]).arg(sock))?;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        println!("  {line}");
-    }
-    Ok(())
-}
-
-fn print_leasefile(path: &Path) {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    if text.trim().is_empty() {
-        println!("    (empty)");
-    }
-    for line in text.lines() {
-        println!("    {line}");
-    }
-}
-
-/// Poll `check` until it is true, with a progress line; fail after `timeout`.
-fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
-    let start = Instant::now();
-    let spinner = ['|', '/', '-', '\\'];
-    let tty = std::io::stdout().is_terminal();
-    let mut i = 0;
-    loop {
-        if check()? {
-            if tty {
-                print!("\r\x1b[2K");
-            }
-            println!("  {what}: done in {:.1} s", start.elapsed().as_secs_f64());
-            return Ok(());
-        }
-        if start.elapsed() > timeout {
-            println!();
-            bail!("timed out after {} s waiting for {what}", timeout.as_secs());
-        }
-        if tty {
-            print!(
-                "\r  waiting for {what} {} {:>4.1} s",
-                spinner[i % 4],
-                start.elapsed().as_secs_f64()
-            );
-            let _ = std::io::stdout().flush();
-        }
-        i += 1;
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
