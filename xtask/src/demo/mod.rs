@@ -221,6 +221,21 @@ pub(crate) fn show(xdhcp: &Path, what: &str, sock: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The lines of `xdhcp status` from `uplinks from:` to the counters: where
+/// the uplinks come from and each uplink.
+pub(crate) fn show_uplinks(xdhcp: &Path, sock: &Path) -> Result<()> {
+    let out = cmd::output(Command::new(xdhcp).args(["status", "--socket"]).arg(sock))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text
+        .lines()
+        .skip_while(|l| !l.starts_with("uplinks from:"))
+        .take_while(|l| !l.starts_with("counters:"))
+    {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
 /// `xdhcp <what> --json`, parsed.
 pub(crate) fn query(xdhcp: &Path, what: &str, sock: &Path) -> Result<serde_json::Value> {
     let out = cmd::output(
@@ -398,9 +413,9 @@ pub fn run(args: &Args) -> Result<()> {
         let _ = fs::remove_dir_all(&guard.dir);
     }
     println!(
-        "demo: {:.1} s (after setup and build: {:.1} s since the command started)",
+        "the demo took {:.1} s (set-up and build before it: {:.1} s)",
         demo_start.elapsed().as_secs_f64(),
-        started.elapsed().as_secs_f64()
+        (demo_start - started).as_secs_f64()
     );
     result?;
     checks.finish()

@@ -32,7 +32,7 @@ use xdhcp_testbed::ovn;
 
 use super::{
     Args, Checks, CniCall, Shared, add_ns, del_ns, dnsmasq_line, in_ns, locked, netns_exec,
-    print_leasefile, query, running, show, spawn, step, stop, wait_for,
+    print_leasefile, query, running, show, show_uplinks, spawn, step, stop, wait_for,
 };
 use crate::cmd;
 
@@ -419,13 +419,6 @@ fn start_node<'a>(lab: &'a Shared, dir: &Path) -> Result<Node<'a>> {
 
     node.nbctl(&["ls-add", SWITCH])?;
     node.nbctl(&ovn::localnet_port_args(SWITCH, LOCALNET_PORT, PHYSNET))?;
-    let patched = wait_quietly(Duration::from_secs(20), || {
-        node.vsctl(&["list-ports", PROVIDER_BRIDGE])
-            .is_ok_and(|p| p.lines().any(|l| l.starts_with("patch-")))
-    });
-    if patched.is_err() {
-        return Err(NoOvs("ovn-controller made no patch port in 20 s".to_owned()).into());
-    }
     let mappings = node.vsctl(&[
         "get",
         "open_vswitch",
@@ -435,12 +428,6 @@ fn start_node<'a>(lab: &'a Shared, dir: &Path) -> Result<Node<'a>> {
     println!(
         "  logical switch {SWITCH} with a localnet port on {PHYSNET}; ovn-bridge-mappings={}",
         mappings.trim()
-    );
-    println!(
-        "  {}",
-        node.vsctl(&["list-ports", PROVIDER_BRIDGE])?
-            .replace('\n', " ")
-            .trim()
     );
     Ok(node)
 }
@@ -738,7 +725,8 @@ pub(super) fn run(
                 }))
         },
     )?;
-    show(xdhcp, "status", &sock)?;
+    println!("  $ xdhcp status");
+    show_uplinks(xdhcp, &sock)?;
     let status = query(xdhcp, "status", &sock)?;
     let up = status["uplinks"]
         .as_array()
@@ -814,8 +802,18 @@ pub(super) fn run(
     );
     let pod1 = node.wire_pod("pod1", "pod1", "0a:58:c0:00:02:11", "0a:58:c0:00:02:11")?;
     let pod2 = node.wire_pod("pod2", "pod2", "0a:58:c0:00:02:12", "0a:58:c0:00:02:12")?;
+    // ovn-controller patches the localnet into br-int once a port of the
+    // switch is bound on this chassis.
+    println!(
+        "  ports of {PROVIDER_BRIDGE}: {}",
+        node.vsctl(&["list-ports", PROVIDER_BRIDGE])?
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let (addr1, _) = add(&pod1, true)?;
     let (addr2, _) = add(&pod2, true)?;
+    println!("  $ xdhcp leases");
     show(xdhcp, "leases", &sock)?;
     let rows = lease_rows(xdhcp, &sock)?;
     checks.expect(
