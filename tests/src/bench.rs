@@ -110,6 +110,9 @@ pub struct DaemonOptions {
     /// uplinks `agent_args` may name); the upstream daemon runs where the
     /// benchmark does either way (it enters each pod's namespace itself).
     pub node_ns: Option<String>,
+    /// The Open vSwitch database the agent reads its uplinks from (a lab's
+    /// own); none: a socket that does not exist.
+    pub ovsdb: Option<PathBuf>,
 }
 
 /// A running IPAM daemon and how to invoke its plugin.
@@ -168,8 +171,13 @@ impl Daemon {
                 )
             }
             Impl::Xdhcp => {
-                let mut cmd =
-                    crate::agent_command_in(opts.node_ns.as_deref(), xdhcp, &socket, &dir);
+                let mut cmd = crate::agent_command_reading(
+                    opts.node_ns.as_deref(),
+                    xdhcp,
+                    &socket,
+                    &dir,
+                    opts.ovsdb.as_deref(),
+                );
                 cmd.env(
                     "RUST_LOG",
                     opts.rust_log.clone().unwrap_or_else(|| {

@@ -268,7 +268,7 @@ fn main() {
         &xdhcp,
         &DaemonOptions {
             node_ns: Some(ovn.node.name().to_owned()),
-            agent_args: vec!["--ovsdb".to_owned(), ovn.db_socket().display().to_string()],
+            ovsdb: Some(ovn.db_socket()),
             ..DaemonOptions::default()
         },
     );
