@@ -340,7 +340,7 @@ impl GuardService {
                 }
                 Err(e) => {
                     warn!(port = %target.ifname, %hook, error = %crate::rpc::format_chain(&e),
-                    "could not move the DHCP guard to the hook the port's datapath needs")
+                    "could not move the DHCP guard to the hook the port's datapath needs");
                 }
             }
         }
