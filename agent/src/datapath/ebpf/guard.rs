@@ -933,13 +933,15 @@ pub enum GuardProgram {
     Egress,
     /// The do-nothing TC baseline.
     Pass,
+    /// The ingress program's XDP twin (returns an XDP action).
+    Xdp,
 }
 
 #[cfg(feature = "test-hooks")]
 impl Guard {
     /// Runs a guard program once on `data` with `BPF_PROG_TEST_RUN`, as if
     /// the frame crossed device `ifindex` of the caller's namespace.
-    /// Returns the TC action.
+    /// Returns the TC action (the XDP action for [`GuardProgram::Xdp`]).
     pub fn test_run(&mut self, which: GuardProgram, data: &[u8], ifindex: u32) -> Result<u32> {
         self.test_run_timed(which, data, ifindex, 1).map(|(r, _)| r)
     }
@@ -958,19 +960,34 @@ impl Guard {
             GuardProgram::Ingress => g::PROG_GUARD_INGRESS,
             GuardProgram::Egress => g::PROG_GUARD_EGRESS,
             GuardProgram::Pass => g::PROG_GUARD_PASS,
+            GuardProgram::Xdp => g::PROG_GUARD_XDP,
         };
-        // struct __sk_buff up to `ifindex` (offset 40); the kernel zero-fills the rest.
-        let mut ctx = vec![0u8; 40];
-        ctx.extend_from_slice(&ifindex.to_ne_bytes());
+        let mut ctx = Vec::with_capacity(44);
+        if which == GuardProgram::Xdp {
+            // struct xdp_md { data, data_end, data_meta, ingress_ifindex,
+            // rx_queue_index, egress_ifindex }
+            let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+            for v in [0, len, 0, ifindex, 0, 0] {
+                ctx.extend_from_slice(&v.to_ne_bytes());
+            }
+        } else {
+            // struct __sk_buff up to `ifindex` (offset 40); the kernel
+            // zero-fills the rest.
+            ctx.resize(40, 0);
+            ctx.extend_from_slice(&ifindex.to_ne_bytes());
+        }
         let opts = TestRunOptions {
             data_in: Some(data),
             ctx_in: Some(&ctx),
             repeat,
             ..TestRunOptions::default()
         };
-        let res = program::<SchedClassifier>(&mut self.ebpf, name)?
-            .test_run(opts)
-            .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
+        let res = if which == GuardProgram::Xdp {
+            program::<Xdp>(&mut self.ebpf, name)?.test_run(opts)
+        } else {
+            program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
+        }
+        .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
         Ok((res.return_value, res.duration))
     }
 }
