@@ -21,6 +21,8 @@
 //!   (measured and printed), and detached when the mapping goes;
 //! - with no database at `--ovsdb`, or one that never answers, the agent
 //!   runs without uplinks (a pod leases on its own path) and says why;
+//! - a DEL after the pod's port is gone (out of OVS, its veth deleted)
+//!   releases the lease through the uplink, and the server honours it;
 //! - `ovs-vswitchd` and `ovsdb-server` killed under live leases and started
 //!   again: every lease renews while they are down and after they are
 //!   back, the uplink stays attached throughout, and discovery recovers (a
@@ -70,6 +72,11 @@ fn agent(node: &NetNs, ovsdb: &Path, extra: &[&str]) -> NodeAgent {
 /// the `dhcp` plugin, the config OVN-Kubernetes writes (with the agent's
 /// socket as `daemonSocketPath`), an empty `CNI_ARGS`.
 fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
+    ovnk_call(cni, agent, pod, "ADD")
+}
+
+/// The `dhcp` plugin called for `pod` with `command`, as [`ovnk_add`].
+fn ovnk_call(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, command: &str) -> PluginOutput {
     let config = format!(
         r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
         agent.socket.display(),
@@ -80,7 +87,7 @@ fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
     PluginCall {
         plugin: &cni.plugin("dhcp"),
         node_ns: None,
-        command: "ADD",
+        command,
         container_id,
         netns: Some(pod.ns.path()),
         ifname: &pod.ifname,
@@ -521,11 +528,20 @@ fn ovs_killed_and_restarted_under_live_leases_every_lease_renews_and_discovery_r
 
     // OVS dies: the agent says so, keeps the uplink it read, and every
     // lease renews through it (the uplink's own socket, no OVS on the way).
+    let replies = |agent: &NodeAgent| live_uplink(agent, OvnLab::UPLINK).map(|u| u.replies);
+    let before = replies(&agent);
     lab.kill_ovs();
     wait_source_state(&agent, "unavailable", Duration::from_secs(15));
     assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
     assert!(attached_xdp(&lab.node, OvnLab::UPLINK));
     every_lease_renews(&agent, &expiries(&agent), "while OVS was down");
+    // On the kernel path: the renewals' ACKs were taken at the uplink.
+    assert!(replies(&agent) >= before.map(|r| r + 3), "{before:?}");
+    assert!(
+        agent.leases().iter().all(|l| l.path == "uplink:eth1"),
+        "{:?}",
+        agent.leases()
+    );
 
     // OVS is back on the same database: the agent reads it again, and
     // every lease renews again.
@@ -550,4 +566,39 @@ fn ovs_killed_and_restarted_under_live_leases_every_lease_renews_and_discovery_r
     lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
     let up = wait_live(&agent, "eth2", Duration::from_secs(5));
     assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
+}
+
+#[test]
+fn a_del_after_the_port_is_gone_releases_through_the_uplink() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq) = lab_with_pod();
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    let pod = &lab.pods()[0];
+    add_and_apply(&cni, &agent, pod);
+    assert_eq!(agent.leases()[0].path, "uplink:eth1", "{}", agent.log());
+    assert!(dnsmasq.lease_for(pod.mac).is_some(), "{}", dnsmasq.log());
+
+    // The port goes before IPAM DEL: out of br-int, its veth deleted.
+    lab.vsctl(&["del-port", OvnLab::INTEGRATION_BRIDGE, &pod.host_ifname]);
+    lab.node.ip(&["link", "del", &pod.host_ifname]);
+    assert!(!pod.ns.ip(&["link", "show"]).contains(&pod.ifname));
+
+    let r = ovnk_call(&cni, &agent, pod, "DEL");
+    assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq
+            .lease_for(pod.mac)
+            .is_none()),
+        "dnsmasq still holds the lease:\n{}\n{}",
+        dnsmasq.log(),
+        agent.log()
+    );
+    assert!(dnsmasq.log().contains("DHCPRELEASE"), "{}", dnsmasq.log());
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert!(
+        agent.log().contains("released through the uplink"),
+        "{}",
+        agent.log()
+    );
 }
