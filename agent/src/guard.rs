@@ -84,8 +84,9 @@ struct Inner {
 
 impl Inner {
     /// Where port `host_ifname` must be policed.
+    /// (TC when the XDP program did not load: the guard said so at start.)
     fn hook_for(&self, host_ifname: &str) -> GuardHook {
-        if self.userspace_ports.contains(host_ifname) {
+        if self.guard.xdp_available() && self.userspace_ports.contains(host_ifname) {
             GuardHook::Xdp
         } else {
             GuardHook::Tc

@@ -320,6 +320,9 @@ pub struct Guard {
     counters: PerCpuHashMap<MapData, u32, g::GuardCounters>,
     events: Option<RingBuf<MapData>>,
     attached: HashMap<AttachTarget, GuardedPort>,
+    /// Why the XDP program did not load (the kernel refused it): ports
+    /// that need XDP are then guarded at TC ingress, with a warning.
+    xdp_unavailable: Option<String>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -389,10 +392,18 @@ impl Guard {
             prog.load()
                 .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
         }
+        // The XDP program is needed only on userspace-datapath OVS ports:
+        // a kernel that refuses it leaves the TC pair working.
         let name = g::PROG_GUARD_XDP;
-        program::<Xdp>(&mut ebpf, name)?
-            .load()
-            .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
+        let xdp_unavailable = match program::<Xdp>(&mut ebpf, name)?.load() {
+            Ok(()) => None,
+            Err(source) => {
+                let reason = super::error_chain(&EbpfDatapathError::ProgramLoad { name, source });
+                tracing::warn!(reason = %reason,
+                    "the DHCP guard's XDP program did not load; ports of userspace-datapath OVS bridges are guarded at TC ingress, which OVS reads around");
+                Some(reason)
+            }
+        };
         let ports = take_map(&mut ebpf, g::MAP_GUARD_PORTS)?;
         let counters = take_map(&mut ebpf, g::MAP_GUARD_COUNTERS)?;
         let events = take_map(&mut ebpf, g::MAP_GUARD_EVENTS)?;
@@ -402,6 +413,7 @@ impl Guard {
             counters,
             events: Some(events),
             attached: HashMap::new(),
+            xdp_unavailable,
         })
     }
 
@@ -444,6 +456,7 @@ impl Guard {
                 mode: attach_mode(hook),
             });
         }
+        let hook = self.usable(hook, &target.ifname);
         let ifname = target.ifname.clone();
         let ifindex = in_netns(target.netns.as_deref(), || {
             nix::net::if_::if_nametoindex(ifname.as_str()).map_err(|e| {
@@ -514,6 +527,7 @@ impl Guard {
             });
         };
         let from = port.ingress.hook();
+        let hook = self.usable(hook, &target.ifname);
         if from == hook {
             return Ok(());
         }
@@ -549,6 +563,24 @@ impl Guard {
         tracing::info!(ifname = %target.ifname, netns = ?target.netns, ifindex,
             %from, to = %hook, "DHCP guard moved to another hook");
         Ok(())
+    }
+
+    /// `hook`, or TC ingress when it is XDP and the XDP program did not
+    /// load (said in the log).
+    fn usable(&self, hook: GuardHook, ifname: &str) -> GuardHook {
+        match (&self.xdp_unavailable, hook) {
+            (Some(reason), GuardHook::Xdp) => {
+                tracing::warn!(ifname, reason = %reason,
+                    "this port needs the DHCP guard at XDP, which did not load; guarding it at TC ingress");
+                GuardHook::Tc
+            }
+            _ => hook,
+        }
+    }
+
+    /// Whether ports can be guarded at XDP (the kernel took the program).
+    pub fn xdp_available(&self) -> bool {
+        self.xdp_unavailable.is_none()
     }
 
     /// Where the attached port `target` is policed.
