@@ -129,14 +129,7 @@ impl OvnLab {
         }
         lab.vsctl(&["init"]);
 
-        // The node's daemons run in its namespace: the userspace datapath
-        // opens the node's interfaces by name there. `--disable-system`:
-        // never touch the kernel datapath.
-        let mut vswitchd = netns_exec(lab.node.name(), program("ovs-vswitchd"));
-        vswitchd
-            .arg(format!("unix:{}", lab.db_socket().display()))
-            .arg("--disable-system");
-        lab.daemon("ovs-vswitchd", vswitchd, true);
+        lab.start_vswitchd();
 
         let mut northd = Command::new(program("ovn-northd"));
         northd
@@ -167,6 +160,66 @@ impl OvnLab {
 
         lab.vsctl(&["add-port", Self::PROVIDER_BRIDGE, Self::UPLINK]);
         lab
+    }
+
+    /// Starts `ovs-vswitchd` on the node's database. It runs in the node's
+    /// namespace: the userspace datapath opens the node's interfaces by
+    /// name there. `--disable-system`: never touch the kernel datapath.
+    #[track_caller]
+    fn start_vswitchd(&mut self) {
+        let mut vswitchd = netns_exec(self.node.name(), program("ovs-vswitchd"));
+        vswitchd
+            .arg(format!("unix:{}", self.db_socket().display()))
+            .arg("--disable-system");
+        self.daemon("ovs-vswitchd", vswitchd, true);
+    }
+
+    /// Kills `ovs-vswitchd` and the node's `ovsdb-server` with SIGKILL, as
+    /// a crash (or an OOM kill) would: the userspace datapath stops
+    /// forwarding and the database socket goes away. The OVN daemons keep
+    /// running and reconnect once [`OvnLab::start_ovs`] brings them back.
+    #[track_caller]
+    pub fn kill_ovs(&mut self) {
+        for what in ["ovs-vswitchd", "ovsdb-server (conf)"] {
+            let i = self
+                .daemons
+                .iter()
+                .position(|p| p.what() == what)
+                .unwrap_or_else(|| panic!("{what} is not running in the lab"));
+            self.daemons.remove(i).kill();
+        }
+    }
+
+    /// Starts the node's `ovsdb-server` and `ovs-vswitchd` again on the
+    /// database they left (bridges, ports, mappings and all), and waits
+    /// until ovn-controller has put every pod's flows back into `br-int`
+    /// (each pod's MAC in its flow table).
+    #[track_caller]
+    pub fn start_ovs(&mut self) {
+        self.ovsdb_server("conf");
+        self.start_vswitchd();
+        let macs: Vec<String> = self.pods.iter().map(|p| format_mac(p.mac)).collect();
+        let rewired = wait_until(READY_TIMEOUT, || {
+            let flows = self.ofctl(&["dump-flows", Self::INTEGRATION_BRIDGE]);
+            macs.iter().all(|m| flows.contains(m.as_str()))
+        });
+        assert!(
+            rewired,
+            "ovn-controller did not rewire br-int in {READY_TIMEOUT:?}: {}",
+            self.log("ovn-controller")
+        );
+    }
+
+    /// `ovs-ofctl` on the node's `ovs-vswitchd`; stdout, empty when it
+    /// fails (the switch not up yet).
+    pub fn ofctl(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(program("ovs-ofctl"));
+        self.env(&mut cmd);
+        let out = cmd.args(args).output();
+        match out {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            _ => String::new(),
+        }
     }
 
     /// The node's bridges (userspace datapath) and the `Open_vSwitch`
