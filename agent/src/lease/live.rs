@@ -65,7 +65,7 @@ impl Live {
                 .pod
                 .as_ref()
                 .map(|p| format!("{}/{}", p.namespace, p.name)),
-            network: r.config.name.clone(),
+            network: r.network.name.clone(),
             workload: match &r.workload {
                 WorkloadKind::Pod => "pod".to_owned(),
                 WorkloadKind::Vm { vmi } => format!("vm:{vmi}"),

@@ -1,13 +1,15 @@
 //! Leases: one lease's live view ([`live`]), the task that runs it
 //! ([`task`]), its record on disk ([`persist`]) and, when asked, its address
 //! on the pod interface ([`apply`]); the table of every lease the agent
-//! holds ([`registry`]) and how many new acquisitions a network admits at
-//! once ([`pacing`]).
+//! holds ([`registry`]), how many new acquisitions a network admits at
+//! once ([`pacing`]), and the one acquisition every ADD path runs
+//! ([`acquire`]: slot, task, first outcome).
 //!
 //! The lease layer stands on the host and kernel adapters (the datapath,
 //! the store, netlink) and knows nothing of CNI operations, Kubernetes or
 //! the agent socket.
 
+pub(crate) mod acquire;
 pub(crate) mod apply;
 pub(crate) mod live;
 pub(crate) mod pacing;

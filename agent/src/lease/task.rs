@@ -400,7 +400,7 @@ async fn drain_events<P: LeasePort>(
                 warn!(reason = reason.label(), "lease lost; acquiring again");
                 let (old, apply) = {
                     let l = lock(&task.live);
-                    (l.record.lease.clone(), l.record.config.ipam.apply)
+                    (l.record.lease.clone(), l.record.network.ipam.apply)
                 };
                 if let (Some(old), Some(ns)) =
                     (old, task.port.netns().map(std::path::Path::to_path_buf))
@@ -461,7 +461,7 @@ async fn apply_if_asked<P: LeasePort>(task: &Task<P>, lease: &Lease) {
     let (apply, vm) = {
         let l = lock(&task.live);
         (
-            l.record.config.ipam.apply,
+            l.record.network.ipam.apply,
             matches!(l.record.workload, WorkloadKind::Vm { .. }),
         )
     };
@@ -713,7 +713,8 @@ mod tests {
                 ..ClientConfig::default()
             };
             let client = Client::new(config, Instant::now(), 7);
-            let record = persist::fresh(&request(), None, WorkloadKind::Pod, MAC, None);
+            let record =
+                crate::ops::network::fresh_record(&request(), None, WorkloadKind::Pod, MAC, None);
             let live = Arc::new(Mutex::new(Live::new(
                 record,
                 client.state(),
