@@ -6,9 +6,10 @@ use std::time::Duration;
 use tracing::{info, warn};
 use xdhcp_engine::Mode;
 
-use crate::cni::config::DhcpGuardSpec;
+use crate::cni::config::{DhcpGuardSpec, NetworkConfig};
 use crate::cni::types::CniResult;
 use crate::datapath::link::{Link, Sockets};
+use crate::kube::network_key;
 use crate::lease::acquire::{Acquisition, engine_config};
 use crate::lease::apply;
 use crate::lease::persist::{self, PodRef, WorkloadKind};
@@ -17,7 +18,7 @@ use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
-    Bound, Deadline, Phases, ReportTo, annotation_key, cni_result, kube_error, report_and_record,
+    Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_and_record,
 };
 use crate::ops::vm;
 use crate::rpc::{CniRequest, GcReply, GcRequest};
@@ -79,6 +80,16 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
         annotation_key: Some(annotation_key(&req.config, ns)?),
         migration: info.migration_target(),
     })
+}
+
+/// The `pod-networks` key of `config` for a pod in `pod_ns`.
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed CNI operation is rare; its error goes straight to the socket"
+)]
+fn annotation_key(config: &NetworkConfig, pod_ns: &str) -> Result<String, Error> {
+    network_key(config.net_attach_def_name.as_deref(), pod_ns, &config.name)
+        .map_err(|source| Error::AnnotationKey { source })
 }
 
 /// How long before the caller stops waiting an ADD answers at the latest

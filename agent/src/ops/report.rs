@@ -14,7 +14,7 @@ use xdhcp_engine::Lease;
 
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::{CniResult, DnsConfig, IpConfig, Ipv4Cidr, RouteConfig};
-use crate::kube::{PodApiError, PodNetworkEntry, PodStore, WriteGuard, network_key};
+use crate::kube::{PodApiError, PodNetworkEntry, PodStore, WriteGuard};
 use crate::lease::apply;
 use crate::lease::persist::{Durable, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
@@ -79,16 +79,6 @@ impl Deadline {
 pub(crate) fn kube_error(metrics: &Metrics, source: PodApiError) -> Error {
     metrics.failure("kube_api");
     Error::Kube { source }
-}
-
-/// The `pod-networks` key of `config` for a pod in `pod_ns`.
-#[expect(
-    clippy::result_large_err,
-    reason = "a failed CNI operation is rare; its error goes straight to the socket"
-)]
-pub(crate) fn annotation_key(config: &NetworkConfig, pod_ns: &str) -> Result<String, Error> {
-    network_key(config.net_attach_def_name.as_deref(), pod_ns, &config.name)
-        .map_err(|source| Error::AnnotationKey { source })
 }
 
 /// Where a pod ADD's time went inside the agent, in µs per step (logged
