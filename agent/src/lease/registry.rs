@@ -232,6 +232,7 @@ impl Registry {
         self.insert(&handle);
         let task = Task {
             svc: self.svc.clone(),
+            effects: self.svc.clone(),
             client,
             port,
             live,
