@@ -48,8 +48,9 @@ pub(crate) enum Effect {
 pub(crate) trait Effects: std::fmt::Debug + Send + Sync + 'static {
     /// Carry `effect` out off the task (a write on the blocking pool).
     fn start(self: Arc<Self>, effect: Effect) -> JoinHandle<Durable>;
-    /// Carry `effect` out now, on this thread (a task's last steps).
-    fn now(&self, effect: Effect) -> Durable;
+    /// Carry `effect` out now, on this thread (a task's last steps: its
+    /// record); an address effect is started and not waited for.
+    fn now(self: Arc<Self>, effect: Effect) -> Durable;
 }
 
 impl Effects for Services {
@@ -64,7 +65,7 @@ impl Effects for Services {
         }
     }
 
-    fn now(&self, effect: Effect) -> Durable {
+    fn now(self: Arc<Self>, effect: Effect) -> Durable {
         match effect {
             Effect::Persist(rec) => match persist::save(&self.store, &rec) {
                 Ok(()) => Durable::Saved,
@@ -86,7 +87,8 @@ impl Effects for Services {
                 }
             },
             Effect::Apply { .. } | Effect::Unapply { .. } => {
-                unreachable!("an address is configured off the task (`start`)")
+                tokio::spawn(async move { self.address(effect).await });
+                Durable::Saved
             }
         }
     }

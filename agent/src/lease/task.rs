@@ -114,7 +114,9 @@ impl<P: LeasePort> Task<P> {
 
     /// Persist now, on this thread (the task's last steps).
     fn persist(&self) {
-        self.effects.now(Effect::Persist(Box::new(self.record())));
+        self.effects
+            .clone()
+            .now(Effect::Persist(Box::new(self.record())));
     }
 
     fn set_state(&self, state: State) {
@@ -508,7 +510,7 @@ fn finish<P: LeasePort>(
     // discovery reports how it was captured).
     task.port.close();
     if ended == Ended::Gone {
-        task.effects.now(Effect::Remove {
+        task.effects.clone().now(Effect::Remove {
             container_id: rec.container_id.clone(),
             ifname: rec.ifname.clone(),
         });
@@ -629,9 +631,9 @@ mod tests {
                 lock(&self.seen).push(effect.clone());
                 self.real.clone().start(effect)
             }
-            fn now(&self, effect: Effect) -> Durable {
+            fn now(self: Arc<Self>, effect: Effect) -> Durable {
                 lock(&self.seen).push(effect.clone());
-                self.real.now(effect)
+                self.real.clone().now(effect)
             }
         }
 
