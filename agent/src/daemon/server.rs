@@ -2,10 +2,11 @@
 //! and the one place a daemon [`Error`] becomes a CNI error code.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -141,8 +142,30 @@ pub(crate) fn router(agent: Arc<Agent>) -> Router {
     r.with_state(agent)
 }
 
+/// How long the caller waits for the answer ([`rpc::HEADER_WAIT_MS`]), if
+/// it says.
+fn told_wait(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    let Some(v) = headers.get(rpc::HEADER_WAIT_MS) else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(|ms| Some(Duration::from_millis(ms)))
+        .ok_or_else(|| {
+            ApiError(CniError::new(
+                code::DECODE_FAILURE,
+                format!(
+                    "the agent could not decode the request: header {}: {v:?} is not a whole number of milliseconds",
+                    rpc::HEADER_WAIT_MS
+                ),
+            ))
+        })
+}
+
 async fn add(
     State(a): State<Arc<Agent>>,
+    headers: HeaderMap,
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<rpc::CniResult>, ApiError> {
     if let Err(why) = a.health.ready() {
@@ -151,8 +174,9 @@ async fn add(
             format!("the xdhcp agent is starting: {why}"),
         )));
     }
+    let wait = told_wait(&headers)?;
     let req = decode_cni(&a, body)?;
-    Ok(Json(add::add(&a, req).await.map_err(|e| {
+    Ok(Json(add::add(&a, req, wait).await.map_err(|e| {
         let e = ApiError::from(e);
         tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "ADD failed");
         e
@@ -231,6 +255,30 @@ async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::Bind
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    /// The caller's wait is read from its header; a malformed one is a
+    /// decode failure naming the header, and none is none.
+    #[test]
+    fn the_callers_wait_is_read_from_its_header() {
+        use axum::http::{HeaderMap, HeaderValue};
+        use std::time::Duration;
+        let mut h = HeaderMap::new();
+        assert_eq!(super::told_wait(&h).ok().flatten(), None);
+        h.insert(
+            super::rpc::HEADER_WAIT_MS,
+            HeaderValue::from_static("20000"),
+        );
+        assert_eq!(
+            super::told_wait(&h).ok().flatten(),
+            Some(Duration::from_secs(20))
+        );
+        h.insert(super::rpc::HEADER_WAIT_MS, HeaderValue::from_static("20s"));
+        let Err(e) = super::told_wait(&h) else {
+            panic!("a malformed wait was accepted");
+        };
+        assert_eq!(e.0.code, crate::cni::types::code::DECODE_FAILURE);
+        assert!(e.0.msg.contains(super::rpc::HEADER_WAIT_MS), "{}", e.0.msg);
+    }
 
     #[test]
     fn host_prefix_is_concatenated_as_upstream_does() {

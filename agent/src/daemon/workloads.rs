@@ -252,8 +252,11 @@ impl Follower {
     fn note_served(&mut self) {
         for h in self.agent.leases.all() {
             let l = lock(&h.live);
-            let cfg = &l.record.config;
-            self.nets.served(&cfg.name, cfg.ipam.dhcp_guard);
+            let net = &l.record.network;
+            self.nets.served(
+                &net.name,
+                crate::ops::network::guard_spec(net.ipam.dhcp_guard),
+            );
         }
     }
 }

@@ -10,6 +10,7 @@ use xdhcp_engine::{AcquireError, ConfigError};
 use crate::datapath::link::LinkError;
 use crate::kube::PodApiError;
 use crate::kube::annotation::AnnotationError;
+use crate::lease::acquire::Failure;
 use crate::netlink::NetlinkError;
 use crate::store::StoreError;
 use crate::vfio::{PciAddr, VfioError};
@@ -28,6 +29,32 @@ impl std::fmt::Display for Place {
         match self {
             Place::Pod { ifname, netns } => write!(f, "interface {ifname} in {}", netns.display()),
             Place::VfNetdev { netdev } => write!(f, "VF netdev {netdev}"),
+        }
+    }
+}
+
+impl Error {
+    /// An acquisition on `place` (of network `network`) that ended
+    /// without a lease.
+    pub(crate) fn acquisition(place: Place, network: &str, failure: Failure) -> Self {
+        match failure {
+            Failure::Config(source) => Self::ClientConfig { source },
+            Failure::Queued { ahead, timeout } => Self::Queued {
+                place,
+                network: network.to_owned(),
+                ahead,
+                timeout,
+            },
+            Failure::Port(source) => Self::Interface { place, source },
+            Failure::NoLease { timeout, source } => Self::NoLease {
+                place,
+                timeout,
+                source: Box::new(source),
+            },
+            Failure::LinkFailed(source) => Self::LinkFailed { place, source },
+            Failure::Cancelled => Self::ShuttingDown,
+            Failure::Apply(source) => Self::Apply { place, source },
+            Failure::Silent { timeout } => Self::Silent { place, timeout },
         }
     }
 }
@@ -159,7 +186,7 @@ pub(crate) enum Error {
     Apply {
         place: Place,
         #[source]
-        source: NetlinkError,
+        source: std::sync::Arc<NetlinkError>,
     },
     /// CHECK while the lease is being acquired again.
     #[error("the lease on {ifname} is gone (state {state}); the agent is acquiring a new one")]

@@ -20,15 +20,17 @@ use tracing::{error, info, warn};
 use xdhcp_engine::{Lease, Mode};
 
 use crate::cni::types::CniResult;
+use crate::datapath::link::{Link, Sockets};
 use crate::kube::PodStore;
 use crate::kube::annotation::PodNetworks;
-use crate::lease::persist::{self, PodRef, WorkloadKind};
+use crate::lease::acquire::Acquisition;
+use crate::lease::persist::{PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
 use crate::metrics::Metrics;
 use crate::netlink::Netlink;
-use crate::ops::acquire::{self, Request, cni_result};
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
+use crate::ops::network::fresh_record;
 use crate::ops::report::{Bound, Deadline, Phases, ReportTo, report_and_record};
 use crate::rpc::{CniRequest, format_chain};
 use crate::settings::AgentArgs;
@@ -258,7 +260,7 @@ pub(crate) async fn add_vfio(
         Err(source) => {
             // The DORA may have bound before the restore failed: drop it.
             if let Some(h) = agent.leases.get(&req.container_id, &req.ifname) {
-                acquire::abandon(agent, &req.container_id, &req.ifname, &h, false).await;
+                agent.leases.abandon(&h, false).await;
             }
             agent.metrics().failure("vfio");
             return Err(Error::Handoff {
@@ -283,12 +285,12 @@ pub(crate) async fn add_vfio(
         pod: vm.pod.as_ref(),
         key: vm.annotation_key.as_deref(),
     };
-    report_and_record(agent, req, to, &bound, deadline, &mut phases).await?;
+    let result = report_and_record(agent, req, to, &bound, deadline, &mut phases).await?;
     info!(container = %req.container_id, ifname = %req.ifname, %pci, address = %lease.address,
         mac = %MacAddr(mac), who_us = phases.who, dora_us = phases.dora, report_us = phases.report,
         durable_us = phases.durable, total_us = phases.total(),
         "ADD done (VFIO VM: address reported, vfio-pci restored)");
-    Ok(cni_result(&lease, &req.config))
+    Ok(result)
 }
 
 /// Inside the handoff window: prepare `netdev`, run the one-shot
@@ -340,9 +342,16 @@ async fn discover(
     let place = Place::VfNetdev {
         netdev: netdev.clone(),
     };
-    let link =
-        acquire::open_link(agent, None, &netdev, false, false, &place)?.with_src_mac(mac.octets());
-    let record = persist::fresh(
+    let link = Link::open_looking(None, &netdev, Sockets::Sender, false)
+        .map_err(|source| {
+            agent.metrics().failure("interface");
+            Error::Interface {
+                place: place.clone(),
+                source,
+            }
+        })?
+        .with_src_mac(mac.octets());
+    let record = fresh_record(
         req,
         vm.pod.clone(),
         WorkloadKind::Vm {
@@ -351,13 +360,17 @@ async fn discover(
         mac.octets(),
         vm.annotation_key.clone(),
     );
-    let request = Request {
+    let acquisition = Acquisition {
         record,
         mode: Mode::OneShot,
         requested,
-        place,
+        link,
     };
-    let (handle, lease) = acquire::acquire(agent, request, link).await?;
+    let (handle, lease) = agent
+        .leases
+        .acquire(&agent.pacing, &agent.base, acquisition)
+        .await
+        .map_err(|f| Error::acquisition(place, &req.config.name, f))?;
     // The netdev goes away with the rebind: the task must be done with it.
     agent.leases.stop(&handle, false).await;
     Ok((handle, lease, mac.octets()))
