@@ -55,6 +55,11 @@ pub enum ExpiredPolicy {
     Drop,
 }
 
+/// The node name [`AgentArgs::with_defaults`] gives an agent (unless
+/// `NODE_NAME` is set), and the node test API servers schedule pods to.
+#[cfg(any(test, feature = "test-hooks"))]
+pub const TEST_NODE_NAME: &str = "xdhcp-test-node";
+
 /// Flags of `xdhcp agent`.
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
@@ -67,6 +72,15 @@ pub struct AgentArgs {
     /// `dhcp` reaches this agent with an unchanged network config.
     #[arg(long = "extra-socket", value_name = "PATH")]
     pub extra_socket: Vec<PathBuf>,
+    /// A uid besides root that may use the agent sockets (checked with
+    /// `SO_PEERCRED` on every connection; anyone else is refused).
+    /// Repeatable.
+    #[arg(long = "socket-allow-uid", value_name = "UID")]
+    pub socket_allow_uid: Vec<u32>,
+    /// Connections the agent sockets serve at once (each socket); the next
+    /// waits in the kernel's backlog until one ends.
+    #[arg(long, default_value_t = 64, value_parser = positive)]
+    pub socket_max_connections: usize,
     /// Prefix put before every `CNI_NETNS` path the agent opens, for an
     /// agent in a container that sees the host's root under this directory
     /// (the upstream daemon's `-hostprefix`).
@@ -294,6 +308,10 @@ impl AgentArgs {
         let mut args = Defaults::parse_from(["xdhcp-agent"]).args;
         args.socket = socket;
         args.state_dir = state_dir;
+        // With the Kubernetes API the agent needs its node; tests' fake
+        // API servers schedule their pods there.
+        args.node_name
+            .get_or_insert_with(|| TEST_NODE_NAME.to_owned());
         args
     }
 
@@ -337,6 +355,13 @@ fn absolute_path(s: &str) -> Result<PathBuf, String> {
         Ok(PathBuf::from(s))
     } else {
         Err(format!("{s:?} is not an absolute path"))
+    }
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
     }
 }
 

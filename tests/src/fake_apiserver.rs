@@ -33,6 +33,10 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+/// The node a stored pod is scheduled to when its `spec.nodeName` is
+/// unset: the node test agents run on (`AgentArgs::with_defaults`).
+pub const NODE: &str = xdhcp::settings::TEST_NODE_NAME;
+
 /// The operations the fake serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
@@ -606,6 +610,11 @@ impl FakeApiServer {
             .as_str()
             .expect("metadata.name")
             .to_owned();
+        // Every pod is scheduled: to the node test agents run on unless
+        // the test names another.
+        if kind == Kind::Pod && obj["spec"]["nodeName"].is_null() {
+            obj["spec"]["nodeName"] = json!(NODE);
+        }
         let mut st = self.lock();
         let rv = st.bump();
         obj["metadata"]["resourceVersion"] = json!(rv);

@@ -199,6 +199,46 @@ fn assert_released(dnsmasq: &Dnsmasq, mac: [u8; 6]) {
 
 const DEFAULT_ENTRY: &str = r#"{"default":{"ip_addresses":["10.128.0.9/23"],"mac_address":"0a:58:0a:80:00:09","gateway_ips":["10.128.0.1"],"role":"primary"}}"#;
 
+/// The agent serves only pods of its own node (`--node-name`): an ADD
+/// naming a pod scheduled to another node is refused before any DHCP and
+/// any write, naming both nodes; the same attachment for a pod of this
+/// node is served.
+#[test]
+fn add_for_a_pod_of_another_node_is_refused_before_any_dhcp_fake_apiserver() {
+    let api = Api::start();
+    api.server.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "elsewhere", "namespace": NS, "uid": "u-else"},
+        "spec": {"nodeName": "node-b", "containers": [{"name": "c", "image": "registry.invalid/c"}]}
+    }));
+    let here = api.server.add_pod(NS, "here", &[], &[]);
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+
+    let req = request("ctr-else", "elsewhere", "u-else", c.ns.path(), &c.ifname);
+    let err = agent
+        .add(&req)
+        .expect_err("a pod of another node must be refused")
+        .into_cni();
+    assert_eq!(err.code, code::KUBE_API, "{err:?}");
+    assert!(
+        err.msg.contains("node-b")
+            && err.msg.contains(xdhcp_tests::fake_apiserver::NODE)
+            && err.msg.contains("tenant/elsewhere"),
+        "{}",
+        err.msg
+    );
+    assert_eq!(api.server.count(Op::PatchPod), 0);
+    assert!(dnsmasq.lease_for(c.mac).is_none(), "{}", dnsmasq.log());
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+
+    let req = request("ctr-here", "here", &here, c.ns.path(), &c.ifname);
+    agent.add(&req).expect("a pod of this node is served");
+    assert!(api.networks("here").get(key()).is_some());
+}
+
 #[test]
 fn add_whose_sandbox_netns_is_removed_before_the_write_reports_nothing_and_releases_fake_apiserver()
 {

@@ -16,6 +16,7 @@ use crate::kube::PodApiError;
 use crate::ops::add;
 use crate::ops::context::Agent;
 use crate::ops::error::Error;
+use crate::ops::trust;
 use crate::rpc::{self, CniRequest, GcRequest, Readiness, format_chain};
 
 /// A CNI error as an HTTP response.
@@ -78,6 +79,7 @@ fn to_cni(e: &Error) -> CniError {
         Error::NoLease { .. } => (code::DHCP_TIMEOUT, true),
         Error::Silent { .. } | Error::Queued { .. } => (code::DHCP_TIMEOUT, false),
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
+        Error::Refused { .. } => (code::INVALID_ENV, false),
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
         Error::Persist { .. } => (code::IO_FAILURE, true),
@@ -99,8 +101,18 @@ fn decode_cni(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<CniRequest, ApiError> {
     let mut req = decode(body)?;
-    if let (Some(prefix), Some(netns)) = (&agent.args.host_prefix, &req.netns) {
-        req.netns = Some(prefixed(prefix, netns));
+    if let Some(sent) = req.netns.take() {
+        let opened = match &agent.args.host_prefix {
+            Some(prefix) => prefixed(prefix, &sent),
+            None => sent.clone(),
+        };
+        trust::check_netns(&sent, &opened).map_err(|source| {
+            agent.metrics().failure("refused");
+            let e = ApiError::from(Error::Refused { source });
+            tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "request refused");
+            e
+        })?;
+        req.netns = Some(opened);
     }
     Ok(req)
 }

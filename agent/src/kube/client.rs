@@ -137,12 +137,15 @@ impl RetryPolicy {
 pub struct KubeClient {
     client: kube::Client,
     retry: RetryPolicy,
+    /// This agent's node: every write refuses a pod scheduled elsewhere.
+    node: Option<String>,
 }
 
 impl std::fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeClient")
             .field("retry", &self.retry)
+            .field("node", &self.node)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +170,7 @@ impl KubeClient {
         KubeClient {
             client,
             retry: RetryPolicy::default(),
+            node: None,
         }
     }
 
@@ -224,6 +228,21 @@ impl KubeClient {
             ..retry
         };
         self
+    }
+
+    /// Write only pods scheduled to node `node` (`spec.nodeName`), checked
+    /// on every attempt after the read, before the patch: a write for a pod
+    /// of another node fails with [`PodApiError::OtherNode`] (a DEL's
+    /// removal leaves such a pod alone and succeeds).
+    #[must_use]
+    pub fn with_node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// The node this client writes pods of, if set.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
     }
 
     fn pods(&self, ns: &str) -> Api<Pod> {
@@ -327,6 +346,10 @@ impl KubeClient {
                     "DEL: the pod was recreated; its pod-networks entry is not this attachment's");
                 Ok(())
             }
+            Err(e @ PodApiError::OtherNode { .. }) => {
+                tracing::warn!(error = %e, "DEL: the pod is not on this node; its pod-networks entry is left alone");
+                Ok(())
+            }
             other => other,
         }
     }
@@ -374,8 +397,7 @@ impl KubeClient {
                 }
                 Err(e) => return Err(api_error("get", RESOURCE_POD, ns, name, e)),
             };
-            check_uid(ns, name, guard, pod.metadata.uid.as_deref())?;
-            guard.check_sandbox(ns, name)?;
+            self.check_pod(ns, name, guard, &pod)?;
             let current = pod
                 .metadata
                 .annotations
@@ -443,6 +465,19 @@ impl KubeClient {
                 Err(e) => return Err(api_error("patch", RESOURCE_POD, ns, name, e)),
             }
         }
+    }
+}
+
+impl KubeClient {
+    /// Before a write: the pod read is still the one `guard` names, on
+    /// this client's node, and its sandbox is still there.
+    fn check_pod(&self, ns: &str, name: &str, guard: &WriteGuard, pod: &Pod) -> Result<()> {
+        check_uid(ns, name, guard, pod.metadata.uid.as_deref())?;
+        if let Some(ours) = &self.node {
+            let theirs = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            super::check_node(ns, name, theirs, ours)?;
+        }
+        guard.check_sandbox(ns, name)
     }
 }
 
@@ -518,6 +553,7 @@ fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
             .as_ref()
             .and_then(|a| a.get(ANNOTATION_MIGRATION_JOB_NAME))
             .cloned(),
+        node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
     }
 }
 

@@ -266,6 +266,7 @@ impl EmbeddedStore {
             owner_vmi: rec.owner_vmi,
             pod_networks: rec.annotations.get(POD_NETWORKS_ANNOTATION).cloned(),
             migration_job_name: rec.annotations.get(ANNOTATION_MIGRATION_JOB_NAME).cloned(),
+            node_name: None,
         })
     }
 

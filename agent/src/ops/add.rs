@@ -59,6 +59,7 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
             agent.pod_api.get_pod(ns, name),
         )
         .await?;
+    crate::ops::trust::on_this_node(agent, &info)?;
     // The runtime's UID first: the annotation write then refuses a pod
     // recreated under the same name since this ADD was issued.
     let uid = req

@@ -125,6 +125,12 @@ pub(crate) enum Error {
     /// The agent is shutting down.
     #[error("the xdhcp agent is shutting down")]
     ShuttingDown,
+    /// The request names something the agent must not act on.
+    #[error("{source}")]
+    Refused {
+        #[source]
+        source: crate::ops::trust::Refusal,
+    },
     /// The config's `deviceID` names no usable device.
     #[error("deviceID {device_id:?} of pod {pod}: {source}")]
     Device {

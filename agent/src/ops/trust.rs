@@ -1,0 +1,194 @@
+//! What the agent checks of a request before it acts on it: the caller
+//! and every name the request carries are the caller's word, so each is
+//! checked again here, where it is used, whatever the plugin checked.
+//!
+//! - the pod: scheduled to this agent's node ([`on_this_node`]);
+//! - `CNI_NETNS`: one of the shapes the plugin accepts (the protocol
+//!   crate's own check, shared), a namespace file, and neither the agent's
+//!   own network namespace nor the host's ([`check_netns`]);
+//! - the peer of the socket: root, or a uid the agent was told to trust
+//!   ([`peer_allowed`]).
+//!
+//! `docs/security.md` says why each check is there.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use crate::cni::env::{NetnsPathError, check_netns_shape, check_nsfs};
+use crate::kube::PodInfo;
+use crate::ops::context::Agent;
+use crate::ops::error::Error;
+
+/// The agent's own network namespace.
+const OWN_NETNS: &str = "/proc/self/ns/net";
+/// The host's network namespace (pid 1's; with the host network, the
+/// agent's own as well).
+const HOST_NETNS: &str = "/proc/1/ns/net";
+
+/// A request the agent refuses to act on.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// `CNI_NETNS` is not a network namespace path (shape, or not nsfs).
+    #[error("CNI_NETNS: {source}")]
+    Netns {
+        #[source]
+        source: NetnsPathError,
+    },
+    /// `CNI_NETNS` names a namespace the agent must never configure.
+    #[error(
+        "CNI_NETNS {} is {which}; the agent acts only in pod network namespaces",
+        path.display()
+    )]
+    ForbiddenNetns { path: PathBuf, which: &'static str },
+    /// The namespace could not be compared with the forbidden ones.
+    #[error("CNI_NETNS {}: cannot read the namespace's identity", path.display())]
+    NetnsIdentity {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Refuse a pod that is not scheduled to this agent's node (with the
+/// cluster backend, which knows the node; the embedded store has none).
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed CNI operation is rare; its error goes straight to the socket"
+)]
+pub(crate) fn on_this_node(agent: &Agent, info: &PodInfo) -> Result<(), Error> {
+    let Some(ours) = agent.pod_api.node() else {
+        return Ok(());
+    };
+    info.check_node(ours).map_err(|source| {
+        agent.metrics().failure("refused");
+        tracing::warn!(error = %source, "ADD refused: the pod is not on this node");
+        Error::Kube { source }
+    })
+}
+
+/// Check the `CNI_NETNS` of a request: `sent` is the path as the caller
+/// sent it (its shape is checked), `opened` the path the agent will open
+/// (`sent` behind `--host-prefix`). A path that does not exist passes
+/// here (the ADD fails opening it; a DEL tolerates it); one that exists
+/// must be a namespace file, and neither the agent's nor the host's network
+/// namespace.
+pub(crate) fn check_netns(sent: &Path, opened: &Path) -> Result<(), Refusal> {
+    check_netns_against(
+        sent,
+        opened,
+        &[
+            (Path::new(HOST_NETNS), "the host's network namespace"),
+            (Path::new(OWN_NETNS), "the agent's own network namespace"),
+        ],
+    )
+}
+
+/// [`check_netns`] against the `forbidden` namespaces given.
+pub(crate) fn check_netns_against(
+    sent: &Path,
+    opened: &Path,
+    forbidden: &[(&Path, &'static str)],
+) -> Result<(), Refusal> {
+    check_netns_shape(sent).map_err(|source| Refusal::Netns { source })?;
+    match check_nsfs(opened) {
+        Ok(()) => {}
+        Err(NetnsPathError::Missing { .. }) => return Ok(()),
+        Err(source) => return Err(Refusal::Netns { source }),
+    }
+    let identity = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    let target = identity(opened).map_err(|source| Refusal::NetnsIdentity {
+        path: opened.to_path_buf(),
+        source,
+    })?;
+    for (path, which) in forbidden {
+        // A namespace the agent cannot read is not one it could be told
+        // to act in through that path either; only a match refuses.
+        if identity(path).is_ok_and(|id| id == target) {
+            return Err(Refusal::ForbiddenNetns {
+                path: sent.to_path_buf(),
+                which,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether a socket peer with `uid` may use the agent socket: root, or one
+/// of the `--socket-allow-uid` values.
+pub(crate) fn peer_allowed(uid: u32, allowed: &[u32]) -> bool {
+    uid == 0 || allowed.contains(&uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A namespace path the caller sends in the shape of a pod's but that
+    /// names the agent's own namespace (its pid's `ns/net`; here also the
+    /// host's) is refused; so is any shape the plugin refuses, and a file
+    /// that is no namespace.
+    #[test]
+    fn the_agents_own_namespace_and_odd_paths_are_refused() {
+        let me = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
+        let e = check_netns(&me, &me).unwrap_err();
+        assert!(matches!(&e, Refusal::ForbiddenNetns { .. }), "{e}");
+        let e = check_netns_against(&me, &me, &[(Path::new(OWN_NETNS), "own")]).unwrap_err();
+        assert!(
+            matches!(&e, Refusal::ForbiddenNetns { which, .. } if *which == "own"),
+            "{e}"
+        );
+        for bad in [
+            "/etc/passwd",
+            "/proc/self/ns/net",
+            "/run/netns/../../etc/passwd",
+        ] {
+            let e = check_netns(Path::new(bad), Path::new(bad)).unwrap_err();
+            assert!(matches!(e, Refusal::Netns { .. }), "{bad}: {e}");
+        }
+        // A right shape whose file is not a namespace (behind a prefix).
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("run/netns/pod");
+        std::fs::create_dir_all(fake.parent().unwrap()).unwrap();
+        std::fs::write(&fake, b"").unwrap();
+        let e = check_netns(Path::new("/run/netns/pod"), &fake).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Refusal::Netns {
+                    source: NetnsPathError::NotNsfs { .. }
+                }
+            ),
+            "{e}"
+        );
+        // A missing namespace is left to the operation (a DEL tolerates it).
+        let gone = dir.path().join("run/netns/gone");
+        check_netns(Path::new("/run/netns/gone"), &gone).unwrap();
+    }
+
+    /// The comparison is by namespace identity, not by path: a namespace
+    /// reached through another path is the same namespace.
+    #[test]
+    fn forbidden_namespaces_are_compared_by_identity() {
+        let me = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
+        let e = check_netns_against(
+            &me,
+            &me,
+            &[(
+                Path::new("/proc/thread-self/ns/net"),
+                "the test's namespace",
+            )],
+        )
+        .unwrap_err();
+        assert!(matches!(e, Refusal::ForbiddenNetns { .. }), "{e}");
+        // Compared with nothing, the same path passes.
+        check_netns_against(&me, &me, &[]).unwrap();
+    }
+
+    #[test]
+    fn root_and_configured_uids_may_use_the_socket() {
+        assert!(peer_allowed(0, &[]));
+        assert!(!peer_allowed(1000, &[]));
+        assert!(peer_allowed(1000, &[1000]));
+        assert!(!peer_allowed(1001, &[1000]));
+    }
+}
