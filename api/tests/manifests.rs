@@ -13,6 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -290,6 +293,12 @@ fn every_manifest_parses_strictly_into_its_type() {
             ("v1", "ServiceAccount") => drop(strict::<ServiceAccount>(&what, &doc)),
             ("v1", "Pod") => drop(strict::<Pod>(&what, &doc)),
             ("apps/v1", "DaemonSet") => drop(strict::<DaemonSet>(&what, &doc)),
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+                drop(strict::<ValidatingAdmissionPolicy>(&what, &doc));
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+                drop(strict::<ValidatingAdmissionPolicyBinding>(&what, &doc));
+            }
             ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
                 drop(strict::<ClusterRole>(&what, &doc));
             }
@@ -326,6 +335,8 @@ fn every_manifest_parses_strictly_into_its_type() {
         "ClusterRole",
         "ClusterRoleBinding",
         "DaemonSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ] {
         assert!(
             kinds.contains(expected),
