@@ -273,13 +273,15 @@ impl KubeClient {
         else {
             return Ok(None);
         };
-        VmiInfo::from_json(ns, name, &obj.data)
-            .map(Some)
-            .map_err(|source| PodApiError::Vmi {
+        let mut info =
+            VmiInfo::from_json(ns, name, &obj.data).map_err(|source| PodApiError::Vmi {
                 namespace: ns.to_owned(),
                 name: name.to_owned(),
                 source,
-            })
+            })?;
+        // `data` holds everything but the metadata.
+        info.uid.clone_from(&obj.metadata.uid);
+        Ok(Some(info))
     }
 
     /// Read a migration; `Ok(None)` when it does not exist or `name` is empty.
@@ -531,18 +533,26 @@ fn api_error(
 
 fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
     let meta = &pod.metadata;
-    let owners = meta.owner_references.as_deref().unwrap_or_default();
-    let vmi_owners = || owners.iter().filter(|o| o.kind == "VirtualMachineInstance");
-    let owner_vmi = vmi_owners()
-        .find(|o| o.controller == Some(true))
-        .or_else(|| vmi_owners().next())
-        .map(|o| o.name.clone());
+    // A VM pod is one a VMI controls: its controller owner reference, as
+    // virt-controller sets it. Labels and other owners claim nothing.
+    let owner = meta
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == "VirtualMachineInstance"
+                && o.api_version.starts_with("kubevirt.io/")
+                && !o.name.is_empty()
+        });
     PodInfo {
         namespace: meta.namespace.clone().unwrap_or_else(|| ns.to_owned()),
         name: meta.name.clone().unwrap_or_else(|| name.to_owned()),
         uid: meta.uid.clone(),
         labels: meta.labels.clone().unwrap_or_default(),
-        owner_vmi,
+        owner_vmi: owner.map(|o| o.name.clone()),
+        owner_vmi_uid: owner.map(|o| o.uid.clone()),
         pod_networks: meta
             .annotations
             .as_ref()
@@ -664,6 +674,7 @@ mod tests {
         .unwrap();
         let info = pod_info("tenant", "virt-launcher-vm1-abcde", &pod);
         assert_eq!(info.owner_vmi.as_deref(), Some("vm1"));
+        assert_eq!(info.owner_vmi_uid.as_deref(), Some("y"));
         assert_eq!(info.uid.as_deref(), Some("u-1"));
         assert_eq!(info.pod_networks.as_deref(), Some("{}"));
         assert_eq!(
@@ -672,5 +683,27 @@ mod tests {
                 vmi_name: "vm1".into()
             }
         );
+    }
+
+    /// A pod poses as a VM by its labels alone, or by an owner that does
+    /// not control it: it is a plain pod (its own MAC, its own address).
+    #[test]
+    fn labels_and_non_controller_owners_make_no_vm() {
+        let posing: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "impostor", "namespace": "tenant", "uid": "u-2",
+                "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "victim",
+                           "kubevirt.io/domain": "victim"},
+                "ownerReferences": [
+                    {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "victim", "uid": "v"},
+                    {"apiVersion": "example.com/v1", "kind": "VirtualMachineInstance", "name": "victim",
+                     "uid": "v", "controller": true}
+                ]
+            }
+        }))
+        .unwrap();
+        let info = pod_info("tenant", "impostor", &posing);
+        assert_eq!(info.workload(), crate::workload::Workload::Pod);
+        assert_eq!(info.owner_vmi_uid, None);
     }
 }

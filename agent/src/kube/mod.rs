@@ -31,8 +31,7 @@ pub use client::{KubeClient, KubeMode, RetryPolicy};
 pub use embedded::EmbeddedStore;
 
 use crate::workload::{
-    MigrationInfo, MigrationTarget, VmiInfo, VmiParseError, Workload, classify_pod,
-    migration_target,
+    MigrationInfo, MigrationTarget, VmiInfo, VmiParseError, Workload, migration_target,
 };
 use annotation::AnnotationError;
 
@@ -50,8 +49,13 @@ pub struct PodInfo {
     pub uid: Option<String>,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
-    /// Name of the controlling `VirtualMachineInstance` owner reference.
+    /// Name of the controlling `VirtualMachineInstance` owner reference
+    /// (the embedded store: the VMI its seeded labels name).
     pub owner_vmi: Option<String>,
+    /// UID of that owner reference (the VMI's `metadata.uid` it must
+    /// match; the embedded store knows none).
+    #[serde(default)]
+    pub owner_vmi_uid: Option<String>,
     /// The current `k8s.ovn.org/pod-networks` annotation value.
     pub pod_networks: Option<String>,
     /// The `kubevirt.io/migrationJobName` annotation (migration targets).
@@ -70,9 +74,17 @@ impl PodInfo {
         check_node(&self.namespace, &self.name, self.node_name.as_deref(), ours)
     }
 
-    /// Pod or VM, from labels and owner (see [`crate::workload`]).
+    /// Pod or VM: a VM pod is one with a controlling
+    /// `VirtualMachineInstance` owner reference, whatever its labels say
+    /// (labels are set by whoever creates the pod). The embedded store
+    /// gives its seeded pods the owner their labels name.
     pub fn workload(&self) -> Workload {
-        classify_pod(&self.labels, self.owner_vmi.as_deref())
+        match &self.owner_vmi {
+            Some(vmi) => Workload::Vm {
+                vmi_name: vmi.clone(),
+            },
+            None => Workload::Pod,
+        }
     }
 
     /// Whether this is a live-migration target launcher pod (see

@@ -40,6 +40,18 @@ pub(crate) enum Refusal {
         path.display()
     )]
     ForbiddenNetns { path: PathBuf, which: &'static str },
+    /// A pod's owner reference names a VMI with another UID than the VMI
+    /// of that name has.
+    #[error(
+        "pod {pod} is owned by VirtualMachineInstance {vmi} with UID {owner_uid}, but {vmi} has UID {}; the pod is not that VM's",
+        vmi_uid.as_deref().unwrap_or("(none)")
+    )]
+    NotTheVmisPod {
+        pod: String,
+        vmi: String,
+        owner_uid: String,
+        vmi_uid: Option<String>,
+    },
     /// The namespace could not be compared with the forbidden ones.
     #[error("CNI_NETNS {}: cannot read the namespace's identity", path.display())]
     NetnsIdentity {
