@@ -218,6 +218,21 @@ pub struct AgentArgs {
     /// NAD's `ipam.dhcpGuard` (docs/dhcp-guard.md).
     #[arg(long, value_enum, default_value_t = GuardChoice::On)]
     pub dhcp_guard: GuardChoice,
+    /// A network whose ports may be trusted (server messages from the
+    /// workload pass) when its config asks with `ipam.dhcpGuard.trusted`:
+    /// its `netAttachDefName` (`namespace/name`) or, without one, its
+    /// config `name`. Repeatable; a config alone (a namespaced object a
+    /// tenant may write) never makes a port trusted.
+    #[arg(long = "dhcp-guard-trusted-network", value_name = "NETWORK")]
+    pub dhcp_guard_trusted_network: Vec<String>,
+    /// The highest client-message rate (per second) a network config's
+    /// `ipam.dhcpGuard.rate` may ask for; more is cut to this.
+    #[arg(long, default_value_t = xdhcp_common::guard::GUARD_DEFAULT_RATE)]
+    pub dhcp_guard_max_rate: u32,
+    /// The largest burst a network config's `ipam.dhcpGuard.burst` may ask
+    /// for; more is cut to this.
+    #[arg(long, default_value_t = xdhcp_common::guard::GUARD_DEFAULT_BURST)]
+    pub dhcp_guard_max_burst: u32,
 }
 
 /// One `--uplink`: an interface of the agent's namespace, and optionally

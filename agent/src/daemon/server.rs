@@ -101,6 +101,19 @@ fn decode_cni(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<CniRequest, ApiError> {
     let mut req = decode(body)?;
+    let args = &agent.args;
+    let network = req
+        .config
+        .net_attach_def_name
+        .clone()
+        .unwrap_or_else(|| req.config.name.clone());
+    req.config.ipam.dhcp_guard = trust::guard_policy(
+        &req.config.ipam.dhcp_guard,
+        &network,
+        &args.dhcp_guard_trusted_network,
+        args.dhcp_guard_max_rate,
+        args.dhcp_guard_max_burst,
+    );
     if let Some(sent) = req.netns.take() {
         let opened = match &agent.args.host_prefix {
             Some(prefix) => prefixed(prefix, &sent),

@@ -7,13 +7,16 @@
 //!   crate's own check, shared), a namespace file, and neither the agent's
 //!   own network namespace nor the host's ([`check_netns`]);
 //! - the peer of the socket: root, or a uid the agent was told to trust
-//!   ([`peer_allowed`]).
+//!   ([`peer_allowed`]);
+//! - the network config's DHCP guard: it may tighten the guard, never
+//!   loosen it beyond the agent's flags ([`guard_policy`]).
 //!
 //! `docs/security.md` says why each check is there.
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
+use crate::cni::config::DhcpGuardSpec;
 use crate::cni::env::{NetnsPathError, check_netns_shape, check_nsfs};
 use crate::kube::PodInfo;
 use crate::ops::context::Agent;
@@ -125,6 +128,26 @@ pub(crate) fn check_netns_against(
     Ok(())
 }
 
+/// The DHCP guard a network's ports get. The network config (a
+/// NetworkAttachmentDefinition, which a tenant may write in its own
+/// namespace) may tighten the guard, never loosen it: `trusted` holds only
+/// for a network the agent's flags name (`--dhcp-guard-trusted-network`,
+/// as `netAttachDefName` or the config's `name`), and the rate and burst
+/// are capped at `--dhcp-guard-max-rate` and `--dhcp-guard-max-burst`.
+pub(crate) fn guard_policy(
+    asked: &DhcpGuardSpec,
+    network: &str,
+    trusted_networks: &[String],
+    max_rate: u32,
+    max_burst: u32,
+) -> DhcpGuardSpec {
+    DhcpGuardSpec {
+        trusted: asked.trusted && trusted_networks.iter().any(|n| n == network),
+        rate: asked.rate.min(max_rate),
+        burst: asked.burst.min(max_burst),
+    }
+}
+
 /// Whether a socket peer with `uid` may use the agent socket: root, or one
 /// of the `--socket-allow-uid` values.
 pub(crate) fn peer_allowed(uid: u32, allowed: &[u32]) -> bool {
@@ -202,5 +225,34 @@ mod tests {
         assert!(!peer_allowed(1000, &[]));
         assert!(peer_allowed(1000, &[1000]));
         assert!(!peer_allowed(1001, &[1000]));
+    }
+
+    /// A tenant's NetworkAttachmentDefinition asks for a trusted port and
+    /// the highest rate: it gets neither unless the agent's flags say so;
+    /// it may still ask for less.
+    #[test]
+    fn the_network_config_cannot_loosen_the_guard() {
+        let asked = DhcpGuardSpec {
+            trusted: true,
+            rate: 10_000,
+            burst: 10_000,
+        };
+        let got = guard_policy(&asked, "tenant/net", &[], 20, 10);
+        assert_eq!(
+            got,
+            DhcpGuardSpec {
+                trusted: false,
+                rate: 20,
+                burst: 10
+            }
+        );
+        let named = guard_policy(&asked, "tenant/net", &["tenant/net".to_owned()], 20, 10);
+        assert!(named.trusted);
+        let tighter = DhcpGuardSpec {
+            trusted: false,
+            rate: 2,
+            burst: 1,
+        };
+        assert_eq!(guard_policy(&tighter, "tenant/net", &[], 20, 10), tighter);
     }
 }
