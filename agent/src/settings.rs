@@ -184,6 +184,15 @@ pub struct AgentArgs {
     /// NAD sets `allowDefaultRouteOverride` (`TunnelVision`, CVE-2024-3661).
     #[arg(long, default_value_t = 8)]
     pub min_route_prefix: u8,
+    /// The kubelet's device-plugin checkpoint: a VF on `vfio-pci` that a
+    /// device plugin registered is handed off only for the pod it is
+    /// allocated to. No file there: the allocation is not checked.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    )]
+    pub device_checkpoint: PathBuf,
     /// VFIO handoff: how long to wait for the VF's netdev to appear.
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub vfio_netdev_timeout: Duration,

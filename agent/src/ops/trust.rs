@@ -55,6 +55,26 @@ pub(crate) enum Refusal {
         owner_uid: String,
         vmi_uid: Option<String>,
     },
+    /// The VF the request names is a device plugin's, and not allocated to
+    /// the pod being added.
+    #[error(
+        "deviceID {pci} is not allocated to pod UID {}: {why} (the kubelet's device checkpoint {})",
+        pod_uid.as_deref().unwrap_or("(none given)"),
+        checkpoint.display()
+    )]
+    NotThePodsDevice {
+        pci: String,
+        pod_uid: Option<String>,
+        why: String,
+        checkpoint: PathBuf,
+    },
+    /// The kubelet's device checkpoint exists but cannot be read.
+    #[error("the kubelet's device checkpoint {}", path.display())]
+    Checkpoint {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// The namespace could not be compared with the forbidden ones.
     #[error("CNI_NETNS {}: cannot read the namespace's identity", path.display())]
     NetnsIdentity {
@@ -146,6 +166,125 @@ pub(crate) fn guard_policy(
         rate: asked.rate.min(max_rate),
         burst: asked.burst.min(max_burst),
     }
+}
+
+/// The device plugins' allocations, from the kubelet's checkpoint
+/// (`kubelet_internal_checkpoint`, written when a pod is admitted, before
+/// its sandbox and so before any CNI ADD): which pod UID holds each device
+/// id, and every device id a plugin registered. The SR-IOV device plugin's
+/// device ids are the VFs' PCI addresses.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Allocations {
+    /// Device id → the pod UIDs it is allocated to.
+    by_device: std::collections::BTreeMap<String, Vec<String>>,
+    /// Every device id a plugin registered.
+    registered: std::collections::BTreeSet<String>,
+}
+
+impl Allocations {
+    /// Parse the checkpoint (its `Data`: `PodDeviceEntries` with `PodUID`
+    /// and `DeviceIDs`, a list or a map of NUMA node to list, and
+    /// `RegisteredDevices`); anything else in it is ignored.
+    pub(crate) fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Ids {
+            List(Vec<String>),
+            ByNuma(std::collections::BTreeMap<String, Vec<String>>),
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Entry {
+            #[serde(rename = "PodUID")]
+            pod_uid: String,
+            #[serde(rename = "DeviceIDs")]
+            device_ids: Ids,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Data {
+            #[serde(default)]
+            pod_device_entries: Vec<Entry>,
+            #[serde(default)]
+            registered_devices: std::collections::BTreeMap<String, Vec<String>>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Checkpoint {
+            data: Data,
+        }
+        let c: Checkpoint = serde_json::from_str(text)?;
+        let mut out = Allocations::default();
+        for e in c.data.pod_device_entries {
+            let ids = match e.device_ids {
+                Ids::List(l) => l,
+                Ids::ByNuma(m) => m.into_values().flatten().collect(),
+            };
+            for id in ids {
+                out.registered.insert(id.clone());
+                out.by_device.entry(id).or_default().push(e.pod_uid.clone());
+            }
+        }
+        out.registered
+            .extend(c.data.registered_devices.into_values().flatten());
+        Ok(out)
+    }
+
+    /// `Ok` when `pci` may be handed off for pod `pod_uid`: a device no
+    /// plugin registered is no plugin's to check; a registered one must be
+    /// allocated to that pod. `Err` says why not.
+    pub(crate) fn check(&self, pci: &str, pod_uid: Option<&str>) -> Result<(), String> {
+        if !self.registered.contains(pci) {
+            return Ok(());
+        }
+        let holders = self
+            .by_device
+            .get(pci)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        match pod_uid {
+            Some(uid) if holders.iter().any(|h| h == uid) => Ok(()),
+            _ if holders.is_empty() => Err("a device plugin's device allocated to no pod".into()),
+            _ => Err(format!("allocated to pod UID {}", holders.join(", "))),
+        }
+    }
+}
+
+/// Hand off VF `pci` for pod `pod_uid` only if the kubelet's device
+/// checkpoint at `checkpoint` allows it ([`Allocations::check`]). No
+/// checkpoint there (no kubelet, or not mounted): nothing to check against,
+/// and the handoff goes on.
+pub(crate) fn device_of_pod(
+    checkpoint: &Path,
+    pci: &str,
+    pod_uid: Option<&str>,
+) -> Result<(), Refusal> {
+    let text = match std::fs::read_to_string(checkpoint) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::debug!(checkpoint = %checkpoint.display(),
+                "no kubelet device checkpoint: the VF's allocation is not checked");
+            return Ok(());
+        }
+        Err(source) => {
+            return Err(Refusal::Checkpoint {
+                path: checkpoint.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let allocations = Allocations::parse(&text).map_err(|e| Refusal::Checkpoint {
+        path: checkpoint.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })?;
+    allocations
+        .check(pci, pod_uid)
+        .map_err(|why| Refusal::NotThePodsDevice {
+            pci: pci.to_owned(),
+            pod_uid: pod_uid.map(str::to_owned),
+            why,
+            checkpoint: checkpoint.to_path_buf(),
+        })
 }
 
 /// Whether a socket peer with `uid` may use the agent socket: root, or one
@@ -254,5 +393,40 @@ mod tests {
             burst: 1,
         };
         assert_eq!(guard_policy(&tighter, "tenant/net", &[], 20, 10), tighter);
+    }
+
+    /// The kubelet's checkpoint as it is written (v2: device ids by NUMA
+    /// node): a VF allocated to the pod is its; one allocated to another
+    /// pod, or a plugin's VF allocated to none, is not; a VF no plugin
+    /// registered is not checked.
+    #[test]
+    fn a_vf_is_handed_off_only_for_the_pod_it_is_allocated_to() {
+        let text = r#"{"Data":{"PodDeviceEntries":[
+            {"PodUID":"uid-vm1","ContainerName":"compute","ResourceName":"intel.com/sriov",
+             "DeviceIDs":{"-1":["0000:3b:02.1"]},"AllocResp":"e30="},
+            {"PodUID":"uid-old","ContainerName":"c","ResourceName":"intel.com/sriov",
+             "DeviceIDs":["0000:3b:02.3"],"AllocResp":"e30="}],
+            "RegisteredDevices":{"intel.com/sriov":["0000:3b:02.1","0000:3b:02.2","0000:3b:02.3"]}},
+            "Checksum":1}"#;
+        let a = Allocations::parse(text).unwrap();
+        a.check("0000:3b:02.1", Some("uid-vm1")).unwrap();
+        let e = a.check("0000:3b:02.1", Some("uid-attacker")).unwrap_err();
+        assert!(e.contains("uid-vm1"), "{e}");
+        assert!(a.check("0000:3b:02.1", None).is_err());
+        assert!(a.check("0000:3b:02.2", Some("uid-vm1")).is_err());
+        a.check("0000:3b:02.3", Some("uid-old")).unwrap();
+        a.check("0000:5e:00.7", Some("uid-any")).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubelet_internal_checkpoint");
+        device_of_pod(&path, "0000:3b:02.1", Some("uid-attacker")).unwrap();
+        std::fs::write(&path, text).unwrap();
+        let e = device_of_pod(&path, "0000:3b:02.1", Some("uid-attacker")).unwrap_err();
+        assert!(matches!(e, Refusal::NotThePodsDevice { .. }), "{e}");
+        std::fs::write(&path, "{").unwrap();
+        assert!(matches!(
+            device_of_pod(&path, "0000:3b:02.1", Some("uid-vm1")),
+            Err(Refusal::Checkpoint { .. })
+        ));
     }
 }

@@ -90,7 +90,15 @@ pub(crate) fn vfio_device(
 ) -> Result<Option<PciAddr>, Error> {
     let sysfs = Sysfs::new(&agent.args.sysfs_root);
     match vfio::vm_device(&sysfs, req.config.device_id.as_deref()) {
-        Ok(VmDevice::Vfio(pci)) => Ok(Some(pci)),
+        Ok(VmDevice::Vfio(pci)) => {
+            let uid = pod.and_then(|p| p.uid.as_deref());
+            crate::ops::trust::device_of_pod(&agent.args.device_checkpoint, &pci.to_string(), uid)
+                .map_err(|source| {
+                    agent.metrics().failure("refused");
+                    Error::Refused { source }
+                })?;
+            Ok(Some(pci))
+        }
         Ok(VmDevice::PodNetdev) => Ok(None),
         Err(source) => {
             agent.metrics().failure("vfio");
