@@ -231,7 +231,12 @@ fn add_for_a_pod_of_another_node_is_refused_before_any_dhcp_fake_apiserver() {
         err.msg
     );
     assert_eq!(api.server.count(Op::PatchPod), 0);
-    assert!(dnsmasq.lease_for(c.mac).is_none(), "{}", dnsmasq.log());
+    assert_eq!(
+        dnsmasq_count(&dnsmasq, "DHCPDISCOVER", c.mac),
+        0,
+        "{}",
+        dnsmasq.log()
+    );
     assert!(agent.leases().is_empty(), "{:?}", agent.leases());
 
     let req = request("ctr-here", "here", &here, c.ns.path(), &c.ifname);
