@@ -14,75 +14,19 @@
 //! `docs/security.md` says why each check is there.
 
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::cni::config::DhcpGuardSpec;
 use crate::cni::env::{NetnsPathError, check_netns_shape, check_nsfs};
 use crate::kube::PodInfo;
 use crate::ops::context::Agent;
-use crate::ops::error::Error;
+use crate::ops::error::{Error, Refusal};
 
 /// The agent's own network namespace.
 const OWN_NETNS: &str = "/proc/self/ns/net";
 /// The host's network namespace (pid 1's; with the host network, the
 /// agent's own as well).
 const HOST_NETNS: &str = "/proc/1/ns/net";
-
-/// A request the agent refuses to act on.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum Refusal {
-    /// `CNI_NETNS` is not a network namespace path (shape, or not nsfs).
-    #[error("CNI_NETNS: {source}")]
-    Netns {
-        #[source]
-        source: NetnsPathError,
-    },
-    /// `CNI_NETNS` names a namespace the agent must never configure.
-    #[error(
-        "CNI_NETNS {} is {which}; the agent acts only in pod network namespaces",
-        path.display()
-    )]
-    ForbiddenNetns { path: PathBuf, which: &'static str },
-    /// A pod's owner reference names a VMI with another UID than the VMI
-    /// of that name has.
-    #[error(
-        "pod {pod} is owned by VirtualMachineInstance {vmi} with UID {owner_uid}, but {vmi} has UID {}; the pod is not that VM's",
-        vmi_uid.as_deref().unwrap_or("(none)")
-    )]
-    NotTheVmisPod {
-        pod: String,
-        vmi: String,
-        owner_uid: String,
-        vmi_uid: Option<String>,
-    },
-    /// The VF the request names is a device plugin's, and not allocated to
-    /// the pod being added.
-    #[error(
-        "deviceID {pci} is not allocated to pod UID {}: {why} (the kubelet's device checkpoint {})",
-        pod_uid.as_deref().unwrap_or("(none given)"),
-        checkpoint.display()
-    )]
-    NotThePodsDevice {
-        pci: String,
-        pod_uid: Option<String>,
-        why: String,
-        checkpoint: PathBuf,
-    },
-    /// The kubelet's device checkpoint exists but cannot be read.
-    #[error("the kubelet's device checkpoint {}", path.display())]
-    Checkpoint {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The namespace could not be compared with the forbidden ones.
-    #[error("CNI_NETNS {}: cannot read the namespace's identity", path.display())]
-    NetnsIdentity {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// Refuse a pod that is not scheduled to this agent's node (with the
 /// cluster backend, which knows the node; the embedded store has none).
@@ -295,6 +239,8 @@ pub(crate) fn peer_allowed(uid: u32, allowed: &[u32]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     /// A namespace path the caller sends in the shape of a pod's but that

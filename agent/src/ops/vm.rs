@@ -206,7 +206,7 @@ pub(crate) async fn migration_source(
 fn check_owner(vm: &VmPod, vmi: &VmiInfo) -> Result<(), Error> {
     match &vm.owner_uid {
         Some(owner) if vmi.uid.as_ref() != Some(owner) => Err(Error::Refused {
-            source: crate::ops::trust::Refusal::NotTheVmisPod {
+            source: crate::ops::error::Refusal::NotTheVmisPod {
                 pod: pod_label(vm.pod.as_ref()),
                 vmi: vm.vmi_name.clone(),
                 owner_uid: owner.clone(),
@@ -531,7 +531,7 @@ mod tests {
             matches!(
                 &e,
                 Error::Refused {
-                    source: crate::ops::trust::Refusal::NotTheVmisPod { .. }
+                    source: crate::ops::error::Refusal::NotTheVmisPod { .. }
                 }
             ),
             "{e:?}"
