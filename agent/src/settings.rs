@@ -55,8 +55,8 @@ pub enum ExpiredPolicy {
     Drop,
 }
 
-/// The node name [`AgentArgs::with_defaults`] gives an agent (unless
-/// `NODE_NAME` is set), and the node test API servers schedule pods to.
+/// The node name [`AgentArgs::with_defaults`] gives an agent (whatever
+/// `NODE_NAME` says), and the node test API servers schedule pods to.
 #[cfg(any(test, feature = "test-hooks"))]
 pub const TEST_NODE_NAME: &str = "xdhcp-test-node";
 
@@ -334,8 +334,7 @@ impl AgentArgs {
         args.state_dir = state_dir;
         // With the Kubernetes API the agent needs its node; tests' fake
         // API servers schedule their pods there.
-        args.node_name
-            .get_or_insert_with(|| TEST_NODE_NAME.to_owned());
+        args.node_name = Some(TEST_NODE_NAME.to_owned());
         args
     }
 
