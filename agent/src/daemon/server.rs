@@ -17,6 +17,7 @@ use crate::kube::PodApiError;
 use crate::ops::add;
 use crate::ops::context::Agent;
 use crate::ops::error::Error;
+use crate::ops::trust;
 use crate::rpc::{self, CniRequest, GcRequest, Readiness, format_chain};
 
 /// A CNI error as an HTTP response.
@@ -80,6 +81,7 @@ fn to_cni(e: &Error) -> CniError {
         Error::NoLease { .. } => (code::DHCP_TIMEOUT, true),
         Error::Silent { .. } | Error::Queued { .. } => (code::DHCP_TIMEOUT, false),
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
+        Error::Refused { .. } => (code::INVALID_ENV, false),
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
         Error::Persist { .. } => (code::IO_FAILURE, true),
@@ -101,8 +103,31 @@ fn decode_cni(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<CniRequest, ApiError> {
     let mut req = decode(body)?;
-    if let (Some(prefix), Some(netns)) = (&agent.args.host_prefix, &req.netns) {
-        req.netns = Some(prefixed(prefix, netns));
+    let args = &agent.args;
+    let network = req
+        .config
+        .net_attach_def_name
+        .clone()
+        .unwrap_or_else(|| req.config.name.clone());
+    req.config.ipam.dhcp_guard = trust::guard_policy(
+        &req.config.ipam.dhcp_guard,
+        &network,
+        &args.dhcp_guard_trusted_network,
+        args.dhcp_guard_max_rate,
+        args.dhcp_guard_max_burst,
+    );
+    if let Some(sent) = req.netns.take() {
+        let opened = match &agent.args.host_prefix {
+            Some(prefix) => prefixed(prefix, &sent),
+            None => sent.clone(),
+        };
+        trust::check_netns(&sent, &opened).map_err(|source| {
+            agent.metrics().failure("refused");
+            let e = ApiError::from(Error::Refused { source });
+            tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "request refused");
+            e
+        })?;
+        req.netns = Some(opened);
     }
     Ok(req)
 }

@@ -32,6 +32,8 @@ struct Who {
     annotation_key: Option<String>,
     /// A live-migration target launcher pod's migration.
     migration: Option<MigrationTarget>,
+    /// The UID of the VMI the pod's owner reference names.
+    owner_uid: Option<String>,
 }
 
 impl Who {
@@ -41,6 +43,7 @@ impl Who {
             pod: self.pod.clone(),
             annotation_key: self.annotation_key.clone(),
             vmi_name: vmi_name.to_owned(),
+            owner_uid: self.owner_uid.clone(),
             migration: self.migration.clone(),
         }
     }
@@ -54,6 +57,7 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
             workload: Workload::Pod,
             annotation_key: None,
             migration: None,
+            owner_uid: None,
         });
     };
     let info = deadline
@@ -63,6 +67,7 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
             agent.pod_api.get_pod(ns, name),
         )
         .await?;
+    crate::ops::trust::on_this_node(agent, &info)?;
     // The runtime's UID first: the annotation write then refuses a pod
     // recreated under the same name since this ADD was issued.
     let uid = req
@@ -79,6 +84,7 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
         workload: info.workload(),
         annotation_key: Some(annotation_key(&req.config, ns)?),
         migration: info.migration_target(),
+        owner_uid: info.owner_vmi_uid.clone(),
     })
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use xdhcp_engine::{AcquireError, ConfigError};
 
+use crate::cni::env::NetnsPathError;
 use crate::datapath::link::LinkError;
 use crate::kube::PodApiError;
 use crate::kube::annotation::AnnotationError;
@@ -152,6 +153,12 @@ pub(crate) enum Error {
     /// The agent is shutting down.
     #[error("the xdhcp agent is shutting down")]
     ShuttingDown,
+    /// The request names something the agent must not act on.
+    #[error("{source}")]
+    Refused {
+        #[source]
+        source: Refusal,
+    },
     /// The config's `deviceID` names no usable device.
     #[error("deviceID {device_id:?} of pod {pod}: {source}")]
     Device {
@@ -236,4 +243,60 @@ impl std::fmt::Display for LeaseFate {
             ),
         }
     }
+}
+
+/// A request the agent refuses to act on.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// `CNI_NETNS` is not a network namespace path (shape, or not nsfs).
+    #[error("CNI_NETNS: {source}")]
+    Netns {
+        #[source]
+        source: NetnsPathError,
+    },
+    /// `CNI_NETNS` names a namespace the agent must never configure.
+    #[error(
+        "CNI_NETNS {} is {which}; the agent acts only in pod network namespaces",
+        path.display()
+    )]
+    ForbiddenNetns { path: PathBuf, which: &'static str },
+    /// A pod's owner reference names a VMI with another UID than the VMI
+    /// of that name has.
+    #[error(
+        "pod {pod} is owned by VirtualMachineInstance {vmi} with UID {owner_uid}, but {vmi} has UID {}; the pod is not that VM's",
+        vmi_uid.as_deref().unwrap_or("(none)")
+    )]
+    NotTheVmisPod {
+        pod: String,
+        vmi: String,
+        owner_uid: String,
+        vmi_uid: Option<String>,
+    },
+    /// The VF the request names is a device plugin's, and not allocated to
+    /// the pod being added.
+    #[error(
+        "deviceID {pci} is not allocated to pod UID {}: {why} (the kubelet's device checkpoint {})",
+        pod_uid.as_deref().unwrap_or("(none given)"),
+        checkpoint.display()
+    )]
+    NotThePodsDevice {
+        pci: String,
+        pod_uid: Option<String>,
+        why: String,
+        checkpoint: PathBuf,
+    },
+    /// The kubelet's device checkpoint exists but cannot be read.
+    #[error("the kubelet's device checkpoint {}", path.display())]
+    Checkpoint {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The namespace could not be compared with the forbidden ones.
+    #[error("CNI_NETNS {}: cannot read the namespace's identity", path.display())]
+    NetnsIdentity {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
