@@ -728,3 +728,46 @@ fn a_pod_the_migration_does_not_name_is_no_migration_target_fake_apiserver() {
     );
     assert_eq!(dnsmasq_count(&dnsmasq, "DHCPDISCOVER", c.mac), 1, "{log}");
 }
+
+/// A retried ADD of an attachment that holds a lease writes its address
+/// again: the first ADD's entry may never have been written (the agent
+/// killed between the lease and its report, or the entry lost), and the
+/// repeated ADD used to answer success from the lease alone, leaving the
+/// pod with an address nobody reported.
+#[test]
+fn a_repeated_add_reports_the_address_again_fake_apiserver() {
+    let api = Api::start();
+    let uid = api.server.add_pod(
+        NS,
+        "web",
+        &[("app", "web")],
+        &[(POD_NETWORKS, DEFAULT_ENTRY)],
+    );
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+    let req = request("ctr-web", "web", &uid, c.ns.path(), &c.ifname);
+    let first = agent.add(&req).expect("ADD");
+    let ip = first.ips[0].address.to_string();
+    assert_eq!(api.networks("web")[key()]["ip_addresses"][0], ip);
+
+    // The entry is gone, as after a kill between the lease and the patch.
+    let mut pod = api.server.pod(NS, "web").expect("the pod");
+    pod["metadata"]["annotations"][POD_NETWORKS] = json!(DEFAULT_ENTRY);
+    api.server.put_pod(pod);
+    assert!(api.networks("web").get(key()).is_none());
+
+    let patches = api.server.count(Op::PatchPod);
+    let again = agent.add(&req).expect("the repeated ADD");
+    assert_eq!(again.ips[0].address, first.ips[0].address);
+    assert_eq!(api.server.count(Op::PatchPod), patches + 1);
+    assert_eq!(
+        api.networks("web")[key()]["ip_addresses"][0],
+        ip,
+        "{}",
+        api.networks("web")
+    );
+    assert!(api.networks("web").get("default").is_some());
+    assert_eq!(agent.leases().len(), 1, "{:?}", agent.leases());
+}

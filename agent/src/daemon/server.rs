@@ -201,7 +201,19 @@ async fn add(
     }
     let wait = told_wait(&headers)?;
     let req = decode_cni(&a, body)?;
-    Ok(Json(add::add(&a, req, wait).await.map_err(|e| {
+    // The ADD runs as a task of its own: a caller that goes away (its
+    // timeout, a killed runtime) does not stop it halfway, between the
+    // lease and its report; it finishes, and a retried ADD finds it done.
+    let agent = a.clone();
+    let added = tokio::spawn(async move { add::add(&agent, req, wait).await })
+        .await
+        .map_err(|e| {
+            ApiError(CniError::new(
+                code::INTERNAL,
+                format!("the ADD's task ended without an answer: {e}"),
+            ))
+        })?;
+    Ok(Json(added.map_err(|e| {
         let e = ApiError::from(e);
         tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "ADD failed");
         e
@@ -213,7 +225,16 @@ async fn del(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let req = decode_cni(&a, body)?;
-    add::del(&a, req).await?;
+    // As ADD: a DEL is not stopped halfway when its caller goes away.
+    let agent = a.clone();
+    tokio::spawn(async move { add::del(&agent, req).await })
+        .await
+        .map_err(|e| {
+            ApiError(CniError::new(
+                code::INTERNAL,
+                format!("the DEL's task ended without an answer: {e}"),
+            ))
+        })??;
     Ok(Json(serde_json::json!({})))
 }
 

@@ -57,8 +57,9 @@ impl Handle {
 #[derive(Debug)]
 pub(crate) struct Begun {
     _lock: OwnedMutexGuard<()>,
-    /// The lease the attachment already holds (a repeated ADD).
-    pub(crate) bound: Option<xdhcp_engine::Lease>,
+    /// The record of the attachment when it already holds a lease (a
+    /// repeated ADD).
+    pub(crate) bound: Option<LeaseRecord>,
 }
 
 /// The lease table and the lease tasks.
@@ -89,8 +90,10 @@ impl Registry {
         let held = self.key_lock(cid, ifname).await;
         let mut bound = None;
         if let Some(h) = self.get(cid, ifname) {
-            bound = lock(&h.live).record.lease.clone();
-            if bound.is_none() {
+            let record = lock(&h.live).record.clone();
+            if record.lease.is_some() {
+                bound = Some(record);
+            } else {
                 self.stop(&h, false).await;
             }
         }

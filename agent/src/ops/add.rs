@@ -12,13 +12,13 @@ use crate::datapath::link::{Link, Sockets};
 use crate::kube::network_key;
 use crate::lease::acquire::{Acquisition, engine_config};
 use crate::lease::apply;
-use crate::lease::persist::{self, PodRef, WorkloadKind};
+use crate::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
-    Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_and_record,
+    Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_address, report_and_record,
 };
 use crate::ops::vm;
 use crate::rpc::{CniRequest, GcReply, GcRequest};
@@ -130,10 +130,10 @@ pub(crate) async fn add(
     let mut phases = Phases::start();
     tracing::debug!(container = %req.container_id, ifname = %req.ifname, "ADD received");
     // Held to the end of the ADD. A repeated ADD for a bound attachment
-    // returns the same result.
+    // returns the same result, once its address is reported again.
     let begun = agent.leases.begin(&req.container_id, &req.ifname).await;
-    if let Some(l) = &begun.bound {
-        return Ok(cni_result(l, &req.config));
+    if let Some(rec) = &begun.bound {
+        return again(agent, &req, rec, deadline).await;
     }
     let netns = req.netns.clone().ok_or(Error::NoNetns)?;
     let who = who(agent, &req, deadline).await?;
@@ -228,6 +228,50 @@ pub(crate) async fn add(
         dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
         total_us = phases.total(), "ADD done");
     Ok(result)
+}
+
+/// A repeated ADD of an attachment that holds a lease: the runtime retrying
+/// after its caller gave up, or after the agent was killed between the
+/// lease and its report. The first ADD may never have written the
+/// `pod-networks` entry, so it is written again (the write is idempotent)
+/// before the same result is returned; if it cannot be, the ADD fails and
+/// the lease stays for the runtime's DEL or the next retry.
+async fn again(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    rec: &LeaseRecord,
+    deadline: Deadline,
+) -> Result<CniResult, Error> {
+    let Some(lease) = &rec.lease else {
+        return Err(Error::LeaseGone {
+            ifname: req.ifname.clone(),
+            state: "without a lease".to_owned(),
+        });
+    };
+    if let (Some(pod), Some(key)) = (&rec.pod, &rec.annotation_key) {
+        deadline
+            .kube(
+                agent.metrics(),
+                || {
+                    format!(
+                        "writing the pod-networks entry of pod {}/{} again",
+                        pod.namespace, pod.name
+                    )
+                },
+                report_address(
+                    &*agent.pod_api,
+                    pod,
+                    key,
+                    lease,
+                    rec.mac,
+                    rec.netns.as_deref(),
+                ),
+            )
+            .await?;
+    }
+    info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
+        "repeated ADD: the lease held, its address reported again");
+    Ok(cni_result(lease, &req.config))
 }
 
 /// Acquire the lease on the attachment's opened interface (a VM's guard
