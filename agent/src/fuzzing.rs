@@ -988,7 +988,7 @@ mod tests {
                 container_id: super::super::SEED_CONTAINER.into(),
                 ifname: super::super::SEED_IFNAME.into(),
                 netns: Some("/var/run/netns/cni-1".into()),
-                config: network_config(1),
+                network: (&network_config(1)).into(),
                 args: std::collections::BTreeMap::new(),
                 pod: Some(PodRef {
                     namespace: "default".into(),

@@ -15,13 +15,23 @@
 //! whichever came first, and each port remembers where its identity came
 //! from ([`Identity`]).
 //!
-//! The attachments are TC filters: they stay on their ports when the agent
-//! stops or is killed (each holds its program and maps), so no port is
-//! bare while the agent restarts; [`GuardService::protect`] is called again
-//! for every lease the agent resumes at start and replaces the filter an
-//! earlier agent left in one step.
+//! The attachments are TC filters, and XDP programs attached through
+//! netlink: they stay on their ports when the agent stops or is killed
+//! (each holds its program and maps), so no port is bare while the agent
+//! restarts; [`GuardService::protect`] is called again for every lease the
+//! agent resumes at start and replaces the program an earlier agent left
+//! in one step.
+//!
+//! Where a port is policed depends on who reads it. A Linux bridge, the
+//! kernel datapath of Open vSwitch and the routing stack all take a frame
+//! after TC ingress, so the ingress program runs there. A port of an Open
+//! vSwitch bridge on the userspace datapath (`datapath_type=netdev`) is
+//! read by `ovs-vswitchd` through a packet socket, which the kernel feeds
+//! after XDP and before TC ingress: a rogue OFFER dropped at TC ingress has
+//! already been forwarded. Those ports (the daemon tells, from the OVS
+//! database: [`GuardService::set_userspace_ports`]) are policed at XDP.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -30,7 +40,9 @@ use tracing::{debug, info, warn};
 
 use crate::bindings::LearnedStore;
 use crate::cni::config::DhcpGuardSpec;
-use crate::datapath::ebpf::{AttachTarget, EbpfDatapathError, Guard, GuardCounters, PortPolicy};
+use crate::datapath::ebpf::{
+    AttachTarget, EbpfDatapathError, Guard, GuardCounters, GuardHook, PortPolicy,
+};
 use crate::netlink::{PeerLookup, veth_peer_here};
 use crate::settings::{AgentArgs, GuardChoice};
 use crate::sys::netns::run_in_netns_async;
@@ -108,6 +120,8 @@ pub(crate) struct GuardedPort {
     pub(crate) ifindex: u32,
     pub(crate) policy: PortPolicy,
     pub(crate) identity: Identity,
+    /// Where its frames from the workload are policed.
+    pub(crate) hook: GuardHook,
 }
 
 struct Inner {
@@ -116,6 +130,21 @@ struct Inner {
     reader: Option<crate::datapath::ebpf::GuardReader>,
     /// (container id, pod ifname) → its port.
     ports: HashMap<(String, String), GuardedPort>,
+    /// Host-side ports of Open vSwitch bridges on the userspace datapath,
+    /// as last read from the OVS database: policed at XDP.
+    userspace_ports: BTreeSet<String>,
+}
+
+impl Inner {
+    /// Where port `host_ifname` must be policed.
+    /// (TC when the XDP program did not load: the guard said so at start.)
+    fn hook_for(&self, host_ifname: &str) -> GuardHook {
+        if self.guard.xdp_available() && self.userspace_ports.contains(host_ifname) {
+            GuardHook::Xdp
+        } else {
+            GuardHook::Tc
+        }
+    }
 }
 
 impl Inner {
@@ -210,6 +239,7 @@ impl GuardService {
                         guard,
                         reader,
                         ports: HashMap::new(),
+                        userspace_ports: BTreeSet::new(),
                     })),
                     learned,
                     off_reason: None,
@@ -319,6 +349,7 @@ impl GuardService {
             return Ok(None);
         };
         debug!(lock_wait_us = t1.elapsed().as_micros(), "guard lock");
+        let hook = inner.hook_for(&host_ifname);
         if let Some(port) = inner.ports.get(&key).cloned()
             && port.host_ifname != host_ifname
         {
@@ -347,8 +378,10 @@ impl GuardService {
                 netns: None,
             };
             inner.guard.update(&target, &policy)?;
+            inner.guard.rehook(&target, hook)?;
             let port = GuardedPort {
                 policy,
+                hook,
                 identity: Identity {
                     cni: true,
                     ..port.identity
@@ -362,7 +395,7 @@ impl GuardService {
             ifname: host_ifname.clone(),
             netns: None,
         };
-        let ifindex = inner.guard.attach(&target, &policy)?;
+        let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
         let port = GuardedPort {
             host_ifname,
             ifindex,
@@ -371,9 +404,50 @@ impl GuardService {
                 ovs: None,
                 cni: true,
             },
+            hook,
         };
         inner.ports.insert(key, port.clone());
         Ok(Some(port))
+    }
+
+    /// The host-side ports of Open vSwitch bridges on the userspace
+    /// datapath, as the OVS database now says: each guarded port moves to
+    /// the hook it needs (XDP for those, TC for the others), and a port
+    /// guarded later starts there. Blocking (netlink), cheap when nothing
+    /// moves.
+    pub(crate) fn set_userspace_ports(&self, ports: BTreeSet<String>) {
+        let Some(mut inner) = self.lock() else {
+            return;
+        };
+        if inner.userspace_ports == ports {
+            return;
+        }
+        inner.userspace_ports = ports;
+        let moves: Vec<_> = inner
+            .ports
+            .iter()
+            .filter_map(|(k, p)| {
+                let hook = inner.hook_for(&p.host_ifname);
+                (hook != p.hook).then(|| (k.clone(), p.host_ifname.clone(), hook))
+            })
+            .collect();
+        for (key, host_ifname, hook) in moves {
+            let target = AttachTarget {
+                ifname: host_ifname,
+                netns: None,
+            };
+            match inner.guard.rehook(&target, hook) {
+                Ok(()) => {
+                    if let Some(p) = inner.ports.get_mut(&key) {
+                        p.hook = hook;
+                    }
+                }
+                Err(e) => {
+                    warn!(port = %target.ifname, %hook, error = %crate::rpc::format_chain(&e),
+                    "could not move the DHCP guard to the hook the port's datapath needs");
+                }
+            }
+        }
     }
 
     /// Unguards the attachment's port (DEL). Nothing to do is fine. A port
@@ -474,7 +548,8 @@ impl GuardService {
             ifname: host_ifname.to_owned(),
             netns: None,
         };
-        let ifindex = inner.guard.attach(&target, &policy)?;
+        let hook = inner.hook_for(host_ifname);
+        let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
         let port = GuardedPort {
             host_ifname: host_ifname.to_owned(),
             ifindex,
@@ -483,6 +558,7 @@ impl GuardService {
                 ovs: Some(ovs),
                 cni: false,
             },
+            hook,
         };
         inner.ports.insert(key, port.clone());
         Ok(Some(port))

@@ -705,6 +705,108 @@ pub fn veth_peer_here(ifname: &str, ns: BorrowedFd<'_>) -> io::Result<Option<Vet
     }))
 }
 
+/// How an XDP program is attached by [`set_xdp_here`]: in the driver
+/// (native) or in the generic receive path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpHook {
+    Native,
+    Generic,
+}
+
+impl XdpHook {
+    /// `XDP_FLAGS_DRV_MODE` / `XDP_FLAGS_SKB_MODE`.
+    const fn flags(self) -> u32 {
+        match self {
+            Self::Native => 1 << 2,
+            Self::Generic => 1 << 1,
+        }
+    }
+}
+
+/// Attaches XDP program `prog` to device `ifindex` of the calling thread's
+/// namespace through netlink (`IFLA_XDP`), replacing the program attached
+/// there the same way; `None` detaches it. Blocking, on a socket of its
+/// own. An attachment made this way is no BPF link: it holds its program
+/// until it is replaced or detached, or the device goes, whether or not
+/// the process that made it still runs (as a TC filter does).
+pub fn set_xdp_here(ifindex: u32, prog: Option<BorrowedFd<'_>>, hook: XdpHook) -> io::Result<()> {
+    use rtnetlink::packet_core::{NLM_F_ACK, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+    use rtnetlink::packet_route::link::LinkXdp;
+    use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    let mut set = LinkMessage::default();
+    set.header.index = ifindex;
+    set.attributes.push(LinkAttribute::Xdp(vec![
+        LinkXdp::Fd(prog.map_or(-1, |fd| fd.as_raw_fd())),
+        LinkXdp::Flags(hook.flags()),
+    ]));
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::SetLink(set));
+    req.header.flags = NLM_F_REQUEST | NLM_F_ACK;
+    req.header.sequence_number = 1;
+    req.finalize();
+    let mut buf = vec![0; req.buffer_len()];
+    req.serialize(&mut buf);
+    sock.send(&buf, 0)?;
+    loop {
+        let (reply, _) = sock.recv_from_full()?;
+        let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        if m.header.sequence_number != 1 {
+            continue;
+        }
+        return match m.payload {
+            NetlinkPayload::Error(e) if e.code.is_some() => Err(e.to_io()),
+            _ => Ok(()),
+        };
+    }
+}
+
+/// The id of the XDP program attached to device `ifindex` of the calling
+/// thread's namespace (`None`: none), and how it is attached.
+pub fn xdp_prog_here(ifindex: u32) -> io::Result<Option<(u32, XdpHook)>> {
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+    use rtnetlink::packet_route::link::{LinkXdp, XdpAttached};
+    use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    let mut get = LinkMessage::default();
+    get.header.index = ifindex;
+    let RouteNetlinkMessage::NewLink(link) = request(&sock, RouteNetlinkMessage::GetLink(get), 1)?
+    else {
+        return Err(io::Error::other(
+            "RTM_GETLINK answered with another message",
+        ));
+    };
+    // One program: its mode and id. Several (modes): an id per mode.
+    let (mut mode, mut prog, mut drv, mut skb) = (None, None, None, None);
+    for attr in &link.attributes {
+        if let LinkAttribute::Xdp(xdp) = attr {
+            for a in xdp {
+                match a {
+                    LinkXdp::Attached(XdpAttached::Driver) => mode = Some(XdpHook::Native),
+                    LinkXdp::Attached(XdpAttached::SocketBuffer) => mode = Some(XdpHook::Generic),
+                    LinkXdp::ProgId(id) if *id != 0 => prog = Some(*id),
+                    LinkXdp::DrvProgId(id) if *id != 0 => drv = Some(*id),
+                    LinkXdp::SkbProgId(id) if *id != 0 => skb = Some(*id),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(match (mode, prog) {
+        (Some(mode), Some(id)) => Some((id, mode)),
+        _ => drv
+            .map(|id| (id, XdpHook::Native))
+            .or(skb.map(|id| (id, XdpHook::Generic))),
+    })
+}
+
 /// Send one request on `sock` and return its answer (an error answer as
 /// its errno).
 fn request(

@@ -28,7 +28,8 @@ pub use crate::cni::types::{CniError, CniResult};
 pub use xdhcp_plugin::client::{Client, ClientError};
 pub use xdhcp_plugin::error_chain::format_chain;
 pub use xdhcp_plugin::proto::{
-    CniRequest, GcReply, GcRequest, PATH_ADD, PATH_CHECK, PATH_DEL, PATH_GC, PATH_READY, Readiness,
+    CniRequest, GcReply, GcRequest, HEADER_WAIT_MS, PATH_ADD, PATH_CHECK, PATH_DEL, PATH_GC,
+    PATH_READY, Readiness,
 };
 pub use xdhcp_plugin::views::{
     AgentStatus, GuardedPortStatus, InterfaceStatus, LeaseView, PATH_LEASES, PATH_STATUS,

@@ -55,6 +55,11 @@ pub enum ExpiredPolicy {
     Drop,
 }
 
+/// The node name [`AgentArgs::with_defaults`] gives an agent (whatever
+/// `NODE_NAME` says), and the node test API servers schedule pods to.
+#[cfg(any(test, feature = "test-hooks"))]
+pub const TEST_NODE_NAME: &str = "xdhcp-test-node";
+
 /// Flags of `xdhcp agent`.
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
@@ -67,6 +72,15 @@ pub struct AgentArgs {
     /// `dhcp` reaches this agent with an unchanged network config.
     #[arg(long = "extra-socket", value_name = "PATH")]
     pub extra_socket: Vec<PathBuf>,
+    /// A uid besides root that may use the agent sockets (checked with
+    /// `SO_PEERCRED` on every connection; anyone else is refused).
+    /// Repeatable.
+    #[arg(long = "socket-allow-uid", value_name = "UID")]
+    pub socket_allow_uid: Vec<u32>,
+    /// Connections the agent sockets serve at once (each socket); the next
+    /// waits in the kernel's backlog until one ends.
+    #[arg(long, default_value_t = 64, value_parser = positive)]
+    pub socket_max_connections: usize,
     /// Prefix put before every `CNI_NETNS` path the agent opens, for an
     /// agent in a container that sees the host's root under this directory
     /// (the upstream daemon's `-hostprefix`).
@@ -177,6 +191,15 @@ pub struct AgentArgs {
     /// Repeatable (docs/security.md).
     #[arg(long = "protect-prefix", value_name = "A.B.C.D/LEN")]
     pub protect_prefixes: Vec<Ipv4Prefix>,
+    /// The kubelet's device-plugin checkpoint: a VF on `vfio-pci` that a
+    /// device plugin registered is handed off only for the pod it is
+    /// allocated to. No file there: the allocation is not checked.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    )]
+    pub device_checkpoint: PathBuf,
     /// VFIO handoff: how long to wait for the VF's netdev to appear.
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub vfio_netdev_timeout: Duration,
@@ -220,6 +243,21 @@ pub struct AgentArgs {
     /// NAD's `ipam.dhcpGuard` (docs/dhcp-guard.md).
     #[arg(long, value_enum, default_value_t = GuardChoice::On)]
     pub dhcp_guard: GuardChoice,
+    /// A network whose ports may be trusted (server messages from the
+    /// workload pass) when its config asks with `ipam.dhcpGuard.trusted`:
+    /// its `netAttachDefName` (`namespace/name`) or, without one, its
+    /// config `name`. Repeatable; a config alone (a namespaced object a
+    /// tenant may write) never makes a port trusted.
+    #[arg(long = "dhcp-guard-trusted-network", value_name = "NETWORK")]
+    pub dhcp_guard_trusted_network: Vec<String>,
+    /// The highest client-message rate (per second) a network config's
+    /// `ipam.dhcpGuard.rate` may ask for; more is cut to this.
+    #[arg(long, default_value_t = xdhcp_common::guard::GUARD_DEFAULT_RATE)]
+    pub dhcp_guard_max_rate: u32,
+    /// The largest burst a network config's `ipam.dhcpGuard.burst` may ask
+    /// for; more is cut to this.
+    #[arg(long, default_value_t = xdhcp_common::guard::GUARD_DEFAULT_BURST)]
+    pub dhcp_guard_max_burst: u32,
 }
 
 /// One `--uplink`: an interface of the agent's namespace, and optionally
@@ -310,6 +348,9 @@ impl AgentArgs {
         let mut args = Defaults::parse_from(["xdhcp-agent"]).args;
         args.socket = socket;
         args.state_dir = state_dir;
+        // With the Kubernetes API the agent needs its node; tests' fake
+        // API servers schedule their pods there.
+        args.node_name = Some(TEST_NODE_NAME.to_owned());
         args
     }
 
@@ -354,6 +395,13 @@ fn absolute_path(s: &str) -> Result<PathBuf, String> {
         Ok(PathBuf::from(s))
     } else {
         Err(format!("{s:?} is not an absolute path"))
+    }
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
     }
 }
 

@@ -53,9 +53,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Deserializer, Serialize};
 use xdhcp_engine::Lease;
 
-use crate::cni::config::NetworkConfig;
 use crate::cni::env::{validate_container_id, validate_ifname};
-use crate::model::{PodRef, UplinkRef, WorkloadKind};
+use crate::model::{Network, PodRef, UplinkRef, WorkloadKind};
 use crate::sys;
 use crate::sys::fs::{AtomicWrite, AtomicWriteError, Install, Temp, WriteStep};
 
@@ -285,8 +284,10 @@ pub struct LeaseRecord {
     /// Network namespace path (`CNI_NETNS`); none for a VF netdev in the
     /// agent's own namespace.
     pub netns: Option<PathBuf>,
-    /// The validated network configuration, to rebuild the client on resume.
-    pub config: NetworkConfig,
+    /// The network the attachment is on, to rebuild the client on resume
+    /// (stored under `config`, the name it has always had on disk).
+    #[serde(rename = "config")]
+    pub network: Network,
     /// `CNI_ARGS`.
     #[serde(default)]
     pub args: BTreeMap<String, String>,
@@ -339,8 +340,7 @@ mod v1 {
     use xdhcp_engine::Lease;
 
     use super::{LeaseKey, LeaseRecord, mac_serde};
-    use crate::cni::config::NetworkConfig;
-    use crate::model::{PodRef, WorkloadKind};
+    use crate::model::{Network, PodRef, WorkloadKind};
 
     #[derive(Deserialize)]
     pub(super) struct Record {
@@ -377,7 +377,7 @@ mod v1 {
 
     #[derive(Deserialize)]
     struct Extra {
-        config: NetworkConfig,
+        config: Network,
         #[serde(default)]
         args: BTreeMap<String, String>,
     }
@@ -398,7 +398,7 @@ mod v1 {
                 container_id: self.key.container_id().to_owned(),
                 ifname: self.key.ifname().to_owned(),
                 netns: (!a.netns.as_os_str().is_empty()).then_some(a.netns),
-                config: a.cni_config.config,
+                network: a.cni_config.config,
                 args: a.cni_config.args,
                 pod,
                 workload: match a.mode {
@@ -945,10 +945,11 @@ mod tests {
             container_id: cid.to_owned(),
             ifname: ifname.to_owned(),
             netns: Some(PathBuf::from("/var/run/netns/pod")),
-            config: crate::cni::config::parse(
+            network: (&crate::cni::config::parse(
                 br#"{"cniVersion":"1.0.0","name":"localnet","ipam":{"type":"xdhcp","apply":true}}"#,
             )
-            .unwrap(),
+            .unwrap())
+                .into(),
             args: BTreeMap::from([("K8S_POD_NAME".to_owned(), "pod-a".to_owned())]),
             pod: Some(PodRef {
                 namespace: "default".to_owned(),
@@ -964,6 +965,100 @@ mod tests {
             updated_unix_ms: 1_700_000_000_000,
             uplink: None,
             requested: None,
+        }
+    }
+
+    /// Records written by the agent before the lease record kept its own
+    /// network type (the CNI configuration, stored as is) load, whole; and
+    /// what this agent writes for them is what that agent wrote (less the
+    /// GC-only `validAttachments`, which it read as absent), so either
+    /// agent reads the other's records.
+    #[test]
+    fn records_written_with_the_cni_configuration_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (fixture, file) in [
+            ("lease-record-v2.json", "ctr-fixture-1@net1.json"),
+            ("lease-record-v2-requested.json", "ctr-fixture-2@eth0.json"),
+        ] {
+            fs::copy(fixtures.join(fixture), store.leases_dir().join(file)).unwrap();
+        }
+        let report = store.load_all().unwrap();
+        assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
+        let [vm, pod] = &report.records[..] else {
+            panic!("{:?}", report.records);
+        };
+        let n = &vm.network;
+        assert_eq!(
+            (n.cni_version.as_str(), n.name.as_str()),
+            ("1.1.0", "localnet-dhcp")
+        );
+        assert_eq!(
+            n.net_attach_def_name.as_deref(),
+            Some("tenant/localnet-dhcp")
+        );
+        assert_eq!(n.device_id.as_deref(), Some("0000:3b:02.1"));
+        let i = &n.ipam;
+        assert!(i.apply && i.allow_default_route_override);
+        assert_eq!(
+            i.client_id,
+            crate::model::ClientIdSetting::Raw(vec![0xff, 0, 0x11, 0x22])
+        );
+        assert_eq!(
+            i.hostname,
+            crate::model::HostnameSetting::FromArg("K8S_POD_NAME".to_owned())
+        );
+        assert_eq!(i.timeout, Some(Duration::from_secs(45)));
+        assert_eq!(i.resend_max, Some(Duration::from_millis(1500)));
+        assert_eq!(i.route_priority, Some(200));
+        assert_eq!(
+            i.protected_prefixes,
+            [
+                crate::model::Prefix {
+                    addr: Ipv4Addr::new(10, 128, 0, 0),
+                    len: 14
+                },
+                crate::model::Prefix {
+                    addr: Ipv4Addr::new(172, 30, 0, 0),
+                    len: 16
+                }
+            ]
+        );
+        assert_eq!(
+            (i.dhcp_guard.trusted, i.dhcp_guard.rate, i.dhcp_guard.burst),
+            (true, 50, 20)
+        );
+        assert_eq!(
+            vm.lease.as_ref().map(|l| l.address),
+            Some(Ipv4Addr::new(192, 0, 2, 77))
+        );
+        assert_eq!(
+            vm.uplink.as_ref().map(|u| (u.ifname.as_str(), u.vlan)),
+            Some(("br-ex", Some(100)))
+        );
+        assert_eq!(pod.workload, WorkloadKind::Pod);
+        assert_eq!(pod.requested, Some(Ipv4Addr::new(192, 0, 2, 78)));
+        assert_eq!(pod.network.ipam.timeout, None);
+
+        for (rec, fixture) in [
+            (vm, "lease-record-v2.json"),
+            (pod, "lease-record-v2-requested.json"),
+        ] {
+            store.save(rec).unwrap();
+            let stem = rec.key().unwrap().file_stem();
+            let written: serde_json::Value = serde_json::from_slice(
+                &fs::read(store.leases_dir().join(format!("{stem}.json"))).unwrap(),
+            )
+            .unwrap();
+            let mut before: serde_json::Value =
+                serde_json::from_slice(&fs::read(fixtures.join(fixture)).unwrap()).unwrap();
+            before["config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("validAttachments");
+            before["updatedUnixMs"] = written["updatedUnixMs"].clone();
+            assert_eq!(written, before, "{fixture}");
         }
     }
 
@@ -1164,7 +1259,7 @@ mod tests {
                 "network_key": "default/localnet",
                 "mode": {"kind": "vm", "vmi_name": "vm-a"},
                 "apply": true,
-                "cni_config": {"config": want.config, "args": want.args},
+                "cni_config": {"config": want.network, "args": want.args},
             },
             "lease": want.lease,
             "updated_unix_ms": 1_700_000_000_000_u64,

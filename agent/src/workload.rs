@@ -105,6 +105,13 @@ pub struct MigrationInfo {
     pub uid: Option<String>,
     /// `status.migrationState.sourcePod`.
     pub source_pod: Option<String>,
+    /// `spec.vmiName`: the VMI it migrates.
+    #[serde(default)]
+    pub vmi_name: Option<String>,
+    /// `status.migrationState.targetPod`: the target launcher pod, once
+    /// the controller has created it.
+    #[serde(default)]
+    pub target_pod: Option<String>,
 }
 
 impl MigrationInfo {
@@ -120,9 +127,13 @@ impl MigrationInfo {
             "status.migrationState",
         )?
         .unwrap_or(&empty);
+        let spec = obj(root.get("spec").unwrap_or(&Json::Null), "spec")?.unwrap_or(&empty);
         Ok(MigrationInfo {
             uid: string(meta.get("uid"), "metadata.uid")?,
             source_pod: string(state.get("sourcePod"), "status.migrationState.sourcePod")?
+                .filter(|p| !p.is_empty()),
+            vmi_name: string(spec.get("vmiName"), "spec.vmiName")?.filter(|p| !p.is_empty()),
+            target_pod: string(state.get("targetPod"), "status.migrationState.targetPod")?
                 .filter(|p| !p.is_empty()),
         })
     }
@@ -182,6 +193,17 @@ pub fn migration_source_pod(
         (false, false) => return None,
     };
     usable(now_in).map(|p| (p, SourcePodFrom::PreviousMigration))
+}
+
+impl MigrationInfo {
+    /// Whether this migration names pod `pod` of VMI `vmi` as its target:
+    /// it migrates `vmi` (when it says), and its target pod, once named,
+    /// is `pod`. A pod that only carries a migration's label is no target
+    /// of it.
+    pub fn names_target(&self, pod: &str, vmi: &str) -> bool {
+        self.vmi_name.as_deref().is_none_or(|v| v == vmi)
+            && self.target_pod.as_deref().is_none_or(|t| t == pod)
+    }
 }
 
 /// What the source pod of a migration reported for this network.
@@ -410,6 +432,10 @@ pub struct VmiStatusInterface {
 /// What the agent needs from a `VirtualMachineInstance`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct VmiInfo {
+    /// `metadata.uid`: what a launcher pod's controller owner reference
+    /// must name.
+    #[serde(default)]
+    pub uid: Option<String>,
     /// `status.migrationState`, when set.
     #[serde(default)]
     pub migration_state: Option<VmiMigrationState>,
@@ -619,7 +645,12 @@ impl VmiInfo {
 
         let migration_state = migration_state(status.get("migrationState"))?;
 
+        let uid = match root.get("metadata") {
+            Some(m) => obj(m, "metadata")?.and_then(|m| m.get("uid").and_then(Json::as_str)),
+            None => None,
+        };
         Ok(VmiInfo {
+            uid: uid.map(str::to_owned),
             migration_state,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -1164,6 +1195,7 @@ mod tests {
         let mig = |uid: &str, src: Option<&str>| MigrationInfo {
             uid: Some(uid.into()),
             source_pod: src.map(str::to_owned),
+            ..MigrationInfo::default()
         };
         // The migration's own status names it.
         assert_eq!(
@@ -1209,14 +1241,15 @@ mod tests {
             MigrationInfo::from_json(&vmim).unwrap(),
             MigrationInfo {
                 uid: Some("m2".into()),
-                source_pod: Some("launcher-b".into())
+                source_pod: Some("launcher-b".into()),
+                ..MigrationInfo::default()
             }
         );
         assert_eq!(
             MigrationInfo::from_json(&json!({"metadata": {"uid": "m2"}})).unwrap(),
             MigrationInfo {
                 uid: Some("m2".into()),
-                source_pod: None
+                ..MigrationInfo::default()
             }
         );
         assert!(MigrationInfo::from_json(&json!({"status": {"migrationState": []}})).is_err());
@@ -1243,5 +1276,28 @@ mod tests {
                 .migration_state,
             None
         );
+    }
+
+    /// A pod that carries a migration's label is its target only when the
+    /// migration object agrees: same VMI, and (once named) the same pod.
+    #[test]
+    fn a_migration_names_its_target() {
+        let doc = serde_json::json!({
+            "metadata": {"uid": "m-1"},
+            "spec": {"vmiName": "vm1"},
+            "status": {"migrationState": {"sourcePod": "launcher-a", "targetPod": "launcher-b"}}
+        });
+        let m = MigrationInfo::from_json(&doc).unwrap();
+        assert_eq!(m.vmi_name.as_deref(), Some("vm1"));
+        assert!(m.names_target("launcher-b", "vm1"));
+        assert!(!m.names_target("impostor", "vm1"), "another pod");
+        assert!(!m.names_target("launcher-b", "vm2"), "another VMI");
+        // Before the controller names its target pod, the VMI still has to match.
+        let pending = MigrationInfo {
+            target_pod: None,
+            ..m
+        };
+        assert!(pending.names_target("launcher-b", "vm1"));
+        assert!(!pending.names_target("launcher-b", "vm2"));
     }
 }

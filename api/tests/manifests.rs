@@ -13,6 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -290,6 +293,12 @@ fn every_manifest_parses_strictly_into_its_type() {
             ("v1", "ServiceAccount") => drop(strict::<ServiceAccount>(&what, &doc)),
             ("v1", "Pod") => drop(strict::<Pod>(&what, &doc)),
             ("apps/v1", "DaemonSet") => drop(strict::<DaemonSet>(&what, &doc)),
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+                drop(strict::<ValidatingAdmissionPolicy>(&what, &doc));
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+                drop(strict::<ValidatingAdmissionPolicyBinding>(&what, &doc));
+            }
             ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
                 drop(strict::<ClusterRole>(&what, &doc));
             }
@@ -326,6 +335,8 @@ fn every_manifest_parses_strictly_into_its_type() {
         "ClusterRole",
         "ClusterRoleBinding",
         "DaemonSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ] {
         assert!(
             kinds.contains(expected),
@@ -548,7 +559,32 @@ fn daemonset_mounts_every_agent_path_from_the_host_at_the_same_path() {
     };
     assert_eq!(
         by_path("/sys/fs/bpf").mount_propagation.as_deref(),
-        Some("Bidirectional")
+        Some("HostToContainer")
+    );
+    // Sysfs is read-only but for what the VFIO handoff writes
+    // (agent/src/vfio.rs: driver_override under the device, the drivers'
+    // bind and unbind).
+    assert_eq!(by_path("/sys").read_only, Some(true));
+    let vfio = workspace_root().join("agent/src/vfio.rs");
+    let vfio = fs::read_to_string(&vfio).unwrap();
+    for (written, mount) in [
+        ("\"driver_override\"", "/sys/devices"),
+        ("\"unbind\"", "/sys/bus/pci/drivers"),
+        ("\"bind\"", "/sys/bus/pci/drivers"),
+    ] {
+        assert!(vfio.contains(written), "vfio.rs no longer writes {written}");
+        assert_ne!(by_path(mount).read_only, Some(true), "{mount}");
+        assert_eq!(host_paths[by_path(mount).name.as_str()].0, mount);
+    }
+    let writable: Vec<&str> = mounts
+        .iter()
+        .filter(|m| m.mount_path.starts_with("/sys") && m.read_only != Some(true))
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    assert_eq!(
+        writable,
+        ["/sys/devices", "/sys/bus/pci/drivers", "/sys/fs/bpf"],
+        "writable sysfs mounts"
     );
     assert_eq!(
         by_path("/var/run/netns").mount_propagation.as_deref(),
@@ -572,6 +608,33 @@ fn daemonset_mounts_every_agent_path_from_the_host_at_the_same_path() {
     );
 }
 
+/// Not privileged: the capabilities the agent uses, nothing else.
+#[test]
+fn daemonset_gives_the_agent_only_the_capabilities_it_uses() {
+    let ds: DaemonSet = strict(
+        "daemonset.yaml",
+        &doc_of_kind("daemonset.yaml", "DaemonSet"),
+    );
+    let security = agent_container(&ds).security_context.as_ref().unwrap();
+    assert_eq!(security.privileged, Some(false));
+    // The API refuses allowPrivilegeEscalation: false beside SYS_ADMIN.
+    assert_eq!(security.allow_privilege_escalation, None);
+    let caps = security.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    let added: BTreeSet<&str> = caps.add.iter().flatten().map(String::as_str).collect();
+    assert_eq!(
+        added,
+        BTreeSet::from([
+            "BPF",
+            "PERFMON",
+            "NET_ADMIN",
+            "NET_RAW",
+            "SYS_ADMIN",
+            "SYS_RESOURCE"
+        ])
+    );
+}
+
 #[test]
 fn daemonset_runs_the_agent_as_the_node_needs() {
     let ds: DaemonSet = strict(
@@ -585,11 +648,6 @@ fn daemonset_runs_the_agent_as_the_node_needs() {
         "hostPID is not needed (namespaces come as /var/run/netns paths)"
     );
     let agent = agent_container(&ds);
-    assert_eq!(
-        agent.security_context.as_ref().and_then(|s| s.privileged),
-        Some(true)
-    );
-
     // NODE_NAME from the downward API.
     let node_name = agent
         .env
@@ -613,7 +671,11 @@ fn daemonset_runs_the_agent_as_the_node_needs() {
         .skip_while(|a| *a != "--metrics-addr")
         .nth(1)
         .expect("--metrics-addr");
-    let port: i32 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    // Loopback only by default: /metrics names every binding's pod, MAC
+    // and address.
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    assert!(addr.ip().is_loopback(), "--metrics-addr {addr}");
+    let port = i32::from(addr.port());
     let ports = agent.ports.as_ref().unwrap();
     let named = ports
         .iter()
@@ -628,6 +690,7 @@ fn daemonset_runs_the_agent_as_the_node_needs() {
             .and_then(|p| p.http_get.as_ref())
             .expect("httpGet probe");
         assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(get.host.as_deref(), Some(addr.ip().to_string().as_str()));
         let target = match &get.port {
             k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => *p,
             k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(n) => {

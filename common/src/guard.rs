@@ -33,6 +33,10 @@ pub const MAP_GUARD_EVENTS: &str = "XDHCP_GUARD_EVENTS";
 pub const PROG_GUARD_INGRESS: &str = "xdhcp_guard_ingress";
 /// TC egress program (frames towards the workload).
 pub const PROG_GUARD_EGRESS: &str = "xdhcp_guard_egress";
+/// XDP program with the ingress program's verdicts, for a port that a
+/// packet tap reads before TC ingress runs (a port of an Open vSwitch bridge
+/// on the userspace datapath: `ovs-vswitchd` reads it through `AF_PACKET`).
+pub const PROG_GUARD_XDP: &str = "xdhcp_guard_xdp";
 
 /// Do-nothing TC program (returns `TC_ACT_UNSPEC`), the baseline of the
 /// guard's rows in `bench_xdp`; only in objects built with the eBPF crate's

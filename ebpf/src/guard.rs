@@ -1,4 +1,6 @@
-//! The DHCP guard: a TC program pair on the host end of a workload port.
+//! The DHCP guard: a TC program pair on the host end of a workload port,
+//! and an XDP twin of the ingress program for a port that something reads
+//! before TC ingress runs.
 //!
 //! Ingress sees what the workload sends. UDP datagrams that are not to or
 //! from the DHCP ports pass after two or three reads (`EtherType`, IPv4
@@ -26,6 +28,13 @@
 //! Egress sees what is sent to the workload: on a learning port, server
 //! replies for the port's MAC are copied to the ring; nothing is dropped.
 //!
+//! The XDP program gives the ingress program's verdicts in the XDP hook:
+//! on a port of an Open vSwitch bridge on the userspace datapath,
+//! `ovs-vswitchd` reads the port through a packet socket, which the kernel
+//! feeds after XDP and before TC ingress, so a frame dropped at TC ingress
+//! has already been forwarded. A port carries one of the two ingress
+//! programs, never both (each takes a token from the port's bucket).
+//!
 //! Unlike the capture programs this guard fails closed for what it polices
 //! (DHCP from an untrusted workload) and open for everything else: a
 //! non-DHCP frame, a frame on a port without an entry, an IPv4 fragment
@@ -38,11 +47,11 @@ use core::ffi::c_void;
 use core::hint::black_box;
 use core::ptr::addr_of_mut;
 
-use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC};
+use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action};
 use aya_ebpf::helpers::generated::{bpf_ktime_get_coarse_ns, bpf_skb_load_bytes};
-use aya_ebpf::macros::{classifier, map};
+use aya_ebpf::macros::{classifier, map, xdp};
 use aya_ebpf::maps::{HashMap, PerCpuHashMap, RingBuf};
-use aya_ebpf::programs::TcContext;
+use aya_ebpf::programs::{TcContext, XdpContext};
 use xdhcp_common::guard::{
     GUARD_BUCKETS, GUARD_DROPPED_MALFORMED, GUARD_DROPPED_RATE, GUARD_DROPPED_SERVER,
     GUARD_DROPPED_SPOOF, GUARD_DROPPED_UNCLASSIFIED, GUARD_EVENTS_BYTES, GUARD_FROM_WORKLOAD,
@@ -95,15 +104,28 @@ const MAX_OPTIONS: usize = 48;
 /// so refused.
 const OPTIONS_LIMIT: usize = 2048;
 
-/// Bounded reads from the skb: the linear part directly, the rest through
-/// `bpf_skb_load_bytes`.
-struct Frame<'a> {
+/// What the guard needs from a frame, whichever hook it runs in.
+trait Wire {
+    /// A `T` at `offset` of the frame, if the frame has it.
+    fn read<T: Copy>(&self, offset: usize) -> Option<T>;
+    /// The device the frame arrived on (the guarded port's key).
+    fn ifindex(&self) -> u32;
+    /// The frame's length.
+    fn frame_len(&self) -> usize;
+    /// Copies the first `len` (1..=`N`) bytes of the frame to `dst`, which
+    /// has room for `N`.
+    fn copy_prefix<const N: usize>(&self, dst: *mut u8, len: usize) -> bool;
+}
+
+/// A frame at TC: bounded reads from the linear part of the skb, the rest
+/// through `bpf_skb_load_bytes`.
+struct TcFrame<'a> {
     ctx: &'a TcContext,
     start: usize,
     end: usize,
 }
 
-impl Frame<'_> {
+impl Wire for TcFrame<'_> {
     #[inline(always)]
     fn read<T: Copy>(&self, offset: usize) -> Option<T> {
         let at = self.start + offset;
@@ -114,6 +136,73 @@ impl Frame<'_> {
             return Some(unsafe { core::ptr::read_unaligned(at as *const T) });
         }
         self.ctx.load::<T>(offset).ok()
+    }
+
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        // SAFETY: reading a context field the verifier allows for sched_cls.
+        unsafe { (*self.ctx.skb.skb).ifindex }
+    }
+
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.ctx.len() as usize
+    }
+
+    #[inline(always)]
+    fn copy_prefix<const N: usize>(&self, dst: *mut u8, len: usize) -> bool {
+        // Bound the very value handed to the helper to 1..=N by arithmetic,
+        // not by tests: 6.1's verifier learns nothing from `len != 0` about
+        // a range that starts at 0, and refuses a size that may be 0
+        // (`invalid access to memory, mem_size=1056 off=32 size=0`). N is a
+        // power of two, so for the 1..=N the caller passes this is the
+        // identity.
+        let len = black_box(len);
+        if len == 0 || len > N {
+            return false;
+        }
+        let len = ((black_box(len) - 1) & (N - 1)) + 1;
+        // SAFETY: `dst` has room for N >= len bytes; the helper
+        // bounds-checks the skb.
+        unsafe {
+            bpf_skb_load_bytes(self.ctx.skb.skb.cast(), 0, dst.cast::<c_void>(), len as u32) == 0
+        }
+    }
+}
+
+/// A frame at XDP: all of it is in the linear buffer.
+struct XdpFrame<'a> {
+    ctx: &'a XdpContext,
+    start: usize,
+    end: usize,
+}
+
+impl Wire for XdpFrame<'_> {
+    #[inline(always)]
+    fn read<T: Copy>(&self, offset: usize) -> Option<T> {
+        let at = self.start + offset;
+        if at + size_of::<T>() > self.end {
+            return None;
+        }
+        // SAFETY: bounds checked against data_end just above (unaligned
+        // loads as for TC).
+        Some(unsafe { core::ptr::read_unaligned(at as *const T) })
+    }
+
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        self.ctx.ingress_ifindex() as u32
+    }
+
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.end - self.start
+    }
+
+    #[inline(always)]
+    fn copy_prefix<const N: usize>(&self, dst: *mut u8, len: usize) -> bool {
+        // The capture programs' word copy (no bpf_xdp_load_bytes: 5.18).
+        crate::direct_copy::<N>(self.start, self.end, dst, len)
     }
 }
 
@@ -130,7 +219,7 @@ struct Udp {
 /// Finds a UDP datagram with port 67 or 68 on either side (one VLAN tag at
 /// most; any IHL; a first fragment counts, later ones do not).
 #[inline(always)]
-fn locate(f: &Frame<'_>) -> Option<Udp> {
+fn locate<W: Wire>(f: &W) -> Option<Udp> {
     let ethertype = f.read::<u16>(12)?;
     let l3 = if ethertype == ETH_P_IP.to_be() {
         ETH_HLEN
@@ -173,7 +262,7 @@ fn locate(f: &Frame<'_>) -> Option<Udp> {
 /// one-byte packet read compiles to a test the verifier cannot use
 /// (`data + off < data_end`, which proves nothing at offset 0).
 #[inline(always)]
-fn op(f: &Frame<'_>, payload: usize) -> Option<u8> {
+fn op<W: Wire>(f: &W, payload: usize) -> Option<u8> {
     f.read::<[u8; 4]>(payload).map(|w| w[0])
 }
 
@@ -189,24 +278,9 @@ fn count(ifindex: u32, slot: usize) {
 
 const GUARD_COUNTER_SLOTS_USIZE: usize = xdhcp_common::guard::GUARD_COUNTER_SLOTS;
 
-#[inline(always)]
-fn ifindex(ctx: &TcContext) -> u32 {
-    // SAFETY: reading a context field the verifier allows for sched_cls.
-    unsafe { (*ctx.skb.skb).ifindex }
-}
-
-#[inline(always)]
-fn frame(ctx: &TcContext) -> Frame<'_> {
-    Frame {
-        ctx,
-        start: ctx.data(),
-        end: ctx.data_end(),
-    }
-}
-
 /// Whether the MAC at `offset` is `mac`.
 #[inline(always)]
-fn mac_at(f: &Frame<'_>, offset: usize, mac: [u8; 6]) -> Option<bool> {
+fn mac_at<W: Wire>(f: &W, offset: usize, mac: [u8; 6]) -> Option<bool> {
     let [a, b] = f.read::<[u32; 2]>(offset)?.map(u32::to_ne_bytes);
     Some([a[0], a[1], a[2], a[3], b[0], b[1]] == mac)
 }
@@ -225,7 +299,7 @@ fn is_tag(ethertype: u16) -> bool {
 /// from port 67 or 68 — or more than three, so the guard cannot see what
 /// they carry.
 #[inline(always)]
-fn stacked_dhcp(f: &Frame<'_>) -> bool {
+fn stacked_dhcp<W: Wire>(f: &W) -> bool {
     let Some([outer, _tci, inner]) = f.read::<[u16; 3]>(12) else {
         return false;
     };
@@ -295,7 +369,7 @@ enum ClientIds {
 /// end option, at the UDP payload's end or where the frame ends (a server
 /// sees no more options either).
 #[inline(always)]
-fn client_ids(f: &Frame<'_>, payload: usize, payload_len: usize, mac: [u8; 6]) -> ClientIds {
+fn client_ids<W: Wire>(f: &W, payload: usize, payload_len: usize, mac: [u8; 6]) -> ClientIds {
     // No cookie: a BOOTP message, no options for a server to read.
     if f.read::<[u8; 4]>(payload + COOKIE) != Some(MAGIC_COOKIE) {
         return ClientIds::Own;
@@ -391,11 +465,10 @@ enum Verdict {
 }
 
 #[inline(always)]
-fn ingress(ctx: &TcContext) -> Verdict {
-    let f = frame(ctx);
-    let Some(udp) = locate(&f) else {
+fn ingress<W: Wire>(f: &W) -> Verdict {
+    let Some(udp) = locate(f) else {
         // Rare (a frame with stacked VLAN tags): looked up only then.
-        if stacked_dhcp(&f) && XDHCP_GUARD_PORTS.get_ptr(ifindex(ctx)).is_some() {
+        if stacked_dhcp(f) && XDHCP_GUARD_PORTS.get_ptr(f.ifindex()).is_some() {
             return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED);
         }
         return Verdict::Pass;
@@ -405,7 +478,7 @@ fn ingress(ctx: &TcContext) -> Verdict {
     if !client && !server {
         return Verdict::Pass;
     }
-    let ifindex = ifindex(ctx);
+    let ifindex = f.ifindex();
     let Some(port) = XDHCP_GUARD_PORTS.get_ptr_mut(ifindex) else {
         return Verdict::Pass;
     };
@@ -413,7 +486,7 @@ fn ingress(ctx: &TcContext) -> Verdict {
     // at worst gives this one frame the old policy.
     let (flags, mac) = unsafe { ((*port).flags, (*port).mac) };
     let server = server || {
-        let Some(op) = op(&f, udp.payload) else {
+        let Some(op) = op(f, udp.payload) else {
             return Verdict::Drop(GUARD_DROPPED_MALFORMED);
         };
         op == BOOTREPLY
@@ -425,23 +498,23 @@ fn ingress(ctx: &TcContext) -> Verdict {
         return Verdict::Drop(GUARD_DROPPED_SERVER);
     }
     // A client message: the whole fixed BOOTP header up to chaddr must be there.
-    let Some(op) = op(&f, udp.payload) else {
+    let Some(op) = op(f, udp.payload) else {
         return Verdict::Drop(GUARD_DROPPED_MALFORMED);
     };
-    let Some(chaddr_ok) = mac_at(&f, udp.payload + CHADDR, mac) else {
+    let Some(chaddr_ok) = mac_at(f, udp.payload + CHADDR, mac) else {
         return Verdict::Drop(GUARD_DROPPED_MALFORMED);
     };
     if op != BOOTREQUEST {
         return Verdict::Drop(GUARD_DROPPED_MALFORMED);
     }
     if flags & GUARD_SINGLE_CLIENT != 0 {
-        let Some(src_ok) = mac_at(&f, 6, mac) else {
+        let Some(src_ok) = mac_at(f, 6, mac) else {
             return Verdict::Drop(GUARD_DROPPED_MALFORMED);
         };
         if !src_ok || !chaddr_ok {
             return Verdict::Drop(GUARD_DROPPED_SPOOF);
         }
-        match client_ids(&f, udp.payload, udp.payload_len, mac) {
+        match client_ids(f, udp.payload, udp.payload_len, mac) {
             ClientIds::Own => {}
             ClientIds::Other => return Verdict::Drop(GUARD_DROPPED_SPOOF),
             ClientIds::Unknown => return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED),
@@ -453,21 +526,20 @@ fn ingress(ctx: &TcContext) -> Verdict {
         return Verdict::Drop(GUARD_DROPPED_RATE);
     }
     if flags & GUARD_LEARN != 0 {
-        learn(ctx, ifindex, GUARD_FROM_WORKLOAD, &udp, now);
+        learn(f, ifindex, GUARD_FROM_WORKLOAD, &udp, now);
     }
     Verdict::PassCounted(GUARD_PASSED_CLIENT)
 }
 
 #[inline(always)]
-fn egress(ctx: &TcContext) {
-    let f = frame(ctx);
-    let Some(udp) = locate(&f) else {
+fn egress<W: Wire>(f: &W) {
+    let Some(udp) = locate(f) else {
         return;
     };
     if udp.sport != SERVER_PORT || udp.dport != CLIENT_PORT {
         return;
     }
-    let ifindex = ifindex(ctx);
+    let ifindex = f.ifindex();
     // SAFETY: plain data, read only.
     let Some(port) = (unsafe { XDHCP_GUARD_PORTS.get(ifindex) }) else {
         return;
@@ -475,33 +547,33 @@ fn egress(ctx: &TcContext) {
     if port.flags & GUARD_LEARN == 0 {
         return;
     }
-    if op(&f, udp.payload) != Some(BOOTREPLY)
-        || mac_at(&f, udp.payload + CHADDR, port.mac) != Some(true)
+    if op(f, udp.payload) != Some(BOOTREPLY)
+        || mac_at(f, udp.payload + CHADDR, port.mac) != Some(true)
     {
         return;
     }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    learn(ctx, ifindex, GUARD_TO_WORKLOAD, &udp, now);
+    learn(f, ifindex, GUARD_TO_WORKLOAD, &udp, now);
 }
 
 /// Copies the frame (up to the largest bucket) to the guard ring.
 #[inline(always)]
-fn learn(ctx: &TcContext, ifindex: u32, direction: u32, udp: &Udp, now: u64) {
-    let frame_len = ctx.len() as usize;
+fn learn<W: Wire>(f: &W, ifindex: u32, direction: u32, udp: &Udp, now: u64) {
+    let frame_len = f.frame_len();
     let [small, large] = GUARD_BUCKETS;
     let ok = if frame_len <= small {
-        emit::<{ GUARD_BUCKETS[0] }>(ctx, ifindex, direction, udp, now, frame_len)
+        emit::<W, { GUARD_BUCKETS[0] }>(f, ifindex, direction, udp, now, frame_len)
     } else {
         let len = if frame_len > large { large } else { frame_len };
-        emit::<{ GUARD_BUCKETS[1] }>(ctx, ifindex, direction, udp, now, len)
+        emit::<W, { GUARD_BUCKETS[1] }>(f, ifindex, direction, udp, now, len)
     };
     count(ifindex, if ok { GUARD_LEARNED } else { GUARD_LEARN_LOST });
 }
 
 #[inline(always)]
-fn emit<const N: usize>(
-    ctx: &TcContext,
+fn emit<W: Wire, const N: usize>(
+    f: &W,
     ifindex: u32,
     direction: u32,
     udp: &Udp,
@@ -511,17 +583,11 @@ fn emit<const N: usize>(
     let Some(mut entry) = XDHCP_GUARD_EVENTS.reserve::<GuardRecord<N>>(0) else {
         return false;
     };
-    // Bound the very value handed to the helper to 1..=N by arithmetic, not
-    // by tests: 6.1's verifier learns nothing from `len != 0` about a range
-    // that starts at 0, and refuses a size that may be 0 (`invalid access
-    // to memory, mem_size=1056 off=32 size=0`). N is a power of two, so for
-    // the 1..=N the caller passes this is the identity.
     let len = black_box(len);
     if len == 0 || len > N {
         entry.discard(0);
         return false;
     }
-    let len = ((black_box(len) - 1) & (N - 1)) + 1;
     let rec = entry.as_mut_ptr();
     // SAFETY: `rec` is a reserved, writable record of the right size.
     unsafe {
@@ -532,20 +598,27 @@ fn emit<const N: usize>(
             payload_offset: udp.payload as u32,
             payload_len: udp.payload_len as u32,
             captured_len: len as u32,
-            frame_len: ctx.len(),
+            frame_len: f.frame_len() as u32,
         });
     }
-    // SAFETY: the frame area has N >= len bytes; the helper bounds-checks the skb.
-    let copied = unsafe {
-        let dst = addr_of_mut!((*rec).frame).cast::<c_void>();
-        bpf_skb_load_bytes(ctx.skb.skb.cast(), 0, dst, len as u32) == 0
-    };
+    // SAFETY: same record; its frame area has N >= len bytes.
+    let dst = unsafe { addr_of_mut!((*rec).frame) }.cast::<u8>();
+    let copied = f.copy_prefix::<N>(dst, len);
     if copied {
         entry.submit(0);
     } else {
         entry.discard(0);
     }
     copied
+}
+
+#[inline(always)]
+fn tc_frame(ctx: &TcContext) -> TcFrame<'_> {
+    TcFrame {
+        ctx,
+        start: ctx.data(),
+        end: ctx.data_end(),
+    }
 }
 
 /// TC ingress on the host end of a workload port: frames from the workload.
@@ -555,15 +628,42 @@ fn emit<const N: usize>(
     reason = "entry-point signature fixed by #[classifier]"
 )]
 pub fn xdhcp_guard_ingress(ctx: TcContext) -> i32 {
-    match ingress(&ctx) {
+    let f = tc_frame(&ctx);
+    match ingress(&f) {
         Verdict::Pass => TC_ACT_UNSPEC,
         Verdict::PassCounted(slot) => {
-            count(ifindex(&ctx), slot);
+            count(f.ifindex(), slot);
             TC_ACT_UNSPEC
         }
         Verdict::Drop(reason) => {
-            count(ifindex(&ctx), reason);
+            count(f.ifindex(), reason);
             TC_ACT_SHOT
+        }
+    }
+}
+
+/// XDP on the host end of a workload port: the ingress program's verdicts,
+/// before any packet tap has the frame.
+#[xdp]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "entry-point signature fixed by #[xdp]"
+)]
+pub fn xdhcp_guard_xdp(ctx: XdpContext) -> u32 {
+    let f = XdpFrame {
+        ctx: &ctx,
+        start: ctx.data(),
+        end: ctx.data_end(),
+    };
+    match ingress(&f) {
+        Verdict::Pass => xdp_action::XDP_PASS,
+        Verdict::PassCounted(slot) => {
+            count(f.ifindex(), slot);
+            xdp_action::XDP_PASS
+        }
+        Verdict::Drop(reason) => {
+            count(f.ifindex(), reason);
+            xdp_action::XDP_DROP
         }
     }
 }
@@ -576,7 +676,7 @@ pub fn xdhcp_guard_ingress(ctx: TcContext) -> i32 {
     reason = "entry-point signature fixed by #[classifier]"
 )]
 pub fn xdhcp_guard_egress(ctx: TcContext) -> i32 {
-    egress(&ctx);
+    egress(&tc_frame(&ctx));
     TC_ACT_UNSPEC
 }
 

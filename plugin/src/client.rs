@@ -119,6 +119,25 @@ impl Client {
         path: &str,
         body: &Q,
     ) -> Result<R, ClientError> {
+        self.post_with(path, body, false)
+    }
+
+    /// `POST path` with a JSON body, telling the agent how long this client
+    /// waits for the answer ([`crate::proto::HEADER_WAIT_MS`]).
+    pub fn post_telling_wait<Q: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Q,
+    ) -> Result<R, ClientError> {
+        self.post_with(path, body, true)
+    }
+
+    fn post_with<Q: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Q,
+        tell_wait: bool,
+    ) -> Result<R, ClientError> {
         let bytes = serde_json::to_vec(body).map_err(|source| ClientError::Decode {
             status: Status {
                 code: 400,
@@ -126,12 +145,12 @@ impl Client {
             },
             source,
         })?;
-        self.call("POST", path, &bytes)
+        self.call("POST", path, &bytes, tell_wait)
     }
 
     /// `GET path`.
     pub fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
-        self.call("GET", path, &[])
+        self.call("GET", path, &[], false)
     }
 
     fn call<R: DeserializeOwned>(
@@ -139,14 +158,16 @@ impl Client {
         method: &str,
         path: &str,
         body: &[u8],
+        tell_wait: bool,
     ) -> Result<R, ClientError> {
         let deadline = Instant::now() + self.timeout;
+        let wait = tell_wait.then_some(self.timeout);
         let stream = UnixStream::connect(&self.socket).map_err(|source| ClientError::Connect {
             socket: self.socket.clone(),
             source,
         })?;
         let (status, bytes) =
-            Self::exchange(&stream, deadline, method, path, body).map_err(|source| {
+            Self::exchange(&stream, deadline, wait, method, path, body).map_err(|source| {
                 if matches!(
                     source.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -174,6 +195,7 @@ impl Client {
     fn exchange(
         stream: &UnixStream,
         deadline: Instant,
+        wait: Option<Duration>,
         method: &str,
         path: &str,
         body: &[u8],
@@ -186,9 +208,12 @@ impl Client {
                 Ok(left)
             }
         };
+        let wait = wait.map_or_else(String::new, |w| {
+            format!("{}: {}\r\n", crate::proto::HEADER_WAIT_MS, w.as_millis())
+        });
         let mut request = format!(
             "{method} {path} HTTP/1.1\r\nhost: xdhcp\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n",
+             content-length: {}\r\n{wait}connection: close\r\n\r\n",
             body.len()
         )
         .into_bytes();

@@ -331,6 +331,13 @@ pub fn validate_ifname(name: &str) -> Result<(), IfNameError> {
 /// existing, and on nsfs.
 pub fn validate_netns_path(p: &Path) -> Result<(), NetnsPathError> {
     check_netns_shape(p)?;
+    check_nsfs(p)
+}
+
+/// Check that `p` exists and is on nsfs (a namespace file), whatever its
+/// shape: the agent checks the shape of the path it was sent, then this on
+/// the path it opens (the same path behind `--host-prefix`).
+pub fn check_nsfs(p: &Path) -> Result<(), NetnsPathError> {
     let st = nix::sys::statfs::statfs(p).map_err(|source| {
         let path = p.to_path_buf();
         if source == nix::errno::Errno::ENOENT {
@@ -347,7 +354,9 @@ pub fn validate_netns_path(p: &Path) -> Result<(), NetnsPathError> {
     Ok(())
 }
 
-fn check_netns_shape(p: &Path) -> Result<(), NetnsPathError> {
+/// Check that `p` has one of the accepted shapes of a network namespace
+/// path (see [`validate_netns_path`]), without touching the filesystem.
+pub fn check_netns_shape(p: &Path) -> Result<(), NetnsPathError> {
     let s = p.to_str().unwrap_or("");
     let name_ok =
         |n: &str| !n.is_empty() && n != "." && n != ".." && !n.contains('/') && !n.contains('\0');

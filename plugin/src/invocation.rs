@@ -7,11 +7,12 @@
 //! what the plugin is and the CNI versions it speaks, and exits 0; with
 //! `CNI_COMMAND` set it is the plugin. Like upstream, `daemon` as the first
 //! argument wins over `CNI_COMMAND`. Pure argument handling, except
-//! [`agent_binary`] and [`exec_agent`].
+//! [`main`], [`agent_binary`] and [`exec_agent`].
 
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use crate::types::SUPPORTED_VERSIONS;
 
@@ -35,6 +36,29 @@ pub enum Invocation {
     About,
     /// Everything else: `xdhcp agent|leases|bindings|status`.
     Cli,
+}
+
+/// The plugin binary's `main`: run what this execution is — the plugin
+/// ([`crate::run::main`]), the about text, or the agent binary.
+#[expect(
+    clippy::print_stderr,
+    reason = "the binary's edge reports what it could not run"
+)]
+pub fn main() -> ExitCode {
+    let args: Vec<_> = std::env::args_os().collect();
+    let cni_command = std::env::var_os("CNI_COMMAND");
+    match classify(&args, cni_command.as_deref()) {
+        Invocation::Plugin => crate::run::main(),
+        Invocation::About => {
+            eprint!("{}", about());
+            ExitCode::SUCCESS
+        }
+        Invocation::Daemon(_) | Invocation::Cli => {
+            let e = exec_agent(&args);
+            eprintln!("xdhcp: {e}");
+            ExitCode::from(127)
+        }
+    }
 }
 
 /// Classify an execution by its arguments (`args[0]` included) and the

@@ -9,7 +9,8 @@
 //! async runtime, no Kubernetes client and no eBPF loader: the plugin is
 //! exec'd once per CNI call, and its start-up is the floor of every burst.
 //!
-//! - [`config`], [`env`], [`types`]: CNI wire formats and validation.
+//! - [`config`], [`env`], [`types`]: CNI wire formats and validation;
+//!   [`call`]: one call read from both, in one step.
 //! - [`error_chain`]: errors and their sources as one line.
 //! - [`proto`]: the CNI calls on the agent socket (paths and bodies).
 //! - [`views`]: what the socket's read-only calls answer (leases, status).
@@ -20,6 +21,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod call;
 pub mod client;
 pub mod config;
 pub mod env;

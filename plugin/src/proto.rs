@@ -25,6 +25,14 @@ pub const PATH_GC: &str = "/v1/cni/gc";
 /// `GET`: CNI STATUS (is the agent ready for ADDs?).
 pub const PATH_READY: &str = "/v1/cni/status";
 
+/// ADD: how long the caller waits for the answer, in whole milliseconds
+/// from sending the request. The plugin sends its own wait (the
+/// configured DHCP timeout plus a margin); the agent answers a little
+/// before it, so the runtime always hears the outcome. Without it the agent
+/// takes a deadline from the request's acquisition timeout (and its own
+/// default) instead.
+pub const HEADER_WAIT_MS: &str = "xdhcp-wait-ms";
+
 /// ADD, DEL and CHECK: the validated CNI invocation.
 ///
 /// Decoding checks that `container_id` and `ifname` form a lease-store key

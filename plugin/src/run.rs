@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::call::CniCall;
 use crate::client::{Client, ClientError};
 use crate::config::{self, DEFAULT_SOCKET, IpamType, NetworkConfig, UPSTREAM_SOCKET};
-use crate::env::{CniEnv, Command, check_command_version};
+use crate::env::{CniEnv, Command};
 use crate::error_chain::format_chain;
 use crate::proto::{self, CniRequest, GcReply, GcRequest, Readiness};
 use crate::types::{CniError, CniResult, LATEST_VERSION, VersionResult, code};
@@ -32,11 +33,15 @@ pub fn main() -> ExitCode {
         )
         .with_details(format_chain(&e))),
     };
-    let version = config::sniff_version(&stdin).unwrap_or_else(|| LATEST_VERSION.to_owned());
     let (json, status) = match outcome {
         Ok(Some(v)) => (Some(v), ExitCode::SUCCESS),
         Ok(None) => (None, ExitCode::SUCCESS),
-        Err(e) => (Some(e.to_json(&version)), ExitCode::FAILURE),
+        Err(e) => {
+            // The error object in the version the config asked for.
+            let version =
+                config::sniff_version(&stdin).unwrap_or_else(|| LATEST_VERSION.to_owned());
+            (Some(e.to_json(&version)), ExitCode::FAILURE)
+        }
     };
     if let Some(v) = json {
         let mut out = std::io::stdout().lock();
@@ -54,12 +59,10 @@ pub fn run(
     lookup: impl Fn(&str) -> Option<String>,
     stdin: &[u8],
 ) -> Result<Option<Value>, CniError> {
-    let env = CniEnv::from_lookup(lookup)?;
-    if env.command == Command::Version {
-        return Ok(Some(to_json(&VersionResult::current())));
-    }
-    let config = config::parse(stdin)?;
-    check_command_version(env.command, &config.cni_version)?;
+    let (env, config) = match CniCall::read(lookup, stdin)? {
+        CniCall::Version => return Ok(Some(to_json(&VersionResult::current()))),
+        CniCall::Invoke { env, config } => (env, config),
+    };
     let client = Client::new(agent_socket(&config, Path::exists), shim_timeout(&config));
     dispatch(&client, env, config)
 }
@@ -102,8 +105,9 @@ fn dispatch(
             };
             match env.command {
                 Command::Add => {
+                    // The agent answers within the wait it is told.
                     let r: CniResult = client
-                        .post(proto::PATH_ADD, &req)
+                        .post_telling_wait(proto::PATH_ADD, &req)
                         .map_err(ClientError::into_cni)?;
                     Ok(Some(to_json(&r.for_version(&cni_version))))
                 }
@@ -141,8 +145,9 @@ fn agent_socket(config: &NetworkConfig, exists: impl Fn(&Path) -> bool) -> PathB
 }
 
 /// The shim waits for the configured DHCP timeout plus a margin; without a
-/// configured timeout, for the largest one the agent could apply. The agent
-/// answers an ADD within this (see `daemon::add`).
+/// configured timeout, for the largest one the agent could apply. An ADD
+/// tells the agent this wait ([`proto::HEADER_WAIT_MS`]), and the agent
+/// answers within it.
 pub fn shim_timeout(config: &NetworkConfig) -> Duration {
     config.ipam.timeout.unwrap_or(config::MAX_TIMEOUT) + ANSWER_MARGIN
 }
@@ -203,6 +208,50 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.code, code::PLUGIN_NOT_AVAILABLE);
         assert!(e.msg.contains("not running"), "{e}");
+    }
+
+    /// An ADD tells the agent how long the plugin waits for the answer:
+    /// the configured DHCP timeout plus the plugin's margin.
+    #[test]
+    fn add_tells_the_agent_the_plugins_wait() {
+        use std::io::{Read as _, Write as _};
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("xdhcp.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let agent = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 8192];
+            let n = conn.read(&mut buf).unwrap();
+            let body = r#"{"cniVersion":"1.0.0","ips":[],"routes":[],"dns":{}}"#;
+            write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        });
+        let netns = format!("/proc/{}/ns/net", std::process::id());
+        let conf = format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"type":"xdhcp","socketPath":"{}","timeout":"5s"}}}}"#,
+            sock.display()
+        );
+        run_with(
+            &[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "c1"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "eth0"),
+            ],
+            &conf,
+        )
+        .unwrap();
+        let request = agent.join().unwrap();
+        assert!(request.starts_with("POST /v1/cni/add "), "{request}");
+        assert!(
+            request.contains(&format!("\r\n{}: 20000\r\n", proto::HEADER_WAIT_MS)),
+            "{request}"
+        );
     }
 
     #[test]

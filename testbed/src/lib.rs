@@ -4,8 +4,11 @@
 //! checks the dependency trees).
 //!
 //! - [`programs`]: every external program they run, and where it comes from.
+//! - [`ovn`]: how an OVN-Kubernetes node wires a localnet network (names,
+//!   `external_ids`), for the OVS + OVN lab of the tests and the demo.
 //! - [`TEST_BUILD_PACKAGES`]: the package selection of the test build.
 
+pub mod ovn;
 pub mod programs;
 
 /// The packages every `cargo` invocation of the test build selects (`cargo

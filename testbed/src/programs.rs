@@ -300,6 +300,12 @@ pub const PROGRAMS: &[Program] = &[
         "the OVN lab's switch (userspace datapath)",
     ),
     deb(
+        "ovs-ofctl",
+        "openvswitch-common",
+        "/usr/bin/ovs-ofctl",
+        "the OVN lab's check that ovn-controller put the flows back after an OVS restart",
+    ),
+    deb(
         "ovn-northd",
         "ovn-central",
         "/usr/bin/ovn-northd",

@@ -110,6 +110,9 @@ pub struct DaemonOptions {
     /// uplinks `agent_args` may name); the upstream daemon runs where the
     /// benchmark does either way (it enters each pod's namespace itself).
     pub node_ns: Option<String>,
+    /// The Open vSwitch database the agent reads its uplinks from (a lab's
+    /// own); none: a socket that does not exist.
+    pub ovsdb: Option<PathBuf>,
 }
 
 /// A running IPAM daemon and how to invoke its plugin.
@@ -168,8 +171,13 @@ impl Daemon {
                 )
             }
             Impl::Xdhcp => {
-                let mut cmd =
-                    crate::agent_command_in(opts.node_ns.as_deref(), xdhcp, &socket, &dir);
+                let mut cmd = crate::agent_command_reading(
+                    opts.node_ns.as_deref(),
+                    xdhcp,
+                    &socket,
+                    &dir,
+                    opts.ovsdb.as_deref(),
+                );
                 cmd.env(
                     "RUST_LOG",
                     opts.rust_log.clone().unwrap_or_else(|| {
@@ -398,6 +406,90 @@ pub fn metric_count(text: &str, name: &str, label: &str) -> u64 {
     )]
     let n = v as u64;
     n
+}
+
+/// The server's own DORA, the floor under an ADD: `rounds` DORAs one after
+/// another from interface `ifname` in namespace `netns` with client MAC
+/// `mac`, by the xdhcp engine over raw and `AF_PACKET` sockets opened
+/// beforehand: no CNI, no plugin exec, no agent. Each bound lease is
+/// released at once. The DORAs that bound, each its own time, sorted.
+pub fn server_doras(netns: &Path, ifname: &str, mac: [u8; 6], rounds: usize) -> Vec<Duration> {
+    use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
+    use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        let tx = RawSender::open_async(netns, ifname)
+            .await
+            .expect("raw sender in the client namespace");
+        let rx = AfPacketReceiver::open_async(netns, ifname)
+            .await
+            .expect("AF_PACKET receiver in the client namespace");
+        rx.only_for(mac).expect("narrow the receiver to its client");
+        let wall = || unix_ms() as u64;
+        let mut each = Vec::with_capacity(rounds);
+        for i in 0..rounds {
+            let cfg = ClientConfig {
+                chaddr: mac,
+                ..ClientConfig::default()
+            };
+            let started = Instant::now();
+            let mut client = Client::new(cfg, started, 0xd0_7a + i as u64);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            let bound = loop {
+                while let Some(t) = client.poll_transmit() {
+                    let _ = tx.send_transmit(&t);
+                }
+                let mut done = None;
+                while let Some(ev) = client.poll_event() {
+                    match ev {
+                        Event::Bound(_) => done = Some(true),
+                        Event::Failed(_) => done = Some(false),
+                        _ => {}
+                    }
+                }
+                if let Some(d) = done {
+                    break d;
+                }
+                let timer = client
+                    .poll_timeout()
+                    .map_or(deadline, tokio::time::Instant::from_std)
+                    .min(deadline);
+                tokio::select! {
+                    frame = rx.recv() => {
+                        let Ok(frame) = frame else { break false };
+                        client.set_wall_clock_unix_ms(wall());
+                        let src = PacketSource { src_mac: frame.headers.src_mac, src_ip: frame.headers.src_ip };
+                        let _ = client.handle_packet(Instant::now(), src, &frame.payload);
+                    }
+                    () = tokio::time::sleep_until(timer) => {
+                        if tokio::time::Instant::now() >= deadline {
+                            break false;
+                        }
+                        client.set_wall_clock_unix_ms(wall());
+                        client.handle_timeout(Instant::now());
+                    }
+                }
+            };
+            if bound {
+                each.push(started.elapsed());
+                client.set_wall_clock_unix_ms(wall());
+                client.release(Instant::now());
+                while let Some(t) = client.poll_transmit() {
+                    if t.kind == MessageKind::Release {
+                        let _ = tx.send_transmit(&t);
+                    }
+                }
+                // Let the server settle the release before the next DORA.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        each.sort();
+        each
+    })
 }
 
 /// One line of a plot.

@@ -33,6 +33,15 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+/// The node a stored pod is scheduled to when its `spec.nodeName` is
+/// unset: the node test agents run on (`AgentArgs::with_defaults`).
+pub const NODE: &str = xdhcp::settings::TEST_NODE_NAME;
+
+/// The UID a VMI stored without one gets.
+fn fake_vmi_uid(ns: &str, name: &str) -> String {
+    format!("vmi-uid-{ns}-{name}")
+}
+
 /// The operations the fake serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
@@ -529,7 +538,10 @@ impl FakeApiServer {
         }
     }
 
-    /// Store a pod with these labels and annotations; returns its UID.
+    /// Store a pod with these labels and annotations; returns its UID. A
+    /// pod labelled `vm.kubevirt.io/name` is a launcher pod: it gets the
+    /// controller owner reference to that VMI ([`FakeApiServer::vmi_uid`]).
+    /// [`FakeApiServer::put_pod`] stores a pod as given.
     pub fn add_pod(
         &self,
         ns: &str,
@@ -551,6 +563,15 @@ impl FakeApiServer {
             .map(|(k, v)| ((*k).to_owned(), json!(v)))
             .collect();
         let mut meta = json!({"name": name, "namespace": ns, "uid": uid});
+        // A launcher pod is controlled by its VMI, as virt-controller makes
+        // it: the owner reference names the VMI and its UID.
+        if let Some(vmi) = labels.get("vm.kubevirt.io/name").and_then(Value::as_str) {
+            meta["ownerReferences"] = json!([{
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "name": vmi, "uid": self.vmi_uid(ns, vmi),
+                "controller": true, "blockOwnerDeletion": true
+            }]);
+        }
         if !labels.is_empty() {
             meta["labels"] = Value::Object(labels);
         }
@@ -562,6 +583,16 @@ impl FakeApiServer {
             "spec": {"containers": [{"name": "c", "image": "registry.invalid/c"}]}
         }));
         uid
+    }
+
+    /// The UID of VMI `ns/name`: the stored one's, else the one it gets
+    /// when stored without one.
+    pub fn vmi_uid(&self, ns: &str, name: &str) -> String {
+        self.lock()
+            .objects
+            .get(&(Kind::Vmi, ns.to_owned(), name.to_owned()))
+            .and_then(|v| v["metadata"]["uid"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| fake_vmi_uid(ns, name))
     }
 
     /// Store a pod object as given (namespace and name from its metadata);
@@ -606,6 +637,16 @@ impl FakeApiServer {
             .as_str()
             .expect("metadata.name")
             .to_owned();
+        // Every pod is scheduled: to the node test agents run on unless
+        // the test names another.
+        if kind == Kind::Pod && obj["spec"]["nodeName"].is_null() {
+            obj["spec"]["nodeName"] = json!(NODE);
+        }
+        // Every VMI has a UID, the one `add_pod`'s launcher pods name
+        // unless the test gives its own.
+        if kind == Kind::Vmi && obj["metadata"]["uid"].is_null() {
+            obj["metadata"]["uid"] = json!(fake_vmi_uid(&ns, &name));
+        }
         let mut st = self.lock();
         let rv = st.bump();
         obj["metadata"]["resourceVersion"] = json!(rv);

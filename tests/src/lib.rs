@@ -111,6 +111,18 @@ pub fn agent_command_in(
     socket: &std::path::Path,
     dir: &std::path::Path,
 ) -> std::process::Command {
+    agent_command_reading(ns, bin, socket, dir, None)
+}
+
+/// [`agent_command_in`] with `ovsdb`, when given, as the Open vSwitch
+/// database it reads (a lab's own: `OvnLab::db_socket`).
+pub fn agent_command_reading(
+    ns: Option<&str>,
+    bin: &std::path::Path,
+    socket: &std::path::Path,
+    dir: &std::path::Path,
+    ovsdb: Option<&std::path::Path>,
+) -> std::process::Command {
     let mut cmd = match ns {
         Some(ns) => netns_exec(ns, bin),
         None => std::process::Command::new(bin),
@@ -123,7 +135,7 @@ pub fn agent_command_in(
         .arg(dir.join("bpffs"))
         // Never this machine's Open vSwitch: its uplinks are no test's.
         .arg("--ovsdb")
-        .arg(dir.join("no-ovsdb.sock"))
+        .arg(ovsdb.map_or_else(|| dir.join("no-ovsdb.sock"), std::path::Path::to_path_buf))
         .env_remove("CNI_COMMAND");
     cmd
 }

@@ -29,6 +29,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use xdhcp_testbed::ovn;
+
 use crate::netns::{NetNs, Veth, format_mac, netns_exec, run};
 use crate::program;
 use crate::servers::{Process, wait_until};
@@ -74,7 +76,7 @@ pub struct OvnLab {
 }
 
 impl OvnLab {
-    pub const INTEGRATION_BRIDGE: &'static str = "br-int";
+    pub const INTEGRATION_BRIDGE: &'static str = ovn::INTEGRATION_BRIDGE;
     pub const PROVIDER_BRIDGE: &'static str = "br-phys";
     pub const PHYSNET: &'static str = "physnet1";
     /// The provider bridge's NIC (in the node namespace).
@@ -127,14 +129,7 @@ impl OvnLab {
         }
         lab.vsctl(&["init"]);
 
-        // The node's daemons run in its namespace: the userspace datapath
-        // opens the node's interfaces by name there. `--disable-system`:
-        // never touch the kernel datapath.
-        let mut vswitchd = netns_exec(lab.node.name(), program("ovs-vswitchd"));
-        vswitchd
-            .arg(format!("unix:{}", lab.db_socket().display()))
-            .arg("--disable-system");
-        lab.daemon("ovs-vswitchd", vswitchd, true);
+        lab.start_vswitchd();
 
         let mut northd = Command::new(program("ovn-northd"));
         northd
@@ -157,26 +152,74 @@ impl OvnLab {
         lab.daemon("ovn-controller", controller, false);
 
         lab.nbctl(&["ls-add", Self::LOGICAL_SWITCH]);
-        lab.nbctl(&[
-            "lsp-add",
+        lab.nbctl_owned(&ovn::localnet_port_args(
             Self::LOGICAL_SWITCH,
             Self::LOCALNET_PORT,
-            "--",
-            "lsp-set-type",
-            Self::LOCALNET_PORT,
-            "localnet",
-            "--",
-            "lsp-set-addresses",
-            Self::LOCALNET_PORT,
-            "unknown",
-            "--",
-            "lsp-set-options",
-            Self::LOCALNET_PORT,
-            &format!("network_name={}", Self::PHYSNET),
-        ]);
+            Self::PHYSNET,
+        ));
 
         lab.vsctl(&["add-port", Self::PROVIDER_BRIDGE, Self::UPLINK]);
         lab
+    }
+
+    /// Starts `ovs-vswitchd` on the node's database. It runs in the node's
+    /// namespace: the userspace datapath opens the node's interfaces by
+    /// name there. `--disable-system`: never touch the kernel datapath.
+    #[track_caller]
+    fn start_vswitchd(&mut self) {
+        let mut vswitchd = netns_exec(self.node.name(), program("ovs-vswitchd"));
+        vswitchd
+            .arg(format!("unix:{}", self.db_socket().display()))
+            .arg("--disable-system");
+        self.daemon("ovs-vswitchd", vswitchd, true);
+    }
+
+    /// Kills `ovs-vswitchd` and the node's `ovsdb-server` with SIGKILL, as
+    /// a crash (or an OOM kill) would: the userspace datapath stops
+    /// forwarding and the database socket goes away. The OVN daemons keep
+    /// running and reconnect once [`OvnLab::start_ovs`] brings them back.
+    #[track_caller]
+    pub fn kill_ovs(&mut self) {
+        for what in ["ovs-vswitchd", "ovsdb-server (conf)"] {
+            let i = self
+                .daemons
+                .iter()
+                .position(|p| p.what() == what)
+                .unwrap_or_else(|| panic!("{what} is not running in the lab"));
+            self.daemons.remove(i).kill();
+        }
+    }
+
+    /// Starts the node's `ovsdb-server` and `ovs-vswitchd` again on the
+    /// database they left (bridges, ports, mappings and all), and waits
+    /// until ovn-controller has put every pod's flows back into `br-int`
+    /// (each pod's MAC in its flow table).
+    #[track_caller]
+    pub fn start_ovs(&mut self) {
+        self.ovsdb_server("conf");
+        self.start_vswitchd();
+        let macs: Vec<String> = self.pods.iter().map(|p| format_mac(p.mac)).collect();
+        let rewired = wait_until(READY_TIMEOUT, || {
+            let flows = self.ofctl(&["dump-flows", Self::INTEGRATION_BRIDGE]);
+            macs.iter().all(|m| flows.contains(m.as_str()))
+        });
+        assert!(
+            rewired,
+            "ovn-controller did not rewire br-int in {READY_TIMEOUT:?}: {}",
+            self.log("ovn-controller")
+        );
+    }
+
+    /// `ovs-ofctl` on the node's `ovs-vswitchd`; stdout, empty when it
+    /// fails (the switch not up yet).
+    pub fn ofctl(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(program("ovs-ofctl"));
+        self.env(&mut cmd);
+        let out = cmd.args(args).output();
+        match out {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            _ => String::new(),
+        }
     }
 
     /// The node's bridges (userspace datapath) and the `Open_vSwitch`
@@ -184,43 +227,13 @@ impl OvnLab {
     /// and the bridge mapping of the localnet's physical network.
     #[track_caller]
     fn configure_node(&self) {
-        self.vsctl(&[
-            "add-br",
-            Self::INTEGRATION_BRIDGE,
-            "--",
-            "set",
-            "bridge",
-            Self::INTEGRATION_BRIDGE,
-            "datapath_type=netdev",
-            "fail_mode=secure",
-            "other_config:disable-in-band=true",
-        ]);
-        self.vsctl(&[
-            "add-br",
-            Self::PROVIDER_BRIDGE,
-            "--",
-            "set",
-            "bridge",
-            Self::PROVIDER_BRIDGE,
-            "datapath_type=netdev",
-        ]);
-        self.vsctl(&[
-            "set",
-            "open_vswitch",
-            ".",
-            &format!("external_ids:system-id={}", Self::CHASSIS),
-            &format!(
-                "external_ids:ovn-remote=\"unix:{}\"",
-                self.path("ovnsb.sock").display()
-            ),
-            "external_ids:ovn-encap-type=geneve",
-            "external_ids:ovn-encap-ip=127.0.0.1",
-            &format!(
-                "external_ids:ovn-bridge-mappings=\"{}:{}\"",
-                Self::PHYSNET,
-                Self::PROVIDER_BRIDGE
-            ),
-        ]);
+        self.vsctl_owned(&ovn::add_bridge_args(Self::INTEGRATION_BRIDGE));
+        self.vsctl_owned(&ovn::add_bridge_args(Self::PROVIDER_BRIDGE));
+        self.vsctl_owned(&ovn::node_settings_args(
+            Self::CHASSIS,
+            &format!("unix:{}", self.path("ovnsb.sock").display()),
+            &format!("{}:{}", Self::PHYSNET, Self::PROVIDER_BRIDGE),
+        ));
     }
 
     /// The lab directory's `name`.
@@ -237,16 +250,7 @@ impl OvnLab {
     /// directories are the lab's.
     fn env(&self, cmd: &mut Command) {
         let dir = self.dir.path();
-        for var in [
-            "OVS_RUNDIR",
-            "OVS_DBDIR",
-            "OVS_LOGDIR",
-            "OVS_SYSCONFDIR",
-            "OVN_RUNDIR",
-            "OVN_DBDIR",
-            "OVN_LOGDIR",
-            "OVN_SYSCONFDIR",
-        ] {
+        for var in ovn::DIR_VARS {
             cmd.env(var, dir);
         }
     }
@@ -347,6 +351,16 @@ impl OvnLab {
         run(&mut cmd)
     }
 
+    #[track_caller]
+    fn vsctl_owned(&self, args: &[String]) -> String {
+        self.vsctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    #[track_caller]
+    fn nbctl_owned(&self, args: &[String]) -> String {
+        self.nbctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
     /// Adds a pod on the localnet as OVN-Kubernetes' CNI does for a
     /// secondary network: a namespace whose `eth0` (MAC `mac`) is a veth to
     /// a `br-int` port with the pod's `external_ids`, and a logical switch
@@ -356,51 +370,26 @@ impl OvnLab {
     pub fn add_pod(&mut self, pod: &str, mac: [u8; 6]) -> &OvnPod {
         let n = self.pods.len();
         let ns = NetNs::new();
-        // A container id: 64 hex digits.
-        let sandbox = format!("5a4db0c{n:02x}{}", "e".repeat(55));
-        // OVN-Kubernetes names a secondary network's host end
-        // `<sandbox id, cut to 15 minus the suffix>_<ifindex>`.
-        let host_ifname = format!("{}_{}", &sandbox[..13], n + 3);
+        let sandbox = ovn::sandbox_id(n);
+        let host_ifname = ovn::host_ifname(&sandbox, n + 3);
         let ifname = "eth0".to_owned();
         let veth = Veth::with_mac(&self.node, &host_ifname, &ns, &ifname, mac);
         checksum_offload_off(&self.node, &host_ifname);
         checksum_offload_off(&ns, &ifname);
-        // The logical port's name: the NAD key with `/` and `-` as `.`,
-        // then the pod's namespace and name.
-        let iface_id = format!("{}_lab-ns_{pod}", Self::NAD.replace(['/', '-'], "."));
+        let iface_id = ovn::logical_port(Self::NAD, "lab-ns", pod);
         let uid = format!("00000000-0000-4000-8000-{:012x}", n + 1);
         let mac_text = format_mac(mac);
-        self.nbctl(&[
-            "lsp-add",
-            Self::LOGICAL_SWITCH,
-            &iface_id,
-            "--",
-            "lsp-set-addresses",
-            &iface_id,
-            &mac_text,
-            "--",
-            "set",
-            "logical_switch_port",
-            &iface_id,
-            &format!("options:iface-id-ver={uid}"),
-        ]);
-        self.vsctl(&[
-            "add-port",
-            Self::INTEGRATION_BRIDGE,
-            &host_ifname,
-            "other_config:transient=true",
-            "--",
-            "set",
-            "interface",
-            &host_ifname,
-            &format!("external_ids:iface-id={iface_id}"),
-            &format!("external_ids:iface-id-ver={uid}"),
-            &format!("external_ids:attached_mac=\"{mac_text}\""),
-            &format!("external_ids:sandbox={sandbox}"),
-            &format!("external_ids:pod-if-name={ifname}"),
-            &format!("external_ids:\"k8s.ovn.org/network\"={}", Self::NETWORK),
-            &format!("external_ids:\"k8s.ovn.org/nad\"=\"{}\"", Self::NAD),
-        ]);
+        let port = ovn::PodPort {
+            host_ifname: &host_ifname,
+            iface_id: &iface_id,
+            uid: &uid,
+            mac: &mac_text,
+            sandbox: &sandbox,
+            pod_if_name: &ifname,
+            nad: Self::NAD,
+        };
+        self.nbctl_owned(&port.lsp_add_args(Self::LOGICAL_SWITCH));
+        self.vsctl_owned(&port.add_port_args());
         let installed = wait_until(READY_TIMEOUT, || {
             self.vsctl(&[
                 "--if-exists",

@@ -199,6 +199,51 @@ fn assert_released(dnsmasq: &Dnsmasq, mac: [u8; 6]) {
 
 const DEFAULT_ENTRY: &str = r#"{"default":{"ip_addresses":["10.128.0.9/23"],"mac_address":"0a:58:0a:80:00:09","gateway_ips":["10.128.0.1"],"role":"primary"}}"#;
 
+/// The agent serves only pods of its own node (`--node-name`): an ADD
+/// naming a pod scheduled to another node is refused before any DHCP and
+/// any write, naming both nodes; the same attachment for a pod of this
+/// node is served.
+#[test]
+fn add_for_a_pod_of_another_node_is_refused_before_any_dhcp_fake_apiserver() {
+    let api = Api::start();
+    api.server.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "elsewhere", "namespace": NS, "uid": "u-else"},
+        "spec": {"nodeName": "node-b", "containers": [{"name": "c", "image": "registry.invalid/c"}]}
+    }));
+    let here = api.server.add_pod(NS, "here", &[], &[]);
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+
+    let req = request("ctr-else", "elsewhere", "u-else", c.ns.path(), &c.ifname);
+    let err = agent
+        .add(&req)
+        .expect_err("a pod of another node must be refused")
+        .into_cni();
+    assert_eq!(err.code, code::KUBE_API, "{err:?}");
+    assert!(
+        err.msg.contains("node-b")
+            && err.msg.contains(xdhcp_tests::fake_apiserver::NODE)
+            && err.msg.contains("tenant/elsewhere"),
+        "{}",
+        err.msg
+    );
+    assert_eq!(api.server.count(Op::PatchPod), 0);
+    assert_eq!(
+        dnsmasq_count(&dnsmasq, "DHCPDISCOVER", c.mac),
+        0,
+        "{}",
+        dnsmasq.log()
+    );
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+
+    let req = request("ctr-here", "here", &here, c.ns.path(), &c.ifname);
+    agent.add(&req).expect("a pod of this node is served");
+    assert!(api.networks("here").get(key()).is_some());
+}
+
 #[test]
 fn add_whose_sandbox_netns_is_removed_before_the_write_reports_nothing_and_releases_fake_apiserver()
 {
@@ -330,7 +375,7 @@ fn add_whose_pod_is_recreated_reports_nothing_and_releases_fake_apiserver() {
 fn vmi(status: Option<Value>) -> Value {
     let mut v = json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm1", "namespace": NS, "uid": "vmi-uid-1"},
+        "metadata": {"name": "vm1", "namespace": NS},
         "spec": {
             "networks": [
                 {"name": "default", "pod": {}},
@@ -531,4 +576,198 @@ fn migration_target_finds_the_source_through_the_previous_migration_fake_apiserv
     assert_eq!(api.server.count(Op::GetVmim), 1);
     assert_eq!(api.networks(DST)[key()]["mac_address"], json!(VM_MAC));
     assert!(api.server.unexpected().is_empty());
+}
+
+/// A VMI whose interface on the NAD has the MAC `mac` pinned in its spec.
+fn vmi_with_mac(mac: &str) -> Value {
+    let mut v = vmi(None);
+    v["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = json!(mac);
+    v
+}
+
+/// The attack: a tenant's pod labelled as the VM's launcher pod, with no
+/// owner reference, asks for the VM's identity. A VM pod is one its VMI
+/// controls: this one is a plain pod, leased and reported under its own
+/// interface's MAC, never the VM's.
+#[test]
+fn a_pod_labelled_as_a_vms_launcher_is_a_plain_pod_fake_apiserver() {
+    const VICTIM_MAC: &str = "02:00:00:00:aa:01";
+    let api = Api::start();
+    api.server.put_vmi(vmi_with_mac(VICTIM_MAC));
+    api.server.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "impostor", "namespace": NS, "uid": "u-imp",
+                     "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/c"}]}
+    }));
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+
+    let r = agent
+        .add(&request(
+            "ctr-imp",
+            "impostor",
+            "u-imp",
+            c.ns.path(),
+            &c.ifname,
+        ))
+        .expect("a plain pod's ADD");
+    let entry = api.networks("impostor")[key()].clone();
+    assert_eq!(entry["mac_address"], json!(format_mac(c.mac)), "{entry}");
+    assert_eq!(
+        dnsmasq.lease_for(c.mac).map(|l| l.ip),
+        Some(r.ips[0].address.addr)
+    );
+    assert_eq!(
+        dnsmasq_count(&dnsmasq, "DHCPDISCOVER", [2, 0, 0, 0, 0xaa, 1]),
+        0
+    );
+    // A plain pod's lease is kept (a VM's one-shot lease is not).
+    assert_eq!(agent.leases().len(), 1, "{:?}", agent.leases());
+}
+
+/// The attack with a forged owner: the pod names the VMI as its
+/// controller, but not its UID. The ADD is refused before any DHCP and
+/// nothing is written.
+#[test]
+fn a_pod_whose_owner_names_another_vmi_uid_is_refused_fake_apiserver() {
+    let api = Api::start();
+    api.server.put_vmi(vmi_with_mac("02:00:00:00:aa:01"));
+    api.server.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "impostor", "namespace": NS, "uid": "u-imp",
+                     "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                          "name": "vm1", "uid": "forged", "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/c"}]}
+    }));
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+
+    let err = agent
+        .add(&request(
+            "ctr-imp",
+            "impostor",
+            "u-imp",
+            c.ns.path(),
+            &c.ifname,
+        ))
+        .expect_err("a pod of another VMI UID must be refused")
+        .into_cni();
+    assert_eq!(err.code, code::INVALID_ENV, "{err:?}");
+    assert!(
+        err.msg.contains("forged") && err.msg.contains("vm1"),
+        "{}",
+        err.msg
+    );
+    assert_eq!(api.server.count(Op::PatchPod), 0);
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert_eq!(
+        dnsmasq_count(&dnsmasq, "DHCPDISCOVER", [2, 0, 0, 0, 0xaa, 1]),
+        0
+    );
+}
+
+/// The attack on a migration: a launcher pod of the VM (owner and UID
+/// right) labelled as the target of a migration that names another target
+/// pod does not get the source pod's address asked for; it is an ordinary
+/// VM ADD (DISCOVER, no INIT-REBOOT for the source's address).
+#[test]
+fn a_pod_the_migration_does_not_name_is_no_migration_target_fake_apiserver() {
+    const MIG_UID: &str = "6d0b8f0e-0000-4000-8000-00000000m1g2";
+    let api = Api::start();
+    let src_entry = r#"{"tenant/localnet-dhcp":{"ip_addresses":["192.0.2.200/24"],"mac_address":"02:00:00:00:aa:02","role":"secondary"}}"#;
+    api.server.add_pod(
+        NS,
+        "virt-launcher-vm1-src",
+        &[
+            ("kubevirt.io", "virt-launcher"),
+            ("vm.kubevirt.io/name", "vm1"),
+        ],
+        &[(POD_NETWORKS, src_entry)],
+    );
+    api.server.put_vmi(vmi(None));
+    api.server.put_vmim(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "mig2", "namespace": NS, "uid": MIG_UID},
+        "spec": {"vmiName": "vm1"},
+        "status": {"phase": "Scheduling", "migrationState": {
+            "sourcePod": "virt-launcher-vm1-src", "targetPod": "virt-launcher-vm1-real"}}
+    }));
+    let uid = api.server.add_pod(
+        NS,
+        "virt-launcher-vm1-impostor",
+        &[
+            ("kubevirt.io", "virt-launcher"),
+            ("vm.kubevirt.io/name", "vm1"),
+            ("kubevirt.io/migrationJobUID", MIG_UID),
+        ],
+        &[("kubevirt.io/migrationJobName", "mig2")],
+    );
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+
+    agent
+        .add(&request(
+            "ctr-imp",
+            "virt-launcher-vm1-impostor",
+            &uid,
+            c.ns.path(),
+            &c.ifname,
+        ))
+        .expect("an ordinary VM ADD");
+    let log = dnsmasq.log();
+    assert!(
+        !log.contains("192.0.2.200"),
+        "the source's address was asked for:\n{log}"
+    );
+    assert_eq!(dnsmasq_count(&dnsmasq, "DHCPDISCOVER", c.mac), 1, "{log}");
+}
+
+/// A retried ADD of an attachment that holds a lease writes its address
+/// again: the first ADD's entry may never have been written (the agent
+/// killed between the lease and its report, or the entry lost), and the
+/// repeated ADD used to answer success from the lease alone, leaving the
+/// pod with an address nobody reported.
+#[test]
+fn a_repeated_add_reports_the_address_again_fake_apiserver() {
+    let api = Api::start();
+    let uid = api.server.add_pod(
+        NS,
+        "web",
+        &[("app", "web")],
+        &[(POD_NETWORKS, DEFAULT_ENTRY)],
+    );
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let agent = api.agent();
+    let req = request("ctr-web", "web", &uid, c.ns.path(), &c.ifname);
+    let first = agent.add(&req).expect("ADD");
+    let ip = first.ips[0].address.to_string();
+    assert_eq!(api.networks("web")[key()]["ip_addresses"][0], ip);
+
+    // The entry is gone, as after a kill between the lease and the patch.
+    let mut pod = api.server.pod(NS, "web").expect("the pod");
+    pod["metadata"]["annotations"][POD_NETWORKS] = json!(DEFAULT_ENTRY);
+    api.server.put_pod(pod);
+    assert!(api.networks("web").get(key()).is_none());
+
+    let patches = api.server.count(Op::PatchPod);
+    let again = agent.add(&req).expect("the repeated ADD");
+    assert_eq!(again.ips[0].address, first.ips[0].address);
+    assert_eq!(api.server.count(Op::PatchPod), patches + 1);
+    assert_eq!(
+        api.networks("web")[key()]["ip_addresses"][0],
+        ip,
+        "{}",
+        api.networks("web")
+    );
+    assert!(api.networks("web").get("default").is_some());
+    assert_eq!(agent.leases().len(), 1, "{:?}", agent.leases());
 }

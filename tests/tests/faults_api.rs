@@ -252,6 +252,34 @@ fn api_down_fails_the_add_before_any_dhcp_fake_apiserver() {
     s.assert_nothing_left(0, &req);
 }
 
+/// The agent answers within the wait its caller tells it (the plugin sends
+/// its own in `xdhcp-wait-ms`), not one it works out for itself: with the
+/// pod read hung and a caller that waits 6 s, the ADD fails with the API
+/// code a second before that, where a caller that tells nothing gets 16 s.
+#[test]
+fn the_add_ends_within_the_wait_its_caller_tells_fake_apiserver() {
+    let s = Setup::new(1);
+    let req = s.pod(0, "web-told");
+    s.server
+        .inject(Op::GetPod, Fault::Delay(Duration::from_mins(1)));
+    let socket = s.agent.client().socket().to_path_buf();
+    let client = xdhcp::rpc::Client::new(socket, Duration::from_secs(6));
+    let t0 = Instant::now();
+    let err = client
+        .post_telling_wait::<_, serde_json::Value>(xdhcp::rpc::PATH_ADD, &req)
+        .expect_err("ADD must fail")
+        .into_cni();
+    let took = t0.elapsed();
+    assert_eq!(err.code, code::KUBE_API, "{err:?}");
+    assert!(err.msg.contains("deadline of 5s"), "{err:?}");
+    assert!(err.msg.contains("tenant/web-told"), "{err:?}");
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(6),
+        "took {took:?}"
+    );
+    s.assert_nothing_left(0, &req);
+}
+
 /// A hung API server (the pod read held for 60 s): the ADD fails within its
 /// deadline with the API code naming the pod, before any DHCP.
 #[test]

@@ -3,7 +3,8 @@
 //! message passed, rate-limited, spoofed, malformed), truncation at every
 //! offset, VLAN-tagged and not, stacked VLAN tags, a neighbour's client
 //! identifier, fragments, IPv4 options, non-DHCP traffic,
-//! and the records of the learning ring in both directions. Under test-run
+//! and the records of the learning ring in both directions; the ingress
+//! program's XDP twin gives the same verdicts. Under test-run
 //! the device is the loopback of the test's namespace (ifindex 1), so port
 //! policies are set on 1.
 //!
@@ -727,4 +728,90 @@ async fn stacked_vlan_tags_do_not_hide_dhcp() {
     let (mut g, _r) = load();
     let f = with_tags(&Dhcp::server(MessageType::Offer).frame(), &[0x88a8, 0x8100]);
     assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC);
+}
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+
+/// The XDP twin of the ingress program (on the ports of a userspace-datapath
+/// Open vSwitch bridge) gives the ingress program's verdict on every frame,
+/// under every kind of policy, with the same counters and the same learning
+/// records.
+#[tokio::test]
+async fn the_xdp_twin_gives_the_ingress_programs_verdicts() {
+    let mut frames = Vec::new();
+    for vlan in VLANS {
+        frames.push(Dhcp::server(MessageType::Offer).vlan(vlan).frame());
+        frames.push(Dhcp::server(MessageType::Ack).vlan(vlan).frame());
+        for mt in [MessageType::Discover, MessageType::Request] {
+            frames.push(Dhcp::client(mt).vlan(vlan).frame());
+        }
+        let mut spoofed = Dhcp::client(MessageType::Discover).vlan(vlan);
+        spoofed.src_mac = OTHER_MAC;
+        frames.push(spoofed.frame());
+        let mut other = Dhcp::client(MessageType::Discover).vlan(vlan);
+        other.chaddr = OTHER_MAC;
+        frames.push(other.frame());
+        // Cut short before chaddr.
+        let (_, chaddr_end) = offsets(usize::from(vlan.is_some()) * 4);
+        frames.push(
+            Dhcp::client(MessageType::Discover).vlan(vlan).frame()[..chaddr_end - 1].to_vec(),
+        );
+        // Not DHCP.
+        let mut dns = Dhcp::client(MessageType::Discover).vlan(vlan);
+        dns.ports = (5353, 53);
+        frames.push(dns.frame());
+    }
+    let policies = [
+        unlimited(),
+        PortPolicy {
+            trusted: true,
+            ..unlimited()
+        },
+        PortPolicy {
+            single_client: Some(VM_MAC),
+            learn: true,
+            ..unlimited()
+        },
+        PortPolicy {
+            rate: 1,
+            burst: 3,
+            ..PortPolicy::default()
+        },
+    ];
+    for policy in &policies {
+        let (mut tc, mut tc_ring) = load();
+        let (mut xdp, mut xdp_ring) = load();
+        tc.set_policy(LO, policy).unwrap();
+        xdp.set_policy(LO, policy).unwrap();
+        for (i, f) in frames.iter().enumerate() {
+            let at_tc = ingress(&mut tc, f);
+            let at_xdp = xdp
+                .test_run(GuardProgram::Xdp, f, LO)
+                .expect("BPF_PROG_TEST_RUN");
+            let want = match at_tc {
+                TC_ACT_SHOT => XDP_DROP,
+                TC_ACT_UNSPEC => XDP_PASS,
+                other => panic!("TC action {other}"),
+            };
+            assert_eq!(at_xdp, want, "frame {i} under {policy:?}");
+        }
+        assert_eq!(counters(&tc), counters(&xdp), "{policy:?}");
+        let mut learned = 0;
+        loop {
+            match (tc_ring.try_recv(), xdp_ring.try_recv()) {
+                (None, None) => break,
+                (Some(a), Some(b)) => {
+                    assert_eq!(
+                        (a.ifindex, a.direction, a.headers, &a.payload),
+                        (b.ifindex, b.direction, b.headers, &b.payload),
+                        "{policy:?}"
+                    );
+                    learned += 1;
+                }
+                (a, b) => panic!("one ring has a record the other lacks: {a:?} / {b:?}"),
+            }
+        }
+        assert_eq!(learned > 0, policy.learn, "{policy:?}: {learned} records");
+    }
 }

@@ -598,11 +598,34 @@ fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over(
     assert!(heard > 0, "after DEL the port is no longer guarded");
 }
 
+/// A network config (a NAD a tenant may write) that asks for a trusted
+/// port is not believed: the port stays guarded unless the agent's own
+/// flags name the network.
+#[test]
+fn a_network_config_alone_cannot_make_a_port_trusted() {
+    let lab = Lab::with_clients(2);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = NodeAgent::start(&lab.server, &[]);
+    let cni = agent_support::CniPath::new();
+    let trusted = r#","dhcpGuard":{"trusted":true,"rate":10000,"burst":10000}"#;
+    leased_ip(&ipam_call(
+        &agent,
+        &cni,
+        "ADD",
+        "pod0",
+        &lab.clients[0],
+        trusted,
+    ));
+    let _rogue = rogue(&lab);
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert_eq!(heard, 0, "a NAD alone made its port trusted");
+}
+
 #[test]
 fn agent_honours_a_trusted_network() {
     let lab = Lab::with_clients(2);
     let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    let agent = NodeAgent::start(&lab.server, &[]);
+    let agent = NodeAgent::start(&lab.server, &["--dhcp-guard-trusted-network", "guardnet"]);
     let cni = agent_support::CniPath::new();
     let trusted = r#","dhcpGuard":{"trusted":true}"#;
     leased_ip(&ipam_call(

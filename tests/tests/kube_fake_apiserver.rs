@@ -627,3 +627,49 @@ async fn migration_objects_fake_apiserver() {
     }))
     .await;
 }
+
+/// A client scoped to its node (`--node-name`) writes only pods scheduled
+/// there: a write for a pod of another node is refused after the read,
+/// before any PATCH, naming both nodes; a DEL's removal leaves such a pod
+/// alone; the same write for a pod of its own node lands.
+#[tokio::test]
+async fn writes_for_a_pod_of_another_node_are_refused_fake_apiserver() {
+    within(Box::pin(async {
+        let server = FakeApiServer::start().await;
+        server.put_pod(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "elsewhere", "namespace": NS, "uid": "u-else",
+                         "annotations": {POD_NETWORKS_ANNOTATION: format!(r#"{{"{KEY}":{OUR_ENTRY}}}"#)}},
+            "spec": {"nodeName": "node-b", "containers": [{"name": "c", "image": "registry.invalid/c"}]}
+        }));
+        let here = server.add_pod(NS, "here", &[], &[]);
+        let api = PodApi::Kube(
+            KubeClient::new(server.client())
+                .with_retry(fast_retry(5))
+                .with_node(xdhcp_tests::fake_apiserver::NODE),
+        );
+        let err = api
+            .set_network_entry_for_uid(NS, "elsewhere", Some("u-else"), KEY, entry())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, PodApiError::OtherNode { theirs: Some(t), .. } if t == "node-b"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("node-b"), "{err}");
+        assert_eq!(server.count(Op::PatchPod), 0);
+        api.remove_network_entry(NS, "elsewhere", KEY).await.unwrap();
+        assert_eq!(server.count(Op::PatchPod), 0);
+        assert!(
+            server
+                .annotation(NS, "elsewhere", POD_NETWORKS_ANNOTATION)
+                .unwrap()
+                .contains(KEY)
+        );
+        api.set_network_entry_for_uid(NS, "here", Some(&here), KEY, entry())
+            .await
+            .unwrap();
+        assert_eq!(server.count(Op::PatchPod), 1);
+    }))
+    .await;
+}

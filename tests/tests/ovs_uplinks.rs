@@ -21,13 +21,20 @@
 //!   (measured and printed), and detached when the mapping goes;
 //! - with no database at `--ovsdb`, or one that never answers, the agent
 //!   runs without uplinks (a pod leases on its own path) and says why;
+//! - a DEL after the pod's port is gone (out of OVS, its veth deleted)
+//!   releases the lease through the uplink, and the server honours it;
+//! - `ovs-vswitchd` and `ovsdb-server` killed under live leases and started
+//!   again: every lease renews while they are down and after they are
+//!   back, the uplink stays attached throughout, and discovery recovers (a
+//!   new pod binds at the uplink, a mapping added after the restart is
+//!   attached);
 //! - a pod's port of a DHCP network is guarded as soon as it is on `br-int`,
 //!   before any ADD (the ADD then finds the guard on: one attachment, its
 //!   identity from both OVS and the CNI), and the guard comes off a port
 //!   no ADD holds when the port leaves `br-int`; a network becomes a DHCP
 //!   network by `--dhcp-network`, or by the agent's first lease on it.
-//!   (What is asserted is the attachment: under the userspace datapath
-//!   `ovs-vswitchd` reads a pod's frames before TC ingress.)
+//!   (What is asserted is the attachment; what the guard stops on a
+//!   userspace-datapath port, where it sits at XDP, is `ovs_guard.rs`'s.)
 //!
 //! Checksum offload is off on every lab veth (`OvnLab`, and
 //! `OvnLab::add_provider_bridge` for the added one). Needs root; fails,
@@ -635,4 +642,167 @@ fn agent_table(agent: &NodeAgent, cmd: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every lease's expiry as the agent knows it, by MAC.
+fn expiries(agent: &NodeAgent) -> Vec<(String, Option<u64>)> {
+    let mut e: Vec<_> = agent
+        .leases()
+        .into_iter()
+        .map(|l| (l.mac, l.expires_unix_ms))
+        .collect();
+    e.sort();
+    e
+}
+
+/// Waits until every lease in `before` has renewed (its expiry moved on)
+/// and is bound again.
+#[track_caller]
+fn every_lease_renews(agent: &NodeAgent, before: &[(String, Option<u64>)], what: &str) {
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            let now = agent.leases();
+            before.iter().all(|(mac, expiry)| {
+                now.iter()
+                    .any(|l| &l.mac == mac && l.expires_unix_ms > *expiry && l.state == "Bound")
+            })
+        }),
+        "not every lease renewed {what}: {before:?} -> {:?}\n{}",
+        agent.leases(),
+        agent.log()
+    );
+}
+
+/// ADD `pod` and put the address on its interface, as OVN-Kubernetes'
+/// CNI does with the IPAM result: a renewal's ACK is sent to the leased
+/// address, and the server's ARP for it must be answered.
+#[track_caller]
+fn add_and_apply(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) {
+    let r = ovnk_add(cni, agent, pod);
+    assert!(r.ok, "ADD: {} {}\n{}", r.stdout, r.stderr, agent.log());
+    let cidr = r.json["ips"][0]["address"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no address in {}", r.stdout));
+    pod.ns.ip(&["addr", "add", cidr, "dev", &pod.ifname]);
+}
+
+#[track_caller]
+fn wait_source_state(agent: &NodeAgent, state: &str, within: Duration) {
+    assert!(
+        wait_until(within, || agent.try_status().is_some_and(|s| s
+            .uplink_source
+            .state
+            .as_deref()
+            == Some(state))),
+        "the OVS source is not {state}: {:?}\n{}",
+        agent.try_status().map(|s| s.uplink_source),
+        agent.log()
+    );
+}
+
+#[test]
+fn ovs_killed_and_restarted_under_live_leases_every_lease_renews_and_discovery_recovers() {
+    let cni = CniPath::new();
+    let mut lab = OvnLab::start();
+    // T1 at 3 s: a renewal every 3 s.
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            interface: OvnLab::SERVER_IF.to_owned(),
+            t1_secs: Some(3),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    for i in 0..3u8 {
+        lab.add_pod(&format!("pod{i}"), [0x0a, 0x58, 0xc0, 0x00, 0x02, 0x20 + i]);
+    }
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    for pod in lab.pods() {
+        add_and_apply(&cni, &agent, pod);
+    }
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 3, "{leases:?}");
+    assert!(
+        leases.iter().all(|l| l.path == "uplink:eth1"),
+        "{leases:?}\n{}",
+        agent.log()
+    );
+
+    // OVS dies: the agent says so, keeps the uplink it read, and every
+    // lease renews through it (the uplink's own socket, no OVS on the way).
+    let replies = |agent: &NodeAgent| live_uplink(agent, OvnLab::UPLINK).map(|u| u.replies);
+    let before = replies(&agent);
+    lab.kill_ovs();
+    wait_source_state(&agent, "unavailable", Duration::from_secs(15));
+    assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
+    assert!(attached_xdp(&lab.node, OvnLab::UPLINK));
+    every_lease_renews(&agent, &expiries(&agent), "while OVS was down");
+    // On the kernel path: the renewals' ACKs were taken at the uplink.
+    assert!(replies(&agent) >= before.map(|r| r + 3), "{before:?}");
+    assert!(
+        agent.leases().iter().all(|l| l.path == "uplink:eth1"),
+        "{:?}",
+        agent.leases()
+    );
+
+    // OVS is back on the same database: the agent reads it again, and
+    // every lease renews again.
+    lab.start_ovs();
+    wait_source_state(&agent, "connected", Duration::from_secs(15));
+    assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
+    every_lease_renews(&agent, &expiries(&agent), "after OVS came back");
+    assert_eq!(agent.status().degraded, None);
+
+    // Discovery recovers: a pod wired after the restart binds at the
+    // uplink...
+    let pod = lab.add_pod("pod-after", [0x0a, 0x58, 0xc0, 0x00, 0x02, 0x2f]);
+    add_and_apply(&cni, &agent, pod);
+    let mac = xdhcp_tests::format_mac(pod.mac);
+    assert!(dnsmasq.lease_for(pod.mac).is_some(), "{}", dnsmasq.log());
+    let leases = agent.leases();
+    let new = leases.iter().find(|l| l.mac == mac).expect("the new lease");
+    assert_eq!(new.path, "uplink:eth1", "{leases:?}");
+    // ...and a mapping added after the restart is attached.
+    lab.add_provider_bridge("br-phys2", "eth2", "s1");
+    let before = lab.bridge_mappings();
+    lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
+    let up = wait_live(&agent, "eth2", Duration::from_secs(5));
+    assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
+}
+
+#[test]
+fn a_del_after_the_port_is_gone_releases_through_the_uplink() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq) = lab_with_pod();
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    let pod = &lab.pods()[0];
+    add_and_apply(&cni, &agent, pod);
+    assert_eq!(agent.leases()[0].path, "uplink:eth1", "{}", agent.log());
+    assert!(dnsmasq.lease_for(pod.mac).is_some(), "{}", dnsmasq.log());
+
+    // The port goes before IPAM DEL: out of br-int, its veth deleted.
+    lab.vsctl(&["del-port", OvnLab::INTEGRATION_BRIDGE, &pod.host_ifname]);
+    lab.node.ip(&["link", "del", &pod.host_ifname]);
+    assert!(!pod.ns.ip(&["link", "show"]).contains(&pod.ifname));
+
+    let r = ovnk_call(&cni, &agent, pod, "DEL");
+    assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq
+            .lease_for(pod.mac)
+            .is_none()),
+        "dnsmasq still holds the lease:\n{}\n{}",
+        dnsmasq.log(),
+        agent.log()
+    );
+    assert!(dnsmasq.log().contains("DHCPRELEASE"), "{}", dnsmasq.log());
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert!(
+        agent.log().contains("released through the uplink"),
+        "{}",
+        agent.log()
+    );
 }

@@ -27,10 +27,11 @@ fn record(i: usize, generation: u32) -> LeaseRecord {
         container_id: format!("container{i}"),
         ifname: "eth0".to_owned(),
         netns: Some(PathBuf::from(format!("/var/run/netns/pod{i}"))),
-        config: xdhcp::cni::config::parse(
+        network: (&xdhcp::cni::config::parse(
             br#"{"cniVersion":"1.0.0","name":"localnet","ipam":{"type":"xdhcp"}}"#,
         )
-        .expect("valid config"),
+        .expect("valid config"))
+            .into(),
         // Large-ish arguments so a write spans several pages.
         args: [
             ("generation".to_owned(), generation.to_string()),

@@ -1038,6 +1038,63 @@ fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
     assert!(e.msg.contains("\"eth7\""), "{}", e.msg);
 }
 
+/// The attack: a request names a VF on `vfio-pci` that the device plugin
+/// allocated to another pod (another VM may be using it). The kubelet's
+/// device checkpoint says whose it is: the ADD is refused naming the
+/// holder, and nothing is handed off.
+#[test]
+fn vfio_vm_naming_another_pods_vf_is_refused_and_touches_nothing() {
+    const NAD: &str = "localnet-dhcp-vfio";
+    let launcher = NetNs::new();
+    let tree = tempfile::Builder::new()
+        .prefix("xdt-vm-sysfs-")
+        .tempdir()
+        .unwrap();
+    let sysfs_root = tree.path().join("sys");
+    let checkpoint = tree.path().join("kubelet_internal_checkpoint");
+    std::fs::write(
+        &checkpoint,
+        json!({"Data": {
+            "PodDeviceEntries": [{"PodUID": "uid-virt-launcher-other-vm", "ContainerName": "compute",
+                "ResourceName": "intel.com/sriov", "DeviceIDs": {"0": [BDF]}, "AllocResp": "e30="}],
+            "RegisteredDevices": {"intel.com/sriov": [BDF]}},
+            "Checksum": 1})
+        .to_string(),
+    )
+    .unwrap();
+    let mut fake = None;
+    let agent = TestAgent::start(None, &vfio_seed("02:00:00:00:20:0b", NAD), |a| {
+        fake = Some(FakeVf::new(
+            tree.path(),
+            &a.state_dir,
+            (0x15b3, 0x101e),
+            "mlx5_core",
+        ));
+        a.sysfs_root.clone_from(&sysfs_root);
+        a.device_checkpoint.clone_from(&checkpoint);
+        a.datapath = DatapathChoice::Afpacket;
+    });
+    let fake = fake.unwrap();
+    let req = request(
+        "ctr-steal",
+        "virt-launcher-vm2-x",
+        launcher.path(),
+        "net1",
+        &localnet_config(NAD, Some(BDF)),
+    );
+    let e = agent.add(&req).unwrap_err().into_cni();
+    assert_eq!(e.code, code::INVALID_ENV, "{e:?}");
+    assert!(
+        e.msg.contains(BDF) && e.msg.contains("uid-virt-launcher-other-vm"),
+        "{}",
+        e.msg
+    );
+    assert_eq!(fake.driver_file("vfio-pci", "unbind"), "");
+    assert_eq!(fake.driver_file("mlx5_core", "bind"), "");
+    assert_eq!(fake.journal_entries(), 0);
+    assert!(agent.leases().is_empty());
+}
+
 /// A VFIO VM's ADD whose VMI read hangs (the fake API server holds it for
 /// a minute): the ADD fails at its deadline with the API code naming the
 /// VMI, as every other ADD path does, and the VF is never handed off. The

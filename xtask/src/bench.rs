@@ -26,6 +26,9 @@ enum Which {
     Scale,
     /// Junk frames to UDP 68 on leased interfaces: daemon CPU and RSS against the packet rate.
     Flood,
+    /// A pod's ADD through OVN (userspace datapath) beside the bridge lab, each against the
+    /// server's own DORA; the time from an `ovn-bridge-mappings` change to an attached uplink.
+    Ovn,
     /// All of the above, in that order.
     All,
 }
@@ -39,6 +42,7 @@ impl Which {
             Which::Dora => &["bench_dora"],
             Which::Scale => &["bench_scale"],
             Which::Flood => &["bench_flood"],
+            Which::Ovn => &["bench_ovn"],
             Which::All => &[
                 "bench_xdp",
                 "bench_dataplane",
@@ -46,6 +50,7 @@ impl Which {
                 "bench_cni",
                 "bench_scale",
                 "bench_flood",
+                "bench_ovn",
             ],
         }
     }

@@ -32,7 +32,8 @@ enum Command {
     Setup,
     /// Build the eBPF object and the agent (release); the agent embeds the object.
     Build,
-    /// Set up, build, then run the end-to-end demo in private network namespaces.
+    /// Set up, build, then run the end-to-end demo: an OVS + OVN node in private
+    /// network namespaces (a Linux bridge where OVS cannot run).
     Demo(demo::Args),
     /// Set up, then run every check and test: fmt, clippy (workspace and eBPF), unit and integration tests, the VM tier.
     Test(test::Args),
@@ -53,7 +54,7 @@ enum Command {
     /// Build the agent image from `Containerfile` (localhost/xdhcp:latest, the
     /// `DaemonSet`'s) with podman, docker or buildah, whichever is on PATH.
     Image(image::Args),
-    /// Run the kind-based end-to-end test (needs Docker and network access; not runnable in this project's CI).
+    /// Run the kind-based end-to-end test (needs Docker and a container registry; never run so far).
     E2eKind,
 }
 

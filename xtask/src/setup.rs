@@ -59,6 +59,7 @@ const ESSENTIAL: &[&str] = &[
     "ovsdb-server",
     "ovsdb-tool",
     "ovs-vsctl",
+    "ovs-ofctl",
     "ovs-vswitchd",
     "ovn-northd",
     "ovn-controller",

@@ -8,5 +8,5 @@
 //! binaries behave identically; this binary behaves as the plugin whenever
 //! `CNI_COMMAND` is set.
 
-pub use xdhcp_plugin::run::{main, run, shim_timeout};
+pub use xdhcp_plugin::run::{main, run};
 pub use xdhcp_plugin::{config, env, types};

@@ -19,6 +19,7 @@
 
 mod recover;
 mod server;
+mod socket;
 mod status;
 mod uplinks;
 mod workloads;
@@ -125,10 +126,34 @@ pub async fn bind_socket(path: &Path) -> Result<UnixListener, DaemonError> {
         }
         std::fs::remove_file(path).map_err(|e| io_err("remove the stale socket", e))?;
     }
-    let l = UnixListener::bind(path).map_err(|e| io_err("bind the agent socket", e))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| io_err("set the socket mode", e))?;
-    Ok(l)
+    // Bound in a private directory (mode 0700) beside the path, given mode
+    // 0600 there and only then renamed into place: whatever the umask, the
+    // socket is never at its path with a wider mode, not even between the
+    // bind and the chmod.
+    let name = path
+        .file_name()
+        .ok_or_else(|| io_err("bind the agent socket", io::ErrorKind::InvalidInput.into()))?;
+    let mut private_name = std::ffi::OsString::from(".");
+    private_name.push(name);
+    private_name.push(format!(".bind-{}", std::process::id()));
+    let private = path.with_file_name(private_name);
+    // A killed agent of the same pid may have left it.
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| io_err("create the private bind directory", e))?;
+    let staged = private.join("sock");
+    let bound = UnixListener::bind(&staged)
+        .map_err(|e| io_err("bind the agent socket", e))
+        .and_then(|l| {
+            std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| io_err("set the socket mode", e))?;
+            std::fs::rename(&staged, path).map_err(|e| io_err("move the socket into place", e))?;
+            Ok(l)
+        });
+    let _ = std::fs::remove_dir_all(&private);
+    bound
 }
 
 /// `xdhcp agent`: bind the socket and every `--extra-socket`, write the
@@ -198,6 +223,7 @@ async fn run_on(
     let pod_api =
         PodApi::connect_with_kubeconfig(args.kube, args.kubeconfig.as_deref(), &args.state_dir)
             .await
+            .and_then(|api| api.on_node(args.node_name.as_deref()))
             .map_err(|source| DaemonError::Kube { source })?;
     let (capture, started) = choose_datapath(&args, &metrics, &health)?;
     let capture = Arc::new(capture.with_uplinks(&args.uplinks));
@@ -359,14 +385,14 @@ fn serve(
     token: &CancellationToken,
 ) -> JoinSet<io::Result<()>> {
     let app = server::router(agent.clone());
+    let limits = socket::Limits {
+        allowed_uids: agent.args.socket_allow_uid.clone().into(),
+        max_connections: agent.args.socket_max_connections,
+    };
     let mut servers = JoinSet::new();
     for listener in listeners {
         let (app, t) = (app.clone(), token.clone());
-        servers.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { t.cancelled().await })
-                .await
-        });
+        servers.spawn(socket::serve(listener, app, limits.clone(), t));
     }
     servers
 }

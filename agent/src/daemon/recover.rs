@@ -9,9 +9,9 @@ use tracing::{error, info, warn};
 use xdhcp_engine::{Client, Mode};
 
 use crate::datapath::link::{Link, LinkError, Sockets};
+use crate::lease::acquire::engine_config;
 use crate::lease::live::expiry_ms;
 use crate::lease::persist::{self, LeaseRecord, WorkloadKind};
-use crate::ops::acquire::client_config;
 use crate::ops::context::Agent;
 use crate::settings::ExpiredPolicy;
 use crate::sys::clock::seed;
@@ -132,7 +132,7 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
             &rec.container_id,
             &rec.ifname,
             ns,
-            &rec.config,
+            &crate::ops::network::guard_spec(rec.network.ipam.dhcp_guard),
             (rec.mac, vm),
             None,
         )
@@ -154,9 +154,9 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
     let now = Instant::now();
     // A record holds a lease or, stopped with its first REQUEST out (its
     // ADD may have answered), the address to ask for again (INIT-REBOOT).
-    let mut cfg = client_config(
-        agent,
-        &rec.config,
+    let mut cfg = engine_config(
+        &agent.base,
+        &rec.network,
         &rec.args,
         rec.mac,
         Mode::Maintain,

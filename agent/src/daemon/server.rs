@@ -2,10 +2,11 @@
 //! and the one place a daemon [`Error`] becomes a CNI error code.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -16,6 +17,7 @@ use crate::kube::PodApiError;
 use crate::ops::add;
 use crate::ops::context::Agent;
 use crate::ops::error::Error;
+use crate::ops::trust;
 use crate::rpc::{self, CniRequest, GcRequest, Readiness, format_chain};
 
 /// A CNI error as an HTTP response.
@@ -79,6 +81,7 @@ fn to_cni(e: &Error) -> CniError {
         Error::NoLease { .. } => (code::DHCP_TIMEOUT, true),
         Error::Silent { .. } | Error::Queued { .. } => (code::DHCP_TIMEOUT, false),
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
+        Error::Refused { .. } => (code::INVALID_ENV, false),
         Error::Device { .. } | Error::Handoff { .. } => (code::VFIO, true),
         Error::Store { .. } => (code::IO_FAILURE, false),
         Error::Persist { .. } => (code::IO_FAILURE, true),
@@ -100,8 +103,31 @@ fn decode_cni(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<CniRequest, ApiError> {
     let mut req = decode(body)?;
-    if let (Some(prefix), Some(netns)) = (&agent.args.host_prefix, &req.netns) {
-        req.netns = Some(prefixed(prefix, netns));
+    let args = &agent.args;
+    let network = req
+        .config
+        .net_attach_def_name
+        .clone()
+        .unwrap_or_else(|| req.config.name.clone());
+    req.config.ipam.dhcp_guard = trust::guard_policy(
+        &req.config.ipam.dhcp_guard,
+        &network,
+        &args.dhcp_guard_trusted_network,
+        args.dhcp_guard_max_rate,
+        args.dhcp_guard_max_burst,
+    );
+    if let Some(sent) = req.netns.take() {
+        let opened = match &agent.args.host_prefix {
+            Some(prefix) => prefixed(prefix, &sent),
+            None => sent.clone(),
+        };
+        trust::check_netns(&sent, &opened).map_err(|source| {
+            agent.metrics().failure("refused");
+            let e = ApiError::from(Error::Refused { source });
+            tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "request refused");
+            e
+        })?;
+        req.netns = Some(opened);
     }
     Ok(req)
 }
@@ -141,8 +167,30 @@ pub(crate) fn router(agent: Arc<Agent>) -> Router {
     r.with_state(agent)
 }
 
+/// How long the caller waits for the answer ([`rpc::HEADER_WAIT_MS`]), if
+/// it says.
+fn told_wait(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    let Some(v) = headers.get(rpc::HEADER_WAIT_MS) else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(|ms| Some(Duration::from_millis(ms)))
+        .ok_or_else(|| {
+            ApiError(CniError::new(
+                code::DECODE_FAILURE,
+                format!(
+                    "the agent could not decode the request: header {}: {v:?} is not a whole number of milliseconds",
+                    rpc::HEADER_WAIT_MS
+                ),
+            ))
+        })
+}
+
 async fn add(
     State(a): State<Arc<Agent>>,
+    headers: HeaderMap,
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<rpc::CniResult>, ApiError> {
     if let Err(why) = a.health.ready() {
@@ -151,8 +199,21 @@ async fn add(
             format!("the xdhcp agent is starting: {why}"),
         )));
     }
+    let wait = told_wait(&headers)?;
     let req = decode_cni(&a, body)?;
-    Ok(Json(add::add(&a, req).await.map_err(|e| {
+    // The ADD runs as a task of its own: a caller that goes away (its
+    // timeout, a killed runtime) does not stop it halfway, between the
+    // lease and its report; it finishes, and a retried ADD finds it done.
+    let agent = a.clone();
+    let added = tokio::spawn(async move { add::add(&agent, req, wait).await })
+        .await
+        .map_err(|e| {
+            ApiError(CniError::new(
+                code::INTERNAL,
+                format!("the ADD's task ended without an answer: {e}"),
+            ))
+        })?;
+    Ok(Json(added.map_err(|e| {
         let e = ApiError::from(e);
         tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "ADD failed");
         e
@@ -164,7 +225,16 @@ async fn del(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let req = decode_cni(&a, body)?;
-    add::del(&a, req).await?;
+    // As ADD: a DEL is not stopped halfway when its caller goes away.
+    let agent = a.clone();
+    tokio::spawn(async move { add::del(&agent, req).await })
+        .await
+        .map_err(|e| {
+            ApiError(CniError::new(
+                code::INTERNAL,
+                format!("the DEL's task ended without an answer: {e}"),
+            ))
+        })??;
     Ok(Json(serde_json::json!({})))
 }
 
@@ -231,6 +301,30 @@ async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::Bind
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    /// The caller's wait is read from its header; a malformed one is a
+    /// decode failure naming the header, and none is none.
+    #[test]
+    fn the_callers_wait_is_read_from_its_header() {
+        use axum::http::{HeaderMap, HeaderValue};
+        use std::time::Duration;
+        let mut h = HeaderMap::new();
+        assert_eq!(super::told_wait(&h).ok().flatten(), None);
+        h.insert(
+            super::rpc::HEADER_WAIT_MS,
+            HeaderValue::from_static("20000"),
+        );
+        assert_eq!(
+            super::told_wait(&h).ok().flatten(),
+            Some(Duration::from_secs(20))
+        );
+        h.insert(super::rpc::HEADER_WAIT_MS, HeaderValue::from_static("20s"));
+        let Err(e) = super::told_wait(&h) else {
+            panic!("a malformed wait was accepted");
+        };
+        assert_eq!(e.0.code, crate::cni::types::code::DECODE_FAILURE);
+        assert!(e.0.msg.contains(super::rpc::HEADER_WAIT_MS), "{}", e.0.msg);
+    }
 
     #[test]
     fn host_prefix_is_concatenated_as_upstream_does() {

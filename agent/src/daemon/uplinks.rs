@@ -12,13 +12,17 @@
 //! sees a frame; under the userspace one (`datapath_type=netdev`)
 //! `ovs-vswitchd` reads the port through a packet socket, which the kernel
 //! feeds after XDP but before TC ingress, so only XDP consumes a reply
-//! before OVS has it (docs/uplinks.md).
+//! before OVS has it (docs/uplinks.md). The same holds for the DHCP guard
+//! on the workload ports of the integration bridge: the follower tells it
+//! which ports are on the userspace datapath, and it polices those at XDP
+//! (docs/dhcp-guard.md).
 //!
 //! No database (no socket, or no answer): the agent runs without uplinks,
 //! says so once in the log and in `xdhcp status`, and keeps trying; once it
 //! has read a view, it keeps the uplinks it last read while the database is
 //! away.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -196,6 +200,16 @@ fn specs_of(view: &NodeView) -> (Vec<UplinkSpec>, Vec<String>) {
     (specs, skipped)
 }
 
+/// The workload ports of `view` whose bridge is on the userspace datapath:
+/// `ovs-vswitchd` reads them through packet sockets, before TC ingress, so
+/// the DHCP guard polices them at XDP.
+pub(super) fn userspace_ports(view: &NodeView) -> BTreeSet<String> {
+    if view.integration_datapath != Some(OvsDatapath::Netdev) {
+        return BTreeSet::new();
+    }
+    view.workloads.iter().map(|w| w.ifname.clone()).collect()
+}
+
 /// The attach mode an uplink of a bridge on `datapath` needs: XDP under
 /// the userspace datapath (native where the driver has it, generic
 /// otherwise: the attach falls back on its own); the per-device default
@@ -243,6 +257,41 @@ mod tests {
         assert_eq!(specs[0].bridge.as_deref(), Some("br-ex"));
         assert_eq!(specs[0].attach, Some(AttachMode::XdpNative));
         assert_eq!(skipped, ["dpdk0 (Dpdk)"]);
+    }
+
+    #[test]
+    fn workload_ports_of_a_userspace_integration_bridge_are_guarded_at_xdp() {
+        let port = |ifname: &str| xdhcp_ovsdb::WorkloadPort {
+            ifname: ifname.to_owned(),
+            iface_id: format!("ns_{ifname}"),
+            pod_uid: None,
+            sandbox: None,
+            attached_mac: None,
+            pod_if_name: None,
+            network: None,
+            nad: None,
+            vf_netdev_name: None,
+            vf_is_vfio: false,
+            ovn_installed: true,
+        };
+        let mut view = NodeView {
+            integration_bridge: "br-int".to_owned(),
+            integration_datapath: Some(OvsDatapath::Netdev),
+            mappings: Vec::new(),
+            uplinks: Vec::new(),
+            workloads: vec![port("a1b2c3_3"), port("d4e5f6_4")],
+            warnings: Vec::new(),
+        };
+        assert_eq!(
+            userspace_ports(&view).into_iter().collect::<Vec<_>>(),
+            ["a1b2c3_3", "d4e5f6_4"]
+        );
+        // The kernel datapath (or no integration bridge): TC, as on a
+        // Linux bridge.
+        view.integration_datapath = Some(OvsDatapath::System);
+        assert!(userspace_ports(&view).is_empty());
+        view.integration_datapath = None;
+        assert!(userspace_ports(&view).is_empty());
     }
 
     #[test]

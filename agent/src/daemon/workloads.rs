@@ -180,6 +180,7 @@ pub(super) async fn follow_ports(
         nets: DhcpNetworks::named(&agent.args.dhcp_networks),
         agent,
         ports: None,
+        userspace: None,
         failed: BTreeMap::new(),
     };
     let mut tick = tokio::time::interval(RECHECK);
@@ -188,6 +189,7 @@ pub(super) async fn follow_ports(
     loop {
         if let NodeState::Ready(view) = &*rx.borrow_and_update() {
             follower.ports = Some(view.workloads.clone());
+            follower.userspace = Some(super::uplinks::userspace_ports(view));
         }
         follower.pass().await;
         tokio::select! {
@@ -203,6 +205,9 @@ struct Follower {
     nets: DhcpNetworks,
     /// The workload ports last read; `None` until a view is read.
     ports: Option<Vec<WorkloadPort>>,
+    /// The ports of a userspace-datapath integration bridge in the view
+    /// last read, not yet handed to the guard (they are policed at XDP).
+    userspace: Option<std::collections::BTreeSet<String>>,
     /// Ports the guard could not take, with the error last logged (each
     /// logged once, retried every pass).
     failed: BTreeMap<String, String>,
@@ -211,6 +216,12 @@ struct Follower {
 impl Follower {
     async fn pass(&mut self) {
         self.note_served();
+        // First the hook each port needs, so that ports guarded below
+        // start on it. Moving a port's hook takes RTNL: a blocking thread.
+        if let Some(userspace) = self.userspace.take() {
+            let guard = self.agent.guard.clone();
+            let _ = tokio::task::spawn_blocking(move || guard.set_userspace_ports(userspace)).await;
+        }
         let Some(ports) = &self.ports else {
             return;
         };
@@ -241,8 +252,11 @@ impl Follower {
     fn note_served(&mut self) {
         for h in self.agent.leases.all() {
             let l = lock(&h.live);
-            let cfg = &l.record.config;
-            self.nets.served(&cfg.name, cfg.ipam.dhcp_guard);
+            let net = &l.record.network;
+            self.nets.served(
+                &net.name,
+                crate::ops::network::guard_spec(net.ipam.dhcp_guard),
+            );
         }
     }
 }
@@ -298,6 +312,7 @@ mod tests {
                 ovs: Some(w.ovs.clone()),
                 cni,
             },
+            hook: crate::datapath::ebpf::GuardHook::Tc,
         }
     }
 

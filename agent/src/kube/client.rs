@@ -137,12 +137,15 @@ impl RetryPolicy {
 pub struct KubeClient {
     client: kube::Client,
     retry: RetryPolicy,
+    /// This agent's node: every write refuses a pod scheduled elsewhere.
+    node: Option<String>,
 }
 
 impl std::fmt::Debug for KubeClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeClient")
             .field("retry", &self.retry)
+            .field("node", &self.node)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +170,7 @@ impl KubeClient {
         KubeClient {
             client,
             retry: RetryPolicy::default(),
+            node: None,
         }
     }
 
@@ -226,6 +230,21 @@ impl KubeClient {
         self
     }
 
+    /// Write only pods scheduled to node `node` (`spec.nodeName`), checked
+    /// on every attempt after the read, before the patch: a write for a pod
+    /// of another node fails with [`PodApiError::OtherNode`] (a DEL's
+    /// removal leaves such a pod alone and succeeds).
+    #[must_use]
+    pub fn with_node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// The node this client writes pods of, if set.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
     fn pods(&self, ns: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), ns)
     }
@@ -254,13 +273,15 @@ impl KubeClient {
         else {
             return Ok(None);
         };
-        VmiInfo::from_json(ns, name, &obj.data)
-            .map(Some)
-            .map_err(|source| PodApiError::Vmi {
+        let mut info =
+            VmiInfo::from_json(ns, name, &obj.data).map_err(|source| PodApiError::Vmi {
                 namespace: ns.to_owned(),
                 name: name.to_owned(),
                 source,
-            })
+            })?;
+        // `data` holds everything but the metadata.
+        info.uid.clone_from(&obj.metadata.uid);
+        Ok(Some(info))
     }
 
     /// Read a migration; `Ok(None)` when it does not exist or `name` is empty.
@@ -327,6 +348,10 @@ impl KubeClient {
                     "DEL: the pod was recreated; its pod-networks entry is not this attachment's");
                 Ok(())
             }
+            Err(e @ PodApiError::OtherNode { .. }) => {
+                tracing::warn!(error = %e, "DEL: the pod is not on this node; its pod-networks entry is left alone");
+                Ok(())
+            }
             other => other,
         }
     }
@@ -374,8 +399,7 @@ impl KubeClient {
                 }
                 Err(e) => return Err(api_error("get", RESOURCE_POD, ns, name, e)),
             };
-            check_uid(ns, name, guard, pod.metadata.uid.as_deref())?;
-            guard.check_sandbox(ns, name)?;
+            self.check_pod(ns, name, guard, &pod)?;
             let current = pod
                 .metadata
                 .annotations
@@ -446,6 +470,19 @@ impl KubeClient {
     }
 }
 
+impl KubeClient {
+    /// Before a write: the pod read is still the one `guard` names, on
+    /// this client's node, and its sandbox is still there.
+    fn check_pod(&self, ns: &str, name: &str, guard: &WriteGuard, pod: &Pod) -> Result<()> {
+        check_uid(ns, name, guard, pod.metadata.uid.as_deref())?;
+        if let Some(ours) = &self.node {
+            let theirs = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            super::check_node(ns, name, theirs, ours)?;
+        }
+        guard.check_sandbox(ns, name)
+    }
+}
+
 /// The pod must still be the one `guard` names.
 fn check_uid(ns: &str, name: &str, guard: &WriteGuard, actual: Option<&str>) -> Result<()> {
     match &guard.uid {
@@ -496,18 +533,26 @@ fn api_error(
 
 fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
     let meta = &pod.metadata;
-    let owners = meta.owner_references.as_deref().unwrap_or_default();
-    let vmi_owners = || owners.iter().filter(|o| o.kind == "VirtualMachineInstance");
-    let owner_vmi = vmi_owners()
-        .find(|o| o.controller == Some(true))
-        .or_else(|| vmi_owners().next())
-        .map(|o| o.name.clone());
+    // A VM pod is one a VMI controls: its controller owner reference, as
+    // virt-controller sets it. Labels and other owners claim nothing.
+    let owner = meta
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == "VirtualMachineInstance"
+                && o.api_version.starts_with("kubevirt.io/")
+                && !o.name.is_empty()
+        });
     PodInfo {
         namespace: meta.namespace.clone().unwrap_or_else(|| ns.to_owned()),
         name: meta.name.clone().unwrap_or_else(|| name.to_owned()),
         uid: meta.uid.clone(),
         labels: meta.labels.clone().unwrap_or_default(),
-        owner_vmi,
+        owner_vmi: owner.map(|o| o.name.clone()),
+        owner_vmi_uid: owner.map(|o| o.uid.clone()),
         pod_networks: meta
             .annotations
             .as_ref()
@@ -518,6 +563,7 @@ fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
             .as_ref()
             .and_then(|a| a.get(ANNOTATION_MIGRATION_JOB_NAME))
             .cloned(),
+        node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
     }
 }
 
@@ -628,6 +674,7 @@ mod tests {
         .unwrap();
         let info = pod_info("tenant", "virt-launcher-vm1-abcde", &pod);
         assert_eq!(info.owner_vmi.as_deref(), Some("vm1"));
+        assert_eq!(info.owner_vmi_uid.as_deref(), Some("y"));
         assert_eq!(info.uid.as_deref(), Some("u-1"));
         assert_eq!(info.pod_networks.as_deref(), Some("{}"));
         assert_eq!(
@@ -636,5 +683,27 @@ mod tests {
                 vmi_name: "vm1".into()
             }
         );
+    }
+
+    /// A pod poses as a VM by its labels alone, or by an owner that does
+    /// not control it: it is a plain pod (its own MAC, its own address).
+    #[test]
+    fn labels_and_non_controller_owners_make_no_vm() {
+        let posing: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "impostor", "namespace": "tenant", "uid": "u-2",
+                "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "victim",
+                           "kubevirt.io/domain": "victim"},
+                "ownerReferences": [
+                    {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "victim", "uid": "v"},
+                    {"apiVersion": "example.com/v1", "kind": "VirtualMachineInstance", "name": "victim",
+                     "uid": "v", "controller": true}
+                ]
+            }
+        }))
+        .unwrap();
+        let info = pod_info("tenant", "impostor", &posing);
+        assert_eq!(info.workload(), crate::workload::Workload::Pod);
+        assert_eq!(info.owner_vmi_uid, None);
     }
 }

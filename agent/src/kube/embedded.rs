@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use super::annotation::{self, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
 use super::{PodApiError, PodInfo, Result, WriteGuard};
 use crate::sys::fs::{AtomicWrite, Install, Temp};
-use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo};
+use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo, Workload, classify};
 
 /// File name of the store under the state dir.
 pub const STORE_FILE: &str = "pod-networks.json";
@@ -262,10 +262,18 @@ impl EmbeddedStore {
             namespace: ns.to_owned(),
             name: name.to_owned(),
             uid: rec.uid,
+            // Seeded by the node's administrator (or a test): its labels
+            // are trusted to name the VMI, as virt-controller's owner
+            // reference does in a cluster.
+            owner_vmi: rec.owner_vmi.or_else(|| match classify(&rec.labels) {
+                Workload::Vm { vmi_name } => Some(vmi_name),
+                Workload::Pod => None,
+            }),
+            owner_vmi_uid: None,
             labels: rec.labels,
-            owner_vmi: rec.owner_vmi,
             pod_networks: rec.annotations.get(POD_NETWORKS_ANNOTATION).cloned(),
             migration_job_name: rec.annotations.get(ANNOTATION_MIGRATION_JOB_NAME).cloned(),
+            node_name: None,
         })
     }
 

@@ -27,6 +27,8 @@ pub(crate) struct FakePods {
     pods: Mutex<BTreeMap<String, FakePod>>,
     /// The guard of every write, in order, with its pod (`ns/name`).
     guards: Mutex<Vec<(String, WriteGuard)>>,
+    /// The node of each pod (`ns/name`) that has one.
+    nodes: Mutex<BTreeMap<String, String>>,
     hung: Hung,
 }
 
@@ -46,6 +48,16 @@ impl FakePods {
             format!("{ns}/{name}"),
             (Some(uid.to_owned()), BTreeMap::new()),
         );
+        fake
+    }
+
+    /// [`FakePods::with_pod`], the pod scheduled to node `node`.
+    pub(crate) fn with_pod_on(ns: &str, name: &str, uid: &str, node: &str) -> Self {
+        let fake = Self::with_pod(ns, name, uid);
+        fake.nodes
+            .lock()
+            .unwrap()
+            .insert(format!("{ns}/{name}"), node.to_owned());
         fake
     }
 
@@ -86,11 +98,18 @@ impl PodStore for FakePods {
             .unwrap()
             .get(&format!("{ns}/{name}"))
             .and_then(|p| p.0.clone());
+        let node_name = self
+            .nodes
+            .lock()
+            .unwrap()
+            .get(&format!("{ns}/{name}"))
+            .cloned();
         Box::pin(async move {
             Ok(PodInfo {
                 namespace: ns.to_owned(),
                 name: name.to_owned(),
                 uid,
+                node_name,
                 ..PodInfo::default()
             })
         })

@@ -31,8 +31,7 @@ pub use client::{KubeClient, KubeMode, RetryPolicy};
 pub use embedded::EmbeddedStore;
 
 use crate::workload::{
-    MigrationInfo, MigrationTarget, VmiInfo, VmiParseError, Workload, classify_pod,
-    migration_target,
+    MigrationInfo, MigrationTarget, VmiInfo, VmiParseError, Workload, migration_target,
 };
 use annotation::AnnotationError;
 
@@ -50,19 +49,42 @@ pub struct PodInfo {
     pub uid: Option<String>,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
-    /// Name of the controlling `VirtualMachineInstance` owner reference.
+    /// Name of the controlling `VirtualMachineInstance` owner reference
+    /// (the embedded store: the VMI its seeded labels name).
     pub owner_vmi: Option<String>,
+    /// UID of that owner reference (the VMI's `metadata.uid` it must
+    /// match; the embedded store knows none).
+    #[serde(default)]
+    pub owner_vmi_uid: Option<String>,
     /// The current `k8s.ovn.org/pod-networks` annotation value.
     pub pod_networks: Option<String>,
     /// The `kubevirt.io/migrationJobName` annotation (migration targets).
     #[serde(default)]
     pub migration_job_name: Option<String>,
+    /// `spec.nodeName`: the node the pod is scheduled to (the embedded
+    /// store knows none).
+    #[serde(default)]
+    pub node_name: Option<String>,
 }
 
 impl PodInfo {
-    /// Pod or VM, from labels and owner (see [`crate::workload`]).
+    /// `Ok` when the pod is scheduled to node `ours`; else
+    /// [`PodApiError::OtherNode`].
+    pub fn check_node(&self, ours: &str) -> Result<()> {
+        check_node(&self.namespace, &self.name, self.node_name.as_deref(), ours)
+    }
+
+    /// Pod or VM: a VM pod is one with a controlling
+    /// `VirtualMachineInstance` owner reference, whatever its labels say
+    /// (labels are set by whoever creates the pod). The embedded store
+    /// gives its seeded pods the owner their labels name.
     pub fn workload(&self) -> Workload {
-        classify_pod(&self.labels, self.owner_vmi.as_deref())
+        match &self.owner_vmi {
+            Some(vmi) => Workload::Vm {
+                vmi_name: vmi.clone(),
+            },
+            None => Workload::Pod,
+        }
     }
 
     /// Whether this is a live-migration target launcher pod (see
@@ -172,6 +194,22 @@ pub enum PodApiError {
         /// UID the API server has.
         actual: Option<String>,
     },
+    /// The pod is not scheduled to this agent's node: the agent acts on,
+    /// and writes, only pods of its own node.
+    #[error(
+        "pod {namespace}/{name} is on node {}, not on this agent's node {ours}; the agent serves only pods of its own node",
+        theirs.as_deref().unwrap_or("(none: not scheduled)")
+    )]
+    OtherNode {
+        /// Pod namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+        /// The pod's `spec.nodeName`.
+        theirs: Option<String>,
+        /// This agent's node (`--node-name`).
+        ours: String,
+    },
     /// The ADD's sandbox network namespace is gone: the sandbox was torn
     /// down (or superseded by a newer one) while the address was being
     /// acquired, so the address must not be reported.
@@ -230,6 +268,19 @@ impl PodApiError {
             _ => None,
         }
     }
+}
+
+/// `Ok` when pod `ns/name`, scheduled to `theirs`, is on node `ours`.
+pub fn check_node(ns: &str, name: &str, theirs: Option<&str>, ours: &str) -> Result<()> {
+    if theirs == Some(ours) {
+        return Ok(());
+    }
+    Err(PodApiError::OtherNode {
+        namespace: ns.to_owned(),
+        name: name.to_owned(),
+        theirs: theirs.map(str::to_owned),
+        ours: ours.to_owned(),
+    })
 }
 
 /// What must still hold when an ADD writes its `pod-networks` entry; checked
@@ -491,6 +542,31 @@ impl PodApi {
         }
     }
 
+    /// Scope the backend to node `node` (`--node-name`): the cluster
+    /// backend then writes only pods scheduled there, and it needs the
+    /// name (a configuration error without it); the embedded store has no
+    /// nodes and is returned as it is.
+    pub fn on_node(self, node: Option<&str>) -> Result<PodApi> {
+        match self {
+            PodApi::Kube(c) => match node.filter(|n| !n.trim().is_empty()) {
+                Some(n) => Ok(PodApi::Kube(c.with_node(n))),
+                None => Err(PodApiError::Config {
+                    reason: "--node-name (NODE_NAME) is required with the Kubernetes API: the agent acts only on pods of its own node".into(),
+                    source: None,
+                }),
+            },
+            embedded @ PodApi::Embedded(_) => Ok(embedded),
+        }
+    }
+
+    /// This agent's node, with the cluster backend.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            PodApi::Kube(c) => c.node(),
+            PodApi::Embedded(_) => None,
+        }
+    }
+
     /// Whether this is the real cluster backend.
     pub fn is_kube(&self) -> bool {
         matches!(self, PodApi::Kube(_))
@@ -541,6 +617,45 @@ mod tests {
             .await
             .unwrap();
         assert!(fake.entries("ns", "vm").is_empty());
+    }
+
+    /// The ADD's node check (`ops/trust.rs` `on_this_node`): a pod read from
+    /// the store is accepted on its own node only; a pod of another node, or
+    /// one not scheduled anywhere, is refused naming both nodes.
+    #[tokio::test]
+    async fn a_pod_of_another_node_is_refused() {
+        let fake = FakePods::with_pod_on("ns", "web", "uid-1", "node-b");
+        let api: &dyn PodStore = &fake;
+        let info = api.get_pod("ns", "web").await.unwrap();
+        info.check_node("node-b").unwrap();
+        let err = info.check_node("node-a").unwrap_err();
+        assert!(
+            matches!(&err, PodApiError::OtherNode { theirs: Some(t), ours, .. }
+                if t == "node-b" && ours == "node-a"),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("node-b") && msg.contains("node-a"), "{msg}");
+        let unscheduled = FakePods::with_pod("ns", "web", "uid-1");
+        let info = unscheduled.get_pod("ns", "web").await.unwrap();
+        assert!(matches!(
+            info.check_node("node-a"),
+            Err(PodApiError::OtherNode { theirs: None, .. })
+        ));
+    }
+
+    /// With the cluster backend the node is required; the embedded store
+    /// has none and needs none.
+    #[tokio::test]
+    async fn the_cluster_backend_needs_the_node_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let embedded = PodApi::Embedded(EmbeddedStore::open(dir.path()));
+        assert!(embedded.on_node(None).unwrap().node().is_none());
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let kube = PodApi::Kube(KubeClient::from_config(config).unwrap());
+        let err = kube.clone().on_node(Some(" ")).unwrap_err();
+        assert!(err.to_string().contains("--node-name"), "{err}");
+        assert_eq!(kube.on_node(Some("node-a")).unwrap().node(), Some("node-a"));
     }
 
     /// `PodApi` hands every operation to the backend it holds.

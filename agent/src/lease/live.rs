@@ -22,7 +22,7 @@ pub(crate) enum Outcome {
     /// Bound, but `"apply": true` could not configure the lease on the
     /// interface (a route there already, say); what was added is taken
     /// off again.
-    ApplyFailed(crate::netlink::NetlinkError),
+    ApplyFailed(std::sync::Arc<crate::netlink::NetlinkError>),
     /// The agent is shutting down.
     Cancelled,
 }
@@ -69,7 +69,7 @@ impl Live {
                 .pod
                 .as_ref()
                 .map(|p| format!("{}/{}", p.namespace, p.name)),
-            network: r.config.name.clone(),
+            network: r.network.name.clone(),
             workload: match &r.workload {
                 WorkloadKind::Pod => "pod".to_owned(),
                 WorkloadKind::Vm { vmi } => format!("vm:{vmi}"),

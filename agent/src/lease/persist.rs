@@ -8,33 +8,7 @@ use std::sync::Arc;
 
 pub(crate) use crate::model::{PodRef, WorkloadKind};
 pub(crate) use crate::store::LeaseRecord;
-use crate::store::{LeaseKey, LeaseStore, RECORD_VERSION, StoreError};
-
-/// The record of an attachment an ADD starts, before its first lease.
-pub(crate) fn fresh(
-    req: &crate::rpc::CniRequest,
-    pod: Option<PodRef>,
-    workload: WorkloadKind,
-    mac: [u8; 6],
-    annotation_key: Option<String>,
-) -> LeaseRecord {
-    LeaseRecord {
-        version: RECORD_VERSION,
-        container_id: req.container_id.clone(),
-        ifname: req.ifname.clone(),
-        netns: req.netns.clone(),
-        config: req.config.clone(),
-        args: req.args.clone(),
-        pod,
-        workload,
-        mac,
-        annotation_key,
-        lease: None,
-        updated_unix_ms: 0,
-        uplink: None,
-        requested: None,
-    }
-}
+use crate::store::{LeaseKey, LeaseStore, StoreError};
 
 /// Whether an attachment's first lease has reached the disk. ADD answers
 /// success only on [`Durable::Saved`]: a lease the agent could not record
@@ -101,6 +75,7 @@ pub(crate) fn open(state_dir: &Path) -> Result<LeaseStore, StoreError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::store::RECORD_VERSION;
     use std::collections::BTreeMap;
     use std::time::Duration;
     use xdhcp_engine::Lease;
@@ -112,10 +87,11 @@ pub(crate) mod tests {
             container_id: id.into(),
             ifname: "eth0".into(),
             netns: Some("/run/netns/x".into()),
-            config: crate::cni::config::parse(
+            network: (&crate::cni::config::parse(
                 br#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"xdhcp","apply":true}}"#,
             )
-            .unwrap(),
+            .unwrap())
+                .into(),
             args: BTreeMap::from([("K8S_POD_NAME".to_owned(), "web".to_owned())]),
             pod: Some(PodRef {
                 namespace: "default".into(),

@@ -16,7 +16,7 @@ use crate::datapath::capture::CapturePath;
 use crate::datapath::link::{Link, LinkError};
 use crate::datapath::port::{LeasePort as _, Port, PortOwner};
 use crate::lease::live::{Command, Live, Outcome};
-use crate::lease::persist::{Durable, LeaseRecord};
+use crate::lease::persist::{self, Durable, LeaseRecord};
 use crate::lease::task::{self, Ended, Services, Task};
 use crate::sys::sync::lock;
 
@@ -53,6 +53,15 @@ impl Handle {
     }
 }
 
+/// An ADD's hold on its attachment (see [`Registry::begin`]).
+#[derive(Debug)]
+pub(crate) struct Begun {
+    _lock: OwnedMutexGuard<()>,
+    /// The record of the attachment when it already holds a lease (a
+    /// repeated ADD).
+    pub(crate) bound: Option<LeaseRecord>,
+}
+
 /// The lease table and the lease tasks.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -72,6 +81,41 @@ impl Registry {
             tasks: Mutex::new(JoinSet::new()),
             generation: AtomicU64::new(1),
         }
+    }
+
+    /// Begin an ADD of an attachment: take its lock (held as long as the
+    /// returned [`Begun`]) and, when it already holds a lease (a repeated
+    /// ADD), that lease; a task of it still without one is stopped.
+    pub(crate) async fn begin(&self, cid: &str, ifname: &str) -> Begun {
+        let held = self.key_lock(cid, ifname).await;
+        let mut bound = None;
+        if let Some(h) = self.get(cid, ifname) {
+            let record = lock(&h.live).record.clone();
+            if record.lease.is_some() {
+                bound = Some(record);
+            } else {
+                self.stop(&h, false).await;
+            }
+        }
+        Begun { _lock: held, bound }
+    }
+
+    /// End an attachment an ADD created (RELEASE first when `release`),
+    /// forget it and remove its record.
+    pub(crate) async fn abandon(&self, handle: &Handle, release: bool) {
+        let (cid, ifname) = {
+            let l = lock(&handle.live);
+            (l.record.container_id.clone(), l.record.ifname.clone())
+        };
+        self.stop(handle, release).await;
+        self.forget(&cid, &ifname, handle.generation);
+        if let Err(e) = persist::remove(&self.svc.store, &cid, &ifname) {
+            warn!(error = %crate::rpc::format_chain(&e), "could not remove the lease record of a failed ADD");
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.svc.metrics
     }
 
     /// Serialize operations on one attachment.
@@ -162,7 +206,7 @@ impl Registry {
     ) -> Result<Handle, LinkError> {
         let eager = client.config().mode == Mode::OneShot;
         let owner = PortOwner {
-            network: record.config.name.clone(),
+            network: record.network.name.clone(),
             mac: record.mac,
             uplink: record.uplink.clone(),
         };
@@ -191,6 +235,7 @@ impl Registry {
         self.insert(&handle);
         let task = Task {
             svc: self.svc.clone(),
+            effects: self.svc.clone(),
             client,
             port,
             live,

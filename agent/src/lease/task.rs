@@ -1,9 +1,10 @@
 //! The lease actor: one tokio task per attachment drives the sans-IO engine
 //! with tokio time against the lease's port ([`crate::datapath::port`]:
 //! frames out, replies and changes of path in — which socket, ring or
-//! uplink serves it is the port's business), persists every lease change,
-//! applies the address when asked, and ends on DEL, on interface removal,
-//! or (one-shot VM discovery) at BOUND.
+//! uplink serves it is the port's business), has every lease change
+//! persisted and the address applied when asked (as effects a store writer
+//! and an applier carry out: [`crate::lease::effects`]), and ends on DEL,
+//! on interface removal, or (one-shot VM discovery) at BOUND.
 //!
 //! One thing: the lease's event loop and the handlers of its inputs.
 
@@ -11,21 +12,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use xdhcp_engine::{
     AcquireError, Client, Event, Heard, Lease, LostReason, Mode, PacketSource, State,
 };
 
 use crate::datapath::RxFrame;
-use crate::datapath::capture::{Capture, CapturePath};
+use crate::datapath::capture::CapturePath;
 use crate::datapath::link::LinkError;
 use crate::datapath::port::{Input, LeasePort, Port};
-use crate::lease::apply;
+use crate::lease::effects::{Effect, Effects};
 use crate::lease::live::{Command, Live, Outcome};
-use crate::lease::persist::{self, Durable, LeaseRecord, WorkloadKind};
-use crate::metrics::Metrics;
-use crate::store::{LeaseStore, StoreError};
+use crate::lease::persist::{Durable, LeaseRecord, WorkloadKind};
+pub(crate) use crate::lease::services::Services;
 use crate::sys::clock::now_unix_ms;
 use crate::sys::sync::lock;
 
@@ -33,19 +32,12 @@ use crate::sys::sync::lock;
 /// failed with nobody waiting on it (a resumed lease).
 const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
 
-/// What every lease task shares: metrics, the capture actor, the lease
-/// store and the agent's shutdown token.
-#[derive(Debug)]
-pub(crate) struct Services {
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) capture: Arc<Capture>,
-    pub(crate) store: LeaseStore,
-    pub(crate) token: CancellationToken,
-}
-
 /// Everything a lease task owns.
 pub(crate) struct Task<P: LeasePort = Port> {
     pub(crate) svc: Arc<Services>,
+    /// Who carries out what the task asks of the world: the store writer
+    /// and the applier (`svc`, but for a test).
+    pub(crate) effects: Arc<dyn Effects>,
     pub(crate) client: Client,
     /// Where the lease's frames go out and its replies come in.
     pub(crate) port: P,
@@ -65,7 +57,7 @@ pub(crate) struct Task<P: LeasePort = Port> {
 /// instead of between the ACK and the ADD's answer.
 pub(crate) struct Ahead {
     address: std::net::Ipv4Addr,
-    write: tokio::task::JoinHandle<Result<(), StoreError>>,
+    write: tokio::task::JoinHandle<Durable>,
 }
 
 /// How a task ended, for the registry.
@@ -88,7 +80,12 @@ impl<P: LeasePort> Task<P> {
     /// Persist off the runtime's worker threads (the store fsyncs); what
     /// became of the write.
     async fn persist_async(&self) -> Durable {
-        durable(&self.svc, save_blocking(&self.svc, self.record())).await
+        self.carry(Effect::Persist(Box::new(self.record()))).await
+    }
+
+    /// Have `effect` carried out, and wait for it.
+    async fn carry(&self, effect: Effect) -> Durable {
+        self.svc.settled(self.effects.clone().start(effect)).await
     }
 
     /// While an ADD waits for its first lease: once the REQUEST for an
@@ -104,7 +101,7 @@ impl<P: LeasePort> Task<P> {
         self.settle_ahead().await;
         let mut rec = self.record();
         rec.requested = Some(address);
-        let write = save_blocking(&self.svc, rec);
+        let write = self.effects.clone().start(Effect::Persist(Box::new(rec)));
         self.ahead = Some(Ahead { address, write });
     }
 
@@ -112,16 +109,14 @@ impl<P: LeasePort> Task<P> {
     /// and whether it is on disk.
     async fn settle_ahead(&mut self) -> Option<(std::net::Ipv4Addr, Durable)> {
         let ahead = self.ahead.take()?;
-        Some((ahead.address, durable(&self.svc, ahead.write).await))
+        Some((ahead.address, self.svc.settled(ahead.write).await))
     }
 
+    /// Persist now, on this thread (the task's last steps).
     fn persist(&self) {
-        let rec = self.record();
-        if let Err(e) = persist::save(&self.svc.store, &rec) {
-            self.svc.metrics.failure("persist");
-            warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
-                "could not persist the lease; a restart would lose it");
-        }
+        self.effects
+            .clone()
+            .now(Effect::Persist(Box::new(self.record())));
     }
 
     fn set_state(&self, state: State) {
@@ -140,38 +135,6 @@ impl<P: LeasePort> Task<P> {
 
     fn set_path(&self, path: CapturePath) {
         lock(&self.live).capture = path;
-    }
-}
-
-/// Start writing `rec` on the blocking pool.
-fn save_blocking(
-    svc: &Arc<Services>,
-    rec: LeaseRecord,
-) -> tokio::task::JoinHandle<Result<(), StoreError>> {
-    let svc = svc.clone();
-    tokio::task::spawn_blocking(move || persist::save(&svc.store, &rec))
-}
-
-/// What became of a write [`save_blocking`] started (a failure is logged
-/// and counted).
-async fn durable(
-    svc: &Services,
-    write: tokio::task::JoinHandle<Result<(), StoreError>>,
-) -> Durable {
-    let res = write.await.unwrap_or_else(|e| {
-        Err(StoreError::Io {
-            op: "write the lease record in a blocking task",
-            path: svc.store.leases_dir().to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    });
-    match res {
-        Ok(()) => Durable::Saved,
-        Err(e) => {
-            svc.metrics.failure("persist");
-            warn!(error = %crate::rpc::format_chain(&e), "could not persist the lease; a restart would lose it");
-            Durable::Failed(Arc::new(e))
-        }
     }
 }
 
@@ -404,16 +367,21 @@ async fn drain_events<P: LeasePort>(
                 warn!(reason = reason.label(), "lease lost; acquiring again");
                 let (old, apply, metric) = {
                     let l = lock(&task.live);
-                    let ipam = &l.record.config.ipam;
+                    let ipam = &l.record.network.ipam;
                     (l.record.lease.clone(), ipam.apply, ipam.route_priority)
                 };
-                if let (Some(old), Some(ns)) =
+                if let (Some(lease), Some(netns)) =
                     (old, task.port.netns().map(std::path::Path::to_path_buf))
                     && apply
-                    && let Err(e) =
-                        Box::pin(apply::deconfigure(&ns, task.port.ifname(), &old, metric)).await
                 {
-                    warn!(error = %crate::rpc::format_chain(&e), "could not remove the lost address");
+                    let ifname = task.port.ifname().to_owned();
+                    Box::pin(task.carry(Effect::Unapply {
+                        netns,
+                        ifname,
+                        lease,
+                        metric,
+                    }))
+                    .await;
                 }
                 task.set_lease(None);
                 task.persist_async().await;
@@ -468,13 +436,13 @@ fn log_rejected(lease: &Lease) {
 async fn apply_if_asked<P: LeasePort>(
     task: &Task<P>,
     lease: &Lease,
-) -> Result<(), crate::netlink::NetlinkError> {
+) -> Result<(), Arc<crate::netlink::NetlinkError>> {
     let (apply, vm, metric) = {
         let l = lock(&task.live);
         (
-            l.record.config.ipam.apply,
+            l.record.network.ipam.apply,
             matches!(l.record.workload, WorkloadKind::Vm { .. }),
-            l.record.config.ipam.route_priority,
+            l.record.network.ipam.route_priority,
         )
     };
     // A VM's address belongs to the guest: never configured on the pod
@@ -482,15 +450,22 @@ async fn apply_if_asked<P: LeasePort>(
     if !apply || vm {
         return Ok(());
     }
-    let Some(ns) = task.port.netns() else {
+    let Some(netns) = task.port.netns().map(std::path::Path::to_path_buf) else {
         return Ok(());
     };
-    apply::configure(ns, task.port.ifname(), lease, metric)
-        .await
-        .inspect_err(|e| {
-            task.svc.metrics.failure("apply");
-            warn!(error = %crate::rpc::format_chain(e), "could not configure the leased address");
-        })
+    let done = task.effects.clone().address(Effect::Apply {
+        netns,
+        ifname: task.port.ifname().to_owned(),
+        lease: lease.clone(),
+        metric,
+    });
+    match done.await {
+        Ok(applied) => applied,
+        Err(e) => {
+            warn!(error = %e, "the task configuring the leased address failed");
+            Ok(())
+        }
+    }
 }
 
 #[expect(
@@ -554,10 +529,11 @@ fn finish<P: LeasePort>(
     // The path that served the lease stays in its view (a finished one-shot
     // discovery reports how it was captured).
     task.port.close();
-    if ended == Ended::Gone
-        && let Err(e) = persist::remove(&task.svc.store, &rec.container_id, &rec.ifname)
-    {
-        warn!(error = %crate::rpc::format_chain(&e), "could not remove the lease record");
+    if ended == Ended::Gone {
+        task.effects.clone().now(Effect::Remove {
+            container_id: rec.container_id.clone(),
+            ifname: rec.ifname.clone(),
+        });
     }
     if ended == Ended::Parked {
         // The record names the uplink (a restart finds it too).
@@ -594,9 +570,13 @@ mod tests {
         use xdhcp_engine::{ClientConfig, MessageKind, Transmit};
 
         use super::*;
+        use tokio_util::sync::CancellationToken;
+
         use crate::datapath::RxPath;
+        use crate::datapath::capture::Capture;
         use crate::datapath::frame::FrameHeaders;
         use crate::metrics::Health;
+        use crate::metrics::Metrics;
         use crate::model::UplinkRef;
         use crate::rpc::CniRequest;
         use crate::store::LeaseKey;
@@ -658,6 +638,33 @@ mod tests {
             fn close(&mut self) {}
         }
 
+        /// A carrier that notes every effect the task asks for and has the
+        /// real store writer and applier carry it out.
+        #[derive(Debug)]
+        struct Noting {
+            real: Arc<Services>,
+            seen: Mutex<Vec<Effect>>,
+        }
+
+        impl Effects for Noting {
+            fn start(self: Arc<Self>, effect: Effect) -> tokio::task::JoinHandle<Durable> {
+                lock(&self.seen).push(effect.clone());
+                self.real.clone().start(effect)
+            }
+            fn now(self: Arc<Self>, effect: Effect) -> Durable {
+                lock(&self.seen).push(effect.clone());
+                self.real.clone().now(effect)
+            }
+            fn address(
+                self: Arc<Self>,
+                effect: Effect,
+            ) -> tokio::task::JoinHandle<Result<(), Arc<crate::netlink::NetlinkError>>>
+            {
+                lock(&self.seen).push(effect.clone());
+                self.real.clone().address(effect)
+            }
+        }
+
         /// The server's `ty` answer to the client's message `to`.
         fn reply(to: &Transmit, ty: MessageType) -> RxFrame {
             let req = Message::decode(&mut Decoder::new(&to.payload)).unwrap();
@@ -707,7 +714,10 @@ mod tests {
 
         /// A maintained lease driven against the fake port: its DORA, the
         /// ADD told of the lease, its record on disk naming the address, and
-        /// a RELEASE from that address when DEL stops it.
+        /// a RELEASE from that address when DEL stops it. What it asks of the
+        /// world are two writes — the record naming the REQUEST's address
+        /// while the ACK is awaited, then the lease — and nothing else (no
+        /// address: the network does not apply it; nothing at the RELEASE).
         #[tokio::test]
         async fn a_lease_binds_persists_and_releases_through_its_port() {
             let dir = tempfile::tempdir().unwrap();
@@ -719,7 +729,7 @@ mod tests {
                     metrics,
                     Arc::new(Health::default()),
                 )),
-                store: persist::open(dir.path()).unwrap(),
+                store: crate::lease::persist::open(dir.path()).unwrap(),
                 token: CancellationToken::new(),
             });
             let config = ClientConfig {
@@ -727,7 +737,8 @@ mod tests {
                 ..ClientConfig::default()
             };
             let client = Client::new(config, Instant::now(), 7);
-            let record = persist::fresh(&request(), None, WorkloadKind::Pod, MAC, None);
+            let record =
+                crate::ops::network::fresh_record(&request(), None, WorkloadKind::Pod, MAC, None);
             let live = Arc::new(Mutex::new(Live::new(
                 record,
                 client.state(),
@@ -738,8 +749,13 @@ mod tests {
             let (cmd_tx, cmds) = mpsc::channel(2);
             let (waiter, outcome) = oneshot::channel();
             let (persisted, mut durable) = watch::channel(Durable::Pending);
+            let noting = Arc::new(Noting {
+                real: svc.clone(),
+                seen: Mutex::new(Vec::new()),
+            });
             let task = Task {
                 svc: svc.clone(),
+                effects: noting.clone(),
                 client,
                 port: FakePort {
                     sent: sent_tx,
@@ -794,6 +810,20 @@ mod tests {
             assert_eq!(release.kind, MessageKind::Release);
             assert_eq!(release.src_ip, ADDR);
             assert!(matches!(ended.await.unwrap(), Ended::Kept));
+
+            let seen = lock(&noting.seen).clone();
+            let [Effect::Persist(ahead), Effect::Persist(bound)] = &seen[..] else {
+                panic!("{seen:#?}");
+            };
+            assert_eq!((ahead.requested, ahead.lease.as_ref()), (Some(ADDR), None));
+            assert_eq!(
+                (bound.requested, bound.lease.as_ref().map(|l| l.address)),
+                (None, Some(ADDR))
+            );
+            assert_eq!(
+                (bound.container_id.as_str(), bound.ifname.as_str()),
+                ("c1", "eth0")
+            );
         }
     }
 

@@ -1,20 +1,24 @@
 //! The CNI operations as the agent performs them: ADD, DEL, CHECK, GC.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{info, warn};
 use xdhcp_engine::Mode;
 
-use crate::cni::config::NetworkConfig;
+use crate::cni::config::{DhcpGuardSpec, NetworkConfig};
 use crate::cni::types::CniResult;
-use crate::datapath::link::Link;
+use crate::datapath::link::{Link, Sockets};
+use crate::kube::network_key;
+use crate::lease::acquire::{Acquisition, engine_config};
 use crate::lease::apply;
-use crate::lease::persist::{self, PodRef, WorkloadKind};
-use crate::ops::acquire::{self, Request, cni_result};
+use crate::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
+use crate::lease::registry::Handle;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
+use crate::ops::network::fresh_record;
 use crate::ops::report::{
-    Bound, Deadline, Phases, ReportTo, annotation_key, kube_error, report_and_record,
+    Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_address, report_and_record,
 };
 use crate::ops::vm;
 use crate::rpc::{CniRequest, GcReply, GcRequest};
@@ -28,6 +32,8 @@ struct Who {
     annotation_key: Option<String>,
     /// A live-migration target launcher pod's migration.
     migration: Option<MigrationTarget>,
+    /// The UID of the VMI the pod's owner reference names.
+    owner_uid: Option<String>,
 }
 
 impl Who {
@@ -37,6 +43,7 @@ impl Who {
             pod: self.pod.clone(),
             annotation_key: self.annotation_key.clone(),
             vmi_name: vmi_name.to_owned(),
+            owner_uid: self.owner_uid.clone(),
             migration: self.migration.clone(),
         }
     }
@@ -50,6 +57,7 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
             workload: Workload::Pod,
             annotation_key: None,
             migration: None,
+            owner_uid: None,
         });
     };
     let info = deadline
@@ -59,6 +67,7 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
             agent.pod_api.get_pod(ns, name),
         )
         .await?;
+    crate::ops::trust::on_this_node(agent, &info)?;
     // The runtime's UID first: the annotation write then refuses a pod
     // recreated under the same name since this ADD was issued.
     let uid = req
@@ -75,24 +84,56 @@ async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who,
         workload: info.workload(),
         annotation_key: Some(annotation_key(&req.config, ns)?),
         migration: info.migration_target(),
+        owner_uid: info.owner_vmi_uid.clone(),
     })
 }
 
-/// ADD.
-pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult, Error> {
+/// The `pod-networks` key of `config` for a pod in `pod_ns`.
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed CNI operation is rare; its error goes straight to the socket"
+)]
+fn annotation_key(config: &NetworkConfig, pod_ns: &str) -> Result<String, Error> {
+    network_key(config.net_attach_def_name.as_deref(), pod_ns, &config.name)
+        .map_err(|source| Error::AnnotationKey { source })
+}
+
+/// How long before the caller stops waiting an ADD answers at the latest
+/// (its Kubernetes calls are cut off there).
+const ANSWER_SLACK: Duration = Duration::from_secs(1);
+
+/// The deadline of an ADD whose caller told no wait: this beyond the
+/// acquisition's timeout (the plugin waits that timeout plus 15 s).
+const UNTOLD_MARGIN: Duration = Duration::from_secs(14);
+
+/// ADD, within the caller's `wait` (the plugin tells it; see
+/// [`crate::rpc::HEADER_WAIT_MS`]).
+pub(crate) async fn add(
+    agent: &Arc<Agent>,
+    req: CniRequest,
+    wait: Option<Duration>,
+) -> Result<CniResult, Error> {
     agent.metrics().cni_request("add");
-    let deadline = Deadline::for_add(&req);
+    // The ADD's one deadline: just inside the caller's wait; without one,
+    // the acquisition's timeout (the network's, else the agent's) and a
+    // margin.
+    let deadline = Deadline::after(wait.map_or_else(
+        || {
+            req.config
+                .ipam
+                .timeout
+                .unwrap_or(agent.base.acquire_timeout)
+                + UNTOLD_MARGIN
+        },
+        |w| w.saturating_sub(ANSWER_SLACK),
+    ));
     let mut phases = Phases::start();
     tracing::debug!(container = %req.container_id, ifname = %req.ifname, "ADD received");
-    let _guard = agent.leases.key_lock(&req.container_id, &req.ifname).await;
-
-    // A repeated ADD for a bound attachment returns the same result.
-    if let Some(h) = agent.leases.get(&req.container_id, &req.ifname) {
-        let existing = lock(&h.live).record.lease.clone();
-        if let Some(l) = existing {
-            return Ok(cni_result(&l, &req.config));
-        }
-        agent.leases.stop(&h, false).await;
+    // Held to the end of the ADD. A repeated ADD for a bound attachment
+    // returns the same result, once its address is reported again.
+    let begun = agent.leases.begin(&req.container_id, &req.ifname).await;
+    if let Some(rec) = &begun.bound {
+        return again(agent, &req, rec, deadline).await;
     }
     let netns = req.netns.clone().ok_or(Error::NoNetns)?;
     let who = who(agent, &req, deadline).await?;
@@ -111,9 +152,18 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         netns: netns.clone(),
     };
     let pod = who.workload == Workload::Pod;
-    // One trip into the pod's namespace opens the link and finds its veth
-    // peer (the port the guard goes on).
-    let mut link = acquire::open_link(agent, Some(&netns), &req.ifname, pod, true, &place)?;
+    // One trip into the pod's namespace opens the link (a pod's with its
+    // own receiver) and finds its veth peer (the port the guard goes on).
+    let sockets = if pod {
+        Sockets::SenderAndReceiver
+    } else {
+        Sockets::Sender
+    };
+    let mut link =
+        Link::open_looking(Some(&netns), &req.ifname, sockets, true).map_err(|source| {
+            agent.metrics().failure("interface");
+            Error::Interface { place, source }
+        })?;
     phases.open = phases.lap();
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     // A pod's port is guarded while its lease is acquired: the pod's own
@@ -136,7 +186,7 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
                 &req.container_id,
                 &req.ifname,
                 &netns,
-                &req.config,
+                &req.config.ipam.dhcp_guard,
                 (pod_mac, false),
                 pod_peer,
             )
@@ -174,12 +224,56 @@ pub(crate) async fn add(agent: &Arc<Agent>, req: CniRequest) -> Result<CniResult
         pod: who.pod.as_ref(),
         key: who.annotation_key.as_deref(),
     };
-    report_and_record(agent, &req, to, &bound, deadline, &mut phases).await?;
+    let result = report_and_record(agent, &req, to, &bound, deadline, &mut phases).await?;
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %MacAddr(mac), who_us = phases.who, open_us = phases.open, guard_us = phases.guard,
         dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
         total_us = phases.total(), "ADD done");
-    Ok(cni_result(&lease, &req.config))
+    Ok(result)
+}
+
+/// A repeated ADD of an attachment that holds a lease: the runtime retrying
+/// after its caller gave up, or after the agent was killed between the
+/// lease and its report. The first ADD may never have written the
+/// `pod-networks` entry, so it is written again (the write is idempotent)
+/// before the same result is returned; if it cannot be, the ADD fails and
+/// the lease stays for the runtime's DEL or the next retry.
+async fn again(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    rec: &LeaseRecord,
+    deadline: Deadline,
+) -> Result<CniResult, Error> {
+    let Some(lease) = &rec.lease else {
+        return Err(Error::LeaseGone {
+            ifname: req.ifname.clone(),
+            state: "without a lease".to_owned(),
+        });
+    };
+    if let (Some(pod), Some(key)) = (&rec.pod, &rec.annotation_key) {
+        deadline
+            .kube(
+                agent.metrics(),
+                || {
+                    format!(
+                        "writing the pod-networks entry of pod {}/{} again",
+                        pod.namespace, pod.name
+                    )
+                },
+                report_address(
+                    &*agent.pod_api,
+                    pod,
+                    key,
+                    lease,
+                    rec.mac,
+                    rec.netns.as_deref(),
+                ),
+            )
+            .await?;
+    }
+    info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
+        "repeated ADD: the lease held, its address reported again");
+    Ok(cni_result(lease, &req.config))
 }
 
 /// Acquire the lease on the attachment's opened interface (a VM's guard
@@ -192,62 +286,52 @@ async fn bind(
     netns: &std::path::Path,
     deadline: Deadline,
     phases: &mut Phases,
-) -> Result<
-    (
-        crate::lease::registry::Handle,
-        xdhcp_engine::Lease,
-        [u8; 6],
-        WorkloadKind,
-    ),
-    Error,
-> {
-    let pod = who.workload == Workload::Pod;
+) -> Result<(Handle, xdhcp_engine::Lease, [u8; 6], WorkloadKind), Error> {
     let (mac, mode, requested, kind) = match &who.workload {
         Workload::Pod => (link.info.mac, Mode::Maintain, None, WorkloadKind::Pod),
         Workload::Vm { vmi_name } => {
             let (mac, requested) =
                 vm::identity_on_pod_netdev(agent, &who.vm_pod(vmi_name), link.info.mac, deadline)
                     .await?;
-            (
-                mac,
-                Mode::OneShot,
-                requested,
-                WorkloadKind::Vm {
-                    vmi: vmi_name.clone(),
-                },
+            guard_port(
+                agent,
+                &req.container_id,
+                &req.ifname,
+                netns,
+                &req.config.ipam.dhcp_guard,
+                (mac, true),
+                link.take_veth_peer(),
             )
+            .await;
+            phases.guard = phases.lap();
+            let kind = WorkloadKind::Vm {
+                vmi: vmi_name.clone(),
+            };
+            (mac, Mode::OneShot, requested, kind)
         }
     };
-    if !pod {
-        guard_port(
-            agent,
-            &req.container_id,
-            &req.ifname,
-            netns,
-            &req.config,
-            (mac, true),
-            link.take_veth_peer(),
-        )
-        .await;
-        phases.guard = phases.lap();
-    }
-    let record = persist::fresh(
+    let record = fresh_record(
         req,
         who.pod.clone(),
         kind.clone(),
         mac,
         who.annotation_key.clone(),
     );
-    let request = Request {
+    let acquisition = Acquisition {
         record,
         mode,
         requested,
-        place: Place::Pod {
-            ifname: req.ifname.clone(),
-            netns: netns.to_owned(),
-        },
+        link: link.with_src_mac(mac),
     };
-    let (handle, lease) = acquire::acquire(agent, request, link.with_src_mac(mac)).await?;
+    let place = Place::Pod {
+        ifname: req.ifname.clone(),
+        netns: netns.to_owned(),
+    };
+    let (handle, lease) = agent
+        .leases
+        .acquire(&agent.pacing, &agent.base, acquisition)
+        .await
+        .map_err(|f| Error::acquisition(place, &req.config.name, f))?;
     phases.dora = phases.lap();
     Ok((handle, lease, mac, kind))
 }
@@ -261,12 +345,12 @@ pub(crate) async fn guard_port(
     container_id: &str,
     ifname: &str,
     netns: &std::path::Path,
-    config: &NetworkConfig,
+    guard: &DhcpGuardSpec,
     client: ([u8; 6], bool),
     peer: crate::netlink::PeerLookup,
 ) {
     let (mac, vm) = client;
-    let policy = crate::guard::port_policy(&config.ipam.dhcp_guard, Some(mac), vm);
+    let policy = crate::guard::port_policy(guard, Some(mac), vm);
     match agent
         .guard
         .protect(container_id, ifname, netns, peer, policy)
@@ -304,10 +388,10 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
             .leases
             .forget(&req.container_id, &req.ifname, h.generation);
         if release
-            && rec.config.ipam.apply
+            && rec.network.ipam.apply
             && let (Some(ns), Some(l)) = (&req.netns, &rec.lease)
             && let Err(e) =
-                apply::deconfigure(ns, &req.ifname, l, rec.config.ipam.route_priority).await
+                apply::deconfigure(ns, &req.ifname, l, rec.network.ipam.route_priority).await
         {
             warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
         }
@@ -368,7 +452,14 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
     let (Some(uplink), Some(lease)) = (&rec.uplink, &rec.lease) else {
         return;
     };
-    let cfg = acquire::client_config(agent, &rec.config, &rec.args, rec.mac, Mode::Maintain, None);
+    let cfg = engine_config(
+        &agent.base,
+        &rec.network,
+        &rec.args,
+        rec.mac,
+        Mode::Maintain,
+        None,
+    );
     let now = std::time::Instant::now();
     let now_ms = crate::sys::clock::now_unix_ms();
     let mut client =
@@ -410,7 +501,7 @@ pub(crate) async fn check(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Err
         ifname: req.ifname.clone(),
         state: format!("{state:?}"),
     })?;
-    if rec.config.ipam.apply && rec.workload == WorkloadKind::Pod {
+    if rec.network.ipam.apply && rec.workload == WorkloadKind::Pod {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
         let present = apply::has_address(ns, &req.ifname, lease.address, lease.prefix_len)
             .await
@@ -441,7 +532,7 @@ pub(crate) async fn gc(agent: &Arc<Agent>, req: GcRequest) -> Result<GcReply, Er
     let mut removed = Vec::new();
     for h in agent.leases.all() {
         let rec = lock(&h.live).record.clone();
-        if rec.config.name != req.config.name {
+        if rec.network.name != req.config.name {
             continue;
         }
         let att = crate::cni::config::Attachment {
@@ -456,7 +547,8 @@ pub(crate) async fn gc(agent: &Arc<Agent>, req: GcRequest) -> Result<GcReply, Er
             ifname: rec.ifname.clone(),
             netns: rec.netns.clone().filter(|p| p.exists()),
             args: rec.args.clone(),
-            config: rec.config.clone(),
+            // The network's configuration as GC gives it (the same network).
+            config: req.config.clone(),
         };
         match del(agent, del_req).await {
             Ok(()) => removed.push(att),

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use xdhcp_engine::{AcquireError, ConfigError};
 
+use crate::cni::env::NetnsPathError;
 use crate::datapath::link::LinkError;
 use crate::kube::PodApiError;
 use crate::kube::annotation::AnnotationError;
+use crate::lease::acquire::Failure;
 use crate::netlink::NetlinkError;
 use crate::store::StoreError;
 use crate::vfio::{PciAddr, VfioError};
@@ -28,6 +30,32 @@ impl std::fmt::Display for Place {
         match self {
             Place::Pod { ifname, netns } => write!(f, "interface {ifname} in {}", netns.display()),
             Place::VfNetdev { netdev } => write!(f, "VF netdev {netdev}"),
+        }
+    }
+}
+
+impl Error {
+    /// An acquisition on `place` (of network `network`) that ended
+    /// without a lease.
+    pub(crate) fn acquisition(place: Place, network: &str, failure: Failure) -> Self {
+        match failure {
+            Failure::Config(source) => Self::ClientConfig { source },
+            Failure::Queued { ahead, timeout } => Self::Queued {
+                place,
+                network: network.to_owned(),
+                ahead,
+                timeout,
+            },
+            Failure::Port(source) => Self::Interface { place, source },
+            Failure::NoLease { timeout, source } => Self::NoLease {
+                place,
+                timeout,
+                source: Box::new(source),
+            },
+            Failure::LinkFailed(source) => Self::LinkFailed { place, source },
+            Failure::Cancelled => Self::ShuttingDown,
+            Failure::Apply(source) => Self::Apply { place, source },
+            Failure::Silent { timeout } => Self::Silent { place, timeout },
         }
     }
 }
@@ -125,6 +153,12 @@ pub(crate) enum Error {
     /// The agent is shutting down.
     #[error("the xdhcp agent is shutting down")]
     ShuttingDown,
+    /// The request names something the agent must not act on.
+    #[error("{source}")]
+    Refused {
+        #[source]
+        source: Refusal,
+    },
     /// The config's `deviceID` names no usable device.
     #[error("deviceID {device_id:?} of pod {pod}: {source}")]
     Device {
@@ -159,7 +193,7 @@ pub(crate) enum Error {
     Apply {
         place: Place,
         #[source]
-        source: NetlinkError,
+        source: std::sync::Arc<NetlinkError>,
     },
     /// CHECK while the lease is being acquired again.
     #[error("the lease on {ifname} is gone (state {state}); the agent is acquiring a new one")]
@@ -209,4 +243,60 @@ impl std::fmt::Display for LeaseFate {
             ),
         }
     }
+}
+
+/// A request the agent refuses to act on.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// `CNI_NETNS` is not a network namespace path (shape, or not nsfs).
+    #[error("CNI_NETNS: {source}")]
+    Netns {
+        #[source]
+        source: NetnsPathError,
+    },
+    /// `CNI_NETNS` names a namespace the agent must never configure.
+    #[error(
+        "CNI_NETNS {} is {which}; the agent acts only in pod network namespaces",
+        path.display()
+    )]
+    ForbiddenNetns { path: PathBuf, which: &'static str },
+    /// A pod's owner reference names a VMI with another UID than the VMI
+    /// of that name has.
+    #[error(
+        "pod {pod} is owned by VirtualMachineInstance {vmi} with UID {owner_uid}, but {vmi} has UID {}; the pod is not that VM's",
+        vmi_uid.as_deref().unwrap_or("(none)")
+    )]
+    NotTheVmisPod {
+        pod: String,
+        vmi: String,
+        owner_uid: String,
+        vmi_uid: Option<String>,
+    },
+    /// The VF the request names is a device plugin's, and not allocated to
+    /// the pod being added.
+    #[error(
+        "deviceID {pci} is not allocated to pod UID {}: {why} (the kubelet's device checkpoint {})",
+        pod_uid.as_deref().unwrap_or("(none given)"),
+        checkpoint.display()
+    )]
+    NotThePodsDevice {
+        pci: String,
+        pod_uid: Option<String>,
+        why: String,
+        checkpoint: PathBuf,
+    },
+    /// The kubelet's device checkpoint exists but cannot be read.
+    #[error("the kubelet's device checkpoint {}", path.display())]
+    Checkpoint {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The namespace could not be compared with the forbidden ones.
+    #[error("CNI_NETNS {}: cannot read the namespace's identity", path.display())]
+    NetnsIdentity {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }

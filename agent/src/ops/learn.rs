@@ -320,13 +320,13 @@ fn flushed(agent: &Agent, done: Result<(Change, Result<(), StoreError>), tokio::
 /// attachment has no record.
 fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<NetworkView> {
     let own = agent.leases.get(cid, ifname)?;
-    let network = lock(&own.live).record.config.name.clone();
+    let network = lock(&own.live).record.network.name.clone();
     let mut view = NetworkView::default();
     let mut macs = HashSet::new();
     for h in agent.leases.all() {
         let live = lock(&h.live);
         let r = &live.record;
-        if r.config.name != network {
+        if r.network.name != network {
             continue;
         }
         let other = r.mac != mac;

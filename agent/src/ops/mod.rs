@@ -1,18 +1,20 @@
 //! The CNI operations as the agent performs them: ADD, DEL, CHECK and GC
 //! ([`add`]), a VM's one-shot discovery and VFIO handoff ([`vm`]), the
-//! acquisition and report every ADD path shares ([`acquire`]), the guest
-//! learning that follows a VM's own DHCP ([`learn`]), and why an operation
-//! failed ([`error`]); what follows a bound lease on every ADD path — the
+//! CNI network configuration as the agent's own record keeps it
+//! ([`network`]), the guest learning that follows a VM's own DHCP
+//! ([`learn`]), and why an operation failed ([`error`]); what follows a bound lease on every ADD path — the
 //! report, the record and their undoing, within one deadline — is written
-//! once ([`report`]). [`context`] is the state they share.
+//! once ([`report`]). [`context`] is the state they share; [`trust`] is
+//! what a request is checked for before anything acts on it.
 //!
 //! Operations stand on leases, the guard and the adapters; nothing below
 //! imports them, and the daemon above calls them.
 
-pub(crate) mod acquire;
 pub(crate) mod add;
 pub(crate) mod context;
 pub(crate) mod error;
 pub(crate) mod learn;
+pub(crate) mod network;
 pub(crate) mod report;
+pub(crate) mod trust;
 pub(crate) mod vm;

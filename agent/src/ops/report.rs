@@ -2,7 +2,8 @@
 //! netdev, a VM through the VFIO handoff), written once: report the address
 //! in the pod's `pod-networks` entry, wait for the lease's record to be on
 //! disk, and undo both when either fails — all within the one deadline an
-//! ADD has ([`Deadline`]), which bounds every Kubernetes call an ADD makes.
+//! ADD has ([`Deadline`]), which bounds every Kubernetes call an ADD makes
+//! — and the CNI result the ADD answers.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -12,12 +13,12 @@ use tracing::warn;
 use xdhcp_engine::Lease;
 
 use crate::cni::config::NetworkConfig;
-use crate::kube::{PodApiError, PodNetworkEntry, PodStore, WriteGuard, network_key};
+use crate::cni::types::{CniResult, DnsConfig, IpConfig, Ipv4Cidr, RouteConfig};
+use crate::kube::{PodApiError, PodNetworkEntry, PodStore, WriteGuard};
 use crate::lease::apply;
-use crate::lease::persist::{self, Durable, LeaseRecord, PodRef};
+use crate::lease::persist::{Durable, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
 use crate::metrics::Metrics;
-use crate::ops::acquire::abandon;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate};
 use crate::rpc::CniRequest;
@@ -28,15 +29,11 @@ use crate::workload::MacAddr;
 /// whose record is not durable by then fails (and gives the lease back).
 const PERSIST_WAIT: Duration = Duration::from_secs(10);
 
-/// How long before the CNI plugin stops waiting an ADD answers at the
-/// latest (its Kubernetes calls are cut off there).
-const ANSWER_SLACK: Duration = Duration::from_secs(1);
-
-/// The one deadline of an ADD: just inside the plugin's wait, so the
-/// plugin always hears the outcome and the runtime never sees a timeout
-/// while the agent goes on to finish (or undo) the ADD. Every Kubernetes
-/// call an ADD makes, on every path, and its wait for the lease record end
-/// by then.
+/// The one deadline of an ADD (`add.rs` fixes it): just inside the
+/// plugin's wait, so the plugin always hears the outcome and the runtime
+/// never sees a timeout while the agent goes on to finish (or undo) the
+/// ADD. Every Kubernetes call an ADD makes, on every path, and its wait for
+/// the lease record end by then.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {
     at: tokio::time::Instant,
@@ -45,11 +42,6 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
-    /// The deadline of an ADD that starts now.
-    pub(crate) fn for_add(req: &CniRequest) -> Self {
-        Self::after(crate::cni::shim_timeout(&req.config).saturating_sub(ANSWER_SLACK))
-    }
-
     /// A deadline `budget` from now.
     pub(crate) fn after(budget: Duration) -> Self {
         Self {
@@ -87,16 +79,6 @@ impl Deadline {
 pub(crate) fn kube_error(metrics: &Metrics, source: PodApiError) -> Error {
     metrics.failure("kube_api");
     Error::Kube { source }
-}
-
-/// The `pod-networks` key of `config` for a pod in `pod_ns`.
-#[expect(
-    clippy::result_large_err,
-    reason = "a failed CNI operation is rare; its error goes straight to the socket"
-)]
-pub(crate) fn annotation_key(config: &NetworkConfig, pod_ns: &str) -> Result<String, Error> {
-    network_key(config.net_attach_def_name.as_deref(), pod_ns, &config.name)
-        .map_err(|source| Error::AnnotationKey { source })
 }
 
 /// Where a pod ADD's time went inside the agent, in µs per step (logged
@@ -173,13 +155,13 @@ pub(crate) struct Bound<'a> {
 /// End an ADD's bound lease: RELEASE (pods), forget it, remove its record,
 /// and take its address off the pod interface (`apply`).
 async fn give_back(agent: &Arc<Agent>, req: &CniRequest, b: &Bound<'_>) {
-    abandon(agent, &req.container_id, &req.ifname, b.handle, b.release).await;
+    agent.leases.abandon(b.handle, b.release).await;
     unapply(req, b.lease, b.release).await;
 }
 
 /// Report a bound lease's address (pods and VMs alike) and wait for its
-/// record to be on disk, within the ADD's deadline; if either fails, the
-/// lease is given back and the ADD fails.
+/// record to be on disk, within the ADD's deadline: the CNI result the ADD
+/// answers. If either fails, the lease is given back and the ADD fails.
 pub(crate) async fn report_and_record(
     agent: &Arc<Agent>,
     req: &CniRequest,
@@ -187,7 +169,7 @@ pub(crate) async fn report_and_record(
     b: &Bound<'_>,
     deadline: Deadline,
     phases: &mut Phases,
-) -> Result<(), Error> {
+) -> Result<CniResult, Error> {
     // Report the address within the ADD's deadline, unless the ADD went
     // stale.
     if let (Some(p), Some(key)) = (to.pod, to.key)
@@ -226,7 +208,39 @@ pub(crate) async fn report_and_record(
         give_back(agent, req, b).await;
         return Err(unreport(agent, to, deadline, reason).await);
     }
-    Ok(())
+    Ok(cni_result(b.lease, &req.config))
+}
+
+/// The CNI result for a lease.
+pub(crate) fn cni_result(lease: &Lease, config: &NetworkConfig) -> CniResult {
+    let routes = apply::routes(lease)
+        .into_iter()
+        .filter_map(|(dst, gw)| {
+            Some(RouteConfig::new(
+                Ipv4Cidr::parse(&dst).ok()?,
+                gw,
+                config.ipam.route_priority,
+            ))
+        })
+        .collect();
+    CniResult {
+        cni_version: config.cni_version.clone(),
+        ips: vec![IpConfig {
+            version: None,
+            address: Ipv4Cidr {
+                addr: lease.address,
+                prefix_len: lease.prefix_len,
+            },
+            gateway: lease.default_gateway(),
+        }],
+        routes,
+        dns: DnsConfig {
+            nameservers: lease.dns_servers.clone(),
+            domain: lease.domain_name.clone(),
+            search: lease.search.clone(),
+        },
+    }
+    .for_version(&config.cni_version)
 }
 
 /// Why the attachment's record is not on disk, after waiting for it within
@@ -343,7 +357,7 @@ pub(crate) async fn abandon_unreported(
     lease: &Lease,
     source: Error,
 ) -> Error {
-    let (cid, ifname) = (&record.container_id, &record.ifname);
+    let cid = &record.container_id;
     let others: Vec<(String, [u8; 6], Option<Ipv4Addr>)> = agent
         .leases
         .all()
@@ -358,15 +372,18 @@ pub(crate) async fn abandon_unreported(
             )
         })
         .collect();
-    let vm = record.workload != persist::WorkloadKind::Pod;
+    let vm = record.workload != WorkloadKind::Pod;
     let fate = unreported_fate(
         vm,
         record.mac,
         lease.address,
         others.iter().map(|(c, m, a)| (c.as_str(), *m, *a)),
     );
-    abandon(agent, cid, ifname, handle, fate == LeaseFate::Released).await;
-    tracing::warn!(container = %cid, ifname = %ifname, address = %lease.address,
+    agent
+        .leases
+        .abandon(handle, fate == LeaseFate::Released)
+        .await;
+    tracing::warn!(container = %cid, ifname = %record.ifname, address = %lease.address,
         error = %crate::rpc::format_chain(&source), fate = %fate, "ADD not reported");
     Error::NotReported {
         address: lease.address,

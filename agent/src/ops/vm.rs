@@ -20,15 +20,17 @@ use tracing::{error, info, warn};
 use xdhcp_engine::{Lease, Mode};
 
 use crate::cni::types::CniResult;
+use crate::datapath::link::{Link, Sockets};
 use crate::kube::PodStore;
 use crate::kube::annotation::PodNetworks;
-use crate::lease::persist::{self, PodRef, WorkloadKind};
+use crate::lease::acquire::Acquisition;
+use crate::lease::persist::{PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
 use crate::metrics::Metrics;
 use crate::netlink::Netlink;
-use crate::ops::acquire::{self, Request, cni_result};
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
+use crate::ops::network::fresh_record;
 use crate::ops::report::{Bound, Deadline, Phases, ReportTo, report_and_record};
 use crate::rpc::{CniRequest, format_chain};
 use crate::settings::AgentArgs;
@@ -90,7 +92,15 @@ pub(crate) fn vfio_device(
 ) -> Result<Option<PciAddr>, Error> {
     let sysfs = Sysfs::new(&agent.args.sysfs_root);
     match vfio::vm_device(&sysfs, req.config.device_id.as_deref()) {
-        Ok(VmDevice::Vfio(pci)) => Ok(Some(pci)),
+        Ok(VmDevice::Vfio(pci)) => {
+            let uid = pod.and_then(|p| p.uid.as_deref());
+            crate::ops::trust::device_of_pod(&agent.args.device_checkpoint, &pci.to_string(), uid)
+                .map_err(|source| {
+                    agent.metrics().failure("refused");
+                    Error::Refused { source }
+                })?;
+            Ok(Some(pci))
+        }
         Ok(VmDevice::PodNetdev) => Ok(None),
         Err(source) => {
             agent.metrics().failure("vfio");
@@ -111,6 +121,9 @@ pub(crate) struct VmPod {
     pub(crate) annotation_key: Option<String>,
     /// The owning `VirtualMachineInstance`.
     pub(crate) vmi_name: String,
+    /// The UID the pod's owner reference names (the cluster's; `None` in
+    /// the embedded store): the VMI read must have it.
+    pub(crate) owner_uid: Option<String>,
     /// The migration, when the pod is a live-migration target.
     pub(crate) migration: Option<MigrationTarget>,
 }
@@ -122,6 +135,7 @@ pub(crate) struct VmPod {
 /// VMI status address, if any.
 pub(crate) async fn migration_source(
     pods: &dyn PodStore,
+    vmi_name: &str,
     pod: Option<&PodRef>,
     migration: Option<&MigrationTarget>,
     vmi: Option<&VmiInfo>,
@@ -141,6 +155,14 @@ pub(crate) async fn migration_source(
         None => None,
     };
     let state = vmi.and_then(|v| v.migration_state.as_ref());
+    if let Some(m) = &object
+        && !m.names_target(&pod.name, vmi_name)
+    {
+        warn!(pod = %pod_label(Some(pod)), migration = %target.migration_uid,
+            migration_vmi = ?m.vmi_name, migration_target = ?m.target_pod,
+            "the pod carries a migration's label, but the migration does not name it as its target; not asking for the source's address");
+        return None;
+    }
     let Some((source, from)) = migration_source_pod(target, &pod.name, object.as_ref(), state)
     else {
         warn!(pod = %pod_label(Some(pod)), migration = %target.migration_uid,
@@ -176,6 +198,27 @@ pub(crate) async fn migration_source(
     }
 }
 
+/// The VMI read must be the one the pod's owner reference names (its UID):
+/// a pod that names another VMI, or a VMI deleted and recreated under the
+/// same name, gets nothing of it (its MAC, its addresses).
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed CNI operation is rare; its error goes straight to the socket"
+)]
+fn check_owner(vm: &VmPod, vmi: &VmiInfo) -> Result<(), Error> {
+    match &vm.owner_uid {
+        Some(owner) if vmi.uid.as_ref() != Some(owner) => Err(Error::Refused {
+            source: crate::ops::error::Refusal::NotTheVmisPod {
+                pod: pod_label(vm.pod.as_ref()),
+                vmi: vm.vmi_name.clone(),
+                owner_uid: owner.clone(),
+                vmi_uid: vmi.uid.clone(),
+            },
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The VMI and, on a live-migration target, what the source pod reported:
 /// the one lookup every VM ADD makes, within the ADD's deadline.
 async fn lookup(
@@ -193,8 +236,12 @@ async fn lookup(
         )
         .await?;
     let key = vm.annotation_key.as_deref().unwrap_or_default();
+    if let Some(vmi) = &vmi {
+        check_owner(vm, vmi)?;
+    }
     let source = migration_source(
         pods,
+        &vm.vmi_name,
         vm.pod.as_ref(),
         vm.migration.as_ref(),
         vmi.as_ref(),
@@ -258,7 +305,7 @@ pub(crate) async fn add_vfio(
         Err(source) => {
             // The DORA may have bound before the restore failed: drop it.
             if let Some(h) = agent.leases.get(&req.container_id, &req.ifname) {
-                acquire::abandon(agent, &req.container_id, &req.ifname, &h, false).await;
+                agent.leases.abandon(&h, false).await;
             }
             agent.metrics().failure("vfio");
             return Err(Error::Handoff {
@@ -283,12 +330,12 @@ pub(crate) async fn add_vfio(
         pod: vm.pod.as_ref(),
         key: vm.annotation_key.as_deref(),
     };
-    report_and_record(agent, req, to, &bound, deadline, &mut phases).await?;
+    let result = report_and_record(agent, req, to, &bound, deadline, &mut phases).await?;
     info!(container = %req.container_id, ifname = %req.ifname, %pci, address = %lease.address,
         mac = %MacAddr(mac), who_us = phases.who, dora_us = phases.dora, report_us = phases.report,
         durable_us = phases.durable, total_us = phases.total(),
         "ADD done (VFIO VM: address reported, vfio-pci restored)");
-    Ok(cni_result(&lease, &req.config))
+    Ok(result)
 }
 
 /// Inside the handoff window: prepare `netdev`, run the one-shot
@@ -340,9 +387,16 @@ async fn discover(
     let place = Place::VfNetdev {
         netdev: netdev.clone(),
     };
-    let link =
-        acquire::open_link(agent, None, &netdev, false, false, &place)?.with_src_mac(mac.octets());
-    let record = persist::fresh(
+    let link = Link::open_looking(None, &netdev, Sockets::Sender, false)
+        .map_err(|source| {
+            agent.metrics().failure("interface");
+            Error::Interface {
+                place: place.clone(),
+                source,
+            }
+        })?
+        .with_src_mac(mac.octets());
+    let record = fresh_record(
         req,
         vm.pod.clone(),
         WorkloadKind::Vm {
@@ -351,13 +405,17 @@ async fn discover(
         mac.octets(),
         vm.annotation_key.clone(),
     );
-    let request = Request {
+    let acquisition = Acquisition {
         record,
         mode: Mode::OneShot,
         requested,
-        place,
+        link,
     };
-    let (handle, lease) = acquire::acquire(agent, request, link).await?;
+    let (handle, lease) = agent
+        .leases
+        .acquire(&agent.pacing, &agent.base, acquisition)
+        .await
+        .map_err(|f| Error::acquisition(place, &req.config.name, f))?;
     // The netdev goes away with the rebind: the task must be done with it.
     agent.leases.stop(&handle, false).await;
     Ok((handle, lease, mac.octets()))
@@ -415,6 +473,7 @@ mod tests {
             }),
             annotation_key: Some("tenant/localnet".to_owned()),
             vmi_name: "vm2".to_owned(),
+            owner_uid: None,
             migration: Some(MigrationTarget {
                 migration_uid: "m-1".to_owned(),
                 migration_name: Some("migrate-vm2".to_owned()),
@@ -466,5 +525,32 @@ mod tests {
         .unwrap();
         assert_eq!(t0.elapsed(), Duration::from_secs(16));
         assert!(vmi.is_none() && report.is_none());
+    }
+
+    /// A pod whose owner reference names the VMI's name but another UID (a
+    /// forged owner, or a VMI recreated since) gets nothing of the VMI; the
+    /// VMI with the UID it names is its own.
+    #[test]
+    fn a_pod_owned_by_another_vmi_uid_is_refused() {
+        let vmi = VmiInfo {
+            uid: Some("vmi-uid-real".into()),
+            name: "vm2".into(),
+            ..VmiInfo::default()
+        };
+        let mut pod = migration_target();
+        pod.owner_uid = Some("vmi-uid-forged".into());
+        let e = check_owner(&pod, &vmi).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::Refused {
+                    source: crate::ops::error::Refusal::NotTheVmisPod { .. }
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("vmi-uid-real"), "{e}");
+        pod.owner_uid = Some("vmi-uid-real".into());
+        check_owner(&pod, &vmi).unwrap();
     }
 }

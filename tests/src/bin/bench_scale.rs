@@ -348,6 +348,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         } else {
             Vec::new()
         },
+        ovsdb: None,
     };
     progress!("{}: starting with no leases", which.name());
     let t = Instant::now();

@@ -1,9 +1,10 @@
 //! The DHCP guard on workload ports, user-space half: loads the guard
-//! programs, attaches them to the host end of a workload port (TC ingress
-//! always; TC egress only where the port's policy learns the guest's
-//! exchanges, as the egress program does nothing else), keeps each port's
-//! policy in the kernel map, reads the per-port counters and the ring of
-//! observed guest exchanges.
+//! programs, attaches them to the host end of a workload port (the ingress
+//! program always, at TC ingress or, where a packet tap reads the port
+//! before TC ingress runs, at XDP; TC egress only where the port's policy
+//! learns the guest's exchanges, as the egress program does nothing else),
+//! keeps each port's policy in the kernel map, reads the per-port counters
+//! and the ring of observed guest exchanges.
 //!
 //! [`Guard`] is independent of [`super::Datapath`]: it loads its own copy
 //! of the embedded object (the capture maps in that copy are shrunk to the
@@ -17,12 +18,14 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
+use std::os::fd::AsFd as _;
+
 use aya::programs::ProgramError;
-use aya::programs::SchedClassifier;
 use aya::programs::tc::{
     NlOptions, SchedClassifierLink, SchedClassifierLinkId, TcAttachOptions, TcAttachType, TcError,
     TcHandle, qdisc_add_clsact,
 };
+use aya::programs::{SchedClassifier, Xdp};
 use aya::{Ebpf, EbpfLoader};
 use xdhcp_common as common;
 use xdhcp_common::guard as g;
@@ -30,6 +33,39 @@ use xdhcp_common::guard as g;
 use super::ring::Ring;
 use super::{AttachTarget, EbpfDatapathError, Result, program, take_map};
 use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
+use crate::netlink::{XdpHook, set_xdp_here, xdp_prog_here};
+
+/// Where a port's frames from the workload are policed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GuardHook {
+    /// TC ingress (`xdhcp_guard_ingress`): after the device's packet taps.
+    /// Where the port's frames go on through the kernel (a Linux bridge, the
+    /// kernel datapath of Open vSwitch, routing) TC ingress runs before
+    /// anything forwards them.
+    Tc,
+    /// XDP (`xdhcp_guard_xdp`, native on a veth, generic where the driver
+    /// has none): before the packet taps. For a port something reads
+    /// through a packet socket, as `ovs-vswitchd` reads the ports of a
+    /// userspace-datapath bridge: a frame dropped at TC ingress has already
+    /// been copied to that socket.
+    Xdp,
+}
+
+impl GuardHook {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Tc => "tc",
+            Self::Xdp => "xdp",
+        }
+    }
+}
+
+impl std::fmt::Display for GuardHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A workload port's guard policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,16 +279,40 @@ impl GuardReader {
     }
 }
 
-/// A guarded port: where, and its TC links (egress only when learning).
+/// A port's ingress program: a TC filter, or XDP attached through netlink
+/// (no BPF link: like the filter, it stays when the agent stops).
+#[derive(Debug)]
+enum Ingress {
+    Tc(SchedClassifierLinkId),
+    Xdp(XdpHook),
+}
+
+impl Ingress {
+    const fn hook(&self) -> GuardHook {
+        match self {
+            Self::Tc(_) => GuardHook::Tc,
+            Self::Xdp(_) => GuardHook::Xdp,
+        }
+    }
+}
+
+/// A guarded port: where, its ingress program and its TC egress link
+/// (only when learning).
 struct GuardedPort {
     ifindex: u32,
-    ingress: SchedClassifierLinkId,
+    ingress: Ingress,
     egress: Option<SchedClassifierLinkId>,
 }
 
 impl GuardedPort {
+    /// Its TC filters.
     fn links(self) -> impl Iterator<Item = (&'static str, SchedClassifierLinkId)> {
-        std::iter::once((g::PROG_GUARD_INGRESS, self.ingress))
+        let ingress = match self.ingress {
+            Ingress::Tc(id) => Some((g::PROG_GUARD_INGRESS, id)),
+            Ingress::Xdp(_) => None,
+        };
+        ingress
+            .into_iter()
             .chain(self.egress.map(|id| (g::PROG_GUARD_EGRESS, id)))
     }
 }
@@ -264,6 +324,9 @@ pub struct Guard {
     counters: PerCpuHashMap<MapData, u32, g::GuardCounters>,
     events: Option<RingBuf<MapData>>,
     attached: HashMap<AttachTarget, GuardedPort>,
+    /// Why the XDP program did not load (the kernel refused it): ports
+    /// that need XDP are then guarded at TC ingress, with a warning.
+    xdp_unavailable: Option<String>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -275,10 +338,11 @@ impl std::fmt::Debug for Guard {
 }
 
 /// The guard stays on its ports when the agent stops, whether it exits or
-/// is killed (a filter holds its program and maps): ports are never left
-/// unguarded while the agent restarts, and the restarted agent replaces
-/// the filters as it guards the ports of the leases it resumes
-/// ([`attach_tc`]). A stop therefore does no netlink work per port.
+/// is killed (a filter, and an XDP program attached through netlink, holds
+/// its program and maps): ports are never left unguarded while the agent
+/// restarts, and the restarted agent replaces the programs as it guards
+/// the ports of the leases it resumes ([`attach_tc`], [`attach_xdp`]). A
+/// stop therefore does no netlink work per port.
 impl Drop for Guard {
     fn drop(&mut self) {
         for port in std::mem::take(&mut self.attached).into_values() {
@@ -298,6 +362,7 @@ impl Drop for Guard {
 pub struct GuardedPortInfo {
     pub target: AttachTarget,
     pub ifindex: u32,
+    pub hook: GuardHook,
     pub policy: Option<g::GuardPort>,
 }
 
@@ -331,6 +396,18 @@ impl Guard {
             prog.load()
                 .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
         }
+        // The XDP program is needed only on userspace-datapath OVS ports:
+        // a kernel that refuses it leaves the TC pair working.
+        let name = g::PROG_GUARD_XDP;
+        let xdp_unavailable = match program::<Xdp>(&mut ebpf, name)?.load() {
+            Ok(()) => None,
+            Err(source) => {
+                let reason = super::error_chain(&EbpfDatapathError::ProgramLoad { name, source });
+                tracing::warn!(reason = %reason,
+                    "the DHCP guard's XDP program did not load; ports of userspace-datapath OVS bridges are guarded at TC ingress, which OVS reads around");
+                Some(reason)
+            }
+        };
         let ports = take_map(&mut ebpf, g::MAP_GUARD_PORTS)?;
         let counters = take_map(&mut ebpf, g::MAP_GUARD_COUNTERS)?;
         let events = take_map(&mut ebpf, g::MAP_GUARD_EVENTS)?;
@@ -340,6 +417,7 @@ impl Guard {
             counters,
             events: Some(events),
             attached: HashMap::new(),
+            xdp_unavailable,
         })
     }
 
@@ -354,21 +432,35 @@ impl Guard {
         }))
     }
 
-    /// Guards `target` (the host end of a workload port) with `policy`:
-    /// the policy is in the map before the programs are attached, so the
-    /// first frame is already policed. Returns the port's ifindex.
+    /// Guards `target` (the host end of a workload port) with `policy`, its
+    /// frames from the workload policed at TC ingress
+    /// ([`Guard::attach_at`] with [`GuardHook::Tc`]).
+    pub fn attach(&mut self, target: &AttachTarget, policy: &PortPolicy) -> Result<u32> {
+        self.attach_at(target, policy, GuardHook::Tc)
+    }
+
+    /// Guards `target` (the host end of a workload port) with `policy`,
+    /// its frames from the workload policed at `hook`: the policy is in
+    /// the map before the programs are attached, so the first frame is
+    /// already policed. Returns the port's ifindex.
     ///
-    /// A port gets the ingress filter, and the egress one only when its
+    /// A port gets the ingress program, and the egress one only when its
     /// policy learns: the egress program runs on every frame towards the
     /// workload, and for a port that does not learn it only parses the
     /// frame and passes it.
-    pub fn attach(&mut self, target: &AttachTarget, policy: &PortPolicy) -> Result<u32> {
+    pub fn attach_at(
+        &mut self,
+        target: &AttachTarget,
+        policy: &PortPolicy,
+        hook: GuardHook,
+    ) -> Result<u32> {
         if self.attached.contains_key(target) {
             return Err(EbpfDatapathError::AlreadyAttached {
                 ifname: target.ifname.clone(),
-                mode: crate::datapath::AttachMode::Tc,
+                mode: attach_mode(hook),
             });
         }
+        let hook = self.usable(hook, &target.ifname);
         let ifname = target.ifname.clone();
         let ifindex = in_netns(target.netns.as_deref(), || {
             nix::net::if_::if_nametoindex(ifname.as_str()).map_err(|e| {
@@ -387,11 +479,10 @@ impl Guard {
             // or another user of clsact), which is fine; a port that cannot
             // have one fails the attach below.
             let _ = qdisc_add_clsact(&ifname);
-            let (ingress, replaced) =
-                attach_tc(ebpf, g::PROG_GUARD_INGRESS, &ifname, TcAttachType::Ingress)?;
+            let (ingress, replaced) = attach_ingress(ebpf, &ifname, ifindex, hook)?;
             if !egress {
                 // An earlier agent (or policy) may have left an egress
-                // filter; only a port that had an ingress one can have it.
+                // filter; only a port that had an ingress program can have it.
                 if replaced {
                     remove_left_filter(&ifname, TcAttachType::Egress);
                 }
@@ -400,8 +491,9 @@ impl Guard {
             match attach_tc(ebpf, g::PROG_GUARD_EGRESS, &ifname, TcAttachType::Egress) {
                 Ok((egress, _)) => Ok((ingress, Some(egress))),
                 Err(e) => {
-                    if let Ok(p) = program::<SchedClassifier>(ebpf, g::PROG_GUARD_INGRESS) {
-                        let _ = p.detach(ingress);
+                    if let Err(undo) = detach_ingress(ebpf, ingress, &ifname, ifindex) {
+                        tracing::warn!(ifname, error = %undo,
+                            "could not take the guard's ingress program off after the egress attach failed");
                     }
                     Err(e)
                 }
@@ -416,7 +508,7 @@ impl Guard {
             }
         };
         tracing::info!(ifname = %target.ifname, netns = ?target.netns, ifindex, ?policy,
-            egress = egress.is_some(), "DHCP guard attached");
+            %hook, egress = egress.is_some(), "DHCP guard attached");
         self.attached.insert(
             target.clone(),
             GuardedPort {
@@ -426,6 +518,78 @@ impl Guard {
             },
         );
         Ok(ifindex)
+    }
+
+    /// Moves the attached port `target`'s ingress program to `hook`: the
+    /// new program is attached before the old one is taken off, so the
+    /// port is never bare (for that moment both police it). Nothing to do
+    /// when it is there already.
+    pub fn rehook(&mut self, target: &AttachTarget, hook: GuardHook) -> Result<()> {
+        let Some(port) = self.attached.get(target) else {
+            return Err(EbpfDatapathError::NotAttached {
+                ifname: target.ifname.clone(),
+            });
+        };
+        let from = port.ingress.hook();
+        let hook = self.usable(hook, &target.ifname);
+        if from == hook {
+            return Ok(());
+        }
+        let Some(mut port) = self.attached.remove(target) else {
+            unreachable!("looked up just above")
+        };
+        let ifindex = port.ifindex;
+        let ebpf = &mut self.ebpf;
+        let ifname = target.ifname.clone();
+        let res = in_netns(target.netns.as_deref(), || {
+            let _ = qdisc_add_clsact(&ifname);
+            let (new, _) = attach_ingress(ebpf, &ifname, ifindex, hook)?;
+            // attach_ingress at XDP removes the TC filter it finds (the
+            // one this port had); at TC the XDP program is taken off here.
+            let old = std::mem::replace(&mut port.ingress, new);
+            match old {
+                Ingress::Xdp(_) => detach_ingress(ebpf, old, &ifname, ifindex),
+                Ingress::Tc(id) => {
+                    // Already gone with the filter; the program's table
+                    // forgets it.
+                    if let Ok(p) = program::<SchedClassifier>(ebpf, g::PROG_GUARD_INGRESS)
+                        && let Ok(link) = p.take_link(id)
+                    {
+                        std::mem::forget(link);
+                    }
+                    Ok(())
+                }
+            }
+        })
+        .and_then(|r| r);
+        self.attached.insert(target.clone(), port);
+        res?;
+        tracing::info!(ifname = %target.ifname, netns = ?target.netns, ifindex,
+            %from, to = %hook, "DHCP guard moved to another hook");
+        Ok(())
+    }
+
+    /// `hook`, or TC ingress when it is XDP and the XDP program did not
+    /// load (said in the log).
+    fn usable(&self, hook: GuardHook, ifname: &str) -> GuardHook {
+        match (&self.xdp_unavailable, hook) {
+            (Some(reason), GuardHook::Xdp) => {
+                tracing::warn!(ifname, reason = %reason,
+                    "this port needs the DHCP guard at XDP, which did not load; guarding it at TC ingress");
+                GuardHook::Tc
+            }
+            _ => hook,
+        }
+    }
+
+    /// Whether ports can be guarded at XDP (the kernel took the program).
+    pub fn xdp_available(&self) -> bool {
+        self.xdp_unavailable.is_none()
+    }
+
+    /// Where the attached port `target` is policed.
+    pub fn hook(&self, target: &AttachTarget) -> Option<GuardHook> {
+        self.attached.get(target).map(|p| p.ingress.hook())
     }
 
     /// Gives the attached port `target` a new policy, adding or removing
@@ -498,15 +662,13 @@ impl Guard {
         let ebpf = &mut self.ebpf;
         let ifname = target.ifname.clone();
         let ifindex = port.ifindex;
-        let links: Vec<_> = port.links().collect();
         let res = in_netns(target.netns.as_deref(), move || {
-            let mut first = None;
-            for (name, id) in links {
-                if let Err(e) = detach_tc(ebpf, name, id, &ifname)
-                    && first.is_none()
-                {
-                    first = Some(e);
-                }
+            let mut first = detach_ingress(ebpf, port.ingress, &ifname, ifindex).err();
+            if let Some(id) = port.egress
+                && let Err(e) = detach_tc(ebpf, g::PROG_GUARD_EGRESS, id, &ifname)
+                && first.is_none()
+            {
+                first = Some(e);
             }
             first.map_or(Ok(()), Err)
         });
@@ -565,6 +727,7 @@ impl Guard {
             .map(|(t, p)| GuardedPortInfo {
                 target: t.clone(),
                 ifindex: p.ifindex,
+                hook: p.ingress.hook(),
                 policy: self.policy(p.ifindex).ok().flatten(),
             })
             .collect()
@@ -583,6 +746,110 @@ fn device_exists(target: &AttachTarget) -> bool {
         nix::net::if_::if_nametoindex(ifname.as_str()).is_ok()
     })
     .unwrap_or(false)
+}
+
+/// The attach mode a hook is reported as.
+const fn attach_mode(hook: GuardHook) -> crate::datapath::AttachMode {
+    match hook {
+        GuardHook::Tc => crate::datapath::AttachMode::Tc,
+        GuardHook::Xdp => crate::datapath::AttachMode::XdpNative,
+    }
+}
+
+/// Attaches the guard's ingress program to `ifname` (`ifindex`) at
+/// `hook`; returns it and whether it replaced one an earlier agent left.
+/// At XDP, a TC ingress filter of the guard found on the port (an earlier
+/// agent's, or this port's before it moved) is removed once the XDP
+/// program is on: one ingress program per port, as each takes a token.
+fn attach_ingress(
+    ebpf: &mut Ebpf,
+    ifname: &str,
+    ifindex: u32,
+    hook: GuardHook,
+) -> Result<(Ingress, bool)> {
+    match hook {
+        GuardHook::Tc => {
+            let (id, replaced) =
+                attach_tc(ebpf, g::PROG_GUARD_INGRESS, ifname, TcAttachType::Ingress)?;
+            Ok((Ingress::Tc(id), replaced))
+        }
+        GuardHook::Xdp => {
+            let (mode, replaced) = attach_xdp(ebpf, ifname, ifindex)?;
+            remove_left_filter(ifname, TcAttachType::Ingress);
+            Ok((Ingress::Xdp(mode), replaced))
+        }
+    }
+}
+
+/// Takes `ingress` off `ifname` (`ifindex`).
+fn detach_ingress(ebpf: &mut Ebpf, ingress: Ingress, ifname: &str, ifindex: u32) -> Result<()> {
+    match ingress {
+        Ingress::Tc(id) => detach_tc(ebpf, g::PROG_GUARD_INGRESS, id, ifname),
+        Ingress::Xdp(mode) => {
+            set_xdp_here(ifindex, None, mode).map_err(|source| EbpfDatapathError::DetachXdp {
+                ifname: ifname.to_owned(),
+                source,
+            })
+        }
+    }
+}
+
+/// Attaches `xdhcp_guard_xdp` to `ifname` through netlink, native (a veth
+/// has it) or generic where the driver refuses. Not a BPF link: like the
+/// guard's TC filters, it stays on the port when the agent stops, and the
+/// program an earlier agent left is replaced in one step. Returns the mode
+/// and whether an XDP program was there before.
+fn attach_xdp(ebpf: &mut Ebpf, ifname: &str, ifindex: u32) -> Result<(XdpHook, bool)> {
+    let prog: &mut Xdp = program(ebpf, g::PROG_GUARD_XDP)?;
+    let fd = prog.fd().map_err(|source| EbpfDatapathError::Attach {
+        ifname: ifname.to_owned(),
+        mode: crate::datapath::AttachMode::XdpNative,
+        source,
+    })?;
+    let err = |source| EbpfDatapathError::AttachXdp {
+        ifname: ifname.to_owned(),
+        source,
+    };
+    let before = xdp_prog_here(ifindex).map_err(err)?;
+    if let Some((id, _)) = before
+        && !is_guard_program(id)
+    {
+        // Someone else's (OVS's own program on an AF_XDP port, say):
+        // never replaced.
+        return Err(err(std::io::Error::other(format!(
+            "the port carries XDP program {id}, which is not the DHCP guard's"
+        ))));
+    }
+    // An earlier agent's program stays in its mode: replace it there (the
+    // kernel refuses a second mode while one is attached).
+    let first = before.map_or(XdpHook::Native, |(_, mode)| mode);
+    let mode = match set_xdp_here(ifindex, Some(fd.as_fd()), first) {
+        Ok(()) => first,
+        Err(native) if first == XdpHook::Native => {
+            set_xdp_here(ifindex, Some(fd.as_fd()), XdpHook::Generic).map_err(err)?;
+            tracing::warn!(ifname, reason = %native,
+                "native XDP refused for the DHCP guard, attached generic XDP");
+            XdpHook::Generic
+        }
+        Err(e) => return Err(err(e)),
+    };
+    if before.is_some() {
+        tracing::info!(
+            ifname,
+            program = g::PROG_GUARD_XDP,
+            "replaced an XDP program left on the port (a DHCP guard of an earlier agent)"
+        );
+    }
+    Ok((mode, before.is_some()))
+}
+
+/// Whether loaded program `id` is a guard XDP program (of this agent or an
+/// earlier one). Looked up only when a port already has an XDP program.
+fn is_guard_program(id: u32) -> bool {
+    aya::programs::loaded_programs()
+        .flatten()
+        .find(|p| p.id() == id)
+        .is_some_and(|p| p.name_as_str() == Some(g::PROG_GUARD_XDP))
 }
 
 /// The guard's TC filters: priority (first on the port) and handle, the
@@ -702,13 +969,15 @@ pub enum GuardProgram {
     Egress,
     /// The do-nothing TC baseline.
     Pass,
+    /// The ingress program's XDP twin (returns an XDP action).
+    Xdp,
 }
 
 #[cfg(feature = "test-hooks")]
 impl Guard {
     /// Runs a guard program once on `data` with `BPF_PROG_TEST_RUN`, as if
     /// the frame crossed device `ifindex` of the caller's namespace.
-    /// Returns the TC action.
+    /// Returns the TC action (the XDP action for [`GuardProgram::Xdp`]).
     pub fn test_run(&mut self, which: GuardProgram, data: &[u8], ifindex: u32) -> Result<u32> {
         self.test_run_timed(which, data, ifindex, 1).map(|(r, _)| r)
     }
@@ -727,19 +996,34 @@ impl Guard {
             GuardProgram::Ingress => g::PROG_GUARD_INGRESS,
             GuardProgram::Egress => g::PROG_GUARD_EGRESS,
             GuardProgram::Pass => g::PROG_GUARD_PASS,
+            GuardProgram::Xdp => g::PROG_GUARD_XDP,
         };
-        // struct __sk_buff up to `ifindex` (offset 40); the kernel zero-fills the rest.
-        let mut ctx = vec![0u8; 40];
-        ctx.extend_from_slice(&ifindex.to_ne_bytes());
+        let mut ctx = Vec::with_capacity(44);
+        if which == GuardProgram::Xdp {
+            // struct xdp_md { data, data_end, data_meta, ingress_ifindex,
+            // rx_queue_index, egress_ifindex }
+            let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+            for v in [0, len, 0, ifindex, 0, 0] {
+                ctx.extend_from_slice(&v.to_ne_bytes());
+            }
+        } else {
+            // struct __sk_buff up to `ifindex` (offset 40); the kernel
+            // zero-fills the rest.
+            ctx.resize(40, 0);
+            ctx.extend_from_slice(&ifindex.to_ne_bytes());
+        }
         let opts = TestRunOptions {
             data_in: Some(data),
             ctx_in: Some(&ctx),
             repeat,
             ..TestRunOptions::default()
         };
-        let res = program::<SchedClassifier>(&mut self.ebpf, name)?
-            .test_run(opts)
-            .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
+        let res = if which == GuardProgram::Xdp {
+            program::<Xdp>(&mut self.ebpf, name)?.test_run(opts)
+        } else {
+            program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
+        }
+        .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
         Ok((res.return_value, res.duration))
     }
 }

@@ -36,8 +36,8 @@ pub use attach::{
 #[cfg(feature = "test-hooks")]
 pub use guard::GuardProgram;
 pub use guard::{
-    Direction, Guard, GuardCounters, GuardEvent, GuardReader, GuardRecordError, GuardedPortInfo,
-    PortPolicy, decode_guard_record,
+    Direction, Guard, GuardCounters, GuardEvent, GuardHook, GuardReader, GuardRecordError,
+    GuardedPortInfo, PortPolicy, decode_guard_record,
 };
 pub use maps::{CaptureMode, Counters, XidOwnership};
 pub use pin::{PINNED_MAPS, PinnedMap, Pinning, pin_maps};
@@ -96,6 +96,18 @@ pub enum EbpfDatapathError {
         mode: AttachMode,
         #[source]
         source: aya::programs::links::LinkError,
+    },
+    #[error("failed to attach the guard's XDP program to {ifname} through netlink: {source}")]
+    AttachXdp {
+        ifname: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to detach the guard's XDP program from {ifname}: {source}")]
+    DetachXdp {
+        ifname: String,
+        #[source]
+        source: std::io::Error,
     },
     #[error("failed to detach from {ifname}: {source}")]
     Detach {

@@ -1,0 +1,181 @@
+//! One acquisition, the one entry every ADD path (a pod, a VM on its pod
+//! netdev, a VM through the VFIO handoff) calls: the engine configuration
+//! from the attachment's record, one of its network's acquisition slots
+//! ([`crate::lease::pacing`]), the lease task ([`Registry::spawn`]) and the
+//! wait for its first outcome. On failure the attachment is given up
+//! without a trace (task stopped, forgotten, record removed).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use xdhcp_engine::{
+    AcquireError, Client, ClientConfig, ClientId, ConfigError, Ipv4Prefix, Lease, Mode,
+};
+
+use crate::cni::config::validate_hostname;
+use crate::datapath::link::{Link, LinkError};
+use crate::lease::apply;
+use crate::lease::live::Outcome;
+use crate::lease::pacing::Pacing;
+use crate::lease::persist::LeaseRecord;
+use crate::lease::registry::{Handle, Registry};
+use crate::model::{ClientIdSetting, HostnameSetting, Network};
+use crate::netlink::NetlinkError;
+
+/// Extra time beyond the acquisition timeout for the engine's own failure
+/// event (its deadline fires on a timer).
+const ADD_MARGIN: Duration = Duration::from_secs(3);
+
+/// The least an admitted acquisition gets to run, however long it queued.
+const MIN_ACQUIRE_LEFT: Duration = Duration::from_secs(1);
+
+/// What an acquisition is for.
+#[derive(Debug)]
+pub(crate) struct Acquisition {
+    /// The attachment's record, without a lease yet.
+    pub(crate) record: LeaseRecord,
+    /// Maintained (pod) or one-shot (VM).
+    pub(crate) mode: Mode,
+    /// INIT-REBOOT for this address (a migrating VM), else a fresh DORA.
+    pub(crate) requested: Option<Ipv4Addr>,
+    /// The attachment's opened interface.
+    pub(crate) link: Link,
+}
+
+/// Why an acquisition ended without a lease.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The engine refused the configuration the network asks for.
+    Config(ConfigError),
+    /// No acquisition slot within the acquisition's timeout; `ahead` were
+    /// in flight or queued before it.
+    Queued { ahead: usize, timeout: Duration },
+    /// The lease's port could not be opened.
+    Port(LinkError),
+    /// The engine gave up, and what it heard.
+    NoLease {
+        timeout: Duration,
+        source: AcquireError,
+    },
+    /// The interface failed (`Some`) or was deleted (`None`) meanwhile.
+    LinkFailed(Option<LinkError>),
+    /// The agent is shutting down.
+    Cancelled,
+    /// Bound, but `"apply": true` could not configure the lease (given
+    /// back, and what was configured taken off).
+    Apply(Arc<NetlinkError>),
+    /// Nothing answered by the deadline (or the task ended without a word).
+    Silent { timeout: Duration },
+}
+
+impl Registry {
+    /// Run the engine on the acquisition's link until the first lease (or
+    /// failure), admitted by the network's pacing before the first
+    /// DISCOVER; `base` is the agent's engine configuration.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        pacing: &Pacing,
+        base: &ClientConfig,
+        a: Acquisition,
+    ) -> Result<(Handle, Lease), Failure> {
+        let rec = &a.record;
+        let mut cfg = engine_config(base, &rec.network, &rec.args, rec.mac, a.mode, a.requested);
+        cfg.route_policy
+            .protected
+            .extend(apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await);
+        cfg.validate().map_err(Failure::Config)?;
+        let timeout = cfg.acquire_timeout;
+        // Admitted within the acquisition's deadline; the engine gets what
+        // is left of it.
+        let asked = Instant::now();
+        let slot = pacing
+            .admit_within(&rec.network.name, timeout)
+            .await
+            .map_err(|ahead| {
+                self.metrics().failure("acquire_queued");
+                Failure::Queued { ahead, timeout }
+            })?;
+        let waited = asked.elapsed();
+        tracing::debug!(network = %rec.network.name, waited_us = waited.as_micros(),
+            "acquisition admitted");
+        cfg.acquire_timeout = timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT);
+        let client = Client::new(cfg, Instant::now(), crate::sys::clock::seed());
+        let (tx, rx) = oneshot::channel();
+        let handle = self
+            .spawn(a.record, client, a.link, Some(tx))
+            .await
+            .map_err(|source| {
+                self.metrics().failure("interface");
+                Failure::Port(source)
+            })?;
+        let outcome = slot
+            .hold_during(tokio::time::timeout(timeout + ADD_MARGIN, rx))
+            .await;
+        let failure = match outcome {
+            Ok(Ok(Outcome::Bound(lease))) => return Ok((handle, lease)),
+            Ok(Ok(Outcome::Failed(source))) => Failure::NoLease { timeout, source },
+            Ok(Ok(Outcome::LinkFailed(source))) => Failure::LinkFailed(Some(source)),
+            Ok(Ok(Outcome::Removed)) => Failure::LinkFailed(None),
+            Ok(Ok(Outcome::Cancelled)) => Failure::Cancelled,
+            Ok(Ok(Outcome::ApplyFailed(source))) => {
+                // Bound at the server: give the address back, nobody uses it.
+                self.abandon(&handle, true).await;
+                return Err(Failure::Apply(source));
+            }
+            // No answer by the deadline, or the task ended without one.
+            Ok(Err(_)) | Err(_) => {
+                self.metrics().failure("acquire_no_reply");
+                Failure::Silent { timeout }
+            }
+        };
+        self.abandon(&handle, false).await;
+        Err(failure)
+    }
+}
+
+/// The engine configuration of one attachment: the agent's (`base`), then
+/// the network's DHCP settings, then identity.
+pub(crate) fn engine_config(
+    base: &ClientConfig,
+    network: &Network,
+    args: &BTreeMap<String, String>,
+    mac: [u8; 6],
+    mode: Mode,
+    requested_ip: Option<Ipv4Addr>,
+) -> ClientConfig {
+    let ipam = &network.ipam;
+    let mut cfg = base.clone();
+    cfg.chaddr = mac;
+    cfg.mode = mode;
+    cfg.requested_ip = requested_ip;
+    cfg.client_id = match &ipam.client_id {
+        ClientIdSetting::Mac => ClientId::Mac,
+        ClientIdSetting::None => ClientId::None,
+        ClientIdSetting::Raw(b) => ClientId::Raw(b.clone()),
+    };
+    cfg.hostname = match &ipam.hostname {
+        HostnameSetting::PodName => args.get("K8S_POD_NAME").cloned(),
+        HostnameSetting::Fixed(h) => Some(h.clone()),
+        HostnameSetting::FromArg(k) => args.get(k).cloned(),
+    }
+    .filter(|h| validate_hostname(h).is_ok());
+    if let Some(t) = ipam.timeout {
+        cfg.acquire_timeout = t;
+    }
+    if let Some(m) = ipam.resend_max {
+        cfg.retransmit.max_interval = m.max(cfg.retransmit.initial);
+    }
+    cfg.route_policy.allow_default_override = ipam.allow_default_route_override;
+    // The network's own protected prefixes add to the agent's (its flags
+    // and the node's networks); they never replace them.
+    cfg.route_policy
+        .protected
+        .extend(ipam.protected_prefixes.iter().map(|p| Ipv4Prefix {
+            addr: p.addr,
+            len: p.len,
+        }));
+    cfg
+}

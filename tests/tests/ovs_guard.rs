@@ -1,0 +1,368 @@
+//! The DHCP guard on the workload ports of an Open vSwitch bridge on the
+//! userspace datapath, in the OVS + OVN node lab (`xdhcp_tests::OvnLab`:
+//! `datapath_type=netdev`, pods wired as OVN-Kubernetes wires them, dnsmasq
+//! behind the provider bridge).
+//!
+//! `ovs-vswitchd` reads the host end of every pod's veth through a packet
+//! socket, which the kernel feeds after XDP and before TC ingress: a frame
+//! the guard drops at TC ingress has already been copied to OVS, which
+//! forwards it. The agent reads the bridge's datapath from the OVS database
+//! and polices those ports at XDP. Shown, with the agent in the lab's node
+//! namespace reading the lab's database (no `--uplink`):
+//!
+//! - a rogue dnsmasq in a pod the agent serves: five new pods, each running
+//!   its own DHCP client on the segment, hear none of its OFFERs (an
+//!   nftables counter in each pod's namespace) and all bind to the real
+//!   server; the rogue did answer, and the guard counted its OFFERs;
+//! - a DISCOVER flood from a served pod (a made-up MAC per DISCOVER): the
+//!   real server behind the provider bridge sees at most the port's burst
+//!   and rate, and the guard counts every DISCOVER it let through or
+//!   dropped.
+//!
+//! Checksum offload is off on every lab veth (`OvnLab`). Needs root;
+//! fails, never skips, without it.
+
+mod agent_support;
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd as _;
+use std::time::{Duration, Instant};
+
+use agent_support::{CniPath, NodeAgent};
+use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
+use dhcproto::{Encodable as _, Encoder};
+use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
+use xdhcp_tests::bench::metric_count;
+use xdhcp_tests::{
+    Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginCall, PluginOutput, wait_until,
+};
+
+/// Where the agent serves its metrics, inside the lab's node namespace.
+const METRICS: &str = "127.0.0.1:9464";
+
+/// The rogue server's address, in a range of its own.
+const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+
+/// The guard's defaults, which the networks here do not change.
+const RATE: u64 = xdhcp_common::guard::GUARD_DEFAULT_RATE as u64;
+const BURST: u64 = xdhcp_common::guard::GUARD_DEFAULT_BURST as u64;
+
+/// The lab, dnsmasq behind the provider bridge, `pods` pods (MACs
+/// `0a:58:c0:00:02:1x`), and the agent reading the lab's database.
+fn lab(pods: u8) -> (OvnLab, Dnsmasq, NodeAgent) {
+    let mut lab = OvnLab::start();
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            interface: OvnLab::SERVER_IF.to_owned(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    for i in 0..pods {
+        lab.add_pod(&format!("pod{i}"), [0x0a, 0x58, 0xc0, 0x00, 0x02, 0x10 + i]);
+    }
+    let ovsdb = lab.db_socket();
+    let ovsdb = ovsdb.to_str().expect("a UTF-8 path");
+    let agent = NodeAgent::start(&lab.node, &["--ovsdb", ovsdb, "--metrics-addr", METRICS]);
+    (lab, dnsmasq, agent)
+}
+
+/// ADD `pod` as ovnkube-node does for a localnet network in DHCP mode:
+/// the `dhcp` plugin, the config OVN-Kubernetes writes (with the agent's
+/// socket as `daemonSocketPath`), an empty `CNI_ARGS`.
+fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, container_id: &str) -> PluginOutput {
+    let config = format!(
+        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
+        agent.socket.display(),
+        OvnLab::NETWORK
+    );
+    PluginCall {
+        plugin: &cni.plugin("dhcp"),
+        node_ns: None,
+        command: "ADD",
+        container_id,
+        netns: Some(pod.ns.path()),
+        ifname: &pod.ifname,
+        cni_path: cni.dir.path(),
+        cni_args: "",
+        config: &config,
+    }
+    .run()
+    .expect("run the dhcp plugin")
+}
+
+/// Serves `pod` through the agent; its port is guarded once the ADD
+/// answers.
+#[track_caller]
+fn serve(cni: &CniPath, agent: &NodeAgent, lab: &OvnLab, pod: &OvnPod, dnsmasq: &Dnsmasq) {
+    let r = ovnk_add(cni, agent, pod, "5a4db0c00eeee");
+    assert!(
+        r.ok,
+        "ADD: {} {}\n{}\n{}",
+        r.stdout,
+        r.stderr,
+        agent.log(),
+        dnsmasq.log()
+    );
+    let link = lab
+        .node
+        .ip(&["-d", "link", "show", "dev", &pod.host_ifname]);
+    let tc = lab
+        .node
+        .exec(&["tc", "filter", "show", "dev", &pod.host_ifname, "ingress"]);
+    assert!(
+        link.contains("xdhcp_guard") || tc.contains("xdhcp_guard"),
+        "{} not guarded: {link}\n{tc}\n{}",
+        pod.host_ifname,
+        agent.log()
+    );
+}
+
+/// Where the guard is: its XDP program on the port (the agent read the
+/// bridge's datapath from OVS), and no guard filter at TC ingress (each
+/// would take a token per DHCP message).
+#[track_caller]
+fn assert_guarded_at_xdp(lab: &OvnLab, port: &str) {
+    let link = lab.node.ip(&["-d", "link", "show", "dev", port]);
+    let tc = lab
+        .node
+        .exec(&["tc", "filter", "show", "dev", port, "ingress"]);
+    assert!(
+        link.contains("prog/xdp")
+            && link.contains("xdhcp_guard_xdp")
+            && !tc.contains("xdhcp_guard"),
+        "{port} is not guarded at XDP alone: {link}\n{tc}"
+    );
+}
+
+/// Counts, in `ns`, DHCP server messages from `from` that its IP stack
+/// receives (an nftables counter at prerouting).
+fn count_server_messages(ns: &NetNs, from: Ipv4Addr) {
+    let from = from.to_string();
+    for args in [
+        &["nft", "add", "table", "inet", "xdt_rogue"][..],
+        &[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "xdt_rogue",
+            "c",
+            "{ type filter hook prerouting priority -400; }",
+        ],
+        &[
+            "nft",
+            "add",
+            "rule",
+            "inet",
+            "xdt_rogue",
+            "c",
+            "ip",
+            "saddr",
+            &from,
+            "udp",
+            "sport",
+            "67",
+            "counter",
+        ],
+    ] {
+        let out = ns.exec_output(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn server_messages_seen(ns: &NetNs) -> u64 {
+    ns.exec(&["nft", "list", "table", "inet", "xdt_rogue"])
+        .split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("the counter's packets")
+}
+
+/// The agent's metrics (the guard's counters are copied there every 2 s).
+fn scrape(node: &NetNs) -> String {
+    let addr: std::net::SocketAddr = METRICS.parse().expect("an address");
+    let mut text = None;
+    wait_until(Duration::from_secs(5), || {
+        text = node.run_in(move || xdhcp_tests::bench::http_get(addr, "/metrics"));
+        text.is_some()
+    });
+    text.expect("the agent's metrics server answers")
+}
+
+/// `(passed client messages, dropped for reason)` of guarded port `port`.
+fn guard_figures(node: &NetNs, port: &str, reason: &str) -> (u64, u64) {
+    let m = scrape(node);
+    (
+        metric_count(
+            &m,
+            "xdhcp_guard_passed_client_frames",
+            &format!(r#"port="{port}""#),
+        ),
+        metric_count(
+            &m,
+            "xdhcp_guard_dropped_frames",
+            &format!(r#"port="{port}",reason="{reason}""#),
+        ),
+    )
+}
+
+#[test]
+fn a_rogue_server_in_a_served_pod_gets_none_of_five_new_pods() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq, agent) = lab(6);
+    let pods = lab.pods();
+    let served = &pods[0];
+    serve(&cni, &agent, &lab, served, &dnsmasq);
+
+    // A real dnsmasq inside the served pod, on its own range.
+    served.ns.add_addr(&served.ifname, ROGUE_IP, 24);
+    let rogue = Dnsmasq::start(
+        &served.ns,
+        DnsmasqConfig {
+            interface: served.ifname.clone(),
+            range: (
+                Ipv4Addr::new(198, 51, 100, 10),
+                Ipv4Addr::new(198, 51, 100, 50),
+            ),
+            router: Some(ROGUE_IP),
+            dns: Vec::new(),
+            ..DnsmasqConfig::default()
+        },
+    );
+
+    // Five new pods, each with its own DHCP client on the segment (as a
+    // VM's guest has): every DISCOVER reaches the rogue too.
+    let mut bound = Vec::new();
+    for pod in &pods[1..] {
+        count_server_messages(&pod.ns, ROGUE_IP);
+        bound.push(xdhcp_tests::udhcpc_once(&pod.ns, &pod.ifname));
+    }
+    let heard: Vec<u64> = pods[1..]
+        .iter()
+        .map(|p| server_messages_seen(&p.ns))
+        .collect();
+    assert_eq!(
+        heard,
+        [0; 5],
+        "rogue OFFERs reached the new pods; bound: {bound:?}\n{}",
+        rogue.log()
+    );
+    for (i, b) in bound.iter().enumerate() {
+        assert!(
+            b.is_some_and(|(ip, server)| server == OvnLab::SERVER_IP
+                && ip.octets()[..3] == OvnLab::SERVER_IP.octets()[..3]),
+            "pod{} bound {b:?}, not to the real server",
+            i + 1
+        );
+    }
+    // The rogue did answer, and the guard dropped what it sent.
+    assert!(
+        rogue.count_in_log("DHCPOFFER") >= 5,
+        "the rogue never answered:\n{}",
+        rogue.log()
+    );
+    let mut dropped = 0;
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            dropped = guard_figures(&lab.node, &served.host_ifname, "server").1;
+            dropped >= 5
+        }),
+        "the guard counted {dropped} dropped server messages\n{}",
+        agent.log()
+    );
+    assert_guarded_at_xdp(&lab, &served.host_ifname);
+}
+
+/// Sends DISCOVERs from `pod`, each with its own made-up MAC (an address
+/// pool starvation attempt), for `how_long`; returns how many and the time
+/// from first to last.
+fn flood(pod: &OvnPod, how_long: Duration) -> (u64, Duration) {
+    let ifindex = pod.ns.ifindex(&pod.ifname);
+    let tx = pod.ns.packet_socket(ifindex, libc::ETH_P_ALL as u16, None);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while start.elapsed() < how_long {
+        let n = sent.to_be_bytes();
+        let mac = [0x02, 0xf1, 0, n[5], n[6], n[7]];
+        let mut m = Message::default();
+        m.set_opcode(Opcode::BootRequest)
+            .set_xid(0xf100_0000 | u32::from_be_bytes([0, n[5], n[6], n[7]]))
+            .set_flags(Flags::default().set_broadcast())
+            .set_chaddr(&mac);
+        m.opts_mut()
+            .insert(DhcpOption::MessageType(MessageType::Discover));
+        let mut payload = Vec::new();
+        m.encode(&mut Encoder::new(&mut payload)).expect("encode");
+        let frame = build_udp_frame(
+            &FrameHeaders {
+                src_mac: mac,
+                dst_mac: [0xff; 6],
+                vlan: None,
+                src_ip: Ipv4Addr::UNSPECIFIED,
+                dst_ip: Ipv4Addr::BROADCAST,
+                src_port: 68,
+                dst_port: 67,
+            },
+            &payload,
+        );
+        // SAFETY: sending a buffer on a bound packet socket.
+        let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        assert_eq!(
+            usize::try_from(n).ok(),
+            Some(frame.len()),
+            "send: {}",
+            std::io::Error::last_os_error()
+        );
+        sent += 1;
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    (sent, start.elapsed())
+}
+
+#[test]
+fn a_discover_flood_from_a_served_pod_reaches_the_server_at_the_ports_rate() {
+    let cni = CniPath::new();
+    let (lab, dnsmasq, agent) = lab(1);
+    let pod = &lab.pods()[0];
+    serve(&cni, &agent, &lab, pod, &dnsmasq);
+
+    let (sent, elapsed) = flood(pod, Duration::from_secs(3));
+    // dnsmasq logs each DISCOVER it reads; give it a moment for the last.
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = dnsmasq
+        .log()
+        .lines()
+        .filter(|l| l.contains("DHCPDISCOVER(") && l.contains("02:f1:00:"))
+        .count() as u64;
+    // The burst, the rate over the flood's time (rounded up), and one more
+    // for the clock's tick.
+    let ms = u64::try_from(elapsed.as_millis()).expect("milliseconds");
+    let allowed = BURST + (RATE * ms).div_ceil(1000) + 1;
+    assert!(sent > 1000, "the flood sent only {sent}");
+    assert!(
+        seen <= allowed,
+        "the server saw {seen} of {sent} DISCOVERs in {elapsed:?} (at most {allowed})"
+    );
+    assert!(seen >= BURST, "the server saw the burst at least: {seen}");
+    // Counted: every DISCOVER of the flood passed or was dropped for the
+    // rate, and what passed is what the port allows.
+    let (mut passed, mut dropped) = (0, 0);
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            (passed, dropped) = guard_figures(&lab.node, &pod.host_ifname, "rate");
+            // The pod's own DORA passed the guard before the flood.
+            passed + dropped >= sent
+        }),
+        "passed {passed} + dropped {dropped} of {sent}\n{}",
+        agent.log()
+    );
+    assert!(dropped >= sent - allowed, "dropped {dropped} of {sent}");
+    assert!(passed <= allowed + 4, "passed {passed} (allowed {allowed})");
+    assert_guarded_at_xdp(&lab, &pod.host_ifname);
+}
