@@ -64,7 +64,7 @@ impl LabDatapath {
 }
 
 /// What links the provider bridge's port to the server.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LabLink {
     /// A veth pair between the node and server namespaces.
     #[default]
@@ -77,7 +77,7 @@ pub enum LabLink {
 }
 
 /// How [`OvnLab::start_with`] builds the lab.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct OvnLabOptions {
     pub datapath: LabDatapath,
     pub link: LabLink,
