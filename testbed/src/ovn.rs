@@ -148,15 +148,16 @@ pub fn localnet_port_args(switch: &str, port: &str, physnet: &str) -> Vec<String
     .collect()
 }
 
-/// `ovs-vsctl` arguments adding bridge `name` on the userspace (`netdev`)
-/// datapath; the integration bridge also gets `fail_mode=secure` and no
-/// in-band control, as ovn-controller expects.
-pub fn add_bridge_args(name: &str) -> Vec<String> {
+/// `ovs-vsctl` arguments adding bridge `name` on `datapath` (`netdev`, the
+/// userspace datapath, or `system`, the kernel's); the integration bridge
+/// also gets `fail_mode=secure` and no in-band control, as ovn-controller
+/// expects.
+pub fn add_bridge_args(name: &str, datapath: &str) -> Vec<String> {
     let mut args: Vec<String> = ["add-br", name, "--", "set", "bridge", name]
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-    args.push("datapath_type=netdev".to_owned());
+    args.push(format!("datapath_type={datapath}"));
     if name == INTEGRATION_BRIDGE {
         args.push("fail_mode=secure".to_owned());
         args.push("other_config:disable-in-band=true".to_owned());
@@ -233,8 +234,8 @@ mod tests {
 
     #[test]
     fn only_the_integration_bridge_is_fail_secure() {
-        assert!(add_bridge_args("br-int").contains(&"fail_mode=secure".to_owned()));
-        let phys = add_bridge_args("br-phys");
+        assert!(add_bridge_args("br-int", "netdev").contains(&"fail_mode=secure".to_owned()));
+        let phys = add_bridge_args("br-phys", "netdev");
         assert!(phys.contains(&"datapath_type=netdev".to_owned()));
         assert!(!phys.iter().any(|a| a.starts_with("fail_mode")));
     }

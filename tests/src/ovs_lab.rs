@@ -10,8 +10,13 @@
 //!  eth0 ──veth── <host if> on br-int ─patch─ br-phys ── eth1 ──veth── s0 (192.0.2.1, dnsmasq)
 //! ```
 //!
-//! The bridges use the userspace datapath (`datapath_type=netdev`): the
-//! host has no openvswitch kernel module. `br-int` is the integration
+//! By default ([`OvnLab::start`]) the bridges use the userspace datapath
+//! (`datapath_type=netdev`; a host without the openvswitch kernel module
+//! has no other) and `eth1` is a veth to the server's namespace.
+//! [`OvnLab::start_with`] takes the kernel datapath (`datapath_type=system`,
+//! the module is loaded first) and real NICs instead of that veth
+//! ([`LabLink::Nics`]: moved into the node and server namespaces and renamed
+//! `eth1` and `s0`, so everything else is the same). `br-int` is the integration
 //! bridge; `ovn-bridge-mappings=physnet1:br-phys` maps the localnet's
 //! physical network to the provider bridge, whose port `eth1` is the
 //! node's "NIC". The logical switch has a localnet port (`type=localnet`,
@@ -37,6 +42,56 @@ use crate::servers::{Process, wait_until};
 
 /// How long the daemons get to come up and wire a port.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The datapath of the lab's bridges (`Bridge.datapath_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LabDatapath {
+    /// `netdev`: `ovs-vswitchd` switches in userspace, reading its ports
+    /// through packet sockets.
+    #[default]
+    Netdev,
+    /// `system`: the openvswitch kernel module switches; `ovs-vswitchd`
+    /// programs it over netlink.
+    System,
+}
+
+impl LabDatapath {
+    /// The `datapath_type` value.
+    pub fn ovs_name(self) -> &'static str {
+        match self {
+            Self::Netdev => "netdev",
+            Self::System => "system",
+        }
+    }
+}
+
+/// What links the provider bridge's port to the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LabLink {
+    /// A veth pair between the node and server namespaces.
+    #[default]
+    Veth,
+    /// Two NICs of the initial namespace on one wire (for example the
+    /// VM tier's two virtio-net NICs on one qemu hub), named by MAC:
+    /// `uplink` becomes the node's `eth1`, `server` the server's `s0`.
+    /// Deleting the namespaces gives them back to the initial one.
+    Nics { uplink: [u8; 6], server: [u8; 6] },
+}
+
+/// How [`OvnLab::start_with`] builds the lab.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OvnLabOptions {
+    pub datapath: LabDatapath,
+    pub link: LabLink,
+}
+
+/// The link between the node and the server, kept for the lab's lifetime.
+#[derive(Debug)]
+enum UplinkLink {
+    Veth(#[expect(dead_code, reason = "held for its Drop")] Veth),
+    /// Moved NICs: the namespaces' deletion hands them back.
+    Nics,
+}
 
 /// A pod of the lab.
 #[derive(Debug)]
@@ -67,7 +122,8 @@ pub struct OvnLab {
     /// The DHCP server's namespace, behind the provider bridge.
     pub server: NetNs,
     pods: Vec<OvnPod>,
-    _uplink: Veth,
+    datapath: LabDatapath,
+    _uplink: UplinkLink,
     /// The links of providers added at run time ([`OvnLab::add_provider`]).
     providers: Vec<Veth>,
     /// Stopped newest first on drop.
@@ -92,25 +148,49 @@ impl OvnLab {
     pub const NETWORK: &'static str = "lab-ns_localnet1";
     pub const CHASSIS: &'static str = "lab-node";
 
-    /// Starts every daemon and builds the bridges, the logical switch and the
-    /// server's link; panics (with the daemons' logs left in place until
-    /// drop) if something does not come up.
+    /// Starts every daemon and builds the bridges (userspace datapath), the
+    /// logical switch and the server's link (a veth); panics (with the
+    /// daemons' logs left in place until drop) if something does not come
+    /// up.
     #[track_caller]
     pub fn start() -> Self {
+        Self::start_with(OvnLabOptions::default())
+    }
+
+    /// [`OvnLab::start`] with the datapath and the server's link of
+    /// `options`.
+    #[track_caller]
+    pub fn start_with(options: OvnLabOptions) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("xdt-ovnlab-")
             .tempdir()
             .expect("tempdir");
+        if options.datapath == LabDatapath::System {
+            // ovs-vswitchd does not load the module itself (ovs-ctl does).
+            run(Command::new(program("modprobe")).arg("openvswitch"));
+        }
         let node = NetNs::new();
         let server = NetNs::new();
-        let uplink = Veth::new(&node, Self::UPLINK, &server, Self::SERVER_IF);
-        checksum_offload_off(&node, Self::UPLINK);
-        checksum_offload_off(&server, Self::SERVER_IF);
+        let uplink = match options.link {
+            LabLink::Veth => {
+                UplinkLink::Veth(Veth::new(&node, Self::UPLINK, &server, Self::SERVER_IF))
+            }
+            LabLink::Nics { uplink, server: s } => {
+                move_nic(uplink, &node, Self::UPLINK);
+                move_nic(s, &server, Self::SERVER_IF);
+                UplinkLink::Nics
+            }
+        };
+        if options.datapath == LabDatapath::Netdev {
+            checksum_offload_off(&node, Self::UPLINK);
+            checksum_offload_off(&server, Self::SERVER_IF);
+        }
         server.add_addr(Self::SERVER_IF, Self::SERVER_IP, 24);
         let mut lab = Self {
             node,
             server,
             pods: Vec::new(),
+            datapath: options.datapath,
             _uplink: uplink,
             providers: Vec::new(),
             daemons: Vec::new(),
@@ -162,15 +242,18 @@ impl OvnLab {
         lab
     }
 
-    /// Starts `ovs-vswitchd` on the node's database. It runs in the node's
-    /// namespace: the userspace datapath opens the node's interfaces by
-    /// name there. `--disable-system`: never touch the kernel datapath.
+    /// Starts `ovs-vswitchd` on the node's database. The node's daemons run
+    /// in its namespace: the userspace datapath opens the node's interfaces
+    /// by name there, the kernel datapath (`ovs-system`) is created there.
+    /// `--disable-system`: never touch the kernel datapath when the lab does
+    /// not use it.
     #[track_caller]
     fn start_vswitchd(&mut self) {
         let mut vswitchd = netns_exec(self.node.name(), program("ovs-vswitchd"));
-        vswitchd
-            .arg(format!("unix:{}", self.db_socket().display()))
-            .arg("--disable-system");
+        vswitchd.arg(format!("unix:{}", self.db_socket().display()));
+        if self.datapath == LabDatapath::Netdev {
+            vswitchd.arg("--disable-system");
+        }
         self.daemon("ovs-vswitchd", vswitchd, true);
     }
 
@@ -222,13 +305,14 @@ impl OvnLab {
         }
     }
 
-    /// The node's bridges (userspace datapath) and the `Open_vSwitch`
+    /// The node's bridges (on the lab's datapath) and the `Open_vSwitch`
     /// row's OVN settings: chassis name, southbound database, encapsulation
     /// and the bridge mapping of the localnet's physical network.
     #[track_caller]
     fn configure_node(&self) {
-        self.vsctl_owned(&ovn::add_bridge_args(Self::INTEGRATION_BRIDGE));
-        self.vsctl_owned(&ovn::add_bridge_args(Self::PROVIDER_BRIDGE));
+        let datapath = self.datapath.ovs_name();
+        self.vsctl_owned(&ovn::add_bridge_args(Self::INTEGRATION_BRIDGE, datapath));
+        self.vsctl_owned(&ovn::add_bridge_args(Self::PROVIDER_BRIDGE, datapath));
         self.vsctl_owned(&ovn::node_settings_args(
             Self::CHASSIS,
             &format!("unix:{}", self.path("ovnsb.sock").display()),
@@ -374,8 +458,10 @@ impl OvnLab {
         let host_ifname = ovn::host_ifname(&sandbox, n + 3);
         let ifname = "eth0".to_owned();
         let veth = Veth::with_mac(&self.node, &host_ifname, &ns, &ifname, mac);
-        checksum_offload_off(&self.node, &host_ifname);
-        checksum_offload_off(&ns, &ifname);
+        if self.datapath == LabDatapath::Netdev {
+            checksum_offload_off(&self.node, &host_ifname);
+            checksum_offload_off(&ns, &ifname);
+        }
         let iface_id = ovn::logical_port(Self::NAD, "lab-ns", pod);
         let uid = format!("00000000-0000-4000-8000-{:012x}", n + 1);
         let mac_text = format_mac(mac);
@@ -428,16 +514,19 @@ impl OvnLab {
     }
 
     /// Adds a provider bridge for a second physical network, as an
-    /// operator would at run time: `bridge` (userspace datapath) whose port
+    /// operator would at run time: `bridge` (the lab's datapath) whose port
     /// `nic` (in the node namespace) is a veth to `server_if` in the
     /// server's namespace. Not mapped yet: see
     /// [`OvnLab::set_bridge_mappings`].
     #[track_caller]
     pub fn add_provider_bridge(&mut self, bridge: &str, nic: &str, server_if: &str) {
         let veth = Veth::new(&self.node, nic, &self.server, server_if);
-        checksum_offload_off(&self.node, nic);
-        checksum_offload_off(&self.server, server_if);
+        if self.datapath == LabDatapath::Netdev {
+            checksum_offload_off(&self.node, nic);
+            checksum_offload_off(&self.server, server_if);
+        }
         self.providers.push(veth);
+        let datapath_type = format!("datapath_type={}", self.datapath.ovs_name());
         self.vsctl(&[
             "add-br",
             bridge,
@@ -445,7 +534,7 @@ impl OvnLab {
             "set",
             "bridge",
             bridge,
-            "datapath_type=netdev",
+            &datapath_type,
             "--",
             "add-port",
             bridge,
@@ -478,6 +567,11 @@ impl OvnLab {
         ]);
     }
 
+    /// The datapath of the lab's bridges.
+    pub fn datapath(&self) -> LabDatapath {
+        self.datapath
+    }
+
     /// The pods, in the order they were added.
     pub fn pods(&self) -> &[OvnPod] {
         &self.pods
@@ -487,6 +581,49 @@ impl OvnLab {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// Moves the initial namespace's interface with `mac` into `ns` as
+/// `name`, up. Waits for it: a namespace deleted just before (a previous
+/// lab's) hands its NICs back asynchronously, and slowly under emulation.
+#[track_caller]
+fn move_nic(mac: [u8; 6], ns: &NetNs, name: &str) {
+    let mut found = None;
+    wait_until(READY_TIMEOUT, || {
+        found = netdev_with_mac(mac);
+        found.is_some()
+    });
+    let Some(ifname) = found else {
+        panic!(
+            "no interface with MAC {} in the initial namespace",
+            format_mac(mac)
+        );
+    };
+    run(Command::new(program("ip")).args([
+        "link",
+        "set",
+        "dev",
+        &ifname,
+        "netns",
+        ns.name(),
+        "name",
+        name,
+    ]));
+    ns.link_up(name);
+}
+
+/// The initial namespace's interface with `mac`, if any.
+fn netdev_with_mac(mac: [u8; 6]) -> Option<String> {
+    std::fs::read_dir("/sys/class/net")
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("address"))
+                .ok()
+                .and_then(|a| crate::netns::parse_mac(a.trim()))
+                == Some(mac)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
 }
 
 /// Turns tx checksum offload off on `ifname` in `ns`. A veth hands a

@@ -82,6 +82,12 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
             "tc_captures_replies_held_in_page_fragments",
         ],
     ),
+    // The OVS + OVN lab on the kernel datapath (the openvswitch module this
+    // machine's kernel lacks), the virtio NIC as the provider bridge's port:
+    // the uplink found in OVS with native XDP, a pod's DORA, renewal and
+    // RELEASE after its port is gone; ports guarded before their ADD and a
+    // rogue server reaching no new pod.
+    ("ovs_guest", &[]),
     // The pod path: ADD through the bridge plugin, renewal, DEL.
     (
         "cni",

@@ -400,8 +400,8 @@ fn start_node<'a>(lab: &'a Shared, dir: &Path) -> Result<Node<'a>> {
         ));
     node.daemon("ovn-northd", northd)?;
 
-    node.vsctl(&ovn::add_bridge_args(ovn::INTEGRATION_BRIDGE))?;
-    node.vsctl(&ovn::add_bridge_args(PROVIDER_BRIDGE))?;
+    node.vsctl(&ovn::add_bridge_args(ovn::INTEGRATION_BRIDGE, "netdev"))?;
+    node.vsctl(&ovn::add_bridge_args(PROVIDER_BRIDGE, "netdev"))?;
     node.vsctl(&ovn::node_settings_args(
         "demo-node",
         &format!("unix:{}", node.path("ovnsb.sock").display()),
