@@ -30,6 +30,10 @@
 //! after XDP and before TC ingress: a rogue OFFER dropped at TC ingress has
 //! already been forwarded. Those ports (the daemon tells, from the OVS
 //! database: [`GuardService::set_userspace_ports`]) are policed at XDP.
+//!
+//! One thing: the table of guarded workload ports and the policy on each,
+//! whichever of the ADD, a resumed lease or Open vSwitch found the port
+//! (about 700 lines, most of them the ways a port comes and goes).
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::AsFd as _;

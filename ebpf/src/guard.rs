@@ -42,6 +42,9 @@
 //! first, which is policed), a frame too short to show its UDP ports.
 //! Only helpers available since kernel 5.11 are used (`bpf_ktime_get_coarse_ns`
 //! is the newest).
+//!
+//! One thing: the guard's kernel programs, which must stay one object (they
+//! share the port map, the counters and the parser the verifier sees).
 
 use core::ffi::c_void;
 use core::hint::black_box;

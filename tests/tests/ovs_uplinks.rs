@@ -572,7 +572,13 @@ fn a_port_appearing_in_ovs_is_guarded_before_its_add() {
     // DEL lets go), its identity now the CNI's alone.
     lab.remove_pod_port(0);
     wait_guarded(&agent, &host, "cni", Duration::from_secs(2));
-    assert_eq!(guard_programs(&lab.node, &host), before_add);
+    // Off the userspace-datapath bridge nothing reads the port through a
+    // packet tap: the guard may move from XDP back to TC ingress, but it
+    // stays on.
+    assert!(
+        !guard_programs(&lab.node, &host).is_empty(),
+        "the port lost its guard when it left br-int"
+    );
 
     // (d) A port no ADD ever names: guarded while it is on br-int, and
     // unguarded when it leaves (its veth stays).

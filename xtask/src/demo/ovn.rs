@@ -18,6 +18,10 @@
 //! xdhcp thin plugin installed as `dhcp`, with the agent's socket as
 //! `daemonSocketPath`. The agent gets no `--uplink`: it reads `eth1` from
 //! OVS.
+//!
+//! One thing: the demo on an OVS + OVN node, its numbered steps in the
+//! order a newcomer reads them (a script, long because each step checks
+//! its own outcome).
 
 use std::{
     fmt, fs,
