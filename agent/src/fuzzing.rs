@@ -514,15 +514,7 @@ fn learn_script(data: &[u8]) -> u32 {
         let (_, payload) = parse_udp_frame(&record[head..head + captured])
             .expect("an accepted record holds a frame");
         assert_eq!(ev.payload, payload, "event payload is not the frame's");
-        let seen = Seen {
-            direction: match ev.direction {
-                Direction::FromWorkload => learner::Direction::FromGuest,
-                Direction::ToWorkload => learner::Direction::ToGuest,
-            },
-            src_mac: ev.headers.src_mac,
-            src_ip: ev.headers.src_ip,
-            payload: &ev.payload,
-        };
+        let seen = Seen::of(&ev);
         let observed = validate::parse_observed(&ev.payload).ok();
         let out = learner.observe(ev.ifindex, MAC, &seen, now, || Some(view.clone()));
         let Some(msg) = observed.filter(|m| m.chaddr == MAC) else {

@@ -395,9 +395,11 @@ impl Dnsmasq {
     #[track_caller]
     pub fn restart(&mut self) {
         self.process.kill();
-        self.process = Self::spawn(&self.ns_name, self.dir.path(), &self.config);
-        // The ready line is already in the log; wait for a second one.
+        // The ready line is already in the log; wait for one more. Counted
+        // before the spawn: a server quick to start would otherwise have
+        // written its line before the count, and the wait never end.
         let before = self.count_in_log("DHCP, IP range");
+        self.process = Self::spawn(&self.ns_name, self.dir.path(), &self.config);
         let log = self.log_file();
         let ok = wait_until(READY_TIMEOUT, || {
             read_lossy(&log).matches("DHCP, IP range").count() > before

@@ -25,9 +25,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::bindings::learner::{self, Learner, Moves, NetworkView, Pace, Seen};
+use crate::bindings::learner::{Learner, Moves, NetworkView, Pace, Seen};
 use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
-use crate::datapath::ebpf::{Direction, GuardEvent};
+use crate::datapath::ebpf::GuardEvent;
 use crate::ops::context::Agent;
 use crate::sys::sync::lock;
 
@@ -159,15 +159,7 @@ impl Following {
         let Some(mac) = port.policy.single_client else {
             return;
         };
-        let seen = Seen {
-            direction: match ev.direction {
-                Direction::FromWorkload => learner::Direction::FromGuest,
-                Direction::ToWorkload => learner::Direction::ToGuest,
-            },
-            src_mac: ev.headers.src_mac,
-            src_ip: ev.headers.src_ip,
-            payload: &ev.payload,
-        };
+        let seen = Seen::of(ev);
         let now = Instant::now().into_std();
         let learned = self.learner.observe(port.ifindex, mac, &seen, now, || {
             network_view(agent, &cid, &ifname, mac)
