@@ -466,7 +466,7 @@ fn learn_script(data: &[u8]) -> u32 {
 
     use crate::bindings::Learned;
     use crate::bindings::learner::{
-        self, EXCHANGE_WINDOW, Learner, MOVE_BURST, MOVE_INTERVAL, Moves, NetworkView, Seen,
+        EXCHANGE_WINDOW, Learner, MOVE_BURST, MOVE_INTERVAL, Moves, NetworkView, Seen,
     };
     use crate::datapath::ebpf::{Direction, decode_guard_record};
     use learning_lab::{MAC, NEIGHBOUR, PREFIX, SERVER, SERVER_MAC};
