@@ -587,14 +587,20 @@ fn on_the_kernel_datapath_ovs_killed_and_restarted_under_live_leases_every_lease
 
 /// The guest has two NICs, both the lab's (the first provider bridge's
 /// port and the server's): the second provider bridge's port is a veth to
-/// the server's namespace.
+/// the server's namespace, where the agent attaches at TC ingress (the
+/// per-device default on a veth of the kernel datapath).
+///
+/// The budget here is 2 s, not the 1 s the host's lab holds
+/// (`ovs_uplinks.rs`): under 1 vCPU of software emulation the TC attach
+/// alone (qdisc, filter, netlink) took 0.84 s in the agent's own log, and
+/// the time also holds `ovs-vsctl`'s and `tc`'s start-up.
 #[test]
 #[ignore = "needs the VM tier's devices: run `cargo xtask vmtest`"]
-fn on_the_kernel_datapath_a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
+fn on_the_kernel_datapath_a_bridge_mapping_added_at_run_time_is_attached_within_two_seconds() {
     let mut lab = kernel_lab();
     let agent = agent(&lab, &[]);
     wait_live(&agent, OvnLab::UPLINK);
-    let (added, removed) = agent.check_mapping_added_at_run_time(&mut lab, Duration::from_secs(1));
+    let (added, removed) = agent.check_mapping_added_at_run_time(&mut lab, Duration::from_secs(2));
     report(&format!(
         "mapping added -> eth2 attached in {added:?}; removed -> detached in {removed:?}"
     ));

@@ -439,7 +439,7 @@ impl NodeAgent {
     /// A second provider bridge `br-phys2` (port `eth2`, a veth to the
     /// server's `s1`) added to `lab` at run time: unmapped it is no uplink;
     /// mapped as `physnet2` its program is on `eth2` (as the kernel shows
-    /// it) within `budget` of the `ovs-vsctl` that maps it starting, and
+    /// it, at XDP or TC) within `budget` of the `ovs-vsctl` that maps it starting, and
     /// the agent reports it live; its mapping removed, it is detached within
     /// `budget`, and the lab's own uplink stays. The agent runs with `lab`'s
     /// database and its uplink is live. Returns the two measured times.
@@ -451,10 +451,17 @@ impl NodeAgent {
     ) -> (Duration, Duration) {
         lab.add_provider_bridge("br-phys2", "eth2", "s1");
         let lab = &*lab;
-        let xdp_on = |ifname: &str| {
+        // The uplink program, at XDP or at TC ingress (the attach mode is
+        // the datapath's and the device's: XDP on a veth of a userspace
+        // datapath, TC on one of the kernel datapath).
+        let attached_on = |ifname: &str| {
             lab.node
                 .ip(&["-d", "link", "show", "dev", ifname])
                 .contains("prog/xdp")
+                || lab
+                    .node
+                    .exec(&["tc", "filter", "show", "dev", ifname, "ingress"])
+                    .contains("xdhcp")
         };
         // A bridge nobody maps is no uplink.
         std::thread::sleep(Duration::from_millis(300));
@@ -467,7 +474,7 @@ impl NodeAgent {
         let t0 = Instant::now();
         lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
         let vsctl = t0.elapsed();
-        let attached = wait_until(Duration::from_secs(5), || xdp_on("eth2"));
+        let attached = wait_until(Duration::from_secs(5), || attached_on("eth2"));
         let added = t0.elapsed();
         assert!(
             attached,
@@ -489,7 +496,7 @@ impl NodeAgent {
         let t0 = Instant::now();
         lab.set_bridge_mappings(&before);
         let vsctl = t0.elapsed();
-        let detached = wait_until(Duration::from_secs(5), || !xdp_on("eth2"));
+        let detached = wait_until(Duration::from_secs(5), || !attached_on("eth2"));
         let removed = t0.elapsed();
         assert!(detached, "{:?}\n{}", self.try_status(), self.log());
         assert!(
