@@ -25,10 +25,10 @@
 //!   server at no more than the port's burst and rate (the guard at TC
 //!   ingress on the host-side veth);
 //! - ovs-vswitchd and the node's ovsdb-server killed (SIGKILL) under live
-//!   leases: the kernel datapath and its cached flows stay, the agent
-//!   reports OVS unavailable and keeps its uplink, every lease renews at the
-//!   uplink, again after OVS is back, and a pod wired after that binds at
-//!   the uplink;
+//!   leases: the agent reports OVS unavailable and keeps its uplink, every
+//!   lease renews at the uplink (its ACK taken at XDP, not through OVS),
+//!   again after OVS is back, and a pod wired after that binds at the
+//!   uplink;
 //! - a bridge mapping added at run time is attached within 1 s, and
 //!   detached within 1 s when it goes (the second provider bridge's port is
 //!   a veth: both of the guest's NICs are the lab's already).
@@ -541,10 +541,10 @@ fn on_the_kernel_datapath_ovs_killed_and_restarted_under_live_leases_every_lease
         agent.log()
     );
 
-    // ovs-vswitchd and ovsdb-server die (SIGKILL); the kernel datapath
-    // (`ovs-system` and its ports) stays. The agent says OVS is gone, keeps
-    // the uplink it read, and every lease renews through the uplink's own
-    // socket: its ACK is taken at XDP on the NIC, before the datapath.
+    // ovs-vswitchd and ovsdb-server die (SIGKILL). The agent says OVS is
+    // gone, keeps the uplink it read, and every lease renews through the
+    // uplink's own socket: its ACK is taken at XDP on the NIC, before the
+    // datapath.
     let replies = |agent: &NodeAgent| agent.live_uplink(OvnLab::UPLINK).map(|u| u.replies);
     let before = replies(&agent);
     lab.kill_ovs();
