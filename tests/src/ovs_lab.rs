@@ -29,6 +29,8 @@
 //! Dropping the lab stops the daemons (newest first) and removes the
 //! namespaces and the directory, also when the test fails.
 
+pub mod flood;
+
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;

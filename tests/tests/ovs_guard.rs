@@ -25,14 +25,10 @@
 mod agent_support;
 
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_support::{CniPath, NodeAgent};
-use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
-use dhcproto::{Encodable as _, Encoder};
-use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
-use xdhcp_tests::bench::metric_count;
+use xdhcp_tests::ovs_lab::flood;
 use xdhcp_tests::{
     Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginCall, PluginOutput, wait_until,
 };
@@ -42,10 +38,6 @@ const METRICS: &str = "127.0.0.1:9464";
 
 /// The rogue server's address, in a range of its own.
 const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
-
-/// The guard's defaults, which the networks here do not change.
-const RATE: u64 = xdhcp_common::guard::GUARD_DEFAULT_RATE as u64;
-const BURST: u64 = xdhcp_common::guard::GUARD_DEFAULT_BURST as u64;
 
 /// The lab, dnsmasq behind the provider bridge, `pods` pods (MACs
 /// `0a:58:c0:00:02:1x`), and the agent reading the lab's database.
@@ -184,32 +176,9 @@ fn server_messages_seen(ns: &NetNs) -> u64 {
         .expect("the counter's packets")
 }
 
-/// The agent's metrics (the guard's counters are copied there every 2 s).
-fn scrape(node: &NetNs) -> String {
-    let addr: std::net::SocketAddr = METRICS.parse().expect("an address");
-    let mut text = None;
-    wait_until(Duration::from_secs(5), || {
-        text = node.run_in(move || xdhcp_tests::bench::http_get(addr, "/metrics"));
-        text.is_some()
-    });
-    text.expect("the agent's metrics server answers")
-}
-
 /// `(passed client messages, dropped for reason)` of guarded port `port`.
 fn guard_figures(node: &NetNs, port: &str, reason: &str) -> (u64, u64) {
-    let m = scrape(node);
-    (
-        metric_count(
-            &m,
-            "xdhcp_guard_passed_client_frames",
-            &format!(r#"port="{port}""#),
-        ),
-        metric_count(
-            &m,
-            "xdhcp_guard_dropped_frames",
-            &format!(r#"port="{port}",reason="{reason}""#),
-        ),
-    )
+    flood::guard_figures(node, METRICS.parse().expect("an address"), port, reason)
 }
 
 #[test]
@@ -279,53 +248,6 @@ fn a_rogue_server_in_a_served_pod_gets_none_of_five_new_pods() {
     assert_guarded_at_xdp(&lab, &served.host_ifname);
 }
 
-/// Sends DISCOVERs from `pod` under its own MAC, each with its own xid, for
-/// `how_long`; returns how many and the time from first to last. (Made-up
-/// MACs, a pool starvation attempt, are dropped outright as spoofed: a
-/// workload port has one client, `guard_netns.rs`.)
-fn flood(pod: &OvnPod, how_long: Duration) -> (u64, Duration) {
-    let ifindex = pod.ns.ifindex(&pod.ifname);
-    let tx = pod.ns.packet_socket(ifindex, libc::ETH_P_ALL as u16, None);
-    let start = Instant::now();
-    let mut sent = 0u64;
-    while start.elapsed() < how_long {
-        let n = sent.to_be_bytes();
-        let mac = pod.mac;
-        let mut m = Message::default();
-        m.set_opcode(Opcode::BootRequest)
-            .set_xid(0xf100_0000 | u32::from_be_bytes([0, n[5], n[6], n[7]]))
-            .set_flags(Flags::default().set_broadcast())
-            .set_chaddr(&mac);
-        m.opts_mut()
-            .insert(DhcpOption::MessageType(MessageType::Discover));
-        let mut payload = Vec::new();
-        m.encode(&mut Encoder::new(&mut payload)).expect("encode");
-        let frame = build_udp_frame(
-            &FrameHeaders {
-                src_mac: mac,
-                dst_mac: [0xff; 6],
-                vlan: None,
-                src_ip: Ipv4Addr::UNSPECIFIED,
-                dst_ip: Ipv4Addr::BROADCAST,
-                src_port: 68,
-                dst_port: 67,
-            },
-            &payload,
-        );
-        // SAFETY: sending a buffer on a bound packet socket.
-        let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        assert_eq!(
-            usize::try_from(n).ok(),
-            Some(frame.len()),
-            "send: {}",
-            std::io::Error::last_os_error()
-        );
-        sent += 1;
-        std::thread::sleep(Duration::from_micros(500));
-    }
-    (sent, start.elapsed())
-}
-
 #[test]
 fn a_discover_flood_from_a_served_pod_reaches_the_server_at_the_ports_rate() {
     let cni = CniPath::new();
@@ -333,42 +255,7 @@ fn a_discover_flood_from_a_served_pod_reaches_the_server_at_the_ports_rate() {
     let pod = &lab.pods()[0];
     serve(&cni, &agent, &lab, pod, &dnsmasq);
 
-    let own = xdhcp_tests::format_mac(pod.mac);
-    let discovers = || {
-        dnsmasq
-            .log()
-            .lines()
-            .filter(|l| l.contains("DHCPDISCOVER(") && l.contains(&own))
-            .count() as u64
-    };
-    let before = discovers();
-    let (sent, elapsed) = flood(pod, Duration::from_secs(3));
-    // dnsmasq logs each DISCOVER it reads; give it a moment for the last.
-    std::thread::sleep(Duration::from_millis(500));
-    let seen = discovers() - before;
-    // The burst, the rate over the flood's time (rounded up), and one more
-    // for the clock's tick.
-    let ms = u64::try_from(elapsed.as_millis()).expect("milliseconds");
-    let allowed = BURST + (RATE * ms).div_ceil(1000) + 1;
-    assert!(sent > 1000, "the flood sent only {sent}");
-    assert!(
-        seen <= allowed,
-        "the server saw {seen} of {sent} DISCOVERs in {elapsed:?} (at most {allowed})"
-    );
-    assert!(seen >= BURST, "the server saw the burst at least: {seen}");
-    // Counted: every DISCOVER of the flood passed or was dropped for the
-    // rate, and what passed is what the port allows.
-    let (mut passed, mut dropped) = (0, 0);
-    assert!(
-        wait_until(Duration::from_secs(5), || {
-            (passed, dropped) = guard_figures(&lab.node, &pod.host_ifname, "rate");
-            // The pod's own DORA passed the guard before the flood.
-            passed + dropped >= sent
-        }),
-        "passed {passed} + dropped {dropped} of {sent}\n{}",
-        agent.log()
-    );
-    assert!(dropped >= sent - allowed, "dropped {dropped} of {sent}");
-    assert!(passed <= allowed + 4, "passed {passed} (allowed {allowed})");
+    let metrics = METRICS.parse().expect("an address");
+    flood::assert_flood_held_to_rate(&lab, pod, &dnsmasq, metrics, Duration::from_secs(3));
     assert_guarded_at_xdp(&lab, &pod.host_ifname);
 }

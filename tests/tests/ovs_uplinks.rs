@@ -161,29 +161,13 @@ fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {
         .contains("prog/xdp")
 }
 
-/// The uplink `ifname` as `xdhcp status` shows it, once it is live.
 fn live_uplink(agent: &NodeAgent, ifname: &str) -> Option<xdhcp::rpc::UplinkStatus> {
-    agent
-        .try_status()?
-        .uplinks
-        .into_iter()
-        .find(|u| u.ifname == ifname && u.state == "live")
+    agent.live_uplink(ifname)
 }
 
 #[track_caller]
 fn wait_live(agent: &NodeAgent, ifname: &str, within: Duration) -> xdhcp::rpc::UplinkStatus {
-    let mut found = None;
-    wait_until(within, || {
-        found = live_uplink(agent, ifname);
-        found.is_some()
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "{ifname} not live in {within:?}: {:?}\n{}",
-            agent.try_status(),
-            agent.log()
-        )
-    })
+    agent.wait_live_uplink(ifname, within)
 }
 
 fn scrape(node: &NetNs) -> String {
@@ -307,39 +291,9 @@ fn a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
     let agent = agent(&lab.node, &lab.db_socket(), &[]);
     wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
 
-    lab.add_provider_bridge("br-phys2", "eth2", "s1");
-    // A bridge nobody maps is no uplink.
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(live_uplink(&agent, "eth2").is_none());
-    let before = lab.bridge_mappings();
-
-    let t0 = Instant::now();
-    lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
-    let up = wait_live(&agent, "eth2", Duration::from_secs(5));
-    let took = t0.elapsed();
-    report("mapping added -> eth2 attached", took);
-    assert!(took < Duration::from_secs(1), "{took:?}");
-    assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
-    assert_eq!(up.bridge.as_deref(), Some("br-phys2"), "{up:?}");
-    assert_eq!(up.source, "ovs");
-    assert!(attached_xdp(&lab.node, "eth2"));
-    assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
-
-    // The mapping goes: so does the program, and eth1 stays.
-    let t0 = Instant::now();
-    lab.set_bridge_mappings(&before);
-    assert!(
-        wait_until(Duration::from_secs(5), || !attached_xdp(&lab.node, "eth2")
-            && agent.status().uplinks.iter().all(|u| u.ifname != "eth2")),
-        "{:?}\n{}",
-        agent.try_status(),
-        agent.log()
-    );
-    let took = t0.elapsed();
-    report("mapping removed -> eth2 detached", took);
-    assert!(took < Duration::from_secs(1), "{took:?}");
-    assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
-    assert_eq!(agent.status().degraded, None);
+    let (added, removed) = agent.check_mapping_added_at_run_time(&mut lab, Duration::from_secs(1));
+    report("mapping added -> eth2 attached", added);
+    report("mapping removed -> eth2 detached", removed);
 }
 
 #[test]
@@ -650,60 +604,12 @@ fn agent_table(agent: &NodeAgent, cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Every lease's expiry as the agent knows it, by MAC.
-fn expiries(agent: &NodeAgent) -> Vec<(String, Option<u64>)> {
-    let mut e: Vec<_> = agent
-        .leases()
-        .into_iter()
-        .map(|l| (l.mac, l.expires_unix_ms))
-        .collect();
-    e.sort();
-    e
-}
-
-/// Waits until every lease in `before` has renewed (its expiry moved on)
-/// and is bound again.
-#[track_caller]
-fn every_lease_renews(agent: &NodeAgent, before: &[(String, Option<u64>)], what: &str) {
-    assert!(
-        wait_until(Duration::from_secs(15), || {
-            let now = agent.leases();
-            before.iter().all(|(mac, expiry)| {
-                now.iter()
-                    .any(|l| &l.mac == mac && l.expires_unix_ms > *expiry && l.state == "Bound")
-            })
-        }),
-        "not every lease renewed {what}: {before:?} -> {:?}\n{}",
-        agent.leases(),
-        agent.log()
-    );
-}
-
-/// ADD `pod` and put the address on its interface, as OVN-Kubernetes'
-/// CNI does with the IPAM result: a renewal's ACK is sent to the leased
-/// address, and the server's ARP for it must be answered.
+/// ADD `pod` and put the address on its interface.
 #[track_caller]
 fn add_and_apply(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) {
     let r = ovnk_add(cni, agent, pod);
     assert!(r.ok, "ADD: {} {}\n{}", r.stdout, r.stderr, agent.log());
-    let cidr = r.json["ips"][0]["address"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no address in {}", r.stdout));
-    pod.ns.ip(&["addr", "add", cidr, "dev", &pod.ifname]);
-}
-
-#[track_caller]
-fn wait_source_state(agent: &NodeAgent, state: &str, within: Duration) {
-    assert!(
-        wait_until(within, || agent.try_status().is_some_and(|s| s
-            .uplink_source
-            .state
-            .as_deref()
-            == Some(state))),
-        "the OVS source is not {state}: {:?}\n{}",
-        agent.try_status().map(|s| s.uplink_source),
-        agent.log()
-    );
+    agent_support::apply_address(pod, &r);
 }
 
 #[test]
@@ -741,10 +647,14 @@ fn ovs_killed_and_restarted_under_live_leases_every_lease_renews_and_discovery_r
     let replies = |agent: &NodeAgent| live_uplink(agent, OvnLab::UPLINK).map(|u| u.replies);
     let before = replies(&agent);
     lab.kill_ovs();
-    wait_source_state(&agent, "unavailable", Duration::from_secs(15));
+    agent.wait_ovs_source("unavailable", Duration::from_secs(15));
     assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
     assert!(attached_xdp(&lab.node, OvnLab::UPLINK));
-    every_lease_renews(&agent, &expiries(&agent), "while OVS was down");
+    agent.wait_every_lease_renewed(
+        &agent.expiries(),
+        Duration::from_secs(15),
+        "while OVS was down",
+    );
     // On the kernel path: the renewals' ACKs were taken at the uplink.
     assert!(replies(&agent) >= before.map(|r| r + 3), "{before:?}");
     assert!(
@@ -756,9 +666,13 @@ fn ovs_killed_and_restarted_under_live_leases_every_lease_renews_and_discovery_r
     // OVS is back on the same database: the agent reads it again, and
     // every lease renews again.
     lab.start_ovs();
-    wait_source_state(&agent, "connected", Duration::from_secs(15));
+    agent.wait_ovs_source("connected", Duration::from_secs(15));
     assert!(live_uplink(&agent, OvnLab::UPLINK).is_some());
-    every_lease_renews(&agent, &expiries(&agent), "after OVS came back");
+    agent.wait_every_lease_renewed(
+        &agent.expiries(),
+        Duration::from_secs(15),
+        "after OVS came back",
+    );
     assert_eq!(agent.status().degraded, None);
 
     // Discovery recovers: a pod wired after the restart binds at the

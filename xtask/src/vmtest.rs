@@ -86,7 +86,9 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // machine's kernel lacks), the virtio NIC as the provider bridge's port:
     // the uplink found in OVS with native XDP, a pod's DORA, renewal and
     // RELEASE after its port is gone; ports guarded before their ADD and a
-    // rogue server reaching no new pod.
+    // rogue server reaching no new pod; a DISCOVER flood held to the port's
+    // rate; OVS killed and restarted under live leases; a bridge mapping
+    // added at run time.
     ("ovs_guest", &[]),
     // The pod path: ADD through the bridge plugin, renewal, DEL.
     (

@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use xdhcp_tests::PluginOutput;
-use xdhcp_tests::{NetNs, PluginCall, Process, wait_until};
+use xdhcp_tests::{NetNs, OvnLab, PluginCall, Process, wait_until};
 
 /// The `xdhcp` (full agent) binary of this workspace, built once per test
 /// binary; or `$XDHCP_BIN` when set (the VM tier runs test binaries in a
@@ -360,6 +360,163 @@ impl NodeAgent {
         );
     }
 
+    /// Every lease's expiry as the agent knows it, by MAC.
+    pub fn expiries(&self) -> Vec<(String, Option<u64>)> {
+        let mut e: Vec<_> = self
+            .leases()
+            .into_iter()
+            .map(|l| (l.mac, l.expires_unix_ms))
+            .collect();
+        e.sort();
+        e
+    }
+
+    /// Waits until every lease in `before` (from [`NodeAgent::expiries`])
+    /// has renewed (its expiry moved on) and is bound again; fails with
+    /// `what`.
+    #[track_caller]
+    pub fn wait_every_lease_renewed(
+        &self,
+        before: &[(String, Option<u64>)],
+        within: Duration,
+        what: &str,
+    ) {
+        assert!(
+            wait_until(within, || {
+                let now = self.leases();
+                before.iter().all(|(mac, expiry)| {
+                    now.iter()
+                        .any(|l| &l.mac == mac && l.expires_unix_ms > *expiry && l.state == "Bound")
+                })
+            }),
+            "not every lease renewed {what}: {before:?} -> {:?}\n{}",
+            self.leases(),
+            self.log()
+        );
+    }
+
+    /// Waits until the OVS uplink source is in `state` (`connected`,
+    /// `unavailable`, ...).
+    #[track_caller]
+    pub fn wait_ovs_source(&self, state: &str, within: Duration) {
+        assert!(
+            wait_until(within, || self.try_status().is_some_and(|s| s
+                .uplink_source
+                .state
+                .as_deref()
+                == Some(state))),
+            "the OVS source is not {state}: {:?}\n{}",
+            self.try_status().map(|s| s.uplink_source),
+            self.log()
+        );
+    }
+
+    /// The uplink `ifname` as `xdhcp status` shows it, once it is live.
+    pub fn live_uplink(&self, ifname: &str) -> Option<xdhcp::rpc::UplinkStatus> {
+        self.try_status()?
+            .uplinks
+            .into_iter()
+            .find(|u| u.ifname == ifname && u.state == "live")
+    }
+
+    /// Waits until the uplink `ifname` is live and returns it.
+    #[track_caller]
+    pub fn wait_live_uplink(&self, ifname: &str, within: Duration) -> xdhcp::rpc::UplinkStatus {
+        let mut found = None;
+        wait_until(within, || {
+            found = self.live_uplink(ifname);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| {
+            panic!(
+                "{ifname} not live in {within:?}: {:?}\n{}",
+                self.try_status(),
+                self.log()
+            )
+        })
+    }
+
+    /// A second provider bridge `br-phys2` (port `eth2`, a veth to the
+    /// server's `s1`) added to `lab` at run time: unmapped it is no uplink;
+    /// mapped as `physnet2` its program is on `eth2` (as the kernel shows
+    /// it, at XDP or TC) within `budget` of the `ovs-vsctl` that maps it starting, and
+    /// the agent reports it live; its mapping removed, it is detached within
+    /// `budget`, and the lab's own uplink stays. The agent runs with `lab`'s
+    /// database and its uplink is live. Returns the two measured times.
+    #[track_caller]
+    pub fn check_mapping_added_at_run_time(
+        &self,
+        lab: &mut OvnLab,
+        budget: Duration,
+    ) -> (Duration, Duration) {
+        lab.add_provider_bridge("br-phys2", "eth2", "s1");
+        let lab = &*lab;
+        // The uplink program, at XDP or at TC ingress (the attach mode is
+        // the datapath's and the device's: XDP on a veth of a userspace
+        // datapath, TC on one of the kernel datapath).
+        let attached_on = |ifname: &str| {
+            lab.node
+                .ip(&["-d", "link", "show", "dev", ifname])
+                .contains("prog/xdp")
+                || lab
+                    .node
+                    .exec(&["tc", "filter", "show", "dev", ifname, "ingress"])
+                    .contains("xdhcp")
+        };
+        // A bridge nobody maps is no uplink.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(self.live_uplink("eth2").is_none());
+        let before = lab.bridge_mappings();
+
+        // Timed from before `ovs-vsctl` runs (the database holds the
+        // mapping some time before it returns) until the kernel shows the
+        // program: an upper bound, with the tools' own start-up in it.
+        let t0 = Instant::now();
+        lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
+        let vsctl = t0.elapsed();
+        let attached = wait_until(Duration::from_secs(5), || attached_on("eth2"));
+        let added = t0.elapsed();
+        assert!(
+            attached,
+            "eth2 not attached: {:?}\n{}",
+            self.try_status(),
+            self.log()
+        );
+        assert!(
+            added < budget,
+            "attached in {added:?} (ovs-vsctl took {vsctl:?}; budget {budget:?})"
+        );
+        let up = self.wait_live_uplink("eth2", Duration::from_secs(5));
+        assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
+        assert_eq!(up.bridge.as_deref(), Some("br-phys2"), "{up:?}");
+        assert_eq!(up.source, "ovs");
+        assert!(self.live_uplink(OvnLab::UPLINK).is_some());
+
+        // The mapping goes: so does the program, and the first uplink stays.
+        let t0 = Instant::now();
+        lab.set_bridge_mappings(&before);
+        let vsctl = t0.elapsed();
+        let detached = wait_until(Duration::from_secs(5), || !attached_on("eth2"));
+        let removed = t0.elapsed();
+        assert!(detached, "{:?}\n{}", self.try_status(), self.log());
+        assert!(
+            removed < budget,
+            "detached in {removed:?} (ovs-vsctl took {vsctl:?}; budget {budget:?})"
+        );
+        assert!(
+            wait_until(Duration::from_secs(5), || self
+                .status()
+                .uplinks
+                .iter()
+                .all(|u| u.ifname != "eth2")),
+            "{:?}",
+            self.try_status()
+        );
+        assert!(self.live_uplink(OvnLab::UPLINK).is_some());
+        assert_eq!(self.status().degraded, None);
+        (added, removed)
+    }
+
     pub fn uplink_state(&self) -> String {
         self.status()
             .uplinks
@@ -397,4 +554,15 @@ pub fn bridge_plugin(
         cni.dir.path(),
         &conf,
     )
+}
+
+/// Puts the address of an ADD's result on `pod`'s interface, as
+/// OVN-Kubernetes' CNI does with the IPAM result: a renewal's ACK is sent
+/// to the leased address, and the server's ARP for it must be answered.
+#[track_caller]
+pub fn apply_address(pod: &xdhcp_tests::OvnPod, result: &PluginOutput) {
+    let cidr = result.json["ips"][0]["address"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no address in {}", result.stdout));
+    pod.ns.ip(&["addr", "add", cidr, "dev", &pod.ifname]);
 }
