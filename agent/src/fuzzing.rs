@@ -466,7 +466,7 @@ fn learn_script(data: &[u8]) -> u32 {
 
     use crate::bindings::Learned;
     use crate::bindings::learner::{
-        EXCHANGE_WINDOW, Learner, MOVE_BURST, MOVE_INTERVAL, Moves, NetworkView, Seen,
+        EXCHANGE_WINDOW, Learner, MOVE_BURST, MOVE_INTERVAL, Moves, NetworkView,
     };
     use crate::datapath::ebpf::{Direction, decode_guard_record};
     use learning_lab::{MAC, NEIGHBOUR, PREFIX, SERVER, SERVER_MAC};
@@ -514,7 +514,7 @@ fn learn_script(data: &[u8]) -> u32 {
         let (_, payload) = parse_udp_frame(&record[head..head + captured])
             .expect("an accepted record holds a frame");
         assert_eq!(ev.payload, payload, "event payload is not the frame's");
-        let seen = Seen::of(&ev);
+        let seen = ev.seen();
         let observed = validate::parse_observed(&ev.payload).ok();
         let out = learner.observe(ev.ifindex, MAC, &seen, now, || Some(view.clone()));
         let Some(msg) = observed.filter(|m| m.chaddr == MAC) else {

@@ -79,22 +79,6 @@ pub struct Seen<'a> {
     pub payload: &'a [u8],
 }
 
-impl<'a> Seen<'a> {
-    /// A message the guard copied from a learning port.
-    pub(crate) fn of(ev: &'a crate::datapath::ebpf::GuardEvent) -> Self {
-        use crate::datapath::ebpf::Direction as Hook;
-        Seen {
-            direction: match ev.direction {
-                Hook::FromWorkload => Direction::FromGuest,
-                Hook::ToWorkload => Direction::ToGuest,
-            },
-            src_mac: ev.headers.src_mac,
-            src_ip: ev.headers.src_ip,
-            payload: &ev.payload,
-        }
-    }
-}
-
 /// What the node knows about a learning port's network: the servers its
 /// leases were served by, its prefixes, the addresses other bindings hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::bindings::learner::{Learner, Moves, NetworkView, Pace, Seen};
+use crate::bindings::learner::{Learner, Moves, NetworkView, Pace};
 use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
 use crate::datapath::ebpf::GuardEvent;
 use crate::ops::context::Agent;
@@ -159,7 +159,7 @@ impl Following {
         let Some(mac) = port.policy.single_client else {
             return;
         };
-        let seen = Seen::of(ev);
+        let seen = ev.seen();
         let now = Instant::now().into_std();
         let learned = self.learner.observe(port.ifindex, mac, &seen, now, || {
             network_view(agent, &cid, &ifname, mac)

@@ -188,6 +188,23 @@ pub struct GuardEvent {
     pub payload: Vec<u8>,
 }
 
+impl GuardEvent {
+    /// The message as the learner sees it (who sent it which way, from
+    /// where).
+    pub(crate) fn seen(&self) -> crate::bindings::learner::Seen<'_> {
+        use crate::bindings::learner::{Direction as Way, Seen};
+        Seen {
+            direction: match self.direction {
+                Direction::FromWorkload => Way::FromGuest,
+                Direction::ToWorkload => Way::ToGuest,
+            },
+            src_mac: self.headers.src_mac,
+            src_ip: self.headers.src_ip,
+            payload: &self.payload,
+        }
+    }
+}
+
 /// Why a guard ring record could not become a [`GuardEvent`].
 #[derive(Debug, thiserror::Error)]
 pub enum GuardRecordError {
