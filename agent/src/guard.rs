@@ -714,7 +714,10 @@ mod tests {
         assert!(!pod.needs_egress());
         let vm = port_policy(&spec, Some(MAC), true);
         assert_eq!((vm.single_client, vm.learn), (Some(MAC), true));
-        assert_eq!(vm.entry().flags, g::GUARD_SINGLE_CLIENT | g::GUARD_LEARN);
+        assert_eq!(
+            vm.entry().flags,
+            g::GUARD_SINGLE_CLIENT | g::GUARD_LEARN | g::GUARD_BROADCAST
+        );
         // No MAC (a port OVS names none for): no rule, nothing learned.
         let unknown = port_policy(&spec, None, true);
         assert_eq!((unknown.single_client, unknown.learn), (None, false));

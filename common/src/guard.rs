@@ -13,7 +13,8 @@
 //!   identifier (option 61, type 1) is not the port's MAC. A frame with more
 //!   VLAN tags than the guard parses that may carry DHCP is dropped. Client
 //!   messages that pass on a learning port are copied to
-//!   [`MAP_GUARD_EVENTS`].
+//!   [`MAP_GUARD_EVENTS`]; on a port with [`GUARD_BROADCAST`], those of a
+//!   client without an address leave with the BOOTP broadcast flag set.
 //! - Egress (frames *towards* the workload): on a learning port, DHCP server
 //!   replies whose `chaddr` is the port's MAC are copied to
 //!   [`MAP_GUARD_EVENTS`]; nothing is ever dropped.
@@ -58,6 +59,34 @@ pub const GUARD_TRUSTED: u32 = 1 << 0;
 pub const GUARD_SINGLE_CLIENT: u32 = 1 << 1;
 /// [`GuardPort::flags`]: copy the port's DHCP exchanges to [`MAP_GUARD_EVENTS`].
 pub const GUARD_LEARN: u32 = 1 << 2;
+/// [`GuardPort::flags`]: set the BOOTP broadcast flag on the client
+/// messages that pass from a guest without an address (`ciaddr` 0: a
+/// DISCOVER, or a REQUEST while selecting or rebooting), fixing the UDP
+/// checksum, so that servers answer by broadcast. A VM port whose logical
+/// port security is pinned to another address (OVN-Kubernetes pins the
+/// address its own one-shot leased) drops a unicast reply to the address a
+/// guest's own client is offered; a broadcast reply passes it.
+pub const GUARD_BROADCAST: u32 = 1 << 3;
+
+/// The BOOTP `flags` field's broadcast bit (RFC 2131 §2), in host order.
+pub const BOOTP_BROADCAST: u16 = 0x8000;
+
+/// The UDP checksum after a 16-bit word of the datagram changed from `old`
+/// to `new` (RFC 1624, eqn. 3: `HC' = ~(~HC + ~m + m')`). Every value is
+/// as read from the wire (any byte order, the same for all three: one's
+/// complement sums do not depend on it). A checksum of 0 means the sender
+/// computed none (RFC 768) and stays 0; a result of 0 is sent as `0xffff`.
+#[must_use]
+pub const fn udp_checksum_replace(check: u16, old: u16, new: u16) -> u16 {
+    if check == 0 {
+        return 0;
+    }
+    let mut sum = (!check) as u32 + (!old) as u32 + new as u32;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    let folded = !(sum as u16);
+    if folded == 0 { 0xffff } else { folded }
+}
 
 /// Default client-message rate per port, messages per second (switch
 /// vendors' DHCP snooping rate limits sit between 15 and 100 pps).
@@ -201,4 +230,97 @@ mod user {
     unsafe impl aya::Pod for super::GuardCounters {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::GuardHeader {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::udp_checksum_replace;
+
+    /// The one's complement sum of `words`, folded (host order).
+    fn sum(words: &[u16]) -> u16 {
+        let mut s: u32 = words.iter().map(|&w| u32::from(w)).sum();
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    }
+
+    /// The checksum of `words` as a sender computes it (0 sent as 0xffff).
+    fn checksum(words: &[u16]) -> u16 {
+        match !sum(words) {
+            0 => 0xffff,
+            c => c,
+        }
+    }
+
+    #[test]
+    fn the_incremental_checksum_is_the_recomputed_one() {
+        // Words of a datagram (pseudo-header folded in); word 5 is the
+        // BOOTP flags field the guard rewrites.
+        let fixed: [[u16; 8]; 4] = [
+            [
+                0xc0a8, 0x0001, 0x0011, 0x0134, 0x0044, 0x0000, 0x1234, 0xabcd,
+            ],
+            [
+                0xffff, 0xffff, 0x0000, 0x0000, 0x0001, 0x0000, 0x0000, 0x0000,
+            ],
+            [
+                0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0001,
+            ],
+            [
+                0x7fff, 0x8000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000,
+            ],
+        ];
+        for words in fixed {
+            check(words);
+        }
+        // A pseudo-random spread as well.
+        let mut x: u32 = 0x1234_5678;
+        for _ in 0..2000 {
+            let mut words = [0u16; 8];
+            for w in &mut words {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *w = x as u16;
+            }
+            words[5] &= 0x7fff;
+            check(words);
+        }
+    }
+
+    fn check(words: [u16; 8]) {
+        let before = checksum(&words);
+        let mut after = words;
+        after[5] |= 0x8000;
+        let want = checksum(&after);
+        let got = udp_checksum_replace(before, words[5], after[5]);
+        // 0x0000 and 0xffff are the same one's complement value; a sender
+        // never sends 0 and neither does the update.
+        assert_ne!(got, 0, "{words:04x?}");
+        assert_eq!(
+            sum(&[!got]),
+            sum(&[!want]),
+            "{words:04x?}: {got:#06x} vs {want:#06x}"
+        );
+        // The receiver's check holds: the sum over the datagram with its
+        // checksum is all ones.
+        let mut with = [0u16; 9];
+        with[..8].copy_from_slice(&after);
+        with[8] = got;
+        assert_eq!(sum(&with), 0xffff, "{words:04x?}");
+    }
+
+    #[test]
+    fn a_datagram_without_a_checksum_keeps_none() {
+        assert_eq!(udp_checksum_replace(0, 0x0000, 0x8000), 0);
+    }
+
+    #[test]
+    fn byte_order_does_not_matter() {
+        let (check, old, new) = (0x1a2bu16, 0x0000u16, 0x8000u16);
+        let host = udp_checksum_replace(check, old, new);
+        let wire = udp_checksum_replace(check.swap_bytes(), old.swap_bytes(), new.swap_bytes());
+        assert_eq!(host, wire.swap_bytes());
+    }
 }

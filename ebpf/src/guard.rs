@@ -16,7 +16,10 @@
 //! - a client message over the port's rate (GCRA token bucket) is dropped;
 //! - a client message too short for a BOOTP header is dropped;
 //! - a client message that passes on a learning port is copied to the
-//!   guard ring for the agent.
+//!   guard ring for the agent;
+//! - on a port with the broadcast flag (a VM's), a client message from a
+//!   client without an address leaves with the BOOTP broadcast flag set
+//!   and its UDP checksum updated ([`broadcast_replies`]).
 //!
 //! A frame with more VLAN tags than the parser reads (it reads one; at TC
 //! ingress the kernel has already moved the outermost tag to the skb's
@@ -50,7 +53,7 @@ use core::ffi::c_void;
 use core::hint::black_box;
 use core::ptr::addr_of_mut;
 
-use aya_ebpf::bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action};
+use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action};
 use aya_ebpf::helpers::generated::{bpf_ktime_get_coarse_ns, bpf_skb_load_bytes};
 use aya_ebpf::macros::{classifier, map, xdp};
 use aya_ebpf::maps::{HashMap, PerCpuHashMap, RingBuf};
@@ -62,6 +65,8 @@ use xdhcp_common::guard::{
     GUARD_PORTS_CAPACITY, GUARD_SINGLE_CLIENT, GUARD_TO_WORKLOAD, GUARD_TRUSTED, GuardCounters,
     GuardHeader, GuardPort, GuardRecord,
 };
+// The broadcast-flag rewrite's (kept apart from the list above).
+use xdhcp_common::guard::{BOOTP_BROADCAST, GUARD_BROADCAST, udp_checksum_replace};
 
 /// Port entries ([`xdhcp_common::guard::MAP_GUARD_PORTS`]).
 #[map]
@@ -118,6 +123,11 @@ trait Wire {
     /// Copies the first `len` (1..=`N`) bytes of the frame to `dst`, which
     /// has room for `N`.
     fn copy_prefix<const N: usize>(&self, dst: *mut u8, len: usize) -> bool;
+    /// Replaces the 16-bit word `old` at `offset` (inside a UDP datagram)
+    /// with `new` and updates the UDP checksum at `check` to match; the
+    /// frame's last access (at TC the helpers leave no packet pointer
+    /// valid).
+    fn rewrite_u16(&self, offset: usize, old: u16, new: u16, check: usize) -> bool;
 }
 
 /// A frame at TC: bounded reads from the linear part of the skb, the rest
@@ -171,6 +181,20 @@ impl Wire for TcFrame<'_> {
             bpf_skb_load_bytes(self.ctx.skb.skb.cast(), 0, dst.cast::<c_void>(), len as u32) == 0
         }
     }
+
+    #[inline(always)]
+    fn rewrite_u16(&self, offset: usize, old: u16, new: u16, check: usize) -> bool {
+        // The kernel's own update: it knows the skb's checksum state (a
+        // partial checksum is left alone, a zero UDP checksum stays zero,
+        // a result of zero is sent as 0xffff). The word moves the sum by
+        // as much as the checksum field moves it back, so a complete
+        // checksum (`skb->csum`) stays right without a recompute.
+        let flags = u64::from(BPF_F_MARK_MANGLED_0) | 2;
+        self.ctx
+            .l4_csum_replace(check, u64::from(old), u64::from(new), flags)
+            .is_ok()
+            && self.ctx.store(offset, &new, 0).is_ok()
+    }
 }
 
 /// A frame at XDP: all of it is in the linear buffer.
@@ -206,6 +230,28 @@ impl Wire for XdpFrame<'_> {
     fn copy_prefix<const N: usize>(&self, dst: *mut u8, len: usize) -> bool {
         // The capture programs' word copy (no bpf_xdp_load_bytes: 5.18).
         crate::direct_copy::<N>(self.start, self.end, dst, len)
+    }
+
+    #[inline(always)]
+    fn rewrite_u16(&self, offset: usize, old: u16, new: u16, check: usize) -> bool {
+        // Each bound tested on the very pointer written through (opaque to
+        // the compiler, which would fold one test into the other).
+        let sum = black_box(self.start + check);
+        if sum + 2 > self.end {
+            return false;
+        }
+        let at = black_box(self.start + offset);
+        if at + 2 > self.end {
+            return false;
+        }
+        // SAFETY: both words are inside the frame (checked just above); a
+        // frame at XDP is writable.
+        unsafe {
+            let old_sum = core::ptr::read_unaligned(sum as *const u16);
+            core::ptr::write_unaligned(at as *mut u16, new);
+            core::ptr::write_unaligned(sum as *mut u16, udp_checksum_replace(old_sum, old, new));
+        }
+        true
     }
 }
 
@@ -531,7 +577,40 @@ fn ingress<W: Wire>(f: &W) -> Verdict {
     if flags & GUARD_LEARN != 0 {
         learn(f, ifindex, GUARD_FROM_WORKLOAD, &udp, now);
     }
+    if flags & GUARD_BROADCAST != 0 {
+        broadcast_replies(f, &udp);
+    }
     Verdict::PassCounted(GUARD_PASSED_CLIENT)
+}
+
+/// Sets the BOOTP broadcast flag on a client message from a client
+/// without an address (`ciaddr` 0: a DISCOVER, a REQUEST while selecting or
+/// rebooting, a DECLINE), fixing the UDP checksum, so that a server
+/// answers by broadcast (RFC 2131 §4.1). OVN's port security on a VM's
+/// port passes broadcast (`ff:ff:ff:ff:ff:ff`, `255.255.255.255`) but not a
+/// unicast reply to an address other than the one the port is pinned to:
+/// without this, a guest whose own client is offered another address than
+/// the port's never gets it. A renewal (`ciaddr` set) is answered by
+/// unicast to `ciaddr` whatever the flag says, so it is left alone. Called
+/// last: at TC the frame is not read after it.
+#[inline(always)]
+fn broadcast_replies<W: Wire>(f: &W, udp: &Udp) {
+    // Opaque to the compiler: it knows earlier reads covered these bytes
+    // and would drop the bounds tests the verifier needs here.
+    let payload = black_box(udp.payload);
+    // `secs` and `flags` (offsets 8 and 10), then `ciaddr` (12).
+    let Some([_secs, flags, ciaddr_hi, ciaddr_lo]) = f.read::<[u16; 4]>(payload + 8) else {
+        return;
+    };
+    let broadcast = BOOTP_BROADCAST.to_be();
+    if ciaddr_hi != 0 || ciaddr_lo != 0 || flags & broadcast != 0 {
+        return;
+    }
+    // The UDP checksum, the last word of the UDP header.
+    // Opaque as well: a packet pointer with a negative constant offset is
+    // refused, whatever its variable part.
+    let check = black_box(payload - 2);
+    f.rewrite_u16(payload + 10, flags, flags | broadcast, check);
 }
 
 #[inline(always)]

@@ -81,7 +81,9 @@ pub struct PortPolicy {
     /// type-1 client identifier are dropped.
     pub single_client: Option<[u8; 6]>,
     /// Copy the port's DHCP exchanges to the guard ring (passive learning;
-    /// needs `single_client` for the MAC replies are matched against).
+    /// needs `single_client` for the MAC replies are matched against), and
+    /// have the replies to a client without an address broadcast (the
+    /// BOOTP broadcast flag on its DISCOVER and REQUEST).
     pub learn: bool,
 }
 
@@ -113,7 +115,10 @@ impl PortPolicy {
         if self.single_client.is_some() {
             flags |= g::GUARD_SINGLE_CLIENT;
             if self.learn {
-                flags |= g::GUARD_LEARN;
+                // A learning port is a VM's: its guest's own client may be
+                // offered an address its port security does not pass
+                // unicast; replies by broadcast do pass.
+                flags |= g::GUARD_LEARN | g::GUARD_BROADCAST;
             }
         }
         g::GuardPort::new(
@@ -999,6 +1004,19 @@ impl Guard {
         self.test_run_timed(which, data, ifindex, 1).map(|(r, _)| r)
     }
 
+    /// Like [`Guard::test_run`], and the frame as the program left it.
+    pub fn test_run_frame(
+        &mut self,
+        which: GuardProgram,
+        data: &[u8],
+        ifindex: u32,
+    ) -> Result<(u32, Vec<u8>)> {
+        let mut out = vec![0; data.len() + 256];
+        let (r, _, len) = self.test_run_inner(which, data, ifindex, 1, Some(&mut out))?;
+        out.truncate(len);
+        Ok((r, out))
+    }
+
     /// Like [`Guard::test_run`], `repeat` times in one call; returns the
     /// last TC action and the kernel's average time per repetition.
     pub fn test_run_timed(
@@ -1008,6 +1026,18 @@ impl Guard {
         ifindex: u32,
         repeat: u32,
     ) -> Result<(u32, std::time::Duration)> {
+        self.test_run_inner(which, data, ifindex, repeat, None)
+            .map(|(r, d, _)| (r, d))
+    }
+
+    fn test_run_inner(
+        &mut self,
+        which: GuardProgram,
+        data: &[u8],
+        ifindex: u32,
+        repeat: u32,
+        data_out: Option<&mut [u8]>,
+    ) -> Result<(u32, std::time::Duration, usize)> {
         use aya::programs::{TestRun as _, TestRunOptions};
         let name = match which {
             GuardProgram::Ingress => g::PROG_GUARD_INGRESS,
@@ -1031,6 +1061,7 @@ impl Guard {
         }
         let opts = TestRunOptions {
             data_in: Some(data),
+            data_out,
             ctx_in: Some(&ctx),
             repeat,
             ..TestRunOptions::default()
@@ -1041,6 +1072,6 @@ impl Guard {
             program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
         }
         .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
-        Ok((res.return_value, res.duration))
+        Ok((res.return_value, res.duration, res.data_size_out as usize))
     }
 }
