@@ -57,8 +57,11 @@ struct Target {
 /// Follows the guests' own DHCP on VM ports (the guard ring): an accepted
 /// ACK for the VM's MAC records a learned binding and, when the address is
 /// not the one the `pod-networks` entry reports, has the entry rewritten
-/// (the same read-modify-write as at ADD); a renewal of the same address
-/// changes nothing but its expiry; a RELEASE or the lease's expiry drops the
+/// (the same read-modify-write as at ADD, which keeps every other network
+/// and every field of the entry it does not set); a renewal of the same
+/// address moves its expiry and reads the entry, which is written only if
+/// something reset it meanwhile (a repeated ADD: followed until the guest's
+/// next exchange, never undone at once); a RELEASE or the lease's expiry drops the
 /// learned binding and leaves the entry at the last address the guest held;
 /// a DECLINE drops it and, when its ACK had moved the entry, puts back the
 /// address the entry reported before (the guest never held the declined
@@ -205,7 +208,7 @@ impl Following {
                 router,
                 lease_secs,
             } => {
-                let moved = follow(
+                follow(
                     agent,
                     &port.host_ifname,
                     &mac_text,
@@ -213,14 +216,17 @@ impl Following {
                     ip,
                     lease_secs,
                 );
-                if moved {
-                    let target = Target {
-                        ip,
-                        prefix_len,
-                        router,
-                    };
-                    self.want(agent, key, target);
-                }
+                // A renewal too: the entry may have been reset meanwhile (a
+                // repeated ADD reports the one-shot's address again), and
+                // an exchange the guest completed is what moves it back.
+                // The write reads the entry first and patches nothing when
+                // it already reports the address.
+                let target = Target {
+                    ip,
+                    prefix_len,
+                    router,
+                };
+                self.want(agent, key, target);
             }
         }
     }
@@ -343,8 +349,8 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
     Some(view)
 }
 
-/// Records the guest's binding (in memory); whether its address is not
-/// the one the entry reports (the entry is to move).
+/// Records the guest's binding (in memory), logging when its address is
+/// not the one last learned or leased.
 fn follow(
     agent: &Agent,
     port: &str,
@@ -352,7 +358,7 @@ fn follow(
     record: Option<&crate::store::LeaseRecord>,
     ip: Ipv4Addr,
     lease_secs: Option<u32>,
-) -> bool {
+) {
     let mut store = lock(&agent.guard.learned);
     let existing = store.get(mac_text).cloned();
     // What the entry reports now: the last learned address, else the one-shot's.
@@ -380,19 +386,31 @@ fn follow(
     };
     store.upsert(binding);
     drop(store);
-    if previous == Some(ip) {
-        return false;
+    if previous != Some(ip) {
+        info!(port, mac = %mac_text, %ip, previous = ?previous,
+            "guest holds another address than reported");
     }
-    info!(port, mac = %mac_text, %ip, previous = ?previous,
-        "guest holds another address than reported");
-    true
 }
 
 /// Rewrites the `pod-networks` entry of the attachment's record to the
-/// target (the record's prefix length and router unless given). Whether
-/// the entry is as wanted (an attachment gone, or one without an entry,
-/// has nothing to write: done).
+/// target (the record's prefix length and router unless given); an entry
+/// that already reports it is read, not written. Whether the entry is as
+/// wanted (an attachment gone, or one without an entry, has nothing to
+/// write: done).
+///
+/// Never while an ADD or DEL of the attachment is in flight: the write
+/// holds the attachment's lock, and when an ADD holds it the write is
+/// dropped (done): the ADD's report stands, and the guest's next exchange
+/// moves the entry again. An ADD that comes while the write is out waits
+/// for it, and what it reports is followed the same way.
 async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
+    let Ok(_held) =
+        tokio::time::timeout(Duration::ZERO, agent.leases.key_lock(&key.0, &key.1)).await
+    else {
+        info!(container_id = %key.0, ifname = %key.1, ip = %target.ip,
+            "an ADD or DEL of the attachment is in flight; its report stands until the guest's next exchange");
+        return true;
+    };
     let Some(rec) = agent
         .leases
         .get(&key.0, &key.1)
@@ -427,7 +445,7 @@ async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
     {
         Ok(()) => {
             info!(pod = %format!("{}/{}", pod.namespace, pod.name), ip = %target.ip,
-                "pod-networks entry follows the guest's address");
+                "pod-networks entry reports the guest's address");
             true
         }
         Err(e) => {

@@ -1,0 +1,836 @@
+//! A KubeVirt VM on an OVN localnet network whose logical port security is
+//! pinned to the one-shot's address, as under OVN-Kubernetes, in the OVS +
+//! OVN node lab (`xdhcp_tests::OvnLab`: real northbound and southbound
+//! databases, `ovn-northd`, `ovn-controller`, `ovs-vswitchd` on the
+//! userspace datapath, dnsmasq behind the provider bridge) with the
+//! **in-process fake API server** (`xdhcp_tests::fake_apiserver`, driven by
+//! the agent's real `kube::Client`; it is not a cluster).
+//!
+//! The launcher pod `virt-launcher-vm1` (controlled by its VMI) is a `br-int`
+//! port whose logical port has the VM's MAC; its interface is a port of the
+//! bridge `k6t-eth0`, as KubeVirt's bridge binding makes it, with the
+//! guest's namespace behind it (`eth0`, the VM's MAC). The one-shot leases
+//! address A with client id `01:<MAC>` (the agent's own VM ADD here, or
+//! busybox `udhcpc` in the baseline: both what ovnkube-node's one-shot
+//! sends) and the entry reports A. A stand-in for ovnkube-controller polls
+//! the pod's `pod-networks` entry on the fake API server every 20 ms and,
+//! whenever its address changes, copies it into the logical port's
+//! `addresses` and `port_security` with `ovn-nbctl` on the real northbound
+//! database, as the real controller does on every change of the entry.
+//!
+//! Shown:
+//! - without xdhcp, the guest's own `dhcpcd` (a DUID client id) is offered
+//!   another address B by unicast, which OVN drops at the pinned port: the
+//!   guest ends without an address (the baseline the rest fixes);
+//! - with the agent, the guard on the VM's port sets the BOOTP broadcast
+//!   flag on the guest's DISCOVER and REQUEST: the guest gets B, the entry
+//!   moves to B within 2 s, the stand-in re-pins, and the guest pings the
+//!   DHCP server's host through OVN from B; a repeated ADD that puts the
+//!   entry back to A is followed (the agent writes nothing until the guest's
+//!   next exchange), and that exchange moves it to B again;
+//! - the same guest with `udhcpc` (client id `01:<MAC>`) gets A: nothing is
+//!   written;
+//! - a forged broadcast ACK from a host on the physical segment is refused
+//!   as answering no REQUEST of the guest, and an ACK the guest sends to
+//!   itself is dropped by the guard at the port: nothing learned, each
+//!   counted by its reason.
+//!
+//! Every guest client runs in a private mount namespace whose
+//! `/var/lib/dhcpcd` and `/run` are the test's own directories. Needs root;
+//! fails, never skips, without it.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
+use xdhcp::cli::{AgentArgs, KubeMode};
+use xdhcp::cni::config;
+use xdhcp::rpc::{self, Client, CniRequest};
+use xdhcp_tests::fake_apiserver::{FakeApiServer, Op};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, Veth, parse_mac, wait_until};
+
+/// The launcher pod's namespace and name (the lab's NAD lives in `lab-ns`).
+const NS: &str = "lab-ns";
+const POD: &str = "virt-launcher-vm1";
+const VM_MAC: &str = "02:00:00:00:30:01";
+/// The launcher's own interface MAC (bridge binding gives the VM the MAC
+/// the port is known by).
+const LAUNCHER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x30, 0x99];
+const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
+/// Where the agent serves its metrics, inside the lab's node namespace.
+const METRICS: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 9563);
+
+fn vm_mac() -> [u8; 6] {
+    parse_mac(VM_MAC).unwrap()
+}
+
+/// The fake API server in the lab's node namespace, and a kubeconfig.
+struct Api {
+    server: FakeApiServer,
+    _rt: tokio::runtime::Runtime,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Api {
+    fn start_in(node: &Path) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = xdhcp::sys::netns::run_in_netns(node, || rt.block_on(FakeApiServer::start()))
+            .expect("start the fake API server in the node namespace");
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-kubeconfig-")
+            .tempdir()
+            .unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
+                 users:\n- name: nobody\n  user: {{}}\n",
+                server.url()
+            ),
+        )
+        .unwrap();
+        Api {
+            server,
+            _rt: rt,
+            kubeconfig,
+            _dir: dir,
+        }
+    }
+
+    fn patches(&self) -> usize {
+        self.server.count(Op::PatchPod)
+    }
+}
+
+/// The address (and prefix length) the `pod-networks` annotation `text`
+/// reports for the lab's network.
+fn entry_address(text: &str) -> Option<(Ipv4Addr, u8)> {
+    let doc: Value = serde_json::from_str(text).ok()?;
+    let cidr = doc[OvnLab::NAD]["ip_addresses"][0].as_str()?;
+    let (ip, len) = cidr.split_once('/')?;
+    Some((ip.parse().ok()?, len.parse().ok()?))
+}
+
+/// `ovn-nbctl` on the lab's northbound database (from any thread).
+fn nbctl(dir: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(xdhcp_tests::program("ovn-nbctl"));
+    for var in xdhcp_testbed::ovn::DIR_VARS {
+        cmd.env(var, dir);
+    }
+    let out = cmd
+        .arg(format!("--db=unix:{}", dir.join("ovnnb.sock").display()))
+        .args(args)
+        .output()
+        .expect("run ovn-nbctl");
+    assert!(
+        out.status.success(),
+        "ovn-nbctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Pins logical port `lsp` to `mac ip`, as ovnkube-controller does from a
+/// `pod-networks` entry (`addresses` and `port_security`).
+fn pin(dir: &Path, lsp: &str, ip: Ipv4Addr) {
+    let value = format!("{VM_MAC} {ip}");
+    nbctl(dir, &["lsp-set-addresses", lsp, &value]);
+    nbctl(dir, &["lsp-set-port-security", lsp, &value]);
+}
+
+/// What the logical port's `port_security` says now.
+fn port_security(dir: &Path, lsp: &str) -> String {
+    nbctl(dir, &["lsp-get-port-security", lsp])
+}
+
+/// The stand-in for ovnkube-controller: follows the pod's entry on the fake
+/// API server (a poll every 20 ms) and pins the logical port to its
+/// address at once whenever the address changes.
+struct StandIn {
+    stop: Arc<AtomicBool>,
+    pins: Arc<Mutex<Vec<Ipv4Addr>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StandIn {
+    fn start(api: &Arc<Api>, dir: &Path, lsp: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let pins = Arc::new(Mutex::new(Vec::new()));
+        let api = api.clone();
+        let (dir, lsp) = (dir.to_path_buf(), lsp.to_owned());
+        let (s, p) = (stop.clone(), pins.clone());
+        let thread = std::thread::spawn(move || {
+            let mut pinned = None;
+            while !s.load(Ordering::Relaxed) {
+                let now = api
+                    .server
+                    .annotation(NS, POD, POD_NETWORKS)
+                    .as_deref()
+                    .and_then(entry_address)
+                    .map(|(ip, _)| ip);
+                if let Some(ip) = now
+                    && now != pinned
+                {
+                    pin(&dir, &lsp, ip);
+                    p.lock().unwrap().push(ip);
+                    pinned = now;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Self {
+            stop,
+            pins,
+            thread: Some(thread),
+        }
+    }
+
+    fn pins(&self) -> Vec<Ipv4Addr> {
+        self.pins.lock().unwrap().clone()
+    }
+
+    fn last(&self) -> Option<Ipv4Addr> {
+        self.pins().last().copied()
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An in-process agent on its own thread inside the lab's node namespace,
+/// reading the lab's Open vSwitch database; stopped on drop.
+struct NodeAgent {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NodeAgent {
+    fn start(lab: &OvnLab, kubeconfig: &Path) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-ovnvm-agent-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/xdhcp.sock");
+        let state_dir = dir.path().join("state");
+        std::fs::create_dir_all(&state_dir).unwrap();
+        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir);
+        args.metrics_addr = Some(METRICS);
+        args.kube = KubeMode::On;
+        args.kubeconfig = Some(kubeconfig.to_path_buf());
+        args.bpffs_dir = dir.path().join("bpffs");
+        args.ovsdb = lab.db_socket();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let sock = socket.clone();
+        let agent = move || async move {
+            let listener = xdhcp::daemon::bind_socket(&sock)
+                .await
+                .map_err(|e| e.to_string())?;
+            xdhcp::daemon::run(args, listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .map_err(|e| e.to_string())
+        };
+        let node = lab.node.path().to_path_buf();
+        let thread = std::thread::spawn(move || {
+            xdhcp::sys::netns::block_on_in_netns(&node, agent)
+                .map_err(|e| e.to_string())
+                .and_then(|r| r)
+        });
+        let me = Self {
+            stop: Some(stop),
+            thread: Some(thread),
+            socket,
+            _dir: dir,
+        };
+        let c = me.client();
+        assert!(
+            wait_until(Duration::from_secs(20), || c
+                .get::<rpc::Readiness>(rpc::PATH_READY)
+                .is_ok_and(|r| r.ready)),
+            "agent did not become ready"
+        );
+        // The uplink comes from OVS: the one-shot's replies are taken there.
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                let s: rpc::AgentStatus = c.get(rpc::PATH_STATUS).expect("status");
+                !s.uplinks.is_empty() && s.uplinks.iter().all(|u| u.state == "live")
+            }),
+            "the uplink in OVS was not attached"
+        );
+        me
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.socket, Duration::from_mins(1))
+    }
+
+    fn add(&self, req: &CniRequest) -> rpc::CniResult {
+        let v = self
+            .client()
+            .post(rpc::PATH_ADD, req)
+            .expect("VM ADD succeeds");
+        serde_json::from_value(v).expect("a CNI result")
+    }
+
+    fn learned(&self) -> Vec<Binding> {
+        let all: Vec<Binding> = self.client().get(PATH_BINDINGS).expect("binding table");
+        all.into_iter()
+            .filter(|b| b.source == BindingSource::Learned)
+            .collect()
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take()
+            && wait_until(Duration::from_secs(20), || t.is_finished())
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The exposition lines of the agent's `/metrics` starting with `prefix`.
+fn metric_lines(node: &Path, prefix: &str) -> Vec<String> {
+    let text =
+        xdhcp::sys::netns::run_in_netns(node, || xdhcp_tests::bench::http_get(METRICS, "/metrics"))
+            .expect("enter the node namespace")
+            .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The value of the first metric line starting with `prefix` and holding
+/// `label`.
+fn metric(node: &Path, prefix: &str, label: &str) -> u64 {
+    metric_lines(node, prefix)
+        .iter()
+        .find(|l| l.contains(label))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The lab with dnsmasq, the launcher pod's port on `br-int` (the VM's MAC
+/// on its logical port) and the guest behind the launcher's bridge.
+struct Vm {
+    guest: NetNs,
+    _guest_link: Veth,
+    dnsmasq: Dnsmasq,
+    lsp: String,
+    launcher_ns: PathBuf,
+    /// The guest clients' own `/var/lib/dhcpcd` (`db/`) and `/run` (`run/`).
+    guest_fs: tempfile::TempDir,
+    lab: OvnLab,
+}
+
+impl Vm {
+    fn start() -> Self {
+        let mut lab = OvnLab::start();
+        let dnsmasq = Dnsmasq::start(
+            &lab.server,
+            DnsmasqConfig {
+                interface: OvnLab::SERVER_IF.to_owned(),
+                ..DnsmasqConfig::default()
+            },
+        );
+        lab.add_pod(POD, vm_mac());
+        let launcher = &lab.pods()[0];
+        let lsp = launcher.iface_id.clone();
+        let lns = &launcher.ns;
+        lns.ip(&[
+            "link",
+            "set",
+            "eth0",
+            "address",
+            &xdhcp_tests::format_mac(LAUNCHER_MAC),
+        ]);
+        let guest = NetNs::new();
+        let link = Veth::with_mac(lns, "tapg", &guest, "eth0", vm_mac());
+        lns.ip(&["link", "add", "k6t-eth0", "type", "bridge"]);
+        lns.ip(&["link", "set", "eth0", "master", "k6t-eth0"]);
+        lns.ip(&["link", "set", "tapg", "master", "k6t-eth0"]);
+        for i in ["k6t-eth0", "tapg", "eth0"] {
+            lns.link_up(i);
+        }
+        guest.link_up("eth0");
+        // The userspace datapath does not fill in checksums a sender left
+        // to offload.
+        for (ns, i) in [(lns, "tapg"), (&guest, "eth0")] {
+            ns.exec(&["ethtool", "-K", i, "tx", "off"]);
+        }
+        let guest_fs = tempfile::Builder::new()
+            .prefix("xdt-guest-fs-")
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir(guest_fs.path().join("db")).unwrap();
+        std::fs::create_dir(guest_fs.path().join("run")).unwrap();
+        let launcher_ns = lns.path().to_path_buf();
+        Self {
+            guest,
+            _guest_link: link,
+            dnsmasq,
+            lsp,
+            launcher_ns,
+            guest_fs,
+            lab,
+        }
+    }
+
+    /// A guest client: `program` inside the guest namespace and a private
+    /// mount namespace whose `/var/lib/dhcpcd` and `/run` are the test's.
+    fn client(&self, program: &str) -> Command {
+        let (db, run) = (
+            self.guest_fs.path().join("db"),
+            self.guest_fs.path().join("run"),
+        );
+        let mut cmd = self.guest.command("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--"])
+            .arg(xdhcp_tests::program("sh"))
+            .arg("-c")
+            .arg(r#"set -e; "$1" --bind "$2" /var/lib/dhcpcd; "$1" --bind "$3" /run; shift 3; exec "$@""#)
+            .arg("guest-client")
+            .arg(xdhcp_tests::program("mount"))
+            .arg(db)
+            .arg(run)
+            .arg(xdhcp_tests::program(program));
+        cmd
+    }
+
+    /// Runs `dhcpcd` once in the guest with its distribution's defaults
+    /// that matter (a DUID client id; no hooks: a script records the
+    /// address); the address it bound, if any within `secs`.
+    fn dhcpcd(&self, secs: u32) -> Option<Ipv4Addr> {
+        let dir = self.guest_fs.path();
+        let conf = dir.join("dhcpcd.conf");
+        std::fs::write(
+            &conf,
+            "duid\npersistent\nnoarp\nrequire dhcp_server_identifier\n",
+        )
+        .unwrap();
+        let out = dir.join("bound");
+        let script = dir.join("script");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncase \"$reason\" in BOUND|REBIND|REBOOT|RENEW) echo \"$new_ip_address\" > {} ;; esac\nexit 0\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let _ = std::fs::remove_file(&out);
+        let mut child = self
+            .client("dhcpcd")
+            .args(["-1", "-4", "-B", "-t", &secs.to_string(), "-f"])
+            .arg(&conf)
+            .arg("-c")
+            .arg(&script)
+            .arg("eth0")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run dhcpcd");
+        // dhcpcd's own timeout does not cover a server that keeps offering
+        // what never arrives: the test's bounds it.
+        let deadline = Duration::from_secs(u64::from(secs) + 2);
+        let exited = wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some()));
+        if !exited {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+    }
+
+    /// The IPv4 addresses on the guest's `eth0`.
+    fn guest_addrs(&self) -> Vec<Ipv4Addr> {
+        self.guest
+            .ipv4_addrs("eth0")
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect()
+    }
+
+    /// Whether the guest reaches the DHCP server's host (ping).
+    fn pings_server(&self) -> bool {
+        self.guest
+            .command("busybox")
+            .args(["ping", "-c", "3", "-W", "2"])
+            .arg(OvnLab::SERVER_IP.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// What dnsmasq offered the VM's MAC (its log), for failure messages.
+    fn offers(&self) -> Vec<String> {
+        self.dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains("DHCPOFFER") && l.contains(VM_MAC))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The VM with the agent: the fake API server holds the launcher pod
+/// (controlled by its VMI) and the VMI; the VM's ADD leased the one-shot
+/// address, the entry reports it and the stand-in pinned the port to it.
+struct Served {
+    agent: NodeAgent,
+    stand_in: StandIn,
+    api: Arc<Api>,
+    req: CniRequest,
+    one_shot: Ipv4Addr,
+    vm: Vm,
+}
+
+impl Served {
+    fn start() -> Self {
+        let vm = Vm::start();
+        let api = Arc::new(Api::start_in(vm.lab.node.path()));
+        let uid = api.server.add_pod(
+            NS,
+            POD,
+            &[
+                ("kubevirt.io", "virt-launcher"),
+                ("vm.kubevirt.io/name", "vm1"),
+            ],
+            &[],
+        );
+        api.server.put_vmi(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": NS},
+            "spec": {
+                "networks": [{"name": "default", "pod": {}},
+                             {"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
+                "domain": {"devices": {"interfaces": [
+                    {"name": "default", "masquerade": {}},
+                    {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}
+                ]}}
+            }
+        }));
+        let stand_in = StandIn::start(&api, vm.lab.dir(), &vm.lsp);
+        let agent = NodeAgent::start(&vm.lab, &api.kubeconfig);
+        let conf = json!({
+            "cniVersion": "1.0.0", "name": OvnLab::NETWORK, "type": "ovn-k8s-cni-overlay",
+            "topology": "localnet", "netAttachDefName": OvnLab::NAD, "ipam": {"type": "dhcp"}
+        });
+        let req = CniRequest {
+            container_id: vm.lab.pods()[0].sandbox.clone(),
+            ifname: "eth0".to_owned(),
+            netns: Some(vm.launcher_ns.clone()),
+            args: [
+                ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
+                ("K8S_POD_NAME".to_owned(), POD.to_owned()),
+                ("K8S_POD_UID".to_owned(), uid),
+            ]
+            .into(),
+            config: config::parse(conf.to_string().as_bytes()).unwrap(),
+        };
+        let r = agent.add(&req);
+        let one_shot = r.ips[0].address.addr;
+        let me = Self {
+            agent,
+            stand_in,
+            api,
+            req,
+            one_shot,
+            vm,
+        };
+        assert_eq!(me.reported(), Some(one_shot), "the ADD reported A");
+        assert!(
+            wait_until(Duration::from_secs(2), || me.stand_in.last()
+                == Some(one_shot)),
+            "the stand-in did not pin A: {:?}",
+            me.stand_in.pins()
+        );
+        assert!(
+            port_security(me.vm.lab.dir(), &me.vm.lsp).contains(&one_shot.to_string()),
+            "{}",
+            port_security(me.vm.lab.dir(), &me.vm.lsp)
+        );
+        me
+    }
+
+    fn reported(&self) -> Option<Ipv4Addr> {
+        self.api
+            .server
+            .annotation(NS, POD, POD_NETWORKS)
+            .as_deref()
+            .and_then(entry_address)
+            .map(|(ip, _)| ip)
+    }
+
+    /// Waits up to `within` for the entry to report `ip`; how long it took.
+    fn reported_within(&self, ip: Ipv4Addr, within: Duration) -> Option<Duration> {
+        let t0 = Instant::now();
+        while t0.elapsed() < within {
+            if self.reported() == Some(ip) {
+                return Some(t0.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+/// The problem, without xdhcp: the one-shot (busybox `udhcpc`, client id
+/// `01:<MAC>`, as ovnkube-node's) leases A, the port is pinned to A, and
+/// the guest's own dhcpcd (a DUID) is offered B by unicast, which OVN drops
+/// at the port: the guest has no address. dnsmasq did offer (its log),
+/// so the drop is the port's.
+#[test]
+fn without_xdhcp_a_pinned_vm_port_leaves_a_duid_guest_without_an_address_ovn_lab() {
+    let vm = Vm::start();
+    let (a, _) = xdhcp_tests::udhcpc_once(&vm.guest, "eth0").expect("the one-shot leases A");
+    pin(vm.lab.dir(), &vm.lsp, a);
+    let got = vm.dhcpcd(10);
+    let offers = vm.offers();
+    assert_eq!(
+        got, None,
+        "the guest got an address through the pinned port; offers: {offers:?}"
+    );
+    assert!(
+        vm.guest_addrs().is_empty(),
+        "the guest has {:?}",
+        vm.guest_addrs()
+    );
+    assert!(
+        offers.iter().any(|l| !l.contains(&format!(" {a} "))),
+        "dnsmasq offered the DUID client nothing but A: {offers:?}"
+    );
+}
+
+/// The fix: the guard on the VM's port (XDP here: the port's bridge is on
+/// the userspace datapath) has the guest's DISCOVER and REQUEST ask for
+/// broadcast replies, which pass the pinned port; the guest gets B, the
+/// entry moves to B within 2 s of the guest's ACK, the stand-in re-pins,
+/// and the guest pings the server's host through OVN from B. Then a
+/// repeated ADD puts the entry back to A: the agent leaves it (nothing
+/// written for 2 s), and the guest's next exchange (dhcpcd again: an
+/// INIT-REBOOT REQUEST for B) moves it to B again.
+#[test]
+fn a_duid_guest_behind_a_pinned_vm_port_gets_its_own_address_and_the_entry_follows_ovn_lab_fake_apiserver()
+ {
+    let s = Served::start();
+    let t0 = Instant::now();
+    let b = s.vm.dhcpcd(20).unwrap_or_else(|| {
+        panic!(
+            "the guest got no address; offers: {:?}\nport security: {}",
+            s.vm.offers(),
+            port_security(s.vm.lab.dir(), &s.vm.lsp)
+        )
+    });
+    assert_ne!(b, s.one_shot, "the DUID client gets another address");
+    let took = s.reported_within(b, Duration::from_secs(2));
+    assert!(
+        took.is_some(),
+        "the entry reports {:?}, the guest holds {b}",
+        s.reported()
+    );
+    eprintln!(
+        "the entry reported {b} {took:?} after dhcpcd returned, {:?} after it started",
+        t0.elapsed()
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || s.stand_in.last() == Some(b)),
+        "the stand-in did not re-pin: {:?}",
+        s.stand_in.pins()
+    );
+    // ovn-controller applies the new port security.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.vm.guest_addrs(), vec![b]);
+    assert!(
+        s.vm.pings_server(),
+        "the guest does not reach the server from {b}"
+    );
+    let learned = s.agent.learned();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
+
+    // A repeated ADD reports A again: followed, not undone.
+    s.agent.add(&s.req);
+    assert_eq!(
+        s.reported(),
+        Some(s.one_shot),
+        "the repeated ADD reported A"
+    );
+    let patches = s.api.patches();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        (s.reported(), s.api.patches()),
+        (Some(s.one_shot), patches),
+        "the agent undid the ADD's report"
+    );
+    // The guest's next exchange moves it back.
+    assert_eq!(s.vm.dhcpcd(20), Some(b), "the guest asks for B again");
+    assert!(
+        s.reported_within(b, Duration::from_secs(2)).is_some(),
+        "the guest's exchange did not move the entry: {:?}",
+        s.reported()
+    );
+}
+
+/// The same guest with busybox `udhcpc` (client id `01:<MAC>`, as the
+/// one-shot's) gets A: the entry already reports it, nothing is written.
+#[test]
+fn a_guest_with_the_one_shots_client_id_gets_the_same_address_and_nothing_is_written_ovn_lab_fake_apiserver()
+ {
+    let s = Served::start();
+    let patches = s.api.patches();
+    let (ip, server) = xdhcp_tests::udhcpc_once(&s.vm.guest, "eth0").expect("udhcpc leases");
+    assert_eq!((ip, server), (s.one_shot, OvnLab::SERVER_IP));
+    assert!(
+        wait_until(Duration::from_secs(2), || s
+            .agent
+            .learned()
+            .iter()
+            .any(|b| b.ip == ip)),
+        "the guest's lease was not learned: {:?}",
+        s.agent.learned()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.reported(), Some(s.one_shot));
+    assert_eq!(s.api.patches(), patches, "the pod was written");
+    assert_eq!(s.stand_in.pins(), vec![s.one_shot]);
+}
+
+/// A host on the physical segment (the server's namespace) forges a
+/// broadcast ACK for the VM's MAC naming an address of its choosing, from
+/// the real server's address (the broadcast passes the pinned port like a
+/// real reply): it answers no REQUEST of the guest and is refused
+/// (`unsolicited`). The guest sends itself an ACK: the guard drops it at
+/// the port as a server message from a workload (`server`). Nothing is
+/// learned or written.
+#[test]
+fn forged_acks_from_the_segment_and_from_the_guest_learn_nothing_and_are_counted_ovn_lab_fake_apiserver()
+ {
+    let s = Served::start();
+    let patches = s.api.patches();
+    let node = s.vm.lab.node.path();
+    let wanted = Ipv4Addr::new(192, 0, 2, 66);
+    // The guest's link has been up since the start: OVN knows the port.
+    for xid in 0..3 {
+        send_ack(
+            &s.vm.lab.server,
+            OvnLab::SERVER_IF,
+            s.vm.lab.server.mac(OvnLab::SERVER_IF),
+            OvnLab::SERVER_IP,
+            0x0bad_0000 + xid,
+            wanted,
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(3), || metric(
+            node,
+            "xdhcp_learn_refused_total",
+            r#"reason="unsolicited""#
+        ) >= 3),
+        "the forgeries were not seen and refused: {:?}",
+        metric_lines(node, "xdhcp_learn")
+    );
+    // From the guest, to itself.
+    for xid in 0..2 {
+        send_ack(
+            &s.vm.guest,
+            "eth0",
+            vm_mac(),
+            OvnLab::SERVER_IP,
+            0x0bad_0100 + xid,
+            wanted,
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(3), || metric(
+            node,
+            "xdhcp_guard_dropped_frames",
+            r#"reason="server""#
+        ) >= 2),
+        "the guest's ACKs were not dropped at its port: {:?}",
+        metric_lines(node, "xdhcp_guard_dropped")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.reported(), Some(s.one_shot), "a forgery moved the entry");
+    assert_eq!(s.api.patches(), patches, "a forgery wrote the pod");
+    assert!(s.agent.learned().is_empty(), "{:?}", s.agent.learned());
+}
+
+/// Sends out of `ifname` in `ns` a broadcast DHCPACK for the VM's MAC
+/// naming `yiaddr`, with the real server's identifier and `src_ip`.
+fn send_ack(
+    ns: &NetNs,
+    ifname: &str,
+    src_mac: [u8; 6],
+    src_ip: Ipv4Addr,
+    xid: u32,
+    yiaddr: Ipv4Addr,
+) {
+    use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
+    use dhcproto::{Encodable as _, Encoder};
+    use std::os::fd::AsRawFd as _;
+    use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
+
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootReply)
+        .set_xid(xid)
+        .set_chaddr(&vm_mac())
+        .set_yiaddr(yiaddr);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::MessageType(MessageType::Ack));
+    o.insert(DhcpOption::ServerIdentifier(OvnLab::SERVER_IP));
+    o.insert(DhcpOption::AddressLeaseTime(3600));
+    o.insert(DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).unwrap();
+    let frame = build_udp_frame(
+        &FrameHeaders {
+            src_mac,
+            dst_mac: [0xff; 6],
+            vlan: None,
+            src_ip,
+            dst_ip: Ipv4Addr::BROADCAST,
+            src_port: 67,
+            dst_port: 68,
+        },
+        &payload,
+    );
+    let sock = ns.packet_socket(ns.ifindex(ifname), libc::ETH_P_ALL as u16, None);
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
