@@ -701,6 +701,47 @@ fn a_duid_guest_behind_a_pinned_vm_port_gets_its_own_address_and_the_entry_follo
     );
 }
 
+/// While a repeated ADD of the VM is in flight (its read of the pod held by
+/// the fake API server), the guest completes an exchange for B with the
+/// entry at A: the agent writes nothing, then or after the ADD (the ADD's
+/// report stands until the guest's next exchange).
+#[test]
+fn nothing_is_written_while_the_vms_add_is_in_flight_ovn_lab_fake_apiserver() {
+    let s = Served::start();
+    let b = s.vm.dhcpcd(20).expect("the guest gets its own address");
+    assert!(s.reported_within(b, Duration::from_secs(2)).is_some());
+    // A repeated ADD puts A back; followed.
+    s.agent.add(&s.req);
+    assert_eq!(s.reported(), Some(s.one_shot));
+    let held = s.api.server.hold(Op::GetPod, 0);
+    let (agent_socket, req) = (s.agent.socket.clone(), s.req.clone());
+    let add = std::thread::spawn(move || {
+        Client::new(&agent_socket, Duration::from_mins(1))
+            .post::<_, Value>(rpc::PATH_ADD, &req)
+            .is_ok()
+    });
+    assert!(
+        held.wait(Duration::from_secs(5)),
+        "the ADD did not read the pod"
+    );
+    let patches = s.api.patches();
+    assert_eq!(s.vm.dhcpcd(20), Some(b), "the guest asks for B again");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        (s.reported(), s.api.patches()),
+        (Some(s.one_shot), patches),
+        "the agent wrote while the ADD was in flight"
+    );
+    held.release();
+    assert!(add.join().unwrap(), "the repeated ADD failed");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        (s.reported(), s.api.patches()),
+        (Some(s.one_shot), patches),
+        "the agent undid the ADD's report"
+    );
+}
+
 /// The same guest with busybox `udhcpc` (client id `01:<MAC>`, as the
 /// one-shot's) gets A: the entry already reports it, nothing is written.
 #[test]
