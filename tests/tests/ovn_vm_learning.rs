@@ -658,10 +658,13 @@ fn a_duid_guest_behind_a_pinned_vm_port_gets_its_own_address_and_the_entry_follo
         "the entry reports {:?}, the guest holds {b}",
         s.reported()
     );
-    eprintln!(
-        "the entry reported {b} {took:?} after dhcpcd returned, {:?} after it started",
-        t0.elapsed()
-    );
+    #[expect(clippy::print_stderr, reason = "the figure is useful in test logs")]
+    {
+        eprintln!(
+            "the entry reported {b} {took:?} after dhcpcd returned, {:?} after it started",
+            t0.elapsed()
+        );
+    }
     assert!(
         wait_until(Duration::from_secs(2), || s.stand_in.last() == Some(b)),
         "the stand-in did not re-pin: {:?}",
