@@ -670,6 +670,9 @@ fn a_duid_guest_behind_a_pinned_vm_port_gets_its_own_address_and_the_entry_follo
         "the stand-in did not re-pin: {:?}",
         s.stand_in.pins()
     );
+    // The guest got B through the port pinned to A: the replies it needed
+    // (broadcast, as its DISCOVER and REQUEST asked) passed port security.
+    assert_eq!(s.stand_in.pins(), vec![s.one_shot, b]);
     // ovn-controller applies the new port security.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(s.vm.guest_addrs(), vec![b]);
