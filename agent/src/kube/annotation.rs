@@ -42,6 +42,12 @@ const KNOWN_FIELDS: [&str; 5] = [
     "ipam_mode",
 ];
 
+/// OVN-Kubernetes' deprecated copy of `ip_addresses[0]` (written when the
+/// entry has one address).
+const LEGACY_IP: &str = "ip_address";
+/// Its deprecated copy of `gateway_ips[0]` (written when there is one).
+const LEGACY_GATEWAY: &str = "gateway_ip";
+
 /// One network's entry of the annotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodNetworkEntry {
@@ -176,7 +182,12 @@ impl PodNetworks {
     }
 
     /// Set the entry for `key`. Unknown fields an earlier entry at that key
-    /// carried (and `entry.other` does not override) are kept.
+    /// carried (and `entry.other` does not override) are kept, except that
+    /// the deprecated single-value fields OVN-Kubernetes also writes
+    /// (`ip_address`, `gateway_ip`) follow the lists they repeat: it
+    /// refuses an entry where they disagree (`ip_address and ip_addresses
+    /// conflict`), so a kept one is set to the one address (gateway) the
+    /// entry now has, or dropped when it has not exactly one.
     pub fn set(&mut self, key: &str, entry: &PodNetworkEntry) {
         let mut entry = entry.clone();
         if let Some(old) = self.entries.get(key)
@@ -186,6 +197,17 @@ impl PodNetworks {
                 if !KNOWN_FIELDS.contains(&k.as_str()) {
                     entry.other.entry(k).or_insert(v);
                 }
+            }
+        }
+        for (single, list) in [
+            (LEGACY_IP, &entry.ip_addresses),
+            (LEGACY_GATEWAY, &entry.gateway_ips),
+        ] {
+            if entry.other.contains_key(single) {
+                match list.as_slice() {
+                    [one] => entry.other.insert(single.to_owned(), one.as_str().into()),
+                    _ => entry.other.remove(single),
+                };
             }
         }
         let raw = serde_json::value::to_raw_value(&entry)
@@ -417,6 +439,53 @@ mod tests {
             out,
             r#"{"ns/mine":{"ip_addresses":["10.1.192.213/24"],"mac_address":"02:00:00:00:20:08","gateway_ips":["10.1.192.1"],"role":"secondary","ipam_mode":"dhcp","tunnel_id":3}}"#
         );
+    }
+
+    /// The entry OVN-Kubernetes' one-shot writes for a VM (its marshaller
+    /// adds the deprecated single-value fields for one address) follows a
+    /// move: they agree with the lists after it, as OVN-Kubernetes' parser
+    /// demands, and everything else stays.
+    #[test]
+    fn moving_an_ovn_kubernetes_entry_keeps_its_deprecated_fields_in_step() {
+        let existing = r#"{"default":{"ip_addresses":["10.0.0.5/24"],"mac_address":"0a:58:0a:00:00:05"},"ns/vm":{"ip_addresses":["192.0.2.83/24"],"mac_address":"02:00:00:00:30:01","gateway_ips":["192.0.2.1"],"routes":[{"dest":"198.51.100.0/24","nextHop":"192.0.2.1"}],"ip_address":"192.0.2.83/24","gateway_ip":"192.0.2.1","tunnel_id":7,"role":"secondary","ipam_mode":"dhcp"}}"#;
+        let mac = MacAddr([2, 0, 0, 0, 0x30, 1]);
+        let moved = PodNetworkEntry::dhcp(
+            Ipv4Addr::new(192, 0, 2, 84),
+            24,
+            mac,
+            &[Ipv4Addr::new(192, 0, 2, 254)],
+        );
+        let out = merge_entry(Some(existing), "ns/vm", &moved).unwrap();
+        let nets = PodNetworks::parse(Some(&out)).unwrap();
+        assert_eq!(
+            nets.raw("default"),
+            PodNetworks::parse(Some(existing)).unwrap().raw("default")
+        );
+        let e = nets.entry("ns/vm").unwrap().unwrap();
+        assert_eq!(e.ip_addresses, ["192.0.2.84/24"]);
+        assert_eq!(e.gateway_ips, ["192.0.2.254"]);
+        assert_eq!(e.ipam_mode.as_deref(), Some("dhcp"));
+        assert_eq!(e.other["ip_address"], "192.0.2.84/24");
+        assert_eq!(e.other["gateway_ip"], "192.0.2.254");
+        assert_eq!(e.other["tunnel_id"], 7);
+        assert_eq!(
+            e.other["routes"],
+            serde_json::json!([{"dest": "198.51.100.0/24", "nextHop": "192.0.2.1"}])
+        );
+        // A lease without a router: no gateway, so no deprecated copy of one.
+        let bare = PodNetworkEntry::dhcp(Ipv4Addr::new(192, 0, 2, 85), 24, mac, &[]);
+        let out = merge_entry(Some(&out), "ns/vm", &bare).unwrap();
+        let e = PodNetworks::parse(Some(&out))
+            .unwrap()
+            .entry("ns/vm")
+            .unwrap()
+            .unwrap();
+        assert!(e.gateway_ips.is_empty());
+        assert!(!e.other.contains_key("gateway_ip"), "{out}");
+        assert_eq!(e.other["ip_address"], "192.0.2.85/24");
+        // An entry that never had them does not get them.
+        let out = merge_entry(None, "ns/vm", &bare).unwrap();
+        assert!(!out.contains("ip_address\""), "{out}");
     }
 
     #[test]
