@@ -189,11 +189,13 @@ impl Wire for TcFrame<'_> {
         // a result of zero is sent as 0xffff). The word moves the sum by
         // as much as the checksum field moves it back, so a complete
         // checksum (`skb->csum`) stays right without a recompute.
+        // The word first: if that fails, the frame is as it was.
         let flags = u64::from(BPF_F_MARK_MANGLED_0) | 2;
-        self.ctx
-            .l4_csum_replace(check, u64::from(old), u64::from(new), flags)
-            .is_ok()
-            && self.ctx.store(offset, &new, 0).is_ok()
+        self.ctx.store(offset, &new, 0).is_ok()
+            && self
+                .ctx
+                .l4_csum_replace(check, u64::from(old), u64::from(new), flags)
+                .is_ok()
     }
 }
 
@@ -606,9 +608,9 @@ fn broadcast_replies<W: Wire>(f: &W, udp: &Udp) {
     if ciaddr_hi != 0 || ciaddr_lo != 0 || flags & broadcast != 0 {
         return;
     }
-    // The UDP checksum, the last word of the UDP header.
-    // Opaque as well: a packet pointer with a negative constant offset is
-    // refused, whatever its variable part.
+    // The UDP checksum, the last word of the UDP header; opaque as well: a
+    // packet pointer with a negative constant offset is refused, whatever
+    // its variable part.
     let check = black_box(payload - 2);
     f.rewrite_u16(payload + 10, flags, flags | broadcast, check);
 }
