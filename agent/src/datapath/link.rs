@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use tracing::debug;
-use xdhcp_engine::Transmit;
+use xdhcp_engine::{Ipv4Prefix, Transmit};
 
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
@@ -29,6 +29,7 @@ type Opened = (
     Option<AfPacketReceiver>,
     Option<LinkRemovalWatch>,
     PeerLookup,
+    Option<Vec<Ipv4Prefix>>,
 );
 
 /// Which packet sockets [`Link::open`] opens.
@@ -74,6 +75,11 @@ pub(crate) struct Link {
     /// The veth peer, when the open was asked to look (for the DHCP guard,
     /// which then needs no trip into the namespace of its own).
     veth_peer: PeerLookup,
+    /// What the lease must not reroute in the namespace (the routes and
+    /// networks of its other interfaces), when the open was asked to look:
+    /// read in the same trip, so the acquisition needs none of its own
+    /// before its first DISCOVER.
+    protected: Option<Vec<Ipv4Prefix>>,
 }
 
 impl Drop for Link {
@@ -201,13 +207,15 @@ impl Link {
         Self::open_looking(netns, ifname, sockets, false)
     }
 
-    /// [`Link::open`], and in the same trip into `netns` find the
-    /// interface's veth peer for the DHCP guard ([`Link::take_veth_peer`]).
+    /// [`Link::open`], and with `looking`, in the same trip into `netns`,
+    /// find what an ADD needs of the namespace: the interface's veth peer
+    /// for the DHCP guard ([`Link::take_veth_peer`]) and the prefixes its
+    /// lease must not reroute ([`Link::take_protected`]).
     pub(crate) fn open_looking(
         netns: Option<&Path>,
         ifname: &str,
         sockets: Sockets,
-        veth_peer: bool,
+        looking: bool,
     ) -> Result<Self, LinkError> {
         // Main plugins may hand the interface over still down (bridge,
         // macvlan): bring it up first, as the upstream dhcp plugin does. One
@@ -273,11 +281,20 @@ impl Link {
             };
             // A failed lookup costs the guard, not the lease: carried to it.
             let peer = home
-                .filter(|_| veth_peer)
+                .filter(|_| looking)
                 .map(|home| crate::netlink::veth_peer_here(&name, home));
-            Ok((info, tx, rx, watch, peer))
+            // A namespace that cannot be read protects nothing more and
+            // says so (as `lease::apply::protected_in_pod` does).
+            let protected = looking.then(|| {
+                crate::netlink::prefixes_to_protect_here(info.ifindex).unwrap_or_else(|error| {
+                    tracing::warn!(ifname = %name, %error,
+                        "could not read the pod's other routes to protect them");
+                    Vec::new()
+                })
+            });
+            Ok((info, tx, rx, watch, peer, protected))
         };
-        let (info, tx, rx, watch, veth_peer) = match netns {
+        let (info, tx, rx, watch, veth_peer, protected) = match netns {
             // On this thread, moved in and back: the work is short and never
             // blocks, and a thread of its own cost a spawn and a cross-CPU
             // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip).
@@ -299,12 +316,19 @@ impl Link {
             ns_handle,
             watch_failed: AtomicBool::new(false),
             veth_peer,
+            protected,
         })
     }
 
     /// What [`Link::open_looking`] found of the veth peer (once).
     pub(crate) fn take_veth_peer(&mut self) -> PeerLookup {
         self.veth_peer.take()
+    }
+
+    /// The prefixes [`Link::open_looking`] found the lease must not
+    /// reroute (once); `None` when the open did not look.
+    pub(crate) fn take_protected(&mut self) -> Option<Vec<Ipv4Prefix>> {
+        self.protected.take()
     }
 
     /// Whether the `AF_PACKET` receiver is open.
