@@ -24,6 +24,7 @@ pub(crate) type LinkError = RawSockError;
 
 /// What one trip into the namespace opens for a link.
 type Opened = (
+    Option<std::os::fd::OwnedFd>,
     LinkInfo,
     Option<RawSender>,
     Option<AfPacketReceiver>,
@@ -80,7 +81,26 @@ pub(crate) struct Link {
     /// read in the same trip, so the acquisition needs none of its own
     /// before its first DISCOVER.
     protected: Option<Vec<Ipv4Prefix>>,
+    /// When the open brought the interface up: what [`Link::settle`]
+    /// waits for.
+    raised: Option<Raised>,
 }
+
+/// An interface the open brought up, until the kernel has made its far
+/// end operational.
+#[derive(Debug)]
+struct Raised {
+    /// An ioctl socket in the interface's namespace.
+    sock: std::os::fd::OwnedFd,
+    /// Its veth peer's index, when the peer is in the agent's namespace.
+    peer: Option<u32>,
+    since: std::time::Instant,
+}
+
+/// The longest [`Link::settle`] waits: the kernel's link watcher handles a
+/// carrier change within a second (its rate limit), later only when the
+/// RTNL lock is held that long.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for Link {
     fn drop(&mut self) {
@@ -237,7 +257,7 @@ impl Link {
                 },
                 other => other,
             };
-            crate::sys::ifreq::ensure_up(&name).map_err(|source| {
+            let raised = crate::sys::ifreq::ensure_up(&name).map_err(|source| {
                 if is_gone_errno(&source) {
                     LinkError::InterfaceGone {
                         ifname: name.clone(),
@@ -292,9 +312,9 @@ impl Link {
                     Vec::new()
                 })
             });
-            Ok((info, tx, rx, watch, peer, protected))
+            Ok((raised, info, tx, rx, watch, peer, protected))
         };
-        let (info, tx, rx, watch, veth_peer, protected) = match netns {
+        let (raised, info, tx, rx, watch, veth_peer, protected) = match netns {
             // On this thread, moved in and back: the work is short and never
             // blocks, and a thread of its own cost a spawn and a cross-CPU
             // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip).
@@ -315,9 +335,66 @@ impl Link {
             watch,
             ns_handle,
             watch_failed: AtomicBool::new(false),
-            veth_peer,
             protected,
+            raised: raised.map(|sock| Raised {
+                sock,
+                peer: match &veth_peer {
+                    Some(Ok(Some(p))) if p.in_namespace => Some(p.ifindex),
+                    _ => None,
+                },
+                since: std::time::Instant::now(),
+            }),
+            veth_peer,
         })
+    }
+
+    /// Wait, when the open brought the interface up, until the kernel has
+    /// made the link operational (at most [`SETTLE_LIMIT`]): its veth peer
+    /// when the open found it in the agent's namespace, else the interface
+    /// itself. Bringing a veth up turns its peer's carrier on, and the
+    /// kernel's link watcher handles that change later, under the RTNL
+    /// lock; until then the peer's bridge port forwards nothing, so a
+    /// first DISCOVER sent at once was dropped at the bridge — silently —
+    /// in about a third of the ADDs of a pod handed over down, and the
+    /// exchange began only at its retransmission, seconds later. Whether
+    /// it became operational; `true` when the interface was up already.
+    pub(crate) async fn settle(&mut self) -> bool {
+        let Some(raised) = self.raised.take() else {
+            return true;
+        };
+        // The peer is in the agent's namespace: this thread's.
+        let here = match raised.peer {
+            Some(_) => crate::sys::ifreq::socket().ok(),
+            None => None,
+        };
+        loop {
+            let running = match (&here, raised.peer) {
+                (Some(sock), Some(peer)) => crate::sys::ifreq::running_index(sock, peer),
+                _ => crate::sys::ifreq::running(&raised.sock, &self.ifname),
+            };
+            match running {
+                Ok(true) => {
+                    debug!(ifname = %self.ifname, peer = ?raised.peer,
+                        waited_us = raised.since.elapsed().as_micros(),
+                        "the link brought up is operational");
+                    return true;
+                }
+                Ok(false) if raised.since.elapsed() < SETTLE_LIMIT => {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                Ok(false) => {
+                    debug!(ifname = %self.ifname, limit = ?SETTLE_LIMIT,
+                        "the link brought up is not operational yet; sending anyway");
+                    return false;
+                }
+                // Gone or unreadable: the send says what is wrong.
+                Err(e) => {
+                    debug!(ifname = %self.ifname, error = %e,
+                        "cannot read the flags of the link brought up");
+                    return false;
+                }
+            }
+        }
     }
 
     /// What [`Link::open_looking`] found of the veth peer (once).
