@@ -29,6 +29,74 @@ pub(crate) const DORA_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Buckets of one step of an ADD, seconds: most steps take tens of
+/// microseconds to a few milliseconds; a queued or retransmitted
+/// exchange, seconds.
+pub(crate) const ADD_PHASE_BUCKETS: &[f64] = &[
+    0.000_05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// One step of an ADD in the agent, from the plugin's request to the
+/// answer (the `phase` label of `xdhcp_add_phase_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum AddPhase {
+    /// The request read off the socket: the connection's accept to the
+    /// ADD's start.
+    Request,
+    /// The attachment's lock and the pod's lookup.
+    Lookup,
+    /// The trip into the pod's namespace: sockets, veth peer, routes to
+    /// protect.
+    Open,
+    /// The DHCP guard's attach (beside the exchange for a pod).
+    Guard,
+    /// Reading the routes to protect when the open had not.
+    Protect,
+    /// Waiting for one of the network's acquisition slots.
+    Slot,
+    /// The lease task's start to its first DISCOVER on the wire.
+    Start,
+    /// The first DISCOVER to the REQUEST for the offer taken.
+    Offer,
+    /// That REQUEST to the ACK.
+    Ack,
+    /// Configuring the address (`"apply": true`).
+    Apply,
+    /// The `pod-networks` entry.
+    Report,
+    /// What is left of the wait for the lease record to be on disk.
+    Persist,
+    /// The result back to the socket: the ADD's end to its answer.
+    Answer,
+}
+
+impl AddPhase {
+    /// The `phase` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Lookup => "lookup",
+            Self::Open => "open",
+            Self::Guard => "guard",
+            Self::Protect => "protect",
+            Self::Slot => "slot",
+            Self::Start => "start",
+            Self::Offer => "offer",
+            Self::Ack => "ack",
+            Self::Apply => "apply",
+            Self::Report => "report",
+            Self::Persist => "persist",
+            Self::Answer => "answer",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,
@@ -187,6 +255,8 @@ pub(crate) struct Metrics {
     registry: Registry,
     leases: Family<StateLabel, Gauge>,
     dora_seconds: Histogram,
+    add_phases: Family<PhaseLabel, Histogram>,
+    add_seconds: Histogram,
     renewals: Counter,
     naks: Counter,
     failures: Family<ErrorLabel, Counter>,
@@ -232,6 +302,10 @@ impl Metrics {
         let mut root = Registry::with_prefix("xdhcp");
         let leases = Family::<StateLabel, Gauge>::default();
         let dora_seconds = Histogram::new(DORA_BUCKETS.iter().copied());
+        let add_phases = Family::<PhaseLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(ADD_PHASE_BUCKETS.iter().copied())) as fn() -> Histogram,
+        );
+        let add_seconds = Histogram::new(ADD_PHASE_BUCKETS.iter().copied());
         let renewals = Counter::default();
         let naks = Counter::default();
         let failures = Family::<ErrorLabel, Counter>::default();
@@ -286,6 +360,16 @@ impl Metrics {
             "dora_duration_seconds",
             "Time from the first DISCOVER (or INIT-REBOOT REQUEST) to BOUND",
             dora_seconds.clone(),
+        );
+        root.register(
+            "add_phase_seconds",
+            "Time one step of a pod's ADD took inside the agent, by phase (request, lookup, open, guard, protect, slot, start, offer, ack, apply, report, persist, answer; docs/metrics.md)",
+            add_phases.clone(),
+        );
+        root.register(
+            "add_duration_seconds",
+            "A successful ADD inside the agent, from the connection's accept to its answer",
+            add_seconds.clone(),
         );
         root.register("renewals", "Leases renewed or rebound", renewals.clone());
         root.register("naks", "DHCPNAKs received", naks.clone());
@@ -346,6 +430,8 @@ impl Metrics {
             bound_by_path,
             leases,
             dora_seconds,
+            add_phases,
+            add_seconds,
             renewals,
             naks,
             failures,
@@ -554,6 +640,20 @@ impl Metrics {
         }
     }
 
+    /// One step of an ADD took `d`.
+    pub(crate) fn add_phase(&self, phase: AddPhase, d: std::time::Duration) {
+        self.add_phases
+            .get_or_create(&PhaseLabel {
+                phase: phase.label(),
+            })
+            .observe(d.as_secs_f64());
+    }
+
+    /// A successful ADD took `d` inside the agent.
+    pub(crate) fn add_done(&self, d: std::time::Duration) {
+        self.add_seconds.observe(d.as_secs_f64());
+    }
+
     /// A CNI request was served.
     pub(crate) fn cni_request(&self, op: &'static str) {
         self.cni_requests.get_or_create(&OpLabel { op }).inc();
@@ -708,7 +808,18 @@ mod tests {
         m.malformed_option("121", 2);
         m.kernel_snapshot(&[("captured", 5)]);
         m.kernel_snapshot(&[("captured", 7)]);
+        m.add_phase(AddPhase::Offer, std::time::Duration::from_micros(700));
+        m.add_done(std::time::Duration::from_millis(3));
         let text = m.encode();
+        assert!(
+            text.contains("xdhcp_add_phase_seconds_bucket{le=\"0.001\",phase=\"offer\"} 1")
+                || text.contains("xdhcp_add_phase_seconds_bucket{phase=\"offer\",le=\"0.001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("xdhcp_add_duration_seconds_count 1"),
+            "{text}"
+        );
         assert!(text.contains(r#"xdhcp_leases{state="bound"} 1"#), "{text}");
         assert!(
             text.contains(r#"xdhcp_leases{state="renewing"} 1"#),

@@ -397,12 +397,7 @@ impl Netlink {
     /// most general route there is), and the networks of every address on
     /// such an interface (loopback aside).
     pub async fn prefixes_to_protect(&self, except: Option<u32>) -> Result<Vec<Ipv4Prefix>> {
-        let mut out = Vec::new();
-        for r in self.routes().await? {
-            if r.prefix_len > 0 && r.oif.is_some() && r.oif != except {
-                out.extend(Ipv4Prefix::new(r.dest, r.prefix_len));
-            }
-        }
+        let routes = self.routes().await?;
         let msgs: Vec<AddressMessage> = self
             .handle
             .address()
@@ -411,18 +406,7 @@ impl Netlink {
             .try_collect()
             .await
             .map_err(self.request_err("list addresses"))?;
-        for m in msgs.iter().filter(|m| Some(m.header.index) != except) {
-            for a in &m.attributes {
-                if let AddressAttribute::Local(IpAddr::V4(ip)) = a
-                    && !ip.is_loopback()
-                {
-                    out.extend(Ipv4Prefix::new(*ip, m.header.prefix_len));
-                }
-            }
-        }
-        out.sort_by_key(|p| (u32::from(p.addr), p.len));
-        out.dedup();
-        Ok(out)
+        Ok(protected_prefixes(&routes, &msgs, except))
     }
 
     /// Whether `addr` (with `prefix_len`, if given) is configured on `ifindex`
@@ -805,6 +789,110 @@ pub fn xdp_prog_here(ifindex: u32) -> io::Result<Option<(u32, XdpHook)>> {
             .map(|id| (id, XdpHook::Native))
             .or(skb.map(|id| (id, XdpHook::Generic))),
     })
+}
+
+/// The prefixes a lease must not reroute, from a namespace's main-table
+/// `routes` and its `addresses` ([`Netlink::prefixes_to_protect`]), the
+/// interface `except` (the one being leased) aside.
+fn protected_prefixes(
+    routes: &[KernelRoute],
+    addresses: &[AddressMessage],
+    except: Option<u32>,
+) -> Vec<Ipv4Prefix> {
+    let mut out = Vec::new();
+    for r in routes {
+        if r.prefix_len > 0 && r.oif.is_some() && r.oif != except {
+            out.extend(Ipv4Prefix::new(r.dest, r.prefix_len));
+        }
+    }
+    for m in addresses.iter().filter(|m| Some(m.header.index) != except) {
+        for a in &m.attributes {
+            if let AddressAttribute::Local(IpAddr::V4(ip)) = a
+                && !ip.is_loopback()
+            {
+                out.extend(Ipv4Prefix::new(*ip, m.header.prefix_len));
+            }
+        }
+    }
+    out.sort_by_key(|p| (u32::from(p.addr), p.len));
+    out.dedup();
+    out
+}
+
+/// [`Netlink::prefixes_to_protect`] in the calling thread's namespace,
+/// with one blocking socket: for a caller already in the pod's namespace
+/// (the ADD's one trip there, `Link::open_looking`), which then needs no
+/// connection, thread or trip of its own before the first DISCOVER.
+pub fn prefixes_to_protect_here(except: u32) -> io::Result<Vec<Ipv4Prefix>> {
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+    use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    let get_routes = RouteMessageBuilder::<Ipv4Addr>::new().build();
+    let routes: Vec<KernelRoute> = dump(&sock, RouteNetlinkMessage::GetRoute(get_routes), 1)?
+        .iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewRoute(r) => KernelRoute::from_message(r),
+            _ => None,
+        })
+        .collect();
+    let mut get_addresses = AddressMessage::default();
+    get_addresses.header.family = rtnetlink::packet_route::AddressFamily::Inet;
+    let addresses: Vec<AddressMessage> =
+        dump(&sock, RouteNetlinkMessage::GetAddress(get_addresses), 2)?
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) => Some(a),
+                _ => None,
+            })
+            .collect();
+    Ok(protected_prefixes(&routes, &addresses, Some(except)))
+}
+
+/// Send one dump request on a blocking rtnetlink socket and collect its
+/// answers up to the end of the dump.
+fn dump(
+    sock: &rtnetlink::sys::Socket,
+    msg: rtnetlink::packet_route::RouteNetlinkMessage,
+    seq: u32,
+) -> io::Result<Vec<rtnetlink::packet_route::RouteNetlinkMessage>> {
+    use rtnetlink::packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+
+    let mut req = NetlinkMessage::from(msg);
+    req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    req.header.sequence_number = seq;
+    req.finalize();
+    let mut buf = vec![0; req.buffer_len()];
+    req.serialize(&mut buf);
+    sock.send(&buf, 0)?;
+    let mut out = Vec::new();
+    loop {
+        let (reply, _) = sock.recv_from_full()?;
+        let mut at = 0;
+        while at < reply.len() {
+            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply[at..])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            let len = m.header.length as usize;
+            if m.header.sequence_number == seq {
+                match m.payload {
+                    NetlinkPayload::InnerMessage(inner) => out.push(inner),
+                    NetlinkPayload::Done(_) => return Ok(out),
+                    NetlinkPayload::Error(e) => return Err(e.to_io()),
+                    _ => {}
+                }
+            }
+            if len == 0 {
+                break;
+            }
+            at += len;
+        }
+        if reply.is_empty() {
+            return Ok(out);
+        }
+    }
 }
 
 /// Send one request on `sock` and return its answer (an error answer as

@@ -334,3 +334,60 @@ fn add_with_the_server_down_fails_within_the_timeout() {
         "a failed ADD leaves nothing behind"
     );
 }
+
+/// Where one ADD's time went is in the metrics: every phase of a pod's ADD,
+/// from the request read off the socket to the answer, is observed once in
+/// `xdhcp_add_phase_seconds`, and the whole in `xdhcp_add_duration_seconds`.
+/// The routes the lease must not reroute are read in the open's own trip
+/// into the pod's namespace: nothing is read between the open and the first
+/// DISCOVER (the `protect` phase is there, and zero).
+#[test]
+fn an_adds_phases_are_observed_in_the_metrics() {
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port");
+    let agent = InProcessAgent::start_with(|a| {
+        a.datapath = DatapathChoice::Auto;
+        a.metrics_addr = Some(metrics);
+    });
+    let c = &lab.clients[0];
+    add_primary_interface(c, &["172.30.0.0/16"]);
+    let req = request(c, "pod-phases", r#"{"type":"xdhcp"}"#);
+    let _ = agent.add(&req).expect("ADD");
+    let mut text = None;
+    assert!(wait_until(Duration::from_secs(5), || {
+        text = xdhcp_tests::bench::http_get(metrics, "/metrics");
+        text.is_some()
+    }));
+    let text = text.expect("the metrics server answers");
+    let count = |phase: &str| {
+        xdhcp_tests::bench::metric_count(
+            &text,
+            "xdhcp_add_phase_seconds_count",
+            &format!("phase=\"{phase}\""),
+        )
+    };
+    for phase in [
+        "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
+        "report", "persist", "answer",
+    ] {
+        assert_eq!(count(phase), 1, "phase {phase}:\n{text}");
+    }
+    assert_eq!(
+        xdhcp_tests::bench::metric_count(&text, "xdhcp_add_duration_seconds_count", ""),
+        1,
+        "{text}"
+    );
+    let sum = |phase: &str| {
+        xdhcp_tests::bench::metric(
+            &text,
+            "xdhcp_add_phase_seconds_sum",
+            &format!("phase=\"{phase}\""),
+        )
+    };
+    assert!(sum("offer") + sum("ack") > 0.0, "{text}");
+    assert!(sum("protect").abs() < f64::EPSILON, "{text}");
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+}

@@ -2,8 +2,9 @@
 //! and the one place a daemon [`Error`] becomes a CNI error code.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use axum::Extension;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
@@ -12,8 +13,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use crate::cni::types::{CniError, code};
+use crate::daemon::socket::Accepted;
 use crate::daemon::status;
 use crate::kube::PodApiError;
+use crate::metrics::AddPhase;
 use crate::ops::add;
 use crate::ops::context::Agent;
 use crate::ops::error::Error;
@@ -190,9 +193,11 @@ fn told_wait(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
 
 async fn add(
     State(a): State<Arc<Agent>>,
+    accepted: Option<Extension<Accepted>>,
     headers: HeaderMap,
     body: Result<Json<CniRequest>, JsonRejection>,
-) -> Result<Json<rpc::CniResult>, ApiError> {
+) -> Result<Response, ApiError> {
+    let began = Instant::now();
     if let Err(why) = a.health.ready() {
         return Err(ApiError(CniError::new(
             code::TRY_AGAIN_LATER,
@@ -201,23 +206,48 @@ async fn add(
     }
     let wait = told_wait(&headers)?;
     let req = decode_cni(&a, body)?;
+    let span = tracing::info_span!("add", container = %req.container_id, ifname = %req.ifname);
     // The ADD runs as a task of its own: a caller that goes away (its
     // timeout, a killed runtime) does not stop it halfway, between the
     // lease and its report; it finishes, and a retried ADD finds it done.
     let agent = a.clone();
-    let added = tokio::spawn(async move { add::add(&agent, req, wait).await })
-        .await
-        .map_err(|e| {
-            ApiError(CniError::new(
-                code::INTERNAL,
-                format!("the ADD's task ended without an answer: {e}"),
-            ))
-        })?;
-    Ok(Json(added.map_err(|e| {
+    let (added, ended) = tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let added = add::add(&agent, req, wait).await;
+            (added, Instant::now())
+        },
+        span.clone(),
+    ))
+    .await
+    .map_err(|e| {
+        ApiError(CniError::new(
+            code::INTERNAL,
+            format!("the ADD's task ended without an answer: {e}"),
+        ))
+    })?;
+    let result = added.map_err(|e| {
         let e = ApiError::from(e);
-        tracing::warn!(code = e.0.code, error = %e.0.msg, details = %e.0.details, "ADD failed");
+        tracing::warn!(parent: &span, code = e.0.code, error = %e.0.msg, details = %e.0.details, "ADD failed");
         e
-    })?))
+    })?;
+    // Serialized here, so the answer's phase counts it.
+    let answer = Json(result).into_response();
+    let answered = Instant::now();
+    // From the accept (the request read) when this is the connection's
+    // first request; else from the handler's start.
+    let start = accepted.and_then(|Extension(acc)| acc.first());
+    let metrics = a.metrics();
+    if let Some(at) = start {
+        metrics.add_phase(AddPhase::Request, began.saturating_duration_since(at));
+    }
+    metrics.add_phase(AddPhase::Answer, answered.saturating_duration_since(ended));
+    metrics.add_done(answered.saturating_duration_since(start.unwrap_or(began)));
+    tracing::debug!(parent: &span,
+        request_us = start.map(|at| began.saturating_duration_since(at).as_micros()),
+        answer_us = answered.saturating_duration_since(ended).as_micros(),
+        total_us = answered.saturating_duration_since(start.unwrap_or(began)).as_micros(),
+        "ADD answered");
+    Ok(answer)
 }
 
 async fn del(

@@ -16,7 +16,8 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::response::IntoResponse;
@@ -40,6 +41,30 @@ pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(5 * 60 + 15 + 60);
 /// How long a connection still in use at shutdown is waited for.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// When a connection was accepted: the start of its first request's read
+/// (the `request` phase of an ADD), put in each of its requests'
+/// extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted {
+    at: Instant,
+    taken: Arc<AtomicBool>,
+}
+
+impl Accepted {
+    fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            taken: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The accept, for the connection's first request only: a later one
+    /// on the same connection has no start of its own to count from.
+    pub(crate) fn first(&self) -> Option<Instant> {
+        (!self.taken.swap(true, Ordering::Relaxed)).then_some(self.at)
+    }
+}
 
 /// Who may connect and how many at once.
 #[derive(Debug, Clone)]
@@ -117,8 +142,10 @@ fn refusal(msg: String) -> Router {
 }
 
 /// One connection: HTTP/1.1 with the header timeout, until the client
-/// closes, the lifetime ends or the agent stops.
+/// closes, the lifetime ends or the agent stops. Its requests carry when
+/// it was accepted ([`Accepted`]).
 async fn one(stream: tokio::net::UnixStream, app: Router, token: CancellationToken) {
+    let app = app.layer(axum::Extension(Accepted::now()));
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)

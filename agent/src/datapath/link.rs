@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use tracing::debug;
-use xdhcp_engine::Transmit;
+use xdhcp_engine::{Ipv4Prefix, Transmit};
 
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
@@ -24,11 +24,13 @@ pub(crate) type LinkError = RawSockError;
 
 /// What one trip into the namespace opens for a link.
 type Opened = (
+    Option<std::os::fd::OwnedFd>,
     LinkInfo,
     Option<RawSender>,
     Option<AfPacketReceiver>,
     Option<LinkRemovalWatch>,
     PeerLookup,
+    Option<Vec<Ipv4Prefix>>,
 );
 
 /// Which packet sockets [`Link::open`] opens.
@@ -74,7 +76,31 @@ pub(crate) struct Link {
     /// The veth peer, when the open was asked to look (for the DHCP guard,
     /// which then needs no trip into the namespace of its own).
     veth_peer: PeerLookup,
+    /// What the lease must not reroute in the namespace (the routes and
+    /// networks of its other interfaces), when the open was asked to look:
+    /// read in the same trip, so the acquisition needs none of its own
+    /// before its first DISCOVER.
+    protected: Option<Vec<Ipv4Prefix>>,
+    /// When the open brought the interface up: what [`Link::settle`]
+    /// waits for.
+    raised: Option<Raised>,
 }
+
+/// An interface the open brought up, until the kernel has made its far
+/// end operational.
+#[derive(Debug)]
+struct Raised {
+    /// An ioctl socket in the interface's namespace.
+    sock: std::os::fd::OwnedFd,
+    /// Its veth peer's index, when the peer is in the agent's namespace.
+    peer: Option<u32>,
+    since: std::time::Instant,
+}
+
+/// The longest [`Link::settle`] waits: the kernel's link watcher handles a
+/// carrier change within a second (its rate limit), later only when the
+/// RTNL lock is held that long.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for Link {
     fn drop(&mut self) {
@@ -201,13 +227,15 @@ impl Link {
         Self::open_looking(netns, ifname, sockets, false)
     }
 
-    /// [`Link::open`], and in the same trip into `netns` find the
-    /// interface's veth peer for the DHCP guard ([`Link::take_veth_peer`]).
+    /// [`Link::open`], and with `looking`, in the same trip into `netns`,
+    /// find what an ADD needs of the namespace: the interface's veth peer
+    /// for the DHCP guard ([`Link::take_veth_peer`]) and the prefixes its
+    /// lease must not reroute ([`Link::take_protected`]).
     pub(crate) fn open_looking(
         netns: Option<&Path>,
         ifname: &str,
         sockets: Sockets,
-        veth_peer: bool,
+        looking: bool,
     ) -> Result<Self, LinkError> {
         // Main plugins may hand the interface over still down (bridge,
         // macvlan): bring it up first, as the upstream dhcp plugin does. One
@@ -229,7 +257,7 @@ impl Link {
                 },
                 other => other,
             };
-            crate::sys::ifreq::ensure_up(&name).map_err(|source| {
+            let raised = crate::sys::ifreq::ensure_up(&name).map_err(|source| {
                 if is_gone_errno(&source) {
                     LinkError::InterfaceGone {
                         ifname: name.clone(),
@@ -273,11 +301,20 @@ impl Link {
             };
             // A failed lookup costs the guard, not the lease: carried to it.
             let peer = home
-                .filter(|_| veth_peer)
+                .filter(|_| looking)
                 .map(|home| crate::netlink::veth_peer_here(&name, home));
-            Ok((info, tx, rx, watch, peer))
+            // A namespace that cannot be read protects nothing more and
+            // says so (as `lease::apply::protected_in_pod` does).
+            let protected = looking.then(|| {
+                crate::netlink::prefixes_to_protect_here(info.ifindex).unwrap_or_else(|error| {
+                    tracing::warn!(ifname = %name, %error,
+                        "could not read the pod's other routes to protect them");
+                    Vec::new()
+                })
+            });
+            Ok((raised, info, tx, rx, watch, peer, protected))
         };
-        let (info, tx, rx, watch, veth_peer) = match netns {
+        let (raised, info, tx, rx, watch, veth_peer, protected) = match netns {
             // On this thread, moved in and back: the work is short and never
             // blocks, and a thread of its own cost a spawn and a cross-CPU
             // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip).
@@ -298,13 +335,77 @@ impl Link {
             watch,
             ns_handle,
             watch_failed: AtomicBool::new(false),
+            protected,
+            raised: raised.map(|sock| Raised {
+                sock,
+                peer: match &veth_peer {
+                    Some(Ok(Some(p))) if p.in_namespace => Some(p.ifindex),
+                    _ => None,
+                },
+                since: std::time::Instant::now(),
+            }),
             veth_peer,
         })
+    }
+
+    /// Wait, when the open brought the interface up, until the kernel has
+    /// made the link operational (at most [`SETTLE_LIMIT`]): its veth peer
+    /// when the open found it in the agent's namespace, else the interface
+    /// itself. Bringing a veth up turns its peer's carrier on, and the
+    /// kernel's link watcher handles that change later, under the RTNL
+    /// lock; until then the peer's bridge port forwards nothing, so a
+    /// first DISCOVER sent at once was dropped at the bridge — silently —
+    /// in about a third of the ADDs of a pod handed over down, and the
+    /// exchange began only at its retransmission, seconds later. Whether
+    /// it became operational; `true` when the interface was up already.
+    pub(crate) async fn settle(&mut self) -> bool {
+        let Some(raised) = self.raised.take() else {
+            return true;
+        };
+        // The peer is in the agent's namespace: this thread's.
+        let here = match raised.peer {
+            Some(_) => crate::sys::ifreq::socket().ok(),
+            None => None,
+        };
+        loop {
+            let running = match (&here, raised.peer) {
+                (Some(sock), Some(peer)) => crate::sys::ifreq::running_index(sock, peer),
+                _ => crate::sys::ifreq::running(&raised.sock, &self.ifname),
+            };
+            match running {
+                Ok(true) => {
+                    debug!(ifname = %self.ifname, peer = ?raised.peer,
+                        waited_us = raised.since.elapsed().as_micros(),
+                        "the link brought up is operational");
+                    return true;
+                }
+                Ok(false) if raised.since.elapsed() < SETTLE_LIMIT => {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                Ok(false) => {
+                    debug!(ifname = %self.ifname, limit = ?SETTLE_LIMIT,
+                        "the link brought up is not operational yet; sending anyway");
+                    return false;
+                }
+                // Gone or unreadable: the send says what is wrong.
+                Err(e) => {
+                    debug!(ifname = %self.ifname, error = %e,
+                        "cannot read the flags of the link brought up");
+                    return false;
+                }
+            }
+        }
     }
 
     /// What [`Link::open_looking`] found of the veth peer (once).
     pub(crate) fn take_veth_peer(&mut self) -> PeerLookup {
         self.veth_peer.take()
+    }
+
+    /// The prefixes [`Link::open_looking`] found the lease must not
+    /// reroute (once); `None` when the open did not look.
+    pub(crate) fn take_protected(&mut self) -> Option<Vec<Ipv4Prefix>> {
+        self.protected.take()
     }
 
     /// Whether the `AF_PACKET` receiver is open.

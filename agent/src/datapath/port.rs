@@ -155,6 +155,9 @@ impl Port {
         owner: PortOwner,
         eager: bool,
     ) -> Result<Self, LinkError> {
+        // A frame sent before the interface the open brought up is
+        // operational is dropped without a word: wait for it first.
+        link.settle().await;
         let target = target_of(&link);
         let now = if eager && capture.has_ebpf() {
             capture.subscribe_now(&target).await

@@ -18,7 +18,7 @@ use xdhcp_engine::{
 use crate::cni::config::validate_hostname;
 use crate::datapath::link::{Link, LinkError};
 use crate::lease::apply;
-use crate::lease::live::Outcome;
+use crate::lease::live::{Exchange, Outcome};
 use crate::lease::pacing::Pacing;
 use crate::lease::persist::LeaseRecord;
 use crate::lease::registry::{Handle, Registry};
@@ -71,21 +71,52 @@ pub(crate) enum Failure {
     Silent { timeout: Duration },
 }
 
+/// A lease acquired, and where the acquisition's time went.
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) handle: Handle,
+    pub(crate) lease: Lease,
+    /// Reading what the lease must not reroute, when the link's open had
+    /// not (zero when it had).
+    pub(crate) protect: Duration,
+    /// Waiting for one of the network's acquisition slots.
+    pub(crate) slot: Duration,
+    /// Inside the lease task: its start, the OFFER, the ACK, the address.
+    pub(crate) exchange: Exchange,
+}
+
 impl Registry {
-    /// Run the engine on the acquisition's link until the first lease (or
-    /// failure), admitted by the network's pacing before the first
-    /// DISCOVER; `base` is the agent's engine configuration.
+    /// [`Registry::acquire_timed`] without the timings.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         pacing: &Pacing,
         base: &ClientConfig,
         a: Acquisition,
     ) -> Result<(Handle, Lease), Failure> {
+        let got = self.acquire_timed(pacing, base, a).await?;
+        Ok((got.handle, got.lease))
+    }
+
+    /// Run the engine on the acquisition's link until the first lease (or
+    /// failure), admitted by the network's pacing before the first
+    /// DISCOVER; `base` is the agent's engine configuration.
+    pub(crate) async fn acquire_timed(
+        self: &Arc<Self>,
+        pacing: &Pacing,
+        base: &ClientConfig,
+        mut a: Acquisition,
+    ) -> Result<Acquired, Failure> {
         let rec = &a.record;
         let mut cfg = engine_config(base, &rec.network, &rec.args, rec.mac, a.mode, a.requested);
-        cfg.route_policy
-            .protected
-            .extend(apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await);
+        // Read in the link's own trip into the namespace when it looked;
+        // else here, with a connection of its own.
+        let reading = Instant::now();
+        let protected = match a.link.take_protected() {
+            Some(p) => p,
+            None => apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await,
+        };
+        let protect = reading.elapsed();
+        cfg.route_policy.protected.extend(protected);
         cfg.validate().map_err(Failure::Config)?;
         let timeout = cfg.acquire_timeout;
         // Admitted within the acquisition's deadline; the engine gets what
@@ -115,7 +146,15 @@ impl Registry {
             .hold_during(tokio::time::timeout(timeout + ADD_MARGIN, rx))
             .await;
         let failure = match outcome {
-            Ok(Ok(Outcome::Bound(lease))) => return Ok((handle, lease)),
+            Ok(Ok(Outcome::Bound(lease, exchange))) => {
+                return Ok(Acquired {
+                    handle,
+                    lease,
+                    protect,
+                    slot: waited,
+                    exchange,
+                });
+            }
             Ok(Ok(Outcome::Failed(source))) => Failure::NoLease { timeout, source },
             Ok(Ok(Outcome::LinkFailed(source))) => Failure::LinkFailed(Some(source)),
             Ok(Ok(Outcome::Removed)) => Failure::LinkFailed(None),

@@ -1,8 +1,10 @@
 //! What the rest of the daemon sees of a running lease: its live view, the
 //! commands it takes, and the outcome an ADD waits for.
 
+use std::time::{Duration, Instant};
+
 use tokio::sync::oneshot;
-use xdhcp_engine::{AcquireError, Lease, State};
+use xdhcp_engine::{AcquireError, Lease, MessageKind, State};
 
 use crate::datapath::capture::CapturePath;
 use crate::datapath::link::LinkError;
@@ -13,7 +15,8 @@ use crate::workload::MacAddr;
 /// What ADD waits for.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Bound(Lease),
+    /// The lease, and where the task's time went getting it.
+    Bound(Lease, Exchange),
     Failed(AcquireError),
     /// The interface could not be used.
     LinkFailed(LinkError),
@@ -25,6 +28,69 @@ pub(crate) enum Outcome {
     ApplyFailed(std::sync::Arc<crate::netlink::NetlinkError>),
     /// The agent is shutting down.
     Cancelled,
+}
+
+/// Where a first acquisition's time went inside its lease task: the
+/// phases of an ADD the task sees (the ADD's `xdhcp_add_phase_seconds`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Exchange {
+    /// From the task's start (its port open) to its first frame on the
+    /// wire: the DISCOVER (or an INIT-REBOOT's REQUEST).
+    pub(crate) start: Duration,
+    /// From that first frame to the REQUEST for the offer taken: the
+    /// server's OFFER and any retransmission or restart on the way.
+    pub(crate) offer: Duration,
+    /// From that REQUEST to the ACK.
+    pub(crate) ack: Duration,
+    /// Configuring the address on the interface (`"apply": true`).
+    pub(crate) apply: Duration,
+}
+
+/// The task's stopwatch for [`Exchange`], sans-IO: told when each frame
+/// goes out and when the lease is bound, in the caller's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExchangeClock {
+    started: Instant,
+    first_sent: Option<Instant>,
+    request_sent: Option<Instant>,
+}
+
+impl ExchangeClock {
+    /// A stopwatch started at `now` (the task's start).
+    pub(crate) fn new(now: Instant) -> Self {
+        Self {
+            started: now,
+            first_sent: None,
+            request_sent: None,
+        }
+    }
+
+    /// A frame of `kind` went out at `now`. The first frame ends the
+    /// start; the first REQUEST after a DISCOVER ends the offer (a
+    /// DISCOVER after it, the engine starting over, opens a new one).
+    pub(crate) fn sent(&mut self, kind: MessageKind, now: Instant) {
+        self.first_sent.get_or_insert(now);
+        match kind {
+            MessageKind::Discover => self.request_sent = None,
+            MessageKind::Request => {
+                self.request_sent.get_or_insert(now);
+            }
+            _ => {}
+        }
+    }
+
+    /// The lease was bound at `bound` and configured (or not) by
+    /// `applied`: the phases.
+    pub(crate) fn bound(&self, bound: Instant, applied: Instant) -> Exchange {
+        let first = self.first_sent.unwrap_or(self.started);
+        let request = self.request_sent.unwrap_or(first).max(first);
+        Exchange {
+            start: first.saturating_duration_since(self.started),
+            offer: request.saturating_duration_since(first),
+            ack: bound.saturating_duration_since(request),
+            apply: applied.saturating_duration_since(bound),
+        }
+    }
 }
 
 /// Commands to a running lease task.
@@ -104,4 +170,60 @@ impl Live {
 /// Expiry of `lease` on the wall clock (None when infinite).
 pub(crate) fn expiry_ms(lease: &Lease) -> Option<u64> {
     (!lease.is_infinite()).then(|| lease.acquired_unix_ms + lease.lease_time.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A DORA's frames split the task's time at the first DISCOVER and at
+    /// the REQUEST; a retransmitted DISCOVER stays in the offer phase.
+    #[test]
+    fn a_dora_is_split_at_its_first_discover_and_its_request() {
+        let t0 = Instant::now();
+        let mut c = ExchangeClock::new(t0);
+        c.sent(MessageKind::Discover, t0 + MS);
+        c.sent(MessageKind::Discover, t0 + 5 * MS);
+        c.sent(MessageKind::Request, t0 + 7 * MS);
+        c.sent(MessageKind::Request, t0 + 8 * MS);
+        let e = c.bound(t0 + 10 * MS, t0 + 13 * MS);
+        assert_eq!(
+            e,
+            Exchange {
+                start: MS,
+                offer: 6 * MS,
+                ack: 3 * MS,
+                apply: 3 * MS,
+            }
+        );
+    }
+
+    /// A NAK's restart (a DISCOVER after a REQUEST) puts the first
+    /// exchange's REQUEST and its answer into the offer phase.
+    #[test]
+    fn a_restart_after_a_nak_counts_toward_the_offer() {
+        let t0 = Instant::now();
+        let mut c = ExchangeClock::new(t0);
+        c.sent(MessageKind::Discover, t0 + MS);
+        c.sent(MessageKind::Request, t0 + 2 * MS);
+        c.sent(MessageKind::Discover, t0 + 60 * MS);
+        c.sent(MessageKind::Request, t0 + 62 * MS);
+        let e = c.bound(t0 + 63 * MS, t0 + 63 * MS);
+        assert_eq!(
+            (e.start, e.offer, e.ack, e.apply),
+            (MS, 61 * MS, MS, Duration::ZERO)
+        );
+    }
+
+    /// An INIT-REBOOT sends a REQUEST first: no offer phase.
+    #[test]
+    fn an_init_reboot_has_no_offer_phase() {
+        let t0 = Instant::now();
+        let mut c = ExchangeClock::new(t0);
+        c.sent(MessageKind::Request, t0 + 2 * MS);
+        let e = c.bound(t0 + 3 * MS, t0 + 3 * MS);
+        assert_eq!((e.start, e.offer, e.ack), (2 * MS, Duration::ZERO, MS));
+    }
 }

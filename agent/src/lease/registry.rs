@@ -242,6 +242,7 @@ impl Registry {
             cmds,
             waiter,
             started: Instant::now(),
+            clock: crate::lease::live::ExchangeClock::new(Instant::now()),
             persisted: persisted_tx,
             ahead: None,
         };

@@ -22,7 +22,7 @@ use crate::datapath::capture::CapturePath;
 use crate::datapath::link::LinkError;
 use crate::datapath::port::{Input, LeasePort, Port};
 use crate::lease::effects::{Effect, Effects};
-use crate::lease::live::{Command, Live, Outcome};
+use crate::lease::live::{Command, ExchangeClock, Live, Outcome};
 use crate::lease::persist::{Durable, LeaseRecord, WorkloadKind};
 pub(crate) use crate::lease::services::Services;
 use crate::sys::clock::now_unix_ms;
@@ -45,6 +45,8 @@ pub(crate) struct Task<P: LeasePort = Port> {
     pub(crate) cmds: mpsc::Receiver<Command>,
     pub(crate) waiter: Option<oneshot::Sender<Outcome>>,
     pub(crate) started: Instant,
+    /// Where the first acquisition's time goes, for the ADD waiting on it.
+    pub(crate) clock: ExchangeClock,
     /// Whether the first lease is on disk.
     pub(crate) persisted: watch::Sender<Durable>,
     /// The record written while an ADD's first REQUEST is out.
@@ -275,7 +277,17 @@ async fn flush<P: LeasePort>(task: &mut Task<P>) -> Result<(), LinkError> {
     while let Some(t) = task.client.poll_transmit() {
         out.push(t);
     }
-    task.port.send(out).await
+    let kinds: Vec<_> = if task.waiter.is_some() {
+        out.iter().map(|t| t.kind).collect()
+    } else {
+        Vec::new()
+    };
+    let sent = task.port.send(out).await;
+    let now = Instant::now();
+    for kind in kinds {
+        task.clock.sent(kind, now);
+    }
+    sent
 }
 
 fn handle_frame<P: LeasePort>(task: &mut Task<P>, f: &RxFrame) {
@@ -318,14 +330,23 @@ async fn drain_events<P: LeasePort>(
                 info!(address = %lease.address, prefix = lease.prefix_len, server = %lease.server_id,
                     lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, "bound");
                 log_rejected(&lease);
+                let bound_at = Instant::now();
                 task.set_lease(Some(lease.clone()));
                 task.set_state(task.client.state());
                 let applied = Box::pin(apply_if_asked(task, &lease)).await;
+                let exchange = task.clock.bound(bound_at, Instant::now());
+                debug!(
+                    start_us = exchange.start.as_micros(),
+                    offer_us = exchange.offer.as_micros(),
+                    ack_us = exchange.ack.as_micros(),
+                    apply_us = exchange.apply.as_micros(),
+                    "first exchange"
+                );
                 // ADD writes the annotation while the store write runs; it
                 // answers only once `persisted` is set.
                 if let Some(w) = task.waiter.take() {
                     let _ = w.send(match applied {
-                        Ok(()) => Outcome::Bound(lease.clone()),
+                        Ok(()) => Outcome::Bound(lease.clone(), exchange),
                         Err(e) => Outcome::ApplyFailed(e),
                     });
                 }
@@ -766,6 +787,7 @@ mod tests {
                 cmds,
                 waiter: Some(waiter),
                 started: Instant::now(),
+                clock: ExchangeClock::new(Instant::now()),
                 persisted,
                 ahead: None,
             };
@@ -779,7 +801,7 @@ mod tests {
             assert_eq!(request.xid, discover.xid);
             replies.send(reply(&request, MessageType::Ack)).unwrap();
 
-            let Ok(Outcome::Bound(lease)) = outcome.await else {
+            let Ok(Outcome::Bound(lease, _)) = outcome.await else {
                 panic!("the ADD was not told of a lease");
             };
             assert_eq!((lease.address, lease.prefix_len), (ADDR, 24));

@@ -225,9 +225,12 @@ pub(crate) async fn add(
         key: who.annotation_key.as_deref(),
     };
     let result = report_and_record(agent, &req, to, &bound, deadline, &mut phases).await?;
+    phases.observe(agent.metrics());
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %MacAddr(mac), who_us = phases.who, open_us = phases.open, guard_us = phases.guard,
-        dora_us = phases.dora, report_us = phases.report, durable_us = phases.durable,
+        protect_us = phases.protect, slot_us = phases.slot, start_us = phases.start,
+        offer_us = phases.offer, ack_us = phases.ack, apply_us = phases.apply,
+        report_us = phases.report, durable_us = phases.durable,
         total_us = phases.total(), "ADD done");
     Ok(result)
 }
@@ -327,13 +330,14 @@ async fn bind(
         ifname: req.ifname.clone(),
         netns: netns.to_owned(),
     };
-    let (handle, lease) = agent
+    let acquired = agent
         .leases
-        .acquire(&agent.pacing, &agent.base, acquisition)
+        .acquire_timed(&agent.pacing, &agent.base, acquisition)
         .await
         .map_err(|f| Error::acquisition(place, &req.config.name, f))?;
     phases.dora = phases.lap();
-    Ok((handle, lease, mac, kind))
+    phases.acquired(&acquired);
+    Ok((acquired.handle, acquired.lease, mac, kind))
 }
 
 /// Puts the DHCP guard on the host end of the attachment's port, with the

@@ -18,7 +18,7 @@ use crate::kube::{PodApiError, PodNetworkEntry, PodStore, WriteGuard};
 use crate::lease::apply;
 use crate::lease::persist::{Durable, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
-use crate::metrics::Metrics;
+use crate::metrics::{AddPhase, Metrics};
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate};
 use crate::rpc::CniRequest;
@@ -81,27 +81,48 @@ pub(crate) fn kube_error(metrics: &Metrics, source: PodApiError) -> Error {
     Error::Kube { source }
 }
 
-/// Where a pod ADD's time went inside the agent, in µs per step (logged
-/// with "ADD done"; `docs/performance-notes.md` reads them).
+/// Where a pod ADD's time went inside the agent, in µs per step: logged
+/// with "ADD done" and observed as `xdhcp_add_phase_seconds`
+/// ([`Phases::observe`]; the request read and the answer are the socket's,
+/// `daemon/server.rs`).
 #[derive(Debug)]
 pub(crate) struct Phases {
     started: std::time::Instant,
     last: std::time::Instant,
     /// Lock and pod lookup.
     pub(crate) who: u64,
-    /// The trip into the pod namespace (sender, receiver, removal watch).
+    /// The trip into the pod namespace (sender, receiver, removal watch,
+    /// veth peer, the routes to protect).
     pub(crate) open: u64,
     /// The DHCP guard's attach: a VM's after the open (it needs the VM's
-    /// MAC); a pod's alongside open and DORA, so not part of the sum of
+    /// MAC); a pod's alongside the acquisition, so not part of the sum of
     /// the others, which falls short of the total by any wait for the
     /// guard after the DORA.
     pub(crate) guard: u64,
-    /// Lease task start to the first outcome (DISCOVER .. ACK).
+    /// The whole acquisition: the lease task's start to its first outcome
+    /// (the sum of the five below and the task's spawn).
     pub(crate) dora: u64,
+    /// Reading the routes to protect, when the open had not.
+    pub(crate) protect: u64,
+    /// Waiting for one of the network's acquisition slots.
+    pub(crate) slot: u64,
+    /// The lease task's start to its first DISCOVER on the wire.
+    pub(crate) start: u64,
+    /// That DISCOVER to the REQUEST for the offer taken.
+    pub(crate) offer: u64,
+    /// That REQUEST to the ACK.
+    pub(crate) ack: u64,
+    /// Configuring the address (`"apply": true`).
+    pub(crate) apply: u64,
     /// The `pod-networks` entry.
     pub(crate) report: u64,
     /// The rest of the wait for the lease record to be on disk.
     pub(crate) durable: u64,
+}
+
+/// µs, saturated.
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl Phases {
@@ -114,6 +135,12 @@ impl Phases {
             open: 0,
             guard: 0,
             dora: 0,
+            protect: 0,
+            slot: 0,
+            start: 0,
+            offer: 0,
+            ack: 0,
+            apply: 0,
             report: 0,
             durable: 0,
         }
@@ -124,11 +151,45 @@ impl Phases {
         let now = std::time::Instant::now();
         let d = now.duration_since(self.last);
         self.last = now;
-        u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+        micros(d)
     }
 
     pub(crate) fn total(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
+        micros(self.started.elapsed())
+    }
+
+    /// The acquisition's own steps.
+    pub(crate) fn acquired(&mut self, a: &crate::lease::acquire::Acquired) {
+        self.protect = micros(a.protect);
+        self.slot = micros(a.slot);
+        self.start = micros(a.exchange.start);
+        self.offer = micros(a.exchange.offer);
+        self.ack = micros(a.exchange.ack);
+        self.apply = micros(a.exchange.apply);
+    }
+
+    /// Each step as its phase, in order.
+    pub(crate) fn each(&self) -> [(AddPhase, u64); 11] {
+        [
+            (AddPhase::Lookup, self.who),
+            (AddPhase::Open, self.open),
+            (AddPhase::Guard, self.guard),
+            (AddPhase::Protect, self.protect),
+            (AddPhase::Slot, self.slot),
+            (AddPhase::Start, self.start),
+            (AddPhase::Offer, self.offer),
+            (AddPhase::Ack, self.ack),
+            (AddPhase::Apply, self.apply),
+            (AddPhase::Report, self.report),
+            (AddPhase::Persist, self.durable),
+        ]
+    }
+
+    /// Observe every step in `xdhcp_add_phase_seconds`.
+    pub(crate) fn observe(&self, metrics: &Metrics) {
+        for (phase, us) in self.each() {
+            metrics.add_phase(phase, Duration::from_micros(us));
+        }
     }
 }
 

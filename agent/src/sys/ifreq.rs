@@ -72,18 +72,45 @@ pub(crate) fn mtu(sock: &OwnedFd, req: &mut libc::ifreq) -> io::Result<u32> {
     Ok(unsafe { req.ifr_ifru.ifru_mtu } as u32)
 }
 
-/// Set `IFF_UP` on `ifname` in the calling thread's namespace if it is down.
-pub(crate) fn ensure_up(ifname: &str) -> io::Result<()> {
+/// Set `IFF_UP` on `ifname` in the calling thread's namespace if it is down:
+/// the socket the flags were set with (in that namespace, for
+/// [`running`]) when this raised it, `None` when it was up already.
+pub(crate) fn ensure_up(ifname: &str) -> io::Result<Option<OwnedFd>> {
     let mut req = request(ifname).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
     let sock = socket()?;
     ioctl(&sock, libc::SIOCGIFFLAGS, &mut req)?;
     // SAFETY: the ioctl succeeded, so the flags member is initialised.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
     if flags & libc::IFF_UP as libc::c_short != 0 {
-        return Ok(());
+        return Ok(None);
     }
     req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    ioctl(&sock, libc::SIOCSIFFLAGS, &mut req)
+    ioctl(&sock, libc::SIOCSIFFLAGS, &mut req)?;
+    Ok(Some(sock))
+}
+
+/// Whether the interface with index `ifindex` in `sock`'s namespace is
+/// `IFF_RUNNING` ([`running`]); `SIOCGIFNAME` names it first.
+pub(crate) fn running_index(sock: &OwnedFd, ifindex: u32) -> io::Result<bool> {
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    req.ifr_ifru.ifru_ifindex = i32::try_from(ifindex).unwrap_or(i32::MAX);
+    ioctl(sock, libc::SIOCGIFNAME, &mut req)?;
+    ioctl(sock, libc::SIOCGIFFLAGS, &mut req)?;
+    // SAFETY: the ioctl succeeded, so the flags member is initialised.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    Ok(flags & libc::IFF_RUNNING as libc::c_short != 0)
+}
+
+/// Whether `ifname` (in `sock`'s namespace) is `IFF_RUNNING`: operational,
+/// as the kernel's link watcher marks it once it has handled the carrier
+/// coming on — the same pass that gives the device its transmit queue.
+pub(crate) fn running(sock: &OwnedFd, ifname: &str) -> io::Result<bool> {
+    let mut req = request(ifname).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    ioctl(sock, libc::SIOCGIFFLAGS, &mut req)?;
+    // SAFETY: the ioctl succeeded, so the flags member is initialised.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    Ok(flags & libc::IFF_RUNNING as libc::c_short != 0)
 }
 
 /// The two fields of `struct ethtool_drvinfo` the attach choice reads.
