@@ -144,6 +144,17 @@ fn agent_on(lab: &OvnLab, api: &Api) -> NodeAgent {
     )
 }
 
+/// Wait until the agent has listed the node's pods and watches them.
+fn wait_watching(api: &Api, agent: &NodeAgent) {
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            api.server.count(Op::ListPods) > 0 && api.server.count(Op::WatchPods) > 0
+        }),
+        "the agent does not watch the node's pods:\n{}",
+        agent.log()
+    );
+}
+
 fn scrape(node: &NetNs) -> String {
     let addr: std::net::SocketAddr = METRICS.parse().expect("an address");
     let mut text = None;
@@ -184,6 +195,7 @@ fn an_add_without_cni_args_names_its_pod_from_ovs_and_the_node_watch_with_the_st
     };
     api.put_pod("pod1", &uid);
     let agent = agent_on(&lab, &api);
+    wait_watching(&api, &agent);
 
     let add = ovnk_call(&cni, &agent, &lab.pods()[0], &sandbox, "ADD", "");
     assert!(
@@ -293,6 +305,7 @@ fn a_stale_sandbox_s_add_is_refused_with_the_stand_in_api_server() {
     // added: the API has another UID.
     api.put_pod("pod2", "11111111-2222-4333-8444-555555555555");
     let agent = agent_on(&lab, &api);
+    wait_watching(&api, &agent);
 
     // A sandbox id OVS does not show on the port: superseded.
     let old = format!("0a1d5a4db0c{}", "0".repeat(53));

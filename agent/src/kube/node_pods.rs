@@ -13,7 +13,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -89,16 +88,13 @@ impl NodePods {
                     }
                 }
             }
+            // The watcher retries for ever; should its stream end anyway,
+            // the store keeps what it has (the agent goes on without
+            // updates rather than stop).
+            warn!(node = %label, "the watch of this node's pods ended; its last state is kept");
+            std::future::pending::<()>().await;
         };
         Some((NodePods { store, node }, task))
-    }
-
-    /// Waits at most `within` for the first list; whether it is in.
-    pub async fn ready(&self, within: Duration) -> bool {
-        matches!(
-            tokio::time::timeout(within, self.store.wait_until_ready()).await,
-            Ok(Ok(()))
-        )
     }
 
     /// Whether the first list is in.

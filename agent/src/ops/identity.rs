@@ -36,14 +36,12 @@ use crate::ops::report::Deadline;
 use crate::rpc::CniRequest;
 
 /// How long an ADD waits for the agent's view of Open vSwitch to show the
-/// request's port (ovnkube-node adds it before it execs the plugin; the
-/// view follows the database within milliseconds). An interface no port
-/// is found for by then is served without a pod.
-const OVS_WAIT: Duration = Duration::from_secs(1);
-
-/// How long an ADD waits for the node's pod watch to have listed the pods
-/// (once, after start) before it reads the pod instead.
-const WATCH_WAIT: Duration = Duration::from_secs(2);
+/// request's port (ovnkube-node adds it before it execs the plugin, and
+/// `ovs-vsctl` returns once the database has it; the view follows the
+/// database within milliseconds). An interface no port is found for by
+/// then is served without a pod. Without a database (none at `--ovsdb`,
+/// or it is down) nothing is waited for.
+const OVS_WAIT: Duration = Duration::from_millis(250);
 
 /// What OVS says a port is for, read from its `external_ids`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,8 +164,10 @@ async fn port_named(agent: &Agent, host_ifname: &str, within: Duration) -> Optio
 }
 
 /// The pod `port` names: from the node's pod watch when it has that pod
-/// with the port's UID, else read (within the deadline; a pod the watch
-/// has not seen yet, or one it shows with another UID that may be stale).
+/// with the port's UID, else read (within the deadline): before the
+/// watch's first list, while it cannot list (no RBAC for it), for a pod it
+/// has not seen yet, or one it shows with another UID (which may be
+/// stale).
 async fn pod_object(
     agent: &Agent,
     port: &PortIdentity,
@@ -175,7 +175,7 @@ async fn pod_object(
 ) -> Result<PodInfo, Error> {
     let (ns, name) = (port.namespace.as_str(), port.name.as_str());
     if let Some(pods) = &agent.node_pods
-        && pods.ready(WATCH_WAIT.min(deadline.left())).await
+        && pods.listed()
         && let Some(info) = pods.get(ns, name)
         && info.uid.is_some()
         && info.uid == port.uid
@@ -202,6 +202,11 @@ pub(crate) async fn from_ovs(
     let Some(netns) = req.netns.as_deref() else {
         return Ok(None);
     };
+    // No database to ask (once the watch has tried): nothing to find.
+    if matches!(&*agent.node_ovs.borrow(), NodeState::Unavailable { reason } if reason != "connecting")
+    {
+        return Ok(None);
+    }
     let host = match crate::guard::host_end(netns, &req.ifname, None).await {
         Ok(Some(host)) => host,
         Ok(None) => return Ok(None),
