@@ -148,11 +148,13 @@ pub(crate) fn same_pod(port: &PortIdentity, info: &PodInfo) -> Result<(), Refusa
 }
 
 /// The workload port named `host_ifname`, once the view shows it (at most
-/// `within`).
+/// `within`; none as soon as the database is found unavailable).
 async fn port_named(agent: &Agent, host_ifname: &str, within: Duration) -> Option<WorkloadPort> {
     let mut rx = agent.node_ovs.clone();
-    let shows =
-        |s: &NodeState| matches!(s, NodeState::Ready(v) if v.workload(host_ifname).is_some());
+    let shows = |s: &NodeState| match s {
+        NodeState::Ready(v) => v.workload(host_ifname).is_some(),
+        NodeState::Unavailable { reason } => reason != "connecting",
+    };
     let state = tokio::time::timeout(within, rx.wait_for(shows))
         .await
         .ok()?
