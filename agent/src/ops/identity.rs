@@ -222,6 +222,12 @@ pub(crate) async fn from_ovs(
         debug!(ifname = %req.ifname, port = %host, "Open vSwitch shows no workload port for the interface");
         return Ok(None);
     };
+    // OVN-Kubernetes' CNI always writes the sandbox; a port without one is
+    // another's, whose `iface-id` this does not read.
+    if port.sandbox.is_none() {
+        debug!(ifname = %req.ifname, port = %host, "the interface's port names no sandbox: not OVN-Kubernetes'; no pod from it");
+        return Ok(None);
+    }
     let refused = |source: Refusal| {
         agent.metrics().failure("refused");
         tracing::warn!(container = %req.container_id, ifname = %req.ifname, error = %source, "ADD refused");
