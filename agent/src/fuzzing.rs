@@ -936,6 +936,8 @@ mod tests {
                 state: "Bound".into(),
                 path: "tc".into(),
                 expires_unix_ms: Some(1_800_003_600_000),
+                pod_uid: None,
+                nad: None,
             };
             vec![
                 ("add", with(0, json(&req))),

@@ -666,7 +666,7 @@ impl GuardService {
 /// The name, in the agent's namespace, of the peer of veth `ifname` in
 /// `netns`; `None` when `ifname` is not a veth or its peer is elsewhere.
 /// `known`: what the link's own trip found, if it looked.
-async fn host_end(
+pub(crate) async fn host_end(
     netns: &Path,
     ifname: &str,
     known: PeerLookup,

@@ -398,6 +398,8 @@ fn rbac_is_exactly_what_the_agent_uses() {
     let expected: BTreeSet<(String, String, String)> = [
         ("", "pods", "get"),
         ("", "pods", "patch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
         ("kubevirt.io", "virtualmachineinstances", "get"),
         ("kubevirt.io", "virtualmachineinstancemigrations", "get"),
     ]
@@ -405,6 +407,30 @@ fn rbac_is_exactly_what_the_agent_uses() {
     .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))
     .collect();
     assert_eq!(rbac_rules(), expected);
+
+    // The node's pod watch lists and watches pods, and nothing else: a
+    // reflector of Api<Pod> over every namespace, narrowed to the node.
+    let path = workspace_root().join("agent/src/kube/node_pods.rs");
+    let watch =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert!(
+        watch.contains("Api<Pod> = Api::all(")
+            && watch.contains("watcher(api")
+            && watch.contains("spec.nodeName="),
+        "the node's pod watch changed; update RBAC and this test"
+    );
+    for call in [
+        ".create(",
+        ".replace(",
+        ".delete(",
+        ".patch(",
+        "DynamicObject",
+    ] {
+        assert!(
+            !watch.contains(call),
+            "agent/src/kube/node_pods.rs calls `{call}`: RBAC does not grant it"
+        );
+    }
 
     // Cross-check against the agent's Kubernetes client: it must reach exactly these resources
     // with exactly these verbs. A new call (a watch, a list, a write) there needs RBAC here.

@@ -39,6 +39,13 @@ pub struct LeaseView {
     pub path: String,
     /// Lease expiry, wall clock, milliseconds since the epoch.
     pub expires_unix_ms: Option<u64>,
+    /// The pod's UID, when known (`CNI_ARGS`, or the port's `iface-id-ver`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The NetworkAttachmentDefinition (`<namespace>/<name>`), when the
+    /// network's configuration or its Open vSwitch port names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nad: Option<String>,
 }
 
 /// Per-interface datapath view for `xdhcp status`.

@@ -11,7 +11,13 @@
 //!   it (an immutable field: 422 Invalid when it is not the pod's); every
 //!   accepted write bumps the version;
 //! - `GET   /apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}`;
-//! - `GET   /apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstancemigrations/{name}`.
+//! - `GET   /apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstancemigrations/{name}`;
+//! - `GET   /api/v1/pods` — the list, and with `watch=true` the watch, of
+//!   every namespace's pods, narrowed by `fieldSelector=spec.nodeName=<node>`
+//!   (the one field selector served): what a kube-rs reflector of a node's
+//!   pods asks. The watch streams the `ADDED`/`MODIFIED`/`DELETED` events
+//!   after the `resourceVersion` it names, as the store changes, until its
+//!   `timeoutSeconds` or the server stops.
 //!
 //! Errors are `Status` objects with the real reasons and codes. Faults can
 //! be queued per operation: an error status, or a concurrent write by
@@ -53,6 +59,10 @@ pub enum Op {
     GetVmi,
     /// `GET` a `VirtualMachineInstanceMigration`.
     GetVmim,
+    /// `GET /api/v1/pods`: list the pods (all namespaces).
+    ListPods,
+    /// `GET /api/v1/pods?watch=true`: watch them.
+    WatchPods,
 }
 
 /// A fault injected into the next request of an [`Op`].
@@ -150,6 +160,11 @@ struct Inner {
     faults: VecDeque<(Op, Fault)>,
     holds: Vec<HoldSlot>,
     requests: Vec<Recorded>,
+    /// Every change of a pod, in order: (resourceVersion, event type, the
+    /// pod after it — before it, for `DELETED`).
+    pod_events: Vec<(u64, &'static str, Value)>,
+    /// Set when the server stops: open watches end.
+    stopped: bool,
 }
 
 impl Inner {
@@ -157,6 +172,138 @@ impl Inner {
         self.next_rv += 1;
         self.next_rv.to_string()
     }
+
+    /// Record a change of pod `obj` (stamped with the current version).
+    fn pod_event(&mut self, kind: &'static str, obj: &Value) {
+        let mut obj = obj.clone();
+        obj["apiVersion"] = json!("v1");
+        obj["kind"] = json!("Pod");
+        let rv = self.next_rv;
+        self.pod_events.push((rv, kind, obj));
+    }
+}
+
+/// The node a `fieldSelector` narrows a pod list or watch to: `Ok(None)`
+/// for none; an error for a selector the fake does not serve.
+fn node_selector(query: &str) -> Result<Option<String>, String> {
+    let Some(sel) = query_param(query, "fieldSelector") else {
+        return Ok(None);
+    };
+    match sel.split_once('=') {
+        Some(("spec.nodeName", node)) => Ok(Some(node.trim_start_matches('=').to_owned())),
+        _ => Err(format!(
+            "field selector {sel:?} is not served (only spec.nodeName=<node>)"
+        )),
+    }
+}
+
+/// The (percent-decoded) value of `key` in `query`.
+fn query_param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                if let Ok(b) = u8::from_str_radix(hex, 16) {
+                    out.push(b);
+                    i += 3;
+                } else {
+                    out.push(b'%');
+                    i += 1;
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether pod `obj` is on `node` (every pod, with no node to match).
+fn on_node(obj: &Value, node: Option<&str>) -> bool {
+    node.is_none_or(|n| obj["spec"]["nodeName"].as_str() == Some(n))
+}
+
+/// The pod list (`PodList`), narrowed to `node`.
+fn pod_list(st: &Inner, node: Option<&str>) -> Value {
+    let items: Vec<Value> = st
+        .objects
+        .iter()
+        .filter(|((k, ..), obj)| *k == Kind::Pod && on_node(obj, node))
+        .map(|(_, obj)| {
+            let mut obj = obj.clone();
+            obj["apiVersion"] = json!("v1");
+            obj["kind"] = json!("Pod");
+            obj
+        })
+        .collect();
+    json!({
+        "kind": "PodList", "apiVersion": "v1",
+        "metadata": {"resourceVersion": st.next_rv.to_string()},
+        "items": items
+    })
+}
+
+/// The watch of the pods on `node` after version `from`: one JSON event a
+/// line, as the store changes, for `timeout` or until the server stops.
+fn pod_watch(
+    inner: Arc<Mutex<Inner>>,
+    node: Option<String>,
+    from: u64,
+    timeout: std::time::Duration,
+) -> Response {
+    let end = tokio::time::Instant::now() + timeout;
+    let stream = futures::stream::unfold(from, move |seen| {
+        let inner = inner.clone();
+        let node = node.clone();
+        async move {
+            loop {
+                let (lines, last, stopped) = {
+                    let st = inner
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut last = seen;
+                    let mut lines = String::new();
+                    for (rv, kind, obj) in st.pod_events.iter().filter(|(rv, ..)| *rv > seen) {
+                        last = *rv;
+                        if on_node(obj, node.as_deref()) {
+                            lines.push_str(&json!({"type": kind, "object": obj}).to_string());
+                            lines.push('\n');
+                        }
+                    }
+                    (lines, last, st.stopped)
+                };
+                if !lines.is_empty() {
+                    return Some((Ok::<_, std::convert::Infallible>(lines), last));
+                }
+                if stopped || tokio::time::Instant::now() >= end {
+                    return None;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 /// The fake API server; stops when dropped.
@@ -168,9 +315,7 @@ pub struct FakeApiServer {
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.stop();
     }
 }
 
@@ -268,6 +413,9 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+    if method == Method::GET && uri.path() == "/api/v1/pods" {
+        return pods_collection(&inner, &uri, content_type);
+    }
     let target = route(uri.path());
     let op = match (&method, &target) {
         (&Method::GET, Some((Kind::Pod, ..))) => Some(Op::GetPod),
@@ -332,6 +480,59 @@ async fn handle(
     reply(code, &out)
 }
 
+/// `GET /api/v1/pods`: the list, or (`watch=true`) the watch, recorded
+/// as [`Op::ListPods`] / [`Op::WatchPods`]; a queued [`Fault::Status`] of
+/// that op answers instead.
+fn pods_collection(inner: &Arc<Mutex<Inner>>, uri: &Uri, content_type: Option<String>) -> Response {
+    let query = uri.query().unwrap_or("");
+    let watch = matches!(query_param(query, "watch").as_deref(), Some("true" | "1"));
+    let op = if watch { Op::WatchPods } else { Op::ListPods };
+    let mut st = inner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let fault = st
+        .faults
+        .iter()
+        .position(|(o, f)| *o == op && matches!(f, Fault::Status(_)));
+    let answer = match (
+        fault.and_then(|i| st.faults.remove(i)),
+        node_selector(query),
+    ) {
+        (Some((_, Fault::Status(code))), _) => Err((
+            code,
+            status_body(code, "injected failure for pods", "", "pods"),
+        )),
+        (_, Err(msg)) => Err((400, status_body(400, &msg, "", "pods"))),
+        (_, Ok(node)) => Ok(node),
+    };
+    st.requests.push(Recorded {
+        op: Some(op),
+        method: "GET".to_owned(),
+        uri: uri.to_string(),
+        content_type,
+        body: None,
+        status: answer.as_ref().map_or_else(|(c, _)| *c, |_| 200),
+    });
+    let node = match answer {
+        Ok(node) => node,
+        Err((code, body)) => return reply(code, &body),
+    };
+    if !watch {
+        return reply(200, &pod_list(&st, node.as_deref()));
+    }
+    let from = query_param(query, "resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(st.next_rv);
+    let timeout = query_param(query, "timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .map_or(
+            std::time::Duration::from_secs(290),
+            std::time::Duration::from_secs,
+        );
+    drop(st);
+    pod_watch(inner.clone(), node, from, timeout)
+}
+
 /// Apply the next queued fault (other than a delay) for `op` on `key`: an
 /// error answer to send instead of serving, or a concurrent write done
 /// before serving.
@@ -364,6 +565,10 @@ fn take_fault(
             if let Some(obj) = st.objects.get_mut(key) {
                 obj["metadata"]["annotations"][akey] = json!(value);
                 obj["metadata"]["resourceVersion"] = json!(rv);
+                let obj = obj.clone();
+                if key.0 == Kind::Pod {
+                    st.pod_event("MODIFIED", &obj);
+                }
             }
             None
         }
@@ -404,6 +609,7 @@ fn serve(
         (404, status_body(404, &msg, &name, kind_name))
     };
     match op {
+        Op::ListPods | Op::WatchPods => unreachable!("the pod collection is served before"),
         Op::GetPod | Op::GetVmi | Op::GetVmim => match st.objects.get(&key) {
             Some(obj) => (200, obj.clone()),
             None => not_found(),
@@ -455,6 +661,7 @@ fn serve(
             let rv = st.bump();
             next["metadata"]["resourceVersion"] = json!(rv);
             st.objects.insert(key, next.clone());
+            st.pod_event("MODIFIED", &next);
             (200, next)
         }
     }
@@ -489,13 +696,28 @@ fn preconditions(
 impl FakeApiServer {
     /// Start on `127.0.0.1:0` (inside a tokio runtime).
     pub async fn start() -> FakeApiServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake API server on 127.0.0.1:0");
+        Self::serve(listener)
+    }
+
+    /// Start on `listener` (bound elsewhere: in another network namespace,
+    /// for an agent that runs there), inside a tokio runtime.
+    pub fn start_on(listener: std::net::TcpListener) -> FakeApiServer {
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        Self::serve(
+            tokio::net::TcpListener::from_std(listener).expect("a listener for the runtime"),
+        )
+    }
+
+    fn serve(listener: tokio::net::TcpListener) -> FakeApiServer {
         let inner = Arc::new(Mutex::new(Inner {
             next_rv: 100,
             ..Inner::default()
         }));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fake API server on 127.0.0.1:0");
         let addr = listener.local_addr().expect("bound socket has an address");
         let app = Router::new().fallback(handle).with_state(inner.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -531,8 +753,9 @@ impl FakeApiServer {
         kube::Client::try_from(config).expect("kube client for the fake API server")
     }
 
-    /// Stop serving (new connections are refused).
+    /// Stop serving (new connections are refused, open watches end).
     pub fn stop(&mut self) {
+        self.lock().stopped = true;
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -650,14 +873,27 @@ impl FakeApiServer {
         let mut st = self.lock();
         let rv = st.bump();
         obj["metadata"]["resourceVersion"] = json!(rv);
+        let event = if st.objects.contains_key(&(kind, ns.clone(), name.clone())) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        if kind == Kind::Pod {
+            st.pod_event(event, &obj);
+        }
         st.objects.insert((kind, ns, name), obj);
     }
 
     /// Delete a pod.
     pub fn delete_pod(&self, ns: &str, name: &str) {
-        self.lock()
+        let mut st = self.lock();
+        if let Some(obj) = st
             .objects
-            .remove(&(Kind::Pod, ns.to_owned(), name.to_owned()));
+            .remove(&(Kind::Pod, ns.to_owned(), name.to_owned()))
+        {
+            st.bump();
+            st.pod_event("DELETED", &obj);
+        }
     }
 
     /// The stored pod.
@@ -747,6 +983,18 @@ mod tests {
             Some((Kind::Vmim, "ns".into(), "m".into()))
         );
         assert_eq!(route("/api/v1/pods"), None);
+    }
+
+    #[test]
+    fn the_node_field_selector_is_read_and_others_refused() {
+        let q = "fieldSelector=spec.nodeName%3Dnode-1&limit=500";
+        assert_eq!(node_selector(q), Ok(Some("node-1".to_owned())));
+        assert_eq!(node_selector("watch=true"), Ok(None));
+        assert!(node_selector("fieldSelector=status.phase%3DRunning").is_err());
+        assert_eq!(
+            query_param("a=b&watch=true", "watch").as_deref(),
+            Some("true")
+        );
         assert_eq!(route("/api/v1/namespaces/ns/pods/p/status"), None);
     }
 }

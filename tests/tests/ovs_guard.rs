@@ -61,8 +61,9 @@ fn lab(pods: u8) -> (OvnLab, Dnsmasq, NodeAgent) {
 
 /// ADD `pod` as ovnkube-node does for a localnet network in DHCP mode:
 /// the `dhcp` plugin, the config OVN-Kubernetes writes (with the agent's
-/// socket as `daemonSocketPath`), an empty `CNI_ARGS`.
-fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, container_id: &str) -> PluginOutput {
+/// socket as `daemonSocketPath`), an empty `CNI_ARGS`, and the pod's
+/// sandbox id (the one on its `br-int` port) as the container id.
+fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
     let config = format!(
         r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
         agent.socket.display(),
@@ -72,7 +73,7 @@ fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, container_id: &str) 
         plugin: &cni.plugin("dhcp"),
         node_ns: None,
         command: "ADD",
-        container_id,
+        container_id: &pod.sandbox,
         netns: Some(pod.ns.path()),
         ifname: &pod.ifname,
         cni_path: cni.dir.path(),
@@ -87,7 +88,7 @@ fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, container_id: &str) 
 /// answers.
 #[track_caller]
 fn serve(cni: &CniPath, agent: &NodeAgent, lab: &OvnLab, pod: &OvnPod, dnsmasq: &Dnsmasq) {
-    let r = ovnk_add(cni, agent, pod, "5a4db0c00eeee");
+    let r = ovnk_add(cni, agent, pod);
     assert!(
         r.ok,
         "ADD: {} {}\n{}\n{}",

@@ -634,6 +634,8 @@ mod tests {
             state: "Bound".into(),
             path: "tc".into(),
             expires_unix_ms: Some(10_000 + 125_000),
+            pod_uid: None,
+            nad: None,
         }];
         let t = render_leases(&rows, 10_000);
         let mut lines = t.lines();

@@ -239,6 +239,7 @@ async fn run_on(
         token: token.clone(),
     });
     let args_guard = args.clone();
+    let (node_ovs, node_pods, watch_pods) = node_sources(&args, &pod_api);
     let agent = Arc::new(Agent {
         base: base_config(&args).await,
         args,
@@ -255,6 +256,8 @@ async fn run_on(
             svc.metrics.acquisitions_queued(),
         ),
         uplink_source: std::sync::Mutex::new(uplinks::source_at_start(&args_guard)),
+        node_ovs,
+        node_pods,
         svc,
     });
 
@@ -262,7 +265,7 @@ async fn run_on(
     if let Some(started) = started {
         capture.spawn(started, &mut side, &token);
     }
-    follow_node_ovs(&agent, &mut side, &token).await;
+    follow_node(&agent, &mut side, &token, watch_pods).await;
     health.set_datapath_ready();
     side.spawn(flush_stores(agent.clone(), token.clone()));
     side.spawn(status::export_metrics(agent.clone(), token.clone()));
@@ -312,13 +315,48 @@ async fn run_on(
     served.map_err(|source| DaemonError::Serve { source })
 }
 
+/// The future that keeps the node's pod watch.
+type PodWatch = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the agent reads about its node from start: its Open vSwitch (the
+/// workload ports' guard, the uplinks and the ADDs that find their pod
+/// there share the one watch) and, with the Kubernetes API, its pods (the
+/// store, and the task that keeps it).
+fn node_sources(
+    args: &AgentArgs,
+    pod_api: &PodApi,
+) -> (
+    tokio::sync::watch::Receiver<xdhcp_ovsdb::NodeState>,
+    Option<crate::kube::node_pods::NodePods>,
+    Option<PodWatch>,
+) {
+    let ovs = xdhcp_ovsdb::NodeWatch::spawn(&args.ovsdb, xdhcp_ovsdb::WatchOptions::default());
+    let pods = match pod_api {
+        PodApi::Kube(client) => crate::kube::node_pods::NodePods::follow(client),
+        PodApi::Embedded(_) => None,
+    };
+    let (pods, watch) = pods.map(|(p, w)| (p, Box::pin(w) as PodWatch)).unzip();
+    (ovs, pods, watch)
+}
+
 /// Follow the node's Open vSwitch (`--ovsdb`): its workload ports are
 /// guarded from the moment they appear; without `--uplink`, the uplinks
 /// are its too, and start-up waits a little for the first view, so
-/// persisted leases resume on their uplink.
-async fn follow_node_ovs(agent: &Arc<Agent>, side: &mut JoinSet<()>, token: &CancellationToken) {
-    let ovs =
-        xdhcp_ovsdb::NodeWatch::spawn(&agent.args.ovsdb, xdhcp_ovsdb::WatchOptions::default());
+/// persisted leases resume on their uplink. And keep the node's pod watch
+/// (`pods`), with the Kubernetes API.
+async fn follow_node(
+    agent: &Arc<Agent>,
+    side: &mut JoinSet<()>,
+    token: &CancellationToken,
+    pods: Option<PodWatch>,
+) {
+    if let Some(watch) = pods {
+        side.spawn(futures::FutureExt::map(
+            token.clone().run_until_cancelled_owned(watch),
+            drop,
+        ));
+    }
+    let ovs = agent.node_ovs.clone();
     side.spawn(workloads::follow_ports(
         agent.clone(),
         ovs.clone(),

@@ -245,6 +245,11 @@ impl KubeClient {
         self.node.as_deref()
     }
 
+    /// The underlying client (the node's pod watch shares it).
+    pub(super) fn raw(&self) -> &kube::Client {
+        &self.client
+    }
+
     fn pods(&self, ns: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), ns)
     }
@@ -531,7 +536,7 @@ fn api_error(
     }
 }
 
-fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
+pub(super) fn pod_info(ns: &str, name: &str, pod: &Pod) -> PodInfo {
     let meta = &pod.metadata;
     // A VM pod is one a VMI controls: its controller owner reference, as
     // virt-controller sets it. Labels and other owners claim nothing.

@@ -153,6 +153,8 @@ impl Live {
             },
             path: self.capture.to_string(),
             expires_unix_ms: self.expires_unix_ms,
+            pod_uid: r.pod.as_ref().and_then(|p| p.uid.clone()),
+            nad: r.network.net_attach_def_name.clone(),
         }
     }
 

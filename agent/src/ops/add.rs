@@ -49,15 +49,36 @@ impl Who {
     }
 }
 
-/// Ask the API (kube) or `CNI_ARGS` + local store (embedded) who this is.
-async fn who(agent: &Agent, req: &CniRequest, deadline: Deadline) -> Result<Who, Error> {
+/// Ask the API (kube) or `CNI_ARGS` + local store (embedded) who this is;
+/// without `CNI_ARGS` (ovnkube-node's call), Open vSwitch and the node's
+/// pod watch (`identity.rs`; the network's NAD is then the port's).
+async fn who(agent: &Agent, req: &mut CniRequest, deadline: Deadline) -> Result<Who, Error> {
     let Some((ns, name)) = req.pod() else {
+        let found = crate::ops::identity::from_ovs(agent, req, deadline).await?;
+        let Some(found) = found else {
+            return Ok(Who {
+                pod: None,
+                workload: Workload::Pod,
+                annotation_key: None,
+                migration: None,
+                owner_uid: None,
+            });
+        };
+        crate::ops::trust::on_this_node(agent, &found.pod)?;
+        if req.config.net_attach_def_name.is_none() {
+            req.config.net_attach_def_name.clone_from(&found.port.nad);
+        }
+        // The entry is ovnkube-node's to write: no annotation key.
         return Ok(Who {
-            pod: None,
-            workload: Workload::Pod,
+            workload: found.pod.workload(),
+            migration: found.pod.migration_target(),
+            owner_uid: found.pod.owner_vmi_uid.clone(),
+            pod: Some(PodRef {
+                namespace: found.port.namespace,
+                name: found.port.name,
+                uid: found.port.uid.or(found.pod.uid),
+            }),
             annotation_key: None,
-            migration: None,
-            owner_uid: None,
         });
     };
     let info = deadline
@@ -110,7 +131,7 @@ const UNTOLD_MARGIN: Duration = Duration::from_secs(14);
 /// [`crate::rpc::HEADER_WAIT_MS`]).
 pub(crate) async fn add(
     agent: &Arc<Agent>,
-    req: CniRequest,
+    mut req: CniRequest,
     wait: Option<Duration>,
 ) -> Result<CniResult, Error> {
     agent.metrics().cni_request("add");
@@ -136,7 +157,7 @@ pub(crate) async fn add(
         return again(agent, &req, rec, deadline).await;
     }
     let netns = req.netns.clone().ok_or(Error::NoNetns)?;
-    let who = who(agent, &req, deadline).await?;
+    let who = who(agent, &mut req, deadline).await?;
     phases.who = phases.lap();
 
     // A VM whose VF is passed through (vfio-pci): DORA during a driver handoff.
@@ -544,6 +565,12 @@ pub(crate) async fn gc(agent: &Arc<Agent>, req: GcRequest) -> Result<GcReply, Er
             ifname: rec.ifname.clone(),
         };
         if valid.contains(&att) {
+            continue;
+        }
+        // Open vSwitch still shows its port for this sandbox and pod: in use.
+        if crate::ops::identity::in_use(agent, &rec) {
+            info!(container = %rec.container_id, ifname = %rec.ifname,
+                "GC keeps an attachment not in the valid list: Open vSwitch shows its port for the same sandbox and pod");
             continue;
         }
         let del_req = CniRequest {

@@ -2,11 +2,14 @@
 
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
 use xdhcp_engine::ClientConfig;
+use xdhcp_ovsdb::NodeState;
 
 use crate::datapath::capture::Capture;
 use crate::guard::GuardService;
 use crate::kube::PodApi;
+use crate::kube::node_pods::NodePods;
 use crate::lease::pacing::Pacing;
 use crate::lease::registry::Registry;
 use crate::lease::task::Services;
@@ -33,6 +36,12 @@ pub(crate) struct Agent {
     /// Where the node uplinks come from (`--uplink` or Open vSwitch), as
     /// `xdhcp status` shows it; the daemon's OVS follower keeps it.
     pub(crate) uplink_source: Mutex<UplinkSourceStatus>,
+    /// The node's Open vSwitch as the daemon's watch last read it (the
+    /// workload ports an ADD without `CNI_ARGS` finds its pod by).
+    pub(crate) node_ovs: watch::Receiver<NodeState>,
+    /// The pods of this node, as the API watch keeps them (with the
+    /// Kubernetes API only).
+    pub(crate) node_pods: Option<NodePods>,
 }
 
 impl Agent {

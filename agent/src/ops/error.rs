@@ -292,6 +292,35 @@ pub(crate) enum Refusal {
         #[source]
         source: std::io::Error,
     },
+    /// Open vSwitch shows the request's interface on a port of another
+    /// sandbox: this ADD is a superseded (or torn-down) sandbox's.
+    #[error(
+        "stale sandbox: this ADD is for sandbox {container_id}, but Open vSwitch shows interface {ifname}'s port {port} for sandbox {sandbox}; refusing the superseded sandbox's ADD"
+    )]
+    StaleSandbox {
+        container_id: String,
+        ifname: String,
+        port: String,
+        sandbox: String,
+    },
+    /// The pod of that name now has another UID than the one its port was
+    /// added for: the pod was recreated since.
+    #[error(
+        "stale sandbox: pod {pod} has UID {pod_uid}, but its port {port} was added for UID {port_uid} (the pod was recreated); refusing the old pod's ADD"
+    )]
+    RecreatedPod {
+        pod: String,
+        port: String,
+        port_uid: String,
+        pod_uid: String,
+    },
+    /// The port's logical port (`iface-id`) names no pod.
+    #[error("Open vSwitch port {port}: external_ids:iface-id {iface_id:?} names no pod: {why}")]
+    LogicalPort {
+        port: String,
+        iface_id: String,
+        why: String,
+    },
     /// The namespace could not be compared with the forbidden ones.
     #[error("CNI_NETNS {}: cannot read the namespace's identity", path.display())]
     NetnsIdentity {

@@ -5,7 +5,8 @@
 //! ([`learn`]), and why an operation failed ([`error`]); what follows a bound lease on every ADD path — the
 //! report, the record and their undoing, within one deadline — is written
 //! once ([`report`]). [`context`] is the state they share; [`trust`] is
-//! what a request is checked for before anything acts on it.
+//! what a request is checked for before anything acts on it; [`identity`]
+//! finds the pod of an ADD that names none, from Open vSwitch.
 //!
 //! Operations stand on leases, the guard and the adapters; nothing below
 //! imports them, and the daemon above calls them.
@@ -13,6 +14,7 @@
 pub(crate) mod add;
 pub(crate) mod context;
 pub(crate) mod error;
+pub(crate) mod identity;
 pub(crate) mod learn;
 pub(crate) mod network;
 pub(crate) mod report;

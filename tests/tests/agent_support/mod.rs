@@ -241,7 +241,8 @@ pub fn invoke(
     .unwrap_or_else(|e| panic!("cannot run {}: {e}", plugin.display()))
 }
 
-/// `xdhcp agent` on the eBPF datapath, in embedded mode, running inside a
+/// `xdhcp agent` on the eBPF datapath, in embedded mode (unless `extra`
+/// names `--kube`), running inside a
 /// test's node namespace (`ip netns exec`), so the uplinks and ports it
 /// attaches to are the test's, never this machine's.
 pub struct NodeAgent {
@@ -276,7 +277,12 @@ impl NodeAgent {
         let socket = dir.path().join("run/xdhcp.sock");
         let log = dir.path().join("agent.log");
         let mut cmd = xdhcp_tests::netns_exec(node.name(), &xdhcp_bin());
-        cmd.args(["agent", "--kube", "off", "--datapath", "ebpf", "--socket"])
+        cmd.arg("agent");
+        // Embedded mode unless the test names another.
+        if !extra.contains(&"--kube") {
+            cmd.args(["--kube", "off"]);
+        }
+        cmd.args(["--datapath", "ebpf", "--socket"])
             .arg(&socket)
             .arg("--state-dir")
             .arg(dir.path().join("state"))
