@@ -1,6 +1,8 @@
 //! `cargo xtask bench <name>`: benchmarks, each side by side with its baseline
 //! in the same run, reported as ratios and written under `bench/results/`.
 
+use std::path::Path;
+
 use anyhow::{Context as _, Result};
 
 use crate::{cmd, setup};
@@ -68,6 +70,7 @@ pub fn run(args: &Args) -> Result<()> {
             cmd::program("cargo")
                 .current_dir(&root)
                 .env("XDHCP_BENCH_RESULTS", &results)
+                .env("XDHCP_BENCH_COMMIT", head_commit(&root))
                 .env("XDHCP_BIN", root.join("target/release/xdhcp"))
                 .env("XDHCP_PLUGIN_BIN", crate::build::plugin_binary()?)
                 .args(["run", "--release", "-p", "xdhcp-tests", "--bin", bin]),
@@ -75,4 +78,53 @@ pub fn run(args: &Args) -> Result<()> {
     }
     println!("results written under {}", results.display());
     Ok(())
+}
+
+/// The commit checked out at `root`, read from its git directory (a
+/// worktree's `.git` file names it; refs live in the common directory,
+/// loose or packed): for the results to say what they measured. "unknown"
+/// outside a git checkout.
+fn head_commit(root: &Path) -> String {
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    let dot_git = root.join(".git");
+    let git_dir = if dot_git.is_dir() {
+        dot_git
+    } else {
+        let Some(text) = read(&dot_git) else {
+            return "unknown".to_owned();
+        };
+        let Some(dir) = text.trim().strip_prefix("gitdir:") else {
+            return "unknown".to_owned();
+        };
+        root.join(dir.trim())
+    };
+    let common = read(&git_dir.join("commondir"))
+        .map_or_else(|| git_dir.clone(), |c| git_dir.join(c.trim()));
+    let Some(head) = read(&git_dir.join("HEAD")) else {
+        return "unknown".to_owned();
+    };
+    let head = head.trim();
+    let Some(name) = head.strip_prefix("ref:").map(str::trim) else {
+        return short(head);
+    };
+    if let Some(id) = read(&git_dir.join(name)).or_else(|| read(&common.join(name))) {
+        return format!(
+            "{} ({})",
+            short(id.trim()),
+            name.trim_start_matches("refs/heads/")
+        );
+    }
+    read(&common.join("packed-refs"))
+        .and_then(|packed| {
+            packed.lines().find_map(|l| {
+                let (id, r) = l.split_once(' ')?;
+                (r == name)
+                    .then(|| format!("{} ({})", short(id), name.trim_start_matches("refs/heads/")))
+            })
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(10).collect()
 }
