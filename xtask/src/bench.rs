@@ -128,3 +128,58 @@ fn head_commit(root: &Path) -> String {
 fn short(id: &str) -> String {
     id.chars().take(10).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::head_commit;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("xtask-head-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        d
+    }
+
+    #[test]
+    fn a_checkout_s_commit_is_read_from_a_loose_ref() {
+        let root = scratch("loose");
+        std::fs::create_dir_all(root.join(".git/refs/heads")).expect("refs");
+        std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::write(
+            root.join(".git/refs/heads/main"),
+            "0123456789abcdef0123456789abcdef01234567\n",
+        )
+        .expect("ref");
+        assert_eq!(head_commit(&root), "0123456789 (main)");
+        std::fs::write(
+            root.join(".git/HEAD"),
+            "fedcba9876543210fedcba9876543210fedcba98\n",
+        )
+        .expect("detached HEAD");
+        assert_eq!(head_commit(&root), "fedcba9876");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_worktree_s_commit_is_read_through_its_common_dir_and_packed_refs() {
+        let base = scratch("worktree");
+        let common = base.join("main/.git");
+        let gitdir = common.join("worktrees/wt");
+        let root = base.join("wt");
+        std::fs::create_dir_all(&gitdir).expect("gitdir");
+        std::fs::create_dir_all(&root).expect("worktree");
+        std::fs::write(root.join(".git"), format!("gitdir: {}\n", gitdir.display()))
+            .expect(".git file");
+        std::fs::write(gitdir.join("HEAD"), "ref: refs/heads/bench\n").expect("HEAD");
+        std::fs::write(gitdir.join("commondir"), "../..\n").expect("commondir");
+        std::fs::write(
+            common.join("packed-refs"),
+            "# pack-refs with: peeled fully-peeled sorted\n\
+             aaaaaaaaaabbbbbbbbbbccccccccccdddddddddd refs/heads/bench\n",
+        )
+        .expect("packed-refs");
+        assert_eq!(head_commit(&root), "aaaaaaaaaa (bench)");
+        assert_eq!(head_commit(&base.join("nowhere")), "unknown");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}

@@ -8,8 +8,9 @@
 //!   `up0`, its lease file on tmpfs (dnsmasq fsyncs it at every change,
 //!   which on this shared VM's disk took 1–9 ms, varying with the other
 //!   load: noise in every figure, floors included, that says nothing of
-//!   either client); 100 pod namespaces, each with a veth on the bridge, created up
-//!   front and reused by every phase (never made fresh between ADDs);
+//!   either client); 100 pod namespaces, each with a veth on the bridge,
+//!   created up front and reused by every phase (never made fresh between
+//!   ADDs);
 //! - a phase per configuration, each daemon started fresh for it: the
 //!   upstream daemon (`dhcp daemon`); the xdhcp agent (`xdhcp agent
 //!   --kube off`, in the node namespace) without an uplink, capturing on
@@ -36,9 +37,12 @@
 //!   every round in `cni-rounds.md`; burst wall time against burst size on
 //!   log axes in `cni-latency.svg`.
 //!
-//! Then, as before: the 100-ADD burst against Kea (tcpdump off), daemon RSS
-//! and threads at 0, 100 and 1000 leases, and the exec floor of three
-//! plugin binaries side by side (`cni-floor.md`).
+//! Then the 100-ADD burst against Kea (tcpdump off), the same way, and the
+//! exec floor of three plugin binaries side by side (`cni-floor.md`). Daemon
+//! RSS and threads at 0, 100 and 1000 leases (`cni-footprint.md`) only
+//! with `XDHCP_BENCH_CNI=footprint` (or `all`): its lab of 1000 pods takes
+//! about four minutes to build, use and remove on the development VM,
+//! where the rest takes under five.
 //!
 //! Each phase starts with one unmeasured ADD and DEL (the first exec of a
 //! binary may read it from disk). Nothing here asserts a timing.
@@ -48,7 +52,8 @@
 //! `XDHCP_BENCH_RUST_LOG`) and per-ADD timings there;
 //! `XDHCP_BENCH_AGENT_ARGS` adds flags to the agent's command line.
 //! Every namespace has a unique `xdt-<pid>-<n>` name and is removed, with the
-//! processes in it, when the run ends or fails; nothing is created in the
+//! processes in it, when the run ends or panics (and by the next run's sweep
+//! if this one was killed); no interface is created in, nor touched of, the
 //! host's namespace.
 #![expect(
     clippy::print_stdout,
@@ -85,6 +90,8 @@ const BIG: usize = 1000;
 const BURSTS: &[(usize, usize)] = &[(1, 20), (10, 10), (25, 6), (100, 5)];
 /// Rounds of the 100-ADD burst against Kea.
 const KEA_ROUNDS: usize = 5;
+/// Runs of the server's own exchanges per floor, the fastest taken.
+const DORA_PASSES: usize = 3;
 /// dnsmasq's lease time, its minimum.
 const LEASE_SECS: u32 = 120;
 
@@ -138,7 +145,8 @@ struct Round {
     burst: Burst,
     /// `n` concurrent plugin execs of `CNI_COMMAND=VERSION`.
     exec: Duration,
-    /// `n` DORAs of the server's own, back to back.
+    /// `n` DORAs of the server's own, back to back (the fastest of
+    /// [`DORA_PASSES`] runs).
     dora: Duration,
     dora_failed: usize,
 }
@@ -516,7 +524,10 @@ fn exec_floor(d: &Daemon, clients: &[LabClient]) -> Duration {
 /// process — the xdhcp engine over raw/`AF_PACKET` sockets opened
 /// beforehand in each client's namespace, no CNI, no plugin exec, no agent
 /// — one after another (wall time from the first DISCOVER to the last
-/// ACK), and its failures; every lease released after. Back to back
+/// ACK), and its failures; every lease released after; the fastest of
+/// [`DORA_PASSES`] such runs (a chain of 4·n wake-ups, each at the
+/// scheduler's mercy on a loaded machine, varied up to 5× between
+/// consecutive runs where the concurrent ADDs vary far less). Back to back
 /// because that is this client's fastest: dnsmasq serves one packet at a
 /// time, and the same DORAs fired all at once from here took 7–15× longer
 /// on the development VM (every broadcast floods every bridge port and
@@ -540,29 +551,36 @@ fn raw_dora_burst(clients: &[LabClient], leases: Leases<'_>) -> (Duration, usize
                 .expect("narrow the receiver to its client");
             socks.push((tx, rx, c.mac));
         }
-        let started = Instant::now();
-        let mut failed = 0;
-        let mut bound = Vec::with_capacity(socks.len());
-        for (i, (tx, rx, mac)) in socks.iter().enumerate() {
-            let cfg = ClientConfig {
-                chaddr: *mac,
-                ..ClientConfig::default()
-            };
-            let mut client = Client::new(cfg, Instant::now(), 0x5eed + i as u64);
-            if until_bound(tx, rx, &mut client).await {
-                bound.push((client, i));
-            } else {
-                failed += 1;
+        let mut best: Option<(Duration, usize)> = None;
+        for pass in 0..DORA_PASSES {
+            let started = Instant::now();
+            let mut failed = 0;
+            let mut bound = Vec::with_capacity(socks.len());
+            for (i, (tx, rx, mac)) in socks.iter().enumerate() {
+                let cfg = ClientConfig {
+                    chaddr: *mac,
+                    ..ClientConfig::default()
+                };
+                let seed = 0x5eed + (pass * socks.len() + i) as u64;
+                let mut client = Client::new(cfg, Instant::now(), seed);
+                if until_bound(tx, rx, &mut client).await {
+                    bound.push((client, i));
+                } else {
+                    failed += 1;
+                }
+            }
+            let wall = started.elapsed();
+            // Released only once every client is bound, as the CNI bursts'
+            // DELs come after them.
+            for (mut client, i) in bound {
+                release_now(&mut client, &socks[i].0);
+            }
+            settle(leases, clients);
+            if best.is_none_or(|b| (failed, wall) < (b.1, b.0)) {
+                best = Some((wall, failed));
             }
         }
-        let wall = started.elapsed();
-        // Released only once every client is bound, as the CNI bursts'
-        // DELs come after them.
-        for (mut client, i) in bound {
-            release_now(&mut client, &socks[i].0);
-        }
-        settle(leases, clients);
-        (wall, failed)
+        best.expect("at least one pass")
     })
 }
 
@@ -683,17 +701,14 @@ fn main() {
     xdhcp_tests::netns::sweep_leftovers();
     let parts = Parts::from_env();
     let load_before = load_average();
-    let phases = if parts.harness {
-        harness(&xdhcp)
-    } else {
-        Vec::new()
-    };
-    let mut rows: Vec<Row> = Vec::new();
-    if parts.footprint {
-        footprint(&xdhcp, &mut rows);
+    if parts.harness {
+        let phases = harness(&xdhcp);
+        report(&phases, &load_before, started.elapsed());
     }
-    if parts.harness || parts.footprint {
-        report(&phases, &rows, &load_before, started.elapsed());
+    if parts.footprint {
+        let mut rows: Vec<Row> = Vec::new();
+        footprint(&xdhcp, &mut rows);
+        footprint_report(&rows);
     }
     if parts.floor {
         let thin = PathBuf::from(std::env::var_os("XDHCP_PLUGIN_BIN").expect(
@@ -712,9 +727,9 @@ fn load_average() -> String {
     )
 }
 
-/// Which sections to run: `XDHCP_BENCH_CNI=harness,footprint,floor`
-/// (default: all). Handy while working on one of them; the published table
-/// needs the first two.
+/// Which sections to run: `XDHCP_BENCH_CNI=harness,footprint,floor`, or
+/// `all`; by default the harness and the exec floor. The footprint (a lab
+/// of 1000 pods, about four minutes here) only when asked for.
 struct Parts {
     harness: bool,
     footprint: bool,
@@ -726,7 +741,7 @@ impl Parts {
         let Some(v) = std::env::var_os("XDHCP_BENCH_CNI") else {
             return Self {
                 harness: true,
-                footprint: true,
+                footprint: false,
                 floor: true,
             };
         };
@@ -1127,7 +1142,7 @@ fn plot(phases: &[Phase]) -> Option<String> {
 }
 
 /// Prints the tables and writes `cni.md` and `cni-rounds.md`.
-fn report(phases: &[Phase], rows: &[Row], load_before: &str, took: Duration) {
+fn report(phases: &[Phase], load_before: &str, took: Duration) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
@@ -1141,14 +1156,14 @@ fn report(phases: &[Phase], rows: &[Row], load_before: &str, took: Duration) {
     let _ = writeln!(
         md,
         "Written by `cargo xtask bench cni` at {}, commit {}, on {} cores; load average (1, 5, 15 min) \
-         {load_before} before, {} after; {:.0} s for the harness and the footprint.\n",
+         {load_before} before, {} after; {:.0} s.\n",
         utc(now),
         std::env::var("XDHCP_BENCH_COMMIT").unwrap_or_else(|_| "unknown".to_owned()),
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         load_average(),
         took.as_secs_f64()
     );
-    if !phases.is_empty() {
+    {
         let _ = writeln!(
             md,
             "The harness: a node namespace with a Linux bridge `br0`; the DHCP server (dnsmasq 2.90 \
@@ -1181,27 +1196,61 @@ fn report(phases: &[Phase], rows: &[Row], load_before: &str, took: Duration) {
             let _ = writeln!(md, "\n{p}");
         }
     }
-    if !rows.is_empty() {
-        let _ = writeln!(
-            md,
-            "\n## Daemon footprint\n\nA lab of {BIG} pod interfaces (IPv6 on), dnsmasq on a /22 with \
-             1 h leases, each daemon started with its defaults; ADDs in bursts of {CONCURRENT}.\n"
-        );
-        let _ = writeln!(
-            md,
-            "| measure | upstream | xdhcp | ratio |\n|---|---|---|---|"
-        );
-        for r in rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} |",
-                r.what, r.upstream, r.xdhcp, r.ratio
-            );
-        }
-    }
     println!("\n{md}");
     xdhcp_tests::bench::write_result("cni.md", &md);
-    if !phases.is_empty() {
-        xdhcp_tests::bench::write_result("cni-rounds.md", &rounds_file(phases));
+    xdhcp_tests::bench::write_result("cni-rounds.md", &rounds_file(phases));
+}
+
+/// The footprint table, `cni-footprint.md`.
+fn footprint_report(rows: &[Row]) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let mut md = format!(
+        "# CNI IPAM daemons' footprint: xdhcp vs. upstream `dhcp` ({})\n\n\
+         Written by `XDHCP_BENCH_CNI=footprint cargo xtask bench cni` at {}, commit {}, on {} cores. \
+         A lab of {BIG} pod interfaces (IPv6 on) on a bridge, dnsmasq on a /22 with 1 h leases in the \
+         bridge's namespace, each daemon started with its defaults; ADDs in bursts of {CONCURRENT}; \
+         the {CONCURRENT}-lease point on a fresh daemon.\n\n\
+         | measure | upstream | xdhcp | ratio |\n|---|---|---|---|\n",
+        upstream().display(),
+        utc(now),
+        std::env::var("XDHCP_BENCH_COMMIT").unwrap_or_else(|_| "unknown".to_owned()),
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+    );
+    for r in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            r.what, r.upstream, r.xdhcp, r.ratio
+        );
+    }
+    println!("\n{md}");
+    xdhcp_tests::bench::write_result("cni-footprint.md", &md);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{med_p99, utc};
+
+    #[test]
+    fn utc_dates_match_known_instants() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        // 2026-12-05 10:15:03 UTC.
+        assert_eq!(utc(1_796_465_703), "2026-12-05 10:15 UTC");
+        // A leap day.
+        assert_eq!(utc(1_709_164_800), "2024-02-29 00:00 UTC");
+    }
+
+    #[test]
+    fn median_and_p99_of_rounds() {
+        let (m, p) = med_p99(vec![5.0, 1.0, 3.0, 2.0, 4.0]);
+        assert!((m - 3.0).abs() < 1e-9 && (p - 5.0).abs() < 1e-9);
+        let many: Vec<f64> = (1..=200).map(f64::from).collect();
+        let (m, p) = med_p99(many);
+        assert!((m - 101.0).abs() < 1e-9, "{m}");
+        assert!((p - 198.0).abs() < 1e-9, "{p}");
+        assert!(med_p99(Vec::new()).0.is_nan());
     }
 }
