@@ -1180,9 +1180,10 @@ fn report(phases: &[Phase], load_before: &str, took: Duration) {
              (both release the lease), so each round's ADDs start without a lease from the same \
              MACs. Right after each round its floor: as many concurrent execs of that plugin doing \
              no DHCP (`CNI_COMMAND=VERSION`) plus as many DORAs of the server's own from the same \
-             pods' namespaces, back to back (xdhcp's engine over raw sockets: no CNI, no plugin, no \
-             agent; fired all at once from one process the same DORAs took 7–15× longer here, \
-             broadcasts flooding every port). Medians and p99s are over the rounds (over \
+             pods' namespaces, back to back, the fastest of {DORA_PASSES} such runs (xdhcp's engine \
+             over raw sockets: no CNI, no plugin, no agent; fired all at once from one process the \
+             same DORAs took 7–15× longer here, broadcasts flooding every port). The daemon of the \
+             phase runs throughout, the floor's exchanges pass its capture too. Medians and p99s are over the rounds (over \
              every ADD of every round for the per-ADD column); with 5 rounds the p99 is the \
              slowest. \"÷ floor\" is each round's wall over its own floor; \"÷ upstream\" is \
              upstream's median (p99) wall over this one's. Every round is in \
