@@ -20,7 +20,8 @@ enum Which {
     Xdp,
     /// TCP throughput across a veth pair: bare, TC attached, XDP attached.
     Dataplane,
-    /// xdhcp vs. the upstream CNI dhcp daemon: ADD latency, concurrency, memory, threads.
+    /// xdhcp vs. the upstream CNI dhcp plugin and daemon in a new user's harness: bursts of
+    /// 1-100 ADDs beside their floors, with and without an uplink, tcpdump off and on.
     Cni,
     /// DORA latency against dnsmasq and memory per bound lease.
     Dora,
