@@ -1064,23 +1064,25 @@ fn phase_table(md: &mut String, phases: &[Phase], server: &str, tcpdump: bool) {
 fn rounds_file(phases: &[Phase]) -> String {
     let mut md = String::from(
         "# CNI benchmark: every round beside its floor\n\n\
-         The rounds behind [cni.md](cni.md), in the order they ran. Times in ms; \
+         The rounds behind [cni.md](cni.md), in the order they ran. Times in ms; a round whose \
+         fastest ADD is as slow as its slowest was held as a whole; \
          the floor is the same number of concurrent plugin execs doing no DHCP plus \
          the server's own DORAs, measured right after the round.\n\n\
-         | server | tcpdump | configuration | ADDs | round | burst wall | slowest ADD | floor: exec + server | ÷ floor | failed |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         | server | tcpdump | configuration | ADDs | round | burst wall | fastest ADD | slowest ADD | floor: exec + server | ÷ floor | failed |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in phases {
         for (n, rounds) in &p.bursts {
             for (i, r) in rounds.iter().enumerate() {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {n} | {} | {:.1} | {:.1} | {:.1}: {:.1} + {:.1} | {:.2}× | {} |",
+                    "| {} | {} | {} | {n} | {} | {:.1} | {:.1} | {:.1} | {:.1}: {:.1} + {:.1} | {:.2}× | {} |",
                     p.server,
                     on_off(p.tcpdump),
                     p.config.name(),
                     i + 1,
                     ms(r.burst.wall),
+                    r.burst.lat.first().map_or(f64::NAN, |d| ms(*d)),
                     r.burst.lat.last().map_or(f64::NAN, |d| ms(*d)),
                     ms(r.floor()),
                     ms(r.exec),
