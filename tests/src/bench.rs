@@ -113,6 +113,11 @@ pub struct DaemonOptions {
     /// The Open vSwitch database the agent reads its uplinks from (a lab's
     /// own); none: a socket that does not exist.
     pub ovsdb: Option<PathBuf>,
+    /// Invoke xdhcp's plugin with the upstream plugin's config (`"type":
+    /// "dhcp"`, `daemonSocketPath`), as a node that swapped the binary but
+    /// kept its network configs does; otherwise xdhcp's own (`"type":
+    /// "xdhcp"`, `socketPath`). The upstream plugin gets its own either way.
+    pub upstream_dialect: bool,
 }
 
 /// A running IPAM daemon and how to invoke its plugin.
@@ -122,6 +127,8 @@ pub struct Daemon {
     pub socket: PathBuf,
     pub plugin: PathBuf,
     pub log: PathBuf,
+    /// See [`DaemonOptions::upstream_dialect`].
+    upstream_dialect: bool,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -200,6 +207,7 @@ impl Daemon {
             socket,
             plugin,
             log,
+            upstream_dialect: opts.upstream_dialect,
             _dir: tmp,
         };
         if !opts.no_wait {
@@ -259,8 +267,12 @@ impl Daemon {
     /// The network config both plugins are invoked with.
     pub fn config(&self) -> String {
         let ipam = match self.which {
-            Impl::Upstream => serde_json::json!({"type": "dhcp", "daemonSocketPath": self.socket}),
-            Impl::Xdhcp => serde_json::json!({"type": "xdhcp", "socketPath": self.socket}),
+            Impl::Xdhcp if !self.upstream_dialect => {
+                serde_json::json!({"type": "xdhcp", "socketPath": self.socket})
+            }
+            Impl::Upstream | Impl::Xdhcp => {
+                serde_json::json!({"type": "dhcp", "daemonSocketPath": self.socket})
+            }
         };
         serde_json::json!({"cniVersion": "1.0.0", "name": "benchnet", "type": "macvlan", "ipam": ipam})
             .to_string()
@@ -530,6 +542,87 @@ pub fn plot_lines(path: &Path, title: &str, x_label: &str, y_label: &str, series
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
             chart.draw_series(
                 s.points
+                    .iter()
+                    .map(|&(x, y)| Circle::new((x, y), 3, c.filled())),
+            )?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    match draw() {
+        Ok(()) => progress_line(&format!("plot written to {}", path.display())),
+        Err(e) => progress_line(&format!("plot {} failed: {e}", path.display())),
+    }
+}
+
+/// A line chart as SVG at `path` with both axes logarithmic: for figures
+/// that span orders of magnitude (a few milliseconds beside seconds), where
+/// a linear axis flattens the smaller curve onto zero. Every point must be
+/// positive; the axes run from a little under the smallest to a little over
+/// the largest value.
+pub fn plot_lines_log(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) {
+    use plotters::prelude::*;
+    let pts: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .filter(|&(x, y)| x > 0.0 && y > 0.0)
+        .collect();
+    let span = |v: &mut dyn Iterator<Item = f64>| {
+        let (lo, hi) = v.fold((f64::INFINITY, 0.0_f64), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+        if lo.is_finite() {
+            (lo / 1.5, hi * 1.5)
+        } else {
+            (0.1, 10.0)
+        }
+    };
+    let (x_min, x_max) = span(&mut pts.iter().map(|p| p.0));
+    let (y_min, y_max) = span(&mut pts.iter().map(|p| p.1));
+    let root = SVGBackend::new(path, (800, 520)).into_drawing_area();
+    let draw = || -> Result<(), Box<dyn std::error::Error + '_>> {
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(70)
+            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .draw()?;
+        let colours = [
+            RED,
+            BLUE,
+            GREEN,
+            MAGENTA,
+            CYAN,
+            BLACK,
+            RGBColor(230, 140, 0),
+            RGBColor(120, 120, 120),
+        ];
+        for (i, s) in series.iter().enumerate() {
+            let c = colours[i % colours.len()];
+            let points: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .copied()
+                .filter(|&(x, y)| x > 0.0 && y > 0.0)
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))?
+                .label(s.label.clone())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+            chart.draw_series(
+                points
                     .iter()
                     .map(|&(x, y)| Circle::new((x, y), 3, c.filled())),
             )?;

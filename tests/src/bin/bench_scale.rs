@@ -349,6 +349,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
             Vec::new()
         },
         ovsdb: None,
+        upstream_dialect: false,
     };
     progress!("{}: starting with no leases", which.name());
     let t = Instant::now();
