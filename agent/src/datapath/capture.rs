@@ -1436,6 +1436,12 @@ impl Capture {
                 if retry.contains_key(t) {
                     continue;
                 }
+                // A found port's device gone while its port is still in
+                // OVS (the pod's namespace went first): no loss, its
+                // program goes with the port.
+                if self.role_of(t) == Role::PortEgress && !interface_present(&t.ifname) {
+                    continue;
+                }
                 error!(ifname = %t.ifname, netns = ?t.netns,
                     "the eBPF program was detached from under the agent (or its interface is gone); its leases fall back to AF_PACKET");
                 self.metrics.capture_lost("link_detached");
