@@ -522,6 +522,7 @@ fn printed(log: &str) -> impl Iterator<Item = &str> {
         !(l.is_empty()
             || *l == "running 1 test"
             || l.starts_with("test result:")
+            || *l == "ok"
             || (l.starts_with("test ") && l.ends_with(" ok"))
             || *l == "successes:")
     })
