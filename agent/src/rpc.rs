@@ -33,7 +33,7 @@ pub use xdhcp_plugin::proto::{
 };
 pub use xdhcp_plugin::views::{
     AgentStatus, GuardedPortStatus, InterfaceStatus, LeaseView, PATH_LEASES, PATH_STATUS,
-    UplinkSourceStatus, UplinkStatus,
+    PortCaptureStatus, UplinkSourceStatus, UplinkStatus,
 };
 
 /// Tests only: break (`true`) or mend the agent's ring reader.

@@ -96,6 +96,11 @@ pub struct AgentStatus {
     /// identity came from.
     #[serde(default)]
     pub guarded_ports: Vec<GuardedPortStatus>,
+    /// With no uplink: the workload ports found in Open vSwitch whose
+    /// replies are captured on their host side, before (and without) an
+    /// ADD.
+    #[serde(default)]
+    pub port_captures: Vec<PortCaptureStatus>,
     /// Agent and kernel counters by name.
     pub counters: BTreeMap<String, u64>,
     /// Embedded mode: the pod-networks annotations written to the local store.
@@ -158,6 +163,31 @@ pub struct GuardedPortStatus {
     pub vf_netdev_name: Option<String>,
     #[serde(default)]
     pub vf_is_vfio: bool,
+}
+
+/// A workload port found in Open vSwitch whose host side the capture
+/// program is on (TC egress: the replies to the pod leave the switch
+/// there), as `xdhcp status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortCaptureStatus {
+    /// The port's host interface (in the agent's namespace).
+    pub port: String,
+    /// Its `attached_mac`: a lease on a link with this MAC takes the port.
+    pub mac: String,
+    /// Its `k8s.ovn.org/network`.
+    #[serde(default)]
+    pub network: Option<String>,
+    /// `live`, `pending` (attaching), `lost` (detached or refused), or
+    /// `off` (no eBPF datapath).
+    pub state: String,
+    /// `tc-egress` while attached.
+    pub hook: Option<String>,
+    pub ifindex: Option<u32>,
+    /// The kernel id of the program's BPF link (kernels with tcx).
+    pub bpf_link: Option<u32>,
+    /// DHCP replies captured here and delivered to their lease.
+    pub replies: u64,
 }
 
 /// Where the agent's uplinks come from, as `xdhcp status` shows it.

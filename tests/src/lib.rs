@@ -30,7 +30,7 @@ pub use netns::{
     AckDrop, Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, netns_exec,
     parse_mac, unique_name,
 };
-pub use ovs_lab::{LabDatapath, LabLink, OvnLab, OvnLabOptions, OvnPod};
+pub use ovs_lab::{LabDatapath, LabLink, OvnLab, OvnLabOptions, OvnPod, OvnServerPort};
 pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,

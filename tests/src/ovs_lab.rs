@@ -115,6 +115,17 @@ pub struct OvnPod {
     _veth: Veth,
 }
 
+/// A DHCP server's port on the logical switch itself ([`OvnLab::add_server_port`]).
+#[derive(Debug)]
+pub struct OvnServerPort {
+    /// The server's namespace, its interface [`OvnLab::SERVER_IF`] at
+    /// [`OvnLab::SERVER_IP`].
+    pub ns: NetNs,
+    /// The host end of its veth: a port of `br-int`.
+    pub host_ifname: String,
+    _veth: Veth,
+}
+
 /// The lab: see the module documentation.
 #[derive(Debug)]
 pub struct OvnLab {
@@ -124,6 +135,7 @@ pub struct OvnLab {
     /// The DHCP server's namespace, behind the provider bridge.
     pub server: NetNs,
     pods: Vec<OvnPod>,
+    server_ports: Vec<OvnServerPort>,
     datapath: LabDatapath,
     _uplink: UplinkLink,
     /// The links of providers added at run time ([`OvnLab::add_provider`]).
@@ -192,6 +204,7 @@ impl OvnLab {
             node,
             server,
             pods: Vec::new(),
+            server_ports: Vec::new(),
             datapath: options.datapath,
             _uplink: uplink,
             providers: Vec::new(),
@@ -507,6 +520,71 @@ impl OvnLab {
         &self.pods[n]
     }
 
+    /// Adds a DHCP server as a workload of the node, on the logical switch
+    /// itself: a namespace whose [`OvnLab::SERVER_IF`] (MAC `mac`,
+    /// [`OvnLab::SERVER_IP`]/24) is a veth to a `br-int` port bound to a
+    /// logical switch port with that MAC. The port carries `iface-id`
+    /// alone, no pod identity: it is of no network the agent serves (a
+    /// server the guard would police otherwise). With the bridge mappings
+    /// cleared ([`OvnLab::set_bridge_mappings`] with `""`), the pods reach
+    /// this server only, over `br-int`, and the node has no uplink. Waits
+    /// until ovn-controller has wired it.
+    #[track_caller]
+    pub fn add_server_port(&mut self, mac: [u8; 6]) -> &OvnServerPort {
+        let n = self.server_ports.len();
+        let ns = NetNs::new();
+        let host_ifname = format!("srv{n}_h");
+        let veth = Veth::with_mac(&self.node, &host_ifname, &ns, Self::SERVER_IF, mac);
+        if self.datapath == LabDatapath::Netdev {
+            checksum_offload_off(&self.node, &host_ifname);
+            checksum_offload_off(&ns, Self::SERVER_IF);
+        }
+        ns.add_addr(Self::SERVER_IF, Self::SERVER_IP, 24);
+        let lsp = format!("lab-server-{n}");
+        let mac_text = format_mac(mac);
+        self.nbctl(&[
+            "lsp-add",
+            Self::LOGICAL_SWITCH,
+            &lsp,
+            "--",
+            "lsp-set-addresses",
+            &lsp,
+            &mac_text,
+        ]);
+        self.vsctl(&[
+            "add-port",
+            Self::INTEGRATION_BRIDGE,
+            &host_ifname,
+            "--",
+            "set",
+            "interface",
+            &host_ifname,
+            &format!("external_ids:iface-id={lsp}"),
+        ]);
+        let installed = wait_until(READY_TIMEOUT, || {
+            self.vsctl(&[
+                "--if-exists",
+                "get",
+                "interface",
+                &host_ifname,
+                "external_ids:ovn-installed",
+            ])
+            .trim()
+                == "\"true\""
+        });
+        assert!(
+            installed,
+            "ovn-controller did not wire {host_ifname} in {READY_TIMEOUT:?}: {}",
+            self.log("ovn-controller")
+        );
+        self.server_ports.push(OvnServerPort {
+            ns,
+            host_ifname,
+            _veth: veth,
+        });
+        &self.server_ports[n]
+    }
+
     /// Removes pod `index`'s port from `br-int`, as OVN-Kubernetes' CNI
     /// does at DEL; its veth stays.
     #[track_caller]
@@ -567,6 +645,47 @@ impl OvnLab {
             ".",
             &format!("external_ids:ovn-bridge-mappings=\"{mappings}\""),
         ]);
+    }
+
+    /// Sets `ovn-bridge-mappings` as [`OvnLab::set_bridge_mappings`] does,
+    /// in one OVSDB transaction sent from this process, and returns when
+    /// it was sent: no `ovs-vsctl` to start first (under the VM tier's
+    /// software emulation that alone takes over half a second), so what
+    /// follows the change can be timed from the change itself. Returns
+    /// once the database has committed it.
+    #[track_caller]
+    pub fn set_bridge_mappings_now(&self, mappings: &str) -> std::time::Instant {
+        let sock = self.db_socket();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let op = serde_json::json!({
+            "op": "mutate",
+            "table": "Open_vSwitch",
+            "where": [],
+            "mutations": [
+                ["external_ids", "delete", ["set", ["ovn-bridge-mappings"]]],
+                ["external_ids", "insert", ["map", [["ovn-bridge-mappings", mappings]]]],
+            ],
+        });
+        let (sent, reply) = rt.block_on(async {
+            let (client, _events) = xdhcp_ovsdb::Client::connect(&sock)
+                .await
+                .expect("connect to the lab's database");
+            let sent = std::time::Instant::now();
+            let reply = client
+                .call("transact", serde_json::json!([xdhcp_ovsdb::VSWITCH_DB, op]))
+                .await
+                .expect("the mapping's transaction");
+            (sent, reply)
+        });
+        let results = reply.as_array().expect("transact results");
+        assert!(
+            results.iter().all(|r| r.get("error").is_none()) && results.len() == 1,
+            "the mapping's transaction failed: {reply}"
+        );
+        sent
     }
 
     /// The datapath of the lab's bridges.

@@ -29,9 +29,10 @@
 //!   lease renews at the uplink (its ACK taken at XDP, not through OVS),
 //!   again after OVS is back, and a pod wired after that binds at the
 //!   uplink;
-//! - a bridge mapping added at run time is attached within 1 s, and
-//!   detached within 1 s when it goes (the second provider bridge's port is
-//!   a veth: both of the guest's NICs are the lab's already).
+//! - a bridge mapping added at run time is attached within 1 s of its
+//!   database transaction, and detached within 2 s when it goes (the
+//!   second provider bridge's port is a veth: both of the guest's NICs are
+//!   the lab's already).
 //!
 //! Every test here needs the guest's devices and module, so they are
 //! `#[ignore]`d: on the host they are listed as ignored, and they fail (never
@@ -590,17 +591,23 @@ fn on_the_kernel_datapath_ovs_killed_and_restarted_under_live_leases_every_lease
 /// the server's namespace, where the agent attaches at TC ingress (the
 /// per-device default on a veth of the kernel datapath).
 ///
-/// The budget here is 2 s, not the 1 s the host's lab holds
-/// (`ovs_uplinks.rs`): under 1 vCPU of software emulation the TC attach
-/// alone (qdisc, filter, netlink) took 0.84 s in the agent's own log, and
-/// the time also holds `ovs-vsctl`'s and `tc`'s start-up.
+/// Attached within 1 s of the mapping's transaction, as on the host. What
+/// that took here: the agent loads the kernel's TC modules (`sch_ingress`,
+/// `cls_bpf`) at start, in a namespace of its own; the first TC attach
+/// used to wait for both `modprobe`s (1.3 s of a 1.4 s attach under
+/// emulation). The detach is looked at with `ip` and `tc` (about 0.7 s a
+/// look under emulation): 2 s.
 #[test]
 #[ignore = "needs the VM tier's devices: run `cargo xtask vmtest`"]
-fn on_the_kernel_datapath_a_bridge_mapping_added_at_run_time_is_attached_within_two_seconds() {
+fn on_the_kernel_datapath_a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
     let mut lab = kernel_lab();
     let agent = agent(&lab, &[]);
     wait_live(&agent, OvnLab::UPLINK);
-    let (added, removed) = agent.check_mapping_added_at_run_time(&mut lab, Duration::from_secs(2));
+    let (added, removed) = agent.check_mapping_added_at_run_time(
+        &mut lab,
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+    );
     report(&format!(
         "mapping added -> eth2 attached in {added:?}; removed -> detached in {removed:?}"
     ));

@@ -17,8 +17,9 @@
 //!   explicit `--uplink … --attach tc`, which also shows the flag winning
 //!   over OVS), OVS still forwards every reply to the pod: under the
 //!   userspace datapath TC ingress runs after the packet taps;
-//! - a bridge mapping added at run time is attached within a second
-//!   (measured and printed), and detached when the mapping goes;
+//! - a bridge mapping added at run time is attached within a second of
+//!   the database transaction (measured and printed), and detached when
+//!   the mapping goes;
 //! - with no database at `--ovsdb`, or one that never answers, the agent
 //!   runs without uplinks (a pod leases on its own path) and says why;
 //! - a DEL after the pod's port is gone (out of OVS, its veth deleted)
@@ -32,7 +33,12 @@
 //!   before any ADD (the ADD then finds the guard on: one attachment, its
 //!   identity from both OVS and the CNI), and the guard comes off a port
 //!   no ADD holds when the port leaves `br-int`; a network becomes a DHCP
-//!   network by `--dhcp-network`, or by the agent's first lease on it.
+//!   network by `--dhcp-network`, or by the agent's first lease on it;
+//! - with no uplink (no bridge mapping, the server a workload on the
+//!   logical switch), such a port's replies are captured on its host side
+//!   (TC egress) from the moment it is on `br-int`: its ADD's first OFFER
+//!   and ACK are taken there with nothing attached on or after the ADD,
+//!   and the program goes when the port leaves `br-int`.
 //!   (What is asserted is the attachment; what the guard stops on a
 //!   userspace-datapath port, where it sits at XDP, is `ovs_guard.rs`'s.)
 //!
@@ -291,7 +297,8 @@ fn a_bridge_mapping_added_at_run_time_is_attached_within_a_second() {
     let agent = agent(&lab.node, &lab.db_socket(), &[]);
     wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
 
-    let (added, removed) = agent.check_mapping_added_at_run_time(&mut lab, Duration::from_secs(1));
+    let second = Duration::from_secs(1);
+    let (added, removed) = agent.check_mapping_added_at_run_time(&mut lab, second, second);
     report("mapping added -> eth2 attached", added);
     report("mapping removed -> eth2 detached", removed);
 }
@@ -553,6 +560,169 @@ fn a_port_appearing_in_ovs_is_guarded_before_its_add() {
     let status_text = agent_table(&agent, "status");
     assert!(status_text.contains("guarded ports"), "{status_text}");
     assert!(status_text.contains(&host), "{status_text}");
+}
+
+/// The program on a found port's host side, as the kernel has it: the name
+/// of the program behind BPF link `link` (a tcx link, kernels 6.6 and
+/// later; `bpftool` 7.1 lists no tcx attachment by device), or, without a
+/// link (a clsact filter before tcx), what `tc` lists at the egress of
+/// `host` in `node`. Empty when there is none.
+fn egress_program(node: &NetNs, host: &str, link: Option<u32>) -> String {
+    let Some(link) = link else {
+        return node
+            .exec(&["tc", "filter", "show", "dev", host, "egress"])
+            .trim()
+            .to_owned();
+    };
+    let bpftool = |args: &[&str]| -> Option<serde_json::Value> {
+        let out = std::process::Command::new(xdhcp_tests::program("bpftool"))
+            .arg("-j")
+            .args(args)
+            .output()
+            .expect("run bpftool");
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).expect("bpftool JSON"))
+    };
+    let Some(l) = bpftool(&["link", "show", "id", &link.to_string()]) else {
+        return String::new();
+    };
+    let prog = l["prog_id"]
+        .as_u64()
+        .expect("the link's program")
+        .to_string();
+    bpftool(&["prog", "show", "id", &prog])
+        .and_then(|p| p["name"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// `host` as `xdhcp status` lists it among the ports captured on their
+/// host side.
+fn port_capture(agent: &NodeAgent, host: &str) -> Option<xdhcp::rpc::PortCaptureStatus> {
+    agent
+        .try_status()?
+        .port_captures
+        .into_iter()
+        .find(|p| p.port == host)
+}
+
+/// With no uplink, the replies of a port found in OVS are captured on its
+/// host side (TC egress in the node's namespace, where `ovs-vswitchd`'s
+/// packet socket hands them to the veth) from before its ADD: the ADD's
+/// first OFFER and ACK are taken there, the pod's own stack sees none,
+/// nothing is attached on or after the ADD, and the program goes when the
+/// port leaves `br-int`. The DHCP server is a workload on the logical
+/// switch itself (no bridge mapping: no uplink to take the replies).
+#[test]
+fn with_no_uplink_a_port_found_in_ovs_is_captured_on_its_host_side_before_its_add() {
+    let cni = CniPath::new();
+    let mut lab = OvnLab::start();
+    lab.set_bridge_mappings("");
+    let server = lab.add_server_port(parse_mac("0a:58:c0:00:02:01").unwrap());
+    let dnsmasq = Dnsmasq::start(
+        &server.ns,
+        DnsmasqConfig {
+            interface: OvnLab::SERVER_IF.to_owned(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let server_host = server.host_ifname.clone();
+    let agent = agent(
+        &lab.node,
+        &lab.db_socket(),
+        &["--dhcp-network", OvnLab::NETWORK],
+    );
+    agent.wait_ovs_source("connected", Duration::from_secs(10));
+    let s = agent.status();
+    assert!(s.uplinks.is_empty(), "{:?}", s.uplinks);
+    assert!(s.port_captures.is_empty(), "{:?}", s.port_captures);
+
+    // (a) The pod's port appears on br-int: its host side is captured
+    // before any ADD. The server's port names no network: not captured.
+    let t0 = Instant::now();
+    let pod = lab.add_pod("pod1", parse_mac("0a:58:c0:00:02:05").unwrap());
+    let (host, mac) = (pod.host_ifname.clone(), pod.mac);
+    let mut live = None;
+    wait_until(Duration::from_secs(5), || {
+        live = port_capture(&agent, &host).filter(|p| p.state == "live");
+        live.is_some()
+    });
+    let live = live.unwrap_or_else(|| {
+        panic!(
+            "{host} not captured in 5 s: {:?}\n{}",
+            agent.try_status().map(|s| s.port_captures),
+            agent.log()
+        )
+    });
+    report(
+        "port on br-int -> captured on its host side (includes ovn-controller's wiring)",
+        t0.elapsed(),
+    );
+    assert_eq!(live.hook.as_deref(), Some("tc-egress"), "{live:?}");
+    assert_eq!(live.mac, xdhcp_tests::format_mac(mac), "{live:?}");
+    assert_eq!(live.network.as_deref(), Some(OvnLab::NETWORK), "{live:?}");
+    let on_port = egress_program(&lab.node, &host, live.bpf_link);
+    assert!(on_port.contains("xdhcp_tc"), "{on_port:?} {live:?}");
+    assert!(port_capture(&agent, &server_host).is_none());
+    assert!(agent.leases().is_empty());
+    let table = agent_table(&agent, "status");
+    assert!(
+        table.contains("captured on their host side") && table.contains(&host),
+        "{table}"
+    );
+
+    // (b) The ADD: its first OFFER and ACK are taken by that capture (the
+    // lease's path names the port from the start, the replies are counted
+    // there, the pod's own stack saw none of them) and nothing is attached
+    // for it, then or after (past the held lease's move to the ring).
+    let pod = &lab.pods()[0];
+    count_replies_in(&pod.ns);
+    let attaches_before = agent.log().matches(" attached ").count();
+    add_ok(&cni, &agent, &lab, &dnsmasq);
+    assert!(dnsmasq.lease_for(mac).is_some(), "{}", dnsmasq.log());
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(
+        leases[0].path,
+        format!("port:{host}"),
+        "{leases:?}\n{}",
+        agent.log()
+    );
+    let p = port_capture(&agent, &host).expect("still captured");
+    assert!(p.replies >= 2, "{p:?}");
+    assert_eq!(replies_seen_in(&pod.ns), 0);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(agent.leases()[0].path, format!("port:{host}"));
+    assert_eq!(
+        agent.log().matches(" attached ").count(),
+        attaches_before,
+        "something was attached on or after the ADD\n{}",
+        agent.log()
+    );
+    assert!(
+        pod.ns
+            .exec(&["tc", "filter", "show", "dev", &pod.ifname, "ingress"])
+            .trim()
+            .is_empty()
+    );
+    assert!(!attached_xdp(&pod.ns, &pod.ifname));
+    let s = agent.status();
+    assert!(s.counters["kernel.dropped_owned"] >= 2, "{:?}", s.counters);
+
+    // (c) DEL, then the port leaves br-int: the program goes.
+    let r = ovnk_call(&cni, &agent, pod, "DEL");
+    assert!(r.ok, "DEL: {} {}", r.stdout, r.stderr);
+    let t0 = Instant::now();
+    lab.remove_pod_port(0);
+    assert!(
+        wait_until(Duration::from_secs(3), || port_capture(&agent, &host)
+            .is_none()
+            && egress_program(&lab.node, &host, live.bpf_link).is_empty()),
+        "{:?}\n{}",
+        agent.try_status().map(|s| s.port_captures),
+        agent.log()
+    );
+    report("port removed from br-int -> capture detached", t0.elapsed());
 }
 
 #[test]

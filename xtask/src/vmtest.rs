@@ -17,10 +17,11 @@
 //!   may hand it GRO/checksum-offloaded packets it cannot switch off), and
 //!   an e1000e on qemu's user network behind an emulated Intel IOMMU (6.1
 //!   has no VFIO no-IOMMU mode).
-//! - Results: every selected test runs on its own (`--exact`) in the guest,
-//!   which writes its exit status, duration and output to a directory shared
-//!   read-write with the host; the host prints one line per check and fails
-//!   when any check failed or did not run.
+//! - Results: every selected test runs on its own (`--exact`, its output
+//!   not captured) in the guest, which writes its exit status, duration and
+//!   output to a directory shared read-write with the host; the host prints
+//!   one line per check, under it what a passing check printed (its
+//!   figures), and fails when any check failed or did not run.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -445,7 +446,7 @@ fn guest_script(built: &Built, out: &Path, checks: &[Check]) -> String {
         let _ = writeln!(s, "date +%s%N > {}", q(&base.with_extension("ns")));
         let _ = writeln!(
             s,
-            "timeout {CHECK_TIMEOUT_SECS} {} --exact --include-ignored --test-threads=1 {} > {} 2>&1",
+            "timeout {CHECK_TIMEOUT_SECS} {} --exact --include-ignored --test-threads=1 --nocapture {} > {} 2>&1",
             q(&c.bin),
             shell_quote(&c.test),
             q(&base.with_extension("log")),
@@ -515,6 +516,18 @@ fn boot(vng: &Path, kernel: &Kernel, out: &Path, script: &Path, console: &Path) 
     Ok(())
 }
 
+/// The lines of a check's log that the test harness did not write.
+fn printed(log: &str) -> impl Iterator<Item = &str> {
+    log.lines().map(str::trim_end).filter(|l| {
+        !(l.is_empty()
+            || *l == "running 1 test"
+            || l.starts_with("test result:")
+            || *l == "ok"
+            || (l.starts_with("test ") && l.ends_with(" ok"))
+            || *l == "successes:")
+    })
+}
+
 fn report(
     out: &Path,
     checks: &[Check],
@@ -553,7 +566,13 @@ fn report(
             "FAILED"
         };
         println!("test vm[{release}] {} ... {verdict} ({secs})", c.id);
-        if !ok {
+        if ok {
+            // What the check printed besides the harness's own lines: the
+            // figures it measured in the guest.
+            for line in printed(&log) {
+                println!("    {line}");
+            }
+        } else {
             failed.push((c, log));
         }
     }

@@ -241,6 +241,26 @@ pub fn render_status(s: &AgentStatus) -> String {
             );
         }
     }
+    render_ports(&mut out, s);
+    if !s.counters.is_empty() {
+        out.push_str("counters:\n");
+        for (k, v) in &s.counters {
+            let _ = writeln!(out, "  {k:<32} {v}");
+        }
+    }
+    if s.annotations.as_object().is_some_and(|o| !o.is_empty()) {
+        out.push_str("annotations (embedded store):\n");
+        let pretty = serde_json::to_string_pretty(&s.annotations).unwrap_or_default();
+        for l in pretty.lines() {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+    out
+}
+
+/// The workload ports of `s`: those the guard is on, and those captured
+/// on their host side.
+fn render_ports(out: &mut String, s: &AgentStatus) {
     if !s.guarded_ports.is_empty() {
         out.push_str("guarded ports (identity from):\n");
         for p in &s.guarded_ports {
@@ -256,20 +276,21 @@ pub fn render_status(s: &AgentStatus) -> String {
             );
         }
     }
-    if !s.counters.is_empty() {
-        out.push_str("counters:\n");
-        for (k, v) in &s.counters {
-            let _ = writeln!(out, "  {k:<32} {v}");
+    if !s.port_captures.is_empty() {
+        out.push_str("ports captured on their host side (found in OVS):\n");
+        for p in &s.port_captures {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<17} {:<24} {:<8} {:<9} replies {}",
+                p.port,
+                p.mac,
+                p.network.as_deref().unwrap_or("-"),
+                p.state,
+                p.hook.as_deref().unwrap_or("-"),
+                p.replies
+            );
         }
     }
-    if s.annotations.as_object().is_some_and(|o| !o.is_empty()) {
-        out.push_str("annotations (embedded store):\n");
-        let pretty = serde_json::to_string_pretty(&s.annotations).unwrap_or_default();
-        for l in pretty.lines() {
-            let _ = writeln!(out, "  {l}");
-        }
-    }
-    out
 }
 
 fn short_id(id: &str) -> &str {

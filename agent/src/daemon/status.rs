@@ -29,10 +29,14 @@ fn interfaces(agent: &Agent) -> Vec<InterfaceStatus> {
         .iter()
         .map(|h| {
             let l = lock(&h.live);
-            let bpf_link = match l.capture {
+            let bpf_link = match &l.capture {
                 CapturePath::Ebpf(_) => agent.capture().link_id(&AttachTarget {
                     ifname: l.record.ifname.clone(),
                     netns: l.record.netns.clone(),
+                }),
+                CapturePath::Port(port) => agent.capture().link_id(&AttachTarget {
+                    ifname: port.to_string(),
+                    netns: None,
                 }),
                 _ => None,
             };
@@ -88,6 +92,7 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         interfaces: interfaces(agent),
         uplinks: agent.capture().uplink_status(),
         guarded_ports: guarded_ports(agent),
+        port_captures: agent.capture().found_port_status(),
         uplink_source: agent
             .uplink_source
             .lock()

@@ -169,6 +169,11 @@ impl Follower {
     }
 }
 
+/// Whether `view` has an uplink the capture can hold.
+pub(super) fn has_uplinks(view: &NodeView) -> bool {
+    !specs_of(view).0.is_empty()
+}
+
 /// The uplinks of `view` the capture can hold, and the ports left out:
 /// kernel network devices only (a DPDK port has none; an `AF_XDP` port's
 /// device carries OVS's own XDP program), one per interface (several

@@ -24,6 +24,17 @@
 //! as the network's latest lease carried it, else the defaults; an ADD's
 //! own (a VM's single client among it) wins once it comes. While the
 //! database is away the ports last read stay guarded.
+//!
+//! On a node without uplinks (none named by `--uplink`, none in
+//! `ovn-bridge-mappings` the capture can hold), the same ports are handed
+//! to the capture actor too ([`crate::datapath::capture::Capture::set_found_ports`]):
+//! its program goes on each port's host side at TC egress, where the
+//! replies to the pod leave the switch on both datapaths, so the ADD that
+//! follows finds its replies captured from its first DISCOVER and nothing
+//! is attached on or after its path. With an uplink, replies are taken
+//! there and nothing is attached per port. Either way the port's capture
+//! goes when the port leaves the database (docs/dhcp-guard.md, "Replies
+//! captured before the ADD").
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -35,6 +46,7 @@ use tracing::{info, warn};
 use xdhcp_ovsdb::{NodeState, WorkloadPort};
 
 use crate::cni::config::DhcpGuardSpec;
+use crate::datapath::capture::FoundPortSpec;
 use crate::datapath::ebpf::PortPolicy;
 use crate::guard::{GuardService, GuardedPort, OvsIdentity, port_policy};
 use crate::ops::context::Agent;
@@ -165,22 +177,46 @@ pub(super) fn plan(wanted: &[Wanted], held: &[GuardedPort]) -> Plan {
     out
 }
 
-/// Follow the workload ports of `rx` until `token` is cancelled. Nothing to
-/// do without the guard; the task then only waits.
+/// The found ports the capture is to hold: with no uplink (`uplinks`:
+/// whether the node has one, named or in the view), the wanted ports that
+/// name their pod's MAC; with one, none.
+pub(super) fn found_ports(wanted: &[Wanted], uplinks: bool) -> Vec<FoundPortSpec> {
+    if uplinks {
+        return Vec::new();
+    }
+    wanted
+        .iter()
+        .filter_map(|w| {
+            Some(FoundPortSpec {
+                ifname: w.host_ifname.clone(),
+                mac: w.ovs.mac?,
+                network: w.ovs.network.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Follow the workload ports of `rx` until `token` is cancelled: the guard
+/// on them (when it is on), and their host-side capture (when the node has
+/// no uplink and the eBPF datapath is loaded). With neither the task only
+/// waits.
 pub(super) async fn follow_ports(
     agent: Arc<Agent>,
     mut rx: watch::Receiver<NodeState>,
     token: CancellationToken,
 ) {
-    if !agent.guard.is_on() {
+    let capture = agent.capture().has_ebpf();
+    if !agent.guard.is_on() && !capture {
         token.cancelled().await;
         return;
     }
     let mut follower = Follower {
         nets: DhcpNetworks::named(&agent.args.dhcp_networks),
+        named_uplinks: !agent.args.uplinks.is_empty(),
         agent,
         ports: None,
         userspace: None,
+        view_uplinks: false,
         failed: BTreeMap::new(),
     };
     let mut tick = tokio::time::interval(RECHECK);
@@ -190,6 +226,7 @@ pub(super) async fn follow_ports(
         if let NodeState::Ready(view) = &*rx.borrow_and_update() {
             follower.ports = Some(view.workloads.clone());
             follower.userspace = Some(super::uplinks::userspace_ports(view));
+            follower.view_uplinks = super::uplinks::has_uplinks(view);
         }
         follower.pass().await;
         tokio::select! {
@@ -208,6 +245,10 @@ struct Follower {
     /// The ports of a userspace-datapath integration bridge in the view
     /// last read, not yet handed to the guard (they are policed at XDP).
     userspace: Option<std::collections::BTreeSet<String>>,
+    /// `--uplink` given.
+    named_uplinks: bool,
+    /// The view last read has uplinks the capture can hold.
+    view_uplinks: bool,
     /// Ports the guard could not take, with the error last logged (each
     /// logged once, retried every pass).
     failed: BTreeMap<String, String>,
@@ -216,16 +257,25 @@ struct Follower {
 impl Follower {
     async fn pass(&mut self) {
         self.note_served();
-        // First the hook each port needs, so that ports guarded below
-        // start on it. Moving a port's hook takes RTNL: a blocking thread.
-        if let Some(userspace) = self.userspace.take() {
-            let guard = self.agent.guard.clone();
-            let _ = tokio::task::spawn_blocking(move || guard.set_userspace_ports(userspace)).await;
-        }
         let Some(ports) = &self.ports else {
             return;
         };
         let wanted = wanted(ports, &self.nets);
+        // The capture first: attaching runs in the capture actor's
+        // background, and a port's ADD may follow at once.
+        let uplinks = self.named_uplinks || self.view_uplinks;
+        self.agent
+            .capture()
+            .set_found_ports(&found_ports(&wanted, uplinks));
+        if !self.agent.guard.is_on() {
+            return;
+        }
+        // Then the hook each port needs, so that ports guarded below start
+        // on it. Moving a port's hook takes RTNL: a blocking thread.
+        if let Some(userspace) = self.userspace.take() {
+            let guard = self.agent.guard.clone();
+            let _ = tokio::task::spawn_blocking(move || guard.set_userspace_ports(userspace)).await;
+        }
         let plan = plan(&wanted, &self.agent.guard.found_ports());
         if plan.is_empty() {
             return;
@@ -398,6 +448,34 @@ mod tests {
         // An ADD holds it: its policy wins, nothing to do.
         other.identity.cni = true;
         assert!(plan(&w, &[other]).is_empty());
+    }
+
+    #[test]
+    fn without_an_uplink_the_wanted_ports_with_a_mac_are_captured_on_their_host_side() {
+        let nets = DhcpNetworks::named(&["n".to_owned()]);
+        let mut no_mac = port("b_4", Some("n"), None);
+        no_mac.attached_mac = None;
+        let w = wanted(
+            &[
+                port("a_3", Some("n"), None),
+                no_mac,
+                port("c_5", Some("other"), None),
+            ],
+            &nets,
+        );
+        assert_eq!(w.len(), 2);
+        // No uplink: the port that names its pod's MAC (a lease finds its
+        // port by it); one without cannot be taken, so is not captured.
+        assert_eq!(
+            found_ports(&w, false),
+            [FoundPortSpec {
+                ifname: "a_3".to_owned(),
+                mac: [0x0a, 0x58, 0, 0, 0, 1],
+                network: Some("n".to_owned()),
+            }]
+        );
+        // An uplink takes the replies: nothing per port.
+        assert!(found_ports(&w, true).is_empty());
     }
 
     #[test]

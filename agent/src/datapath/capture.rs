@@ -25,6 +25,16 @@
 //! absent, or goes away, is retried as soon as the link check sees its
 //! interface again.
 //!
+//! Without an uplink, the workload ports the daemon reads from Open vSwitch
+//! (those of a DHCP network) are captured on their host side, at TC egress
+//! in the agent's own namespace, from the moment they are in the database
+//! ([`Capture::set_found_ports`]): the replies to the pod leave the switch
+//! there on both datapaths. A lease whose link has a found port's MAC
+//! follows that port's capture from its first DISCOVER — nothing is
+//! attached on or after its ADD, in its namespace or elsewhere — and the
+//! port's capture goes when the port leaves the database (its leases fall
+//! back to their own receivers, as after any loss).
+//!
 //! One thing, whole: one actor with one piece of state (which interfaces
 //! the program serves, and whether each still does), whose attach, health
 //! and restore paths all change that state.
@@ -91,6 +101,10 @@ pub(crate) enum CapturePath {
     /// The ring buffer, captured by the program on this node uplink
     /// (nothing attached in the lease's namespace).
     Uplink(Arc<str>),
+    /// The ring buffer, captured at TC egress on this host-side port, found
+    /// in Open vSwitch before the lease's ADD (nothing attached in the
+    /// lease's namespace).
+    Port(Arc<str>),
     /// The lease's own `AF_PACKET` receiver (no eBPF, or attach refused).
     AfPacket,
     /// `AF_PACKET` while the eBPF attach runs in the background.
@@ -107,6 +121,7 @@ impl fmt::Display for CapturePath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CapturePath::Uplink(name) => write!(f, "uplink:{name}"),
+            CapturePath::Port(name) => write!(f, "port:{name}"),
             CapturePath::AfPacket => f.write_str(AttachMode::AfPacket.as_str()),
             CapturePath::AfPacketPending => f.write_str("af-packet (ebpf pending)"),
             CapturePath::AfPacketFallback => f.write_str("af-packet (ebpf lost)"),
@@ -121,7 +136,7 @@ impl CapturePath {
     pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             CapturePath::Uplink(_) => "uplink",
-            CapturePath::Ebpf(_) => "ebpf",
+            CapturePath::Ebpf(_) | CapturePath::Port(_) => "ebpf",
             CapturePath::AfPacket
             | CapturePath::AfPacketPending
             | CapturePath::AfPacketFallback
@@ -225,12 +240,51 @@ impl UplinkEntry {
     }
 }
 
-/// What [`Capture::adopt_uplink`] hands a lease that moves onto an uplink.
-pub(crate) struct UplinkPath {
+/// A workload port read from Open vSwitch whose replies the capture takes
+/// on its host side: what [`Capture::set_found_ports`] takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FoundPortSpec {
+    /// The port's host interface, in the agent's own namespace.
+    pub(crate) ifname: String,
+    /// Its `attached_mac`: the MAC of the pod's interface, by which a
+    /// lease's link finds it.
+    pub(crate) mac: [u8; 6],
+    /// Its `k8s.ovn.org/network`, when it names one: a lease of another
+    /// network never takes the port.
+    pub(crate) network: Option<String>,
+}
+
+/// A found port the agent holds.
+struct FoundEntry {
+    spec: FoundPortSpec,
+    name: Arc<str>,
+    target: AttachTarget,
+    /// Replies captured here and delivered to a lease.
+    replies: std::sync::atomic::AtomicU64,
+}
+
+impl FoundEntry {
+    fn new(spec: FoundPortSpec) -> Self {
+        Self {
+            name: Arc::from(spec.ifname.as_str()),
+            target: AttachTarget {
+                ifname: spec.ifname.clone(),
+                netns: None,
+            },
+            spec,
+            replies: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+/// What the capture hands a lease that follows a target the agent holds:
+/// an uplink ([`Capture::adopt_uplink`], [`Capture::resume_on_uplink`]) or
+/// a found port's host side ([`Capture::follow_found_port`]).
+pub(crate) struct HeldPath {
     pub(crate) name: Arc<str>,
     pub(crate) target: AttachTarget,
     pub(crate) sub: watch::Receiver<TargetState>,
-    /// The uplink's ifindex while it is live.
+    /// The target's ifindex while it is live.
     pub(crate) ifindex: Option<u32>,
 }
 
@@ -263,6 +317,9 @@ pub(crate) struct Capture {
     uplinks: Mutex<Vec<Arc<UplinkEntry>>>,
     /// Uplinks whose attach failed, for the link check to retry.
     uplink_retry: Mutex<Vec<AttachTarget>>,
+    /// The workload ports found in Open vSwitch whose host side is
+    /// captured. A leaf lock, like `uplinks`.
+    found: Mutex<Vec<Arc<FoundEntry>>>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     /// Reasons the path is degraded, by what was lost.
@@ -309,6 +366,7 @@ impl Capture {
             targets: Mutex::new(HashMap::new()),
             uplinks: Mutex::new(Vec::new()),
             uplink_retry: Mutex::new(Vec::new()),
+            found: Mutex::new(Vec::new()),
             metrics,
             health,
             lost: Mutex::new(HashMap::new()),
@@ -418,6 +476,176 @@ impl Capture {
         lock(&self.uplinks).clone()
     }
 
+    /// Capture exactly the found ports of `desired` from now on, on their
+    /// host side (the workload ports of DHCP networks the daemon reads
+    /// from Open vSwitch, each time they change): a port not held yet is
+    /// attached at TC egress in the background, one no longer in the set
+    /// is detached (its leases see it lost and fall back to their own
+    /// receivers), one whose MAC or network changed is attached again.
+    /// Without eBPF the set is only recorded.
+    pub(crate) fn set_found_ports(self: &Arc<Self>, desired: &[FoundPortSpec]) {
+        let (gone, added) = {
+            let mut held = lock(&self.found);
+            let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut *held)
+                .into_iter()
+                .partition(|f| desired.contains(&f.spec));
+            let added: Vec<Arc<FoundEntry>> = desired
+                .iter()
+                .filter(|d| !kept.iter().any(|f| &f.spec == *d))
+                .map(|d| Arc::new(FoundEntry::new(d.clone())))
+                .collect();
+            *held = kept;
+            held.extend(added.iter().cloned());
+            (gone, added)
+        };
+        for f in &gone {
+            info!(port = %f.name, "the port left Open vSwitch (or an uplink took over): no longer captured on its host side");
+            self.release_found(f);
+        }
+        for f in &added {
+            info!(port = %f.name, network = ?f.spec.network,
+                "a port found in Open vSwitch: capturing its replies on its host side (TC egress)");
+            self.hold_found(f);
+        }
+    }
+
+    fn found_ports(&self) -> Vec<Arc<FoundEntry>> {
+        lock(&self.found).clone()
+    }
+
+    fn found_on(&self, t: &AttachTarget) -> Option<Arc<FoundEntry>> {
+        self.found_ports().into_iter().find(|f| &f.target == t)
+    }
+
+    /// Hold found port `f` (the agent is one more user of its target while
+    /// `f` is held) and attach it in the background. Leases still following
+    /// a port of that name from before see it pending, then live.
+    fn hold_found(self: &Arc<Self>, f: &FoundEntry) {
+        if self.kernel.is_none() {
+            return;
+        }
+        {
+            let mut targets = lock(&self.targets);
+            match targets.get_mut(&f.target) {
+                Some(e) if e.role != Role::PortEgress => {
+                    warn!(port = %f.name, role = ?e.role, "the port's interface is captured in another role; not captured as a found port");
+                    return;
+                }
+                Some(e) => {
+                    e.users += 1;
+                    e.state.send_replace(TargetState::Pending);
+                }
+                None => {
+                    let (state, _) = watch::channel(TargetState::Pending);
+                    targets.insert(
+                        f.target.clone(),
+                        Entry {
+                            users: 1,
+                            role: Role::PortEgress,
+                            state,
+                        },
+                    );
+                }
+            }
+        }
+        let me = self.clone();
+        let t = f.target.clone();
+        tokio::spawn(async move { me.attach_in_background(t).await });
+    }
+
+    /// Stop holding found port `f`: its leases see it lost and fall back to
+    /// their own receivers, and the program is detached.
+    fn release_found(&self, f: &FoundEntry) {
+        lock(&self.lost).remove(&target_key(&f.target));
+        if self.kernel.is_some() {
+            let mut targets = lock(&self.targets);
+            if let Some(e) = targets.get_mut(&f.target)
+                && e.role == Role::PortEgress
+            {
+                e.state.send_replace(TargetState::Lost);
+                e.users -= 1;
+                if e.users == 0 {
+                    targets.remove(&f.target);
+                }
+            }
+            drop(targets);
+            self.detach_in_background(&f.target);
+        }
+        self.update_degraded();
+    }
+
+    /// The found port whose capture a lease on a link with `mac`, of
+    /// network `network`, follows from its first DISCOVER: the lease is one
+    /// more user of it until it unsubscribes. With `live_only`, only a port
+    /// whose program is attached already. `None` without eBPF or without
+    /// such a port.
+    pub(crate) fn follow_found_port(
+        &self,
+        mac: [u8; 6],
+        network: &str,
+        live_only: bool,
+    ) -> Option<HeldPath> {
+        self.kernel.as_ref()?;
+        let f = self.found_ports().into_iter().find(|f| {
+            f.spec.mac == mac && f.spec.network.as_deref().is_none_or(|n| n == network)
+        })?;
+        let mut targets = lock(&self.targets);
+        let e = targets.get_mut(&f.target)?;
+        if e.role != Role::PortEgress {
+            return None;
+        }
+        let ifindex = match *e.state.borrow() {
+            TargetState::Live { ifindex, .. } => Some(ifindex),
+            _ => None,
+        };
+        if live_only && ifindex.is_none() {
+            return None;
+        }
+        e.users += 1;
+        Some(HeldPath {
+            name: f.name.clone(),
+            target: f.target.clone(),
+            sub: e.state.subscribe(),
+            ifindex,
+        })
+    }
+
+    /// A reply captured on found port `name` reached its lease.
+    pub(crate) fn found_reply(&self, name: &str) {
+        if let Some(f) = self.found_ports().into_iter().find(|f| &*f.name == name) {
+            f.replies.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Every found port the capture holds, as `xdhcp status` shows it.
+    pub(crate) fn found_port_status(&self) -> Vec<crate::rpc::PortCaptureStatus> {
+        let found = self.found_ports();
+        let states: Vec<Option<TargetState>> = {
+            let targets = lock(&self.targets);
+            found
+                .iter()
+                .map(|f| targets.get(&f.target).map(|e| *e.state.borrow()))
+                .collect()
+        };
+        found
+            .iter()
+            .zip(states)
+            .map(|(f, state)| {
+                let (state, ifindex) = target_state_label(state);
+                crate::rpc::PortCaptureStatus {
+                    port: f.spec.ifname.clone(),
+                    mac: crate::bindings::format_mac(f.spec.mac),
+                    network: f.spec.network.clone(),
+                    state: state.to_owned(),
+                    hook: ifindex.map(|_| "tc-egress".to_owned()),
+                    ifindex,
+                    bpf_link: ifindex.and_then(|_| self.link_id(&f.target)),
+                    replies: f.replies.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+
     /// `ebpf` or `af-packet`.
     pub(crate) fn name(&self) -> &'static str {
         if self.kernel.is_some() {
@@ -506,7 +734,7 @@ impl Capture {
     /// `ifindex`: it follows that uplink's state from now on (unsubscribe
     /// its `target` when it ends). `None` when no live uplink has that
     /// index (detached meanwhile).
-    pub(crate) fn adopt_uplink(&self, ifindex: u32) -> Option<UplinkPath> {
+    pub(crate) fn adopt_uplink(&self, ifindex: u32) -> Option<HeldPath> {
         self.follow_uplink(&*self.uplink_at(ifindex)?)
     }
 
@@ -516,14 +744,14 @@ impl Capture {
     /// per-interface capture. `None` without the eBPF datapath or when this
     /// agent has no such uplink (its flags changed); the lease then takes
     /// the per-interface path until a reply moves it.
-    pub(crate) fn resume_on_uplink(&self, name: &str) -> Option<UplinkPath> {
+    pub(crate) fn resume_on_uplink(&self, name: &str) -> Option<HeldPath> {
         self.kernel.as_ref()?;
         self.follow_uplink(&*self.uplink_named(name)?)
     }
 
     /// One more lease follows uplink `u`: its state, and its ifindex while
     /// it is live.
-    fn follow_uplink(&self, u: &UplinkEntry) -> Option<UplinkPath> {
+    fn follow_uplink(&self, u: &UplinkEntry) -> Option<HeldPath> {
         let mut targets = lock(&self.targets);
         let e = targets.get_mut(&u.target)?;
         e.users += 1;
@@ -531,7 +759,7 @@ impl Capture {
             TargetState::Live { ifindex, .. } => Some(ifindex),
             _ => None,
         };
-        Some(UplinkPath {
+        Some(HeldPath {
             name: u.name.clone(),
             target: u.target.clone(),
             sub: e.state.subscribe(),
@@ -692,7 +920,7 @@ impl Capture {
         {
             let mut targets = lock(&self.targets);
             match targets.get_mut(&u.target) {
-                Some(e) if e.role == Role::Port => {
+                Some(e) if e.role != Role::Uplink => {
                     warn!(uplink = %u.name, "the uplink's interface is served as a workload port; not held as an uplink");
                     return;
                 }
@@ -763,7 +991,21 @@ impl Capture {
     /// The attach mode for `t`: its uplink's own need, else `--attach`,
     /// else (`None`) the per-device default.
     fn attach_mode(&self, t: &AttachTarget, k: &Kernel) -> Option<AttachMode> {
+        if self.role_of(t) == Role::PortEgress {
+            return Some(AttachMode::Tc);
+        }
         self.uplink_on(t).and_then(|u| u.spec.attach).or(k.attach)
+    }
+
+    /// Whether `t` is held by the agent in a role it no longer holds it in
+    /// (an uplink dropped from the set, a found port gone from OVS): then
+    /// nothing is to be attached there.
+    fn dropped_role(&self, t: &AttachTarget) -> bool {
+        match self.role_of(t) {
+            Role::Uplink => !self.is_uplink(t),
+            Role::PortEgress => self.found_on(t).is_none(),
+            Role::Port => false,
+        }
     }
 
     fn role_of(&self, t: &AttachTarget) -> Role {
@@ -895,7 +1137,7 @@ impl Capture {
         };
         // Every lease left while the attach ran, or the uplink was
         // dropped meanwhile: undo it.
-        let dropped = self.role_of(&target) == Role::Uplink && !self.is_uplink(&target);
+        let dropped = self.dropped_role(&target);
         if dropped && let Some(e) = lock(&self.targets).get(&target) {
             e.state.send_replace(TargetState::Lost);
         }
@@ -1049,9 +1291,35 @@ impl Capture {
     ) {
         let Some(reader) = started.reader else { return };
         self.start_uplinks();
+        // Short-lived: not a side task (those run for the agent's life).
+        tokio::spawn(self.clone().prepare_tc());
         side.spawn(self.clone().read_ring(reader, token.clone()));
         side.spawn(self.clone().check_links(token.clone()));
         side.spawn(self.clone().poll_counters(token.clone()));
+    }
+
+    /// Have the kernel's TC modules loaded now, after the start's uplinks
+    /// (it queues behind their attaches), rather than inside the first
+    /// attach that needs them: a run-time uplink or found port on a
+    /// veth, or the guard's first port (see `Datapath::prepare_tc`).
+    async fn prepare_tc(self: Arc<Self>) {
+        let Some(k) = &self.kernel else { return };
+        let _slot = k.slots.acquire().await.ok();
+        let me = self.clone();
+        let started = std::time::Instant::now();
+        let res = tokio::task::spawn_blocking(move || {
+            me.kernel
+                .as_ref()
+                .map(|k| lock(&k.dp).prepare_tc())
+                .transpose()
+        })
+        .await;
+        match res {
+            Ok(Ok(_)) => debug!(took = ?started.elapsed(), "TC attachment path prepared"),
+            Ok(Err(e)) => warn!(error = %crate::rpc::format_chain(&e),
+                "could not prepare the TC attachment path; the first TC attach loads what it needs"),
+            Err(e) => warn!(error = %e, "the TC preparation task failed"),
+        }
     }
 
     /// The ring reader; when it fails, the leases fall back and a new
@@ -1168,6 +1436,12 @@ impl Capture {
                 if retry.contains_key(t) {
                     continue;
                 }
+                // A found port's device gone while its port is still in
+                // OVS (the pod's namespace went first): no loss, its
+                // program goes with the port.
+                if self.role_of(t) == Role::PortEgress && !interface_present(&t.ifname) {
+                    continue;
+                }
                 error!(ifname = %t.ifname, netns = ?t.netns,
                     "the eBPF program was detached from under the agent (or its interface is gone); its leases fall back to AF_PACKET");
                 self.metrics.capture_lost("link_detached");
@@ -1258,10 +1532,10 @@ impl Capture {
         if !lock(&self.targets).contains_key(t) {
             return Ok(false);
         }
-        // An uplink dropped from the set: its leases stay on their own
-        // receivers.
+        // An uplink dropped from the set, a found port gone from OVS: their
+        // leases stay on their own receivers.
         let role = self.role_of(t);
-        if role == Role::Uplink && !self.is_uplink(t) {
+        if self.dropped_role(t) {
             return Ok(false);
         }
         let mode = if k.reader_ok.load(Ordering::SeqCst) {
@@ -1320,6 +1594,17 @@ enum RestoreError {
     Injected,
     #[error(transparent)]
     Datapath(#[from] crate::datapath::ebpf::EbpfDatapathError),
+}
+
+/// A held target's state as `xdhcp status` words it, and its ifindex
+/// while it is live.
+fn target_state_label(state: Option<TargetState>) -> (&'static str, Option<u32>) {
+    match state {
+        None => ("off", None),
+        Some(TargetState::Pending) => ("pending", None),
+        Some(TargetState::Live { ifindex, .. }) => ("live", Some(ifindex)),
+        Some(TargetState::Lost | TargetState::Refused) => ("lost", None),
+    }
 }
 
 /// Whether `ifname` exists in the agent's own namespace.

@@ -14,6 +14,11 @@
 //! an uplink, the port moves there for good (its `AF_PACKET` receiver
 //! closed, nothing ever attached in its namespace); received on its own
 //! `AF_PACKET` receiver, it keeps the per-interface path.
+//!
+//! Without uplinks, a lease whose link has the MAC of a workload port found
+//! in Open vSwitch follows that port's host-side capture (attached when the
+//! port appeared, before the ADD): it owns its xids in the kernel from its
+//! first DISCOVER, and nothing is attached for it, then or later.
 
 use std::future::Future;
 use std::path::Path;
@@ -23,7 +28,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 use xdhcp_engine::{MessageKind, Transmit};
 
-use crate::datapath::capture::{Capture, CapturePath, ServedVia, TargetState, UplinkPath};
+use crate::datapath::capture::{Capture, CapturePath, HeldPath, ServedVia, TargetState};
 use crate::datapath::ebpf::AttachTarget;
 use crate::datapath::link::{Link, LinkError};
 use crate::datapath::{RxFrame, RxPath};
@@ -57,6 +62,9 @@ struct Receive {
     /// Set once the lease's replies came through this node uplink (`target`
     /// is then the uplink's).
     uplink: Option<Arc<str>>,
+    /// Set while the lease follows this found port's host-side capture
+    /// (`target` is then the port's).
+    found: Option<Arc<str>>,
 }
 
 impl Receive {
@@ -67,16 +75,29 @@ impl Receive {
             sub: None,
             ifindex: None,
             uplink: None,
+            found: None,
         }
     }
 
     /// Replies from a node uplink's program (a lease resumed there).
-    fn uplink(up: UplinkPath) -> Self {
+    fn uplink(up: HeldPath) -> Self {
         Self {
             target: up.target,
             sub: Some(up.sub),
             ifindex: up.ifindex,
             uplink: Some(up.name),
+            found: None,
+        }
+    }
+
+    /// Replies from a found port's host-side program.
+    fn found(port: HeldPath) -> Self {
+        Self {
+            target: port.target,
+            sub: Some(port.sub),
+            ifindex: port.ifindex,
+            uplink: None,
+            found: Some(port.name),
         }
     }
 
@@ -87,6 +108,7 @@ impl Receive {
             sub: Some(sub),
             ifindex: Some(ifindex),
             uplink: None,
+            found: None,
         }
     }
 }
@@ -159,7 +181,15 @@ impl Port {
         // operational is dropped without a word: wait for it first.
         link.settle().await;
         let target = target_of(&link);
-        let now = if eager && capture.has_ebpf() {
+        // The host side of the link's port, captured since the port
+        // appeared in Open vSwitch (a one-shot discovery takes it only
+        // once attached: it must capture from its first frame). Not for a
+        // lease resumed on its uplink.
+        let on_uplink = !eager && owner.uplink.is_some();
+        let found = (!on_uplink)
+            .then(|| capture.follow_found_port(link.info.mac, &owner.network, eager))
+            .flatten();
+        let now = if found.is_none() && eager && capture.has_ebpf() {
             capture.subscribe_now(&target).await
         } else {
             None
@@ -171,7 +201,14 @@ impl Port {
             .then_some(owner.uplink.as_ref())
             .flatten()
             .and_then(|u| capture.resume_on_uplink(&u.ifname));
-        let (rx, path) = if let Some(up) = resumed {
+        let (rx, path) = if let Some(port) = found {
+            link.drop_rx();
+            let path = match port.ifindex {
+                Some(_) => CapturePath::Port(port.name.clone()),
+                None => CapturePath::AfPacketPending,
+            };
+            (Receive::found(port), path)
+        } else if let Some(up) = resumed {
             link.drop_rx();
             // Its network's server answered there: a fresh pod of the
             // network sends its first DISCOVER there too.
@@ -241,9 +278,10 @@ impl Port {
                 } else {
                     debug!(%mode, "capture switched to eBPF");
                 }
-                match &self.rx.uplink {
-                    Some(name) => CapturePath::Uplink(name.clone()),
-                    None => CapturePath::Ebpf(mode),
+                match (&self.rx.uplink, &self.rx.found) {
+                    (Some(name), _) => CapturePath::Uplink(name.clone()),
+                    (None, Some(port)) => CapturePath::Port(port.clone()),
+                    (None, None) => CapturePath::Ebpf(mode),
                 }
             }
             TargetState::Pending => CapturePath::AfPacketPending,
@@ -427,6 +465,9 @@ impl LeasePort for Port {
     /// uplink, the first time, for the lease's record.
     fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef> {
         if !matches!(f.via, RxPath::Uplink { .. }) {
+            if let (RxPath::Ebpf { .. }, Some(port)) = (&f.via, &self.rx.found) {
+                self.capture.found_reply(port);
+            }
             self.capture.note_served(&self.owner.network, None);
             return None;
         }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use xdhcp_tests::PluginOutput;
 use xdhcp_tests::{NetNs, OvnLab, PluginCall, Process, wait_until};
@@ -444,16 +444,20 @@ impl NodeAgent {
 
     /// A second provider bridge `br-phys2` (port `eth2`, a veth to the
     /// server's `s1`) added to `lab` at run time: unmapped it is no uplink;
-    /// mapped as `physnet2` its program is on `eth2` (as the kernel shows
-    /// it, at XDP or TC) within `budget` of the `ovs-vsctl` that maps it starting, and
-    /// the agent reports it live; its mapping removed, it is detached within
-    /// `budget`, and the lab's own uplink stays. The agent runs with `lab`'s
-    /// database and its uplink is live. Returns the two measured times.
+    /// mapped as `physnet2` (one OVSDB transaction sent from the test,
+    /// [`OvnLab::set_bridge_mappings_now`]) the agent reports it live within
+    /// `add_budget` of the transaction being sent, and its program is then
+    /// on `eth2` as the kernel shows it (at XDP or TC); its mapping removed,
+    /// the kernel shows no program within `remove_budget` (looked at with
+    /// `ip` and `tc`, whose start-up is in that figure), and the lab's own
+    /// uplink stays. The agent runs with `lab`'s database and its uplink is
+    /// live. Returns the two measured times.
     #[track_caller]
     pub fn check_mapping_added_at_run_time(
         &self,
         lab: &mut OvnLab,
-        budget: Duration,
+        add_budget: Duration,
+        remove_budget: Duration,
     ) -> (Duration, Duration) {
         lab.add_provider_bridge("br-phys2", "eth2", "s1");
         let lab = &*lab;
@@ -474,23 +478,34 @@ impl NodeAgent {
         assert!(self.live_uplink("eth2").is_none());
         let before = lab.bridge_mappings();
 
-        // Timed from before `ovs-vsctl` runs (the database holds the
-        // mapping some time before it returns) until the kernel shows the
-        // program: an upper bound, with the tools' own start-up in it.
-        let t0 = Instant::now();
-        lab.set_bridge_mappings(&format!("{before},physnet2:br-phys2"));
-        let vsctl = t0.elapsed();
-        let attached = wait_until(Duration::from_secs(5), || attached_on("eth2"));
-        let added = t0.elapsed();
+        // Timed from the transaction's sending to the agent's word that
+        // the program is attached (it says so once the kernel took it),
+        // then checked in the kernel.
+        let sent = lab.set_bridge_mappings_now(&format!("{before},physnet2:br-phys2"));
+        let mut added = None;
+        wait_until(Duration::from_secs(5), || {
+            let live = self.live_uplink("eth2").is_some();
+            if live {
+                added = Some(sent.elapsed());
+            }
+            live
+        });
+        let added = added.unwrap_or_else(|| {
+            panic!(
+                "eth2 not live in 5 s: {:?}\n{}",
+                self.try_status(),
+                self.log()
+            )
+        });
         assert!(
-            attached,
-            "eth2 not attached: {:?}\n{}",
-            self.try_status(),
+            attached_on("eth2"),
+            "the agent reports eth2 live, the kernel shows no program on it\n{}",
             self.log()
         );
         assert!(
-            added < budget,
-            "attached in {added:?} (ovs-vsctl took {vsctl:?}; budget {budget:?})"
+            added < add_budget,
+            "attached in {added:?} (budget {add_budget:?})\n{}",
+            self.log()
         );
         let up = self.wait_live_uplink("eth2", Duration::from_secs(5));
         assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
@@ -499,15 +514,13 @@ impl NodeAgent {
         assert!(self.live_uplink(OvnLab::UPLINK).is_some());
 
         // The mapping goes: so does the program, and the first uplink stays.
-        let t0 = Instant::now();
-        lab.set_bridge_mappings(&before);
-        let vsctl = t0.elapsed();
+        let sent = lab.set_bridge_mappings_now(&before);
         let detached = wait_until(Duration::from_secs(5), || !attached_on("eth2"));
-        let removed = t0.elapsed();
+        let removed = sent.elapsed();
         assert!(detached, "{:?}\n{}", self.try_status(), self.log());
         assert!(
-            removed < budget,
-            "detached in {removed:?} (ovs-vsctl took {vsctl:?}; budget {budget:?})"
+            removed < remove_budget,
+            "detached in {removed:?} (budget {remove_budget:?})"
         );
         assert!(
             wait_until(Duration::from_secs(5), || self

@@ -35,13 +35,36 @@ pub enum Role {
     /// `xdhcp_uplink_tc`; mode in the uplinks' own map, so no ifindex of a
     /// pod's namespace can select it).
     Uplink,
+    /// A workload port's host side, in the agent's own namespace, at TC
+    /// egress: the replies to the pod leave the switch there, on the kernel
+    /// datapath (`dev_queue_xmit` from the openvswitch module) and on the
+    /// userspace one (`ovs-vswitchd` sends through a packet socket without
+    /// `PACKET_QDISC_BYPASS`, so `dev_queue_xmit` too). The port programs
+    /// (`xdhcp_tc`), with the mode in the per-port map; always TC.
+    PortEgress,
 }
 
 impl Role {
     const fn programs(self) -> (&'static str, &'static str) {
         match self {
-            Self::Port => (common::PROG_XDP, common::PROG_TC),
+            Self::Port | Self::PortEgress => (common::PROG_XDP, common::PROG_TC),
             Self::Uplink => (common::PROG_UPLINK_XDP, common::PROG_UPLINK_TC),
+        }
+    }
+
+    /// The role whose mode map this one uses: a port's, on either side.
+    pub(super) const fn mode_map(self) -> Self {
+        match self {
+            Self::Port | Self::PortEgress => Self::Port,
+            Self::Uplink => Self::Uplink,
+        }
+    }
+
+    /// Where a TC attachment in this role hooks.
+    const fn tc_hook(self) -> TcAttachType {
+        match self {
+            Self::PortEgress => TcAttachType::Egress,
+            Self::Port | Self::Uplink => TcAttachType::Ingress,
         }
     }
 }
@@ -114,6 +137,8 @@ impl Datapath {
             let wanted = mode.unwrap_or_else(|| default_attach_mode(kind));
             let wanted = match wanted {
                 AttachMode::XdpNative | AttachMode::XdpGeneric if !xdp_ok => AttachMode::Tc,
+                // XDP sees only what a device receives.
+                _ if role == Role::PortEgress => AttachMode::Tc,
                 m => m,
             };
             attach_here(ebpf, role, &ifname, ifindex, wanted)
@@ -141,6 +166,50 @@ impl Datapath {
         Ok(out)
     }
 
+    /// Has the kernel load what a netlink TC attachment needs before the
+    /// first one is asked for: on kernels before tcx (6.6) a distribution
+    /// kernel builds the `clsact` qdisc (`sch_ingress`) and the `bpf`
+    /// classifier (`cls_bpf`) as modules, which the first `tc` request
+    /// loads, each a `modprobe` the request waits for (0.6 s apiece on the
+    /// VM tier's emulated 6.1 guest: most of a run-time uplink's attach, and
+    /// of the first ADD's guard on the kernel datapath). Here the port
+    /// program is attached once, and detached, on the loopback of a network
+    /// namespace of its own that goes with the thread: no interface of the
+    /// node is touched. Nothing to do on tcx kernels.
+    pub fn prepare_tc(&mut self) -> Result<()> {
+        if tcx_links() {
+            return Ok(());
+        }
+        let ebpf = &mut self.ebpf;
+        std::thread::scope(|s| {
+            s.spawn(move || -> Result<()> {
+                // This thread alone moves: the namespace goes when it ends.
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+                    EbpfDatapathError::PrepareTc {
+                        source: std::io::Error::from(e),
+                    }
+                })?;
+                let ifname = "lo";
+                let attach_err = |source| EbpfDatapathError::Attach {
+                    ifname: ifname.to_owned(),
+                    mode: AttachMode::Tc,
+                    source,
+                };
+                qdisc_add_clsact(ifname).map_err(|e| attach_err(e.into()))?;
+                let prog: &mut SchedClassifier = program(ebpf, common::PROG_TC)?;
+                let id = prog
+                    .attach(ifname, TcAttachType::Ingress)
+                    .map_err(attach_err)?;
+                prog.detach(id).map_err(|source| EbpfDatapathError::Detach {
+                    ifname: ifname.to_owned(),
+                    source,
+                })
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
     /// Detaches from `target` and clears its mode.
     pub fn detach(&mut self, target: &AttachTarget) -> Result<()> {
         let attached =
@@ -156,7 +225,7 @@ impl Datapath {
         if self
             .attached
             .values()
-            .any(|a| a.ifindex == ifindex && a.role == role)
+            .any(|a| a.ifindex == ifindex && a.role.mode_map() == role.mode_map())
         {
             return Ok(());
         }
@@ -319,18 +388,28 @@ fn attach_here(
     match mode {
         AttachMode::Tc => {
             let prog: &mut SchedClassifier = program(ebpf, tc_prog)?;
-            let id = match prog.attach(ifname, TcAttachType::Ingress) {
-                Ok(id) => id,
-                Err(first) => {
-                    // Before TCX (kernel < 6.6) a clsact qdisc is needed first.
-                    if qdisc_add_clsact(ifname).is_err() {
-                        return Err(attach_err(mode, first));
-                    }
-                    prog.attach(ifname, TcAttachType::Ingress)
-                        .map_err(|e| attach_err(mode, e))?
-                }
+            let hook = role.tc_hook();
+            let tcx = tcx_links();
+            // Before tcx (kernel < 6.6) the filter needs a clsact qdisc:
+            // added first (it is there already when the guard is, which an
+            // error here then says), not after a failed attach — a round
+            // trip fewer on every new interface.
+            let clsact = if tcx {
+                Ok(())
+            } else {
+                qdisc_add_clsact(ifname)
             };
-            if !tcx_links() {
+            let id = prog.attach(ifname, hook).map_err(|e| {
+                let e = attach_err(mode, e);
+                match clsact {
+                    Err(q) => {
+                        tracing::debug!(ifname, error = %q, "adding the clsact qdisc failed before the attach did");
+                        e
+                    }
+                    Ok(()) => e,
+                }
+            })?;
+            if !tcx {
                 return Ok((attached(mode, LinkHandle::TcNetlink(id), None), None));
             }
             let link = prog.take_link(id).map_err(|e| attach_err(mode, e))?;

@@ -229,8 +229,8 @@ impl Datapath {
     /// ([`Datapath::set_mode`]) or an uplink (`ifindex` in the agent's own
     /// namespace, in the uplinks' own map).
     pub fn set_role_mode(&self, role: Role, ifindex: u32, mode: CaptureMode) -> Result<()> {
-        match role {
-            Role::Port => self.set_mode(ifindex, mode),
+        match role.mode_map() {
+            Role::Port | Role::PortEgress => self.set_mode(ifindex, mode),
             Role::Uplink => {
                 let cfg = common::IfConfig {
                     mode: mode.to_kernel(),
@@ -249,8 +249,8 @@ impl Datapath {
 
     /// Forgets the mode of an attachment in `role` (see [`Datapath::set_role_mode`]).
     pub fn clear_role_mode(&self, role: Role, ifindex: u32) -> Result<()> {
-        match role {
-            Role::Port => self.clear_mode(ifindex),
+        match role.mode_map() {
+            Role::Port | Role::PortEgress => self.clear_mode(ifindex),
             Role::Uplink => match lock(&self.ifconfig).uplinks.remove(&ifindex) {
                 Ok(()) => Ok(()),
                 Err(e) if is_not_found(&e) => Ok(()),

@@ -115,6 +115,11 @@ pub enum EbpfDatapathError {
         #[source]
         source: ProgramError,
     },
+    #[error("cannot make a network namespace to load the TC modules in: {source}")]
+    PrepareTc {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{ifname} is already attached ({mode})")]
     AlreadyAttached { ifname: String, mode: AttachMode },
     #[error("{ifname} is not attached")]
