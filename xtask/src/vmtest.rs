@@ -91,6 +91,11 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // rate; OVS killed and restarted under live leases; a bridge mapping
     // added at run time.
     ("ovs_guest", &[]),
+    // A VM port's guard asks the guest's DISCOVER and REQUEST for broadcast
+    // replies: the TC rewrite through 6.1's checksum helper, and the XDP
+    // twin past 6.1's verifier (refused there, the guard would fall back to
+    // TC without saying so here).
+    ("guard_broadcast", &[]),
     // The pod path: ADD through the bridge plugin, renewal, DEL.
     (
         "cni",
