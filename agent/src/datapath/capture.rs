@@ -199,6 +199,29 @@ impl UplinkSpec {
     }
 }
 
+/// Make `held` the entries of exactly `desired`: those whose spec is no
+/// longer wanted are taken out and returned first, an entry is made for
+/// each wanted spec not held yet and returned second (already in `held`).
+/// Entries whose spec is still wanted stay as they are.
+fn reconcile<S: PartialEq + Clone, E>(
+    held: &mut Vec<Arc<E>>,
+    desired: &[S],
+    spec: impl Fn(&E) -> &S,
+    make: impl Fn(S) -> E,
+) -> (Vec<Arc<E>>, Vec<Arc<E>>) {
+    let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(held)
+        .into_iter()
+        .partition(|e| desired.contains(spec(e)));
+    let added: Vec<Arc<E>> = desired
+        .iter()
+        .filter(|d| !kept.iter().any(|e| spec(e) == *d))
+        .map(|d| Arc::new(make(d.clone())))
+        .collect();
+    *held = kept;
+    held.extend(added.iter().cloned());
+    (gone, added)
+}
+
 /// A held uplink and what the agent knows of it.
 struct UplinkEntry {
     spec: UplinkSpec,
@@ -446,20 +469,12 @@ impl Capture {
     /// network, bridge or attach mode) is attached again. Call after
     /// [`Capture::spawn`]; without eBPF the set is only recorded.
     pub(crate) fn set_uplinks(self: &Arc<Self>, desired: &[UplinkSpec]) {
-        let (gone, added) = {
-            let mut held = lock(&self.uplinks);
-            let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut *held)
-                .into_iter()
-                .partition(|u| desired.contains(&u.spec));
-            let added: Vec<Arc<UplinkEntry>> = desired
-                .iter()
-                .filter(|d| !kept.iter().any(|u| &u.spec == *d))
-                .map(|d| Arc::new(UplinkEntry::new(d.clone())))
-                .collect();
-            *held = kept;
-            held.extend(added.iter().cloned());
-            (gone, added)
-        };
+        let (gone, added) = reconcile(
+            &mut lock(&self.uplinks),
+            desired,
+            |u| &u.spec,
+            UplinkEntry::new,
+        );
         for u in &gone {
             info!(uplink = %u.name, physnet = ?u.spec.physnet, source = u.spec.source.as_str(), "uplink dropped; detaching");
             self.release_uplink(u);
@@ -484,20 +499,12 @@ impl Capture {
     /// receivers), one whose MAC or network changed is attached again.
     /// Without eBPF the set is only recorded.
     pub(crate) fn set_found_ports(self: &Arc<Self>, desired: &[FoundPortSpec]) {
-        let (gone, added) = {
-            let mut held = lock(&self.found);
-            let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut *held)
-                .into_iter()
-                .partition(|f| desired.contains(&f.spec));
-            let added: Vec<Arc<FoundEntry>> = desired
-                .iter()
-                .filter(|d| !kept.iter().any(|f| &f.spec == *d))
-                .map(|d| Arc::new(FoundEntry::new(d.clone())))
-                .collect();
-            *held = kept;
-            held.extend(added.iter().cloned());
-            (gone, added)
-        };
+        let (gone, added) = reconcile(
+            &mut lock(&self.found),
+            desired,
+            |f| &f.spec,
+            FoundEntry::new,
+        );
         for f in &gone {
             info!(port = %f.name, "the port left Open vSwitch (or an uplink took over): no longer captured on its host side");
             self.release_found(f);
@@ -1622,4 +1629,28 @@ fn target_key(t: &AttachTarget) -> String {
 /// Lock a std mutex, ignoring poisoning (the data is plain values).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_keeps_the_wanted_drops_the_rest_and_makes_the_new() {
+        let mut held: Vec<Arc<(u8, &str)>> = vec![Arc::new((1, "kept")), Arc::new((2, "gone"))];
+        let kept_before = Arc::clone(&held[0]);
+        let (gone, added) = reconcile(&mut held, &[1, 3], |e| &e.0, |s| (s, "new"));
+        assert_eq!(gone.iter().map(|e| e.0).collect::<Vec<_>>(), [2]);
+        assert_eq!(added.iter().map(|e| e.0).collect::<Vec<_>>(), [3]);
+        assert_eq!(held.iter().map(|e| e.0).collect::<Vec<_>>(), [1, 3]);
+        assert!(
+            Arc::ptr_eq(&held[0], &kept_before),
+            "a wanted entry is kept, not remade"
+        );
+        let (gone, added) = reconcile(&mut held, &[1, 3], |e| &e.0, |s| (s, "new"));
+        assert!(
+            gone.is_empty() && added.is_empty(),
+            "nothing changes when nothing is asked to"
+        );
+    }
 }
