@@ -46,8 +46,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -56,7 +56,7 @@ use xdhcp_engine::Lease;
 use crate::cni::env::{validate_container_id, validate_ifname};
 use crate::model::{Network, PodRef, UplinkRef, WorkloadKind};
 use crate::sys;
-use crate::sys::fs::{AtomicWrite, AtomicWriteError, Install, Temp, WriteStep};
+use crate::sys::fs::{AtomicWriteError, Barrier, Disk, Staged, Temp, WriteStep};
 
 /// Version of the on-disk record format.
 pub const RECORD_VERSION: u32 = 2;
@@ -481,10 +481,35 @@ pub struct LeaseStore {
     quarantine_dir: PathBuf,
     quarantined_total: AtomicU64,
     tmp_counter: AtomicU64,
-    /// `fsync` calls made by saves and deletes (for tests and metrics).
+    /// Durability barriers made by saves and deletes (for tests and metrics).
     syncs_total: AtomicU64,
     /// Spare files (temporary names, empty or holding a deleted record).
     pool: Mutex<Vec<PathBuf>>,
+    /// Where the writes' barriers go (the disk; a test's counter).
+    barrier: Box<dyn Barrier>,
+    /// Saves waiting to be written, and whether a batch is being written.
+    commit: Mutex<Commit>,
+    /// Signalled when a batch is done.
+    committed: Condvar,
+}
+
+/// One save waiting for the batch that writes it.
+#[derive(Debug)]
+struct Job {
+    ticket: u64,
+    key: LeaseKey,
+    bytes: Vec<u8>,
+}
+
+/// The group commit's state (see [`LeaseStore::save`]).
+#[derive(Debug, Default)]
+struct Commit {
+    next_ticket: u64,
+    queued: Vec<Job>,
+    /// A save is writing a batch now.
+    busy: bool,
+    /// Results of written saves, taken by the save that waits for each.
+    done: std::collections::HashMap<u64, Result<()>>,
 }
 
 impl LeaseStore {
@@ -492,6 +517,11 @@ impl LeaseStore {
     /// `<state_dir>/quarantine`, and removes temporary files left by an
     /// interrupted write.
     pub fn open(state_dir: &Path) -> Result<Self> {
+        Self::open_with(state_dir, Box::new(Disk))
+    }
+
+    /// [`LeaseStore::open`] with the writes' barriers going to `barrier`.
+    pub(crate) fn open_with(state_dir: &Path, barrier: Box<dyn Barrier>) -> Result<Self> {
         let leases_dir = state_dir.join(LEASES_DIR);
         let quarantine_dir = state_dir.join(QUARANTINE_DIR);
         for dir in [&leases_dir, &quarantine_dir] {
@@ -508,6 +538,9 @@ impl LeaseStore {
             tmp_counter: AtomicU64::new(0),
             syncs_total: AtomicU64::new(0),
             pool: Mutex::new(Vec::new()),
+            barrier,
+            commit: Mutex::new(Commit::default()),
+            committed: Condvar::new(),
         };
         store.remove_stale_tmp()?;
         store.replenish();
@@ -555,9 +588,19 @@ impl LeaseStore {
 
     /// Writes `record` durably and atomically: a temporary file (a spare
     /// from the pool when there is one, so no inode is allocated here) is
-    /// written and `fsync`ed, renamed over the record, and the directory is
-    /// `fsync`ed. Once this returns the record survives the agent's death and
+    /// written and synced, renamed over the record, and the directory is
+    /// synced. Once this returns the record survives the agent's death and
     /// a host crash; a failure leaves the previous record in place.
+    ///
+    /// Saves made at the same time share their barriers (a group commit):
+    /// one save at a time writes a batch, every save queued meanwhile waits
+    /// and is written in the next batch, whole, by one of them: each
+    /// record's temporary written, one barrier for all of them
+    /// ([`Barrier::files`]), each renamed over its record in the order the
+    /// saves came, one barrier for the directory. No timer: a save that
+    /// finds no batch being written writes its own at once; a burst of N
+    /// saves costs two or four barriers, not 2N. Each save returns only once
+    /// the batch holding it is durable.
     pub fn save(&self, record: &LeaseRecord) -> Result<()> {
         let key = record.key()?;
         if !record.resumable() {
@@ -569,35 +612,89 @@ impl LeaseStore {
                 source,
             })?;
         bytes.push(b'\n');
-        let path = self.path_for(&key);
-        // A spare from the pool when there is one: no inode is allocated here.
-        let spare = lock(&self.pool).pop();
-        if let Some(spare) = spare {
-            match sys::fs::atomic_replace(&path, &bytes, &self.write_options(&spare, Temp::Reuse)) {
-                // The spare could not be written (and is gone): a fresh one.
-                Err(e) if e.step == WriteStep::Write => {}
-                done => return done.map_err(write_err),
+        let mut commit = lock(&self.commit);
+        let ticket = commit.next_ticket;
+        commit.next_ticket += 1;
+        commit.queued.push(Job { ticket, key, bytes });
+        loop {
+            if let Some(result) = commit.done.remove(&ticket) {
+                return result;
+            }
+            if commit.busy {
+                commit = self
+                    .committed
+                    .wait(commit)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                continue;
+            }
+            // No batch is being written: this save writes everything queued.
+            commit.busy = true;
+            let batch = std::mem::take(&mut commit.queued);
+            drop(commit);
+            let mut writing = Writing {
+                store: self,
+                tickets: batch.iter().map(|j| j.ticket).collect(),
+                results: Vec::new(),
+            };
+            writing.results = self.write_batch(batch);
+            drop(writing);
+            commit = lock(&self.commit);
+        }
+    }
+
+    /// Saves queued for the next batch (for tests).
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        lock(&self.commit).queued.len()
+    }
+
+    /// Writes `batch` (see [`LeaseStore::save`]): one result per job.
+    fn write_batch(&self, batch: Vec<Job>) -> Vec<(u64, Result<()>)> {
+        let mut staged: Vec<Staged> = Vec::with_capacity(batch.len());
+        let mut tickets = Vec::with_capacity(batch.len());
+        let mut results = Vec::with_capacity(batch.len());
+        for job in batch {
+            match self.stage(&job) {
+                Ok(s) => {
+                    staged.push(s);
+                    tickets.push(job.ticket);
+                }
+                Err(e) => results.push((job.ticket, Err(write_err(e)))),
             }
         }
-        let tmp = self.tmp_name();
-        sys::fs::atomic_replace(&path, &bytes, &self.write_options(&tmp, Temp::Fresh))
-            .map_err(write_err)
+        let barriers = Counted {
+            inner: &*self.barrier,
+            count: &self.syncs_total,
+        };
+        let installed = sys::fs::install_staged(&self.leases_dir, staged, &barriers);
+        results.extend(
+            tickets
+                .into_iter()
+                .zip(installed)
+                .map(|(t, r)| (t, r.map_err(write_err))),
+        );
+        results
     }
 
-    /// A durable write of a record through `temp`, its `fsync`s counted.
-    fn write_options<'a>(&'a self, temp: &'a Path, create: Temp) -> AtomicWrite<'a> {
-        AtomicWrite {
-            temp,
-            create,
-            install: Install::Rename,
-            durable: true,
-            syncs: Some(&self.syncs_total),
+    /// The temporary of one job, written: a spare from the pool when there
+    /// is one (no inode allocated), a fresh file if there is none or it
+    /// could not be written (and is gone).
+    fn stage(&self, job: &Job) -> std::result::Result<Staged, AtomicWriteError> {
+        let path = self.path_for(&job.key);
+        let spare = lock(&self.pool).pop();
+        if let Some(spare) = spare
+            && let Ok(staged) = sys::fs::stage(&path, &spare, Temp::Reuse, &job.bytes)
+        {
+            return Ok(staged);
         }
+        sys::fs::stage(&path, &self.tmp_name(), Temp::Fresh, &job.bytes)
     }
 
-    /// `fsync`s the leases directory, making renames and removals in it durable.
+    /// Syncs the leases directory, making renames and removals in it durable.
     fn sync_dir(&self) -> Result<()> {
-        sync_dir(&self.leases_dir)?;
+        self.barrier
+            .dir(&self.leases_dir)
+            .map_err(io_err("fsync directory", &self.leases_dir))?;
         self.syncs_total.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -637,7 +734,8 @@ impl LeaseStore {
         lock(&self.pool).len()
     }
 
-    /// `fsync` calls made by saves and deletes so far.
+    /// Durability barriers made by saves and deletes so far (a batch of
+    /// saves makes two: its files', its directory's).
     pub fn syncs_total(&self) -> u64 {
         self.syncs_total.load(Ordering::Relaxed)
     }
@@ -825,6 +923,60 @@ pub fn prune_quarantine(dir: &Path, now_ms: u64) -> usize {
 /// decides whether to `fsync` the returned file.
 fn write_new_file(path: &Path, bytes: &[u8]) -> Result<File> {
     sys::fs::write_new(path, bytes).map_err(io_err("create temporary file", path))
+}
+
+/// A batch being written: when it is done (or its writer panicked), its
+/// results are handed to the saves waiting for them and the next batch may
+/// start.
+struct Writing<'a> {
+    store: &'a LeaseStore,
+    tickets: Vec<u64>,
+    results: Vec<(u64, Result<()>)>,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut commit = lock(&self.store.commit);
+        commit.busy = false;
+        let results = std::mem::take(&mut self.results);
+        if results.len() < self.tickets.len() {
+            // The writer panicked: its saves fail rather than wait forever.
+            for t in &self.tickets {
+                commit.done.insert(
+                    *t,
+                    Err(StoreError::Io {
+                        op: "write the lease record batch",
+                        path: self.store.leases_dir.clone(),
+                        source: std::io::Error::other("the batch's writer panicked"),
+                    }),
+                );
+            }
+        }
+        commit.done.extend(results);
+        drop(commit);
+        self.store.committed.notify_all();
+    }
+}
+
+/// Barriers counted into the store's `syncs_total`.
+#[derive(Debug)]
+struct Counted<'a> {
+    inner: &'a dyn Barrier,
+    count: &'a AtomicU64,
+}
+
+impl Barrier for Counted<'_> {
+    fn files(&self, files: &[&File]) -> std::io::Result<()> {
+        self.inner.files(files)?;
+        self.count.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.dir(dir)?;
+        self.count.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// A failed save, named as the store names its steps.
@@ -1501,6 +1653,138 @@ mod tests {
         assert_eq!(store.spares_missing(), POOL_TARGET);
         store.replenish();
         assert_eq!(store.spares(), POOL_TARGET);
+    }
+
+    /// A barrier that counts the files of each batch and the directory
+    /// syncs, holds the first batch until released, and fails every batch
+    /// once told to.
+    #[derive(Debug, Default)]
+    struct Gate {
+        batches: Mutex<Vec<usize>>,
+        dirs: AtomicU64,
+        released: Mutex<bool>,
+        opened: Condvar,
+        fail: std::sync::atomic::AtomicBool,
+    }
+
+    #[derive(Debug)]
+    struct Gated(std::sync::Arc<Gate>);
+
+    impl Barrier for Gated {
+        fn files(&self, files: &[&File]) -> std::io::Result<()> {
+            lock(&self.0.batches).push(files.len());
+            let mut open = lock(&self.0.released);
+            while !*open {
+                open = self.0.opened.wait(open).unwrap();
+            }
+            if self.0.fail.load(Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            files.iter().try_for_each(|f| f.sync_data())
+        }
+        fn dir(&self, dir: &Path) -> std::io::Result<()> {
+            self.0.dirs.fetch_add(1, Ordering::SeqCst);
+            sys::fs::sync_dir(dir)
+        }
+    }
+
+    impl Gate {
+        fn release(&self) {
+            *lock(&self.released) = true;
+            self.opened.notify_all();
+        }
+    }
+
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !cond() {
+            assert!(std::time::Instant::now() < until, "never: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn saves_queued_behind_a_batch_are_written_with_one_barrier() {
+        const N: u8 = 10;
+        let dir = tempfile::tempdir().unwrap();
+        let gate = std::sync::Arc::new(Gate::default());
+        let store = std::sync::Arc::new(
+            LeaseStore::open_with(dir.path(), Box::new(Gated(gate.clone()))).unwrap(),
+        );
+        let save = |cid: String, last: u8| {
+            let store = store.clone();
+            std::thread::spawn(move || store.save(&record(&cid, "eth0", [192, 0, 2, last])))
+        };
+        // The first save writes its batch at once and is held in its barrier.
+        let first = save("c0".to_owned(), 100);
+        wait_for("the first batch's barrier", || {
+            lock(&gate.batches).len() == 1
+        });
+        // A burst arrives meanwhile: every save queues for the next batch.
+        let burst: Vec<_> = (1..=N).map(|i| save(format!("c{i}"), i)).collect();
+        wait_for("the burst queued", || store.queued() == usize::from(N));
+        assert_eq!(store.syncs_total(), 0, "nothing is durable yet");
+        gate.release();
+        first.join().unwrap().unwrap();
+        for s in burst {
+            s.join().unwrap().unwrap();
+        }
+        // Two batches: the first save alone, then the whole burst.
+        assert_eq!(*lock(&gate.batches), [1, usize::from(N)]);
+        assert_eq!(gate.dirs.load(Ordering::SeqCst), 2);
+        assert_eq!(store.syncs_total(), 4, "not {} (two per save)", 2 * (N + 1));
+        let report = store.load_all().unwrap();
+        assert!(report.quarantined.is_empty());
+        assert_eq!(report.records.len(), usize::from(N) + 1);
+        for rec in &report.records {
+            let i: u8 = rec.container_id[1..].parse().unwrap();
+            let want = if i == 0 { 100 } else { i };
+            assert_eq!(
+                rec.lease.as_ref().map(|l| l.address),
+                Some(Ipv4Addr::new(192, 0, 2, want))
+            );
+        }
+        // Only records and spares are left in the directory.
+        assert_eq!(
+            fs::read_dir(store.leases_dir()).unwrap().count(),
+            usize::from(N) + 1 + store.spares()
+        );
+    }
+
+    #[test]
+    fn a_failed_barrier_fails_every_save_of_its_batch_and_keeps_the_old_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = std::sync::Arc::new(Gate::default());
+        gate.release();
+        let store = std::sync::Arc::new(
+            LeaseStore::open_with(dir.path(), Box::new(Gated(gate.clone()))).unwrap(),
+        );
+        store.save(&record("c1", "eth0", [192, 0, 2, 1])).unwrap();
+        gate.fail.store(true, Ordering::SeqCst);
+        let err = store
+            .save(&record("c1", "eth0", [192, 0, 2, 2]))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("failed to fsync temporary file"),
+            "{err}"
+        );
+        store
+            .save(&record("c2", "eth0", [192, 0, 2, 3]))
+            .unwrap_err();
+        let report = store.load_all().unwrap();
+        assert_eq!(report.records.len(), 1, "{:?}", report.records);
+        assert_eq!(
+            report.records[0].lease.as_ref().map(|l| l.address),
+            Some(Ipv4Addr::new(192, 0, 2, 1))
+        );
+        // No temporary of a failed write is left behind.
+        let names: Vec<String> = fs::read_dir(store.leases_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with(".spare"))
+            .collect();
+        assert_eq!(names, ["c1@eth0.json"]);
     }
 
     #[test]

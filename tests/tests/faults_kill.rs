@@ -198,3 +198,78 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
         "the server holds leases the agent does not know (or the reverse)"
     );
 }
+
+/// A burst of ADDs, the agent killed (`SIGKILL`) the moment the last one answered
+/// (the full records of the last leases are then still being written, in
+/// one batch with their neighbours'): every answered ADD already has a
+/// record on disk naming its address (the full lease, or the address its
+/// REQUEST was out for), and the restarted agent holds every one of them at
+/// the same address.
+#[test]
+fn sigkill_right_after_a_burst_answered_keeps_every_answered_lease() {
+    const BURST: usize = 10;
+    let lab = Lab::with_clients(BURST);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let mut agent = AgentProcess::start(&["--datapath", "afpacket"]);
+    let (answered_tx, answered) = std::sync::mpsc::channel();
+    let adds: Vec<_> = (0..BURST)
+        .map(|i| {
+            let (socket, req, tx) = (agent.socket.clone(), request(&lab, i), answered_tx.clone());
+            std::thread::spawn(move || {
+                let r: Result<CniResult, ClientError> =
+                    Client::new(&socket, Duration::from_secs(40)).post(rpc::PATH_ADD, &req);
+                let _ = tx.send((i, r.map(|r| r.ips[0].address.addr)));
+            })
+        })
+        .collect();
+    let mut ok = BTreeMap::new();
+    for _ in 0..BURST {
+        let (i, r) = answered.recv().expect("an ADD's answer");
+        let addr =
+            r.unwrap_or_else(|e| panic!("ADD burst-{i}: {:?}\n{}", e.into_cni(), agent.log()));
+        ok.insert(i, addr);
+    }
+    // At once: the kill lands while the last records are being written.
+    agent.process.kill();
+    for a in adds {
+        a.join().expect("ADD thread");
+    }
+
+    // On disk, before anything starts again: a record per answered ADD,
+    // naming its address.
+    let on_disk: BTreeMap<String, Ipv4Addr> =
+        xdhcp_tests::agent::lease_record_files(&agent.state_dir)
+            .into_iter()
+            .filter_map(|f| {
+                let v: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
+                let addr = v["lease"]["address"].as_str().or(v["requested"].as_str())?;
+                Some((v["containerId"].as_str()?.to_owned(), addr.parse().ok()?))
+            })
+            .collect();
+    for (i, addr) in &ok {
+        assert_eq!(
+            on_disk.get(&format!("burst-{i}")),
+            Some(addr),
+            "ADD burst-{i} answered {addr} but its record does not name it: {on_disk:?}"
+        );
+    }
+
+    // The restarted agent holds every answered lease, same address.
+    agent.kill_and_restart();
+    let held = || -> BTreeMap<String, Option<Ipv4Addr>> {
+        leases(&agent.socket)
+            .into_iter()
+            .map(|l| (l.container_id, l.address.map(|a| a.addr)))
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            let h = held();
+            ok.iter()
+                .all(|(i, ip)| h.get(&format!("burst-{i}")) == Some(&Some(*ip)))
+        }),
+        "an answered ADD's address is not held after the restart: answered {ok:?}, held {:?}\n{}",
+        held(),
+        agent.log()
+    );
+}

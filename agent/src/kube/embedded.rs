@@ -416,8 +416,24 @@ impl EmbeddedStore {
             cache.writing = true;
             (bytes, cache.version)
         };
-        let written = write_atomic(&self.path, &bytes);
-        let stamp = std::fs::metadata(&self.path).ok().map(|m| Stamp::of(&m));
+        // The write and the stat block: on the blocking pool, so the
+        // runtime's workers go on with other tasks meanwhile.
+        let path = self.path.clone();
+        let (written, stamp) = tokio::task::spawn_blocking(move || {
+            let written = write_atomic(&path, &bytes);
+            let stamp = std::fs::metadata(&path).ok().map(|m| Stamp::of(&m));
+            (written, stamp)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            let source = std::io::Error::other(format!("the blocking write died: {e}"));
+            let failed = PodApiError::Store {
+                op: "write",
+                path: self.path.clone(),
+                source,
+            };
+            (Err(failed), None)
+        });
         let mut cache = self.lock.lock().await;
         cache.writing = false;
         // On failure the changes stay in the cache (the file, untouched,
