@@ -35,6 +35,14 @@
 //!   itself is dropped by the guard at the port: nothing learned, each
 //!   counted by its reason.
 //!
+//! - OVN-Kubernetes' own VM path: no ADD reaches the agent at all; the
+//!   launcher's port is found in OVS and its pod (by `iface-id-ver`) in the
+//!   node's pod watch; the one-shot (`udhcpc`, client id `01:<MAC>`) leases
+//!   A through the guarded port and the test writes the entry as
+//!   ovnkube-node does; the guest's dhcpcd gets B, the entry moves to B
+//!   (every other field and network kept), the stand-in re-pins, the guest
+//!   pings from B.
+//!
 //! Every guest client runs in a private mount namespace whose
 //! `/var/lib/dhcpcd` and `/run` are the test's own directories. Needs root;
 //! fails, never skips, without it.
@@ -228,6 +236,10 @@ struct NodeAgent {
 
 impl NodeAgent {
     fn start(lab: &OvnLab, kubeconfig: &Path) -> Self {
+        Self::start_with(lab, kubeconfig, |_| {})
+    }
+
+    fn start_with(lab: &OvnLab, kubeconfig: &Path, more: impl FnOnce(&mut AgentArgs)) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("xdt-ovnvm-agent-")
             .tempdir()
@@ -241,6 +253,7 @@ impl NodeAgent {
         args.kubeconfig = Some(kubeconfig.to_path_buf());
         args.bpffs_dir = dir.path().join("bpffs");
         args.ovsdb = lab.db_socket();
+        more(&mut args);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let sock = socket.clone();
         let agent = move || async move {
@@ -880,4 +893,187 @@ fn send_ack(
         "send: {}",
         std::io::Error::last_os_error()
     );
+}
+
+/// The launcher pod object (controlled by VMI `vm1`, on the agent's node)
+/// with `uid` and `annotations`.
+fn launcher_pod(api: &Api, uid: &str, annotations: &Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": POD, "namespace": NS, "uid": uid,
+            "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"},
+            "ownerReferences": [{
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "name": "vm1", "uid": api.server.vmi_uid(NS, "vm1"),
+                "controller": true, "blockOwnerDeletion": true}],
+            "annotations": annotations
+        },
+        "spec": {"nodeName": xdhcp_tests::fake_apiserver::NODE,
+                 "containers": [{"name": "compute", "image": "registry.invalid/c"}]}
+    })
+}
+
+/// The default network's entry ovnkube-node writes beside ours.
+const DEFAULT_ENTRY: &str =
+    r#"{"ip_addresses":["10.128.0.9/23"],"mac_address":"0a:58:0a:80:00:09","role":"primary"}"#;
+
+/// The VM on OVN-Kubernetes' own path: its launcher pod is only a port in
+/// OVS and a pod in the API; the agent (on `--dhcp-network` the lab's NAD)
+/// is never called; the one-shot leased A through the guarded port and
+/// the entry reports A, pinned.
+struct OwnPath {
+    agent: NodeAgent,
+    stand_in: StandIn,
+    api: Arc<Api>,
+    one_shot: Ipv4Addr,
+    vm: Vm,
+}
+
+impl OwnPath {
+    fn start() -> Self {
+        let vm = Vm::start();
+        let api = Arc::new(Api::start_in(vm.lab.node.path()));
+        let uid = vm.lab.pods()[0].uid.clone();
+        api.server.put_vmi(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": NS},
+            "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
+                     "domain": {"devices": {"interfaces": [
+                         {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
+        }));
+        api.server.put_pod(launcher_pod(&api, &uid, &json!({})));
+        let stand_in = StandIn::start(&api, vm.lab.dir(), &vm.lsp);
+        let agent = NodeAgent::start_with(&vm.lab, &api.kubeconfig, |args| {
+            args.node_name = Some(xdhcp_tests::fake_apiserver::NODE.to_owned());
+            args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
+        });
+        let host_port = vm.lab.pods()[0].host_ifname.clone();
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                let s: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
+                s.guarded_ports
+                    .iter()
+                    .any(|p| p.port == host_port && p.pod_uid.as_deref() == Some(uid.as_str()))
+            }),
+            "the VM's port found in OVS was not guarded"
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || api.server.count(Op::WatchPods)
+                > 0),
+            "the agent does not watch the node's pods"
+        );
+        // The follower looks again every second: the pod is a VM's by then.
+        std::thread::sleep(Duration::from_secs(2));
+        // ovnkube-node's one-shot, then its entry (with a foreign field,
+        // the deprecated `ip_address`, and the default network's entry).
+        let (a, server) =
+            xdhcp_tests::udhcpc_once(&vm.guest, "eth0").expect("the one-shot leases A");
+        assert_eq!(server, OvnLab::SERVER_IP);
+        let ours = format!(
+            r#"{{"ip_addresses":["{a}/24"],"mac_address":"{VM_MAC}","role":"secondary","ipam_mode":"dhcp","ip_address":"{a}/24","tunnel_id":7}}"#
+        );
+        let annotation = format!(r#"{{"default":{DEFAULT_ENTRY},"{}":{ours}}}"#, OvnLab::NAD);
+        api.server.put_pod(launcher_pod(
+            &api,
+            &uid,
+            &json!({ POD_NETWORKS: annotation }),
+        ));
+        assert!(
+            wait_until(Duration::from_secs(2), || stand_in.last() == Some(a)),
+            "the stand-in did not pin A: {:?}",
+            stand_in.pins()
+        );
+        Self {
+            agent,
+            stand_in,
+            api,
+            one_shot: a,
+            vm,
+        }
+    }
+
+    fn reported(&self) -> Option<Ipv4Addr> {
+        self.api
+            .server
+            .annotation(NS, POD, POD_NETWORKS)
+            .as_deref()
+            .and_then(entry_address)
+            .map(|(ip, _)| ip)
+    }
+}
+
+/// OVN-Kubernetes' own VM path, with no CNI ADD to the agent at all: the
+/// launcher pod (controlled by its VMI, on the agent's node) is only a
+/// `br-int` port wired as OVN-Kubernetes wires it (`iface-id-ver` its UID,
+/// `k8s.ovn.org/nad`, `attached_mac`) on a `--dhcp-network`. The agent
+/// finds it in OVS, its pod in the node's pod watch, and guards it as a
+/// VM's. The one-shot (busybox `udhcpc`, client id `01:<MAC>`, as
+/// ovnkube-node's) leases A through that port; the test writes the entry as
+/// ovnkube-node does and the stand-in pins A. The guest's dhcpcd (DUID)
+/// gets B; the entry moves to B within 2 s, only its address fields
+/// changed; the stand-in re-pins; the guest pings from B. Without the VM
+/// policy on a port found in OVS (learning and the broadcast rewrite) the
+/// guest gets nothing through the pinned port.
+#[test]
+fn ovn_kubernetes_own_vm_path_with_no_add_moves_the_entry_to_the_guests_address_ovn_lab_fake_apiserver()
+ {
+    let s = OwnPath::start();
+    let (a, vm) = (s.one_shot, &s.vm);
+    let b = vm.dhcpcd(20).unwrap_or_else(|| {
+        panic!(
+            "the guest got no address; offers: {:?}\nport security: {}",
+            vm.offers(),
+            port_security(vm.lab.dir(), &vm.lsp)
+        )
+    });
+    assert_ne!(b, a, "the DUID client gets another address");
+    assert!(
+        wait_until(Duration::from_secs(2), || s.reported() == Some(b)),
+        "the entry reports {:?}, the guest holds {b}",
+        s.reported()
+    );
+    let doc: Value =
+        serde_json::from_str(&s.api.server.annotation(NS, POD, POD_NETWORKS).unwrap()).unwrap();
+    assert_eq!(
+        doc["default"],
+        serde_json::from_str::<Value>(DEFAULT_ENTRY).unwrap(),
+        "another network's entry changed"
+    );
+    let e = &doc[OvnLab::NAD];
+    assert_eq!(e["ip_addresses"], json!([format!("{b}/24")]));
+    assert_eq!(e["ip_address"], json!(format!("{b}/24")));
+    assert_eq!(
+        (
+            &e["mac_address"],
+            &e["role"],
+            &e["ipam_mode"],
+            &e["tunnel_id"]
+        ),
+        (
+            &json!(VM_MAC),
+            &json!("secondary"),
+            &json!("dhcp"),
+            &json!(7)
+        ),
+        "{e}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || s.stand_in.last() == Some(b)),
+        "the stand-in did not re-pin: {:?}",
+        s.stand_in.pins()
+    );
+    assert_eq!(s.stand_in.pins(), vec![a, b]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(vm.guest_addrs(), vec![b]);
+    assert!(
+        vm.pings_server(),
+        "the guest does not reach the server from {b}"
+    );
+    let learned = s.agent.learned();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
+    // No ADD reached the agent: it holds no lease.
+    let leases: Vec<Value> = s.agent.client().get(rpc::PATH_LEASES).expect("leases");
+    assert!(leases.is_empty(), "{leases:?}");
 }

@@ -15,7 +15,7 @@
 //! one at a time per port, paced and coalesced per port
 //! ([`crate::bindings::learner::Moves`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,10 +25,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::bindings::learner::{Learner, Moves, NetworkView, Pace};
+use crate::bindings::learner::{Learner, Moves, NetworkView, Pace, Refused};
 use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
 use crate::datapath::ebpf::GuardEvent;
 use crate::ops::context::Agent;
+use crate::ops::ovnk_vm::{self, EntryNetwork};
 use crate::sys::sync::lock;
 
 /// How often expired learned bindings and stale exchanges are dropped.
@@ -152,6 +153,9 @@ struct Following {
     /// When the file was last written (expiry-only changes wait for
     /// [`EXPIRY_FLUSH`] after it).
     last_flush: Option<Instant>,
+    /// The VM ports without a lease record (OVN-Kubernetes' own VM path),
+    /// by host ifindex: what each knows of its network.
+    entries: HashMap<u32, EntryNetwork>,
 }
 
 impl Following {
@@ -164,13 +168,42 @@ impl Following {
         };
         let seen = ev.seen();
         let now = Instant::now().into_std();
+        // A VM port OVN-Kubernetes serves itself has no record: its network
+        // is its pod's entry and the servers its port saw ack it.
+        let ovs = port
+            .identity
+            .ovs
+            .clone()
+            .filter(|_| agent.leases.get(&cid, &ifname).is_none());
+        let entries = &mut self.entries;
         let learned = self.learner.observe(port.ifindex, mac, &seen, now, || {
-            network_view(agent, &cid, &ifname, mac)
+            let Some(ovs) = &ovs else {
+                return network_view(agent, &cid, &ifname, mac);
+            };
+            let entry = ovnk_vm::pod_of(agent, ovs)
+                .and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)));
+            let (known, held) = ovnk_vm::node_knowledge(agent, ovs.network.as_deref(), mac);
+            Some(
+                entries
+                    .entry(port.ifindex)
+                    .or_default()
+                    .view(entry.as_ref(), &known, held),
+            )
         });
         let learned = match learned {
             Ok(Some(l)) => l,
             Ok(None) => return,
             Err(reason) => {
+                if let (Refused::UnknownServer(Some(server)), Some(_)) = (&reason, &ovs)
+                    && let Ok(msg) = xdhcp_engine::validate::parse_observed(seen.payload)
+                {
+                    self.entries.entry(port.ifindex).or_default().saw_ack(
+                        *server,
+                        seen.src_ip,
+                        seen.src_mac,
+                        msg.yiaddr,
+                    );
+                }
                 agent.metrics().learn_refused(reason.label());
                 debug!(port = %port.host_ifname, reason = %reason, "guest message refused");
                 return;
@@ -265,6 +298,9 @@ impl Following {
         let mono = Instant::now().into_std();
         self.learner.prune(mono);
         self.moves.prune(mono);
+        // A port no longer guarded (gone from OVS) forgets its servers.
+        self.entries
+            .retain(|ifindex, _| agent.guard.port_of(*ifindex).is_some());
     }
 
     /// Writes the learned-binding file on a blocking thread when a change
@@ -416,6 +452,16 @@ async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
         .get(&key.0, &key.1)
         .map(|h| lock(&h.live).record.clone())
     else {
+        // No record: a VM OVN-Kubernetes serves itself; its port says
+        // which pod and network.
+        if let Some(ovs) = agent
+            .guard
+            .port_for(&key.0, &key.1)
+            .and_then(|p| p.identity.ovs)
+        {
+            return ovnk_vm::write_entry(agent, &ovs, target.ip, target.prefix_len, target.router)
+                .await;
+        }
         info!(container_id = %key.0, ip = %target.ip, "no lease record for the port; the entry is not written");
         return true;
     };
