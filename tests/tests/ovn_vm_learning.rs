@@ -895,14 +895,27 @@ fn send_ack(
     );
 }
 
+/// The live migration the target launcher pod belongs to.
+const MIGRATION: &str = "vm1-migration";
+const MIGRATION_UID: &str = "6d1c0de0-0000-4000-8000-000000000091";
+/// The source launcher pod, on another node.
+const SOURCE_POD: &str = "virt-launcher-vm1-source";
+
 /// The launcher pod object (controlled by VMI `vm1`, on the agent's node)
-/// with `uid` and `annotations`.
-fn launcher_pod(api: &Api, uid: &str, annotations: &Value) -> Value {
+/// with `uid` and `annotations`; with `migration`, the target of
+/// [`MIGRATION`] (its label and annotation, as virt-controller sets them).
+fn launcher_pod(api: &Api, uid: &str, annotations: &Value, migration: bool) -> Value {
+    let mut annotations = annotations.clone();
+    let mut labels = json!({"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"});
+    if migration {
+        annotations["kubevirt.io/migrationJobName"] = json!(MIGRATION);
+        labels["kubevirt.io/migrationJobUID"] = json!(MIGRATION_UID);
+    }
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": POD, "namespace": NS, "uid": uid,
-            "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"},
+            "labels": labels,
             "ownerReferences": [{
                 "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
                 "name": "vm1", "uid": api.server.vmi_uid(NS, "vm1"),
@@ -932,6 +945,13 @@ struct OwnPath {
 
 impl OwnPath {
     fn start() -> Self {
+        Self::start_as(None)
+    }
+
+    /// With `source`, the launcher pod is [`MIGRATION`]'s target, and the
+    /// source pod (on another node) reports `source` for the network.
+    fn start_as(source: Option<Ipv4Addr>) -> Self {
+        let migration = source.is_some();
         let vm = Vm::start();
         let api = Arc::new(Api::start_in(vm.lab.node.path()));
         let uid = vm.lab.pods()[0].uid.clone();
@@ -942,7 +962,11 @@ impl OwnPath {
                      "domain": {"devices": {"interfaces": [
                          {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
         }));
-        api.server.put_pod(launcher_pod(&api, &uid, &json!({})));
+        if let Some(ip) = source {
+            put_migration_source(&api, ip);
+        }
+        api.server
+            .put_pod(launcher_pod(&api, &uid, &json!({}), migration));
         let stand_in = StandIn::start(&api, vm.lab.dir(), &vm.lsp);
         let agent = NodeAgent::start_with(&vm.lab, &api.kubeconfig, |args| {
             args.node_name = Some(xdhcp_tests::fake_apiserver::NODE.to_owned());
@@ -978,9 +1002,10 @@ impl OwnPath {
             &api,
             &uid,
             &json!({ POD_NETWORKS: annotation }),
+            migration,
         ));
         assert!(
-            wait_until(Duration::from_secs(2), || stand_in.last() == Some(a)),
+            wait_until(Duration::from_secs(2), || stand_in.pins().contains(&a)),
             "the stand-in did not pin A: {:?}",
             stand_in.pins()
         );
@@ -1076,4 +1101,95 @@ fn ovn_kubernetes_own_vm_path_with_no_add_moves_the_entry_to_the_guests_address_
     // No ADD reached the agent: it holds no lease.
     let leases: Vec<Value> = s.agent.client().get(rpc::PATH_LEASES).expect("leases");
     assert!(leases.is_empty(), "{leases:?}");
+}
+
+/// [`MIGRATION`] of VMI `vm1` from [`SOURCE_POD`] (on another node, its
+/// entry reporting `ip`, as that node's agent left it) to [`POD`].
+fn put_migration_source(api: &Api, ip: Ipv4Addr) {
+    let entry = format!(
+        r#"{{"{}":{{"ip_addresses":["{ip}/24"],"mac_address":"{VM_MAC}","role":"secondary","ipam_mode":"dhcp"}}}}"#,
+        OvnLab::NAD
+    );
+    api.server.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": SOURCE_POD, "namespace": NS,
+            "uid": "6d1c0de0-0000-4000-8000-000000000092",
+            "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"},
+            "annotations": {POD_NETWORKS: entry}
+        },
+        "spec": {"nodeName": "node-a", "containers": [{"name": "compute", "image": "registry.invalid/c"}]}
+    }));
+    api.server.put_vmim(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": MIGRATION, "namespace": NS, "uid": MIGRATION_UID},
+        "spec": {"vmiName": "vm1"},
+        "status": {"migrationState": {"sourcePod": SOURCE_POD, "targetPod": POD}}
+    }));
+}
+
+/// Node A's side of a live migration (and a VM stopped): the VM's port
+/// leaves OVS; the binding learned on it is dropped within the agent's
+/// sweep, no RELEASE is sent for the VM (dnsmasq sees none), and the entry
+/// keeps the guest's address. Without the drop the binding stays until the
+/// guest's lease expires.
+#[test]
+fn a_vm_port_leaving_ovs_drops_its_learned_binding_and_sends_no_release_ovn_lab_fake_apiserver() {
+    let s = OwnPath::start();
+    let b = s.vm.dhcpcd(20).expect("the guest gets its own address");
+    assert!(wait_until(Duration::from_secs(2), || s.reported() == Some(b)));
+    assert_eq!(s.agent.learned().len(), 1);
+    let releases = || {
+        s.vm.dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains("DHCPRELEASE"))
+            .count()
+    };
+    let before = (releases(), s.api.patches());
+    s.vm.lab.remove_pod_port(0);
+    assert!(
+        wait_until(Duration::from_secs(8), || s.agent.learned().is_empty()),
+        "the binding learned on the gone port stays: {:?}",
+        s.agent.learned()
+    );
+    assert_eq!(
+        (releases(), s.api.patches()),
+        before,
+        "a RELEASE or a write"
+    );
+    assert_eq!(s.reported(), Some(b));
+}
+
+/// Node B's side of a live migration: the target launcher pod (a new pod of
+/// the same VMI, labelled with the migration) is wired on this node as
+/// OVN-Kubernetes wires it; ovnkube-node's one-shot there leased A and its
+/// entry reports A. The source pod, on another node, reports the address
+/// the guest holds (learned there). The guest keeps its lease across the
+/// migration and asks nothing: the target's entry takes the source's
+/// address, the stand-in re-pins, and the guest, with that address, pings
+/// through OVN. Without the copy the entry stays at A, pinned.
+#[test]
+fn a_migration_targets_entry_takes_the_sources_address_when_the_guest_keeps_its_lease_ovn_lab_fake_apiserver()
+ {
+    let kept = Ipv4Addr::new(192, 0, 2, 200);
+    let s = OwnPath::start_as(Some(kept));
+    assert!(
+        wait_until(Duration::from_secs(8), || s.reported() == Some(kept)),
+        "the target's entry reports {:?}, the source's {kept}",
+        s.reported()
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || s.stand_in.last() == Some(kept)),
+        "the stand-in did not re-pin: {:?}",
+        s.stand_in.pins()
+    );
+    s.vm.guest.add_addr("eth0", kept, 24);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        s.vm.pings_server(),
+        "the guest does not reach the server from {kept}"
+    );
+    // Nothing was learned here: the guest did not ask.
+    assert!(s.agent.learned().is_empty(), "{:?}", s.agent.learned());
 }

@@ -13,7 +13,13 @@
 //! second ([`FLUSH_PERIOD`]) and a renewal that moves only an expiry with
 //! the next batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks,
 //! one at a time per port, paced and coalesced per port
-//! ([`crate::bindings::learner::Moves`]).
+//! ([`crate::bindings::learner::Moves`])
+//!
+//! A VM port OVN-Kubernetes serves itself (no ADD, no lease record) is
+//! followed the same way, its network taken from its port and its pod's
+//! entry ([`crate::ops::ovnk_vm`]); there the loop also has a migration
+//! target's entry take the source's address, and drops the bindings
+//! learned on a port that left Open vSwitch.
 
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
@@ -91,6 +97,7 @@ pub(crate) async fn learn_guests(agent: Arc<Agent>, token: tokio_util::sync::Can
             _ = sweep.tick() => f.sweep(&agent),
             _ = flush.tick() => f.flush(&agent, false),
             Some(done) = f.writes.join_next() => f.written(done),
+            Some(Ok((key, ip))) = f.sources.join_next() => f.source_known(&agent, key, ip),
             Some(done) = f.flushing.join_next() => flushed(&agent, done),
             () = sleep_until(next_move), if next_move.is_some() => {}
         }
@@ -156,6 +163,14 @@ struct Following {
     /// The VM ports without a lease record (OVN-Kubernetes' own VM path),
     /// by host ifindex: what each knows of its network.
     entries: HashMap<u32, EntryNetwork>,
+    /// Host interfaces of such ports seen this run: when one leaves OVS,
+    /// the bindings learned on it go.
+    own_path_ports: std::collections::BTreeSet<String>,
+    /// Migration targets on that path whose source was asked: (host
+    /// interface, pod UID).
+    asked_source: HashSet<(String, String)>,
+    /// Those lookups out: the attachment, and the source's address.
+    sources: JoinSet<(Attachment, Option<Ipv4Addr>)>,
 }
 
 impl Following {
@@ -175,6 +190,9 @@ impl Following {
             .ovs
             .clone()
             .filter(|_| agent.leases.get(&cid, &ifname).is_none());
+        if ovs.is_some() {
+            self.own_path_ports.insert(port.host_ifname.clone());
+        }
         let entries = &mut self.entries;
         let learned = self.learner.observe(port.ifindex, mac, &seen, now, || {
             let Some(ovs) = &ovs else {
@@ -290,7 +308,7 @@ impl Following {
         }
     }
 
-    fn sweep(&mut self, agent: &Agent) {
+    fn sweep(&mut self, agent: &Arc<Agent>) {
         let now = crate::sys::clock::now_unix_ms();
         for b in lock(&agent.guard.learned).expire(now) {
             info!(mac = %b.mac, ip = %b.ip, "learned binding expired");
@@ -298,9 +316,85 @@ impl Following {
         let mono = Instant::now().into_std();
         self.learner.prune(mono);
         self.moves.prune(mono);
-        // A port no longer guarded (gone from OVS) forgets its servers.
+        // A port no longer guarded (gone from OVS) forgets its servers,
+        // and the bindings learned on it go: the VM left the node (migrated,
+        // or stopped); nothing is sent for it.
         self.entries
             .retain(|ifindex, _| agent.guard.port_of(*ifindex).is_some());
+        let gone = ovnk_vm::gone_ports(&self.own_path_ports, |p| agent.guard.port_on(p).is_some());
+        if !gone.is_empty() {
+            let mut store = lock(&agent.guard.learned);
+            for b in store.rows(now) {
+                if b.port.as_ref().is_some_and(|p| gone.contains(p)) {
+                    store.remove(&b.mac, Some(b.ip));
+                    info!(port = ?b.port, mac = %b.mac, ip = %b.ip,
+                        "the VM's port left Open vSwitch: its learned binding is dropped");
+                }
+            }
+        }
+        for p in &gone {
+            self.own_path_ports.remove(p);
+        }
+        self.asked_source
+            .retain(|(p, _)| agent.guard.port_on(p).is_some());
+        self.ask_sources(agent);
+    }
+
+    /// On OVN-Kubernetes' own VM path, a migration target's learning port
+    /// whose guest has not been seen there yet: the source pod's address is
+    /// asked for once, and the target's entry takes it (the guest keeps its
+    /// lease across the migration and may not ask again).
+    fn ask_sources(&mut self, agent: &Arc<Agent>) {
+        let now = crate::sys::clock::now_unix_ms();
+        let learned_on: HashSet<String> = lock(&agent.guard.learned)
+            .rows(now)
+            .into_iter()
+            .filter_map(|b| b.port)
+            .collect();
+        for ((cid, ifname), port) in agent.guard.ports() {
+            let Some(ovs) = port.identity.ovs.clone() else {
+                continue;
+            };
+            if !port.policy.learn
+                || learned_on.contains(&port.host_ifname)
+                || agent.leases.get(&cid, &ifname).is_some()
+            {
+                continue;
+            }
+            let Some(pod) = ovnk_vm::pod_of(agent, &ovs) else {
+                continue;
+            };
+            // Once ovnkube-node has written the target's own entry (its
+            // one-shot's): the copy corrects it, and is not overwritten.
+            let Some(uid) = pod.uid.clone().filter(|_| {
+                pod.migration_target().is_some()
+                    && ovnk_vm::entry_of(&pod, ovnk_vm::entry_key(&ovs)).is_some()
+            }) else {
+                continue;
+            };
+            if !self.asked_source.insert((port.host_ifname.clone(), uid)) {
+                continue;
+            }
+            let agent = agent.clone();
+            self.sources.spawn(async move {
+                let ip = ovnk_vm::migration_source_address(&agent, &ovs).await;
+                ((cid, ifname), ip)
+            });
+        }
+    }
+
+    fn source_known(&mut self, agent: &Agent, key: Attachment, ip: Option<Ipv4Addr>) {
+        let Some(ip) = ip else {
+            return;
+        };
+        info!(container_id = %key.0, ifname = %key.1, %ip,
+            "migration target: its entry takes the source pod's address");
+        let target = Target {
+            ip,
+            prefix_len: None,
+            router: None,
+        };
+        self.want(agent, key, target);
     }
 
     /// Writes the learned-binding file on a blocking thread when a change

@@ -18,6 +18,10 @@
 //! - [`moved_entry`]: the entry moved to the guest's address, every other
 //!   field kept; written by [`write_entry`] with the pod's UID and
 //!   resourceVersion as preconditions.
+//! - Live migration: a migration target's port takes the source pod's
+//!   address ([`migration_source_address`]) while its guest, keeping its
+//!   lease, asks nothing; a port that leaves OVS loses the bindings learned
+//!   on it ([`gone_ports`]), and nothing is sent for the VM.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::Ipv4Addr;
@@ -162,6 +166,45 @@ pub(crate) fn moved_entry(
     moved.gateway_ips = gateways;
     moved.ipam_mode = Some(IPAM_MODE_DHCP.to_owned());
     Some(moved)
+}
+
+/// The host interfaces of `seen` (learning ports found in OVS this run)
+/// that are no longer guarded (their port left OVS): their learned
+/// bindings go (no RELEASE is sent: the guest may live on, migrated).
+pub(crate) fn gone_ports(seen: &BTreeSet<String>, guarded: impl Fn(&str) -> bool) -> Vec<String> {
+    seen.iter().filter(|p| !guarded(p)).cloned().collect()
+}
+
+/// On a live-migration target's port (OVN-Kubernetes' own path): the
+/// address the source pod's entry reports for the port's network, which
+/// the target's entry is to take while the guest, keeping its lease, asks
+/// nothing. `None` when the pod is no migration target or the source is
+/// not known (logged by the lookup).
+pub(crate) async fn migration_source_address(agent: &Agent, ovs: &OvsIdentity) -> Option<Ipv4Addr> {
+    let pod = pod_of(agent, ovs)?;
+    let migration = pod.migration_target()?;
+    let vmi_name = pod.owner_vmi.clone()?;
+    let vmi = agent
+        .pod_api
+        .get_vmi(&pod.namespace, &vmi_name)
+        .await
+        .ok()
+        .flatten();
+    let at = crate::model::PodRef {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    };
+    let report = crate::ops::vm::migration_source(
+        &*agent.pod_api,
+        &vmi_name,
+        Some(&at),
+        Some(&migration),
+        vmi.as_ref(),
+        entry_key(ovs),
+    )
+    .await?;
+    report.address
 }
 
 /// The entry of network `key` in `pod`'s annotation as the pod carries it.
@@ -358,6 +401,13 @@ mod tests {
         let v = n.view(Some(&entry("192.0.2.50/24")), &known, BTreeSet::from([B]));
         assert!(v.servers.contains_key(&S));
         assert!(v.held.contains(&B));
+    }
+
+    #[test]
+    fn only_ports_that_left_are_gone() {
+        let seen = BTreeSet::from(["a".to_owned(), "b".to_owned()]);
+        assert_eq!(gone_ports(&seen, |p| p == "a"), ["b"]);
+        assert!(gone_ports(&seen, |_| true).is_empty());
     }
 
     #[test]
