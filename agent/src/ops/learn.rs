@@ -13,7 +13,7 @@
 //! second ([`FLUSH_PERIOD`]) and a renewal that moves only an expiry with
 //! the next batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks,
 //! one at a time per port, paced and coalesced per port
-//! ([`crate::bindings::learner::Moves`])
+//! ([`crate::bindings::learner::Moves`]).
 //!
 //! A VM port OVN-Kubernetes serves itself (no ADD, no lease record) is
 //! followed the same way, its network taken from its port and its pod's
