@@ -1098,6 +1098,12 @@ fn ovn_kubernetes_own_vm_path_with_no_add_moves_the_entry_to_the_guests_address_
     let learned = s.agent.learned();
     assert_eq!(learned.len(), 1, "{learned:?}");
     assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
+    // Named by its pod, found from the port; it replaced the one-shot's A.
+    let pod = format!("{NS}/{POD}");
+    assert_eq!(
+        (learned[0].pod.as_deref(), learned[0].replaced),
+        (Some(pod.as_str()), Some(a))
+    );
     // No ADD reached the agent: it holds no lease.
     let leases: Vec<Value> = s.agent.client().get(rpc::PATH_LEASES).expect("leases");
     assert!(leases.is_empty(), "{leases:?}");

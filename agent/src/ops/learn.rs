@@ -259,11 +259,13 @@ impl Following {
                 router,
                 lease_secs,
             } => {
+                let (pod, reported) = reported_by(agent, record.as_ref(), ovs.as_ref());
                 follow(
                     agent,
                     &port.host_ifname,
                     &mac_text,
-                    record.as_ref(),
+                    pod,
+                    reported,
                     ip,
                     lease_secs,
                 );
@@ -479,31 +481,53 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
     Some(view)
 }
 
-/// Records the guest's binding (in memory), logging when its address is
-/// not the one last learned or leased.
+/// The pod an attachment is for and the address its entry reported:
+/// from its record, else (OVN-Kubernetes' own VM path) from its port's pod.
+fn reported_by(
+    agent: &Agent,
+    record: Option<&crate::store::LeaseRecord>,
+    ovs: Option<&crate::guard::OvsIdentity>,
+) -> (Option<String>, Option<Ipv4Addr>) {
+    match (record, ovs) {
+        (Some(r), _) => (
+            r.pod
+                .as_ref()
+                .map(|p| format!("{}/{}", p.namespace, p.name)),
+            r.lease.as_ref().map(|l| l.address),
+        ),
+        (None, Some(o)) => ovnk_vm::pod_of(agent, o).map_or((None, None), |p| {
+            let at = ovnk_vm::entry_of(&p, ovnk_vm::entry_key(o))
+                .as_ref()
+                .and_then(ovnk_vm::entry_address)
+                .map(|(a, _)| a);
+            (Some(format!("{}/{}", p.namespace, p.name)), at)
+        }),
+        (None, None) => (None, None),
+    }
+}
+
+/// Records the guest's binding (in memory; `pod` named, `reported` the
+/// address the entry reported before, the record's or the entry's),
+/// logging when its address is not the one last learned or reported.
 fn follow(
     agent: &Agent,
     port: &str,
     mac_text: &str,
-    record: Option<&crate::store::LeaseRecord>,
+    pod: Option<String>,
+    reported: Option<Ipv4Addr>,
     ip: Ipv4Addr,
     lease_secs: Option<u32>,
 ) {
     let mut store = lock(&agent.guard.learned);
     let existing = store.get(mac_text).cloned();
     // What the entry reports now: the last learned address, else the one-shot's.
-    let previous = existing
-        .as_ref()
-        .map(|b| b.ip)
-        .or_else(|| record.and_then(|r| r.lease.as_ref()).map(|l| l.address));
+    let previous = existing.as_ref().map(|b| b.ip).or(reported);
     let now = crate::sys::clock::now_unix_ms();
     let binding = Binding {
         mac: mac_text.to_owned(),
         ip,
         port: Some(port.to_owned()),
-        pod: record
-            .and_then(|r| r.pod.as_ref())
-            .map(|p| format!("{}/{}", p.namespace, p.name)),
+        pod,
         expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
         source: BindingSource::Learned,
         // A renewal keeps what its first ACK replaced; a move records
