@@ -35,6 +35,14 @@
 //!   itself is dropped by the guard at the port: nothing learned, each
 //!   counted by its reason.
 //!
+//! - OVN-Kubernetes' own VM path: no ADD reaches the agent at all; the
+//!   launcher's port is found in OVS and its pod (by `iface-id-ver`) in the
+//!   node's pod watch; the one-shot (`udhcpc`, client id `01:<MAC>`) leases
+//!   A through the guarded port and the test writes the entry as
+//!   ovnkube-node does; the guest's dhcpcd gets B, the entry moves to B
+//!   (every other field and network kept), the stand-in re-pins, the guest
+//!   pings from B.
+//!
 //! Every guest client runs in a private mount namespace whose
 //! `/var/lib/dhcpcd` and `/run` are the test's own directories. Needs root;
 //! fails, never skips, without it.
@@ -228,6 +236,10 @@ struct NodeAgent {
 
 impl NodeAgent {
     fn start(lab: &OvnLab, kubeconfig: &Path) -> Self {
+        Self::start_with(lab, kubeconfig, |_| {})
+    }
+
+    fn start_with(lab: &OvnLab, kubeconfig: &Path, more: impl FnOnce(&mut AgentArgs)) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("xdt-ovnvm-agent-")
             .tempdir()
@@ -241,6 +253,7 @@ impl NodeAgent {
         args.kubeconfig = Some(kubeconfig.to_path_buf());
         args.bpffs_dir = dir.path().join("bpffs");
         args.ovsdb = lab.db_socket();
+        more(&mut args);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let sock = socket.clone();
         let agent = move || async move {
@@ -880,4 +893,309 @@ fn send_ack(
         "send: {}",
         std::io::Error::last_os_error()
     );
+}
+
+/// The live migration the target launcher pod belongs to.
+const MIGRATION: &str = "vm1-migration";
+const MIGRATION_UID: &str = "6d1c0de0-0000-4000-8000-000000000091";
+/// The source launcher pod, on another node.
+const SOURCE_POD: &str = "virt-launcher-vm1-source";
+
+/// The launcher pod object (controlled by VMI `vm1`, on the agent's node)
+/// with `uid` and `annotations`; with `migration`, the target of
+/// [`MIGRATION`] (its label and annotation, as virt-controller sets them).
+fn launcher_pod(api: &Api, uid: &str, annotations: &Value, migration: bool) -> Value {
+    let mut annotations = annotations.clone();
+    let mut labels = json!({"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"});
+    if migration {
+        annotations["kubevirt.io/migrationJobName"] = json!(MIGRATION);
+        labels["kubevirt.io/migrationJobUID"] = json!(MIGRATION_UID);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": POD, "namespace": NS, "uid": uid,
+            "labels": labels,
+            "ownerReferences": [{
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "name": "vm1", "uid": api.server.vmi_uid(NS, "vm1"),
+                "controller": true, "blockOwnerDeletion": true}],
+            "annotations": annotations
+        },
+        "spec": {"nodeName": xdhcp_tests::fake_apiserver::NODE,
+                 "containers": [{"name": "compute", "image": "registry.invalid/c"}]}
+    })
+}
+
+/// The default network's entry ovnkube-node writes beside ours.
+const DEFAULT_ENTRY: &str =
+    r#"{"ip_addresses":["10.128.0.9/23"],"mac_address":"0a:58:0a:80:00:09","role":"primary"}"#;
+
+/// The VM on OVN-Kubernetes' own path: its launcher pod is only a port in
+/// OVS and a pod in the API; the agent (on `--dhcp-network` the lab's NAD)
+/// is never called; the one-shot leased A through the guarded port and
+/// the entry reports A, pinned.
+struct OwnPath {
+    agent: NodeAgent,
+    stand_in: StandIn,
+    api: Arc<Api>,
+    one_shot: Ipv4Addr,
+    vm: Vm,
+}
+
+impl OwnPath {
+    fn start() -> Self {
+        Self::start_as(None)
+    }
+
+    /// With `source`, the launcher pod is [`MIGRATION`]'s target, and the
+    /// source pod (on another node) reports `source` for the network.
+    fn start_as(source: Option<Ipv4Addr>) -> Self {
+        let migration = source.is_some();
+        let vm = Vm::start();
+        let api = Arc::new(Api::start_in(vm.lab.node.path()));
+        let uid = vm.lab.pods()[0].uid.clone();
+        api.server.put_vmi(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": NS},
+            "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
+                     "domain": {"devices": {"interfaces": [
+                         {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
+        }));
+        if let Some(ip) = source {
+            put_migration_source(&api, ip);
+        }
+        api.server
+            .put_pod(launcher_pod(&api, &uid, &json!({}), migration));
+        let stand_in = StandIn::start(&api, vm.lab.dir(), &vm.lsp);
+        let agent = NodeAgent::start_with(&vm.lab, &api.kubeconfig, |args| {
+            args.node_name = Some(xdhcp_tests::fake_apiserver::NODE.to_owned());
+            args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
+        });
+        let host_port = vm.lab.pods()[0].host_ifname.clone();
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                let s: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
+                s.guarded_ports
+                    .iter()
+                    .any(|p| p.port == host_port && p.pod_uid.as_deref() == Some(uid.as_str()))
+            }),
+            "the VM's port found in OVS was not guarded"
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || api.server.count(Op::WatchPods)
+                > 0),
+            "the agent does not watch the node's pods"
+        );
+        // The follower looks again every second: the pod is a VM's by then.
+        std::thread::sleep(Duration::from_secs(2));
+        // ovnkube-node's one-shot, then its entry (with a foreign field,
+        // the deprecated `ip_address`, and the default network's entry).
+        let (a, server) =
+            xdhcp_tests::udhcpc_once(&vm.guest, "eth0").expect("the one-shot leases A");
+        assert_eq!(server, OvnLab::SERVER_IP);
+        let ours = format!(
+            r#"{{"ip_addresses":["{a}/24"],"mac_address":"{VM_MAC}","role":"secondary","ipam_mode":"dhcp","ip_address":"{a}/24","tunnel_id":7}}"#
+        );
+        let annotation = format!(r#"{{"default":{DEFAULT_ENTRY},"{}":{ours}}}"#, OvnLab::NAD);
+        api.server.put_pod(launcher_pod(
+            &api,
+            &uid,
+            &json!({ POD_NETWORKS: annotation }),
+            migration,
+        ));
+        assert!(
+            wait_until(Duration::from_secs(2), || stand_in.pins().contains(&a)),
+            "the stand-in did not pin A: {:?}",
+            stand_in.pins()
+        );
+        Self {
+            agent,
+            stand_in,
+            api,
+            one_shot: a,
+            vm,
+        }
+    }
+
+    fn reported(&self) -> Option<Ipv4Addr> {
+        self.api
+            .server
+            .annotation(NS, POD, POD_NETWORKS)
+            .as_deref()
+            .and_then(entry_address)
+            .map(|(ip, _)| ip)
+    }
+}
+
+/// OVN-Kubernetes' own VM path, with no CNI ADD to the agent at all: the
+/// launcher pod (controlled by its VMI, on the agent's node) is only a
+/// `br-int` port wired as OVN-Kubernetes wires it (`iface-id-ver` its UID,
+/// `k8s.ovn.org/nad`, `attached_mac`) on a `--dhcp-network`. The agent
+/// finds it in OVS, its pod in the node's pod watch, and guards it as a
+/// VM's. The one-shot (busybox `udhcpc`, client id `01:<MAC>`, as
+/// ovnkube-node's) leases A through that port; the test writes the entry as
+/// ovnkube-node does and the stand-in pins A. The guest's dhcpcd (DUID)
+/// gets B; the entry moves to B within 2 s, only its address fields
+/// changed; the stand-in re-pins; the guest pings from B. Without the VM
+/// policy on a port found in OVS (learning and the broadcast rewrite) the
+/// guest gets nothing through the pinned port.
+#[test]
+fn ovn_kubernetes_own_vm_path_with_no_add_moves_the_entry_to_the_guests_address_ovn_lab_fake_apiserver()
+ {
+    let s = OwnPath::start();
+    let (a, vm) = (s.one_shot, &s.vm);
+    let b = vm.dhcpcd(20).unwrap_or_else(|| {
+        panic!(
+            "the guest got no address; offers: {:?}\nport security: {}",
+            vm.offers(),
+            port_security(vm.lab.dir(), &vm.lsp)
+        )
+    });
+    assert_ne!(b, a, "the DUID client gets another address");
+    assert!(
+        wait_until(Duration::from_secs(2), || s.reported() == Some(b)),
+        "the entry reports {:?}, the guest holds {b}",
+        s.reported()
+    );
+    let doc: Value =
+        serde_json::from_str(&s.api.server.annotation(NS, POD, POD_NETWORKS).unwrap()).unwrap();
+    assert_eq!(
+        doc["default"],
+        serde_json::from_str::<Value>(DEFAULT_ENTRY).unwrap(),
+        "another network's entry changed"
+    );
+    let e = &doc[OvnLab::NAD];
+    assert_eq!(e["ip_addresses"], json!([format!("{b}/24")]));
+    assert_eq!(e["ip_address"], json!(format!("{b}/24")));
+    assert_eq!(
+        (
+            &e["mac_address"],
+            &e["role"],
+            &e["ipam_mode"],
+            &e["tunnel_id"]
+        ),
+        (
+            &json!(VM_MAC),
+            &json!("secondary"),
+            &json!("dhcp"),
+            &json!(7)
+        ),
+        "{e}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || s.stand_in.last() == Some(b)),
+        "the stand-in did not re-pin: {:?}",
+        s.stand_in.pins()
+    );
+    assert_eq!(s.stand_in.pins(), vec![a, b]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(vm.guest_addrs(), vec![b]);
+    assert!(
+        vm.pings_server(),
+        "the guest does not reach the server from {b}"
+    );
+    let learned = s.agent.learned();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
+    // Named by its pod, found from the port; it replaced the one-shot's A.
+    let pod = format!("{NS}/{POD}");
+    assert_eq!(
+        (learned[0].pod.as_deref(), learned[0].replaced),
+        (Some(pod.as_str()), Some(a))
+    );
+    // No ADD reached the agent: it holds no lease.
+    let leases: Vec<Value> = s.agent.client().get(rpc::PATH_LEASES).expect("leases");
+    assert!(leases.is_empty(), "{leases:?}");
+}
+
+/// [`MIGRATION`] of VMI `vm1` from [`SOURCE_POD`] (on another node, its
+/// entry reporting `ip`, as that node's agent left it) to [`POD`].
+fn put_migration_source(api: &Api, ip: Ipv4Addr) {
+    let entry = format!(
+        r#"{{"{}":{{"ip_addresses":["{ip}/24"],"mac_address":"{VM_MAC}","role":"secondary","ipam_mode":"dhcp"}}}}"#,
+        OvnLab::NAD
+    );
+    api.server.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": SOURCE_POD, "namespace": NS,
+            "uid": "6d1c0de0-0000-4000-8000-000000000092",
+            "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"},
+            "annotations": {POD_NETWORKS: entry}
+        },
+        "spec": {"nodeName": "node-a", "containers": [{"name": "compute", "image": "registry.invalid/c"}]}
+    }));
+    api.server.put_vmim(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": MIGRATION, "namespace": NS, "uid": MIGRATION_UID},
+        "spec": {"vmiName": "vm1"},
+        "status": {"migrationState": {"sourcePod": SOURCE_POD, "targetPod": POD}}
+    }));
+}
+
+/// Node A's side of a live migration (and a VM stopped): the VM's port
+/// leaves OVS; the binding learned on it is dropped within the agent's
+/// sweep, no RELEASE is sent for the VM (dnsmasq sees none), and the entry
+/// keeps the guest's address. Without the drop the binding stays until the
+/// guest's lease expires.
+#[test]
+fn a_vm_port_leaving_ovs_drops_its_learned_binding_and_sends_no_release_ovn_lab_fake_apiserver() {
+    let s = OwnPath::start();
+    let b = s.vm.dhcpcd(20).expect("the guest gets its own address");
+    assert!(wait_until(Duration::from_secs(2), || s.reported() == Some(b)));
+    assert_eq!(s.agent.learned().len(), 1);
+    let releases = || {
+        s.vm.dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains("DHCPRELEASE"))
+            .count()
+    };
+    let before = (releases(), s.api.patches());
+    s.vm.lab.remove_pod_port(0);
+    assert!(
+        wait_until(Duration::from_secs(8), || s.agent.learned().is_empty()),
+        "the binding learned on the gone port stays: {:?}",
+        s.agent.learned()
+    );
+    assert_eq!(
+        (releases(), s.api.patches()),
+        before,
+        "a RELEASE or a write"
+    );
+    assert_eq!(s.reported(), Some(b));
+}
+
+/// Node B's side of a live migration: the target launcher pod (a new pod of
+/// the same VMI, labelled with the migration) is wired on this node as
+/// OVN-Kubernetes wires it; ovnkube-node's one-shot there leased A and its
+/// entry reports A. The source pod, on another node, reports the address
+/// the guest holds (learned there). The guest keeps its lease across the
+/// migration and asks nothing: the target's entry takes the source's
+/// address, the stand-in re-pins, and the guest, with that address, pings
+/// through OVN. Without the copy the entry stays at A, pinned.
+#[test]
+fn a_migration_targets_entry_takes_the_sources_address_when_the_guest_keeps_its_lease_ovn_lab_fake_apiserver()
+ {
+    let kept = Ipv4Addr::new(192, 0, 2, 200);
+    let s = OwnPath::start_as(Some(kept));
+    assert!(
+        wait_until(Duration::from_secs(8), || s.reported() == Some(kept)),
+        "the target's entry reports {:?}, the source's {kept}",
+        s.reported()
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || s.stand_in.last() == Some(kept)),
+        "the stand-in did not re-pin: {:?}",
+        s.stand_in.pins()
+    );
+    s.vm.guest.add_addr("eth0", kept, 24);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        s.vm.pings_server(),
+        "the guest does not reach the server from {kept}"
+    );
+    // Nothing was learned here: the guest did not ask.
+    assert!(s.agent.learned().is_empty(), "{:?}", s.agent.learned());
 }

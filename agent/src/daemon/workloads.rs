@@ -22,8 +22,11 @@
 //!
 //! The policy of a port found this way is its network's `ipam.dhcpGuard`
 //! as the network's latest lease carried it, else the defaults; an ADD's
-//! own (a VM's single client among it) wins once it comes. While the
-//! database is away the ports last read stay guarded.
+//! own (a VM's single client among it) wins once it comes. A port whose
+//! pod a `VirtualMachineInstance` controls gets the VM policy from the
+//! start (learning and the broadcast rewrite): OVN-Kubernetes sends no ADD
+//! for its VMs ([`crate::ops::ovnk_vm`]). While the database is away the
+//! ports last read stay guarded.
 //!
 //! On a node without uplinks (none named by `--uplink`, none in
 //! `ovn-bridge-mappings` the capture can hold), the same ports are handed
@@ -134,7 +137,20 @@ fn identity_of(port: &WorkloadPort) -> OvsIdentity {
 }
 
 /// The ports of `ports` the guard should be on: those of a DHCP network.
+#[cfg(test)]
 pub(super) fn wanted(ports: &[WorkloadPort], nets: &DhcpNetworks) -> Vec<Wanted> {
+    wanted_with(ports, nets, |_| false)
+}
+
+/// [`wanted`], with `vm` saying which ports are a VM's: those get the VM
+/// policy (learning and the broadcast rewrite on `attached_mac`), as a VM
+/// ADD would set it — OVN-Kubernetes sends none for its VMs
+/// ([`crate::ops::ovnk_vm`]).
+pub(super) fn wanted_with(
+    ports: &[WorkloadPort],
+    nets: &DhcpNetworks,
+    vm: impl Fn(&OvsIdentity) -> bool,
+) -> Vec<Wanted> {
     ports
         .iter()
         .filter_map(|p| {
@@ -146,7 +162,7 @@ pub(super) fn wanted(ports: &[WorkloadPort], nets: &DhcpNetworks) -> Vec<Wanted>
                     ovs.sandbox.clone().unwrap_or_default(),
                     ovs.pod_if_name.clone().unwrap_or_default(),
                 ),
-                policy: port_policy(&spec, ovs.mac, false),
+                policy: port_policy(&spec, ovs.mac, vm(&ovs)),
                 ovs,
             })
         })
@@ -260,7 +276,10 @@ impl Follower {
         let Some(ports) = &self.ports else {
             return;
         };
-        let wanted = wanted(ports, &self.nets);
+        let agent = &self.agent;
+        let wanted = wanted_with(ports, &self.nets, |ovs| {
+            crate::ops::ovnk_vm::is_vm_port(agent, ovs)
+        });
         // The capture first: attaching runs in the capture actor's
         // background, and a port's ADD may follow at once.
         let uplinks = self.named_uplinks || self.view_uplinks;
@@ -476,6 +495,28 @@ mod tests {
         );
         // An uplink takes the replies: nothing per port.
         assert!(found_ports(&w, true).is_empty());
+    }
+
+    #[test]
+    fn a_vm_port_gets_learning_and_the_broadcast_rewrite_and_a_pod_port_does_not() {
+        let nets = DhcpNetworks::named(&["n".to_owned()]);
+        let ports = [
+            port("vm_3", Some("n"), None),
+            port("pod_4", Some("n"), None),
+        ];
+        let w = wanted_with(&ports, &nets, |ovs| {
+            ovs.pod_uid.as_deref() == Some("uid-vm_3")
+        });
+        let mac = Some([0x0a, 0x58, 0, 0, 0, 1]);
+        assert_eq!(
+            w[0].policy,
+            port_policy(&DhcpGuardSpec::default(), mac, true)
+        );
+        assert!(w[0].policy.learn);
+        assert!(!w[1].policy.learn);
+        // The pod becomes known as a VM's later: the policy is handed again.
+        let before = [held(&wanted(&ports, &nets)[0], false)];
+        assert_eq!(plan(&w[..1], &before).guard, w[..1]);
     }
 
     #[test]

@@ -14,8 +14,14 @@
 //! the next batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks,
 //! one at a time per port, paced and coalesced per port
 //! ([`crate::bindings::learner::Moves`]).
+//!
+//! A VM port OVN-Kubernetes serves itself (no ADD, no lease record) is
+//! followed the same way, its network taken from its port and its pod's
+//! entry ([`crate::ops::ovnk_vm`]); there the loop also has a migration
+//! target's entry take the source's address, and drops the bindings
+//! learned on a port that left Open vSwitch.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,10 +31,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::bindings::learner::{Learner, Moves, NetworkView, Pace};
+use crate::bindings::learner::{Learner, Moves, NetworkView, Pace, Refused};
 use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
 use crate::datapath::ebpf::GuardEvent;
 use crate::ops::context::Agent;
+use crate::ops::ovnk_vm::{self, EntryNetwork};
 use crate::sys::sync::lock;
 
 /// How often expired learned bindings and stale exchanges are dropped.
@@ -90,6 +97,7 @@ pub(crate) async fn learn_guests(agent: Arc<Agent>, token: tokio_util::sync::Can
             _ = sweep.tick() => f.sweep(&agent),
             _ = flush.tick() => f.flush(&agent, false),
             Some(done) = f.writes.join_next() => f.written(done),
+            Some(Ok((key, ip))) = f.sources.join_next() => f.source_known(&agent, key, ip),
             Some(done) = f.flushing.join_next() => flushed(&agent, done),
             () = sleep_until(next_move), if next_move.is_some() => {}
         }
@@ -152,6 +160,17 @@ struct Following {
     /// When the file was last written (expiry-only changes wait for
     /// [`EXPIRY_FLUSH`] after it).
     last_flush: Option<Instant>,
+    /// The VM ports without a lease record (OVN-Kubernetes' own VM path),
+    /// by host ifindex: what each knows of its network.
+    entries: HashMap<u32, EntryNetwork>,
+    /// Host interfaces of such ports seen this run: when one leaves OVS,
+    /// the bindings learned on it go.
+    own_path_ports: std::collections::BTreeSet<String>,
+    /// Migration targets on that path whose source was asked: (host
+    /// interface, pod UID).
+    asked_source: HashSet<(String, String)>,
+    /// Those lookups out: the attachment, and the source's address.
+    sources: JoinSet<(Attachment, Option<Ipv4Addr>)>,
 }
 
 impl Following {
@@ -164,13 +183,45 @@ impl Following {
         };
         let seen = ev.seen();
         let now = Instant::now().into_std();
+        // A VM port OVN-Kubernetes serves itself has no record: its network
+        // is its pod's entry and the servers its port saw ack it.
+        let ovs = port
+            .identity
+            .ovs
+            .clone()
+            .filter(|_| agent.leases.get(&cid, &ifname).is_none());
+        if ovs.is_some() {
+            self.own_path_ports.insert(port.host_ifname.clone());
+        }
+        let entries = &mut self.entries;
         let learned = self.learner.observe(port.ifindex, mac, &seen, now, || {
-            network_view(agent, &cid, &ifname, mac)
+            let Some(ovs) = &ovs else {
+                return network_view(agent, &cid, &ifname, mac);
+            };
+            let entry = ovnk_vm::pod_of(agent, ovs)
+                .and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)));
+            let (known, held) = ovnk_vm::node_knowledge(agent, ovs.network.as_deref(), mac);
+            Some(
+                entries
+                    .entry(port.ifindex)
+                    .or_default()
+                    .view(entry.as_ref(), &known, held),
+            )
         });
         let learned = match learned {
             Ok(Some(l)) => l,
             Ok(None) => return,
             Err(reason) => {
+                if let (Refused::UnknownServer(Some(server)), Some(_)) = (&reason, &ovs)
+                    && let Ok(msg) = xdhcp_engine::validate::parse_observed(seen.payload)
+                {
+                    self.entries.entry(port.ifindex).or_default().saw_ack(
+                        *server,
+                        seen.src_ip,
+                        seen.src_mac,
+                        msg.yiaddr,
+                    );
+                }
                 agent.metrics().learn_refused(reason.label());
                 debug!(port = %port.host_ifname, reason = %reason, "guest message refused");
                 return;
@@ -208,11 +259,13 @@ impl Following {
                 router,
                 lease_secs,
             } => {
+                let (pod, reported) = reported_by(agent, record.as_ref(), ovs.as_ref());
                 follow(
                     agent,
                     &port.host_ifname,
                     &mac_text,
-                    record.as_ref(),
+                    pod,
+                    reported,
                     ip,
                     lease_secs,
                 );
@@ -257,7 +310,7 @@ impl Following {
         }
     }
 
-    fn sweep(&mut self, agent: &Agent) {
+    fn sweep(&mut self, agent: &Arc<Agent>) {
         let now = crate::sys::clock::now_unix_ms();
         for b in lock(&agent.guard.learned).expire(now) {
             info!(mac = %b.mac, ip = %b.ip, "learned binding expired");
@@ -265,6 +318,85 @@ impl Following {
         let mono = Instant::now().into_std();
         self.learner.prune(mono);
         self.moves.prune(mono);
+        // A port no longer guarded (gone from OVS) forgets its servers,
+        // and the bindings learned on it go: the VM left the node (migrated,
+        // or stopped); nothing is sent for it.
+        self.entries
+            .retain(|ifindex, _| agent.guard.port_of(*ifindex).is_some());
+        let gone = ovnk_vm::gone_ports(&self.own_path_ports, |p| agent.guard.port_on(p).is_some());
+        if !gone.is_empty() {
+            let mut store = lock(&agent.guard.learned);
+            for b in store.rows(now) {
+                if b.port.as_ref().is_some_and(|p| gone.contains(p)) {
+                    store.remove(&b.mac, Some(b.ip));
+                    info!(port = ?b.port, mac = %b.mac, ip = %b.ip,
+                        "the VM's port left Open vSwitch: its learned binding is dropped");
+                }
+            }
+        }
+        for p in &gone {
+            self.own_path_ports.remove(p);
+        }
+        self.asked_source
+            .retain(|(p, _)| agent.guard.port_on(p).is_some());
+        self.ask_sources(agent);
+    }
+
+    /// On OVN-Kubernetes' own VM path, a migration target's learning port
+    /// whose guest has not been seen there yet: the source pod's address is
+    /// asked for once, and the target's entry takes it (the guest keeps its
+    /// lease across the migration and may not ask again).
+    fn ask_sources(&mut self, agent: &Arc<Agent>) {
+        let now = crate::sys::clock::now_unix_ms();
+        let learned_on: HashSet<String> = lock(&agent.guard.learned)
+            .rows(now)
+            .into_iter()
+            .filter_map(|b| b.port)
+            .collect();
+        for ((cid, ifname), port) in agent.guard.ports() {
+            let Some(ovs) = port.identity.ovs.clone() else {
+                continue;
+            };
+            if !port.policy.learn
+                || learned_on.contains(&port.host_ifname)
+                || agent.leases.get(&cid, &ifname).is_some()
+            {
+                continue;
+            }
+            let Some(pod) = ovnk_vm::pod_of(agent, &ovs) else {
+                continue;
+            };
+            // Once ovnkube-node has written the target's own entry (its
+            // one-shot's): the copy corrects it, and is not overwritten.
+            let Some(uid) = pod.uid.clone().filter(|_| {
+                pod.migration_target().is_some()
+                    && ovnk_vm::entry_of(&pod, ovnk_vm::entry_key(&ovs)).is_some()
+            }) else {
+                continue;
+            };
+            if !self.asked_source.insert((port.host_ifname.clone(), uid)) {
+                continue;
+            }
+            let agent = agent.clone();
+            self.sources.spawn(async move {
+                let ip = ovnk_vm::migration_source_address(&agent, &ovs).await;
+                ((cid, ifname), ip)
+            });
+        }
+    }
+
+    fn source_known(&mut self, agent: &Agent, key: Attachment, ip: Option<Ipv4Addr>) {
+        let Some(ip) = ip else {
+            return;
+        };
+        info!(container_id = %key.0, ifname = %key.1, %ip,
+            "migration target: its entry takes the source pod's address");
+        let target = Target {
+            ip,
+            prefix_len: None,
+            router: None,
+        };
+        self.want(agent, key, target);
     }
 
     /// Writes the learned-binding file on a blocking thread when a change
@@ -349,31 +481,53 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
     Some(view)
 }
 
-/// Records the guest's binding (in memory), logging when its address is
-/// not the one last learned or leased.
+/// The pod an attachment is for and the address its entry reported:
+/// from its record, else (OVN-Kubernetes' own VM path) from its port's pod.
+fn reported_by(
+    agent: &Agent,
+    record: Option<&crate::store::LeaseRecord>,
+    ovs: Option<&crate::guard::OvsIdentity>,
+) -> (Option<String>, Option<Ipv4Addr>) {
+    match (record, ovs) {
+        (Some(r), _) => (
+            r.pod
+                .as_ref()
+                .map(|p| format!("{}/{}", p.namespace, p.name)),
+            r.lease.as_ref().map(|l| l.address),
+        ),
+        (None, Some(o)) => ovnk_vm::pod_of(agent, o).map_or((None, None), |p| {
+            let at = ovnk_vm::entry_of(&p, ovnk_vm::entry_key(o))
+                .as_ref()
+                .and_then(ovnk_vm::entry_address)
+                .map(|(a, _)| a);
+            (Some(format!("{}/{}", p.namespace, p.name)), at)
+        }),
+        (None, None) => (None, None),
+    }
+}
+
+/// Records the guest's binding (in memory; `pod` named, `reported` the
+/// address the entry reported before, the record's or the entry's),
+/// logging when its address is not the one last learned or reported.
 fn follow(
     agent: &Agent,
     port: &str,
     mac_text: &str,
-    record: Option<&crate::store::LeaseRecord>,
+    pod: Option<String>,
+    reported: Option<Ipv4Addr>,
     ip: Ipv4Addr,
     lease_secs: Option<u32>,
 ) {
     let mut store = lock(&agent.guard.learned);
     let existing = store.get(mac_text).cloned();
     // What the entry reports now: the last learned address, else the one-shot's.
-    let previous = existing
-        .as_ref()
-        .map(|b| b.ip)
-        .or_else(|| record.and_then(|r| r.lease.as_ref()).map(|l| l.address));
+    let previous = existing.as_ref().map(|b| b.ip).or(reported);
     let now = crate::sys::clock::now_unix_ms();
     let binding = Binding {
         mac: mac_text.to_owned(),
         ip,
         port: Some(port.to_owned()),
-        pod: record
-            .and_then(|r| r.pod.as_ref())
-            .map(|p| format!("{}/{}", p.namespace, p.name)),
+        pod,
         expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),
         source: BindingSource::Learned,
         // A renewal keeps what its first ACK replaced; a move records
@@ -416,6 +570,16 @@ async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
         .get(&key.0, &key.1)
         .map(|h| lock(&h.live).record.clone())
     else {
+        // No record: a VM OVN-Kubernetes serves itself; its port says
+        // which pod and network.
+        if let Some(ovs) = agent
+            .guard
+            .port_for(&key.0, &key.1)
+            .and_then(|p| p.identity.ovs)
+        {
+            return ovnk_vm::write_entry(agent, &ovs, target.ip, target.prefix_len, target.router)
+                .await;
+        }
         info!(container_id = %key.0, ip = %target.ip, "no lease record for the port; the entry is not written");
         return true;
     };

@@ -6,7 +6,9 @@
 //! report, the record and their undoing, within one deadline — is written
 //! once ([`report`]). [`context`] is the state they share; [`trust`] is
 //! what a request is checked for before anything acts on it; [`identity`]
-//! finds the pod of an ADD that names none, from Open vSwitch.
+//! finds the pod of an ADD that names none, from Open vSwitch; [`ovnk_vm`]
+//! is what the agent knows of a VM whose DHCP OVN-Kubernetes does itself
+//! (no ADD: its port and its pod's entry).
 //!
 //! Operations stand on leases, the guard and the adapters; nothing below
 //! imports them, and the daemon above calls them.
@@ -17,6 +19,7 @@ pub(crate) mod error;
 pub(crate) mod identity;
 pub(crate) mod learn;
 pub(crate) mod network;
+pub(crate) mod ovnk_vm;
 pub(crate) mod report;
 pub(crate) mod trust;
 pub(crate) mod vm;
