@@ -50,7 +50,8 @@
 //! costs (docs/kernel.md). To show what this machine allows, the bench also
 //! runs hand-assembled reference programs through the same harness (same
 //! ring size, same record size, records read back between runs, in a
-//! burst, interleaved run by run with the programs): a bare `XDP_PASS`, one
+//! burst, the floors right after the programs' runs of the same row, from
+//! the same start): a bare `XDP_PASS`, one
 //! helper call, reserve + submit alone, and for each frame size the least
 //! any capture of that frame into a ring buffer can do — reserve the record
 //! the programs reserve, copy the frame with one 8-byte load and store per
@@ -311,17 +312,26 @@ struct Samples {
     /// 342-byte frame captured in intercept mode (xid looked up, not owned),
     /// in a burst.
     intercept: [Vec<f64>; NS],
-    /// Reference programs, 342-byte frame.
+    /// Reference programs (the floors: in a burst, beside the rows in a
+    /// burst).
     refs: [Vec<f64>; reference::NAMES.len()],
+    /// The floor of each size from an empty ring, beside those rows.
+    floor_empty: [Vec<f64>; 2],
+    /// The 342-byte floor beside the intercept rows.
+    floor_intercept: Vec<f64>,
 }
 
-/// Every round times each row for every subject. Capture runs are
-/// interleaved run by run — each of the `DHCP_BATCHES` runs of a row times
-/// every subject once, and in a burst the reference floor for that frame
-/// size too — so that what the machine does meanwhile (other processes, the
-/// state of the caches) falls on all of them alike, and each run is a
-/// sample, so the interquartile mean leaves out the runs another process
-/// disturbed.
+/// Every round times each row for every subject. The programs' capture
+/// runs are interleaved run by run — each of the `DHCP_BATCHES` runs of a
+/// row times every subject once — so that what the machine does meanwhile
+/// (other processes, the state of the caches) falls on all of them alike;
+/// then the reference floor for that frame size makes as many runs from
+/// the same start, right after them. The floor writes its own ring, so it
+/// runs on its own: between two of its runs in the middle of the
+/// programs', five runs' worth of records would have gone through the
+/// other ring, and its ring memory would be colder than theirs (it measured
+/// 10–20 % above the full programs that way). Each run is a sample, so the
+/// interquartile mean leaves out the runs another process disturbed.
 fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
     let mut s = Samples::default();
     for _ in 0..ROUNDS {
@@ -344,30 +354,50 @@ fn measure(b: &mut Bench, tcp: &[u8], dhcp: &[Vec<u8>; 2]) -> Result<Samples> {
                     for (i, subject) in SUBJECTS.into_iter().enumerate() {
                         s.dhcp[fi][si][i].push(b.capture_run(subject, f, n, start)?);
                     }
-                    if start == Start::Behind {
-                        for r in 0..reference::NAMES.len() {
-                            if reference::USES_RING[r] && reference::FRAME[r] == fi {
-                                let t = b.capture_run(Subject::Reference(r), f, n, start)?;
-                                s.refs[r].push(t);
-                            }
-                        }
+                }
+                let floor = reference::FLOOR[fi];
+                for _ in 0..DHCP_BATCHES {
+                    let t = b.capture_run(Subject::Reference(floor), f, n, start)?;
+                    match start {
+                        Start::Behind => s.refs[floor].push(t),
+                        Start::Empty => s.floor_empty[fi].push(t),
                     }
                 }
             }
         }
         set_modes(&b.dp, CaptureMode::Intercept)?;
-        let f = &dhcp[0];
+        let offer = &dhcp[0];
+        let runs = batch(offer.len());
         for _ in 0..DHCP_BATCHES {
             for (i, subject) in SUBJECTS.into_iter().enumerate() {
-                let t = b.capture_run(subject, f, batch(f.len()), Start::Behind)?;
-                s.intercept[i].push(t);
+                s.intercept[i].push(b.capture_run(subject, offer, runs, Start::Behind)?);
             }
         }
+        for _ in 0..DHCP_BATCHES {
+            let floor = Subject::Reference(reference::FLOOR[0]);
+            s.floor_intercept
+                .push(b.capture_run(floor, offer, runs, Start::Behind)?);
+        }
         set_modes(&b.dp, CaptureMode::Observe)?;
-        for (r, samples) in s.refs.iter_mut().enumerate() {
-            if !reference::USES_RING[r] {
+        // The other references on their own.
+        for r in 0..reference::NAMES.len() {
+            if reference::FLOOR.contains(&r) {
+                continue;
+            }
+            let frame = &dhcp[reference::FRAME[r]];
+            if reference::USES_RING[r] {
+                for _ in 0..DHCP_BATCHES {
+                    let took = b.capture_run(
+                        Subject::Reference(r),
+                        frame,
+                        batch(frame.len()),
+                        Start::Behind,
+                    )?;
+                    s.refs[r].push(took);
+                }
+            } else {
                 for _ in 0..FAST_RUNS {
-                    samples.push(b.time(Subject::Reference(r), &dhcp[0], FAST_REPEAT)?);
+                    s.refs[r].push(b.time(Subject::Reference(r), frame, FAST_REPEAT)?);
                 }
             }
         }
@@ -441,50 +471,58 @@ fn row(out: &mut String, name: &str, m: [f64; NS]) -> Result<()> {
     Ok(())
 }
 
-/// The capture rows, each beside the floor for its frame size; returns the
-/// in-a-burst figures per size.
+/// The capture rows, each beside the floor for its frame size from the
+/// same start, interleaved with it; returns the in-a-burst figures per size.
 fn capture_rows(out: &mut String, s: &mut Samples, floors: [f64; 2]) -> Result<[[f64; NS]; 2]> {
+    let over_floor = |out: &mut String, m: [f64; NS], len: usize, floor: f64| -> Result<()> {
+        let r = [2, 3, 4, 5].map(|i| m[i] / floor);
+        writeln!(
+            out,
+            "{:<62} {:>10.2} {:>9.2} {:>10.2} {:>9.2}",
+            format!("  / floor {len} B beside it ({floor:.2} ns)"),
+            r[0],
+            r[1],
+            r[2],
+            r[3]
+        )?;
+        Ok(())
+    };
     let mut burst_by_size = [[0.0; NS]; 2];
     for (fi, len) in DHCP_SIZES.into_iter().enumerate() {
         let n = batch(len);
         let burst = iqms(&mut s.dhcp[fi][0]);
         let empty = iqms(&mut s.dhcp[fi][1]);
+        let floor_empty = iqm(&mut s.floor_empty[fi]);
         burst_by_size[fi] = burst;
-        let floor = floors[fi];
-        let over_floor = |out: &mut String, m: [f64; NS]| -> Result<()> {
-            let r = [2, 3, 4, 5].map(|i| m[i] / floor);
-            writeln!(
-                out,
-                "{:<62} {:>10.2} {:>9.2} {:>10.2} {:>9.2}",
-                format!("  / floor {len} B ({floor:.2} ns, same run)"),
-                r[0],
-                r[1],
-                r[2],
-                r[3]
-            )?;
-            Ok(())
-        };
         row(
             out,
             &format!("{len} B OFFER captured, in a burst, B={n}"),
             burst,
         )?;
-        over_floor(out, burst)?;
+        over_floor(out, burst, len, floors[fi])?;
         row(
             out,
             &format!("{len} B OFFER captured, from an empty ring"),
             empty,
         )?;
+        over_floor(out, empty, len, floor_empty)?;
         let wakeup = [2, 3, 4, 5].map(|i| (empty[i] - burst[i]) * f64::from(n) / 1000.0);
         writeln!(
             out,
             "{:<62} {:>10.2} {:>9.2} {:>10.2} {:>9.2}",
-            "  (us: the run's first record, wakeup)", wakeup[0], wakeup[1], wakeup[2], wakeup[3]
+            format!(
+                "  (us: the run's first record, wakeup; floor {:.2})",
+                (floor_empty - floors[fi]) * f64::from(n) / 1000.0
+            ),
+            wakeup[0],
+            wakeup[1],
+            wakeup[2],
+            wakeup[3]
         )?;
         if fi == 0 {
             let m = iqms(&mut s.intercept);
             row(out, &format!("{len} B OFFER captured, intercept mode"), m)?;
-            over_floor(out, m)?;
+            over_floor(out, m, len, iqm(&mut s.floor_intercept))?;
         }
     }
     Ok(burst_by_size)
