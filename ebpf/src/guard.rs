@@ -143,10 +143,9 @@ impl Wire for TcFrame<'_> {
     fn read<T: Copy>(&self, offset: usize) -> Option<T> {
         let at = self.start + offset;
         if at + size_of::<T>() <= self.end {
-            // SAFETY: bounds checked against data_end just above; unaligned
-            // packet loads are allowed where the kernel has efficient
-            // unaligned access (x86-64, arm64).
-            return Some(unsafe { core::ptr::read_unaligned(at as *const T) });
+            // SAFETY: bounds checked against data_end just above; integer
+            // fields are read with one load each (`crate::read_packet`).
+            return Some(unsafe { crate::read_packet(at) });
         }
         self.ctx.load::<T>(offset).ok()
     }
@@ -213,9 +212,9 @@ impl Wire for XdpFrame<'_> {
         if at + size_of::<T>() > self.end {
             return None;
         }
-        // SAFETY: bounds checked against data_end just above (unaligned
-        // loads as for TC).
-        Some(unsafe { core::ptr::read_unaligned(at as *const T) })
+        // SAFETY: bounds checked against data_end just above (one load per
+        // integer field, as for TC).
+        Some(unsafe { crate::read_packet(at) })
     }
 
     #[inline(always)]
@@ -267,21 +266,50 @@ struct Udp {
     dport: u16,
 }
 
+/// What [`locate`] found in a frame.
+enum Located {
+    /// A UDP datagram to or from a DHCP port.
+    Udp(Udp),
+    /// Not such a datagram, and no VLAN tag in front (the common case: it
+    /// is decided by the `EtherType` and, for IPv4, the protocol byte).
+    Other,
+    /// Not such a datagram behind the one tag `locate` reads, or a tag
+    /// `locate` does not read: more tags may hide one ([`stacked_dhcp`]).
+    Tagged,
+}
+
 /// Finds a UDP datagram with port 67 or 68 on either side (one VLAN tag at
 /// most; any IHL; a first fragment counts, later ones do not).
+///
+/// Untagged IPv4 is tested first, and a frame that is not IPv4 UDP leaves
+/// after the `EtherType` and the protocol byte: every frame a workload
+/// sends pays for this much, and only DHCP for more.
 #[inline(always)]
-fn locate<W: Wire>(f: &W) -> Option<Udp> {
-    let ethertype = f.read::<u16>(12)?;
+fn locate<W: Wire>(f: &W) -> Located {
+    let Some(ethertype) = f.read::<u16>(12) else {
+        return Located::Other;
+    };
     let l3 = if ethertype == ETH_P_IP.to_be() {
         ETH_HLEN
-    } else if ethertype == ETH_P_8021Q.to_be() || ethertype == ETH_P_8021AD.to_be() {
-        if f.read::<u16>(ETH_HLEN + 2)? != ETH_P_IP.to_be() {
-            return None;
-        }
+    } else if !is_tag(ethertype) {
+        return Located::Other;
+    } else if ethertype != ETH_P_QINQ_9100.to_be()
+        && f.read::<u16>(ETH_HLEN + 2) == Some(ETH_P_IP.to_be())
+    {
         ETH_HLEN + 4
     } else {
-        return None;
+        return Located::Tagged;
     };
+    match locate_udp(f, l3) {
+        Some(udp) => Located::Udp(udp),
+        None if l3 == ETH_HLEN => Located::Other,
+        None => Located::Tagged,
+    }
+}
+
+/// [`locate`] from the IPv4 header at `l3` on.
+#[inline(always)]
+fn locate_udp<W: Wire>(f: &W, l3: usize) -> Option<Udp> {
     let ip = f.read::<[u16; 5]>(l3)?;
     let [version_ihl, _tos] = ip[0].to_ne_bytes();
     let [_ttl, protocol] = ip[4].to_ne_bytes();
@@ -517,12 +545,16 @@ enum Verdict {
 
 #[inline(always)]
 fn ingress<W: Wire>(f: &W) -> Verdict {
-    let Some(udp) = locate(f) else {
+    let udp = match locate(f) {
+        Located::Udp(udp) => udp,
+        Located::Other => return Verdict::Pass,
         // Rare (a frame with stacked VLAN tags): looked up only then.
-        if stacked_dhcp(f) && XDHCP_GUARD_PORTS.get_ptr(f.ifindex()).is_some() {
-            return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED);
+        Located::Tagged => {
+            if stacked_dhcp(f) && XDHCP_GUARD_PORTS.get_ptr(f.ifindex()).is_some() {
+                return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED);
+            }
+            return Verdict::Pass;
         }
-        return Verdict::Pass;
     };
     let client = udp.dport == SERVER_PORT && udp.sport != SERVER_PORT;
     let server = udp.sport == SERVER_PORT || udp.dport == CLIENT_PORT;
@@ -617,7 +649,7 @@ fn broadcast_replies<W: Wire>(f: &W, udp: &Udp) {
 
 #[inline(always)]
 fn egress<W: Wire>(f: &W) {
-    let Some(udp) = locate(f) else {
+    let Located::Udp(udp) = locate(f) else {
         return;
     };
     if udp.sport != SERVER_PORT || udp.dport != CLIENT_PORT {

@@ -453,13 +453,14 @@ struct TcPacket<'a> {
     ctx: &'a TcContext,
     start: usize,
     end: usize,
-    len: usize,
 }
 
 impl Packet for TcPacket<'_> {
+    /// `skb->len`, read only when asked (a DHCP frame): a frame that is not
+    /// DHCP never needs it.
     #[inline(always)]
     fn frame_len(&self) -> usize {
-        self.len
+        self.ctx.len() as usize
     }
 
     #[inline(always)]
@@ -555,7 +556,6 @@ fn tc_verdict<const ROLE: bool>(ctx: &TcContext) -> i32 {
         ctx,
         start: ctx.data(),
         end: ctx.data_end(),
-        len: ctx.len() as usize,
     };
     if process::<_, ROLE>(&pkt) {
         TC_ACT_SHOT
