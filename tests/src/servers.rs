@@ -359,19 +359,31 @@ impl Dnsmasq {
     /// (`<expiry> <mac> <ip> <hostname|*> <client-id|*>` per line).
     ///
     /// dnsmasq rewrites the file in place after every ACK or RELEASE
-    /// (`ftruncate` to 0, then the leases): a read right after a logged ACK
-    /// can land in between and find no lease at all. So the file is read
-    /// until two reads 10 ms apart agree (at most five reads).
+    /// (`ftruncate` to 0, then the leases, then an fsync): a read right after
+    /// a logged ACK can land in between and find no lease at all, and on a
+    /// loaded disk the empty file can last longer than two reads apart. So
+    /// the file is read until two reads 10 ms apart agree; an empty file is
+    /// only believed once it has stayed empty for 200 ms.
     pub fn leases(&self) -> Vec<ServerLease> {
         let path = self.lease_file();
         let mut text = read_lossy(&path);
-        for _ in 0..4 {
+        let mut empty_since: Option<std::time::Instant> = None;
+        for _ in 0..40 {
             std::thread::sleep(Duration::from_millis(10));
             let again = read_lossy(&path);
-            if again == text {
+            let settled = again == text;
+            text = again;
+            if !settled {
+                empty_since = None;
+                continue;
+            }
+            if !text.trim().is_empty() {
                 break;
             }
-            text = again;
+            let since = *empty_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= Duration::from_millis(200) {
+                break;
+            }
         }
         parse_dnsmasq_leases(&text)
     }

@@ -188,13 +188,19 @@ fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
         .filter_map(|l| l.address.map(|a| (l.mac.to_ascii_lowercase(), a.addr)))
         .collect();
     assert_eq!(agent_side.len(), PODS, "{agent_side:?}");
-    let server_side: BTreeMap<String, Ipv4Addr> = dnsmasq
-        .leases()
-        .into_iter()
-        .map(|l| (format_mac(l.mac), l.ip))
-        .collect();
+    // The server's file is read whole only between its rewrites (a renewal
+    // every few seconds rewrites it): compare until a read agrees.
+    let server_side = || -> BTreeMap<String, Ipv4Addr> {
+        dnsmasq
+            .leases()
+            .into_iter()
+            .map(|l| (format_mac(l.mac), l.ip))
+            .collect()
+    };
+    wait_until(Duration::from_secs(5), || server_side() == agent_side);
     assert_eq!(
-        server_side, agent_side,
+        server_side(),
+        agent_side,
         "the server holds leases the agent does not know (or the reverse)"
     );
 }
