@@ -184,6 +184,10 @@ pub(crate) struct GuardService {
     pub(crate) learned: Mutex<LearnedStore>,
     /// Why the guard is off (logged at start).
     off_reason: Option<String>,
+    /// Woken each time an ADD holds a port (guarded, or taken over from
+    /// Open vSwitch): the follower of the OVS ports learns from it, at
+    /// once, that the port's network is a DHCP network.
+    added: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for GuardService {
@@ -247,6 +251,7 @@ impl GuardService {
                     })),
                     learned,
                     off_reason: None,
+                    added: tokio::sync::Notify::new(),
                 }
             }
             Err(e) => {
@@ -262,6 +267,7 @@ impl GuardService {
             inner: None,
             learned,
             off_reason: Some(reason.to_owned()),
+            added: tokio::sync::Notify::new(),
         }
     }
 
@@ -341,8 +347,29 @@ impl GuardService {
         .map_err(|e| GuardError::Task(e.to_string()))?
     }
 
-    /// The kernel side of [`GuardService::protect`], blocking.
+    /// Waits until an ADD holds a port, since the last time this returned
+    /// (one wake-up remembered while nobody waits).
+    pub(crate) async fn added(&self) {
+        self.added.notified().await;
+    }
+
+    /// The kernel side of [`GuardService::protect`], blocking; says so to
+    /// [`GuardService::added`] when it holds the port.
     fn protect_port(
+        &self,
+        key: (String, String),
+        host_ifname: String,
+        policy: PortPolicy,
+        t1: std::time::Instant,
+    ) -> Result<Option<GuardedPort>, GuardError> {
+        let held = self.hold_port(key, host_ifname, policy, t1);
+        if matches!(held, Ok(Some(_))) {
+            self.added.notify_one();
+        }
+        held
+    }
+
+    fn hold_port(
         &self,
         key: (String, String),
         host_ifname: String,

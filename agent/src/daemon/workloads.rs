@@ -14,11 +14,16 @@
 //! on and only sets its network's policy.
 //!
 //! A DHCP network is one named by `--dhcp-network` (the network or the NAD,
-//! as the port names them), or one the agent has leased on since it
-//! started (the leases it holds, including those it resumed): its first
-//! pod on a node is guarded at its ADD, every later port from the moment
-//! it appears. A port of any other network is left alone: a DHCP server
-//! pod on a network xdhcp does not serve is none of the agent's business.
+//! as the port names them), or one the agent has served since it started:
+//! a network a lease is held on (including those it resumed), and the
+//! network of a port found here that an ADD has guarded — learned the
+//! moment that ADD's guard goes on ([`GuardService::added`]), beside its
+//! exchange, not at the next look a second later (a lease that lives a
+//! few milliseconds would be missed). Its first pod on a node is guarded
+//! at its ADD, every later port from the moment it appears, and the first
+//! one stays guarded after its DEL while Open vSwitch holds it. A port of
+//! any other network is left alone: a DHCP server pod on a network xdhcp
+//! does not serve is none of the agent's business.
 //!
 //! The policy of a port found this way is its network's `ipam.dhcpGuard`
 //! as the network's latest lease carried it, else the defaults; an ADD's
@@ -193,6 +198,32 @@ pub(super) fn plan(wanted: &[Wanted], held: &[GuardedPort]) -> Plan {
     out
 }
 
+/// The networks (with the guard settings of their ADD) of the ports of
+/// `ports` that an ADD holds among `guarded`: an ADD on a port of a
+/// network makes it a DHCP network, from the moment its guard is on.
+pub(super) fn networks_of_adds(
+    ports: &[WorkloadPort],
+    guarded: &[GuardedPort],
+) -> Vec<(String, DhcpGuardSpec)> {
+    let network: HashMap<&str, &str> = ports
+        .iter()
+        .filter_map(|p| Some((p.ifname.as_str(), p.network.as_deref()?)))
+        .collect();
+    guarded
+        .iter()
+        .filter(|g| g.identity.cni)
+        .filter_map(|g| {
+            let net = network.get(g.host_ifname.as_str())?;
+            let spec = DhcpGuardSpec {
+                trusted: g.policy.trusted,
+                rate: g.policy.rate,
+                burst: g.policy.burst,
+            };
+            Some(((*net).to_owned(), spec))
+        })
+        .collect()
+}
+
 /// The found ports the capture is to hold: with no uplink (`uplinks`:
 /// whether the node has one, named or in the view), the wanted ports that
 /// name their pod's MAC; with one, none.
@@ -237,6 +268,7 @@ pub(super) async fn follow_ports(
     };
     let mut tick = tokio::time::interval(RECHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let guard = follower.agent.guard.clone();
     let mut open = true;
     loop {
         if let NodeState::Ready(view) = &*rx.borrow_and_update() {
@@ -248,6 +280,7 @@ pub(super) async fn follow_ports(
         tokio::select! {
             () = token.cancelled() => return,
             r = rx.changed(), if open => open = r.is_ok(),
+            () = guard.added() => {}
             _ = tick.tick() => {}
         }
     }
@@ -272,6 +305,7 @@ struct Follower {
 
 impl Follower {
     async fn pass(&mut self) {
+        self.note_adds();
         self.note_served();
         let Some(ports) = &self.ports else {
             return;
@@ -314,6 +348,24 @@ impl Follower {
                 warn!(%port, %error, "could not put the DHCP guard on a port found in Open vSwitch; retrying");
                 self.failed.insert(port, error);
             }
+        }
+    }
+
+    /// The network of every port found here that an ADD holds is a DHCP
+    /// network from now on (a lease's own settings, below, win).
+    fn note_adds(&mut self) {
+        let Some(ports) = &self.ports else {
+            return;
+        };
+        let guarded: Vec<GuardedPort> = self
+            .agent
+            .guard
+            .ports()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        for (net, spec) in networks_of_adds(ports, &guarded) {
+            self.nets.served(&net, spec);
         }
     }
 
@@ -517,6 +569,57 @@ mod tests {
         // The pod becomes known as a VM's later: the policy is handed again.
         let before = [held(&wanted(&ports, &nets)[0], false)];
         assert_eq!(plan(&w[..1], &before).guard, w[..1]);
+    }
+
+    #[test]
+    fn a_port_an_add_guarded_makes_its_network_one_whose_next_port_is_guarded_when_it_appears() {
+        let first = port("a_3", Some("n"), None);
+        let mut nets = DhcpNetworks::default();
+        // Not a DHCP network yet: the first port is not wanted.
+        assert!(wanted(std::slice::from_ref(&first), &nets).is_empty());
+        // Its ADD guards it, with the network's settings.
+        let spec = DhcpGuardSpec {
+            trusted: false,
+            rate: 7,
+            burst: 9,
+        };
+        let add = GuardedPort {
+            host_ifname: "a_3".to_owned(),
+            ifindex: 7,
+            policy: port_policy(&spec, Some([0x0a, 0x58, 0, 0, 0, 1]), false),
+            identity: Identity {
+                ovs: None,
+                cni: true,
+            },
+            hook: crate::datapath::ebpf::GuardHook::Xdp,
+        };
+        // A port found in OVS only (no ADD) teaches nothing.
+        let found = GuardedPort {
+            identity: Identity {
+                ovs: Some(identity_of(&first)),
+                cni: false,
+            },
+            ..add.clone()
+        };
+        let other = port("b_4", Some("other"), None);
+        assert!(networks_of_adds(&[first.clone(), other.clone()], &[found]).is_empty());
+        let learned = networks_of_adds(&[first.clone(), other.clone()], &[add]);
+        assert_eq!(learned, [("n".to_owned(), spec)]);
+        for (net, spec) in learned {
+            nets.served(&net, spec);
+        }
+        // The first port is wanted now (it stays guarded after its DEL
+        // while OVS holds it), and so is the next port of the network,
+        // from the moment it appears, with the ADD's settings; another
+        // network's is not.
+        let next = port("c_5", Some("n"), None);
+        let w = wanted(&[first, next, other], &nets);
+        let names: Vec<_> = w.iter().map(|w| w.host_ifname.as_str()).collect();
+        assert_eq!(names, ["a_3", "c_5"]);
+        assert_eq!(
+            w[1].policy,
+            port_policy(&spec, Some([0x0a, 0x58, 0, 0, 0, 1]), false)
+        );
     }
 
     #[test]

@@ -24,6 +24,12 @@
 //!    status` shows `eth2` live with its program attached, and until it is
 //!    gone again after the unmapping.
 //!
+//! Where an ADD's time goes in each lab: the agent's own
+//! `xdhcp_add_phase_seconds` (sum and count per phase, scraped from its
+//! `/metrics` before and after the measured rounds), as a mean per phase;
+//! the `guard` phase (the DHCP guard going on the pod's port: TC in the
+//! bridge lab, XDP on the userspace datapath) runs beside the exchange.
+//!
 //! Nothing here asserts a timing. Written to `$XDHCP_BENCH_RESULTS/ovn.md`.
 #![expect(
     clippy::print_stdout,
@@ -35,16 +41,79 @@
     reason = "round counts far below 2^52 turned into ratios"
 )]
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use xdhcp::rpc::{self, AgentStatus, Client};
-use xdhcp_tests::bench::{Daemon, DaemonOptions, Impl, server_doras, xdhcp_bin};
+use xdhcp_tests::bench::{
+    Daemon, DaemonOptions, Impl, free_local_addr, http_get, server_doras, xdhcp_bin,
+};
 use xdhcp_tests::netns::{Lab, NetNs};
 use xdhcp_tests::servers::{Dnsmasq, DnsmasqConfig};
 use xdhcp_tests::{CNI_PLUGIN_DIR, OvnLab, PluginCall, parse_mac, progress};
+
+/// The phases an ADD's time is shown in, in the order they happen.
+const PHASES: [&str; 13] = [
+    "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
+    "report", "persist", "answer",
+];
+
+/// `xdhcp_add_phase_seconds` per phase: (sum in seconds, count), from the
+/// agent's `/metrics` text.
+fn phase_sums(metrics: &str) -> BTreeMap<String, (f64, u64)> {
+    let mut out: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for line in metrics.lines() {
+        let (sum, rest) = if let Some(r) = line.strip_prefix("xdhcp_add_phase_seconds_sum{") {
+            (true, r)
+        } else if let Some(r) = line.strip_prefix("xdhcp_add_phase_seconds_count{") {
+            (false, r)
+        } else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Some(phase) = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("phase=\"")?.strip_suffix('"'))
+        else {
+            continue;
+        };
+        let e = out.entry(phase.to_owned()).or_default();
+        if sum {
+            e.0 = value.trim().parse().unwrap_or(0.0);
+        } else {
+            e.1 = value.trim().parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// The mean of each phase over the ADDs between two scrapes, in ms
+/// (`None`: no ADD observed it).
+fn phase_means(
+    before: &BTreeMap<String, (f64, u64)>,
+    after: &BTreeMap<String, (f64, u64)>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .filter_map(|(phase, (sum, count))| {
+            let (s0, c0) = before.get(phase).copied().unwrap_or_default();
+            let n = count.saturating_sub(c0);
+            (n > 0).then(|| (phase.clone(), (sum - s0) * 1000.0 / n as f64))
+        })
+        .collect()
+}
+
+/// The agent's `/metrics`, fetched from the namespace it runs in.
+fn scrape(ns: &NetNs, metrics: SocketAddr) -> BTreeMap<String, (f64, u64)> {
+    ns.run_in(move || http_get(metrics, "/metrics"))
+        .map(|t| phase_sums(&t))
+        .unwrap_or_default()
+}
 
 /// Mapping changes timed in the OVN lab.
 const MAPPING_ROUNDS: usize = 20;
@@ -241,12 +310,14 @@ fn main() {
     progress!("bridge lab: a pod veth into a Linux bridge, the server behind its uplink up0");
     let bridge = Lab::builder().clients(1).server_behind_uplink().build();
     let _bridge_server = Dnsmasq::start(bridge.dhcp_ns(), dnsmasq_config(bridge.dhcp_ifname()));
+    let bridge_metrics = free_local_addr();
     let bridge_agent = Daemon::start_with(
         Impl::Xdhcp,
         &xdhcp,
         &DaemonOptions {
             node_ns: Some(bridge.server.name().to_owned()),
             agent_args: vec!["--uplink".to_owned(), format!("physnet1={}", Lab::UPLINK)],
+            metrics: Some(bridge_metrics),
             ..DaemonOptions::default()
         },
     );
@@ -263,12 +334,14 @@ fn main() {
     let mut ovn = OvnLab::start();
     let _ovn_server = Dnsmasq::start(&ovn.server, dnsmasq_config(OvnLab::SERVER_IF));
     ovn.add_pod("pod1", parse_mac("0a:58:c0:00:02:05").expect("a MAC"));
+    let ovn_metrics = free_local_addr();
     let ovn_agent = Daemon::start_with(
         Impl::Xdhcp,
         &xdhcp,
         &DaemonOptions {
             node_ns: Some(ovn.node.name().to_owned()),
             ovsdb: Some(ovn.db_socket()),
+            metrics: Some(ovn_metrics),
             ..DaemonOptions::default()
         },
     );
@@ -290,6 +363,8 @@ fn main() {
     let (mut bridge_figs, mut ovn_figs) = (Figures::default(), Figures::default());
     round(&bridge_agent, &bridge_pod, 0, &mut Figures::default());
     round(&ovn_agent, &ovn_pod, 0, &mut Figures::default());
+    let bridge_phases0 = scrape(&bridge.server, bridge_metrics);
+    let ovn_phases0 = scrape(&ovn.node, ovn_metrics);
     for i in 1..=rounds {
         round(&bridge_agent, &bridge_pod, i, &mut bridge_figs);
         round(&ovn_agent, &ovn_pod, i, &mut ovn_figs);
@@ -297,6 +372,8 @@ fn main() {
             progress!("  {i} of {rounds}");
         }
     }
+    let bridge_phases = phase_means(&bridge_phases0, &scrape(&bridge.server, bridge_metrics));
+    let ovn_phases = phase_means(&ovn_phases0, &scrape(&ovn.node, ovn_metrics));
     bridge_figs.sort();
     ovn_figs.sort();
     // Where the ADDs were served: the uplink in both labs.
@@ -379,6 +456,25 @@ fn main() {
         ovn_figs.failed,
         rounds - ovn_figs.floor.len()
     );
+    let _ = writeln!(
+        md,
+        "\n## Where an ADD's time goes, per phase (the agent's `xdhcp_add_phase_seconds`)\n\n\
+         Mean over the measured ADDs, in ms. `guard` (the DHCP guard going on the pod's port: a TC \
+         filter in the bridge lab, XDP in the OVN lab) runs beside `slot` … `ack`, the exchange; \
+         a phase no ADD went through is left out.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| phase | bridge lab (ms) | OVN lab (ms) |\n|---|---|---|"
+    );
+    for phase in PHASES {
+        let (b, o) = (bridge_phases.get(phase), ovn_phases.get(phase));
+        if b.is_none() && o.is_none() {
+            continue;
+        }
+        let cell = |v: Option<&f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
+        let _ = writeln!(md, "| {phase} | {} | {} |", cell(b), cell(o));
+    }
     let _ = writeln!(
         md,
         "\n## `ovn-bridge-mappings` changed → uplink attached (OVN lab)\n\n\
