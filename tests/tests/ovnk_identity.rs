@@ -28,12 +28,10 @@ mod agent_support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_support::{CniPath, NodeAgent};
+use agent_support::{CniPath, NodeAgent, ovnk_call_as};
 use serde_json::{Value, json};
 use xdhcp_tests::fake_apiserver::{FakeApiServer, NODE, Op};
-use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginCall, PluginOutput, parse_mac, wait_until,
-};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, parse_mac, wait_until};
 
 /// Where the agent serves its metrics, inside the lab's node namespace.
 const METRICS: &str = "127.0.0.1:9465";
@@ -91,37 +89,6 @@ impl Api {
             "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "registry.invalid/c"}]}
         }));
     }
-}
-
-/// The plugin called as ovnkube-node calls it (`invoke.ExecPluginWithResult`
-/// in `dhcp_linux.go`): the `dhcp` plugin, its config with the agent's
-/// socket, `CNI_CONTAINERID` the sandbox, an empty `CNI_ARGS`.
-fn ovnk_call(
-    cni: &CniPath,
-    agent: &NodeAgent,
-    pod: &OvnPod,
-    sandbox: &str,
-    command: &str,
-    extra: &str,
-) -> PluginOutput {
-    let config = format!(
-        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"{extra}}}"#,
-        agent.socket.display(),
-        OvnLab::NETWORK
-    );
-    PluginCall {
-        plugin: &cni.plugin("dhcp"),
-        node_ns: None,
-        command,
-        container_id: sandbox,
-        netns: Some(pod.ns.path()),
-        ifname: &pod.ifname,
-        cni_path: cni.dir.path(),
-        cni_args: "",
-        config: &config,
-    }
-    .run()
-    .expect("run the dhcp plugin")
 }
 
 fn agent_on(lab: &OvnLab, api: &Api) -> NodeAgent {
@@ -197,7 +164,7 @@ fn an_add_without_cni_args_names_its_pod_from_ovs_and_the_node_watch_with_the_st
     let agent = agent_on(&lab, &api);
     wait_watching(&api, &agent);
 
-    let add = ovnk_call(&cni, &agent, &lab.pods()[0], &sandbox, "ADD", "");
+    let add = ovnk_call_as(&cni, &agent, &lab.pods()[0], &sandbox, "ADD", "");
     assert!(
         add.ok,
         "ADD: {}\n{}\n{}",
@@ -262,7 +229,7 @@ fn an_add_without_cni_args_names_its_pod_from_ovs_and_the_node_watch_with_the_st
     // (d) GC whose valid list lacks the attachment (a runtime's GC knows
     // nothing of ovnkube-node's IPAM call): OVS still shows the port for
     // this sandbox and pod, so the lease stays, unreleased.
-    let gc = ovnk_call(
+    let gc = ovnk_call_as(
         &cni,
         &agent,
         &lab.pods()[0],
@@ -309,7 +276,7 @@ fn a_stale_sandbox_s_add_is_refused_with_the_stand_in_api_server() {
 
     // A sandbox id OVS does not show on the port: superseded.
     let old = format!("0a1d5a4db0c{}", "0".repeat(53));
-    let r = ovnk_call(&cni, &agent, &lab.pods()[0], &old, "ADD", "");
+    let r = ovnk_call_as(&cni, &agent, &lab.pods()[0], &old, "ADD", "");
     assert!(!r.ok, "a stale sandbox's ADD succeeded: {}", r.stdout);
     let text = r.text();
     assert!(
@@ -320,7 +287,7 @@ fn a_stale_sandbox_s_add_is_refused_with_the_stand_in_api_server() {
     );
 
     // The port's UID is not the pod's now: the pod was recreated.
-    let r = ovnk_call(&cni, &agent, &lab.pods()[1], &pod2_sandbox, "ADD", "");
+    let r = ovnk_call_as(&cni, &agent, &lab.pods()[1], &pod2_sandbox, "ADD", "");
     assert!(!r.ok, "the recreated pod's old ADD succeeded: {}", r.stdout);
     let text = r.text();
     assert!(
@@ -338,6 +305,6 @@ fn a_stale_sandbox_s_add_is_refused_with_the_stand_in_api_server() {
 
     // The current sandbox of pod1 is served.
     let sandbox = lab.pods()[0].sandbox.clone();
-    let r = ovnk_call(&cni, &agent, &lab.pods()[0], &sandbox, "ADD", "");
+    let r = ovnk_call_as(&cni, &agent, &lab.pods()[0], &sandbox, "ADD", "");
     assert!(r.ok, "ADD: {}\n{}", r.text(), agent.log());
 }

@@ -12,33 +12,8 @@ mod agent_support;
 
 use std::time::Duration;
 
-use agent_support::{CniPath, NodeAgent};
-use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, OvnLab, OvnPod, PluginCall, PluginOutput, parse_mac, wait_until,
-};
-
-/// ADD or DEL `pod` as ovnkube-node does for a localnet network in DHCP
-/// mode: the `dhcp` plugin, OVN-Kubernetes' config, an empty `CNI_ARGS`.
-fn ovnk_call(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, command: &str) -> PluginOutput {
-    let config = format!(
-        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
-        agent.socket.display(),
-        OvnLab::NETWORK
-    );
-    PluginCall {
-        plugin: &cni.plugin("dhcp"),
-        node_ns: None,
-        command,
-        container_id: &pod.sandbox,
-        netns: Some(pod.ns.path()),
-        ifname: &pod.ifname,
-        cni_path: cni.dir.path(),
-        cni_args: "",
-        config: &config,
-    }
-    .run()
-    .expect("run the dhcp plugin")
-}
+use agent_support::{CniPath, NodeAgent, ovnk_call};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, OvnLab, parse_mac, wait_until};
 
 /// The identity `port` is guarded under (`ovs`, `cni`, `both`), if it is.
 fn identity(agent: &NodeAgent, port: &str) -> Option<String> {

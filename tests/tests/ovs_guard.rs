@@ -27,11 +27,9 @@ mod agent_support;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use agent_support::{CniPath, NodeAgent};
+use agent_support::{CniPath, NodeAgent, ovnk_call};
 use xdhcp_tests::ovs_lab::flood;
-use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginCall, PluginOutput, wait_until,
-};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginOutput, wait_until};
 
 /// Where the agent serves its metrics, inside the lab's node namespace.
 const METRICS: &str = "127.0.0.1:9464";
@@ -64,24 +62,7 @@ fn lab(pods: u8) -> (OvnLab, Dnsmasq, NodeAgent) {
 /// socket as `daemonSocketPath`), an empty `CNI_ARGS`, and the pod's
 /// sandbox id (the one on its `br-int` port) as the container id.
 fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
-    let config = format!(
-        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
-        agent.socket.display(),
-        OvnLab::NETWORK
-    );
-    PluginCall {
-        plugin: &cni.plugin("dhcp"),
-        node_ns: None,
-        command: "ADD",
-        container_id: &pod.sandbox,
-        netns: Some(pod.ns.path()),
-        ifname: &pod.ifname,
-        cni_path: cni.dir.path(),
-        cni_args: "",
-        config: &config,
-    }
-    .run()
-    .expect("run the dhcp plugin")
+    ovnk_call(cni, agent, pod, "ADD")
 }
 
 /// Serves `pod` through the agent; its port is guarded once the ADD

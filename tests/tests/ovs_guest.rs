@@ -43,10 +43,10 @@ mod agent_support;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use agent_support::{CniPath, NodeAgent};
+use agent_support::{CniPath, NodeAgent, ovnk_call};
 use xdhcp_tests::ovs_lab::flood;
 use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, LabDatapath, LabLink, NetNs, OvnLab, OvnLabOptions, OvnPod, PluginCall,
+    Dnsmasq, DnsmasqConfig, LabDatapath, LabLink, NetNs, OvnLab, OvnLabOptions, OvnPod,
     PluginOutput, parse_mac, wait_until,
 };
 
@@ -94,30 +94,6 @@ fn agent(lab: &OvnLab, extra: &[&str]) -> NodeAgent {
     let ovsdb = ovsdb.to_str().expect("a UTF-8 path");
     let args = [&["--ovsdb", ovsdb, "--metrics-addr", METRICS], extra].concat();
     NodeAgent::start(&lab.node, &args)
-}
-
-/// The plugin called as ovnkube-node calls it for a localnet network in
-/// DHCP mode: `dhcp` IPAM, OVN-Kubernetes' config, empty `CNI_ARGS`, the
-/// pod's sandbox id as the container id.
-fn ovnk_call(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, command: &str) -> PluginOutput {
-    let config = format!(
-        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
-        agent.socket.display(),
-        OvnLab::NETWORK
-    );
-    PluginCall {
-        plugin: &cni.plugin("dhcp"),
-        node_ns: None,
-        command,
-        container_id: &pod.sandbox,
-        netns: Some(pod.ns.path()),
-        ifname: &pod.ifname,
-        cni_path: cni.dir.path(),
-        cni_args: "",
-        config: &config,
-    }
-    .run()
-    .expect("run the dhcp plugin")
 }
 
 #[track_caller]

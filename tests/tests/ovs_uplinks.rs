@@ -51,10 +51,10 @@ mod agent_support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agent_support::{CniPath, NodeAgent};
+use agent_support::{CniPath, NodeAgent, ovnk_call};
 use xdhcp_tests::bench::metric_count;
 use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginCall, PluginOutput, parse_mac, wait_until,
+    Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginOutput, parse_mac, wait_until,
 };
 
 /// Where the agent serves its metrics, inside the lab's node namespace.
@@ -86,29 +86,6 @@ fn agent(node: &NetNs, ovsdb: &Path, extra: &[&str]) -> NodeAgent {
 /// socket as `daemonSocketPath`), an empty `CNI_ARGS`.
 fn ovnk_add(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod) -> PluginOutput {
     ovnk_call(cni, agent, pod, "ADD")
-}
-
-/// The plugin called as ovnkube-node calls it, for `command`: the
-/// container id is the pod's sandbox id, as on its `br-int` port.
-fn ovnk_call(cni: &CniPath, agent: &NodeAgent, pod: &OvnPod, command: &str) -> PluginOutput {
-    let config = format!(
-        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"}}"#,
-        agent.socket.display(),
-        OvnLab::NETWORK
-    );
-    PluginCall {
-        plugin: &cni.plugin("dhcp"),
-        node_ns: None,
-        command,
-        container_id: &pod.sandbox,
-        netns: Some(pod.ns.path()),
-        ifname: &pod.ifname,
-        cni_path: cni.dir.path(),
-        cni_args: "",
-        config: &config,
-    }
-    .run()
-    .expect("run the dhcp plugin")
 }
 
 #[track_caller]

@@ -585,3 +585,47 @@ pub fn apply_address(pod: &xdhcp_tests::OvnPod, result: &PluginOutput) {
         .unwrap_or_else(|| panic!("no address in {}", result.stdout));
     pod.ns.ip(&["addr", "add", cidr, "dev", &pod.ifname]);
 }
+
+/// The `dhcp` plugin called as ovnkube-node calls it for a localnet network
+/// in DHCP mode (`invoke.ExecPluginWithResult` in `dhcp_linux.go`): the
+/// config OVN-Kubernetes writes, with the agent's socket as
+/// `daemonSocketPath` and `extra` appended to it (`,"key":value` pairs, or
+/// nothing), `sandbox` as `CNI_CONTAINERID` and an empty `CNI_ARGS`.
+pub fn ovnk_call_as(
+    cni: &CniPath,
+    agent: &NodeAgent,
+    pod: &xdhcp_tests::OvnPod,
+    sandbox: &str,
+    command: &str,
+    extra: &str,
+) -> PluginOutput {
+    let config = format!(
+        r#"{{"cniVersion":"1.1.0","ipam":{{"daemonSocketPath":"{}","type":"dhcp"}},"name":"{}","type":"ovn-k8s-cni-overlay"{extra}}}"#,
+        agent.socket.display(),
+        OvnLab::NETWORK
+    );
+    PluginCall {
+        plugin: &cni.plugin("dhcp"),
+        node_ns: None,
+        command,
+        container_id: sandbox,
+        netns: Some(pod.ns.path()),
+        ifname: &pod.ifname,
+        cni_path: cni.dir.path(),
+        cni_args: "",
+        config: &config,
+    }
+    .run()
+    .expect("run the dhcp plugin")
+}
+
+/// [`ovnk_call_as`] with the pod's own sandbox id (the one on its `br-int`
+/// port) and OVN-Kubernetes' config as it is.
+pub fn ovnk_call(
+    cni: &CniPath,
+    agent: &NodeAgent,
+    pod: &xdhcp_tests::OvnPod,
+    command: &str,
+) -> PluginOutput {
+    ovnk_call_as(cni, agent, pod, &pod.sandbox, command, "")
+}
