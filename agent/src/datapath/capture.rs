@@ -563,22 +563,7 @@ impl Capture {
     /// Stop holding found port `f`: its leases see it lost and fall back to
     /// their own receivers, and the program is detached.
     fn release_found(&self, f: &FoundEntry) {
-        lock(&self.lost).remove(&target_key(&f.target));
-        if self.kernel.is_some() {
-            let mut targets = lock(&self.targets);
-            if let Some(e) = targets.get_mut(&f.target)
-                && e.role == Role::PortEgress
-            {
-                e.state.send_replace(TargetState::Lost);
-                e.users -= 1;
-                if e.users == 0 {
-                    targets.remove(&f.target);
-                }
-            }
-            drop(targets);
-            self.detach_in_background(&f.target);
-        }
-        self.update_degraded();
+        self.release_held(&f.target, Role::PortEgress);
     }
 
     /// The found port whose capture a lease on a link with `mac`, of
@@ -960,22 +945,29 @@ impl Capture {
     fn release_uplink(&self, u: &UplinkEntry) {
         self.metrics.forget_uplink(&u.labels());
         lock(&self.uplink_retry).retain(|t| t != &u.target);
-        lock(&self.lost).remove(&target_key(&u.target));
+        // Also when the same interface is held again under a new spec: the
+        // detach goes first, its attach follows, maybe in another mode.
+        self.release_held(&u.target, Role::Uplink);
+    }
+
+    /// Stop holding `target`, held in `role` by the agent itself (an uplink
+    /// or a found port): its leases see it lost, one user fewer, the
+    /// program detached in the background, no loss counted for it.
+    fn release_held(&self, target: &AttachTarget, role: Role) {
+        lock(&self.lost).remove(&target_key(target));
         if self.kernel.is_some() {
             let mut targets = lock(&self.targets);
-            if let Some(e) = targets.get_mut(&u.target)
-                && e.role == Role::Uplink
+            if let Some(e) = targets.get_mut(target)
+                && e.role == role
             {
                 e.state.send_replace(TargetState::Lost);
                 e.users -= 1;
                 if e.users == 0 {
-                    targets.remove(&u.target);
+                    targets.remove(target);
                 }
             }
             drop(targets);
-            // Also when the same interface is held again under a new spec:
-            // its attach follows, maybe in another mode.
-            self.detach_in_background(&u.target);
+            self.detach_in_background(target);
         }
         self.update_degraded();
     }
