@@ -24,6 +24,9 @@
 //!   runs without uplinks (a pod leases on its own path) and says why;
 //! - a DEL after the pod's port is gone (out of OVS, its veth deleted)
 //!   releases the lease through the uplink, and the server honours it;
+//! - the same with Kea behind the provider bridge instead of dnsmasq: the
+//!   lease is taken at the uplink, renews there, and is released through it
+//!   once the port is gone (Kea's lease file and log show it);
 //! - `ovs-vswitchd` and `ovsdb-server` killed under live leases and started
 //!   again: every lease renews while they are down and after they are
 //!   back, the uplink stays attached throughout, and discovery recovers (a
@@ -54,7 +57,8 @@ use std::time::{Duration, Instant};
 use agent_support::{CniPath, NodeAgent, ovnk_call};
 use xdhcp_tests::bench::metric_count;
 use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginOutput, parse_mac, wait_until,
+    Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, OvnLab, OvnPod, PluginOutput, parse_mac,
+    wait_until,
 };
 
 /// Where the agent serves its metrics, inside the lab's node namespace.
@@ -866,6 +870,82 @@ fn a_del_after_the_port_is_gone_releases_through_the_uplink() {
         agent.log()
     );
     assert!(dnsmasq.log().contains("DHCPRELEASE"), "{}", dnsmasq.log());
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert!(
+        agent.log().contains("released through the uplink"),
+        "{}",
+        agent.log()
+    );
+}
+
+/// Kea, not dnsmasq, behind the provider bridge: what the uplink does is not
+/// one server's habit. Kea answers a client's DISCOVER and REQUEST on its raw
+/// socket; the OFFER, the ACK and every renewal's ACK are taken at the uplink,
+/// and the DEL after the port is gone releases through it.
+#[test]
+fn kea_behind_the_provider_bridge_leases_renews_and_releases_through_the_uplink() {
+    let cni = CniPath::new();
+    let mut lab = OvnLab::start();
+    let kea = Kea::start(
+        &lab.server,
+        KeaConfig {
+            interface: OvnLab::SERVER_IF.to_owned(),
+            valid_lifetime: 60,
+            renew_timer: 3,
+            rebind_timer: 50,
+            ..KeaConfig::default()
+        },
+    );
+    lab.add_pod("pod-kea", parse_mac("0a:58:c0:00:02:41").unwrap());
+    let agent = agent(&lab.node, &lab.db_socket(), &[]);
+    wait_live(&agent, OvnLab::UPLINK, Duration::from_secs(10));
+    let pod = &lab.pods()[0];
+    let r = ovnk_add(&cni, &agent, pod);
+    assert!(
+        r.ok,
+        "ADD: {} {}\n{}\n{}",
+        r.stdout,
+        r.stderr,
+        agent.log(),
+        kea.log()
+    );
+    agent_support::apply_address(pod, &r);
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0].path, "uplink:eth1", "{}", agent.log());
+    let held = kea.lease_for(pod.mac).expect("Kea holds the pod's lease");
+    assert_eq!(
+        leases[0].address.map(|a| a.addr),
+        Some(held.ip),
+        "{leases:?}"
+    );
+
+    // Renewals (T1 3 s) are answered by Kea and taken at the uplink.
+    let replies = |agent: &NodeAgent| live_uplink(agent, OvnLab::UPLINK).map_or(0, |u| u.replies);
+    let before = replies(&agent);
+    for round in ["first", "second"] {
+        agent.wait_every_lease_renewed(
+            &agent.expiries(),
+            Duration::from_secs(10),
+            &format!("{round} renewal against Kea"),
+        );
+    }
+    assert!(replies(&agent) >= before + 2, "{before}\n{}", agent.log());
+    assert_eq!(agent.leases()[0].path, "uplink:eth1");
+
+    // The port goes before IPAM DEL; the RELEASE goes out at the uplink and
+    // Kea lets the address go.
+    lab.vsctl(&["del-port", OvnLab::INTEGRATION_BRIDGE, &pod.host_ifname]);
+    lab.node.ip(&["link", "del", &pod.host_ifname]);
+    let r = ovnk_call(&cni, &agent, pod, "DEL");
+    assert!(r.ok, "DEL: {} {}\n{}", r.stdout, r.stderr, agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || kea.lease_for(pod.mac).is_none()),
+        "Kea still holds the lease:\n{}\n{}",
+        kea.log(),
+        agent.log()
+    );
+    assert!(kea.log().contains("DHCP4_RELEASE"), "{}", kea.log());
     assert!(agent.leases().is_empty(), "{:?}", agent.leases());
     assert!(
         agent.log().contains("released through the uplink"),
