@@ -23,6 +23,7 @@ pub mod netns;
 pub mod ovs_lab;
 pub mod plugin;
 pub mod servers;
+pub mod stand_in_api;
 pub mod tmpfs;
 
 pub use agent::InProcessAgent;
@@ -35,6 +36,7 @@ pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{
     Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease, wait_until,
 };
+pub use stand_in_api::{StandInApi, write_kubeconfig};
 pub use xdhcp_testbed::programs::CNI_PLUGIN_DIR;
 
 /// The executable of the external program `name` from the one program table

@@ -27,8 +27,8 @@ use xdhcp::cni::config;
 use xdhcp::cni::types::code;
 use xdhcp::rpc::{ClientError, CniRequest, CniResult};
 use xdhcp_tests::agent::InProcessAgent;
-use xdhcp_tests::fake_apiserver::{FakeApiServer, Op};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, format_mac, wait_until};
+use xdhcp_tests::fake_apiserver::Op;
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, StandInApi, format_mac, wait_until};
 
 const NS: &str = "tenant";
 const NAD: &str = "localnet-dhcp";
@@ -41,43 +41,19 @@ fn key() -> String {
 
 /// The fake API server on its own runtime (the test thread blocks on the
 /// agent).
-struct Api {
-    server: FakeApiServer,
-    _rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
+struct Api(StandInApi);
+
+impl std::ops::Deref for Api {
+    type Target = StandInApi;
+
+    fn deref(&self) -> &StandInApi {
+        &self.0
+    }
 }
 
 impl Api {
     fn start() -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = rt.block_on(FakeApiServer::start());
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-kubeconfig-")
-            .tempdir()
-            .unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
-                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
-                 users:\n- name: nobody\n  user: {{}}\n",
-                server.url()
-            ),
-        )
-        .unwrap();
-        Api {
-            server,
-            _rt: rt,
-            _dir: dir,
-            kubeconfig,
-        }
+        Self(StandInApi::start())
     }
 
     fn agent(&self) -> InProcessAgent {

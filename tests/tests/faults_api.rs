@@ -17,14 +17,15 @@
 //!   `Retry-After`, but never past the ADD's deadline: the plugin's wait
 //!   (DHCP timeout + 15 s) less one second.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
 use xdhcp::rpc::CniRequest;
-use xdhcp_tests::fake_apiserver::{FakeApiServer, Fault, Op};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, LabClient, format_mac, wait_until};
+use xdhcp_tests::fake_apiserver::{Fault, Op};
+use xdhcp_tests::{
+    Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, LabClient, StandInApi, format_mac, wait_until,
+};
 
 const NS: &str = "tenant";
 const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
@@ -32,50 +33,23 @@ const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
 /// 2 s + 15 s; the agent answers one second before.
 const DEADLINE: Duration = Duration::from_secs(16);
 
-fn write_kubeconfig(dir: &Path, url: &str) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-             clusters:\n- name: fake\n  cluster:\n    server: {url}\n\
-             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
-             users:\n- name: nobody\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
-    path
-}
-
 /// A lab with one dnsmasq, the fake API server, and an agent using it.
 struct Setup {
     // Dropped in this order: the agent before the API it uses.
     agent: InProcessAgent,
-    server: FakeApiServer,
+    server: StandInApi,
     dnsmasq: Dnsmasq,
     lab: Lab,
-    _api_rt: tokio::runtime::Runtime,
-    _cfg: tempfile::TempDir,
 }
 
 impl Setup {
     fn new(clients: usize) -> Self {
-        let api_rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = api_rt.block_on(FakeApiServer::start());
-        let cfg = tempfile::Builder::new()
-            .prefix("xdt-kubeconfig-")
-            .tempdir()
-            .unwrap();
-        let kubeconfig = write_kubeconfig(cfg.path(), &server.url());
+        let server = StandInApi::start();
         let lab = Lab::with_clients(clients);
         let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
         let agent = InProcessAgent::start_with(|a| {
             a.kube = KubeMode::On;
-            a.kubeconfig = Some(kubeconfig);
+            a.kubeconfig = Some(server.kubeconfig.clone());
             a.datapath = DatapathChoice::Afpacket;
         });
         Self {
@@ -83,8 +57,6 @@ impl Setup {
             server,
             dnsmasq,
             lab,
-            _api_rt: api_rt,
-            _cfg: cfg,
         }
     }
 

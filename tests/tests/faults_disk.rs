@@ -19,54 +19,14 @@ use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
 use xdhcp::rpc::CniRequest;
 use xdhcp::store::LeaseRecord;
-use xdhcp_tests::fake_apiserver::FakeApiServer;
 use xdhcp_tests::tmpfs::Tmpfs;
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, LabClient, format_mac, wait_until};
+use xdhcp_tests::{
+    Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, LabClient, StandInApi, format_mac, wait_until,
+};
 
 const T1: u64 = 3;
 
-/// The fake API server (not a cluster) and a kubeconfig for it.
-struct Api {
-    server: FakeApiServer,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Api {
-    fn start() -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = rt.block_on(FakeApiServer::start());
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-kubeconfig-")
-            .tempdir()
-            .unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
-                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
-                 users:\n- name: nobody\n  user: {{}}\n",
-                server.url()
-            ),
-        )
-        .unwrap();
-        Self {
-            server,
-            kubeconfig,
-            _dir: dir,
-            _rt: rt,
-        }
-    }
-}
-
-fn request(client: &LabClient, container: &str, api: Option<&Api>) -> CniRequest {
+fn request(client: &LabClient, container: &str, api: Option<&StandInApi>) -> CniRequest {
     if let Some(api) = api {
         api.server.add_pod("default", container, &[], &[]);
     }
@@ -76,7 +36,7 @@ fn request(client: &LabClient, container: &str, api: Option<&Api>) -> CniRequest
     xdhcp_tests::cni_request(client, container, "default", conf)
 }
 
-fn agent_on(state_dir: &Path, api: Option<&Api>) -> InProcessAgent {
+fn agent_on(state_dir: &Path, api: Option<&StandInApi>) -> InProcessAgent {
     let dir = state_dir.to_path_buf();
     let kubeconfig = api.map(|a| a.kubeconfig.clone());
     InProcessAgent::start_with(move |a| {
@@ -168,14 +128,14 @@ fn full_or_read_only_state_dir_fails_add_clearly_and_loses_nothing_embedded() {
 
 #[test]
 fn full_or_read_only_state_dir_fails_add_clearly_and_loses_nothing_fake_apiserver() {
-    full_or_read_only(Some(&Api::start()));
+    full_or_read_only(Some(&StandInApi::start()));
 }
 
 #[expect(
     clippy::too_many_lines,
     reason = "one scenario: full, space back, read-only, writable, restart, each with its checks"
 )]
-fn full_or_read_only(api: Option<&Api>) {
+fn full_or_read_only(api: Option<&StandInApi>) {
     let fs = Tmpfs::mount("64k");
     let state = fs.path().join("state");
     let lab = Lab::with_clients(3);

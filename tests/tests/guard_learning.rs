@@ -60,9 +60,9 @@ use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
 use xdhcp::cli::{AgentArgs, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest};
-use xdhcp_tests::fake_apiserver::{FakeApiServer, Fault, Op};
+use xdhcp_tests::fake_apiserver::{Fault, Op};
 use xdhcp_tests::{
-    Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab, NetNs, Veth, parse_mac, wait_until,
+    Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab, NetNs, StandInApi, Veth, parse_mac, wait_until,
 };
 
 const NS: &str = "tenant";
@@ -76,46 +76,19 @@ const OTHER: &str = "example.com/written-meanwhile";
 /// The in-process fake API server (not a cluster), listening on the node
 /// namespace's loopback (the agent's threads live in that namespace), on
 /// its own runtime; and a kubeconfig naming it.
-struct Api {
-    server: FakeApiServer,
-    _rt: tokio::runtime::Runtime,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
+struct Api(StandInApi);
+
+impl std::ops::Deref for Api {
+    type Target = StandInApi;
+
+    fn deref(&self) -> &StandInApi {
+        &self.0
+    }
 }
 
 impl Api {
     fn start_in(node: &Path) -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        // The listening socket is created on a thread inside the node
-        // namespace, so it stays there; the runtime's workers serve it.
-        let server = xdhcp::sys::netns::run_in_netns(node, || rt.block_on(FakeApiServer::start()))
-            .expect("start the fake API server in the node namespace");
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-kubeconfig-")
-            .tempdir()
-            .unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
-                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
-                 users:\n- name: nobody\n  user: {{}}\n",
-                server.url()
-            ),
-        )
-        .unwrap();
-        Api {
-            server,
-            _rt: rt,
-            kubeconfig,
-            _dir: dir,
-        }
+        Self(StandInApi::start_in(node))
     }
 
     /// The launcher pod's `pod-networks` annotation, parsed.

@@ -59,8 +59,8 @@ use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
 use xdhcp::cli::{AgentArgs, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest};
-use xdhcp_tests::fake_apiserver::{FakeApiServer, Op};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, Veth, parse_mac, wait_until};
+use xdhcp_tests::fake_apiserver::Op;
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, StandInApi, Veth, parse_mac, wait_until};
 
 /// The launcher pod's namespace and name (the lab's NAD lives in `lab-ns`).
 const NS: &str = "lab-ns";
@@ -79,44 +79,19 @@ fn vm_mac() -> [u8; 6] {
 }
 
 /// The fake API server in the lab's node namespace, and a kubeconfig.
-struct Api {
-    server: FakeApiServer,
-    _rt: tokio::runtime::Runtime,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
+struct Api(StandInApi);
+
+impl std::ops::Deref for Api {
+    type Target = StandInApi;
+
+    fn deref(&self) -> &StandInApi {
+        &self.0
+    }
 }
 
 impl Api {
     fn start_in(node: &Path) -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = xdhcp::sys::netns::run_in_netns(node, || rt.block_on(FakeApiServer::start()))
-            .expect("start the fake API server in the node namespace");
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-kubeconfig-")
-            .tempdir()
-            .unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
-                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
-                 users:\n- name: nobody\n  user: {{}}\n",
-                server.url()
-            ),
-        )
-        .unwrap();
-        Api {
-            server,
-            _rt: rt,
-            kubeconfig,
-            _dir: dir,
-        }
+        Self(StandInApi::start_in(node))
     }
 
     fn patches(&self) -> usize {

@@ -25,60 +25,31 @@
 
 mod agent_support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use agent_support::{CniPath, NodeAgent, ovnk_call_as};
 use serde_json::{Value, json};
-use xdhcp_tests::fake_apiserver::{FakeApiServer, NODE, Op};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, parse_mac, wait_until};
+use xdhcp_tests::fake_apiserver::{NODE, Op};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, StandInApi, parse_mac, wait_until};
 
 /// Where the agent serves its metrics, inside the lab's node namespace.
 const METRICS: &str = "127.0.0.1:9465";
 
 /// The stand-in API server, listening in `node` (on its own runtime: the
 /// test thread blocks on the plugin), and a kubeconfig naming it.
-struct Api {
-    server: FakeApiServer,
-    _rt: tokio::runtime::Runtime,
-    dir: tempfile::TempDir,
+struct Api(StandInApi);
+
+impl std::ops::Deref for Api {
+    type Target = StandInApi;
+
+    fn deref(&self) -> &StandInApi {
+        &self.0
+    }
 }
 
 impl Api {
     fn start_in(node: &NetNs) -> Self {
-        let listener = node.run_in(|| {
-            std::net::TcpListener::bind("127.0.0.1:0").expect("bind in the node namespace")
-        });
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = rt.block_on(async { FakeApiServer::start_on(listener) });
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-kubeconfig-")
-            .tempdir()
-            .unwrap();
-        std::fs::write(
-            dir.path().join("kubeconfig"),
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-                 clusters:\n- name: fake\n  cluster:\n    server: {}\n\
-                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
-                 users:\n- name: nobody\n  user: {{}}\n",
-                server.url()
-            ),
-        )
-        .unwrap();
-        Api {
-            server,
-            _rt: rt,
-            dir,
-        }
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("kubeconfig")
+        Self(StandInApi::start_in(node.path()))
     }
 
     /// Store pod `lab-ns/<name>` with `uid`, on the agent's node.
@@ -93,7 +64,7 @@ impl Api {
 
 fn agent_on(lab: &OvnLab, api: &Api) -> NodeAgent {
     let db = lab.db_socket();
-    let kubeconfig = api.kubeconfig();
+    let kubeconfig = api.kubeconfig.clone();
     NodeAgent::start(
         &lab.node,
         &[

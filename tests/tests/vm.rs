@@ -33,9 +33,10 @@ use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::cni::types::code;
 use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult, LeaseView};
-use xdhcp_tests::fake_apiserver::FakeApiServer;
 use xdhcp_tests::tmpfs::Tmpfs;
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, format_mac, wait_until};
+use xdhcp_tests::{
+    Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, StandInApi, format_mac, wait_until,
+};
 
 const NS: &str = "tenant";
 const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
@@ -513,43 +514,18 @@ fn migration_target_whose_reported_address_is_refused_falls_back_to_discover() {
     assert_no_ipv4(&c.ns, &["net1"]);
 }
 
-/// A kubeconfig for the fake API server at `url` (plain HTTP, no user).
-fn write_kubeconfig(dir: &Path, url: &str) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-             clusters:\n- name: fake\n  cluster:\n    server: {url}\n\
-             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
-             users:\n- name: nobody\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
-    path
-}
-
 /// The same VM path with `--kube=on` and `--kubeconfig` pointing at an
 /// in-process fake API server (not a cluster) driven by the real
 /// `kube::Client`: the pod and VMI come from the API, the entry is patched
 /// next to the pod's `default` entry, DEL removes only it, and an ADD whose
 /// `K8S_POD_UID` is not the pod's (a recreated pod) writes nothing.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one scenario: API objects, ADD, DEL, stale-UID ADD, each with its checks"
-)]
 fn vm_pod_via_the_fake_api_server_patches_pod_networks_and_refuses_a_recreated_pod() {
     const VM_MAC: &str = "02:00:00:00:20:0c";
     const NAD: &str = "localnet-dhcp";
     const POD: &str = "virt-launcher-vm3-x";
     let key = format!("{NS}/{NAD}");
-    let api_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = api_rt.block_on(FakeApiServer::start());
+    let server = StandInApi::start();
     let default_entry = json!({"default": {"ip_addresses": ["10.128.0.9/23"],
         "mac_address": "0a:58:0a:80:00:09", "gateway_ips": ["10.128.0.1"], "role": "primary"}});
     let uid = server.add_pod(
@@ -562,11 +538,7 @@ fn vm_pod_via_the_fake_api_server_patches_pod_networks_and_refuses_a_recreated_p
         &[(POD_NETWORKS, &default_entry.to_string())],
     );
     server.put_vmi(vmi_doc("vm3", "dhcpnet", &key, VM_MAC));
-    let cfg_dir = tempfile::Builder::new()
-        .prefix("xdt-kubeconfig-")
-        .tempdir()
-        .unwrap();
-    let kubeconfig = write_kubeconfig(cfg_dir.path(), &server.url());
+    let kubeconfig = server.kubeconfig.clone();
 
     let mut lab = Lab::with_clients(0);
     let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
@@ -778,15 +750,60 @@ fn vfio_seed(vm_mac: &str, nad: &str) -> Value {
     })
 }
 
+/// A fake sysfs tree holding one VF at [`BDF`] (`ids`, host driver
+/// `driver`, bound to `vfio-pci`) and an agent reading it, started in
+/// `netns` on `seed`; `tweak` sees the VF and edits the agent's arguments
+/// further. Fields drop in order: the fake kernel, the agent, the tree.
+struct VfRig {
+    fake: FakeVf,
+    agent: TestAgent,
+    _tree: tempfile::TempDir,
+}
+
+impl VfRig {
+    fn start(
+        netns: Option<&Path>,
+        seed: &Value,
+        (ids, driver): ((u16, u16), &'static str),
+        tweak: impl FnOnce(&FakeVf, &mut AgentArgs),
+    ) -> Self {
+        let tree = tempfile::Builder::new()
+            .prefix("xdt-vm-sysfs-")
+            .tempdir()
+            .unwrap();
+        let sysfs_root = tree.path().join("sys");
+        let mut fake = None;
+        let agent = TestAgent::start(netns, seed, |a| {
+            let f = FakeVf::new(tree.path(), &a.state_dir, ids, driver);
+            a.sysfs_root.clone_from(&sysfs_root);
+            tweak(&f, a);
+            fake = Some(f);
+        });
+        Self {
+            fake: fake.expect("fake sysfs built"),
+            agent,
+            _tree: tree,
+        }
+    }
+
+    /// Nothing was handed off: `vfio-pci` kept the VF, the host driver never
+    /// bound it, no journal, no lease.
+    #[track_caller]
+    fn assert_untouched(&self, host_driver: &str) {
+        assert_eq!(self.fake.driver_file("vfio-pci", "unbind"), "");
+        assert_eq!(self.fake.driver_file(host_driver, "bind"), "");
+        assert_eq!(self.fake.journal_entries(), 0);
+        assert!(self.agent.leases().is_empty(), "{:?}", self.agent.leases());
+    }
+}
+
 /// A node with one VF behind the fake sysfs (`mlx5_core`, bound to
 /// `vfio-pci`), its netdev in the lab's client namespace, a dnsmasq, a
 /// launcher pod namespace and an agent on it all. Fields drop in order:
 /// the agent first.
 struct VfioNode {
-    agent: TestAgent,
-    fake: FakeVf,
+    rig: VfRig,
     launcher: NetNs,
-    _tree: tempfile::TempDir,
     dnsmasq: Dnsmasq,
     lab: Lab,
 }
@@ -800,31 +817,20 @@ impl VfioNode {
         let host = &lab.clients[0];
         host.ns.ip(&["link", "set", VF_NETDEV, "down"]);
         let launcher = NetNs::new();
-        let tree = tempfile::Builder::new()
-            .prefix("xdt-vm-sysfs-")
-            .tempdir()
-            .unwrap();
         // The fake kernel watches the agent's journal dir, known once the
         // agent's flags are.
-        let seed = vfio_seed(vm_mac, nad);
-        let sysfs_root = tree.path().join("sys");
-        let mut fake: Option<FakeVf> = None;
-        let agent = TestAgent::start(Some(host.ns.path()), &seed, |a| {
-            fake = Some(FakeVf::new(
-                tree.path(),
-                &a.state_dir,
-                (0x15b3, 0x101e),
-                "mlx5_core",
-            ));
-            a.sysfs_root.clone_from(&sysfs_root);
-            a.vfio_netdev_timeout = Duration::from_secs(5);
-            tweak(a);
-        });
+        let rig = VfRig::start(
+            Some(host.ns.path()),
+            &vfio_seed(vm_mac, nad),
+            ((0x15b3, 0x101e), "mlx5_core"),
+            |_, a| {
+                a.vfio_netdev_timeout = Duration::from_secs(5);
+                tweak(a);
+            },
+        );
         Self {
-            agent,
-            fake: fake.expect("fake sysfs built"),
+            rig,
             launcher,
-            _tree: tree,
             dnsmasq,
             lab,
         }
@@ -837,8 +843,8 @@ fn vfio_vm_dora_runs_on_the_handed_off_vf_netdev_and_vfio_pci_is_restored() {
     const NAD: &str = "localnet-dhcp-vfio";
     let node = VfioNode::start(VM_MAC, NAD, |a| a.datapath = DatapathChoice::Auto);
     let (agent, fake, launcher, dnsmasq, lab) = (
-        &node.agent,
-        &node.fake,
+        &node.rig.agent,
+        &node.rig.fake,
         &node.launcher,
         &node.dnsmasq,
         &node.lab,
@@ -938,7 +944,12 @@ fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory()
     let node = VfioNode::start(VM_MAC, NAD, |a| {
         leases_fs = Some(Tmpfs::mount_at(&a.state_dir.join("leases"), "1m"));
     });
-    let (agent, fake, launcher, dnsmasq) = (&node.agent, &node.fake, &node.launcher, &node.dnsmasq);
+    let (agent, fake, launcher, dnsmasq) = (
+        &node.rig.agent,
+        &node.rig.fake,
+        &node.launcher,
+        &node.dnsmasq,
+    );
     leases_fs.as_ref().expect("tmpfs mounted").remount(true);
 
     let req = request(
@@ -983,24 +994,14 @@ fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory()
 fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
     const NAD: &str = "localnet-dhcp-vfio";
     let launcher = NetNs::new();
-    let tree = tempfile::Builder::new()
-        .prefix("xdt-vm-sysfs-")
-        .tempdir()
-        .unwrap();
-    let sysfs_root = tree.path().join("sys");
-    let mut fake = None;
-    let agent = TestAgent::start(None, &vfio_seed("02:00:00:00:20:0a", NAD), |a| {
-        // virtio-net (0x1af4:0x1041) is no SR-IOV VF any driver row claims.
-        fake = Some(FakeVf::new(
-            tree.path(),
-            &a.state_dir,
-            (0x1af4, 0x1041),
-            "mlx5_core",
-        ));
-        a.sysfs_root.clone_from(&sysfs_root);
-        a.datapath = DatapathChoice::Afpacket;
-    });
-    let fake = fake.unwrap();
+    // virtio-net (0x1af4:0x1041) is no SR-IOV VF any driver row claims.
+    let rig = VfRig::start(
+        None,
+        &vfio_seed("02:00:00:00:20:0a", NAD),
+        ((0x1af4, 0x1041), "mlx5_core"),
+        |_, a| a.datapath = DatapathChoice::Afpacket,
+    );
+    let agent = &rig.agent;
     let req = request(
         "ctr-unknown",
         "virt-launcher-vm2-x",
@@ -1020,10 +1021,7 @@ fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
         "{}",
         e.msg
     );
-    assert_eq!(fake.driver_file("vfio-pci", "unbind"), "");
-    assert_eq!(fake.driver_file("mlx5_core", "bind"), "");
-    assert_eq!(fake.journal_entries(), 0);
-    assert!(agent.leases().is_empty());
+    rig.assert_untouched("mlx5_core");
 
     // A deviceID that is not a PCI address is a clear error too.
     let bad = request(
@@ -1046,12 +1044,11 @@ fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
 fn vfio_vm_naming_another_pods_vf_is_refused_and_touches_nothing() {
     const NAD: &str = "localnet-dhcp-vfio";
     let launcher = NetNs::new();
-    let tree = tempfile::Builder::new()
-        .prefix("xdt-vm-sysfs-")
+    let dir = tempfile::Builder::new()
+        .prefix("xdt-kubelet-")
         .tempdir()
         .unwrap();
-    let sysfs_root = tree.path().join("sys");
-    let checkpoint = tree.path().join("kubelet_internal_checkpoint");
+    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
     std::fs::write(
         &checkpoint,
         json!({"Data": {
@@ -1062,19 +1059,16 @@ fn vfio_vm_naming_another_pods_vf_is_refused_and_touches_nothing() {
         .to_string(),
     )
     .unwrap();
-    let mut fake = None;
-    let agent = TestAgent::start(None, &vfio_seed("02:00:00:00:20:0b", NAD), |a| {
-        fake = Some(FakeVf::new(
-            tree.path(),
-            &a.state_dir,
-            (0x15b3, 0x101e),
-            "mlx5_core",
-        ));
-        a.sysfs_root.clone_from(&sysfs_root);
-        a.device_checkpoint.clone_from(&checkpoint);
-        a.datapath = DatapathChoice::Afpacket;
-    });
-    let fake = fake.unwrap();
+    let rig = VfRig::start(
+        None,
+        &vfio_seed("02:00:00:00:20:0b", NAD),
+        ((0x15b3, 0x101e), "mlx5_core"),
+        |_, a| {
+            a.device_checkpoint.clone_from(&checkpoint);
+            a.datapath = DatapathChoice::Afpacket;
+        },
+    );
+    let agent = &rig.agent;
     let req = request(
         "ctr-steal",
         "virt-launcher-vm2-x",
@@ -1089,10 +1083,7 @@ fn vfio_vm_naming_another_pods_vf_is_refused_and_touches_nothing() {
         "{}",
         e.msg
     );
-    assert_eq!(fake.driver_file("vfio-pci", "unbind"), "");
-    assert_eq!(fake.driver_file("mlx5_core", "bind"), "");
-    assert_eq!(fake.journal_entries(), 0);
-    assert!(agent.leases().is_empty());
+    rig.assert_untouched("mlx5_core");
 }
 
 /// A VFIO VM's ADD whose VMI read hangs (the fake API server holds it for
@@ -1106,12 +1097,7 @@ fn vfio_vm_add_with_a_hung_vmi_read_fails_at_its_deadline_fake_apiserver() {
     /// The ADD deadline of a network with `"timeout": "2s"`: the plugin
     /// waits 2 s + 15 s; the agent answers one second before.
     const DEADLINE: Duration = Duration::from_secs(16);
-    let api_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = api_rt.block_on(FakeApiServer::start());
+    let server = StandInApi::start();
     let seed = vfio_seed("02:00:00:00:20:0d", NAD);
     server.add_pod(
         NS,
@@ -1124,31 +1110,13 @@ fn vfio_vm_add_with_a_hung_vmi_read_fails_at_its_deadline_fake_apiserver() {
     );
     server.put_vmi(seed["vmis"][format!("{NS}/vm2")].clone());
     server.inject(Op::GetVmi, Fault::Delay(Duration::from_mins(1)));
-    let cfg_dir = tempfile::Builder::new()
-        .prefix("xdt-kubeconfig-")
-        .tempdir()
-        .unwrap();
-    let kubeconfig = write_kubeconfig(cfg_dir.path(), &server.url());
     let launcher = NetNs::new();
-    let tree = tempfile::Builder::new()
-        .prefix("xdt-vm-sysfs-")
-        .tempdir()
-        .unwrap();
-    let sysfs_root = tree.path().join("sys");
-    let mut fake = None;
-    let agent = TestAgent::start(None, &json!({}), |a| {
-        fake = Some(FakeVf::new(
-            tree.path(),
-            &a.state_dir,
-            (0x15b3, 0x101e),
-            "mlx5_core",
-        ));
-        a.sysfs_root.clone_from(&sysfs_root);
+    let rig = VfRig::start(None, &json!({}), ((0x15b3, 0x101e), "mlx5_core"), |_, a| {
         a.kube = KubeMode::On;
-        a.kubeconfig = Some(kubeconfig.clone());
+        a.kubeconfig = Some(server.kubeconfig.clone());
         a.datapath = DatapathChoice::Afpacket;
     });
-    let fake = fake.unwrap();
+    let agent = &rig.agent;
     let mut conf = localnet_config(NAD, Some(BDF));
     conf["ipam"] = json!({"type": "xdhcp", "timeout": "2s"});
     let req = request(
@@ -1169,9 +1137,7 @@ fn vfio_vm_add_with_a_hung_vmi_read_fails_at_its_deadline_fake_apiserver() {
     );
     assert!(took < DEADLINE + Duration::from_secs(2), "took {took:?}");
     // The VMI is read before the handoff: the VF never left vfio-pci.
-    assert_eq!(fake.driver_file("vfio-pci", "unbind"), "");
-    assert_eq!(fake.journal_entries(), 0);
-    assert!(agent.leases().is_empty());
+    rig.assert_untouched("mlx5_core");
 }
 
 #[test]
@@ -1181,28 +1147,16 @@ fn vfio_vm_failures_inside_the_handoff_still_restore_vfio_pci() {
     let lab = Lab::builder().clients(1).client_ifname(VF_NETDEV).build();
     let host = &lab.clients[0];
     let launcher = NetNs::new();
-    let tree = tempfile::Builder::new()
-        .prefix("xdt-vm-sysfs-")
-        .tempdir()
-        .unwrap();
-    let sysfs_root = tree.path().join("sys");
-    let mut fake = None;
-    let agent = TestAgent::start(
+    let rig = VfRig::start(
         Some(host.ns.path()),
         &vfio_seed("02:00:00:00:20:0b", NAD),
-        |a| {
-            fake = Some(FakeVf::new(
-                tree.path(),
-                &a.state_dir,
-                (0x8086, 0x1889),
-                "iavf",
-            ));
-            a.sysfs_root.clone_from(&sysfs_root);
+        ((0x8086, 0x1889), "iavf"),
+        |_, a| {
             a.vfio_netdev_timeout = Duration::from_secs(1);
             a.datapath = DatapathChoice::Afpacket;
         },
     );
-    let fake = fake.unwrap();
+    let (agent, fake) = (&rig.agent, &rig.fake);
     let mut conf = localnet_config(NAD, Some(BDF));
     conf["ipam"] = json!({"type": "xdhcp", "timeout": "2s"});
     let req = request(
@@ -1246,14 +1200,7 @@ fn vfio_vm_failures_inside_the_handoff_still_restore_vfio_pci() {
 
 #[test]
 fn agent_start_heals_an_interrupted_handoff_before_serving() {
-    let tree = tempfile::Builder::new()
-        .prefix("xdt-vm-sysfs-")
-        .tempdir()
-        .unwrap();
-    let sysfs_root = tree.path().join("sys");
-    let mut fake = None;
-    let _agent = TestAgent::start(None, &json!({}), |a| {
-        let f = FakeVf::new(tree.path(), &a.state_dir, (0x15b3, 0x101e), "mlx5_core");
+    let rig = VfRig::start(None, &json!({}), ((0x15b3, 0x101e), "mlx5_core"), |f, a| {
         // Killed right after writing the journal and driver_override.
         std::fs::create_dir_all(&f.journal_dir).unwrap();
         std::fs::write(
@@ -1264,12 +1211,9 @@ fn agent_start_heals_an_interrupted_handoff_before_serving() {
         )
         .unwrap();
         std::fs::write(f.dev.join("driver_override"), "mlx5_core").unwrap();
-        fake = Some(f);
-        a.sysfs_root.clone_from(&sysfs_root);
         a.datapath = DatapathChoice::Afpacket;
     });
     // Ready implies healed: heal runs before the socket is served.
-    let fake = fake.unwrap();
-    assert_eq!(fake.driver_override(), "vfio-pci");
-    assert_eq!(fake.journal_entries(), 0);
+    assert_eq!(rig.fake.driver_override(), "vfio-pci");
+    assert_eq!(rig.fake.journal_entries(), 0);
 }
