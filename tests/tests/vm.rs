@@ -1182,7 +1182,7 @@ fn vfio_vm_failures_inside_the_handoff_still_restore_vfio_pci() {
     assert_eq!(e.code, code::DHCP_TIMEOUT, "{e:?}");
     assert!(e.msg.contains(VF_NETDEV), "{}", e.msg);
     assert_eq!(fake.driver_file("iavf", "bind"), BDF);
-    assert_restored(&fake);
+    assert_restored(fake);
 
     // The driver binds but no netdev appears.
     fake.reset();
@@ -1195,7 +1195,7 @@ fn vfio_vm_failures_inside_the_handoff_still_restore_vfio_pci() {
         e.msg
     );
     assert_eq!(fake.driver_file("iavf", "bind"), BDF);
-    assert_restored(&fake);
+    assert_restored(fake);
 }
 
 #[test]
