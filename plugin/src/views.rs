@@ -163,6 +163,10 @@ pub struct GuardedPortStatus {
     pub vf_netdev_name: Option<String>,
     #[serde(default)]
     pub vf_is_vfio: bool,
+    /// The port has the VM policy: its guest's DHCP exchanges are learned
+    /// and the BOOTP broadcast flag is set on its DISCOVER and REQUEST.
+    #[serde(default)]
+    pub learning: bool,
 }
 
 /// A workload port found in Open vSwitch whose host side the capture

@@ -150,18 +150,27 @@ struct StandIn {
 }
 
 impl StandIn {
+    /// Following the launcher pod's entry in the stand-in API server.
     fn start(api: &Arc<Api>, dir: &Path, lsp: &str) -> Self {
+        let api = api.clone();
+        Self::following(dir, lsp, move || api.server.annotation(NS, POD, POD_NETWORKS))
+    }
+
+    /// Following the entry `annotation` reads (the launcher pod's
+    /// `pod-networks` annotation, wherever the pod is kept).
+    fn following(
+        dir: &Path,
+        lsp: &str,
+        annotation: impl Fn() -> Option<String> + Send + 'static,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let pins = Arc::new(Mutex::new(Vec::new()));
-        let api = api.clone();
         let (dir, lsp) = (dir.to_path_buf(), lsp.to_owned());
         let (s, p) = (stop.clone(), pins.clone());
         let thread = std::thread::spawn(move || {
             let mut pinned = None;
             while !s.load(Ordering::Relaxed) {
-                let now = api
-                    .server
-                    .annotation(NS, POD, POD_NETWORKS)
+                let now = annotation()
                     .as_deref()
                     .and_then(entry_address)
                     .map(|(ip, _)| ip);
@@ -962,8 +971,17 @@ impl OwnPath {
                 > 0),
             "the agent does not watch the node's pods"
         );
-        // The follower looks again every second: the pod is a VM's by then.
-        std::thread::sleep(Duration::from_secs(2));
+        // The follower looks again every second: once the watch has the
+        // pod, the port gets the VM policy, which the status shows.
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                let s: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
+                s.guarded_ports
+                    .iter()
+                    .any(|p| p.port == host_port && p.learning)
+            }),
+            "the VM's port did not get the VM policy"
+        );
         // ovnkube-node's one-shot, then its entry (with a foreign field,
         // the deprecated `ip_address`, and the default network's entry).
         let (a, server) =
@@ -1173,4 +1191,111 @@ fn a_migration_targets_entry_takes_the_sources_address_when_the_guest_keeps_its_
     );
     // Nothing was learned here: the guest did not ask.
     assert!(s.agent.learned().is_empty(), "{:?}", s.agent.learned());
+}
+
+/// The launcher pod's `pod-networks` annotation in the embedded pod store
+/// at `store` (`<state dir>/pod-networks.json`).
+fn stored_annotation(store: &Path) -> Option<String> {
+    let doc: Value = serde_json::from_slice(&std::fs::read(store).ok()?).ok()?;
+    doc["pods"][format!("{NS}/{POD}")]["annotations"][POD_NETWORKS]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// OVN-Kubernetes' own VM path with no cluster (`--kube off`): the embedded
+/// pod store is the node's pods. The launcher pod is seeded there with the
+/// UID its port carries (`iface-id-ver`) and its VMI; no ADD reaches the
+/// agent. The agent finds the pod by that UID and guards the port as a
+/// VM's (the status says `learning`); the one-shot leases A through it and
+/// the test writes the entry into the store as ovnkube-node writes it; the
+/// guest's dhcpcd gets B, the store's entry moves to B, the stand-in
+/// re-pins, the guest pings from B. Without the store's lookup by UID the
+/// port never gets the VM policy.
+#[test]
+fn ovn_kubernetes_own_vm_path_without_a_cluster_finds_the_pod_in_the_embedded_store_ovn_lab() {
+    let vm = Vm::start();
+    let uid = vm.lab.pods()[0].uid.clone();
+    let store = Arc::new(Mutex::new(PathBuf::new()));
+    let at = store.clone();
+    let agent = NodeAgent::start_with(&vm.lab, Path::new("/nonexistent"), |args| {
+        args.kube = KubeMode::Off;
+        args.kubeconfig = None;
+        args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
+        let path = args.state_dir.join("pod-networks.json");
+        std::fs::write(
+            &path,
+            json!({"pods": {format!("{NS}/{POD}"): {
+                "uid": uid,
+                "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"},
+                "owner_vmi": "vm1"
+            }}})
+            .to_string(),
+        )
+        .unwrap();
+        *at.lock().unwrap() = path;
+    });
+    let store = store.lock().unwrap().clone();
+    let host_port = vm.lab.pods()[0].host_ifname.clone();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let s: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
+            s.guarded_ports.iter().any(|p| {
+                p.port == host_port && p.pod_uid.as_deref() == Some(uid.as_str()) && p.learning
+            })
+        }),
+        "the VM's port found in OVS did not get the VM policy from the embedded store"
+    );
+    let followed = store.clone();
+    let stand_in = StandIn::following(vm.lab.dir(), &vm.lsp, move || {
+        stored_annotation(&followed)
+    });
+
+    // ovnkube-node's one-shot, then its entry, written into the store.
+    let (a, _) = xdhcp_tests::udhcpc_once(&vm.guest, "eth0").expect("the one-shot leases A");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
+    doc["pods"][format!("{NS}/{POD}")]["annotations"][POD_NETWORKS] = json!(format!(
+        r#"{{"{}":{{"ip_addresses":["{a}/24"],"mac_address":"{VM_MAC}","role":"secondary","ipam_mode":"dhcp"}}}}"#,
+        OvnLab::NAD
+    ));
+    let tmp = store.with_extension("json.test");
+    std::fs::write(&tmp, doc.to_string()).unwrap();
+    std::fs::rename(&tmp, &store).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(2), || stand_in.pins().contains(&a)),
+        "the stand-in did not pin A: {:?}",
+        stand_in.pins()
+    );
+
+    let b = vm.dhcpcd(20).unwrap_or_else(|| {
+        panic!(
+            "the guest got no address; offers: {:?}\nport security: {}",
+            vm.offers(),
+            port_security(vm.lab.dir(), &vm.lsp)
+        )
+    });
+    assert_ne!(b, a, "the DUID client gets another address");
+    let reported = || {
+        stored_annotation(&store)
+            .as_deref()
+            .and_then(entry_address)
+            .map(|(ip, _)| ip)
+    };
+    assert!(
+        wait_until(Duration::from_secs(2), || reported() == Some(b)),
+        "the store's entry reports {:?}, the guest holds {b}",
+        reported()
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || stand_in.last() == Some(b)),
+        "the stand-in did not re-pin: {:?}",
+        stand_in.pins()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        vm.pings_server(),
+        "the guest does not reach the server from {b}"
+    );
+    let learned = agent.learned();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
 }

@@ -266,13 +266,14 @@ fn render_ports(out: &mut String, s: &AgentStatus) {
         for p in &s.guarded_ports {
             let _ = writeln!(
                 out,
-                "  {:<16} {:<5} {:<12} {:<6} {:<24} {}",
+                "  {:<16} {:<5} {:<12} {:<6} {:<24} {:<36} {}",
                 p.port,
                 p.identity,
                 short_id(&p.container_id),
                 if p.ifname.is_empty() { "-" } else { &p.ifname },
                 p.network.as_deref().unwrap_or("-"),
                 p.pod_uid.as_deref().unwrap_or("-"),
+                if p.learning { "learning" } else { "-" },
             );
         }
     }

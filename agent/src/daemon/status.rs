@@ -122,6 +122,7 @@ fn guarded_ports(agent: &Agent) -> Vec<GuardedPortStatus> {
                 mac: ovs.mac.map(crate::bindings::format_mac),
                 vf_netdev_name: ovs.vf_netdev_name,
                 vf_is_vfio: ovs.vf_is_vfio,
+                learning: p.policy.learn,
             }
         })
         .collect()

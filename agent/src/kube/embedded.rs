@@ -194,6 +194,27 @@ fn pod_key(ns: &str, name: &str) -> String {
     format!("{ns}/{name}")
 }
 
+/// Pod `ns/name` as its record `rec` describes it.
+fn pod_info(ns: &str, name: &str, rec: EmbeddedPod) -> PodInfo {
+    PodInfo {
+        namespace: ns.to_owned(),
+        name: name.to_owned(),
+        uid: rec.uid,
+        // Seeded by the node's administrator (or a test): its labels are
+        // trusted to name the VMI, as virt-controller's owner reference
+        // does in a cluster.
+        owner_vmi: rec.owner_vmi.or_else(|| match classify(&rec.labels) {
+            Workload::Vm { vmi_name } => Some(vmi_name),
+            Workload::Pod => None,
+        }),
+        owner_vmi_uid: None,
+        labels: rec.labels,
+        pod_networks: rec.annotations.get(POD_NETWORKS_ANNOTATION).cloned(),
+        migration_job_name: rec.annotations.get(ANNOTATION_MIGRATION_JOB_NAME).cloned(),
+        node_name: None,
+    }
+}
+
 impl EmbeddedStore {
     /// The store under `state_dir` (created on first write).
     pub fn open(state_dir: &Path) -> Self {
@@ -258,22 +279,32 @@ impl EmbeddedStore {
             .get(&pod_key(ns, name))
             .cloned()
             .unwrap_or_default();
-        Ok(PodInfo {
-            namespace: ns.to_owned(),
-            name: name.to_owned(),
-            uid: rec.uid,
-            // Seeded by the node's administrator (or a test): its labels
-            // are trusted to name the VMI, as virt-controller's owner
-            // reference does in a cluster.
-            owner_vmi: rec.owner_vmi.or_else(|| match classify(&rec.labels) {
-                Workload::Vm { vmi_name } => Some(vmi_name),
-                Workload::Pod => None,
-            }),
-            owner_vmi_uid: None,
-            labels: rec.labels,
-            pod_networks: rec.annotations.get(POD_NETWORKS_ANNOTATION).cloned(),
-            migration_job_name: rec.annotations.get(ANNOTATION_MIGRATION_JOB_NAME).cloned(),
-            node_name: None,
+        Ok(pod_info(ns, name, rec))
+    }
+
+    /// The pod whose UID is `uid`, if the store has one: with no cluster,
+    /// the store stands for the node's pods, so a workload port found in
+    /// Open vSwitch (its `iface-id-ver`) is matched to a pod seeded here.
+    /// Synchronous, for the callers that decide a port's policy: the
+    /// current document when no write holds it, else the file as it is.
+    /// An unreadable or corrupt store knows no pod (logged).
+    pub fn pod_by_uid(&self, uid: &str) -> Option<PodInfo> {
+        let find = |state: &EmbeddedState| {
+            state.pods.iter().find_map(|(key, rec)| {
+                (rec.uid.as_deref() == Some(uid)).then(|| {
+                    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+                    pod_info(ns, name, rec.clone())
+                })
+            })
+        };
+        let found = match self.lock.try_lock() {
+            Ok(mut cache) => cache.current(&self.path).map(|state| find(state)),
+            Err(_) => load_file(&self.path).map(|state| find(&state)),
+        };
+        found.unwrap_or_else(|e| {
+            tracing::warn!(error = %crate::rpc::format_chain(&e), uid,
+                "cannot read the pod store to find a pod by its UID");
+            None
         })
     }
 
@@ -740,6 +771,46 @@ mod tests {
                 .pods
                 .contains_key("t/virt-launcher-vm1-x")
         );
+    }
+
+    #[tokio::test]
+    async fn a_pod_is_found_by_its_uid_in_the_cache_and_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(STORE_FILE),
+            serde_json::to_vec(&serde_json::json!({
+                "pods": {
+                    "t/plain": {"uid": "uid-plain"},
+                    "t/virt-launcher-vm1-x": {"uid": "uid-vm1", "owner_vmi": "vm1"}
+                }
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let store = EmbeddedStore::open(dir.path());
+        let vm = store
+            .pod_by_uid("uid-vm1")
+            .expect("the launcher by its UID");
+        assert_eq!(
+            (
+                vm.namespace.as_str(),
+                vm.name.as_str(),
+                vm.owner_vmi.as_deref()
+            ),
+            ("t", "virt-launcher-vm1-x", Some("vm1"))
+        );
+        assert_eq!(store.pod_by_uid("uid-plain").unwrap().name, "plain");
+        assert!(store.pod_by_uid("uid-nobody").is_none());
+        // While a write holds the cache, the file answers.
+        let held = store.lock.lock().await;
+        assert_eq!(
+            store.pod_by_uid("uid-vm1").unwrap().name,
+            "virt-launcher-vm1-x"
+        );
+        drop(held);
+        // A corrupt store knows no pod (and says so in the log).
+        std::fs::write(dir.path().join(STORE_FILE), b"{not json").unwrap();
+        assert!(store.pod_by_uid("uid-vm1").is_none());
     }
 
     #[tokio::test]

@@ -568,6 +568,14 @@ impl PodApi {
         }
     }
 
+    /// The embedded store, without a cluster.
+    pub fn embedded(&self) -> Option<&EmbeddedStore> {
+        match self {
+            PodApi::Kube(_) => None,
+            PodApi::Embedded(s) => Some(s),
+        }
+    }
+
     /// Whether this is the real cluster backend.
     pub fn is_kube(&self) -> bool {
         matches!(self, PodApi::Kube(_))

@@ -56,10 +56,15 @@ pub(crate) fn is_vm_pod(pod: &PodInfo) -> bool {
 }
 
 /// The pod of a port found in Open vSwitch (by its `iface-id-ver`), if
-/// the node's pod reflector has it.
+/// the node's pod reflector has it; without a cluster, if the embedded pod
+/// store has a pod of that UID.
 pub(crate) fn pod_of(agent: &Agent, ovs: &OvsIdentity) -> Option<PodInfo> {
     let uid = ovs.pod_uid.as_deref()?;
-    agent.node_pods.as_ref()?.by_uid(uid)
+    match (&agent.node_pods, agent.pod_api.embedded()) {
+        (Some(pods), _) => pods.by_uid(uid),
+        (None, Some(store)) => store.pod_by_uid(uid),
+        (None, None) => None,
+    }
 }
 
 /// Whether the port found in Open vSwitch is a VM's (gets the VM policy).

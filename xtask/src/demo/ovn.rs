@@ -68,6 +68,10 @@ const NAD: &str = "demo/localnet1";
 /// The interface of a secondary network inside a pod.
 const POD_IF: &str = "net1";
 const VM_MAC: &str = "02:00:00:00:30:01";
+/// The VM's launcher pod and its UID (the pod object's, which OVN-Kubernetes
+/// writes on the pod's port as `iface-id-ver`).
+const LAUNCHER: &str = "virt-launcher-vm1";
+const LAUNCHER_UID: &str = "00000000-0000-4000-8000-0000000000f1";
 /// The agent's metrics, inside the node namespace.
 const METRICS: &str = "127.0.0.1:9464";
 /// What the rogue server hands out as router: an address it controls.
@@ -261,13 +265,24 @@ impl Node<'_> {
     /// network: a namespace whose `net1` (MAC `if_mac`) is a veth to a
     /// `br-int` port carrying the pod's `external_ids`, and a logical port
     /// with MAC `port_mac`; waits until ovn-controller has bound it.
-    fn wire_pod(&mut self, role: &str, name: &str, if_mac: &str, port_mac: &str) -> Result<Pod> {
+    /// Wires pod `name` (its interface `if_mac`, its logical port
+    /// `port_mac`); `uid` its pod UID, else one made up.
+    fn wire_pod(
+        &mut self,
+        role: &str,
+        name: &str,
+        (if_mac, port_mac): (&str, &str),
+        uid: Option<&str>,
+    ) -> Result<Pod> {
         self.pods += 1;
         let n = self.pods;
         let ns = add_ns(self.lab, role)?;
         let sandbox = ovn::sandbox_id(n);
         let host_ifname = ovn::host_ifname(&sandbox, n + 3);
-        let uid = format!("00000000-0000-4000-8000-{n:012x}");
+        let uid = uid.map_or_else(
+            || format!("00000000-0000-4000-8000-{n:012x}"),
+            str::to_owned,
+        );
         in_ns(
             &self.ns,
             &[
@@ -437,13 +452,15 @@ fn start_node<'a>(lab: &'a Shared, dir: &Path) -> Result<Node<'a>> {
 }
 
 /// The `pod-networks` store seeded with what a cluster would know of the
-/// VM: its launcher pod (labels) and its VMI (a bridge-bound interface on
-/// the localnet with the VM's MAC).
+/// VM: its launcher pod (labels, UID) and its VMI (a bridge-bound interface
+/// on the localnet with the VM's MAC). Without a cluster this store is the
+/// node's pods: the agent finds the launcher's port's pod here by its UID.
 fn seed_store(state: &Path) -> Result<()> {
     fs::create_dir_all(state)?;
     let seed = json!({
         "pods": {
-            format!("{K8S_NS}/virt-launcher-vm1"): {
+            format!("{K8S_NS}/{LAUNCHER}"): {
+                "uid": LAUNCHER_UID,
                 "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"}
             }
         },
@@ -479,6 +496,41 @@ fn reported(state: &Path, pod: &str) -> Option<String> {
         .as_str()?;
     let doc: Value = serde_json::from_str(ann).ok()?;
     doc[NAD]["ip_addresses"][0].as_str().map(str::to_owned)
+}
+
+/// What ovnkube-node writes once its own one-shot for a VM has leased `ip`:
+/// the launcher pod's `pod-networks` entry of the NAD (`ipam_mode: dhcp`).
+fn write_one_shot_entry(state: &Path, pod: &str, ip: &str) -> Result<()> {
+    let path = state.join("pod-networks.json");
+    let mut store: Value = serde_json::from_slice(&fs::read(&path)?)?;
+    let entry = json!({ NAD: {
+        "ip_addresses": [format!("{ip}/24")], "mac_address": VM_MAC,
+        "gateway_ips": [SERVER_IP], "role": "secondary", "ipam_mode": "dhcp"
+    }});
+    store["pods"][format!("{K8S_NS}/{pod}")]["annotations"]["k8s.ovn.org/pod-networks"] =
+        Value::String(entry.to_string());
+    // As the agent writes the store: whole, then renamed over it.
+    let tmp = path.with_extension("json.demo");
+    fs::write(&tmp, serde_json::to_vec_pretty(&store)?)?;
+    fs::rename(&tmp, &path).context("writing the pod store")
+}
+
+/// What ovnkube-controller does on every change of a VM pod's entry: the
+/// logical port's `addresses` and `port_security` pinned to its MAC and
+/// the entry's address, so OVN passes nothing else to or from the port.
+fn pin_port(node: &Node<'_>, lsp: &str, ip: &str) -> Result<()> {
+    let pinned = format!("{VM_MAC} {ip}");
+    node.nbctl(&[
+        "lsp-set-addresses",
+        lsp,
+        &pinned,
+        "--",
+        "lsp-set-port-security",
+        lsp,
+        &pinned,
+    ])?;
+    println!("  ovnkube-controller: port {lsp} pinned to {pinned}");
+    Ok(())
 }
 
 /// The agent's Prometheus text, read inside the node namespace.
@@ -642,10 +694,6 @@ fn lease_rows(xdhcp: &Path, sock: &Path) -> Result<Vec<Value>> {
         .unwrap_or_default())
 }
 
-fn addr_of(row: &Value) -> String {
-    row["address"].as_str().unwrap_or("-").to_owned()
-}
-
 #[expect(
     clippy::too_many_lines,
     reason = "the demo reads top to bottom as the steps it prints"
@@ -804,8 +852,18 @@ pub(super) fn run(
         4,
         "two pods wired as OVN-Kubernetes wires them, each ADD through `dhcp` IPAM: the OFFER and ACK are taken at the uplink",
     );
-    let pod1 = node.wire_pod("pod1", "pod1", "0a:58:c0:00:02:11", "0a:58:c0:00:02:11")?;
-    let pod2 = node.wire_pod("pod2", "pod2", "0a:58:c0:00:02:12", "0a:58:c0:00:02:12")?;
+    let pod1 = node.wire_pod(
+        "pod1",
+        "pod1",
+        ("0a:58:c0:00:02:11", "0a:58:c0:00:02:11"),
+        None,
+    )?;
+    let pod2 = node.wire_pod(
+        "pod2",
+        "pod2",
+        ("0a:58:c0:00:02:12", "0a:58:c0:00:02:12"),
+        None,
+    )?;
     // ovn-controller patches the localnet into br-int once a port of the
     // switch is bound on this chassis.
     println!(
@@ -853,7 +911,12 @@ pub(super) fn run(
         Duration::from_secs(5),
         || Ok(fs::read_to_string(&rogue_log).is_ok_and(|l| l.contains("DHCP, IP range"))),
     )?;
-    let pod3 = node.wire_pod("pod3", "pod3", "0a:58:c0:00:02:13", "0a:58:c0:00:02:13")?;
+    let pod3 = node.wire_pod(
+        "pod3",
+        "pod3",
+        ("0a:58:c0:00:02:13", "0a:58:c0:00:02:13"),
+        None,
+    )?;
     count_frames_from(&pod3.ns, &ip1)?;
     let bound = udhcpc(&dir, &pod3.ns, POD_IF, None)?;
     let (got, server, router) = bound.as_ref().map_or(("-", "-", "-"), |[a, s, r]| {
@@ -897,9 +960,15 @@ pub(super) fn run(
 
     step(
         6,
-        "a KubeVirt VM (bridge binding): its one-shot is reported, not applied; then its guest's own DHCP is learned",
+        "a KubeVirt VM as OVN-Kubernetes serves it: no ADD reaches the agent; ovnkube-node's one-shot pins the port, the guest's own DHCP client still gets its address",
     );
-    let launcher = node.wire_pod("vm1", "virt-launcher-vm1", "0a:58:c0:00:02:30", VM_MAC)?;
+    let launcher = node.wire_pod(
+        "vm1",
+        LAUNCHER,
+        ("0a:58:c0:00:02:30", VM_MAC),
+        Some(LAUNCHER_UID),
+    )?;
+    let lsp = ovn::logical_port(NAD, K8S_NS, LAUNCHER);
     // The launcher's bridge binding: net1 and the guest's link on k6t-net1.
     let guest_ns = add_ns(lab, "vm1-guest")?;
     for args in [
@@ -918,30 +987,33 @@ pub(super) fn run(
     in_ns(&guest_ns, &["ip", "link", "set", "eth0", "up"])?;
     Node::offload_off(&guest_ns, "eth0")?;
     Node::offload_off(&launcher.ns, "tap0")?;
-    let (one_shot, _) = add(&launcher, false)?;
-    let on_pod = in_ns(
-        &launcher.ns,
-        &["ip", "-4", "-o", "addr", "show", "dev", POD_IF],
-    )?;
-    let rows = lease_rows(xdhcp, &sock)?;
-    let vm_row = rows.iter().find(|r| r["workload"] == "vm:vm1");
-    println!(
-        "  xdhcp leases: {} {} {}",
-        vm_row.map_or("-", |r| r["workload"].as_str().unwrap_or("-")),
-        vm_row.map_or("-", |r| r["state"].as_str().unwrap_or("-")),
-        vm_row.map_or_else(|| "-".to_owned(), addr_of),
+    // Found in OVS (iface-id-ver = the launcher's UID), its pod a VMI's:
+    // the VM policy, before any DHCP.
+    let vm_policy = wait_for(
+        "the agent to guard the VM's port as a VM's",
+        Duration::from_secs(10),
+        || {
+            Ok(query(xdhcp, "status", &sock)?["guardedPorts"]
+                .as_array()
+                .is_some_and(|ports| {
+                    ports.iter().any(|p| {
+                        p["port"] == launcher.host_ifname.as_str() && p["learning"] == true
+                    })
+                }))
+        },
     );
-    let entry = reported(&state, "virt-launcher-vm1");
-    println!(
-        "  pod-networks[{NAD}] of virt-launcher-vm1: {}",
-        entry.as_deref().unwrap_or("-")
-    );
+    println!("  $ xdhcp status   (guarded ports)");
+    show(xdhcp, "status", &sock)?;
     checks.expect(
-        vm_row.is_some_and(|r| r["state"] == "OneShot")
-            && entry.as_deref() == Some(one_shot.as_str())
-            && on_pod.trim().is_empty(),
-        "the VM's one-shot address is reported in pod-networks, not configured in the launcher",
+        vm_policy.is_ok(),
+        "the VM's port, found in OVS with no ADD, is guarded as a VM's (learning, broadcast rewrite)",
     );
+    println!("  ovnkube-node's one-shot for the VM (client id 01:<MAC>), then its entry:");
+    let one_shot =
+        udhcpc(&dir, &guest_ns, "eth0", None)?.map_or_else(|| "-".to_owned(), |[a, _, _]| a);
+    println!("  the one-shot leased {one_shot}");
+    write_one_shot_entry(&state, LAUNCHER, &one_shot)?;
+    pin_port(&node, &lsp, &one_shot)?;
     println!(
         "  the guest boots and runs its own DHCP client (its own client id, as a DUID-based client sends)"
     );
@@ -955,34 +1027,58 @@ pub(super) fn run(
         .as_ref()
         .map_or("-", |[a, _, _]| a.as_str())
         .to_owned();
-    println!("  the guest bound {guest_ip}");
+    println!(
+        "  the guest bound {guest_ip} (the server broadcast its answers: the agent set the flag on the guest's requests)"
+    );
     let learned = wait_for(
-        "the agent to learn the guest's lease",
+        "the guest's address to be reported in pod-networks",
         Duration::from_secs(5),
         || {
-            Ok(query(xdhcp, "bindings", &sock)?
-                .as_array()
-                .is_some_and(|b| {
-                    b.iter()
-                        .any(|b| b["source"] == "learned" && b["ip"] == guest_ip.as_str())
-                }))
+            Ok(reported(&state, LAUNCHER)
+                .is_some_and(|e| e.split('/').next() == Some(guest_ip.as_str())))
         },
     );
     if let Err(e) = &learned {
         println!("  {e:#}");
     }
     show(xdhcp, "bindings", &sock)?;
-    let entry = reported(&state, "virt-launcher-vm1");
+    let entry = reported(&state, LAUNCHER);
     println!(
-        "  pod-networks[{NAD}] of virt-launcher-vm1 now: {}",
+        "  pod-networks[{NAD}] of {LAUNCHER}: {} (the one-shot's was {one_shot})",
         entry.as_deref().unwrap_or("-")
     );
     checks.expect(
-        learned.is_ok()
-            && entry
-                .as_deref()
-                .is_some_and(|e| e.split('/').next() == Some(guest_ip.as_str())),
-        "the guest's own lease is learned and its address follows into pod-networks",
+        guest.is_some() && guest_ip != one_shot && learned.is_ok(),
+        "the guest got its own address through the pinned port, and the entry moved to it",
+    );
+    pin_port(&node, &lsp, &guest_ip)?;
+    in_ns(
+        &guest_ns,
+        &[
+            "ip",
+            "addr",
+            "add",
+            &format!("{guest_ip}/24"),
+            "dev",
+            "eth0",
+        ],
+    )?;
+    let reached = wait_for(
+        "the guest to reach the DHCP server's host",
+        Duration::from_secs(5),
+        || {
+            Ok(netns_exec(&guest_ns, cmd::executable("busybox"))
+                .args(["ping", "-c", "1", "-W", "1", SERVER_IP])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?
+                .success())
+        },
+    );
+    let rows = lease_rows(xdhcp, &sock)?;
+    checks.expect(
+        reached.is_ok() && rows.iter().all(|r| r["workload"] == "pod"),
+        &format!("the guest pings {SERVER_IP} from {guest_ip} through OVN; the agent holds no lease for the VM"),
     );
 
     step(7, "the renewal at T1 (10 s), through the uplink");
