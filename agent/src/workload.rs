@@ -215,19 +215,40 @@ pub struct SourceReport {
     pub mac: Option<MacAddr>,
     /// The first IPv4 address of the entry's `ip_addresses`.
     pub address: Option<Ipv4Addr>,
+    /// That address's prefix length, when the entry gives one.
+    #[serde(default)]
+    pub prefix_len: Option<u8>,
+    /// The first IPv4 address of the entry's `gateway_ips`.
+    #[serde(default)]
+    pub gateway: Option<Ipv4Addr>,
 }
 
 impl SourceReport {
     /// From the source pod's `pod-networks` entry (`mac_address`,
-    /// `ip_addresses` in CIDR form); unparsable fields are left out.
-    pub fn from_entry(pod: &str, mac_address: &str, ip_addresses: &[String]) -> SourceReport {
+    /// `ip_addresses` in CIDR form, `gateway_ips`); unparsable fields are
+    /// left out.
+    pub fn from_entry(
+        pod: &str,
+        mac_address: &str,
+        ip_addresses: &[String],
+        gateway_ips: &[String],
+    ) -> SourceReport {
+        let first = ip_addresses
+            .iter()
+            .find(|a| matches!(ip_lenient(a), Some(IpAddr::V4(_))));
+        let v4 = |a: &String| match ip_lenient(a) {
+            Some(IpAddr::V4(v4)) => Some(v4),
+            _ => None,
+        };
         SourceReport {
             pod: pod.to_owned(),
             mac: mac_address.parse().ok(),
-            address: ip_addresses.iter().find_map(|a| match ip_lenient(a) {
-                Some(IpAddr::V4(v4)) => Some(v4),
-                _ => None,
-            }),
+            address: first.and_then(v4),
+            prefix_len: first
+                .and_then(|a| a.split_once('/'))
+                .and_then(|(_, len)| len.parse().ok())
+                .filter(|len| *len <= 32),
+            gateway: gateway_ips.iter().find_map(v4),
         }
     }
 }
@@ -1085,6 +1106,8 @@ mod tests {
             pod: "virt-launcher-vm1-src".into(),
             mac: mac.map(m),
             address: address.map(Ipv4Addr::from),
+            prefix_len: address.map(|_| 24),
+            gateway: None,
         }
     }
 
@@ -1144,11 +1167,22 @@ mod tests {
             "p",
             "02:00:00:00:20:08",
             &["fd00::5/64".into(), "10.1.192.213/24".into()],
+            &["fd00::1".into(), "10.1.192.1".into()],
         );
         assert_eq!(r.mac, Some(m("02:00:00:00:20:08")));
         assert_eq!(r.address, Some(Ipv4Addr::new(10, 1, 192, 213)));
-        let r = SourceReport::from_entry("p", "", &["garbage".into()]);
-        assert_eq!((r.mac, r.address), (None, None));
+        assert_eq!(r.prefix_len, Some(24));
+        assert_eq!(r.gateway, Some(Ipv4Addr::new(10, 1, 192, 1)));
+        let r = SourceReport::from_entry("p", "", &["garbage".into()], &[]);
+        assert_eq!(
+            (r.mac, r.address, r.prefix_len, r.gateway),
+            (None, None, None, None)
+        );
+        let r = SourceReport::from_entry("p", "", &["192.0.2.5/99".into()], &[]);
+        assert_eq!(
+            (r.address, r.prefix_len),
+            (Some(Ipv4Addr::new(192, 0, 2, 5)), None)
+        );
     }
 
     #[test]

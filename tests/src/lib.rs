@@ -31,6 +31,7 @@ pub use netns::{
     AckDrop, Bridge, Lab, LabBuilder, LabClient, NetNs, UnicastCut, Veth, format_mac, netns_exec,
     parse_mac, unique_name,
 };
+pub use ovs_lab::two_nodes::{OvnNode, TwoNodes};
 pub use ovs_lab::{LabDatapath, LabLink, OvnLab, OvnLabOptions, OvnPod, OvnServerPort};
 pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{

@@ -28,8 +28,11 @@
 //!
 //! Dropping the lab stops the daemons (newest first) and removes the
 //! namespaces and the directory, also when the test fails.
+//!
+//! Two nodes under one OVN central, Geneve between them: [`two_nodes`].
 
 pub mod flood;
+pub mod two_nodes;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};

@@ -97,7 +97,7 @@ pub(crate) async fn learn_guests(agent: Arc<Agent>, token: tokio_util::sync::Can
             _ = sweep.tick() => f.sweep(&agent),
             _ = flush.tick() => f.flush(&agent, false),
             Some(done) = f.writes.join_next() => f.written(done),
-            Some(Ok((key, ip))) = f.sources.join_next() => f.source_known(&agent, key, ip),
+            Some(Ok((key, target))) = f.sources.join_next() => f.source_known(&agent, key, target),
             Some(done) = f.flushing.join_next() => flushed(&agent, done),
             () = sleep_until(next_move), if next_move.is_some() => {}
         }
@@ -169,8 +169,9 @@ struct Following {
     /// Migration targets on that path whose source was asked: (host
     /// interface, pod UID).
     asked_source: HashSet<(String, String)>,
-    /// Those lookups out: the attachment, and the source's address.
-    sources: JoinSet<(Attachment, Option<Ipv4Addr>)>,
+    /// Those lookups out: the attachment, and where the source's entry
+    /// puts the target's.
+    sources: JoinSet<(Attachment, Option<Target>)>,
 }
 
 impl Following {
@@ -339,7 +340,29 @@ impl Following {
         }
         self.asked_source
             .retain(|(p, _)| agent.guard.port_on(p).is_some());
+        self.anchor_entries(agent);
         self.ask_sources(agent);
+    }
+
+    /// The ports OVN-Kubernetes serves itself anchor their servers from
+    /// their pod's entry as it is now, guest message or not (see
+    /// [`EntryNetwork::anchor`]); before a migration target's entry is
+    /// moved to the source's address, so the one-shot's server stays known
+    /// once it has.
+    fn anchor_entries(&mut self, agent: &Agent) {
+        for (_, port) in agent.guard.ports() {
+            let (Some(ovs), Some(network)) = (
+                port.identity.ovs.as_ref(),
+                self.entries.get_mut(&port.ifindex),
+            ) else {
+                continue;
+            };
+            let entry = ovnk_vm::pod_of(agent, ovs)
+                .and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)));
+            if let Some(e) = entry {
+                network.anchor(&e);
+            }
+        }
     }
 
     /// On OVN-Kubernetes' own VM path, a migration target's learning port
@@ -379,23 +402,27 @@ impl Following {
             }
             let agent = agent.clone();
             self.sources.spawn(async move {
-                let ip = ovnk_vm::migration_source_address(&agent, &ovs).await;
-                ((cid, ifname), ip)
+                let target = ovnk_vm::migration_source_address(&agent, &ovs)
+                    .await
+                    .and_then(|r| {
+                        Some(Target {
+                            ip: r.address?,
+                            prefix_len: r.prefix_len,
+                            router: r.gateway,
+                        })
+                    });
+                ((cid, ifname), target)
             });
         }
     }
 
-    fn source_known(&mut self, agent: &Agent, key: Attachment, ip: Option<Ipv4Addr>) {
-        let Some(ip) = ip else {
+    fn source_known(&mut self, agent: &Agent, key: Attachment, target: Option<Target>) {
+        let Some(target) = target else {
             return;
         };
-        info!(container_id = %key.0, ifname = %key.1, %ip,
+        info!(container_id = %key.0, ifname = %key.1, ip = %target.ip,
+            prefix_len = ?target.prefix_len, gateway = ?target.router,
             "migration target: its entry takes the source pod's address");
-        let target = Target {
-            ip,
-            prefix_len: None,
-            router: None,
-        };
         self.want(agent, key, target);
     }
 

@@ -19,8 +19,9 @@
 //!   field kept; written by [`write_entry`] with the pod's UID and
 //!   resourceVersion as preconditions.
 //! - Live migration: a migration target's port takes the source pod's
-//!   address ([`migration_source_address`]) while its guest, keeping its
-//!   lease, asks nothing; a port that leaves OVS loses the bindings learned
+//!   address, prefix length and gateway ([`migration_source_address`])
+//!   while its guest, keeping its lease, asks nothing (its one-shot's
+//!   server anchored first, [`EntryNetwork::anchor`]); a port that leaves OVS loses the bindings learned
 //!   on it ([`gone_ports`]), and nothing is sent for the VM.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -35,6 +36,7 @@ use crate::kube::annotation::{IPAM_MODE_DHCP, PodNetworkEntry, PodNetworks};
 use crate::kube::{PodInfo, WriteGuard};
 use crate::ops::context::Agent;
 use crate::sys::sync::lock;
+use crate::workload::SourceReport;
 
 /// The network key of the cluster's default network.
 pub(crate) const DEFAULT_NETWORK: &str = "default";
@@ -113,6 +115,25 @@ impl EntryNetwork {
         self.candidates.push(c);
     }
 
+    /// Anchors the servers of the ACKs the port carried for the address
+    /// `entry` reports (the one-shot's, once ovnkube-node has written it).
+    /// Done on every guest message and, without one, on every sweep of
+    /// the learning loop: a migration target's entry moves on to the
+    /// source's address before the guest, re-plugged, says anything, and
+    /// a one-shot ACK anchors only while the entry names its address.
+    pub(crate) fn anchor(&mut self, entry: &PodNetworkEntry) {
+        let Some((ip, _)) = entry_address(entry) else {
+            return;
+        };
+        self.candidates.retain(|&(server, mac, acked)| {
+            if acked != ip {
+                return true;
+            }
+            self.servers.entry(server).or_default().insert(mac);
+            false
+        });
+    }
+
     /// The view of the network from `entry` (the entry the pod carries
     /// now, if any): its prefix, the servers anchored so far (an ACK for
     /// the entry's address anchors its server), plus `known` (servers of
@@ -128,15 +149,10 @@ impl EntryNetwork {
             held,
             ..NetworkView::default()
         };
-        let at = entry.and_then(entry_address);
-        if let Some((ip, len)) = at {
-            self.candidates.retain(|&(server, mac, acked)| {
-                if acked != ip {
-                    return true;
-                }
-                self.servers.entry(server).or_default().insert(mac);
-                false
-            });
+        if let Some(e) = entry {
+            self.anchor(e);
+        }
+        if let Some((ip, len)) = entry.and_then(entry_address) {
             let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
             view.prefixes
                 .insert((Ipv4Addr::from(u32::from(ip) & mask), len));
@@ -180,12 +196,16 @@ pub(crate) fn gone_ports(seen: &BTreeSet<String>, guarded: impl Fn(&str) -> bool
     seen.iter().filter(|p| !guarded(p)).cloned().collect()
 }
 
-/// On a live-migration target's port (OVN-Kubernetes' own path): the
-/// address the source pod's entry reports for the port's network, which
-/// the target's entry is to take while the guest, keeping its lease, asks
-/// nothing. `None` when the pod is no migration target or the source is
-/// not known (logged by the lookup).
-pub(crate) async fn migration_source_address(agent: &Agent, ovs: &OvsIdentity) -> Option<Ipv4Addr> {
+/// On a live-migration target's port (OVN-Kubernetes' own path): what the
+/// source pod's entry reports for the port's network (address, prefix
+/// length, gateway), which the target's entry is to take while the guest,
+/// keeping its lease, asks nothing. `None` when the pod is no migration
+/// target or the source is not known or reports no address (logged by the
+/// lookup).
+pub(crate) async fn migration_source_address(
+    agent: &Agent,
+    ovs: &OvsIdentity,
+) -> Option<SourceReport> {
     let pod = pod_of(agent, ovs)?;
     let migration = pod.migration_target()?;
     let vmi_name = pod.owner_vmi.clone()?;
@@ -209,7 +229,7 @@ pub(crate) async fn migration_source_address(agent: &Agent, ovs: &OvsIdentity) -
         entry_key(ovs),
     )
     .await?;
-    report.address
+    report.address.is_some().then_some(report)
 }
 
 /// The entry of network `key` in `pod`'s annotation as the pod carries it.
@@ -413,6 +433,25 @@ mod tests {
         let seen = BTreeSet::from(["a".to_owned(), "b".to_owned()]);
         assert_eq!(gone_ports(&seen, |p| p == "a"), ["b"]);
         assert!(gone_ports(&seen, |_| true).is_empty());
+    }
+
+    /// A migration target: the one-shot's ACK (A) on the port, the entry
+    /// naming A seen by a sweep with no guest message, then the entry moved
+    /// to the source's address B: the guest's ACK for B comes from a known
+    /// server.
+    #[test]
+    fn an_entry_seen_without_a_guest_message_anchors_the_one_shots_server() {
+        let mut n = EntryNetwork::default();
+        let none = BTreeMap::new();
+        n.saw_ack(S, S, SMAC, A);
+        n.anchor(&entry("192.0.2.50/24"));
+        let v = n.view(Some(&entry("192.0.2.77/24")), &none, BTreeSet::new());
+        assert_eq!(v.servers[&S], BTreeSet::from([SMAC]));
+        // Without the sweep's look, the moved entry anchors nothing.
+        let mut m = EntryNetwork::default();
+        m.saw_ack(S, S, SMAC, A);
+        let v = m.view(Some(&entry("192.0.2.77/24")), &none, BTreeSet::new());
+        assert!(v.servers.is_empty(), "{v:?}");
     }
 
     #[test]

@@ -179,7 +179,8 @@ pub(crate) async fn migration_source(
     };
     match entry {
         Ok(Some(e)) => {
-            let report = SourceReport::from_entry(&source, &e.mac_address, &e.ip_addresses);
+            let report =
+                SourceReport::from_entry(&source, &e.mac_address, &e.ip_addresses, &e.gateway_ips);
             info!(pod = %pod_label(Some(pod)), source = %source, source_from = ?from,
                 address = ?report.address, mac = ?report.mac,
                 "migration target: the source pod's reported address");
