@@ -1,7 +1,8 @@
 //! What an operator (or anything else on the node) may do to the agent's
 //! capture from outside, for the fault tests and the soak's chaos schedule:
 //! detach its BPF links with `bpftool`, delete TC filters and the `clsact`
-//! qdisc with `tc`, take an interface down and up with `ip`.
+//! qdisc with `tc`, take an interface down and up with `ip`, flood a pod
+//! with junk DHCP replies.
 //!
 //! Every action takes the interface's network namespace as a path
 //! (`/var/run/netns/<name>`, a pod's `CNI_NETNS`; `None`: the test
@@ -18,6 +19,9 @@
 //! chaos::delete_tc_filters(Some(ns), "eth0");
 //! chaos::delete_clsact(Some(ns), "eth0");
 //! chaos::flap(Some(ns), "eth0", Duration::from_millis(200));
+//! // Junk replies to a pod, from its bridge port in the switch's namespace.
+//! let sw = std::path::Path::new("/var/run/netns/xdt-1-1");
+//! chaos::flood_replies(Some(sw), "vp0", [2, 0, 0, 0, 0, 1], 5000);
 //! ```
 
 use std::io;
@@ -171,4 +175,97 @@ pub fn flap(netns: Option<&Path>, ifname: &str, down_for: Duration) {
         );
         std::thread::sleep(wait);
     }
+}
+
+/// Where [`flood_replies`] says its junk comes from (a server that does not
+/// exist, from a locally administered MAC).
+const JUNK_SERVER: [u8; 4] = [198, 18, 0, 254];
+const JUNK_MAC: [u8; 6] = [0x02, 0xf1, 0x00, 0x00, 0x00, 0x02];
+
+/// Sends `count` well-formed DHCPOFFERs for `dst_mac` out of `ifname` in
+/// `netns`, each with a fresh transaction id (so no lease owns it), as
+/// fast as the socket takes them: junk every capture program on the way to
+/// `dst_mac` copies to the agent's ring buffer. Sent from the switch side
+/// of a pod's link (its bridge port) they reach the pod's interface. The
+/// frames the kernel took.
+///
+/// # Panics
+/// When `ifname` does not exist in `netns`.
+pub fn flood_replies(netns: Option<&Path>, ifname: &str, dst_mac: [u8; 6], count: usize) -> usize {
+    let ifname = ifname.to_owned();
+    in_ns(netns, move || {
+        let ifindex = nix::net::if_::if_nametoindex(ifname.as_str())
+            .unwrap_or_else(|e| panic!("no interface {ifname}: {e}"));
+        let fd = crate::netns::packet_socket_here(ifindex, 0, None)
+            .unwrap_or_else(|e| panic!("AF_PACKET socket on {ifname}: {e}"));
+        let mut frame = offer_frame(dst_mac);
+        let mut xid: u32 = 0x5eed_0001;
+        let mut sent = 0;
+        for _ in 0..count {
+            // xorshift: a fresh xid per frame.
+            xid ^= xid << 13;
+            xid ^= xid >> 17;
+            xid ^= xid << 5;
+            frame[XID_AT..XID_AT + 4].copy_from_slice(&xid.to_be_bytes());
+            // SAFETY: `fd` is an open packet socket bound to `ifindex`;
+            // `frame` is readable for its length.
+            let rc = unsafe {
+                libc::send(
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    frame.as_ptr().cast(),
+                    frame.len(),
+                    0,
+                )
+            };
+            if rc > 0 {
+                sent += 1;
+            }
+        }
+        sent
+    })
+}
+
+/// Offset of the BOOTP xid in [`offer_frame`].
+const XID_AT: usize = 14 + 20 + 8 + 4;
+
+/// An Ethernet/IPv4/UDP 67 → 68 frame holding a DHCPOFFER for `mac`.
+fn offer_frame(mac: [u8; 6]) -> Vec<u8> {
+    let mut bootp = vec![0u8; 236];
+    bootp[0] = 2; // BOOTREPLY
+    bootp[1] = 1;
+    bootp[2] = 6;
+    bootp[16..20].copy_from_slice(&[198, 18, 0, 100]);
+    bootp[28..34].copy_from_slice(&mac);
+    bootp.extend_from_slice(&[99, 130, 83, 99, 53, 1, 2, 54, 4]);
+    bootp.extend_from_slice(&JUNK_SERVER);
+    bootp.extend_from_slice(&[51, 4, 0, 0, 0x0e, 0x10, 1, 4, 255, 255, 255, 0, 255]);
+    bootp.resize(300, 0);
+    let mut f = Vec::with_capacity(42 + bootp.len());
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&JUNK_MAC);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = u16::try_from(20 + 8 + bootp.len()).expect("a small frame");
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&JUNK_SERVER);
+    ip[16..20].copy_from_slice(&[255, 255, 255, 255]);
+    let mut sum: u32 = ip
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&67u16.to_be_bytes());
+    f.extend_from_slice(&68u16.to_be_bytes());
+    f.extend_from_slice(&(total - 20).to_be_bytes());
+    // UDP checksum 0: none (allowed over IPv4).
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&bootp);
+    f
 }
