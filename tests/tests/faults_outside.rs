@@ -11,6 +11,10 @@
 //! names is attached to the pod's interface in the kernel; whenever that
 //! link is gone, the status says the lease is on `AF_PACKET`.
 //!
+//! A renewal whose reply was lost on the host just before the loss was
+//! noticed (its ACK dropped, then the link detached) is sent again at once
+//! on the fallback, not at its next retransmission a minute away.
+//!
 //! The outside actions are those of `xdhcp_tests::chaos`, which the soak's
 //! chaos schedule uses too.
 
@@ -199,4 +203,44 @@ fn capture_taken_apart_from_outside_again_and_again_loses_no_renewal() {
             "round {round}, on the ring buffer after everything"
         ));
     }
+}
+
+#[test]
+fn a_renewal_in_flight_when_its_capture_is_lost_is_sent_again_at_once() {
+    let s = Setup::new();
+    let mac = format_mac(s.lab.clients[0].mac);
+    let acks = || {
+        s.dnsmasq
+            .log()
+            .lines()
+            .filter(|l| l.contains("DHCPACK") && l.contains(&mac))
+            .count()
+    };
+    // The server's answer to the renewal at T1 never reaches the pod: the
+    // lease stays RENEWING, its next retransmission at least 60 s away.
+    let before = s.expiry();
+    let acked = acks();
+    let drop = s.lab.drop_server_acks();
+    assert!(
+        wait_until(Duration::from_secs(u64::from(T1) + 4), || acks() > acked
+            && s.agent.leases()[0].state == "Renewing"),
+        "no renewal went unanswered: {:?}",
+        s.agent.leases()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    std::mem::drop(drop);
+    assert_eq!(s.expiry(), before, "the dropped ACK was heard");
+    // Now the capture is lost: the lease asks again on its fallback.
+    let lost_at = std::time::Instant::now();
+    assert!(!chaos::detach_links(Some(s.netns()), s.ifname()).is_empty());
+    s.falls_back("after the detach");
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let l = &s.agent.leases()[0];
+            l.expires_unix_ms.unwrap_or(0) > before && l.state == "Bound"
+        }),
+        "the renewal in flight was not sent again when the capture was lost ({:?} ago): {:?}",
+        lost_at.elapsed(),
+        s.agent.leases()
+    );
 }
