@@ -558,7 +558,7 @@ impl Metrics {
         }
     }
 
-    /// A kernel capture path was lost (`reader`, `link_detached`).
+    /// A kernel capture path was lost (`reader`, `link_detached`, `ring_full`).
     pub(crate) fn capture_lost(&self, reason: &'static str) {
         self.capture_lost
             .get_or_create(&ReasonLabel { reason })

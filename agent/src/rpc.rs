@@ -47,6 +47,18 @@ pub struct ReaderFault {
     pub broken: bool,
 }
 
+/// Tests only: stall (`true`) the agent's ring reader, so the ring fills
+/// and stays full, or let it read again.
+#[cfg(feature = "test-hooks")]
+pub const PATH_TEST_READER_STALL: &str = "/v1/test/reader-stall";
+
+/// Body of [`PATH_TEST_READER_STALL`].
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReaderStall {
+    pub stalled: bool,
+}
+
 /// HTTP status the agent uses for a CNI error code.
 pub fn status_for(code_: u32) -> StatusCode {
     match code_ {

@@ -391,6 +391,22 @@ impl Client {
         self.log_transition(before, "timer");
     }
 
+    /// The reply of the exchange in flight may have been lost on this host
+    /// (the receive path changed under it): in RENEWING or REBINDING, send
+    /// the REQUEST again at the next [`Client::handle_timeout`] rather than
+    /// at its next retransmission, which RFC 2131 §4.4.5 puts at least 60 s
+    /// away. Same transaction, same `secs` rules as any retransmission. A
+    /// no-op in every other state: an acquisition retransmits within
+    /// seconds on its own (and counts its attempts), a bound lease has
+    /// nothing in flight.
+    pub fn retransmit_now(&mut self, now: Instant) {
+        if let Phase::Renewing { retx_at, .. } | Phase::Rebinding { retx_at, .. } = &mut self.phase
+            && *retx_at > now
+        {
+            *retx_at = now;
+        }
+    }
+
     /// Give the lease back: queue a DHCPRELEASE unicast from the leased
     /// address to the server identifier (RFC 2131 §4.4.6; dnsmasq ignores a
     /// RELEASE from 0.0.0.0) and stop.

@@ -6,13 +6,20 @@
 //! completes each renewal that falls due while the path is lost and after it
 //! returns: none is missed. (`capture_fallback.rs` covers one lease, and a
 //! link detached with `bpftool`.)
+//!
+//! And the ring buffer full: the reader stalled (test-only socket route) and
+//! junk replies flooded to the pod until the kernel has no room for a
+//! record; a reply then goes on uncaptured, to the pod's stack. The lease
+//! moves to its own `AF_PACKET` receiver, which sees it, and renews while
+//! the ring overflows; once the reader has emptied it, back to the ring.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use xdhcp::cli::DatapathChoice;
 use xdhcp::rpc::{self, CniRequest};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, wait_until};
+use xdhcp_tests::bench::{free_local_addr, http_get, metric_count};
+use xdhcp_tests::{Dnsmasq, DnsmasqConfig, InProcessAgent, Lab, chaos, wait_until};
 
 const PODS: usize = 50;
 const T1: u64 = 3;
@@ -52,8 +59,9 @@ fn all_renew(agent: &InProcessAgent, since: &BTreeMap<String, (u64, String)>, wh
             .map(|(id, _)| (id.clone(), now.get(id).cloned()))
             .collect();
         panic!(
-            "{} of {PODS} leases missed a renewal {what}: {missed:?}",
-            missed.len()
+            "{} of {} leases missed a renewal {what}: {missed:?}",
+            missed.len(),
+            since.len()
         );
     }
 }
@@ -125,4 +133,103 @@ fn a_failed_ring_reader_under_fifty_renewing_leases_misses_no_renewal() {
     for r in &reqs {
         let _ = agent.post(rpc::PATH_DEL, r);
     }
+}
+
+/// The kernel's count of replies the ring had no room for.
+fn ring_full(agent: &InProcessAgent) -> u64 {
+    agent
+        .status()
+        .counters
+        .get("kernel.ringbuf_full")
+        .copied()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows() {
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(T1 as u32),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let metrics = free_local_addr();
+    let agent = InProcessAgent::start_with(|a| {
+        a.datapath = DatapathChoice::Ebpf;
+        a.metrics_addr = Some(metrics);
+    });
+    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"xdhcp","timeout":"20s","apply":true}}"#;
+    let req = xdhcp_tests::cni_request(&lab.clients[0], "ring-full", "default", conf);
+    agent.add(&req).expect("ADD");
+    assert!(
+        wait_until(Duration::from_secs(10), || paths(&agent) == ["tc"]),
+        "the lease did not move to the ring buffer: {:?}",
+        paths(&agent)
+    );
+    all_renew(&agent, &expiries(&agent), "on the ring buffer");
+    let counter = |name: &str, reason: &str| {
+        let text = http_get(metrics, "/metrics").unwrap_or_default();
+        metric_count(&text, name, &format!("reason=\"{reason}\""))
+    };
+
+    // Nothing reads the ring; junk to the pod fills it.
+    agent
+        .post(
+            rpc::PATH_TEST_READER_STALL,
+            &rpc::ReaderStall { stalled: true },
+        )
+        .expect("stall the reader");
+    let port = lab.clients[0].port().to_owned();
+    let mac = lab.clients[0].mac;
+    let before = ring_full(&agent);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            chaos::flood_replies(Some(lab.server.path()), &port, mac, 2000);
+            ring_full(&agent) > before
+        }),
+        "the ring never overflowed: {:?}",
+        agent.status().counters
+    );
+    // The promise: renewals complete while the ring has no room (their
+    // replies are not captured: the overflow counter grows with them).
+    let full_at = ring_full(&agent);
+    all_renew(&agent, &expiries(&agent), "while the ring was full");
+    all_renew(
+        &agent,
+        &expiries(&agent),
+        "while the ring was full, second round",
+    );
+    assert!(
+        ring_full(&agent) > full_at,
+        "the renewals' replies should have found the ring full"
+    );
+    assert_eq!(paths(&agent), ["af-packet (ebpf lost)"]);
+    let s = agent.status();
+    assert!(
+        s.degraded
+            .as_deref()
+            .is_some_and(|d| d.contains("overflowed")),
+        "{s:?}"
+    );
+    assert_eq!(counter("xdhcp_capture_lost_total", "ring_full"), 1);
+
+    // The reader reads again: it empties the ring, the leases return.
+    agent
+        .post(
+            rpc::PATH_TEST_READER_STALL,
+            &rpc::ReaderStall { stalled: false },
+        )
+        .expect("let the reader read");
+    assert!(
+        wait_until(Duration::from_secs(10), || paths(&agent) == ["tc"]),
+        "the lease did not return to the ring buffer: {:?}",
+        agent.status()
+    );
+    assert!(agent.status().degraded.is_none());
+    assert_eq!(counter("xdhcp_capture_restored_total", "ring_full"), 1);
+    all_renew(&agent, &expiries(&agent), "back on the ring buffer");
+    let _ = agent.post(rpc::PATH_DEL, &req);
 }

@@ -167,6 +167,8 @@ pub(crate) fn router(agent: Arc<Agent>) -> Router {
         .route(crate::bindings::PATH_BINDINGS, get(bindings));
     #[cfg(feature = "test-hooks")]
     let r = r.route(rpc::PATH_TEST_READER_FAULT, post(reader_fault));
+    #[cfg(feature = "test-hooks")]
+    let r = r.route(rpc::PATH_TEST_READER_STALL, post(reader_stall));
     r.with_state(agent)
 }
 
@@ -321,6 +323,16 @@ async fn reader_fault(
     Json(f): Json<rpc::ReaderFault>,
 ) -> Json<serde_json::Value> {
     a.capture().inject_reader_fault(f.broken);
+    Json(serde_json::json!({}))
+}
+
+/// Stall the ring reader, or let it read again (tests only).
+#[cfg(feature = "test-hooks")]
+async fn reader_stall(
+    State(a): State<Arc<Agent>>,
+    Json(f): Json<rpc::ReaderStall>,
+) -> Json<serde_json::Value> {
+    a.capture().inject_reader_stall(f.stalled);
     Json(serde_json::json!({}))
 }
 

@@ -9,6 +9,14 @@
 //! `/readyz`; the actor then restores the path (a new reader, a new attach)
 //! with backoff, and the leases return to the ring buffer.
 //!
+//! A full ring is such a loss too: the program passes a reply it has no
+//! room to record on to the pod's stack, uncaptured, where a lease on the
+//! ring buffer never hears it. The actor reads the kernel's count of those
+//! every [`RING_CHECK`]; when it rises, every lease falls back and every
+//! target is put in observe mode (the kernel consumes nothing, so each reply
+//! reaches the leases' own receivers), until the reader has emptied the ring
+//! and the count stayed still for [`RING_QUIET`].
+//!
 //! Without eBPF (not loaded, or `--datapath=afpacket`) the actor has nothing
 //! to attach or read, and every lease keeps its `AF_PACKET` receiver.
 //!
@@ -62,6 +70,12 @@ use crate::settings::Uplink;
 const LINK_CHECK: Duration = Duration::from_millis(250);
 /// How often kernel counters are folded into the metrics.
 const KERNEL_POLL: Duration = Duration::from_secs(5);
+/// How often the ring buffer's overflow counter is read: a full ring is
+/// noticed within this.
+const RING_CHECK: Duration = Duration::from_millis(250);
+/// How long the overflow counter must stay still, with the reader caught
+/// up, before leases return from a full ring.
+const RING_QUIET: Duration = Duration::from_secs(2);
 /// First try to reopen a failed ring reader; doubles up to [`RESTORE_MAX`].
 const READER_RESTORE_FIRST: Duration = Duration::from_secs(2);
 /// First try to re-attach a link detached from outside (later than a
@@ -324,9 +338,38 @@ struct Kernel {
     slots: Semaphore,
     /// Whether the ring reader runs.
     reader_ok: AtomicBool,
+    /// Whether the ring has had room since the reader last caught up: false
+    /// from the moment the kernel counts a record it could not reserve
+    /// (the reply passed on uncaptured) until the reader has emptied the
+    /// ring and the counter stayed still for [`RING_QUIET`].
+    ring_ok: AtomicBool,
+    /// Times the reader found the ring empty (it had caught up).
+    drained: std::sync::atomic::AtomicU64,
     /// Injected reader failure (tests only).
     #[cfg(feature = "test-hooks")]
     reader_fault: AtomicBool,
+    /// Injected reader stall: the reader reads nothing, so the ring fills
+    /// (tests only).
+    #[cfg(feature = "test-hooks")]
+    reader_stall: AtomicBool,
+}
+
+impl Kernel {
+    /// Whether the ring buffer serves leases now: its reader runs and it
+    /// has room. Otherwise every target is in observe mode (the kernel
+    /// consumes nothing) and leases use their own receivers.
+    fn ring_serves(&self) -> bool {
+        self.reader_ok.load(Ordering::SeqCst) && self.ring_ok.load(Ordering::SeqCst)
+    }
+
+    /// The capture mode every attachment takes now.
+    fn capture_mode(&self) -> CaptureMode {
+        if self.ring_serves() {
+            CaptureMode::Intercept
+        } else {
+            CaptureMode::Observe
+        }
+    }
 }
 
 /// The capture actor's shared state.
@@ -435,8 +478,12 @@ impl Capture {
             attach,
             slots: Semaphore::new(1),
             reader_ok: AtomicBool::new(true),
+            ring_ok: AtomicBool::new(true),
+            drained: std::sync::atomic::AtomicU64::new(0),
             #[cfg(feature = "test-hooks")]
             reader_fault: AtomicBool::new(false),
+            #[cfg(feature = "test-hooks")]
+            reader_stall: AtomicBool::new(false),
         };
         (
             Self::with(Some(kernel), note, metrics, health),
@@ -690,7 +737,7 @@ impl Capture {
     pub(crate) fn owns_early(&self) -> bool {
         let Some(k) = &self.kernel else { return false };
         let uplinks = self.uplinks();
-        if uplinks.is_empty() || !k.reader_ok.load(Ordering::SeqCst) {
+        if uplinks.is_empty() || !k.ring_serves() {
             return false;
         }
         uplinks.iter().any(|u| self.live_ifindex(u).is_some())
@@ -1099,7 +1146,7 @@ impl Capture {
         let res = tokio::task::spawn_blocking(move || me.attach_blocking(&t)).await;
         let state = match res {
             Ok(Ok((ifindex, mode))) => {
-                if k.reader_ok.load(Ordering::SeqCst) {
+                if k.ring_serves() {
                     TargetState::Live { ifindex, mode }
                 } else {
                     TargetState::Lost
@@ -1150,11 +1197,7 @@ impl Capture {
         target: &AttachTarget,
     ) -> Result<(u32, AttachMode), crate::datapath::ebpf::EbpfDatapathError> {
         let k = self.kernel.as_ref().expect("attach without eBPF");
-        let capture = if k.reader_ok.load(Ordering::SeqCst) {
-            CaptureMode::Intercept
-        } else {
-            CaptureMode::Observe
-        };
+        let capture = k.capture_mode();
         let role = self.role_of(target);
         let mode = self.attach_mode(target, k);
         let a = lock(&k.dp).attach_as(role, target, mode, capture)?;
@@ -1255,8 +1298,14 @@ impl Capture {
             .as_ref()
             .is_some_and(|k| !k.reader_ok.load(Ordering::SeqCst));
         let lost = lock(&self.lost);
+        let ring_full = self
+            .kernel
+            .as_ref()
+            .is_some_and(|k| !k.ring_ok.load(Ordering::SeqCst));
         let why = if reader_lost {
             Some("the eBPF ring buffer reader failed; leases use AF_PACKET".to_owned())
+        } else if ring_full {
+            Some("the eBPF ring buffer overflowed; leases use AF_PACKET until it drains".to_owned())
         } else if lost.is_empty() {
             None
         } else {
@@ -1295,6 +1344,7 @@ impl Capture {
         side.spawn(self.clone().read_ring(reader, token.clone()));
         side.spawn(self.clone().check_links(token.clone()));
         side.spawn(self.clone().poll_counters(token.clone()));
+        side.spawn(self.clone().watch_ring(token.clone()));
     }
 
     /// Have the kernel's TC modules loaded now, after the start's uplinks
@@ -1349,10 +1399,17 @@ impl Capture {
                 }
             };
             k.reader_ok.store(true, Ordering::SeqCst);
-            self.set_all_modes(CaptureMode::Intercept);
-            self.mark_restored(None);
             self.metrics.capture_restored("reader");
-            info!("eBPF ring buffer reader restored; leases return to it");
+            if k.ring_serves() {
+                self.set_all_modes(CaptureMode::Intercept);
+                self.mark_restored(None);
+                info!("eBPF ring buffer reader restored; leases return to it");
+            } else {
+                self.update_degraded();
+                info!(
+                    "eBPF ring buffer reader restored; leases return to it once the ring has room"
+                );
+            }
         }
     }
 
@@ -1362,15 +1419,30 @@ impl Capture {
         reader: &mut EventReader,
         token: &CancellationToken,
     ) -> Option<String> {
+        let k = self.kernel.as_ref()?;
         loop {
             #[cfg(feature = "test-hooks")]
             if self.reader_fault() {
                 return Some("injected reader failure".to_owned());
             }
-            let ev = tokio::select! {
-                () = token.cancelled() => return None,
-                ev = reader.recv() => ev,
-                () = self.fault_poll() => continue,
+            #[cfg(feature = "test-hooks")]
+            if self.reader_stalled() {
+                tokio::select! {
+                    () = token.cancelled() => return None,
+                    () = self.fault_poll() => continue,
+                }
+            }
+            // What is in the ring already, first; once it is empty the
+            // reader has caught up, which a full ring waits for.
+            let ev = if let Some(ev) = reader.try_recv() {
+                Ok(ev)
+            } else {
+                k.drained.fetch_add(1, Ordering::SeqCst);
+                tokio::select! {
+                    () = token.cancelled() => return None,
+                    ev = reader.recv() => ev,
+                    () = self.fault_poll() => continue,
+                }
             };
             match ev {
                 Ok(ev) => {
@@ -1404,6 +1476,22 @@ impl Capture {
     pub(crate) fn inject_reader_fault(&self, broken: bool) {
         if let Some(k) = &self.kernel {
             k.reader_fault.store(broken, Ordering::SeqCst);
+        }
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn reader_stalled(&self) -> bool {
+        self.kernel
+            .as_ref()
+            .is_some_and(|k| k.reader_stall.load(Ordering::SeqCst))
+    }
+
+    /// Stall (`true`) the ring reader, so the ring fills and stays full, or
+    /// let it read again (tests).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn inject_reader_stall(&self, stalled: bool) {
+        if let Some(k) = &self.kernel {
+            k.reader_stall.store(stalled, Ordering::SeqCst);
         }
     }
 
@@ -1537,11 +1625,7 @@ impl Capture {
         if self.dropped_role(t) {
             return Ok(false);
         }
-        let mode = if k.reader_ok.load(Ordering::SeqCst) {
-            CaptureMode::Intercept
-        } else {
-            CaptureMode::Observe
-        };
+        let mode = k.capture_mode();
         let attach = self.attach_mode(t, k);
         Ok(dp.attach_as(role, t, attach, mode).map(|_| true)?)
     }
@@ -1563,6 +1647,75 @@ impl Capture {
         }
     }
 
+    /// Notice a full ring buffer: when the kernel counts a record it could
+    /// not reserve, the reply went on uncaptured (to the pod's stack, never
+    /// to its lease), so every lease on the ring falls back to its own
+    /// `AF_PACKET` receiver, which sees such replies, and the kernel stops
+    /// consuming owned ones (observe mode), as when the reader fails. The
+    /// leases return once the reader has emptied the ring and the counter
+    /// stayed still for [`RING_QUIET`].
+    async fn watch_ring(self: Arc<Self>, token: CancellationToken) {
+        let Some(k) = &self.kernel else { return };
+        let mut tick = tokio::time::interval(RING_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seen: Option<u64> = None;
+        let mut health = RingHealth::default();
+        loop {
+            tokio::select! {
+                () = token.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let me = self.clone();
+            let Ok(Some(full)) = tokio::task::spawn_blocking(move || me.ring_full_count()).await
+            else {
+                continue;
+            };
+            // The first reading is the baseline (pinned counters carry on
+            // across restarts).
+            let Some(before) = seen.replace(full) else {
+                continue;
+            };
+            let now = tokio::time::Instant::now();
+            let drained = k.drained.load(Ordering::SeqCst);
+            match health.observe(full.saturating_sub(before), drained, now) {
+                RingChange::Overflowed(lost) => {
+                    k.ring_ok.store(false, Ordering::SeqCst);
+                    error!(
+                        uncaptured = lost,
+                        "the eBPF ring buffer is full: replies went on uncaptured; leases fall back to AF_PACKET until it drains"
+                    );
+                    self.metrics.capture_lost("ring_full");
+                    self.set_all_modes(CaptureMode::Observe);
+                    self.mark_lost(None, "ring_full");
+                }
+                RingChange::Drained => {
+                    k.ring_ok.store(true, Ordering::SeqCst);
+                    self.metrics.capture_restored("ring_full");
+                    if k.ring_serves() {
+                        self.set_all_modes(CaptureMode::Intercept);
+                        self.mark_restored(None);
+                        info!("the eBPF ring buffer has room again; leases return to it");
+                    } else {
+                        self.update_degraded();
+                    }
+                }
+                RingChange::None => {}
+            }
+        }
+    }
+
+    /// The kernel's count of records the ring had no room for.
+    fn ring_full_count(&self) -> Option<u64> {
+        let k = self.kernel.as_ref()?;
+        match lock(&k.dp).counters() {
+            Ok(c) => Some(c.ringbuf_full),
+            Err(e) => {
+                debug!(error = %e, "reading the ring buffer's overflow counter");
+                None
+            }
+        }
+    }
+
     /// The kernel id of the BPF link capturing on `target`.
     pub(crate) fn link_id(&self, target: &AttachTarget) -> Option<u32> {
         let k = self.kernel.as_ref()?;
@@ -1578,6 +1731,49 @@ impl Capture {
                 warn!(error = %e, "reading kernel counters");
                 None
             }
+        }
+    }
+}
+
+/// What the overflow counter says of the ring buffer (pure: the caller
+/// reads the counter and the reader's progress).
+#[derive(Debug, Default)]
+struct RingHealth {
+    /// Set while the ring is taken for full: the reader's drain count when
+    /// the counter last rose, and when.
+    full: Option<(u64, tokio::time::Instant)>,
+}
+
+/// A change of the ring's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RingChange {
+    None,
+    /// The counter rose by this many (the ring was healthy until now).
+    Overflowed(u64),
+    /// The reader emptied the ring after the last rise, and the counter
+    /// stayed still for [`RING_QUIET`].
+    Drained,
+}
+
+impl RingHealth {
+    /// The counter rose by `rose` since the last call; the reader has found
+    /// the ring empty `drained` times so far.
+    fn observe(&mut self, rose: u64, drained: u64, now: tokio::time::Instant) -> RingChange {
+        if rose > 0 {
+            let was_full = self.full.is_some();
+            self.full = Some((drained, now));
+            return if was_full {
+                RingChange::None
+            } else {
+                RingChange::Overflowed(rose)
+            };
+        }
+        match self.full {
+            Some((at_drain, since)) if drained > at_drain && now - since >= RING_QUIET => {
+                self.full = None;
+                RingChange::Drained
+            }
+            _ => RingChange::None,
         }
     }
 }
@@ -1626,6 +1822,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_ring_is_healthy_again_only_once_drained_and_quiet() {
+        let t0 = tokio::time::Instant::now();
+        let mut h = RingHealth::default();
+        assert_eq!(h.observe(0, 5, t0), RingChange::None);
+        assert_eq!(h.observe(3, 5, t0), RingChange::Overflowed(3));
+        // Still rising: no new change.
+        assert_eq!(h.observe(2, 5, t0), RingChange::None);
+        // Quiet for long, but the reader never caught up (stalled): full.
+        assert_eq!(h.observe(0, 5, t0 + RING_QUIET * 3), RingChange::None);
+        // Caught up, but not quiet for long enough since the last rise.
+        let rose = t0 + RING_QUIET * 3;
+        assert_eq!(h.observe(1, 5, rose), RingChange::None);
+        assert_eq!(h.observe(0, 6, rose + RING_QUIET / 2), RingChange::None);
+        assert_eq!(h.observe(0, 6, rose + RING_QUIET), RingChange::Drained);
+        // Healthy again: the next rise is a new overflow.
+        assert_eq!(h.observe(0, 9, rose + RING_QUIET * 2), RingChange::None);
+        assert_eq!(
+            h.observe(1, 9, rose + RING_QUIET * 2),
+            RingChange::Overflowed(1)
+        );
+    }
 
     #[test]
     fn reconcile_keeps_the_wanted_drops_the_rest_and_makes_the_new() {

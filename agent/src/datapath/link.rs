@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
-use tracing::debug;
+use tracing::{debug, info};
 use xdhcp_engine::{Ipv4Prefix, Transmit};
 
 use crate::datapath::RxFrame;
@@ -533,11 +533,46 @@ impl Link {
 
     /// Next DHCP server→client frame from the `AF_PACKET` receiver. Pends
     /// forever when the link has none (the eBPF dispatcher delivers instead).
+    ///
+    /// An interface taken down (and up again) is not gone: the kernel
+    /// reports `ENETDOWN` on the receiver once, and the receiver serves
+    /// again when the interface is up. Only when the interface is no longer
+    /// there is that an error.
     pub(crate) async fn recv(&self) -> Result<RxFrame, LinkError> {
-        match &self.rx {
-            Some(rx) => rx.recv().await,
-            None => std::future::pending().await,
+        let Some(rx) = &self.rx else {
+            return std::future::pending().await;
+        };
+        loop {
+            match rx.recv().await {
+                Err(e) if e.is_net_down() && self.still_there().await => {
+                    info!(ifname = %self.ifname, netns = ?self.netns,
+                        "the interface went down; its receiver waits for it to come up");
+                }
+                other => return other,
+            }
         }
+    }
+
+    /// Whether the interface the link was opened on is still there, under
+    /// its name and index (an `ENETDOWN` from one of its sockets then means
+    /// it is down, not gone). One trip into its namespace, off the async
+    /// workers.
+    pub(crate) async fn still_there(&self) -> bool {
+        let ifindex = self.info.ifindex;
+        let ifname = self.ifname.clone();
+        let ns = self.reopen_path();
+        let looked = tokio::task::spawn_blocking(move || {
+            let look = || {
+                nix::net::if_::if_indextoname(ifindex)
+                    .is_ok_and(|n| n.to_str().is_ok_and(|n| n == ifname))
+            };
+            match ns {
+                Some(ns) => crate::sys::netns::run_in_netns(&ns, look).unwrap_or(false),
+                None => look(),
+            }
+        })
+        .await;
+        looked.unwrap_or(false)
     }
 
     /// Stop watching for the interface's removal (a one-shot discovery

@@ -550,6 +550,13 @@ impl LeasePort for Port {
                     warn!(xid = t.xid, kind = ?t.kind, error = %e,
                         "frame not sent (queue full); the retransmission timer resends it");
                 }
+                // The interface is down, not gone (taken down and up from
+                // outside): the frame is lost, as on a cut wire, and the
+                // retransmission timer sends it again.
+                Err(e) if e.is_net_down() && self.link.still_there().await => {
+                    warn!(xid = t.xid, kind = ?t.kind,
+                        "frame not sent (the interface is down); the retransmission timer resends it");
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -93,6 +93,13 @@ impl RawSockError {
     pub fn is_interface_gone(&self) -> bool {
         matches!(self, Self::InterfaceGone { .. })
     }
+
+    /// Whether the socket reported `ENETDOWN`: the interface went down, or
+    /// went away (the kernel says the same for both); see
+    /// `Link::still_there`, which tells them apart.
+    pub fn is_net_down(&self) -> bool {
+        matches!(self, Self::InterfaceGone { source, .. } if source.raw_os_error() == Some(libc::ENETDOWN))
+    }
 }
 
 /// Convenience alias for results of this module.

@@ -138,6 +138,18 @@ impl<P: LeasePort> Task<P> {
     fn set_path(&self, path: CapturePath) {
         lock(&self.live).capture = path;
     }
+
+    /// The capture moved the lease to `path`. A fallback means the path was
+    /// lost before the agent noticed (a link detached, a full ring): the
+    /// reply of a renewal in flight may have gone to the pod's stack
+    /// meanwhile, so it is asked for again now, on the fallback, not at the
+    /// next retransmission a minute away.
+    fn moved_to(&mut self, path: CapturePath) {
+        if path == CapturePath::AfPacketFallback {
+            self.client.retransmit_now(Instant::now());
+        }
+        self.set_path(path);
+    }
 }
 
 /// Run the task to its end.
@@ -226,7 +238,7 @@ async fn drive<P: LeasePort>(mut task: Box<Task<P>>) -> Ended {
             input = task.port.next() => match input {
                 Ok(Input::Frame(f)) => handle_frame(&mut task, &f),
                 Ok(Input::CaptureChanged) => match task.port.follow_capture().await {
-                    Ok(Some(path)) => task.set_path(path),
+                    Ok(Some(path)) => task.moved_to(path),
                     Ok(None) => {}
                     Err(e) => {
                         end_reason = End::Link(e);

@@ -438,6 +438,37 @@ fn renewing_retransmits_per_rfc2131_4_4_5() {
 }
 
 #[test]
+fn retransmit_now_resends_a_renewal_at_once_and_keeps_its_schedule_after() {
+    let mut h = H::new(cfg());
+    h.srv.lease_secs = Some(1000);
+    h.srv.t1 = Some(500);
+    h.srv.t2 = Some(875);
+    bound(&mut h);
+    // Bound: nothing in flight, nothing to send.
+    h.c.retransmit_now(h.now);
+    h.c.handle_timeout(h.now);
+    assert!(h.tx().is_empty());
+    let t1 = h.fire();
+    let first = h.one_tx();
+    assert_eq!(h.c.state(), State::Renewing);
+    // Ten seconds on (the next retransmission is 187.5 s away), the reply
+    // may have been lost: the REQUEST goes again now, same transaction.
+    h.advance(secs(10));
+    assert!(h.tx().is_empty());
+    h.c.retransmit_now(h.now);
+    assert_eq!(h.c.poll_timeout(), Some(h.now));
+    h.c.handle_timeout(h.now);
+    let again = h.one_tx();
+    assert_eq!(again.xid, first.xid);
+    assert_eq!(again.kind, first.kind);
+    assert_eq!(again.dst, first.dst);
+    // Then the RFC's schedule again, from this send: half the time to T2.
+    let next = h.fire();
+    assert_eq!(next - t1, secs(10) + Duration::from_millis(182_500));
+    assert_eq!(h.c.state(), State::Renewing);
+}
+
+#[test]
 fn rebinding_at_t2_is_broadcast_and_any_server_may_answer() {
     let mut h = H::new(cfg());
     let old = bound(&mut h);
