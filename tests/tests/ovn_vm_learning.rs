@@ -153,7 +153,9 @@ impl StandIn {
     /// Following the launcher pod's entry in the stand-in API server.
     fn start(api: &Arc<Api>, dir: &Path, lsp: &str) -> Self {
         let api = api.clone();
-        Self::following(dir, lsp, move || api.server.annotation(NS, POD, POD_NETWORKS))
+        Self::following(dir, lsp, move || {
+            api.server.annotation(NS, POD, POD_NETWORKS)
+        })
     }
 
     /// Following the entry `annotation` reads (the launcher pod's
@@ -1246,9 +1248,7 @@ fn ovn_kubernetes_own_vm_path_without_a_cluster_finds_the_pod_in_the_embedded_st
         "the VM's port found in OVS did not get the VM policy from the embedded store"
     );
     let followed = store.clone();
-    let stand_in = StandIn::following(vm.lab.dir(), &vm.lsp, move || {
-        stored_annotation(&followed)
-    });
+    let stand_in = StandIn::following(vm.lab.dir(), &vm.lsp, move || stored_annotation(&followed));
 
     // ovnkube-node's one-shot, then its entry, written into the store.
     let (a, _) = xdhcp_tests::udhcpc_once(&vm.guest, "eth0").expect("the one-shot leases A");

@@ -1002,8 +1002,24 @@ pub(super) fn run(
                 }))
         },
     );
-    println!("  $ xdhcp status   (guarded ports)");
-    show(xdhcp, "status", &sock)?;
+    println!("  xdhcp status, guarded ports (port, identity from, pod UID, policy):");
+    for p in query(xdhcp, "status", &sock)?["guardedPorts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "    {:<16} {:<5} {:<36} {}",
+            p["port"].as_str().unwrap_or("-"),
+            p["identity"].as_str().unwrap_or("-"),
+            p["podUid"].as_str().unwrap_or("-"),
+            if p["learning"] == true {
+                "learning"
+            } else {
+                "-"
+            },
+        );
+    }
     checks.expect(
         vm_policy.is_ok(),
         "the VM's port, found in OVS with no ADD, is guarded as a VM's (learning, broadcast rewrite)",
