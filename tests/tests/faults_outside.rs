@@ -15,6 +15,10 @@
 //! noticed (its ACK dropped, then the link detached) is sent again at once
 //! on the fallback, not at its next retransmission a minute away.
 //!
+//! An interface taken down and up loses its routes (the kernel flushes
+//! them) but keeps its address; with `apply`, the next renewal puts the
+//! lease's routes back.
+//!
 //! The outside actions are those of `xdhcp_tests::chaos`, which the soak's
 //! chaos schedule uses too.
 
@@ -242,5 +246,29 @@ fn a_renewal_in_flight_when_its_capture_is_lost_is_sent_again_at_once() {
         "the renewal in flight was not sent again when the capture was lost ({:?} ago): {:?}",
         lost_at.elapsed(),
         s.agent.leases()
+    );
+}
+
+#[test]
+fn a_flapped_interface_gets_its_lease_routes_back_at_the_next_renewal() {
+    let s = Setup::new();
+    let ns = &s.lab.clients[0].ns;
+    let eth = s.ifname().to_owned();
+    let default_route = || ns.ip(&["-4", "route", "show", "default", "dev", &eth]);
+    assert!(
+        default_route().contains("via 192.0.2.1"),
+        "the lease's default route is not on the pod: {}",
+        default_route()
+    );
+    chaos::flap(Some(s.netns()), &eth, Duration::from_millis(300));
+    // The premise: taken down, the link lost its routes, kept its address.
+    assert_eq!(default_route().trim(), "", "the kernel kept the route");
+    assert!(!ns.ipv4_addrs(&eth).is_empty());
+    s.renews("after the flap");
+    assert!(
+        wait_until(Duration::from_secs(2), || default_route()
+            .contains("via 192.0.2.1")),
+        "the renewal did not put the default route back: {}",
+        ns.ip(&["-4", "route"])
     );
 }

@@ -381,10 +381,15 @@ async fn drain_events<P: LeasePort>(
                 task.svc.metrics.renewal();
                 info!(address = %lease.address, server = %lease.server_id,
                     lease_secs = lease.lease_time.as_secs(), "renewed");
-                task.set_lease(Some(lease));
+                task.set_lease(Some(lease.clone()));
                 // A failed write is logged and counted; the previous record
                 // stays on disk, whole, and the next change writes again.
                 task.persist_async().await;
+                // With `apply`, every renewal puts the lease's configuration
+                // back as it should be (each step is a no-op when it is
+                // there): the kernel flushes a link's routes when it is
+                // taken down, and nothing else would restore them.
+                let _ = Box::pin(apply_if_asked(task, &lease)).await;
             }
             Event::Changed { old, new } => {
                 task.svc.metrics.renewal();
