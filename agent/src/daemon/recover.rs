@@ -134,6 +134,10 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
             ns,
             &crate::ops::network::guard_spec(rec.network.ipam.dhcp_guard),
             (rec.mac, vm),
+            crate::ops::add::network_names(
+                &rec.network.name,
+                rec.network.net_attach_def_name.as_deref(),
+            ),
             None,
         )
         .await;

@@ -209,6 +209,7 @@ pub(crate) async fn add(
                 &netns,
                 &req.config.ipam.dhcp_guard,
                 (pod_mac, false),
+                network_names(&req.config.name, req.config.net_attach_def_name.as_deref()),
                 pod_peer,
             )
             .await;
@@ -324,6 +325,7 @@ async fn bind(
                 netns,
                 &req.config.ipam.dhcp_guard,
                 (mac, true),
+                network_names(&req.config.name, req.config.net_attach_def_name.as_deref()),
                 link.take_veth_peer(),
             )
             .await;
@@ -361,7 +363,17 @@ async fn bind(
     Ok((acquired.handle, acquired.lease, mac, kind))
 }
 
-/// Puts the DHCP guard on the host end of the attachment's port, with the
+/// The names of a network as a `DhcpGuardPolicy` may name it: its config's
+/// `name` and `netAttachDefName`.
+pub(crate) fn network_names(name: &str, nad: Option<&str>) -> crate::guard::NetworkNames {
+    crate::guard::NetworkNames {
+        nad: nad.map(str::to_owned),
+        name: (!name.is_empty()).then(|| name.to_owned()),
+    }
+}
+
+/// Puts the DHCP guard on the host end of the attachment's port (its
+/// network's `DhcpGuardPolicy` applied on `guard`, `network` naming it), with the
 /// single-client rule on `client`'s MAC (`(mac, vm)`: a VM's port also
 /// learns). A port the guard cannot take is logged and counted, never a
 /// failed ADD: the lease does not depend on it.
@@ -372,13 +384,14 @@ pub(crate) async fn guard_port(
     netns: &std::path::Path,
     guard: &DhcpGuardSpec,
     client: ([u8; 6], bool),
+    network: crate::guard::NetworkNames,
     peer: crate::netlink::PeerLookup,
 ) {
     let (mac, vm) = client;
     let policy = crate::guard::port_policy(guard, Some(mac), vm);
     match agent
         .guard
-        .protect(container_id, ifname, netns, peer, policy)
+        .protect(container_id, ifname, netns, peer, policy, network)
         .await
     {
         Ok(Some(port)) => {
