@@ -452,6 +452,29 @@ fn rbac_is_exactly_what_the_agent_uses() {
         );
     }
 
+    // The guard-policy watch lists and watches DhcpGuardPolicy objects,
+    // and nothing else.
+    let path = workspace_root().join("agent/src/kube/guard_policies.rs");
+    let watch =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert!(
+        watch.contains("Api<DhcpGuardPolicy> = Api::all(") && watch.contains("watcher(api"),
+        "the DhcpGuardPolicy watch changed; update RBAC and this test"
+    );
+    for call in [
+        ".create(",
+        ".replace(",
+        ".delete(",
+        ".patch(",
+        ".patch_status(",
+        "DynamicObject",
+    ] {
+        assert!(
+            !watch.contains(call),
+            "agent/src/kube/guard_policies.rs calls `{call}`: RBAC does not grant it"
+        );
+    }
+
     // Cross-check against the agent's Kubernetes client: it must reach exactly these resources
     // with exactly these verbs. A new call (a watch, a list, a write) there needs RBAC here.
     let path = workspace_root().join("agent/src/kube/client.rs");
