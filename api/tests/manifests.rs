@@ -411,6 +411,32 @@ fn rbac_rules() -> BTreeSet<(String, String, String)> {
     out
 }
 
+/// The guard-policy watch lists and watches `DhcpGuardPolicy` objects, and
+/// nothing else: what RBAC grants on them.
+#[test]
+fn the_guard_policy_watch_only_lists_and_watches() {
+    let path = workspace_root().join("agent/src/kube/guard_policies.rs");
+    let watch =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert!(
+        watch.contains("Api<DhcpGuardPolicy> = Api::all(") && watch.contains("watcher(api"),
+        "the DhcpGuardPolicy watch changed; update RBAC and this test"
+    );
+    for call in [
+        ".create(",
+        ".replace(",
+        ".delete(",
+        ".patch(",
+        ".patch_status(",
+        "DynamicObject",
+    ] {
+        assert!(
+            !watch.contains(call),
+            "agent/src/kube/guard_policies.rs calls `{call}`: RBAC does not grant it"
+        );
+    }
+}
+
 #[test]
 fn rbac_is_exactly_what_the_agent_uses() {
     let expected: BTreeSet<(String, String, String)> = [
@@ -449,29 +475,6 @@ fn rbac_is_exactly_what_the_agent_uses() {
         assert!(
             !watch.contains(call),
             "agent/src/kube/node_pods.rs calls `{call}`: RBAC does not grant it"
-        );
-    }
-
-    // The guard-policy watch lists and watches DhcpGuardPolicy objects,
-    // and nothing else.
-    let path = workspace_root().join("agent/src/kube/guard_policies.rs");
-    let watch =
-        fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    assert!(
-        watch.contains("Api<DhcpGuardPolicy> = Api::all(") && watch.contains("watcher(api"),
-        "the DhcpGuardPolicy watch changed; update RBAC and this test"
-    );
-    for call in [
-        ".create(",
-        ".replace(",
-        ".delete(",
-        ".patch(",
-        ".patch_status(",
-        "DynamicObject",
-    ] {
-        assert!(
-            !watch.contains(call),
-            "agent/src/kube/guard_policies.rs calls `{call}`: RBAC does not grant it"
         );
     }
 

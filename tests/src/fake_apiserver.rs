@@ -1002,7 +1002,7 @@ impl FakeApiServer {
     /// Store a cluster-scoped `DhcpGuardPolicy` named `name` with `spec`
     /// (as given: nothing of it is checked), created or replaced; watches
     /// see it `ADDED` or `MODIFIED`.
-    pub fn put_guard_policy(&self, name: &str, spec: Value) {
+    pub fn put_guard_policy(&self, name: &str, spec: &Value) {
         let mut st = self.lock();
         let rv = st.bump();
         let uid = format!("guard-policy-uid-{name}");

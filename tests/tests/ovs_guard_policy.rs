@@ -191,8 +191,10 @@ fn rogue_reaches(pod: &OvnPod, within: Duration) -> bool {
     false
 }
 
-#[test]
-fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_keeps_the_last() {
+/// The lab with two pods on its network (MACs `0a:58:c0:00:02:3x`), dnsmasq
+/// behind the provider bridge, the stand-in API server, and the agent
+/// reading both, guarding the network's ports from Open vSwitch.
+fn lab() -> (OvnLab, Dnsmasq, Api, NodeAgent) {
     let mut lab = OvnLab::start();
     let dnsmasq = Dnsmasq::start(
         &lab.server,
@@ -223,33 +225,24 @@ fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_k
             OvnLab::NAD,
         ],
     );
-    let pods = lab.pods();
-    let (rogue_pod, client) = (&pods[0], &pods[1]);
-    assert!(
-        wait_until(Duration::from_secs(10), || pods
-            .iter()
-            .all(|p| guarded(&lab.node, &p.host_ifname))),
-        "the network's ports are not guarded from Open vSwitch:\n{}",
-        agent.log()
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || api
-            .server
-            .count(Op::WatchGuardPolicies)
-            > 0),
-        "the agent does not watch DhcpGuardPolicy objects:\n{}",
-        agent.log()
-    );
+    (lab, dnsmasq, api, agent)
+}
 
-    // 1. A lower rate, and rogue-server drop.
-    let (burst, rate) = (2, 1);
-    api.server.put_guard_policy(
-        POLICY,
-        json!({"network": OvnLab::NAD, "rate": rate, "burst": burst, "dropServerMessages": true}),
-    );
+/// Floods DISCOVERs from `pod` until the real server sees no more than
+/// `burst` and `rate` allow, for at most [`BOUND`] from now; asserts that
+/// it came to that, that the defaults would have let the flood through,
+/// and that the guard counted what it dropped for the rate.
+#[track_caller]
+fn assert_flood_held_within_bound(
+    lab: &OvnLab,
+    dnsmasq: &Dnsmasq,
+    agent: &NodeAgent,
+    pod: &OvnPod,
+    (burst, rate): (u64, u64),
+) {
     let put = Instant::now();
     let (held, (seen, sent, took)) = loop {
-        let last = flood_seen(&dnsmasq, rogue_pod, Duration::from_millis(500));
+        let last = flood_seen(dnsmasq, pod, Duration::from_millis(500));
         if last.0 <= allowance(burst, rate, last.2) {
             break (true, last);
         }
@@ -276,19 +269,21 @@ fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_k
     let mut dropped = 0;
     assert!(
         wait_until(Duration::from_secs(5), || {
-            dropped = flood::guard_figures(&lab.node, metrics, &rogue_pod.host_ifname, "rate").1;
+            dropped = flood::guard_figures(&lab.node, metrics, &pod.host_ifname, "rate").1;
             dropped >= sent - allowance(burst, rate, took)
         }),
         "the guard counted {dropped} dropped for the rate of {sent}\n{}",
         agent.log()
     );
+}
 
-    // A rogue server in pod0 (drop on): pod1 hears none of it.
-    rogue_pod.ns.add_addr(&rogue_pod.ifname, ROGUE_IP, 24);
-    let rogue = Dnsmasq::start(
-        &rogue_pod.ns,
+/// A real dnsmasq in `pod`, on a range of its own: a rogue server.
+fn start_rogue(pod: &OvnPod) -> Dnsmasq {
+    pod.ns.add_addr(&pod.ifname, ROGUE_IP, 24);
+    Dnsmasq::start(
+        &pod.ns,
         DnsmasqConfig {
-            interface: rogue_pod.ifname.clone(),
+            interface: pod.ifname.clone(),
             range: (
                 Ipv4Addr::new(198, 51, 100, 10),
                 Ipv4Addr::new(198, 51, 100, 50),
@@ -297,7 +292,40 @@ fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_k
             dns: Vec::new(),
             ..DnsmasqConfig::default()
         },
+    )
+}
+
+#[test]
+fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_keeps_the_last() {
+    let (lab, dnsmasq, api, agent) = lab();
+    let pods = lab.pods();
+    let (rogue_pod, client) = (&pods[0], &pods[1]);
+    assert!(
+        wait_until(Duration::from_secs(10), || pods
+            .iter()
+            .all(|p| guarded(&lab.node, &p.host_ifname))),
+        "the network's ports are not guarded from Open vSwitch:\n{}",
+        agent.log()
     );
+    assert!(
+        wait_until(Duration::from_secs(10), || api
+            .server
+            .count(Op::WatchGuardPolicies)
+            > 0),
+        "the agent does not watch DhcpGuardPolicy objects:\n{}",
+        agent.log()
+    );
+
+    // 1. A lower rate, and rogue-server drop.
+    let (burst, rate) = (2, 1);
+    api.server.put_guard_policy(
+        POLICY,
+        &json!({"network": OvnLab::NAD, "rate": rate, "burst": burst, "dropServerMessages": true}),
+    );
+    assert_flood_held_within_bound(&lab, &dnsmasq, &agent, rogue_pod, (burst, rate));
+
+    // A rogue server in pod0 (drop on): pod1 hears none of it.
+    let rogue = start_rogue(rogue_pod);
     count_server_messages(&client.ns, ROGUE_IP);
     let bound = xdhcp_tests::udhcpc_once(&client.ns, &client.ifname);
     assert!(
@@ -316,7 +344,7 @@ fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_k
     // 2. Server messages pass, no limit: the rogue gets through.
     api.server.put_guard_policy(
         POLICY,
-        json!({"network": OvnLab::NAD, "rate": 0, "dropServerMessages": false}),
+        &json!({"network": OvnLab::NAD, "rate": 0, "dropServerMessages": false}),
     );
     assert!(
         rogue_reaches(client, BOUND),
@@ -329,7 +357,7 @@ fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_k
     // the settings of the version before stay.
     api.server.put_guard_policy(
         POLICY,
-        json!({"network": OvnLab::NAD, "burst": 0, "dropServerMessages": true}),
+        &json!({"network": OvnLab::NAD, "burst": 0, "dropServerMessages": true}),
     );
     assert!(
         wait_until(BOUND, || {

@@ -132,12 +132,8 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
             &rec.container_id,
             &rec.ifname,
             ns,
-            &crate::ops::network::guard_spec(rec.network.ipam.dhcp_guard),
+            crate::ops::add::PortNetwork::of_record(&rec.network),
             (rec.mac, vm),
-            crate::ops::add::network_names(
-                &rec.network.name,
-                rec.network.net_attach_def_name.as_deref(),
-            ),
             None,
         )
         .await;

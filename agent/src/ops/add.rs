@@ -207,9 +207,8 @@ pub(crate) async fn add(
                 &req.container_id,
                 &req.ifname,
                 &netns,
-                &req.config.ipam.dhcp_guard,
+                PortNetwork::of_config(&req.config),
                 (pod_mac, false),
-                network_names(&req.config.name, req.config.net_attach_def_name.as_deref()),
                 pod_peer,
             )
             .await;
@@ -323,9 +322,8 @@ async fn bind(
                 &req.container_id,
                 &req.ifname,
                 netns,
-                &req.config.ipam.dhcp_guard,
+                PortNetwork::of_config(&req.config),
                 (mac, true),
-                network_names(&req.config.name, req.config.net_attach_def_name.as_deref()),
                 link.take_veth_peer(),
             )
             .await;
@@ -363,17 +361,42 @@ async fn bind(
     Ok((acquired.handle, acquired.lease, mac, kind))
 }
 
-/// The names of a network as a `DhcpGuardPolicy` may name it: its config's
-/// `name` and `netAttachDefName`.
-pub(crate) fn network_names(name: &str, nad: Option<&str>) -> crate::guard::NetworkNames {
-    crate::guard::NetworkNames {
-        nad: nad.map(str::to_owned),
-        name: (!name.is_empty()).then(|| name.to_owned()),
+/// What the guard takes of a port's network: what its config asks
+/// (`ipam.dhcpGuard`), and its names (a `DhcpGuardPolicy` names one).
+pub(crate) struct PortNetwork {
+    pub(crate) spec: DhcpGuardSpec,
+    pub(crate) names: crate::guard::NetworkNames,
+}
+
+impl PortNetwork {
+    /// An ADD's network: its config's `ipam.dhcpGuard`, `name` and
+    /// `netAttachDefName`.
+    pub(crate) fn of_config(c: &NetworkConfig) -> Self {
+        Self::of(c.ipam.dhcp_guard, &c.name, c.net_attach_def_name.as_deref())
+    }
+
+    /// A lease record's network.
+    pub(crate) fn of_record(n: &crate::model::Network) -> Self {
+        Self::of(
+            crate::ops::network::guard_spec(n.ipam.dhcp_guard),
+            &n.name,
+            n.net_attach_def_name.as_deref(),
+        )
+    }
+
+    fn of(spec: DhcpGuardSpec, name: &str, nad: Option<&str>) -> Self {
+        Self {
+            spec,
+            names: crate::guard::NetworkNames {
+                nad: nad.map(str::to_owned),
+                name: (!name.is_empty()).then(|| name.to_owned()),
+            },
+        }
     }
 }
 
 /// Puts the DHCP guard on the host end of the attachment's port (its
-/// network's `DhcpGuardPolicy` applied on `guard`, `network` naming it), with the
+/// network's `DhcpGuardPolicy` applied on what `network`'s config asks), with the
 /// single-client rule on `client`'s MAC (`(mac, vm)`: a VM's port also
 /// learns). A port the guard cannot take is logged and counted, never a
 /// failed ADD: the lease does not depend on it.
@@ -382,16 +405,15 @@ pub(crate) async fn guard_port(
     container_id: &str,
     ifname: &str,
     netns: &std::path::Path,
-    guard: &DhcpGuardSpec,
+    network: PortNetwork,
     client: ([u8; 6], bool),
-    network: crate::guard::NetworkNames,
     peer: crate::netlink::PeerLookup,
 ) {
     let (mac, vm) = client;
-    let policy = crate::guard::port_policy(guard, Some(mac), vm);
+    let policy = crate::guard::port_policy(&network.spec, Some(mac), vm);
     match agent
         .guard
-        .protect(container_id, ifname, netns, peer, policy, network)
+        .protect(container_id, ifname, netns, peer, policy, network.names)
         .await
     {
         Ok(Some(port)) => {
