@@ -31,16 +31,26 @@
 //! already been forwarded. Those ports (the daemon tells, from the OVS
 //! database: [`GuardService::set_userspace_ports`]) are policed at XDP.
 //!
+//! The policy on a port is its network's: what the ADD's network config
+//! asks (`ipam.dhcpGuard`, capped by the agent's flags), else the
+//! defaults, each field overridden by the cluster-scoped `DhcpGuardPolicy`
+//! naming the port's NAD or network when there is one
+//! ([`GuardService::set_overrides`], [`with_overrides`]). Each port keeps
+//! the policy it would have without an object (its `base`) and the names
+//! of its network, so an object that comes, changes or goes is applied to
+//! every port of its network at once, in the kernel map in place.
+//!
 //! One thing: the table of guarded workload ports and the policy on each,
 //! whichever of the ADD, a resumed lease or Open vSwitch found the port
 //! (about 700 lines, most of them the ways a port comes and goes).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tracing::{debug, info, warn};
+use xdhcp_api::guard::GuardOverrides;
 
 use crate::bindings::LearnedStore;
 use crate::cni::config::DhcpGuardSpec;
@@ -116,13 +126,75 @@ impl Identity {
     }
 }
 
+/// The names a port's network goes by, as a `DhcpGuardPolicy` may name it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NetworkNames {
+    /// The NAD, `namespace/name`.
+    pub(crate) nad: Option<String>,
+    /// The network's name (its CNI config's `name`).
+    pub(crate) name: Option<String>,
+}
+
+impl NetworkNames {
+    /// Each name of `self`, else `other`'s.
+    fn or(self, other: &NetworkNames) -> NetworkNames {
+        NetworkNames {
+            nad: self.nad.or_else(|| other.nad.clone()),
+            name: self.name.or_else(|| other.name.clone()),
+        }
+    }
+
+    /// The names Open vSwitch gives the port.
+    pub(crate) fn of_ovs(ovs: &OvsIdentity) -> NetworkNames {
+        NetworkNames {
+            nad: ovs.nad.clone(),
+            name: ovs.network.clone(),
+        }
+    }
+
+    /// The settings `table` holds for this network: the object naming its
+    /// NAD, else the one naming its network.
+    fn overrides<'a>(
+        &self,
+        table: &'a BTreeMap<String, GuardOverrides>,
+    ) -> Option<&'a GuardOverrides> {
+        [&self.nad, &self.name]
+            .into_iter()
+            .flatten()
+            .find_map(|n| table.get(n))
+    }
+}
+
+/// `base` (a port's policy without a `DhcpGuardPolicy`) with what the
+/// network's object sets: trust, rate and burst as it says; its
+/// `singleClient: false` takes the one-client rule off, and learning with
+/// it (replies are matched against that MAC); its `learn: false` takes
+/// learning (and the broadcast rewrite that goes with it) off a VM's port.
+/// Neither turns on what the port cannot have: no MAC known, no single
+/// client; not a VM's port, no learning.
+pub(crate) fn with_overrides(base: PortPolicy, o: &GuardOverrides) -> PortPolicy {
+    let single = o.single_client != Some(false);
+    PortPolicy {
+        trusted: o.trusted.unwrap_or(base.trusted),
+        rate: o.rate.unwrap_or(base.rate),
+        burst: o.burst.unwrap_or(base.burst),
+        single_client: base.single_client.filter(|_| single),
+        learn: base.learn && single && o.learn != Some(false),
+    }
+}
+
 /// One guarded port.
 #[derive(Debug, Clone)]
 pub(crate) struct GuardedPort {
     /// Host-side interface name (in the agent's namespace).
     pub(crate) host_ifname: String,
     pub(crate) ifindex: u32,
+    /// The policy in the kernel: `base` with its network's object.
     pub(crate) policy: PortPolicy,
+    /// The policy it would have without a `DhcpGuardPolicy`.
+    pub(crate) base: PortPolicy,
+    /// Its network's names (an object names one of them).
+    pub(crate) network: NetworkNames,
     pub(crate) identity: Identity,
     /// Where its frames from the workload are policed.
     pub(crate) hook: GuardHook,
@@ -137,6 +209,18 @@ struct Inner {
     /// Host-side ports of Open vSwitch bridges on the userspace datapath,
     /// as last read from the OVS database: policed at XDP.
     userspace_ports: BTreeSet<String>,
+    /// Network (NAD or name) → what its `DhcpGuardPolicy` sets.
+    overrides: BTreeMap<String, GuardOverrides>,
+}
+
+impl Inner {
+    /// The policy of a port of `network` whose policy without an object
+    /// is `base`.
+    fn effective(&self, base: PortPolicy, network: &NetworkNames) -> PortPolicy {
+        network
+            .overrides(&self.overrides)
+            .map_or(base, |o| with_overrides(base, o))
+    }
 }
 
 impl Inner {
@@ -248,6 +332,7 @@ impl GuardService {
                         reader,
                         ports: HashMap::new(),
                         userspace_ports: BTreeSet::new(),
+                        overrides: BTreeMap::new(),
                     })),
                     learned,
                     off_reason: None,
@@ -314,6 +399,7 @@ impl GuardService {
         netns: &Path,
         peer: PeerLookup,
         policy: PortPolicy,
+        network: NetworkNames,
     ) -> Result<Option<GuardedPort>, GuardError> {
         if self.inner.is_none() {
             return Ok(None);
@@ -331,7 +417,7 @@ impl GuardService {
         let peer = t0.elapsed();
         tokio::task::spawn_blocking(move || {
             let t1 = std::time::Instant::now();
-            let r = me.protect_port(key, host_ifname, policy, t1);
+            let r = me.protect_port(key, host_ifname, policy, network, t1);
             debug!(
                 peer_us = peer.as_micros(),
                 queued_us = t1
@@ -360,9 +446,10 @@ impl GuardService {
         key: (String, String),
         host_ifname: String,
         policy: PortPolicy,
+        network: NetworkNames,
         t1: std::time::Instant,
     ) -> Result<Option<GuardedPort>, GuardError> {
-        let held = self.hold_port(key, host_ifname, policy, t1);
+        let held = self.hold_port(key, host_ifname, policy, network, t1);
         if matches!(held, Ok(Some(_))) {
             self.added.notify_one();
         }
@@ -373,7 +460,8 @@ impl GuardService {
         &self,
         key: (String, String),
         host_ifname: String,
-        policy: PortPolicy,
+        base: PortPolicy,
+        network: NetworkNames,
         t1: std::time::Instant,
     ) -> Result<Option<GuardedPort>, GuardError> {
         let Some(mut inner) = self.lock() else {
@@ -408,10 +496,14 @@ impl GuardService {
                 ifname: host_ifname,
                 netns: None,
             };
+            let network = network.or(&port.network);
+            let policy = inner.effective(base, &network);
             inner.guard.update(&target, &policy)?;
             inner.guard.rehook(&target, hook)?;
             let port = GuardedPort {
                 policy,
+                base,
+                network,
                 hook,
                 identity: Identity {
                     cni: true,
@@ -426,11 +518,14 @@ impl GuardService {
             ifname: host_ifname.clone(),
             netns: None,
         };
+        let policy = inner.effective(base, &network);
         let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
         let port = GuardedPort {
             host_ifname,
             ifindex,
             policy,
+            base,
+            network,
             identity: Identity {
                 ovs: None,
                 cni: true,
@@ -498,17 +593,21 @@ impl GuardService {
             // is the MAC Open vSwitch names (the daemon sets the network's
             // policy again).
             port.identity.cni = false;
-            let policy = PortPolicy {
+            port.base = PortPolicy {
                 single_client: port.identity.ovs.as_ref().and_then(|o| o.mac),
                 learn: false,
-                ..port.policy
+                ..port.base
             };
-            if policy != port.policy {
-                port.policy = policy;
-                let target = AttachTarget {
-                    ifname: port.host_ifname.clone(),
-                    netns: None,
-                };
+            let (base, network, old) = (port.base, port.network.clone(), port.policy);
+            let target = AttachTarget {
+                ifname: port.host_ifname.clone(),
+                netns: None,
+            };
+            let policy = inner.effective(base, &network);
+            if policy != old {
+                if let Some(port) = inner.ports.get_mut(&key) {
+                    port.policy = policy;
+                }
                 if let Err(e) = inner.guard.update(&target, &policy) {
                     warn!(port = %target.ifname, error = %crate::rpc::format_chain(&e),
                         "could not set a pod's policy on a port its VM left");
@@ -525,13 +624,15 @@ impl GuardService {
     /// DHCP network, before (or without) any ADD; `key` is the attachment
     /// its `external_ids` name (sandbox, pod interface). A port already
     /// guarded (by an ADD, or found before) is not attached again: it only
-    /// gains the OVS identity, and, unless an ADD holds it, `policy`.
+    /// gains the OVS identity, and, unless an ADD holds it, `base` (the
+    /// policy without a `DhcpGuardPolicy`; the network's object, named by
+    /// the port's `external_ids`, is applied on it).
     /// `Ok(None)`: the guard is off. Blocking: attaching takes RTNL.
     pub(crate) fn protect_found(
         &self,
         key: (String, String),
         host_ifname: &str,
-        policy: PortPolicy,
+        base: PortPolicy,
         ovs: OvsIdentity,
     ) -> Result<Option<GuardedPort>, GuardError> {
         let Some(mut inner) = self.lock() else {
@@ -556,16 +657,22 @@ impl GuardService {
                 })?;
             // An ADD's policy is the network's own (and a VM's single
             // client): it stays.
-            let policy = if port.identity.cni {
-                port.policy
+            let (base, network) = if port.identity.cni {
+                (
+                    port.base,
+                    port.network.clone().or(&NetworkNames::of_ovs(&ovs)),
+                )
             } else {
-                policy
+                (base, NetworkNames::of_ovs(&ovs))
             };
+            let policy = inner.effective(base, &network);
             if policy != port.policy {
                 inner.guard.update(&target, &policy)?;
             }
             let port = GuardedPort {
                 policy,
+                base,
+                network,
                 identity: Identity {
                     ovs: Some(ovs),
                     cni: port.identity.cni,
@@ -580,11 +687,15 @@ impl GuardService {
             netns: None,
         };
         let hook = inner.hook_for(host_ifname);
+        let network = NetworkNames::of_ovs(&ovs);
+        let policy = inner.effective(base, &network);
         let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
         let port = GuardedPort {
             host_ifname: host_ifname.to_owned(),
             ifindex,
             policy,
+            base,
+            network,
             identity: Identity {
                 ovs: Some(ovs),
                 cni: false,
@@ -615,6 +726,50 @@ impl GuardService {
         if let Some(port) = inner.ports.remove(&key) {
             inner.detach(&port.host_ifname);
         }
+    }
+
+    /// The `DhcpGuardPolicy` settings by network (NAD or name), as the
+    /// watch now holds them: every guarded port whose policy they change
+    /// gets its new policy in the kernel map in place (its programs stay;
+    /// only a VM port whose learning turns on or off gains or loses its
+    /// egress filter), and a port guarded later starts with them. Returns
+    /// the ports changed, with the error of each that failed. Blocking.
+    pub(crate) fn set_overrides(
+        &self,
+        table: BTreeMap<String, GuardOverrides>,
+    ) -> Vec<(String, Result<PortPolicy, String>)> {
+        let Some(mut inner) = self.lock() else {
+            return Vec::new();
+        };
+        if inner.overrides == table {
+            return Vec::new();
+        }
+        inner.overrides = table;
+        let changes: Vec<_> = inner
+            .ports
+            .iter()
+            .filter_map(|(k, p)| {
+                let policy = inner.effective(p.base, &p.network);
+                (policy != p.policy).then(|| (k.clone(), p.host_ifname.clone(), policy))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (key, host_ifname, policy) in changes {
+            let target = AttachTarget {
+                ifname: host_ifname.clone(),
+                netns: None,
+            };
+            match inner.guard.update(&target, &policy) {
+                Ok(_) => {
+                    if let Some(p) = inner.ports.get_mut(&key) {
+                        p.policy = policy;
+                    }
+                    out.push((host_ifname, Ok(policy)));
+                }
+                Err(e) => out.push((host_ifname, Err(crate::rpc::format_chain(&e)))),
+            }
+        }
+        out
     }
 
     /// The guarded ports found in Open vSwitch.
@@ -749,5 +904,93 @@ mod tests {
         let unknown = port_policy(&spec, None, true);
         assert_eq!((unknown.single_client, unknown.learn), (None, false));
         assert_eq!(unknown.entry().flags, 0);
+    }
+
+    fn overrides(f: impl FnOnce(&mut GuardOverrides)) -> GuardOverrides {
+        let mut o = GuardOverrides::default();
+        f(&mut o);
+        o
+    }
+
+    #[test]
+    fn an_object_sets_trust_rate_and_burst_and_leaves_the_rest_to_the_port() {
+        let spec = DhcpGuardSpec::default();
+        let base = port_policy(&spec, Some(MAC), false);
+        // An empty object changes nothing.
+        assert_eq!(with_overrides(base, &GuardOverrides::default()), base);
+        let o = overrides(|o| {
+            o.trusted = Some(true);
+            o.rate = Some(2);
+            o.burst = Some(3);
+        });
+        let p = with_overrides(base, &o);
+        assert_eq!((p.trusted, p.rate, p.burst), (true, 2, 3));
+        assert_eq!(p.single_client, Some(MAC));
+        assert_eq!(p.entry().flags, g::GUARD_TRUSTED | g::GUARD_SINGLE_CLIENT);
+        assert_eq!(p.entry().interval_ns, 500_000_000);
+        // Rogue-server drop back on, over a trusted base.
+        let trusted = PortPolicy {
+            trusted: true,
+            ..base
+        };
+        assert!(!with_overrides(trusted, &overrides(|o| o.trusted = Some(false))).trusted);
+        // Rate 0: no limit.
+        assert_eq!(
+            with_overrides(base, &overrides(|o| o.rate = Some(0)))
+                .entry()
+                .interval_ns,
+            0
+        );
+    }
+
+    #[test]
+    fn single_client_off_takes_learning_with_it_and_nothing_turns_on_what_a_port_cannot_have() {
+        let spec = DhcpGuardSpec::default();
+        let vm = port_policy(&spec, Some(MAC), true);
+        let p = with_overrides(vm, &overrides(|o| o.single_client = Some(false)));
+        assert_eq!((p.single_client, p.learn), (None, false));
+        assert_eq!(p.entry().flags, 0);
+        assert!(!p.needs_egress());
+        // Learning (and the broadcast rewrite) off a VM's port, one client kept.
+        let p = with_overrides(vm, &overrides(|o| o.learn = Some(false)));
+        assert_eq!(p.entry().flags, g::GUARD_SINGLE_CLIENT);
+        // A pod's port does not learn, whatever the object says; a port with
+        // no known MAC has no one client.
+        let pod = port_policy(&spec, Some(MAC), false);
+        let on = overrides(|o| {
+            o.learn = Some(true);
+            o.single_client = Some(true);
+        });
+        assert!(!with_overrides(pod, &on).learn);
+        let unknown = port_policy(&spec, None, true);
+        assert_eq!(with_overrides(unknown, &on).single_client, None);
+    }
+
+    #[test]
+    fn the_object_naming_the_nad_wins_over_the_one_naming_the_network() {
+        let by_name = overrides(|o| o.rate = Some(1));
+        let by_nad = overrides(|o| o.rate = Some(2));
+        let table: BTreeMap<String, GuardOverrides> = [
+            ("ns_net".to_owned(), by_name),
+            ("ns/net".to_owned(), by_nad),
+        ]
+        .into();
+        let both = NetworkNames {
+            nad: Some("ns/net".into()),
+            name: Some("ns_net".into()),
+        };
+        assert_eq!(both.overrides(&table), Some(&by_nad));
+        let name_only = NetworkNames {
+            nad: None,
+            name: Some("ns_net".into()),
+        };
+        assert_eq!(name_only.overrides(&table), Some(&by_name));
+        assert_eq!(NetworkNames::default().overrides(&table), None);
+        // An ADD's names first, Open vSwitch's where the ADD named none.
+        let cni = NetworkNames {
+            nad: None,
+            name: Some("a".into()),
+        };
+        assert_eq!(cni.or(&both).nad.as_deref(), Some("ns/net"));
     }
 }

@@ -373,6 +373,24 @@ fn committed_crd_matches_the_rust_types() {
     assert!(committed.contains("Do not edit"), "header missing");
 }
 
+#[test]
+fn committed_guard_crd_matches_the_rust_types() {
+    let path = workspace_root().join(xdhcp_api::crd::GUARD_CRD_PATH);
+    let committed =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let generated = xdhcp_api::crd::guard_crd_yaml().unwrap();
+    assert!(
+        committed == generated,
+        "{} is out of date with api/src/guard.rs: run `cargo xtask manifests`",
+        xdhcp_api::crd::GUARD_CRD_PATH
+    );
+    // xdhcp's own CRD is applied with the agent; the CUDN (OVN-K's) is not.
+    let k = fs::read_to_string(manifests_dir().join("kustomization.yaml")).unwrap();
+    assert!(k.contains("crd/dhcpguardpolicies.xdhcp.io.yaml"), "{k}");
+    let crd: Value = serde_yaml::from_str(committed.split_once("---\n").unwrap().1).unwrap();
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+}
+
 /// (apiGroup, resource, verb) triples of the `ClusterRole`.
 fn rbac_rules() -> BTreeSet<(String, String, String)> {
     let role: ClusterRole = strict("rbac.yaml", &doc_of_kind("rbac.yaml", "ClusterRole"));
@@ -393,6 +411,32 @@ fn rbac_rules() -> BTreeSet<(String, String, String)> {
     out
 }
 
+/// The guard-policy watch lists and watches `DhcpGuardPolicy` objects, and
+/// nothing else: what RBAC grants on them.
+#[test]
+fn the_guard_policy_watch_only_lists_and_watches() {
+    let path = workspace_root().join("agent/src/kube/guard_policies.rs");
+    let watch =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert!(
+        watch.contains("Api<DhcpGuardPolicy> = Api::all(") && watch.contains("watcher(api"),
+        "the DhcpGuardPolicy watch changed; update RBAC and this test"
+    );
+    for call in [
+        ".create(",
+        ".replace(",
+        ".delete(",
+        ".patch(",
+        ".patch_status(",
+        "DynamicObject",
+    ] {
+        assert!(
+            !watch.contains(call),
+            "agent/src/kube/guard_policies.rs calls `{call}`: RBAC does not grant it"
+        );
+    }
+}
+
 #[test]
 fn rbac_is_exactly_what_the_agent_uses() {
     let expected: BTreeSet<(String, String, String)> = [
@@ -402,6 +446,8 @@ fn rbac_is_exactly_what_the_agent_uses() {
         ("", "pods", "watch"),
         ("kubevirt.io", "virtualmachineinstances", "get"),
         ("kubevirt.io", "virtualmachineinstancemigrations", "get"),
+        ("xdhcp.io", "dhcpguardpolicies", "list"),
+        ("xdhcp.io", "dhcpguardpolicies", "watch"),
     ]
     .into_iter()
     .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))

@@ -18,6 +18,12 @@
 //!   pods asks. The watch streams the `ADDED`/`MODIFIED`/`DELETED` events
 //!   after the `resourceVersion` it names, as the store changes, until its
 //!   `timeoutSeconds` or the server stops.
+//! - `GET   /apis/xdhcp.io/v1alpha1/dhcpguardpolicies` — the list, and with
+//!   `watch=true` the watch, of the cluster-scoped `DhcpGuardPolicy` objects
+//!   (what the agent's reflector of them asks), stored as the test gives
+//!   them: the fake checks nothing of their spec (a real API server would
+//!   check the CRD's schema first), so a test can hand the agent an object
+//!   only the agent's own checks refuse.
 //!
 //! Errors are `Status` objects with the real reasons and codes. Faults can
 //! be queued per operation: an error status, or a concurrent write by
@@ -63,7 +69,14 @@ pub enum Op {
     ListPods,
     /// `GET /api/v1/pods?watch=true`: watch them.
     WatchPods,
+    /// `GET /apis/xdhcp.io/v1alpha1/dhcpguardpolicies`: list them.
+    ListGuardPolicies,
+    /// The same with `watch=true`: watch them.
+    WatchGuardPolicies,
 }
+
+/// The path of the `DhcpGuardPolicy` collection.
+const GUARD_POLICIES: &str = "/apis/xdhcp.io/v1alpha1/dhcpguardpolicies";
 
 /// A fault injected into the next request of an [`Op`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +176,10 @@ struct Inner {
     /// Every change of a pod, in order: (resourceVersion, event type, the
     /// pod after it — before it, for `DELETED`).
     pod_events: Vec<(u64, &'static str, Value)>,
+    /// `DhcpGuardPolicy` objects by name.
+    policies: BTreeMap<String, Value>,
+    /// Every change of one, in order, as [`Inner::pod_events`].
+    policy_events: Vec<(u64, &'static str, Value)>,
     /// Set when the server stops: open watches end.
     stopped: bool,
 }
@@ -267,10 +284,29 @@ fn pod_watch(
     from: u64,
     timeout: std::time::Duration,
 ) -> Response {
+    event_watch(
+        inner,
+        |st| &st.pod_events,
+        from,
+        timeout,
+        move |obj| on_node(obj, node.as_deref()),
+    )
+}
+
+/// The watch of the events `events` selects after version `from`, those
+/// `keep` passes: one JSON event a line, as the store changes, for
+/// `timeout` or until the server stops.
+fn event_watch(
+    inner: Arc<Mutex<Inner>>,
+    events: fn(&Inner) -> &Vec<(u64, &'static str, Value)>,
+    from: u64,
+    timeout: std::time::Duration,
+    keep: impl Fn(&Value) -> bool + Clone + Send + 'static,
+) -> Response {
     let end = tokio::time::Instant::now() + timeout;
     let stream = futures::stream::unfold(from, move |seen| {
         let inner = inner.clone();
-        let node = node.clone();
+        let keep = keep.clone();
         async move {
             loop {
                 let (lines, last, stopped) = {
@@ -279,9 +315,9 @@ fn pod_watch(
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     let mut last = seen;
                     let mut lines = String::new();
-                    for (rv, kind, obj) in st.pod_events.iter().filter(|(rv, ..)| *rv > seen) {
+                    for (rv, kind, obj) in events(&st).iter().filter(|(rv, ..)| *rv > seen) {
                         last = *rv;
-                        if on_node(obj, node.as_deref()) {
+                        if keep(obj) {
                             lines.push_str(&json!({"type": kind, "object": obj}).to_string());
                             lines.push('\n');
                         }
@@ -416,6 +452,9 @@ async fn handle(
     if method == Method::GET && uri.path() == "/api/v1/pods" {
         return pods_collection(&inner, &uri, content_type);
     }
+    if method == Method::GET && uri.path() == GUARD_POLICIES {
+        return policies_collection(&inner, &uri, content_type);
+    }
     let target = route(uri.path());
     let op = match (&method, &target) {
         (&Method::GET, Some((Kind::Pod, ..))) => Some(Op::GetPod),
@@ -533,6 +572,80 @@ fn pods_collection(inner: &Arc<Mutex<Inner>>, uri: &Uri, content_type: Option<St
     pod_watch(inner.clone(), node, from, timeout)
 }
 
+/// `GET` the `DhcpGuardPolicy` collection: the list, or (`watch=true`) the
+/// watch, recorded as [`Op::ListGuardPolicies`] / [`Op::WatchGuardPolicies`];
+/// a queued [`Fault::Status`] of that op answers instead.
+fn policies_collection(
+    inner: &Arc<Mutex<Inner>>,
+    uri: &Uri,
+    content_type: Option<String>,
+) -> Response {
+    let query = uri.query().unwrap_or("");
+    let watch = matches!(query_param(query, "watch").as_deref(), Some("true" | "1"));
+    let op = if watch {
+        Op::WatchGuardPolicies
+    } else {
+        Op::ListGuardPolicies
+    };
+    let mut st = inner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let fault = st
+        .faults
+        .iter()
+        .position(|(o, f)| *o == op && matches!(f, Fault::Status(_)))
+        .and_then(|i| st.faults.remove(i));
+    let code = match fault {
+        Some((_, Fault::Status(code))) => code,
+        _ => 200,
+    };
+    st.requests.push(Recorded {
+        op: Some(op),
+        method: "GET".to_owned(),
+        uri: uri.to_string(),
+        content_type,
+        body: None,
+        status: code,
+    });
+    if code != 200 {
+        let body = status_body(
+            code,
+            "injected failure for dhcpguardpolicies",
+            "",
+            "dhcpguardpolicies",
+        );
+        return reply(code, &body);
+    }
+    if !watch {
+        let items: Vec<Value> = st.policies.values().cloned().collect();
+        return reply(
+            200,
+            &json!({
+                "kind": "DhcpGuardPolicyList", "apiVersion": "xdhcp.io/v1alpha1",
+                "metadata": {"resourceVersion": st.next_rv.to_string()},
+                "items": items
+            }),
+        );
+    }
+    let from = query_param(query, "resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(st.next_rv);
+    let timeout = query_param(query, "timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .map_or(
+            std::time::Duration::from_secs(290),
+            std::time::Duration::from_secs,
+        );
+    drop(st);
+    event_watch(
+        inner.clone(),
+        |st| &st.policy_events,
+        from,
+        timeout,
+        |_| true,
+    )
+}
+
 /// Apply the next queued fault (other than a delay) for `op` on `key`: an
 /// error answer to send instead of serving, or a concurrent write done
 /// before serving.
@@ -609,7 +722,9 @@ fn serve(
         (404, status_body(404, &msg, &name, kind_name))
     };
     match op {
-        Op::ListPods | Op::WatchPods => unreachable!("the pod collection is served before"),
+        Op::ListPods | Op::WatchPods | Op::ListGuardPolicies | Op::WatchGuardPolicies => {
+            unreachable!("the collections are served before")
+        }
         Op::GetPod | Op::GetVmi | Op::GetVmim => match st.objects.get(&key) {
             Some(obj) => (200, obj.clone()),
             None => not_found(),
@@ -882,6 +997,38 @@ impl FakeApiServer {
             st.pod_event(event, &obj);
         }
         st.objects.insert((kind, ns, name), obj);
+    }
+
+    /// Store a cluster-scoped `DhcpGuardPolicy` named `name` with `spec`
+    /// (as given: nothing of it is checked), created or replaced; watches
+    /// see it `ADDED` or `MODIFIED`.
+    pub fn put_guard_policy(&self, name: &str, spec: &Value) {
+        let mut st = self.lock();
+        let rv = st.bump();
+        let uid = format!("guard-policy-uid-{name}");
+        let obj = json!({
+            "apiVersion": "xdhcp.io/v1alpha1", "kind": "DhcpGuardPolicy",
+            "metadata": {"name": name, "uid": uid, "resourceVersion": rv},
+            "spec": spec
+        });
+        let event = if st.policies.contains_key(name) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        let at = st.next_rv;
+        st.policy_events.push((at, event, obj.clone()));
+        st.policies.insert(name.to_owned(), obj);
+    }
+
+    /// Delete `DhcpGuardPolicy` `name`.
+    pub fn delete_guard_policy(&self, name: &str) {
+        let mut st = self.lock();
+        if let Some(obj) = st.policies.remove(name) {
+            st.bump();
+            let at = st.next_rv;
+            st.policy_events.push((at, "DELETED", obj));
+        }
     }
 
     /// Delete a pod.

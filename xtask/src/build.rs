@@ -76,33 +76,44 @@ fn plugin_path(target: &str) -> PathBuf {
         .join("release/xdhcp-plugin")
 }
 
-/// The CRD file generated from `xdhcp-api`'s Rust types.
-const CRD_PATH: &str = "manifests/crd/clusteruserdefinednetworks.k8s.ovn.org.yaml";
+/// The CRD files generated from `xdhcp-api`'s Rust types, with the
+/// `crdgen` argument that prints each.
+const CRDS: [(&str, Option<&str>); 2] = [
+    (
+        "manifests/crd/clusteruserdefinednetworks.k8s.ovn.org.yaml",
+        None,
+    ),
+    (
+        "manifests/crd/dhcpguardpolicies.xdhcp.io.yaml",
+        Some("guard"),
+    ),
+];
 
-/// Regenerate the CRD manifest from the Rust types, or with `check` fail when
-/// the committed file has drifted from them.
+/// Regenerate the CRD manifests from the Rust types, or with `check` fail
+/// when a committed file has drifted from them.
 pub fn manifests(check: bool) -> Result<()> {
     let root = cmd::workspace_root();
-    let out = cmd::output(cmd::program("cargo").current_dir(&root).args([
-        "run",
-        "--quiet",
-        "-p",
-        "xdhcp-api",
-        "--bin",
-        "crdgen",
-    ]))?;
-    let path = root.join(CRD_PATH);
-    if check {
-        let committed =
-            std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        if committed != out.stdout {
-            bail!("{CRD_PATH} is out of date with the Rust types: run `cargo xtask manifests`");
+    for (crd_path, arg) in CRDS {
+        let mut run = cmd::program("cargo");
+        run.current_dir(&root)
+            .args(["run", "--quiet", "-p", "xdhcp-api", "--bin", "crdgen"]);
+        if let Some(arg) = arg {
+            run.args(["--", arg]);
         }
-        println!("{CRD_PATH} matches the Rust types");
-    } else {
-        std::fs::write(&path, &out.stdout)
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {CRD_PATH}");
+        let out = cmd::output(&mut run)?;
+        let path = root.join(crd_path);
+        if check {
+            let committed =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            if committed != out.stdout {
+                bail!("{crd_path} is out of date with the Rust types: run `cargo xtask manifests`");
+            }
+            println!("{crd_path} matches the Rust types");
+        } else {
+            std::fs::write(&path, &out.stdout)
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("wrote {crd_path}");
+        }
     }
     Ok(())
 }

@@ -343,7 +343,8 @@ fn node_sources(
 /// guarded from the moment they appear; without `--uplink`, the uplinks
 /// are its too, and start-up waits a little for the first view, so
 /// persisted leases resume on their uplink. And keep the node's pod watch
-/// (`pods`), with the Kubernetes API.
+/// (`pods`) and the cluster's `DhcpGuardPolicy` objects, with the
+/// Kubernetes API.
 async fn follow_node(
     agent: &Arc<Agent>,
     side: &mut JoinSet<()>,
@@ -354,6 +355,22 @@ async fn follow_node(
         side.spawn(futures::FutureExt::map(
             token.clone().run_until_cancelled_owned(watch),
             drop,
+        ));
+    }
+    // The cluster's per-network guard settings, with the Kubernetes API
+    // and the guard on.
+    if let PodApi::Kube(client) = &agent.pod_api
+        && agent.guard.is_on()
+    {
+        let (table, watch) = crate::kube::guard_policies::follow(client);
+        side.spawn(futures::FutureExt::map(
+            token.clone().run_until_cancelled_owned(watch),
+            drop,
+        ));
+        side.spawn(workloads::follow_guard_policies(
+            agent.clone(),
+            table,
+            token.clone(),
         ));
     }
     let ovs = agent.node_ovs.clone();

@@ -132,7 +132,7 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
             &rec.container_id,
             &rec.ifname,
             ns,
-            &crate::ops::network::guard_spec(rec.network.ipam.dhcp_guard),
+            crate::ops::add::PortNetwork::of_record(&rec.network),
             (rec.mac, vm),
             None,
         )

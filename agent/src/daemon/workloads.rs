@@ -176,7 +176,9 @@ pub(super) fn wanted_with(
 
 /// The step from `held` (the guarded ports the guard found in OVS) to
 /// `wanted`. A port an ADD holds keeps the ADD's policy, so only its OVS
-/// identity is compared.
+/// identity is compared. A wanted policy is the one without a
+/// `DhcpGuardPolicy` (the guard applies the network's object itself), so it
+/// is compared with the port's `base`.
 pub(super) fn plan(wanted: &[Wanted], held: &[GuardedPort]) -> Plan {
     let by_port: HashMap<&str, &GuardedPort> =
         held.iter().map(|h| (h.host_ifname.as_str(), h)).collect();
@@ -184,7 +186,7 @@ pub(super) fn plan(wanted: &[Wanted], held: &[GuardedPort]) -> Plan {
     let mut out = Plan::default();
     for w in wanted {
         let same = by_port.get(w.host_ifname.as_str()).is_some_and(|h| {
-            h.identity.ovs.as_ref() == Some(&w.ovs) && (h.identity.cni || h.policy == w.policy)
+            h.identity.ovs.as_ref() == Some(&w.ovs) && (h.identity.cni || h.base == w.policy)
         });
         if !same {
             out.guard.push(w.clone());
@@ -214,10 +216,12 @@ pub(super) fn networks_of_adds(
         .filter(|g| g.identity.cni)
         .filter_map(|g| {
             let net = network.get(g.host_ifname.as_str())?;
+            // The ADD's own settings, not a `DhcpGuardPolicy`'s (the guard
+            // applies that on every port of the network by itself).
             let spec = DhcpGuardSpec {
-                trusted: g.policy.trusted,
-                rate: g.policy.rate,
-                burst: g.policy.burst,
+                trusted: g.base.trusted,
+                rate: g.base.rate,
+                burst: g.base.burst,
             };
             Some(((*net).to_owned(), spec))
         })
@@ -382,6 +386,45 @@ impl Follower {
     }
 }
 
+/// Apply the cluster's `DhcpGuardPolicy` table (`table`, kept by the
+/// watch in [`crate::kube::guard_policies`]) to the guarded ports until
+/// `token` is cancelled: each change goes to every port of its network at
+/// once, in the kernel map in place.
+pub(super) async fn follow_guard_policies(
+    agent: Arc<Agent>,
+    mut table: watch::Receiver<crate::kube::guard_policies::GuardTable>,
+    token: CancellationToken,
+) {
+    loop {
+        let now = table.borrow_and_update().clone();
+        let guard = agent.guard.clone();
+        // Updating a port's egress filter takes RTNL: a blocking thread.
+        match tokio::task::spawn_blocking(move || guard.set_overrides(now)).await {
+            Ok(changed) => {
+                for (port, outcome) in changed {
+                    match outcome {
+                        Ok(policy) => {
+                            info!(%port, ?policy, "DHCP guard settings of the port's network changed");
+                        }
+                        Err(error) => {
+                            agent.metrics().failure("dhcp_guard");
+                            warn!(%port, %error, "could not give a port its network's new DHCP guard settings");
+                        }
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "the guard's update task failed"),
+        }
+        tokio::select! {
+            () = token.cancelled() => return,
+            r = table.changed() => if r.is_err() {
+                token.cancelled().await;
+                return;
+            },
+        }
+    }
+}
+
 /// Carries `plan` out; the ports that failed, with why.
 fn apply(guard: &GuardService, plan: Plan) -> Vec<(String, String)> {
     for port in &plan.release {
@@ -429,6 +472,8 @@ mod tests {
             host_ifname: w.host_ifname.clone(),
             ifindex: 7,
             policy: w.policy,
+            base: w.policy,
+            network: crate::guard::NetworkNames::of_ovs(&w.ovs),
             identity: Identity {
                 ovs: Some(w.ovs.clone()),
                 cni,
@@ -514,11 +559,17 @@ mod tests {
         assert_eq!(plan(&w, &[old]).guard, w);
         // Another policy, no ADD: the network's policy is set.
         let mut other = held(&w[0], false);
-        other.policy.rate += 1;
+        other.base.rate += 1;
         assert_eq!(plan(&w, &[other.clone()]).guard, w);
         // An ADD holds it: its policy wins, nothing to do.
         other.identity.cni = true;
         assert!(plan(&w, &[other]).is_empty());
+        // The network's DhcpGuardPolicy changed the policy in the kernel:
+        // the port's policy without it is what is compared; nothing to do.
+        let mut tuned = held(&w[0], false);
+        tuned.policy.rate = 1;
+        tuned.policy.trusted = true;
+        assert!(plan(&w, &[tuned]).is_empty());
     }
 
     #[test]
@@ -587,6 +638,8 @@ mod tests {
             host_ifname: "a_3".to_owned(),
             ifindex: 7,
             policy: port_policy(&spec, Some([0x0a, 0x58, 0, 0, 0, 1]), false),
+            base: port_policy(&spec, Some([0x0a, 0x58, 0, 0, 0, 1]), false),
+            network: crate::guard::NetworkNames::default(),
             identity: Identity {
                 ovs: None,
                 cni: true,

@@ -18,6 +18,7 @@ pub mod embedded;
 /// An in-memory pod store for unit tests (not a cluster).
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod guard_policies;
 pub mod node_pods;
 
 use std::collections::BTreeMap;

@@ -1,12 +1,26 @@
-//! Print the `ClusterUserDefinedNetwork` CRD manifest (with its "generated" header) on stdout.
+//! Print a CRD manifest (with its "generated" header) on stdout: the
+//! `ClusterUserDefinedNetwork`, or with the argument `guard` the `DhcpGuardPolicy`.
 //!
 //! `cargo run -q -p xdhcp-api --bin crdgen > manifests/crd/clusteruserdefinednetworks.k8s.ovn.org.yaml`
+//! `cargo run -q -p xdhcp-api --bin crdgen -- guard > manifests/crd/dhcpguardpolicies.xdhcp.io.yaml`
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let yaml = match xdhcp_api::crd::crd_yaml() {
+    let which = std::env::args().nth(1);
+    let yaml = match which.as_deref() {
+        None => xdhcp_api::crd::crd_yaml(),
+        Some("guard") => xdhcp_api::crd::guard_crd_yaml(),
+        Some(other) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "crdgen: unknown CRD {other:?} (none, or `guard`)"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let yaml = match yaml {
         Ok(yaml) => yaml,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "crdgen: serialising the CRD: {e}");
