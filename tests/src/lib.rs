@@ -17,6 +17,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod cni_burst;
 pub mod fake_apiserver;
 pub mod neigh;
 pub mod netns;
