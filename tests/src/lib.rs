@@ -24,6 +24,7 @@ pub mod netns;
 pub mod ovs_lab;
 pub mod plugin;
 pub mod servers;
+pub mod soak;
 pub mod tmpfs;
 
 pub use agent::InProcessAgent;
