@@ -572,12 +572,24 @@ struct World {
     busy: AtomicUsize,
     stop: AtomicBool,
     started: Instant,
+    /// When the last chaos step ended (`None`: none yet), and whether one
+    /// is under way.
+    chaos_ended: Mutex<Option<Instant>>,
+    chaos_running: AtomicBool,
     next_mac: Mutex<u64>,
 }
 
 impl World {
     fn t(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
+    }
+
+    /// No chaos step under way, and the last one ended more than T2 and
+    /// 5 s ago (every lease renewed or rebound since).
+    fn quiet(&self) -> bool {
+        let settle = Duration::from_secs(u64::from(self.cfg.t2_secs) + 5);
+        !self.chaos_running.load(Ordering::SeqCst)
+            && lock(&self.chaos_ended).is_none_or(|t| t.elapsed() > settle)
     }
 
     fn lab(&self, net: Net) -> &Lab {
@@ -1353,6 +1365,8 @@ pub fn run(cfg: SoakConfig) -> SoakReport {
         busy: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
         started: Instant::now(),
+        chaos_ended: Mutex::new(None),
+        chaos_running: AtomicBool::new(false),
         next_mac: Mutex::new(0),
     });
     progress!("soak: plumbing {} pod namespaces…", cfg.pods);
@@ -1457,7 +1471,10 @@ pub fn run(cfg: SoakConfig) -> SoakReport {
                 let t = w.t();
                 progress!("soak: chaos at {t:.1} s: {}", step.name());
                 let began = Instant::now();
+                w.chaos_running.store(true, Ordering::SeqCst);
                 w.apply(step, &mut rng);
+                *lock(&w.chaos_ended) = Some(Instant::now());
+                w.chaos_running.store(false, Ordering::SeqCst);
                 let took = began.elapsed();
                 w.busy.fetch_sub(1, Ordering::SeqCst);
                 *lock(&w.counts).faults.entry(step.name()).or_default() += 1;
@@ -1491,6 +1508,7 @@ pub fn run(cfg: SoakConfig) -> SoakReport {
                             fds: fd_count(pid),
                             tasks,
                             population: live,
+                            quiet: w.quiet(),
                         });
                     }
                 }

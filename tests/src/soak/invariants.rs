@@ -349,6 +349,11 @@ pub struct Sample {
     pub tasks: u64,
     /// Pods live at the sample.
     pub population: usize,
+    /// No chaos step under way or within the settle time before: the
+    /// conditions are the steady ones (a server outage puts every lease
+    /// of its network into rebinding, which holds other sockets; a
+    /// restart's recovery opens and closes its own).
+    pub quiet: bool,
 }
 
 /// When a footprint counts as growing: the fitted slope is above
@@ -419,7 +424,8 @@ pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
 type Measure = (&'static str, Limit, fn(&Sample) -> f64);
 
 /// Growth of each agent process's footprint: the samples of one pid after
-/// its warm-up, taken only while the population is `population` (the
+/// its warm-up, taken only while the population is `population` and no
+/// chaos step disturbs it ([`Sample::quiet`]: the steady state; the
 /// steady state), fitted per measure.
 pub fn growth(samples: &[Sample], population: usize, limits: &GrowthLimits) -> Vec<Violation> {
     let mut by_pid: BTreeMap<u32, Vec<&Sample>> = BTreeMap::new();
@@ -433,7 +439,7 @@ pub fn growth(samples: &[Sample], population: usize, limits: &GrowthLimits) -> V
         };
         let steady: Vec<&Sample> = all
             .into_iter()
-            .filter(|s| s.t_s >= first + limits.warmup_s && s.population == population)
+            .filter(|s| s.t_s >= first + limits.warmup_s && s.population == population && s.quiet)
             .collect();
         if steady.len() < limits.min_samples {
             continue;
@@ -665,6 +671,7 @@ mod tests {
                     fds: 40,
                     tasks: 9,
                     population: 10,
+                    quiet: true,
                 }
             })
             .collect()
@@ -691,6 +698,13 @@ mod tests {
                 }
         });
         assert_eq!(growth(&flat, 10, &limits), vec![]);
+        // Growth under a chaos step (leases rebinding while a server is
+        // down) is not a leak either.
+        let mut disturbed = leak.clone();
+        for s in &mut disturbed {
+            s.quiet = false;
+        }
+        assert_eq!(growth(&disturbed, 10, &limits), vec![]);
         // Growth while the population grows is not a leak.
         let mut ramp = leak.clone();
         for s in &mut ramp {
