@@ -56,10 +56,15 @@ struct Measured {
 }
 
 impl Measured {
+    /// The median round (the mean of the middle two of an even count).
     fn median_wall(&self) -> Duration {
         let mut w = self.walls.clone();
         w.sort();
-        w.get(w.len() / 2).copied().unwrap_or_default()
+        match w.len() {
+            0 => Duration::ZERO,
+            n if n % 2 == 1 => w[n / 2],
+            n => (w[n / 2 - 1] + w[n / 2]) / 2,
+        }
     }
 
     fn floor(&self) -> Duration {
