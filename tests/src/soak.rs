@@ -584,12 +584,24 @@ impl World {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// No chaos step under way, and the last one ended more than T2 and
-    /// 5 s ago (every lease renewed or rebound since).
+    /// The steady state: no chaos step under way or in the last 5 s, and
+    /// every lease the agent holds bound or renewing. After a server's
+    /// outage its leases stay in rebinding until their next retransmission
+    /// (RFC 2131: half the time left, at least 60 s), each holding
+    /// sockets of its own, so the agent's fds stand about one per such
+    /// lease higher for a minute or more: not growth.
     fn quiet(&self) -> bool {
-        let settle = Duration::from_secs(u64::from(self.cfg.t2_secs) + 5);
-        !self.chaos_running.load(Ordering::SeqCst)
-            && lock(&self.chaos_ended).is_none_or(|t| t.elapsed() > settle)
+        if self.chaos_running.load(Ordering::SeqCst)
+            || lock(&self.chaos_ended).is_some_and(|t| t.elapsed() < Duration::from_secs(5))
+        {
+            return false;
+        }
+        xdhcp::rpc::Client::new(&self.socket, Duration::from_secs(5))
+            .get::<Vec<xdhcp::rpc::LeaseView>>(xdhcp::rpc::PATH_LEASES)
+            .is_ok_and(|t| {
+                t.iter()
+                    .all(|l| l.state == "Bound" || l.state == "Renewing")
+            })
     }
 
     fn lab(&self, net: Net) -> &Lab {
