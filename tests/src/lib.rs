@@ -18,12 +18,14 @@
 pub mod agent;
 pub mod bench;
 pub mod chaos;
+pub mod cni_burst;
 pub mod fake_apiserver;
 pub mod neigh;
 pub mod netns;
 pub mod ovs_lab;
 pub mod plugin;
 pub mod servers;
+pub mod soak;
 pub mod stand_in_api;
 pub mod tmpfs;
 

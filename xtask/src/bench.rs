@@ -12,6 +12,101 @@ pub struct Args {
     /// Which benchmark.
     #[arg(value_enum)]
     which: Which,
+    #[command(flatten)]
+    soak: SoakArgs,
+    /// `kea1000`: concurrent ADDs in the burst.
+    #[arg(long, value_name = "N")]
+    adds: Option<usize>,
+}
+
+/// The soak's parameters (`soak`; each defaults in the benchmark).
+#[derive(clap::Args)]
+struct SoakArgs {
+    /// Pods alive at once, half on each server [default: 500].
+    #[arg(long)]
+    pods: Option<usize>,
+    /// Pod replacements (a DEL and an ADD) per second [default: 2].
+    #[arg(long)]
+    churn: Option<f64>,
+    /// Lease time in seconds [default: 120, dnsmasq's minimum].
+    #[arg(long, value_name = "SECS")]
+    lease_time: Option<u32>,
+    /// T1: seconds between renewals [default: 4].
+    #[arg(long, value_name = "SECS")]
+    t1: Option<u32>,
+    /// T2 in seconds [default: 8].
+    #[arg(long, value_name = "SECS")]
+    t2: Option<u32>,
+    /// How long: `90s`, `3m`, `1h` or plain seconds [default: 30m].
+    #[arg(long, value_parser = parse_duration_secs)]
+    duration: Option<u64>,
+    /// Seed of the chaos schedule and the churn [default: 1].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Mean seconds between chaos steps [default: 20].
+    #[arg(long, value_name = "SECS")]
+    chaos_every: Option<u64>,
+    /// Seconds between invariant checks [default: 120].
+    #[arg(long, value_name = "SECS")]
+    check_every: Option<u64>,
+    /// The second build a rolling upgrade switches to [default: a copy of
+    /// the agent binary].
+    #[arg(long, value_name = "PATH")]
+    upgrade_bin: Option<std::path::PathBuf>,
+}
+
+impl SoakArgs {
+    /// The environment `bench_soak` reads, for the flags given.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        let mut put = |k: &'static str, x: Option<String>| {
+            if let Some(x) = x {
+                v.push((k, x));
+            }
+        };
+        put("XDHCP_SOAK_PODS", self.pods.map(|x| x.to_string()));
+        put("XDHCP_SOAK_CHURN", self.churn.map(|x| x.to_string()));
+        put("XDHCP_SOAK_LEASE", self.lease_time.map(|x| x.to_string()));
+        put("XDHCP_SOAK_T1", self.t1.map(|x| x.to_string()));
+        put("XDHCP_SOAK_T2", self.t2.map(|x| x.to_string()));
+        put("XDHCP_SOAK_DURATION", self.duration.map(|x| x.to_string()));
+        put("XDHCP_SOAK_SEED", self.seed.map(|x| x.to_string()));
+        put(
+            "XDHCP_SOAK_CHAOS_EVERY",
+            self.chaos_every.map(|x| x.to_string()),
+        );
+        put(
+            "XDHCP_SOAK_CHECK_EVERY",
+            self.check_every.map(|x| x.to_string()),
+        );
+        put(
+            "XDHCP_SOAK_UPGRADE_BIN",
+            self.upgrade_bin.as_ref().map(|p| p.display().to_string()),
+        );
+        v
+    }
+}
+
+/// `90s`, `3m`, `1h` or plain seconds, as seconds.
+fn parse_duration_secs(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number with s, m or h"))?;
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?}: the unit is s, m or h")),
+    };
+    if n == 0 {
+        return Err(format!("{text:?}: a duration above zero"));
+    }
+    Ok(n * mult)
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -32,7 +127,15 @@ enum Which {
     /// A pod's ADD through OVN (userspace datapath) beside the bridge lab, each against the
     /// server's own DORA; the time from an `ovn-bridge-mappings` change to an attached uplink.
     Ovn,
-    /// All of the above, in that order.
+    /// Pods churned against dnsmasq and Kea at once under a seeded chaos
+    /// schedule (agent killed and upgraded, servers restarted and down past
+    /// T2, netns removed, API failures, junk replies), an invariant checker
+    /// throughout (`--pods`, `--churn`, `--lease-time`, `--duration`, `--seed`…).
+    Soak,
+    /// N concurrent ADDs against Kea (`--adds`, default 1000): wall time ÷
+    /// its floor, and RSS per lease, xdhcp beside upstream.
+    Kea1000,
+    /// All of the above, in that order (the soak at its defaults).
     All,
 }
 
@@ -46,6 +149,8 @@ impl Which {
             Which::Scale => &["bench_scale"],
             Which::Flood => &["bench_flood"],
             Which::Ovn => &["bench_ovn"],
+            Which::Soak => &["bench_soak"],
+            Which::Kea1000 => &["bench_kea1000"],
             Which::All => &[
                 "bench_xdp",
                 "bench_dataplane",
@@ -54,6 +159,8 @@ impl Which {
                 "bench_scale",
                 "bench_flood",
                 "bench_ovn",
+                "bench_kea1000",
+                "bench_soak",
             ],
         }
     }
@@ -74,6 +181,8 @@ pub fn run(args: &Args) -> Result<()> {
                 .env("XDHCP_BENCH_COMMIT", head_commit(&root))
                 .env("XDHCP_BIN", root.join("target/release/xdhcp"))
                 .env("XDHCP_PLUGIN_BIN", crate::build::plugin_binary()?)
+                .envs(args.soak.env())
+                .envs(args.adds.map(|n| ("XDHCP_KEA_ADDS", n.to_string())))
                 .args(["run", "--release", "-p", "xdhcp-tests", "--bin", bin]),
         )?;
     }
@@ -132,7 +241,18 @@ fn short(id: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::head_commit;
+    use super::{head_commit, parse_duration_secs};
+
+    #[test]
+    fn soak_durations_read_with_their_unit() {
+        assert_eq!(parse_duration_secs("90"), Ok(90));
+        assert_eq!(parse_duration_secs("90s"), Ok(90));
+        assert_eq!(parse_duration_secs("3m"), Ok(180));
+        assert_eq!(parse_duration_secs("1h"), Ok(3600));
+        assert!(parse_duration_secs("3d").is_err());
+        assert!(parse_duration_secs("m").is_err());
+        assert!(parse_duration_secs("0s").is_err());
+    }
 
     fn scratch(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("xtask-head-{name}-{}", std::process::id()));

@@ -72,14 +72,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use xdhcp::datapath::{afpacket::AfPacketReceiver, rawsock::RawSender};
-use xdhcp_engine::{Client, ClientConfig, Event, MessageKind, PacketSource};
 use xdhcp_tests::{
     CNI_PLUGIN_DIR, PluginCall,
     bench::{Daemon, DaemonOptions, Impl, Series, impls, upstream},
-    netns::{Lab, LabClient, NetNs},
+    cni_burst::{Burst, Leases, burst, del_all, exec_floor, raw_dora_burst, settle},
+    netns::{Lab, NetNs},
     progress,
-    servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process, ServerLease},
+    servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process},
 };
 
 /// Pod namespaces of the harness (the largest burst).
@@ -245,29 +244,6 @@ impl Tcpdump {
     }
 }
 
-/// The server's lease database as it stands (its guard's `leases()`).
-type Leases<'a> = &'a dyn Fn() -> Vec<ServerLease>;
-
-/// Waits until the server holds no lease for `clients` — every RELEASE
-/// processed and its lease database rewritten — so that no round, floor or
-/// ADD, queues behind the previous one's releases (dnsmasq rewrites and
-/// fsyncs its lease file for each). Gives up after 10 s, saying so.
-fn settle(leases: Leases<'_>, clients: &[LabClient]) {
-    let held = || {
-        leases()
-            .iter()
-            .filter(|l| clients.iter().any(|c| c.mac == l.mac))
-            .count()
-    };
-    if !xdhcp_tests::servers::wait_until(Duration::from_secs(10), || held() == 0) {
-        eprintln!(
-            "  the server still holds {} of {} leases 10 s after their release",
-            held(),
-            clients.len()
-        );
-    }
-}
-
 fn run_phase(
     lab: &Lab,
     xdhcp: &Path,
@@ -311,7 +287,7 @@ fn run_phase(
             del_all(&d, clients, &tag);
             settle(leases, clients);
             let exec = exec_floor(&d, clients);
-            let (dora, dora_failed) = raw_dora_burst(clients, leases);
+            let (dora, dora_failed) = raw_dora_burst(clients, leases, DORA_PASSES);
             set.push(Round {
                 burst,
                 exec,
@@ -431,13 +407,6 @@ fn harness(xdhcp: &Path) -> Vec<Phase> {
     phases
 }
 
-fn unix_us() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_micros()
-}
-
 fn unix_ms() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -447,199 +416,6 @@ fn unix_ms() -> u128 {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-struct Burst {
-    wall: Duration,
-    /// The successful ADDs' own latencies, sorted.
-    lat: Vec<Duration>,
-    failed: usize,
-    first_error: Option<String>,
-}
-
-/// `n` concurrent ADDs on clients `0..n`, container ids `<tag>-<i>`.
-fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
-    let started = Instant::now();
-    let t0 = unix_us();
-    let timed: Vec<(u128, u128, Result<Duration, String>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = clients
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                s.spawn(move || {
-                    let a = unix_us();
-                    let r = d.cni("ADD", &format!("{tag}-{i}"), c);
-                    (a, unix_us(), r)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("ADD thread"))
-            .collect()
-    });
-    let wall = started.elapsed();
-    if let Some(dir) = std::env::var_os("XDHCP_BENCH_LOG_DIR") {
-        // When each plugin ran, relative to the burst's start (µs).
-        let mut text = format!("start {t0}\n");
-        for (i, (a, b, _)) in timed.iter().enumerate() {
-            let _ = writeln!(text, "{tag}-{i} {} {}", a - t0, b - t0);
-        }
-        let name = format!("{}-{tag}-{t0}.txt", d.which.name().replace(' ', "-"));
-        let _ = std::fs::write(Path::new(&dir).join(name), text);
-    }
-    let results: Vec<Result<Duration, String>> = timed.into_iter().map(|(_, _, r)| r).collect();
-    let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    let mut lat: Vec<Duration> = results
-        .iter()
-        .filter_map(|r| r.as_ref().ok().copied())
-        .collect();
-    lat.sort();
-    Burst {
-        wall,
-        lat,
-        failed: failed.len(),
-        first_error: failed.first().map(|s| (*s).clone()),
-    }
-}
-
-/// `n` concurrent plugin execs that do no DHCP at all (`CNI_COMMAND=VERSION`,
-/// same environment and stdin as an ADD): what exec alone costs on this
-/// machine, the exec part of the floor under a burst of `n` ADDs.
-fn exec_floor(d: &Daemon, clients: &[LabClient]) -> Duration {
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for (i, c) in clients.iter().enumerate() {
-            s.spawn(move || {
-                if let Err(e) = d.cni("VERSION", &format!("floor-{i}"), c) {
-                    eprintln!("  VERSION failed: {e}");
-                }
-            });
-        }
-    });
-    started.elapsed()
-}
-
-/// The server's own exchanges: one DORA per client straight from this
-/// process — the xdhcp engine over raw/`AF_PACKET` sockets opened
-/// beforehand in each client's namespace, no CNI, no plugin exec, no agent
-/// — one after another (wall time from the first DISCOVER to the last
-/// ACK), and its failures; every lease released after; the fastest of
-/// [`DORA_PASSES`] such runs (a chain of 4·n wake-ups, each at the
-/// scheduler's mercy on a loaded machine, varied up to 5× between
-/// consecutive runs where the concurrent ADDs vary far less). Back to back
-/// because that is this client's fastest: dnsmasq serves one packet at a
-/// time, and the same DORAs fired all at once from here took 7–15× longer
-/// on the development VM (every broadcast floods every bridge port and
-/// some are lost, costing a retransmission).
-fn raw_dora_burst(clients: &[LabClient], leases: Leases<'_>) -> (Duration, usize) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async {
-        let mut socks = Vec::with_capacity(clients.len());
-        for c in clients {
-            let tx = RawSender::open_async(c.ns.path(), &c.ifname)
-                .await
-                .expect("raw sender in the client namespace");
-            let rx = AfPacketReceiver::open_async(c.ns.path(), &c.ifname)
-                .await
-                .expect("AF_PACKET receiver in the client namespace");
-            // As the agent does: each socket takes only its client's replies.
-            rx.only_for(c.mac)
-                .expect("narrow the receiver to its client");
-            socks.push((tx, rx, c.mac));
-        }
-        let mut best: Option<(Duration, usize)> = None;
-        for pass in 0..DORA_PASSES {
-            let started = Instant::now();
-            let mut failed = 0;
-            let mut bound = Vec::with_capacity(socks.len());
-            for (i, (tx, rx, mac)) in socks.iter().enumerate() {
-                let cfg = ClientConfig {
-                    chaddr: *mac,
-                    ..ClientConfig::default()
-                };
-                let seed = 0x5eed + (pass * socks.len() + i) as u64;
-                let mut client = Client::new(cfg, Instant::now(), seed);
-                if until_bound(tx, rx, &mut client).await {
-                    bound.push((client, i));
-                } else {
-                    failed += 1;
-                }
-            }
-            let wall = started.elapsed();
-            // Released only once every client is bound, as the CNI bursts'
-            // DELs come after them.
-            for (mut client, i) in bound {
-                release_now(&mut client, &socks[i].0);
-            }
-            settle(leases, clients);
-            if best.is_none_or(|b| (failed, wall) < (b.1, b.0)) {
-                best = Some((wall, failed));
-            }
-        }
-        best.expect("at least one pass")
-    })
-}
-
-fn release_now(client: &mut Client, tx: &RawSender) {
-    client.set_wall_clock_unix_ms(unix_ms() as u64);
-    client.release(Instant::now());
-    while let Some(t) = client.poll_transmit() {
-        if t.kind == MessageKind::Release {
-            let _ = tx.send_transmit(&t);
-        }
-    }
-}
-
-/// Drives `client` to `Bound` (true) or gives up after 10 s (false).
-async fn until_bound(tx: &RawSender, rx: &AfPacketReceiver, client: &mut Client) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        while let Some(t) = client.poll_transmit() {
-            if tx.send_transmit(&t).is_err() {
-                return false;
-            }
-        }
-        while let Some(ev) = client.poll_event() {
-            match ev {
-                Event::Bound(_) => return true,
-                Event::Failed(_) => return false,
-                _ => {}
-            }
-        }
-        let timer = client
-            .poll_timeout()
-            .map_or(deadline, tokio::time::Instant::from_std)
-            .min(deadline);
-        tokio::select! {
-            frame = rx.recv() => {
-                let Ok(frame) = frame else { return false };
-                client.set_wall_clock_unix_ms(unix_ms() as u64);
-                let src = PacketSource { src_mac: frame.headers.src_mac, src_ip: frame.headers.src_ip };
-                let _ = client.handle_packet(Instant::now(), src, &frame.payload);
-            }
-            () = tokio::time::sleep_until(timer) => {
-                if tokio::time::Instant::now() >= deadline {
-                    return false;
-                }
-                client.set_wall_clock_unix_ms(unix_ms() as u64);
-                client.handle_timeout(Instant::now());
-            }
-        }
-    }
-}
-
-fn del_all(d: &Daemon, clients: &[LabClient], tag: &str) {
-    std::thread::scope(|s| {
-        for (i, c) in clients.iter().enumerate() {
-            s.spawn(move || {
-                let _ = d.cni("DEL", &format!("{tag}-{i}"), c);
-            });
-        }
-    });
 }
 
 fn dnsmasq_config(
