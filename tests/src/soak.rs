@@ -181,6 +181,11 @@ pub enum Step {
     ApiTimeouts,
     /// Forged DHCP replies onto both bridges for five seconds.
     JunkFlood,
+    /// A live pod's capture taken apart from outside, as an operator or
+    /// another tool might: the agent's BPF links on its interface
+    /// detached, its tc filters and a `clsact` qdisc deleted, the
+    /// interface taken down and up.
+    CaptureTakenApart,
 }
 
 impl Step {
@@ -198,6 +203,7 @@ impl Step {
         Step::ApiErrors,
         Step::ApiTimeouts,
         Step::JunkFlood,
+        Step::CaptureTakenApart,
     ];
 
     pub fn name(self) -> String {
@@ -211,6 +217,7 @@ impl Step {
             Step::ApiErrors => "API 500s".into(),
             Step::ApiTimeouts => "API timeouts".into(),
             Step::JunkFlood => "junk DHCP flood".into(),
+            Step::CaptureTakenApart => "capture taken apart".into(),
         }
     }
 }
@@ -928,7 +935,38 @@ impl World {
                 self.api_fault_count() / 2,
             ),
             Step::JunkFlood => self.flood(Duration::from_secs(5), rng),
+            Step::CaptureTakenApart => self.take_capture_apart(rng),
         }
+    }
+
+    /// On a random live pod's interface (`eth0` in its namespace), from
+    /// outside: the agent's BPF links detached, filters and a `clsact`
+    /// qdisc deleted, the link down for half a second and up again. The
+    /// slot is held busy meanwhile, so churn leaves the pod alone.
+    fn take_capture_apart(&self, rng: &mut Rng) {
+        let taken = {
+            let mut slots = lock(&self.slots);
+            let live: Vec<usize> = (0..slots.len())
+                .filter(|&i| matches!(slots[i].state, SlotState::Live(_)) && slots[i].ns.is_some())
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            let i = live[rng.below(live.len())];
+            let was = std::mem::replace(&mut slots[i].state, SlotState::Busy);
+            let path = slots[i].ns.as_ref().map(|ns| ns.path().to_path_buf());
+            (i, was, path)
+        };
+        let (i, was, Some(path)) = taken else {
+            return;
+        };
+        let ns = Some(path.as_path());
+        crate::chaos::add_clsact(ns, "eth0");
+        crate::chaos::detach_links(ns, "eth0");
+        crate::chaos::delete_tc_filters(ns, "eth0");
+        crate::chaos::delete_clsact(ns, "eth0");
+        crate::chaos::flap(ns, "eth0", Duration::from_millis(500));
+        lock(&self.slots)[i].state = was;
     }
 
     /// Faults per API step: a few seconds' worth of the churn's requests.

@@ -1,8 +1,10 @@
 //! The short soak (`xdhcp_tests::soak`): 40 pods churned through the real
 //! plugin against dnsmasq and Kea for 75 s while the seeded chaos schedule
 //! kills and upgrades the agent, restarts and stops the servers past T2,
-//! removes a pod's namespace, makes the stand-in API server fail and
-//! floods forged replies; then the invariant checker must find nothing.
+//! removes a pod's namespace, makes the stand-in API server fail, floods
+//! forged replies and takes a pod's capture apart from outside (links
+//! detached, tc filters and `clsact` deleted, the interface flapped); then
+//! the invariant checker must find nothing.
 //! The long one is `cargo xtask bench soak`.
 
 mod agent_support;
