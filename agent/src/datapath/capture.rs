@@ -79,6 +79,9 @@ const UPLINK_RESTORE_MAX: Duration = Duration::from_secs(10);
 /// `AF_PACKET` before the (RTNL-heavy) attaches start.
 const PROMOTE_DELAY: Duration = Duration::from_millis(500);
 const PROMOTE_JITTER_MS: u64 = 1500;
+/// The longest a started agent waits for its resumed leases' attaches
+/// before it releases the pinned links none of them claimed.
+const RECONCILE_MAX: Duration = Duration::from_mins(2);
 
 /// How replies for one interface reach its leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1295,6 +1298,57 @@ impl Capture {
         side.spawn(self.clone().read_ring(reader, token.clone()));
         side.spawn(self.clone().check_links(token.clone()));
         side.spawn(self.clone().poll_counters(token.clone()));
+    }
+
+    /// Once the resumed leases have had their interfaces attached (taking
+    /// over the links a previous agent pinned), reconcile what that agent
+    /// left: its pinned links nobody claimed are released, its xids this
+    /// agent did not register are disowned, stale modes cleared (see
+    /// `Datapath::release_unclaimed`). Call after recovery; returns at
+    /// once without eBPF. Waits at least until every lease's delayed
+    /// promotion to the ring is due, then until no attach is pending (at
+    /// most [`RECONCILE_MAX`]).
+    pub(crate) async fn release_unclaimed(self: Arc<Self>, token: CancellationToken) {
+        if self.kernel.is_none() {
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        let first =
+            PROMOTE_DELAY + Duration::from_millis(PROMOTE_JITTER_MS) + Duration::from_secs(1);
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(first) => {}
+        }
+        while started.elapsed() < RECONCILE_MAX
+            && lock(&self.targets)
+                .values()
+                .any(|e| *e.state.borrow() == TargetState::Pending)
+        {
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+        let me = self.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            me.kernel
+                .as_ref()
+                .map(|k| lock(&k.dp).release_unclaimed())
+                .transpose()
+        })
+        .await;
+        match res {
+            Ok(Ok(Some((links, xids)))) => info!(
+                released_links = links,
+                disowned_xids = xids,
+                after = ?started.elapsed(),
+                "took over from the previous agent's pins; the rest released"
+            ),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => warn!(error = %crate::rpc::format_chain(&e),
+                "could not reconcile the previous agent's pinned tables"),
+            Err(e) => warn!(error = %e, "the pin reconciliation task failed"),
+        }
     }
 
     /// Have the kernel's TC modules loaded now, after the start's uplinks
