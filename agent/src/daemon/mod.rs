@@ -297,6 +297,9 @@ async fn run_on(
             }
         }
     }
+    // The capture stays attached for the next agent (its links are pinned
+    // where a bpffs allows): stopping leases let go of nothing.
+    capture.keep_attached();
     token.cancel();
     let served = first_failure(&mut servers).await;
     // Lease tasks persist and stop without RELEASE.

@@ -327,6 +327,9 @@ struct Kernel {
     slots: Semaphore,
     /// Whether the ring reader runs.
     reader_ok: AtomicBool,
+    /// The agent is stopping: the leases that stop detach nothing, so the
+    /// pinned links stay for the next agent ([`Capture::keep_attached`]).
+    keep_attached: AtomicBool,
     /// Injected reader failure (tests only).
     #[cfg(feature = "test-hooks")]
     reader_fault: AtomicBool,
@@ -438,6 +441,7 @@ impl Capture {
             attach,
             slots: Semaphore::new(1),
             reader_ok: AtomicBool::new(true),
+            keep_attached: AtomicBool::new(false),
             #[cfg(feature = "test-hooks")]
             reader_fault: AtomicBool::new(false),
         };
@@ -674,11 +678,14 @@ impl Capture {
         }
     }
 
-    /// Stop routing `xid` (and drop it from the kernel map if `in_kernel`).
+    /// Stop routing `xid` (and drop it from the kernel map if `in_kernel`,
+    /// unless the agent is stopping: then it stays owned, its replies kept
+    /// from the pod, until the next agent reconciles the map).
     pub(crate) fn unregister(&self, xid: u32, in_kernel: bool) {
         lock(&self.routes).remove(&xid);
         if in_kernel
             && let Some(k) = &self.kernel
+            && !k.keep_attached.load(Ordering::SeqCst)
             && let Err(e) = k.xids.disown(xid)
         {
             warn!(xid, error = %e, "could not remove the xid from the kernel ownership map");
@@ -1183,8 +1190,20 @@ impl Capture {
         self.update_degraded();
     }
 
+    /// From now on (the agent stops) nothing is detached: the links, pinned
+    /// where a bpffs allows, stay for the next agent to take over; unpinned
+    /// ones go with the process.
+    pub(crate) fn keep_attached(&self) {
+        if let Some(k) = &self.kernel {
+            k.keep_attached.store(true, Ordering::SeqCst);
+        }
+    }
+
     fn detach_in_background(&self, target: &AttachTarget) {
         let Some(k) = &self.kernel else { return };
+        if k.keep_attached.load(Ordering::SeqCst) {
+            return;
+        }
         let res = lock(&k.dp).detach(target);
         if let Err(e) = res {
             // The interface is often gone already (pod deleted).

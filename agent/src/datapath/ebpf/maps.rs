@@ -203,8 +203,10 @@ impl Datapath {
             super::pin::remove_link_pin(&left.path);
         }
         let xids = self.owned.release_inherited()?;
-        let held = |role: Role| -> HashSet<u32> { self.ifindexes_in(role) };
-        let (ports, uplinks) = (held(Role::Port), held(Role::Uplink));
+        let (ports, uplinks) = (
+            self.ifindexes_in(Role::Port),
+            self.ifindexes_in(Role::Uplink),
+        );
         let stale: Vec<u32> = {
             let cfg = lock(&self.ifconfig);
             cfg.hash

@@ -114,9 +114,10 @@ pub(super) fn scan_link_pins(links_dir: &Path) -> (HashMap<String, LeftLink>, Ve
 }
 
 /// Removes everything the agent pins under `dir`: every link pin (which
-/// detaches the capture programs), every map pin, then the directories.
-/// For uninstalling (`xdhcp unpin`); a restarted agent needs them all.
-/// Returns what was removed; absent is fine.
+/// detaches the capture programs), every map pin, then the directories
+/// (`dir` itself stays when it is a mount point). For uninstalling (`xdhcp
+/// unpin`); a restarted agent needs them all. Returns what was removed;
+/// absent is fine.
 pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
     let links = dir.join(LINKS_DIR);
@@ -143,6 +144,7 @@ pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     match std::fs::remove_dir(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
         Err(e) => return Err(e),
     }
     Ok(removed)
