@@ -651,27 +651,36 @@ fn pinned_link(path: &std::path::Path) -> (u32, u32) {
 /// start, one nobody claims is released, a detach removes its pin, and
 /// `unpin_all` removes the rest.
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one agent's life, its exit and the next agent's start, in order"
+)]
 async fn pinned_links_are_taken_over_updated_in_place_and_stale_ones_removed() {
     use std::os::fd::AsRawFd as _;
     let fs = BpffsMount::new();
     let dir = fs.dir.path().join("xdhcp");
     let links_dir = dir.join(LINKS_DIR);
-    let a = NetNs::new();
-    let b = NetNs::new();
-    let c = NetNs::new();
-    let _v = Veth::new(&a, "p0", &b, "p1");
-    let _w = Veth::new(&a, "p3", &b, "p4");
-    let _x = Veth::new(&c, "q0", &b, "q1");
+    let ns_a = NetNs::new();
+    let ns_b = NetNs::new();
+    let ns_c = NetNs::new();
+    let _v = Veth::new(&ns_a, "p0", &ns_b, "p1");
+    let _w = Veth::new(&ns_a, "p3", &ns_b, "p4");
+    let gone_veth = Veth::new(&ns_c, "q0", &ns_b, "q1");
     let t = |ns: &NetNs, ifname: &str| AttachTarget {
         ifname: ifname.to_owned(),
         netns: Some(ns.path().to_path_buf()),
     };
-    let (tc, xdp, unclaimed, gone) = (t(&a, "p0"), t(&b, "p1"), t(&a, "p3"), t(&c, "q0"));
+    let (tc, xdp, unclaimed, gone) = (
+        t(&ns_a, "p0"),
+        t(&ns_b, "p1"),
+        t(&ns_a, "p3"),
+        t(&ns_c, "q0"),
+    );
     let pin_of = |target: &AttachTarget, mode: AttachMode| {
         links_dir.join(format!("{}_{mode}", link_key(Role::Port, target)))
     };
     let xid = 0x5a5a_0001;
-    let p1 = b.ifindex("p1");
+    let p1 = ns_b.ifindex("p1");
     let (tc_id, xdp_id, unclaimed_id) = {
         let mut dp = Datapath::load_pinned(&dir).expect("load pinned");
         let mut attach = |target: &AttachTarget, mode| {
@@ -698,7 +707,7 @@ async fn pinned_links_are_taken_over_updated_in_place_and_stale_ones_removed() {
     }
     // While no agent runs, an owned reply reaches p1: the pinned program
     // keeps it from b's stack and puts it in the pinned ring.
-    let sock = a.packet_socket(a.ifindex("p0"), libc::ETH_P_ALL as u16, None);
+    let sock = ns_a.packet_socket(ns_a.ifindex("p0"), libc::ETH_P_ALL as u16, None);
     let f = frame(MessageType::Ack, xid);
     // SAFETY: sending a buffer on a bound packet socket.
     let n = unsafe { libc::send(sock.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
@@ -709,8 +718,8 @@ async fn pinned_links_are_taken_over_updated_in_place_and_stale_ones_removed() {
         std::io::Error::last_os_error()
     );
     // The device of one pinned link goes away while no agent runs.
-    drop(_x);
-    drop(c);
+    drop(gone_veth);
+    drop(ns_c);
     // Another version of the XDP program is running on p1 when the next
     // agent starts (here the object's do-nothing baseline).
     let pass_prog = {

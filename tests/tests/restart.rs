@@ -325,9 +325,12 @@ fn link_exists(id: u32) -> bool {
 fn capture_programs(ns: &xdhcp_tests::NetNs, ifname: &str) -> usize {
     let ifname = ifname.to_owned();
     ns.run_in(move || {
-        aya::programs::SchedClassifier::query_tcx(&ifname, aya::programs::tc::TcAttachType::Ingress)
-            .map(|(_, progs)| progs.len())
-            .unwrap_or_else(|e| panic!("query tcx on {ifname}: {e}"))
+        let (_, progs) = aya::programs::SchedClassifier::query_tcx(
+            &ifname,
+            aya::programs::tc::TcAttachType::Ingress,
+        )
+        .unwrap_or_else(|e| panic!("query tcx on {ifname}: {e}"));
+        progs.len()
     })
 }
 

@@ -100,14 +100,11 @@ pub(super) fn scan_link_pins(links_dir: &Path) -> (HashMap<String, LeftLink>, Ve
             matches!(crate::sys::bpf::link_ifindex(id), Ok(Some(i)) if i != 0)
                 .then(|| (key.to_owned(), mode))
         });
-        match alive {
-            Some((key, mode)) => {
-                live.insert(key, LeftLink { path, mode });
-            }
-            None => {
-                remove_link_pin(&path);
-                removed.push(name);
-            }
+        if let Some((key, mode)) = alive {
+            live.insert(key, LeftLink { path, mode });
+        } else {
+            remove_link_pin(&path);
+            removed.push(name);
         }
     }
     (live, removed)
