@@ -65,6 +65,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Leases(a) => xdhcp::cli::leases_text(&a).context("xdhcp leases")?,
         Command::Bindings(a) => xdhcp::cli::bindings_text(&a).context("xdhcp bindings")?,
         Command::Status(a) => xdhcp::cli::status_text(&a).context("xdhcp status")?,
+        Command::Unpin(a) => xdhcp::cli::unpin_text(&a).context("xdhcp unpin")?,
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).context("writing to stdout")

@@ -93,9 +93,11 @@ pub struct AgentArgs {
     /// Lease records, the embedded annotation store and the VFIO journal.
     #[arg(long, default_value = "/var/lib/xdhcp")]
     pub state_dir: PathBuf,
-    /// Where the eBPF maps are pinned (counters, xid ownership, interface
-    /// modes), when this directory is on a bpffs mount; elsewhere nothing is
-    /// pinned and the log says why (docs/kernel.md, "Pinning").
+    /// Where the eBPF maps (counters, xid ownership, interface modes, the
+    /// ring buffer) and the capture links are pinned, when this directory is
+    /// on a bpffs mount, so a restarted agent takes them over; elsewhere
+    /// nothing is pinned and the log says why (docs/kernel.md, "Pinning").
+    /// `xdhcp unpin` removes them when uninstalling.
     #[arg(long, default_value = "/sys/fs/bpf/xdhcp")]
     pub bpffs_dir: PathBuf,
     /// Root of sysfs (a fake tree in tests).

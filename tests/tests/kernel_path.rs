@@ -13,12 +13,15 @@ use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Decodable as _, Decoder, Encodable as _, Encoder};
+use xdhcp::datapath::AttachMode;
 use xdhcp::datapath::RxPath;
 use xdhcp::datapath::Verdict;
 use xdhcp::datapath::ebpf::{
-    CaptureMode, Counters, Datapath, DhcpEvent, PINNED_MAPS, Pinning, ProgramKind, pin_maps,
+    AttachTarget, CaptureMode, Counters, Datapath, DhcpEvent, Handover, LINKS_DIR, PINNED_MAPS,
+    Pinning, ProgramKind, Role, link_key, pin_maps, unpin_all,
 };
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
+use xdhcp_tests::netns::{NetNs, Veth};
 
 const LO: u32 = 1;
 const XDP_DROP: u32 = 1;
@@ -520,25 +523,26 @@ fn pinned(dp: &Datapath) -> (Vec<&'static str>, Vec<&'static str>) {
     }
 }
 
-/// `--bpffs-dir` on a bpffs: the maps are pinned by name; a restarted agent
-/// reuses them (counters carry on; the ownership and mode tables start
-/// empty); a pin with another definition is replaced; elsewhere nothing is
-/// pinned and nothing is created.
-#[test]
-fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
+/// `--bpffs-dir` on a bpffs: the maps are pinned by name, the ring buffer
+/// with them; a restarted agent reuses them (counters carry on; the
+/// ownership and mode tables stay as the previous agent left them until it
+/// reconciles them with what it holds); a pin with another definition is
+/// replaced; elsewhere nothing is pinned and nothing is created.
+#[tokio::test]
+async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
     use xdhcp_common::{MAP_COUNTERS, MAP_EVENTS, MAP_IFCONFIG_DIRECT};
     let fs = BpffsMount::new();
     let dir = fs.dir.path().join("xdhcp");
     let mut arp = vec![0u8; 60];
     arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
     let all: Vec<&str> = PINNED_MAPS.iter().map(|m| m.name).collect();
+    assert!(all.contains(&MAP_EVENTS), "the ring is pinned");
     {
         let mut dp = Datapath::load_pinned(&dir).expect("load pinned");
         assert_eq!(pinned(&dp), (vec![], vec![]), "first start creates");
         for name in &all {
             assert!(dir.join(name).exists(), "{name} pinned");
         }
-        assert!(!dir.join(MAP_EVENTS).exists(), "the ring is not pinned");
         for _ in 0..3 {
             assert_eq!(run(&mut dp, ProgramKind::Xdp, &arp), XDP_PASS);
         }
@@ -559,7 +563,30 @@ fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
             (3, 1),
             "counters carry on"
         );
-        assert_eq!(dp.mode(LO).unwrap(), None, "modes are set again on attach");
+        assert_eq!(
+            dp.mode(LO).unwrap(),
+            Some(CaptureMode::Intercept),
+            "modes stay until reconciled"
+        );
+        assert_eq!(
+            run(&mut dp, ProgramKind::Xdp, &frame(MessageType::Offer, 7)),
+            XDP_DROP,
+            "the previous agent's xid stays owned while the agents hand over"
+        );
+        // The previous agent's ring records are drained first.
+        let mut reader = dp.take_reader().unwrap().expect("the ring reader");
+        let left = reader
+            .try_recv()
+            .expect("the record captured before the restart");
+        assert_eq!(
+            Message::decode(&mut Decoder::new(&left.frame.payload))
+                .unwrap()
+                .xid(),
+            7
+        );
+        // Nothing of this agent's claims xid 7 or LO: both go.
+        assert_eq!(dp.release_unclaimed().unwrap(), (0, 1));
+        assert_eq!(dp.mode(LO).unwrap(), None, "a mode nothing is attached for");
         dp.set_mode(LO, CaptureMode::Intercept).unwrap();
         assert_eq!(
             run(&mut dp, ProgramKind::Xdp, &frame(MessageType::Offer, 7)),
@@ -586,6 +613,9 @@ fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
         } => assert_eq!((reused, replaced), (all.clone(), vec![])),
         Pinning::Off { reason } => panic!("{reason}"),
     }
+    let removed = unpin_all(&dir).unwrap();
+    assert_eq!(removed.len(), all.len(), "{removed:?}");
+    assert!(!dir.exists(), "the pin directory is removed with the pins");
     // Not a bpffs: nothing pinned, nothing created.
     let plain = tempfile::tempdir().unwrap();
     let dp = Datapath::load_pinned(&plain.path().join("xdhcp")).expect("load unpinned");
@@ -595,6 +625,177 @@ fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
         dp.pinning()
     );
     assert!(!plain.path().join("xdhcp").exists());
+}
+
+/// Whether a BPF link with this id exists.
+fn link_exists(id: u32) -> bool {
+    aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .any(|l| l.id() == id)
+}
+
+/// The link pinned at `path`: (link id, program id).
+fn pinned_link(path: &std::path::Path) -> (u32, u32) {
+    let link: aya::programs::links::FdLink = aya::programs::links::PinnedLink::from_pin(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into();
+    let info = link.info().unwrap();
+    (info.id(), info.program_id())
+}
+
+/// Links are pinned per attachment and outlive the agent: capture goes on
+/// while none runs (what arrives waits in the pinned ring, and the next
+/// agent drains it first); a starting agent takes each one over as it
+/// attaches (same link id), replacing a program of another version in
+/// place; a pin whose device went away while no agent ran is removed at
+/// start, one nobody claims is released, a detach removes its pin, and
+/// `unpin_all` removes the rest.
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one agent's life, its exit and the next agent's start, in order"
+)]
+async fn pinned_links_are_taken_over_updated_in_place_and_stale_ones_removed() {
+    use std::os::fd::AsRawFd as _;
+    let fs = BpffsMount::new();
+    let dir = fs.dir.path().join("xdhcp");
+    let links_dir = dir.join(LINKS_DIR);
+    let ns_a = NetNs::new();
+    let ns_b = NetNs::new();
+    let ns_c = NetNs::new();
+    let _v = Veth::new(&ns_a, "p0", &ns_b, "p1");
+    let _w = Veth::new(&ns_a, "p3", &ns_b, "p4");
+    let gone_veth = Veth::new(&ns_c, "q0", &ns_b, "q1");
+    let t = |ns: &NetNs, ifname: &str| AttachTarget {
+        ifname: ifname.to_owned(),
+        netns: Some(ns.path().to_path_buf()),
+    };
+    let (tc, xdp, unclaimed, gone) = (
+        t(&ns_a, "p0"),
+        t(&ns_b, "p1"),
+        t(&ns_a, "p3"),
+        t(&ns_c, "q0"),
+    );
+    let pin_of = |target: &AttachTarget, mode: AttachMode| {
+        links_dir.join(format!("{}_{mode}", link_key(Role::Port, target)))
+    };
+    let xid = 0x5a5a_0001;
+    let p1 = ns_b.ifindex("p1");
+    let (tc_id, xdp_id, unclaimed_id) = {
+        let mut dp = Datapath::load_pinned(&dir).expect("load pinned");
+        let mut attach = |target: &AttachTarget, mode| {
+            let a = dp
+                .attach(target, Some(mode), CaptureMode::Intercept)
+                .unwrap();
+            assert_eq!(a.handover, Handover::Attached);
+            dp.link_id(target).expect("a BPF link")
+        };
+        let ids = (
+            attach(&tc, AttachMode::Tc),
+            attach(&xdp, AttachMode::XdpGeneric),
+            attach(&unclaimed, AttachMode::Tc),
+        );
+        attach(&gone, AttachMode::Tc);
+        assert_eq!(std::fs::read_dir(&links_dir).unwrap().count(), 4);
+        assert_eq!(pinned_link(&pin_of(&tc, AttachMode::Tc)).0, ids.0);
+        dp.xid_ownership().own(xid, p1).unwrap();
+        ids
+        // The agent exits.
+    };
+    for id in [tc_id, xdp_id, unclaimed_id] {
+        assert!(link_exists(id), "link {id} went with the agent");
+    }
+    // While no agent runs, an owned reply reaches p1: the pinned program
+    // keeps it from b's stack and puts it in the pinned ring.
+    let sock = ns_a.packet_socket(ns_a.ifindex("p0"), libc::ETH_P_ALL as u16, None);
+    let f = frame(MessageType::Ack, xid);
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(sock.as_raw_fd(), f.as_ptr().cast(), f.len(), 0) };
+    assert_eq!(
+        n,
+        f.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+    // The device of one pinned link goes away while no agent runs.
+    drop(gone_veth);
+    drop(ns_c);
+    // Another version of the XDP program is running on p1 when the next
+    // agent starts (here the object's do-nothing baseline).
+    let pass_prog = {
+        let mut other = aya::EbpfLoader::new()
+            .load(xdhcp::datapath::ebpf::embedded_object())
+            .unwrap();
+        let prog: &mut aya::programs::Xdp = other
+            .program_mut(xdhcp_common::PROG_XDP_PASS)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        prog.load().unwrap();
+        let link: aya::programs::links::FdLink =
+            aya::programs::links::PinnedLink::from_pin(pin_of(&xdp, AttachMode::XdpGeneric))
+                .unwrap()
+                .into();
+        let link = aya::programs::xdp::XdpLink::try_from(link).unwrap();
+        prog.attach_to_link(link).unwrap();
+        prog.info().unwrap().id()
+    };
+    let (id, prog) = pinned_link(&pin_of(&xdp, AttachMode::XdpGeneric));
+    assert_eq!((id, prog), (xdp_id, pass_prog), "the stand-in version runs");
+
+    let mut dp = Datapath::load_pinned(&dir).expect("the next agent");
+    assert_eq!(
+        dp.unclaimed_links(),
+        3,
+        "the pin of the gone device is removed"
+    );
+    assert!(!pin_of(&gone, AttachMode::Tc).exists());
+    // What arrived meanwhile is drained first.
+    let mut reader = dp.take_reader().unwrap().expect("the ring reader");
+    let ev = reader
+        .try_recv()
+        .expect("the reply captured while no agent ran");
+    assert!(ev.owned);
+    assert_eq!(ev.frame.ifindex, p1);
+    assert_eq!(
+        Message::decode(&mut Decoder::new(&ev.frame.payload))
+            .unwrap()
+            .xid(),
+        xid
+    );
+
+    let a0 = dp
+        .attach(&tc, Some(AttachMode::Tc), CaptureMode::Intercept)
+        .unwrap();
+    assert_eq!(a0.handover, Handover::Adopted);
+    assert_eq!(dp.link_id(&tc), Some(tc_id), "the same link, taken over");
+    let a1 = dp
+        .attach(&xdp, Some(AttachMode::XdpGeneric), CaptureMode::Intercept)
+        .unwrap();
+    assert_eq!(a1.handover, Handover::Updated);
+    assert_eq!(
+        dp.link_id(&xdp),
+        Some(xdp_id),
+        "updated in place, not re-attached"
+    );
+    let (_, prog) = pinned_link(&pin_of(&xdp, AttachMode::XdpGeneric));
+    assert_ne!(
+        prog, pass_prog,
+        "this agent's program replaced the other version"
+    );
+    // The reply's xid is still owned until the agent reconciles.
+    assert_eq!(dp.release_unclaimed().unwrap(), (1, 1));
+    assert!(!link_exists(unclaimed_id), "the unclaimed link is released");
+    assert!(!pin_of(&unclaimed, AttachMode::Tc).exists());
+    dp.detach(&tc).unwrap();
+    assert!(!pin_of(&tc, AttachMode::Tc).exists(), "a detach unpins");
+    assert!(!link_exists(tc_id));
+    drop(dp);
+    assert!(link_exists(xdp_id), "still pinned");
+    let removed = unpin_all(&dir).unwrap();
+    assert_eq!(removed.len(), 1 + PINNED_MAPS.len(), "{removed:?}");
+    assert!(!link_exists(xdp_id), "uninstalling detaches");
+    assert!(!dir.exists());
 }
 
 /// Ifindexes at or above `IFCONFIG_DIRECT_SLOTS` have no slot in the array

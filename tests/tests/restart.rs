@@ -4,9 +4,11 @@
 
 mod agent_support;
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
-use agent_support::{AgentProcess, CniPath, invoke};
+use agent_support::{AgentProcess, CniPath, invoke, xdhcp_bin};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, format_mac, wait_until};
 
 /// How many of dnsmasq's log lines name `what` (a message type) for each MAC.
@@ -289,4 +291,151 @@ fn a_kill_while_the_first_request_is_out_resumes_by_asking_for_the_offered_addre
         "the record does not hold the lease: {:?}",
         the_record(&agent.state_dir)
     );
+}
+
+/// The agent's pinned links (`links/` under its pin directory): pin name →
+/// link id, read through each pin.
+fn pinned_links(pin_dir: &Path) -> BTreeMap<String, u32> {
+    let Ok(entries) = std::fs::read_dir(pin_dir.join("links")) else {
+        return BTreeMap::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let link: aya::programs::links::FdLink =
+                aya::programs::links::PinnedLink::from_pin(e.path())
+                    .ok()?
+                    .into();
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                link.info().ok()?.id(),
+            ))
+        })
+        .collect()
+}
+
+fn link_exists(id: u32) -> bool {
+    aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .any(|l| l.id() == id)
+}
+
+/// The programs attached at tcx ingress of `ifname` in `ns` (the pods'
+/// veths get the capture there).
+fn capture_programs(ns: &xdhcp_tests::NetNs, ifname: &str) -> usize {
+    let ifname = ifname.to_owned();
+    ns.run_in(move || {
+        let (_, progs) = aya::programs::SchedClassifier::query_tcx(
+            &ifname,
+            aya::programs::tc::TcAttachType::Ingress,
+        )
+        .unwrap_or_else(|e| panic!("query tcx on {ifname}: {e}"));
+        progs.len()
+    })
+}
+
+/// With its pin directory on a bpffs, the agent pins one link per pod
+/// interface. Stopped with SIGTERM, it leaves them attached; the next agent
+/// takes each over as its lease resumes (the same link ids, one program per
+/// interface, no second attach) and the leases renew on them; after a
+/// SIGKILL, likewise. `xdhcp unpin` then removes every pin, which detaches
+/// the links. Without the pinning, the ids would change at each restart
+/// (the links die with the process).
+#[test]
+fn a_restarted_agent_takes_over_its_pinned_links_and_unpin_removes_them() {
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start_pinned(&[]);
+    let lab = Lab::with_clients(2);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(4),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    add_every_pod(&cni, &agent, &lab);
+    let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
+    let pin_dir = agent.pin_dir();
+    // Each lease moves to the ring a little after its ADD: one link each.
+    assert!(
+        wait_until(Duration::from_secs(15), || pinned_links(&pin_dir).len()
+            == 2),
+        "{:?}\n{}",
+        pinned_links(&pin_dir),
+        agent.log()
+    );
+    let before = pinned_links(&pin_dir);
+    let took_over = |agent: &AgentProcess| {
+        agent
+            .log()
+            .matches("took over the link a previous agent pinned")
+            .count()
+    };
+
+    for (round, how) in ["SIGTERM", "SIGKILL"].into_iter().enumerate() {
+        if how == "SIGTERM" {
+            assert!(
+                agent.process.stop(Duration::from_secs(15)),
+                "{}",
+                agent.log()
+            );
+        }
+        // Nothing detached while no agent runs.
+        assert_eq!(pinned_links(&pin_dir), before, "after {how}");
+        agent.kill_and_restart();
+        assert!(
+            wait_until(Duration::from_secs(15), || took_over(&agent)
+                == 2 * (round + 1)),
+            "after {how}, not every link was taken over:\n{}",
+            agent.log()
+        );
+        assert_eq!(pinned_links(&pin_dir), before, "the same links after {how}");
+        for c in &lab.clients {
+            assert_eq!(
+                capture_programs(&c.ns, &c.ifname),
+                1,
+                "one capture program on {} after {how}",
+                c.ifname
+            );
+        }
+        let acks = per_mac(&dnsmasq, "DHCPACK", &macs);
+        let late = not_renewed_within(&dnsmasq, &macs, &acks, Duration::from_secs(15));
+        assert!(
+            late.is_empty(),
+            "{late:?} did not renew after {how}:\n{}",
+            agent.log()
+        );
+    }
+
+    // Uninstalled: the agent stops for good and its pins go.
+    assert!(agent.process.stop(Duration::from_secs(15)));
+    assert_eq!(pinned_links(&pin_dir), before, "SIGTERM leaves the pins");
+    let out = std::process::Command::new(xdhcp_bin())
+        .arg("unpin")
+        .arg("--bpffs-dir")
+        .arg(&pin_dir)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("run xdhcp unpin");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The directory is the mount point here, so it stays, with the files
+    // every bpffs root has.
+    let left: Vec<_> = std::fs::read_dir(&pin_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "maps.debug" && n != "progs.debug")
+        .collect();
+    assert!(left.is_empty(), "pins left after unpin: {left:?}");
+    for id in before.values() {
+        assert!(!link_exists(*id), "link {id} still attached after unpin");
+    }
+    for c in &lab.clients {
+        assert_eq!(capture_programs(&c.ns, &c.ifname), 0);
+    }
 }

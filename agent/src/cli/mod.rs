@@ -49,6 +49,37 @@ pub enum Command {
     /// Print the binding table of a running agent: MAC, IP, workload port,
     /// expiry, and whether the agent leased or learned it.
     Bindings(ClientArgs),
+    /// Remove every eBPF pin the agent leaves under its bpffs directory: the
+    /// capture links (which detaches the capture programs) and the maps.
+    /// For uninstalling: a stopping agent leaves them for the next one to
+    /// take over; run this once the agent is gone from the node for good.
+    Unpin(UnpinArgs),
+}
+
+/// Flags of `xdhcp unpin`.
+#[derive(Debug, Clone, Args)]
+pub struct UnpinArgs {
+    /// The agent's `--bpffs-dir`.
+    #[arg(long, default_value = "/sys/fs/bpf/xdhcp")]
+    pub bpffs_dir: PathBuf,
+}
+
+/// `xdhcp unpin`: remove the pins, say what went.
+pub fn unpin_text(a: &UnpinArgs) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let removed = crate::datapath::ebpf::unpin_all(&a.bpffs_dir)
+        .with_context(|| format!("removing the pins under {}", a.bpffs_dir.display()))?;
+    let mut out = String::new();
+    for p in &removed {
+        let _ = writeln!(out, "removed {}", p.display());
+    }
+    let _ = writeln!(
+        out,
+        "{} pin(s) removed from {}",
+        removed.len(),
+        a.bpffs_dir.display()
+    );
+    Ok(out)
 }
 
 /// Flags of the operator commands.

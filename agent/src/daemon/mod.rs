@@ -276,6 +276,8 @@ async fn run_on(
 
     recover::recover(&agent).await;
     health.set_recovered();
+    // Short-lived: not a side task (those run for the agent's life).
+    tokio::spawn(capture.clone().release_unclaimed(token.clone()));
 
     if let Some(addr) = agent.args.metrics_addr {
         serve_metrics(addr, &metrics, &health, &token, &mut side).await;
@@ -295,6 +297,9 @@ async fn run_on(
             }
         }
     }
+    // The capture stays attached for the next agent (its links are pinned
+    // where a bpffs allows): stopping leases let go of nothing.
+    capture.keep_attached();
     token.cancel();
     let served = first_failure(&mut servers).await;
     // Lease tasks persist and stop without RELEASE.

@@ -93,6 +93,9 @@ const UPLINK_RESTORE_MAX: Duration = Duration::from_secs(10);
 /// `AF_PACKET` before the (RTNL-heavy) attaches start.
 const PROMOTE_DELAY: Duration = Duration::from_millis(500);
 const PROMOTE_JITTER_MS: u64 = 1500;
+/// The longest a started agent waits for its resumed leases' attaches
+/// before it releases the pinned links none of them claimed.
+const RECONCILE_MAX: Duration = Duration::from_mins(2);
 
 /// How replies for one interface reach its leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -345,6 +348,9 @@ struct Kernel {
     ring_ok: AtomicBool,
     /// Times the reader found the ring empty (it had caught up).
     drained: std::sync::atomic::AtomicU64,
+    /// The agent is stopping: the leases that stop detach nothing, so the
+    /// pinned links stay for the next agent ([`Capture::keep_attached`]).
+    keep_attached: AtomicBool,
     /// Injected reader failure (tests only).
     #[cfg(feature = "test-hooks")]
     reader_fault: AtomicBool,
@@ -480,6 +486,7 @@ impl Capture {
             reader_ok: AtomicBool::new(true),
             ring_ok: AtomicBool::new(true),
             drained: std::sync::atomic::AtomicU64::new(0),
+            keep_attached: AtomicBool::new(false),
             #[cfg(feature = "test-hooks")]
             reader_fault: AtomicBool::new(false),
             #[cfg(feature = "test-hooks")]
@@ -718,11 +725,14 @@ impl Capture {
         }
     }
 
-    /// Stop routing `xid` (and drop it from the kernel map if `in_kernel`).
+    /// Stop routing `xid` (and drop it from the kernel map if `in_kernel`,
+    /// unless the agent is stopping: then it stays owned, its replies kept
+    /// from the pod, until the next agent reconciles the map).
     pub(crate) fn unregister(&self, xid: u32, in_kernel: bool) {
         lock(&self.routes).remove(&xid);
         if in_kernel
             && let Some(k) = &self.kernel
+            && !k.keep_attached.load(Ordering::SeqCst)
             && let Err(e) = k.xids.disown(xid)
         {
             warn!(xid, error = %e, "could not remove the xid from the kernel ownership map");
@@ -1223,8 +1233,20 @@ impl Capture {
         self.update_degraded();
     }
 
+    /// From now on (the agent stops) nothing is detached: the links, pinned
+    /// where a bpffs allows, stay for the next agent to take over; unpinned
+    /// ones go with the process.
+    pub(crate) fn keep_attached(&self) {
+        if let Some(k) = &self.kernel {
+            k.keep_attached.store(true, Ordering::SeqCst);
+        }
+    }
+
     fn detach_in_background(&self, target: &AttachTarget) {
         let Some(k) = &self.kernel else { return };
+        if k.keep_attached.load(Ordering::SeqCst) {
+            return;
+        }
         let res = lock(&k.dp).detach(target);
         if let Err(e) = res {
             // The interface is often gone already (pod deleted).
@@ -1345,6 +1367,57 @@ impl Capture {
         side.spawn(self.clone().check_links(token.clone()));
         side.spawn(self.clone().poll_counters(token.clone()));
         side.spawn(self.clone().watch_ring(token.clone()));
+    }
+
+    /// Once the resumed leases have had their interfaces attached (taking
+    /// over the links a previous agent pinned), reconcile what that agent
+    /// left: its pinned links nobody claimed are released, its xids this
+    /// agent did not register are disowned, stale modes cleared (see
+    /// `Datapath::release_unclaimed`). Call after recovery; returns at
+    /// once without eBPF. Waits at least until every lease's delayed
+    /// promotion to the ring is due, then until no attach is pending (at
+    /// most [`RECONCILE_MAX`]).
+    pub(crate) async fn release_unclaimed(self: Arc<Self>, token: CancellationToken) {
+        if self.kernel.is_none() {
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        let first =
+            PROMOTE_DELAY + Duration::from_millis(PROMOTE_JITTER_MS) + Duration::from_secs(1);
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(first) => {}
+        }
+        while started.elapsed() < RECONCILE_MAX
+            && lock(&self.targets)
+                .values()
+                .any(|e| *e.state.borrow() == TargetState::Pending)
+        {
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+        let me = self.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            me.kernel
+                .as_ref()
+                .map(|k| lock(&k.dp).release_unclaimed())
+                .transpose()
+        })
+        .await;
+        match res {
+            Ok(Ok(Some((links, xids)))) => info!(
+                released_links = links,
+                disowned_xids = xids,
+                after = ?started.elapsed(),
+                "took over from the previous agent's pins; the rest released"
+            ),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => warn!(error = %crate::rpc::format_chain(&e),
+                "could not reconcile the previous agent's pinned tables"),
+            Err(e) => warn!(error = %e, "the pin reconciliation task failed"),
+        }
     }
 
     /// Have the kernel's TC modules loaded now, after the start's uplinks

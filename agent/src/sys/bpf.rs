@@ -1,11 +1,25 @@
 //! The `bpf(2)` calls aya does not expose: reading a link's device from the
-//! kernel, to notice a program detached from under the agent.
+//! kernel, to notice a program detached from under the agent; pinning a
+//! link by its id (aya's `FdLink::pin` consumes the link, and drops it
+//! when the pin fails: the attachment would go with it); reading a
+//! program's tag by id, to tell a previous agent's program version.
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
+const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+
+/// `struct bpf_prog_info` up to its tag: `type`, `id`, `tag[8]`.
+#[repr(C, align(8))]
+#[derive(Default)]
+struct ProgInfo {
+    kind: u32,
+    id: u32,
+    tag: [u8; 8],
+}
 
 /// `struct bpf_link_info` up to and past its device union: `type`, `id`,
 /// `prog_id`, padding to the 8-byte aligned union, whose `xdp` and `tcx`
@@ -54,6 +68,50 @@ pub(crate) fn link_ifindex(link_id: u32) -> io::Result<Option<u32>> {
     Ok(Some(info.ifindex))
 }
 
+/// A new descriptor on the object of kind `get_cmd` with `id`; `None`
+/// when no such object exists any more.
+fn fd_by_id(get_cmd: libc::c_long, id: u32) -> io::Result<Option<OwnedFd>> {
+    let mut attr = [0u8; 16];
+    attr[..4].copy_from_slice(&id.to_ne_bytes());
+    match bpf(get_cmd, &mut attr) {
+        // SAFETY: the kernel just returned this descriptor to us.
+        Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Pins the BPF link with id `link_id` at `path` (on a bpffs): the link
+/// then outlives every descriptor on it, the agent's included.
+pub(crate) fn pin_link(link_id: u32, path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fd = fd_by_id(BPF_LINK_GET_FD_BY_ID, link_id)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no BPF link {link_id}")))?;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // `union bpf_attr` for BPF_OBJ_PIN: pathname (u64), bpf_fd, file_flags,
+    // path_fd.
+    let mut attr = [0u8; 20];
+    attr[..8].copy_from_slice(&(path.as_ptr() as u64).to_ne_bytes());
+    attr[8..12].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+    bpf(BPF_OBJ_PIN, &mut attr).map(drop)
+}
+
+/// The tag (the kernel's hash of its instructions, map references left
+/// out) of the program with id `prog_id`; `None` when it is gone.
+pub(crate) fn prog_tag(prog_id: u32) -> io::Result<Option<[u8; 8]>> {
+    let Some(fd) = fd_by_id(BPF_PROG_GET_FD_BY_ID, prog_id)? else {
+        return Ok(None);
+    };
+    let mut info = ProgInfo::default();
+    let mut attr = [0u8; 16];
+    attr[..4].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+    attr[4..8].copy_from_slice(&(std::mem::size_of::<ProgInfo>() as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(std::ptr::from_mut(&mut info) as u64).to_ne_bytes());
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(Some(info.tag))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +120,22 @@ mod tests {
     fn the_info_layout_puts_the_device_after_the_aligned_header() {
         assert_eq!(std::mem::offset_of!(LinkInfo, ifindex), 16);
         assert_eq!(std::mem::align_of::<LinkInfo>(), 8);
+    }
+
+    #[test]
+    fn the_prog_info_layout_puts_the_tag_after_type_and_id() {
+        assert_eq!(std::mem::offset_of!(ProgInfo, tag), 8);
+    }
+
+    #[test]
+    fn an_unknown_program_has_no_tag() {
+        assert!(matches!(prog_tag(u32::MAX - 7), Ok(None)));
+    }
+
+    #[test]
+    fn pinning_an_unknown_link_fails_with_not_found() {
+        let e = pin_link(u32::MAX - 7, std::path::Path::new("/sys/fs/bpf/x")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -124,15 +124,67 @@ pub struct AgentProcess {
     pub state_dir: PathBuf,
     pub log: PathBuf,
     extra: Vec<String>,
+    /// A bpffs of the test's own on the agent's `--bpffs-dir`, when asked
+    /// for: unmounted after the process stops (which releases every pin).
+    bpffs: Option<BpffsMount>,
     _dir: Option<tempfile::TempDir>,
+}
+
+/// A private bpffs mounted on `path`, unmounted (lazily) on drop.
+pub struct BpffsMount {
+    pub path: PathBuf,
+}
+
+impl BpffsMount {
+    pub fn new(path: &Path) -> Self {
+        std::fs::create_dir_all(path).expect("the bpffs mount point");
+        nix::mount::mount(
+            Some("bpf"),
+            path,
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .expect("mount -t bpf (needs root)");
+        Self {
+            path: path.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for BpffsMount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+    }
 }
 
 impl AgentProcess {
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_with(extra, false)
+    }
+
+    /// [`AgentProcess::start`] with a bpffs of the test's own mounted on
+    /// its `--bpffs-dir`, so the agent pins its maps and links there: see
+    /// [`AgentProcess::pin_dir`].
+    pub fn start_pinned(extra: &[&str]) -> Self {
+        Self::start_with(extra, true)
+    }
+
+    /// Where the agent pins (a bpffs only when started pinned).
+    pub fn pin_dir(&self) -> PathBuf {
+        self.state_dir
+            .parent()
+            .expect("the state dir is in the test's directory")
+            .join("bpffs")
+    }
+
+    fn start_with(extra: &[&str], pinned: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("xdt-agent-")
             .tempdir()
             .unwrap();
+        // The agent's `--bpffs-dir` is `<dir>/bpffs`.
+        let bpffs = pinned.then(|| BpffsMount::new(&dir.path().join("bpffs")));
         let socket = dir.path().join("run/xdhcp.sock");
         let state_dir = dir.path().join("state");
         let log = dir.path().join("agent.log");
@@ -144,6 +196,7 @@ impl AgentProcess {
             state_dir,
             log,
             extra,
+            bpffs,
             _dir: Some(dir),
         };
         me.wait_ready();

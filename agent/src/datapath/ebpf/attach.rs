@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use aya::Ebpf;
-use aya::programs::links::{FdLink, Link as _, LinkError};
+use aya::programs::links::{FdLink, Link as _, LinkError, PinnedLink};
 use aya::programs::tc::{
     SchedClassifierLink, SchedClassifierLinkId, TcAttachType, qdisc_add_clsact,
 };
@@ -14,6 +14,7 @@ use aya::programs::xdp::XdpLink;
 use aya::programs::{SchedClassifier, Xdp, XdpMode};
 use xdhcp_common as common;
 
+use super::pin::{self, LeftLink};
 use super::{CaptureMode, Datapath, EbpfDatapathError, Result, error_chain, program};
 use crate::datapath::AttachMode;
 
@@ -60,6 +61,15 @@ impl Role {
         }
     }
 
+    /// Its name in a link pin's file name (see [`super::pin::link_key`]).
+    pub(super) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Port => "port",
+            Self::Uplink => "uplink",
+            Self::PortEgress => "port-egress",
+        }
+    }
+
     /// Where a TC attachment in this role hooks.
     const fn tc_hook(self) -> TcAttachType {
         match self {
@@ -78,6 +88,8 @@ pub struct Attachment {
     pub mode: AttachMode,
     /// Set when native XDP was refused and generic XDP was used instead.
     pub native_refused: Option<String>,
+    /// Whether a previous agent's pinned link was taken over.
+    pub handover: Handover,
 }
 
 enum LinkHandle {
@@ -98,6 +110,23 @@ pub(super) struct Attached {
     /// The kernel's id of the BPF link, where the attachment is one (XDP,
     /// and TC through tcx): lets the agent notice a detach from outside.
     link_id: Option<u32>,
+    /// Where the link is pinned, when it is: it then outlives the agent
+    /// and the next one takes it over ([`super::pin`]).
+    pin: Option<PathBuf>,
+}
+
+/// How an attachment was made: anew, or taken over from a pin a previous
+/// agent left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handover {
+    /// Attached by this agent.
+    Attached,
+    /// A previous agent's link, kept as it was (same program).
+    Adopted,
+    /// A previous agent's link, whose program (another version) was
+    /// replaced in place with `BPF_LINK_UPDATE`: the link, and capture,
+    /// never went away.
+    Updated,
 }
 
 impl Datapath {
@@ -131,8 +160,11 @@ impl Datapath {
         }
         let ifname = target.ifname.clone();
         let xdp_ok = self.xdp_unavailable.is_none();
+        let key = pin::link_key(role, target);
+        let left = self.inherited.remove(&key);
+        let links_dir = self.links_dir.clone();
         let ebpf = &mut self.ebpf;
-        let (attached, refused) = in_netns(target.netns.as_deref(), move || {
+        let (attached, refused, handover) = in_netns(target.netns.as_deref(), move || {
             let (ifindex, kind) = interface_kind(&ifname)?;
             let wanted = mode.unwrap_or_else(|| default_attach_mode(kind));
             let wanted = match wanted {
@@ -141,8 +173,26 @@ impl Datapath {
                 _ if role == Role::PortEgress => AttachMode::Tc,
                 m => m,
             };
-            attach_here(ebpf, role, &ifname, ifindex, wanted)
+            if let Some(left) = left {
+                match adopt_here(ebpf, role, (&ifname, ifindex), &left, wanted) {
+                    Ok(Some((attached, handover))) => return Ok((attached, None, handover)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(%ifname, pin = %left.path.display(), error = %error_chain(&e),
+                            "cannot take over the pinned link a previous agent left; attaching anew");
+                        pin::remove_link_pin(&left.path);
+                    }
+                }
+            }
+            let (attached, refused) = attach_here(ebpf, role, &ifname, ifindex, wanted)?;
+            Ok((attached, refused, Handover::Attached))
         })??;
+        let mut attached = attached;
+        if handover == Handover::Attached
+            && let Some(dir) = &links_dir
+        {
+            attached.pin_in(dir, &key, &target.ifname);
+        }
         // Mode before anything is captured: set it now that the ifindex is known.
         if let Err(e) = self.set_role_mode(role, attached.ifindex, capture) {
             if let Err(undo) = self.detach_attached(target, attached) {
@@ -155,8 +205,12 @@ impl Datapath {
             ifindex: attached.ifindex,
             mode: attached.mode,
             native_refused: refused,
+            handover,
         };
-        if let Some(reason) = &out.native_refused {
+        if handover != Handover::Attached {
+            tracing::info!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, ?role,
+                link_id = ?attached.link_id, ?handover, "took over the link a previous agent pinned");
+        } else if let Some(reason) = &out.native_refused {
             tracing::warn!(ifname = %target.ifname, netns = ?target.netns, mode = %out.mode, reason = %reason,
                 "native XDP refused, attached generic XDP");
         } else {
@@ -264,6 +318,15 @@ impl Datapath {
         self.attached.get(target).and_then(|a| a.link_id)
     }
 
+    /// The ifindexes attached whose mode lives in `role`'s mode map.
+    pub(super) fn ifindexes_in(&self, role: Role) -> std::collections::HashSet<u32> {
+        self.attached
+            .values()
+            .filter(|a| a.role.mode_map() == role.mode_map())
+            .map(|a| a.ifindex)
+            .collect()
+    }
+
     /// Attach modes per target, for status reporting.
     pub fn attachments(&self) -> Vec<(AttachTarget, u32, AttachMode)> {
         self.attached
@@ -275,6 +338,10 @@ impl Datapath {
     fn detach_attached(&mut self, target: &AttachTarget, attached: Attached) -> Result<()> {
         let ifname = target.ifname.clone();
         let ebpf = &mut self.ebpf;
+        // Unpinned first: the link then goes with its last descriptor.
+        if let Some(pin) = &attached.pin {
+            pin::remove_link_pin(pin);
+        }
         in_netns(target.netns.as_deref(), move || {
             let res = match attached.link {
                 LinkHandle::Xdp(link) => link.detach(),
@@ -377,6 +444,7 @@ fn attach_here(
         mode,
         link,
         link_id,
+        pin: None,
     };
     // XDP links are BPF links on every supported kernel: take them out of
     // the program's table to learn their kernel id.
@@ -437,6 +505,113 @@ fn attach_here(
             Ok((xdp(prog, mode, id)?, None))
         }
         AttachMode::AfPacket => Err(EbpfDatapathError::NotEbpf { mode }),
+    }
+}
+
+impl Attached {
+    /// Pins the link under `dir` by `key` and mode, so that it outlives
+    /// this agent. A netlink TC filter (kernels before tcx) is no BPF link
+    /// and cannot be pinned; a failed pin leaves the attachment as it is,
+    /// unpinned (it then goes with this agent), and says why.
+    fn pin_in(&mut self, dir: &Path, key: &str, ifname: &str) {
+        let Some(id) = self.link_id else { return };
+        let path = dir.join(pin::link_pin_name(key, self.mode));
+        match crate::sys::bpf::pin_link(id, &path) {
+            Ok(()) => self.pin = Some(path),
+            Err(e) => tracing::warn!(ifname, pin = %path.display(), error = %e,
+                "cannot pin the link; it will not outlive this agent"),
+        }
+    }
+}
+
+/// Takes over `left`, the link a previous agent pinned for this attachment,
+/// in the current thread's namespace. `Ok(None)` when it cannot stand for
+/// the attachment wanted — its device is gone or is another one, or it was
+/// attached in another mode (the flags changed): it is then unpinned, which
+/// detaches it, and the caller attaches anew. A link whose program is of
+/// another version (its tag differs from this agent's program's) gets this
+/// agent's program in place with `BPF_LINK_UPDATE` (aya's
+/// `attach_to_link`): one step in the kernel, the link and its id stay, and
+/// capture never stops.
+fn adopt_here(
+    ebpf: &mut Ebpf,
+    role: Role,
+    (ifname, ifindex): (&str, u32),
+    left: &LeftLink,
+    wanted: AttachMode,
+) -> Result<Option<(Attached, Handover)>> {
+    let hold = |source| EbpfDatapathError::HoldLink {
+        ifname: ifname.to_owned(),
+        mode: left.mode,
+        source,
+    };
+    let update_err = |source| EbpfDatapathError::Attach {
+        ifname: ifname.to_owned(),
+        mode: left.mode,
+        source,
+    };
+    // Native XDP refused by the driver fell back to generic, then as now.
+    let fits = left.mode == wanted
+        || (wanted == AttachMode::XdpNative && left.mode == AttachMode::XdpGeneric);
+    if !fits {
+        tracing::info!(pin = %left.path.display(), pinned = %left.mode, %wanted,
+            "the pinned link is in another attach mode; replacing it");
+        pin::remove_link_pin(&left.path);
+        return Ok(None);
+    }
+    let fd: FdLink = PinnedLink::from_pin(&left.path).map_err(hold)?.into();
+    let info = fd.info().map_err(hold)?;
+    let link_id = info.id();
+    match crate::sys::bpf::link_ifindex(link_id) {
+        Ok(Some(i)) if i == ifindex => {}
+        other => {
+            tracing::info!(pin = %left.path.display(), link_id, device = ?other, ifindex,
+                "the pinned link is not on this device any more; replacing it");
+            drop(fd);
+            pin::remove_link_pin(&left.path);
+            return Ok(None);
+        }
+    }
+    let theirs = crate::sys::bpf::prog_tag(info.program_id())
+        .ok()
+        .flatten()
+        .map(u64::from_be_bytes);
+    let (xdp_prog, tc_prog) = role.programs();
+    let adopted = |link, handover| {
+        let a = Attached {
+            ifindex,
+            role,
+            mode: left.mode,
+            link,
+            link_id: Some(link_id),
+            pin: Some(left.path.clone()),
+        };
+        Ok(Some((a, handover)))
+    };
+    match left.mode {
+        AttachMode::Tc => {
+            let prog: &mut SchedClassifier = program(ebpf, tc_prog)?;
+            let ours = prog.info().map_err(update_err)?.tag();
+            let link = SchedClassifierLink::try_from(fd).map_err(hold)?;
+            if theirs == Some(ours) {
+                return adopted(LinkHandle::Tcx(link), Handover::Adopted);
+            }
+            let id = prog.attach_to_link(link).map_err(update_err)?;
+            let link = prog.take_link(id).map_err(update_err)?;
+            adopted(LinkHandle::Tcx(link), Handover::Updated)
+        }
+        AttachMode::XdpNative | AttachMode::XdpGeneric => {
+            let prog: &mut Xdp = program(ebpf, xdp_prog)?;
+            let ours = prog.info().map_err(update_err)?.tag();
+            let link = XdpLink::try_from(fd).map_err(hold)?;
+            if theirs == Some(ours) {
+                return adopted(LinkHandle::Xdp(link), Handover::Adopted);
+            }
+            let id = prog.attach_to_link(link).map_err(update_err)?;
+            let link = prog.take_link(id).map_err(update_err)?;
+            adopted(LinkHandle::Xdp(link), Handover::Updated)
+        }
+        AttachMode::AfPacket => Err(EbpfDatapathError::NotEbpf { mode: left.mode }),
     }
 }
 

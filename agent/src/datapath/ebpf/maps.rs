@@ -2,6 +2,7 @@
 //! hash map and its array mirror), the xid ownership map and the per-CPU
 //! outcome counters.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
@@ -73,7 +74,14 @@ impl Counters {
 /// Shared handle on the kernel xid ownership map (see
 /// [`Datapath::xid_ownership`]); clones refer to the same map.
 #[derive(Clone)]
-pub struct XidOwnership(Arc<Mutex<HashMap<MapData, u32, common::Owned>>>);
+pub struct XidOwnership {
+    map: Arc<Mutex<HashMap<MapData, u32, common::Owned>>>,
+    /// Keys (wire order) a previous agent left in a pinned map that this
+    /// agent has not registered since: kept, so their replies are still
+    /// kept from the pods while the agents hand over, until
+    /// [`Datapath::release_unclaimed`] removes them.
+    inherited: Arc<Mutex<HashSet<u32>>>,
+}
 
 impl std::fmt::Debug for XidOwnership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,7 +91,19 @@ impl std::fmt::Debug for XidOwnership {
 
 impl XidOwnership {
     pub(super) fn new(map: HashMap<MapData, u32, common::Owned>) -> Self {
-        Self(Arc::new(Mutex::new(map)))
+        Self {
+            map: Arc::new(Mutex::new(map)),
+            inherited: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    /// Notes every key now in the map as a previous agent's.
+    pub(super) fn mark_inherited(&self) {
+        let keys: HashSet<u32> = lock(&self.map)
+            .keys()
+            .filter_map(std::result::Result::ok)
+            .collect();
+        *lock(&self.inherited) = keys;
     }
 
     /// Registers `xid` (host order, as in `Client::xid()`) as owned by
@@ -93,7 +113,8 @@ impl XidOwnership {
             ifindex,
             reserved: 0,
         };
-        lock(&self.0)
+        lock(&self.inherited).remove(&wire_xid(xid));
+        lock(&self.map)
             .insert(wire_xid(xid), value, 0)
             .map_err(|source| EbpfDatapathError::Map {
                 name: common::MAP_OWNED,
@@ -103,7 +124,8 @@ impl XidOwnership {
 
     /// Removes `xid` from the ownership map (absent is fine).
     pub fn disown(&self, xid: u32) -> Result<()> {
-        match lock(&self.0).remove(&wire_xid(xid)) {
+        lock(&self.inherited).remove(&wire_xid(xid));
+        match lock(&self.map).remove(&wire_xid(xid)) {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(source) => Err(EbpfDatapathError::Map {
@@ -113,20 +135,21 @@ impl XidOwnership {
         }
     }
 
-    /// Removes every entry (see [`Datapath::reset_tables`]).
-    fn clear(&self) -> Result<()> {
-        let mut owned = lock(&self.0);
-        let keys: Vec<u32> = owned.keys().filter_map(std::result::Result::ok).collect();
-        for k in keys {
+    /// Removes the previous agent's keys this agent did not register
+    /// since; returns how many.
+    fn release_inherited(&self) -> Result<usize> {
+        let keys: Vec<u32> = lock(&self.inherited).drain().collect();
+        let mut owned = lock(&self.map);
+        for k in &keys {
             owned
-                .remove(&k)
+                .remove(k)
                 .or_else(|e| if is_not_found(&e) { Ok(()) } else { Err(e) })
                 .map_err(|source| EbpfDatapathError::Map {
                     name: common::MAP_OWNED,
                     source,
                 })?;
         }
-        Ok(())
+        Ok(keys.len())
     }
 }
 
@@ -162,19 +185,34 @@ const MODE_OFF: common::IfConfig = common::IfConfig {
 };
 
 impl Datapath {
-    /// Empties the ownership and interface tables, as reused from pins: the
-    /// previous agent's programs were detached when it exited (their links
-    /// die with it), its transactions are gone (a restarted agent resumes
-    /// leases with new xids), and every interface gets its mode again when
-    /// it is re-attached. Old entries would only drop replies to dead xids
-    /// and leave modes on ifindexes a new interface may reuse.
-    pub(super) fn reset_tables(&mut self) -> Result<()> {
-        self.owned.clear()?;
+    /// Reconciles the tables a previous agent left in pinned maps with what
+    /// this agent holds, once it has taken over the links it needs (its
+    /// leases resumed and their interfaces attached): the previous agent's
+    /// link pins nobody claimed are removed (which detaches them), its xids
+    /// this agent did not register are disowned, and every mode entry on
+    /// an ifindex nothing is attached to any more is cleared (stale entries
+    /// would apply to a new interface that reuses the index). Until then
+    /// the tables stay as they were, so the programs the previous agent left
+    /// attached keep owned replies from the pods while no agent, or a
+    /// starting one, reads the ring. Returns (links released, xids
+    /// disowned).
+    pub fn release_unclaimed(&mut self) -> Result<(usize, usize)> {
+        let links = std::mem::take(&mut self.inherited);
+        for left in links.values() {
+            tracing::info!(pin = %left.path.display(), "releasing a pinned link no lease claimed");
+            super::pin::remove_link_pin(&left.path);
+        }
+        let xids = self.owned.release_inherited()?;
+        let (ports, uplinks) = (
+            self.ifindexes_in(Role::Port),
+            self.ifindexes_in(Role::Uplink),
+        );
         let stale: Vec<u32> = {
             let cfg = lock(&self.ifconfig);
             cfg.hash
                 .keys()
                 .filter_map(std::result::Result::ok)
+                .filter(|i| !ports.contains(i))
                 .collect()
         };
         for ifindex in stale {
@@ -185,15 +223,26 @@ impl Datapath {
             cfg.uplinks
                 .keys()
                 .filter_map(std::result::Result::ok)
+                .filter(|i| !uplinks.contains(i))
                 .collect()
         };
         for ifindex in stale_uplinks {
             self.clear_role_mode(Role::Uplink, ifindex)?;
         }
         // Array slots set without a hash entry (never by this agent, but a
-        // pin is outside our control): zero every non-zero slot.
+        // pin is outside our control): zero every such slot.
+        let known: HashSet<u32> = {
+            let cfg = lock(&self.ifconfig);
+            cfg.hash
+                .keys()
+                .filter_map(std::result::Result::ok)
+                .collect()
+        };
         let mut cfg = lock(&self.ifconfig);
         for ifindex in 0..common::IFCONFIG_DIRECT_SLOTS {
+            if known.contains(&ifindex) {
+                continue;
+            }
             let v = cfg
                 .direct
                 .get(&ifindex, 0)
@@ -205,7 +254,7 @@ impl Datapath {
                 cfg.set_direct(ifindex, MODE_OFF)?;
             }
         }
-        Ok(())
+        Ok((links.len(), xids))
     }
 
     /// Sets the capture mode of `ifindex` (an index in the interface's own

@@ -31,7 +31,7 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 use xdhcp_common as common;
 
 pub use attach::{
-    AttachTarget, Attachment, InterfaceKind, Role, classify_driver, default_attach_mode,
+    AttachTarget, Attachment, Handover, InterfaceKind, Role, classify_driver, default_attach_mode,
 };
 #[cfg(feature = "test-hooks")]
 pub use guard::GuardProgram;
@@ -40,7 +40,7 @@ pub use guard::{
     GuardedPortInfo, PortPolicy, decode_guard_record,
 };
 pub use maps::{CaptureMode, Counters, XidOwnership};
-pub use pin::{PINNED_MAPS, PinnedMap, Pinning, pin_maps};
+pub use pin::{LINKS_DIR, PINNED_MAPS, PinnedMap, Pinning, link_key, pin_maps, unpin_all};
 pub use reader::{DhcpEvent, EventReader, ReaderStats, RecordError, decode_record};
 #[cfg(feature = "test-hooks")]
 pub use test_run::{ProgramKind, TestRunOutcome};
@@ -234,6 +234,13 @@ pub struct Datapath {
     events_id: Option<u32>,
     attached: HashMap<AttachTarget, attach::Attached>,
     pinning: Pinning,
+    /// Where the links are pinned (`links/` in the pin directory), when
+    /// the maps are.
+    links_dir: Option<std::path::PathBuf>,
+    /// Live link pins a previous agent left, by [`link_key`], not yet
+    /// taken over by an attach; [`Datapath::release_unclaimed`] removes
+    /// those nobody claimed.
+    inherited: HashMap<String, pin::LeftLink>,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -312,23 +319,56 @@ impl Datapath {
             _ => None,
         };
         let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
-        let mut dp = Self {
+        let owned = XidOwnership::new(owned);
+        let (links_dir, inherited) = match &pinning {
+            Pinning::On { dir, reused, .. } => {
+                // The tables a previous agent filled stay as they are
+                // while its links capture: reconciled once this agent
+                // has taken over what it needs (`release_unclaimed`).
+                if reused.contains(&common::MAP_OWNED) {
+                    owned.mark_inherited();
+                }
+                let links = dir.join(LINKS_DIR);
+                match std::fs::create_dir(&links) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => tracing::warn!(dir = %links.display(), error = %e,
+                        "cannot make the link pin directory; links will not outlive this agent"),
+                }
+                let (live, removed) = pin::scan_link_pins(&links);
+                if !removed.is_empty() {
+                    tracing::info!(count = removed.len(), pins = ?removed,
+                        "removed link pins whose device is gone (left by an agent that did not clean up)");
+                }
+                if !live.is_empty() {
+                    tracing::info!(
+                        count = live.len(),
+                        "found a previous agent's pinned links; taking them over as their interfaces are attached"
+                    );
+                }
+                (links.is_dir().then_some(links), live)
+            }
+            Pinning::Off { .. } => (None, HashMap::new()),
+        };
+        Ok(Self {
             events_id,
             ebpf,
             xdp_unavailable,
             counters,
-            owned: XidOwnership::new(owned),
+            owned,
             ifconfig: Mutex::new(ifconfig),
             events: Some(events),
             attached: HashMap::new(),
             pinning,
-        };
-        if let Pinning::On { reused, .. } = &dp.pinning
-            && !reused.is_empty()
-        {
-            dp.reset_tables()?;
-        }
-        Ok(dp)
+            links_dir,
+            inherited,
+        })
+    }
+
+    /// How many of a previous agent's pinned links are still waiting to be
+    /// taken over.
+    pub fn unclaimed_links(&self) -> usize {
+        self.inherited.len()
     }
 
     /// Why the XDP programs could not be loaded, if they could not.

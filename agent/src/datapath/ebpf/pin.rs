@@ -2,12 +2,150 @@
 //! survive agent restarts: which maps are pinned, with which definitions, and
 //! the check that lets a restarted agent reuse or replace what it finds.
 
+//!
+//! Links are pinned too, one pin per attachment, in `links/` under the same
+//! directory: named by the attachment's role, a hash of its network
+//! namespace and interface name, and its attach mode, so a restarted agent
+//! finds the link for each interface it attaches to and takes it over
+//! instead of attaching again ([`super::Datapath::attach_as`]). Pins whose
+//! link lost its device (the interface or its namespace went while no agent
+//! ran) are removed when found.
+
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{MapData, MapType};
+use aya::programs::links::PinnedLink;
 use xdhcp_common as common;
 
-use super::error_chain;
+use super::{AttachTarget, Role, error_chain};
+use crate::datapath::AttachMode;
+
+/// The subdirectory of the pin directory that holds the link pins.
+pub const LINKS_DIR: &str = "links";
+
+/// A link pin a previous agent left, live when it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LeftLink {
+    pub path: PathBuf,
+    pub mode: AttachMode,
+}
+
+/// The stable key of an attachment's link pin: its role, and a 64-bit
+/// FNV-1a hash of its namespace path and interface name (a pod's namespace
+/// path, `/var/run/netns/<id>`, lasts as long as the pod; the hash keeps
+/// the name short and free of `/`).
+pub fn link_key(role: Role, target: &AttachTarget) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let ns = target
+        .netns
+        .as_deref()
+        .map(|p| p.as_os_str().as_encoded_bytes())
+        .unwrap_or_default();
+    for b in ns.iter().chain(&[0]).chain(target.ifname.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{}-{h:016x}", role.as_str())
+}
+
+/// The file name of a link pin: its key and attach mode, joined by `_`
+/// (bpffs refuses names with a dot).
+pub(super) fn link_pin_name(key: &str, mode: AttachMode) -> String {
+    format!("{key}_{mode}")
+}
+
+/// The key and attach mode a link pin's file name holds.
+pub(super) fn parse_link_pin_name(name: &str) -> Option<(&str, AttachMode)> {
+    let (key, mode) = name.rsplit_once('_')?;
+    let mode: AttachMode = mode.parse().ok()?;
+    let (role, hash) = key.rsplit_once('-')?;
+    let known = [Role::Port, Role::Uplink, Role::PortEgress]
+        .iter()
+        .any(|r| r.as_str() == role);
+    (known
+        && hash.len() == 16
+        && hash.bytes().all(|b| b.is_ascii_hexdigit())
+        && mode != AttachMode::AfPacket)
+        .then_some((key, mode))
+}
+
+/// Removes a link pin (detaching its link unless someone else holds it);
+/// absent is fine.
+pub(super) fn remove_link_pin(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(pin = %path.display(), error = %e, "cannot remove a link pin"),
+    }
+}
+
+/// The link pins in `links_dir`, by key: those whose link is still on its
+/// device are kept for the agent to take over; the others — their device
+/// went away (a deleted pod, a crashed agent's leftovers), or the file is
+/// not one of this agent's pins — are removed. Returns the live ones and
+/// the names removed.
+pub(super) fn scan_link_pins(links_dir: &Path) -> (HashMap<String, LeftLink>, Vec<String>) {
+    let mut live = HashMap::new();
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(links_dir) else {
+        return (live, removed);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let alive = parse_link_pin_name(&name).and_then(|(key, mode)| {
+            let link = PinnedLink::from_pin(&path).ok()?;
+            let id = aya::programs::links::FdLink::from(link).info().ok()?.id();
+            matches!(crate::sys::bpf::link_ifindex(id), Ok(Some(i)) if i != 0)
+                .then(|| (key.to_owned(), mode))
+        });
+        if let Some((key, mode)) = alive {
+            live.insert(key, LeftLink { path, mode });
+        } else {
+            remove_link_pin(&path);
+            removed.push(name);
+        }
+    }
+    (live, removed)
+}
+
+/// Removes everything the agent pins under `dir`: every link pin (which
+/// detaches the capture programs), every map pin, then the directories
+/// (`dir` itself stays when it is a mount point). For uninstalling (`xdhcp
+/// unpin`); a restarted agent needs them all. Returns what was removed;
+/// absent is fine.
+pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    let links = dir.join(LINKS_DIR);
+    match std::fs::read_dir(&links) {
+        Ok(entries) => {
+            for entry in entries {
+                let path = entry?.path();
+                std::fs::remove_file(&path)?;
+                removed.push(path);
+            }
+            std::fs::remove_dir(&links)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    for spec in PINNED_MAPS {
+        let path = dir.join(spec.name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(removed)
+}
 
 /// A map the agent pins, with the definition a pin must have to be reused.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,10 +158,19 @@ pub struct PinnedMap {
 }
 
 /// The maps pinned under `--bpffs-dir` (the definitions of `ebpf/src/main.rs`,
-/// from the same constants). The ring buffer is not pinned: records left in
-/// it by a previous agent (possibly of another record layout) are of no use
-/// to the next one, which resumes its leases from the lease store.
-pub const PINNED_MAPS: [PinnedMap; 5] = [
+/// from the same constants). The ring buffer is pinned with them: the
+/// capture links a restarted agent takes over keep writing into it while no
+/// agent runs, and the next agent's reader drains what arrived meanwhile
+/// before anything newer (a record of a layout it does not know is counted
+/// and skipped by its decoder).
+pub const PINNED_MAPS: [PinnedMap; 6] = [
+    PinnedMap {
+        name: common::MAP_EVENTS,
+        map_type: MapType::RingBuf,
+        key_size: 0,
+        value_size: 0,
+        max_entries: common::EVENTS_BYTES,
+    },
     PinnedMap {
         name: common::MAP_COUNTERS,
         map_type: MapType::PerCpuArray,
@@ -165,4 +312,69 @@ fn pin_mismatch(path: &Path, spec: &PinnedMap) -> Option<String> {
             want = (want.0, want.1, want.2, want.3)
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(ns: Option<&str>, ifname: &str) -> AttachTarget {
+        AttachTarget {
+            ifname: ifname.to_owned(),
+            netns: ns.map(PathBuf::from),
+        }
+    }
+
+    #[test]
+    fn a_link_key_is_stable_and_tells_role_namespace_and_interface_apart() {
+        let pod = target(Some("/var/run/netns/cni-1"), "eth0");
+        // FNV-1a of "/var/run/netns/cni-1\0eth0": the same in every build.
+        assert_eq!(
+            link_key(Role::Port, &pod),
+            link_key(Role::Port, &pod.clone())
+        );
+        let keys = [
+            link_key(Role::Port, &pod),
+            link_key(Role::PortEgress, &pod),
+            link_key(Role::Port, &target(Some("/var/run/netns/cni-2"), "eth0")),
+            link_key(Role::Port, &target(Some("/var/run/netns/cni-1"), "eth1")),
+            link_key(Role::Uplink, &target(None, "eth0")),
+            link_key(Role::Port, &target(None, "eth0")),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(
+            link_key(Role::Uplink, &target(None, "")),
+            "uplink-af63bd4c8601b7df"
+        );
+    }
+
+    #[test]
+    fn a_link_pin_name_round_trips_and_foreign_names_are_refused() {
+        let key = link_key(Role::PortEgress, &target(Some("/proc/1/ns/net"), "veth1"));
+        for mode in [
+            AttachMode::Tc,
+            AttachMode::XdpNative,
+            AttachMode::XdpGeneric,
+        ] {
+            let name = link_pin_name(&key, mode);
+            assert_eq!(parse_link_pin_name(&name), Some((key.as_str(), mode)));
+        }
+        for bad in [
+            "",
+            "port-0123456789abcdef",
+            "port-0123456789abcdef_af-packet",
+            "port-0123456789abcdef_bogus",
+            "port-0123456789abcdef.tc",
+            "pod-0123456789abcdef_tc",
+            "port-0123_tc",
+            "port-0123456789abcdeg_tc",
+            "XDHCP_OWNED",
+        ] {
+            assert_eq!(parse_link_pin_name(bad), None, "{bad}");
+        }
+    }
 }
