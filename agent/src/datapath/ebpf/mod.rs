@@ -37,7 +37,7 @@ pub use attach::{
 pub use guard::GuardProgram;
 pub use guard::{
     Direction, Guard, GuardCounters, GuardEvent, GuardHook, GuardReader, GuardRecordError,
-    GuardedPortInfo, PortPolicy, decode_guard_record,
+    GuardedPortInfo, LearnCounters, PortPolicy, decode_guard_record,
 };
 pub use maps::{CaptureMode, Counters, XidOwnership};
 pub use pin::{PINNED_MAPS, PinnedMap, Pinning, pin_maps};
