@@ -232,7 +232,7 @@ fn run(
     let pid = d.process.pid().expect("daemon running");
     let before = (config.imp() == Impl::Xdhcp).then(|| {
         std::thread::sleep(COUNTER_SETTLE);
-        counters(metrics)
+        counters(lab.server.path(), metrics)
     });
 
     let cpu0 = bench::cpu_ms_of(pid);
@@ -265,7 +265,7 @@ fn run(
     let counters = match before {
         Some(b) => {
             std::thread::sleep(COUNTER_SETTLE);
-            counters(metrics)
+            counters(lab.server.path(), metrics)
                 .into_iter()
                 .map(|(k, v)| {
                     let d = v - b.get(&k).copied().unwrap_or(0.0);
@@ -359,9 +359,13 @@ fn del_all(d: &Daemon, clients: &[LabClient], tag: &str) {
     });
 }
 
-/// The counters of the agent's `/metrics` this bench accounts frames with.
-fn counters(metrics: SocketAddr) -> BTreeMap<String, f64> {
-    let text = bench::http_get(metrics, "/metrics").unwrap_or_default();
+/// The counters of the agent's `/metrics` (served in the node namespace
+/// `ns`) this bench accounts frames with.
+fn counters(ns: &Path, metrics: SocketAddr) -> BTreeMap<String, f64> {
+    let text = xdhcp::sys::netns::run_in_netns(ns, move || bench::http_get(metrics, "/metrics"))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let mut out = BTreeMap::new();
     for l in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((key, value)) = l.rsplit_once(' ') else {
