@@ -24,12 +24,12 @@
 //! batch goes when the rate is due for it. The rate it achieves is
 //! reported beside the target.
 //!
-//! Per phase: a 100-ADD burst (then its DELs) with no flood; the flood on;
+//! Per phase: three 100-ADD bursts (each then its DELs) with no flood; the flood on;
 //! after one second, the daemon's CPU (user + system from
 //! `/proc/<pid>/stat`) over `XDHCP_BENCH_FLOOD_SECS` (default 15) seconds
-//! with nothing else going on, as % of one core; then the same 100-ADD
-//! burst during the flood; the flood off. The burst ratio is flood ÷
-//! quiet. For xdhcp, its own counters over the phase say where the frames
+//! with nothing else going on, as % of one core; then three 100-ADD
+//! bursts during the flood; the flood off. The burst ratio is flood ÷
+//! quiet, of the median rounds. For xdhcp, its own counters over the phase say where the frames
 //! went (the kernel program's outcomes, the replies dropped in user space).
 //!
 //! Results: `$XDHCP_BENCH_RESULTS/flood.md`.
@@ -72,6 +72,8 @@ const FAKE_SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 254);
 const FLOOD_MAC: [u8; 6] = [0x02, 0xf1, 0x00, 0x00, 0x00, 0x01];
 /// Frames per `sendmmsg`.
 const BATCH: usize = 64;
+/// Bursts per condition (quiet, flood); the median is reported.
+const ROUNDS: usize = 3;
 /// Longer than the agent's kernel counter poll (5 s).
 const COUNTER_SETTLE: Duration = Duration::from_secs(6);
 
@@ -130,7 +132,10 @@ struct Phase {
 }
 
 struct Burst {
+    /// The median round's (a single burst: its own).
     wall: Duration,
+    /// Every round's, in order.
+    walls: Vec<Duration>,
     failed: usize,
     first_error: Option<String>,
 }
@@ -184,7 +189,6 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-#[expect(clippy::too_many_lines, reason = "one linear script per phase")]
 fn run(
     config: Config,
     xdhcp: &Path,
@@ -239,9 +243,7 @@ fn run(
     std::thread::sleep(secs);
     let idle_cpu_pct = (bench::cpu_ms_of(pid) - cpu0) as f64 / secs.as_secs_f64() / 10.0;
 
-    let quiet = burst(&d, pods, "quiet");
-    del_all(&d, pods, "quiet");
-    settle(dnsmasq, pods);
+    let quiet = rounds(&d, dnsmasq, pods, "quiet");
 
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
@@ -256,12 +258,10 @@ fn run(
     let t0 = Instant::now();
     std::thread::sleep(secs);
     let cpu_pct = (bench::cpu_ms_of(pid) - cpu0) as f64 / t0.elapsed().as_secs_f64() / 10.0;
-    let flood = burst(&d, pods, "flood");
-    del_all(&d, pods, "flood");
+    let flood = rounds(&d, dnsmasq, pods, "flood");
     stop.store(true, Ordering::SeqCst);
     let (sent, sender_cpu_ms) = sender.join().expect("sender");
     let achieved_pps = sent as f64 / started.elapsed().as_secs_f64();
-    settle(dnsmasq, pods);
     let counters = match before {
         Some(b) => {
             std::thread::sleep(COUNTER_SETTLE);
@@ -326,6 +326,32 @@ fn settle(dnsmasq: &Dnsmasq, clients: &[LabClient]) {
     }
 }
 
+/// [`ROUNDS`] bursts on `clients`, each followed by its DELs and the
+/// server's release of every lease; the median round, with the failures of
+/// all of them and every round's wall time.
+fn rounds(d: &Daemon, dnsmasq: &Dnsmasq, clients: &[LabClient], tag: &str) -> Burst {
+    let mut all: Vec<Burst> = (0..ROUNDS)
+        .map(|r| {
+            let tag = format!("{tag}-{r}");
+            let b = burst(d, clients, &tag);
+            del_all(d, clients, &tag);
+            settle(dnsmasq, clients);
+            b
+        })
+        .collect();
+    let walls: Vec<Duration> = all.iter().map(|b| b.wall).collect();
+    let failed = all.iter().map(|b| b.failed).sum();
+    let first_error = all.iter().find_map(|b| b.first_error.clone());
+    all.sort_by_key(|b| b.wall);
+    let median = all.swap_remove(ROUNDS / 2);
+    Burst {
+        wall: median.wall,
+        walls,
+        failed,
+        first_error,
+    }
+}
+
 /// Concurrent ADDs on `clients`, container ids `<tag>-<i>`.
 fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
     let started = Instant::now();
@@ -344,6 +370,7 @@ fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
     let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     Burst {
         wall,
+        walls: vec![wall],
         failed: failed.len(),
         first_error: failed.first().map(|s| (*s).clone()),
     }
@@ -563,14 +590,16 @@ fn report(phases: &[Phase], secs: u64) {
          Daemon CPU: user + system from `/proc/<pid>/stat` over {secs} s of flood with nothing \
          else going on (beside the same window without a flood), % of one core; softirq work done \
          in the sender's context is in nobody's figure. The 100-ADD burst: wall time of 100 \
-         concurrent plugin execs, quiet and then during the flood, in the same phase. Machine: 2 \
+         concurrent plugin execs (then their DELs and the server's release), {ROUNDS} rounds \
+         quiet and then {ROUNDS} during the flood, in the same phase; the table has the median \
+         round. Machine: 2 \
          cores, shared by the sender and the daemon.\n"
     );
     if let Ok(commit) = std::env::var("XDHCP_BENCH_COMMIT") {
         let _ = writeln!(md, "Commit: `{commit}`.\n");
     }
     md.push_str(
-        "| daemon | target pps | achieved pps | sender CPU (ms) | daemon CPU % of a core, flood (none) | 100 ADDs quiet (ms) | 100 ADDs in flood (ms) | flood ÷ quiet | failed ADDs |\n",
+        "| daemon | target pps | achieved pps | sender CPU (ms) | daemon CPU % of a core, flood (none) | 100 ADDs quiet, median (ms) | 100 ADDs in flood, median (ms) | flood ÷ quiet | failed ADDs |\n",
     );
     md.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for p in phases {
@@ -592,6 +621,20 @@ fn report(phases: &[Phase], secs: u64) {
     }
     md.push('\n');
     for p in phases {
+        let list = |b: &Burst| {
+            b.walls
+                .iter()
+                .map(|w| format!("{:.0}", ms(*w)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            md,
+            "- {}: 100-ADD bursts, ms per round: quiet {}; during the flood {}",
+            p.config.name(),
+            list(&p.quiet),
+            list(&p.flood)
+        );
         for (what, b) in [("quiet", &p.quiet), ("flood", &p.flood)] {
             if let Some(e) = &b.first_error {
                 let _ = writeln!(
