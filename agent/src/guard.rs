@@ -55,7 +55,7 @@ use xdhcp_api::guard::GuardOverrides;
 use crate::bindings::LearnedStore;
 use crate::cni::config::DhcpGuardSpec;
 use crate::datapath::ebpf::{
-    AttachTarget, EbpfDatapathError, Guard, GuardCounters, GuardHook, PortPolicy,
+    AttachTarget, EbpfDatapathError, Guard, GuardCounters, GuardHook, LearnCounters, PortPolicy,
 };
 use crate::netlink::{PeerLookup, veth_peer_here};
 use crate::settings::{AgentArgs, GuardChoice};
@@ -318,6 +318,11 @@ impl GuardService {
         Ok(match Guard::load() {
             Ok(mut guard) => {
                 info!("DHCP guard loaded");
+                if let Err(e) = guard.set_learn_limit(args.learn_reply_rate, args.learn_reply_burst)
+                {
+                    warn!(error = %crate::rpc::format_chain(&e),
+                        "could not set the learning reply limit; the kernel's defaults apply");
+                }
                 let reader = match guard.take_reader() {
                     Ok(r) => r,
                     Err(e) => {
@@ -825,6 +830,11 @@ impl GuardService {
     }
 
     /// Every guarded port with its counters, for metrics and status.
+    /// The learning filter's counters (`None`: the guard is off).
+    pub(crate) fn learn_counters(&self) -> Option<LearnCounters> {
+        self.lock()?.guard.learn_counters().ok()
+    }
+
     pub(crate) fn snapshot(&self) -> Vec<(GuardedPort, GuardCounters)> {
         let Some(inner) = self.lock() else {
             return Vec::new();

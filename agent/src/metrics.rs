@@ -272,6 +272,8 @@ pub(crate) struct Metrics {
     uplink_attached: Family<UplinkModeLabel, Gauge>,
     bound_by_path: Family<PathLabel, Counter>,
     kernel_last: Mutex<Vec<(&'static str, u64)>>,
+    learn_skipped: Family<ReasonLabel, Counter>,
+    learn_skipped_last: Mutex<Vec<(&'static str, u64)>>,
     guard_dropped: Family<GuardLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_passed: Family<PortLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_ports: Gauge,
@@ -312,6 +314,7 @@ impl Metrics {
         let dropped = Family::<ReasonLabel, Counter>::default();
         let malformed_options = Family::<OptionLabel, Counter>::default();
         let kernel = Family::<OutcomeLabel, Counter>::default();
+        let learn_skipped = Family::<ReasonLabel, Counter>::default();
         let cni_requests = Family::<OpLabel, Counter>::default();
         let capture_lost = Family::<ReasonLabel, Counter>::default();
         let capture_restored = Family::<ReasonLabel, Counter>::default();
@@ -394,6 +397,11 @@ impl Metrics {
             kernel.clone(),
         );
         root.register(
+            "learn_replies_skipped",
+            "Replies towards a learning port's client the guard passed in the kernel without handing them to passive learning, by reason (shed_rate: an ACK over the port's bucket; not_learned: a type learning does not use)",
+            learn_skipped.clone(),
+        );
+        root.register(
             "cni_requests",
             "CNI requests served, by operation",
             cni_requests.clone(),
@@ -440,6 +448,8 @@ impl Metrics {
             kernel,
             cni_requests,
             kernel_last: Mutex::new(Vec::new()),
+            learn_skipped,
+            learn_skipped_last: Mutex::new(Vec::new()),
             guard_dropped,
             guard_passed,
             guard_ports,
@@ -661,25 +671,21 @@ impl Metrics {
 
     /// Fold a snapshot of the kernel counters (monotonic totals) in.
     pub(crate) fn kernel_snapshot(&self, snapshot: &[(&'static str, u64)]) {
-        let mut last = self
-            .kernel_last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for &(outcome, total) in snapshot {
-            let prev = last
-                .iter()
-                .find(|(o, _)| *o == outcome)
-                .map_or(0, |(_, v)| *v);
-            if total > prev {
-                self.kernel
-                    .get_or_create(&OutcomeLabel { outcome })
-                    .inc_by(total - prev);
-            }
-            match last.iter_mut().find(|(o, _)| *o == outcome) {
-                Some(slot) => slot.1 = total,
-                None => last.push((outcome, total)),
-            }
-        }
+        fold_totals(&self.kernel_last, snapshot, |outcome, n| {
+            self.kernel
+                .get_or_create(&OutcomeLabel { outcome })
+                .inc_by(n);
+        });
+    }
+
+    /// Fold a snapshot of the guard's learning-filter counters (monotonic
+    /// totals) in.
+    pub(crate) fn learn_skipped_snapshot(&self, snapshot: &[(&'static str, u64)]) {
+        fold_totals(&self.learn_skipped_last, snapshot, |reason, n| {
+            self.learn_skipped
+                .get_or_create(&ReasonLabel { reason })
+                .inc_by(n);
+        });
     }
 
     /// The text exposition.
@@ -688,6 +694,31 @@ impl Metrics {
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
+    }
+}
+
+/// Adds to counters what each monotonic total in `snapshot` grew by since
+/// the totals remembered in `last`, and remembers the new ones.
+fn fold_totals(
+    last: &Mutex<Vec<(&'static str, u64)>>,
+    snapshot: &[(&'static str, u64)],
+    mut add: impl FnMut(&'static str, u64),
+) {
+    let mut last = last
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for &(label, total) in snapshot {
+        let prev = last
+            .iter()
+            .find(|(o, _)| *o == label)
+            .map_or(0, |(_, v)| *v);
+        if total > prev {
+            add(label, total - prev);
+        }
+        match last.iter_mut().find(|(o, _)| *o == label) {
+            Some(slot) => slot.1 = total,
+            None => last.push((label, total)),
+        }
     }
 }
 
@@ -845,6 +876,22 @@ mod tests {
         );
         assert!(
             text.contains(r#"xdhcp_kernel_frames_total{outcome="captured"} 7"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn learning_filter_totals_become_counters() {
+        let m = Metrics::new();
+        m.learn_skipped_snapshot(&[("shed_rate", 5), ("not_learned", 2)]);
+        m.learn_skipped_snapshot(&[("shed_rate", 9), ("not_learned", 2)]);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"xdhcp_learn_replies_skipped_total{reason="shed_rate"} 9"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_learn_replies_skipped_total{reason="not_learned"} 2"#),
             "{text}"
         );
     }

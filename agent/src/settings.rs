@@ -260,6 +260,17 @@ pub struct AgentArgs {
     /// for; more is cut to this.
     #[arg(long, default_value_t = xdhcp_common::guard::GUARD_DEFAULT_BURST)]
     pub dhcp_guard_max_burst: u32,
+    /// DHCPACKs per second a learning port (a VM's) may hand to passive
+    /// learning once its burst is spent; the kernel passes the rest without
+    /// copying them, counted (`xdhcp_learn_replies_skipped_total`).
+    #[arg(long, default_value_t = xdhcp_common::guard::LEARN_DEFAULT_RATE,
+        value_parser = clap::value_parser!(u32).range(0..=i64::from(xdhcp_common::guard::LEARN_MAX)))]
+    pub learn_reply_rate: u32,
+    /// DHCPACKs a quiet learning port may hand to passive learning back to
+    /// back.
+    #[arg(long, default_value_t = xdhcp_common::guard::LEARN_DEFAULT_BURST,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(xdhcp_common::guard::LEARN_MAX)))]
+    pub learn_reply_burst: u32,
 }
 
 /// One `--uplink`: an interface of the agent's namespace, and optionally

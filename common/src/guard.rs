@@ -15,9 +15,11 @@
 //!   messages that pass on a learning port are copied to
 //!   [`MAP_GUARD_EVENTS`]; on a port with [`GUARD_BROADCAST`], those of a
 //!   client without an address leave with the BOOTP broadcast flag set.
-//! - Egress (frames *towards* the workload): on a learning port, DHCP server
-//!   replies whose `chaddr` is the port's MAC are copied to
-//!   [`MAP_GUARD_EVENTS`]; nothing is ever dropped.
+//! - Egress (frames *towards* the workload): on a learning port, the DHCP
+//!   server replies learning uses (ACKs) whose `chaddr` is the port's MAC
+//!   are copied to [`MAP_GUARD_EVENTS`] as long as the port's bucket
+//!   ([`MAP_LEARN_BUCKETS`]) has a token; other replies, and those over the
+//!   bucket, are counted ([`MAP_LEARN_COUNTERS`]). Nothing is ever dropped.
 
 /// Per-port configuration and rate-limiter state (`u32` ifindex → [`GuardPort`]).
 /// A port without an entry is not guarded: everything passes.
@@ -29,6 +31,95 @@ pub const MAP_GUARD_COUNTERS: &str = "XDHCP_GUARD_COUNTERS";
 /// task), another record, and it exists whether or not the capture datapath
 /// is eBPF.
 pub const MAP_GUARD_EVENTS: &str = "XDHCP_GUARD_EVENTS";
+
+/// Per-port bucket of the replies a learning port copies to
+/// [`MAP_GUARD_EVENTS`] (`u32` ifindex → [`LearnBucket`]). The agent writes
+/// a full bucket when a port starts learning and removes it with the port;
+/// the egress program adds one (full) for a learning port without it.
+pub const MAP_LEARN_BUCKETS: &str = "XDHCP_LEARN_BUCKETS";
+/// The learning buckets' rate and burst: one [`LearnLimit`] at index 0
+/// (all zero: [`LEARN_DEFAULT_RATE`] and [`LEARN_DEFAULT_BURST`]).
+pub const MAP_LEARN_LIMIT: &str = "XDHCP_LEARN_LIMIT";
+/// Per-CPU counters of the replies on learning ports that did not reach
+/// [`MAP_GUARD_EVENTS`], by reason (`LEARN_*` indices).
+pub const MAP_LEARN_COUNTERS: &str = "XDHCP_LEARN_COUNTERS";
+
+/// Default of the replies per second a learning port may copy to the guard
+/// ring once its burst is spent. Learning reads only DHCPACKs: a guest
+/// acknowledged more than a few times a second is a flood, not a client.
+pub const LEARN_DEFAULT_RATE: u32 = 10;
+/// Default burst of a learning port's bucket: ACKs copied back to back (a
+/// guest's reboot, a server answering each retransmission).
+pub const LEARN_DEFAULT_BURST: u32 = 20;
+/// Largest rate and burst the agent writes (keeps the bucket's
+/// nano-token arithmetic far from overflow).
+pub const LEARN_MAX: u32 = 1_000_000;
+/// The bucket's unit: one reply is this many nano-tokens.
+pub const LEARN_TOKEN: u64 = 1_000_000_000;
+/// Longest refill interval the program accounts for in one step
+/// (`2^40` ns, about 18 minutes; times [`LEARN_MAX`] stays below `2^60`).
+pub const LEARN_MAX_ELAPSED_NS: u64 = 1 << 40;
+
+/// Value of [`MAP_LEARN_LIMIT`]. 8 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LearnLimit {
+    /// Replies per second added to a port's bucket.
+    pub rate: u32,
+    /// The bucket's size in replies; 0: the defaults apply.
+    pub burst: u32,
+}
+
+/// Value of [`MAP_LEARN_BUCKETS`]. 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LearnBucket {
+    /// Tokens left, in units of 1/[`LEARN_TOKEN`] reply.
+    pub tokens: u64,
+    /// When the bucket was last refilled (`bpf_ktime_get_ns`).
+    pub last_ns: u64,
+}
+
+/// Counter slots of [`MAP_LEARN_COUNTERS`].
+pub const LEARN_COUNTER_SLOTS: u32 = 4;
+/// A reply for a learning port's client that learning uses (an ACK), over
+/// the port's bucket: passed, not copied.
+pub const LEARN_SHED: u32 = 0;
+/// A reply for a learning port's client that learning does not use (an
+/// OFFER, a NAK, any type but ACK): passed, not copied.
+pub const LEARN_UNUSED: u32 = 1;
+/// Counters in use.
+pub const LEARN_COUNTER_COUNT: u32 = 2;
+
+/// Takes one token from `bucket` at `now` (both in the program's clock),
+/// refilling it at `limit`'s rate up to its burst first. The arithmetic of
+/// the kernel's bucket, shared so the agent's tests check it too.
+#[must_use]
+pub const fn learn_take(bucket: &mut LearnBucket, limit: LearnLimit, now: u64) -> bool {
+    let (rate, burst) = if limit.burst == 0 {
+        (LEARN_DEFAULT_RATE, LEARN_DEFAULT_BURST)
+    } else {
+        (limit.rate, limit.burst)
+    };
+    let rate = if rate > LEARN_MAX { LEARN_MAX } else { rate };
+    let burst = if burst > LEARN_MAX { LEARN_MAX } else { burst };
+    let cap = burst as u64 * LEARN_TOKEN;
+    let mut elapsed = now.saturating_sub(bucket.last_ns);
+    if elapsed > LEARN_MAX_ELAPSED_NS {
+        elapsed = LEARN_MAX_ELAPSED_NS;
+    }
+    let mut tokens = bucket.tokens.saturating_add(elapsed * rate as u64);
+    if tokens > cap {
+        tokens = cap;
+    }
+    bucket.last_ns = now;
+    if tokens < LEARN_TOKEN {
+        bucket.tokens = tokens;
+        return false;
+    }
+    bucket.tokens = tokens - LEARN_TOKEN;
+    true
+}
 
 /// TC ingress program (frames from the workload).
 pub const PROG_GUARD_INGRESS: &str = "xdhcp_guard_ingress";
@@ -217,6 +308,10 @@ pub struct GuardRecord<const N: usize> {
 }
 
 const _: () = assert!(core::mem::size_of::<GuardPort>() == 40);
+const _: () = assert!(core::mem::size_of::<LearnLimit>() == 8);
+const _: () = assert!(core::mem::size_of::<LearnBucket>() == 16);
+const _: () = assert!(LEARN_MAX_ELAPSED_NS.checked_mul(LEARN_MAX as u64).is_some());
+const _: () = assert!((LEARN_MAX as u64).checked_mul(LEARN_TOKEN).is_some());
 const _: () = assert!(core::mem::size_of::<GuardHeader>() == GUARD_HEADER_LEN);
 const _: () = assert!(core::mem::offset_of!(GuardRecord<1024>, frame) == GUARD_HEADER_LEN);
 const _: () = assert!(GUARD_BUCKETS[0].is_power_of_two() && GUARD_BUCKETS[1].is_power_of_two());
@@ -230,11 +325,54 @@ mod user {
     unsafe impl aya::Pod for super::GuardCounters {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::GuardHeader {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::LearnLimit {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::LearnBucket {}
 }
 
 #[cfg(test)]
 mod tests {
-    use super::udp_checksum_replace;
+    use super::{LEARN_TOKEN, LearnBucket, LearnLimit, learn_take, udp_checksum_replace};
+
+    #[test]
+    fn the_learning_bucket_gives_its_burst_then_its_rate() {
+        let limit = LearnLimit { rate: 10, burst: 3 };
+        let mut b = LearnBucket {
+            tokens: 3 * LEARN_TOKEN,
+            last_ns: 1_000,
+        };
+        let now = 1_000;
+        assert!((0..3).all(|_| learn_take(&mut b, limit, now)));
+        assert!(!learn_take(&mut b, limit, now));
+        // 10 per second: one token after 100 ms, not before.
+        assert!(!learn_take(&mut b, limit, now + 99_000_000));
+        assert!(learn_take(&mut b, limit, now + 100_000_000));
+        assert!(!learn_take(&mut b, limit, now + 100_000_000));
+        // A long quiet time refills to the burst, no more.
+        let later = now + 3_600 * 1_000_000_000;
+        assert!((0..3).all(|_| learn_take(&mut b, limit, later)));
+        assert!(!learn_take(&mut b, limit, later));
+    }
+
+    #[test]
+    fn an_unset_limit_is_the_default_and_a_clock_going_back_adds_nothing() {
+        let mut b = LearnBucket {
+            tokens: 0,
+            last_ns: 5_000_000_000,
+        };
+        assert!(!learn_take(&mut b, LearnLimit::default(), 1));
+        assert_eq!(b.tokens, 0);
+        // Defaults: 10 per second.
+        assert!(learn_take(&mut b, LearnLimit::default(), 1 + 100_000_000));
+        // The largest values do not overflow.
+        let max = LearnLimit {
+            rate: u32::MAX,
+            burst: u32::MAX,
+        };
+        let mut b = LearnBucket::default();
+        assert!(learn_take(&mut b, max, u64::MAX));
+    }
 
     /// The one's complement sum of `words`, folded (host order).
     fn sum(words: &[u16]) -> u16 {

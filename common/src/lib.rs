@@ -77,9 +77,11 @@ pub const MIN_DHCP_LEN: usize = 240;
 
 /// Per-interface mode: pass everything, capture nothing.
 pub const MODE_OFF: u32 = 0;
-/// Per-interface mode: capture server→client DHCP frames, pass them on.
+/// Per-interface mode: capture server→client DHCP frames whose xid is
+/// owned, pass them all on.
 pub const MODE_OBSERVE: u32 = 1;
-/// Per-interface mode: capture; drop frames whose xid is in the ownership map.
+/// Per-interface mode: capture and drop frames whose xid is in the ownership
+/// map; pass the others uncaptured.
 pub const MODE_INTERCEPT: u32 = 2;
 
 /// Verdict recorded in [`CaptureHeader::verdict`]: the frame continued up the stack.
@@ -109,7 +111,7 @@ pub const FLAG_UPLINK: u32 = 1 << 5;
 
 /// Counter: frame is not an IPv4/UDP 67→68 datagram (ARP, IPv6, TCP, other UDP).
 pub const COUNTER_PASS_NOT_DHCP: u32 = 0;
-/// Counter: DHCP server→client frame copied into the ring buffer.
+/// Counter: DHCP server→client frame with an owned xid copied into the ring buffer.
 pub const COUNTER_CAPTURED: u32 = 1;
 /// Counter: captured frame dropped because its xid is owned (intercept mode).
 pub const COUNTER_DROPPED_OWNED: u32 = 2;
@@ -125,8 +127,14 @@ pub const COUNTER_MODE_OFF: u32 = 6;
 pub const COUNTER_PASSED_UNOWNED: u32 = 7;
 /// Counter: copying the frame into the reserved record failed; record discarded, frame passed.
 pub const COUNTER_LOAD_ERROR: u32 = 8;
+/// Counter: DHCP reply whose xid is not in the ownership map, passed in the
+/// kernel without a record (observe or intercept mode). Nothing in user
+/// space reads a capture record it cannot route by xid: a flood of replies
+/// that belong to no lease costs the agent nothing and cannot fill the ring
+/// that carries the owned ones.
+pub const COUNTER_UNOWNED_UNCAPTURED: u32 = 9;
 /// Number of counters in use.
-pub const COUNTER_COUNT: u32 = 9;
+pub const COUNTER_COUNT: u32 = 10;
 /// Slots in the counter array (room for new counters without a layout change).
 pub const COUNTER_SLOTS: u32 = 16;
 

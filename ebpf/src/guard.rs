@@ -28,8 +28,13 @@
 //! unclassifiable: it may be a server reply that a switch further on
 //! untags.
 //!
-//! Egress sees what is sent to the workload: on a learning port, server
-//! replies for the port's MAC are copied to the ring; nothing is dropped.
+//! Egress sees what is sent to the workload: on a learning port, the server
+//! replies for the port's MAC that learning uses (ACKs) are copied to the
+//! ring while the port's reply bucket has a token (a token bucket refilled
+//! from `bpf_ktime_get_ns` at the rate the agent sets); the other replies,
+//! and the ACKs over the bucket, are counted and not copied, so a flood of
+//! well-formed replies towards a guest costs the agent nothing. Nothing is
+//! dropped.
 //!
 //! The XDP program gives the ingress program's verdicts in the XDP hook:
 //! on a port of an Open vSwitch bridge on the userspace datapath,
@@ -53,10 +58,11 @@ use core::ffi::c_void;
 use core::hint::black_box;
 use core::ptr::addr_of_mut;
 
+use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, TC_ACT_SHOT, TC_ACT_UNSPEC, xdp_action};
-use aya_ebpf::helpers::generated::{bpf_ktime_get_coarse_ns, bpf_skb_load_bytes};
+use aya_ebpf::helpers::generated::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_skb_load_bytes};
 use aya_ebpf::macros::{classifier, map, xdp};
-use aya_ebpf::maps::{HashMap, PerCpuHashMap, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use xdhcp_common::guard::{
     GUARD_BUCKETS, GUARD_DROPPED_MALFORMED, GUARD_DROPPED_RATE, GUARD_DROPPED_SERVER,
@@ -67,6 +73,10 @@ use xdhcp_common::guard::{
 };
 // The broadcast-flag rewrite's (kept apart from the list above).
 use xdhcp_common::guard::{BOOTP_BROADCAST, GUARD_BROADCAST, udp_checksum_replace};
+// The learning replies' filter and bucket.
+use xdhcp_common::guard::{
+    LEARN_COUNTER_SLOTS, LEARN_SHED, LEARN_TOKEN, LEARN_UNUSED, LearnBucket, LearnLimit, learn_take,
+};
 
 /// Port entries ([`xdhcp_common::guard::MAP_GUARD_PORTS`]).
 #[map]
@@ -81,6 +91,21 @@ static XDHCP_GUARD_COUNTERS: PerCpuHashMap<u32, GuardCounters> =
 /// Observed exchanges on learning ports ([`xdhcp_common::guard::MAP_GUARD_EVENTS`]).
 #[map]
 static XDHCP_GUARD_EVENTS: RingBuf = RingBuf::with_byte_size(GUARD_EVENTS_BYTES, 0);
+
+/// Learning ports' reply buckets ([`xdhcp_common::guard::MAP_LEARN_BUCKETS`]).
+#[map]
+static XDHCP_LEARN_BUCKETS: HashMap<u32, LearnBucket> =
+    HashMap::with_max_entries(GUARD_PORTS_CAPACITY, 0);
+
+/// Their rate and burst ([`xdhcp_common::guard::MAP_LEARN_LIMIT`]).
+#[map]
+static XDHCP_LEARN_LIMIT: Array<LearnLimit> = Array::with_max_entries(1, 0);
+
+/// Replies on learning ports not copied, by reason
+/// ([`xdhcp_common::guard::MAP_LEARN_COUNTERS`]).
+#[map]
+static XDHCP_LEARN_COUNTERS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(LEARN_COUNTER_SLOTS, 0);
 
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
@@ -104,6 +129,8 @@ const OPT_PAD: u8 = 0;
 const OPT_END: u8 = 255;
 const OPT_OVERLOAD: u8 = 52;
 const OPT_CLIENT_ID: u8 = 61;
+const OPT_MESSAGE_TYPE: u8 = 53;
+const DHCPACK: u8 = 5;
 /// Options the client-identifier scan reads before it gives up (a client's
 /// message has a dozen or two; pads count one each).
 const MAX_OPTIONS: usize = 48;
@@ -668,9 +695,126 @@ fn egress<W: Wire>(f: &W) {
     {
         return;
     }
+    // Learning reads ACKs only (an OFFER or a NAK teaches it nothing); a
+    // message whose type the scan cannot see goes on to the bucket.
+    if message_type(f, udp.payload, udp.payload_len) == MessageType::Other {
+        learn_count(LEARN_UNUSED);
+        return;
+    }
+    // SAFETY: helper without arguments.
+    if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
+        learn_count(LEARN_SHED);
+        return;
+    }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
     learn(f, ifindex, GUARD_TO_WORKLOAD, &udp, now);
+}
+
+#[inline(always)]
+fn learn_count(slot: u32) {
+    if let Some(c) = XDHCP_LEARN_COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU slot, this program is the only writer on this CPU.
+        unsafe { *c += 1 };
+    }
+}
+
+/// Takes a token from learning port `ifindex`'s reply bucket at `now`
+/// (`bpf_ktime_get_ns`), adding a full bucket for a port without one. A
+/// plain read-modify-write, as [`take_token`]: two CPUs replying to one
+/// port in the same nanoseconds may both pass on one token.
+#[inline(always)]
+fn take_learn_token(ifindex: u32, now: u64) -> bool {
+    let limit = XDHCP_LEARN_LIMIT.get(0).copied().unwrap_or_default();
+    let mut bucket = match XDHCP_LEARN_BUCKETS.get_ptr_mut(ifindex) {
+        // SAFETY: plain data in a map value that outlives this run.
+        Some(b) => unsafe { *b },
+        None => {
+            let burst = if limit.burst == 0 {
+                xdhcp_common::guard::LEARN_DEFAULT_BURST
+            } else {
+                limit.burst
+            };
+            LearnBucket {
+                tokens: u64::from(burst) * LEARN_TOKEN,
+                last_ns: now,
+            }
+        }
+    };
+    let ok = learn_take(&mut bucket, limit, now);
+    match XDHCP_LEARN_BUCKETS.get_ptr_mut(ifindex) {
+        // SAFETY: as above.
+        Some(b) => unsafe { b.write_volatile(bucket) },
+        None => {
+            // Full map: the reply is shed, as a full ring would lose it.
+            if XDHCP_LEARN_BUCKETS
+                .insert(&ifindex, &bucket, u64::from(BPF_NOEXIST))
+                .is_err()
+            {
+                return false;
+            }
+        }
+    }
+    ok
+}
+
+/// What a reply's message type (option 53) says to learning.
+#[derive(PartialEq, Eq)]
+enum MessageType {
+    /// An ACK, or a type the scan cannot see (option overload, more
+    /// options than it reads): learning may use it.
+    Learned,
+    /// Any other type, or none (BOOTP): learning does not use it.
+    Other,
+}
+
+/// Scans the options of the reply at `payload` for its message type, as
+/// [`client_ids`] scans for client identifiers.
+#[inline(always)]
+fn message_type<W: Wire>(f: &W, payload: usize, payload_len: usize) -> MessageType {
+    if f.read::<[u8; 4]>(payload + COOKIE) != Some(MAGIC_COOKIE) {
+        return MessageType::Other;
+    }
+    let end = payload + payload_len;
+    let mut off = payload + OPTIONS;
+    for _ in 0..MAX_OPTIONS {
+        if off >= end || off >= OPTIONS_LIMIT {
+            break;
+        }
+        // Masked: a range the verifier sees the same on every round.
+        let at = black_box(off) & (OPTIONS_LIMIT - 1);
+        let Some([code, len]) = f.read::<[u8; 2]>(at) else {
+            return MessageType::Other;
+        };
+        match code {
+            OPT_PAD => {
+                off = at + 1;
+                continue;
+            }
+            OPT_END => return MessageType::Other,
+            OPT_OVERLOAD => return MessageType::Learned,
+            OPT_MESSAGE_TYPE => {
+                // The length again with the value: a one-byte read's bound
+                // test is compiled to a form the verifier does not credit.
+                let Some([_, t]) = f.read::<[u8; 2]>(at + 1) else {
+                    return MessageType::Other;
+                };
+                return if len == 1 && t == DHCPACK {
+                    MessageType::Learned
+                } else {
+                    MessageType::Other
+                };
+            }
+            _ => {}
+        }
+        off = at + 2 + usize::from(len);
+    }
+    // Ran out of the options the scan reads before the end: cannot tell.
+    if off >= end {
+        MessageType::Other
+    } else {
+        MessageType::Learned
+    }
 }
 
 /// Copies the frame (up to the largest bucket) to the guard ring.

@@ -1,9 +1,11 @@
 //! xdhcp kernel programs: an XDP program and its TC (clsact ingress) twin that
 //! share one parser. Both find DHCPv4 server→client frames (Ethernet, at most
-//! one 802.1Q/802.1ad tag, IPv4 with any IHL, not a fragment, UDP 67 → 68),
-//! copy them into a ring buffer for the agent and, in intercept mode, drop the
-//! ones whose xid the agent owns. Everything else passes unchanged, and every
-//! outcome bumps a per-CPU counter. Fail-open: any doubt means "pass".
+//! one 802.1Q/802.1ad tag, IPv4 with any IHL, not a fragment, UDP 67 → 68)
+//! whose xid the agent owns, copy them into a ring buffer for the agent and,
+//! in intercept mode, drop them. Replies with an xid the agent does not own
+//! pass without a record: nothing for user space that it does not need.
+//! Everything else passes unchanged, and every outcome bumps a per-CPU
+//! counter. Fail-open: any doubt means "pass".
 //!
 //! The same pair exists twice: for workload ports (a pod's interface, a VF
 //! netdev) and for node uplinks (`xdhcp_uplink_*`). The two differ only in
@@ -32,10 +34,11 @@ use aya_ebpf::programs::{TcContext, XdpContext};
 use xdhcp_common::{
     COUNTER_CAPTURED, COUNTER_DROPPED_OWNED, COUNTER_FRAGMENT, COUNTER_LOAD_ERROR,
     COUNTER_MALFORMED, COUNTER_MODE_OFF, COUNTER_PASS_NOT_DHCP, COUNTER_PASSED_UNOWNED,
-    COUNTER_RINGBUF_FULL, COUNTER_SLOTS, CaptureHeader, CaptureRecord, EVENTS_BYTES, FLAG_OWNED,
-    FLAG_TC, FLAG_TRUNCATED, FLAG_UPLINK, FLAG_VLAN_OFFLOAD, FLAG_XDP, FRAME_BUCKETS,
-    IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN, MODE_INTERCEPT,
-    MODE_OBSERVE, OWNED_CAPACITY, Owned, UPLINKS_CAPACITY, VERDICT_DROP, VERDICT_PASS, VLAN_NONE,
+    COUNTER_RINGBUF_FULL, COUNTER_SLOTS, COUNTER_UNOWNED_UNCAPTURED, CaptureHeader, CaptureRecord,
+    EVENTS_BYTES, FLAG_OWNED, FLAG_TC, FLAG_TRUNCATED, FLAG_UPLINK, FLAG_VLAN_OFFLOAD, FLAG_XDP,
+    FRAME_BUCKETS, IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN,
+    MODE_INTERCEPT, MODE_OBSERVE, OWNED_CAPACITY, Owned, UPLINKS_CAPACITY, VERDICT_DROP,
+    VERDICT_PASS, VLAN_NONE,
 };
 
 use crate::parse::{Class, Dhcp, Packet, classify};
@@ -141,8 +144,15 @@ fn capture<P: Capture, const ROLE: bool>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> b
         count(COUNTER_MODE_OFF);
         return false;
     }
+    // A reply no lease of this agent waits for stays in the kernel: user
+    // space would only count it as unrouted, and a flood of them would
+    // fill the ring the owned ones need.
     // SAFETY: presence test only.
-    let owned = mode == MODE_INTERCEPT && unsafe { XDHCP_OWNED.get(dhcp.xid) }.is_some();
+    if unsafe { XDHCP_OWNED.get(dhcp.xid) }.is_none() {
+        count(COUNTER_UNOWNED_UNCAPTURED);
+        return false;
+    }
+    let owned = mode == MODE_INTERCEPT;
 
     let end = dhcp.payload_offset + dhcp.payload_len;
     let truncated = end > MAX_FRAME_LEN as u32;

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::ebpf::{
-    Direction, Guard, GuardCounters, GuardProgram, GuardReader, PortPolicy,
+    Direction, Guard, GuardCounters, GuardProgram, GuardReader, LearnCounters, PortPolicy,
 };
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
 
@@ -527,6 +527,69 @@ async fn learning_ports_record_the_guests_exchange_both_ways() {
         assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
         assert!(r.try_recv().is_none(), "{vlan:?}: learning off");
     }
+}
+
+/// A learning port hands learning only the replies it uses (ACKs for the
+/// port's client), at most the bucket's burst back to back and then its
+/// rate; the rest pass in the kernel, counted by reason. The bucket fills
+/// again with time.
+#[tokio::test]
+async fn learning_ports_hand_only_acks_to_learning_within_their_bucket() {
+    let (mut g, mut r) = load();
+    g.set_learn_limit(10, 3).unwrap();
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            single_client: Some(VM_MAC),
+            learn: true,
+            ..unlimited()
+        },
+    )
+    .unwrap();
+    let drain = |r: &mut GuardReader| std::iter::from_fn(|| r.try_recv()).count();
+
+    // OFFERs and NAKs teach learning nothing.
+    for mt in [MessageType::Offer, MessageType::Nak] {
+        assert_eq!(egress(&mut g, &Dhcp::server(mt).frame()), TC_ACT_UNSPEC);
+    }
+    assert_eq!(drain(&mut r), 0, "no OFFER or NAK is recorded");
+    assert_eq!(
+        g.learn_counters().unwrap(),
+        LearnCounters { shed: 0, unused: 2 }
+    );
+
+    // ACKs: the burst, then shed.
+    let ack = Dhcp::server(MessageType::Ack).frame();
+    for _ in 0..8 {
+        assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC, "never dropped");
+    }
+    assert_eq!(drain(&mut r), 3, "the burst reaches the ring");
+    assert_eq!(g.learn_counters().unwrap().shed, 5);
+    assert_eq!(counters(&g).learned, 3);
+
+    // 10 per second: after 150 ms one or two more (the burst caps it at 3).
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    for _ in 0..5 {
+        assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
+    }
+    let again = drain(&mut r);
+    assert!((1..=3).contains(&again), "{again} after a refill");
+    assert_eq!(g.learn_counters().unwrap().shed, 5 + 5 - again as u64);
+
+    // A new policy starts the port with a full bucket.
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            single_client: Some(VM_MAC),
+            learn: true,
+            ..unlimited()
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
+    }
+    assert_eq!(drain(&mut r), 3, "a fresh bucket");
 }
 
 #[tokio::test]

@@ -1022,15 +1022,15 @@ fn dhcpcd_guest_behind_a_live_uplink_is_learned_from_the_replies_it_passes_dnsma
     );
     assert!(up.replies >= 2, "the one-shot's replies: {up:?}");
     assert!(s.counters["kernel.dropped_owned"] >= 2, "{:?}", s.counters);
-    let passed = s.counters["kernel.passed_unowned"];
+    let passed = s.counters["kernel.unowned_uncaptured"];
 
     let dir = tempfile::tempdir().unwrap();
     let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
     assert_learned_one(&vm, guest_ip);
-    // The guest's OFFER and ACK passed the uplink, and no lease took them.
+    // The guest's OFFER and ACK passed the uplink uncopied: no lease owns them.
     let s = vm.agent.status();
     assert!(
-        s.counters["kernel.passed_unowned"] >= passed + 2,
+        s.counters["kernel.unowned_uncaptured"] >= passed + 2,
         "{:?}",
         s.counters
     );

@@ -140,23 +140,25 @@ async fn dhcp_replies_in_every_mode_with_and_without_owned_xid() {
                     let want = if dropped { drop_code(kind) } else { pass(kind) };
                     assert_eq!(ret, want, "{ctx}: verdict");
 
-                    let captured = mode != CaptureMode::Off;
+                    // Only replies to an owned xid reach user space; the
+                    // others pass in the kernel, counted.
+                    let captured = mode != CaptureMode::Off && owned;
                     let mut c = Counters::default();
                     if captured {
                         c.captured = 1;
                         if dropped {
                             c.dropped_owned = 1;
-                        } else if mode == CaptureMode::Intercept {
-                            c.passed_unowned = 1;
                         }
-                    } else {
+                    } else if mode == CaptureMode::Off {
                         c.mode_off = 1;
+                    } else {
+                        c.unowned_uncaptured = 1;
                     }
                     assert_eq!(dp.counters().unwrap(), c, "{ctx}: counters");
 
                     let ev = reader.try_recv();
                     if !captured {
-                        assert!(ev.is_none(), "{ctx}: nothing captured in off mode");
+                        assert!(ev.is_none(), "{ctx}: nothing captured");
                         continue;
                     }
                     let ev = ev.unwrap_or_else(|| panic!("{ctx}: no record"));
@@ -212,6 +214,7 @@ async fn frames_of_every_record_size_round_trip() {
         let mut dp = load();
         let mut reader = dp.take_reader().unwrap().unwrap();
         dp.set_mode(LO, CaptureMode::Observe).unwrap();
+        dp.xid_ownership().own(0x5eed, LO).unwrap();
         for &len in &lens {
             let ctx = format!("{kind:?} frame of {len} bytes");
             let mut payload = reply.clone();
@@ -249,9 +252,15 @@ async fn disowned_xid_passes_again() {
         dp.xid_ownership().disown(7).unwrap(); // absent is fine
         assert_eq!(run(&mut dp, kind, &f), pass(kind));
         let c = dp.counters().unwrap();
-        assert_eq!((c.captured, c.dropped_owned, c.passed_unowned), (2, 1, 1));
+        assert_eq!(
+            (c.captured, c.dropped_owned, c.unowned_uncaptured),
+            (1, 1, 1)
+        );
         assert!(reader.try_recv().unwrap().owned);
-        assert!(!reader.try_recv().unwrap().owned);
+        assert!(
+            reader.try_recv().is_none(),
+            "a disowned xid is not captured"
+        );
         // Forgetting the interface's mode means off.
         dp.clear_mode(LO).unwrap();
         assert_eq!(run(&mut dp, kind, &f), pass(kind));
@@ -288,6 +297,7 @@ async fn ip_options_up_to_ihl_15_are_parsed() {
             let mut dp = load();
             let mut reader = dp.take_reader().unwrap().unwrap();
             dp.set_mode(LO, CaptureMode::Observe).unwrap();
+            dp.xid_ownership().own(5, LO).unwrap();
             let f = with_ip_options(frame(MessageType::Offer, 5), extra);
             assert_eq!(run(&mut dp, kind, &f), pass(kind));
             let ev = reader
@@ -482,6 +492,58 @@ async fn full_ring_buffer_fails_open() {
         assert_eq!(n, slots);
         // Drained: capture resumes.
         assert_eq!(run(&mut dp, kind, &f), drop_code(kind));
+    }
+}
+
+/// A flood of well-formed replies whose xid no lease owns stays in the
+/// kernel (passed, counted, never a record), on ports and uplinks alike,
+/// in both capturing modes: many times the ring's capacity of them leaves
+/// it empty, and the next owned reply still gets its record.
+#[tokio::test]
+async fn unowned_replies_never_reach_the_ring_and_owned_ones_always_do() {
+    let kinds = [
+        (ProgramKind::Xdp, Role::Port),
+        (ProgramKind::Tc, Role::Port),
+        (ProgramKind::UplinkXdp, Role::Uplink),
+        (ProgramKind::UplinkTc, Role::Uplink),
+    ];
+    for (kind, role) in kinds {
+        for mode in [CaptureMode::Observe, CaptureMode::Intercept] {
+            let ctx = format!("{kind:?} {mode:?}");
+            let mut dp = load();
+            let mut reader = dp.take_reader().unwrap().unwrap();
+            dp.set_role_mode(role, LO, mode).unwrap();
+            dp.xid_ownership().own(21, 0).unwrap();
+            let junk = frame(MessageType::Ack, 0x0bad_0bad);
+            let slots =
+                xdhcp_common::EVENTS_BYTES as usize / (xdhcp_common::record_len(junk.len()) + 8);
+            let n = 3 * slots as u32;
+            let res = dp.test_run(kind, &junk, n).unwrap();
+            let passed = if matches!(kind, ProgramKind::Tc | ProgramKind::UplinkTc) {
+                TC_ACT_UNSPEC
+            } else {
+                XDP_PASS
+            };
+            assert_eq!(res.retval, passed, "{ctx}: junk passes");
+            assert_eq!(
+                dp.counters().unwrap(),
+                Counters {
+                    unowned_uncaptured: u64::from(n),
+                    ..Counters::default()
+                },
+                "{ctx}: every junk reply counted, none captured"
+            );
+            assert!(reader.try_recv().is_none(), "{ctx}: the ring stays empty");
+
+            let owned = frame(MessageType::Ack, 21);
+            let ret = dp.test_run(kind, &owned, 1).unwrap().retval;
+            let dropped = mode == CaptureMode::Intercept;
+            assert_eq!(ret != passed, dropped, "{ctx}: owned verdict");
+            let ev = reader.try_recv().expect("the owned reply's record");
+            assert_eq!(message(&ev).xid(), 21, "{ctx}");
+            let c = dp.counters().unwrap();
+            assert_eq!((c.captured, c.ringbuf_full), (1, 0), "{ctx}");
+        }
     }
 }
 
@@ -978,6 +1040,7 @@ mod netns {
 
         // Observe: captured and delivered.
         let xid = 0x5eed_0001;
+        dp.xid_ownership().own(xid, client.ifindex).unwrap();
         send_discover(&tx, client, xid);
         let ev = next_offer(&mut reader, xid).await;
         assert_eq!(
@@ -1016,27 +1079,31 @@ mod netns {
             "{mode}: owned OFFER reached the namespace"
         );
 
-        // Intercept, not owned: captured and delivered.
+        // Intercept, not owned: delivered, not captured.
         let xid = 0x5eed_0003;
         send_discover(&tx, client, xid);
-        let ev = next_offer(&mut reader, xid).await;
-        assert_eq!(
-            ev.frame.via,
-            RxPath::Ebpf {
-                verdict: Verdict::Pass
-            }
-        );
         assert!(
             socket_sees_reply(&rx, xid, Duration::from_secs(5)),
             "{mode}: unowned OFFER must pass"
         );
+        while let Some(ev) = reader.try_recv() {
+            assert_ne!(
+                super::message(&ev).xid(),
+                xid,
+                "{mode}: unowned OFFER captured"
+            );
+        }
 
         let c = dp.counters().unwrap();
-        assert!(c.captured >= 3 && c.dropped_owned >= 1, "{c:?}");
+        assert!(
+            c.captured >= 2 && c.dropped_owned >= 1 && c.unowned_uncaptured >= 1,
+            "{c:?}"
+        );
 
         // Clean detach: a fourth OFFER is no longer captured.
         dp.detach(&target).expect("detach");
         let xid = 0x5eed_0004;
+        dp.xid_ownership().own(xid, client.ifindex).unwrap();
         send_discover(&tx, client, xid);
         assert!(socket_sees_reply(&rx, xid, Duration::from_secs(5)));
         assert!(reader.try_recv().is_none(), "{mode}: captured after detach");
@@ -1197,6 +1264,7 @@ mod netns {
         ];
         for (i, (layout, cuts)) in layouts.into_iter().enumerate() {
             let xid = 0xf7a6_0000 + i as u32;
+            dp.xid_ownership().own(xid, att.ifindex).unwrap();
             let payload = super::dhcp_reply(MessageType::Offer, xid);
             let frame = super::frame(MessageType::Offer, xid);
             write_in_pieces(&tap, &frame, cuts);

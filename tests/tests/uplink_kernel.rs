@@ -101,20 +101,21 @@ async fn uplink_verdicts_in_every_mode_tagged_and_untagged() {
                     let want = if dropped { drop_code(kind) } else { pass(kind) };
                     assert_eq!(run(&mut dp, kind, &f), want, "{ctx}: verdict");
 
+                    // Only replies to an owned xid reach user space.
                     let mut c = Counters::default();
                     if mode == CaptureMode::Off {
                         c.mode_off = 1;
+                    } else if !owned {
+                        c.unowned_uncaptured = 1;
                     } else {
                         c.captured = 1;
                         if dropped {
                             c.dropped_owned = 1;
-                        } else if mode == CaptureMode::Intercept {
-                            c.passed_unowned = 1;
                         }
                     }
                     assert_eq!(dp.counters().unwrap(), c, "{ctx}: counters");
                     let ev = reader.try_recv();
-                    if mode == CaptureMode::Off {
+                    if mode == CaptureMode::Off || !owned {
                         assert!(ev.is_none(), "{ctx}: nothing captured");
                         continue;
                     }

@@ -122,7 +122,8 @@ enum Which {
     Dora,
     /// 1000 leases: restart under them (SIGTERM, SIGKILL), re-adoption time, the T1 renewal storm.
     Scale,
-    /// Junk frames to UDP 68 on leased interfaces: daemon CPU and RSS against the packet rate.
+    /// A flood of DHCP replies no lease owns at a leased port and at an uplink: daemon CPU, and a
+    /// 100-ADD burst during it against the same burst without it.
     Flood,
     /// A pod's ADD through OVN (userspace datapath) beside the bridge lab, each against the
     /// server's own DORA; the time from an `ovn-bridge-mappings` change to an attached uplink.

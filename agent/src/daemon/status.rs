@@ -188,16 +188,22 @@ pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
 /// How often the guard's kernel counters are copied into the metrics.
 const METRICS_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Copies the guard's per-port counters and the binding table into the
-/// metrics until shutdown.
+/// Copies the guard's per-port counters, its learning filter's counters
+/// and the binding table into the metrics until shutdown.
 pub(crate) async fn export_metrics(
     agent: std::sync::Arc<crate::ops::context::Agent>,
     token: tokio_util::sync::CancellationToken,
 ) {
     loop {
         let a = agent.clone();
-        let snap = tokio::task::spawn_blocking(move || (a.guard.snapshot(), bindings(&a))).await;
-        if let Ok((snap, bindings)) = snap {
+        let snap = tokio::task::spawn_blocking(move || {
+            (a.guard.snapshot(), a.guard.learn_counters(), bindings(&a))
+        })
+        .await;
+        if let Ok((snap, learn, bindings)) = snap {
+            if let Some(learn) = learn {
+                agent.metrics().learn_skipped_snapshot(&learn.labelled());
+            }
             let rows: Vec<_> = snap
                 .iter()
                 .map(|(p, c)| (p.host_ifname.clone(), c.passed_client, c.drops()))

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use std::os::fd::AsFd as _;
 
 use aya::programs::ProgramError;
@@ -168,6 +168,23 @@ impl GuardCounters {
             ("malformed", self.dropped_malformed),
             ("unclassified", self.dropped_unclassified),
         ]
+    }
+}
+
+/// The learning ports' replies that were not copied to the guard ring,
+/// summed over CPUs and ports (the kernel's `LEARN_*` counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LearnCounters {
+    /// ACKs over the port's reply bucket.
+    pub shed: u64,
+    /// Replies learning does not use (not an ACK).
+    pub unused: u64,
+}
+
+impl LearnCounters {
+    /// `(reason, value)` pairs for metrics.
+    pub fn labelled(&self) -> [(&'static str, u64); 2] {
+        [("shed_rate", self.shed), ("not_learned", self.unused)]
     }
 }
 
@@ -405,6 +422,9 @@ pub struct Guard {
     ports: BpfHashMap<MapData, u32, g::GuardPort>,
     counters: PerCpuHashMap<MapData, u32, g::GuardCounters>,
     events: Option<RingBuf<MapData>>,
+    learn_buckets: BpfHashMap<MapData, u32, g::LearnBucket>,
+    learn_limit: Array<MapData, g::LearnLimit>,
+    learn_counters: PerCpuArray<MapData, u64>,
     attached: HashMap<AttachTarget, GuardedPort>,
     /// Why the XDP program did not load (the kernel refused it): ports
     /// that need XDP are then guarded at TC ingress, with a warning.
@@ -515,11 +535,17 @@ impl Guard {
         let ports = take_map(&mut ebpf, g::MAP_GUARD_PORTS)?;
         let counters = take_map(&mut ebpf, g::MAP_GUARD_COUNTERS)?;
         let events = take_map(&mut ebpf, g::MAP_GUARD_EVENTS)?;
+        let learn_buckets = take_map(&mut ebpf, g::MAP_LEARN_BUCKETS)?;
+        let learn_limit = take_map(&mut ebpf, g::MAP_LEARN_LIMIT)?;
+        let learn_counters = take_map(&mut ebpf, g::MAP_LEARN_COUNTERS)?;
         Ok(Self {
             ebpf,
             ports,
             counters,
             events: Some(events),
+            learn_buckets,
+            learn_limit,
+            learn_counters,
             attached: HashMap::new(),
             xdp_unavailable,
             keeper,
@@ -753,13 +779,53 @@ impl Guard {
         Ok(ifindex)
     }
 
-    /// Replaces the policy of port `ifindex` (the rate limiter starts full)
-    /// and makes sure its counters exist.
+    /// Sets how many replies per second (`rate`) and back to back
+    /// (`burst`) each learning port may copy to the guard ring; values are
+    /// kept within 1..=[`g::LEARN_MAX`] (burst) and 0..=[`g::LEARN_MAX`]
+    /// (rate). Takes effect at each port's next reply (a port's bucket keeps
+    /// its tokens, up to the new burst). Until it is called the kernel uses
+    /// [`g::LEARN_DEFAULT_RATE`] and [`g::LEARN_DEFAULT_BURST`].
+    pub fn set_learn_limit(&mut self, rate: u32, burst: u32) -> Result<()> {
+        let limit = g::LearnLimit {
+            rate: rate.min(g::LEARN_MAX),
+            burst: burst.clamp(1, g::LEARN_MAX),
+        };
+        self.learn_limit
+            .set(0, limit, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: g::MAP_LEARN_LIMIT,
+                source,
+            })
+    }
+
+    /// The learning filter's counters, summed over CPUs.
+    pub fn learn_counters(&self) -> Result<LearnCounters> {
+        let sum = |slot: u32| -> Result<u64> {
+            let v = self
+                .learn_counters
+                .get(&slot, 0)
+                .map_err(|source| EbpfDatapathError::Map {
+                    name: g::MAP_LEARN_COUNTERS,
+                    source,
+                })?;
+            Ok(v.iter().copied().fold(0u64, u64::wrapping_add))
+        };
+        Ok(LearnCounters {
+            shed: sum(g::LEARN_SHED)?,
+            unused: sum(g::LEARN_UNUSED)?,
+        })
+    }
+
+    /// Replaces the policy of port `ifindex` (the rate limiter and, on a
+    /// learning port, the reply bucket start full) and makes sure its
+    /// counters exist.
     pub fn set_policy(&mut self, ifindex: u32, policy: &PortPolicy) -> Result<()> {
         let name = g::MAP_GUARD_PORTS;
         self.ports
             .insert(ifindex, policy.entry(), 0)
             .map_err(|source| EbpfDatapathError::Map { name, source })?;
+        // The program adds a full bucket for a learning port without one.
+        let _ = self.learn_buckets.remove(&ifindex);
         let name = g::MAP_GUARD_COUNTERS;
         if self.counters.get(&ifindex, 0).is_err() {
             let zero = aya::maps::PerCpuValues::try_from(vec![
@@ -815,6 +881,7 @@ impl Guard {
     fn forget(&mut self, ifindex: u32) {
         let _ = self.ports.remove(&ifindex);
         let _ = self.counters.remove(&ifindex);
+        let _ = self.learn_buckets.remove(&ifindex);
     }
 
     /// Counters of port `ifindex`, summed over CPUs (`None`: not guarded).

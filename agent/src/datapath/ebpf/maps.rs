@@ -52,11 +52,13 @@ pub struct Counters {
     pub mode_off: u64,
     pub passed_unowned: u64,
     pub load_error: u64,
+    /// Replies whose xid no lease owns, passed without a record.
+    pub unowned_uncaptured: u64,
 }
 
 impl Counters {
     /// `(label, value)` pairs for metrics.
-    pub fn labelled(&self) -> [(&'static str, u64); 9] {
+    pub fn labelled(&self) -> [(&'static str, u64); 10] {
         [
             ("passed_not_dhcp", self.passed_not_dhcp),
             ("captured", self.captured),
@@ -67,6 +69,7 @@ impl Counters {
             ("mode_off", self.mode_off),
             ("passed_unowned", self.passed_unowned),
             ("load_error", self.load_error),
+            ("unowned_uncaptured", self.unowned_uncaptured),
         ]
     }
 }
@@ -385,6 +388,7 @@ impl Datapath {
             mode_off: sum(common::COUNTER_MODE_OFF)?,
             passed_unowned: sum(common::COUNTER_PASSED_UNOWNED)?,
             load_error: sum(common::COUNTER_LOAD_ERROR)?,
+            unowned_uncaptured: sum(common::COUNTER_UNOWNED_UNCAPTURED)?,
         })
     }
 }
