@@ -726,19 +726,18 @@ fn learn_count(slot: u32) {
 #[inline(always)]
 fn take_learn_token(ifindex: u32, now: u64) -> bool {
     let limit = XDHCP_LEARN_LIMIT.get(0).copied().unwrap_or_default();
-    let mut bucket = match XDHCP_LEARN_BUCKETS.get_ptr_mut(ifindex) {
+    let mut bucket = if let Some(b) = XDHCP_LEARN_BUCKETS.get_ptr_mut(ifindex) {
         // SAFETY: plain data in a map value that outlives this run.
-        Some(b) => unsafe { *b },
-        None => {
-            let burst = if limit.burst == 0 {
-                xdhcp_common::guard::LEARN_DEFAULT_BURST
-            } else {
-                limit.burst
-            };
-            LearnBucket {
-                tokens: u64::from(burst) * LEARN_TOKEN,
-                last_ns: now,
-            }
+        unsafe { *b }
+    } else {
+        let burst = if limit.burst == 0 {
+            xdhcp_common::guard::LEARN_DEFAULT_BURST
+        } else {
+            limit.burst
+        };
+        LearnBucket {
+            tokens: u64::from(burst) * LEARN_TOKEN,
+            last_ns: now,
         }
     };
     let ok = learn_take(&mut bucket, limit, now);
@@ -748,7 +747,7 @@ fn take_learn_token(ifindex: u32, now: u64) -> bool {
         None => {
             // Full map: the reply is shed, as a full ring would lose it.
             if XDHCP_LEARN_BUCKETS
-                .insert(&ifindex, &bucket, u64::from(BPF_NOEXIST))
+                .insert(ifindex, bucket, u64::from(BPF_NOEXIST))
                 .is_err()
             {
                 return false;
