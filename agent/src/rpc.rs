@@ -54,9 +54,15 @@ pub const PATH_TEST_READER_STALL: &str = "/v1/test/reader-stall";
 
 /// Body of [`PATH_TEST_READER_STALL`].
 #[cfg(feature = "test-hooks")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReaderStall {
     pub stalled: bool,
+    /// Transaction ids the kernel owns (on any interface) while the reader
+    /// is stalled, and disowns when it reads again: replies carrying them
+    /// are copied into the ring, so a test can fill it (the programs copy
+    /// no reply whose xid no lease owns).
+    #[serde(default)]
+    pub owned_xids: Vec<u32>,
 }
 
 /// HTTP status the agent uses for a CNI error code.

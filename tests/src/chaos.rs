@@ -192,6 +192,30 @@ const JUNK_MAC: [u8; 6] = [0x02, 0xf1, 0x00, 0x00, 0x00, 0x02];
 /// # Panics
 /// When `ifname` does not exist in `netns`.
 pub fn flood_replies(netns: Option<&Path>, ifname: &str, dst_mac: [u8; 6], count: usize) -> usize {
+    send_offers(netns, ifname, dst_mac, count, None)
+}
+
+/// [`flood_replies`], every frame with transaction id `xid` (one the
+/// kernel owns, so the capture programs copy each into the ring).
+pub fn flood_replies_with_xid(
+    netns: Option<&Path>,
+    ifname: &str,
+    dst_mac: [u8; 6],
+    count: usize,
+    xid: u32,
+) -> usize {
+    send_offers(netns, ifname, dst_mac, count, Some(xid))
+}
+
+/// `count` OFFERs to `dst_mac` out of `ifname`: each with `fixed` as its
+/// xid, else a fresh one per frame.
+fn send_offers(
+    netns: Option<&Path>,
+    ifname: &str,
+    dst_mac: [u8; 6],
+    count: usize,
+    fixed: Option<u32>,
+) -> usize {
     let ifname = ifname.to_owned();
     in_ns(netns, move || {
         let ifindex = nix::net::if_::if_nametoindex(ifname.as_str())
@@ -206,6 +230,7 @@ pub fn flood_replies(netns: Option<&Path>, ifname: &str, dst_mac: [u8; 6], count
             xid ^= xid << 13;
             xid ^= xid >> 17;
             xid ^= xid << 5;
+            let xid = fixed.unwrap_or(xid);
             frame[XID_AT..XID_AT + 4].copy_from_slice(&xid.to_be_bytes());
             // SAFETY: `fd` is an open packet socket bound to `ifindex`;
             // `frame` is readable for its length.

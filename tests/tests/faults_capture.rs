@@ -7,9 +7,10 @@
 //! returns: none is missed. (`capture_fallback.rs` covers one lease, and a
 //! link detached with `bpftool`.)
 //!
-//! And the ring buffer full: the reader stalled (test-only socket route) and
-//! junk replies flooded to the pod until the kernel has no room for a
-//! record; a reply then goes on uncaptured, to the pod's stack. The lease
+//! And the ring buffer full: the reader stalled and one xid owned in the
+//! kernel (test-only socket route), replies carrying it flooded to the pod
+//! until the kernel has no room for a record; a reply then goes on
+//! uncaptured, to the pod's stack. The lease
 //! moves to its own `AF_PACKET` receiver, which sees it, and renews while
 //! the ring overflows; once the reader has emptied it, back to the ring.
 
@@ -175,27 +176,44 @@ fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows()
         metric_count(&text, name, &format!("reason=\"{reason}\""))
     };
 
-    // Nothing reads the ring; junk to the pod fills it.
-    agent
-        .post(
-            rpc::PATH_TEST_READER_STALL,
-            &rpc::ReaderStall { stalled: true },
-        )
-        .expect("stall the reader");
+    // Nothing reads the ring; replies to the pod that carry an xid the
+    // kernel owns (the programs copy no other) fill it.
+    const JUNK_XID: u32 = 0x5eed_f111;
+    let stall = |stalled: bool| {
+        agent
+            .post(
+                rpc::PATH_TEST_READER_STALL,
+                &rpc::ReaderStall {
+                    stalled,
+                    owned_xids: vec![JUNK_XID],
+                },
+            )
+            .expect("stall or release the reader");
+    };
+    stall(true);
     let port = lab.clients[0].port().to_owned();
     let mac = lab.clients[0].mac;
     let before = ring_full(&agent);
     assert!(
         wait_until(Duration::from_secs(10), || {
-            chaos::flood_replies(Some(lab.server.path()), &port, mac, 2000);
+            chaos::flood_replies_with_xid(Some(lab.server.path()), &port, mac, 2000, JUNK_XID);
             ring_full(&agent) > before
         }),
         "the ring never overflowed: {:?}",
         agent.status().counters
     );
-    // The promise: renewals complete while the ring has no room (their
-    // replies are not captured: the overflow counter grows with them).
-    let full_at = ring_full(&agent);
+    // The promise: renewals complete while the ring has no room. On the
+    // fallback the lease's xids are no longer owned in the kernel, so its
+    // replies pass the program uncopied, to its own receiver.
+    let uncopied = || {
+        agent
+            .status()
+            .counters
+            .get("kernel.unowned_uncaptured")
+            .copied()
+            .unwrap_or(0)
+    };
+    let uncopied_at = uncopied();
     all_renew(&agent, &expiries(&agent), "while the ring was full");
     all_renew(
         &agent,
@@ -203,8 +221,9 @@ fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows()
         "while the ring was full, second round",
     );
     assert!(
-        ring_full(&agent) > full_at,
-        "the renewals' replies should have found the ring full"
+        uncopied() >= uncopied_at + 2,
+        "the renewals' replies should have passed the program uncopied: {:?}",
+        agent.status().counters
     );
     assert_eq!(paths(&agent), ["af-packet (ebpf lost)"]);
     let s = agent.status();
@@ -217,12 +236,7 @@ fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows()
     assert_eq!(counter("xdhcp_capture_lost_total", "ring_full"), 1);
 
     // The reader reads again: it empties the ring, the leases return.
-    agent
-        .post(
-            rpc::PATH_TEST_READER_STALL,
-            &rpc::ReaderStall { stalled: false },
-        )
-        .expect("let the reader read");
+    stall(false);
     assert!(
         wait_until(Duration::from_secs(10), || paths(&agent) == ["tc"]),
         "the lease did not return to the ring buffer: {:?}",

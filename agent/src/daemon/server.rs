@@ -332,7 +332,7 @@ async fn reader_stall(
     State(a): State<Arc<Agent>>,
     Json(f): Json<rpc::ReaderStall>,
 ) -> Json<serde_json::Value> {
-    a.capture().inject_reader_stall(f.stalled);
+    a.capture().inject_reader_stall(f.stalled, &f.owned_xids);
     Json(serde_json::json!({}))
 }
 

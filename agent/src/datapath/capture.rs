@@ -1562,9 +1562,19 @@ impl Capture {
     /// Stall (`true`) the ring reader, so the ring fills and stays full, or
     /// let it read again (tests).
     #[cfg(feature = "test-hooks")]
-    pub(crate) fn inject_reader_stall(&self, stalled: bool) {
+    pub(crate) fn inject_reader_stall(&self, stalled: bool, xids: &[u32]) {
         if let Some(k) = &self.kernel {
             k.reader_stall.store(stalled, Ordering::SeqCst);
+            for &xid in xids {
+                let done = if stalled {
+                    k.xids.own(xid, 0)
+                } else {
+                    k.xids.disown(xid)
+                };
+                if let Err(e) = done {
+                    warn!(xid, error = %e, "test hook: could not change the xid's ownership");
+                }
+            }
         }
     }
 
