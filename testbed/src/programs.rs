@@ -306,6 +306,12 @@ pub const PROGRAMS: &[Program] = &[
         "the OVN lab's check that ovn-controller put the flows back after an OVS restart",
     ),
     deb(
+        "ovs-appctl",
+        "openvswitch-common",
+        "/usr/bin/ovs-appctl",
+        "the two-chassis lab's look at a node's ovs-vswitchd routes when the overlay fails",
+    ),
+    deb(
         "ovn-northd",
         "ovn-central",
         "/usr/bin/ovn-northd",

@@ -148,6 +148,7 @@ fn ring_full(agent: &InProcessAgent) -> u64 {
 
 #[test]
 fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows() {
+    const JUNK_XID: u32 = 0x5eed_f111;
     let lab = Lab::with_clients(1);
     let _dnsmasq = Dnsmasq::start(
         &lab.server,
@@ -178,7 +179,6 @@ fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows()
 
     // Nothing reads the ring; replies to the pod that carry an xid the
     // kernel owns (the programs copy no other) fill it.
-    const JUNK_XID: u32 = 0x5eed_f111;
     let stall = |stalled: bool| {
         agent
             .post(
