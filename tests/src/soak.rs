@@ -101,8 +101,8 @@ pub struct SoakConfig {
 }
 
 impl SoakConfig {
-    /// The short soak of `cargo xtask test`: 40 pods for 75 s, a chaos step
-    /// every 5 s (every kind once, some twice).
+    /// The short soak of `cargo xtask test`: 40 pods for 50 s, a chaos step
+    /// every 4 s (every kind once).
     pub fn short(agent_bin: PathBuf, plugin_bin: PathBuf) -> Self {
         Self {
             pods: 40,
@@ -110,9 +110,9 @@ impl SoakConfig {
             lease_secs: 120,
             t1_secs: 4,
             t2_secs: 8,
-            duration: Duration::from_secs(75),
+            duration: Duration::from_secs(50),
             seed: 1,
-            chaos_every: Duration::from_secs(5),
+            chaos_every: Duration::from_secs(4),
             check_every: Duration::from_secs(30),
             release_window: Duration::from_secs(10),
             agent_bin,

@@ -1,5 +1,5 @@
 //! The short soak (`xdhcp_tests::soak`): 40 pods churned through the real
-//! plugin against dnsmasq and Kea for 75 s while the seeded chaos schedule
+//! plugin against dnsmasq and Kea for 50 s while the seeded chaos schedule
 //! kills and upgrades the agent, restarts and stops the servers past T2,
 //! removes a pod's namespace, makes the stand-in API server fail, floods
 //! forged replies and takes a pod's capture apart from outside (links
