@@ -287,6 +287,11 @@ async fn native_xdp_on_virtio_net_delivers_a_dnsmasq_offer_and_ack() {
 
     let tx = send_socket(&client);
     let xid = 0x7e57_0001;
+    // The programs copy only replies whose xid a lease owns: own it, as the
+    // agent does before it sends.
+    dp.xid_ownership()
+        .own(xid, att.ifindex)
+        .expect("own the xid in the kernel");
     send_request(
         &tx,
         client.mac,
