@@ -139,13 +139,15 @@ impl<P: LeasePort> Task<P> {
         lock(&self.live).capture = path;
     }
 
-    /// The capture moved the lease to `path`. A fallback means the path was
-    /// lost before the agent noticed (a link detached, a full ring): the
-    /// reply of a renewal in flight may have gone to the pod's stack
-    /// meanwhile, so it is asked for again now, on the fallback, not at the
-    /// next retransmission a minute away.
+    /// The capture moved the lease to `path`. A renewal in flight is asked
+    /// for again now on the new path, not at its next retransmission a
+    /// minute away: on a fallback, the path was lost before the agent
+    /// noticed (a link detached, a full ring) and its reply may have gone to
+    /// the pod's stack meanwhile; on a move to the ring buffer, its reply
+    /// may have crossed the switch (a restarted agent taking the previous
+    /// one's pinned links over while the lease waits on its own receiver).
     fn moved_to(&mut self, path: CapturePath) {
-        if path == CapturePath::AfPacketFallback {
+        if path != CapturePath::AfPacketPending {
             self.client.retransmit_now(Instant::now());
         }
         self.set_path(path);
