@@ -28,8 +28,11 @@
 //! after one second, the daemon's CPU (user + system from
 //! `/proc/<pid>/stat`) over `XDHCP_BENCH_FLOOD_SECS` (default 15) seconds
 //! with nothing else going on, as % of one core; then three 100-ADD
-//! bursts during the flood; the flood off. The burst ratio is flood ÷
-//! quiet, of the median rounds. For xdhcp, its own counters over the phase say where the frames
+//! bursts during the flood; the flood off. Each round is followed by its
+//! floor under the same condition (as many plugin execs doing no DHCP, then
+//! the server's own exchanges straight from this process), so the flood's
+//! cost to the machine itself stands beside its cost to the ADDs. The burst
+//! ratio is flood ÷ quiet, of the median rounds, beside the floor's. For xdhcp, its own counters over the phase say where the frames
 //! went (the kernel program's outcomes, the replies dropped in user space).
 //!
 //! Results: `$XDHCP_BENCH_RESULTS/flood.md`.
@@ -58,6 +61,7 @@ use std::{
 
 use xdhcp_tests::{
     bench::{self, Daemon, DaemonOptions, Impl},
+    cni_burst::{burst, del_all, exec_floor, raw_dora_burst, settle},
     netns::{Lab, LabClient},
     progress,
     servers::{Dnsmasq, DnsmasqConfig},
@@ -125,18 +129,32 @@ struct Phase {
     cpu_pct: f64,
     /// Daemon CPU over the same window length without a flood, % of one core.
     idle_cpu_pct: f64,
-    quiet: Burst,
-    flood: Burst,
+    quiet: Rounds,
+    flood: Rounds,
     /// Counter deltas over the phase (xdhcp).
     counters: BTreeMap<String, f64>,
 }
 
-struct Burst {
-    /// The median round's (a single burst: its own).
+/// One burst and the floor measured right after it.
+struct Round {
     wall: Duration,
-    /// Every round's, in order.
-    walls: Vec<Duration>,
+    floor: Duration,
     failed: usize,
+    floor_failed: usize,
+    first_error: Option<String>,
+}
+
+/// A condition's rounds (quiet, or during the flood).
+struct Rounds {
+    /// The median of the rounds' burst walls.
+    wall: Duration,
+    /// The median of the rounds' floors.
+    floor: Duration,
+    /// Every round's burst wall and floor, in order.
+    walls: Vec<(Duration, Duration)>,
+    failed: usize,
+    /// The floor's own exchanges that did not complete.
+    floor_failed: usize,
     first_error: Option<String>,
 }
 
@@ -230,7 +248,7 @@ fn run(
     // Unmeasured: the first exec of the plugin may read it from disk.
     let _ = d.cni("ADD", "warmup", &pods[0]);
     let _ = d.cni("DEL", "warmup", &pods[0]);
-    settle(dnsmasq, &pods[..1]);
+    settle(&|| dnsmasq.leases(), &pods[..1]);
     // The leases move onto the ring buffer a little after BOUND.
     std::thread::sleep(Duration::from_secs(2));
     let pid = d.process.pid().expect("daemon running");
@@ -262,33 +280,24 @@ fn run(
     stop.store(true, Ordering::SeqCst);
     let (sent, sender_cpu_ms) = sender.join().expect("sender");
     let achieved_pps = sent as f64 / started.elapsed().as_secs_f64();
-    let counters = match before {
-        Some(b) => {
-            std::thread::sleep(COUNTER_SETTLE);
-            counters(lab.server.path(), metrics)
-                .into_iter()
-                .map(|(k, v)| {
-                    let d = v - b.get(&k).copied().unwrap_or(0.0);
-                    (k, d)
-                })
-                .filter(|(_, v)| *v != 0.0)
-                .collect()
-        }
-        None => BTreeMap::new(),
-    };
-    progress!(
-        "{}: {achieved_pps:.0} pps of {pps}; CPU {cpu_pct:.2} % of a core (no flood {idle_cpu_pct:.2} %); \
-         100 ADDs {:.0} ms quiet, {:.0} ms during the flood ({:.2}×)",
-        config.name(),
-        ms(quiet.wall),
-        ms(flood.wall),
-        flood.wall.as_secs_f64() / quiet.wall.as_secs_f64()
+    let counters = before.map_or_else(BTreeMap::new, |b| {
+        std::thread::sleep(COUNTER_SETTLE);
+        changed(&b, counters(lab.server.path(), metrics))
+    });
+    say(
+        config,
+        achieved_pps,
+        pps,
+        cpu_pct,
+        idle_cpu_pct,
+        &quiet,
+        &flood,
     );
     for (i, c) in targets.iter().enumerate() {
         let _ = d.cni("DEL", &format!("target-{i}"), c);
         let _ = c.ns.exec_output(&["ip", "addr", "flush", "dev", &c.ifname]);
     }
-    settle(dnsmasq, targets);
+    settle(&|| dnsmasq.leases(), targets);
     drop(d);
     Phase {
         config,
@@ -304,86 +313,77 @@ fn run(
     }
 }
 
+/// The phase's line of progress.
+fn say(
+    config: Config,
+    achieved_pps: f64,
+    pps: u64,
+    cpu_pct: f64,
+    idle_cpu_pct: f64,
+    quiet: &Rounds,
+    flood: &Rounds,
+) {
+    progress!(
+        "{}: {achieved_pps:.0} pps of {pps}; CPU {cpu_pct:.2} % of a core (no flood {idle_cpu_pct:.2} %); \
+         100 ADDs {:.0} ms quiet (floor {:.0}), {:.0} ms during the flood (floor {:.0}): \
+         {:.2}× (the floor {:.2}×)",
+        config.name(),
+        ms(quiet.wall),
+        ms(quiet.floor),
+        ms(flood.wall),
+        ms(flood.floor),
+        ratio(flood.wall, quiet.wall),
+        ratio(flood.floor, quiet.floor),
+    );
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Waits (up to 10 s) until the server holds no lease of `clients`.
-fn settle(dnsmasq: &Dnsmasq, clients: &[LabClient]) {
-    let held = || {
-        dnsmasq
-            .leases()
-            .iter()
-            .filter(|l| clients.iter().any(|c| c.mac == l.mac))
-            .count()
-    };
-    if !xdhcp_tests::servers::wait_until(Duration::from_secs(10), || held() == 0) {
-        eprintln!(
-            "  the server still holds {} of {} leases 10 s after their release",
-            held(),
-            clients.len()
-        );
-    }
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
 }
 
-/// [`ROUNDS`] bursts on `clients`, each followed by its DELs and the
-/// server's release of every lease; the median round, with the failures of
-/// all of them and every round's wall time.
-fn rounds(d: &Daemon, dnsmasq: &Dnsmasq, clients: &[LabClient], tag: &str) -> Burst {
-    let mut all: Vec<Burst> = (0..ROUNDS)
+/// [`ROUNDS`] bursts on `clients`, each followed by its DELs, the server's
+/// release of every lease, and the round's floor (as many plugin execs that
+/// do no DHCP, then the server's own exchanges from the same namespaces:
+/// the machine's own cost of the same work under the same conditions).
+fn rounds(d: &Daemon, dnsmasq: &Dnsmasq, clients: &[LabClient], tag: &str) -> Rounds {
+    let leases = || dnsmasq.leases();
+    let mut all: Vec<Round> = (0..ROUNDS)
         .map(|r| {
             let tag = format!("{tag}-{r}");
             let b = burst(d, clients, &tag);
             del_all(d, clients, &tag);
-            settle(dnsmasq, clients);
-            b
+            settle(&leases, clients);
+            let exec = exec_floor(d, clients);
+            let (dora, dora_failed) = raw_dora_burst(clients, &leases, 1);
+            Round {
+                wall: b.wall,
+                floor: exec + dora,
+                failed: b.failed,
+                floor_failed: dora_failed,
+                first_error: b.first_error,
+            }
         })
         .collect();
-    let walls: Vec<Duration> = all.iter().map(|b| b.wall).collect();
-    let failed = all.iter().map(|b| b.failed).sum();
-    let first_error = all.iter().find_map(|b| b.first_error.clone());
-    all.sort_by_key(|b| b.wall);
-    let median = all.swap_remove(ROUNDS / 2);
-    Burst {
-        wall: median.wall,
+    let walls = all.iter().map(|r| (r.wall, r.floor)).collect();
+    let failed = all.iter().map(|r| r.failed).sum();
+    let floor_failed = all.iter().map(|r| r.floor_failed).sum();
+    let first_error = all.iter_mut().find_map(|r| r.first_error.take());
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    Rounds {
+        wall: median(all.iter().map(|r| r.wall).collect()),
+        floor: median(all.iter().map(|r| r.floor).collect()),
         walls,
         failed,
+        floor_failed,
         first_error,
     }
-}
-
-/// Concurrent ADDs on `clients`, container ids `<tag>-<i>`.
-fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
-    let started = Instant::now();
-    let results: Vec<Result<Duration, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = clients
-            .iter()
-            .enumerate()
-            .map(|(i, c)| s.spawn(move || d.cni("ADD", &format!("{tag}-{i}"), c)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("ADD thread"))
-            .collect()
-    });
-    let wall = started.elapsed();
-    let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    Burst {
-        wall,
-        walls: vec![wall],
-        failed: failed.len(),
-        first_error: failed.first().map(|s| (*s).clone()),
-    }
-}
-
-fn del_all(d: &Daemon, clients: &[LabClient], tag: &str) {
-    std::thread::scope(|s| {
-        for (i, c) in clients.iter().enumerate() {
-            s.spawn(move || {
-                let _ = d.cni("DEL", &format!("{tag}-{i}"), c);
-            });
-        }
-    });
 }
 
 /// The counters of the agent's `/metrics` (served in the node namespace
@@ -406,6 +406,17 @@ fn counters(ns: &Path, metrics: SocketAddr) -> BTreeMap<String, f64> {
         }
     }
     out
+}
+
+/// The counters of `now` that moved since `before`, by how much.
+fn changed(before: &BTreeMap<String, f64>, now: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    now.into_iter()
+        .map(|(k, v)| {
+            let d = v - before.get(&k).copied().unwrap_or(0.0);
+            (k, d)
+        })
+        .filter(|(_, v)| *v != 0.0)
+        .collect()
 }
 
 /// CPU time of the calling thread, in ms.
@@ -592,20 +603,24 @@ fn report(phases: &[Phase], secs: u64) {
          in the sender's context is in nobody's figure. The 100-ADD burst: wall time of 100 \
          concurrent plugin execs (then their DELs and the server's release), {ROUNDS} rounds \
          quiet and then {ROUNDS} during the flood, in the same phase; the table has the median \
-         round. Machine: 2 \
-         cores, shared by the sender and the daemon.\n"
+         round. Each round's floor, measured right after it under the same condition: 100 \
+         concurrent execs of the same plugin doing no DHCP (`CNI_COMMAND=VERSION`) plus the \
+         server's own 100 DORAs from the same pods' namespaces, back to back, straight from the \
+         bench process (no plugin, no daemon): what the flood costs the machine itself. Machine: \
+         2 cores, shared by the sender, the kernel's handling of the flood, the server and the \
+         daemon.\n"
     );
     if let Ok(commit) = std::env::var("XDHCP_BENCH_COMMIT") {
         let _ = writeln!(md, "Commit: `{commit}`.\n");
     }
     md.push_str(
-        "| daemon | target pps | achieved pps | sender CPU (ms) | daemon CPU % of a core, flood (none) | 100 ADDs quiet, median (ms) | 100 ADDs in flood, median (ms) | flood ÷ quiet | failed ADDs |\n",
+        "| daemon | target pps | achieved pps | sender CPU (ms) | daemon CPU % of a core, flood (none) | 100 ADDs quiet: median / its floor (ms) | 100 ADDs in flood: median / its floor (ms) | burst: flood ÷ quiet | floor: flood ÷ quiet | burst ÷ floor: quiet, flood | failed ADDs (floor DORAs) |\n",
     );
-    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for p in phases {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.0} | {} | {:.2} ({:.2}) | {:.0} | {:.0} | {:.2}× | {} / {} |",
+            "| {} | {} | {:.0} | {} | {:.2} ({:.2}) | {:.0} / {:.0} | {:.0} / {:.0} | {:.2}× | {:.2}× | {:.2}×, {:.2}× | {} / {} ({} / {}) |",
             p.config.name(),
             p.target_pps,
             p.achieved_pps,
@@ -613,18 +628,25 @@ fn report(phases: &[Phase], secs: u64) {
             p.cpu_pct,
             p.idle_cpu_pct,
             ms(p.quiet.wall),
+            ms(p.quiet.floor),
             ms(p.flood.wall),
-            p.flood.wall.as_secs_f64() / p.quiet.wall.as_secs_f64(),
+            ms(p.flood.floor),
+            ratio(p.flood.wall, p.quiet.wall),
+            ratio(p.flood.floor, p.quiet.floor),
+            ratio(p.quiet.wall, p.quiet.floor),
+            ratio(p.flood.wall, p.flood.floor),
             p.quiet.failed,
             p.flood.failed,
+            p.quiet.floor_failed,
+            p.flood.floor_failed,
         );
     }
     md.push('\n');
     for p in phases {
-        let list = |b: &Burst| {
-            b.walls
+        let list = |r: &Rounds| {
+            r.walls
                 .iter()
-                .map(|w| format!("{:.0}", ms(*w)))
+                .map(|(w, f)| format!("{:.0} (floor {:.0})", ms(*w), ms(*f)))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
