@@ -851,6 +851,108 @@ pub fn prefixes_to_protect_here(except: u32) -> io::Result<Vec<Ipv4Prefix>> {
     Ok(protected_prefixes(&routes, &addresses, Some(except)))
 }
 
+/// Where a netlink TC filter hangs: the `clsact` qdisc's ingress or egress
+/// hook (`TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS / TC_H_MIN_EGRESS)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcHook {
+    Ingress,
+    Egress,
+}
+
+impl TcHook {
+    const fn parent(self) -> u32 {
+        match self {
+            TcHook::Ingress => 0xFFFF_FFF2,
+            TcHook::Egress => 0xFFFF_FFF3,
+        }
+    }
+}
+
+/// Asks whether a netlink TC filter running one BPF program is still on
+/// an interface: on kernels before tcx (6.6) a TC program is such a
+/// filter, not a BPF link, and the kernel has no link id to ask about —
+/// `tc filter del` or the `clsact` qdisc's deletion removes it without a
+/// trace anywhere else. The socket is opened in the interface's namespace
+/// and stays bound to it, so a check needs no trip into the namespace.
+pub struct FilterWatch {
+    sock: rtnetlink::sys::Socket,
+    ifindex: u32,
+    hook: TcHook,
+    prog_id: u32,
+    seq: std::sync::atomic::AtomicU32,
+}
+
+impl FilterWatch {
+    /// Opens the watch in the calling thread's namespace.
+    pub fn open_here(ifindex: u32, hook: TcHook, prog_id: u32) -> io::Result<Self> {
+        use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+        let mut sock = Socket::new(NETLINK_ROUTE)?;
+        sock.bind_auto()?;
+        sock.connect(&SocketAddr::new(0, 0))?;
+        // A dump is always answered; a second's bound keeps a wedged
+        // kernel from holding the caller (the datapath's lock) for ever.
+        let timeout = libc::timeval {
+            tv_sec: 1,
+            tv_usec: 0,
+        };
+        // SAFETY: a valid socket and a `timeval` of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&raw const timeout).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            sock,
+            ifindex,
+            hook,
+            prog_id,
+            seq: std::sync::atomic::AtomicU32::new(1),
+        })
+    }
+
+    /// Whether the filter is still there: `false` when the hook holds no
+    /// filter running the program (or the device is gone).
+    pub fn present(&self) -> io::Result<bool> {
+        use rtnetlink::packet_route::RouteNetlinkMessage;
+        use rtnetlink::packet_route::tc::TcMessage;
+
+        let mut msg = TcMessage::default();
+        msg.header.index = i32::try_from(self.ifindex).unwrap_or(i32::MAX);
+        msg.header.parent = self.hook.parent().into();
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match dump(&self.sock, RouteNetlinkMessage::GetTrafficFilter(msg), seq) {
+            Ok(filters) => Ok(filters.iter().any(|m| match m {
+                RouteNetlinkMessage::NewTrafficFilter(f) => runs_prog(f, self.prog_id),
+                _ => false,
+            })),
+            // The device is gone (a missing device or qdisc is otherwise
+            // an empty dump).
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Whether the filter message `f` is a `bpf` filter running `prog_id`.
+fn runs_prog(f: &rtnetlink::packet_route::tc::TcMessage, prog_id: u32) -> bool {
+    use rtnetlink::packet_route::tc::{TcAttribute, TcFilterBpfOption, TcOption};
+
+    f.attributes.iter().any(|a| match a {
+        TcAttribute::Options(opts) => opts
+            .iter()
+            .any(|o| matches!(o, TcOption::Bpf(TcFilterBpfOption::ProgId(id)) if *id == prog_id)),
+        _ => false,
+    })
+}
+
 /// Send one dump request on a blocking rtnetlink socket and collect its
 /// answers up to the end of the dump.
 fn dump(
@@ -944,6 +1046,32 @@ impl Drop for Netlink {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_filter_runs_our_program_only_when_its_bpf_options_name_its_id() {
+        use rtnetlink::packet_route::tc::{TcAttribute, TcFilterBpfOption, TcMessage, TcOption};
+
+        let filter = |opts: Vec<TcOption>| {
+            let mut f = TcMessage::default();
+            f.attributes.push(TcAttribute::Kind("bpf".to_owned()));
+            f.attributes.push(TcAttribute::Options(opts));
+            f
+        };
+        let ours = filter(vec![
+            TcOption::Bpf(TcFilterBpfOption::ProgName("xdhcp_tc".to_owned())),
+            TcOption::Bpf(TcFilterBpfOption::ProgId(42)),
+        ]);
+        assert!(runs_prog(&ours, 42));
+        assert!(!runs_prog(&ours, 43), "another program's filter");
+        // The chain's head entry of a dump carries no options.
+        let head = {
+            let mut f = TcMessage::default();
+            f.attributes.push(TcAttribute::Kind("bpf".to_owned()));
+            f
+        };
+        assert!(!runs_prog(&head, 42));
+        assert!(!runs_prog(&filter(Vec::new()), 42));
+    }
     use xdhcp_engine::Route;
 
     fn lease(routes: Vec<Route>) -> Lease {

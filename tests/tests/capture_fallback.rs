@@ -137,10 +137,14 @@ impl Setup {
     /// The loss was noticed: the lease is on AF_PACKET within a second,
     /// counted, and `/readyz` says degraded.
     fn falls_back(&self, reason: &str) {
+        self.falls_back_within(Duration::from_secs(1), reason);
+    }
+
+    /// [`Self::falls_back`] within `within`.
+    fn falls_back_within(&self, within: Duration, reason: &str) {
         assert!(
-            wait_until(Duration::from_secs(1), || self.path()
-                == "af-packet (ebpf lost)"),
-            "the lease did not fall back within a second: {:?}",
+            wait_until(within, || self.path() == "af-packet (ebpf lost)"),
+            "the lease did not fall back within {within:?}: {:?}",
             self.agent.status()
         );
         let s = self.agent.status();
@@ -236,4 +240,35 @@ fn a_link_detached_from_outside_moves_leases_to_af_packet_and_back() {
     let again = s.agent.status().interfaces[0].bpf_link;
     assert!(again.is_some_and(|l| l != link), "{again:?}");
     s.renews("on the re-attached program");
+}
+
+/// Before tcx (kernels before 6.6, the VM tier's 6.1 guest) the TC program
+/// is a netlink filter, which `tc filter del` removes without a BPF link
+/// to notice it by: the agent lists the hook's filters every 2 s and moves
+/// the lease to its fallback when its filter is gone, then attaches again.
+/// On a kernel with tcx the same command removes nothing of the agent's:
+/// the lease stays on the ring buffer and renews there.
+#[test]
+fn a_tc_filter_deleted_from_outside_is_noticed_where_tc_programs_are_filters() {
+    let s = Setup::new();
+    let tcx = s.agent.status().interfaces[0].bpf_link.is_some();
+    s.renews("on the ring buffer before the deletion");
+    let c = &s.lab.clients[0];
+    let deleted = xdhcp_tests::chaos::delete_tc_filters(Some(c.ns.path()), &c.ifname);
+    if tcx {
+        assert!(
+            !deleted,
+            "a tcx kernel's pod interface had netlink filters to delete"
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(s.path(), "tc", "{:?}", s.agent.status());
+        s.renews("after `tc filter del`, still on the ring buffer");
+        return;
+    }
+    assert!(deleted, "`tc filter del` found no filter of the agent's");
+    s.falls_back_within(Duration::from_secs(3), "link_detached");
+    s.renews("on the AF_PACKET fallback");
+    // The agent attaches the filter again and the lease returns.
+    s.returns("link_detached");
+    s.renews("on the filter attached again");
 }

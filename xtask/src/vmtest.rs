@@ -96,6 +96,13 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // twin past 6.1's verifier (refused there, the guard would fall back to
     // TC without saying so here).
     ("guard_broadcast", &[]),
+    // A pod lease's TC capture is a netlink filter before tcx: `tc filter
+    // del` from outside is noticed by listing the hook's filters, the lease
+    // falls back to AF_PACKET, and the filter is attached again.
+    (
+        "capture_fallback",
+        &["a_tc_filter_deleted_from_outside_is_noticed_where_tc_programs_are_filters"],
+    ),
     // The pod path: ADD through the bridge plugin, renewal, DEL.
     (
         "cni",

@@ -3,7 +3,9 @@
 //! TC, physical NIC / VF → native XDP, anything else → generic XDP), the
 //! fallback from native to generic XDP, and detaching.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use aya::Ebpf;
 use aya::programs::links::{FdLink, Link as _, LinkError, PinnedLink};
@@ -17,6 +19,7 @@ use xdhcp_common as common;
 use super::pin::{self, LeftLink};
 use super::{CaptureMode, Datapath, EbpfDatapathError, Result, error_chain, program};
 use crate::datapath::AttachMode;
+use crate::netlink::{FilterWatch, TcHook};
 
 /// Where to attach: an interface name, optionally inside another network
 /// namespace (`/var/run/netns/<name>` or `/proc/<pid>/ns/net`).
@@ -113,6 +116,38 @@ pub(super) struct Attached {
     /// Where the link is pinned, when it is: it then outlives the agent
     /// and the next one takes it over ([`super::pin`]).
     pin: Option<PathBuf>,
+    /// A netlink TC filter's presence check (kernels before tcx, where
+    /// there is no link id to ask about).
+    filter: Option<FilterCheck>,
+}
+
+/// How often a netlink TC filter is looked for on its interface: a
+/// listing of the hook's filters, cheaper than the trip a BPF link's check
+/// is not, but not free for every pod four times a second.
+const FILTER_CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// A netlink TC filter's presence check, and when it is next due.
+struct FilterCheck {
+    watch: FilterWatch,
+    due: Cell<Instant>,
+}
+
+impl FilterCheck {
+    /// `Some(false)` when the check is due and the filter is gone;
+    /// `None` when it is not due, or the listing failed (said at debug).
+    fn gone(&self, now: Instant) -> Option<bool> {
+        if now < self.due.get() {
+            return None;
+        }
+        self.due.set(now + FILTER_CHECK_EVERY);
+        match self.watch.present() {
+            Ok(present) => Some(!present),
+            Err(e) => {
+                tracing::debug!(error = %e, "listing the TC filters failed");
+                None
+            }
+        }
+    }
 }
 
 /// How an attachment was made: anew, or taken over from a pin a previous
@@ -299,15 +334,20 @@ impl Datapath {
     }
 
     /// Attached targets whose BPF link the kernel reports detached (an
-    /// operator's `bpftool link detach`, or the device gone). Netlink TC
-    /// filters (kernels before 6.6) cannot be checked this way.
+    /// operator's `bpftool link detach`, or the device gone), and netlink
+    /// TC filters (kernels before 6.6) no longer on their hook (`tc filter
+    /// del`, the `clsact` qdisc deleted), those at most every
+    /// [`FILTER_CHECK_EVERY`].
     pub fn detached_targets(&self) -> Vec<AttachTarget> {
+        let now = Instant::now();
         self.attached
             .iter()
-            .filter(|(_, a)| {
-                a.link_id.is_some_and(|id| {
+            .filter(|(_, a)| match (&a.filter, a.link_id) {
+                (Some(check), _) => check.gone(now) == Some(true),
+                (None, Some(id)) => {
                     matches!(crate::sys::bpf::link_ifindex(id), Ok(None | Some(0)))
-                })
+                }
+                (None, None) => false,
             })
             .map(|(t, _)| t.clone())
             .collect()
@@ -445,6 +485,7 @@ fn attach_here(
         link,
         link_id,
         pin: None,
+        filter: None,
     };
     // XDP links are BPF links on every supported kernel: take them out of
     // the program's table to learn their kernel id.
@@ -478,7 +519,9 @@ fn attach_here(
                 }
             })?;
             if !tcx {
-                return Ok((attached(mode, LinkHandle::TcNetlink(id), None), None));
+                let mut a = attached(mode, LinkHandle::TcNetlink(id), None);
+                a.filter = filter_check(prog, ifname, ifindex, hook);
+                return Ok((a, None));
             }
             let link = prog.take_link(id).map_err(|e| attach_err(mode, e))?;
             let (link, link_id) = owned_link(link).map_err(|e| hold_err(mode, e))?;
@@ -585,6 +628,7 @@ fn adopt_here(
             link,
             link_id: Some(link_id),
             pin: Some(left.path.clone()),
+            filter: None,
         };
         Ok(Some((a, handover)))
     };
@@ -612,6 +656,36 @@ fn adopt_here(
             adopted(LinkHandle::Xdp(link), Handover::Updated)
         }
         AttachMode::AfPacket => Err(EbpfDatapathError::NotEbpf { mode: left.mode }),
+    }
+}
+
+/// The presence check of the netlink filter just attached with `prog` on
+/// `ifname`'s `hook`, opened in the calling thread's namespace; `None`
+/// (said) when it cannot be, the filter then going unchecked as before.
+fn filter_check(
+    prog: &SchedClassifier,
+    ifname: &str,
+    ifindex: u32,
+    hook: TcAttachType,
+) -> Option<FilterCheck> {
+    let hook = match hook {
+        TcAttachType::Egress => TcHook::Egress,
+        _ => TcHook::Ingress,
+    };
+    let opened = prog
+        .info()
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|info| FilterWatch::open_here(ifindex, hook, info.id()));
+    match opened {
+        Ok(watch) => Some(FilterCheck {
+            watch,
+            due: Cell::new(Instant::now() + FILTER_CHECK_EVERY),
+        }),
+        Err(e) => {
+            tracing::warn!(%ifname, error = %e,
+                "cannot watch the TC filter; its removal from outside will go unnoticed");
+            None
+        }
     }
 }
 
