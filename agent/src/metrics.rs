@@ -65,7 +65,8 @@ pub(crate) enum AddPhase {
     Apply,
     /// The `pod-networks` entry.
     Report,
-    /// What is left of the wait for the lease record to be on disk.
+    /// The waits for the lease record to be on disk: before the address
+    /// is configured, and what is left of it before the answer.
     Persist,
     /// The result back to the socket: the ADD's end to its answer.
     Answer,

@@ -42,6 +42,9 @@ pub(crate) struct Exchange {
     pub(crate) offer: Duration,
     /// From that REQUEST to the ACK.
     pub(crate) ack: Duration,
+    /// From the ACK to the record naming the address on disk (most often
+    /// the one written while the REQUEST was out, done by then).
+    pub(crate) durable: Duration,
     /// Configuring the address on the interface (`"apply": true`).
     pub(crate) apply: Duration,
 }
@@ -79,16 +82,18 @@ impl ExchangeClock {
         }
     }
 
-    /// The lease was bound at `bound` and configured (or not) by
-    /// `applied`: the phases.
-    pub(crate) fn bound(&self, bound: Instant, applied: Instant) -> Exchange {
+    /// The lease was bound at `bound`, its record on disk by `recorded`,
+    /// and it was configured (or not) by `applied`: the phases.
+    pub(crate) fn bound(&self, bound: Instant, recorded: Instant, applied: Instant) -> Exchange {
         let first = self.first_sent.unwrap_or(self.started);
         let request = self.request_sent.unwrap_or(first).max(first);
+        let recorded = recorded.max(bound);
         Exchange {
             start: first.saturating_duration_since(self.started),
             offer: request.saturating_duration_since(first),
             ack: bound.saturating_duration_since(request),
-            apply: applied.saturating_duration_since(bound),
+            durable: recorded.saturating_duration_since(bound),
+            apply: applied.saturating_duration_since(recorded),
         }
     }
 }
@@ -190,14 +195,15 @@ mod tests {
         c.sent(MessageKind::Discover, t0 + 5 * MS);
         c.sent(MessageKind::Request, t0 + 7 * MS);
         c.sent(MessageKind::Request, t0 + 8 * MS);
-        let e = c.bound(t0 + 10 * MS, t0 + 13 * MS);
+        let e = c.bound(t0 + 10 * MS, t0 + 11 * MS, t0 + 13 * MS);
         assert_eq!(
             e,
             Exchange {
                 start: MS,
                 offer: 6 * MS,
                 ack: 3 * MS,
-                apply: 3 * MS,
+                durable: MS,
+                apply: 2 * MS,
             }
         );
     }
@@ -212,7 +218,7 @@ mod tests {
         c.sent(MessageKind::Request, t0 + 2 * MS);
         c.sent(MessageKind::Discover, t0 + 60 * MS);
         c.sent(MessageKind::Request, t0 + 62 * MS);
-        let e = c.bound(t0 + 63 * MS, t0 + 63 * MS);
+        let e = c.bound(t0 + 63 * MS, t0 + 63 * MS, t0 + 63 * MS);
         assert_eq!(
             (e.start, e.offer, e.ack, e.apply),
             (MS, 61 * MS, MS, Duration::ZERO)
@@ -225,7 +231,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = ExchangeClock::new(t0);
         c.sent(MessageKind::Request, t0 + 2 * MS);
-        let e = c.bound(t0 + 3 * MS, t0 + 3 * MS);
+        let e = c.bound(t0 + 3 * MS, t0 + 3 * MS, t0 + 3 * MS);
         assert_eq!((e.start, e.offer, e.ack), (2 * MS, Duration::ZERO, MS));
     }
 }

@@ -347,33 +347,43 @@ async fn drain_events<P: LeasePort>(
                 let bound_at = Instant::now();
                 task.set_lease(Some(lease.clone()));
                 task.set_state(task.client.state());
+                // Nothing goes on the interface that a restart would not
+                // know of: the record naming the address is on disk first
+                // (the one written ahead while the REQUEST was out, most
+                // often already; else the full one). A crash between the
+                // two would leave an address no record, and so no DEL,
+                // takes off the pod, where the server gives it to another
+                // once the lease runs out.
+                let ahead = matches!(task.settle_ahead().await,
+                    Some((address, Durable::Saved)) if address == lease.address);
+                let durable = if ahead {
+                    Durable::Saved
+                } else {
+                    task.persist_async().await
+                };
+                let recorded_at = Instant::now();
                 let applied = Box::pin(apply_if_asked(task, &lease)).await;
-                let exchange = task.clock.bound(bound_at, Instant::now());
+                let exchange = task.clock.bound(bound_at, recorded_at, Instant::now());
                 debug!(
                     start_us = exchange.start.as_micros(),
                     offer_us = exchange.offer.as_micros(),
                     ack_us = exchange.ack.as_micros(),
+                    durable_us = exchange.durable.as_micros(),
                     apply_us = exchange.apply.as_micros(),
                     "first exchange"
                 );
-                // ADD writes the annotation while the store write runs; it
-                // answers only once `persisted` is set.
+                // ADD writes the annotation meanwhile; it answers only once
+                // `persisted` is set.
                 if let Some(w) = task.waiter.take() {
                     let _ = w.send(match applied {
                         Ok(()) => Outcome::Bound(lease.clone(), exchange),
                         Err(e) => Outcome::ApplyFailed(e),
                     });
                 }
-                // Written ahead with this address: the ADD may answer now
-                // (a restart asks for it again); the full record follows.
-                let early = matches!(task.settle_ahead().await,
-                    Some((address, Durable::Saved)) if address == lease.address);
-                if early {
-                    task.persisted.send_replace(Durable::Saved);
-                }
-                let durable = task.persist_async().await;
-                if !early {
-                    task.persisted.send_replace(durable);
+                task.persisted.send_replace(durable);
+                // Written ahead with this address: the full record follows.
+                if ahead {
+                    task.persist_async().await;
                 }
                 if oneshot {
                     return Some(End::Done);
@@ -399,29 +409,20 @@ async fn drain_events<P: LeasePort>(
                 log_rejected(&new);
                 task.set_lease(Some(new.clone()));
                 task.persist_async().await;
+                // Another address (or prefix) replaces the old one on the
+                // interface, never joins it.
+                if moved(&old, &new) {
+                    Box::pin(unapply_if_asked(task, &old)).await;
+                }
                 // No ADD waits here: a failure is logged and counted.
                 let _ = Box::pin(apply_if_asked(task, &new)).await;
             }
             Event::Lost { reason } => {
                 task.svc.metrics.failure(lost_label(reason));
                 warn!(reason = reason.label(), "lease lost; acquiring again");
-                let (old, apply, metric) = {
-                    let l = lock(&task.live);
-                    let ipam = &l.record.network.ipam;
-                    (l.record.lease.clone(), ipam.apply, ipam.route_priority)
-                };
-                if let (Some(lease), Some(netns)) =
-                    (old, task.port.netns().map(std::path::Path::to_path_buf))
-                    && apply
-                {
-                    let ifname = task.port.ifname().to_owned();
-                    Box::pin(task.carry(Effect::Unapply {
-                        netns,
-                        ifname,
-                        lease,
-                        metric,
-                    }))
-                    .await;
+                let old = lock(&task.live).record.lease.clone();
+                if let Some(lease) = old {
+                    Box::pin(unapply_if_asked(task, &lease)).await;
                 }
                 task.set_lease(None);
                 task.persist_async().await;
@@ -468,6 +469,35 @@ fn log_rejected(lease: &Lease) {
     for r in &lease.rejected_routes {
         warn!(route = ?r, "option-121 route refused by policy");
     }
+}
+
+/// Take `lease`'s address and routes off the pod interface (`"apply":
+/// true`).
+async fn unapply_if_asked<P: LeasePort>(task: &Task<P>, lease: &Lease) {
+    let (apply, metric) = {
+        let l = lock(&task.live);
+        let ipam = &l.record.network.ipam;
+        (ipam.apply, ipam.route_priority)
+    };
+    let Some(netns) = task.port.netns().map(std::path::Path::to_path_buf) else {
+        return;
+    };
+    if !apply {
+        return;
+    }
+    task.carry(Effect::Unapply {
+        netns,
+        ifname: task.port.ifname().to_owned(),
+        lease: lease.clone(),
+        metric,
+    })
+    .await;
+}
+
+/// Whether `new` puts another address, or the same with another prefix,
+/// on the interface than `old` did.
+fn moved(old: &Lease, new: &Lease) -> bool {
+    old.address != new.address || old.prefix_len != new.prefix_len
 }
 
 /// Configure the lease on the interface when the network asks for it
@@ -631,6 +661,9 @@ mod tests {
             sent: mpsc::UnboundedSender<Transmit>,
             replies: mpsc::UnboundedReceiver<RxFrame>,
             path: CapturePath,
+            /// A namespace path only named (never entered: [`Noting`]
+            /// carries out no address change).
+            netns: Option<std::path::PathBuf>,
         }
 
         impl LeasePort for FakePort {
@@ -642,7 +675,7 @@ mod tests {
                 "eth0"
             }
             fn netns(&self) -> Option<&std::path::Path> {
-                None
+                self.netns.as_deref()
             }
             fn drop_watch(&mut self) {}
             fn idle_tx(&mut self) {}
@@ -684,24 +717,43 @@ mod tests {
         struct Noting {
             real: Arc<Services>,
             seen: Mutex<Vec<Effect>>,
+            /// The address the record on disk named at each address change.
+            on_disk_at_address: Mutex<Vec<Option<Ipv4Addr>>>,
         }
 
         impl Effects for Noting {
+            /// A write lands 30 ms late (a slow disk): what waits for it
+            /// shows, what does not is caught.
             fn start(self: Arc<Self>, effect: Effect) -> tokio::task::JoinHandle<Durable> {
                 lock(&self.seen).push(effect.clone());
-                self.real.clone().start(effect)
+                let real = self.real.clone();
+                tokio::spawn(async move {
+                    if matches!(effect, Effect::Persist(_)) {
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                    }
+                    real.start(effect).await.expect("the write task")
+                })
             }
             fn now(self: Arc<Self>, effect: Effect) -> Durable {
                 lock(&self.seen).push(effect.clone());
                 self.real.clone().now(effect)
             }
+            /// Notes the change and what the disk held at that moment; makes
+            /// none (the namespace is only a name).
             fn address(
                 self: Arc<Self>,
                 effect: Effect,
             ) -> tokio::task::JoinHandle<Result<(), Arc<crate::netlink::NetlinkError>>>
             {
-                lock(&self.seen).push(effect.clone());
-                self.real.clone().address(effect)
+                let on_disk = self
+                    .real
+                    .store
+                    .load(&LeaseKey::new("c1", "eth0").unwrap())
+                    .unwrap()
+                    .and_then(|r| r.lease.map(|l| l.address).or(r.requested));
+                lock(&self.on_disk_at_address).push(on_disk);
+                lock(&self.seen).push(effect);
+                tokio::spawn(async { Ok(()) })
             }
         }
 
@@ -741,25 +793,21 @@ mod tests {
             }
         }
 
-        fn request() -> CniRequest {
-            serde_json::from_str(
-                r#"{"containerId":"c1","ifname":"eth0","netns":null,"args":{},"config":{
+        fn request(apply: bool) -> CniRequest {
+            let text = r#"{"containerId":"c1","ifname":"eth0","netns":null,"args":{},"config":{
                     "cniVersion":"1.0.0","name":"localnet","socketPath":"/s","ipam":{
-                    "ipamType":"xdhcp","apply":false,"clientId":{"kind":"mac"},
+                    "ipamType":"xdhcp","apply":APPLY,"clientId":{"kind":"mac"},
                     "hostname":{"kind":"podname"},"allowDefaultRouteOverride":false,
-                    "protectedPrefixes":[],"routePriority":null}}}"#,
-            )
-            .unwrap()
+                    "protectedPrefixes":[],"routePriority":null}}}"#;
+            serde_json::from_str(&text.replace("APPLY", &apply.to_string())).unwrap()
         }
 
-        /// A maintained lease driven against the fake port: its DORA, the
-        /// ADD told of the lease, its record on disk naming the address, and
-        /// a RELEASE from that address when DEL stops it. What it asks of the
-        /// world are two writes — the record naming the REQUEST's address
-        /// while the ACK is awaited, then the lease — and nothing else (no
-        /// address: the network does not apply it; nothing at the RELEASE).
-        #[tokio::test]
-        async fn a_lease_binds_persists_and_releases_through_its_port() {
+        /// A maintained lease driven against the fake port (`apply` as
+        /// asked, its namespace only a name): its DORA, the ADD told of the
+        /// lease, its record on disk naming the address, and a RELEASE from
+        /// that address when DEL stops it. What it asked of the world, and
+        /// what the disk held at each address change.
+        async fn drive(apply: bool) -> (Vec<Effect>, Vec<Option<Ipv4Addr>>) {
             let dir = tempfile::tempdir().unwrap();
             let metrics = Arc::new(Metrics::new());
             let svc = Arc::new(Services {
@@ -777,8 +825,13 @@ mod tests {
                 ..ClientConfig::default()
             };
             let client = Client::new(config, Instant::now(), 7);
-            let record =
-                crate::ops::network::fresh_record(&request(), None, WorkloadKind::Pod, MAC, None);
+            let record = crate::ops::network::fresh_record(
+                &request(apply),
+                None,
+                WorkloadKind::Pod,
+                MAC,
+                None,
+            );
             let live = Arc::new(Mutex::new(Live::new(
                 record,
                 client.state(),
@@ -792,6 +845,7 @@ mod tests {
             let noting = Arc::new(Noting {
                 real: svc.clone(),
                 seen: Mutex::new(Vec::new()),
+                on_disk_at_address: Mutex::new(Vec::new()),
             });
             let task = Task {
                 svc: svc.clone(),
@@ -801,6 +855,7 @@ mod tests {
                     sent: sent_tx,
                     replies: replies_rx,
                     path: CapturePath::AfPacket,
+                    netns: Some("/var/run/netns/xdhcp-unit-test-pod".into()),
                 },
                 live: live.clone(),
                 cmds,
@@ -851,8 +906,18 @@ mod tests {
             assert_eq!(release.kind, MessageKind::Release);
             assert_eq!(release.src_ip, ADDR);
             assert!(matches!(ended.await.unwrap(), Ended::Kept));
-
             let seen = lock(&noting.seen).clone();
+            let on_disk = lock(&noting.on_disk_at_address).clone();
+            (seen, on_disk)
+        }
+
+        /// Without `apply`, the lease asks two writes of the world — the
+        /// record naming the REQUEST's address while the ACK is awaited,
+        /// then the lease — and nothing else (no address; nothing at the
+        /// RELEASE).
+        #[tokio::test]
+        async fn a_lease_binds_persists_and_releases_through_its_port() {
+            let (seen, _) = drive(false).await;
             let [Effect::Persist(ahead), Effect::Persist(bound)] = &seen[..] else {
                 panic!("{seen:#?}");
             };
@@ -865,6 +930,24 @@ mod tests {
                 (bound.container_id.as_str(), bound.ifname.as_str()),
                 ("c1", "eth0")
             );
+        }
+
+        /// With `apply`, the address goes on the interface only once the
+        /// record naming it is on disk: an agent killed in between leaves
+        /// no address that no record (and so no DEL) would take off again.
+        #[tokio::test]
+        async fn an_address_is_configured_only_once_its_record_is_on_disk() {
+            let (seen, on_disk) = drive(true).await;
+            let kinds: Vec<&str> = seen
+                .iter()
+                .map(|e| match e {
+                    Effect::Persist(_) => "persist",
+                    Effect::Apply { .. } => "apply",
+                    _ => "other",
+                })
+                .collect();
+            assert_eq!(&kinds[..3], ["persist", "apply", "persist"], "{seen:#?}");
+            assert_eq!(on_disk, [Some(ADDR)], "what the disk held at the apply");
         }
     }
 
@@ -880,6 +963,34 @@ mod tests {
     /// Size of the future a function returns, without calling it.
     fn future_size<A, F>(_: fn(A) -> F) -> usize {
         std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn a_changed_lease_moves_the_address_only_for_another_address_or_prefix() {
+        use std::net::Ipv4Addr;
+        let lease = |a: [u8; 4], prefix_len| Lease {
+            address: Ipv4Addr::from(a),
+            prefix_len,
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            server_mac: None,
+            routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
+            routes: Vec::new(),
+            dns_servers: Vec::new(),
+            domain_name: None,
+            search: Vec::new(),
+            mtu: None,
+            lease_time: Duration::from_mins(2),
+            t1: Duration::from_mins(1),
+            t2: Duration::from_secs(105),
+            acquired_unix_ms: 0,
+            rejected_routes: Vec::new(),
+        };
+        let old = lease([192, 0, 2, 10], 24);
+        assert!(moved(&old, &lease([192, 0, 2, 11], 24)));
+        assert!(moved(&old, &lease([192, 0, 2, 10], 22)));
+        let mut routers = lease([192, 0, 2, 10], 24);
+        routers.routers = vec![Ipv4Addr::new(192, 0, 2, 254)];
+        assert!(!moved(&old, &routers), "new routers keep the address");
     }
 
     #[test]

@@ -116,7 +116,8 @@ pub(crate) struct Phases {
     pub(crate) apply: u64,
     /// The `pod-networks` entry.
     pub(crate) report: u64,
-    /// The rest of the wait for the lease record to be on disk.
+    /// The waits for the lease record to be on disk: before the address
+    /// is configured, and what is left of it before the answer.
     pub(crate) durable: u64,
 }
 
@@ -166,6 +167,7 @@ impl Phases {
         self.offer = micros(a.exchange.offer);
         self.ack = micros(a.exchange.ack);
         self.apply = micros(a.exchange.apply);
+        self.durable = micros(a.exchange.durable);
     }
 
     /// Each step as its phase, in order.
@@ -264,7 +266,7 @@ pub(crate) async fn report_and_record(
     // Answer only once the lease is on disk (a restart must resume it); a
     // lease that could not be recorded is given back and the ADD fails.
     let unrecorded = unrecorded(b.handle, deadline).await;
-    phases.durable = phases.lap();
+    phases.durable = phases.durable.saturating_add(phases.lap());
     if let Some(reason) = unrecorded {
         give_back(agent, req, b).await;
         return Err(unreport(agent, to, deadline, reason).await);
