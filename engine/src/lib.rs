@@ -64,6 +64,7 @@
 //! - [`message`]: outgoing messages built with `dhcproto`.
 //! - [`backoff`]: RFC 2131 §4.1 / §4.4.5 retransmission timing.
 //! - [`config`]: configuration and defaults.
+//! - [`v6`]: the `DHCPv6` client (RFC 8415), same shape, own types.
 //! - `fuzzing` (feature `fuzzing`): entry points of the `fuzz/` targets.
 
 pub mod backoff;
@@ -79,6 +80,8 @@ pub mod message;
 pub mod routes;
 pub mod state;
 pub mod stats;
+/// The `DHCPv6` client engine (RFC 8415), in the same shape.
+pub mod v6;
 pub mod validate;
 
 pub use client::{Client, Destination, LeaseTimers, PacketSource, Transmit};
