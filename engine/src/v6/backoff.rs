@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! RT = IRT + RAND*IRT                  (first)
-//! RT = 2*RTprev + RAND*RTprev          (then)
+//! RT = 2*`RTprev` + RAND*`RTprev`          (then)
 //! RT = MRT + RAND*MRT                  (if MRT is set and RT > MRT)
 //! ```
 //! RAND is uniform in [-0.1, +0.1]; for the first SOLICIT it is strictly

@@ -10,7 +10,7 @@
 //! - C. inspection: [`Client::state`], [`Client::lease`], [`Client::xid`],
 //!   [`Client::stats`].
 //!
-//! One thing: the RFC 8415 client for one IA_NA — every exchange and its
+//! One thing: the RFC 8415 client for one `IA_NA` — every exchange and its
 //! transitions in one type. Every exchange retransmits the same way
 //! (§15), so one [`Exchange`] record carries the message being sent and its
 //! timers whatever the state.
@@ -37,9 +37,9 @@ use super::validate::{self, DropReason, ServerMessage};
 /// to port 547.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {
-    /// `All_DHCP_Relay_Agents_and_Servers`, ff02::1:2 (RFC 8415 §7.1).
+    /// `All_DHCP_Relay_Agents_and_Servers`, `ff02::1:2` (RFC 8415 §7.1).
     Multicast,
-    /// A server that sent Server Unicast (§21.12) and never UseMulticast.
+    /// A server that sent Server Unicast (§21.12) and never `UseMulticast`.
     Unicast(Ipv6Addr),
 }
 
@@ -60,7 +60,7 @@ pub struct Transmit {
     /// Transaction id (24 bits). Every client message gets a reply in
     /// `DHCPv6`, RELEASE and DECLINE included: register it for capture.
     pub xid: u32,
-    /// IAID of the message's IA_NA (with the xid, what owns a reply).
+    /// IAID of the message's `IA_NA` (with the xid, what owns a reply).
     pub iaid: u32,
     pub kind: MessageKind,
     pub dst: Destination,
@@ -169,14 +169,14 @@ fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 /// Status outcome of a REPLY's top level.
 enum Top {
     Success,
-    /// UseMulticast: the message was sent again to the multicast address.
+    /// `UseMulticast`: the message was sent again to the multicast address.
     Resent,
     NotOnLink,
     NoAddrsAvail,
     Failure,
 }
 
-/// Sans-IO RFC 8415 `DHCPv6` client for one IA_NA. No sockets, no clocks:
+/// Sans-IO RFC 8415 `DHCPv6` client for one `IA_NA`. No sockets, no clocks:
 /// every input carries `now`; randomness comes from the seed.
 #[derive(Debug)]
 pub struct Client {
@@ -189,7 +189,7 @@ pub struct Client {
     exchange: Option<Exchange>,
     held: Option<Held>,
     acq: Option<Acquisition>,
-    /// A server said UseMulticast: never unicast to it again (§18.2.10).
+    /// A server said `UseMulticast`: never unicast to it again (§18.2.10).
     use_multicast: bool,
     /// `SOL_MAX_RT` a server sent (§21.24).
     sol_max_rt: Option<Duration>,
@@ -351,24 +351,21 @@ impl Client {
         let before = self.state();
         self.transmits.clear();
         self.acq = None;
-        match self.held.take() {
-            Some(h) => {
-                self.phase = Phase::Releasing;
-                let dst = self.server_dst(h.lease.server_unicast);
-                self.start_exchange(
-                    now,
-                    MessageKind::Release,
-                    self.cfg.timeouts.release,
-                    Some(h.lease.server_id),
-                    Some(h.lease.address),
-                    dst,
-                    None,
-                );
-            }
-            None => {
-                self.exchange = None;
-                self.phase = Phase::Released;
-            }
+        if let Some(h) = self.held.take() {
+            self.phase = Phase::Releasing;
+            let dst = self.server_dst(h.lease.server_unicast);
+            self.start_exchange(
+                now,
+                MessageKind::Release,
+                self.cfg.timeouts.release,
+                Some(h.lease.server_id),
+                Some(h.lease.address),
+                dst,
+                None,
+            );
+        } else {
+            self.exchange = None;
+            self.phase = Phase::Released;
         }
         self.log_transition(before, "release");
     }
@@ -495,7 +492,7 @@ impl Client {
         &self.duid
     }
 
-    /// The IAID of the IA_NA.
+    /// The IAID of the `IA_NA`.
     pub fn iaid(&self) -> u32 {
         self.iaid
     }
@@ -1170,7 +1167,7 @@ impl Client {
     }
 
     /// REPLY to CONFIRM (§18.2.10.1): success keeps the lease as stored,
-    /// NotOnLink starts over.
+    /// `NotOnLink` starts over.
     fn on_confirm_reply(&mut self, now: Instant, msg: &ServerMessage) -> Result<(), DropReason> {
         match self.top_status(now, msg) {
             Top::Success => {
@@ -1210,23 +1207,20 @@ impl Client {
             expires_at: at(lease.valid_secs),
             lease: lease.clone(),
         };
-        let event = match self.held.replace(held) {
-            Some(old) => {
-                self.stats.renewals += 1;
-                self.stats.rebinds += u64::from(rebinding);
-                if old.lease.same_config(&lease) {
-                    Event::Renewed(lease)
-                } else {
-                    Event::Changed {
-                        old: old.lease,
-                        new: lease,
-                    }
+        let event = if let Some(old) = self.held.replace(held) {
+            self.stats.renewals += 1;
+            self.stats.rebinds += u64::from(rebinding);
+            if old.lease.same_config(&lease) {
+                Event::Renewed(lease)
+            } else {
+                Event::Changed {
+                    old: old.lease,
+                    new: lease,
                 }
             }
-            None => {
-                self.stats.leases_bound += 1;
-                Event::Bound(lease)
-            }
+        } else {
+            self.stats.leases_bound += 1;
+            Event::Bound(lease)
         };
         self.events.push_back(event);
         self.exchange = None;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// DUID type codes (RFC 8415 §11.1).
 const DUID_LLT: u16 = 1;
 const DUID_LL: u16 = 3;
-/// Hardware type Ethernet (IANA ARP hardware types), as in DUID-LL/LLT.
+/// Hardware type Ethernet (IANA ARP hardware types), as in `DUID-LL`/LLT.
 const HTYPE_ETHERNET: u16 = 1;
 /// Longest DUID: 2 octets of type and at most 128 of identifier (RFC 8415 §11.1).
 pub const MAX_DUID_LEN: usize = 130;
@@ -18,20 +18,20 @@ pub const MAX_DUID_LEN: usize = 130;
 /// the IAID).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DuidKind {
-    /// DUID-LL (type 3, RFC 8415 §11.4) from the workload's MAC — the
+    /// `DUID-LL` (type 3, RFC 8415 §11.4) from the workload's MAC — the
     /// default. It holds nothing but the MAC, so the same workload presents
     /// the same DUID after an agent restart, on another node after a
     /// migration, and from any agent that manages it: the server sees one
-    /// client and keeps its binding. (DUID-LLT would carry the time the DUID
+    /// client and keeps its binding. (`DUID-LLT` would carry the time the DUID
     /// was first made, which an agent cannot know for a workload it did not
-    /// create; DUID-EN and DUID-UUID would need state kept somewhere.)
+    /// create; `DUID-EN` and `DUID-UUID` would need state kept somewhere.)
     #[default]
     LinkLayer,
-    /// DUID-LLT (type 1, RFC 8415 §11.2): the MAC with the given time
+    /// `DUID-LLT` (type 1, RFC 8415 §11.2): the MAC with the given time
     /// (seconds since 2000-01-01 UTC, mod 2^32), for networks whose servers
     /// expect it. The caller keeps `time` stable.
     LinkLayerTime { time: u32 },
-    /// DUID-EN (type 2, RFC 8415 §11.3): enterprise number and identifier.
+    /// `DUID-EN` (type 2, RFC 8415 §11.3): enterprise number and identifier.
     Enterprise { enterprise: u32, id: Vec<u8> },
     /// A DUID given whole (type included), sent as-is.
     Raw(Vec<u8>),
@@ -70,7 +70,7 @@ impl DuidKind {
     }
 }
 
-/// The IAID of the one IA_NA of an attachment (RFC 8415 §12: unique per
+/// The IAID of the one `IA_NA` of an attachment (RFC 8415 §12: unique per
 /// IA type among the client's IAs and stable across restarts).
 ///
 /// Default: the low 32 bits of the workload's MAC (octets 2..6, big
@@ -151,14 +151,14 @@ pub enum ResumeMode {
     /// REBIND at once (RFC 8415 §18.2.5) — the default. An agent restart
     /// does not move the workload, but the agent cannot know what the server
     /// did while it was away: REBIND asks any server to confirm *and* extend
-    /// the binding in one exchange, a server that lost it answers NoBinding
+    /// the binding in one exchange, a server that lost it answers `NoBinding`
     /// (then the client REQUESTs it again), and its duration limit is the end
     /// of the valid lifetime, so an unreachable server costs nothing before
     /// the lease would have ended anyway.
     #[default]
     Rebind,
     /// CONFIRM (RFC 8415 §18.2.3): asks only whether the address is still on
-    /// link. Success keeps the stored lease and its timers, NotOnLink
+    /// link. Success keeps the stored lease and its timers, `NotOnLink`
     /// restarts from SOLICIT, and silence for `CNF_MAX_RD` keeps the lease
     /// (§18.2.3: "the client SHOULD continue to use" it). Lifetimes are not
     /// extended; the next RENEW does that at T1.
@@ -172,9 +172,9 @@ pub enum ResumeMode {
 pub struct ClientConfig {
     /// The workload's MAC on this attachment (DUID and default IAID).
     pub mac: [u8; 6],
-    /// DUID type. Default DUID-LL from `mac`.
+    /// DUID type. Default `DUID-LL` from `mac`.
     pub duid: DuidKind,
-    /// IAID of the IA_NA; default [`iaid_from_mac`].
+    /// IAID of the `IA_NA`; default [`iaid_from_mac`].
     pub iaid: Option<u32>,
     /// Put Rapid Commit (RFC 8415 §21.14) on SOLICIT: a server that
     /// supports it answers with a REPLY and the lease is bound in two
@@ -226,7 +226,7 @@ impl ClientConfig {
         self.duid.bytes(self.mac)
     }
 
-    /// The IAID of the IA_NA.
+    /// The IAID of the `IA_NA`.
     pub fn client_iaid(&self) -> u32 {
         self.iaid.unwrap_or_else(|| iaid_from_mac(self.mac))
     }

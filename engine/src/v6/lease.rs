@@ -1,4 +1,4 @@
-//! The `DHCPv6` lease: one address of the attachment's IA_NA, its lifetimes
+//! The `DHCPv6` lease: one address of the attachment's `IA_NA`, its lifetimes
 //! and T1/T2 (RFC 8415 §21.4, §21.6), and how they come out of a REPLY.
 
 use std::net::Ipv6Addr;
@@ -17,7 +17,7 @@ pub const INFINITY: u32 = u32::MAX;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     pub address: Ipv6Addr,
-    /// IAID of the IA_NA the address came in.
+    /// IAID of the `IA_NA` the address came in.
     pub iaid: u32,
     /// The server's DUID (Server Identifier), used to RENEW with it.
     pub server_id: Vec<u8>,
@@ -55,7 +55,7 @@ pub fn finite(secs: u32) -> Option<Duration> {
     (secs != INFINITY).then(|| Duration::from_secs(u64::from(secs)))
 }
 
-/// One address of an IA_NA, as sent.
+/// One address of an `IA_NA`, as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IaAddress {
     pub address: Ipv6Addr,
@@ -63,7 +63,7 @@ pub struct IaAddress {
     pub valid: u32,
 }
 
-/// What an IA_NA says, after RFC 8415's discard rules.
+/// What an `IA_NA` says, after RFC 8415's discard rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IaView {
     pub t1: u32,
@@ -75,8 +75,8 @@ pub struct IaView {
 }
 
 impl IaView {
-    /// Read an IA_NA. `None` when T1 > T2 with both non-zero: §21.4 has the
-    /// client discard the IA_NA as though it had not been sent.
+    /// Read an `IA_NA`. `None` when T1 > T2 with both non-zero: §21.4 has the
+    /// client discard the `IA_NA` as though it had not been sent.
     pub fn of(ia: &IANA) -> Option<IaView> {
         if ia.t1 > ia.t2 && ia.t2 != 0 {
             return None;

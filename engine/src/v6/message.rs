@@ -73,7 +73,7 @@ pub(crate) struct Outgoing<'a> {
     pub client_id: &'a [u8],
     pub server_id: Option<&'a [u8]>,
     pub iaid: u32,
-    /// The IA_NA's address, if any (none in SOLICIT). Lifetimes and T1/T2
+    /// The `IA_NA`'s address, if any (none in SOLICIT). Lifetimes and T1/T2
     /// are sent as 0: RFC 8415 §18.2 lets the client leave them to the
     /// server.
     pub address: Option<Ipv6Addr>,

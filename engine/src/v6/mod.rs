@@ -1,4 +1,4 @@
-//! Sans-IO `DHCPv6` client engine (RFC 8415) for one IA_NA, beside the
+//! Sans-IO `DHCPv6` client engine (RFC 8415) for one `IA_NA`, beside the
 //! `DHCPv4` one and in its shape: the driver feeds server messages and timer
 //! expiries in with an explicit `now` ([`Client::handle_packet`],
 //! [`Client::handle_timeout`]) and drains messages, deadlines and events out
@@ -24,7 +24,7 @@
 //! assert_eq!(solicit.dst, Destination::Multicast);
 //! assert_eq!(client.state(), State::Soliciting);
 //! // ADVERTISEs are collected until the first retransmission time, which is
-//! // strictly more than SOL_TIMEOUT (1 s) and at most 10 % more.
+//! // strictly more than `SOL_TIMEOUT` (1 s) and at most 10 % more.
 //! let rt = client.poll_timeout().unwrap();
 //! assert!(rt > t0 + Duration::from_secs(1) && rt <= t0 + Duration::from_millis(1100));
 //! ```
@@ -35,7 +35,7 @@
 //! - [`validate`]: decoding with dhcproto behind structural checks, and
 //!   [`DropReason`]: bad input is dropped and counted, never a panic, never a
 //!   lost lease.
-//! - [`lease`]: [`Lease`], IA_NA reading, T1/T2 defaults.
+//! - [`lease`]: [`Lease`], `IA_NA` reading, T1/T2 defaults.
 //! - [`message`]: outgoing messages built with dhcproto.
 //! - [`backoff`]: RFC 8415 §15 retransmission times.
 //! - [`config`]: configuration, the DUID and IAID choices, defaults.

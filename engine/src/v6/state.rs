@@ -13,7 +13,7 @@ pub enum State {
     /// with Rapid Commit.
     Soliciting,
     /// REQUEST sent to the chosen server (§18.2.2), or to the server that
-    /// answered NoBinding (§18.2.10.1).
+    /// answered `NoBinding` (§18.2.10.1).
     Requesting,
     /// CONFIRM sent for a resumed lease (§18.2.3).
     Confirming,

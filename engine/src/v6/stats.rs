@@ -27,7 +27,7 @@ pub struct ClientStats {
     pub leases_bound: u64,
     /// Of `leases_bound`, through Rapid Commit.
     pub rapid_commits: u64,
-    /// Successful RENEW/REBIND (or NoBinding → REQUEST) exchanges.
+    /// Successful RENEW/REBIND (or `NoBinding` → REQUEST) exchanges.
     pub renewals: u64,
     /// Of `renewals`, those answered to REBIND.
     pub rebinds: u64,
@@ -98,10 +98,9 @@ impl ClientStats {
             .map(|(r, n)| (*r, *n))
     }
 
-    /// Non-success status codes received (top level or in our IA), for
-    /// `status`; codes other than the six RFC 8415 client statuses are
-    /// counted together under [`Status::Unknown`]`(0)`... use
-    /// [`ClientStats::status_other`] for those.
+    /// Times `status` was received (top level or in our IA). Only the six
+    /// statuses a client acts on are counted by name; 0 for any other (see
+    /// [`ClientStats::status_other`]).
     pub fn status(&self, status: Status) -> u64 {
         STATUSES
             .iter()

@@ -16,7 +16,7 @@
 //! each option from its own slice, checking that it consumed all of it and
 //! that every nested option survived.
 //!
-//! An essential option that fails (Client/Server Identifier, IA_NA,
+//! An essential option that fails (Client/Server Identifier, `IA_NA`,
 //! Preference, Status Code, Rapid Commit) rejects the message; any other
 //! malformed option is dropped on its own and counted, and the message goes
 //! ahead without it.
@@ -29,7 +29,7 @@ use dhcproto::{Decodable, Decoder};
 
 /// Message header: type (1 octet) and transaction id (3 octets).
 pub const HEADER_LEN: usize = 4;
-/// Deepest option nesting accepted: message → IA_NA → IA Address → Status
+/// Deepest option nesting accepted: message → `IA_NA` → IA Address → Status
 /// Code is three levels; one more for vendor sub-options.
 const MAX_DEPTH: u8 = 4;
 
@@ -74,7 +74,7 @@ pub enum DropReason {
     BadOptionLength,
     /// Options nested deeper than any message we accept has them.
     TooDeep,
-    /// An essential option (identifiers, IA_NA, Preference, Status Code,
+    /// An essential option (identifiers, `IA_NA`, Preference, Status Code,
     /// Rapid Commit) is malformed or repeated.
     MalformedOption,
     /// No Client Identifier (RFC 8415 §16.3, §16.10).
@@ -92,21 +92,21 @@ pub enum DropReason {
     UnexpectedType,
     /// The client has no exchange open.
     WrongState,
-    /// No IA_NA with our IAID, or one whose T1 > T2 (RFC 8415 §21.4 says
+    /// No `IA_NA` with our IAID, or one whose T1 > T2 (RFC 8415 §21.4 says
     /// to discard it).
     MissingIa,
-    /// The IA_NA holds no address with a non-zero valid lifetime that is a
+    /// The `IA_NA` holds no address with a non-zero valid lifetime that is a
     /// usable unicast address.
     NoUsableAddress,
     /// An address this client declined was assigned again.
     DeclinedAddress,
-    /// Status NoAddrsAvail where it only means "not from this server"
+    /// Status `NoAddrsAvail` where it only means "not from this server"
     /// (ADVERTISE, RENEW/REBIND).
     NoAddrsAvail,
-    /// Status UnspecFail or another failure status: the exchange goes on
+    /// Status `UnspecFail` or another failure status: the exchange goes on
     /// (RFC 8415 §18.2.10: retransmit, rate-limited by the usual timers).
     StatusFailure,
-    /// UseMulticast from a server we already reach by multicast.
+    /// `UseMulticast` from a server we already reach by multicast.
     UseMulticast,
 }
 
@@ -212,7 +212,7 @@ pub struct ServerMessage {
     pub status: Option<(Status, String)>,
     /// Server Unicast (§21.12), if sent and well formed.
     pub server_unicast: Option<Ipv6Addr>,
-    /// Every IA_NA, in message order.
+    /// Every `IA_NA`, in message order.
     pub ia_na: Vec<IANA>,
     pub dns_servers: Vec<Ipv6Addr>,
     pub domain_search: Vec<String>,
@@ -223,7 +223,7 @@ pub struct ServerMessage {
 }
 
 impl ServerMessage {
-    /// The first IA_NA with `iaid`.
+    /// The first `IA_NA` with `iaid`.
     pub fn ia(&self, iaid: u32) -> Option<&IANA> {
         self.ia_na.iter().find(|ia| ia.id == iaid)
     }
@@ -304,8 +304,8 @@ fn check(code: u16, data: &[u8], depth: u8) -> Result<usize, Problem> {
         code::RAPID_COMMIT | code::RECONF_ACCEPT => len == 0,
         code::AUTH => len >= 11,
         code::VENDOR_CLASS => len >= 4,
-        code::ORO => len % 2 == 0,
-        code::DNS_SERVERS => len % 16 == 0,
+        code::ORO => len.is_multiple_of(2),
+        code::DNS_SERVERS => len.is_multiple_of(16),
         // A relay message has no place in a message to a client, and
         // dhcproto would decode it recursively.
         code::RELAY_MSG => false,

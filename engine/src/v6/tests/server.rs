@@ -24,12 +24,12 @@ pub const PREFERRED: u32 = 2000;
 pub const VALID: u32 = 3000;
 pub const WALL0: u64 = 1_800_000_000_000;
 
-/// DUID-LL of test server `n`.
+/// `DUID-LL` of test server `n`.
 pub fn server_duid(n: u8) -> Vec<u8> {
     vec![0, 3, 0, 1, 0x02, 0, 0, 0, 0xee, n]
 }
 
-/// The client's DUID-LL for [`MAC`].
+/// The client's `DUID-LL` for [`MAC`].
 pub fn client_duid() -> Vec<u8> {
     let mut v = vec![0, 3, 0, 1];
     v.extend_from_slice(&MAC);
@@ -128,7 +128,7 @@ pub struct Msg {
     pub rapid_commit: bool,
     pub unicast: Option<Ipv6Addr>,
     pub sol_max_rt: Option<u32>,
-    /// `None`: no IA_NA at all.
+    /// `None`: no `IA_NA` at all.
     pub ia: Option<Ia>,
 }
 

@@ -26,7 +26,7 @@ fn solicit_retransmissions_double_from_one_second_and_cap_at_sol_max_rt() {
         for i in 0..16 {
             let (at, t) = h.next_tx();
             assert_eq!(t.kind, MessageKind::Solicit);
-            let rt = at - last;
+            let rt = at.saturating_sub(last);
             if i == 0 {
                 assert!(
                     rt > secs(1) && rt <= ms(1100),
@@ -89,7 +89,7 @@ fn sol_max_rt_from_a_server_caps_solicit() {
     let mut rt = Duration::ZERO;
     for _ in 0..12 {
         let (at, _) = h.next_tx();
-        rt = at - last;
+        rt = at.saturating_sub(last);
         last = at;
         assert!(rt <= ms(66_000), "{rt:?}");
     }
@@ -108,7 +108,7 @@ fn request_retransmits_req_max_rc_times_capped_at_req_max_rt_then_solicits() {
         for i in 1..10 {
             let (at, t) = h.next_tx();
             assert_eq!((t.kind, t.xid), (MessageKind::Request, req.xid), "#{i}");
-            let rt = at - last;
+            let rt = at.saturating_sub(last);
             assert!(
                 within(prev, rt, 1000, 30_000),
                 "seed {seed} #{i}: {prev:?} -> {rt:?}"
@@ -138,7 +138,7 @@ fn renew_retransmits_from_ren_timeout_until_t2() {
                 assert_eq!(h.now, base + secs(u64::from(T2)));
                 break;
             }
-            let rt = at - last;
+            let rt = at.saturating_sub(last);
             assert!(
                 within(prev, rt, 10_000, 600_000),
                 "seed {seed}: {prev:?} -> {rt:?}"
