@@ -85,8 +85,7 @@ struct Exchange {
     sent: u32,
     rt: Duration,
     next_at: Instant,
-    /// MRD, or the protocol's own end (T2 for RENEW, the valid lifetime for
-    /// REBIND).
+    /// When MRD ends the exchange, if it has one.
     give_up_at: Option<Instant>,
     server_id: Option<Vec<u8>>,
     address: Option<Ipv6Addr>,
@@ -361,7 +360,6 @@ impl Client {
                 Some(h.lease.server_id),
                 Some(h.lease.address),
                 dst,
-                None,
             );
         } else {
             self.exchange = None;
@@ -394,7 +392,6 @@ impl Client {
             Some(h.lease.server_id),
             Some(h.lease.address),
             dst,
-            None,
         );
         self.log_transition(before, "decline");
     }
@@ -568,11 +565,9 @@ impl Client {
 
     // ---- internals: exchanges ----------------------------------------------
 
-    /// Open a new exchange (new xid) and send its first message.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one call site per message type; a struct would only rename the fields"
-    )]
+    /// Open a new exchange (new xid) and send its first message. RENEW and
+    /// REBIND have no MRD of their own: T2 and the end of the valid lifetime
+    /// end them (§18.2.4, §18.2.5), through the lease timers.
     fn start_exchange(
         &mut self,
         now: Instant,
@@ -581,7 +576,6 @@ impl Client {
         server_id: Option<Vec<u8>>,
         address: Option<Ipv6Addr>,
         dst: Destination,
-        end: Option<Instant>,
     ) {
         let old = self.xid;
         while self.xid == old {
@@ -601,7 +595,7 @@ impl Client {
             sent: 0,
             rt,
             next_at: later(now, rt),
-            give_up_at: min_opt(mrd, end),
+            give_up_at: mrd,
             server_id,
             address,
             dst,
@@ -679,7 +673,6 @@ impl Client {
             None,
             None,
             Destination::Multicast,
-            None,
         );
     }
 
@@ -699,7 +692,6 @@ impl Client {
             Some(server_id),
             Some(address),
             dst,
-            None,
         );
     }
 
@@ -714,14 +706,13 @@ impl Client {
             None,
             Some(address),
             Destination::Multicast,
-            None,
         );
     }
 
     /// RENEW at T1 to the leasing server (§18.2.4), until T2.
     fn start_renew(&mut self, now: Instant) {
         let Some(h) = &self.held else { return };
-        let (id, address, t2) = (h.lease.server_id.clone(), h.lease.address, h.t2_at);
+        let (id, address) = (h.lease.server_id.clone(), h.lease.address);
         let dst = self.server_dst(h.lease.server_unicast);
         self.phase = Phase::Renewing;
         self.start_exchange(
@@ -731,14 +722,13 @@ impl Client {
             Some(id),
             Some(address),
             dst,
-            t2,
         );
     }
 
     /// REBIND at T2 to all servers (§18.2.5), until the valid lifetime ends.
     fn start_rebind(&mut self, now: Instant) {
         let Some(h) = &self.held else { return };
-        let (address, end) = (h.lease.address, h.expires_at);
+        let address = h.lease.address;
         self.phase = Phase::Rebinding;
         self.start_exchange(
             now,
@@ -747,7 +737,6 @@ impl Client {
             None,
             Some(address),
             Destination::Multicast,
-            end,
         );
     }
 
@@ -848,8 +837,8 @@ impl Client {
             }
             // §18.2.3: no answer to CONFIRM — keep using the lease.
             MessageKind::Confirm => self.phase = Phase::Bound,
-            // Ended by T2 or the lease end, which the timers handle; a
-            // configured MRD shorter than those ends up here.
+            // T2 and the lease end come first through the lease timers; only
+            // a configured MRD shorter than those ends up here.
             MessageKind::Renew => self.start_rebind(now),
             MessageKind::Rebind => {
                 self.stats.expirations += 1;
