@@ -44,6 +44,9 @@ pub mod backoff;
 pub mod client;
 pub mod config;
 pub mod event;
+/// Fuzzing entry point (feature `fuzzing`; always built for unit tests).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod lease;
 pub mod message;
 pub mod state;
