@@ -905,10 +905,20 @@ impl Client {
         if !(1..=MAX_DUID_LEN).contains(&server.len()) {
             return Err(DropReason::BadServerId);
         }
+        let is_reply = msg.msg_type == dhcproto::v6::MessageType::Reply;
+        // ADVERTISE only while soliciting; a REPLY in every waiting state,
+        // but to SOLICIT only with Rapid Commit on both sides.
+        let expected = match self.phase {
+            Phase::Soliciting { .. } => !is_reply || (self.cfg.rapid_commit && msg.rapid_commit),
+            _ => is_reply,
+        };
+        if !expected {
+            return Err(DropReason::UnexpectedType);
+        }
         self.stats.malformed_options += msg.malformed.len() as u64;
         self.note_statuses(&msg);
-        // §18.2.9: SOL_MAX_RT is processed even from an ADVERTISE that is
-        // otherwise ignored.
+        // §18.2.9, §18.2.10: SOL_MAX_RT is processed even from an
+        // ADVERTISE that is otherwise ignored.
         if let Some(v) = msg.sol_max_rt.filter(|v| SOL_MAX_RT_RANGE.contains(v)) {
             let mrt = Duration::from_secs(u64::from(v));
             self.sol_max_rt = Some(mrt);
@@ -918,13 +928,12 @@ impl Client {
                 ex.timing.mrt = mrt;
             }
         }
-        let is_reply = msg.msg_type == dhcproto::v6::MessageType::Reply;
         match (&self.phase, is_reply) {
             (Phase::Soliciting { .. }, false) => {
                 self.stats.advertises_received += 1;
                 self.on_advertise(now, &msg)
             }
-            (Phase::Soliciting { .. }, true) if self.cfg.rapid_commit && msg.rapid_commit => {
+            (Phase::Soliciting { .. }, true) => {
                 self.stats.replies_received += 1;
                 self.on_assign_reply(now, &msg, true)
             }
