@@ -341,6 +341,21 @@ impl Client {
         self.log_transition(before, "timer");
     }
 
+    /// The reply of the exchange in flight may have been lost on this host
+    /// (the receive path changed under it): in RENEWING or REBINDING, send
+    /// the message again at the next [`Client::handle_timeout`] rather than
+    /// at its next retransmission, which may be up to `REN_MAX_RT` /
+    /// `REB_MAX_RT` (600 s) away. Same transaction; the retransmission time
+    /// keeps growing as for any retransmission. A no-op in every other state.
+    pub fn retransmit_now(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Renewing | Phase::Rebinding)
+            && let Some(ex) = &mut self.exchange
+            && ex.next_at > now
+        {
+            ex.next_at = now;
+        }
+    }
+
     /// Give the lease back: stop using the address and RELEASE it to its
     /// server (RFC 8415 §18.2.7), retransmitted per `REL_TIMEOUT` /
     /// `REL_MAX_RC`; [`Event::Released`] when answered or given up. Without a

@@ -196,6 +196,27 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_survives_a_json_round_trip() {
+        let l = Lease {
+            address: "2001:db8::1".parse().unwrap(),
+            iaid: 7,
+            server_id: vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 1],
+            server_unicast: Some("2001:db8::547".parse().unwrap()),
+            preferred_secs: 100,
+            valid_secs: INFINITY,
+            t1_secs: 50,
+            t2_secs: 80,
+            dns_servers: vec!["2001:db8::53".parse().unwrap()],
+            domain_search: vec!["example.com".into()],
+            acquired_unix_ms: 1,
+        };
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(serde_json::from_str::<Lease>(&json).unwrap(), l);
+        assert!(l.is_infinite());
+        assert_eq!(finite(INFINITY), None);
+    }
+
+    #[test]
     fn t1_above_t2_discards_the_ia() {
         let ia = IANA {
             id: 1,

@@ -716,3 +716,25 @@ fn the_acquisition_deadline_fails_with_what_was_heard() {
     h.c.restart(h.now);
     assert_eq!(h.one().kind, MessageKind::Solicit);
 }
+
+#[test]
+fn retransmit_now_repeats_a_renewal_at_once_and_nothing_else() {
+    let mut h = H::new(cfg());
+    let sol = h.one();
+    let before = h.c.poll_timeout();
+    h.c.retransmit_now(h.now);
+    assert_eq!(h.c.poll_timeout(), before, "no effect while soliciting");
+    h.feed(&Msg::advertise(&sol, 1).pref(255)).unwrap();
+    let req = h.one();
+    h.feed(&Msg::reply(&req, 1)).unwrap();
+    let (_, renew) = h.next_tx();
+    assert_eq!(renew.kind, MessageKind::Renew);
+    h.now += secs(2);
+    assert!(h.c.poll_timeout().unwrap() > h.now);
+    h.c.retransmit_now(h.now);
+    assert_eq!(h.c.poll_timeout(), Some(h.now));
+    h.c.handle_timeout(h.now);
+    let again = h.one();
+    assert_eq!((again.kind, again.xid), (MessageKind::Renew, renew.xid));
+    assert_eq!(Sent::decode(&again).elapsed(), Some(200));
+}
