@@ -387,9 +387,7 @@ pub fn parse(p: &[u8]) -> Result<ServerMessage, DropReason> {
     for tlv in split(&p[HEADER_LEN..])? {
         let opt = match decode_one(&tlv) {
             Ok(opt) => opt,
-            Err(problem) if essential(tlv.code) || problem == Problem::Framing => {
-                return Err(problem.reason());
-            }
+            Err(problem) if essential(tlv.code) => return Err(problem.reason()),
             Err(_) => {
                 m.malformed.push(tlv.code);
                 continue;
@@ -517,14 +515,19 @@ mod tests {
             parse(&msg(&[tlv(code::IA_NA, &ia)])),
             Err(DropReason::MalformedOption)
         );
-        // Vendor Class / Authentication shorter than their fixed part are
-        // dropped on their own.
+        // Vendor Class / Authentication shorter than their fixed part, and
+        // Vendor Options whose sub-option overruns it, are dropped on their
+        // own.
         let m = parse(&msg(&[
             tlv(code::VENDOR_CLASS, &[1]),
             tlv(code::AUTH, &[1; 10]),
+            tlv(code::VENDOR_OPTS, &[0, 0, 0, 9, 0, 1, 0, 9]),
         ]))
         .unwrap();
-        assert_eq!(m.malformed, [code::VENDOR_CLASS, code::AUTH]);
+        assert_eq!(
+            m.malformed,
+            [code::VENDOR_CLASS, code::AUTH, code::VENDOR_OPTS]
+        );
     }
 
     #[test]
