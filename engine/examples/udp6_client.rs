@@ -1,7 +1,7 @@
 //! Manual smoke tool for the `DHCPv6` engine: drive it over a plain UDP
 //! socket against a real server (no raw sockets, no eBPF). The socket is
 //! bound to `IFACE`'s link-local address, port 546; messages go to
-//! ff02::1:2 port 547 (or a server's unicast address). Once bound, the
+//! `ff02::1:2` port 547 (or a server's unicast address). Once bound, the
 //! leased address is added to `IFACE` as a /128 with `ip` (DHCPv6 carries
 //! no prefix length). Run inside a network namespace of your own:
 //!
@@ -18,7 +18,7 @@ use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use xdhcp_engine::v6::{Client, ClientConfig, Event, State};
+use xdhcp_engine::v6::{Client, ClientConfig, Event, Lease, State};
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -49,6 +49,34 @@ fn link_local(iface: &str) -> (u32, Ipv6Addr) {
         }
     }
     panic!("{iface} has no link-local address yet (DAD still running?)");
+}
+
+/// Configure what an event says; `true` when the run is over.
+fn on_event(iface: &str, e: &Event, held: &mut Option<Lease>, renewed: &mut bool) -> bool {
+    match e {
+        Event::Bound(l) | Event::Changed { new: l, .. } => {
+            let status = Command::new("ip")
+                .args(["-6", "addr", "replace", &format!("{}/128", l.address)])
+                .args(["dev", iface, "nodad"])
+                .status()
+                .expect("ip");
+            assert!(status.success(), "ip addr replace failed");
+            *held = Some(l.clone());
+        }
+        Event::Renewed(_) => *renewed = true,
+        Event::Released => {
+            if let Some(l) = held {
+                let _ = Command::new("ip")
+                    .args(["-6", "addr", "del", &format!("{}/128", l.address)])
+                    .args(["dev", iface])
+                    .status();
+            }
+            return true;
+        }
+        Event::Failed(_) => return true,
+        Event::Lost { .. } => {}
+    }
+    false
 }
 
 fn main() {
@@ -96,28 +124,8 @@ fn main() {
         }
         while let Some(e) = c.poll_event() {
             println!("{:>8.3}s event {e:?}", t0.elapsed().as_secs_f64());
-            match &e {
-                Event::Bound(l) | Event::Changed { new: l, .. } => {
-                    let status = Command::new("ip")
-                        .args(["-6", "addr", "replace", &format!("{}/128", l.address)])
-                        .args(["dev", &iface, "nodad"])
-                        .status()
-                        .expect("ip");
-                    assert!(status.success(), "ip addr replace failed");
-                    held = Some(l.clone());
-                }
-                Event::Renewed(_) => renewed = true,
-                Event::Released => {
-                    if let Some(l) = &held {
-                        let _ = Command::new("ip")
-                            .args(["-6", "addr", "del", &format!("{}/128", l.address)])
-                            .args(["dev", &iface])
-                            .status();
-                    }
-                    return;
-                }
-                Event::Failed(_) => return,
-                Event::Lost { .. } => {}
+            if on_event(&iface, &e, &mut held, &mut renewed) {
+                return;
             }
         }
         if c.state() == State::Bound && (renewed || !renew) {
