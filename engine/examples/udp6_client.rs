@@ -12,13 +12,16 @@
 //! It prints every transmission and event; with `renew` it waits for one
 //! renewal (the server must hand out a short T1), with `release` it releases
 //! at the end. `XDHCP_RAPID_COMMIT=1` asks for Rapid Commit.
+//! `XDHCP_LEASE_FILE=PATH` keeps the lease there as JSON and, when the file
+//! exists at start, resumes it (a REBIND, or a CONFIRM with
+//! `XDHCP_CONFIRM=1`) as an agent restart would.
 #![expect(clippy::print_stdout, reason = "a command-line smoke tool")]
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use xdhcp_engine::v6::{Client, ClientConfig, Event, Lease, State};
+use xdhcp_engine::v6::{Client, ClientConfig, Event, Lease, ResumeMode, State};
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -79,6 +82,21 @@ fn on_event(iface: &str, e: &Event, held: &mut Option<Lease>, renewed: &mut bool
     false
 }
 
+/// A new client, or one resuming the lease stored in `lease_file`.
+fn client(cfg: ClientConfig, t0: Instant, seed: u64, lease_file: Option<&str>) -> Client {
+    let stored: Option<Lease> = lease_file
+        .and_then(|p| std::fs::read(p).ok())
+        .map(|b| serde_json::from_slice(&b).expect("stored lease"));
+    if let Some(l) = stored {
+        println!("resuming {l:?}");
+        return Client::resume(cfg, l, t0, unix_ms(), seed);
+    }
+    let mut c = Client::new(cfg, t0, seed);
+    c.set_wall_clock_unix_ms(unix_ms());
+    c.handle_timeout(t0);
+    c
+}
+
 fn main() {
     let mut iface = None;
     let (mut renew, mut release) = (false, false);
@@ -94,13 +112,20 @@ fn main() {
     let cfg = ClientConfig {
         mac: mac_of(&iface),
         rapid_commit: std::env::var("XDHCP_RAPID_COMMIT").is_ok_and(|v| v == "1"),
+        resume: if std::env::var("XDHCP_CONFIRM").is_ok_and(|v| v == "1") {
+            ResumeMode::Confirm
+        } else {
+            ResumeMode::Rebind
+        },
         ..ClientConfig::default()
     };
     cfg.validate().expect("config");
     let sock = UdpSocket::bind(SocketAddrV6::new(ll, 546, 0, ifindex)).expect("bind [ll]:546");
     // The destination's scope id picks the interface for ff02::1:2.
     let t0 = Instant::now();
-    let mut c = Client::new(cfg, t0, u64::from(ifindex) ^ unix_ms());
+    let seed = u64::from(ifindex) ^ unix_ms();
+    let lease_file = std::env::var("XDHCP_LEASE_FILE").ok();
+    let mut c = client(cfg, t0, seed, lease_file.as_deref());
     println!(
         "DUID {:02x?} IAID {:#010x} on {iface} ({ll})",
         c.duid(),
@@ -124,6 +149,9 @@ fn main() {
         }
         while let Some(e) = c.poll_event() {
             println!("{:>8.3}s event {e:?}", t0.elapsed().as_secs_f64());
+            if let (Some(p), Some(l)) = (&lease_file, c.lease()) {
+                std::fs::write(p, serde_json::to_vec(l).expect("json")).expect("write lease");
+            }
             if on_event(&iface, &e, &mut held, &mut renewed) {
                 return;
             }
@@ -145,6 +173,7 @@ fn main() {
         sock.set_read_timeout(Some(wait)).expect("timeout");
         match sock.recv_from(&mut buf) {
             Ok((n, SocketAddr::V6(src))) => {
+                c.set_wall_clock_unix_ms(unix_ms());
                 let r = c.handle_packet(Instant::now(), *src.ip(), &buf[..n]);
                 println!(
                     "{:>8.3}s <- {n} bytes from {} type {}: {r:?}",
@@ -162,6 +191,7 @@ fn main() {
             Err(e) => panic!("recv: {e}"),
         }
         // Early or late calls are harmless: fire whatever is due.
+        c.set_wall_clock_unix_ms(unix_ms());
         c.handle_timeout(Instant::now());
     }
 }
