@@ -12,7 +12,7 @@
 //!
 //! One thing: the RFC 8415 client for one `IA_NA` — every exchange and its
 //! transitions in one type. Every exchange retransmits the same way
-//! (§15), so one [`Exchange`] record carries the message being sent and its
+//! (§15), so one `Exchange` record carries the message being sent and its
 //! timers whatever the state.
 
 use std::collections::VecDeque;
