@@ -1,4 +1,5 @@
-//! Sans-IO `DHCPv4` client engine (RFC 2131) for xdhcp.
+//! Sans-IO `DHCPv4` client engine (RFC 2131) for xdhcp, and in [`v6`] its
+//! `DHCPv6` counterpart (RFC 8415).
 //!
 //! No sockets, no clocks, no async runtime: the driver feeds packets and
 //! timer expiries in with an explicit `now` ([`Client::handle_packet`],
