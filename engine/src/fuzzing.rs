@@ -24,6 +24,9 @@
 //!   are exactly the option bytes; the direction (`op`) changes nothing
 //!   else.
 //!
+//! - [`v6_server_messages`]: the `DHCPv6` decoder and client (see
+//!   [`crate::v6::fuzzing`] for its layout and invariants).
+//!
 //! One thing: the engine's fuzz entry points, each with the invariants it
 //! checks (built for fuzzing and the corpus replay only, never shipped).
 
@@ -32,6 +35,10 @@ use std::time::{Duration, Instant};
 
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable, Encoder};
+
+pub use crate::v6::fuzzing::{
+    server_messages as v6_server_messages, server_messages_seeds as v6_server_messages_seeds,
+};
 
 use crate::routes::{self, Ipv4Prefix, Route, RoutePolicy, RouteRejection};
 use crate::validate::{self, ReplyType, is_unicast};

@@ -1,4 +1,5 @@
-//! Sans-IO `DHCPv4` client engine (RFC 2131) for xdhcp.
+//! Sans-IO `DHCPv4` client engine (RFC 2131) for xdhcp, and in [`v6`] its
+//! `DHCPv6` counterpart (RFC 8415).
 //!
 //! No sockets, no clocks, no async runtime: the driver feeds packets and
 //! timer expiries in with an explicit `now` ([`Client::handle_packet`],
@@ -64,6 +65,7 @@
 //! - [`message`]: outgoing messages built with `dhcproto`.
 //! - [`backoff`]: RFC 2131 §4.1 / §4.4.5 retransmission timing.
 //! - [`config`]: configuration and defaults.
+//! - [`v6`]: the `DHCPv6` client (RFC 8415), same shape, own types.
 //! - `fuzzing` (feature `fuzzing`): entry points of the `fuzz/` targets.
 
 pub mod backoff;
@@ -79,6 +81,8 @@ pub mod message;
 pub mod routes;
 pub mod state;
 pub mod stats;
+/// The `DHCPv6` client engine (RFC 8415), in the same shape.
+pub mod v6;
 pub mod validate;
 
 pub use client::{Client, Destination, LeaseTimers, PacketSource, Transmit};
