@@ -347,7 +347,7 @@ async fn drain_events<P: LeasePort>(
                 let bound_at = Instant::now();
                 task.set_lease(Some(lease.clone()));
                 task.set_state(task.client.state());
-                let applied = Box::pin(apply_if_asked(task, &lease)).await;
+                let applied = Box::pin(apply_if_asked(task, &lease, How::Configure)).await;
                 let exchange = task.clock.bound(bound_at, Instant::now());
                 debug!(
                     start_us = exchange.start.as_micros(),
@@ -387,11 +387,12 @@ async fn drain_events<P: LeasePort>(
                 // A failed write is logged and counted; the previous record
                 // stays on disk, whole, and the next change writes again.
                 task.persist_async().await;
-                // With `apply`, every renewal puts the lease's configuration
-                // back as it should be (each step is a no-op when it is
-                // there): the kernel flushes a link's routes when it is
-                // taken down, and nothing else would restore them.
-                let _ = Box::pin(apply_if_asked(task, &lease)).await;
+                // With `apply`, every renewal puts back what the interface
+                // lacks of the lease's configuration (read first; a
+                // configured interface is not written to): the kernel
+                // flushes a link's routes when it is taken down, and
+                // nothing else would restore them.
+                let _ = Box::pin(apply_if_asked(task, &lease, How::Repair)).await;
             }
             Event::Changed { old, new } => {
                 task.svc.metrics.renewal();
@@ -400,7 +401,7 @@ async fn drain_events<P: LeasePort>(
                 task.set_lease(Some(new.clone()));
                 task.persist_async().await;
                 // No ADD waits here: a failure is logged and counted.
-                let _ = Box::pin(apply_if_asked(task, &new)).await;
+                let _ = Box::pin(apply_if_asked(task, &new, How::Configure)).await;
             }
             Event::Lost { reason } => {
                 task.svc.metrics.failure(lost_label(reason));
@@ -470,12 +471,22 @@ fn log_rejected(lease: &Lease) {
     }
 }
 
+/// How [`apply_if_asked`] configures a lease.
+#[derive(Debug, Clone, Copy)]
+enum How {
+    /// All of it, taken off again if a step fails ([`Effect::Apply`]).
+    Configure,
+    /// Only what the interface lacks ([`Effect::Repair`]).
+    Repair,
+}
+
 /// Configure the lease on the interface when the network asks for it
 /// (`"apply": true`); a failure is logged, counted and returned (the first
 /// lease's ADD fails with it).
 async fn apply_if_asked<P: LeasePort>(
     task: &Task<P>,
     lease: &Lease,
+    how: How,
 ) -> Result<(), Arc<crate::netlink::NetlinkError>> {
     let (apply, vm, metric) = {
         let l = lock(&task.live);
@@ -493,11 +504,20 @@ async fn apply_if_asked<P: LeasePort>(
     let Some(netns) = task.port.netns().map(std::path::Path::to_path_buf) else {
         return Ok(());
     };
-    let done = task.effects.clone().address(Effect::Apply {
-        netns,
-        ifname: task.port.ifname().to_owned(),
-        lease: lease.clone(),
-        metric,
+    let (ifname, lease) = (task.port.ifname().to_owned(), lease.clone());
+    let done = task.effects.clone().address(match how {
+        How::Configure => Effect::Apply {
+            netns,
+            ifname,
+            lease,
+            metric,
+        },
+        How::Repair => Effect::Repair {
+            netns,
+            ifname,
+            lease,
+            metric,
+        },
     });
     match done.await {
         Ok(applied) => applied,
