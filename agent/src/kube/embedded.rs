@@ -294,7 +294,7 @@ impl EmbeddedStore {
     }
 
     /// A pod as the store knows it; unknown pods are plain pods without labels.
-    pub async fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
+    pub fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
         let mut cache = lock(&self.lock);
         let state = cache.current(&self.path)?;
         let rec = state
@@ -330,7 +330,7 @@ impl EmbeddedStore {
     }
 
     /// A seeded migration, if any.
-    pub async fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
+    pub fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
         if name.is_empty() {
             return Ok(None);
         }
@@ -350,7 +350,7 @@ impl EmbeddedStore {
     }
 
     /// A seeded VMI, if any.
-    pub async fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
+    pub fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
         if name.is_empty() {
             return Ok(None);
         }
@@ -571,10 +571,10 @@ mod tests {
     async fn unknown_pod_is_a_plain_pod() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path());
-        let pod = store.get_pod("ns", "p").await.unwrap();
+        let pod = store.get_pod("ns", "p").unwrap();
         assert_eq!(pod.workload(), crate::workload::Workload::Pod);
         assert_eq!(pod.pod_networks, None);
-        assert!(store.get_vmi("ns", "vm").await.unwrap().is_none());
+        assert!(store.get_vmi("ns", "vm").unwrap().is_none());
         assert!(!store.path().exists(), "reads must not create the file");
     }
 
@@ -606,7 +606,7 @@ mod tests {
             "{ann}"
         );
 
-        let pod = store.get_pod("ns", "p").await.unwrap();
+        let pod = store.get_pod("ns", "p").unwrap();
         assert_eq!(pod.uid.as_deref(), Some("uid-1"));
         assert_eq!(pod.pod_networks.as_deref(), Some(ann.as_str()));
 
@@ -673,7 +673,7 @@ mod tests {
         assert!(store.has_unsynced());
         // Served from the cache...
         assert_eq!(
-            store.get_pod("ns", "p").await.unwrap().uid.as_deref(),
+            store.get_pod("ns", "p").unwrap().uid.as_deref(),
             Some("uid-1")
         );
         // ...until an operator edits the file by hand (labels, a VM owner).
@@ -685,7 +685,7 @@ mod tests {
             .labels
             .insert("kubevirt.io".into(), "virt-launcher".into());
         std::fs::write(store.path(), serde_json::to_vec(&state).unwrap()).unwrap();
-        let pod = store.get_pod("ns", "p").await.unwrap();
+        let pod = store.get_pod("ns", "p").unwrap();
         assert_eq!(pod.labels["kubevirt.io"], "virt-launcher");
         // The next write starts from the edited document, not the cache.
         store
@@ -697,7 +697,7 @@ mod tests {
         assert!(rec.annotations[POD_NETWORKS_ANNOTATION].contains("\"ns/a\""));
         // A file removed by hand is an empty store again.
         std::fs::remove_file(store.path()).unwrap();
-        assert_eq!(store.get_pod("ns", "p").await.unwrap().uid, None);
+        assert_eq!(store.get_pod("ns", "p").unwrap().uid, None);
         store.flush().unwrap();
         assert!(!store.has_unsynced());
     }
@@ -763,11 +763,11 @@ mod tests {
         )
         .unwrap();
         let store = EmbeddedStore::open(dir.path());
-        let pod = store.get_pod("t", "virt-launcher-vm1-x").await.unwrap();
+        let pod = store.get_pod("t", "virt-launcher-vm1-x").unwrap();
         let crate::workload::Workload::Vm { vmi_name } = pod.workload() else {
             panic!("seeded launcher pod must be a VM");
         };
-        let vmi = store.get_vmi("t", &vmi_name).await.unwrap().unwrap();
+        let vmi = store.get_vmi("t", &vmi_name).unwrap().unwrap();
         let m = vmi.interface_for_network("t/net").unwrap();
         assert_eq!(m.spec_mac.unwrap().to_string(), "02:00:00:00:20:08");
         // Removing the last entry keeps a seeded record.

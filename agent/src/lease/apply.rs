@@ -288,7 +288,7 @@ mod tests {
                 None,
                 &link(true, 1500),
                 &[(l.address, 24)],
-                &[other.clone()],
+                std::slice::from_ref(&other),
             );
             assert_eq!(m.routes, vec![want], "{other}");
         }
