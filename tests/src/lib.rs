@@ -20,6 +20,7 @@ pub mod bench;
 pub mod chaos;
 pub mod cni_burst;
 pub mod fake_apiserver;
+pub mod frames;
 pub mod neigh;
 pub mod netns;
 pub mod ovs_lab;
