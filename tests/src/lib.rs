@@ -23,6 +23,7 @@ pub mod fake_apiserver;
 pub mod frames;
 pub mod neigh;
 pub mod netns;
+pub mod nft;
 pub mod ovs_lab;
 pub mod plugin;
 pub mod servers;
