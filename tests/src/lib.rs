@@ -21,6 +21,7 @@ pub mod chaos;
 pub mod cni_burst;
 pub mod fake_apiserver;
 pub mod frames;
+pub mod guest;
 pub mod neigh;
 pub mod netns;
 pub mod nft;
