@@ -25,9 +25,12 @@
 //! ```
 
 use std::io;
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
+
+use crate::frames;
 
 /// `bpf(2)` commands and attach types used here (`include/uapi/linux/bpf.h`).
 const BPF_PROG_QUERY: libc::c_long = 16;
@@ -231,7 +234,7 @@ fn send_offers(
             xid ^= xid >> 17;
             xid ^= xid << 5;
             let xid = fixed.unwrap_or(xid);
-            frame[XID_AT..XID_AT + 4].copy_from_slice(&xid.to_be_bytes());
+            frame[frames::XID_AT..frames::XID_AT + 4].copy_from_slice(&xid.to_be_bytes());
             // SAFETY: `fd` is an open packet socket bound to `ifindex`;
             // `frame` is readable for its length.
             let rc = unsafe {
@@ -250,47 +253,16 @@ fn send_offers(
     })
 }
 
-/// Offset of the BOOTP xid in [`offer_frame`].
-const XID_AT: usize = 14 + 20 + 8 + 4;
-
-/// An Ethernet/IPv4/UDP 67 → 68 frame holding a DHCPOFFER for `mac`.
+/// A DHCPOFFER for `mac` from the junk server, to `mac` at the broadcast
+/// address (the xid is set per frame at [`frames::XID_AT`]).
 fn offer_frame(mac: [u8; 6]) -> Vec<u8> {
-    let mut bootp = vec![0u8; 236];
-    bootp[0] = 2; // BOOTREPLY
-    bootp[1] = 1;
-    bootp[2] = 6;
-    bootp[16..20].copy_from_slice(&[198, 18, 0, 100]);
-    bootp[28..34].copy_from_slice(&mac);
-    bootp.extend_from_slice(&[99, 130, 83, 99, 53, 1, 2, 54, 4]);
-    bootp.extend_from_slice(&JUNK_SERVER);
-    bootp.extend_from_slice(&[51, 4, 0, 0, 0x0e, 0x10, 1, 4, 255, 255, 255, 0, 255]);
-    bootp.resize(300, 0);
-    let mut f = Vec::with_capacity(42 + bootp.len());
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&JUNK_MAC);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let total = u16::try_from(20 + 8 + bootp.len()).expect("a small frame");
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&JUNK_SERVER);
-    ip[16..20].copy_from_slice(&[255, 255, 255, 255]);
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&67u16.to_be_bytes());
-    f.extend_from_slice(&68u16.to_be_bytes());
-    f.extend_from_slice(&(total - 20).to_be_bytes());
-    // UDP checksum 0: none (allowed over IPv4).
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(&bootp);
-    f
+    let reply = frames::Reply {
+        kind: dhcproto::v4::MessageType::Offer,
+        xid: 0,
+        chaddr: mac,
+        yiaddr: Ipv4Addr::new(198, 18, 0, 100),
+        server: Ipv4Addr::from(JUNK_SERVER),
+        mask: Ipv4Addr::new(255, 255, 255, 0),
+    };
+    frames::server_reply(JUNK_MAC, mac, Ipv4Addr::BROADCAST, &reply)
 }

@@ -342,6 +342,20 @@ fn event_watch(
         .into_response()
 }
 
+/// A virt-launcher pod, for [`FakeApiServer::launcher_pod`].
+#[derive(Debug, Clone, Copy)]
+pub struct LauncherPod<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    /// Its node (`spec.nodeName`).
+    pub node: &'a str,
+    /// The VMI that controls it.
+    pub vmi: &'a str,
+    /// The live migration it is the target of: its name and UID.
+    pub migration: Option<(&'a str, &'a str)>,
+}
+
 /// The fake API server; stops when dropped.
 pub struct FakeApiServer {
     inner: Arc<Mutex<Inner>>,
@@ -921,6 +935,34 @@ impl FakeApiServer {
             "spec": {"containers": [{"name": "c", "image": "registry.invalid/c"}]}
         }));
         uid
+    }
+
+    /// `pod` as virt-controller makes it, with `annotations` (for
+    /// [`FakeApiServer::put_pod`]): labelled as its VMI's launcher,
+    /// controlled by that VMI (its UID: [`FakeApiServer::vmi_uid`]), on its
+    /// node; a migration target carries the migration's name (annotation)
+    /// and UID (label).
+    pub fn launcher_pod(&self, pod: &LauncherPod<'_>, annotations: &Value) -> Value {
+        let mut annotations = annotations.clone();
+        let mut labels = json!({"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": pod.vmi});
+        if let Some((job, job_uid)) = pod.migration {
+            annotations["kubevirt.io/migrationJobName"] = json!(job);
+            labels["kubevirt.io/migrationJobUID"] = json!(job_uid);
+        }
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
+                "labels": labels,
+                "ownerReferences": [{
+                    "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                    "name": pod.vmi, "uid": self.vmi_uid(pod.namespace, pod.vmi),
+                    "controller": true, "blockOwnerDeletion": true}],
+                "annotations": annotations
+            },
+            "spec": {"nodeName": pod.node,
+                     "containers": [{"name": "compute", "image": "registry.invalid/c"}]}
+        })
     }
 
     /// The UID of VMI `ns/name`: the stored one's, else the one it gets

@@ -351,10 +351,7 @@ impl OvnLab {
     /// The environment every OVS and OVN program of the lab gets: its
     /// directories are the lab's.
     fn env(&self, cmd: &mut Command) {
-        let dir = self.dir.path();
-        for var in ovn::DIR_VARS {
-            cmd.env(var, dir);
-        }
+        env(cmd, self.dir.path());
     }
 
     /// Starts `ovsdb-server` on `<db>.db`, serving `<db>.sock`
@@ -435,32 +432,23 @@ impl OvnLab {
     /// `ovs-vsctl --no-wait` on the node's database; returns stdout.
     #[track_caller]
     pub fn vsctl(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(program("ovs-vsctl"));
-        self.env(&mut cmd);
-        cmd.arg(format!("--db=unix:{}", self.db_socket().display()))
-            .arg("--no-wait")
-            .args(args);
-        run(&mut cmd)
+        vsctl(self.dir.path(), &self.db_socket(), args)
     }
 
     /// `ovn-nbctl` on the northbound database; returns stdout.
     #[track_caller]
     pub fn nbctl(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(program("ovn-nbctl"));
-        self.env(&mut cmd);
-        cmd.arg(format!("--db=unix:{}", self.path("ovnnb.sock").display()))
-            .args(args);
-        run(&mut cmd)
+        nbctl(self.dir.path(), args)
     }
 
     #[track_caller]
     fn vsctl_owned(&self, args: &[String]) -> String {
-        self.vsctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        self.vsctl(&strs(args))
     }
 
     #[track_caller]
     fn nbctl_owned(&self, args: &[String]) -> String {
-        self.nbctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        self.nbctl(&strs(args))
     }
 
     /// Adds a pod on the localnet as OVN-Kubernetes' CNI does for a
@@ -494,17 +482,7 @@ impl OvnLab {
         };
         self.nbctl_owned(&port.lsp_add_args(Self::LOGICAL_SWITCH));
         self.vsctl_owned(&port.add_port_args());
-        let installed = wait_until(READY_TIMEOUT, || {
-            self.vsctl(&[
-                "--if-exists",
-                "get",
-                "interface",
-                &host_ifname,
-                "external_ids:ovn-installed",
-            ])
-            .trim()
-                == "\"true\""
-        });
+        let installed = ovn_installed(|a| self.vsctl(a), &host_ifname);
         assert!(
             installed,
             "ovn-controller did not wire {host_ifname} in {READY_TIMEOUT:?}: {}",
@@ -564,17 +542,7 @@ impl OvnLab {
             &host_ifname,
             &format!("external_ids:iface-id={lsp}"),
         ]);
-        let installed = wait_until(READY_TIMEOUT, || {
-            self.vsctl(&[
-                "--if-exists",
-                "get",
-                "interface",
-                &host_ifname,
-                "external_ids:ovn-installed",
-            ])
-            .trim()
-                == "\"true\""
-        });
+        let installed = ovn_installed(|a| self.vsctl(a), &host_ifname);
         assert!(
             installed,
             "ovn-controller did not wire {host_ifname} in {READY_TIMEOUT:?}: {}",
@@ -769,4 +737,57 @@ impl Drop for OvnLab {
         }
         // Then the pods, the links and the namespaces (fields, in order).
     }
+}
+
+/// `ovn::DIR_VARS` (every directory an OVS or OVN program uses) set to the
+/// lab directory `dir`.
+fn env(cmd: &mut Command, dir: &Path) {
+    for var in ovn::DIR_VARS {
+        cmd.env(var, dir);
+    }
+}
+
+/// `ovs-vsctl --no-wait` on database `db` of the lab directory `dir`;
+/// returns stdout.
+#[track_caller]
+fn vsctl(dir: &Path, db: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(program("ovs-vsctl"));
+    env(&mut cmd, dir);
+    cmd.arg(format!("--db=unix:{}", db.display()))
+        .arg("--no-wait")
+        .args(args);
+    run(&mut cmd)
+}
+
+/// `ovn-nbctl` on the northbound database in the lab directory `dir`;
+/// returns stdout.
+#[track_caller]
+fn nbctl(dir: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(program("ovn-nbctl"));
+    env(&mut cmd, dir);
+    cmd.arg(format!("--db=unix:{}", dir.join("ovnnb.sock").display()))
+        .args(args);
+    run(&mut cmd)
+}
+
+/// `args` as the `&str`s the `*ctl` helpers take.
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// Whether ovn-controller wired `host_ifname` (`ovs-vsctl`, through
+/// `vsctl`, finds its `external_ids:ovn-installed`) within
+/// [`READY_TIMEOUT`].
+fn ovn_installed(vsctl: impl Fn(&[&str]) -> String, host_ifname: &str) -> bool {
+    wait_until(READY_TIMEOUT, || {
+        vsctl(&[
+            "--if-exists",
+            "get",
+            "interface",
+            host_ifname,
+            "external_ids:ovn-installed",
+        ])
+        .trim()
+            == "\"true\""
+    })
 }

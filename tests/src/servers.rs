@@ -220,6 +220,18 @@ impl Default for DnsmasqConfig {
     }
 }
 
+impl DnsmasqConfig {
+    /// The default configuration with T1 `t1_secs` and T2 100 s: the lease
+    /// renews every `t1_secs` and never rebinds in a test's time.
+    pub fn renewing_every(t1_secs: u32) -> Self {
+        Self {
+            t1_secs: Some(t1_secs),
+            t2_secs: Some(100),
+            ..Self::default()
+        }
+    }
+}
+
 /// A dnsmasq DHCP server (DNS disabled) running in a namespace.
 #[derive(Debug)]
 pub struct Dnsmasq {
@@ -229,7 +241,31 @@ pub struct Dnsmasq {
     config: DnsmasqConfig,
 }
 
+/// The address of the tests' rogue DHCP server ([`Dnsmasq::rogue`]).
+pub const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+
 impl Dnsmasq {
+    /// A rogue DHCP server: a real dnsmasq in `ns` on `ifname`, which gets
+    /// [`ROGUE_IP`]/24, serving 198.51.100.10–50 of its own with no DNS
+    /// server and `router` as the router.
+    #[track_caller]
+    pub fn rogue(ns: &NetNs, ifname: &str, router: Option<Ipv4Addr>) -> Self {
+        ns.add_addr(ifname, ROGUE_IP, 24);
+        Self::start(
+            ns,
+            DnsmasqConfig {
+                interface: ifname.to_owned(),
+                range: (
+                    Ipv4Addr::new(198, 51, 100, 10),
+                    Ipv4Addr::new(198, 51, 100, 50),
+                ),
+                router,
+                dns: Vec::new(),
+                ..DnsmasqConfig::default()
+            },
+        )
+    }
+
     /// Starts dnsmasq in `ns` and waits until its DHCP service is up.
     #[track_caller]
     pub fn start(ns: &NetNs, config: DnsmasqConfig) -> Self {

@@ -1099,45 +1099,20 @@ pub fn forged_reply(
     xid: u32,
     kind: u8,
 ) -> Vec<u8> {
-    let mut b = vec![0u8; 236];
-    b[0] = 2;
-    b[1] = 1;
-    b[2] = 6;
-    b[4..8].copy_from_slice(&xid.to_be_bytes());
-    b[16..20].copy_from_slice(&yiaddr.octets());
-    b[28..34].copy_from_slice(&mac);
-    b.extend_from_slice(&[99, 130, 83, 99, 53, 1, kind, 54, 4]);
-    b.extend_from_slice(&server.octets());
-    b.extend_from_slice(&[51, 4, 0, 0, 0x0e, 0x10, 1, 4, 255, 255, 252, 0, 255]);
-    b.resize(300, 0);
-    let udp_len = u16::try_from(8 + b.len()).unwrap_or(u16::MAX);
-    let total = udp_len + 20;
-    let mut f = Vec::with_capacity(14 + 20 + 8 + b.len());
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[0x0a, 0xba, 0xd0, 0, 0, 1]);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&server.octets());
-    ip[16..20].copy_from_slice(&[255, 255, 255, 255]);
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&67u16.to_be_bytes());
-    f.extend_from_slice(&68u16.to_be_bytes());
-    f.extend_from_slice(&udp_len.to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(&b);
-    f
+    let reply = crate::frames::Reply {
+        kind: dhcproto::v4::MessageType::from(kind),
+        xid,
+        chaddr: mac,
+        yiaddr,
+        server,
+        mask: Ipv4Addr::new(255, 255, 252, 0),
+    };
+    crate::frames::server_reply(
+        [0x0a, 0xba, 0xd0, 0, 0, 1],
+        mac,
+        Ipv4Addr::BROADCAST,
+        &reply,
+    )
 }
 
 /// The IPv4 addresses of a `pod-networks` annotation's entries.
@@ -1697,7 +1672,11 @@ mod tests {
         let bootp = &f[42..];
         assert_eq!(bootp[0], 2);
         assert_eq!(&bootp[4..8], &0xdead_beef_u32.to_be_bytes());
-        assert_eq!(&bootp[236..243], &[99, 130, 83, 99, 53, 1, 6]);
+        let m = <dhcproto::v4::Message as dhcproto::Decodable>::decode(
+            &mut dhcproto::Decoder::new(bootp),
+        )
+        .expect("a DHCP message");
+        assert_eq!(m.opts().msg_type(), Some(dhcproto::v4::MessageType::Nak));
     }
 
     #[test]

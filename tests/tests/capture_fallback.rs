@@ -61,22 +61,13 @@ impl Setup {
     /// One pod lease, held and moved to the ring buffer (TC on the veth).
     fn new() -> Self {
         let lab = Lab::with_clients(1);
-        let dnsmasq = Dnsmasq::start(
-            &lab.server,
-            DnsmasqConfig {
-                t1_secs: Some(3),
-                t2_secs: Some(100),
-                ..DnsmasqConfig::default()
-            },
-        );
+        let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(3));
         let metrics = metrics_addr();
         let agent = InProcessAgent::start_with(|a| {
             a.datapath = DatapathChoice::Ebpf;
             a.metrics_addr = Some(metrics);
         });
-        let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"xdhcp","timeout":"15s","apply":true}}"#;
-        let req = xdhcp_tests::cni_request(&lab.clients[0], "pod-fb", "default", conf);
-        agent.add(&req).expect("ADD succeeds");
+        let req = agent.add_applied(&lab.clients[0], "pod-fb");
         let me = Self {
             lab,
             dnsmasq,

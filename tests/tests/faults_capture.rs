@@ -70,14 +70,7 @@ fn all_renew(agent: &InProcessAgent, since: &BTreeMap<String, (u64, String)>, wh
 #[test]
 fn a_failed_ring_reader_under_fifty_renewing_leases_misses_no_renewal() {
     let lab = Lab::with_clients(PODS);
-    let _dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(T1 as u32),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(T1 as u32));
     let agent = InProcessAgent::start(DatapathChoice::Ebpf);
     let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"xdhcp","timeout":"20s","apply":true}}"#;
     let reqs: Vec<CniRequest> = lab
@@ -150,14 +143,7 @@ fn ring_full(agent: &InProcessAgent) -> u64 {
 fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows() {
     const JUNK_XID: u32 = 0x5eed_f111;
     let lab = Lab::with_clients(1);
-    let _dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(T1 as u32),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(T1 as u32));
     let metrics = free_local_addr();
     let agent = InProcessAgent::start_with(|a| {
         a.datapath = DatapathChoice::Ebpf;

@@ -139,14 +139,7 @@ fn full_or_read_only(api: Option<&StandInApi>) {
     let fs = Tmpfs::mount("64k");
     let state = fs.path().join("state");
     let lab = Lab::with_clients(3);
-    let dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(T1 as u32),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(T1 as u32));
     let agent = agent_on(&state, api);
     let (a, b, c) = (&lab.clients[0], &lab.clients[1], &lab.clients[2]);
     let req_a = request(a, "pod-a", api);

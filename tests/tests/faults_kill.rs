@@ -48,14 +48,7 @@ fn leases(socket: &std::path::Path) -> Vec<LeaseView> {
 )]
 fn sigkill_mid_burst_loses_no_answered_add_and_leaves_no_orphan() {
     let lab = Lab::with_clients(PODS);
-    let dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(T1),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(T1));
     let mut agent = AgentProcess::start(&["--datapath", "afpacket"]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

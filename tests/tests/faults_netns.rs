@@ -85,14 +85,7 @@ fn interface_deleted_during_the_add_fails_it_at_once() {
 fn interface_deleted_while_renewing_ends_the_lease_and_its_record() {
     let dir = tempfile::tempdir().unwrap();
     let lab = Lab::with_clients(2);
-    let mut dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(3),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let mut dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(3));
     let agent = agent(dir.path());
     let (c, other) = (&lab.clients[0], &lab.clients[1]);
     let req = request(c, "pod-gone-renew");

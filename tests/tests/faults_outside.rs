@@ -43,18 +43,9 @@ struct Setup {
 impl Setup {
     fn new() -> Self {
         let lab = Lab::with_clients(1);
-        let dnsmasq = Dnsmasq::start(
-            &lab.server,
-            DnsmasqConfig {
-                t1_secs: Some(T1),
-                t2_secs: Some(100),
-                ..DnsmasqConfig::default()
-            },
-        );
+        let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(T1));
         let agent = InProcessAgent::start(DatapathChoice::Ebpf);
-        let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"xdhcp","timeout":"15s","apply":true}}"#;
-        let req = xdhcp_tests::cni_request(&lab.clients[0], "pod-out", "default", conf);
-        agent.add(&req).expect("ADD succeeds");
+        let req = agent.add_applied(&lab.clients[0], "pod-out");
         let me = Self {
             lab,
             dnsmasq,

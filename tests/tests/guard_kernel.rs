@@ -126,6 +126,20 @@ fn unlimited() -> PortPolicy {
     }
 }
 
+/// The loopback guarded as a VM's port: its one client `VM_MAC`, no rate
+/// limit, learning when `learn`.
+fn set_vm_port(g: &mut Guard, learn: bool) {
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            single_client: Some(VM_MAC),
+            learn,
+            ..unlimited()
+        },
+    )
+    .unwrap();
+}
+
 const VLANS: [Option<u16>; 2] = [None, Some(100)];
 
 #[tokio::test]
@@ -260,14 +274,7 @@ async fn client_messages_are_limited_to_the_ports_bucket() {
 async fn single_client_ports_drop_other_sources_and_chaddrs() {
     for vlan in VLANS {
         let (mut g, _r) = load();
-        g.set_policy(
-            LO,
-            &PortPolicy {
-                single_client: Some(VM_MAC),
-                ..unlimited()
-            },
-        )
-        .unwrap();
+        set_vm_port(&mut g, false);
         for mt in [
             MessageType::Discover,
             MessageType::Request,
@@ -317,15 +324,7 @@ async fn client_messages_truncated_at_every_offset() {
         let tag = if vlan.is_some() { 4 } else { 0 };
         let (ports_end, chaddr_end) = offsets(tag);
         let (mut g, mut r) = load();
-        g.set_policy(
-            LO,
-            &PortPolicy {
-                single_client: Some(VM_MAC),
-                learn: true,
-                ..unlimited()
-            },
-        )
-        .unwrap();
+        set_vm_port(&mut g, true);
         let f = Dhcp::client(MessageType::Discover).vlan(vlan).frame();
         let mut want = GuardCounters::default();
         // The kernel refuses shorter test inputs for an IPv4 skb.
@@ -474,15 +473,7 @@ async fn non_dhcp_traffic_passes_uncounted() {
 async fn learning_ports_record_the_guests_exchange_both_ways() {
     for vlan in VLANS {
         let (mut g, mut r) = load();
-        g.set_policy(
-            LO,
-            &PortPolicy {
-                single_client: Some(VM_MAC),
-                learn: true,
-                ..unlimited()
-            },
-        )
-        .unwrap();
+        set_vm_port(&mut g, true);
         let req = Dhcp::client(MessageType::Request).vlan(vlan).frame();
         assert_eq!(ingress(&mut g, &req), TC_ACT_UNSPEC);
         let ev = r.try_recv().expect("the client message");
@@ -514,15 +505,7 @@ async fn learning_ports_record_the_guests_exchange_both_ways() {
         assert!(r.try_recv().is_none(), "{vlan:?}");
         assert_eq!(counters(&g).learned, 2);
 
-        g.set_policy(
-            LO,
-            &PortPolicy {
-                single_client: Some(VM_MAC),
-                learn: false,
-                ..unlimited()
-            },
-        )
-        .unwrap();
+        set_vm_port(&mut g, false);
         assert_eq!(ingress(&mut g, &req), TC_ACT_UNSPEC);
         assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
         assert!(r.try_recv().is_none(), "{vlan:?}: learning off");
@@ -537,15 +520,7 @@ async fn learning_ports_record_the_guests_exchange_both_ways() {
 async fn learning_ports_hand_only_acks_to_learning_within_their_bucket() {
     let (mut g, mut r) = load();
     g.set_learn_limit(10, 3).unwrap();
-    g.set_policy(
-        LO,
-        &PortPolicy {
-            single_client: Some(VM_MAC),
-            learn: true,
-            ..unlimited()
-        },
-    )
-    .unwrap();
+    set_vm_port(&mut g, true);
     let drain = |r: &mut GuardReader| std::iter::from_fn(|| r.try_recv()).count();
 
     // OFFERs and NAKs teach learning nothing.
@@ -577,15 +552,7 @@ async fn learning_ports_hand_only_acks_to_learning_within_their_bucket() {
     assert_eq!(g.learn_counters().unwrap().shed, 5 + 5 - again as u64);
 
     // A new policy starts the port with a full bucket.
-    g.set_policy(
-        LO,
-        &PortPolicy {
-            single_client: Some(VM_MAC),
-            learn: true,
-            ..unlimited()
-        },
-    )
-    .unwrap();
+    set_vm_port(&mut g, true);
     for _ in 0..3 {
         assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
     }
@@ -595,15 +562,7 @@ async fn learning_ports_hand_only_acks_to_learning_within_their_bucket() {
 #[tokio::test]
 async fn large_frames_are_recorded_whole() {
     let (mut g, mut r) = load();
-    g.set_policy(
-        LO,
-        &PortPolicy {
-            single_client: Some(VM_MAC),
-            learn: true,
-            ..unlimited()
-        },
-    )
-    .unwrap();
+    set_vm_port(&mut g, true);
     // Around the record-size boundary, and a full 1500-byte MTU frame.
     let base = Dhcp::server(MessageType::Ack).frame();
     for len in [1023usize, 1024, 1025, 1514] {
@@ -668,14 +627,7 @@ fn mac_id(mac: [u8; 6]) -> Vec<u8> {
 async fn single_client_ports_drop_a_neighbours_client_identifier() {
     for vlan in VLANS {
         let (mut g, _r) = load();
-        g.set_policy(
-            LO,
-            &PortPolicy {
-                single_client: Some(VM_MAC),
-                ..unlimited()
-            },
-        )
-        .unwrap();
+        set_vm_port(&mut g, false);
         let text_id = [61, 5, 0, b'p', b'o', b'd', b'1'];
         let mut want = GuardCounters::default();
         for mt in [

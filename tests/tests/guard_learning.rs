@@ -57,10 +57,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
-use xdhcp::cli::{AgentArgs, KubeMode};
+use xdhcp::cli::KubeMode;
 use xdhcp::cni::config;
-use xdhcp::rpc::{self, Client, CniRequest};
+use xdhcp::rpc::{self, CniRequest};
+use xdhcp_tests::agent::ThreadAgent;
 use xdhcp_tests::fake_apiserver::{Fault, Op};
+use xdhcp_tests::guest::GuestFs;
 use xdhcp_tests::{
     Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Lab, NetNs, StandInApi, Veth, parse_mac, wait_until,
 };
@@ -118,89 +120,30 @@ impl Api {
 }
 
 /// An in-process agent on its own thread inside `node`, stopped on drop.
-struct NodeAgent {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-    socket: PathBuf,
-    dir: tempfile::TempDir,
-}
+struct NodeAgent(ThreadAgent);
 
 impl NodeAgent {
     /// With `uplinks` (`--uplink` values) attached at start; the agent is
     /// ready only once each is live, so the VM's ADD finds them.
     fn start(node: &Path, kubeconfig: &Path, uplinks: &[&str]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-learn-agent-")
-            .tempdir()
-            .unwrap();
-        let socket = dir.path().join("run/xdhcp.sock");
-        let state_dir = dir.path().join("state");
-        std::fs::create_dir_all(&state_dir).unwrap();
-        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir);
-        // On the node namespace's own loopback: no other test's.
-        args.metrics_addr = Some(METRICS);
-        args.kube = KubeMode::On;
-        args.kubeconfig = Some(kubeconfig.to_path_buf());
-        args.bpffs_dir = dir.path().join("bpffs");
-        args.uplinks = uplinks
-            .iter()
-            .map(|u| u.parse().expect("an --uplink value"))
-            .collect();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let sock = socket.clone();
-        let agent = move || async move {
-            let listener = xdhcp::daemon::bind_socket(&sock)
-                .await
-                .map_err(|e| e.to_string())?;
-            xdhcp::daemon::run(args, listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .map_err(|e| e.to_string())
-        };
-        let node = node.to_path_buf();
-        let thread = std::thread::spawn(move || {
-            xdhcp::sys::netns::block_on_in_netns(&node, agent)
-                .map_err(|e| e.to_string())
-                .and_then(|r| r)
+        let agent = ThreadAgent::start(Some(node), "xdt-learn-agent-", |args| {
+            // On the node namespace's own loopback: no other test's.
+            args.metrics_addr = Some(METRICS);
+            args.kube = KubeMode::On;
+            args.kubeconfig = Some(kubeconfig.to_path_buf());
+            args.uplinks = uplinks
+                .iter()
+                .map(|u| u.parse().expect("an --uplink value"))
+                .collect();
         });
-        let me = Self {
-            stop: Some(stop),
-            thread: Some(thread),
-            socket,
-            dir,
-        };
-        let c = me.client();
-        let ready = wait_until(Duration::from_secs(20), || {
-            c.get::<rpc::Readiness>(rpc::PATH_READY)
-                .is_ok_and(|r| r.ready)
-        });
-        assert!(ready, "agent did not become ready");
-        let live = wait_until(Duration::from_secs(10), || {
-            me.status().uplinks.iter().all(|u| u.state == "live")
-        });
-        assert!(
-            live,
-            "an uplink was not attached: {:?}",
-            me.status().uplinks
-        );
-        me
-    }
-
-    fn status(&self) -> rpc::AgentStatus {
-        self.client().get(rpc::PATH_STATUS).expect("agent status")
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.socket, Duration::from_mins(1))
+        if !uplinks.is_empty() {
+            agent.wait_uplinks_live(Duration::from_secs(10), "the agent's");
+        }
+        Self(agent)
     }
 
     fn add(&self, req: &CniRequest) -> rpc::CniResult {
-        let v = self
-            .client()
-            .post(rpc::PATH_ADD, req)
-            .expect("VM ADD succeeds");
-        serde_json::from_value(v).expect("a CNI result")
+        self.0.add(req).expect("VM ADD succeeds")
     }
 
     fn bindings(&self) -> Vec<Binding> {
@@ -209,8 +152,15 @@ impl NodeAgent {
 
     /// The learned-binding file in the agent's state directory, as written.
     fn learned_file(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("state/learned-bindings.json"))
-            .unwrap_or_default()
+        std::fs::read_to_string(self.state_dir.join("learned-bindings.json")).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for NodeAgent {
+    type Target = ThreadAgent;
+
+    fn deref(&self) -> &ThreadAgent {
+        &self.0
     }
 }
 
@@ -220,27 +170,7 @@ const METRICS: std::net::SocketAddr =
 
 /// The exposition lines of the agent's `/metrics` starting with `prefix`.
 fn metric_lines(node: &Path, prefix: &str) -> Vec<String> {
-    let text =
-        xdhcp::sys::netns::run_in_netns(node, || xdhcp_tests::bench::http_get(METRICS, "/metrics"))
-            .expect("enter the node namespace")
-            .unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .map(str::to_owned)
-        .collect()
-}
-
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take()
-            && wait_until(Duration::from_secs(20), || t.is_finished())
-        {
-            let _ = t.join();
-        }
-    }
+    xdhcp_tests::agent::metric_lines(node, METRICS, prefix)
 }
 
 /// The DHCP server on the node's bridge.
@@ -272,7 +202,7 @@ struct Vm {
     one_shot: Ipv4Addr,
     req: CniRequest,
     /// The guest clients' own `/var/lib/dhcpcd` (`db/`) and `/run` (`run/`).
-    guest_fs: tempfile::TempDir,
+    guest_fs: GuestFs,
 }
 
 impl Vm {
@@ -283,21 +213,7 @@ impl Vm {
     /// `/run` is replaced only once inside the guest's network namespace,
     /// which `ip netns exec` has found under it already.
     fn client(&self, program: &str) -> std::process::Command {
-        let (db, run) = (
-            self.guest_fs.path().join("db"),
-            self.guest_fs.path().join("run"),
-        );
-        let mut cmd = self.guest.command("unshare");
-        cmd.args(["--mount", "--propagation", "private", "--"])
-            .arg(xdhcp_tests::program("sh"))
-            .arg("-c")
-            .arg(r#"set -e; "$1" --bind "$2" /var/lib/dhcpcd; "$1" --bind "$3" /run; shift 3; exec "$@""#)
-            .arg("guest-client")
-            .arg(xdhcp_tests::program("mount"))
-            .arg(db)
-            .arg(run)
-            .arg(xdhcp_tests::program(program));
-        cmd
+        self.guest_fs.client(&self.guest, program)
     }
 }
 
@@ -431,12 +347,7 @@ fn vm_on(lab: Lab, start: impl FnOnce(&Lab) -> Running) -> Vm {
         Some(launcher.port()),
         "{leased:?}"
     );
-    let guest_fs = tempfile::Builder::new()
-        .prefix("xdt-guest-fs-")
-        .tempdir()
-        .unwrap();
-    std::fs::create_dir(guest_fs.path().join("db")).unwrap();
-    std::fs::create_dir(guest_fs.path().join("run")).unwrap();
+    let guest_fs = GuestFs::new();
     Vm {
         agent,
         api,

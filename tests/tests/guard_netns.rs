@@ -29,13 +29,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_support::NodeAgent;
-use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
+use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::ebpf::{AttachTarget, Guard, PortPolicy};
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, parse_udp_frame};
+use xdhcp_tests::servers::ROGUE_IP;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient};
-
-const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 
 fn target(lab: &Lab, i: usize) -> AttachTarget {
     AttachTarget {
@@ -47,20 +46,7 @@ fn target(lab: &Lab, i: usize) -> AttachTarget {
 /// A real dnsmasq inside pod 0, serving its own range on the pod's interface.
 fn rogue(lab: &Lab) -> Dnsmasq {
     let pod = &lab.clients[0];
-    pod.ns.add_addr(&pod.ifname, ROGUE_IP, 24);
-    Dnsmasq::start(
-        &pod.ns,
-        DnsmasqConfig {
-            interface: pod.ifname.clone(),
-            range: (
-                Ipv4Addr::new(198, 51, 100, 10),
-                Ipv4Addr::new(198, 51, 100, 50),
-            ),
-            router: None,
-            dns: Vec::new(),
-            ..DnsmasqConfig::default()
-        },
-    )
+    Dnsmasq::rogue(&pod.ns, &pod.ifname, None)
 }
 
 /// What `udhcpc` bound to: (address, server identifier).
@@ -226,34 +212,9 @@ fn flood(pod: &LabClient, how_long: Duration) -> (u32, Duration) {
             (sent >> 8) as u8,
             sent as u8,
         ];
-        let mut m = Message::default();
-        m.set_opcode(Opcode::BootRequest)
-            .set_xid(0xf100_0000 | sent)
-            .set_flags(Flags::default().set_broadcast())
-            .set_chaddr(&mac);
-        m.opts_mut()
-            .insert(DhcpOption::MessageType(MessageType::Discover));
-        let mut payload = Vec::new();
-        m.encode(&mut Encoder::new(&mut payload)).expect("encode");
-        let frame = build_udp_frame(
-            &FrameHeaders {
-                src_mac: mac,
-                dst_mac: [0xff; 6],
-                vlan: None,
-                src_ip: Ipv4Addr::UNSPECIFIED,
-                dst_ip: Ipv4Addr::BROADCAST,
-                src_port: 68,
-                dst_port: 67,
-            },
-            &payload,
-        );
-        // SAFETY: sending a buffer on a bound packet socket.
-        let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        assert_eq!(
-            n,
-            frame.len() as isize,
-            "send: {}",
-            std::io::Error::last_os_error()
+        xdhcp_tests::frames::send(
+            &tx,
+            &xdhcp_tests::frames::discover(mac, mac, 0xf100_0000 | sent),
         );
         sent += 1;
         std::thread::sleep(Duration::from_micros(200));
@@ -329,35 +290,7 @@ fn a_discover_flood_from_one_pod_reaches_the_server_at_the_ports_rate() {
 /// One crafted DISCOVER from inside `pod`: Ethernet source `src`, `chaddr`
 /// `chaddr`, xid `xid`.
 fn send_discover(tx: &OwnedFd, src: [u8; 6], chaddr: [u8; 6], xid: u32) {
-    let mut m = Message::default();
-    m.set_opcode(Opcode::BootRequest)
-        .set_xid(xid)
-        .set_flags(Flags::default().set_broadcast())
-        .set_chaddr(&chaddr);
-    m.opts_mut()
-        .insert(DhcpOption::MessageType(MessageType::Discover));
-    let mut payload = Vec::new();
-    m.encode(&mut Encoder::new(&mut payload)).expect("encode");
-    let frame = build_udp_frame(
-        &FrameHeaders {
-            src_mac: src,
-            dst_mac: [0xff; 6],
-            vlan: None,
-            src_ip: Ipv4Addr::UNSPECIFIED,
-            dst_ip: Ipv4Addr::BROADCAST,
-            src_port: 68,
-            dst_port: 67,
-        },
-        &payload,
-    );
-    // SAFETY: sending a buffer on a bound packet socket.
-    let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-    assert_eq!(
-        n,
-        frame.len() as isize,
-        "send: {}",
-        std::io::Error::last_os_error()
-    );
+    xdhcp_tests::frames::send(tx, &xdhcp_tests::frames::discover(src, chaddr, xid));
 }
 
 /// xids of the DISCOVERs the server namespace sees on the bridge.

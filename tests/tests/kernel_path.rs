@@ -929,10 +929,10 @@ mod netns {
     use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
     use std::time::{Duration, Instant};
 
-    use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
-    use dhcproto::{Decodable as _, Decoder, Encodable as _, Encoder};
+    use dhcproto::v4::{Message, MessageType};
+    use dhcproto::{Decodable as _, Decoder};
     use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader};
-    use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, parse_udp_frame};
+    use xdhcp::datapath::frame::parse_udp_frame;
     use xdhcp::datapath::{AttachMode, RxPath, Verdict};
     use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient};
 
@@ -947,35 +947,8 @@ mod netns {
     }
 
     fn send_discover(tx: &OwnedFd, client: &LabClient, xid: u32) {
-        let mut m = Message::default();
-        m.set_opcode(Opcode::BootRequest)
-            .set_xid(xid)
-            .set_flags(Flags::default().set_broadcast())
-            .set_chaddr(&client.mac);
-        m.opts_mut()
-            .insert(DhcpOption::MessageType(MessageType::Discover));
-        let mut payload = Vec::new();
-        m.encode(&mut Encoder::new(&mut payload)).expect("encode");
-        let frame = build_udp_frame(
-            &FrameHeaders {
-                src_mac: client.mac,
-                dst_mac: [0xff; 6],
-                vlan: None,
-                src_ip: std::net::Ipv4Addr::UNSPECIFIED,
-                dst_ip: std::net::Ipv4Addr::BROADCAST,
-                src_port: 68,
-                dst_port: 67,
-            },
-            &payload,
-        );
-        // SAFETY: sending a buffer on a bound packet socket.
-        let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        assert_eq!(
-            n,
-            frame.len() as isize,
-            "send: {}",
-            std::io::Error::last_os_error()
-        );
+        let frame = xdhcp_tests::frames::discover(client.mac, client.mac, xid);
+        xdhcp_tests::frames::send(tx, &frame);
     }
 
     /// Waits for a DHCP reply with `xid` on a packet socket.

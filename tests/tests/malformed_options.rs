@@ -64,10 +64,8 @@ fn binds_and_renews_despite_a_broken_121(datapath: &str, option121: &str) {
     let dnsmasq = Dnsmasq::start(
         &lab.server,
         DnsmasqConfig {
-            t1_secs: Some(3),
-            t2_secs: Some(100),
             extra_args: vec![format!("--dhcp-option-force=121,{option121}")],
-            ..DnsmasqConfig::default()
+            ..DnsmasqConfig::renewing_every(3)
         },
     );
     let c = &lab.clients[0];

@@ -26,10 +26,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
-use xdhcp::cli::{AgentArgs, KubeMode};
-use xdhcp::rpc::{self, Client};
-use xdhcp_tests::fake_apiserver::{FakeApiServer, Op};
+use xdhcp::cli::KubeMode;
+use xdhcp_tests::agent::ThreadAgent;
+use xdhcp_tests::fake_apiserver::{FakeApiServer, LauncherPod, Op};
+use xdhcp_tests::guest::GuestFs;
 use xdhcp_tests::{
     Dnsmasq, DnsmasqConfig, NetNs, OvnLab, TwoNodes, Veth, format_mac, parse_mac, wait_until,
 };
@@ -227,118 +227,44 @@ impl Drop for StandIn {
 /// An in-process agent on its own thread inside node `node`'s namespace,
 /// reading that node's Open vSwitch database and watching that node's
 /// pods; stopped on drop.
-struct NodeAgent {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
+struct NodeAgent(ThreadAgent);
 
 impl NodeAgent {
     fn start(lab: &TwoNodes, node: usize, kubeconfig: &Path) -> Self {
         let at = &lab.nodes[node];
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-ovn2-agent-")
-            .tempdir()
-            .unwrap();
-        let socket = dir.path().join("run/xdhcp.sock");
-        let state_dir = dir.path().join("state");
-        std::fs::create_dir_all(&state_dir).unwrap();
-        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir);
-        args.metrics_addr = Some(METRICS);
-        args.kube = KubeMode::On;
-        args.kubeconfig = Some(kubeconfig.to_path_buf());
-        args.bpffs_dir = dir.path().join("bpffs");
-        args.ovsdb = at.db_socket();
-        args.node_name = Some(at.chassis.clone());
-        args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let sock = socket.clone();
-        let agent = move || async move {
-            let listener = xdhcp::daemon::bind_socket(&sock)
-                .await
-                .map_err(|e| e.to_string())?;
-            xdhcp::daemon::run(args, listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .map_err(|e| e.to_string())
-        };
-        let ns = at.ns.path().to_path_buf();
-        let thread = std::thread::spawn(move || {
-            xdhcp::sys::netns::block_on_in_netns(&ns, agent)
-                .map_err(|e| e.to_string())
-                .and_then(|r| r)
+        let agent = ThreadAgent::start(Some(at.ns.path()), "xdt-ovn2-agent-", |args| {
+            args.metrics_addr = Some(METRICS);
+            args.kube = KubeMode::On;
+            args.kubeconfig = Some(kubeconfig.to_path_buf());
+            args.ovsdb = at.db_socket();
+            args.node_name = Some(at.chassis.clone());
+            args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
         });
-        let me = Self {
-            stop: Some(stop),
-            thread: Some(thread),
-            socket,
-            _dir: dir,
-        };
-        let c = me.client();
-        assert!(
-            wait_until(Duration::from_secs(20), || c
-                .get::<rpc::Readiness>(rpc::PATH_READY)
-                .is_ok_and(|r| r.ready)),
-            "{}'s agent did not become ready",
-            at.chassis
-        );
-        assert!(
-            wait_until(Duration::from_secs(15), || {
-                let s: rpc::AgentStatus = c.get(rpc::PATH_STATUS).expect("status");
-                !s.uplinks.is_empty() && s.uplinks.iter().all(|u| u.state == "live")
-            }),
-            "{}'s uplink in OVS was not attached",
-            at.chassis
-        );
-        me
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.socket, Duration::from_mins(1))
-    }
-
-    fn learned(&self) -> Vec<Binding> {
-        let all: Vec<Binding> = self.client().get(PATH_BINDINGS).expect("binding table");
-        all.into_iter()
-            .filter(|b| b.source == BindingSource::Learned)
-            .collect()
+        agent.wait_uplinks_live(Duration::from_secs(15), &format!("{}'s", at.chassis));
+        Self(agent)
     }
 
     /// Whether the agent guards `port` as pod `uid`'s.
     fn guards(&self, port: &str, uid: &str) -> bool {
-        let s: rpc::AgentStatus = self.client().get(rpc::PATH_STATUS).expect("status");
-        s.guarded_ports
+        self.status()
+            .guarded_ports
             .iter()
             .any(|p| p.port == port && p.pod_uid.as_deref() == Some(uid))
     }
 }
 
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take()
-            && wait_until(Duration::from_secs(20), || t.is_finished())
-        {
-            let _ = t.join();
-        }
+impl std::ops::Deref for NodeAgent {
+    type Target = ThreadAgent;
+
+    fn deref(&self) -> &ThreadAgent {
+        &self.0
     }
 }
 
 /// The exposition lines of the agent's `/metrics` in namespace `node`
 /// starting with `prefix`.
 fn metric_lines(node: &Path, prefix: &str) -> Vec<String> {
-    let text =
-        xdhcp::sys::netns::run_in_netns(node, || xdhcp_tests::bench::http_get(METRICS, "/metrics"))
-            .expect("enter the node namespace")
-            .unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .map(str::to_owned)
-        .collect()
+    xdhcp_tests::agent::metric_lines(node, METRICS, prefix)
 }
 
 /// The launcher pod `name` on `node` (controlled by VMI `vm1`); with
@@ -352,26 +278,15 @@ fn launcher_pod(
     annotations: &Value,
     migration: bool,
 ) -> Value {
-    let mut annotations = annotations.clone();
-    let mut labels = json!({"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"});
-    if migration {
-        annotations["kubevirt.io/migrationJobName"] = json!(MIGRATION);
-        labels["kubevirt.io/migrationJobUID"] = json!(MIGRATION_UID);
-    }
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": name, "namespace": NS, "uid": uid,
-            "labels": labels,
-            "ownerReferences": [{
-                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                "name": "vm1", "uid": api.server.vmi_uid(NS, "vm1"),
-                "controller": true, "blockOwnerDeletion": true}],
-            "annotations": annotations
-        },
-        "spec": {"nodeName": node,
-                 "containers": [{"name": "compute", "image": "registry.invalid/c"}]}
-    })
+    let pod = LauncherPod {
+        namespace: NS,
+        name,
+        uid,
+        node,
+        vmi: "vm1",
+        migration: migration.then_some((MIGRATION, MIGRATION_UID)),
+    };
+    api.server.launcher_pod(&pod, annotations)
 }
 
 /// The entry ovnkube-node writes after its one-shot leased `ip`.
@@ -406,7 +321,7 @@ fn plug(launcher: &NetNs, tap: &str) {
 struct Guest {
     ns: NetNs,
     _link: Veth,
-    fs: tempfile::TempDir,
+    fs: GuestFs,
 }
 
 impl Guest {
@@ -416,12 +331,7 @@ impl Guest {
         plug(launcher, "tapg");
         ns.link_up("eth0");
         ns.exec(&["ethtool", "-K", "eth0", "tx", "off"]);
-        let fs = tempfile::Builder::new()
-            .prefix("xdt-guest-fs-")
-            .tempdir()
-            .unwrap();
-        std::fs::create_dir(fs.path().join("db")).unwrap();
-        std::fs::create_dir(fs.path().join("run")).unwrap();
+        let fs = GuestFs::new();
         Self {
             ns,
             _link: link,
@@ -433,53 +343,7 @@ impl Guest {
     /// runs, no hooks) in a private mount namespace whose `/var/lib/dhcpcd`
     /// and `/run` are the guest's; the address it bound, if any.
     fn dhcpcd(&self, secs: u32) -> Option<Ipv4Addr> {
-        let dir = self.fs.path();
-        let conf = dir.join("dhcpcd.conf");
-        std::fs::write(
-            &conf,
-            "duid\npersistent\nnoarp\nrequire dhcp_server_identifier\n",
-        )
-        .unwrap();
-        let out = dir.join("bound");
-        let script = dir.join("script");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\ncase \"$reason\" in BOUND|REBIND|REBOOT|RENEW) echo \"$new_ip_address\" > {} ;; esac\nexit 0\n",
-                out.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let _ = std::fs::remove_file(&out);
-        let mut child = self
-            .ns
-            .command("unshare")
-            .args(["--mount", "--propagation", "private", "--"])
-            .arg(xdhcp_tests::program("sh"))
-            .arg("-c")
-            .arg(r#"set -e; "$1" --bind "$2" /var/lib/dhcpcd; "$1" --bind "$3" /run; shift 3; exec "$@""#)
-            .arg("guest-client")
-            .arg(xdhcp_tests::program("mount"))
-            .arg(dir.join("db"))
-            .arg(dir.join("run"))
-            .arg(xdhcp_tests::program("dhcpcd"))
-            .args(["-1", "-4", "-B", "-t", &secs.to_string(), "-f"])
-            .arg(&conf)
-            .arg("-c")
-            .arg(&script)
-            .arg("eth0")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run dhcpcd");
-        let deadline = Duration::from_secs(u64::from(secs) + 2);
-        if !wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some())) {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+        self.fs.dhcpcd_once(&self.ns, secs)
     }
 
     fn pings_server(&self) -> bool {

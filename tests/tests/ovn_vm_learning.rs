@@ -55,11 +55,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use xdhcp::bindings::{Binding, BindingSource, PATH_BINDINGS};
 use xdhcp::cli::{AgentArgs, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest};
-use xdhcp_tests::fake_apiserver::Op;
+use xdhcp_tests::agent::ThreadAgent;
+use xdhcp_tests::fake_apiserver::{LauncherPod, Op};
+use xdhcp_tests::guest::GuestFs;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, StandInApi, Veth, parse_mac, wait_until};
 
 /// The launcher pod's namespace and name (the lab's NAD lives in `lab-ns`).
@@ -213,12 +214,7 @@ impl Drop for StandIn {
 
 /// An in-process agent on its own thread inside the lab's node namespace,
 /// reading the lab's Open vSwitch database; stopped on drop.
-struct NodeAgent {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
+struct NodeAgent(ThreadAgent);
 
 impl NodeAgent {
     fn start(lab: &OvnLab, kubeconfig: &Path) -> Self {
@@ -226,105 +222,34 @@ impl NodeAgent {
     }
 
     fn start_with(lab: &OvnLab, kubeconfig: &Path, more: impl FnOnce(&mut AgentArgs)) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-ovnvm-agent-")
-            .tempdir()
-            .unwrap();
-        let socket = dir.path().join("run/xdhcp.sock");
-        let state_dir = dir.path().join("state");
-        std::fs::create_dir_all(&state_dir).unwrap();
-        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir);
-        args.metrics_addr = Some(METRICS);
-        args.kube = KubeMode::On;
-        args.kubeconfig = Some(kubeconfig.to_path_buf());
-        args.bpffs_dir = dir.path().join("bpffs");
-        args.ovsdb = lab.db_socket();
-        more(&mut args);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let sock = socket.clone();
-        let agent = move || async move {
-            let listener = xdhcp::daemon::bind_socket(&sock)
-                .await
-                .map_err(|e| e.to_string())?;
-            xdhcp::daemon::run(args, listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .map_err(|e| e.to_string())
-        };
-        let node = lab.node.path().to_path_buf();
-        let thread = std::thread::spawn(move || {
-            xdhcp::sys::netns::block_on_in_netns(&node, agent)
-                .map_err(|e| e.to_string())
-                .and_then(|r| r)
+        let agent = ThreadAgent::start(Some(lab.node.path()), "xdt-ovnvm-agent-", |args| {
+            args.metrics_addr = Some(METRICS);
+            args.kube = KubeMode::On;
+            args.kubeconfig = Some(kubeconfig.to_path_buf());
+            args.ovsdb = lab.db_socket();
+            more(args);
         });
-        let me = Self {
-            stop: Some(stop),
-            thread: Some(thread),
-            socket,
-            _dir: dir,
-        };
-        let c = me.client();
-        assert!(
-            wait_until(Duration::from_secs(20), || c
-                .get::<rpc::Readiness>(rpc::PATH_READY)
-                .is_ok_and(|r| r.ready)),
-            "agent did not become ready"
-        );
         // The uplink comes from OVS: the one-shot's replies are taken there.
-        assert!(
-            wait_until(Duration::from_secs(15), || {
-                let s: rpc::AgentStatus = c.get(rpc::PATH_STATUS).expect("status");
-                !s.uplinks.is_empty() && s.uplinks.iter().all(|u| u.state == "live")
-            }),
-            "the uplink in OVS was not attached"
-        );
-        me
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.socket, Duration::from_mins(1))
+        agent.wait_uplinks_live(Duration::from_secs(15), "the OVS");
+        Self(agent)
     }
 
     fn add(&self, req: &CniRequest) -> rpc::CniResult {
-        let v = self
-            .client()
-            .post(rpc::PATH_ADD, req)
-            .expect("VM ADD succeeds");
-        serde_json::from_value(v).expect("a CNI result")
-    }
-
-    fn learned(&self) -> Vec<Binding> {
-        let all: Vec<Binding> = self.client().get(PATH_BINDINGS).expect("binding table");
-        all.into_iter()
-            .filter(|b| b.source == BindingSource::Learned)
-            .collect()
+        self.0.add(req).expect("VM ADD succeeds")
     }
 }
 
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take()
-            && wait_until(Duration::from_secs(20), || t.is_finished())
-        {
-            let _ = t.join();
-        }
+impl std::ops::Deref for NodeAgent {
+    type Target = ThreadAgent;
+
+    fn deref(&self) -> &ThreadAgent {
+        &self.0
     }
 }
 
 /// The exposition lines of the agent's `/metrics` starting with `prefix`.
 fn metric_lines(node: &Path, prefix: &str) -> Vec<String> {
-    let text =
-        xdhcp::sys::netns::run_in_netns(node, || xdhcp_tests::bench::http_get(METRICS, "/metrics"))
-            .expect("enter the node namespace")
-            .unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .map(str::to_owned)
-        .collect()
+    xdhcp_tests::agent::metric_lines(node, METRICS, prefix)
 }
 
 /// The value of the first metric line starting with `prefix` and holding
@@ -346,7 +271,7 @@ struct Vm {
     lsp: String,
     launcher_ns: PathBuf,
     /// The guest clients' own `/var/lib/dhcpcd` (`db/`) and `/run` (`run/`).
-    guest_fs: tempfile::TempDir,
+    guest_fs: GuestFs,
     lab: OvnLab,
 }
 
@@ -385,12 +310,7 @@ impl Vm {
         for (ns, i) in [(lns, "tapg"), (&guest, "eth0")] {
             ns.exec(&["ethtool", "-K", i, "tx", "off"]);
         }
-        let guest_fs = tempfile::Builder::new()
-            .prefix("xdt-guest-fs-")
-            .tempdir()
-            .unwrap();
-        std::fs::create_dir(guest_fs.path().join("db")).unwrap();
-        std::fs::create_dir(guest_fs.path().join("run")).unwrap();
+        let guest_fs = GuestFs::new();
         let launcher_ns = lns.path().to_path_buf();
         Self {
             guest,
@@ -403,70 +323,10 @@ impl Vm {
         }
     }
 
-    /// A guest client: `program` inside the guest namespace and a private
-    /// mount namespace whose `/var/lib/dhcpcd` and `/run` are the test's.
-    fn client(&self, program: &str) -> Command {
-        let (db, run) = (
-            self.guest_fs.path().join("db"),
-            self.guest_fs.path().join("run"),
-        );
-        let mut cmd = self.guest.command("unshare");
-        cmd.args(["--mount", "--propagation", "private", "--"])
-            .arg(xdhcp_tests::program("sh"))
-            .arg("-c")
-            .arg(r#"set -e; "$1" --bind "$2" /var/lib/dhcpcd; "$1" --bind "$3" /run; shift 3; exec "$@""#)
-            .arg("guest-client")
-            .arg(xdhcp_tests::program("mount"))
-            .arg(db)
-            .arg(run)
-            .arg(xdhcp_tests::program(program));
-        cmd
-    }
-
-    /// Runs `dhcpcd` once in the guest with its distribution's defaults
-    /// that matter (a DUID client id; no hooks: a script records the
-    /// address); the address it bound, if any within `secs`.
+    /// Runs `dhcpcd` once in the guest; the address it bound, if any
+    /// within `secs`.
     fn dhcpcd(&self, secs: u32) -> Option<Ipv4Addr> {
-        let dir = self.guest_fs.path();
-        let conf = dir.join("dhcpcd.conf");
-        std::fs::write(
-            &conf,
-            "duid\npersistent\nnoarp\nrequire dhcp_server_identifier\n",
-        )
-        .unwrap();
-        let out = dir.join("bound");
-        let script = dir.join("script");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\ncase \"$reason\" in BOUND|REBIND|REBOOT|RENEW) echo \"$new_ip_address\" > {} ;; esac\nexit 0\n",
-                out.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let _ = std::fs::remove_file(&out);
-        let mut child = self
-            .client("dhcpcd")
-            .args(["-1", "-4", "-B", "-t", &secs.to_string(), "-f"])
-            .arg(&conf)
-            .arg("-c")
-            .arg(&script)
-            .arg("eth0")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run dhcpcd");
-        // dhcpcd's own timeout does not cover a server that keeps offering
-        // what never arrives: the test's bounds it.
-        let deadline = Duration::from_secs(u64::from(secs) + 2);
-        let exited = wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some()));
-        if !exited {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+        self.guest_fs.dhcpcd_once(&self.guest, secs)
     }
 
     /// The IPv4 addresses on the guest's `eth0`.
@@ -891,26 +751,15 @@ const SOURCE_POD: &str = "virt-launcher-vm1-source";
 /// with `uid` and `annotations`; with `migration`, the target of
 /// [`MIGRATION`] (its label and annotation, as virt-controller sets them).
 fn launcher_pod(api: &Api, uid: &str, annotations: &Value, migration: bool) -> Value {
-    let mut annotations = annotations.clone();
-    let mut labels = json!({"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm1"});
-    if migration {
-        annotations["kubevirt.io/migrationJobName"] = json!(MIGRATION);
-        labels["kubevirt.io/migrationJobUID"] = json!(MIGRATION_UID);
-    }
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": POD, "namespace": NS, "uid": uid,
-            "labels": labels,
-            "ownerReferences": [{
-                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                "name": "vm1", "uid": api.server.vmi_uid(NS, "vm1"),
-                "controller": true, "blockOwnerDeletion": true}],
-            "annotations": annotations
-        },
-        "spec": {"nodeName": xdhcp_tests::fake_apiserver::NODE,
-                 "containers": [{"name": "compute", "image": "registry.invalid/c"}]}
-    })
+    let pod = LauncherPod {
+        namespace: NS,
+        name: POD,
+        uid,
+        node: xdhcp_tests::fake_apiserver::NODE,
+        vmi: "vm1",
+        migration: migration.then_some((MIGRATION, MIGRATION_UID)),
+    };
+    api.server.launcher_pod(&pod, annotations)
 }
 
 /// The default network's entry ovnkube-node writes beside ours.

@@ -24,18 +24,15 @@
 
 mod agent_support;
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use agent_support::{CniPath, NodeAgent, ovnk_call};
 use xdhcp_tests::ovs_lab::flood;
+use xdhcp_tests::servers::ROGUE_IP;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, PluginOutput, wait_until};
 
 /// Where the agent serves its metrics, inside the lab's node namespace.
 const METRICS: &str = "127.0.0.1:9464";
-
-/// The rogue server's address, in a range of its own.
-const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 
 /// The lab, dnsmasq behind the provider bridge, `pods` pods (MACs
 /// `0a:58:c0:00:02:1x`), and the agent reading the lab's database.
@@ -109,55 +106,6 @@ fn assert_guarded_at_xdp(lab: &OvnLab, port: &str) {
     );
 }
 
-/// Counts, in `ns`, DHCP server messages from `from` that its IP stack
-/// receives (an nftables counter at prerouting).
-fn count_server_messages(ns: &NetNs, from: Ipv4Addr) {
-    let from = from.to_string();
-    for args in [
-        &["nft", "add", "table", "inet", "xdt_rogue"][..],
-        &[
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            "xdt_rogue",
-            "c",
-            "{ type filter hook prerouting priority -400; }",
-        ],
-        &[
-            "nft",
-            "add",
-            "rule",
-            "inet",
-            "xdt_rogue",
-            "c",
-            "ip",
-            "saddr",
-            &from,
-            "udp",
-            "sport",
-            "67",
-            "counter",
-        ],
-    ] {
-        let out = ns.exec_output(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-fn server_messages_seen(ns: &NetNs) -> u64 {
-    ns.exec(&["nft", "list", "table", "inet", "xdt_rogue"])
-        .split_whitespace()
-        .skip_while(|w| *w != "packets")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("the counter's packets")
-}
-
 /// `(passed client messages, dropped for reason)` of guarded port `port`.
 fn guard_figures(node: &NetNs, port: &str, reason: &str) -> (u64, u64) {
     flood::guard_figures(node, METRICS.parse().expect("an address"), port, reason)
@@ -172,31 +120,18 @@ fn a_rogue_server_in_a_served_pod_gets_none_of_five_new_pods() {
     serve(&cni, &agent, &lab, served, &dnsmasq);
 
     // A real dnsmasq inside the served pod, on its own range.
-    served.ns.add_addr(&served.ifname, ROGUE_IP, 24);
-    let rogue = Dnsmasq::start(
-        &served.ns,
-        DnsmasqConfig {
-            interface: served.ifname.clone(),
-            range: (
-                Ipv4Addr::new(198, 51, 100, 10),
-                Ipv4Addr::new(198, 51, 100, 50),
-            ),
-            router: Some(ROGUE_IP),
-            dns: Vec::new(),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let rogue = Dnsmasq::rogue(&served.ns, &served.ifname, Some(ROGUE_IP));
 
     // Five new pods, each with its own DHCP client on the segment (as a
     // VM's guest has): every DISCOVER reaches the rogue too.
     let mut bound = Vec::new();
     for pod in &pods[1..] {
-        count_server_messages(&pod.ns, ROGUE_IP);
+        flood::count_server_messages(&pod.ns, ROGUE_IP);
         bound.push(xdhcp_tests::udhcpc_once(&pod.ns, &pod.ifname));
     }
     let heard: Vec<u64> = pods[1..]
         .iter()
-        .map(|p| server_messages_seen(&p.ns))
+        .map(|p| flood::server_messages_seen(&p.ns))
         .collect();
     assert_eq!(
         heard,

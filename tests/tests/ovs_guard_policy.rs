@@ -25,7 +25,6 @@
 
 mod agent_support;
 
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -33,13 +32,11 @@ use agent_support::NodeAgent;
 use serde_json::json;
 use xdhcp_tests::fake_apiserver::{FakeApiServer, NODE, Op};
 use xdhcp_tests::ovs_lab::flood;
+use xdhcp_tests::servers::ROGUE_IP;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, NetNs, OvnLab, OvnPod, wait_until};
 
 /// Where the agent serves its metrics, inside the lab's node namespace.
 const METRICS: &str = "127.0.0.1:9466";
-
-/// The rogue server's address, in a range of its own.
-const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 
 /// How long a change of the object may take to reach the ports.
 const BOUND: Duration = Duration::from_secs(5);
@@ -100,91 +97,15 @@ fn guarded(node: &NetNs, port: &str) -> bool {
     link.contains("xdhcp_guard") || tc.contains("xdhcp_guard")
 }
 
-/// DISCOVERs from `pod`'s MAC the real server has logged.
-fn discovers_seen(dnsmasq: &Dnsmasq, pod: &OvnPod) -> u64 {
-    let own = xdhcp_tests::format_mac(pod.mac);
-    dnsmasq
-        .log()
-        .lines()
-        .filter(|l| l.contains("DHCPDISCOVER(") && l.contains(&own))
-        .count() as u64
-}
-
-/// Floods DISCOVERs from `pod` for `how_long`; how many the real server
-/// saw, how many were sent, and for how long.
-fn flood_seen(dnsmasq: &Dnsmasq, pod: &OvnPod, how_long: Duration) -> (u64, u64, Duration) {
-    let before = discovers_seen(dnsmasq, pod);
-    let (sent, took) = flood::flood(pod, how_long);
-    // dnsmasq logs each DISCOVER it reads; give it a moment for the last.
-    std::thread::sleep(Duration::from_millis(500));
-    (discovers_seen(dnsmasq, pod) - before, sent, took)
-}
-
-/// At most this many DISCOVERs pass a port of `burst` and `rate` in `took`
-/// (and one for the clock's tick).
-fn allowance(burst: u64, rate: u64, took: Duration) -> u64 {
-    let ms = u64::try_from(took.as_millis()).expect("milliseconds");
-    burst + (rate * ms).div_ceil(1000) + 1
-}
-
-/// Counts, in `ns`, DHCP server messages from `from` that its IP stack
-/// receives (an nftables counter at prerouting).
-fn count_server_messages(ns: &NetNs, from: Ipv4Addr) {
-    let from = from.to_string();
-    for args in [
-        &["nft", "add", "table", "inet", "xdt_rogue"][..],
-        &[
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            "xdt_rogue",
-            "c",
-            "{ type filter hook prerouting priority -400; }",
-        ],
-        &[
-            "nft",
-            "add",
-            "rule",
-            "inet",
-            "xdt_rogue",
-            "c",
-            "ip",
-            "saddr",
-            &from,
-            "udp",
-            "sport",
-            "67",
-            "counter",
-        ],
-    ] {
-        let out = ns.exec_output(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-fn server_messages_seen(ns: &NetNs) -> u64 {
-    ns.exec(&["nft", "list", "table", "inet", "xdt_rogue"])
-        .split_whitespace()
-        .skip_while(|w| *w != "packets")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("the counter's packets")
-}
-
 /// Runs one DHCP client exchange in `pod` (it asks the whole segment, the
 /// rogue too) until the rogue's messages reach it, for at most `within`;
 /// whether they did.
 fn rogue_reaches(pod: &OvnPod, within: Duration) -> bool {
     let start = Instant::now();
-    let before = server_messages_seen(&pod.ns);
+    let before = flood::server_messages_seen(&pod.ns);
     while start.elapsed() < within {
         let _ = xdhcp_tests::udhcpc_once(&pod.ns, &pod.ifname);
-        if server_messages_seen(&pod.ns) > before {
+        if flood::server_messages_seen(&pod.ns) > before {
             return true;
         }
     }
@@ -242,8 +163,8 @@ fn assert_flood_held_within_bound(
 ) {
     let put = Instant::now();
     let (held, (seen, sent, took)) = loop {
-        let last = flood_seen(dnsmasq, pod, Duration::from_millis(500));
-        if last.0 <= allowance(burst, rate, last.2) {
+        let last = flood::flood_seen(dnsmasq, pod, Duration::from_millis(500));
+        if last.0 <= flood::allowance(burst, rate, last.2) {
             break (true, last);
         }
         if put.elapsed() > BOUND {
@@ -255,14 +176,14 @@ fn assert_flood_held_within_bound(
         "the server still saw {seen} of {sent} DISCOVERs in {took:?} {:?} after the object \
          (at most {} at burst {burst}, rate {rate}; the defaults allow {})\n{}",
         put.elapsed(),
-        allowance(burst, rate, took),
-        allowance(flood::BURST, flood::RATE, took),
+        flood::allowance(burst, rate, took),
+        flood::allowance(flood::BURST, flood::RATE, took),
         agent.log()
     );
     // The defaults would have let this flood through: the object did it.
     assert!(
-        allowance(burst, rate, took) < allowance(flood::BURST, flood::RATE, took) / 2
-            && sent >= 4 * allowance(flood::BURST, flood::RATE, took),
+        flood::allowance(burst, rate, took) < flood::allowance(flood::BURST, flood::RATE, took) / 2
+            && sent >= 4 * flood::allowance(flood::BURST, flood::RATE, took),
         "the flood shows nothing: {sent} sent in {took:?}"
     );
     let metrics = METRICS.parse().expect("an address");
@@ -270,7 +191,7 @@ fn assert_flood_held_within_bound(
     assert!(
         wait_until(Duration::from_secs(5), || {
             dropped = flood::guard_figures(&lab.node, metrics, &pod.host_ifname, "rate").1;
-            dropped >= sent - allowance(burst, rate, took)
+            dropped >= sent - flood::allowance(burst, rate, took)
         }),
         "the guard counted {dropped} dropped for the rate of {sent}\n{}",
         agent.log()
@@ -279,20 +200,7 @@ fn assert_flood_held_within_bound(
 
 /// A real dnsmasq in `pod`, on a range of its own: a rogue server.
 fn start_rogue(pod: &OvnPod) -> Dnsmasq {
-    pod.ns.add_addr(&pod.ifname, ROGUE_IP, 24);
-    Dnsmasq::start(
-        &pod.ns,
-        DnsmasqConfig {
-            interface: pod.ifname.clone(),
-            range: (
-                Ipv4Addr::new(198, 51, 100, 10),
-                Ipv4Addr::new(198, 51, 100, 50),
-            ),
-            router: Some(ROGUE_IP),
-            dns: Vec::new(),
-            ..DnsmasqConfig::default()
-        },
-    )
+    Dnsmasq::rogue(&pod.ns, &pod.ifname, Some(ROGUE_IP))
 }
 
 #[test]
@@ -326,7 +234,7 @@ fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_k
 
     // A rogue server in pod0 (drop on): pod1 hears none of it.
     let rogue = start_rogue(rogue_pod);
-    count_server_messages(&client.ns, ROGUE_IP);
+    flood::count_server_messages(&client.ns, ROGUE_IP);
     let bound = xdhcp_tests::udhcpc_once(&client.ns, &client.ifname);
     assert!(
         wait_until(Duration::from_secs(3), || rogue.count_in_log("DHCPOFFER")
@@ -335,7 +243,7 @@ fn a_networks_guard_policy_object_sets_its_ports_kernel_settings_and_a_bad_one_k
         rogue.log()
     );
     assert_eq!(
-        server_messages_seen(&client.ns),
+        flood::server_messages_seen(&client.ns),
         0,
         "rogue OFFERs reached pod1 (bound {bound:?})\n{}",
         rogue.log()

@@ -44,7 +44,9 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use agent_support::{CniPath, NodeAgent, ovnk_call};
+use xdhcp_tests::nft;
 use xdhcp_tests::ovs_lab::flood;
+use xdhcp_tests::servers::ROGUE_IP;
 use xdhcp_tests::{
     Dnsmasq, DnsmasqConfig, LabDatapath, LabLink, NetNs, OvnLab, OvnLabOptions, OvnPod,
     PluginOutput, parse_mac, wait_until,
@@ -120,43 +122,17 @@ fn add_ok(
 /// Counts, in `ns`'s own IP stack (an nftables counter at prerouting), the
 /// DHCP server messages from `from` (any source when `None`).
 fn count_replies_in(ns: &NetNs, from: Option<Ipv4Addr>) {
-    let mut rule: Vec<String> = ["nft", "add", "rule", "inet", "xdt_seen", "c"]
-        .map(str::to_owned)
-        .to_vec();
-    if let Some(ip) = from {
-        rule.extend(["ip".into(), "saddr".into(), ip.to_string()]);
-    }
-    rule.extend(["udp", "sport", "67", "udp", "dport", "68", "counter"].map(str::to_owned));
-    let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
-    for args in [
-        &["nft", "add", "table", "inet", "xdt_seen"][..],
-        &[
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            "xdt_seen",
-            "c",
-            "{ type filter hook prerouting priority -400; }",
-        ],
-        &rule,
-    ] {
-        let out = ns.exec_output(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let from = from.map(|ip| ip.to_string());
+    let mut rule = match &from {
+        Some(ip) => vec!["ip", "saddr", ip],
+        None => vec![],
+    };
+    rule.extend(["udp", "sport", "67", "udp", "dport", "68"]);
+    nft::add_counter(ns, "inet xdt_seen", "prerouting priority -400", &rule);
 }
 
 fn replies_seen_in(ns: &NetNs) -> u64 {
-    ns.exec(&["nft", "list", "table", "inet", "xdt_seen"])
-        .split_whitespace()
-        .skip_while(|w| *w != "packets")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("the counter's packets")
+    nft::counted(ns, "inet xdt_seen")
 }
 
 fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {
@@ -337,25 +313,10 @@ fn wait_guarded(agent: &NodeAgent, port: &str, identity: &str) {
     );
 }
 
-const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
-
 /// A real dnsmasq in `pod`, serving a range of its own on the pod's
 /// interface.
 fn rogue(pod: &OvnPod) -> Dnsmasq {
-    pod.ns.add_addr(&pod.ifname, ROGUE_IP, 24);
-    Dnsmasq::start(
-        &pod.ns,
-        DnsmasqConfig {
-            interface: pod.ifname.clone(),
-            range: (
-                Ipv4Addr::new(198, 51, 100, 10),
-                Ipv4Addr::new(198, 51, 100, 50),
-            ),
-            router: Some(ROGUE_IP),
-            dns: Vec::new(),
-            ..DnsmasqConfig::default()
-        },
-    )
+    Dnsmasq::rogue(&pod.ns, &pod.ifname, Some(ROGUE_IP))
 }
 
 /// New pods after the rogue: each must bind to the real server.

@@ -56,6 +56,7 @@ use std::time::{Duration, Instant};
 
 use agent_support::{CniPath, NodeAgent, ovnk_call};
 use xdhcp_tests::bench::metric_count;
+use xdhcp_tests::nft;
 use xdhcp_tests::{
     Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, OvnLab, OvnPod, PluginOutput, parse_mac,
     wait_until,
@@ -109,38 +110,16 @@ fn add_ok(cni: &CniPath, agent: &NodeAgent, lab: &OvnLab, dnsmasq: &Dnsmasq) {
 /// Count the DHCP replies the pod's own IP stack receives (an nftables
 /// counter at prerouting in its namespace).
 fn count_replies_in(ns: &NetNs) {
-    for args in [
-        &["nft", "add", "table", "inet", "xdt_seen"][..],
-        &[
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            "xdt_seen",
-            "c",
-            "{ type filter hook prerouting priority -400; }",
-        ],
-        &[
-            "nft", "add", "rule", "inet", "xdt_seen", "c", "udp", "sport", "67", "udp", "dport",
-            "68", "counter",
-        ],
-    ] {
-        let out = ns.exec_output(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    nft::add_counter(
+        ns,
+        "inet xdt_seen",
+        "prerouting priority -400",
+        &["udp", "sport", "67", "udp", "dport", "68"],
+    );
 }
 
 fn replies_seen_in(ns: &NetNs) -> u64 {
-    ns.exec(&["nft", "list", "table", "inet", "xdt_seen"])
-        .split_whitespace()
-        .skip_while(|w| *w != "packets")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("the counter's packets")
+    nft::counted(ns, "inet xdt_seen")
 }
 
 fn attached_xdp(ns: &NetNs, ifname: &str) -> bool {

@@ -22,14 +22,7 @@ fn agent_code(e: ClientError) -> (u32, String) {
 
 fn lease_cycle(datapath: DatapathChoice) {
     let lab = Lab::with_clients(1);
-    let dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(3),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(3));
     let agent = InProcessAgent::start(datapath);
     let c = &lab.clients[0];
     let req = request(c, "pod-a", r#"{"type":"xdhcp","timeout":"15s"}"#);

@@ -32,10 +32,8 @@ fn renewals_accepted(datapath: &str, attach: &str) {
     let dnsmasq = Dnsmasq::start(
         &lab.server,
         DnsmasqConfig {
-            t1_secs: Some(3),
-            t2_secs: Some(100),
             extra_args: vec![RAPID_COMMIT_WITH_A_VALUE.to_owned()],
-            ..DnsmasqConfig::default()
+            ..DnsmasqConfig::renewing_every(3)
         },
     );
     let conf = format!(

@@ -69,14 +69,7 @@ fn sigkill_and_restart_keeps_renewing_without_discover() {
     let cni = CniPath::new();
     let mut agent = AgentProcess::start(&[]);
     let lab = Lab::with_clients(3);
-    let dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(4),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(4));
     add_every_pod(&cni, &agent, &lab);
     let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
     let discovers = per_mac(&dnsmasq, "DHCPDISCOVER", &macs);
@@ -346,14 +339,7 @@ fn a_restarted_agent_takes_over_its_pinned_links_and_unpin_removes_them() {
     let cni = CniPath::new();
     let mut agent = AgentProcess::start_pinned(&[]);
     let lab = Lab::with_clients(2);
-    let dnsmasq = Dnsmasq::start(
-        &lab.server,
-        DnsmasqConfig {
-            t1_secs: Some(4),
-            t2_secs: Some(100),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(4));
     add_every_pod(&cni, &agent, &lab);
     let macs: Vec<String> = lab.clients.iter().map(|c| format_mac(c.mac)).collect();
     let pin_dir = agent.pin_dir();

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use agent_support::{CniPath, NodeAgent, PluginOutput, bridge_plugin};
 use xdhcp_tests::bench::metric_count;
+use xdhcp_tests::nft::{add_counter, counted};
 use xdhcp_tests::{
     Bridge, Dhcpd, DhcpdConfig, Dnsmasq, DnsmasqConfig, Kea, KeaConfig, NetNs, Veth, wait_until,
 };
@@ -233,35 +234,6 @@ fn assert_own_path(t: &Topology, agent: &NodeAgent) {
         agent.leases(),
         agent.log()
     );
-}
-
-/// An nftables table `table` ("FAMILY NAME") in `ns` with one chain on
-/// `hook` ("HOOK priority N") holding one rule: `rule` and a counter.
-fn add_counter(ns: &NetNs, table: &str, hook: &str, rule: &[&str]) {
-    let nft = |args: &[&str]| {
-        let out = ns.exec_output(&[&["nft"], args].concat());
-        assert!(
-            out.status.success(),
-            "nft {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let (family, name) = table.split_once(' ').expect("FAMILY NAME");
-    nft(&["add", "table", family, name]);
-    let chain = format!("{{ type filter hook {hook}; }}");
-    nft(&["add", "chain", family, name, "c", &chain]);
-    nft(&[&["add", "rule", family, name, "c"], rule, &["counter"]].concat());
-}
-
-/// The packets [`add_counter`]'s rule in `table` counted.
-fn counted(ns: &NetNs, table: &str) -> u64 {
-    let (family, name) = table.split_once(' ').expect("FAMILY NAME");
-    let out = ns.exec(&["nft", "list", "table", family, name]);
-    out.split_whitespace()
-        .skip_while(|w| *w != "packets")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("the counter's packets")
 }
 
 fn bridge(cni: &CniPath, t: &Topology, agent: &NodeAgent, cmd: &str, id: &str) -> PluginOutput {

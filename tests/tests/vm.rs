@@ -32,7 +32,8 @@ use serde_json::{Value, json};
 use xdhcp::cli::{AgentArgs, DatapathChoice, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::cni::types::code;
-use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult, LeaseView};
+use xdhcp::rpc::{self, ClientError, CniRequest, LeaseView};
+use xdhcp_tests::agent::ThreadAgent;
 use xdhcp_tests::tmpfs::Tmpfs;
 use xdhcp_tests::{
     Dnsmasq, DnsmasqConfig, Lab, NetNs, Process, StandInApi, format_mac, wait_until,
@@ -43,98 +44,24 @@ const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
 
 /// An agent on its own thread (optionally inside a network namespace, which
 /// is then the agent's "host" namespace), stopped on drop.
-struct TestAgent {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-    socket: PathBuf,
-    state_dir: PathBuf,
-    dir: tempfile::TempDir,
-}
+struct TestAgent(ThreadAgent);
 
 impl TestAgent {
     /// `seed`: the embedded pod store document, written before start.
     fn start(netns: Option<&Path>, seed: &Value, tweak: impl FnOnce(&mut AgentArgs)) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-vm-agent-")
-            .tempdir()
+        Self(ThreadAgent::start(netns, "xdt-vm-agent-", |args| {
+            std::fs::write(
+                args.state_dir.join("pod-networks.json"),
+                serde_json::to_vec_pretty(seed).unwrap(),
+            )
             .unwrap();
-        let socket = dir.path().join("run/xdhcp.sock");
-        let state_dir = dir.path().join("state");
-        std::fs::create_dir_all(&state_dir).unwrap();
-        std::fs::write(
-            state_dir.join("pod-networks.json"),
-            serde_json::to_vec_pretty(seed).unwrap(),
-        )
-        .unwrap();
-        let mut args = AgentArgs::with_defaults(socket.clone(), state_dir.clone());
-        args.kube = KubeMode::Off;
-        args.bpffs_dir = dir.path().join("bpffs");
-        tweak(&mut args);
-
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let sock = socket.clone();
-        let agent = move || async move {
-            let listener = xdhcp::daemon::bind_socket(&sock)
-                .await
-                .map_err(|e| e.to_string())?;
-            xdhcp::daemon::run(args, listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .map_err(|e| e.to_string())
-        };
-        let ns = netns.map(Path::to_path_buf);
-        let thread = std::thread::spawn(move || match ns {
-            // Every thread the agent starts inherits this namespace.
-            Some(ns) => xdhcp::sys::netns::block_on_in_netns(&ns, agent)
-                .map_err(|e| e.to_string())
-                .and_then(|r| r),
-            None => tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(agent()),
-        });
-        let me = Self {
-            stop: Some(stop),
-            thread: Some(thread),
-            socket,
-            state_dir,
-            dir,
-        };
-        let c = me.client();
-        let ready = wait_until(Duration::from_secs(20), || {
-            me.thread
-                .as_ref()
-                .is_some_and(std::thread::JoinHandle::is_finished)
-                || c.get::<rpc::Readiness>(rpc::PATH_READY)
-                    .is_ok_and(|r| r.ready)
-        });
-        if me
-            .thread
-            .as_ref()
-            .is_some_and(std::thread::JoinHandle::is_finished)
-        {
-            let mut me = me;
-            let ended = me.thread.take().map(std::thread::JoinHandle::join);
-            panic!("the agent stopped during start-up: {ended:?}");
-        }
-        assert!(ready, "agent did not become ready");
-        me
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.socket, Duration::from_mins(1))
+            args.kube = KubeMode::Off;
+            tweak(args);
+        }))
     }
 
     fn post(&self, path: &str, req: &CniRequest) -> Result<Value, ClientError> {
         self.client().post(path, req)
-    }
-
-    fn add(&self, req: &CniRequest) -> Result<CniResult, ClientError> {
-        self.post(rpc::PATH_ADD, req)
-            .map(|v| serde_json::from_value(v).expect("ADD reply is a CNI result"))
     }
 
     fn leases(&self) -> Vec<LeaseView> {
@@ -165,17 +92,11 @@ impl TestAgent {
     }
 }
 
-impl Drop for TestAgent {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            // A stuck agent is left to the process exit rather than hanging the test.
-            if wait_until(Duration::from_secs(20), || t.is_finished()) {
-                let _ = t.join();
-            }
-        }
+impl std::ops::Deref for TestAgent {
+    type Target = ThreadAgent;
+
+    fn deref(&self) -> &ThreadAgent {
+        &self.0
     }
 }
 

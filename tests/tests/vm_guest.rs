@@ -30,13 +30,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use agent_support::{CniPath, NodeAgent, bridge_plugin};
-use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
-use dhcproto::{Decodable as _, Decoder, Encodable as _, Encoder};
+use dhcproto::v4::{DhcpOption, Message, MessageType};
+use dhcproto::{Decodable as _, Decoder};
 use serde_json::{Value, json};
 use xdhcp::cni::types::code;
 use xdhcp::datapath::AttachMode;
 use xdhcp::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, DhcpEvent, EventReader};
-use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
 use xdhcp::rpc::{self, Client, ClientError, CniRequest, CniResult};
 use xdhcp::vfio::{PciAddr, VFIO_PCI};
 use xdhcp_tests::{Bridge, Dnsmasq, DnsmasqConfig, NetNs, Process, parse_mac, wait_until};
@@ -203,42 +202,9 @@ fn send_socket(nic: &MovedNic) -> std::os::fd::OwnedFd {
 }
 
 fn send_request(tx: &std::os::fd::OwnedFd, mac: [u8; 6], xid: u32, opts: Vec<DhcpOption>) {
-    let mut m = Message::default();
-    m.set_opcode(Opcode::BootRequest)
-        .set_xid(xid)
-        .set_flags(Flags::default().set_broadcast())
-        .set_chaddr(&mac);
-    for o in opts {
-        m.opts_mut().insert(o);
-    }
-    let mut payload = Vec::new();
-    m.encode(&mut Encoder::new(&mut payload)).expect("encode");
-    let frame = build_udp_frame(
-        &FrameHeaders {
-            src_mac: mac,
-            dst_mac: [0xff; 6],
-            vlan: None,
-            src_ip: std::net::Ipv4Addr::UNSPECIFIED,
-            dst_ip: std::net::Ipv4Addr::BROADCAST,
-            src_port: 68,
-            dst_port: 67,
-        },
-        &payload,
-    );
-    // SAFETY: sending a buffer on a bound packet socket.
-    let n = unsafe {
-        libc::send(
-            std::os::fd::AsRawFd::as_raw_fd(tx),
-            frame.as_ptr().cast(),
-            frame.len(),
-            0,
-        )
-    };
-    assert_eq!(
-        n,
-        frame.len() as isize,
-        "send: {}",
-        std::io::Error::last_os_error()
+    xdhcp_tests::frames::send(
+        tx,
+        &xdhcp_tests::frames::client_broadcast(mac, mac, xid, opts),
     );
 }
 

@@ -32,14 +32,15 @@ use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use super::annotation::{self, POD_NETWORKS_ANNOTATION, PodNetworkEntry};
 use super::{PodApiError, PodInfo, Result, WriteGuard};
 use crate::sys::fs::{AtomicWrite, Install, Temp};
+use crate::sys::sync::lock;
 use crate::workload::{ANNOTATION_MIGRATION_JOB_NAME, MigrationInfo, VmiInfo, Workload, classify};
 
 /// File name of the store under the state dir.
@@ -88,7 +89,11 @@ pub struct EmbeddedState {
 pub struct EmbeddedStore {
     path: PathBuf,
     /// Serializes read-modify-write cycles; holds the parsed document.
-    lock: Arc<tokio::sync::Mutex<Cache>>,
+    /// Never held across an await (a write's file IO runs with it
+    /// released, see [`Cache::writing`]), so the synchronous
+    /// [`EmbeddedStore::pod_by_uid`] waits at most for another caller's
+    /// in-memory step.
+    lock: Arc<Mutex<Cache>>,
     /// Serializes file writes (see [`EmbeddedStore::commit`]).
     writer: Arc<tokio::sync::Mutex<()>>,
     /// Written since the last [`EmbeddedStore::flush`].
@@ -130,6 +135,8 @@ struct Cache {
     /// Changes made to `state` so far, and how many of them are in the file.
     version: u64,
     written: u64,
+    /// How many times the file was read and parsed.
+    reads: u64,
 }
 
 impl Cache {
@@ -154,24 +161,27 @@ impl Cache {
             path: path.to_owned(),
             source: e,
         };
-        let mut file = match std::fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if !(self.valid && self.stamp.is_none()) {
-                    *self = Cache {
-                        valid: true,
-                        stamp: None,
-                        state: EmbeddedState::default(),
-                        ..*self
-                    };
-                }
+        // A stat answers the common case (the file as we last saw it)
+        // without opening it.
+        match std::fs::metadata(path) {
+            Ok(m) if self.valid && self.stamp == Some(Stamp::of(&m)) => {
                 return Ok(&mut self.state);
             }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(self.no_file()),
+            Err(e) => return Err(read(e)),
+        }
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(self.no_file()),
             Err(e) => return Err(read(e)),
         };
+        // The stamp of what is read: the file may have been replaced since
+        // the stat above.
         let stamp = Stamp::of(&file.metadata().map_err(read)?);
         if !(self.valid && self.stamp == Some(stamp)) {
             self.valid = false;
+            self.reads += 1;
             let mut bytes = Vec::new();
             file.read_to_end(&mut bytes).map_err(read)?;
             let state =
@@ -187,6 +197,19 @@ impl Cache {
             };
         }
         Ok(&mut self.state)
+    }
+
+    /// The file is gone: an empty store.
+    fn no_file(&mut self) -> &mut EmbeddedState {
+        if !(self.valid && self.stamp.is_none()) {
+            *self = Cache {
+                valid: true,
+                stamp: None,
+                state: EmbeddedState::default(),
+                ..*self
+            };
+        }
+        &mut self.state
     }
 }
 
@@ -220,7 +243,7 @@ impl EmbeddedStore {
     pub fn open(state_dir: &Path) -> Self {
         EmbeddedStore {
             path: state_dir.join(STORE_FILE),
-            lock: Arc::new(tokio::sync::Mutex::new(Cache::default())),
+            lock: Arc::new(Mutex::new(Cache::default())),
             writer: Arc::new(tokio::sync::Mutex::new(())),
             unsynced: Arc::new(AtomicBool::new(false)),
         }
@@ -271,8 +294,8 @@ impl EmbeddedStore {
     }
 
     /// A pod as the store knows it; unknown pods are plain pods without labels.
-    pub async fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
-        let mut cache = self.lock.lock().await;
+    pub fn get_pod(&self, ns: &str, name: &str) -> Result<PodInfo> {
+        let mut cache = lock(&self.lock);
         let state = cache.current(&self.path)?;
         let rec = state
             .pods
@@ -285,22 +308,20 @@ impl EmbeddedStore {
     /// The pod whose UID is `uid`, if the store has one: with no cluster,
     /// the store stands for the node's pods, so a workload port found in
     /// Open vSwitch (its `iface-id-ver`) is matched to a pod seeded here.
-    /// Synchronous, for the callers that decide a port's policy: the
-    /// current document when no write holds it, else the file as it is.
-    /// An unreadable or corrupt store knows no pod (logged).
+    /// Synchronous, for the callers that decide a port's policy (every
+    /// port, every second): the cached document, the file read again only
+    /// when it changed. An unreadable or corrupt store knows no pod
+    /// (logged).
     pub fn pod_by_uid(&self, uid: &str) -> Option<PodInfo> {
-        let find = |state: &EmbeddedState| {
+        let mut cache = lock(&self.lock);
+        let found = cache.current(&self.path).map(|state| {
             state.pods.iter().find_map(|(key, rec)| {
                 (rec.uid.as_deref() == Some(uid)).then(|| {
                     let (ns, name) = key.split_once('/').unwrap_or(("", key));
                     pod_info(ns, name, rec.clone())
                 })
             })
-        };
-        let found = match self.lock.try_lock() {
-            Ok(mut cache) => cache.current(&self.path).map(|state| find(state)),
-            Err(_) => load_file(&self.path).map(|state| find(&state)),
-        };
+        });
         found.unwrap_or_else(|e| {
             tracing::warn!(error = %crate::rpc::format_chain(&e), uid,
                 "cannot read the pod store to find a pod by its UID");
@@ -309,11 +330,11 @@ impl EmbeddedStore {
     }
 
     /// A seeded migration, if any.
-    pub async fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
+    pub fn get_migration(&self, ns: &str, name: &str) -> Result<Option<MigrationInfo>> {
         if name.is_empty() {
             return Ok(None);
         }
-        let mut cache = self.lock.lock().await;
+        let mut cache = lock(&self.lock);
         let state = cache.current(&self.path)?;
         state
             .migrations
@@ -329,11 +350,11 @@ impl EmbeddedStore {
     }
 
     /// A seeded VMI, if any.
-    pub async fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
+    pub fn get_vmi(&self, ns: &str, name: &str) -> Result<Option<VmiInfo>> {
         if name.is_empty() {
             return Ok(None);
         }
-        let mut cache = self.lock.lock().await;
+        let mut cache = lock(&self.lock);
         let state = cache.current(&self.path)?;
         state
             .vmis
@@ -362,7 +383,7 @@ impl EmbeddedStore {
     ) -> Result<()> {
         let uid = guard.uid.as_deref();
         let mine = {
-            let mut cache = self.lock.lock().await;
+            let mut cache = lock(&self.lock);
             guard.check_sandbox(ns, name)?;
             let state = cache.current(&self.path)?;
             let current = state
@@ -391,7 +412,7 @@ impl EmbeddedStore {
     /// Remove `key`'s entry; a pod or entry the store does not know is success.
     pub async fn remove_network_entry(&self, ns: &str, name: &str, key: &str) -> Result<()> {
         let mine = {
-            let mut cache = self.lock.lock().await;
+            let mut cache = lock(&self.lock);
             let state = cache.current(&self.path)?;
             let pk = pod_key(ns, name);
             let Some(rec) = state.pods.get_mut(&pk) else {
@@ -434,7 +455,7 @@ impl EmbeddedStore {
     async fn commit(&self, mine: u64) -> Result<()> {
         let _writer = self.writer.lock().await;
         let (bytes, version) = {
-            let mut cache = self.lock.lock().await;
+            let mut cache = lock(&self.lock);
             if cache.written >= mine {
                 return Ok(());
             }
@@ -465,7 +486,7 @@ impl EmbeddedStore {
             };
             (Err(failed), None)
         });
-        let mut cache = self.lock.lock().await;
+        let mut cache = lock(&self.lock);
         cache.writing = false;
         // On failure the changes stay in the cache (the file, untouched,
         // still matches its stamp) and go out with the next commit.
@@ -550,10 +571,10 @@ mod tests {
     async fn unknown_pod_is_a_plain_pod() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path());
-        let pod = store.get_pod("ns", "p").await.unwrap();
+        let pod = store.get_pod("ns", "p").unwrap();
         assert_eq!(pod.workload(), crate::workload::Workload::Pod);
         assert_eq!(pod.pod_networks, None);
-        assert!(store.get_vmi("ns", "vm").await.unwrap().is_none());
+        assert!(store.get_vmi("ns", "vm").unwrap().is_none());
         assert!(!store.path().exists(), "reads must not create the file");
     }
 
@@ -585,7 +606,7 @@ mod tests {
             "{ann}"
         );
 
-        let pod = store.get_pod("ns", "p").await.unwrap();
+        let pod = store.get_pod("ns", "p").unwrap();
         assert_eq!(pod.uid.as_deref(), Some("uid-1"));
         assert_eq!(pod.pod_networks.as_deref(), Some(ann.as_str()));
 
@@ -652,7 +673,7 @@ mod tests {
         assert!(store.has_unsynced());
         // Served from the cache...
         assert_eq!(
-            store.get_pod("ns", "p").await.unwrap().uid.as_deref(),
+            store.get_pod("ns", "p").unwrap().uid.as_deref(),
             Some("uid-1")
         );
         // ...until an operator edits the file by hand (labels, a VM owner).
@@ -664,7 +685,7 @@ mod tests {
             .labels
             .insert("kubevirt.io".into(), "virt-launcher".into());
         std::fs::write(store.path(), serde_json::to_vec(&state).unwrap()).unwrap();
-        let pod = store.get_pod("ns", "p").await.unwrap();
+        let pod = store.get_pod("ns", "p").unwrap();
         assert_eq!(pod.labels["kubevirt.io"], "virt-launcher");
         // The next write starts from the edited document, not the cache.
         store
@@ -676,7 +697,7 @@ mod tests {
         assert!(rec.annotations[POD_NETWORKS_ANNOTATION].contains("\"ns/a\""));
         // A file removed by hand is an empty store again.
         std::fs::remove_file(store.path()).unwrap();
-        assert_eq!(store.get_pod("ns", "p").await.unwrap().uid, None);
+        assert_eq!(store.get_pod("ns", "p").unwrap().uid, None);
         store.flush().unwrap();
         assert!(!store.has_unsynced());
     }
@@ -742,11 +763,11 @@ mod tests {
         )
         .unwrap();
         let store = EmbeddedStore::open(dir.path());
-        let pod = store.get_pod("t", "virt-launcher-vm1-x").await.unwrap();
+        let pod = store.get_pod("t", "virt-launcher-vm1-x").unwrap();
         let crate::workload::Workload::Vm { vmi_name } = pod.workload() else {
             panic!("seeded launcher pod must be a VM");
         };
-        let vmi = store.get_vmi("t", &vmi_name).await.unwrap().unwrap();
+        let vmi = store.get_vmi("t", &vmi_name).unwrap().unwrap();
         let m = vmi.interface_for_network("t/net").unwrap();
         assert_eq!(m.spec_mac.unwrap().to_string(), "02:00:00:00:20:08");
         // Removing the last entry keeps a seeded record.
@@ -774,7 +795,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pod_is_found_by_its_uid_in_the_cache_and_in_the_file() {
+    async fn a_pod_is_found_by_its_uid() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join(STORE_FILE),
@@ -801,16 +822,59 @@ mod tests {
         );
         assert_eq!(store.pod_by_uid("uid-plain").unwrap().name, "plain");
         assert!(store.pod_by_uid("uid-nobody").is_none());
-        // While a write holds the cache, the file answers.
-        let held = store.lock.lock().await;
-        assert_eq!(
-            store.pod_by_uid("uid-vm1").unwrap().name,
-            "virt-launcher-vm1-x"
-        );
-        drop(held);
         // A corrupt store knows no pod (and says so in the log).
         std::fs::write(dir.path().join(STORE_FILE), b"{not json").unwrap();
         assert!(store.pod_by_uid("uid-vm1").is_none());
+    }
+
+    /// The file is read (and parsed) once per version of it: a port's
+    /// policy asks for its pod every second, and neither those calls nor
+    /// the store's own writes read it again; a hand edit is read once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pod_by_uid_reads_the_file_only_when_it_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STORE_FILE);
+        let seed = |pods: serde_json::Value| {
+            std::fs::write(
+                &path,
+                serde_json::to_vec(&serde_json::json!({ "pods": pods })).unwrap(),
+            )
+            .unwrap();
+        };
+        seed(serde_json::json!({"t/vm": {"uid": "uid-vm", "owner_vmi": "vm"}}));
+        let store = EmbeddedStore::open(dir.path());
+        let reads = || lock(&store.lock).reads;
+        for _ in 0..50 {
+            assert_eq!(store.pod_by_uid("uid-vm").unwrap().name, "vm");
+        }
+        assert_eq!(reads(), 1);
+        // Callers racing each other (and a writer) share the cached copy.
+        let racers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        assert!(store.pod_by_uid("uid-vm").is_some());
+                    }
+                })
+            })
+            .collect();
+        store
+            .set_network_entry("t", "p", &WriteGuard::uid(Some("uid-p")), "t/a", &entry(7))
+            .await
+            .unwrap();
+        for r in racers {
+            r.join().unwrap();
+        }
+        // The store's own write is the cached document: not read back.
+        assert_eq!(store.pod_by_uid("uid-p").unwrap().name, "p");
+        assert_eq!(reads(), 1);
+        // A hand edit is a new version: read once, then cached again.
+        seed(serde_json::json!({"t/vm2": {"uid": "uid-vm", "owner_vmi": "vm2"}}));
+        for _ in 0..10 {
+            assert_eq!(store.pod_by_uid("uid-vm").unwrap().name, "vm2");
+        }
+        assert_eq!(reads(), 2);
     }
 
     #[tokio::test]

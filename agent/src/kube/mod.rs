@@ -456,17 +456,19 @@ impl PodStore for KubeClient {
 
 impl PodStore for EmbeddedStore {
     fn get_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, PodInfo> {
-        Box::pin(EmbeddedStore::get_pod(self, ns, name))
+        Box::pin(std::future::ready(EmbeddedStore::get_pod(self, ns, name)))
     }
     fn get_vmi<'a>(&'a self, ns: &'a str, name: &'a str) -> PodFuture<'a, Option<VmiInfo>> {
-        Box::pin(EmbeddedStore::get_vmi(self, ns, name))
+        Box::pin(std::future::ready(EmbeddedStore::get_vmi(self, ns, name)))
     }
     fn get_migration<'a>(
         &'a self,
         ns: &'a str,
         name: &'a str,
     ) -> PodFuture<'a, Option<MigrationInfo>> {
-        Box::pin(EmbeddedStore::get_migration(self, ns, name))
+        Box::pin(std::future::ready(EmbeddedStore::get_migration(
+            self, ns, name,
+        )))
     }
     fn set_network_entry_guarded<'a>(
         &'a self,
@@ -680,7 +682,7 @@ mod tests {
         let PodApi::Embedded(store) = &api else {
             unreachable!()
         };
-        let direct = store.get_pod("ns", "pod").await.unwrap();
+        let direct = store.get_pod("ns", "pod").unwrap();
         assert_eq!(api.get_pod("ns", "pod").await.unwrap(), direct);
         assert!(
             direct

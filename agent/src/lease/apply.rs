@@ -1,13 +1,16 @@
 //! `"apply": true`: configure the leased address and routes on the pod
-//! interface, check them (CHECK), and take them away (DEL, lease lost) —
-//! with rtnetlink in the pod namespace ([`crate::netlink`]).
+//! interface, check them (CHECK), put back what went missing (a renewal),
+//! and take them away (DEL, lease lost) — with rtnetlink in the pod
+//! namespace ([`crate::netlink`]).
 
 use std::net::Ipv4Addr;
 use std::path::Path;
 
 use xdhcp_engine::{Ipv4Prefix, Lease};
 
-use crate::netlink::{Netlink, NetlinkError, lease_routes};
+use crate::netlink::{
+    Ipv4Route, KernelRoute, LinkDetails, MIN_IPV4_MTU, Netlink, NetlinkError, lease_routes,
+};
 
 /// Configure `lease` on `ifname` in `netns`: link up, MTU (option 26),
 /// address, then routes (option 121, else a default route via option 3)
@@ -30,6 +33,102 @@ pub(crate) async fn configure(
         return Err(e);
     }
     Ok(())
+}
+
+/// What of a lease's configuration an interface lacks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Missing {
+    /// The link is administratively down.
+    pub up: bool,
+    /// The MTU the lease asks for (option 26), when the link has another.
+    pub mtu: Option<u32>,
+    /// The leased address with its prefix length.
+    pub address: bool,
+    /// The lease's routes not there (on-link routes first, as
+    /// [`Netlink::apply_lease`] adds them).
+    pub routes: Vec<Ipv4Route>,
+}
+
+impl Missing {
+    /// Nothing to put back.
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == Missing::default()
+    }
+}
+
+/// What `lease` (its routes with `metric`) lacks on `link`, given the
+/// link's IPv4 `addresses` and the namespace's main-table `routes`: the
+/// same pieces [`Netlink::apply_lease`] puts on, each compared as
+/// [`Netlink::add_route`] would find it (destination, gateway, interface
+/// and metric).
+pub(crate) fn missing(
+    lease: &Lease,
+    metric: Option<u32>,
+    link: &LinkDetails,
+    addresses: &[(Ipv4Addr, u8)],
+    routes: &[KernelRoute],
+) -> Missing {
+    let mtu = lease
+        .mtu
+        .filter(|m| *m >= MIN_IPV4_MTU)
+        .map(u32::from)
+        .filter(|m| link.mtu != Some(*m));
+    let mut wanted = lease_routes(lease);
+    wanted.sort_by_key(|r| r.gateway.is_some());
+    let metric = metric.unwrap_or(0);
+    Missing {
+        up: !link.up,
+        mtu,
+        address: !addresses.contains(&(lease.address, lease.prefix_len)),
+        routes: wanted
+            .into_iter()
+            .filter(|w| {
+                !routes.iter().any(|r| {
+                    r.dest == w.dest
+                        && r.prefix_len == w.prefix_len
+                        && r.gateway == w.gateway
+                        && r.oif == Some(link.ifindex)
+                        && r.metric == metric
+                })
+            })
+            .collect(),
+    }
+}
+
+/// Put back what `ifname` in `netns` lacks of `lease`'s configuration (a
+/// renewal: the kernel flushes a link's routes when it is taken down, and
+/// nothing else restores them). Reads the link, its addresses and the
+/// routes first, and writes only what is missing ([`missing`]): a renewal
+/// of a configured interface changes nothing. Returns what was missing.
+/// What was there is never taken off, even when putting a piece back
+/// fails.
+pub(crate) async fn repair(
+    netns: &Path,
+    ifname: &str,
+    lease: &Lease,
+    metric: Option<u32>,
+) -> Result<Missing, NetlinkError> {
+    let nl = Netlink::open(Some(netns)).await?;
+    let link = nl.link(ifname).await?;
+    let addresses = nl.addresses(link.ifindex).await?;
+    let routes = nl.routes().await?;
+    let lacks = missing(lease, metric, &link, &addresses, &routes);
+    if lacks.up {
+        nl.set_up(link.ifindex).await?;
+    }
+    if let Some(mtu) = lacks.mtu
+        && let Err(error) = nl.set_mtu(link.ifindex, mtu).await
+    {
+        tracing::warn!(ifname, mtu, %error, "MTU from the lease (option 26) not applied");
+    }
+    if lacks.address {
+        nl.add_address(link.ifindex, lease.address, lease.prefix_len)
+            .await?;
+    }
+    for route in &lacks.routes {
+        nl.add_route(link.ifindex, *route, metric).await?;
+    }
+    Ok(lacks)
 }
 
 /// What a lease on `ifname` must not reroute, read in `netns` (the node's
@@ -95,4 +194,144 @@ async fn open(netns: &Path, ifname: &str) -> Result<(Netlink, u32), NetlinkError
     let nl = Netlink::open(Some(netns)).await?;
     let ifindex = nl.link(ifname).await?.ifindex;
     Ok((nl, ifindex))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IF: u32 = 7;
+
+    /// 192.0.2.10/24 with router 192.0.2.1, and option 121 `routes`.
+    fn lease(routes: Vec<xdhcp_engine::Route>) -> Lease {
+        Lease {
+            routers: vec![Ipv4Addr::new(192, 0, 2, 1)],
+            routes,
+            ..crate::lease::persist::tests::lease()
+        }
+    }
+
+    fn link(up: bool, mtu: u32) -> LinkDetails {
+        LinkDetails {
+            ifindex: IF,
+            name: "eth0".into(),
+            mac: None,
+            kind: Some("veth".into()),
+            mtu: Some(mtu),
+            up,
+            running: up,
+        }
+    }
+
+    fn kernel(r: Ipv4Route, oif: u32, metric: u32) -> KernelRoute {
+        KernelRoute {
+            dest: r.dest,
+            prefix_len: r.prefix_len,
+            gateway: r.gateway,
+            oif: Some(oif),
+            metric,
+        }
+    }
+
+    fn default_via(gw: [u8; 4]) -> Ipv4Route {
+        Ipv4Route {
+            dest: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            gateway: Some(gw.into()),
+        }
+    }
+
+    #[test]
+    fn a_configured_interface_lacks_nothing() {
+        let l = lease(vec![]);
+        let present = [kernel(default_via([192, 0, 2, 1]), IF, 0)];
+        let m = missing(&l, None, &link(true, 1500), &[(l.address, 24)], &present);
+        assert!(m.is_empty(), "{m:?}");
+        // With a metric, the route of that metric is the lease's.
+        let present = [kernel(default_via([192, 0, 2, 1]), IF, 200)];
+        assert!(
+            missing(
+                &l,
+                Some(200),
+                &link(true, 1500),
+                &[(l.address, 24)],
+                &present
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_flapped_link_lacks_its_routes_and_keeps_its_address() {
+        let l = lease(vec![]);
+        let m = missing(&l, None, &link(true, 1500), &[(l.address, 24)], &[]);
+        assert_eq!(
+            m,
+            Missing {
+                routes: vec![default_via([192, 0, 2, 1])],
+                ..Missing::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_route_like_the_leases_but_not_it_does_not_count() {
+        let l = lease(vec![]);
+        let want = default_via([192, 0, 2, 1]);
+        for other in [
+            kernel(want, IF + 1, 0),                    // another interface's
+            kernel(default_via([192, 0, 2, 9]), IF, 0), // another gateway
+            kernel(want, IF, 100),                      // another metric
+        ] {
+            let m = missing(
+                &l,
+                None,
+                &link(true, 1500),
+                &[(l.address, 24)],
+                std::slice::from_ref(&other),
+            );
+            assert_eq!(m.routes, vec![want], "{other}");
+        }
+    }
+
+    #[test]
+    fn everything_missing_is_put_back_in_apply_order() {
+        let on_link = xdhcp_engine::Route {
+            dest: Ipv4Addr::new(203, 0, 113, 0),
+            prefix_len: 24,
+            gateway: Ipv4Addr::UNSPECIFIED,
+        };
+        let via = xdhcp_engine::Route {
+            dest: Ipv4Addr::new(198, 51, 100, 0),
+            prefix_len: 24,
+            gateway: Ipv4Addr::new(203, 0, 113, 1),
+        };
+        let mut l = lease(vec![via, on_link]);
+        l.mtu = Some(1400);
+        // Down, another MTU, the address with another prefix length only.
+        let m = missing(&l, None, &link(false, 1500), &[(l.address, 16)], &[]);
+        assert_eq!(
+            m,
+            Missing {
+                up: true,
+                mtu: Some(1400),
+                address: true,
+                routes: vec![
+                    Ipv4Route {
+                        dest: on_link.dest,
+                        prefix_len: 24,
+                        gateway: None
+                    },
+                    Ipv4Route {
+                        dest: via.dest,
+                        prefix_len: 24,
+                        gateway: Some(via.gateway)
+                    },
+                ],
+            }
+        );
+        // An MTU below IPv4's minimum is never applied, so never missing.
+        l.mtu = Some(MIN_IPV4_MTU - 1);
+        assert_eq!(missing(&l, None, &link(true, 1500), &[], &[]).mtu, None);
+    }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tracing::{info, warn};
 use xdhcp_engine::Lease;
 
 use crate::lease::apply;
@@ -31,6 +31,14 @@ pub(crate) enum Effect {
     /// Configure the lease's address and routes on `ifname` in `netns`,
     /// the routes with `metric` (the network's `ipam.priority`).
     Apply {
+        netns: PathBuf,
+        ifname: String,
+        lease: Lease,
+        metric: Option<u32>,
+    },
+    /// Put back what `ifname` in `netns` lacks of the lease's
+    /// configuration (a renewal): read first, write only what is missing.
+    Repair {
         netns: PathBuf,
         ifname: String,
         lease: Lease,
@@ -63,10 +71,12 @@ pub(crate) trait Effects: std::fmt::Debug + Send + Sync + 'static {
 impl Effects for Services {
     fn start(self: Arc<Self>, effect: Effect) -> JoinHandle<Durable> {
         match effect {
-            Effect::Apply { .. } | Effect::Unapply { .. } => tokio::spawn(async move {
-                let _ = self.carry_address(effect).await;
-                Durable::Saved
-            }),
+            Effect::Apply { .. } | Effect::Repair { .. } | Effect::Unapply { .. } => {
+                tokio::spawn(async move {
+                    let _ = self.carry_address(effect).await;
+                    Durable::Saved
+                })
+            }
             Effect::Persist(_) | Effect::Remove { .. } => {
                 tokio::task::spawn_blocking(move || self.now(effect))
             }
@@ -94,7 +104,7 @@ impl Effects for Services {
                     Durable::Failed(Arc::new(e))
                 }
             },
-            Effect::Apply { .. } | Effect::Unapply { .. } => {
+            Effect::Apply { .. } | Effect::Repair { .. } | Effect::Unapply { .. } => {
                 tokio::spawn(async move { self.carry_address(effect).await });
                 Durable::Saved
             }
@@ -122,6 +132,25 @@ impl Services {
                     self.metrics.failure("apply");
                     warn!(error = %crate::rpc::format_chain(e), "could not configure the leased address");
                 }),
+            Effect::Repair {
+                netns,
+                ifname,
+                lease,
+                metric,
+            } => match apply::repair(netns, ifname, lease, *metric).await {
+                Ok(put_back) => {
+                    if !put_back.is_empty() {
+                        info!(?put_back, "put back what the interface lacked of the lease");
+                    }
+                    Ok(())
+                }
+                Err(e) => {
+                    self.metrics.failure("apply");
+                    warn!(error = %crate::rpc::format_chain(&e),
+                        "could not put back the leased address or routes");
+                    Err(e)
+                }
+            },
             Effect::Unapply {
                 netns,
                 ifname,

@@ -362,7 +362,7 @@ async fn drain_events<P: LeasePort>(
                     task.persist_async().await
                 };
                 let recorded_at = Instant::now();
-                let applied = Box::pin(apply_if_asked(task, &lease)).await;
+                let applied = Box::pin(apply_if_asked(task, &lease, How::Configure)).await;
                 let exchange = task.clock.bound(bound_at, recorded_at, Instant::now());
                 debug!(
                     start_us = exchange.start.as_micros(),
@@ -397,11 +397,12 @@ async fn drain_events<P: LeasePort>(
                 // A failed write is logged and counted; the previous record
                 // stays on disk, whole, and the next change writes again.
                 task.persist_async().await;
-                // With `apply`, every renewal puts the lease's configuration
-                // back as it should be (each step is a no-op when it is
-                // there): the kernel flushes a link's routes when it is
-                // taken down, and nothing else would restore them.
-                let _ = Box::pin(apply_if_asked(task, &lease)).await;
+                // With `apply`, every renewal puts back what the interface
+                // lacks of the lease's configuration (read first; a
+                // configured interface is not written to): the kernel
+                // flushes a link's routes when it is taken down, and
+                // nothing else would restore them.
+                let _ = Box::pin(apply_if_asked(task, &lease, How::Repair)).await;
             }
             Event::Changed { old, new } => {
                 task.svc.metrics.renewal();
@@ -415,7 +416,7 @@ async fn drain_events<P: LeasePort>(
                     Box::pin(unapply_if_asked(task, &old)).await;
                 }
                 // No ADD waits here: a failure is logged and counted.
-                let _ = Box::pin(apply_if_asked(task, &new)).await;
+                let _ = Box::pin(apply_if_asked(task, &new, How::Configure)).await;
             }
             Event::Lost { reason } => {
                 task.svc.metrics.failure(lost_label(reason));
@@ -500,12 +501,22 @@ fn moved(old: &Lease, new: &Lease) -> bool {
     old.address != new.address || old.prefix_len != new.prefix_len
 }
 
+/// How [`apply_if_asked`] configures a lease.
+#[derive(Debug, Clone, Copy)]
+enum How {
+    /// All of it, taken off again if a step fails ([`Effect::Apply`]).
+    Configure,
+    /// Only what the interface lacks ([`Effect::Repair`]).
+    Repair,
+}
+
 /// Configure the lease on the interface when the network asks for it
 /// (`"apply": true`); a failure is logged, counted and returned (the first
 /// lease's ADD fails with it).
 async fn apply_if_asked<P: LeasePort>(
     task: &Task<P>,
     lease: &Lease,
+    how: How,
 ) -> Result<(), Arc<crate::netlink::NetlinkError>> {
     let (apply, vm, metric) = {
         let l = lock(&task.live);
@@ -523,11 +534,20 @@ async fn apply_if_asked<P: LeasePort>(
     let Some(netns) = task.port.netns().map(std::path::Path::to_path_buf) else {
         return Ok(());
     };
-    let done = task.effects.clone().address(Effect::Apply {
-        netns,
-        ifname: task.port.ifname().to_owned(),
-        lease: lease.clone(),
-        metric,
+    let (ifname, lease) = (task.port.ifname().to_owned(), lease.clone());
+    let done = task.effects.clone().address(match how {
+        How::Configure => Effect::Apply {
+            netns,
+            ifname,
+            lease,
+            metric,
+        },
+        How::Repair => Effect::Repair {
+            netns,
+            ifname,
+            lease,
+            metric,
+        },
     });
     match done.await {
         Ok(applied) => applied,

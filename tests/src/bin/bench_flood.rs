@@ -62,6 +62,7 @@ use std::{
 use xdhcp_tests::{
     bench::{self, Daemon, DaemonOptions, Impl},
     cni_burst::{burst, del_all, exec_floor, raw_dora_burst, settle},
+    frames::XID_AT,
     netns::{Lab, LabClient},
     progress,
     servers::{Dnsmasq, DnsmasqConfig},
@@ -431,58 +432,18 @@ fn thread_cpu_ms() -> u64 {
     ms(ru.ru_utime) + ms(ru.ru_stime)
 }
 
-/// Offset of the BOOTP xid in a reply frame.
-const XID_AT: usize = 14 + 20 + 8 + 4;
-
-/// An Ethernet + IPv4 + UDP frame from the fake server to `dst_mac`/`dst`.
-fn ipv4_udp(dst_mac: [u8; 6], dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(42 + payload.len());
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&FLOOD_MAC);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let total = u16::try_from(20 + 8 + payload.len()).expect("a small frame");
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&FAKE_SERVER.octets());
-    ip[16..20].copy_from_slice(&dst.octets());
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&67u16.to_be_bytes());
-    f.extend_from_slice(&68u16.to_be_bytes());
-    f.extend_from_slice(&(total - 20).to_be_bytes());
-    // UDP checksum 0: none (allowed over IPv4).
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A well-formed DHCPACK for `mac`/`ip` from `FAKE_SERVER`.
+/// A DHCPACK for `mac`/`ip` from `FAKE_SERVER`, to `mac`/`ip` (the xid is
+/// set per frame at [`XID_AT`]).
 fn ack(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
-    let mut b = vec![0u8; 236];
-    b[0] = 2;
-    b[1] = 1;
-    b[2] = 6;
-    b[16..20].copy_from_slice(&ip.octets());
-    b[28..34].copy_from_slice(&mac);
-    b.extend_from_slice(&[99, 130, 83, 99]);
-    b.extend_from_slice(&[53, 1, 5]);
-    b.extend_from_slice(&[54, 4]);
-    b.extend_from_slice(&FAKE_SERVER.octets());
-    b.extend_from_slice(&[51, 4, 0, 0, 0x0e, 0x10]);
-    b.extend_from_slice(&[1, 4, 255, 255, 255, 0]);
-    b.push(255);
-    b.resize(300, 0);
-    b
+    let reply = xdhcp_tests::frames::Reply {
+        kind: dhcproto::v4::MessageType::Ack,
+        xid: 0,
+        chaddr: mac,
+        yiaddr: ip,
+        server: FAKE_SERVER,
+        mask: Ipv4Addr::new(255, 255, 255, 0),
+    };
+    xdhcp_tests::frames::server_reply(FLOOD_MAC, mac, ip, &reply)
 }
 
 /// Sends DHCPACKs with fresh random xids to `dest` in turn, `BATCH` frames
@@ -501,7 +462,7 @@ fn send_flood(
         let mut frames: Vec<Vec<u8>> = (0..BATCH)
             .map(|i| {
                 let (mac, ip) = dest[i % dest.len()];
-                ipv4_udp(mac, ip, &ack(mac, ip))
+                ack(mac, ip)
             })
             .collect();
         let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;

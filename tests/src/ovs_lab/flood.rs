@@ -4,12 +4,7 @@
 //! rate.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::AsRawFd as _;
 use std::time::{Duration, Instant};
-
-use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
-use dhcproto::{Encodable as _, Encoder};
-use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame};
 
 use super::OvnPod;
 use crate::bench::metric_count;
@@ -48,6 +43,27 @@ pub fn guard_figures(node: &NetNs, metrics: SocketAddr, port: &str, reason: &str
     )
 }
 
+/// Counts, in `ns`, DHCP server messages from `from` that its IP stack
+/// receives (an nftables counter at prerouting): a rogue server's, heard
+/// or not ([`server_messages_seen`]).
+#[track_caller]
+pub fn count_server_messages(ns: &NetNs, from: Ipv4Addr) {
+    crate::nft::add_counter(
+        ns,
+        ROGUE_COUNTER,
+        "prerouting priority -400",
+        &["ip", "saddr", &from.to_string(), "udp", "sport", "67"],
+    );
+}
+
+/// What [`count_server_messages`] counted so far.
+#[track_caller]
+pub fn server_messages_seen(ns: &NetNs) -> u64 {
+    crate::nft::counted(ns, ROGUE_COUNTER)
+}
+
+const ROGUE_COUNTER: &str = "inet xdt_rogue";
+
 /// Sends DISCOVERs from `pod` under its own MAC, each with its own xid, for
 /// `how_long`; returns how many and the time from first to last. (Made-up
 /// MACs, a pool starvation attempt, are dropped outright as spoofed: a
@@ -59,40 +75,40 @@ pub fn flood(pod: &OvnPod, how_long: Duration) -> (u64, Duration) {
     let mut sent = 0u64;
     while start.elapsed() < how_long {
         let n = sent.to_be_bytes();
-        let mac = pod.mac;
-        let mut m = Message::default();
-        m.set_opcode(Opcode::BootRequest)
-            .set_xid(0xf100_0000 | u32::from_be_bytes([0, n[5], n[6], n[7]]))
-            .set_flags(Flags::default().set_broadcast())
-            .set_chaddr(&mac);
-        m.opts_mut()
-            .insert(DhcpOption::MessageType(MessageType::Discover));
-        let mut payload = Vec::new();
-        m.encode(&mut Encoder::new(&mut payload)).expect("encode");
-        let frame = build_udp_frame(
-            &FrameHeaders {
-                src_mac: mac,
-                dst_mac: [0xff; 6],
-                vlan: None,
-                src_ip: Ipv4Addr::UNSPECIFIED,
-                dst_ip: Ipv4Addr::BROADCAST,
-                src_port: 68,
-                dst_port: 67,
-            },
-            &payload,
-        );
-        // SAFETY: sending a buffer on a bound packet socket.
-        let n = unsafe { libc::send(tx.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        assert_eq!(
-            usize::try_from(n).ok(),
-            Some(frame.len()),
-            "send: {}",
-            std::io::Error::last_os_error()
-        );
+        let xid = 0xf100_0000 | u32::from_be_bytes([0, n[5], n[6], n[7]]);
+        crate::frames::send(&tx, &crate::frames::discover(pod.mac, pod.mac, xid));
         sent += 1;
         std::thread::sleep(Duration::from_micros(500));
     }
     (sent, start.elapsed())
+}
+
+/// DISCOVERs from `pod`'s MAC that `dnsmasq` has logged.
+pub fn discovers_seen(dnsmasq: &Dnsmasq, pod: &OvnPod) -> u64 {
+    let own = crate::format_mac(pod.mac);
+    dnsmasq
+        .log()
+        .lines()
+        .filter(|l| l.contains("DHCPDISCOVER(") && l.contains(&own))
+        .count() as u64
+}
+
+/// Floods DISCOVERs from `pod` for `how_long` ([`flood`]); how many
+/// `dnsmasq` saw, how many were sent, and for how long.
+pub fn flood_seen(dnsmasq: &Dnsmasq, pod: &OvnPod, how_long: Duration) -> (u64, u64, Duration) {
+    let before = discovers_seen(dnsmasq, pod);
+    let (sent, took) = flood(pod, how_long);
+    // dnsmasq logs each DISCOVER it reads; give it a moment for the last.
+    std::thread::sleep(Duration::from_secs(1));
+    (discovers_seen(dnsmasq, pod) - before, sent, took)
+}
+
+/// At most this many DISCOVERs pass a port of `burst` and `rate` in
+/// `took`: the burst, the rate over that time (rounded up), and one more
+/// for the clock's tick.
+pub fn allowance(burst: u64, rate: u64, took: Duration) -> u64 {
+    let ms = u64::try_from(took.as_millis()).expect("milliseconds");
+    burst + (rate * ms).div_ceil(1000) + 1
 }
 
 /// Floods DISCOVERs from served `pod` for `how_long` and checks that
@@ -109,23 +125,8 @@ pub fn assert_flood_held_to_rate(
     metrics: SocketAddr,
     how_long: Duration,
 ) {
-    let own = crate::format_mac(pod.mac);
-    let discovers = || {
-        dnsmasq
-            .log()
-            .lines()
-            .filter(|l| l.contains("DHCPDISCOVER(") && l.contains(&own))
-            .count() as u64
-    };
-    let before = discovers();
-    let (sent, elapsed) = flood(pod, how_long);
-    // dnsmasq logs each DISCOVER it reads; give it a moment for the last.
-    std::thread::sleep(Duration::from_secs(1));
-    let seen = discovers() - before;
-    // The burst, the rate over the flood's time (rounded up), and one more
-    // for the clock's tick.
-    let ms = u64::try_from(elapsed.as_millis()).expect("milliseconds");
-    let allowed = BURST + (RATE * ms).div_ceil(1000) + 1;
+    let (seen, sent, elapsed) = flood_seen(dnsmasq, pod, how_long);
+    let allowed = allowance(BURST, RATE, elapsed);
     assert!(
         sent >= 4 * allowed,
         "the flood sent only {sent} (allowed {allowed})"

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use xdhcp_testbed::ovn;
 
-use super::{OvnLab, OvnPod, checksum_offload_off};
+use super::{OvnLab, OvnPod, checksum_offload_off, env, ovn_installed, strs};
 use crate::netns::{Bridge, NetNs, Veth, format_mac, netns_exec, run};
 use crate::program;
 use crate::servers::{Process, wait_until};
@@ -77,17 +77,12 @@ impl OvnNode {
     /// `ovs-vsctl --no-wait` on the node's database; returns stdout.
     #[track_caller]
     pub fn vsctl(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(program("ovs-vsctl"));
-        self.env(&mut cmd);
-        cmd.arg(format!("--db=unix:{}", self.db_socket().display()))
-            .arg("--no-wait")
-            .args(args);
-        run(&mut cmd)
+        super::vsctl(&self.dir, &self.db_socket(), args)
     }
 
     #[track_caller]
     fn vsctl_owned(&self, args: &[String]) -> String {
-        self.vsctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        self.vsctl(&strs(args))
     }
 
     /// `ovs-appctl` on the node's `ovs-vswitchd`; stdout, empty when it
@@ -369,20 +364,12 @@ impl TwoNodes {
     /// `ovn-nbctl` on the northbound database; returns stdout.
     #[track_caller]
     pub fn nbctl(&self, args: &[&str]) -> String {
-        let central = self.central_dir();
-        let mut cmd = Command::new(program("ovn-nbctl"));
-        env(&mut cmd, &central);
-        cmd.arg(format!(
-            "--db=unix:{}",
-            central.join("ovnnb.sock").display()
-        ))
-        .args(args);
-        run(&mut cmd)
+        super::nbctl(&self.central_dir(), args)
     }
 
     #[track_caller]
     fn nbctl_owned(&self, args: &[String]) -> String {
-        self.nbctl(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        self.nbctl(&strs(args))
     }
 
     /// Adds a pod on node `node`'s `br-int` as OVN-Kubernetes' CNI does
@@ -418,17 +405,7 @@ impl TwoNodes {
         args.push(format!("options:requested-chassis={chassis}"));
         self.nbctl_owned(&args);
         at.vsctl_owned(&port.add_port_args());
-        let installed = wait_until(READY_TIMEOUT, || {
-            at.vsctl(&[
-                "--if-exists",
-                "get",
-                "interface",
-                &host_ifname,
-                "external_ids:ovn-installed",
-            ])
-            .trim()
-                == "\"true\""
-        });
+        let installed = ovn_installed(|a| at.vsctl(a), &host_ifname);
         assert!(
             installed,
             "{chassis}'s ovn-controller did not wire {host_ifname} in {READY_TIMEOUT:?}: {}\n{}",
@@ -500,17 +477,7 @@ impl TwoNodes {
                 &host,
                 &format!("external_ids:iface-id={lsp}"),
             ]);
-            let installed = wait_until(READY_TIMEOUT, || {
-                at.vsctl(&[
-                    "--if-exists",
-                    "get",
-                    "interface",
-                    &host,
-                    "external_ids:ovn-installed",
-                ])
-                .trim()
-                    == "\"true\""
-            });
+            let installed = ovn_installed(|a| at.vsctl(a), &host);
             assert!(
                 installed,
                 "{host} was not wired: {}",
@@ -526,12 +493,6 @@ impl TwoNodes {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
-    }
-}
-
-fn env(cmd: &mut Command, dir: &Path) {
-    for var in ovn::DIR_VARS {
-        cmd.env(var, dir);
     }
 }
 

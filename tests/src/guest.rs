@@ -1,0 +1,112 @@
+//! A VM guest's own DHCP clients: each runs in the guest's network
+//! namespace and in a private mount namespace whose `/var/lib/dhcpcd` and
+//! `/run` are directories of the test's ([`GuestFs`]), so no client touches
+//! this machine's files.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::{NetNs, program, wait_until};
+
+/// The guest clients' `/var/lib/dhcpcd` (`db/`) and `/run` (`run/`),
+/// removed on drop.
+pub struct GuestFs {
+    dir: tempfile::TempDir,
+}
+
+impl GuestFs {
+    /// New, empty directories.
+    ///
+    /// # Panics
+    /// If they cannot be created.
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-guest-fs-")
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir(dir.path().join("db")).unwrap();
+        std::fs::create_dir(dir.path().join("run")).unwrap();
+        Self { dir }
+    }
+
+    /// The directory holding `db/` and `run/`.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `program` inside `guest` and a private mount namespace whose
+    /// `/var/lib/dhcpcd` and `/run` are this one's directories, bound
+    /// before the client starts. `/run` is replaced only once inside the
+    /// guest's network namespace, which `ip netns exec` has found under it
+    /// already.
+    pub fn client(&self, guest: &NetNs, client: &str) -> Command {
+        let mut cmd = guest.command("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--"])
+            .arg(program("sh"))
+            .arg("-c")
+            .arg(r#"set -e; "$1" --bind "$2" /var/lib/dhcpcd; "$1" --bind "$3" /run; shift 3; exec "$@""#)
+            .arg("guest-client")
+            .arg(program("mount"))
+            .arg(self.path().join("db"))
+            .arg(self.path().join("run"))
+            .arg(program(client));
+        cmd
+    }
+
+    /// Runs `dhcpcd` once on the guest's `eth0` with its distribution's
+    /// defaults that matter (a DUID client id, a lease database kept across
+    /// runs; no hooks: a script records the address); the address it
+    /// bound, if any within `secs`.
+    ///
+    /// # Panics
+    /// If dhcpcd cannot be started.
+    pub fn dhcpcd_once(&self, guest: &NetNs, secs: u32) -> Option<Ipv4Addr> {
+        let dir = self.path();
+        let conf = dir.join("dhcpcd.conf");
+        std::fs::write(
+            &conf,
+            "duid\npersistent\nnoarp\nrequire dhcp_server_identifier\n",
+        )
+        .unwrap();
+        let out = dir.join("bound");
+        let script = dir.join("script");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncase \"$reason\" in BOUND|REBIND|REBOOT|RENEW) echo \"$new_ip_address\" > {} ;; esac\nexit 0\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let _ = std::fs::remove_file(&out);
+        let mut child = self
+            .client(guest, "dhcpcd")
+            .args(["-1", "-4", "-B", "-t", &secs.to_string(), "-f"])
+            .arg(&conf)
+            .arg("-c")
+            .arg(&script)
+            .arg("eth0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run dhcpcd");
+        // dhcpcd's own timeout does not cover a server that keeps offering
+        // what never arrives: the test's bounds it.
+        let deadline = Duration::from_secs(u64::from(secs) + 2);
+        if !wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some())) {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+    }
+}
+
+impl Default for GuestFs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
