@@ -471,8 +471,10 @@ impl GuardService {
         .await;
         match released {
             Ok(ports) if ports.is_empty() => {}
-            Ok(ports) => info!(?ports,
-                "took the DHCP guard off the ports an earlier agent guarded and no workload claims now"),
+            Ok(ports) => info!(
+                ?ports,
+                "took the DHCP guard off the ports an earlier agent guarded and no workload claims now"
+            ),
             Err(e) => warn!(error = %e, "the guard's reconciliation task failed"),
         }
     }

@@ -32,8 +32,8 @@ use agent_support::NodeAgent;
 use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::ebpf::{AttachTarget, GUARD_PIN_DIR, Guard, PortPolicy};
-use xdhcp_common::guard::GuardPort;
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, parse_udp_frame};
+use xdhcp_common::guard::GuardPort;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient};
 
 const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
@@ -612,7 +612,9 @@ fn guard_filter_program(ns: &xdhcp_tests::NetNs, port: &str) -> Option<u32> {
 /// The guard's pinned port table under the agent's `bpffs`: ifindex →
 /// entry (settings, MAC, rate bucket).
 fn pinned_guard_ports(bpffs: &Path) -> std::collections::BTreeMap<u32, GuardPort> {
-    let pin = bpffs.join(GUARD_PIN_DIR).join(xdhcp_common::guard::MAP_GUARD_PORTS);
+    let pin = bpffs
+        .join(GUARD_PIN_DIR)
+        .join(xdhcp_common::guard::MAP_GUARD_PORTS);
     let Ok(data) = aya::maps::MapData::from_pin(&pin) else {
         return std::collections::BTreeMap::new();
     };
@@ -699,9 +701,7 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
             // pod2's lease ended while no agent ran: its record is gone.
             let stale = xdhcp_tests::agent::lease_record_files(&dir.path().join("state"))
                 .into_iter()
-                .find(|f| {
-                    std::fs::read_to_string(f).is_ok_and(|t| t.contains("\"pod2\""))
-                })
+                .find(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains("\"pod2\"")))
                 .expect("pod2's lease record");
             std::fs::remove_file(stale).unwrap();
         }
@@ -772,7 +772,10 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
         agent.log()
     );
     let now = guard_filter_program(&lab.server, &port).expect("the filter");
-    assert_ne!(now, other, "this agent's program replaced the other version");
+    assert_ne!(
+        now, other,
+        "this agent's program replaced the other version"
+    );
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert_eq!(heard, 0, "the rogue was heard after the update");
 

@@ -37,8 +37,7 @@ pub use attach::{
 pub use guard::GuardProgram;
 pub use guard::{
     Direction, GUARD_PIN_DIR, GUARD_PINNED_MAPS, Guard, GuardCounters, GuardEvent, GuardHook,
-    GuardReader, GuardRecordError, GuardedPortInfo, LearnCounters, PortPolicy,
-    decode_guard_record,
+    GuardReader, GuardRecordError, GuardedPortInfo, LearnCounters, PortPolicy, decode_guard_record,
 };
 pub use maps::{CaptureMode, Counters, XidOwnership};
 pub use pin::{LINKS_DIR, PINNED_MAPS, PinnedMap, Pinning, link_key, pin_maps, unpin_all};

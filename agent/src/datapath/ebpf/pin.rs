@@ -132,7 +132,9 @@ pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    removed.extend(super::guard::unpin_guard(&dir.join(super::guard::GUARD_PIN_DIR))?);
+    removed.extend(super::guard::unpin_guard(
+        &dir.join(super::guard::GUARD_PIN_DIR),
+    )?);
     for spec in PINNED_MAPS {
         let path = dir.join(spec.name);
         match std::fs::remove_file(&path) {
