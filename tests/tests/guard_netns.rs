@@ -623,6 +623,80 @@ fn pinned_guard_ports(bpffs: &Path) -> std::collections::BTreeMap<u32, GuardPort
     map.iter().map(|kv| kv.expect("an entry")).collect()
 }
 
+/// Puts another program (the object's do-nothing baseline, standing in for
+/// another version) in the guard's filter on `port` of `ns`, as an older
+/// agent's would be; its program id.
+fn put_another_version(ns: &xdhcp_tests::NetNs, port: &str) -> u32 {
+    let port = port.to_owned();
+    ns.run_in(move || {
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(xdhcp::datapath::ebpf::embedded_object())
+            .unwrap();
+        let prog: &mut aya::programs::SchedClassifier = ebpf
+            .program_mut(xdhcp_common::guard::PROG_GUARD_PASS)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        prog.load().unwrap();
+        let left = aya::programs::tc::SchedClassifierLink::attached(
+            &port,
+            aya::programs::tc::TcAttachType::Ingress,
+            1,
+            aya::programs::tc::TcHandle::new(0, 0x7864),
+            None,
+        )
+        .unwrap();
+        let id = prog.attach_to_link(left).unwrap();
+        // The filter keeps the program when this process is gone.
+        std::mem::forget(prog.take_link(id).unwrap());
+        prog.info().unwrap().id()
+    })
+}
+
+/// `xdhcp unpin --bpffs-dir <bpffs>` run in `ns`; its output.
+fn unpin_in(ns: &xdhcp_tests::NetNs, bpffs: &Path) -> String {
+    let out = xdhcp_tests::netns_exec(ns.name(), &agent_support::xdhcp_bin())
+        .arg("unpin")
+        .arg("--bpffs-dir")
+        .arg(bpffs)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("run xdhcp unpin");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Removes the lease record of container `cid` from `state_dir` (its lease
+/// ended while no agent ran).
+fn remove_record(state_dir: &Path, cid: &str) {
+    let stale = xdhcp_tests::agent::lease_record_files(state_dir)
+        .into_iter()
+        .find(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains(&format!("\"{cid}\""))))
+        .unwrap_or_else(|| panic!("{cid}'s lease record"));
+    std::fs::remove_file(stale).unwrap();
+}
+
+/// Has `pod` send one client message of its own, which spends from its
+/// port's bucket; the port's pinned entry once it shows that.
+fn spend_from_bucket(pod: &LabClient, bpffs: &Path, ifindex: u32) -> GuardPort {
+    send_discover(&packet_socket(pod), pod.mac, pod.mac, 0x7e57_0001);
+    let spent = || {
+        pinned_guard_ports(bpffs)
+            .get(&ifindex)
+            .copied()
+            .filter(|e| e.tat_ns != 0)
+    };
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || spent().is_some()),
+        "no pinned entry with a spent bucket for the port: {:?}",
+        pinned_guard_ports(bpffs)
+    );
+    spent().unwrap()
+}
+
 /// With `--bpffs-dir` on a bpffs, the guard's tables are pinned and handed
 /// from one agent to the next with its filters: a pod's port stays guarded
 /// through a SIGTERM and a SIGKILL (the same filter, a rogue OFFER from the
@@ -654,23 +728,8 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     leased_ip(&ipam_call(&agent, &cni, "ADD", "pod0", &lab.clients[0], ""));
     leased_ip(&ipam_call(&agent, &cni, "ADD", "pod2", &lab.clients[2], ""));
     let mut filter = guard_filter_program(&lab.server, &port).expect("the guard's filter");
-    // The pod's own client message spends from its port's bucket.
-    let mac = lab.clients[0].mac;
-    send_discover(&packet_socket(&lab.clients[0]), mac, mac, 0x7e57_0001);
-    let spent = || {
-        pinned_guard_ports(&bpffs)
-            .get(&ifindex)
-            .copied()
-            .filter(|e| e.tat_ns != 0)
-    };
-    assert!(
-        xdhcp_tests::wait_until(Duration::from_secs(5), || spent().is_some()),
-        "no pinned entry with a spent bucket for the port: {:?}\n{}",
-        pinned_guard_ports(&bpffs),
-        agent.log()
-    );
-    let entry = spent().unwrap();
-    assert_eq!(entry.mac, mac, "the pod's single client");
+    let entry = spend_from_bucket(&lab.clients[0], &bpffs, ifindex);
+    assert_eq!(entry.mac, lab.clients[0].mac, "the pod's single client");
     let _rogue = rogue(&lab);
     let replaced = |agent: &NodeAgent| {
         agent
@@ -699,11 +758,7 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
         assert!(from_real_server(&lab, bound), "{bound:?}");
         if how == "SIGKILL" {
             // pod2's lease ended while no agent ran: its record is gone.
-            let stale = xdhcp_tests::agent::lease_record_files(&dir.path().join("state"))
-                .into_iter()
-                .find(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains("\"pod2\"")))
-                .expect("pod2's lease record");
-            std::fs::remove_file(stale).unwrap();
+            remove_record(&dir.path().join("state"), "pod2");
         }
         agent = NodeAgent::start_in(&lab.server, &[], dir);
         assert!(
@@ -739,31 +794,7 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     // object's do-nothing baseline): replaced in place, never removed.
     let before = replaced(&agent);
     let dir = agent.stop();
-    let other = {
-        let port = port.clone();
-        lab.server.run_in(move || {
-            let mut ebpf = aya::EbpfLoader::new()
-                .load(xdhcp::datapath::ebpf::embedded_object())
-                .unwrap();
-            let prog: &mut aya::programs::SchedClassifier = ebpf
-                .program_mut(xdhcp_common::guard::PROG_GUARD_PASS)
-                .unwrap()
-                .try_into()
-                .unwrap();
-            prog.load().unwrap();
-            let left = aya::programs::tc::SchedClassifierLink::attached(
-                &port,
-                aya::programs::tc::TcAttachType::Ingress,
-                1,
-                aya::programs::tc::TcHandle::new(0, 0x7864),
-                None,
-            )
-            .unwrap();
-            let id = prog.attach_to_link(left).unwrap();
-            std::mem::forget(prog.take_link(id).unwrap());
-            prog.info().unwrap().id()
-        })
-    };
+    let other = put_another_version(&lab.server, &port);
     assert_eq!(guard_filter_program(&lab.server, &port), Some(other));
     let agent = NodeAgent::start_in(&lab.server, &[], dir);
     assert!(
@@ -783,18 +814,7 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     // (The directory stays until the end: removing it would remove the pins.)
     let _dir = agent.stop();
     // In the node's namespace, where the ports' host ends are.
-    let out = xdhcp_tests::netns_exec(lab.server.name(), &agent_support::xdhcp_bin())
-        .arg("unpin")
-        .arg("--bpffs-dir")
-        .arg(&bpffs)
-        .env_remove("CNI_COMMAND")
-        .output()
-        .expect("run xdhcp unpin");
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = unpin_in(&lab.server, &bpffs);
     assert!(out.contains("removed"), "{out}");
     assert_eq!(guard_filters(&lab.server, &port), (0, 0), "{out}");
     assert!(!bpffs.join(GUARD_PIN_DIR).exists(), "{out}");

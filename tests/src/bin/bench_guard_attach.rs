@@ -39,15 +39,13 @@ fn us(d: Duration) -> f64 {
 fn row(name: &str, v: &[Duration]) {
     let mut v = v.to_vec();
     v.sort_unstable();
-    let at = |q: f64| {
-        let i = ((v.len() - 1) as f64 * q).round() as usize;
-        us(v[i])
-    };
+    // The `pct`-th percentile, nearest rank.
+    let at = |pct: usize| us(v[((v.len() - 1) * pct + 50) / 100]);
     println!(
         "| {name} | {:.0} | {:.0} | {:.0} | {} |",
-        at(0.5),
-        at(0.1),
-        at(0.9),
+        at(50),
+        at(10),
+        at(90),
         v.len()
     );
 }

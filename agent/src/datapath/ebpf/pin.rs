@@ -110,14 +110,12 @@ pub(super) fn scan_link_pins(links_dir: &Path) -> (HashMap<String, LeftLink>, Ve
     (live, removed)
 }
 
-/// Removes everything the agent pins under `dir`: every link pin (which
-/// detaches the capture programs), the DHCP guard's programs on the ports
-/// its pinned port table names and its map pins
-/// ([`super::guard::unpin_guard`]), every map pin, then the directories
-/// (`dir` itself stays when it is a mount point). For uninstalling (`xdhcp
-/// unpin`); a restarted agent needs them all. Returns what was removed;
+/// Removes everything the capture pins under `dir`: every link pin (which
+/// detaches the capture programs), every map pin, then the directories
+/// (`dir` itself stays when it is a mount point; the guard's `guard/` must
+/// be gone first: `super::unpin_all` does both). Returns what was removed;
 /// absent is fine.
-pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(super) fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
     let links = dir.join(LINKS_DIR);
     match std::fs::read_dir(&links) {
@@ -132,9 +130,6 @@ pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    removed.extend(super::guard::unpin_guard(
-        &dir.join(super::guard::GUARD_PIN_DIR),
-    )?);
     for spec in PINNED_MAPS {
         let path = dir.join(spec.name);
         match std::fs::remove_file(&path) {
@@ -249,7 +244,7 @@ pub fn pin_maps(dir: &Path) -> Pinning {
 
 /// [`pin_maps`] for any set of maps: `specs` are checked in `dir`, which
 /// is made when its parent is on a bpffs (the DHCP guard pins its own maps
-/// in a subdirectory, [`super::guard::GUARD_PIN_DIR`]).
+/// in a subdirectory, `guard/`).
 pub(super) fn pin_maps_in(dir: &Path, specs: &[PinnedMap]) -> Pinning {
     let off = |reason: String| Pinning::Off { reason };
     if !dir.exists() {
