@@ -20,7 +20,9 @@
 //! (each holds its program and maps), so no port is bare while the agent
 //! restarts; [`GuardService::protect`] is called again for every lease the
 //! agent resumes at start and replaces the program an earlier agent left
-//! in one step.
+//! in one step. With a bpffs, the guard's tables are pinned: the next agent
+//! carries on with each port's entry, and releases the ports nothing
+//! claims again ([`GuardService::release_unclaimed`]).
 //!
 //! Where a port is policed depends on who reads it. A Linux bridge, the
 //! kernel datapath of Open vSwitch and the routing stack all take a frame
@@ -60,6 +62,12 @@ use crate::datapath::ebpf::{
 use crate::netlink::{PeerLookup, veth_peer_here};
 use crate::settings::{AgentArgs, GuardChoice};
 use crate::sys::netns::run_in_netns_async;
+
+/// How long after recovery the guard reconciles what an earlier agent
+/// left ([`GuardService::release_unclaimed`]): the resumed leases' ports
+/// are guarded during recovery; this leaves the follower of Open vSwitch
+/// time to read the database and guard the ports it finds.
+const RECONCILE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why a port could not be guarded.
 #[derive(Debug, thiserror::Error)]
@@ -315,7 +323,7 @@ impl GuardService {
         if args.dhcp_guard == GuardChoice::Off {
             return Ok(Self::off("--dhcp-guard off", learned));
         }
-        Ok(match Guard::load() {
+        Ok(match Guard::load_pinned(&args.bpffs_dir) {
             Ok(mut guard) => {
                 info!("DHCP guard loaded");
                 if let Err(e) = guard.set_learn_limit(args.learn_reply_rate, args.learn_reply_burst)
@@ -436,6 +444,39 @@ impl GuardService {
         })
         .await
         .map_err(|e| GuardError::Task(e.to_string()))?
+    }
+
+    /// Once the agent has guarded again the ports of the leases it resumed
+    /// (and Open vSwitch's have had [`RECONCILE_AFTER`] to be found), takes
+    /// the guard off the ports an earlier agent guarded that nothing claims
+    /// now, and drops their entries from the pinned tables
+    /// ([`Guard::release_unclaimed`]). Call after recovery.
+    pub(crate) async fn release_unclaimed(
+        self: Arc<Self>,
+        token: tokio_util::sync::CancellationToken,
+    ) {
+        if self.inner.is_none() {
+            return;
+        }
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(RECONCILE_AFTER) => {}
+        }
+        let me = self.clone();
+        let released = tokio::task::spawn_blocking(move || {
+            me.lock()
+                .map(|mut inner| inner.guard.release_unclaimed())
+                .unwrap_or_default()
+        })
+        .await;
+        match released {
+            Ok(ports) if ports.is_empty() => {}
+            Ok(ports) => info!(
+                ?ports,
+                "took the DHCP guard off the ports an earlier agent guarded and no workload claims now"
+            ),
+            Err(e) => warn!(error = %e, "the guard's reconciliation task failed"),
+        }
     }
 
     /// Waits until an ADD holds a port, since the last time this returned

@@ -409,7 +409,7 @@ impl Metrics {
         );
         root.register(
             "capture_lost",
-            "Kernel capture paths lost under the agent (ring reader failed, link detached), by reason",
+            "Kernel capture paths lost under the agent (ring reader failed, link detached, ring full, a lease's xid the kernel would not own), by reason",
             capture_lost.clone(),
         );
         root.register(

@@ -233,3 +233,110 @@ fn a_full_ring_moves_its_leases_to_af_packet_and_they_renew_while_it_overflows()
     all_renew(&agent, &expiries(&agent), "back on the ring buffer");
     let _ = agent.post(rpc::PATH_DEL, &req);
 }
+
+/// A bpffs of the test's own, mounted on a fresh directory (so the agent
+/// pins its maps where the test can reach them), unmounted on drop.
+struct Bpffs(tempfile::TempDir);
+
+impl Bpffs {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-bpffs-")
+            .tempdir()
+            .unwrap();
+        nix::mount::mount(
+            Some("bpf"),
+            dir.path(),
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .expect("mount -t bpf (needs root)");
+        Self(dir)
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.0.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// When the kernel will not own a lease's xid — here its ownership map is
+/// full, filled from outside through the pin — the programs pass the
+/// lease's replies on uncaptured, and the lease moves to its own
+/// `AF_PACKET` receiver before its frame goes out: its renewals complete
+/// while the map is full (logged, counted as `xid_unowned`), and once an
+/// xid registers again it is back on the ring buffer and renews there.
+#[test]
+fn a_lease_whose_xid_the_kernel_will_not_own_renews_on_its_own_receiver() {
+    const FILLER: u32 = 0xf00d_0000;
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(T1 as u32),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let bpffs = Bpffs::new();
+    let metrics = free_local_addr();
+    let agent = InProcessAgent::start_with(|a| {
+        a.datapath = DatapathChoice::Ebpf;
+        a.metrics_addr = Some(metrics);
+        a.bpffs_dir = bpffs.0.path().to_path_buf();
+    });
+    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"xdhcp","timeout":"20s","apply":true}}"#;
+    let req = xdhcp_tests::cni_request(&lab.clients[0], "unowned", "default", conf);
+    agent.add(&req).expect("ADD");
+    assert!(
+        wait_until(Duration::from_secs(10), || paths(&agent) == ["tc"]),
+        "the lease did not move to the ring buffer: {:?}",
+        paths(&agent)
+    );
+    all_renew(&agent, &expiries(&agent), "on the ring buffer");
+    let counter = |name: &str| {
+        let text = http_get(metrics, "/metrics").unwrap_or_default();
+        metric_count(&text, name, "reason=\"xid_unowned\"")
+    };
+
+    // The ownership map filled to its capacity from outside.
+    let data = aya::maps::MapData::from_pin(bpffs.0.path().join(xdhcp_common::MAP_OWNED))
+        .expect("the pinned ownership map");
+    let mut owned: aya::maps::HashMap<_, u32, xdhcp_common::Owned> =
+        aya::maps::HashMap::try_from(aya::maps::Map::HashMap(data)).unwrap();
+    let filler = xdhcp_common::Owned {
+        ifindex: 0,
+        reserved: 0,
+    };
+    let mut filled = 0u32;
+    while owned.insert(FILLER + filled, filler, 0).is_ok() {
+        filled += 1;
+        assert!(filled <= xdhcp_common::OWNED_CAPACITY, "never full");
+    }
+    assert!(filled > 0);
+
+    all_renew(&agent, &expiries(&agent), "while the map was full");
+    all_renew(
+        &agent,
+        &expiries(&agent),
+        "while the map was full, second round",
+    );
+    assert_eq!(paths(&agent), ["af-packet (ebpf lost)"]);
+    assert!(counter("xdhcp_capture_lost_total") >= 1);
+
+    // Room again: the next xid registers, the lease returns.
+    for k in 0..filled {
+        let _ = owned.remove(&(FILLER + k));
+    }
+    all_renew(&agent, &expiries(&agent), "once the map had room");
+    assert!(
+        wait_until(Duration::from_secs(T1 + 6), || paths(&agent) == ["tc"]),
+        "the lease did not return to the ring buffer: {:?}",
+        paths(&agent)
+    );
+    assert!(counter("xdhcp_capture_restored_total") >= 1);
+    all_renew(&agent, &expiries(&agent), "back on the ring buffer");
+    let _ = agent.post(rpc::PATH_DEL, &req);
+}

@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use agent_support::NodeAgent;
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
-use xdhcp::datapath::ebpf::{AttachTarget, Guard, PortPolicy};
+use xdhcp::datapath::ebpf::{AttachTarget, GUARD_PIN_DIR, Guard, PortPolicy};
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, parse_udp_frame};
+use xdhcp_common::guard::GuardPort;
 use xdhcp_tests::servers::ROGUE_IP;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient};
 
@@ -529,6 +530,229 @@ fn the_guard_stays_on_while_the_agent_restarts_and_the_next_agent_takes_it_over(
     assert_eq!(guard_filters(&lab.server, &port), (0, 0), "{}", agent.log());
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert!(heard > 0, "after DEL the port is no longer guarded");
+}
+
+/// The program id of the guard's ingress filter on `port` (in `ns`), as
+/// `tc filter show` names it.
+fn guard_filter_program(ns: &xdhcp_tests::NetNs, port: &str) -> Option<u32> {
+    let out = ns.exec(&["tc", "filter", "show", "dev", port, "ingress"]);
+    let line = out.lines().find(|l| l.contains("xdhcp_guard"))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == "id")?;
+    words.next()?.parse().ok()
+}
+
+/// The guard's pinned port table under the agent's `bpffs`: ifindex →
+/// entry (settings, MAC, rate bucket).
+fn pinned_guard_ports(bpffs: &Path) -> std::collections::BTreeMap<u32, GuardPort> {
+    let pin = bpffs
+        .join(GUARD_PIN_DIR)
+        .join(xdhcp_common::guard::MAP_GUARD_PORTS);
+    let Ok(data) = aya::maps::MapData::from_pin(&pin) else {
+        return std::collections::BTreeMap::new();
+    };
+    let map: aya::maps::HashMap<_, u32, GuardPort> =
+        aya::maps::HashMap::try_from(aya::maps::Map::HashMap(data)).expect("a hash map");
+    map.iter().map(|kv| kv.expect("an entry")).collect()
+}
+
+/// Puts another program (the object's do-nothing baseline, standing in for
+/// another version) in the guard's filter on `port` of `ns`, as an older
+/// agent's would be; its program id.
+fn put_another_version(ns: &xdhcp_tests::NetNs, port: &str) -> u32 {
+    let port = port.to_owned();
+    ns.run_in(move || {
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(xdhcp::datapath::ebpf::embedded_object())
+            .unwrap();
+        let prog: &mut aya::programs::SchedClassifier = ebpf
+            .program_mut(xdhcp_common::guard::PROG_GUARD_PASS)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        prog.load().unwrap();
+        let left = aya::programs::tc::SchedClassifierLink::attached(
+            &port,
+            aya::programs::tc::TcAttachType::Ingress,
+            1,
+            aya::programs::tc::TcHandle::new(0, 0x7864),
+            None,
+        )
+        .unwrap();
+        let id = prog.attach_to_link(left).unwrap();
+        // The filter keeps the program when this process is gone.
+        std::mem::forget(prog.take_link(id).unwrap());
+        prog.info().unwrap().id()
+    })
+}
+
+/// `xdhcp unpin --bpffs-dir <bpffs>` run in `ns`; its output.
+fn unpin_in(ns: &xdhcp_tests::NetNs, bpffs: &Path) -> String {
+    let out = xdhcp_tests::netns_exec(ns.name(), &agent_support::xdhcp_bin())
+        .arg("unpin")
+        .arg("--bpffs-dir")
+        .arg(bpffs)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("run xdhcp unpin");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Removes the lease record of container `cid` from `state_dir` (its lease
+/// ended while no agent ran).
+fn remove_record(state_dir: &Path, cid: &str) {
+    let stale = xdhcp_tests::agent::lease_record_files(state_dir)
+        .into_iter()
+        .find(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains(&format!("\"{cid}\""))))
+        .unwrap_or_else(|| panic!("{cid}'s lease record"));
+    std::fs::remove_file(stale).unwrap();
+}
+
+/// Has `pod` send one client message of its own, which spends from its
+/// port's bucket; the port's pinned entry once it shows that.
+fn spend_from_bucket(pod: &LabClient, bpffs: &Path, ifindex: u32) -> GuardPort {
+    send_discover(&packet_socket(pod), pod.mac, pod.mac, 0x7e57_0001);
+    let spent = || {
+        pinned_guard_ports(bpffs)
+            .get(&ifindex)
+            .copied()
+            .filter(|e| e.tat_ns != 0)
+    };
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || spent().is_some()),
+        "no pinned entry with a spent bucket for the port: {:?}",
+        pinned_guard_ports(bpffs)
+    );
+    spent().unwrap()
+}
+
+/// With `--bpffs-dir` on a bpffs, the guard's tables are pinned and handed
+/// from one agent to the next with its filters: a pod's port stays guarded
+/// through a SIGTERM and a SIGKILL (the same filter, a rogue OFFER from the
+/// pod dropped while no agent runs and after), its entry — settings, MAC
+/// and the rate bucket the pod's own DHCP left — is the very same entry
+/// after each takeover (not one written afresh); a filter running another
+/// program when the agent starts gets this agent's program in place (never
+/// removed); a port whose lease ended while no agent ran loses its guard
+/// once the next agent has taken over the rest; `xdhcp unpin` takes the
+/// guard off every port and removes its pins.
+#[test]
+fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
+    let lab = Lab::with_clients(3);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let dir = tempfile::Builder::new()
+        .prefix("xdt-agent-")
+        .tempdir()
+        .unwrap();
+    let bpffs_mount = agent_support::BpffsMount::new(&dir.path().join("bpffs"));
+    let bpffs = bpffs_mount.path.clone();
+    let agent = NodeAgent::start_in(&lab.server, &[], dir);
+    let cni = agent_support::CniPath::new();
+    let (port, stale_port) = (
+        lab.clients[0].port().to_owned(),
+        lab.clients[2].port().to_owned(),
+    );
+    let ifindex = lab.server.ifindex(&port);
+    let stale_ifindex = lab.server.ifindex(&stale_port);
+    leased_ip(&ipam_call(&agent, &cni, "ADD", "pod0", &lab.clients[0], ""));
+    leased_ip(&ipam_call(&agent, &cni, "ADD", "pod2", &lab.clients[2], ""));
+    let mut filter = guard_filter_program(&lab.server, &port).expect("the guard's filter");
+    let entry = spend_from_bucket(&lab.clients[0], &bpffs, ifindex);
+    assert_eq!(entry.mac, lab.clients[0].mac, "the pod's single client");
+    let _rogue = rogue(&lab);
+    let replaced = |agent: &NodeAgent| {
+        agent
+            .log()
+            .matches("replaced a DHCP guard filter left by an earlier agent")
+            .count()
+    };
+
+    // The agent's log is one file across its restarts.
+    let mut agent = agent;
+    for how in ["SIGTERM", "SIGKILL"] {
+        let before = replaced(&agent);
+        let dir = if how == "SIGTERM" {
+            agent.stop()
+        } else {
+            agent.kill()
+        };
+        assert_eq!(
+            guard_filter_program(&lab.server, &port),
+            Some(filter),
+            "the same filter after {how}"
+        );
+        assert_eq!(pinned_guard_ports(&bpffs).get(&ifindex), Some(&entry));
+        let (bound, heard) = lease_watching_for_rogue(&lab.clients[1]);
+        assert_eq!(heard, 0, "the rogue was heard while no agent ran ({how})");
+        assert!(from_real_server(&lab, bound), "{bound:?}");
+        if how == "SIGKILL" {
+            // pod2's lease ended while no agent ran: its record is gone.
+            remove_record(&dir.path().join("state"), "pod2");
+        }
+        agent = NodeAgent::start_in(&lab.server, &[], dir);
+        assert!(
+            xdhcp_tests::wait_until(Duration::from_secs(10), || replaced(&agent) > before),
+            "{}",
+            agent.log()
+        );
+        assert_eq!(guard_filters(&lab.server, &port), (1, 0), "{}", agent.log());
+        // The filter stayed; the next agent's program is in it now.
+        let now = guard_filter_program(&lab.server, &port).expect("the filter");
+        assert_ne!(now, filter, "the next agent's program after {how}");
+        filter = now;
+        assert_eq!(
+            pinned_guard_ports(&bpffs).get(&ifindex),
+            Some(&entry),
+            "the next agent carries on with the same entry after {how}"
+        );
+        let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+        assert_eq!(heard, 0, "the rogue was heard after the restart ({how})");
+    }
+    // The port of the lease that ended while no agent ran is released once
+    // the next agent has taken over the rest.
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(20), || !pinned_guard_ports(&bpffs)
+            .contains_key(&stale_ifindex)),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(guard_filters(&lab.server, &stale_port), (0, 0));
+    assert!(pinned_guard_ports(&bpffs).contains_key(&ifindex));
+
+    // Another version on the filter when the next agent starts (here the
+    // object's do-nothing baseline): replaced in place, never removed.
+    let before = replaced(&agent);
+    let dir = agent.stop();
+    let other = put_another_version(&lab.server, &port);
+    assert_eq!(guard_filter_program(&lab.server, &port), Some(other));
+    let agent = NodeAgent::start_in(&lab.server, &[], dir);
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(10), || replaced(&agent) > before),
+        "{}",
+        agent.log()
+    );
+    let now = guard_filter_program(&lab.server, &port).expect("the filter");
+    assert_ne!(
+        now, other,
+        "this agent's program replaced the other version"
+    );
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert_eq!(heard, 0, "the rogue was heard after the update");
+
+    // Uninstalled.
+    // (The directory stays until the end: removing it would remove the pins.)
+    let _dir = agent.stop();
+    // In the node's namespace, where the ports' host ends are.
+    let out = unpin_in(&lab.server, &bpffs);
+    assert!(out.contains("removed"), "{out}");
+    assert_eq!(guard_filters(&lab.server, &port), (0, 0), "{out}");
+    assert!(!bpffs.join(GUARD_PIN_DIR).exists(), "{out}");
+    let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
+    assert!(heard > 0, "after unpin the port is no longer guarded");
 }
 
 /// A network config (a NAD a tenant may write) that asks for a trusted

@@ -425,3 +425,56 @@ fn a_restarted_agent_takes_over_its_pinned_links_and_unpin_removes_them() {
         assert_eq!(capture_programs(&c.ns, &c.ifname), 0);
     }
 }
+
+/// A pinned link detached from outside (`bpftool link detach`) while its
+/// agent runs is attached again and pinned again: afterwards the pin names
+/// a link on the interface, never the dead one (which goes with its pin),
+/// and the lease renews through it.
+#[test]
+fn a_pinned_link_detached_from_outside_is_attached_and_pinned_again() {
+    let cni = CniPath::new();
+    let agent = AgentProcess::start_pinned(&[]);
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            t1_secs: Some(4),
+            t2_secs: Some(100),
+            ..DnsmasqConfig::default()
+        },
+    );
+    add_every_pod(&cni, &agent, &lab);
+    let pin_dir = agent.pin_dir();
+    let c = &lab.clients[0];
+    let on_port =
+        || xdhcp_tests::chaos::tcx_links(Some(c.ns.path()), &c.ifname).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(15), || pinned_links(&pin_dir).len()
+            == 1),
+        "{}",
+        agent.log()
+    );
+    let (pin, old) = pinned_links(&pin_dir).into_iter().next().expect("the pin");
+    assert_eq!(on_port(), [old], "the pinned link is the one on the port");
+
+    xdhcp_tests::chaos::detach_link(old);
+    assert!(
+        wait_until(Duration::from_secs(30), || pinned_links(&pin_dir)
+            .get(&pin)
+            .is_some_and(|id| *id != old && on_port() == [*id])),
+        "the pin does not name a link on the port: {:?} on the port {:?}\n{}",
+        pinned_links(&pin_dir),
+        on_port(),
+        agent.log()
+    );
+    assert!(!link_exists(old), "the detached link lingers");
+    assert_eq!(capture_programs(&c.ns, &c.ifname), 1);
+    let macs = [format_mac(c.mac)];
+    let acks = per_mac(&dnsmasq, "DHCPACK", &macs);
+    let late = not_renewed_within(&dnsmasq, &macs, &acks, Duration::from_secs(15));
+    assert!(
+        late.is_empty(),
+        "no renewal on the new link:\n{}",
+        agent.log()
+    );
+}

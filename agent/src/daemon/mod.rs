@@ -278,6 +278,7 @@ async fn run_on(
     health.set_recovered();
     // Short-lived: not a side task (those run for the agent's life).
     tokio::spawn(capture.clone().release_unclaimed(token.clone()));
+    tokio::spawn(agent.guard.clone().release_unclaimed(token.clone()));
 
     if let Some(addr) = agent.args.metrics_addr {
         serve_metrics(addr, &metrics, &health, &token, &mut side).await;

@@ -715,14 +715,26 @@ impl Capture {
 
     /// Route replies carrying `xid` to `tx`; with `ifindex` (the lease is on
     /// the ring buffer) also mark the xid owned in the kernel, so the
-    /// program consumes its replies.
-    pub(crate) fn register(&self, xid: u32, tx: mpsc::Sender<RxFrame>, ifindex: Option<u32>) {
+    /// program consumes its replies. Whether the kernel owns it as asked
+    /// (`true` when not asked): when it does not (the map is full, or
+    /// refused the update), the programs pass the xid's replies on to the
+    /// pod's stack uncaptured, and the caller must read them on the lease's
+    /// own receiver.
+    pub(crate) fn register(
+        &self,
+        xid: u32,
+        tx: mpsc::Sender<RxFrame>,
+        ifindex: Option<u32>,
+    ) -> bool {
         lock(&self.routes).insert(xid, tx);
         if let (Some(k), Some(ifindex)) = (&self.kernel, ifindex)
             && let Err(e) = k.xids.own(xid, ifindex)
         {
-            warn!(xid, error = %e, "could not register the xid in the kernel ownership map");
+            warn!(xid, error = %crate::rpc::format_chain(&e),
+                "could not register the xid in the kernel ownership map");
+            return false;
         }
+        true
     }
 
     /// Stop routing `xid` (and drop it from the kernel map if `in_kernel`,

@@ -38,6 +38,10 @@ use crate::model::UplinkRef;
 /// Channel depth per lease for captured frames.
 const FRAME_QUEUE: usize = 32;
 
+/// The capture-loss reason of a lease whose xid the kernel would not own
+/// (`xdhcp_capture_lost_total`, `xdhcp_capture_restored_total`).
+const UNOWNED: &str = "xid_unowned";
+
 /// Who the port is for: what the capture keys on and what leaves through
 /// an uplink.
 #[derive(Debug, Clone)]
@@ -163,6 +167,12 @@ pub(crate) struct Port {
     discovered: bool,
     /// The path the lease's view shows.
     path: CapturePath,
+    /// Set while the kernel would not own the lease's xid (its ownership
+    /// map full, or refusing the update) though the lease is on a capture
+    /// path: the programs pass its replies uncaptured, so it reads its own
+    /// `AF_PACKET` receiver, until an xid registers again; holds the path
+    /// to return to.
+    unowned: Option<CapturePath>,
 }
 
 impl Port {
@@ -249,7 +259,41 @@ impl Port {
             owned: None,
             discovered: false,
             path,
+            unowned: None,
         })
+    }
+
+    /// After asking the kernel to own the lease's xid on its capture path:
+    /// when it did not (`owned` false), the lease falls back to its own
+    /// `AF_PACKET` receiver (opened before the frame goes out), logged and
+    /// counted as a capture loss; when it does again, the receiver closes
+    /// and the lease is back on its path.
+    async fn follow_ownership(&mut self, owned: bool) -> Result<(), LinkError> {
+        match (owned, self.unowned.is_some()) {
+            (false, false) => {
+                if !self.link.has_rx() {
+                    self.link.open_rx().await?;
+                }
+                self.metrics.capture_lost(UNOWNED);
+                self.metrics.capture_fallback();
+                warn!(path = %self.path,
+                    "the kernel would not own this lease's xid (its replies pass the eBPF capture); the lease uses its own AF_PACKET receiver until an xid registers again");
+                self.unowned = Some(std::mem::replace(
+                    &mut self.path,
+                    CapturePath::AfPacketFallback,
+                ));
+            }
+            (true, true) => {
+                self.link.drop_rx();
+                self.metrics.capture_restored(UNOWNED);
+                if let Some(path) = self.unowned.take() {
+                    info!(%path, "xid owned in the kernel again; the lease is back on its capture path");
+                    self.path = path;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Follow the capture actor's word on this interface: move to the ring
@@ -268,25 +312,43 @@ impl Port {
                 }
                 let was_fallback = self.path == CapturePath::AfPacketFallback;
                 self.rx.ifindex = Some(ifindex);
-                if let Some(o) = self.owned {
+                let owned = self.owned.is_none_or(|o| {
                     self.capture
-                        .register(o.xid, self.frames_tx.clone(), Some(ifindex));
-                }
-                self.link.drop_rx();
-                if was_fallback {
-                    info!(%mode, "capture back on the eBPF ring buffer");
-                } else {
-                    debug!(%mode, "capture switched to eBPF");
-                }
-                match (&self.rx.uplink, &self.rx.found) {
+                        .register(o.xid, self.frames_tx.clone(), Some(ifindex))
+                });
+                let live = match (&self.rx.uplink, &self.rx.found) {
                     (Some(name), _) => CapturePath::Uplink(name.clone()),
                     (None, Some(port)) => CapturePath::Port(port.clone()),
                     (None, None) => CapturePath::Ebpf(mode),
+                };
+                if owned {
+                    self.link.drop_rx();
+                    if self.unowned.take().is_some() {
+                        self.metrics.capture_restored(UNOWNED);
+                    }
+                    if was_fallback {
+                        info!(%mode, "capture back on the eBPF ring buffer");
+                    } else {
+                        debug!(%mode, "capture switched to eBPF");
+                    }
+                    live
+                } else {
+                    // Its open exchange's replies pass the program: keep
+                    // reading them here until an xid registers.
+                    if self.unowned.is_none() {
+                        self.metrics.capture_lost(UNOWNED);
+                        self.metrics.capture_fallback();
+                        warn!(%live,
+                            "the kernel would not own this lease's xid (its replies pass the eBPF capture); the lease keeps its own AF_PACKET receiver until an xid registers");
+                    }
+                    self.unowned = Some(live);
+                    CapturePath::AfPacketFallback
                 }
             }
             TargetState::Pending => CapturePath::AfPacketPending,
             TargetState::Refused => CapturePath::AfPacket,
             TargetState::Lost => {
+                self.unowned = None;
                 let was_ebpf = self.rx.ifindex.take().is_some();
                 if let Err(e) = self.link.open_rx().await {
                     warn!(error = %e, "cannot open the AF_PACKET fallback receiver");
@@ -528,11 +590,16 @@ impl LeasePort for Port {
                     .rx
                     .ifindex
                     .or_else(|| self.capture.owns_early().then_some(0));
-                self.capture.register(t.xid, self.frames_tx.clone(), kernel);
+                let owned = self.capture.register(t.xid, self.frames_tx.clone(), kernel);
                 self.owned = Some(OwnedXid {
                     xid: t.xid,
                     in_kernel: kernel.is_some(),
                 });
+                // Off a capture path (owning early, before one is known)
+                // the lease's own receiver is open anyway.
+                if self.rx.ifindex.is_some() {
+                    self.follow_ownership(owned).await?;
+                }
             }
             debug!(xid = t.xid, kind = ?t.kind, "send");
             if self.sent_via_uplink(route, &t) {

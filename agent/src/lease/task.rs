@@ -297,6 +297,12 @@ async fn flush<P: LeasePort>(task: &mut Task<P>) -> Result<(), LinkError> {
         Vec::new()
     };
     let sent = task.port.send(out).await;
+    // A send may move the lease's receiver (an xid the kernel would not
+    // own sends it to its own `AF_PACKET` receiver, and back).
+    let path = task.port.path();
+    if lock(&task.live).capture != *path {
+        task.set_path(path.clone());
+    }
     let now = Instant::now();
     for kind in kinds {
         task.clock.sent(kind, now);

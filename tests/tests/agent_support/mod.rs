@@ -326,6 +326,19 @@ impl NodeAgent {
         self.dir
     }
 
+    /// Kills the agent (SIGKILL: no clean-up of any kind) and hands back
+    /// its directory.
+    pub fn kill(mut self) -> tempfile::TempDir {
+        self.process.kill();
+        self.dir
+    }
+
+    /// The agent's directory: its state, log and `--bpffs-dir` (`bpffs`)
+    /// are in it.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     pub fn start_in(node: &NetNs, extra: &[&str], dir: tempfile::TempDir) -> Self {
         let socket = dir.path().join("run/xdhcp.sock");
         let log = dir.path().join("agent.log");

@@ -14,10 +14,12 @@
 //! One thing: the guard programs' loader, attachments, policy map, counters
 //! and ring, as one object the guard service holds.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::maps::{
+    Array, HashMap as BpfHashMap, MapData, MapType, PerCpuArray, PerCpuHashMap, RingBuf,
+};
 use std::os::fd::AsFd as _;
 
 use aya::programs::ProgramError;
@@ -30,6 +32,7 @@ use aya::{Ebpf, EbpfLoader};
 use xdhcp_common as common;
 use xdhcp_common::guard as g;
 
+use super::pin::{PinnedMap, Pinning, pin_maps_in};
 use super::ring::Ring;
 use super::{AttachTarget, EbpfDatapathError, Result, program, take_map};
 use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
@@ -416,6 +419,62 @@ impl XdpKeeper {
     }
 }
 
+/// The subdirectory of `--bpffs-dir` the guard pins its maps in (its own
+/// directory: the capture's scan of `links/` and its map checks never see
+/// them).
+pub const GUARD_PIN_DIR: &str = "guard";
+
+/// The guard's maps, pinned by name in [`GUARD_PIN_DIR`] (the definitions
+/// of `ebpf/src/guard.rs`, from the same constants). Pinned, they are the
+/// same maps across agent restarts: the filters an earlier agent left keep
+/// policing with them while no agent runs, and the next agent's programs,
+/// which replace those filters in place, read the very same entries — each
+/// port's settings, its single client's MAC, its rate bucket, its counters.
+pub const GUARD_PINNED_MAPS: [PinnedMap; 6] = [
+    PinnedMap {
+        name: g::MAP_GUARD_PORTS,
+        map_type: MapType::Hash,
+        key_size: 4,
+        value_size: size_of::<g::GuardPort>() as u32,
+        max_entries: g::GUARD_PORTS_CAPACITY,
+    },
+    PinnedMap {
+        name: g::MAP_GUARD_COUNTERS,
+        map_type: MapType::PerCpuHash,
+        key_size: 4,
+        value_size: size_of::<g::GuardCounters>() as u32,
+        max_entries: g::GUARD_PORTS_CAPACITY,
+    },
+    PinnedMap {
+        name: g::MAP_GUARD_EVENTS,
+        map_type: MapType::RingBuf,
+        key_size: 0,
+        value_size: 0,
+        max_entries: g::GUARD_EVENTS_BYTES,
+    },
+    PinnedMap {
+        name: g::MAP_LEARN_BUCKETS,
+        map_type: MapType::Hash,
+        key_size: 4,
+        value_size: size_of::<g::LearnBucket>() as u32,
+        max_entries: g::GUARD_PORTS_CAPACITY,
+    },
+    PinnedMap {
+        name: g::MAP_LEARN_LIMIT,
+        map_type: MapType::Array,
+        key_size: 4,
+        value_size: size_of::<g::LearnLimit>() as u32,
+        max_entries: 1,
+    },
+    PinnedMap {
+        name: g::MAP_LEARN_COUNTERS,
+        map_type: MapType::PerCpuArray,
+        key_size: 4,
+        value_size: 8,
+        max_entries: g::LEARN_COUNTER_SLOTS,
+    },
+];
+
 /// The loaded guard programs and their maps.
 pub struct Guard {
     ebpf: Ebpf,
@@ -434,6 +493,13 @@ pub struct Guard {
     /// could not be set up, said in the log: attaches then pay the kernel's
     /// waits).
     keeper: Option<XdpKeeper>,
+    /// Whether and where the maps are pinned.
+    pinning: Pinning,
+    /// Ports an earlier agent guarded (their entries were in the pinned
+    /// port table when this one loaded) that this one has not guarded
+    /// again yet; [`Guard::release_unclaimed`] takes the guard off those
+    /// left over.
+    inherited: BTreeSet<u32>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -474,8 +540,40 @@ pub struct GuardedPortInfo {
 }
 
 impl Guard {
-    /// Loads the guard programs from the embedded object.
+    /// Loads the guard programs from the embedded object, with no map
+    /// pinned: the ports this guard protects start from empty tables.
     pub fn load() -> Result<Self> {
+        Self::load_with(Pinning::Off {
+            reason: "not asked to pin".to_owned(),
+        })
+    }
+
+    /// Like [`Guard::load`], with the maps of [`GUARD_PINNED_MAPS`] pinned
+    /// in `bpffs_dir/guard` when `bpffs_dir` is (or its parent is, and it
+    /// can be made) on a bpffs mount; the pins a previous agent left there
+    /// with the right definitions are reused, so its ports' settings,
+    /// buckets and counters carry on ([`Guard::release_unclaimed`] drops
+    /// those of ports this agent does not guard again). Elsewhere nothing
+    /// is pinned and the log says why.
+    pub fn load_pinned(bpffs_dir: &Path) -> Result<Self> {
+        let pinning = match pin_maps_in(bpffs_dir, &[]) {
+            off @ Pinning::Off { .. } => off,
+            Pinning::On { .. } => pin_maps_in(&bpffs_dir.join(GUARD_PIN_DIR), &GUARD_PINNED_MAPS),
+        };
+        match &pinning {
+            Pinning::Off { reason } => {
+                tracing::info!(dir = %bpffs_dir.display(), %reason, "DHCP guard maps not pinned");
+            }
+            Pinning::On {
+                dir,
+                reused,
+                replaced,
+            } => tracing::info!(dir = %dir.display(), ?reused, ?replaced, "DHCP guard maps pinned"),
+        }
+        Self::load_with(pinning)
+    }
+
+    fn load_with(pinning: Pinning) -> Result<Self> {
         let object = super::embedded_object();
         if object.is_empty() {
             return Err(EbpfDatapathError::NoObject);
@@ -483,11 +581,18 @@ impl Guard {
         let page = u32::try_from(page_size()).unwrap_or(4096);
         // The capture maps of this copy of the object are never used: keep
         // them as small as the kernel allows.
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .map_max_entries(common::MAP_EVENTS, page)
             .map_max_entries(common::MAP_OWNED, 1)
             .map_max_entries(common::MAP_IFCONFIG, 1)
-            .map_max_entries(common::MAP_IFCONFIG_DIRECT, 1)
+            .map_max_entries(common::MAP_IFCONFIG_DIRECT, 1);
+        if let Pinning::On { dir, .. } = &pinning {
+            for spec in GUARD_PINNED_MAPS {
+                loader.map_pin_path(spec.name, dir.join(spec.name));
+            }
+        }
+        let mut ebpf = loader
             .load(object)
             .map_err(|source| EbpfDatapathError::Load { source })?;
         #[cfg(not(feature = "test-hooks"))]
@@ -538,6 +643,17 @@ impl Guard {
         let learn_buckets = take_map(&mut ebpf, g::MAP_LEARN_BUCKETS)?;
         let learn_limit = take_map(&mut ebpf, g::MAP_LEARN_LIMIT)?;
         let learn_counters = take_map(&mut ebpf, g::MAP_LEARN_COUNTERS)?;
+        let inherited: BTreeSet<u32> = match &pinning {
+            Pinning::On { reused, .. } if reused.contains(&g::MAP_GUARD_PORTS) => {
+                let ports: &BpfHashMap<MapData, u32, g::GuardPort> = &ports;
+                ports.keys().filter_map(std::result::Result::ok).collect()
+            }
+            _ => BTreeSet::new(),
+        };
+        if !inherited.is_empty() {
+            tracing::info!(ports = ?inherited,
+                "found the ports an earlier agent guarded in the pinned table; their settings carry on as each is guarded again");
+        }
         Ok(Self {
             ebpf,
             ports,
@@ -549,7 +665,35 @@ impl Guard {
             attached: HashMap::new(),
             xdp_unavailable,
             keeper,
+            pinning,
+            inherited,
         })
+    }
+
+    /// Where the guard's maps are pinned, if they are.
+    pub fn pinning(&self) -> &Pinning {
+        &self.pinning
+    }
+
+    /// The ports an earlier agent guarded that this one has not guarded
+    /// again (yet).
+    pub fn unclaimed_ports(&self) -> Vec<u32> {
+        self.inherited.iter().copied().collect()
+    }
+
+    /// Takes the guard off the ports an earlier agent guarded and this one
+    /// did not guard again (their workload went while no agent ran, or is
+    /// not this agent's any more): their programs come off, if their
+    /// device is still there, and their entries go from the pinned tables.
+    /// Call once the ports of the resumed leases and of Open vSwitch are
+    /// guarded. Returns the ifindexes released.
+    pub fn release_unclaimed(&mut self) -> Vec<u32> {
+        let left = std::mem::take(&mut self.inherited);
+        for &ifindex in &left {
+            remove_guard_programs(ifindex);
+            self.forget(ifindex);
+        }
+        left.into_iter().collect()
     }
 
     /// Takes the reader of observed exchanges (once).
@@ -602,6 +746,9 @@ impl Guard {
             })
         })??;
         self.set_policy(ifindex, policy)?;
+        if target.netns.is_none() {
+            self.inherited.remove(&ifindex);
+        }
         let ebpf = &mut self.ebpf;
         let ifname = target.ifname.clone();
         let egress = policy.needs_egress();
@@ -816,16 +963,26 @@ impl Guard {
         })
     }
 
-    /// Replaces the policy of port `ifindex` (the rate limiter and, on a
-    /// learning port, the reply bucket start full) and makes sure its
-    /// counters exist.
+    /// Sets the policy of port `ifindex` and makes sure its counters
+    /// exist. A changed policy replaces the entry (the rate limiter and, on
+    /// a learning port, the reply bucket start full); the same policy
+    /// leaves it as it is, bucket included: a restarted agent guarding a
+    /// port again from the pinned table carries on where the last one was,
+    /// and a workload that spent its burst does not get a new one.
     pub fn set_policy(&mut self, ifindex: u32, policy: &PortPolicy) -> Result<()> {
         let name = g::MAP_GUARD_PORTS;
-        self.ports
-            .insert(ifindex, policy.entry(), 0)
-            .map_err(|source| EbpfDatapathError::Map { name, source })?;
-        // The program adds a full bucket for a learning port without one.
-        let _ = self.learn_buckets.remove(&ifindex);
+        let entry = policy.entry();
+        let same = self
+            .ports
+            .get(&ifindex, 0)
+            .is_ok_and(|cur| g::GuardPort { tat_ns: 0, ..cur } == entry);
+        if !same {
+            self.ports
+                .insert(ifindex, entry, 0)
+                .map_err(|source| EbpfDatapathError::Map { name, source })?;
+            // The program adds a full bucket for a learning port without one.
+            let _ = self.learn_buckets.remove(&ifindex);
+        }
         let name = g::MAP_GUARD_COUNTERS;
         if self.counters.get(&ifindex, 0).is_err() {
             let zero = aya::maps::PerCpuValues::try_from(vec![
@@ -1048,12 +1205,14 @@ const GUARD_TC_HANDLE: TcHandle = TcHandle::new(0, 0x7864);
 
 /// Attaches guard program `name` to `ifname` (which has a clsact qdisc) as
 /// a TC filter, on every kernel. Not a tcx link: the kernel waits for an
-/// RCU grace period inside every tcx attach and detach (about 10–30 ms on a
-/// small node, two per port), and a port is guarded on the ADD path of
-/// every pod; a filter is added and removed without that wait. A filter
-/// also outlives the agent process (it holds its program and maps), so a
-/// port stays guarded while the agent restarts; the filter a previous
-/// agent left is replaced here in one step, never leaving the port bare.
+/// RCU grace period, holding RTNL, inside every tcx attach and detach
+/// (median ~15 ms on a loaded 2-vCPU host against ~0.3 ms for the qdisc
+/// and filter: `bench_guard_attach`), and a port is guarded on the ADD path
+/// of every pod; a filter is added and removed without that wait. A filter
+/// also outlives the agent process (it holds its program and maps — the
+/// pinned ones, with a bpffs), so a port stays guarded while the agent
+/// restarts; the filter a previous agent left gets this agent's program
+/// here in one step, never leaving the port bare.
 fn attach_tc(
     ebpf: &mut Ebpf,
     name: &'static str,
@@ -1133,6 +1292,64 @@ fn remove_left_filter(ifname: &str, kind: TcAttachType) {
         Err(e) => tracing::warn!(ifname, ?kind, error = %e,
             "could not remove a DHCP guard filter an earlier agent left"),
     }
+}
+
+/// Takes the guard's programs off device `ifindex` of the caller's
+/// namespace (its TC filters at ingress and egress, and its XDP program),
+/// whatever agent put them there; a device that is gone has none.
+fn remove_guard_programs(ifindex: u32) {
+    let Ok(ifname) = nix::net::if_::if_indextoname(ifindex) else {
+        return;
+    };
+    let Ok(ifname) = ifname.into_string() else {
+        return;
+    };
+    remove_left_filter(&ifname, TcAttachType::Ingress);
+    remove_left_filter(&ifname, TcAttachType::Egress);
+    match xdp_prog_here(ifindex) {
+        Ok(Some((id, mode))) if is_guard_program(id) => match set_xdp_here(ifindex, None, mode) {
+            Ok(()) => tracing::info!(%ifname, "removed the DHCP guard's XDP program"),
+            Err(e) => tracing::warn!(%ifname, error = %e,
+                "could not remove the DHCP guard's XDP program"),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::debug!(%ifname, error = %e, "no XDP program to look for"),
+    }
+}
+
+/// Removes the guard from every port its pinned port table in `dir` names
+/// (in the caller's namespace: the agent's, where the workload ports'
+/// host ends live), then its map pins and `dir`. For uninstalling
+/// (`xdhcp unpin`). Returns the pins removed; absent is fine.
+pub(super) fn unpin_guard(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    let ports_pin = dir.join(g::MAP_GUARD_PORTS);
+    if ports_pin.exists() {
+        let ports: Vec<u32> = MapData::from_pin(&ports_pin)
+            .ok()
+            .and_then(|m| {
+                BpfHashMap::<MapData, u32, g::GuardPort>::try_from(aya::maps::Map::HashMap(m)).ok()
+            })
+            .map(|m| m.keys().filter_map(std::result::Result::ok).collect())
+            .unwrap_or_default();
+        for ifindex in ports {
+            remove_guard_programs(ifindex);
+        }
+    }
+    for spec in GUARD_PINNED_MAPS {
+        let path = dir.join(spec.name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok(removed)
 }
 
 fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T> {

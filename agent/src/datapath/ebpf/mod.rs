@@ -36,11 +36,11 @@ pub use attach::{
 #[cfg(feature = "test-hooks")]
 pub use guard::GuardProgram;
 pub use guard::{
-    Direction, Guard, GuardCounters, GuardEvent, GuardHook, GuardReader, GuardRecordError,
-    GuardedPortInfo, LearnCounters, PortPolicy, decode_guard_record,
+    Direction, GUARD_PIN_DIR, GUARD_PINNED_MAPS, Guard, GuardCounters, GuardEvent, GuardHook,
+    GuardReader, GuardRecordError, GuardedPortInfo, LearnCounters, PortPolicy, decode_guard_record,
 };
 pub use maps::{CaptureMode, Counters, XidOwnership};
-pub use pin::{LINKS_DIR, PINNED_MAPS, PinnedMap, Pinning, link_key, pin_maps, unpin_all};
+pub use pin::{LINKS_DIR, PINNED_MAPS, PinnedMap, Pinning, link_key, pin_maps};
 pub use reader::{DhcpEvent, EventReader, ReaderStats, RecordError, decode_record};
 #[cfg(feature = "test-hooks")]
 pub use test_run::{ProgramKind, TestRunOutcome};
@@ -392,6 +392,18 @@ impl Datapath {
         let ring = RingBuf::try_from(aya::maps::Map::RingBuf(map)).map_err(map_err)?;
         EventReader::new(ring)
     }
+}
+
+/// Removes everything the agent pins under `dir`, for uninstalling (`xdhcp
+/// unpin`; a restarted agent needs it all): first the DHCP guard's programs
+/// on the ports its pinned table names, and its pins in [`GUARD_PIN_DIR`],
+/// then the capture's link pins (which detaches the capture programs), its
+/// map pins and the directories (`dir` itself stays when it is a mount
+/// point). Returns what was removed; absent is fine.
+pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut removed = guard::unpin_guard(&dir.join(GUARD_PIN_DIR))?;
+    removed.extend(pin::unpin_all(dir)?);
+    Ok(removed)
 }
 
 /// `e` and its sources, joined by ": ".

@@ -110,12 +110,12 @@ pub(super) fn scan_link_pins(links_dir: &Path) -> (HashMap<String, LeftLink>, Ve
     (live, removed)
 }
 
-/// Removes everything the agent pins under `dir`: every link pin (which
+/// Removes everything the capture pins under `dir`: every link pin (which
 /// detaches the capture programs), every map pin, then the directories
-/// (`dir` itself stays when it is a mount point). For uninstalling (`xdhcp
-/// unpin`); a restarted agent needs them all. Returns what was removed;
+/// (`dir` itself stays when it is a mount point; the guard's `guard/` must
+/// be gone first: `super::unpin_all` does both). Returns what was removed;
 /// absent is fine.
-pub fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(super) fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
     let links = dir.join(LINKS_DIR);
     match std::fs::read_dir(&links) {
@@ -239,6 +239,13 @@ fn is_bpffs(path: &Path) -> std::io::Result<bool> {
 /// replaced by a fresh map. Never fails: when pinning is impossible the
 /// maps are simply not pinned ([`Pinning::Off`] says why).
 pub fn pin_maps(dir: &Path) -> Pinning {
+    pin_maps_in(dir, &PINNED_MAPS)
+}
+
+/// [`pin_maps`] for any set of maps: `specs` are checked in `dir`, which
+/// is made when its parent is on a bpffs (the DHCP guard pins its own maps
+/// in a subdirectory, `guard/`).
+pub(super) fn pin_maps_in(dir: &Path, specs: &[PinnedMap]) -> Pinning {
     let off = |reason: String| Pinning::Off { reason };
     if !dir.exists() {
         let Some(parent) = dir.parent() else {
@@ -249,8 +256,11 @@ pub fn pin_maps(dir: &Path) -> Pinning {
             Ok(false) => return off(format!("{} is not on a bpffs mount", parent.display())),
             Err(e) => return off(format!("statfs {}: {e}", parent.display())),
         }
-        if let Err(e) = std::fs::create_dir(dir) {
-            return off(format!("creating {}: {e}", dir.display()));
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            // Made meanwhile (the capture and the guard start side by side).
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return off(format!("creating {}: {e}", dir.display())),
         }
     }
     match is_bpffs(dir) {
@@ -260,12 +270,12 @@ pub fn pin_maps(dir: &Path) -> Pinning {
     }
     let mut reused = Vec::new();
     let mut replaced = Vec::new();
-    for spec in PINNED_MAPS {
+    for spec in specs {
         let path = dir.join(spec.name);
         if std::fs::symlink_metadata(&path).is_err() {
             continue;
         }
-        match pin_mismatch(&path, &spec) {
+        match pin_mismatch(&path, spec) {
             None => reused.push(spec.name),
             Some(why) => {
                 tracing::warn!(
