@@ -275,6 +275,7 @@ async fn run_on(
     ));
 
     recover::recover(&agent).await;
+    capture.recovered();
     health.set_recovered();
     // Short-lived: not a side task (those run for the agent's life).
     tokio::spawn(capture.clone().release_unclaimed(token.clone()));

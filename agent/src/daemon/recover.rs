@@ -168,7 +168,22 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
     let client = if let Some(l) = rec.lease.clone() {
         info!(container = %rec.container_id, ifname = %rec.ifname, address = %l.address,
             "resuming lease without DISCOVER");
-        Client::resume(cfg, l, now, now_ms, seed())
+        let mut client = Client::resume_planned(cfg, l, rec.planned_xids, now, now_ms, seed());
+        // The previous agent's renewal (or rebinding) in flight: its xid is
+        // still owned in the pinned map. Taken over, so the reply the ring
+        // kept while no agent ran completes it, instead of a new REQUEST.
+        let sent = rec.planned_xids.and_then(|p| {
+            [p.rebind, p.renew]
+                .into_iter()
+                .find(|x| agent.svc.capture.sent_by_previous_agent(*x))
+        });
+        if let Some(xid) = sent
+            && client.adopt_sent(now, xid)
+        {
+            info!(container = %rec.container_id, ifname = %rec.ifname, xid, state = client.state().label(),
+                "adopted the previous agent's transaction in flight");
+        }
+        client
     } else {
         info!(container = %rec.container_id, ifname = %rec.ifname, requested = ?rec.requested,
             "resuming an acquisition whose REQUEST was out (INIT-REBOOT)");
