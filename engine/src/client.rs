@@ -450,11 +450,13 @@ impl Client {
     /// reply to the previous process's REQUEST completes it (validated as
     /// any reply: this xid, this chaddr, and in RENEWING the lease's
     /// server); the REQUEST is sent again only at the state's next
-    /// retransmission. The lease counts from the earliest moment that
+    /// retransmission, or after `grace` if that is sooner: the reply may
+    /// have been lost in the handover, and the previous process's REQUEST
+    /// left a while ago. The lease counts from the earliest moment that
     /// REQUEST can have left (T1 less its fuzz, or T2, after the lease's
     /// start), never later than it did. Whether it was adopted: not when
     /// `sent` is no planned xid, no lease is held, or it is expired.
-    pub fn adopt_sent(&mut self, now: Instant, sent: u32) -> bool {
+    pub fn adopt_sent(&mut self, now: Instant, sent: u32, grace: Duration) -> bool {
         let (Some(planned), Some(held)) = (self.planned, &self.held) else {
             return false;
         };
@@ -497,7 +499,7 @@ impl Client {
         self.transmits.clear();
         self.xid = sent;
         self.adopted = true;
-        let retx_at = self.renew_retx_at(now, rebinding);
+        let retx_at = self.renew_retx_at(now, rebinding).min(later(now, grace));
         self.phase = if rebinding {
             Phase::Rebinding {
                 retx_at,

@@ -21,6 +21,12 @@ use crate::sys::clock::seed;
 /// runtime worker that runs it; a few in flight keep both workers busy.
 const RESUME_IN_FLIGHT: usize = 16;
 
+/// How long a renewal adopted from the previous agent waits for its reply
+/// before it is sent again: the reply the ring kept is handed over as
+/// recovery ends, well within this; one lost in the handover (read by the
+/// previous agent's reader as it stopped) costs this, not RFC 2131's minute.
+const ADOPTED_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Load persisted attachments and resume them without a new DISCOVER.
 pub(crate) async fn recover(agent: &Arc<Agent>) {
     let started = Instant::now();
@@ -178,7 +184,7 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
                 .find(|x| agent.svc.capture.sent_by_previous_agent(*x))
         });
         if let Some(xid) = sent
-            && client.adopt_sent(now, xid)
+            && client.adopt_sent(now, xid, ADOPTED_GRACE)
         {
             info!(container = %rec.container_id, ifname = %rec.ifname, xid, state = client.state().label(),
                 "adopted the previous agent's transaction in flight");
