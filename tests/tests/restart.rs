@@ -338,8 +338,9 @@ fn capture_programs(ns: &xdhcp_tests::NetNs, ifname: &str) -> usize {
 /// interface. Stopped with SIGTERM, it leaves them attached; the next agent
 /// takes each over as its lease resumes (the same link ids, one program per
 /// interface, no second attach) and the leases renew on them; after a
-/// SIGKILL, likewise. `xdhcp unpin` then removes every pin, which detaches
-/// the links. Without the pinning, the ids would change at each restart
+/// SIGKILL, likewise; each restarted agent takes its programs from the pins
+/// the first one left (no load, no verifier). `xdhcp unpin` then removes
+/// every pin (programs too), which detaches the links. Without the pinning, the ids would change at each restart
 /// (the links die with the process).
 #[test]
 fn a_restarted_agent_takes_over_its_pinned_links_and_unpin_removes_them() {
@@ -391,6 +392,17 @@ fn a_restarted_agent_takes_over_its_pinned_links_and_unpin_removes_them() {
             agent.log()
         );
         assert_eq!(pinned_links(&pin_dir), before, "the same links after {how}");
+        // The same build: its programs come from their pins, not the
+        // verifier.
+        assert_eq!(
+            agent
+                .log()
+                .matches("eBPF programs of this build taken from their pins")
+                .count(),
+            round + 1,
+            "after {how}:\n{}",
+            agent.log()
+        );
         for c in &lab.clients {
             assert_eq!(
                 capture_programs(&c.ns, &c.ifname),
