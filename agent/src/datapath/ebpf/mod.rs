@@ -384,6 +384,12 @@ impl Datapath {
         Self::load_with(pinning)
     }
 
+    /// Whether the programs were taken from the pins a previous agent of
+    /// the same build left (not loaded and verified again).
+    pub fn programs_from_pins(&self) -> bool {
+        !self.ebpf.pinned.is_empty()
+    }
+
     /// Where the maps are pinned, if they are.
     pub fn pinning(&self) -> &Pinning {
         &self.pinning
