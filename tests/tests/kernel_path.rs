@@ -629,7 +629,7 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
         assert_eq!(pinned(&dp), (all.clone(), vec![]));
         assert!(
             dp.programs_from_pins(),
-            "the same build's programs are taken from their pins"
+            "the same build's programs from pins"
         );
         let c = dp.counters().unwrap();
         assert_eq!(
@@ -676,10 +676,8 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
         let dp = Datapath::load_pinned(&dir).expect("load over a bad pin");
         let (reused, replaced) = pinned(&dp);
         assert_eq!(replaced, vec![MAP_COUNTERS]);
-        assert!(
-            !dp.programs_from_pins(),
-            "a map replaced: the pinned programs refer to the old one, so they are loaded again"
-        );
+        // The pinned programs refer to the old map: loaded again.
+        assert!(!dp.programs_from_pins(), "a map replaced");
         // Every pin but the two touched: the replaced one, and the mode
         // array whose name is now free (created anew).
         assert_eq!(reused.len(), all.len() - 2, "{reused:?}");
