@@ -117,7 +117,8 @@ fn main() {
     let pins = Bpffs::mount(&state.path().join("bpffs"));
     let metrics = bench::free_local_addr();
     let opts = || DaemonOptions {
-        rust_log: Some("info".to_owned()),
+        // At least `info`: each `renewed` line names its xid.
+        rust_log: Some(std::env::var("XDHCP_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into())),
         state_in: Some(state.path().to_path_buf()),
         metrics: Some(metrics),
         no_wait: true,
