@@ -996,6 +996,7 @@ mod tests {
                 updated_unix_ms: 1_800_000_000_000,
                 uplink: None,
                 requested: None,
+                planned_xids: None,
             };
             let mut inf = lease();
             inf.lease_time = Duration::from_secs(0xffff_ffff);
@@ -1009,6 +1010,7 @@ mod tests {
             let requesting = LeaseRecord {
                 lease: None,
                 requested: Some("192.0.2.10".parse().expect("an address")),
+                planned_xids: None,
                 ..pod.clone()
             };
             let mut stem = b"c1@eth%2F0\n".to_vec();

@@ -314,6 +314,14 @@ pub struct LeaseRecord {
     /// same address again (INIT-REBOOT). Absent once a lease is held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested: Option<std::net::Ipv4Addr>,
+    /// With a lease: the xids its next renewal and rebinding carry, drawn
+    /// at its last ACK and so written with it (no write of its own). A
+    /// restarted agent that finds one of them still owned in the pinned
+    /// ownership map knows that REQUEST went out, and adopts the
+    /// transaction: the reply that arrived while no agent ran completes it
+    /// (`Client::adopt_sent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_xids: Option<xdhcp_engine::PlannedXids>,
 }
 
 impl LeaseRecord {
@@ -411,6 +419,7 @@ mod v1 {
                 updated_unix_ms: self.updated_unix_ms,
                 uplink: None,
                 requested: None,
+                planned_xids: None,
             }
         }
     }
@@ -1117,6 +1126,7 @@ mod tests {
             updated_unix_ms: 1_700_000_000_000,
             uplink: None,
             requested: None,
+            planned_xids: None,
         }
     }
 
@@ -1302,6 +1312,7 @@ mod tests {
             vec![LeaseRecord {
                 uplink: None,
                 requested: None,
+                planned_xids: None,
                 ..rec
             }]
         );
@@ -1314,6 +1325,7 @@ mod tests {
         let requesting = LeaseRecord {
             lease: None,
             requested: Some(Ipv4Addr::new(192, 0, 2, 11)),
+            planned_xids: None,
             ..record("c-req", "eth0", [192, 0, 2, 11])
         };
         store.save(&requesting).unwrap();
@@ -1330,6 +1342,7 @@ mod tests {
         // aside if found.
         let empty = LeaseRecord {
             requested: None,
+            planned_xids: None,
             ..requesting
         };
         assert!(matches!(

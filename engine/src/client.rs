@@ -74,6 +74,17 @@ pub struct LeaseTimers {
     pub expires: Option<Instant>,
 }
 
+/// The xids a held lease's next RENEWING and REBINDING transactions will
+/// carry, drawn when the lease is bound or extended. A driver persists them
+/// with the lease: a process that resumes the lease after a restart can then
+/// recognise the transaction its predecessor had open
+/// ([`Client::adopt_sent`]) and take its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PlannedXids {
+    pub renew: u32,
+    pub rebind: u32,
+}
+
 /// Retransmission bookkeeping for one xid.
 #[derive(Debug, Clone, Copy)]
 struct Retx {
@@ -190,6 +201,11 @@ pub struct Client {
     rng: StdRng,
     phase: Phase,
     xid: u32,
+    /// The xids of the held lease's next renewal and rebinding.
+    planned: Option<PlannedXids>,
+    /// The open transaction was adopted from a previous process
+    /// ([`Client::adopt_sent`]) and nothing was sent in it since.
+    adopted: bool,
     held: Option<Held>,
     acq: Option<Acquisition>,
     transmits: VecDeque<Transmit>,
@@ -228,6 +244,8 @@ impl Client {
             rng,
             phase: Phase::Init { send_at: now },
             xid,
+            planned: None,
+            adopted: false,
             held: None,
             acq: None,
             transmits: VecDeque::new(),
@@ -270,8 +288,25 @@ impl Client {
         now_unix_ms: u64,
         seed: u64,
     ) -> Client {
+        Client::resume_planned(cfg, lease, None, now, now_unix_ms, seed)
+    }
+
+    /// [`Client::resume`] with the xids the previous process had planned
+    /// for the lease's renewal and rebinding (persisted with the lease,
+    /// [`Client::planned_xids`]): a RENEWING or REBINDING entered now or
+    /// later carries them, as that process's would have, and
+    /// [`Client::adopt_sent`] can take over the one it had sent.
+    pub fn resume_planned(
+        cfg: ClientConfig,
+        lease: Lease,
+        planned: Option<PlannedXids>,
+        now: Instant,
+        now_unix_ms: u64,
+        seed: u64,
+    ) -> Client {
         let mut c = Client::blank(cfg, now, seed);
         c.wall = Some((now_unix_ms, now));
+        c.planned = planned.filter(|p| p.renew != p.rebind);
         let mut lease = lease;
         c.stats.stored_lease_repairs += u64::from(lease.sanitize());
         if !validate::is_unicast(lease.address) || !validate::is_unicast(lease.server_id) {
@@ -405,6 +440,88 @@ impl Client {
         {
             *retx_at = now;
         }
+    }
+
+    /// Adopt the transaction a previous process had open for this lease:
+    /// `sent` is one of the [`PlannedXids`] it was resumed with
+    /// ([`Client::resume_planned`]) that this process knows went out. The
+    /// client takes it as its own — RENEWING for the renewal's xid,
+    /// REBINDING for the rebinding's — without sending anything now, so the
+    /// reply to the previous process's REQUEST completes it (validated as
+    /// any reply: this xid, this chaddr, and in RENEWING the lease's
+    /// server); the REQUEST is sent again only at the state's next
+    /// retransmission, or after `grace` if that is sooner: the reply may
+    /// have been lost in the handover, and the previous process's REQUEST
+    /// left a while ago. The lease counts from the earliest moment that
+    /// REQUEST can have left (T1 less its fuzz, or T2, after the lease's
+    /// start), never later than it did. Whether it was adopted: not when
+    /// `sent` is no planned xid, no lease is held, or it is expired.
+    pub fn adopt_sent(&mut self, now: Instant, sent: u32, grace: Duration) -> bool {
+        let (Some(planned), Some(held)) = (self.planned, &self.held) else {
+            return false;
+        };
+        if held.expires_at.is_some_and(|e| e <= now)
+            || !matches!(
+                self.phase,
+                Phase::Bound | Phase::Renewing { .. } | Phase::Rebinding { .. }
+            )
+        {
+            return false;
+        }
+        let rebinding = if sent == planned.rebind {
+            true
+        } else if sent == planned.renew {
+            false
+        } else {
+            return false;
+        };
+        let lease = &held.lease;
+        let after = if rebinding {
+            lease.t2
+        } else {
+            lease.t1.saturating_sub(backoff::fuzz_window(
+                lease.t1,
+                self.cfg.retransmit.renew_fuzz_permille,
+            ))
+        };
+        let sent_ms = lease
+            .acquired_unix_ms
+            .saturating_add(after.as_millis().min(u128::from(u64::MAX)) as u64);
+        let first_sent = match self.wall {
+            Some((ms, at)) if sent_ms < ms => at
+                .checked_sub(Duration::from_millis(ms - sent_ms))
+                .unwrap_or(at)
+                .min(now),
+            _ => now,
+        };
+        // Whatever the resume queued (a REQUEST at once) is not sent: the
+        // previous process's REQUEST is out.
+        self.transmits.clear();
+        self.xid = sent;
+        self.adopted = true;
+        let retx_at = self.renew_retx_at(now, rebinding).min(later(now, grace));
+        self.phase = if rebinding {
+            Phase::Rebinding {
+                retx_at,
+                first_sent,
+                started: first_sent,
+            }
+        } else {
+            Phase::Renewing {
+                retx_at,
+                first_sent,
+                started: first_sent,
+            }
+        };
+        true
+    }
+
+    /// The xid of a transaction adopted with [`Client::adopt_sent`] while it
+    /// is still open and nothing was sent in it by this process: the driver
+    /// routes its replies here before anything goes out.
+    pub fn adopted(&self) -> Option<u32> {
+        (self.adopted && matches!(self.phase, Phase::Renewing { .. } | Phase::Rebinding { .. }))
+            .then_some(self.xid)
     }
 
     /// Give the lease back: queue a DHCPRELEASE unicast from the leased
@@ -592,6 +709,14 @@ impl Client {
         self.xid
     }
 
+    /// The xids the held lease's next renewal and rebinding will carry
+    /// (drawn at each ACK): persist them with the lease, for
+    /// [`Client::resume_planned`] and [`Client::adopt_sent`] after a
+    /// restart.
+    pub fn planned_xids(&self) -> Option<PlannedXids> {
+        self.planned.filter(|_| self.held.is_some())
+    }
+
     /// Counters.
     pub fn stats(&self) -> &ClientStats {
         &self.stats
@@ -656,6 +781,31 @@ impl Client {
         while self.xid == old {
             self.xid = self.rng.random();
         }
+        self.adopted = false;
+    }
+
+    /// The next xid from the plan (`rebind` picks which), or a fresh one.
+    fn planned_or_new_xid(&mut self, rebind: bool) {
+        match self.planned {
+            Some(p) if !rebind && p.renew != self.xid => self.xid = p.renew,
+            Some(p) if rebind && p.rebind != self.xid => self.xid = p.rebind,
+            _ => self.new_xid(),
+        }
+        self.adopted = false;
+    }
+
+    /// Draw the xids of the next renewal and rebinding (distinct from each
+    /// other and from the current one).
+    fn plan_xids(&mut self) {
+        let mut draw = |not: &[u32]| loop {
+            let x: u32 = self.rng.random();
+            if !not.contains(&x) {
+                break x;
+            }
+        };
+        let renew = draw(&[self.xid]);
+        let rebind = draw(&[self.xid, renew]);
+        self.planned = Some(PlannedXids { renew, rebind });
     }
 
     fn random_init_delay(&mut self) -> Duration {
@@ -692,6 +842,7 @@ impl Client {
             server_id: s.server_id,
             max_message_size: self.cfg.max_message_size,
         };
+        self.adopted = false;
         match message::build(&out) {
             Ok(payload) => {
                 if s.retransmit {
@@ -854,9 +1005,9 @@ impl Client {
         self.stats.requests_sent += 1;
     }
 
-    /// T1: RENEWING (RFC 2131 §4.4.5) with a new xid.
+    /// T1: RENEWING (RFC 2131 §4.4.5) with a new xid (the planned one).
     fn enter_renewing(&mut self, now: Instant) {
-        self.new_xid();
+        self.planned_or_new_xid(false);
         self.send_extend_request(now, now, false, false);
         let retx_at = self.renew_retx_at(now, false);
         self.phase = Phase::Renewing {
@@ -873,7 +1024,7 @@ impl Client {
             Phase::Renewing { started, .. } => started,
             _ => now,
         };
-        self.new_xid();
+        self.planned_or_new_xid(true);
         self.send_extend_request(now, started, true, false);
         let retx_at = self.renew_retx_at(now, true);
         self.phase = Phase::Rebinding {
@@ -1283,6 +1434,8 @@ impl Client {
         self.events.push_back(event);
         self.acq = None;
         self.phase = Phase::Bound;
+        self.adopted = false;
+        self.plan_xids();
         // A late ACK may already be past T1/T2.
         if timers {
             self.handle_timeout(now);

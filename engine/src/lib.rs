@@ -85,7 +85,7 @@ pub mod stats;
 pub mod v6;
 pub mod validate;
 
-pub use client::{Client, Destination, LeaseTimers, PacketSource, Transmit};
+pub use client::{Client, Destination, LeaseTimers, PacketSource, PlannedXids, Transmit};
 pub use config::{ClientConfig, ClientId, ConfigError, ExpiredLeasePolicy, Mode, Retransmit};
 pub use event::{AcquireError, Event, Heard, HeardNak, HeardOffer, LostReason};
 pub use lease::{Lease, LeaseOption, Malformation, MalformedOption};

@@ -642,6 +642,37 @@ pub fn plot_lines_log(path: &Path, title: &str, x_label: &str, y_label: &str, se
     }
 }
 
+/// The benchmarks' server for a lab of many pods: dnsmasq on the lab's
+/// server interface with a /20 pool (198.18.0.10–198.18.15.250), no ping
+/// check, room for 5000 leases, `lease_secs` leases with T1 `t1_secs` (and
+/// T2, when given).
+pub fn pool_server(
+    lab: &crate::netns::Lab,
+    lease_secs: u32,
+    t1_secs: u32,
+    t2_secs: Option<u32>,
+) -> crate::servers::Dnsmasq {
+    use std::net::Ipv4Addr;
+    crate::servers::Dnsmasq::start(
+        lab.dhcp_ns(),
+        crate::servers::DnsmasqConfig {
+            interface: lab.dhcp_ifname().to_owned(),
+            range: (
+                Ipv4Addr::new(198, 18, 0, 10),
+                Ipv4Addr::new(198, 18, 15, 250),
+            ),
+            netmask: Ipv4Addr::new(255, 255, 240, 0),
+            lease_secs,
+            t1_secs: Some(t1_secs),
+            t2_secs,
+            router: Some(Ipv4Addr::new(198, 18, 0, 1)),
+            dns: vec![],
+            extra_args: vec!["--dhcp-lease-max=5000".to_owned()],
+            ..crate::servers::DnsmasqConfig::default()
+        },
+    )
+}
+
 /// `$XDHCP_BENCH_RESULTS/<name>` if the results directory is set.
 pub fn results_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("XDHCP_BENCH_RESULTS").map(|d| PathBuf::from(d).join(name))

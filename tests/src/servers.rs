@@ -434,6 +434,12 @@ impl Dnsmasq {
         self.process.kill();
     }
 
+    /// Sends `sig` to the server (SIGSTOP holds its answers back in its
+    /// socket's queue; SIGCONT lets them go).
+    pub fn signal(&self, sig: Signal) {
+        self.process.signal(sig);
+    }
+
     /// Stops the server (SIGTERM): the server is down until [`Dnsmasq::restart`].
     pub fn stop(&mut self) {
         self.process.stop(Duration::from_secs(2));

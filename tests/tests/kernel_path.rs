@@ -602,6 +602,14 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
     {
         let mut dp = Datapath::load_pinned(&dir).expect("load pinned");
         assert_eq!(pinned(&dp), (vec![], vec![]), "first start creates");
+        assert!(
+            !dp.programs_from_pins(),
+            "nothing to take at the first start"
+        );
+        assert!(
+            dir.join("progs").is_dir(),
+            "its programs pinned for the next"
+        );
         for name in &all {
             assert!(dir.join(name).exists(), "{name} pinned");
         }
@@ -619,6 +627,10 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
         // The agent restarts.
         let mut dp = Datapath::load_pinned(&dir).expect("reload pinned");
         assert_eq!(pinned(&dp), (all.clone(), vec![]));
+        assert!(
+            dp.programs_from_pins(),
+            "the same build's programs from pins"
+        );
         let c = dp.counters().unwrap();
         assert_eq!(
             (c.passed_not_dhcp, c.dropped_owned),
@@ -664,6 +676,8 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
         let dp = Datapath::load_pinned(&dir).expect("load over a bad pin");
         let (reused, replaced) = pinned(&dp);
         assert_eq!(replaced, vec![MAP_COUNTERS]);
+        // The pinned programs refer to the old map: loaded again.
+        assert!(!dp.programs_from_pins(), "a map replaced");
         // Every pin but the two touched: the replaced one, and the mode
         // array whose name is now free (created anew).
         assert_eq!(reused.len(), all.len() - 2, "{reused:?}");
@@ -676,7 +690,8 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
         Pinning::Off { reason } => panic!("{reason}"),
     }
     let removed = unpin_all(&dir).unwrap();
-    assert_eq!(removed.len(), all.len(), "{removed:?}");
+    // The maps, and the directory of the programs pinned for the next agent.
+    assert_eq!(removed.len(), all.len() + 1, "{removed:?}");
     assert!(!dir.exists(), "the pin directory is removed with the pins");
     // Not a bpffs: nothing pinned, nothing created.
     let plain = tempfile::tempdir().unwrap();
@@ -855,7 +870,8 @@ async fn pinned_links_are_taken_over_updated_in_place_and_stale_ones_removed() {
     drop(dp);
     assert!(link_exists(xdp_id), "still pinned");
     let removed = unpin_all(&dir).unwrap();
-    assert_eq!(removed.len(), 1 + PINNED_MAPS.len(), "{removed:?}");
+    // The link, the programs' directory and the maps.
+    assert_eq!(removed.len(), 2 + PINNED_MAPS.len(), "{removed:?}");
     assert!(!link_exists(xdp_id), "uninstalling detaches");
     assert!(!dir.exists());
 }

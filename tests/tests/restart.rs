@@ -331,8 +331,9 @@ fn capture_programs(ns: &xdhcp_tests::NetNs, ifname: &str) -> usize {
 /// interface. Stopped with SIGTERM, it leaves them attached; the next agent
 /// takes each over as its lease resumes (the same link ids, one program per
 /// interface, no second attach) and the leases renew on them; after a
-/// SIGKILL, likewise. `xdhcp unpin` then removes every pin, which detaches
-/// the links. Without the pinning, the ids would change at each restart
+/// SIGKILL, likewise; each restarted agent takes its programs from the pins
+/// the first one left (no load, no verifier). `xdhcp unpin` then removes
+/// every pin (programs too), which detaches the links. Without the pinning, the ids would change at each restart
 /// (the links die with the process).
 #[test]
 fn a_restarted_agent_takes_over_its_pinned_links_and_unpin_removes_them() {
@@ -377,6 +378,17 @@ fn a_restarted_agent_takes_over_its_pinned_links_and_unpin_removes_them() {
             agent.log()
         );
         assert_eq!(pinned_links(&pin_dir), before, "the same links after {how}");
+        // The same build: its programs come from their pins, not the
+        // verifier.
+        assert_eq!(
+            agent
+                .log()
+                .matches("eBPF programs of this build taken from their pins")
+                .count(),
+            round + 1,
+            "after {how}:\n{}",
+            agent.log()
+        );
         for c in &lab.clients {
             assert_eq!(
                 capture_programs(&c.ns, &c.ifname),
@@ -477,4 +489,140 @@ fn a_pinned_link_detached_from_outside_is_attached_and_pinned_again() {
         "no renewal on the new link:\n{}",
         agent.log()
     );
+}
+
+/// The xids of the DHCPREQUESTs from `mac` in dnsmasq's log (`--log-dhcp`
+/// puts each message's xid, in decimal, first).
+fn requests_from(dnsmasq: &Dnsmasq, mac: &str) -> Vec<u32> {
+    dnsmasq
+        .log()
+        .lines()
+        .filter(|l| l.contains("DHCPREQUEST(") && l.contains(mac))
+        .filter_map(|l| {
+            l.split_once("]: ")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The state of the only lease, as `xdhcp leases` shows it.
+fn lease_state(agent: &AgentProcess) -> Option<String> {
+    let table: Vec<serde_json::Value> = serde_json::from_str(&agent.cli("leases", true)).ok()?;
+    table.first()?["state"].as_str().map(str::to_owned)
+}
+
+/// A renewal out when the agent stops: the server's ACK arrives while no
+/// agent runs (dnsmasq held with SIGSTOP until the agent is gone, then let
+/// go), is kept from the pod by the pinned link and stays in the pinned
+/// ring. The next agent adopts the transaction (the xid it finds owned in
+/// the pinned map is the one the record planned for that renewal) and
+/// that very ACK renews the lease: the server sees no other REQUEST. After
+/// SIGTERM, then after SIGKILL. Without the adoption, the next agent would
+/// renew with a REQUEST of its own (a new xid) and drop the kept ACK as
+/// unrouted.
+#[test]
+fn a_reply_that_arrives_while_no_agent_runs_completes_the_renewal_it_answers() {
+    use nix::sys::signal::Signal;
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start_pinned(&[]);
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(
+        &lab.server,
+        DnsmasqConfig {
+            lease_secs: 600,
+            t1_secs: Some(4),
+            t2_secs: Some(500),
+            ..DnsmasqConfig::default()
+        },
+    );
+    add_every_pod(&cni, &agent, &lab);
+    // The server answers a renewal at the leased address (ARP).
+    let placed = xdhcp_tests::bench::configure_leased(&lab.clients, &dnsmasq.leases(), 24);
+    assert_eq!(placed, 1);
+    let mac = format_mac(lab.clients[0].mac);
+    let pin_dir = agent.pin_dir();
+    assert!(
+        wait_until(Duration::from_secs(15), || pinned_links(&pin_dir).len()
+            == 1),
+        "the lease never moved to the ring:\n{}",
+        agent.log()
+    );
+    for (round, how) in ["SIGTERM", "SIGKILL"].into_iter().enumerate() {
+        let ctx =
+            |agent: &AgentProcess| format!("after {how}:\n{}\n{}", agent.log(), dnsmasq.log());
+        dnsmasq.signal(Signal::SIGSTOP);
+        let before = requests_from(&dnsmasq, &mac);
+        // T1 = 4 s: the renewal goes out into the stopped server's queue.
+        let renewing = wait_until(Duration::from_secs(10), || {
+            lease_state(&agent).as_deref() == Some("Renewing")
+        });
+        if !renewing {
+            dnsmasq.signal(Signal::SIGCONT);
+            panic!("no renewal out {}", ctx(&agent));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        if how == "SIGTERM" {
+            assert!(
+                agent.process.stop(Duration::from_secs(15)),
+                "{}",
+                ctx(&agent)
+            );
+        } else {
+            agent.process.kill();
+        }
+        dnsmasq.signal(Signal::SIGCONT);
+        // The server answers the REQUEST it had queued: the first agent's.
+        let mut sent = Vec::new();
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                sent = requests_from(&dnsmasq, &mac)[before.len()..].to_vec();
+                !sent.is_empty()
+                    && dnsmasq
+                        .log()
+                        .lines()
+                        .any(|l| l.contains("DHCPACK(") && l.contains(&sent[0].to_string()))
+            }),
+            "the server never answered the queued REQUEST {}",
+            ctx(&agent)
+        );
+        assert_eq!(sent.len(), 1, "{}", ctx(&agent));
+        let xid = sent[0];
+        // The ACK is in the ring (kept from the pod) before anyone reads it.
+        std::thread::sleep(Duration::from_millis(300));
+        agent.start_again();
+        let renewed_by_it = format!("xid={xid} renewed");
+        let renewed = |agent: &AgentProcess| {
+            agent
+                .log()
+                .lines()
+                .filter(|l| l.contains("renewed") && l.contains(&format!("xid={xid}")))
+                .count()
+        };
+        assert!(
+            wait_until(Duration::from_secs(5), || renewed(&agent) >= 1),
+            "the restarted agent did not renew on the kept ACK ({renewed_by_it}) {}",
+            ctx(&agent)
+        );
+        assert_eq!(
+            agent
+                .log()
+                .matches("adopted the previous agent's transaction in flight")
+                .count(),
+            round + 1,
+            "{}",
+            ctx(&agent)
+        );
+        // No other REQUEST: not a retransmission, not a renewal of its own.
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(
+            requests_from(&dnsmasq, &mac)[before.len()..],
+            [xid],
+            "the server saw another REQUEST {}",
+            ctx(&agent)
+        );
+    }
 }

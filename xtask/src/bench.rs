@@ -122,6 +122,10 @@ enum Which {
     Dora,
     /// 1000 leases: restart under them (SIGTERM, SIGKILL), re-adoption time, the T1 renewal storm.
     Scale,
+    /// The agent restarted under 1000 renewing leases: cold start, restart
+    /// with pins, upgrade — time to serving and to every lease held, replies
+    /// lost.
+    Restart,
     /// A flood of DHCP replies no lease owns at a leased port and at an uplink: daemon CPU, and a
     /// 100-ADD burst during it against the same burst without it.
     Flood,
@@ -148,6 +152,7 @@ impl Which {
             Which::Cni => &["bench_cni"],
             Which::Dora => &["bench_dora"],
             Which::Scale => &["bench_scale"],
+            Which::Restart => &["bench_restart"],
             Which::Flood => &["bench_flood"],
             Which::Ovn => &["bench_ovn"],
             Which::Soak => &["bench_soak"],
@@ -158,6 +163,7 @@ impl Which {
                 "bench_dora",
                 "bench_cni",
                 "bench_scale",
+                "bench_restart",
                 "bench_flood",
                 "bench_ovn",
                 "bench_kea1000",

@@ -217,7 +217,7 @@ async fn run_on(
         source,
     })?;
     vm::heal_at_start(&args).await;
-
+    let guard_loading = start_guard(&args);
     let store =
         lease::persist::open(&args.state_dir).map_err(|source| DaemonError::Store { source })?;
     let pod_api =
@@ -246,10 +246,7 @@ async fn run_on(
         health: health.clone(),
         pod_api,
         leases: Arc::new(Registry::new(svc.clone())),
-        guard: Arc::new(
-            guard::GuardService::start(&args_guard)
-                .map_err(|source| DaemonError::Bindings { source })?,
-        ),
+        guard: guard_loaded(guard_loading).await?,
         pacing: pacing::Pacing::new(
             args_guard.acquisitions_per_network,
             args_guard.acquisition_slot_hold,
@@ -275,6 +272,7 @@ async fn run_on(
     ));
 
     recover::recover(&agent).await;
+    capture.recovered();
     health.set_recovered();
     // Short-lived: not a side task (those run for the agent's life).
     tokio::spawn(capture.clone().release_unclaimed(token.clone()));
@@ -319,6 +317,26 @@ async fn run_on(
     }
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
+}
+
+/// The guard being loaded: its programs load (the verifier) on a blocking
+/// thread while the capture datapath loads, not after it — the two are
+/// independent, and each is most of a start that has them to load.
+type GuardLoading =
+    tokio::task::JoinHandle<Result<guard::GuardService, crate::bindings::StoreError>>;
+
+fn start_guard(args: &AgentArgs) -> GuardLoading {
+    let args = args.clone();
+    tokio::task::spawn_blocking(move || guard::GuardService::start(&args))
+}
+
+async fn guard_loaded(loading: GuardLoading) -> Result<Arc<guard::GuardService>, DaemonError> {
+    let loaded = loading
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    Ok(Arc::new(
+        loaded.map_err(|source| DaemonError::Bindings { source })?,
+    ))
 }
 
 /// The future that keeps the node's pod watch.

@@ -21,6 +21,12 @@ use crate::sys::clock::seed;
 /// runtime worker that runs it; a few in flight keep both workers busy.
 const RESUME_IN_FLIGHT: usize = 16;
 
+/// How long a renewal adopted from the previous agent waits for its reply
+/// before it is sent again: the reply the ring kept is handed over as
+/// recovery ends, well within this; one lost in the handover (read by the
+/// previous agent's reader as it stopped) costs this, not RFC 2131's minute.
+const ADOPTED_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Load persisted attachments and resume them without a new DISCOVER.
 pub(crate) async fn recover(agent: &Arc<Agent>) {
     let started = Instant::now();
@@ -168,7 +174,22 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
     let client = if let Some(l) = rec.lease.clone() {
         info!(container = %rec.container_id, ifname = %rec.ifname, address = %l.address,
             "resuming lease without DISCOVER");
-        Client::resume(cfg, l, now, now_ms, seed())
+        let mut client = Client::resume_planned(cfg, l, rec.planned_xids, now, now_ms, seed());
+        // The previous agent's renewal (or rebinding) in flight: its xid is
+        // still owned in the pinned map. Taken over, so the reply the ring
+        // kept while no agent ran completes it, instead of a new REQUEST.
+        let sent = rec.planned_xids.and_then(|p| {
+            [p.rebind, p.renew]
+                .into_iter()
+                .find(|x| agent.svc.capture.sent_by_previous_agent(*x))
+        });
+        if let Some(xid) = sent
+            && client.adopt_sent(now, xid, ADOPTED_GRACE)
+        {
+            info!(container = %rec.container_id, ifname = %rec.ifname, xid, state = client.state().label(),
+                "adopted the previous agent's transaction in flight");
+        }
+        client
     } else {
         info!(container = %rec.container_id, ifname = %rec.ifname, requested = ?rec.requested,
             "resuming an acquisition whose REQUEST was out (INIT-REBOOT)");

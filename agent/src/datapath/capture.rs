@@ -96,6 +96,9 @@ const PROMOTE_JITTER_MS: u64 = 1500;
 /// The longest a started agent waits for its resumed leases' attaches
 /// before it releases the pinned links none of them claimed.
 const RECONCILE_MAX: Duration = Duration::from_mins(2);
+/// Records kept for the previous agent's transactions while the resumed
+/// leases register (see [`Capture::recovered`]).
+const HELD_MAX: usize = 4096;
 
 /// How replies for one interface reach its leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,6 +354,11 @@ struct Kernel {
     /// The agent is stopping: the leases that stop detach nothing, so the
     /// pinned links stay for the next agent ([`Capture::keep_attached`]).
     keep_attached: AtomicBool,
+    /// Until the resumed leases are registered ([`Capture::recovered`]):
+    /// records the ring held for a previous agent's xids that no lease has
+    /// taken yet, kept for the lease that adopts the transaction (at most
+    /// [`HELD_MAX`]). `None` once recovery is over.
+    held: Mutex<Option<Vec<RxFrame>>>,
     /// Injected reader failure (tests only).
     #[cfg(feature = "test-hooks")]
     reader_fault: AtomicBool,
@@ -487,6 +495,7 @@ impl Capture {
             ring_ok: AtomicBool::new(true),
             drained: std::sync::atomic::AtomicU64::new(0),
             keep_attached: AtomicBool::new(false),
+            held: Mutex::new(Some(Vec::new())),
             #[cfg(feature = "test-hooks")]
             reader_fault: AtomicBool::new(false),
             #[cfg(feature = "test-hooks")]
@@ -749,6 +758,67 @@ impl Capture {
         {
             warn!(xid, error = %e, "could not remove the xid from the kernel ownership map");
         }
+    }
+
+    /// Whether `xid` is one the previous agent left owned in the pinned
+    /// ownership map and nobody has registered since: its REQUEST went out
+    /// and its reply may be in the ring (see `Client::adopt_sent`).
+    pub(crate) fn sent_by_previous_agent(&self, xid: u32) -> bool {
+        self.kernel
+            .as_ref()
+            .is_some_and(|k| k.xids.is_inherited(xid))
+    }
+
+    /// Recovery is over: every resumed lease that adopted a previous
+    /// agent's transaction has registered its xid. The records the reader
+    /// kept for such xids meanwhile are delivered now (what no lease took
+    /// is counted as unrouted), and from now on an unrouted record is
+    /// dropped at once.
+    pub(crate) fn recovered(&self) {
+        let Some(k) = &self.kernel else { return };
+        let held = lock(&k.held).take().unwrap_or_default();
+        let n = held.len();
+        let unrouted = held
+            .into_iter()
+            .map(|f| self.deliver(f))
+            .filter(|delivered| !delivered)
+            .count();
+        if unrouted > 0 {
+            self.metrics.dropped("unrouted_xid", unrouted as u64);
+        }
+        if n > 0 {
+            info!(
+                records = n,
+                delivered = n - unrouted,
+                "replies to the previous agent's transactions handed to the leases that adopted them"
+            );
+        }
+    }
+
+    /// While recovery is on, keep `frame` for [`Capture::recovered`] when
+    /// its xid is a previous agent's that no lease has registered yet; the
+    /// frame back when it was not kept.
+    fn hold_for_recovery(&self, frame: RxFrame) -> Option<RxFrame> {
+        let Some(k) = &self.kernel else {
+            return Some(frame);
+        };
+        let mut held = lock(&k.held);
+        let Some(v) = held.as_mut() else {
+            return Some(frame);
+        };
+        let Some(xid) = frame
+            .payload
+            .get(4..8)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        else {
+            return Some(frame);
+        };
+        if v.len() >= HELD_MAX || !k.xids.is_inherited(xid) || lock(&self.routes).contains_key(&xid)
+        {
+            return Some(frame);
+        }
+        v.push(frame);
+        None
     }
 
     /// Whether a lease should own its xids in the kernel from its first
@@ -1531,7 +1601,11 @@ impl Capture {
             };
             match ev {
                 Ok(ev) => {
-                    if !self.deliver(ev.frame) {
+                    // A reply to a previous agent's transaction may come
+                    // before the lease adopting it has registered.
+                    if let Some(frame) = self.hold_for_recovery(ev.frame)
+                        && !self.deliver(frame)
+                    {
                         self.metrics.dropped("unrouted_xid", 1);
                     }
                 }

@@ -367,6 +367,21 @@ impl Port {
         Ok(Some(path))
     }
 
+    /// Take over `xid`, the transaction a previous agent had open for this
+    /// lease (`Client::adopted`): its replies are routed here, and it stays
+    /// owned in the kernel (it is already, from that agent), before this
+    /// lease sends anything.
+    pub(crate) fn adopt(&mut self, xid: u32) {
+        self.release_xid();
+        let kernel = self.rx.ifindex.unwrap_or(0);
+        self.capture
+            .register(xid, self.frames_tx.clone(), Some(kernel));
+        self.owned = Some(OwnedXid {
+            xid,
+            in_kernel: true,
+        });
+    }
+
     /// The port's [`UplinkRoute`] while its replies come through a live
     /// uplink.
     fn uplink_route(&self) -> Option<UplinkRoute> {

@@ -104,6 +104,7 @@ pub(crate) mod tests {
             lease,
             uplink: None,
             requested: None,
+            planned_xids: None,
         }
     }
 

@@ -210,7 +210,7 @@ impl Registry {
             mac: record.mac,
             uplink: record.uplink.clone(),
         };
-        let port = Port::open(
+        let mut port = Port::open(
             self.svc.capture.clone(),
             self.svc.metrics.clone(),
             link,
@@ -218,6 +218,11 @@ impl Registry {
             eager,
         )
         .await?;
+        // A previous agent's transaction taken over: routed before the
+        // task runs, so a reply the ring kept for it reaches this lease.
+        if let Some(xid) = client.adopted() {
+            port.adopt(xid);
+        }
         let path = port.path().clone();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let (cmd_tx, cmds) = mpsc::channel(2);

@@ -131,8 +131,14 @@ impl<P: LeasePort> Task<P> {
         }
     }
 
+    /// The lease as it is now, with the xids its next renewal and
+    /// rebinding will carry (written with it: a restarted agent adopts the
+    /// one it finds sent).
     fn set_lease(&self, lease: Option<Lease>) {
-        lock(&self.live).set_lease(lease);
+        let planned = lease.as_ref().and(self.client.planned_xids());
+        let mut l = lock(&self.live);
+        l.set_lease(lease);
+        l.record.planned_xids = planned;
     }
 
     fn set_path(&self, path: CapturePath) {
@@ -146,8 +152,13 @@ impl<P: LeasePort> Task<P> {
     /// the pod's stack meanwhile; on a move to the ring buffer, its reply
     /// may have crossed the switch (a restarted agent taking the previous
     /// one's pinned links over while the lease waits on its own receiver).
+    ///
+    /// Not for a transaction adopted from the previous agent, on a move to
+    /// the ring: its xid stayed owned in the kernel all along, so its reply
+    /// was kept in the ring for this lease, not lost.
     fn moved_to(&mut self, path: CapturePath) {
-        if path != CapturePath::AfPacketPending {
+        let kept = self.client.adopted().is_some() && path != CapturePath::AfPacketFallback;
+        if path != CapturePath::AfPacketPending && !kept {
             self.client.retransmit_now(Instant::now());
         }
         self.set_path(path);
@@ -398,7 +409,7 @@ async fn drain_events<P: LeasePort>(
             Event::Renewed(lease) => {
                 task.svc.metrics.renewal();
                 info!(address = %lease.address, server = %lease.server_id,
-                    lease_secs = lease.lease_time.as_secs(), "renewed");
+                    lease_secs = lease.lease_time.as_secs(), xid = task.client.xid(), "renewed");
                 task.set_lease(Some(lease.clone()));
                 // A failed write is logged and counted; the previous record
                 // stays on disk, whole, and the next change writes again.

@@ -90,6 +90,7 @@ pub(crate) fn fresh_record(
         updated_unix_ms: 0,
         uplink: None,
         requested: None,
+        planned_xids: None,
     }
 }
 

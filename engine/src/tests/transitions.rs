@@ -11,7 +11,7 @@ use super::server::{
 };
 use crate::{
     Client, ClientConfig, Destination, DropReason, Event, ExpiredLeasePolicy, Lease, LostReason,
-    MessageKind, Mode, PacketSource, State,
+    MessageKind, Mode, PacketSource, PlannedXids, State,
 };
 
 fn secs(s: u64) -> Duration {
@@ -1022,6 +1022,102 @@ fn resume_picks_state_from_wall_clock() {
     let t = c.poll_transmit().unwrap();
     assert_eq!(t.kind, MessageKind::Discover);
     assert_eq!(Request::decode(&t).requested_ip(), Some(ADDR));
+}
+
+/// A process stopped with its renewal out; the next one, resumed with the
+/// planned xids from the record, adopts the one that was sent: it sends
+/// nothing, and the reply to the previous process's REQUEST renews the
+/// lease — only that exact transaction: another xid, another chaddr or
+/// another server's ACK is dropped.
+#[test]
+fn a_resumed_lease_adopts_the_renewal_its_previous_process_had_sent() {
+    let t0 = std::time::Instant::now();
+    let plan = PlannedXids {
+        renew: 0x1111_0001,
+        rebind: 0x2222_0002,
+    };
+    // The first process: bound, at T1 it renews with the planned xid.
+    let mut first =
+        Client::resume_planned(cfg(), stored_lease(), Some(plan), t0, WALL0 + 100_000, 1);
+    assert_eq!(first.planned_xids(), Some(plan));
+    let t1 = first.poll_timeout().unwrap();
+    first.handle_timeout(t1);
+    assert_eq!(first.state(), State::Renewing);
+    let sent = first.poll_transmit().unwrap();
+    assert_eq!(sent.xid, plan.renew);
+
+    // Stopped; the next process resumes 5 s after T1 and adopts it.
+    let now = t1 + secs(5);
+    let wall = WALL0 + 1_805_000;
+    let mut next = Client::resume_planned(cfg(), stored_lease(), Some(plan), now, wall, 2);
+    assert_eq!(next.state(), State::Renewing, "past T1");
+    assert!(
+        !next.adopt_sent(now, 0x3333_0003, secs(3)),
+        "not a planned xid"
+    );
+    assert!(next.adopt_sent(now, plan.renew, secs(3)));
+    assert!(next.poll_transmit().is_none(), "nothing sent again");
+    assert_eq!(next.adopted(), Some(plan.renew));
+    assert_eq!(next.state(), State::Renewing);
+    assert_eq!(
+        next.poll_timeout(),
+        Some(now + secs(3)),
+        "sent again after the grace if no reply came, not now"
+    );
+    let srv = Server {
+        dns: vec![],
+        ..Server::default()
+    };
+    // Another xid, another chaddr, another server: dropped.
+    let mut other = srv.ack(&sent);
+    other[4..8].copy_from_slice(&plan.rebind.to_be_bytes());
+    assert_eq!(
+        next.handle_packet(now, srv.src(), &other),
+        Err(DropReason::WrongXid)
+    );
+    let mut foreign = srv.ack(&sent);
+    foreign[28] ^= 0xff;
+    assert_eq!(
+        next.handle_packet(now, srv.src(), &foreign),
+        Err(DropReason::WrongChaddr)
+    );
+    let stranger = Server {
+        ip: OTHER_SERVER_IP,
+        mac: OTHER_SERVER_MAC,
+        dns: vec![],
+        ..Server::default()
+    };
+    assert_eq!(
+        next.handle_packet(now, stranger.src(), &stranger.ack(&sent)),
+        Err(DropReason::WrongServer)
+    );
+    // The server's reply to the first process's REQUEST renews the lease.
+    next.set_wall_clock_unix_ms(wall);
+    next.handle_packet(now, srv.src(), &srv.ack(&sent)).unwrap();
+    assert_eq!(next.state(), State::Bound);
+    let Some(Event::Renewed(lease)) = next.poll_event() else {
+        panic!("not renewed")
+    };
+    // Counted from when that REQUEST can have left at the earliest (T1,
+    // no fuzz here), not from the adoption.
+    assert_eq!(lease.acquired_unix_ms, WALL0 + 1_800_000);
+    assert_eq!(next.adopted(), None);
+    let again = next.planned_xids().unwrap();
+    assert!(again.renew != plan.renew && again.rebind != plan.rebind);
+
+    // The rebinding's xid adopts REBINDING; an expired lease adopts nothing.
+    let mut rebinding =
+        Client::resume_planned(cfg(), stored_lease(), Some(plan), now, WALL0 + 3_200_000, 3);
+    assert!(rebinding.adopt_sent(now, plan.rebind, secs(3)));
+    assert_eq!(rebinding.state(), State::Rebinding);
+    assert!(rebinding.poll_transmit().is_none());
+    let mut expired =
+        Client::resume_planned(cfg(), stored_lease(), Some(plan), now, WALL0 + 3_700_000, 4);
+    assert!(!expired.adopt_sent(now, plan.renew, secs(3)));
+    // Without a plan (a record of an older agent), nothing is adopted.
+    let mut old = Client::resume(cfg(), stored_lease(), now, wall, 5);
+    assert!(!old.adopt_sent(now, plan.renew, secs(3)));
+    assert!(old.poll_transmit().is_some(), "renews at once, as before");
 }
 
 #[test]

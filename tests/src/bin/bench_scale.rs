@@ -76,7 +76,7 @@ use xdhcp_tests::{
     neigh::{self, ArpStat, RaisedSysctl, RaisedThresholds},
     netns::{Lab, LabClient},
     progress,
-    servers::{Dnsmasq, DnsmasqConfig},
+    servers::Dnsmasq,
 };
 
 const CHUNK: usize = 100;
@@ -291,23 +291,7 @@ fn arp_phase(lab: &Lab, which: Impl, phase: &'static str, before: Option<Drops>)
 }
 
 fn server(lab: &Lab) -> Dnsmasq {
-    Dnsmasq::start(
-        lab.dhcp_ns(),
-        DnsmasqConfig {
-            interface: lab.dhcp_ifname().to_owned(),
-            range: (
-                Ipv4Addr::new(198, 18, 0, 10),
-                Ipv4Addr::new(198, 18, 15, 250),
-            ),
-            netmask: Ipv4Addr::new(255, 255, 240, 0),
-            lease_secs: LEASE_SECS,
-            t1_secs: Some(T1_SECS),
-            router: Some(Ipv4Addr::new(198, 18, 0, 1)),
-            dns: vec![],
-            extra_args: vec!["--dhcp-lease-max=5000".to_owned()],
-            ..DnsmasqConfig::default()
-        },
-    )
+    bench::pool_server(lab, LEASE_SECS, T1_SECS, None)
 }
 
 /// Leases the agent holds in state bound, renewing or rebinding, per its

@@ -241,6 +241,13 @@ impl AgentProcess {
         self.wait_ready();
     }
 
+    /// Start again on the same socket and state dir, the previous process
+    /// stopped or killed already.
+    pub fn start_again(&mut self) {
+        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra);
+        self.wait_ready();
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -7,7 +7,6 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use aya::Ebpf;
 use aya::programs::links::{FdLink, Link as _, LinkError, PinnedLink};
 use aya::programs::tc::{
     SchedClassifierLink, SchedClassifierLinkId, TcAttachType, qdisc_add_clsact,
@@ -17,7 +16,7 @@ use aya::programs::{SchedClassifier, Xdp, XdpMode};
 use xdhcp_common as common;
 
 use super::pin::{self, LeftLink};
-use super::{CaptureMode, Datapath, EbpfDatapathError, Result, error_chain, program};
+use super::{CaptureMode, Datapath, EbpfDatapathError, Programs, Result, error_chain, prog};
 use crate::datapath::AttachMode;
 use crate::netlink::{FilterWatch, TcHook};
 
@@ -285,7 +284,7 @@ impl Datapath {
                     source,
                 };
                 qdisc_add_clsact(ifname).map_err(|e| attach_err(e.into()))?;
-                let prog: &mut SchedClassifier = program(ebpf, common::PROG_TC)?;
+                let prog: &mut SchedClassifier = prog(ebpf, common::PROG_TC)?;
                 let id = prog
                     .attach(ifname, TcAttachType::Ingress)
                     .map_err(attach_err)?;
@@ -387,7 +386,7 @@ impl Datapath {
                 LinkHandle::Xdp(link) => link.detach(),
                 LinkHandle::Tcx(link) => link.detach(),
                 LinkHandle::TcNetlink(id) => {
-                    program::<SchedClassifier>(ebpf, attached.role.programs().1)?.detach(id)
+                    prog::<SchedClassifier>(ebpf, attached.role.programs().1)?.detach(id)
                 }
             };
             res.map_err(|source| EbpfDatapathError::Detach { ifname, source })
@@ -461,7 +460,7 @@ fn interface_kind(ifname: &str) -> Result<(u32, InterfaceKind)> {
 /// Attaches in the current thread's namespace. Returns what was attached and
 /// the native-XDP refusal reason when it fell back to generic.
 fn attach_here(
-    ebpf: &mut Ebpf,
+    ebpf: &mut Programs,
     role: Role,
     ifname: &str,
     ifindex: u32,
@@ -496,7 +495,7 @@ fn attach_here(
     };
     match mode {
         AttachMode::Tc => {
-            let prog: &mut SchedClassifier = program(ebpf, tc_prog)?;
+            let prog: &mut SchedClassifier = prog(ebpf, tc_prog)?;
             let hook = role.tc_hook();
             let tcx = tcx_links();
             // Before tcx (kernel < 6.6) the filter needs a clsact qdisc:
@@ -528,7 +527,7 @@ fn attach_here(
             Ok((attached(mode, LinkHandle::Tcx(link), link_id), None))
         }
         AttachMode::XdpNative => {
-            let prog: &mut Xdp = program(ebpf, xdp_prog)?;
+            let prog: &mut Xdp = prog(ebpf, xdp_prog)?;
             match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
                 Ok(id) => Ok((xdp(prog, mode, id)?, None)),
                 Err(e) => {
@@ -541,7 +540,7 @@ fn attach_here(
             }
         }
         AttachMode::XdpGeneric => {
-            let prog: &mut Xdp = program(ebpf, xdp_prog)?;
+            let prog: &mut Xdp = prog(ebpf, xdp_prog)?;
             let id = prog
                 .attach_to_if_index(ifindex, XdpMode::Skb)
                 .map_err(|e| attach_err(mode, e))?;
@@ -577,7 +576,7 @@ impl Attached {
 /// `attach_to_link`): one step in the kernel, the link and its id stay, and
 /// capture never stops.
 fn adopt_here(
-    ebpf: &mut Ebpf,
+    ebpf: &mut Programs,
     role: Role,
     (ifname, ifindex): (&str, u32),
     left: &LeftLink,
@@ -634,7 +633,7 @@ fn adopt_here(
     };
     match left.mode {
         AttachMode::Tc => {
-            let prog: &mut SchedClassifier = program(ebpf, tc_prog)?;
+            let prog: &mut SchedClassifier = prog(ebpf, tc_prog)?;
             let ours = prog.info().map_err(update_err)?.tag();
             let link = SchedClassifierLink::try_from(fd).map_err(hold)?;
             if theirs == Some(ours) {
@@ -645,7 +644,7 @@ fn adopt_here(
             adopted(LinkHandle::Tcx(link), Handover::Updated)
         }
         AttachMode::XdpNative | AttachMode::XdpGeneric => {
-            let prog: &mut Xdp = program(ebpf, xdp_prog)?;
+            let prog: &mut Xdp = prog(ebpf, xdp_prog)?;
             let ours = prog.info().map_err(update_err)?.tag();
             let link = XdpLink::try_from(fd).map_err(hold)?;
             if theirs == Some(ours) {

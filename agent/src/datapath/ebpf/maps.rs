@@ -109,6 +109,13 @@ impl XidOwnership {
         *lock(&self.inherited) = keys;
     }
 
+    /// Whether `xid` (host order) is one a previous agent left owned in the
+    /// pinned map and this agent has not registered since: that agent had
+    /// a transaction open with it.
+    pub fn is_inherited(&self, xid: u32) -> bool {
+        lock(&self.inherited).contains(&wire_xid(xid))
+    }
+
     /// Registers `xid` (host order, as in `Client::xid()`) as owned by
     /// `ifindex`: in intercept mode the programs drop replies carrying it.
     pub fn own(&self, xid: u32, ifindex: u32) -> Result<()> {

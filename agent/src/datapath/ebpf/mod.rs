@@ -222,9 +222,105 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<Option<String>> {
     Ok(xdp_unavailable)
 }
 
+/// The capture programs: those of the loaded object, or the same build's
+/// programs a previous agent pinned (`progs/<stamp>/` in the pin
+/// directory), taken from their pins instead of being loaded and verified
+/// again.
+pub(super) struct Programs {
+    ebpf: Ebpf,
+    pinned: HashMap<&'static str, aya::programs::Program>,
+}
+
+/// The program `name`: the pinned one taken over, else the object's.
+fn prog<'a, T>(progs: &'a mut Programs, name: &'static str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+{
+    if let Some(p) = progs.pinned.get_mut(name) {
+        return p
+            .try_into()
+            .ok()
+            .ok_or(EbpfDatapathError::MissingProgram { name });
+    }
+    program(&mut progs.ebpf, name)
+}
+
+/// The subdirectory of the pin directory that holds the programs, one
+/// directory per build of the object ([`object_stamp`]).
+pub const PROGS_DIR: &str = "progs";
+
+/// A stamp of the embedded object: 64-bit FNV-1a of its bytes, in hex. Two
+/// agents with the same stamp run the same programs.
+pub fn object_stamp() -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in EBPF_OBJECT {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Every capture program of this build from its pin in `dir`
+/// (`progs/<stamp>`), or `None` when one is missing or unusable (then the
+/// object's programs are loaded). An XDP program the kernel refused was not
+/// pinned: its absence sends this agent to the loader too, which says why.
+fn programs_from_pins(dir: &Path) -> Option<HashMap<&'static str, aya::programs::Program>> {
+    use aya::programs::{Program, SchedClassifier, Xdp};
+    use aya_obj::programs::XdpAttachType;
+    let mut out = HashMap::new();
+    for name in TC_PROGRAMS {
+        let p = SchedClassifier::from_pin(dir.join(name))
+            .map_err(|e| tracing::debug!(program = name, error = %e, "no pinned program"))
+            .ok()?;
+        out.insert(name, Program::SchedClassifier(p));
+    }
+    for name in XDP_PROGRAMS {
+        let p = Xdp::from_pin(dir.join(name), XdpAttachType::Interface)
+            .map_err(|e| tracing::debug!(program = name, error = %e, "no pinned program"))
+            .ok()?;
+        out.insert(name, Program::Xdp(p));
+    }
+    Some(out)
+}
+
+/// Pins the loaded programs in `progs/<stamp>` under `progs_dir`'s parent,
+/// for the next agent of this build, and removes the pins of other builds
+/// (a link that runs one of those holds it; the pin is not needed for it).
+/// A failure is logged: the next agent then loads the programs itself.
+fn pin_programs(ebpf: &mut Ebpf, progs_dir: &Path, stamp: &str) {
+    if let Ok(entries) = std::fs::read_dir(progs_dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_str() != Some(stamp) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = progs_dir.join(stamp);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), error = %e,
+            "cannot make the program pin directory; the next agent loads the programs again");
+        return;
+    }
+    for name in TC_PROGRAMS.into_iter().chain(XDP_PROGRAMS) {
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        let Some(p) = ebpf.program_mut(name) else {
+            continue;
+        };
+        // An XDP program the kernel refused is not loaded: nothing to pin.
+        if p.fd().is_err() {
+            continue;
+        }
+        if let Err(e) = p.pin(&path) {
+            tracing::warn!(pin = %path.display(), error = %e,
+                "cannot pin a program; the next agent loads the programs again");
+        }
+    }
+}
+
 /// The loaded eBPF programs and their maps.
 pub struct Datapath {
-    ebpf: Ebpf,
+    ebpf: Programs,
     xdp_unavailable: Option<String>,
     counters: maps::CounterMap,
     owned: XidOwnership,
@@ -288,6 +384,12 @@ impl Datapath {
         Self::load_with(pinning)
     }
 
+    /// Whether the programs were taken from the pins a previous agent of
+    /// the same build left (not loaded and verified again).
+    pub fn programs_from_pins(&self) -> bool {
+        !self.ebpf.pinned.is_empty()
+    }
+
     /// Where the maps are pinned, if they are.
     pub fn pinning(&self) -> &Pinning {
         &self.pinning
@@ -306,7 +408,38 @@ impl Datapath {
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|source| EbpfDatapathError::Load { source })?;
-        let xdp_unavailable = load_programs(&mut ebpf)?;
+        // The same build's programs, pinned by a previous agent, are taken
+        // as they are: no second load, no verifier. Only with every map
+        // reused, for those programs refer to the pinned maps.
+        let progs_dir = match &pinning {
+            Pinning::On {
+                dir,
+                reused,
+                replaced,
+            } if replaced.is_empty() && PINNED_MAPS.iter().all(|m| reused.contains(&m.name)) => {
+                Some((dir.join(PROGS_DIR), true))
+            }
+            Pinning::On { dir, .. } => Some((dir.join(PROGS_DIR), false)),
+            Pinning::Off { .. } => None,
+        };
+        let stamp = object_stamp();
+        let started = std::time::Instant::now();
+        let from_pins = progs_dir
+            .as_ref()
+            .filter(|(_, maps_reused)| *maps_reused)
+            .and_then(|(d, _)| programs_from_pins(&d.join(&stamp)));
+        let (pinned, xdp_unavailable) = if let Some(pinned) = from_pins {
+            tracing::info!(%stamp, took = ?started.elapsed(),
+                "eBPF programs of this build taken from their pins (not loaded again)");
+            (pinned, None)
+        } else {
+            let xdp_unavailable = load_programs(&mut ebpf)?;
+            tracing::info!(%stamp, took = ?started.elapsed(), "eBPF programs loaded");
+            if let Some((d, _)) = &progs_dir {
+                pin_programs(&mut ebpf, d, &stamp);
+            }
+            (HashMap::new(), xdp_unavailable)
+        };
         let counters = take_map(&mut ebpf, common::MAP_COUNTERS)?;
         let owned = take_map(&mut ebpf, common::MAP_OWNED)?;
         let ifconfig = maps::IfConfigMaps {
@@ -352,7 +485,7 @@ impl Datapath {
         };
         Ok(Self {
             events_id,
-            ebpf,
+            ebpf: Programs { ebpf, pinned },
             xdp_unavailable,
             counters,
             owned,

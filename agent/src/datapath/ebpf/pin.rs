@@ -130,6 +130,14 @@ pub(super) fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
+    // The programs pinned for the next agent: unpinned, they go once no
+    // link runs them (the links went first).
+    let progs = dir.join(super::PROGS_DIR);
+    match std::fs::remove_dir_all(&progs) {
+        Ok(()) => removed.push(progs),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     for spec in PINNED_MAPS {
         let path = dir.join(spec.name);
         match std::fs::remove_file(&path) {

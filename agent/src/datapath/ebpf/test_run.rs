@@ -8,7 +8,7 @@ use std::time::Duration;
 use aya::programs::{SchedClassifier, TestRun as _, TestRunOptions, Xdp};
 use xdhcp_common as common;
 
-use super::{Datapath, EbpfDatapathError, Result, program};
+use super::{Datapath, EbpfDatapathError, Result, prog};
 
 /// The programs in the object, for [`Datapath::test_run`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl Datapath {
         };
         let res = match kind {
             ProgramKind::Tc | ProgramKind::UplinkTc => {
-                program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
+                prog::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
             }
             ProgramKind::Xdp | ProgramKind::XdpPass | ProgramKind::UplinkXdp => {
                 if let Some(reason) = &self.xdp_unavailable {
@@ -111,7 +111,7 @@ impl Datapath {
                         reason: reason.clone(),
                     });
                 }
-                program::<Xdp>(&mut self.ebpf, name)?.test_run(opts)
+                prog::<Xdp>(&mut self.ebpf, name)?.test_run(opts)
             }
         }
         .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
