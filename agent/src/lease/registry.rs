@@ -62,12 +62,37 @@ pub(crate) struct Begun {
     pub(crate) bound: Option<LeaseRecord>,
 }
 
+/// One lock per attachment, made when an operation first asks for it. A
+/// pod's container id is new with every pod, so the locks no one holds or
+/// waits for are dropped once the table has doubled since it was last
+/// pruned: without that, every pod the node ever ran would keep one.
+#[derive(Debug, Default)]
+struct KeyLocks {
+    locks: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
+    prune_at: usize,
+}
+
+impl KeyLocks {
+    /// The fewest locks kept before a prune.
+    const FLOOR: usize = 64;
+
+    /// The lock of `key` (shared with whoever holds or awaits it).
+    fn get(&mut self, key: Key) -> Arc<tokio::sync::Mutex<()>> {
+        if self.locks.len() >= self.prune_at.max(Self::FLOOR) {
+            // Held or awaited: a guard or a waiter has its own clone.
+            self.locks.retain(|_, l| Arc::strong_count(l) > 1);
+            self.prune_at = 2 * self.locks.len();
+        }
+        self.locks.entry(key).or_default().clone()
+    }
+}
+
 /// The lease table and the lease tasks.
 #[derive(Debug)]
 pub(crate) struct Registry {
     svc: Arc<Services>,
     leases: Mutex<HashMap<Key, Handle>>,
-    key_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    key_locks: Mutex<KeyLocks>,
     tasks: Mutex<JoinSet<()>>,
     generation: AtomicU64,
 }
@@ -77,7 +102,7 @@ impl Registry {
         Self {
             svc,
             leases: Mutex::new(HashMap::new()),
-            key_locks: Mutex::new(HashMap::new()),
+            key_locks: Mutex::new(KeyLocks::default()),
             tasks: Mutex::new(JoinSet::new()),
             generation: AtomicU64::new(1),
         }
@@ -120,10 +145,7 @@ impl Registry {
 
     /// Serialize operations on one attachment.
     pub(crate) async fn key_lock(&self, cid: &str, ifname: &str) -> OwnedMutexGuard<()> {
-        let m = lock(&self.key_locks)
-            .entry((cid.to_owned(), ifname.to_owned()))
-            .or_default()
-            .clone();
+        let m = lock(&self.key_locks).get((cid.to_owned(), ifname.to_owned()));
         m.lock_owned().await
     }
 
@@ -301,5 +323,32 @@ impl Registry {
             warn!("some lease tasks did not stop within {grace:?}");
             tasks.abort_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: usize) -> Key {
+        (format!("container-{i}"), "eth0".to_owned())
+    }
+
+    /// Ten thousand pods, one after another: the table stays small, and a
+    /// lock held all along is kept (still excluding its attachment's next
+    /// operation) however often the idle ones are dropped.
+    #[tokio::test]
+    async fn idle_attachment_locks_are_dropped_and_held_ones_kept() {
+        let mut locks = KeyLocks::default();
+        let held = locks.get(key(0)).lock_owned().await;
+        for i in 1..10_000 {
+            let _op = locks.get(key(i)).lock_owned().await;
+        }
+        let kept = locks.locks.len();
+        assert!(kept <= 2 * KeyLocks::FLOOR, "{kept} locks kept");
+        let again = locks.get(key(0));
+        assert!(again.try_lock().is_err(), "the held lock was replaced");
+        drop(held);
+        assert!(again.try_lock().is_ok());
     }
 }
