@@ -193,6 +193,10 @@ fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// How soon a renewal resent by [`Client::retransmit_now`] is sent again
+/// if that resend is not answered either.
+pub const QUICK_RESEND: Duration = Duration::from_secs(3);
+
 /// Sans-IO RFC 2131 `DHCPv4` client. No sockets, no clocks: every input
 /// carries `now`; randomness comes from the seed.
 #[derive(Debug)]
@@ -206,6 +210,9 @@ pub struct Client {
     /// The open transaction was adopted from a previous process
     /// ([`Client::adopt_sent`]) and nothing was sent in it since.
     adopted: bool,
+    /// [`Client::retransmit_now`] asked for a resend: the retransmission
+    /// after it comes at most [`QUICK_RESEND`] later, once.
+    quick_resend: bool,
     held: Option<Held>,
     acq: Option<Acquisition>,
     transmits: VecDeque<Transmit>,
@@ -246,6 +253,7 @@ impl Client {
             xid,
             planned: None,
             adopted: false,
+            quick_resend: false,
             held: None,
             acq: None,
             transmits: VecDeque::new(),
@@ -434,11 +442,28 @@ impl Client {
     /// no-op in every other state: an acquisition retransmits within
     /// seconds on its own (and counts its attempts), a bound lease has
     /// nothing in flight.
+    ///
+    /// The retransmission after that one comes at most [`QUICK_RESEND`]
+    /// later (then the RFC's schedule again): the receive path may still
+    /// be settling when the first resend's reply comes back.
     pub fn retransmit_now(&mut self, now: Instant) {
         if let Phase::Renewing { retx_at, .. } | Phase::Rebinding { retx_at, .. } = &mut self.phase
             && *retx_at > now
         {
             *retx_at = now;
+            self.quick_resend = true;
+        }
+    }
+
+    /// The retransmission time after a resend at `now` in RENEWING or
+    /// REBINDING (`rebinding`): the RFC's, or [`QUICK_RESEND`] after a
+    /// [`Client::retransmit_now`].
+    fn renew_resend_at(&mut self, now: Instant, rebinding: bool) -> Instant {
+        let at = self.renew_retx_at(now, rebinding);
+        if std::mem::take(&mut self.quick_resend) {
+            at.min(later(now, QUICK_RESEND))
+        } else {
+            at
         }
     }
 
@@ -1148,7 +1173,7 @@ impl Client {
                 started,
             } if now >= retx_at => {
                 self.send_extend_request(now, started, false, true);
-                let retx_at = self.renew_retx_at(now, false);
+                let retx_at = self.renew_resend_at(now, false);
                 self.phase = Phase::Renewing {
                     retx_at,
                     first_sent,
@@ -1161,7 +1186,7 @@ impl Client {
                 started,
             } if now >= retx_at => {
                 self.send_extend_request(now, started, true, true);
-                let retx_at = self.renew_retx_at(now, true);
+                let retx_at = self.renew_resend_at(now, true);
                 self.phase = Phase::Rebinding {
                     retx_at,
                     first_sent,
@@ -1433,6 +1458,7 @@ impl Client {
         };
         self.events.push_back(event);
         self.acq = None;
+        self.quick_resend = false;
         self.phase = Phase::Bound;
         self.adopted = false;
         self.plan_xids();

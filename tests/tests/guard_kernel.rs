@@ -551,8 +551,18 @@ async fn learning_ports_hand_only_acks_to_learning_within_their_bucket() {
     assert!((1..=3).contains(&again), "{again} after a refill");
     assert_eq!(g.learn_counters().unwrap().shed, 5 + 5 - again as u64);
 
-    // A new policy starts the port with a full bucket.
-    set_vm_port(&mut g, true);
+    // A new policy starts the port with a full bucket (the same one set
+    // again, as a restarted agent does, keeps the entry as it is).
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            single_client: Some(VM_MAC),
+            learn: true,
+            rate: 1000,
+            ..PortPolicy::default()
+        },
+    )
+    .unwrap();
     for _ in 0..3 {
         assert_eq!(egress(&mut g, &ack), TC_ACT_UNSPEC);
     }
