@@ -1336,19 +1336,7 @@ pub(super) fn unpin_guard(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             remove_guard_programs(ifindex);
         }
     }
-    for spec in GUARD_PINNED_MAPS {
-        let path = dir.join(spec.name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => removed.push(path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    match std::fs::remove_dir(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+    super::pin::remove_map_pins(dir, &GUARD_PINNED_MAPS, &mut removed)?;
     Ok(removed)
 }
 

@@ -110,6 +110,33 @@ pub(super) fn scan_link_pins(links_dir: &Path) -> (HashMap<String, LeftLink>, Ve
     (live, removed)
 }
 
+/// Removes the map pins of `specs` under `dir` (adding each removed to
+/// `removed`), then `dir` itself when it is empty; what is already gone,
+/// or a directory still busy, is no error.
+pub(super) fn remove_map_pins(
+    dir: &Path,
+    specs: &[PinnedMap],
+    removed: &mut Vec<PathBuf>,
+) -> std::io::Result<()> {
+    for spec in specs {
+        let path = dir.join(spec.name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Err(e)
+            if e.kind() != std::io::ErrorKind::NotFound
+                && e.raw_os_error() != Some(libc::EBUSY) =>
+        {
+            Err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Removes everything the capture pins under `dir`: every link pin (which
 /// detaches the capture programs), every map pin, then the directories
 /// (`dir` itself stays when it is a mount point; the guard's `guard/` must
@@ -138,20 +165,7 @@ pub(super) fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    for spec in PINNED_MAPS {
-        let path = dir.join(spec.name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => removed.push(path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    match std::fs::remove_dir(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-        Err(e) => return Err(e),
-    }
+    remove_map_pins(dir, &PINNED_MAPS, &mut removed)?;
     Ok(removed)
 }
 
