@@ -1,6 +1,13 @@
 //! Blocking HTTP/1.1 client of the agent socket: one connection per call,
 //! `Connection: close`, bounded by one deadline. No async runtime: the
 //! plugin makes one call per exec.
+//!
+//! A call that changes something (ADD, DEL, CHECK, GC) waits a bounded
+//! time for an agent that is being restarted ([`AGENT_RESTART_WAIT`]):
+//! during a rolling upgrade the socket is briefly missing or refuses
+//! connections, and an ADD that failed there would cost the pod a sandbox
+//! retry with the kubelet's back-off. STATUS does not wait: the runtime
+//! polls it to learn exactly that the agent is not there.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -16,6 +23,16 @@ use crate::types::{CniError, code};
 
 /// Largest response head or body the plugin accepts (the agent's are small).
 const MAX_RESPONSE: usize = 4 << 20;
+
+/// How long a call that changes something waits for the agent's socket to
+/// accept while it is missing or refuses connections (the agent between
+/// its old and new process), before failing as "agent unreachable".
+pub const AGENT_RESTART_WAIT: Duration = Duration::from_secs(10);
+
+/// The first pause between connection attempts while waiting; each pause
+/// doubles up to [`MAX_CONNECT_PAUSE`].
+const FIRST_CONNECT_PAUSE: Duration = Duration::from_millis(10);
+const MAX_CONNECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// An HTTP status as the agent sent it: code and reason phrase.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,9 +54,12 @@ impl std::fmt::Display for Status {
 /// Failure talking to the agent.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot connect to the xdhcp agent at {}: {source}", socket.display())]
+    #[error("cannot connect to the xdhcp agent at {}{}: {source}", socket.display(), waited_for(*waited))]
     Connect {
         socket: PathBuf,
+        /// How long the call waited for the agent to come back (zero for
+        /// a call that does not wait, or an error that is not a restart).
+        waited: Duration,
         #[source]
         source: io::Error,
     },
@@ -70,12 +90,17 @@ impl ClientError {
     pub fn into_cni(self) -> CniError {
         match self {
             Self::Agent(e) => e,
-            Self::Connect { socket, source } => CniError::new(
+            Self::Connect {
+                socket,
+                waited,
+                source,
+            } => CniError::new(
                 code::AGENT_UNREACHABLE,
                 format!(
-                    "{} (socket {})",
+                    "{} (socket {}{})",
                     connect_hint(source.kind()),
-                    socket.display()
+                    socket.display(),
+                    waited_for(waited)
                 ),
             )
             .with_details(format_chain(&source)),
@@ -92,12 +117,32 @@ impl ClientError {
     }
 }
 
+/// ", waited N s for it" when the call waited for a restarting agent.
+fn waited_for(waited: Duration) -> String {
+    if waited.is_zero() {
+        String::new()
+    } else {
+        format!("; waited {:.1}s for it to come back", waited.as_secs_f64())
+    }
+}
+
+/// Whether a connection error is what an agent between two processes
+/// gives: no socket yet, or a socket nobody listens on any more.
+fn agent_restarting(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    )
+}
+
 /// Blocking client of the agent at one socket; every call is bounded by
-/// the timeout.
+/// the timeout (after the connection, which a POST may wait for up to
+/// the restart wait).
 #[derive(Debug, Clone)]
 pub struct Client {
     socket: PathBuf,
     timeout: Duration,
+    restart_wait: Duration,
 }
 
 impl Client {
@@ -105,7 +150,16 @@ impl Client {
         Self {
             socket: socket.into(),
             timeout,
+            restart_wait: AGENT_RESTART_WAIT,
         }
+    }
+
+    /// The same client waiting `wait` instead of [`AGENT_RESTART_WAIT`]
+    /// for a restarting agent.
+    #[must_use]
+    pub fn with_restart_wait(mut self, wait: Duration) -> Self {
+        self.restart_wait = wait;
+        self
     }
 
     /// The socket path.
@@ -145,16 +199,44 @@ impl Client {
             },
             source,
         })?;
-        self.call("POST", path, &bytes, tell_wait)
+        let stream = self.connect(self.restart_wait)?;
+        self.call(&stream, "POST", path, &bytes, tell_wait)
     }
 
-    /// `GET path`.
+    /// `GET path` (no wait for a restarting agent).
     pub fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
-        self.call("GET", path, &[], false)
+        let stream = self.connect(Duration::ZERO)?;
+        self.call(&stream, "GET", path, &[], false)
+    }
+
+    /// Connects, retrying for up to `wait` while the agent looks restarted
+    /// (no socket, or connection refused).
+    fn connect(&self, wait: Duration) -> Result<UnixStream, ClientError> {
+        let started = Instant::now();
+        let mut pause = FIRST_CONNECT_PAUSE;
+        let mut waited = Duration::ZERO;
+        loop {
+            match UnixStream::connect(&self.socket) {
+                Ok(s) => return Ok(s),
+                Err(e) if agent_restarting(&e) && waited + pause <= wait => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(MAX_CONNECT_PAUSE);
+                    waited = started.elapsed();
+                }
+                Err(source) => {
+                    return Err(ClientError::Connect {
+                        socket: self.socket.clone(),
+                        waited,
+                        source,
+                    });
+                }
+            }
+        }
     }
 
     fn call<R: DeserializeOwned>(
         &self,
+        stream: &UnixStream,
         method: &str,
         path: &str,
         body: &[u8],
@@ -162,12 +244,8 @@ impl Client {
     ) -> Result<R, ClientError> {
         let deadline = Instant::now() + self.timeout;
         let wait = tell_wait.then_some(self.timeout);
-        let stream = UnixStream::connect(&self.socket).map_err(|source| ClientError::Connect {
-            socket: self.socket.clone(),
-            source,
-        })?;
         let (status, bytes) =
-            Self::exchange(&stream, deadline, wait, method, path, body).map_err(|source| {
+            Self::exchange(stream, deadline, wait, method, path, body).map_err(|source| {
                 if matches!(
                     source.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -463,6 +541,85 @@ mod tests {
         assert_eq!(e.code, code::AGENT_UNREACHABLE);
         assert!(e.msg.contains("not running"), "{e}");
         assert!(e.msg.contains("none.sock"), "{e}");
+    }
+
+    /// An agent between its old and its new process (a rolling upgrade):
+    /// first no socket, then a stale one nobody listens on, then the new
+    /// agent's. An ADD-like POST waits for it and is answered.
+    #[test]
+    fn a_post_waits_for_a_restarting_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let p = path.clone();
+        let agent = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            // The old process's socket, left behind: connection refused.
+            drop(std::os::unix::net::UnixListener::bind(&p).unwrap());
+            std::thread::sleep(Duration::from_millis(150));
+            std::fs::remove_file(&p).unwrap();
+            let listener = std::os::unix::net::UnixListener::bind(&p).unwrap();
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).unwrap();
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{\"ready\":true}")
+                .unwrap();
+        });
+        let client = Client::new(&path, Duration::from_secs(5));
+        let started = Instant::now();
+        let r: Readiness = client.post(PATH_READY, &serde_json::json!({})).unwrap();
+        assert!(r.ready);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        agent.join().unwrap();
+    }
+
+    /// An agent that does not come back: the POST gives up after its
+    /// wait and says how long it waited; STATUS (a GET) does not wait.
+    #[test]
+    fn a_post_gives_up_on_an_agent_that_stays_away_and_a_get_does_not_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let wait = Duration::from_millis(300);
+        let c = Client::new(dir.path().join("none.sock"), Duration::from_secs(2))
+            .with_restart_wait(wait);
+        let started = Instant::now();
+        let e = c
+            .post::<_, Readiness>(PATH_READY, &serde_json::json!({}))
+            .unwrap_err();
+        assert!(
+            started.elapsed() >= wait / 3,
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(matches!(e, ClientError::Connect { waited, .. } if waited > Duration::ZERO));
+        let e = e.into_cni();
+        assert_eq!(e.code, code::AGENT_UNREACHABLE);
+        assert!(
+            e.msg.contains("not running") && e.msg.contains("for it to come back"),
+            "{e}"
+        );
+
+        let started = Instant::now();
+        let e = c.get::<Readiness>(PATH_READY).unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert!(matches!(e, ClientError::Connect { waited, .. } if waited.is_zero()));
+        assert!(!e.into_cni().msg.contains("come back"));
+    }
+
+    /// A socket path no socket can have (longer than `sun_path`) is not a
+    /// restart: no wait.
+    #[test]
+    fn a_post_does_not_wait_on_an_error_that_is_not_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x".repeat(120));
+        let c = Client::new(&path, Duration::from_secs(2));
+        let started = Instant::now();
+        let e = c
+            .post::<_, Readiness>(PATH_READY, &serde_json::json!({}))
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(
+            matches!(e, ClientError::Connect { waited, .. } if waited.is_zero()),
+            "{e}"
+        );
     }
 
     #[test]

@@ -209,6 +209,8 @@ async fn run_on(
     listeners: Vec<UnixListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    let socket_files =
+        socket::SocketFiles::note(std::iter::once(&args.socket).chain(&args.extra_socket));
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     std::fs::create_dir_all(&args.state_dir).map_err(|source| DaemonError::Io {
@@ -312,9 +314,7 @@ async fn run_on(
     }
     let a = agent.clone();
     let _ = tokio::task::spawn_blocking(move || settle(&a)).await;
-    for socket in std::iter::once(&agent.args.socket).chain(&agent.args.extra_socket) {
-        let _ = std::fs::remove_file(socket);
-    }
+    socket_files.remove_ours();
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
 }

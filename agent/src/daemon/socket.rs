@@ -166,3 +166,66 @@ async fn one(stream: tokio::net::UnixStream, app: Router, token: CancellationTok
         }
     }
 }
+
+/// The socket paths this agent serves, for removal when it stops — but
+/// only while nobody else serves them: a new agent that started while
+/// this one was stopping (a rolling upgrade with a surge, a quick
+/// restart) has put its own socket at the same path, and removing that
+/// would leave the new agent serving nobody. (A file's identity cannot
+/// tell them apart: the new socket may reuse the old one's inode.)
+pub(crate) struct SocketFiles {
+    paths: Vec<std::path::PathBuf>,
+}
+
+impl SocketFiles {
+    pub(crate) fn note<'a>(paths: impl IntoIterator<Item = &'a std::path::PathBuf>) -> Self {
+        Self {
+            paths: paths.into_iter().cloned().collect(),
+        }
+    }
+
+    /// Removes each path no live listener answers on (call it once this
+    /// agent's own listeners are closed); leaves one that another agent
+    /// serves, saying so.
+    pub(crate) fn remove_ours(&self) {
+        for path in &self.paths {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                tracing::info!(socket = %path.display(),
+                    "another agent serves the socket now; leaving it");
+            } else {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod socket_files_tests {
+    use super::SocketFiles;
+
+    #[test]
+    fn a_stopping_agent_removes_its_own_socket_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("xdhcp.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let files = SocketFiles::note([&path]);
+        drop(l);
+        files.remove_ours();
+        assert!(!path.exists());
+    }
+
+    /// The next agent replaced the socket while this one was stopping: the
+    /// new agent's socket stays.
+    #[test]
+    fn a_socket_another_agent_serves_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("xdhcp.sock");
+        let old = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let files = SocketFiles::note([&path]);
+        drop(old);
+        std::fs::remove_file(&path).unwrap();
+        let _new = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        files.remove_ours();
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+    }
+}
