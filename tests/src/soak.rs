@@ -366,6 +366,7 @@ impl SoakReport {
                 first.rss_kib, first.fds, first.tasks, last.rss_kib, last.fds, last.tasks
             );
         }
+        self.write_fits(&mut md);
         if self.violations.is_empty() {
             let _ = writeln!(md, "\nNo violation.");
         } else {
@@ -385,6 +386,50 @@ impl SoakReport {
             let _ = writeln!(md, "- {t:7.1} s {what} ({:.1} s)", took.as_secs_f64());
         }
         md
+    }
+
+    /// The steady-state footprint fit of each agent process, as a table.
+    fn write_fits(&self, md: &mut String) {
+        let c = &self.config;
+        let fits = invariants::fits(&self.samples, c.pods, &c.growth);
+        if !fits.is_empty() {
+            let g = &c.growth;
+            let _ = writeln!(
+                md,
+                "\nFootprint of each agent process in its steady state (after {:.0} s of \
+                 warm-up, {} pods, no chaos step under way), fitted by least squares; growth \
+                 is a slope above its limit **and** a rise over the window above {:.0} KiB, {:.0} \
+                 fds, {:.0} tasks:\n\n\
+                 | pid | samples | minutes | RSS KiB/min (limit {:.0}) | fds/min (limit {:.1}) | tasks/min (limit {:.1}) |\n\
+                 |---|---|---|---|---|---|",
+                g.warmup_s,
+                c.pods,
+                g.rss_kib.rise,
+                g.fds.rise,
+                g.tasks.rise,
+                g.rss_kib.per_min,
+                g.fds.per_min,
+                g.tasks.per_min,
+            );
+            for f in &fits {
+                let slope = |name: &str| {
+                    f.slopes
+                        .iter()
+                        .find(|(w, _, _)| *w == name)
+                        .map_or_else(|| "—".to_owned(), |(_, v, _)| format!("{v:.2}"))
+                };
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {:.1} | {} | {} | {} |",
+                    f.pid,
+                    f.samples,
+                    f.span_min,
+                    slope("RSS (KiB)"),
+                    slope("open fds"),
+                    slope("tasks")
+                );
+            }
+        }
     }
 
     /// The two plots, when a directory is set: the footprint against time

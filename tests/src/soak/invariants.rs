@@ -421,13 +421,33 @@ pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
 }
 
 /// A measure of a sample: its name, its limit, how to read it.
-type Measure = (&'static str, Limit, fn(&Sample) -> f64);
+type Measure = (&'static str, fn(&GrowthLimits) -> Limit, fn(&Sample) -> f64);
 
-/// Growth of each agent process's footprint: the samples of one pid after
-/// its warm-up, taken only while the population is `population` and no
-/// chaos step disturbs it ([`Sample::quiet`]: the steady state; the
-/// steady state), fitted per measure.
-pub fn growth(samples: &[Sample], population: usize, limits: &GrowthLimits) -> Vec<Violation> {
+#[expect(clippy::cast_precision_loss, reason = "KiB and counts far below 2^52")]
+const MEASURES: [Measure; 3] = [
+    ("RSS (KiB)", |l| l.rss_kib, |s| s.rss_kib as f64),
+    ("open fds", |l| l.fds, |s| s.fds as f64),
+    ("tasks", |l| l.tasks, |s| s.tasks as f64),
+];
+
+/// One agent process's steady state, fitted: what [`growth`] judges, and
+/// what the report shows for every process (so a slope just under its
+/// limit is seen, not only one above it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    pub pid: u32,
+    /// Steady samples fitted, and the minutes they span.
+    pub samples: usize,
+    pub span_min: f64,
+    /// Per measure of [`MEASURES`]' order: (name, slope per minute, limit).
+    pub slopes: Vec<(&'static str, f64, Limit)>,
+}
+
+/// The fit of each agent process's footprint: the samples of one pid
+/// after its warm-up, taken only while the population is `population`
+/// and no chaos step disturbs it ([`Sample::quiet`]: the steady state);
+/// processes with too few such samples are left out.
+pub fn fits(samples: &[Sample], population: usize, limits: &GrowthLimits) -> Vec<Fit> {
     let mut by_pid: BTreeMap<u32, Vec<&Sample>> = BTreeMap::new();
     for s in samples {
         by_pid.entry(s.pid).or_default().push(s);
@@ -445,24 +465,38 @@ pub fn growth(samples: &[Sample], population: usize, limits: &GrowthLimits) -> V
             continue;
         }
         let span_min = (steady[steady.len() - 1].t_s - steady[0].t_s) / 60.0;
-        #[expect(clippy::cast_precision_loss, reason = "KiB and counts far below 2^52")]
-        let measures: [Measure; 3] = [
-            ("RSS (KiB)", limits.rss_kib, |s| s.rss_kib as f64),
-            ("open fds", limits.fds, |s| s.fds as f64),
-            ("tasks", limits.tasks, |s| s.tasks as f64),
-        ];
-        for (what, limit, get) in measures {
-            let pts: Vec<(f64, f64)> = steady.iter().map(|s| (s.t_s / 60.0, get(s))).collect();
-            if let Some(per_min) = slope(&pts) {
-                let rise = per_min * span_min;
-                if per_min > limit.per_min && rise > limit.rise {
-                    out.push(Violation::Growth {
-                        what,
-                        per_min,
-                        rise,
-                        pid,
-                    });
-                }
+        let slopes = MEASURES
+            .iter()
+            .filter_map(|(what, limit, get)| {
+                let pts: Vec<(f64, f64)> = steady.iter().map(|s| (s.t_s / 60.0, get(s))).collect();
+                slope(&pts).map(|per_min| (*what, per_min, limit(limits)))
+            })
+            .collect();
+        out.push(Fit {
+            pid,
+            samples: steady.len(),
+            span_min,
+            slopes,
+        });
+    }
+    out
+}
+
+/// Growth of each agent process's footprint ([`fits`]): a measure whose
+/// slope is above its limit's `per_min` and whose predicted rise over the
+/// fitted window is above its `rise`.
+pub fn growth(samples: &[Sample], population: usize, limits: &GrowthLimits) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for fit in fits(samples, population, limits) {
+        for (what, per_min, limit) in fit.slopes {
+            let rise = per_min * fit.span_min;
+            if per_min > limit.per_min && rise > limit.rise {
+                out.push(Violation::Growth {
+                    what,
+                    per_min,
+                    rise,
+                    pid: fit.pid,
+                });
             }
         }
     }
@@ -675,6 +709,24 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// A slope under its limit is not a violation, but the fit the report
+    /// shows for every process still gives it.
+    #[test]
+    fn every_process_is_fitted_and_a_slope_under_the_limit_is_shown() {
+        let limits = GrowthLimits::default();
+        let slow = samples(5, 300, |t| 20_000.0 + t / 60.0 * 900.0);
+        assert_eq!(growth(&slow, 10, &limits), vec![]);
+        let f = fits(&slow, 10, &limits);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].pid, 5);
+        let (what, per_min, limit) = f[0].slopes[0];
+        assert_eq!(what, "RSS (KiB)");
+        assert!((per_min - 900.0).abs() < 1.0, "{per_min}");
+        assert_eq!(limit, limits.rss_kib);
+        // Too few steady samples: not fitted.
+        assert_eq!(fits(&samples(6, 20, |_| 1.0), 10, &limits), vec![]);
     }
 
     #[test]
