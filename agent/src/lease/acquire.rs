@@ -27,10 +27,10 @@ use crate::netlink::NetlinkError;
 
 /// Extra time beyond the acquisition timeout for the engine's own failure
 /// event (its deadline fires on a timer).
-const ADD_MARGIN: Duration = Duration::from_secs(3);
+pub(crate) const ADD_MARGIN: Duration = Duration::from_secs(3);
 
 /// The least an admitted acquisition gets to run, however long it queued.
-const MIN_ACQUIRE_LEFT: Duration = Duration::from_secs(1);
+pub(crate) const MIN_ACQUIRE_LEFT: Duration = Duration::from_secs(1);
 
 /// What an acquisition is for.
 #[derive(Debug)]
@@ -50,6 +50,8 @@ pub(crate) struct Acquisition {
 pub(crate) enum Failure {
     /// The engine refused the configuration the network asks for.
     Config(ConfigError),
+    /// The v6 engine refused the configuration the network asks for.
+    Config6(xdhcp_engine::v6::ConfigError),
     /// No acquisition slot within the acquisition's timeout; `ahead` were
     /// in flight or queued before it.
     Queued { ahead: usize, timeout: Duration },
@@ -59,6 +61,11 @@ pub(crate) enum Failure {
     NoLease {
         timeout: Duration,
         source: AcquireError,
+    },
+    /// The v6 engine gave up, and what it heard.
+    NoLease6 {
+        timeout: Duration,
+        source: Box<xdhcp_engine::v6::AcquireError>,
     },
     /// The interface failed (`Some`) or was deleted (`None`) meanwhile.
     LinkFailed(Option<LinkError>),
