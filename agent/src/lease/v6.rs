@@ -109,19 +109,8 @@ impl Registry {
         let mut cfg = engine_config6(&rec.network, rec.mac, default_timeout);
         cfg.validate().map_err(Failure::Config6)?;
         let timeout = cfg.acquire_timeout.unwrap_or(default_timeout);
-        let asked = Instant::now();
-        let slot = pacing
-            .admit_within(&rec.network.name, timeout)
-            .await
-            .map_err(|ahead| {
-                self.metrics().failure("acquire_queued");
-                Failure::Queued { ahead, timeout }
-            })?;
-        cfg.acquire_timeout = Some(
-            timeout
-                .saturating_sub(asked.elapsed())
-                .max(MIN_ACQUIRE_LEFT),
-        );
+        let (slot, waited) = self.admit(pacing, &rec.network.name, timeout).await?;
+        cfg.acquire_timeout = Some(timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT));
         let sock = Udp6::open(&a.netns, &rec.ifname, a.ifindex)
             .await
             .map_err(|source| {
@@ -466,7 +455,7 @@ async fn run(mut t: Task6) -> Ended {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn network(ipam: &str) -> Network {
@@ -477,7 +466,8 @@ mod tests {
         Network::from(&c)
     }
 
-    fn lease() -> v6::Lease {
+    /// A lease of `2001:db8::5` (the operations' tests start from it too).
+    pub(crate) fn lease() -> v6::Lease {
         v6::Lease {
             address: "2001:db8::5".parse().unwrap(),
             iaid: 1,
@@ -487,8 +477,8 @@ mod tests {
             valid_secs: 200,
             t1_secs: 50,
             t2_secs: 80,
-            dns_servers: vec![],
-            domain_search: vec![],
+            dns_servers: vec!["2001:db8::53".parse().unwrap()],
+            domain_search: vec!["example.test".into()],
             acquired_unix_ms: 1,
         }
     }

@@ -536,22 +536,37 @@ pub(crate) async fn check(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Err
     })?;
     if rec.network.ipam.apply && rec.workload == WorkloadKind::Pod {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
-        let present = apply::has_address(ns, &req.ifname, lease.address, lease.prefix_len)
-            .await
-            .map_err(|source| Error::Inspect {
-                ifname: req.ifname.clone(),
-                source,
-            })?;
-        if !present {
-            return Err(Error::AddressMissing {
-                address: lease.address.into(),
-                prefix_len: lease.prefix_len,
-                ifname: req.ifname.clone(),
-                netns: ns.clone(),
-            });
-        }
+        let present = apply::has_address(ns, &req.ifname, lease.address, lease.prefix_len).await;
+        return on_interface(&req, ns, (lease.address.into(), lease.prefix_len), present);
     }
     Ok(())
+}
+
+/// CHECK's verdict on whether the leased `address` (with its prefix
+/// length) is on the interface in `ns`, as `present` says.
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed CNI operation is rare; its error goes straight to the socket"
+)]
+fn on_interface(
+    req: &CniRequest,
+    ns: &std::path::Path,
+    address: (std::net::IpAddr, u8),
+    present: Result<bool, crate::netlink::NetlinkError>,
+) -> Result<(), Error> {
+    let present = present.map_err(|source| Error::Inspect {
+        ifname: req.ifname.clone(),
+        source,
+    })?;
+    if present {
+        return Ok(());
+    }
+    Err(Error::AddressMissing {
+        address: address.0,
+        prefix_len: address.1,
+        ifname: req.ifname.clone(),
+        netns: ns.to_path_buf(),
+    })
 }
 
 /// CHECK of an IPv6 attachment: its lease held and (with apply) its address
@@ -568,20 +583,8 @@ async fn check6(
     if rec.network.ipam.apply {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
         let a = crate::lease::v6::address6(&rec.network, &lease);
-        let present = apply::has_address6(ns, &req.ifname, a)
-            .await
-            .map_err(|source| Error::Inspect {
-                ifname: req.ifname.clone(),
-                source,
-            })?;
-        if !present {
-            return Err(Error::AddressMissing {
-                address: a.address.into(),
-                prefix_len: a.prefix_len,
-                ifname: req.ifname.clone(),
-                netns: ns.clone(),
-            });
-        }
+        let present = apply::has_address6(ns, &req.ifname, a).await;
+        return on_interface(req, ns, (a.address.into(), a.prefix_len), present);
     }
     Ok(())
 }

@@ -159,22 +159,7 @@ pub(crate) fn cni_result6(lease: &Lease, config: &NetworkConfig) -> CniResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lease() -> Lease {
-        Lease {
-            address: "2001:db8::5".parse().unwrap(),
-            iaid: 1,
-            server_id: vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 1],
-            server_unicast: None,
-            preferred_secs: 100,
-            valid_secs: 200,
-            t1_secs: 50,
-            t2_secs: 80,
-            dns_servers: vec!["2001:db8::53".parse().unwrap()],
-            domain_search: vec!["example.test".into()],
-            acquired_unix_ms: 1,
-        }
-    }
+    use crate::lease::v6::tests::lease;
 
     fn config(ipam: &str) -> NetworkConfig {
         crate::cni::config::parse(
