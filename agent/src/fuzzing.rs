@@ -917,9 +917,11 @@ mod tests {
                     address: Ipv4Cidr::parse("192.0.2.10/24").expect("cidr"),
                     gateway: Some(Ipv4Addr::new(192, 0, 2, 1)),
                 }],
+                ips6: Vec::new(),
                 routes: Vec::new(),
+                routes6: Vec::new(),
                 dns: DnsConfig {
-                    nameservers: vec![Ipv4Addr::new(192, 0, 2, 53)],
+                    nameservers: vec![Ipv4Addr::new(192, 0, 2, 53).into()],
                     domain: Some("example.test".into()),
                     search: Vec::new(),
                 },
@@ -932,6 +934,8 @@ mod tests {
                 workload: "pod".into(),
                 mac: "02:00:00:00:00:01".into(),
                 address: Some(Ipv4Cidr::parse("192.0.2.10/24").expect("cidr")),
+                family: "ipv4".into(),
+                address6: None,
                 server: Some(Ipv4Addr::new(192, 0, 2, 1)),
                 state: "Bound".into(),
                 path: "tc".into(),
@@ -997,6 +1001,7 @@ mod tests {
                 uplink: None,
                 requested: None,
                 planned_xids: None,
+                lease6: None,
             };
             let mut inf = lease();
             inf.lease_time = Duration::from_secs(0xffff_ffff);
@@ -1011,6 +1016,7 @@ mod tests {
                 lease: None,
                 requested: Some("192.0.2.10".parse().expect("an address")),
                 planned_xids: None,
+                lease6: None,
                 ..pod.clone()
             };
             let mut stem = b"c1@eth%2F0\n".to_vec();

@@ -91,6 +91,54 @@ pub struct Ipam {
     /// The DHCP guard on the workload's port.
     #[serde(default)]
     pub dhcp_guard: GuardSetting,
+    /// Which family the network leases (absent in records of IPv4
+    /// networks, as in every record written before IPv6).
+    #[serde(default, skip_serializing_if = "Family::is_ipv4")]
+    pub family: Family,
+    /// What an IPv6 network names besides the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<Ipv6Setting>,
+}
+
+/// The address family a network leases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// DHCPv4.
+    #[default]
+    Ipv4,
+    /// DHCPv6, one `IA_NA` address.
+    Ipv6,
+}
+
+impl Family {
+    /// Whether this is IPv4 (the stored default, not written).
+    pub fn is_ipv4(&self) -> bool {
+        *self == Family::Ipv4
+    }
+
+    /// Bounded label for views and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        }
+    }
+}
+
+/// An IPv6 network's prefix length, gateway and Rapid Commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ipv6Setting {
+    /// The on-link prefix's length; without it a lease is a /128.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_length: Option<u8>,
+    /// The default router (only with a prefix length).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<std::net::Ipv6Addr>,
+    /// Ask for Rapid Commit.
+    #[serde(default)]
+    pub rapid_commit: bool,
 }
 
 /// The plugin name a configuration used.

@@ -15,12 +15,12 @@
 //! rest is its tests).
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use futures::TryStreamExt;
-use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use rtnetlink::packet_route::route::{RouteProtocol, RouteScope};
 use rtnetlink::{Handle, RouteMessageBuilder};
@@ -439,14 +439,122 @@ impl Netlink {
         }
     }
 
-    /// Removes `addr/prefix_len` from `ifindex`; returns whether it was there.
-    pub async fn del_address(&self, ifindex: u32, addr: Ipv4Addr, prefix_len: u8) -> Result<bool> {
+    /// Adds the IPv6 `addr/prefix_len` to `ifindex` without duplicate
+    /// address detection (`nodad`: the DHCPv6 server assigned it; see
+    /// `docs/dhcpv6.md`); an identical existing address is fine.
+    pub async fn add_address6(&self, ifindex: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<()> {
+        let mut req = self
+            .handle
+            .address()
+            .add(ifindex, IpAddr::V6(addr), prefix_len);
+        req.message_mut()
+            .attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        match req.execute().await {
+            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(()),
+            other => other
+                .map_err(self.request_err(format!("add {addr}/{prefix_len} to link #{ifindex}"))),
+        }
+    }
+
+    /// Whether the IPv6 `addr/prefix_len` is on `ifindex`.
+    pub async fn has_address6(&self, ifindex: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<bool> {
         let msgs: Vec<AddressMessage> = self
             .handle
             .address()
             .get()
             .set_link_index_filter(ifindex)
-            .set_address_filter(IpAddr::V4(addr))
+            .set_address_filter(IpAddr::V6(addr))
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.request_err(format!("look up {addr} on link #{ifindex}")))?;
+        Ok(msgs
+            .iter()
+            .any(|m| m.header.index == ifindex && m.header.prefix_len == prefix_len))
+    }
+
+    /// Adds the IPv6 default route through `gw` out of `ifindex` with
+    /// `metric`; one already there with the same metric is left as it is
+    /// (never replaced).
+    pub async fn add_default_route6(
+        &self,
+        ifindex: u32,
+        gw: Ipv6Addr,
+        metric: Option<u32>,
+    ) -> Result<()> {
+        match self
+            .handle
+            .route()
+            .add(Self::default_route6(ifindex, gw, metric))
+            .execute()
+            .await
+        {
+            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(()),
+            other => other.map_err(
+                self.request_err(format!("add default route via {gw} on link #{ifindex}")),
+            ),
+        }
+    }
+
+    /// Deletes the route [`Netlink::add_default_route6`] added; whether it
+    /// was there.
+    pub async fn del_default_route6(
+        &self,
+        ifindex: u32,
+        gw: Ipv6Addr,
+        metric: Option<u32>,
+    ) -> Result<bool> {
+        match self
+            .handle
+            .route()
+            .del(Self::default_route6(ifindex, gw, metric))
+            .execute()
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(e) if errno(&e) == Some(libc::ESRCH) => Ok(false),
+            Err(e) => Err(self.request_err(format!(
+                "delete default route via {gw} on link #{ifindex}"
+            ))(e)),
+        }
+    }
+
+    fn default_route6(
+        ifindex: u32,
+        gw: Ipv6Addr,
+        metric: Option<u32>,
+    ) -> rtnetlink::packet_route::route::RouteMessage {
+        let mut builder = RouteMessageBuilder::<Ipv6Addr>::new()
+            .destination_prefix(Ipv6Addr::UNSPECIFIED, 0)
+            .gateway(gw)
+            .output_interface(ifindex)
+            .protocol(RouteProtocol::Dhcp);
+        if let Some(m) = metric {
+            builder = builder.priority(m);
+        }
+        builder.build()
+    }
+
+    /// Removes `addr/prefix_len` from `ifindex`; returns whether it was there.
+    pub async fn del_address(&self, ifindex: u32, addr: Ipv4Addr, prefix_len: u8) -> Result<bool> {
+        self.del_address_any(ifindex, IpAddr::V4(addr), prefix_len)
+            .await
+    }
+
+    /// Removes the IPv6 `addr/prefix_len` from `ifindex`; whether it was there.
+    pub async fn del_address6(&self, ifindex: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<bool> {
+        self.del_address_any(ifindex, IpAddr::V6(addr), prefix_len)
+            .await
+    }
+
+    async fn del_address_any(&self, ifindex: u32, addr: IpAddr, prefix_len: u8) -> Result<bool> {
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(ifindex)
+            .set_address_filter(addr)
             .set_prefix_length_filter(prefix_len)
             .execute()
             .try_collect()

@@ -322,13 +322,18 @@ pub struct LeaseRecord {
     /// (`Client::adopt_sent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_xids: Option<xdhcp_engine::PlannedXids>,
+    /// On an IPv6 network (`network.ipam.family`): the DHCPv6 lease as last
+    /// bound or renewed (`lease` stays empty). Absent in every IPv4 record.
+    /// Boxed: records are moved through the ADD's futures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease6: Option<Box<xdhcp_engine::v6::Lease>>,
 }
 
 impl LeaseRecord {
-    /// Whether the record holds anything a restart can resume: a lease, or
-    /// the address of a first REQUEST.
+    /// Whether the record holds anything a restart can resume: a lease
+    /// (either family), or the address of a first REQUEST.
     pub fn resumable(&self) -> bool {
-        self.lease.is_some() || self.requested.is_some()
+        self.lease.is_some() || self.requested.is_some() || self.lease6.is_some()
     }
 
     /// The record's validated identity.
@@ -420,6 +425,7 @@ mod v1 {
                 uplink: None,
                 requested: None,
                 planned_xids: None,
+                lease6: None,
             }
         }
     }
@@ -1127,6 +1133,7 @@ mod tests {
             uplink: None,
             requested: None,
             planned_xids: None,
+            lease6: None,
         }
     }
 
@@ -1313,6 +1320,7 @@ mod tests {
                 uplink: None,
                 requested: None,
                 planned_xids: None,
+                lease6: None,
                 ..rec
             }]
         );
@@ -1326,6 +1334,7 @@ mod tests {
             lease: None,
             requested: Some(Ipv4Addr::new(192, 0, 2, 11)),
             planned_xids: None,
+            lease6: None,
             ..record("c-req", "eth0", [192, 0, 2, 11])
         };
         store.save(&requesting).unwrap();
@@ -1343,6 +1352,7 @@ mod tests {
         let empty = LeaseRecord {
             requested: None,
             planned_xids: None,
+            lease6: None,
             ..requesting
         };
         assert!(matches!(

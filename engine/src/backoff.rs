@@ -58,11 +58,19 @@ pub fn nak_delay(cfg: &Retransmit, consecutive: u32, rng: &mut impl Rng) -> Dura
 /// T1 with its random fuzz (RFC 2131 §4.4.5): `t1` moved earlier by a
 /// uniform amount in `[0, t1 × permille / 1000]`, `permille` capped at 500.
 pub fn fuzzed_t1(t1: Duration, permille: u32, rng: &mut impl Rng) -> Duration {
-    let spread_us = fuzz_window(t1, permille).as_micros() as u64;
-    if spread_us == 0 {
-        return t1;
+    t1.saturating_sub(uniform_delay(fuzz_window(t1, permille), rng))
+}
+
+/// A uniform delay in `[0, max]`, to the microsecond (no draw when `max` is
+/// zero). Both engines' random waits use it: T1's fuzz and the spread of
+/// renewals after a restart here, `SOL_MAX_DELAY` in
+/// [`crate::v6::backoff::initial_delay`].
+pub fn uniform_delay(max: Duration, rng: &mut impl Rng) -> Duration {
+    let us = max.as_micros().min(u128::from(u64::MAX)) as u64;
+    if us == 0 {
+        return Duration::ZERO;
     }
-    t1.saturating_sub(Duration::from_micros(rng.random_range(0..=spread_us)))
+    Duration::from_micros(rng.random_range(0..=us))
 }
 
 /// How far [`fuzzed_t1`] may move `t1`: `t1 × permille / 1000`, `permille`

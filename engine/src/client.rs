@@ -27,7 +27,9 @@ use crate::lease::{self, Lease, LeaseNotes, LeaseOption};
 use crate::message::{self, MessageKind, Outgoing};
 use crate::state::State;
 use crate::stats::ClientStats;
+use crate::tally::Tally;
 use crate::validate::{self, DropReason, Reply, ReplyType};
+use crate::wall::{self, WallClock};
 
 /// Link-layer and IP source of a received reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,10 +223,8 @@ pub struct Client {
     /// Malformed options dropped since the driver last took them
     /// ([`Client::take_malformed_options`]); fixed size, so a driver that
     /// never takes them costs nothing.
-    malformed_pending: [u64; LeaseOption::ALL.len()],
-    /// (Unix ms, instant) pair anchoring wall-clock time.
-    wall: Option<(u64, Instant)>,
-    wall_pending: Option<u64>,
+    malformed_pending: Tally<LeaseOption, { LeaseOption::ALL.len() }>,
+    wall: WallClock,
 }
 
 impl Client {
@@ -259,9 +259,8 @@ impl Client {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
-            malformed_pending: [0; LeaseOption::ALL.len()],
-            wall: None,
-            wall_pending: None,
+            malformed_pending: Tally::default(),
+            wall: WallClock::default(),
         }
     }
 
@@ -313,7 +312,7 @@ impl Client {
         seed: u64,
     ) -> Client {
         let mut c = Client::blank(cfg, now, seed);
-        c.wall = Some((now_unix_ms, now));
+        c.wall = WallClock::anchored(now_unix_ms, now);
         c.planned = planned.filter(|p| p.renew != p.rebind);
         let mut lease = lease;
         c.stats.stored_lease_repairs += u64::from(lease.sanitize());
@@ -367,12 +366,7 @@ impl Client {
             // over the fuzz window, never past halfway to T2.
             let window = backoff::fuzz_window(lease_t1, c.cfg.retransmit.renew_fuzz_permille)
                 .min(t2.saturating_sub(elapsed) / 2);
-            let delay = if window.is_zero() {
-                Duration::ZERO
-            } else {
-                let us = window.as_micros().min(u128::from(u64::MAX)) as u64;
-                Duration::from_micros(c.rng.random_range(0..=us))
-            };
+            let delay = backoff::uniform_delay(window, &mut c.rng);
             if delay.is_zero() {
                 c.enter_renewing(now);
             } else if let Some(h) = &mut c.held {
@@ -388,7 +382,7 @@ impl Client {
     /// is anchored to that call's `now` and used to stamp
     /// [`Lease::acquired_unix_ms`].
     pub fn set_wall_clock_unix_ms(&mut self, unix_ms: u64) {
-        self.wall_pending = Some(unix_ms);
+        self.wall.set_pending(unix_ms);
     }
 
     /// Feed a UDP payload received on port 68. Returns why it was ignored,
@@ -399,7 +393,7 @@ impl Client {
         src: PacketSource,
         payload: &[u8],
     ) -> Result<(), DropReason> {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         let mut ours = false;
         let result = self.process(now, src, payload, &mut ours);
@@ -422,7 +416,7 @@ impl Client {
     /// Fire every timer due at `now` (call at [`Client::poll_timeout`]; early
     /// or late calls are harmless).
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         // Each step fires one timer; a late call may owe several (for
         // example T1 and T2 both passed while the process was stopped).
@@ -509,10 +503,8 @@ impl Client {
                 self.cfg.retransmit.renew_fuzz_permille,
             ))
         };
-        let sent_ms = lease
-            .acquired_unix_ms
-            .saturating_add(after.as_millis().min(u128::from(u64::MAX)) as u64);
-        let first_sent = match self.wall {
+        let sent_ms = lease.acquired_unix_ms.saturating_add(wall::millis(after));
+        let first_sent = match self.wall.anchor() {
             Some((ms, at)) if sent_ms < ms => at
                 .checked_sub(Duration::from_millis(ms - sent_ms))
                 .unwrap_or(at)
@@ -555,7 +547,7 @@ impl Client {
     /// Without a lease the client just stops. Anything not yet polled from
     /// [`Client::poll_transmit`] is discarded first.
     pub fn release(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         self.transmits.clear();
         if let Some(held) = self.held.take() {
@@ -587,7 +579,7 @@ impl Client {
     /// `retransmit.decline_delay`, refusing that address in later offers.
     /// A no-op in states without an address.
     pub fn decline(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         let target = match (&self.phase, &self.held) {
             (Phase::Requesting { offer, .. }, _) => Some((offer.address, offer.server_id)),
@@ -637,7 +629,7 @@ impl Client {
     /// forgotten without RELEASE (call [`Client::release`] first to give it
     /// back).
     pub fn restart(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         self.held = None;
         self.begin_acquisition(now, None);
@@ -753,14 +745,7 @@ impl Client {
     /// logs each one (`warn`) and keeps monotonic totals in
     /// [`ClientStats::malformed`].
     pub fn take_malformed_options(&mut self) -> Vec<(LeaseOption, u64)> {
-        let taken = LeaseOption::ALL
-            .iter()
-            .zip(self.malformed_pending.iter())
-            .filter(|(_, n)| **n > 0)
-            .map(|(o, n)| (*o, *n))
-            .collect();
-        self.malformed_pending = [0; LeaseOption::ALL.len()];
-        taken
+        self.malformed_pending.take()
     }
 
     /// The configuration in force (after clamping).
@@ -780,24 +765,6 @@ impl Client {
                 cause,
                 "dhcp state"
             );
-        }
-    }
-
-    fn apply_wall(&mut self, now: Instant) {
-        if let Some(ms) = self.wall_pending.take() {
-            self.wall = Some((ms, now));
-        }
-    }
-
-    fn wall_at(&self, t: Instant) -> u64 {
-        match self.wall {
-            None => 0,
-            Some((ms, at)) if t >= at => {
-                ms.saturating_add((t - at).as_millis().min(u128::from(u64::MAX)) as u64)
-            }
-            Some((ms, at)) => {
-                ms.saturating_sub((at - t).as_millis().min(u128::from(u64::MAX)) as u64)
-            }
         }
     }
 
@@ -1398,7 +1365,7 @@ impl Client {
     fn count_malformed(&mut self, notes: &LeaseNotes, server: Ipv4Addr, kind: &'static str) {
         for m in &notes.malformed {
             self.stats.count_malformed(m.option);
-            self.malformed_pending[m.option.index()] += 1;
+            self.malformed_pending.count(m.option);
             warn!(xid = self.xid, %server, reply = kind, option = m.option.code(),
                 problem = %m.problem, "malformed option dropped; the lease goes ahead without it");
         }
@@ -1414,7 +1381,7 @@ impl Client {
         src: PacketSource,
         first_sent: Instant,
     ) -> Result<(), DropReason> {
-        let acquired_ms = self.wall_at(first_sent);
+        let acquired_ms = self.wall.at(first_sent);
         let (mut lease, notes) =
             lease::from_reply(reply, server, &self.cfg.route_policy, acquired_ms)?;
         // A zero, broadcast or multicast source MAC (a driver without

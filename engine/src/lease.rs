@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::routes::{self, Option121Error, RejectedRoute, Route, RoutePolicy};
+use crate::tally::Counted;
 use crate::validate::{DropReason, Reply, is_unicast, mask_to_prefix};
 
 /// Lease time value meaning "infinite" (RFC 2132 §9.2).
@@ -251,13 +252,10 @@ impl LeaseOption {
             LeaseOption::ClasslessStaticRoute => "121",
         }
     }
+}
 
-    pub(crate) fn index(self) -> usize {
-        LeaseOption::ALL
-            .iter()
-            .position(|o| *o == self)
-            .unwrap_or_default()
-    }
+impl Counted for LeaseOption {
+    const ALL: &'static [LeaseOption] = &LeaseOption::ALL;
 }
 
 impl fmt::Display for LeaseOption {

@@ -81,9 +81,11 @@ pub mod message;
 pub mod routes;
 pub mod state;
 pub mod stats;
+mod tally;
 /// The `DHCPv6` client engine (RFC 8415), in the same shape.
 pub mod v6;
 pub mod validate;
+mod wall;
 
 pub use client::{Client, Destination, LeaseTimers, PacketSource, PlannedXids, Transmit};
 pub use config::{ClientConfig, ClientId, ConfigError, ExpiredLeasePolicy, Mode, Retransmit};

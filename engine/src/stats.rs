@@ -1,6 +1,7 @@
 //! Counters exposed by the client (the driver turns them into metrics).
 
 use crate::lease::LeaseOption;
+use crate::tally::Tally;
 use crate::validate::DropReason;
 
 /// Monotonic counters for one client.
@@ -47,55 +48,47 @@ pub struct ClientStats {
     pub stored_lease_repairs: u64,
     /// Messages that could not be encoded (never expected).
     pub encode_errors: u64,
-    dropped: [u64; DropReason::ALL.len()],
-    malformed: [u64; LeaseOption::ALL.len()],
+    dropped: Tally<DropReason, { DropReason::ALL.len() }>,
+    malformed: Tally<LeaseOption, { LeaseOption::ALL.len() }>,
 }
 
 impl ClientStats {
     pub(crate) fn count_drop(&mut self, reason: DropReason) {
-        self.dropped[reason.index()] += 1;
+        self.dropped.count(reason);
     }
 
     pub(crate) fn count_malformed(&mut self, option: LeaseOption) {
-        self.malformed[option.index()] += 1;
+        self.malformed.count(option);
     }
 
     /// Times `option` was dropped from an accepted OFFER or ACK because it
     /// was malformed (the lease went ahead without it).
     pub fn malformed(&self, option: LeaseOption) -> u64 {
-        self.malformed[option.index()]
+        self.malformed.get(option)
     }
 
     /// Malformed optional options dropped, all options together.
     pub fn malformed_total(&self) -> u64 {
-        self.malformed.iter().sum()
+        self.malformed.total()
     }
 
     /// Non-zero malformed-option counters by option.
     pub fn malformed_by_option(&self) -> impl Iterator<Item = (LeaseOption, u64)> + '_ {
-        LeaseOption::ALL
-            .iter()
-            .zip(self.malformed.iter())
-            .filter(|(_, n)| **n > 0)
-            .map(|(o, n)| (*o, *n))
+        self.malformed.nonzero()
     }
 
     /// Replies dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.dropped[reason.index()]
+        self.dropped.get(reason)
     }
 
     /// All replies dropped.
     pub fn dropped_total(&self) -> u64 {
-        self.dropped.iter().sum()
+        self.dropped.total()
     }
 
     /// Non-zero drop counters by reason.
     pub fn dropped_by_reason(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL
-            .iter()
-            .zip(self.dropped.iter())
-            .filter(|(_, n)| **n > 0)
-            .map(|(r, n)| (*r, *n))
+        self.dropped.nonzero()
     }
 }

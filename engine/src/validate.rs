@@ -26,6 +26,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use crate::tally::Counted;
+
 /// BOOTP fixed header length (op..file).
 pub const HEADER_LEN: usize = 236;
 /// RFC 2131 §3 magic cookie.
@@ -137,13 +139,10 @@ impl DropReason {
             DropReason::WrongState => "wrong_state",
         }
     }
+}
 
-    pub(crate) fn index(self) -> usize {
-        DropReason::ALL
-            .iter()
-            .position(|r| *r == self)
-            .unwrap_or_default()
-    }
+impl Counted for DropReason {
+    const ALL: &'static [DropReason] = &DropReason::ALL;
 }
 
 impl fmt::Display for DropReason {

@@ -18,6 +18,7 @@
 //! One thing, whole: every field of the network configuration, each checked
 //! where it is read so its error names it; a fourth of the file is tests.
 
+use std::net::Ipv6Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -77,6 +78,41 @@ pub enum HostnameSpec {
     FromArg(String),
 }
 
+/// `ipam.family`: which address family the network leases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// DHCPv4 (RFC 2131), the default.
+    #[default]
+    Ipv4,
+    /// DHCPv6 (RFC 8415): one address of an `IA_NA`.
+    Ipv6,
+}
+
+impl Family {
+    /// Whether this is the default, IPv4 (not written when it is).
+    pub fn is_ipv4(&self) -> bool {
+        *self == Family::Ipv4
+    }
+}
+
+/// `ipam.ipv6`: what DHCPv6 does not carry and the network may name. A
+/// lease is an address only: without a prefix length it is returned (and
+/// configured) as a /128; a default route needs a gateway.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ipv6Spec {
+    /// `ipam.ipv6.prefixLength`: the on-link prefix's length (1..=128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_length: Option<u8>,
+    /// `ipam.ipv6.gateway`: the default router (needs `prefixLength`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Ipv6Addr>,
+    /// `ipam.ipv6.rapidCommit`: ask for Rapid Commit (RFC 8415 §21.14).
+    #[serde(default)]
+    pub rapid_commit: bool,
+}
+
 /// The validated `ipam` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -104,6 +140,12 @@ pub struct IpamOptions {
     /// `ipam.dhcpGuard`: the DHCP guard on the workload's port.
     #[serde(default)]
     pub dhcp_guard: DhcpGuardSpec,
+    /// `ipam.family`.
+    #[serde(default, skip_serializing_if = "Family::is_ipv4")]
+    pub family: Family,
+    /// `ipam.ipv6` (only with `"family": "ipv6"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<Ipv6Spec>,
 }
 
 /// `ipam.dhcpGuard`: `{"trusted": bool, "rate": pps, "burst": n}`, every
@@ -297,7 +339,117 @@ const IPAM_FIELDS: &[&str] = &[
     "request",
     "priority",
     "dhcpGuard",
+    "family",
+    "ipv6",
 ];
+
+/// The `ipam` fields that configure DHCPv4 only: refused on an IPv6
+/// network rather than silently ignored.
+const IPV4_ONLY_FIELDS: &[&str] = &[
+    "clientId",
+    "hostname",
+    "resendMax",
+    "allowDefaultRouteOverride",
+    "protectedPrefixes",
+    "provide",
+    "request",
+];
+
+/// `ipam.family` and `ipam.ipv6`.
+fn parse_family(ipam: &Map<String, Value>) -> Result<(Family, Option<Ipv6Spec>), CniError> {
+    let family = match opt_str(ipam, "family", "ipam.family")?.as_deref() {
+        None | Some("ipv4") => Family::Ipv4,
+        Some("ipv6") => Family::Ipv6,
+        Some("dual") => {
+            return Err(CniError::unsupported(
+                "ipam.family",
+                "dual stack is not supported yet; use \"ipv4\" or \"ipv6\"",
+            ));
+        }
+        Some(other) => {
+            return Err(CniError::config(
+                "ipam.family",
+                format!("{other:?} is not a family (expected \"ipv4\" or \"ipv6\")"),
+            ));
+        }
+    };
+    let ipv6 = match ipam.get("ipv6") {
+        None | Some(Value::Null) => None,
+        Some(_) if family != Family::Ipv6 => {
+            return Err(CniError::config(
+                "ipam.ipv6",
+                "only with \"family\": \"ipv6\"",
+            ));
+        }
+        Some(v) => Some(parse_ipv6(v)?),
+    };
+    if family == Family::Ipv6
+        && let Some(key) = IPV4_ONLY_FIELDS.iter().find(|k| ipam.contains_key(**k))
+    {
+        return Err(CniError::unsupported(
+            &format!("ipam.{key}"),
+            "a DHCPv4 setting; this network is \"family\": \"ipv6\"",
+        ));
+    }
+    Ok((family, ipv6))
+}
+
+fn parse_ipv6(v: &Value) -> Result<Ipv6Spec, CniError> {
+    const FIELDS: &[&str] = &["prefixLength", "gateway", "rapidCommit"];
+    let obj = v.as_object().ok_or_else(|| {
+        CniError::config(
+            "ipam.ipv6",
+            "must be an object {\"prefixLength\": n, \"gateway\": addr, \"rapidCommit\": bool}",
+        )
+    })?;
+    if let Some(key) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(CniError::unsupported(
+            &format!("ipam.ipv6.{key}"),
+            format!("unknown field; supported: {}", FIELDS.join(", ")),
+        ));
+    }
+    let prefix_length = match obj.get("prefixLength") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|n| (1..=128).contains(n))
+                .and_then(|n| u8::try_from(n).ok())
+                .ok_or_else(|| {
+                    CniError::config(
+                        "ipam.ipv6.prefixLength",
+                        format!("{v} must be an integer between 1 and 128"),
+                    )
+                })?,
+        ),
+    };
+    let gateway = match opt_str(obj, "gateway", "ipam.ipv6.gateway")? {
+        None => None,
+        Some(g) => {
+            let a: Ipv6Addr = g.parse().map_err(|_| {
+                CniError::config("ipam.ipv6.gateway", format!("{g:?} is not an IPv6 address"))
+            })?;
+            if a.is_unspecified() || a.is_loopback() || a.is_multicast() {
+                return Err(CniError::config(
+                    "ipam.ipv6.gateway",
+                    format!("{a} is not a unicast router address"),
+                ));
+            }
+            if prefix_length.is_none() {
+                return Err(CniError::config(
+                    "ipam.ipv6.gateway",
+                    "needs ipam.ipv6.prefixLength (DHCPv6 carries no prefix length)",
+                ));
+            }
+            Some(a)
+        }
+    };
+    let rapid_commit = opt_bool(obj, "rapidCommit", "ipam.ipv6.rapidCommit")?.unwrap_or(false);
+    Ok(Ipv6Spec {
+        prefix_length,
+        gateway,
+        rapid_commit,
+    })
+}
 
 #[expect(
     clippy::too_many_lines,
@@ -422,6 +574,7 @@ fn parse_ipam(ipam: &Map<String, Value>) -> Result<(IpamOptions, PathBuf), CniEr
         None | Some(Value::Null) => DhcpGuardSpec::default(),
         Some(v) => parse_dhcp_guard(v)?,
     };
+    let (family, ipv6) = parse_family(ipam)?;
 
     Ok((
         IpamOptions {
@@ -435,6 +588,8 @@ fn parse_ipam(ipam: &Map<String, Value>) -> Result<(IpamOptions, PathBuf), CniEr
             protected_prefixes,
             route_priority,
             dhcp_guard,
+            family,
+            ipv6,
         },
         socket_path,
     ))
@@ -905,6 +1060,102 @@ mod tests {
 
     fn err(stdin: &[u8]) -> CniError {
         parse(stdin).expect_err("config must be rejected")
+    }
+
+    /// An IPv6 network: the family, its prefix length, gateway and Rapid
+    /// Commit, kept; every mistake named by its field.
+    #[test]
+    fn ipv6_network_config() {
+        let c = parse(&conf(
+            r#"{"type":"xdhcp","family":"ipv6","apply":true,"timeout":"20s",
+                "ipv6":{"prefixLength":64,"gateway":"fe80::1","rapidCommit":true}}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.ipam.family, Family::Ipv6);
+        assert_eq!(
+            c.ipam.ipv6,
+            Some(Ipv6Spec {
+                prefix_length: Some(64),
+                gateway: Some("fe80::1".parse().unwrap()),
+                rapid_commit: true,
+            })
+        );
+        let plain = parse(&conf(r#"{"type":"xdhcp","family":"ipv6"}"#)).unwrap();
+        assert_eq!((plain.ipam.family, plain.ipam.ipv6), (Family::Ipv6, None));
+        assert_eq!(
+            parse(&conf(r#"{"type":"xdhcp"}"#)).unwrap().ipam.family,
+            Family::Ipv4
+        );
+        // Stored and sent to the agent as given; an IPv4 network as before.
+        let back: NetworkConfig =
+            serde_json::from_value(serde_json::to_value(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        let v4 = serde_json::to_value(parse(&conf(r#"{"type":"xdhcp"}"#)).unwrap()).unwrap();
+        assert!(v4["ipam"].get("family").is_none() && v4["ipam"].get("ipv6").is_none());
+
+        for (ipam, field, code) in [
+            (r#"{"type":"xdhcp","family":"dual"}"#, "ipam.family", 2),
+            (r#"{"type":"xdhcp","family":"v6"}"#, "ipam.family", 7),
+            (r#"{"type":"xdhcp","ipv6":{}}"#, "ipam.ipv6", 7),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":[]}"#,
+                "ipam.ipv6",
+                7,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefix":64}}"#,
+                "ipam.ipv6.prefix",
+                2,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefixLength":129}}"#,
+                "ipam.ipv6.prefixLength",
+                7,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefixLength":0}}"#,
+                "ipam.ipv6.prefixLength",
+                7,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":{"gateway":"fe80::1"}}"#,
+                "ipam.ipv6.gateway",
+                7,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefixLength":64,"gateway":"10.0.0.1"}}"#,
+                "ipam.ipv6.gateway",
+                7,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefixLength":64,"gateway":"ff02::2"}}"#,
+                "ipam.ipv6.gateway",
+                7,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","ipv6":{"rapidCommit":"yes"}}"#,
+                "ipam.ipv6.rapidCommit",
+                7,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","clientId":"01:02"}"#,
+                "ipam.clientId",
+                2,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv6","protectedPrefixes":[]}"#,
+                "ipam.protectedPrefixes",
+                2,
+            ),
+        ] {
+            let e = err(&conf(ipam));
+            assert!(
+                e.msg.starts_with(&format!("{field}: ")),
+                "{ipam}: {}",
+                e.msg
+            );
+            assert_eq!(e.code, code, "{ipam}: {}", e.msg);
+        }
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //!
 //! The plugin supports cniVersion 0.3.0 → 1.1.0 so that it drops in wherever
 //! the upstream `dhcp` plugin was configured; results for versions before
-//! 1.0.0 carry the `"version": "4"` field those versions require.
+//! 1.0.0 carry the `"version"` field (`"4"`, `"6"`) those versions require.
+//! A result holds IPv4 entries ([`IpConfig`], [`RouteConfig`]) and IPv6
+//! ones ([`Ip6Config`], [`Route6Config`]) in separate, typed lists; on the
+//! wire they share `ips` and `routes`, IPv4 first.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
@@ -217,6 +220,72 @@ impl<'de> Deserialize<'de> for Ipv4Cidr {
     }
 }
 
+/// One IPv6 address with its prefix length (`2001:db8::5/64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ipv6Cidr {
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+}
+
+impl Ipv6Cidr {
+    /// Parse `addr/n` with n from 0 to 128.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (a, p) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not an IPv6 CIDR (expected addr/n)"))?;
+        let addr: Ipv6Addr = a
+            .parse()
+            .map_err(|_| format!("{a:?} is not an IPv6 address"))?;
+        let prefix_len = p
+            .parse()
+            .ok()
+            .filter(|n| *n <= 128)
+            .ok_or_else(|| format!("{p:?} is not a prefix length between 0 and 128"))?;
+        Ok(Self { addr, prefix_len })
+    }
+
+    /// The same prefix with the host bits cleared.
+    #[must_use]
+    pub fn network(self) -> Self {
+        let mask = u128::MAX
+            .checked_shl(128 - u32::from(self.prefix_len))
+            .unwrap_or(0);
+        Self {
+            addr: Ipv6Addr::from(u128::from(self.addr) & mask),
+            prefix_len: self.prefix_len,
+        }
+    }
+
+    /// Whether `a` is inside this prefix.
+    pub fn contains(self, a: Ipv6Addr) -> bool {
+        Self {
+            addr: a,
+            prefix_len: self.prefix_len,
+        }
+        .network()
+            == self.network()
+    }
+}
+
+impl fmt::Display for Ipv6Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+impl Serialize for Ipv6Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ipv6Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
 /// `ips[]` entry of a CNI result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpConfig {
@@ -226,6 +295,28 @@ pub struct IpConfig {
     pub address: Ipv4Cidr,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<Ipv4Addr>,
+}
+
+/// An IPv6 `ips[]` entry of a CNI result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ip6Config {
+    /// Present (always `"6"`) only for cniVersion < 1.0.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub address: Ipv6Cidr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Ipv6Addr>,
+}
+
+/// An IPv6 `routes[]` entry of a CNI result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route6Config {
+    pub dst: Ipv6Cidr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw: Option<Ipv6Addr>,
+    /// Route metric (1.1.0 `priority`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
 }
 
 /// `RT_SCOPE_LINK` (`<linux/rtnetlink.h>`): the destination is on the link.
@@ -266,7 +357,7 @@ impl RouteConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DnsConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nameservers: Vec<Ipv4Addr>,
+    pub nameservers: Vec<IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -281,14 +372,88 @@ impl DnsConfig {
 
 /// An IPAM plugin's success result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "WireResult", from = "WireResult")]
 pub struct CniResult {
-    #[serde(rename = "cniVersion")]
     pub cni_version: String,
+    /// The IPv4 `ips` entries.
     pub ips: Vec<IpConfig>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The IPv6 `ips` entries (after the IPv4 ones on the wire).
+    pub ips6: Vec<Ip6Config>,
+    /// The IPv4 `routes`.
     pub routes: Vec<RouteConfig>,
-    #[serde(default, skip_serializing_if = "DnsConfig::is_empty")]
+    /// The IPv6 `routes` (after the IPv4 ones on the wire).
+    pub routes6: Vec<Route6Config>,
     pub dns: DnsConfig,
+}
+
+/// [`CniResult`] as the CNI specification lays it out: one `ips` and one
+/// `routes` list for both families.
+#[derive(Serialize, Deserialize)]
+struct WireResult {
+    #[serde(rename = "cniVersion")]
+    cni_version: String,
+    ips: Vec<WireIp>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    routes: Vec<WireRoute>,
+    #[serde(default, skip_serializing_if = "DnsConfig::is_empty")]
+    dns: DnsConfig,
+}
+
+/// An `ips[]` entry of either family (an IPv4 CIDR is tried first).
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum WireIp {
+    V4(IpConfig),
+    V6(Ip6Config),
+}
+
+/// A `routes[]` entry of either family.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum WireRoute {
+    V4(RouteConfig),
+    V6(Route6Config),
+}
+
+impl From<CniResult> for WireResult {
+    fn from(r: CniResult) -> Self {
+        Self {
+            cni_version: r.cni_version,
+            ips: (r.ips.into_iter().map(WireIp::V4))
+                .chain(r.ips6.into_iter().map(WireIp::V6))
+                .collect(),
+            routes: (r.routes.into_iter().map(WireRoute::V4))
+                .chain(r.routes6.into_iter().map(WireRoute::V6))
+                .collect(),
+            dns: r.dns,
+        }
+    }
+}
+
+impl From<WireResult> for CniResult {
+    fn from(w: WireResult) -> Self {
+        let mut r = CniResult {
+            cni_version: w.cni_version,
+            ips: Vec::new(),
+            ips6: Vec::new(),
+            routes: Vec::new(),
+            routes6: Vec::new(),
+            dns: w.dns,
+        };
+        for ip in w.ips {
+            match ip {
+                WireIp::V4(c) => r.ips.push(c),
+                WireIp::V6(c) => r.ips6.push(c),
+            }
+        }
+        for route in w.routes {
+            match route {
+                WireRoute::V4(c) => r.routes.push(c),
+                WireRoute::V6(c) => r.routes6.push(c),
+            }
+        }
+        r
+    }
 }
 
 impl CniResult {
@@ -302,10 +467,16 @@ impl CniResult {
         for ip in &mut self.ips {
             ip.version = pre_1_0.then(|| "4".to_owned());
         }
+        for ip in &mut self.ips6 {
+            ip.version = pre_1_0.then(|| "6".to_owned());
+        }
         if pre_1_1 {
             for r in &mut self.routes {
                 r.priority = None;
                 r.scope = None;
+            }
+            for r in &mut self.routes6 {
+                r.priority = None;
             }
         }
         cni_version.clone_into(&mut self.cni_version);
@@ -405,6 +576,8 @@ mod tests {
                 address: Ipv4Cidr::parse("192.0.2.10/24").unwrap(),
                 gateway: Some(Ipv4Addr::new(192, 0, 2, 1)),
             }],
+            ips6: vec![],
+            routes6: vec![],
             routes: vec![
                 RouteConfig::new(
                     Ipv4Cidr::parse("0.0.0.0/0").unwrap(),
@@ -418,11 +591,58 @@ mod tests {
                 ),
             ],
             dns: DnsConfig {
-                nameservers: vec![Ipv4Addr::new(192, 0, 2, 53)],
+                nameservers: vec![Ipv4Addr::new(192, 0, 2, 53).into()],
                 domain: Some("example.test".into()),
                 search: vec!["example.test".into()],
             },
         }
+    }
+
+    /// IPv6 entries follow the IPv4 ones in `ips` and `routes`, carry
+    /// `"version": "6"` before 1.0.0, and read back into their own lists.
+    #[test]
+    fn ipv6_entries_share_the_lists_and_read_back() {
+        let mut r = sample();
+        r.ips6.push(Ip6Config {
+            version: None,
+            address: Ipv6Cidr::parse("2001:db8::5/64").unwrap(),
+            gateway: Some("2001:db8::1".parse().unwrap()),
+        });
+        r.routes6.push(Route6Config {
+            dst: Ipv6Cidr::parse("::/0").unwrap(),
+            gw: Some("2001:db8::1".parse().unwrap()),
+            priority: Some(10),
+        });
+        r.dns.nameservers.push("2001:db8::53".parse().unwrap());
+        let v = serde_json::to_value(r.clone().for_version("1.1.0")).unwrap();
+        assert_eq!(v["ips"][1]["address"], "2001:db8::5/64");
+        assert_eq!(v["ips"][1]["gateway"], "2001:db8::1");
+        assert_eq!(
+            v["routes"][2],
+            serde_json::json!({"dst": "::/0", "gw": "2001:db8::1", "priority": 10})
+        );
+        assert_eq!(v["dns"]["nameservers"][1], "2001:db8::53");
+        let back: CniResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r.clone().for_version("1.1.0"));
+        let v0 = serde_json::to_value(r.for_version("0.4.0")).unwrap();
+        assert_eq!(v0["ips"][0]["version"], "4");
+        assert_eq!(v0["ips"][1]["version"], "6");
+        assert!(v0["routes"][2].get("priority").is_none());
+    }
+
+    #[test]
+    fn ipv6_cidr_parse_and_contains() {
+        let c = Ipv6Cidr::parse("fd00:1::7/64").unwrap();
+        assert_eq!(c.network().to_string(), "fd00:1::/64");
+        assert!(c.contains("fd00:1::ffff".parse().unwrap()));
+        assert!(!c.contains("fd00:2::1".parse().unwrap()));
+        assert!(
+            Ipv6Cidr::parse("::/0")
+                .unwrap()
+                .contains("2001:db8::1".parse().unwrap())
+        );
+        assert!(Ipv6Cidr::parse("fd00::1/129").is_err());
+        assert!(Ipv6Cidr::parse("192.0.2.1/24").is_err());
     }
 
     #[test]

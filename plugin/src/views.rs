@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::Ipv4Cidr;
+use crate::types::{Ipv4Cidr, Ipv6Cidr};
 
 /// `GET`: the lease table.
 pub const PATH_LEASES: &str = "/v1/leases";
@@ -29,6 +29,13 @@ pub struct LeaseView {
     pub workload: String,
     pub mac: String,
     pub address: Option<Ipv4Cidr>,
+    /// `ipv4` or `ipv6`: the family the network leases (absent from an
+    /// agent that predates IPv6: read as empty).
+    #[serde(default)]
+    pub family: String,
+    /// The `DHCPv6` address, with the network's prefix length (else /128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address6: Option<Ipv6Cidr>,
     pub server: Option<Ipv4Addr>,
     /// Engine state (`Bound`, `Renewing`, …) or `OneShot` for VM discoveries.
     pub state: String,

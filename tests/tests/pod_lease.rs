@@ -34,7 +34,7 @@ fn lease_cycle(datapath: DatapathChoice) {
     assert!(r.routes.iter().any(|rt| rt.dst.prefix_len == 0), "{r:?}");
     assert_eq!(
         r.dns.nameservers,
-        vec![std::net::Ipv4Addr::new(192, 0, 2, 53)]
+        vec![std::net::IpAddr::from([192, 0, 2, 53])]
     );
     let server_lease = dnsmasq.lease_for(c.mac).expect("dnsmasq has the lease");
     assert_eq!(server_lease.ip, ip.addr);

@@ -67,6 +67,7 @@ fn record(i: usize, generation: u32) -> LeaseRecord {
         uplink: None,
         requested: None,
         planned_xids: None,
+        lease6: None,
     }
 }
 

@@ -102,6 +102,7 @@ pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
     let headers = [
         "POD",
         "INTERFACE",
+        "FAMILY",
         "MAC",
         "IP",
         "SERVER",
@@ -109,7 +110,7 @@ pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
         "PATH",
         "EXPIRES IN",
     ];
-    let mut table: Vec<[String; 8]> = rows
+    let mut table: Vec<[String; 9]> = rows
         .iter()
         .map(|r| {
             [
@@ -117,8 +118,17 @@ pub fn render_leases(rows: &[LeaseView], now_unix_ms: u64) -> String {
                     .clone()
                     .unwrap_or_else(|| format!("({})", short_id(&r.container_id))),
                 r.ifname.clone(),
+                if r.family.is_empty() {
+                    "ipv4".into()
+                } else {
+                    r.family.clone()
+                },
                 r.mac.clone(),
-                r.address.map_or_else(|| "-".into(), |a| a.to_string()),
+                match (r.address, r.address6) {
+                    (Some(a), _) => a.to_string(),
+                    (None, Some(a)) => a.to_string(),
+                    (None, None) => "-".into(),
+                },
                 r.server.map_or_else(|| "-".into(), |s| s.to_string()),
                 r.state.clone(),
                 if r.path.is_empty() {
@@ -683,6 +693,8 @@ mod tests {
             workload: "pod".into(),
             mac: "02:00:00:00:00:01".into(),
             address: Some(Ipv4Cidr::parse("192.0.2.10/24").unwrap()),
+            family: "ipv4".into(),
+            address6: None,
             server: Some("192.0.2.1".parse().unwrap()),
             state: "Bound".into(),
             path: "tc".into(),
@@ -701,6 +713,7 @@ mod tests {
         for want in [
             "default/web",
             "eth0",
+            "ipv4",
             "192.0.2.10/24",
             "192.0.2.1",
             "Bound",
@@ -708,6 +721,21 @@ mod tests {
         ] {
             assert!(row.contains(want), "{want} missing in {row}");
         }
+        // An IPv6 lease: its family and its address (a /128 without a
+        // prefix length from the network).
+        let v6 = LeaseView {
+            family: "ipv6".into(),
+            address: None,
+            address6: Some(crate::cni::types::Ipv6Cidr::parse("2001:db8::5/128").unwrap()),
+            server: None,
+            ..rows[0].clone()
+        };
+        let t = render_leases(&[v6], 10_000);
+        let row = t.lines().nth(1).unwrap();
+        assert!(
+            row.contains("ipv6") && row.contains("2001:db8::5/128"),
+            "{row}"
+        );
         assert!(render_leases(&[], 0).contains("(no leases)"));
         assert_eq!(human_remaining(5, 10), "expired");
         assert_eq!(human_remaining(7_200_000, 0), "2h00m");

@@ -133,17 +133,38 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
     if let Some(ns) = rec.netns.as_deref() {
         // A pod's record holds its interface's MAC, a VM's the VM's.
         let vm = rec.workload != WorkloadKind::Pod;
-        crate::ops::add::guard_port(
+        crate::ops::guard_port::guard_port(
             agent,
             &rec.container_id,
             &rec.ifname,
             ns,
-            crate::ops::add::PortNetwork::of_record(&rec.network),
+            crate::ops::guard_port::PortNetwork::of_record(&rec.network),
             (rec.mac, vm),
             None,
         )
         .await;
     }
+}
+
+/// An IPv6 attachment: its interface's index (the link brought up, as for
+/// IPv4), then the lease task on a new socket.
+async fn resume_v6(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result<(), LinkError> {
+    let Some(netns) = rec.netns.clone() else {
+        return Err(LinkError::Io {
+            op: "resume a DHCPv6 lease",
+            ifname: rec.ifname.clone(),
+            netns: None,
+            source: std::io::Error::other("the record names no network namespace"),
+        });
+    };
+    let ifindex = Link::open(Some(&netns), &rec.ifname, Sockets::Later)?
+        .info
+        .ifindex;
+    agent
+        .leases
+        .resume6(agent.base.acquire_timeout, rec, netns, ifindex, now_ms)
+        .await
+        .map(|_| ())
 }
 
 fn forget(agent: &Agent, rec: &LeaseRecord) {
@@ -154,6 +175,9 @@ fn forget(agent: &Agent, rec: &LeaseRecord) {
 }
 
 async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result<(), LinkError> {
+    if rec.network.ipam.family == crate::model::Family::Ipv6 {
+        return resume_v6(agent, rec, now_ms).await;
+    }
     // No packet socket yet: the lease opens its sender (and, until the
     // ring buffer serves it, its receiver) before its first transmit.
     let link = Link::open(rec.netns.as_deref(), &rec.ifname, Sockets::Later)?.with_src_mac(rec.mac);

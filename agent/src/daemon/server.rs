@@ -50,7 +50,10 @@ fn to_cni(e: &Error) -> CniError {
         Error::NoValidAttachments => {
             return CniError::config("cni.dev/valid-attachments", "missing (required for GC)");
         }
-        Error::ClientConfig { .. } => (code::INVALID_NETWORK_CONFIG, true),
+        Error::ClientConfig { .. } | Error::ClientConfig6 { .. } => {
+            (code::INVALID_NETWORK_CONFIG, true)
+        }
+        Error::Ipv6ForVm { .. } => (code::UNSUPPORTED_FIELD, false),
         Error::Kube { source } => {
             // The embedded pod store lives in the state directory: its
             // failures are the node's I/O, not the API's. Either way the
@@ -81,7 +84,7 @@ fn to_cni(e: &Error) -> CniError {
             (code::INTERFACE, false)
         }
         Error::Apply { .. } => (code::INTERFACE, true),
-        Error::NoLease { .. } => (code::DHCP_TIMEOUT, true),
+        Error::NoLease { .. } | Error::NoLease6 { .. } => (code::DHCP_TIMEOUT, true),
         Error::Silent { .. } | Error::Queued { .. } => (code::DHCP_TIMEOUT, false),
         Error::ShuttingDown => (code::TRY_AGAIN_LATER, false),
         Error::Refused { .. } => (code::INVALID_ENV, false),

@@ -135,6 +135,9 @@ pub(crate) enum CapturePath {
     Ebpf(AttachMode),
     /// Nothing receives (a finished one-shot discovery).
     Idle,
+    /// A `DHCPv6` lease's UDP socket in the pod's namespace
+    /// ([`crate::datapath::udp6`]): no capture program.
+    Udp6,
 }
 
 impl fmt::Display for CapturePath {
@@ -147,6 +150,7 @@ impl fmt::Display for CapturePath {
             CapturePath::AfPacketFallback => f.write_str("af-packet (ebpf lost)"),
             CapturePath::Ebpf(mode) => f.write_str(mode.as_str()),
             CapturePath::Idle => f.write_str("-"),
+            CapturePath::Udp6 => f.write_str("udp6"),
         }
     }
 }
@@ -161,6 +165,7 @@ impl CapturePath {
             | CapturePath::AfPacketPending
             | CapturePath::AfPacketFallback
             | CapturePath::Idle => "af_packet",
+            CapturePath::Udp6 => "udp6",
         }
     }
 }

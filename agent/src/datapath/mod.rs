@@ -11,6 +11,7 @@ pub mod frame;
 pub(crate) mod link;
 pub(crate) mod port;
 pub mod rawsock;
+pub(crate) mod udp6;
 
 use std::fmt;
 use std::str::FromStr;

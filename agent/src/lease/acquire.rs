@@ -19,7 +19,7 @@ use crate::cni::config::validate_hostname;
 use crate::datapath::link::{Link, LinkError};
 use crate::lease::apply;
 use crate::lease::live::{Exchange, Outcome};
-use crate::lease::pacing::Pacing;
+use crate::lease::pacing::{Pacing, Slot};
 use crate::lease::persist::LeaseRecord;
 use crate::lease::registry::{Handle, Registry};
 use crate::model::{ClientIdSetting, HostnameSetting, Network};
@@ -27,10 +27,10 @@ use crate::netlink::NetlinkError;
 
 /// Extra time beyond the acquisition timeout for the engine's own failure
 /// event (its deadline fires on a timer).
-const ADD_MARGIN: Duration = Duration::from_secs(3);
+pub(crate) const ADD_MARGIN: Duration = Duration::from_secs(3);
 
 /// The least an admitted acquisition gets to run, however long it queued.
-const MIN_ACQUIRE_LEFT: Duration = Duration::from_secs(1);
+pub(crate) const MIN_ACQUIRE_LEFT: Duration = Duration::from_secs(1);
 
 /// What an acquisition is for.
 #[derive(Debug)]
@@ -50,6 +50,8 @@ pub(crate) struct Acquisition {
 pub(crate) enum Failure {
     /// The engine refused the configuration the network asks for.
     Config(ConfigError),
+    /// The v6 engine refused the configuration the network asks for.
+    Config6(xdhcp_engine::v6::ConfigError),
     /// No acquisition slot within the acquisition's timeout; `ahead` were
     /// in flight or queued before it.
     Queued { ahead: usize, timeout: Duration },
@@ -59,6 +61,11 @@ pub(crate) enum Failure {
     NoLease {
         timeout: Duration,
         source: AcquireError,
+    },
+    /// The v6 engine gave up, and what it heard.
+    NoLease6 {
+        timeout: Duration,
+        source: Box<xdhcp_engine::v6::AcquireError>,
     },
     /// The interface failed (`Some`) or was deleted (`None`) meanwhile.
     LinkFailed(Option<LinkError>),
@@ -119,19 +126,7 @@ impl Registry {
         cfg.route_policy.protected.extend(protected);
         cfg.validate().map_err(Failure::Config)?;
         let timeout = cfg.acquire_timeout;
-        // Admitted within the acquisition's deadline; the engine gets what
-        // is left of it.
-        let asked = Instant::now();
-        let slot = pacing
-            .admit_within(&rec.network.name, timeout)
-            .await
-            .map_err(|ahead| {
-                self.metrics().failure("acquire_queued");
-                Failure::Queued { ahead, timeout }
-            })?;
-        let waited = asked.elapsed();
-        tracing::debug!(network = %rec.network.name, waited_us = waited.as_micros(),
-            "acquisition admitted");
+        let (slot, waited) = self.admit(pacing, &rec.network.name, timeout).await?;
         cfg.acquire_timeout = timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT);
         let client = Client::new(cfg, Instant::now(), crate::sys::clock::seed());
         let (tx, rx) = oneshot::channel();
@@ -172,6 +167,34 @@ impl Registry {
         };
         self.abandon(&handle, false).await;
         Err(failure)
+    }
+}
+
+impl Registry {
+    /// One of `network`'s acquisition slots within the acquisition's
+    /// `timeout` (both families' acquisitions take one), and how long the
+    /// wait took: the engine gets what is left of the timeout.
+    pub(crate) async fn admit(
+        &self,
+        pacing: &Pacing,
+        network: &str,
+        timeout: Duration,
+    ) -> Result<(Slot, Duration), Failure> {
+        let asked = Instant::now();
+        let slot = pacing
+            .admit_within(network, timeout)
+            .await
+            .map_err(|ahead| {
+                self.metrics().failure("acquire_queued");
+                Failure::Queued { ahead, timeout }
+            })?;
+        let waited = asked.elapsed();
+        tracing::debug!(
+            network,
+            waited_us = waited.as_micros(),
+            "acquisition admitted"
+        );
+        Ok((slot, waited))
     }
 }
 

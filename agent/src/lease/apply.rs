@@ -189,6 +189,72 @@ pub(crate) async fn deconfigure(
     nl.remove_lease(ifindex, lease, metric).await
 }
 
+/// How a `DHCPv6` lease is configured: its address with the network's
+/// prefix length (a /128 without one), and a default route when the
+/// network names a gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Address6 {
+    pub(crate) address: std::net::Ipv6Addr,
+    pub(crate) prefix_len: u8,
+    pub(crate) gateway: Option<std::net::Ipv6Addr>,
+    pub(crate) metric: Option<u32>,
+}
+
+/// Configure `a` on `ifname` in `netns`: link up, the address (no
+/// duplicate address detection), the default route. What went on before a
+/// failure is taken off again.
+pub(crate) async fn configure6(
+    netns: &Path,
+    ifname: &str,
+    a: Address6,
+) -> Result<(), NetlinkError> {
+    let (nl, ifindex) = open(netns, ifname).await?;
+    let done = async {
+        nl.set_up(ifindex).await?;
+        nl.add_address6(ifindex, a.address, a.prefix_len).await?;
+        if let Some(gw) = a.gateway {
+            nl.add_default_route6(ifindex, gw, a.metric).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if done.is_err()
+        && let Err(undo) = remove6(&nl, ifindex, a).await
+    {
+        tracing::warn!(error = %crate::rpc::format_chain(&undo),
+            "could not take off a partly applied IPv6 lease");
+    }
+    done
+}
+
+/// Take `a` off `ifname` in `netns`; missing pieces are fine.
+pub(crate) async fn deconfigure6(
+    netns: &Path,
+    ifname: &str,
+    a: Address6,
+) -> Result<(), NetlinkError> {
+    let (nl, ifindex) = open(netns, ifname).await?;
+    remove6(&nl, ifindex, a).await
+}
+
+async fn remove6(nl: &Netlink, ifindex: u32, a: Address6) -> Result<(), NetlinkError> {
+    if let Some(gw) = a.gateway {
+        nl.del_default_route6(ifindex, gw, a.metric).await?;
+    }
+    nl.del_address6(ifindex, a.address, a.prefix_len).await?;
+    Ok(())
+}
+
+/// Whether `ifname` carries `a`'s address with its prefix length.
+pub(crate) async fn has_address6(
+    netns: &Path,
+    ifname: &str,
+    a: Address6,
+) -> Result<bool, NetlinkError> {
+    let (nl, ifindex) = open(netns, ifname).await?;
+    nl.has_address6(ifindex, a.address, a.prefix_len).await
+}
+
 /// rtnetlink in `netns`, and the index of `ifname` there.
 async fn open(netns: &Path, ifname: &str) -> Result<(Netlink, u32), NetlinkError> {
     let nl = Netlink::open(Some(netns)).await?;

@@ -108,11 +108,50 @@ pub(crate) enum Command {
     },
 }
 
+/// The state of an attachment's engine, of either family.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EngineState {
+    V4(State),
+    V6(xdhcp_engine::v6::State),
+}
+
+impl EngineState {
+    /// Bounded label for metrics.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            EngineState::V4(s) => s.label(),
+            EngineState::V6(s) => s.label(),
+        }
+    }
+}
+
+impl From<State> for EngineState {
+    fn from(s: State) -> Self {
+        EngineState::V4(s)
+    }
+}
+
+impl From<xdhcp_engine::v6::State> for EngineState {
+    fn from(s: xdhcp_engine::v6::State) -> Self {
+        EngineState::V6(s)
+    }
+}
+
+/// As the engine's own state prints (`Bound`, `Soliciting`, …).
+impl std::fmt::Debug for EngineState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineState::V4(s) => s.fmt(f),
+            EngineState::V6(s) => s.fmt(f),
+        }
+    }
+}
+
 /// Live, shared view of one attachment (for `leases`, `status`, CHECK).
 #[derive(Debug, Clone)]
 pub(crate) struct Live {
     pub(crate) record: LeaseRecord,
-    pub(crate) state: State,
+    pub(crate) state: EngineState,
     pub(crate) capture: CapturePath,
     /// Expiry, wall clock ms.
     pub(crate) expires_unix_ms: Option<u64>,
@@ -120,11 +159,18 @@ pub(crate) struct Live {
 
 impl Live {
     /// The view of a freshly known attachment.
-    pub(crate) fn new(record: LeaseRecord, state: State, capture: CapturePath) -> Self {
-        let expires_unix_ms = record.lease.as_ref().and_then(expiry_ms);
+    pub(crate) fn new(
+        record: LeaseRecord,
+        state: impl Into<EngineState>,
+        capture: CapturePath,
+    ) -> Self {
+        let expires_unix_ms = match &record.lease6 {
+            Some(l) => expiry6_ms(l),
+            None => record.lease.as_ref().and_then(expiry_ms),
+        };
         Self {
             record,
-            state,
+            state: state.into(),
             capture,
             expires_unix_ms,
         }
@@ -150,6 +196,16 @@ impl Live {
                 addr: l.address,
                 prefix_len: l.prefix_len,
             }),
+            family: r.network.ipam.family.label().to_owned(),
+            address6: r.lease6.as_ref().map(|l| crate::cni::types::Ipv6Cidr {
+                addr: l.address,
+                prefix_len: r
+                    .network
+                    .ipam
+                    .ipv6
+                    .and_then(|v| v.prefix_length)
+                    .unwrap_or(128),
+            }),
             server: r.lease.as_ref().map(|l| l.server_id),
             state: if matches!(r.workload, WorkloadKind::Vm { .. }) && r.lease.is_some() {
                 "OneShot".to_owned()
@@ -172,6 +228,19 @@ impl Live {
         self.record.lease = lease;
         self.record.updated_unix_ms = crate::sys::clock::now_unix_ms();
     }
+
+    /// Replace the `DHCPv6` lease (and its expiry).
+    pub(crate) fn set_lease6(&mut self, lease: Option<xdhcp_engine::v6::Lease>) {
+        self.expires_unix_ms = lease.as_ref().and_then(expiry6_ms);
+        self.record.lease6 = lease.map(Box::new);
+        self.record.updated_unix_ms = crate::sys::clock::now_unix_ms();
+    }
+}
+
+/// Expiry of a `DHCPv6` lease on the wall clock (None when infinite).
+pub(crate) fn expiry6_ms(lease: &xdhcp_engine::v6::Lease) -> Option<u64> {
+    xdhcp_engine::v6::lease::finite(lease.valid_secs)
+        .map(|d| lease.acquired_unix_ms.saturating_add(d.as_millis() as u64))
 }
 
 /// Expiry of `lease` on the wall clock (None when infinite).

@@ -19,3 +19,4 @@ pub(crate) mod persist;
 pub(crate) mod registry;
 pub(crate) mod services;
 pub(crate) mod task;
+pub(crate) mod v6;

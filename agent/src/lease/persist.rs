@@ -105,6 +105,7 @@ pub(crate) mod tests {
             uplink: None,
             requested: None,
             planned_xids: None,
+            lease6: None,
         }
     }
 

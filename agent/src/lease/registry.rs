@@ -15,7 +15,7 @@ use xdhcp_engine::{Client, Mode, State};
 use crate::datapath::capture::CapturePath;
 use crate::datapath::link::{Link, LinkError};
 use crate::datapath::port::{LeasePort as _, Port, PortOwner};
-use crate::lease::live::{Command, Live, Outcome};
+use crate::lease::live::{Command, EngineState, Live, Outcome};
 use crate::lease::persist::{self, Durable, LeaseRecord};
 use crate::lease::task::{self, Ended, Services, Task};
 use crate::sys::sync::lock;
@@ -51,6 +51,13 @@ impl Handle {
             _ => Durable::Pending,
         }
     }
+}
+
+/// A registered attachment, and what its task keeps of it.
+pub(crate) struct Started {
+    pub(crate) handle: Handle,
+    pub(crate) cmds: mpsc::Receiver<Command>,
+    pub(crate) persisted: watch::Sender<Durable>,
 }
 
 /// An ADD's hold on its attachment (see [`Registry::begin`]).
@@ -116,7 +123,7 @@ impl Registry {
         let mut bound = None;
         if let Some(h) = self.get(cid, ifname) {
             let record = lock(&h.live).record.clone();
-            if record.lease.is_some() {
+            if record.lease.is_some() || record.lease6.is_some() {
                 bound = Some(record);
             } else {
                 self.stop(&h, false).await;
@@ -141,6 +148,11 @@ impl Registry {
 
     pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
         &self.svc.metrics
+    }
+
+    /// What every lease task shares.
+    pub(crate) fn services(&self) -> Arc<Services> {
+        self.svc.clone()
     }
 
     /// Serialize operations on one attachment.
@@ -246,33 +258,64 @@ impl Registry {
             port.adopt(xid);
         }
         let path = port.path().clone();
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let (cmd_tx, cmds) = mpsc::channel(2);
-        let key = (record.container_id.clone(), record.ifname.clone());
-        let state = client.state();
-        self.svc.metrics.lease_state(None, Some(state.label()));
-        let live = Arc::new(Mutex::new(Live::new(record, state, path)));
-        let (persisted_tx, persisted) = watch::channel(Durable::Pending);
-        let handle = Handle {
-            generation,
-            live: live.clone(),
-            cmds: Some(cmd_tx),
-            persisted: Some(persisted),
-        };
-        self.insert(&handle);
+        let started = self.register(record, client.state().into(), path);
         let task = Task {
             svc: self.svc.clone(),
             effects: self.svc.clone(),
             client,
             port,
-            live,
-            cmds,
+            live: started.handle.live.clone(),
+            cmds: started.cmds,
             waiter,
             started: Instant::now(),
             clock: crate::lease::live::ExchangeClock::new(Instant::now()),
-            persisted: persisted_tx,
+            persisted: started.persisted,
             ahead: None,
         };
+        self.run(&started.handle, task::run(task));
+        Ok(started.handle)
+    }
+
+    /// Know a new attachment whose lease task the caller starts (with
+    /// [`Registry::run`]): its handle, and the task's ends of the command
+    /// channel and of the first write's signal.
+    pub(crate) fn register(
+        &self,
+        record: LeaseRecord,
+        state: EngineState,
+        path: CapturePath,
+    ) -> Started {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let (cmd_tx, cmds) = mpsc::channel(2);
+        self.svc.metrics.lease_state(None, Some(state.label()));
+        let live = Arc::new(Mutex::new(Live::new(record, state, path)));
+        let (persisted_tx, persisted) = watch::channel(Durable::Pending);
+        let handle = Handle {
+            generation,
+            live,
+            cmds: Some(cmd_tx),
+            persisted: Some(persisted),
+        };
+        self.insert(&handle);
+        Started {
+            handle,
+            cmds,
+            persisted: persisted_tx,
+        }
+    }
+
+    /// Run `handle`'s lease task; how it ends decides whether the
+    /// attachment is forgotten, parked or kept.
+    pub(crate) fn run(
+        self: &Arc<Self>,
+        handle: &Handle,
+        task: impl std::future::Future<Output = Ended> + Send + 'static,
+    ) {
+        let key = {
+            let l = lock(&handle.live);
+            (l.record.container_id.clone(), l.record.ifname.clone())
+        };
+        let generation = handle.generation;
         let me = self.clone();
         let mut tasks = lock(&self.tasks);
         // The tasks ended since are let go here: a finished task keeps its
@@ -281,13 +324,12 @@ impl Registry {
         // every pod the node ever ran.
         reap(&mut tasks);
         tasks.spawn(async move {
-            match task::run(task).await {
+            match task.await {
                 Ended::Gone => me.forget(&key.0, &key.1, generation),
                 Ended::Parked => me.park(&key, generation),
                 Ended::Kept => {}
             }
         });
-        Ok(handle)
     }
 
     /// Stop a lease task (RELEASE first when `release`) and wait until it

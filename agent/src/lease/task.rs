@@ -22,7 +22,7 @@ use crate::datapath::capture::CapturePath;
 use crate::datapath::link::LinkError;
 use crate::datapath::port::{Input, LeasePort, Port};
 use crate::lease::effects::{Effect, Effects};
-use crate::lease::live::{Command, ExchangeClock, Live, Outcome};
+use crate::lease::live::{Command, EngineState, ExchangeClock, Live, Outcome};
 use crate::lease::persist::{Durable, LeaseRecord, WorkloadKind};
 pub(crate) use crate::lease::services::Services;
 use crate::sys::clock::now_unix_ms;
@@ -123,6 +123,7 @@ impl<P: LeasePort> Task<P> {
 
     fn set_state(&self, state: State) {
         let mut l = lock(&self.live);
+        let state = EngineState::V4(state);
         if l.state != state {
             self.svc
                 .metrics
@@ -931,7 +932,7 @@ mod tests {
                 on_disk.lease.map(|l| l.address).or(on_disk.requested),
                 Some(ADDR)
             );
-            assert_eq!(lock(&live).state, State::Bound);
+            assert_eq!(lock(&live).state, EngineState::V4(State::Bound));
 
             let (ack, stopped) = oneshot::channel();
             cmd_tx

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 use xdhcp_engine::Mode;
 
-use crate::cni::config::{DhcpGuardSpec, NetworkConfig};
+use crate::cni::config::{Family, NetworkConfig};
 use crate::cni::types::CniResult;
 use crate::datapath::link::{Link, Sockets};
 use crate::kube::network_key;
@@ -16,6 +16,8 @@ use crate::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
+use crate::ops::guard_port::PortNetwork;
+use crate::ops::guard_port::guard_port;
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
     Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_address, report_and_record,
@@ -135,19 +137,7 @@ pub(crate) async fn add(
     wait: Option<Duration>,
 ) -> Result<CniResult, Error> {
     agent.metrics().cni_request("add");
-    // The ADD's one deadline: just inside the caller's wait; without one,
-    // the acquisition's timeout (the network's, else the agent's) and a
-    // margin.
-    let deadline = Deadline::after(wait.map_or_else(
-        || {
-            req.config
-                .ipam
-                .timeout
-                .unwrap_or(agent.base.acquire_timeout)
-                + UNTOLD_MARGIN
-        },
-        |w| w.saturating_sub(ANSWER_SLACK),
-    ));
+    let deadline = add_deadline(agent, &req, wait);
     let mut phases = Phases::start();
     tracing::debug!(container = %req.container_id, ifname = %req.ifname, "ADD received");
     // Held to the end of the ADD. A repeated ADD for a bound attachment
@@ -159,6 +149,10 @@ pub(crate) async fn add(
     let netns = req.netns.clone().ok_or(Error::NoNetns)?;
     let who = who(agent, &mut req, deadline).await?;
     phases.who = phases.lap();
+
+    if req.config.ipam.family == Family::Ipv6 {
+        return add_v6(agent, &req, who, netns, deadline).await;
+    }
 
     // A VM whose VF is passed through (vfio-pci): DORA during a driver handoff.
     if let Workload::Vm { vmi_name } = &who.workload
@@ -256,6 +250,44 @@ pub(crate) async fn add(
     Ok(result)
 }
 
+/// The ADD's one deadline: just inside the caller's `wait`; without one,
+/// the acquisition's timeout (the network's, else the agent's) and a
+/// margin.
+fn add_deadline(agent: &Agent, req: &CniRequest, wait: Option<Duration>) -> Deadline {
+    Deadline::after(wait.map_or_else(
+        || {
+            req.config
+                .ipam
+                .timeout
+                .unwrap_or(agent.base.acquire_timeout)
+                + UNTOLD_MARGIN
+        },
+        |w| w.saturating_sub(ANSWER_SLACK),
+    ))
+}
+
+/// ADD on an IPv6 network: one DHCPv6 lease, pods only for now.
+async fn add_v6(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    who: Who,
+    netns: std::path::PathBuf,
+    deadline: Deadline,
+) -> Result<CniResult, Error> {
+    if let Workload::Vm { vmi_name } = &who.workload {
+        return Err(Error::Ipv6ForVm {
+            network: req.config.name.clone(),
+            vmi: vmi_name.clone(),
+        });
+    }
+    let to = crate::ops::add6::For {
+        pod: who.pod,
+        annotation_key: who.annotation_key,
+    };
+    // Boxed: the IPv4 path's future is large enough without this one in it.
+    Box::pin(crate::ops::add6::add(agent, req, to, netns, deadline)).await
+}
+
 /// A repeated ADD of an attachment that holds a lease: the runtime retrying
 /// after its caller gave up, or after the agent was killed between the
 /// lease and its report. The first ADD may never have written the
@@ -268,6 +300,11 @@ async fn again(
     rec: &LeaseRecord,
     deadline: Deadline,
 ) -> Result<CniResult, Error> {
+    if let Some(lease) = &rec.lease6 {
+        info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
+            "repeated ADD: the DHCPv6 lease held");
+        return Ok(crate::ops::add6::cni_result6(lease, &req.config));
+    }
     let Some(lease) = &rec.lease else {
         return Err(Error::LeaseGone {
             ifname: req.ifname.clone(),
@@ -359,73 +396,6 @@ async fn bind(
     phases.dora = phases.lap();
     phases.acquired(&acquired);
     Ok((acquired.handle, acquired.lease, mac, kind))
-}
-
-/// What the guard takes of a port's network: what its config asks
-/// (`ipam.dhcpGuard`), and its names (a `DhcpGuardPolicy` names one).
-pub(crate) struct PortNetwork {
-    pub(crate) spec: DhcpGuardSpec,
-    pub(crate) names: crate::guard::NetworkNames,
-}
-
-impl PortNetwork {
-    /// An ADD's network: its config's `ipam.dhcpGuard`, `name` and
-    /// `netAttachDefName`.
-    pub(crate) fn of_config(c: &NetworkConfig) -> Self {
-        Self::of(c.ipam.dhcp_guard, &c.name, c.net_attach_def_name.as_deref())
-    }
-
-    /// A lease record's network.
-    pub(crate) fn of_record(n: &crate::model::Network) -> Self {
-        Self::of(
-            crate::ops::network::guard_spec(n.ipam.dhcp_guard),
-            &n.name,
-            n.net_attach_def_name.as_deref(),
-        )
-    }
-
-    fn of(spec: DhcpGuardSpec, name: &str, nad: Option<&str>) -> Self {
-        Self {
-            spec,
-            names: crate::guard::NetworkNames {
-                nad: nad.map(str::to_owned),
-                name: (!name.is_empty()).then(|| name.to_owned()),
-            },
-        }
-    }
-}
-
-/// Puts the DHCP guard on the host end of the attachment's port (its
-/// network's `DhcpGuardPolicy` applied on what `network`'s config asks), with the
-/// single-client rule on `client`'s MAC (`(mac, vm)`: a VM's port also
-/// learns). A port the guard cannot take is logged and counted, never a
-/// failed ADD: the lease does not depend on it.
-pub(crate) async fn guard_port(
-    agent: &Agent,
-    container_id: &str,
-    ifname: &str,
-    netns: &std::path::Path,
-    network: PortNetwork,
-    client: ([u8; 6], bool),
-    peer: crate::netlink::PeerLookup,
-) {
-    let (mac, vm) = client;
-    let policy = crate::guard::port_policy(&network.spec, Some(mac), vm);
-    match agent
-        .guard
-        .protect(container_id, ifname, netns, peer, policy, network.names)
-        .await
-    {
-        Ok(Some(port)) => {
-            info!(container = %container_id, ifname, port = %port.host_ifname, ?policy, "DHCP guard on");
-        }
-        Ok(None) => {}
-        Err(e) => {
-            agent.metrics().failure("dhcp_guard");
-            warn!(container = %container_id, ifname, error = %crate::rpc::format_chain(&e),
-                "could not put the DHCP guard on the port");
-        }
-    }
 }
 
 /// DEL: RELEASE (pods), forget, remove the annotation entry. Idempotent.
@@ -557,26 +527,64 @@ pub(crate) async fn check(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Err
         let l = lock(&h.live);
         (l.record.clone(), l.state)
     };
+    if rec.network.ipam.family == crate::model::Family::Ipv6 {
+        return check6(&req, rec, state).await;
+    }
     let lease = rec.lease.ok_or_else(|| Error::LeaseGone {
         ifname: req.ifname.clone(),
         state: format!("{state:?}"),
     })?;
     if rec.network.ipam.apply && rec.workload == WorkloadKind::Pod {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
-        let present = apply::has_address(ns, &req.ifname, lease.address, lease.prefix_len)
-            .await
-            .map_err(|source| Error::Inspect {
-                ifname: req.ifname.clone(),
-                source,
-            })?;
-        if !present {
-            return Err(Error::AddressMissing {
-                address: lease.address,
-                prefix_len: lease.prefix_len,
-                ifname: req.ifname.clone(),
-                netns: ns.clone(),
-            });
-        }
+        let present = apply::has_address(ns, &req.ifname, lease.address, lease.prefix_len).await;
+        return on_interface(&req, ns, (lease.address.into(), lease.prefix_len), present);
+    }
+    Ok(())
+}
+
+/// CHECK's verdict on whether the leased `address` (with its prefix
+/// length) is on the interface in `ns`, as `present` says.
+#[expect(
+    clippy::result_large_err,
+    reason = "a failed CNI operation is rare; its error goes straight to the socket"
+)]
+fn on_interface(
+    req: &CniRequest,
+    ns: &std::path::Path,
+    address: (std::net::IpAddr, u8),
+    present: Result<bool, crate::netlink::NetlinkError>,
+) -> Result<(), Error> {
+    let present = present.map_err(|source| Error::Inspect {
+        ifname: req.ifname.clone(),
+        source,
+    })?;
+    if present {
+        return Ok(());
+    }
+    Err(Error::AddressMissing {
+        address: address.0,
+        prefix_len: address.1,
+        ifname: req.ifname.clone(),
+        netns: ns.to_path_buf(),
+    })
+}
+
+/// CHECK of an IPv6 attachment: its lease held and (with apply) its address
+/// on the interface.
+async fn check6(
+    req: &CniRequest,
+    rec: persist::LeaseRecord,
+    state: crate::lease::live::EngineState,
+) -> Result<(), Error> {
+    let lease = rec.lease6.ok_or_else(|| Error::LeaseGone {
+        ifname: req.ifname.clone(),
+        state: format!("{state:?}"),
+    })?;
+    if rec.network.ipam.apply {
+        let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
+        let a = crate::lease::v6::address6(&rec.network, &lease);
+        let present = apply::has_address6(ns, &req.ifname, a).await;
+        return on_interface(req, ns, (a.address.into(), a.prefix_len), present);
     }
     Ok(())
 }

@@ -40,6 +40,12 @@ impl Error {
     pub(crate) fn acquisition(place: Place, network: &str, failure: Failure) -> Self {
         match failure {
             Failure::Config(source) => Self::ClientConfig { source },
+            Failure::Config6(source) => Self::ClientConfig6 { source },
+            Failure::NoLease6 { timeout, source } => Self::NoLease6 {
+                place,
+                timeout,
+                source,
+            },
             Failure::Queued { ahead, timeout } => Self::Queued {
                 place,
                 network: network.to_owned(),
@@ -81,6 +87,17 @@ pub(crate) enum Error {
         #[source]
         source: ConfigError,
     },
+    /// The v6 engine refused the configuration the network asks for.
+    #[error("invalid DHCPv6 client configuration: {source}")]
+    ClientConfig6 {
+        #[source]
+        source: xdhcp_engine::v6::ConfigError,
+    },
+    /// An IPv6 network asked for by a VM: IPv6 leases serve pods only yet.
+    #[error(
+        "network {network:?} is \"family\": \"ipv6\": DHCPv6 leases serve pods only for now, not VM {vmi}"
+    )]
+    Ipv6ForVm { network: String, vmi: String },
     /// The Kubernetes API failed.
     #[error("{source}")]
     Kube {
@@ -127,6 +144,14 @@ pub(crate) enum Error {
         timeout: Duration,
         #[source]
         source: Box<AcquireError>,
+    },
+    /// No `DHCPv6` lease within the acquisition deadline, and what was heard.
+    #[error("no DHCPv6 lease on {place} within {}s: {source}", timeout.as_secs())]
+    NoLease6 {
+        place: Place,
+        timeout: Duration,
+        #[source]
+        source: Box<xdhcp_engine::v6::AcquireError>,
     },
     /// The acquisition never got one of its network's slots by the
     /// deadline: the acquisitions ahead of it were slow or unanswered.
@@ -208,7 +233,7 @@ pub(crate) enum Error {
     /// CHECK found the address missing.
     #[error("address {address}/{prefix_len} is missing from {ifname} in {}", netns.display())]
     AddressMissing {
-        address: Ipv4Addr,
+        address: std::net::IpAddr,
         prefix_len: u8,
         ifname: String,
         netns: PathBuf,

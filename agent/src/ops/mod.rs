@@ -14,8 +14,10 @@
 //! imports them, and the daemon above calls them.
 
 pub(crate) mod add;
+pub(crate) mod add6;
 pub(crate) mod context;
 pub(crate) mod error;
+pub(crate) mod guard_port;
 pub(crate) mod identity;
 pub(crate) mod learn;
 pub(crate) mod network;

@@ -2,11 +2,13 @@
 //! an ADD is given, as the agent's own [`Network`] (what its lease record
 //! keeps), and the record an ADD starts.
 
-use crate::cni::config::{ClientIdSpec, DhcpGuardSpec, HostnameSpec, IpamType, NetworkConfig};
+use crate::cni::config::{
+    ClientIdSpec, DhcpGuardSpec, Family as CniFamily, HostnameSpec, IpamType, NetworkConfig,
+};
 use crate::lease::persist::LeaseRecord;
 use crate::model::{
-    ClientIdSetting, GuardSetting, HostnameSetting, Ipam, IpamKind, Network, PodRef, Prefix,
-    WorkloadKind,
+    ClientIdSetting, Family, GuardSetting, HostnameSetting, Ipam, IpamKind, Ipv6Setting, Network,
+    PodRef, Prefix, WorkloadKind,
 };
 use crate::rpc::CniRequest;
 use crate::store::RECORD_VERSION;
@@ -53,6 +55,15 @@ impl From<&NetworkConfig> for Network {
                     rate: i.dhcp_guard.rate,
                     burst: i.dhcp_guard.burst,
                 },
+                family: match i.family {
+                    CniFamily::Ipv4 => Family::Ipv4,
+                    CniFamily::Ipv6 => Family::Ipv6,
+                },
+                ipv6: i.ipv6.map(|v| Ipv6Setting {
+                    prefix_length: v.prefix_length,
+                    gateway: v.gateway,
+                    rapid_commit: v.rapid_commit,
+                }),
             },
         }
     }
@@ -91,6 +102,7 @@ pub(crate) fn fresh_record(
         uplink: None,
         requested: None,
         planned_xids: None,
+        lease6: None,
     }
 }
 
@@ -121,5 +133,31 @@ mod tests {
             serde_json::from_value(serde_json::to_value(&n).unwrap()).unwrap();
         assert_eq!(back, c);
         assert_eq!(guard_spec(n.ipam.dhcp_guard), c.ipam.dhcp_guard);
+    }
+
+    /// An IPv6 network's family and settings are stored as configured, and
+    /// an IPv4 network's record carries neither key.
+    #[test]
+    fn an_ipv6_network_is_stored_as_its_configuration_was() {
+        let c = crate::cni::config::parse(
+            br#"{"cniVersion":"1.1.0","name":"v6net","ipam":{"type":"xdhcp","family":"ipv6",
+                "ipv6":{"prefixLength":64,"gateway":"fd00::1","rapidCommit":true}}}"#,
+        )
+        .unwrap();
+        let n = Network::from(&c);
+        assert_eq!(n.ipam.family, Family::Ipv6);
+        assert_eq!(
+            n.ipam.ipv6.and_then(|v| v.gateway),
+            Some("fd00::1".parse().unwrap())
+        );
+        let mut stored = serde_json::to_value(&c).unwrap();
+        stored.as_object_mut().unwrap().remove("validAttachments");
+        assert_eq!(serde_json::to_value(&n).unwrap(), stored);
+        let v4 = crate::cni::config::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","ipam":{"type":"xdhcp"}}"#,
+        )
+        .unwrap();
+        let v4 = serde_json::to_value(Network::from(&v4)).unwrap();
+        assert!(v4["ipam"].get("family").is_none(), "{v4}");
     }
 }

@@ -296,9 +296,11 @@ pub(crate) fn cni_result(lease: &Lease, config: &NetworkConfig) -> CniResult {
             },
             gateway: lease.default_gateway(),
         }],
+        ips6: Vec::new(),
         routes,
+        routes6: Vec::new(),
         dns: DnsConfig {
-            nameservers: lease.dns_servers.clone(),
+            nameservers: lease.dns_servers.iter().map(|&a| a.into()).collect(),
             domain: lease.domain_name.clone(),
             search: lease.search.clone(),
         },

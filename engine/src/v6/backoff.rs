@@ -61,11 +61,7 @@ fn cap(t: &Timing, rt: Duration, rng: &mut impl Rng) -> Duration {
 
 /// A uniform delay in `[0, max]` (the `SOL_MAX_DELAY` wait, §18.2.1).
 pub fn initial_delay(max: Duration, rng: &mut impl Rng) -> Duration {
-    if max.is_zero() {
-        return Duration::ZERO;
-    }
-    let us = max.as_micros().min(u128::from(u64::MAX)) as u64;
-    Duration::from_micros(rng.random_range(0..=us))
+    crate::backoff::uniform_delay(max, rng)
 }
 
 #[cfg(test)]

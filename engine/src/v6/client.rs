@@ -32,6 +32,7 @@ use super::message::{self, MessageKind, Outgoing};
 use super::state::State;
 use super::stats::ClientStats;
 use super::validate::{self, DropReason, ServerMessage};
+use crate::wall::WallClock;
 
 /// Where to send a message: UDP from port 546 (from the link-local address)
 /// to port 547.
@@ -196,8 +197,7 @@ pub struct Client {
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: ClientStats,
-    wall: Option<(u64, Instant)>,
-    wall_pending: Option<u64>,
+    wall: WallClock,
 }
 
 impl Client {
@@ -223,8 +223,7 @@ impl Client {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: ClientStats::default(),
-            wall: None,
-            wall_pending: None,
+            wall: WallClock::default(),
         }
     }
 
@@ -258,7 +257,7 @@ impl Client {
         seed: u64,
     ) -> Client {
         let mut c = Client::blank(cfg, now, seed);
-        c.wall = Some((now_unix_ms, now));
+        c.wall = WallClock::anchored(now_unix_ms, now);
         let usable = validate::is_usable(lease.address)
             && (1..=MAX_DUID_LEN).contains(&lease.server_id.len())
             && lease.iaid == c.iaid;
@@ -296,7 +295,7 @@ impl Client {
     /// `handle_*`/`release`/`decline`/`restart` call; it stamps
     /// [`Lease::acquired_unix_ms`].
     pub fn set_wall_clock_unix_ms(&mut self, unix_ms: u64) {
-        self.wall_pending = Some(unix_ms);
+        self.wall.set_pending(unix_ms);
     }
 
     /// Feed a UDP payload received on port 546 from `src`. Returns why it
@@ -308,7 +307,7 @@ impl Client {
         src: Ipv6Addr,
         payload: &[u8],
     ) -> Result<(), DropReason> {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         let mut ours = false;
         let result = self.process(now, payload, &mut ours);
@@ -331,7 +330,7 @@ impl Client {
     /// Fire every timer due at `now` (call at [`Client::poll_timeout`];
     /// early or late calls are harmless).
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         for _ in 0..8 {
             if !self.step_timer(now) {
@@ -361,7 +360,7 @@ impl Client {
     /// `REL_MAX_RC`; [`Event::Released`] when answered or given up. Without a
     /// lease the client just stops. Unpolled transmissions are discarded.
     pub fn release(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         self.transmits.clear();
         self.acq = None;
@@ -389,7 +388,7 @@ impl Client {
     /// REPLY offering a declined address is ignored afterwards. A no-op
     /// without a lease.
     pub fn decline(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         let before = self.state();
         let Some(h) = self.held.take() else { return };
         self.events.push_back(Event::Lost {
@@ -414,7 +413,7 @@ impl Client {
     /// Start over from SOLICIT after [`State::Failed`] or
     /// [`State::Released`]; a no-op in every other state.
     pub fn restart(&mut self, now: Instant) {
-        self.apply_wall(now);
+        self.wall.apply(now);
         if matches!(self.phase, Phase::Failed | Phase::Released) {
             self.begin_acquisition(now);
             self.start_solicit(now);
@@ -529,24 +528,6 @@ impl Client {
                 cause,
                 "DHCPv6 state"
             );
-        }
-    }
-
-    fn apply_wall(&mut self, now: Instant) {
-        if let Some(ms) = self.wall_pending.take() {
-            self.wall = Some((ms, now));
-        }
-    }
-
-    fn wall_at(&self, t: Instant) -> u64 {
-        match self.wall {
-            None => 0,
-            Some((ms, at)) if t >= at => {
-                ms.saturating_add((t - at).as_millis().min(u128::from(u64::MAX)) as u64)
-            }
-            Some((ms, at)) => {
-                ms.saturating_sub((at - t).as_millis().min(u128::from(u64::MAX)) as u64)
-            }
         }
     }
 
@@ -1212,7 +1193,7 @@ impl Client {
             return Err(DropReason::WrongState);
         };
         let (base, rebinding) = (ex.first_sent, ex.kind == MessageKind::Rebind);
-        let lease = lease::build(msg, view, self.iaid, addr, self.wall_at(base))?;
+        let lease = lease::build(msg, view, self.iaid, addr, self.wall.at(base))?;
         let at = |secs: u32| lease::finite(secs).map(|d| later(base, d));
         let held = Held {
             t1_at: at(lease.t1_secs),

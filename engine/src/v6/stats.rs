@@ -5,6 +5,7 @@ use dhcproto::v6::Status;
 
 use super::message::MessageKind;
 use super::validate::DropReason;
+use crate::tally::Tally;
 
 /// Status codes counted one by one; any other lands in `other`.
 const STATUSES: [Status; 6] = [
@@ -41,7 +42,7 @@ pub struct ClientStats {
     /// Messages that could not be encoded (never expected).
     pub encode_errors: u64,
     sent: [u64; 7],
-    dropped: [u64; DropReason::ALL.len()],
+    dropped: Tally<DropReason, { DropReason::ALL.len() }>,
     statuses: [u64; STATUSES.len() + 1],
 }
 
@@ -63,7 +64,7 @@ impl ClientStats {
     }
 
     pub(crate) fn count_drop(&mut self, reason: DropReason) {
-        self.dropped[reason.index()] += 1;
+        self.dropped.count(reason);
     }
 
     pub(crate) fn count_status(&mut self, status: Status) {
@@ -81,21 +82,17 @@ impl ClientStats {
 
     /// Server messages dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.dropped[reason.index()]
+        self.dropped.get(reason)
     }
 
     /// All server messages dropped.
     pub fn dropped_total(&self) -> u64 {
-        self.dropped.iter().sum()
+        self.dropped.total()
     }
 
     /// Non-zero drop counters by reason.
     pub fn dropped_by_reason(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL
-            .iter()
-            .zip(self.dropped.iter())
-            .filter(|(_, n)| **n > 0)
-            .map(|(r, n)| (*r, *n))
+        self.dropped.nonzero()
     }
 
     /// Times `status` was received (top level or in our IA). Only the six

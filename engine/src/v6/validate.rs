@@ -27,6 +27,8 @@ use std::net::Ipv6Addr;
 use dhcproto::v6::{DhcpOption, DhcpOptions, IANA, MessageType, Status};
 use dhcproto::{Decodable, Decoder};
 
+use crate::tally::Counted;
+
 /// Message header: type (1 octet) and transaction id (3 octets).
 pub const HEADER_LEN: usize = 4;
 /// Deepest option nesting accepted: message → `IA_NA` → IA Address → Status
@@ -158,13 +160,10 @@ impl DropReason {
             DropReason::UseMulticast => "use_multicast",
         }
     }
+}
 
-    pub(crate) fn index(self) -> usize {
-        DropReason::ALL
-            .iter()
-            .position(|r| *r == self)
-            .unwrap_or_default()
-    }
+impl Counted for DropReason {
+    const ALL: &'static [DropReason] = &DropReason::ALL;
 }
 
 impl fmt::Display for DropReason {

@@ -1,0 +1,531 @@
+//! A `DHCPv6` lease: the v6 engine ([`xdhcp_engine::v6`], one `IA_NA`
+//! address) driven with tokio time against the attachment's UDP socket in
+//! the pod's namespace ([`crate::datapath::udp6`]). Its record is the
+//! attachment's, with the lease in `lease6`: persisted at every lease
+//! change, resumed after a restart (REBIND, the engine's default), renewed
+//! at T1, and released (RELEASE) when DEL stops the task. With `"apply": true` the
+//! task configures the address (and the network's gateway route) itself.
+//!
+//! One thing: the v6 lease's acquisition, its event loop and its handlers.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, info, warn};
+use xdhcp_engine::v6::{self, Client, ClientConfig, Event, State};
+
+use crate::datapath::capture::CapturePath;
+use crate::datapath::link::LinkError;
+use crate::datapath::udp6::Udp6;
+use crate::lease::acquire::{ADD_MARGIN, Failure, MIN_ACQUIRE_LEFT};
+use crate::lease::apply::{self, Address6};
+use crate::lease::effects::{Effect, Effects as _};
+use crate::lease::live::{Command, EngineState, Live};
+use crate::lease::pacing::Pacing;
+use crate::lease::persist::{Durable, LeaseRecord};
+use crate::lease::registry::{Handle, Registry};
+use crate::lease::services::Services;
+use crate::lease::task::Ended;
+use crate::model::Network;
+use crate::netlink::NetlinkError;
+use crate::sys::clock::{now_unix_ms, seed};
+use crate::sys::sync::lock;
+
+/// How long a stopped task waits for the server's REPLY to its RELEASE
+/// before it ends anyway (within the registry's wait for a stop).
+const RELEASE_WAIT: Duration = Duration::from_secs(3);
+
+/// How a maintained lease waits before soliciting again after an
+/// acquisition failed with nobody waiting on it.
+const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
+
+/// What an ADD waits for.
+#[derive(Debug)]
+pub(crate) enum Outcome6 {
+    Bound(v6::Lease),
+    Failed(v6::AcquireError),
+    /// Bound, but `"apply": true` could not configure the address.
+    ApplyFailed(Arc<NetlinkError>),
+    /// The agent is shutting down.
+    Cancelled,
+}
+
+/// The engine configuration of an attachment on an IPv6 network: the
+/// workload's MAC (DUID-LL and IAID), the network's Rapid Commit and
+/// timeout (else `default_timeout`, the agent's). The first SOLICIT is not
+/// delayed by `SOL_MAX_DELAY`: an ADD waits for it, and the network's
+/// pacing already spreads a burst of them.
+pub(crate) fn engine_config6(
+    network: &Network,
+    mac: [u8; 6],
+    default_timeout: Duration,
+) -> ClientConfig {
+    let mut cfg = ClientConfig {
+        mac,
+        rapid_commit: network.ipam.ipv6.is_some_and(|v| v.rapid_commit),
+        acquire_timeout: Some(network.ipam.timeout.unwrap_or(default_timeout)),
+        ..ClientConfig::default()
+    };
+    cfg.timeouts.sol_max_delay = Duration::ZERO;
+    cfg
+}
+
+/// How `network` configures `lease` (its prefix length, else /128; its
+/// gateway; the route metric).
+pub(crate) fn address6(network: &Network, lease: &v6::Lease) -> Address6 {
+    let v6 = network.ipam.ipv6.unwrap_or_default();
+    Address6 {
+        address: lease.address,
+        prefix_len: v6.prefix_length.unwrap_or(128),
+        gateway: v6.gateway.filter(|_| v6.prefix_length.is_some()),
+        metric: network.ipam.route_priority,
+    }
+}
+
+/// What an IPv6 acquisition is for.
+#[derive(Debug)]
+pub(crate) struct Acquisition6 {
+    /// The attachment's record, without a lease yet.
+    pub(crate) record: LeaseRecord,
+    /// The pod's namespace and the interface's index there.
+    pub(crate) netns: PathBuf,
+    pub(crate) ifindex: u32,
+}
+
+impl Registry {
+    /// Run the v6 engine on the attachment's interface until the first
+    /// lease (or failure), admitted by the network's pacing first;
+    /// `default_timeout` is the agent's acquisition timeout. On failure
+    /// the attachment is given up without a trace.
+    pub(crate) async fn acquire6(
+        self: &Arc<Self>,
+        pacing: &Pacing,
+        default_timeout: Duration,
+        a: Acquisition6,
+    ) -> Result<(Handle, v6::Lease), Failure> {
+        let rec = &a.record;
+        let mut cfg = engine_config6(&rec.network, rec.mac, default_timeout);
+        cfg.validate().map_err(Failure::Config6)?;
+        let timeout = cfg.acquire_timeout.unwrap_or(default_timeout);
+        let (slot, waited) = self.admit(pacing, &rec.network.name, timeout).await?;
+        cfg.acquire_timeout = Some(timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT));
+        let sock = Udp6::open(&a.netns, &rec.ifname, a.ifindex)
+            .await
+            .map_err(|source| {
+                self.metrics().failure("interface");
+                Failure::Port(source)
+            })?;
+        let client = Client::new(cfg, Instant::now(), seed());
+        let (tx, rx) = oneshot::channel();
+        let handle = self.spawn6(a.record, a.netns, client, sock, Some(tx));
+        let outcome = slot
+            .hold_during(tokio::time::timeout(timeout + ADD_MARGIN, rx))
+            .await;
+        let failure = match outcome {
+            Ok(Ok(Outcome6::Bound(lease))) => return Ok((handle, lease)),
+            Ok(Ok(Outcome6::Failed(source))) => Failure::NoLease6 {
+                timeout,
+                source: Box::new(source),
+            },
+            Ok(Ok(Outcome6::Cancelled)) => Failure::Cancelled,
+            Ok(Ok(Outcome6::ApplyFailed(source))) => {
+                // Bound at the server: give the address back.
+                self.abandon(&handle, true).await;
+                return Err(Failure::Apply(source));
+            }
+            Ok(Err(_)) | Err(_) => {
+                self.metrics().failure("acquire_no_reply");
+                Failure::Silent { timeout }
+            }
+        };
+        self.abandon(&handle, false).await;
+        Err(failure)
+    }
+
+    /// Resume a persisted IPv6 attachment after a restart: the stored lease
+    /// checked with a REBIND (any server confirms and extends it; one that
+    /// lost it answers `NoBinding` and the address is requested again), or,
+    /// without a lease, a new SOLICIT. No acquisition deadline: nobody
+    /// waits, and RFC 8415 has SOLICIT go on.
+    pub(crate) async fn resume6(
+        self: &Arc<Self>,
+        default_timeout: Duration,
+        record: LeaseRecord,
+        netns: PathBuf,
+        ifindex: u32,
+        now_unix_ms: u64,
+    ) -> Result<Handle, LinkError> {
+        let mut cfg = engine_config6(&record.network, record.mac, default_timeout);
+        cfg.acquire_timeout = None;
+        let sock = Udp6::open(&netns, &record.ifname, ifindex).await?;
+        let now = Instant::now();
+        let client = match record.lease6.clone() {
+            Some(l) => {
+                info!(container = %record.container_id, ifname = %record.ifname, address = %l.address,
+                    "resuming DHCPv6 lease with REBIND");
+                Client::resume(cfg, *l, now, now_unix_ms, seed())
+            }
+            None => Client::new(cfg, now, seed()),
+        };
+        Ok(self.spawn6(record, netns, client, sock, None))
+    }
+
+    fn spawn6(
+        self: &Arc<Self>,
+        record: LeaseRecord,
+        netns: PathBuf,
+        client: Client,
+        sock: Udp6,
+        waiter: Option<oneshot::Sender<Outcome6>>,
+    ) -> Handle {
+        let apply = record.network.ipam.apply;
+        let started = self.register(record, client.state().into(), CapturePath::Udp6);
+        let task = Task6 {
+            svc: self.services(),
+            client,
+            sock,
+            live: started.handle.live.clone(),
+            cmds: started.cmds,
+            waiter,
+            persisted: started.persisted,
+            netns,
+            apply,
+            applied: None,
+        };
+        self.run(&started.handle, run(task));
+        started.handle
+    }
+}
+
+/// Everything a v6 lease task owns.
+struct Task6 {
+    svc: Arc<Services>,
+    client: Client,
+    sock: Udp6,
+    live: Arc<Mutex<Live>>,
+    cmds: mpsc::Receiver<Command>,
+    waiter: Option<oneshot::Sender<Outcome6>>,
+    persisted: watch::Sender<Durable>,
+    netns: PathBuf,
+    /// The network's `"apply": true`.
+    apply: bool,
+    /// What the task configured on the interface.
+    applied: Option<Address6>,
+}
+
+/// A stop in progress: the RELEASE is out.
+struct Stopping {
+    ack: oneshot::Sender<()>,
+    until: tokio::time::Instant,
+}
+
+impl Task6 {
+    fn record(&self) -> LeaseRecord {
+        lock(&self.live).record.clone()
+    }
+
+    fn ifname(&self) -> String {
+        lock(&self.live).record.ifname.clone()
+    }
+
+    fn sync_state(&self) {
+        let state = EngineState::V6(self.client.state());
+        let mut l = lock(&self.live);
+        if l.state != state {
+            self.svc
+                .metrics
+                .lease_state(Some(l.state.label()), Some(state.label()));
+            l.state = state;
+        }
+    }
+
+    /// Send what the engine queued. A send that fails (the interface's
+    /// link-local address still tentative, the link down) is a lost
+    /// message: the engine retransmits it.
+    async fn flush(&mut self) {
+        while let Some(t) = self.client.poll_transmit() {
+            debug!(kind = %t.kind, xid = t.xid, iaid = t.iaid, dst = %t.dst.address(), "DHCPv6 send");
+            if let Err(e) = self.sock.send(&t.payload, t.dst.address()).await {
+                debug!(kind = %t.kind, error = %e, "DHCPv6 send failed; the engine retransmits");
+            }
+        }
+    }
+
+    /// Write the record; the first write's outcome is the ADD's.
+    async fn persist(&self) -> Durable {
+        let effect = Effect::Persist(Box::new(self.record()));
+        let written = self.svc.settled(self.svc.clone().start(effect)).await;
+        self.persisted.send_replace(written.clone());
+        written
+    }
+
+    /// Configure `lease` (apply), replacing what was configured before.
+    async fn configure(&mut self, lease: &v6::Lease) -> Result<(), Arc<NetlinkError>> {
+        if !self.apply {
+            return Ok(());
+        }
+        let want = address6(&self.record().network, lease);
+        if let Some(old) = self.applied.filter(|old| *old != want) {
+            self.unconfigure_one(old).await;
+        }
+        apply::configure6(&self.netns, &self.ifname(), want)
+            .await
+            .map_err(Arc::new)?;
+        self.applied = Some(want);
+        Ok(())
+    }
+
+    async fn unconfigure(&mut self) {
+        if let Some(old) = self.applied.take() {
+            self.unconfigure_one(old).await;
+        }
+    }
+
+    async fn unconfigure_one(&self, a: Address6) {
+        if let Err(e) = apply::deconfigure6(&self.netns, &self.ifname(), a).await {
+            warn!(error = %crate::rpc::format_chain(&e), address = %a.address,
+                "could not take the IPv6 address off the interface");
+        }
+    }
+
+    /// Act on one engine event; `Some` when the task ends.
+    async fn on_event(&mut self, ev: Event, stopping: &mut Option<Stopping>) -> Option<Ended> {
+        match ev {
+            Event::Bound(lease) => {
+                let applied = self.configure(&lease).await;
+                lock(&self.live).set_lease6(Some(lease.clone()));
+                let a = address6(&self.record().network, &lease);
+                if a.prefix_len == 128 && a.gateway.is_none() {
+                    info!(address = %lease.address,
+                        "DHCPv6 lease bound as a /128 with no route: the network names no prefix length and gateway (ipam.ipv6)");
+                } else {
+                    info!(address = %lease.address, prefix_len = a.prefix_len, gateway = ?a.gateway,
+                        "DHCPv6 lease bound");
+                }
+                let written = self.persist().await;
+                if let Some(w) = self.waiter.take() {
+                    let outcome = match applied {
+                        Err(e) => Outcome6::ApplyFailed(e),
+                        Ok(()) => Outcome6::Bound(lease),
+                    };
+                    let _ = w.send(outcome);
+                }
+                if let Durable::Failed(_) = written {
+                    self.svc.metrics.failure("persist");
+                }
+            }
+            Event::Renewed(lease) | Event::Changed { new: lease, .. } => {
+                // Configured again: a resumed lease is configured by now
+                // (an address already there is fine), a changed one
+                // replaces the old address.
+                if let Err(e) = self.configure(&lease).await {
+                    warn!(error = %crate::rpc::format_chain(&*e), "could not configure the renewed IPv6 lease");
+                }
+                info!(address = %lease.address, "DHCPv6 lease renewed");
+                lock(&self.live).set_lease6(Some(lease));
+                self.persist().await;
+            }
+            Event::Lost { reason } => {
+                warn!(
+                    reason = reason.label(),
+                    "DHCPv6 lease lost; soliciting again"
+                );
+                self.unconfigure().await;
+                lock(&self.live).set_lease6(None);
+            }
+            Event::Released => {
+                if let Some(s) = stopping.take() {
+                    let _ = s.ack.send(());
+                    return Some(Ended::Kept);
+                }
+            }
+            Event::Failed(e) => {
+                if let Some(w) = self.waiter.take() {
+                    let _ = w.send(Outcome6::Failed(e));
+                    return Some(Ended::Kept);
+                }
+                warn!(error = %e, "DHCPv6 acquisition failed; trying again later");
+            }
+        }
+        None
+    }
+
+    /// DEL: the address off the interface, then RELEASE (when asked and
+    /// held); the ack once the server answered it (or gave up).
+    async fn on_stop(
+        &mut self,
+        release: bool,
+        ack: oneshot::Sender<()>,
+        stopping: &mut Option<Stopping>,
+    ) -> Option<Ended> {
+        self.unconfigure().await;
+        if release && self.client.lease().is_some() {
+            self.client.set_wall_clock_unix_ms(now_unix_ms());
+            self.client.release(Instant::now());
+            *stopping = Some(Stopping {
+                ack,
+                until: tokio::time::Instant::now() + RELEASE_WAIT,
+            });
+            return None;
+        }
+        let _ = ack.send(());
+        Some(Ended::Kept)
+    }
+}
+
+/// The v6 lease's event loop.
+async fn run(mut t: Task6) -> Ended {
+    let mut buf = vec![0u8; 4096];
+    let mut stopping: Option<Stopping> = None;
+    let mut restart_at: Option<tokio::time::Instant> = None;
+    loop {
+        t.flush().await;
+        while let Some(ev) = t.client.poll_event() {
+            if let Some(end) = t.on_event(ev, &mut stopping).await {
+                t.sync_state();
+                return end;
+            }
+        }
+        t.flush().await;
+        t.sync_state();
+        if t.client.state() == State::Failed && restart_at.is_none() {
+            restart_at = Some(tokio::time::Instant::now() + REACQUIRE_DELAY);
+        }
+        let deadline = [
+            t.client.poll_timeout().map(tokio::time::Instant::from_std),
+            restart_at,
+            stopping.as_ref().map(|s| s.until),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timer = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = t.svc.token.cancelled() => {
+                if let Some(w) = t.waiter.take() {
+                    let _ = w.send(Outcome6::Cancelled);
+                }
+                return Ended::Kept;
+            }
+            cmd = t.cmds.recv(), if stopping.is_none() => match cmd {
+                Some(Command::Stop { release, ack }) => {
+                    if let Some(end) = t.on_stop(release, ack, &mut stopping).await {
+                        return end;
+                    }
+                }
+                None => return Ended::Kept,
+            },
+            got = t.sock.recv(&mut buf) => match got {
+                Ok((n, src)) => {
+                    t.client.set_wall_clock_unix_ms(now_unix_ms());
+                    if let Err(reason) = t.client.handle_packet(Instant::now(), src, &buf[..n]) {
+                        debug!(%src, reason = reason.label(), "DHCPv6 message dropped");
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "DHCPv6 socket receive failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            () = timer => {
+                let now = tokio::time::Instant::now();
+                if let Some(s) = stopping.take_if(|s| s.until <= now) {
+                    // The RELEASE went unanswered: the address is not used
+                    // any more either way.
+                    let _ = s.ack.send(());
+                    return Ended::Kept;
+                }
+                if restart_at.is_some_and(|r| r <= now) {
+                    restart_at = None;
+                    t.client.set_wall_clock_unix_ms(now_unix_ms());
+                    t.client.restart(Instant::now());
+                }
+                t.client.set_wall_clock_unix_ms(now_unix_ms());
+                t.client.handle_timeout(Instant::now());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn network(ipam: &str) -> Network {
+        let c = crate::cni::config::parse(
+            format!(r#"{{"cniVersion":"1.1.0","name":"v6","ipam":{ipam}}}"#).as_bytes(),
+        )
+        .unwrap();
+        Network::from(&c)
+    }
+
+    /// A lease of `2001:db8::5` (the operations' tests start from it too).
+    pub(crate) fn lease() -> v6::Lease {
+        v6::Lease {
+            address: "2001:db8::5".parse().unwrap(),
+            iaid: 1,
+            server_id: vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 1],
+            server_unicast: None,
+            preferred_secs: 100,
+            valid_secs: 200,
+            t1_secs: 50,
+            t2_secs: 80,
+            dns_servers: vec!["2001:db8::53".parse().unwrap()],
+            domain_search: vec!["example.test".into()],
+            acquired_unix_ms: 1,
+        }
+    }
+
+    /// Without a prefix length the address is a /128 with no route; a
+    /// gateway comes only with one; the metric is the network's priority.
+    #[test]
+    fn an_address_is_a_128_unless_the_network_names_a_prefix() {
+        let bare = address6(&network(r#"{"type":"xdhcp","family":"ipv6"}"#), &lease());
+        assert_eq!((bare.prefix_len, bare.gateway), (128, None));
+        let named = address6(
+            &network(
+                r#"{"type":"xdhcp","family":"ipv6","priority":7,
+                    "ipv6":{"prefixLength":64,"gateway":"fe80::1"}}"#,
+            ),
+            &lease(),
+        );
+        assert_eq!(named.prefix_len, 64);
+        assert_eq!(named.gateway, Some("fe80::1".parse().unwrap()));
+        assert_eq!(named.metric, Some(7));
+        let prefix_only = address6(
+            &network(r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefixLength":64}}"#),
+            &lease(),
+        );
+        assert_eq!((prefix_only.prefix_len, prefix_only.gateway), (64, None));
+    }
+
+    /// The engine gets the workload's MAC, the network's Rapid Commit and
+    /// timeout, and no `SOL_MAX_DELAY`.
+    #[test]
+    fn the_engine_takes_the_networks_settings() {
+        let mac = [2, 0, 0, 0, 0, 9];
+        let n = network(
+            r#"{"type":"xdhcp","family":"ipv6","timeout":"20s","ipv6":{"rapidCommit":true}}"#,
+        );
+        let cfg = engine_config6(&n, mac, Duration::from_secs(30));
+        assert_eq!(cfg.mac, mac);
+        assert!(cfg.rapid_commit);
+        assert_eq!(cfg.acquire_timeout, Some(Duration::from_secs(20)));
+        assert_eq!(cfg.timeouts.sol_max_delay, Duration::ZERO);
+        cfg.validate().unwrap();
+        let plain = engine_config6(
+            &network(r#"{"type":"xdhcp","family":"ipv6"}"#),
+            mac,
+            Duration::from_secs(30),
+        );
+        assert!(!plain.rapid_commit);
+        assert_eq!(plain.acquire_timeout, Some(Duration::from_secs(30)));
+    }
+}

@@ -1,0 +1,198 @@
+//! ADD on an IPv6 network (`"ipam": {"family": "ipv6"}`), for a pod: the
+//! interface opened (and brought up) in the pod's namespace, the DHCP guard
+//! on its port as for IPv4, one `DHCPv6` lease acquired through the pod's
+//! own UDP socket ([`crate::lease::v6`]), its record on disk before the
+//! answer, and the CNI result with the address.
+//!
+//! Not yet: the `pod-networks` entry (an IPv6 ADD writes none), VMs, the
+//! kernel capture path, router advertisements ([`docs/dhcpv6.md`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::info;
+use xdhcp_engine::v6::Lease;
+
+use crate::cni::config::NetworkConfig;
+use crate::cni::types::{CniResult, DnsConfig, Ip6Config, Ipv6Cidr, Route6Config};
+use crate::datapath::link::{Link, Sockets};
+use crate::lease::persist::{Durable, PodRef, WorkloadKind};
+use crate::lease::v6::{Acquisition6, address6};
+use crate::model::Network;
+use crate::ops::context::Agent;
+use crate::ops::error::{Error, Place};
+use crate::ops::guard_port::{PortNetwork, guard_port};
+use crate::ops::network::fresh_record;
+use crate::ops::report::Deadline;
+use crate::rpc::CniRequest;
+use crate::workload::MacAddr;
+
+/// How long ADD waits for the first lease record to reach the disk.
+const PERSIST_WAIT: Duration = Duration::from_secs(10);
+
+/// Who an IPv6 ADD is for.
+pub(crate) struct For {
+    pub(crate) pod: Option<PodRef>,
+    pub(crate) annotation_key: Option<String>,
+}
+
+/// ADD of a pod's attachment on an IPv6 network, within `deadline`.
+pub(crate) async fn add(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    who: For,
+    netns: PathBuf,
+    deadline: Deadline,
+) -> Result<CniResult, Error> {
+    let place = Place::Pod {
+        ifname: req.ifname.clone(),
+        netns: netns.clone(),
+    };
+    // Brought up if it is down, its veth peer found; no packet socket.
+    let mut link =
+        Link::open_looking(Some(&netns), &req.ifname, Sockets::Later, true).map_err(|source| {
+            agent.metrics().failure("interface");
+            Error::Interface {
+                place: place.clone(),
+                source,
+            }
+        })?;
+    let (mac, ifindex, peer) = (link.info.mac, link.info.ifindex, link.take_veth_peer());
+    drop(link);
+    guard_port(
+        agent,
+        &req.container_id,
+        &req.ifname,
+        &netns,
+        PortNetwork::of_config(&req.config),
+        (mac, false),
+        peer,
+    )
+    .await;
+    let record = fresh_record(
+        req,
+        who.pod,
+        WorkloadKind::Pod,
+        mac,
+        who.annotation_key.clone(),
+    );
+    let acquisition = Acquisition6 {
+        record,
+        netns,
+        ifindex,
+    };
+    let acquired = agent
+        .leases
+        .acquire6(&agent.pacing, agent.base.acquire_timeout, acquisition)
+        .await;
+    let (handle, lease) = match acquired {
+        Ok(x) => x,
+        Err(f) => {
+            agent.guard.release(&req.container_id, &req.ifname);
+            return Err(Error::acquisition(place, &req.config.name, f));
+        }
+    };
+    // Answer only once the lease is on disk (a restart must resume it).
+    let wait = PERSIST_WAIT.min(deadline.left());
+    let reason = match handle.persisted(wait).await {
+        Durable::Saved => None,
+        Durable::Failed(e) => Some(crate::rpc::format_chain(&*e)),
+        Durable::Pending => Some(format!("the write did not finish within {wait:?}")),
+    };
+    if let Some(reason) = reason {
+        agent.leases.abandon(&handle, true).await;
+        agent.guard.release(&req.container_id, &req.ifname);
+        return Err(Error::Persist {
+            dir: agent.svc.store.leases_dir().to_path_buf(),
+            reason,
+        });
+    }
+    if who.annotation_key.is_some() {
+        info!(container = %req.container_id, ifname = %req.ifname,
+            "no pod-networks entry written: IPv6 addresses are not reported there yet");
+    }
+    info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
+        mac = %MacAddr(mac), "ADD done (DHCPv6)");
+    Ok(cni_result6(&lease, &req.config))
+}
+
+/// The CNI result for a `DHCPv6` lease: the address with the network's
+/// prefix length (a /128 without one), a default route through the
+/// network's gateway when it names one, and the lease's DNS servers and
+/// search list.
+pub(crate) fn cni_result6(lease: &Lease, config: &NetworkConfig) -> CniResult {
+    let a = address6(&Network::from(config), lease);
+    CniResult {
+        cni_version: config.cni_version.clone(),
+        ips: Vec::new(),
+        ips6: vec![Ip6Config {
+            version: None,
+            address: Ipv6Cidr {
+                addr: a.address,
+                prefix_len: a.prefix_len,
+            },
+            gateway: a.gateway,
+        }],
+        routes: Vec::new(),
+        routes6: a
+            .gateway
+            .map(|gw| Route6Config {
+                dst: Ipv6Cidr {
+                    addr: std::net::Ipv6Addr::UNSPECIFIED,
+                    prefix_len: 0,
+                },
+                gw: Some(gw),
+                priority: a.metric,
+            })
+            .into_iter()
+            .collect(),
+        dns: DnsConfig {
+            nameservers: lease.dns_servers.iter().map(|&d| d.into()).collect(),
+            domain: None,
+            search: lease.domain_search.clone(),
+        },
+    }
+    .for_version(&config.cni_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::v6::tests::lease;
+
+    fn config(ipam: &str) -> NetworkConfig {
+        crate::cni::config::parse(
+            format!(r#"{{"cniVersion":"1.1.0","name":"v6","ipam":{ipam}}}"#).as_bytes(),
+        )
+        .unwrap()
+    }
+
+    /// A bare IPv6 network's result: the address as a /128, no route; one
+    /// naming a prefix length and gateway: the address in the prefix and a
+    /// default route with the network's metric.
+    #[test]
+    fn the_result_carries_the_address_and_what_the_network_names() {
+        let bare = cni_result6(&lease(), &config(r#"{"type":"xdhcp","family":"ipv6"}"#));
+        let v = serde_json::to_value(&bare).unwrap();
+        assert_eq!(v["ips"][0]["address"], "2001:db8::5/128");
+        assert!(v["ips"][0].get("gateway").is_none());
+        assert!(v.get("routes").is_none(), "{v}");
+        assert_eq!(v["dns"]["nameservers"][0], "2001:db8::53");
+        assert_eq!(v["dns"]["search"][0], "example.test");
+        let named = cni_result6(
+            &lease(),
+            &config(
+                r#"{"type":"xdhcp","family":"ipv6","priority":5,
+                    "ipv6":{"prefixLength":64,"gateway":"2001:db8::1"}}"#,
+            ),
+        );
+        let v = serde_json::to_value(&named).unwrap();
+        assert_eq!(v["ips"][0]["address"], "2001:db8::5/64");
+        assert_eq!(v["ips"][0]["gateway"], "2001:db8::1");
+        assert_eq!(
+            v["routes"][0],
+            serde_json::json!({"dst": "::/0", "gw": "2001:db8::1", "priority": 5})
+        );
+    }
+}

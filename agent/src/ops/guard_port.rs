@@ -1,0 +1,74 @@
+//! The DHCP guard on an attachment's port, as every ADD path (IPv4 and
+//! IPv6, pods and VMs) and the recovery at start put it on.
+
+use tracing::{info, warn};
+
+use crate::cni::config::{DhcpGuardSpec, NetworkConfig};
+use crate::ops::context::Agent;
+
+/// What the guard takes of a port's network: what its config asks
+/// (`ipam.dhcpGuard`), and its names (a `DhcpGuardPolicy` names one).
+pub(crate) struct PortNetwork {
+    pub(crate) spec: DhcpGuardSpec,
+    pub(crate) names: crate::guard::NetworkNames,
+}
+
+impl PortNetwork {
+    /// An ADD's network: its config's `ipam.dhcpGuard`, `name` and
+    /// `netAttachDefName`.
+    pub(crate) fn of_config(c: &NetworkConfig) -> Self {
+        Self::of(c.ipam.dhcp_guard, &c.name, c.net_attach_def_name.as_deref())
+    }
+
+    /// A lease record's network.
+    pub(crate) fn of_record(n: &crate::model::Network) -> Self {
+        Self::of(
+            crate::ops::network::guard_spec(n.ipam.dhcp_guard),
+            &n.name,
+            n.net_attach_def_name.as_deref(),
+        )
+    }
+
+    fn of(spec: DhcpGuardSpec, name: &str, nad: Option<&str>) -> Self {
+        Self {
+            spec,
+            names: crate::guard::NetworkNames {
+                nad: nad.map(str::to_owned),
+                name: (!name.is_empty()).then(|| name.to_owned()),
+            },
+        }
+    }
+}
+
+/// Puts the DHCP guard on the host end of the attachment's port (its
+/// network's `DhcpGuardPolicy` applied on what `network`'s config asks), with the
+/// single-client rule on `client`'s MAC (`(mac, vm)`: a VM's port also
+/// learns). A port the guard cannot take is logged and counted, never a
+/// failed ADD: the lease does not depend on it.
+pub(crate) async fn guard_port(
+    agent: &Agent,
+    container_id: &str,
+    ifname: &str,
+    netns: &std::path::Path,
+    network: PortNetwork,
+    client: ([u8; 6], bool),
+    peer: crate::netlink::PeerLookup,
+) {
+    let (mac, vm) = client;
+    let policy = crate::guard::port_policy(&network.spec, Some(mac), vm);
+    match agent
+        .guard
+        .protect(container_id, ifname, netns, peer, policy, network.names)
+        .await
+    {
+        Ok(Some(port)) => {
+            info!(container = %container_id, ifname, port = %port.host_ifname, ?policy, "DHCP guard on");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            agent.metrics().failure("dhcp_guard");
+            warn!(container = %container_id, ifname, error = %crate::rpc::format_chain(&e),
+                "could not put the DHCP guard on the port");
+        }
+    }
+}
