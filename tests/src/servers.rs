@@ -445,10 +445,14 @@ impl Dnsmasq {
         self.process.stop(Duration::from_secs(2));
     }
 
-    /// Starts the server again with the same config, lease file and log.
+    /// Starts the server again with the same config, lease file and log,
+    /// stopping it first as an operator's restart does (SIGTERM, then
+    /// SIGKILL after 2 s): dnsmasq rewrites its whole lease file in place
+    /// at every change, so a SIGKILL landing mid-rewrite loses leases — a
+    /// server losing its database, not a restart.
     #[track_caller]
     pub fn restart(&mut self) {
-        self.process.kill();
+        self.process.stop(Duration::from_secs(2));
         // The ready line is already in the log; wait for one more. Counted
         // before the spawn: a server quick to start would otherwise have
         // written its line before the count, and the wait never end.
@@ -715,10 +719,12 @@ impl Kea {
         self.process.stop(Duration::from_secs(3));
     }
 
-    /// Starts the server again with the same config and lease file.
+    /// Starts the server again with the same config and lease file,
+    /// stopping it first as an operator's restart does (SIGTERM, then
+    /// SIGKILL after 3 s).
     #[track_caller]
     pub fn restart(&mut self) {
-        self.process.kill();
+        self.process.stop(Duration::from_secs(3));
         let seen = self.count_in_log("DHCP4_STARTED");
         self.process = Self::spawn(&self.ns_name, self.dir.path());
         self.wait_ready(seen);
