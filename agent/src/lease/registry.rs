@@ -272,6 +272,7 @@ impl Registry {
             clock: crate::lease::live::ExchangeClock::new(Instant::now()),
             persisted: persisted_tx,
             ahead: None,
+            answered: None,
         };
         let me = self.clone();
         let mut tasks = lock(&self.tasks);
