@@ -271,31 +271,13 @@ async fn run_on(
         token.clone(),
     ));
 
-    recover::recover(&agent).await;
-    capture.recovered();
-    health.set_recovered();
-    // Short-lived: not a side task (those run for the agent's life).
-    tokio::spawn(capture.clone().release_unclaimed(token.clone()));
-    tokio::spawn(agent.guard.clone().release_unclaimed(token.clone()));
-
-    if let Some(addr) = agent.args.metrics_addr {
-        serve_metrics(addr, &metrics, &health, &token, &mut side).await;
-    }
-
+    // The socket answers from here on; the records are resumed meanwhile.
+    // An operation on an attachment whose record is being resumed waits
+    // for that record (see `Registry::begin_recovery`); the rest go ahead.
+    agent.leases.begin_recovery();
     let mut servers = serve(listeners, &agent, &token);
-    info!("ready");
-    tokio::select! {
-        () = shutdown => {},
-        () = token.cancelled() => {},
-        // A side task that ends before shutdown is a failure: say so, and
-        // stop rather than run without it.
-        ended = side.join_next() => {
-            match ended {
-                Some(Err(e)) if e.is_panic() => error!(error = %e, "an agent task panicked; stopping"),
-                _ => error!("an agent task ended unexpectedly; stopping"),
-            }
-        }
-    }
+    info!("serving the agent socket; recovering the lease records");
+    recover_until_stopped(&agent, &capture, &token, &mut side, shutdown).await;
     // The capture stays attached for the next agent (its links are pinned
     // where a bpffs allows): stopping leases let go of nothing.
     capture.keep_attached();
@@ -337,6 +319,72 @@ async fn guard_loaded(loading: GuardLoading) -> Result<Arc<guard::GuardService>,
     Ok(Arc::new(
         loaded.map_err(|source| DaemonError::Bindings { source })?,
     ))
+}
+
+/// Resume the records while the socket answers, then run until `shutdown`,
+/// a cancellation, or a side task's end. Stopped while recovering, the
+/// recovery stops too: what it had not resumed stays on disk, and its
+/// attachment held (no operation makes a lease over it).
+async fn recover_until_stopped(
+    agent: &Arc<Agent>,
+    capture: &Arc<Capture>,
+    token: &CancellationToken,
+    side: &mut JoinSet<()>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let recovery = agent.clone();
+    let mut recovering = Some(tokio::spawn(async move {
+        recover::recover(&recovery).await;
+    }));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            done = async { recovering.as_mut().expect("guarded").await }, if recovering.is_some() => {
+                recovering = None;
+                if let Err(e) = done {
+                    error!(error = %e, "lease recovery failed; stopping");
+                    break;
+                }
+                recovered(agent, capture, token, side).await;
+            }
+            () = &mut shutdown => break,
+            () = token.cancelled() => break,
+            // A side task that ends before shutdown is a failure: say so, and
+            // stop rather than run without it.
+            ended = side.join_next() => {
+                match ended {
+                    Some(Err(e)) if e.is_panic() => error!(error = %e, "an agent task panicked; stopping"),
+                    _ => error!("an agent task ended unexpectedly; stopping"),
+                }
+                break;
+            }
+        }
+    }
+    if let Some(r) = recovering.take() {
+        r.abort();
+        let _ = r.await;
+    }
+}
+
+/// Recovery is over: the replies kept for adopted transactions go to
+/// their leases, what the previous agent left and nobody claimed is
+/// released in the background, and `/metrics` answers (its lease counts
+/// are whole from now on).
+async fn recovered(
+    agent: &Arc<Agent>,
+    capture: &Arc<Capture>,
+    token: &CancellationToken,
+    side: &mut JoinSet<()>,
+) {
+    capture.recovered();
+    agent.health.set_recovered();
+    // Short-lived: not a side task (those run for the agent's life).
+    tokio::spawn(capture.clone().release_unclaimed(token.clone()));
+    tokio::spawn(agent.guard.clone().release_unclaimed(token.clone()));
+    if let Some(addr) = agent.args.metrics_addr {
+        serve_metrics(addr, &agent.svc.metrics, &agent.health, token, side).await;
+    }
+    info!("ready");
 }
 
 /// The future that keeps the node's pod watch.

@@ -975,6 +975,58 @@ mod tests {
             }
         }
 
+        impl LogSink {
+            /// Every line logged on this thread (at `info`) from now until
+            /// the guard is dropped.
+            fn set_default() -> (Self, tracing::subscriber::DefaultGuard) {
+                let sink = Self::default();
+                let writer = sink.clone();
+                let subscriber = tracing_subscriber::fmt()
+                    .with_writer(move || writer.clone())
+                    .with_ansi(false)
+                    .with_max_level(tracing::Level::INFO)
+                    .finish();
+                (sink, tracing::subscriber::set_default(subscriber))
+            }
+        }
+
+        /// The services of a lease task on `AF_PACKET`, its store in `dir`.
+        fn services(dir: &std::path::Path) -> Arc<Services> {
+            let metrics = Arc::new(Metrics::new());
+            Arc::new(Services {
+                metrics: metrics.clone(),
+                capture: Arc::new(Capture::af_packet(
+                    None,
+                    metrics,
+                    Arc::new(Health::default()),
+                )),
+                store: crate::lease::persist::open(dir).unwrap(),
+                token: CancellationToken::new(),
+            })
+        }
+
+        /// A lease of `ADDR` from `SERVER` (2 min, T1 10 s, T2 100 s)
+        /// acquired at `acquired_unix_ms`.
+        fn held_lease(acquired_unix_ms: u64) -> Lease {
+            Lease {
+                address: ADDR,
+                prefix_len: 24,
+                server_id: SERVER,
+                server_mac: None,
+                routers: Vec::new(),
+                routes: Vec::new(),
+                dns_servers: Vec::new(),
+                domain_name: None,
+                search: Vec::new(),
+                mtu: None,
+                lease_time: Duration::from_mins(2),
+                t1: Duration::from_secs(10),
+                t2: Duration::from_secs(100),
+                acquired_unix_ms,
+                rejected_routes: Vec::new(),
+            }
+        }
+
         /// The server's ACK to transaction `xid`, with T1 and T2 of its own.
         fn ack(xid: u32, t1_secs: u32, t2_secs: u32) -> RxFrame {
             let request = Transmit {
@@ -1014,47 +1066,14 @@ mod tests {
         /// the server's ACKs, a restart's renewals must not look lost.
         #[tokio::test]
         async fn a_renewal_answered_past_its_new_t1_is_logged_with_the_answered_xid() {
-            let sink = LogSink::default();
-            let writer = sink.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .with_max_level(tracing::Level::INFO)
-                .finish();
-            let _log = tracing::subscriber::set_default(subscriber);
+            let (sink, _log) = LogSink::set_default();
 
             let dir = tempfile::tempdir().unwrap();
-            let metrics = Arc::new(Metrics::new());
-            let svc = Arc::new(Services {
-                metrics: metrics.clone(),
-                capture: Arc::new(Capture::af_packet(
-                    None,
-                    metrics,
-                    Arc::new(Health::default()),
-                )),
-                store: crate::lease::persist::open(dir.path()).unwrap(),
-                token: CancellationToken::new(),
-            });
+            let svc = services(dir.path());
             let now = Instant::now();
             let now_ms = now_unix_ms();
-            let lease = Lease {
-                address: ADDR,
-                prefix_len: 24,
-                server_id: SERVER,
-                server_mac: None,
-                routers: Vec::new(),
-                routes: Vec::new(),
-                dns_servers: Vec::new(),
-                domain_name: None,
-                search: Vec::new(),
-                mtu: None,
-                lease_time: Duration::from_mins(2),
-                t1: Duration::from_secs(10),
-                t2: Duration::from_secs(100),
-                // Past T1 by 40 s: the previous agent's renewal left then.
-                acquired_unix_ms: now_ms - 50_000,
-                rejected_routes: Vec::new(),
-            };
+            // Past T1 by 40 s: the previous agent's renewal left then.
+            let lease = held_lease(now_ms - 50_000);
             let plan = xdhcp_engine::PlannedXids {
                 renew: 0x0adb_0001,
                 rebind: 0x0adb_0002,
