@@ -629,6 +629,7 @@ fn check_uplinks(uplinks: &[crate::settings::Uplink]) -> Result<(), DaemonError>
 
 /// Top up the lease store's spare files and group-commit the embedded pod
 /// store, off the ADD path.
+/// The first tick is at once: the store opens with no spare files.
 async fn flush_stores(agent: Arc<Agent>, token: CancellationToken) {
     let mut tick = tokio::time::interval(STORE_FLUSH);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
