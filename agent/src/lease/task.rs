@@ -368,8 +368,9 @@ async fn drain_events<P: LeasePort>(
                 task.svc.metrics.dora(secs);
                 let path = lock(&task.live).capture.metric_label();
                 task.svc.metrics.bound_by_path(path);
+                let xid = task.answered.take().unwrap_or_else(|| task.client.xid());
                 info!(address = %lease.address, prefix = lease.prefix_len, server = %lease.server_id,
-                    lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, "bound");
+                    lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, xid, "bound");
                 log_rejected(&lease);
                 let bound_at = Instant::now();
                 task.set_lease(Some(lease.clone()));

@@ -22,8 +22,8 @@
 //! over its socket (the plugin's STATUS), and until every lease is held
 //! again (`/metrics`); and the replies lost: the server's ACKs (its log,
 //! `--log-dhcp`, names each one's xid) from the stop until two T1 after the
-//! start whose xid completed no renewal in either agent's log (each
-//! `renewed` line names its xid). The floor beside them: a bare exec of the
+//! start whose xid completed no renewal (or acquisition) in either agent's
+//! log (each `renewed` and `bound` line names its xid). The floor beside them: a bare exec of the
 //! binary (`xdhcp --version`).
 //!
 //! The test bed itself must not lose what it counts: a thousand pods and a
@@ -33,7 +33,8 @@
 //! renewals — an ACK the server logs but cannot send, or a REQUEST it never
 //! sees, would count against the agent. So the run raises both for its
 //! duration, as `bench scale` does (restored at the end, also on panic),
-//! and reports the kernel's drops per start beside the losses.
+//! and reports the kernel's drops per start beside the losses
+//! (`XDHCP_BENCH_RESTART_LAB=leave` keeps the machine's values).
 //!
 //! `XDHCP_BENCH_RESTART_N` (default 1000) and `XDHCP_BENCH_RESTART_T1`
 //! (default 10) change the population and T1 while developing;
@@ -154,19 +155,33 @@ fn main() {
     );
     let t2 = LEASE_SECS * 3 / 4;
     let upgrade_bin = std::env::var_os("XDHCP_BENCH_RESTART_UPGRADE_BIN").map(PathBuf::from);
-    let neigh = RaisedThresholds::raise(NEIGH_RAISED)
-        .expect("raise net.ipv4.neigh.default.gc_thresh* (run as root)");
+    // `XDHCP_BENCH_RESTART_LAB=leave` keeps the machine's values (to see
+    // what the lab itself loses).
+    let raise = std::env::var("XDHCP_BENCH_RESTART_LAB").as_deref() != Ok("leave");
+    let neigh = raise.then(|| {
+        RaisedThresholds::raise(NEIGH_RAISED)
+            .expect("raise net.ipv4.neigh.default.gc_thresh* (run as root)")
+    });
     // A namespace takes rmem_default when it is created: before the lab.
-    let rcvbuf = RaisedSysctl::raise("net.core.rmem_default", SERVER_RCVBUF)
-        .expect("raise net.core.rmem_default (run as root)");
-    let lab_note = format!(
-        "the kernel's ARP table thresholds raised from {:?} to {:?} and net.core.rmem_default \
-         from {} to {} bytes for the run",
-        neigh.previous(),
-        neigh.now,
-        rcvbuf.previous(),
-        rcvbuf.now
-    );
+    let rcvbuf = raise.then(|| {
+        RaisedSysctl::raise("net.core.rmem_default", SERVER_RCVBUF)
+            .expect("raise net.core.rmem_default (run as root)")
+    });
+    let lab_note = match (&neigh, &rcvbuf) {
+        (Some(n), Some(r)) => format!(
+            "the kernel's ARP table thresholds raised from {:?} to {:?} and \
+             net.core.rmem_default from {} to {} bytes for the run",
+            n.previous(),
+            n.now,
+            r.previous(),
+            r.now
+        ),
+        _ => format!(
+            "the kernel's ARP table thresholds ({:?}) and net.core.rmem_default left as the \
+             machine has them (XDHCP_BENCH_RESTART_LAB=leave)",
+            neigh::gc_thresholds()
+        ),
+    };
     progress!("{lab_note}");
     let log_dir = std::env::var_os("XDHCP_BENCH_LOG_DIR").map(PathBuf::from);
     progress!("building a lab with {n} pod namespaces behind one uplink…");
@@ -400,7 +415,7 @@ fn ack_xids(log: &str) -> Vec<u32> {
 }
 
 /// The xids every agent's log (the daemons' logs in `dir`) names as having
-/// completed a renewal.
+/// completed a renewal (or an acquisition).
 fn renewed_xids(dir: &Path) -> HashSet<u32> {
     let mut out = HashSet::new();
     let logs =
@@ -410,7 +425,12 @@ fn renewed_xids(dir: &Path) -> HashSet<u32> {
             continue;
         }
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        for l in text.lines().filter(|l| l.contains(" renewed ")) {
+        // A lease that ran out meanwhile is acquired again: its ACK
+        // completes a `bound` line.
+        for l in text
+            .lines()
+            .filter(|l| l.contains(" renewed ") || l.contains(" bound "))
+        {
             if let Some(x) = l
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("xid="))
@@ -444,7 +464,7 @@ fn report(starts: &[Start], n: usize, t1: u32, floor: Duration, lab_note: &str) 
          SIGTERM. Times from the new process's exec; *serving* = the first CNI request (STATUS) \
          answered over its socket; *every lease held* = `/metrics` shows {n}. Replies lost = \
          the server's ACKs from the stop until 2×T1 after the start whose xid completed no \
-         renewal in either agent's log (read 1 s after the window closes). Floor: a bare exec \
+         renewal (or acquisition) in either agent's log (read 1 s after the window closes). Floor: a bare exec \
          of the binary (`--version`), {:.1} ms. The lab: {lab_note}; its kernel drops per start \
          in the last column (an ACK the server could not send for want of an ARP entry, or a \
          REQUEST it never read, is the lab's loss, not the agent's).\n",
