@@ -767,7 +767,19 @@ impl Health {
             .clone()
     }
 
-    /// `Ok` when ready to serve CNI requests, else why not.
+    /// `Ok` when the agent socket takes ADDs (CNI STATUS), else why not:
+    /// once the datapath is attached. The records a starting agent resumes
+    /// need not be: an operation on one of theirs waits for it, the rest go
+    /// ahead.
+    pub(crate) fn takes_adds(&self) -> Result<(), &'static str> {
+        if self.datapath.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("datapath not attached yet")
+        }
+    }
+
+    /// `Ok` when every lease is resumed too (`/readyz`), else why not.
     pub(crate) fn ready(&self) -> Result<(), &'static str> {
         match (
             self.datapath.load(Ordering::SeqCst),

@@ -530,7 +530,10 @@ struct Commit {
 impl LeaseStore {
     /// Opens (creating with mode 0700 if needed) `<state_dir>/leases` and
     /// `<state_dir>/quarantine`, and removes temporary files left by an
-    /// interrupted write.
+    /// interrupted write. The pool of spare files starts empty (a save
+    /// makes its own file meanwhile): [`LeaseStore::replenish`] fills it,
+    /// off the start's path (a hundred files made there held a restarted
+    /// agent's socket back).
     pub fn open(state_dir: &Path) -> Result<Self> {
         Self::open_with(state_dir, Box::new(Disk))
     }
@@ -558,7 +561,6 @@ impl LeaseStore {
             committed: Condvar::new(),
         };
         store.remove_stale_tmp()?;
-        store.replenish();
         prune_quarantine(&store.quarantine_dir, unix_ms_now());
         Ok(store)
     }
@@ -1639,7 +1641,10 @@ mod tests {
         use std::os::unix::fs::MetadataExt as _;
         let dir = tempfile::tempdir().unwrap();
         let store = LeaseStore::open(dir.path()).unwrap();
-        // Spares are ready before the first save.
+        // None at open (the start does not wait for them); ready once
+        // replenished, before the first save.
+        assert_eq!(store.spares(), 0);
+        store.replenish();
         assert_eq!(store.spares(), POOL_TARGET);
         let spare_inodes: std::collections::BTreeSet<u64> = fs::read_dir(store.leases_dir())
             .unwrap()

@@ -626,3 +626,112 @@ fn a_reply_that_arrives_while_no_agent_runs_completes_the_renewal_it_answers() {
         );
     }
 }
+
+/// The address an ADD's result gives (`ips[0]`, without its prefix).
+fn result_address(out: &xdhcp_tests::PluginOutput) -> String {
+    out.json["ips"][0]["address"]
+        .as_str()
+        .and_then(|a| a.split('/').next())
+        .unwrap_or_else(|| panic!("no address in the result: {}", out.stdout))
+        .to_owned()
+}
+
+/// A restarted agent answers its socket while it still resumes its
+/// records: CNI STATUS at once; an ADD for a new pod goes ahead; an ADD for
+/// the pod whose record is being resumed waits for that record and finds
+/// its lease (the same address, no DISCOVER: never a second lease). The
+/// record's resume is held back 4 s (`XDHCP_TEST_RESUME_DELAY_MS`) so the
+/// recovery is still running while all this happens.
+#[test]
+fn the_socket_answers_during_recovery_and_an_add_waits_only_for_its_own_record() {
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(2);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(30));
+    let conf = format!(
+        r#"{{"cniVersion":"1.1.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
+        agent.socket.display()
+    );
+    let call = |command: &str, i: usize| {
+        let c = &lab.clients[i];
+        invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            command,
+            &format!("pod{i}"),
+            Some(c.ns.path()),
+            &c.ifname,
+            cni.dir.path(),
+            &conf,
+        )
+    };
+    let first = call("ADD", 0);
+    assert!(first.ok, "ADD pod0: {}\n{}", first.stdout, agent.log());
+    let address = result_address(&first);
+    // The full record follows the ADD's answer: the one to resume.
+    assert!(
+        wait_until(Duration::from_secs(5), || the_record(&agent.state_dir)
+            .is_some_and(|r| !r["lease"].is_null())),
+        "the lease never reached its record:\n{}",
+        agent.log()
+    );
+    let mac0 = format_mac(lab.clients[0].mac);
+    let discovers = per_mac(&dnsmasq, "DHCPDISCOVER", std::slice::from_ref(&mac0))[0];
+
+    let log_before = agent.log().len();
+    agent.kill_and_start_with_env(&[("XDHCP_TEST_RESUME_DELAY_MS", "4000")]);
+    let started = std::time::Instant::now();
+    let recovered =
+        |agent: &AgentProcess| agent.log()[log_before..].contains("lease state recovered");
+    assert!(
+        wait_until(Duration::from_secs(10), || call("STATUS", 0).ok),
+        "no STATUS answered:\n{}",
+        agent.log()
+    );
+    assert!(
+        !recovered(&agent),
+        "STATUS was answered only after the recovery:\n{}",
+        &agent.log()[log_before..]
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&agent.cli("status", true)).expect("xdhcp status --json");
+    assert_eq!(status["ready"], false, "recovery still runs: {status}");
+
+    let ((again, again_at), (fresh, fresh_at)) = std::thread::scope(|s| {
+        let again = s.spawn(|| (call("ADD", 0), started.elapsed()));
+        let fresh = s.spawn(|| (call("ADD", 1), started.elapsed()));
+        (again.join().unwrap(), fresh.join().unwrap())
+    });
+    let log = agent.log()[log_before..].to_owned();
+    assert!(fresh.ok, "ADD pod1: {}\n{log}", fresh.stdout);
+    assert!(again.ok, "ADD pod0 again: {}\n{log}", again.stdout);
+    assert!(
+        log.contains("resuming lease without DISCOVER container=pod0"),
+        "pod0's record was not resumed as its lease:\n{log}"
+    );
+    assert_eq!(
+        result_address(&again),
+        address,
+        "the resumed lease, not another:\n{log}"
+    );
+    assert_eq!(
+        per_mac(&dnsmasq, "DHCPDISCOVER", std::slice::from_ref(&mac0))[0],
+        discovers,
+        "a DISCOVER from pod0 since the restart: a second lease\n{log}\n{}",
+        dnsmasq.log()
+    );
+    assert!(
+        fresh_at < again_at,
+        "the new pod's ADD ({fresh_at:?}) waited for another pod's record (pod0 answered after {again_at:?})"
+    );
+    agent.wait_ready();
+    let leases: serde_json::Value =
+        serde_json::from_str(&agent.cli("leases", true)).expect("xdhcp leases --json");
+    let pod0 = leases
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|l| l["containerId"] == "pod0")
+        .count();
+    assert_eq!(pod0, 1, "{leases}");
+}

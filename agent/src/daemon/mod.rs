@@ -209,8 +209,7 @@ async fn run_on(
     listeners: Vec<UnixListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    let socket_files =
-        socket::SocketFiles::note(std::iter::once(&args.socket).chain(&args.extra_socket));
+    let begun = std::time::Instant::now();
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     std::fs::create_dir_all(&args.state_dir).map_err(|source| DaemonError::Io {
@@ -218,16 +217,29 @@ async fn run_on(
         path: args.state_dir.clone(),
         source,
     })?;
+    let mut steps = StartSteps::new();
     vm::heal_at_start(&args).await;
+    steps.lap("heal");
+    // The two eBPF loads (each object read, its maps made or opened, its
+    // programs verified unless taken from their pins) run on blocking
+    // threads while the rest of the start goes on.
     let guard_loading = start_guard(&args);
+    let datapath_loading = start_datapath(&args, &metrics, &health);
     let store =
         lease::persist::open(&args.state_dir).map_err(|source| DaemonError::Store { source })?;
+    steps.lap("store");
     let pod_api =
         PodApi::connect_with_kubeconfig(args.kube, args.kubeconfig.as_deref(), &args.state_dir)
             .await
             .and_then(|api| api.on_node(args.node_name.as_deref()))
             .map_err(|source| DaemonError::Kube { source })?;
-    let (capture, started) = choose_datapath(&args, &metrics, &health)?;
+    steps.lap("pod_api");
+    let base = base_config(&args).await;
+    steps.lap("node_networks");
+    let (capture, started) = datapath_loading
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+    steps.lap("datapath_wait");
     let capture = Arc::new(capture.with_uplinks(&args.uplinks));
     info!(datapath = capture.name(), note = capture.note().unwrap_or(""),
         pod_api = if pod_api.is_kube() { "kubernetes" } else { "embedded" },
@@ -242,13 +254,15 @@ async fn run_on(
     });
     let args_guard = args.clone();
     let (node_ovs, node_pods, watch_pods) = node_sources(&args, &pod_api);
+    let guard = guard_loaded(guard_loading).await?;
+    steps.lap("guard_wait");
     let agent = Arc::new(Agent {
-        base: base_config(&args).await,
+        base,
         args,
         health: health.clone(),
         pod_api,
         leases: Arc::new(Registry::new(svc.clone())),
-        guard: guard_loaded(guard_loading).await?,
+        guard,
         pacing: pacing::Pacing::new(
             args_guard.acquisitions_per_network,
             args_guard.acquisition_slot_hold,
@@ -273,36 +287,35 @@ async fn run_on(
         token.clone(),
     ));
 
-    recover::recover(&agent).await;
-    capture.recovered();
-    health.set_recovered();
-    // Short-lived: not a side task (those run for the agent's life).
-    tokio::spawn(capture.clone().release_unclaimed(token.clone()));
-    tokio::spawn(agent.guard.clone().release_unclaimed(token.clone()));
-
-    if let Some(addr) = agent.args.metrics_addr {
-        serve_metrics(addr, &metrics, &health, &token, &mut side).await;
-    }
-
+    // The socket answers from here on; the records are resumed meanwhile.
+    // An operation on an attachment whose record is being resumed waits
+    // for that record (see `Registry::begin_recovery`); the rest go ahead.
+    steps.lap("node_watch");
+    agent.leases.begin_recovery();
     let mut servers = serve(listeners, &agent, &token);
-    info!("ready");
-    tokio::select! {
-        () = shutdown => {},
-        () = token.cancelled() => {},
-        // A side task that ends before shutdown is a failure: say so, and
-        // stop rather than run without it.
-        ended = side.join_next() => {
-            match ended {
-                Some(Err(e)) if e.is_panic() => error!(error = %e, "an agent task panicked; stopping"),
-                _ => error!("an agent task ended unexpectedly; stopping"),
-            }
-        }
-    }
+    info!(
+        ms = begun.elapsed().as_millis(),
+        steps = %steps,
+        "serving the agent socket; recovering the lease records"
+    );
+    recover_until_stopped(&agent, &capture, &token, &mut side, shutdown).await;
+    stop(&agent, &capture, &token, &mut servers, &mut side).await
+}
+
+/// Stop: every lease persisted and kept (no RELEASE), the capture left
+/// attached for the next agent, the sockets removed.
+async fn stop(
+    agent: &Arc<Agent>,
+    capture: &Capture,
+    token: &CancellationToken,
+    servers: &mut JoinSet<io::Result<()>>,
+    side: &mut JoinSet<()>,
+) -> Result<(), DaemonError> {
     // The capture stays attached for the next agent (its links are pinned
     // where a bpffs allows): stopping leases let go of nothing.
     capture.keep_attached();
     token.cancel();
-    let served = first_failure(&mut servers).await;
+    let served = first_failure(servers).await;
     // Lease tasks persist and stop without RELEASE.
     agent.leases.drain(SHUTDOWN_GRACE).await;
     while let Some(r) = side.join_next().await {
@@ -314,9 +327,55 @@ async fn run_on(
     }
     let a = agent.clone();
     let _ = tokio::task::spawn_blocking(move || settle(&a)).await;
-    socket_files.remove_ours();
+    socket::remove_unserved(std::iter::once(&agent.args.socket).chain(&agent.args.extra_socket));
     info!("stopped");
     served.map_err(|source| DaemonError::Serve { source })
+}
+
+/// The steps of a start, each one's time: logged when the socket serves.
+struct StartSteps {
+    last: std::time::Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl StartSteps {
+    fn new() -> Self {
+        Self {
+            last: std::time::Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    /// `step` ended now.
+    fn lap(&mut self, step: &'static str) {
+        let now = std::time::Instant::now();
+        self.done.push((step, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for StartSteps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, took)) in self.done.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{step}={:.1}ms", took.as_secs_f64() * 1e3)?;
+        }
+        Ok(())
+    }
+}
+
+/// The capture datapath being loaded (see [`choose_datapath`]), on a
+/// blocking thread.
+type DatapathLoading =
+    tokio::task::JoinHandle<Result<(Capture, Option<capture::Started>), DaemonError>>;
+
+fn start_datapath(
+    args: &AgentArgs,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+) -> DatapathLoading {
+    let (args, metrics, health) = (args.clone(), metrics.clone(), health.clone());
+    tokio::task::spawn_blocking(move || choose_datapath(&args, &metrics, &health))
 }
 
 /// The guard being loaded: its programs load (the verifier) on a blocking
@@ -337,6 +396,72 @@ async fn guard_loaded(loading: GuardLoading) -> Result<Arc<guard::GuardService>,
     Ok(Arc::new(
         loaded.map_err(|source| DaemonError::Bindings { source })?,
     ))
+}
+
+/// Resume the records while the socket answers, then run until `shutdown`,
+/// a cancellation, or a side task's end. Stopped while recovering, the
+/// recovery stops too: what it had not resumed stays on disk, and its
+/// attachment held (no operation makes a lease over it).
+async fn recover_until_stopped(
+    agent: &Arc<Agent>,
+    capture: &Arc<Capture>,
+    token: &CancellationToken,
+    side: &mut JoinSet<()>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let recovery = agent.clone();
+    let mut recovering = Some(tokio::spawn(async move {
+        recover::recover(&recovery).await;
+    }));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            done = async { recovering.as_mut().expect("guarded").await }, if recovering.is_some() => {
+                recovering = None;
+                if let Err(e) = done {
+                    error!(error = %e, "lease recovery failed; stopping");
+                    break;
+                }
+                recovered(agent, capture, token, side).await;
+            }
+            () = &mut shutdown => break,
+            () = token.cancelled() => break,
+            // A side task that ends before shutdown is a failure: say so, and
+            // stop rather than run without it.
+            ended = side.join_next() => {
+                match ended {
+                    Some(Err(e)) if e.is_panic() => error!(error = %e, "an agent task panicked; stopping"),
+                    _ => error!("an agent task ended unexpectedly; stopping"),
+                }
+                break;
+            }
+        }
+    }
+    if let Some(r) = recovering.take() {
+        r.abort();
+        let _ = r.await;
+    }
+}
+
+/// Recovery is over: the replies kept for adopted transactions go to
+/// their leases, what the previous agent left and nobody claimed is
+/// released in the background, and `/metrics` answers (its lease counts
+/// are whole from now on).
+async fn recovered(
+    agent: &Arc<Agent>,
+    capture: &Arc<Capture>,
+    token: &CancellationToken,
+    side: &mut JoinSet<()>,
+) {
+    capture.recovered();
+    agent.health.set_recovered();
+    // Short-lived: not a side task (those run for the agent's life).
+    tokio::spawn(capture.clone().release_unclaimed(token.clone()));
+    tokio::spawn(agent.guard.clone().release_unclaimed(token.clone()));
+    if let Some(addr) = agent.args.metrics_addr {
+        serve_metrics(addr, &agent.svc.metrics, &agent.health, token, side).await;
+    }
+    info!("ready");
 }
 
 /// The future that keeps the node's pod watch.
@@ -502,6 +627,7 @@ fn check_uplinks(uplinks: &[crate::settings::Uplink]) -> Result<(), DaemonError>
 
 /// Top up the lease store's spare files and group-commit the embedded pod
 /// store, off the ADD path.
+/// The first tick is at once: the store opens with no spare files.
 async fn flush_stores(agent: Arc<Agent>, token: CancellationToken) {
     let mut tick = tokio::time::interval(STORE_FLUSH);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

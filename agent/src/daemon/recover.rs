@@ -28,14 +28,27 @@ const RESUME_IN_FLIGHT: usize = 16;
 const ADOPTED_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Load persisted attachments and resume them without a new DISCOVER.
+///
+/// Runs while the agent socket answers ([`Registry::begin_recovery`] is
+/// called before it does): the records are listed first and each one's
+/// attachment held, so an operation on it waits until it is resumed (or
+/// forgotten), while operations on every other attachment go ahead. Each
+/// record's attachment is let go as soon as that record is settled.
+///
+/// [`Registry::begin_recovery`]: crate::lease::registry::Registry::begin_recovery
 pub(crate) async fn recover(agent: &Arc<Agent>) {
     let started = Instant::now();
-    let (records, quarantined) = match persist::load_all(&agent.svc.store) {
+    let store = agent.clone();
+    let loaded = tokio::task::spawn_blocking(move || persist::load_all(&store.svc.store))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let (records, quarantined) = match loaded {
         Ok(x) => x,
         Err(e) => {
             error!(error = %crate::rpc::format_chain(&e),
                 "cannot read the lease directory; starting without recovered leases");
             agent.metrics().failure("recover");
+            agent.leases.recovered();
             return;
         }
     };
@@ -43,6 +56,13 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         agent.metrics().failure("corrupt_record");
         warn!(record = %q.what, reason = %q.reason, "unusable lease record set aside");
     }
+    for rec in &records {
+        agent
+            .leases
+            .hold_for_recovery(&rec.container_id, &rec.ifname)
+            .await;
+    }
+    agent.leases.listed();
     let loaded_ms = started.elapsed().as_millis();
     let now_ms = crate::sys::clock::now_unix_ms();
     let mut to_resume = Vec::with_capacity(records.len());
@@ -57,9 +77,11 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         .cloned()
         .collect();
     for rec in records {
+        let (cid, ifname) = (rec.container_id.clone(), rec.ifname.clone());
         if let WorkloadKind::Vm { .. } = rec.workload {
             // One-shot discoveries are not maintained; keep them for CHECK/DEL.
             agent.leases.insert_static(rec);
+            agent.leases.resumed(&cid, &ifname);
             continue;
         }
         let expired = rec
@@ -71,17 +93,25 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
             info!(container = %rec.container_id, ifname = %rec.ifname,
                 "lease expired while the agent was down; dropped (--expired-lease-policy=drop)");
             forget(agent, &rec);
+            agent.leases.resumed(&cid, &ifname);
             continue;
         }
         to_resume.push(rec);
     }
-    let outcomes: Vec<_> = futures::stream::iter(to_resume)
+    #[cfg(feature = "test-hooks")]
+    let delay = test_resume_delay();
+    let resumed = futures::stream::iter(to_resume)
         .map(|rec| async move {
+            #[cfg(feature = "test-hooks")]
+            tokio::time::sleep(delay).await;
             let r = resume_one(agent, rec.clone(), now_ms).await;
-            (rec, r)
+            let ok = settle(agent, &rec, r);
+            agent.leases.resumed(&rec.container_id, &rec.ifname);
+            ok
         })
         .buffer_unordered(RESUME_IN_FLIGHT)
-        .collect()
+        .filter(|ok| std::future::ready(*ok))
+        .count()
         .await;
     let guarding = agent.clone();
     tokio::spawn(async move {
@@ -98,34 +128,49 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
             "recovered ports guarded again"
         );
     });
-    let mut resumed = 0usize;
-    for (rec, r) in outcomes {
-        match r {
-            Ok(()) => resumed += 1,
-            // Gone before DEL, but its uplink is known: DEL releases it there.
-            Err(e)
-                if e.is_interface_gone()
-                    && rec.uplink.is_some()
-                    && rec.lease.is_some()
-                    && rec.workload == WorkloadKind::Pod =>
-            {
-                info!(container = %rec.container_id, ifname = %rec.ifname,
-                    "interface gone; the lease is kept until DEL releases it through the uplink");
-                agent.leases.insert_static(rec);
-            }
-            Err(e) => {
-                warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
-                    "cannot resume the lease (interface or namespace gone); forgetting it");
-                forget(agent, &rec);
-            }
-        }
-    }
+    agent.leases.recovered();
     info!(
         resumed,
         load_ms = loaded_ms,
         total_ms = started.elapsed().as_millis(),
         "lease state recovered"
     );
+}
+
+/// How long each record's resume waits first (tests: a recovery slow
+/// enough to be seen while the socket answers),
+/// `XDHCP_TEST_RESUME_DELAY_MS`.
+#[cfg(feature = "test-hooks")]
+fn test_resume_delay() -> std::time::Duration {
+    std::env::var("XDHCP_TEST_RESUME_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis)
+}
+
+/// What became of one record's resume; whether its lease runs.
+fn settle(agent: &Agent, rec: &LeaseRecord, resumed: Result<(), LinkError>) -> bool {
+    match resumed {
+        Ok(()) => true,
+        // Gone before DEL, but its uplink is known: DEL releases it there.
+        Err(e)
+            if e.is_interface_gone()
+                && rec.uplink.is_some()
+                && rec.lease.is_some()
+                && rec.workload == WorkloadKind::Pod =>
+        {
+            info!(container = %rec.container_id, ifname = %rec.ifname,
+                "interface gone; the lease is kept until DEL releases it through the uplink");
+            agent.leases.insert_static(rec.clone());
+            false
+        }
+        Err(e) => {
+            warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
+                "cannot resume the lease (interface or namespace gone); forgetting it");
+            forget(agent, rec);
+            false
+        }
+    }
 }
 
 /// Guard a recovered record's port again.

@@ -203,7 +203,7 @@ async fn add(
     body: Result<Json<CniRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let began = Instant::now();
-    if let Err(why) = a.health.ready() {
+    if let Err(why) = a.health.takes_adds() {
         return Err(ApiError(CniError::new(
             code::TRY_AGAIN_LATER,
             format!("the xdhcp agent is starting: {why}"),
@@ -290,8 +290,10 @@ async fn gc(
     Ok(Json(add::gc(&a, req).await?))
 }
 
+/// CNI STATUS: whether ADDs are taken (not whether every record is resumed
+/// yet: see `Health::takes_adds`).
 async fn ready(State(a): State<Arc<Agent>>) -> Json<Readiness> {
-    Json(match a.health.ready() {
+    Json(match a.health.takes_adds() {
         Ok(()) => Readiness {
             ready: true,
             reason: String::new(),

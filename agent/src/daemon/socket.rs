@@ -167,50 +167,35 @@ async fn one(stream: tokio::net::UnixStream, app: Router, token: CancellationTok
     }
 }
 
-/// The socket paths this agent serves, for removal when it stops — but
-/// only while nobody else serves them: a new agent that started while
-/// this one was stopping (a rolling upgrade with a surge, a quick
-/// restart) has put its own socket at the same path, and removing that
-/// would leave the new agent serving nobody. (A file's identity cannot
-/// tell them apart: the new socket may reuse the old one's inode.)
-pub(crate) struct SocketFiles {
-    paths: Vec<std::path::PathBuf>,
-}
-
-impl SocketFiles {
-    pub(crate) fn note<'a>(paths: impl IntoIterator<Item = &'a std::path::PathBuf>) -> Self {
-        Self {
-            paths: paths.into_iter().cloned().collect(),
-        }
-    }
-
-    /// Removes each path no live listener answers on (call it once this
-    /// agent's own listeners are closed); leaves one that another agent
-    /// serves, saying so.
-    pub(crate) fn remove_ours(&self) {
-        for path in &self.paths {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                tracing::info!(socket = %path.display(),
-                    "another agent serves the socket now; leaving it");
-            } else {
-                let _ = std::fs::remove_file(path);
-            }
+/// Removes the socket files at `paths` that no live listener answers on
+/// (call it once this agent's own listeners are closed), leaving one that
+/// another agent serves, saying so: a new agent that started while this
+/// one was stopping (a rolling upgrade with a surge, a quick restart) has
+/// put its own socket at the same path, and removing that would leave the
+/// new agent serving nobody. (A file's identity cannot tell them apart:
+/// the new socket may reuse the old one's inode.)
+pub(crate) fn remove_unserved<'a>(paths: impl IntoIterator<Item = &'a std::path::PathBuf>) {
+    for path in paths {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            tracing::info!(socket = %path.display(),
+                "another agent serves the socket now; leaving it");
+        } else {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
 
 #[cfg(test)]
 mod socket_files_tests {
-    use super::SocketFiles;
+    use super::remove_unserved;
 
     #[test]
     fn a_stopping_agent_removes_its_own_socket_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xdhcp.sock");
         let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let files = SocketFiles::note([&path]);
         drop(l);
-        files.remove_ours();
+        remove_unserved([&path]);
         assert!(!path.exists());
     }
 
@@ -221,11 +206,10 @@ mod socket_files_tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xdhcp.sock");
         let old = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let files = SocketFiles::note([&path]);
         drop(old);
         std::fs::remove_file(&path).unwrap();
         let _new = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        files.remove_ours();
+        remove_unserved([&path]);
         assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
     }
 }

@@ -94,6 +94,36 @@ impl KeyLocks {
     }
 }
 
+/// A starting agent's recovery of its records, as the operations on
+/// attachments see it: the agent socket answers while the records are
+/// resumed, so an operation on an attachment whose record is being resumed
+/// waits for that record, and every other goes ahead.
+#[derive(Debug)]
+struct Recovery {
+    /// False from [`Registry::begin_recovery`] until every record to resume
+    /// is listed and its attachment's lock held ([`Registry::listed`]):
+    /// until then no operation can tell whether its attachment has one.
+    listed: watch::Sender<bool>,
+    /// False until every record is resumed ([`Registry::recovered`]).
+    done: watch::Sender<bool>,
+    /// The lock of each attachment whose record is still to be resumed.
+    /// Let go one by one as each is resumed ([`Registry::resumed`]); what
+    /// an interrupted recovery did not resume stays held, so no operation
+    /// makes a fresh lease over a record still on disk.
+    held: Mutex<HashMap<Key, OwnedMutexGuard<()>>>,
+}
+
+impl Default for Recovery {
+    /// Nothing to recover: everything goes ahead.
+    fn default() -> Self {
+        Self {
+            listed: watch::Sender::new(true),
+            done: watch::Sender::new(true),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
 /// The lease table and the lease tasks.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -102,6 +132,7 @@ pub(crate) struct Registry {
     key_locks: Mutex<KeyLocks>,
     tasks: Mutex<JoinSet<()>>,
     generation: AtomicU64,
+    recovery: Recovery,
 }
 
 impl Registry {
@@ -112,7 +143,51 @@ impl Registry {
             key_locks: Mutex::new(KeyLocks::default()),
             tasks: Mutex::new(JoinSet::new()),
             generation: AtomicU64::new(1),
+            recovery: Recovery::default(),
         }
+    }
+
+    /// Recovery starts: operations on attachments wait until the records
+    /// to resume are listed ([`Registry::listed`]), then each for its own
+    /// record, if it has one. Call before the agent socket answers.
+    pub(crate) fn begin_recovery(&self) {
+        self.recovery.listed.send_replace(false);
+        self.recovery.done.send_replace(false);
+    }
+
+    /// Hold the lock of an attachment whose record recovery will resume
+    /// (before [`Registry::listed`]): its operations wait until
+    /// [`Registry::resumed`].
+    pub(crate) async fn hold_for_recovery(&self, cid: &str, ifname: &str) {
+        let key = (cid.to_owned(), ifname.to_owned());
+        let m = lock(&self.key_locks).get(key.clone());
+        let guard = m.lock_owned().await;
+        lock(&self.recovery.held).insert(key, guard);
+    }
+
+    /// Every record to resume is listed and held: operations on other
+    /// attachments go ahead.
+    pub(crate) fn listed(&self) {
+        self.recovery.listed.send_replace(true);
+    }
+
+    /// The record of this attachment is resumed (or forgotten): its
+    /// operations go ahead.
+    pub(crate) fn resumed(&self, cid: &str, ifname: &str) {
+        lock(&self.recovery.held).remove(&(cid.to_owned(), ifname.to_owned()));
+    }
+
+    /// Every record is resumed.
+    pub(crate) fn recovered(&self) {
+        self.recovery.listed.send_replace(true);
+        self.recovery.done.send_replace(true);
+    }
+
+    /// Wait until every record is resumed (an operation that looks at every
+    /// attachment, GC).
+    pub(crate) async fn wait_recovered(&self) {
+        let mut done = self.recovery.done.subscribe();
+        let _ = done.wait_for(|d| *d).await;
     }
 
     /// Begin an ADD of an attachment: take its lock (held as long as the
@@ -155,8 +230,11 @@ impl Registry {
         self.svc.clone()
     }
 
-    /// Serialize operations on one attachment.
+    /// Serialize operations on one attachment; while the agent recovers,
+    /// after the attachment's record is resumed, if it has one.
     pub(crate) async fn key_lock(&self, cid: &str, ifname: &str) -> OwnedMutexGuard<()> {
+        let mut listed = self.recovery.listed.subscribe();
+        let _ = listed.wait_for(|l| *l).await;
         let m = lock(&self.key_locks).get((cid.to_owned(), ifname.to_owned()));
         m.lock_owned().await
     }
@@ -271,6 +349,7 @@ impl Registry {
             clock: crate::lease::live::ExchangeClock::new(Instant::now()),
             persisted: started.persisted,
             ahead: None,
+            answered: None,
         };
         self.run(&started.handle, task::run(task));
         Ok(started.handle)

@@ -51,6 +51,12 @@ pub(crate) struct Task<P: LeasePort = Port> {
     pub(crate) persisted: watch::Sender<Durable>,
     /// The record written while an ADD's first REQUEST is out.
     pub(crate) ahead: Option<Ahead>,
+    /// The xid of the reply the engine last took: the transaction a
+    /// `renewed` line names. Not `Client::xid` once the events are read:
+    /// an ACK that finds the lease already past its new T1 (a transaction
+    /// answered late, an adopted one counted from when it may have left)
+    /// opens the next renewal at once, under a new xid.
+    pub(crate) answered: Option<u32>,
 }
 
 /// A record written ahead of the first ACK: it names the address the
@@ -337,9 +343,13 @@ fn handle_frame<P: LeasePort>(task: &mut Task<P>, f: &RxFrame) {
     };
     task.client.set_wall_clock_unix_ms(now_unix_ms());
     tracing::trace!(via = ?f.via, src = %f.headers.src_ip, len = f.payload.len(), "reply");
-    if let Err(reason) = task.client.handle_packet(now, src, &f.payload) {
-        task.svc.metrics.dropped(reason.label(), 1);
-        debug!(reason = reason.label(), src = %f.headers.src_ip, "reply dropped");
+    let xid = task.client.xid();
+    match task.client.handle_packet(now, src, &f.payload) {
+        Ok(()) => task.answered = Some(xid),
+        Err(reason) => {
+            task.svc.metrics.dropped(reason.label(), 1);
+            debug!(reason = reason.label(), src = %f.headers.src_ip, "reply dropped");
+        }
     }
     // Optional options the engine dropped as malformed (the lease went on).
     for (option, n) in task.client.take_malformed_options() {
@@ -359,8 +369,9 @@ async fn drain_events<P: LeasePort>(
                 task.svc.metrics.dora(secs);
                 let path = lock(&task.live).capture.metric_label();
                 task.svc.metrics.bound_by_path(path);
+                let xid = task.answered.take().unwrap_or_else(|| task.client.xid());
                 info!(address = %lease.address, prefix = lease.prefix_len, server = %lease.server_id,
-                    lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, "bound");
+                    lease_secs = lease.lease_time.as_secs(), ms = (secs * 1000.0) as u64, xid, "bound");
                 log_rejected(&lease);
                 let bound_at = Instant::now();
                 task.set_lease(Some(lease.clone()));
@@ -409,8 +420,9 @@ async fn drain_events<P: LeasePort>(
             }
             Event::Renewed(lease) => {
                 task.svc.metrics.renewal();
+                let xid = task.answered.take().unwrap_or_else(|| task.client.xid());
                 info!(address = %lease.address, server = %lease.server_id,
-                    lease_secs = lease.lease_time.as_secs(), xid = task.client.xid(), "renewed");
+                    lease_secs = lease.lease_time.as_secs(), xid, "renewed");
                 task.set_lease(Some(lease.clone()));
                 // A failed write is logged and counted; the previous record
                 // stays on disk, whole, and the next change writes again.
@@ -424,7 +436,8 @@ async fn drain_events<P: LeasePort>(
             }
             Event::Changed { old, new } => {
                 task.svc.metrics.renewal();
-                warn!(old = %old.address, new = %new.address, "lease parameters changed");
+                let xid = task.answered.take().unwrap_or_else(|| task.client.xid());
+                warn!(old = %old.address, new = %new.address, xid, "lease parameters changed; renewed");
                 log_rejected(&new);
                 task.set_lease(Some(new.clone()));
                 task.persist_async().await;
@@ -902,6 +915,7 @@ mod tests {
                 clock: ExchangeClock::new(Instant::now()),
                 persisted,
                 ahead: None,
+                answered: None,
             };
             let ended = tokio::spawn(run(task));
 
@@ -947,6 +961,208 @@ mod tests {
             let seen = lock(&noting.seen).clone();
             let on_disk = lock(&noting.on_disk_at_address).clone();
             (seen, on_disk)
+        }
+
+        /// A log line's writer: every line into one shared buffer.
+        #[derive(Clone, Default)]
+        struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+        impl std::io::Write for LogSink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                lock(&self.0).extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        impl LogSink {
+            /// Every line logged on this thread (at `info`) from now until
+            /// the guard is dropped.
+            fn set_default() -> (Self, tracing::subscriber::DefaultGuard) {
+                let sink = Self::default();
+                let writer = sink.clone();
+                let subscriber = tracing_subscriber::fmt()
+                    .with_writer(move || writer.clone())
+                    .with_ansi(false)
+                    .with_max_level(tracing::Level::INFO)
+                    .finish();
+                (sink, tracing::subscriber::set_default(subscriber))
+            }
+        }
+
+        /// The services of a lease task on `AF_PACKET`, its store in `dir`.
+        fn services(dir: &std::path::Path) -> Arc<Services> {
+            let metrics = Arc::new(Metrics::new());
+            Arc::new(Services {
+                metrics: metrics.clone(),
+                capture: Arc::new(Capture::af_packet(
+                    None,
+                    metrics,
+                    Arc::new(Health::default()),
+                )),
+                store: crate::lease::persist::open(dir).unwrap(),
+                token: CancellationToken::new(),
+            })
+        }
+
+        /// A lease of `ADDR` from `SERVER` (2 min, T1 10 s, T2 100 s)
+        /// acquired at `acquired_unix_ms`.
+        fn held_lease(acquired_unix_ms: u64) -> Lease {
+            Lease {
+                address: ADDR,
+                prefix_len: 24,
+                server_id: SERVER,
+                server_mac: None,
+                routers: Vec::new(),
+                routes: Vec::new(),
+                dns_servers: Vec::new(),
+                domain_name: None,
+                search: Vec::new(),
+                mtu: None,
+                lease_time: Duration::from_mins(2),
+                t1: Duration::from_secs(10),
+                t2: Duration::from_secs(100),
+                acquired_unix_ms,
+                rejected_routes: Vec::new(),
+            }
+        }
+
+        /// The server's ACK to transaction `xid`, with T1 and T2 of its own.
+        fn ack(xid: u32, t1_secs: u32, t2_secs: u32) -> RxFrame {
+            let request = Transmit {
+                payload: {
+                    let m = Message::new_with_id(
+                        xid,
+                        ADDR,
+                        Ipv4Addr::UNSPECIFIED,
+                        Ipv4Addr::UNSPECIFIED,
+                        Ipv4Addr::UNSPECIFIED,
+                        &MAC,
+                    );
+                    let mut p = Vec::new();
+                    m.encode(&mut Encoder::new(&mut p)).unwrap();
+                    p
+                },
+                xid,
+                src_ip: ADDR,
+                dst: xdhcp_engine::Destination::Broadcast,
+                kind: MessageKind::Request,
+            };
+            let mut f = reply(&request, MessageType::Ack);
+            let mut m = Message::decode(&mut Decoder::new(&f.payload)).unwrap();
+            m.opts_mut().insert(DhcpOption::Renewal(t1_secs));
+            m.opts_mut().insert(DhcpOption::Rebinding(t2_secs));
+            f.payload.clear();
+            m.encode(&mut Encoder::new(&mut f.payload)).unwrap();
+            f
+        }
+
+        /// A renewal adopted from the previous agent long after it left
+        /// (its REQUEST went unanswered there): the lease counts from when
+        /// that REQUEST may have left, so the ACK finds it past its new T1
+        /// and the next renewal goes out at once, under a new xid. The
+        /// `renewed` line names the transaction the ACK answered — the one
+        /// the server's log names — not the one just opened: read against
+        /// the server's ACKs, a restart's renewals must not look lost.
+        #[tokio::test]
+        async fn a_renewal_answered_past_its_new_t1_is_logged_with_the_answered_xid() {
+            let (sink, _log) = LogSink::set_default();
+
+            let dir = tempfile::tempdir().unwrap();
+            let svc = services(dir.path());
+            let now = Instant::now();
+            let now_ms = now_unix_ms();
+            // Past T1 by 40 s: the previous agent's renewal left then.
+            let lease = held_lease(now_ms - 50_000);
+            let plan = xdhcp_engine::PlannedXids {
+                renew: 0x0adb_0001,
+                rebind: 0x0adb_0002,
+            };
+            let config = ClientConfig {
+                chaddr: MAC,
+                ..ClientConfig::default()
+            };
+            let mut client =
+                Client::resume_planned(config, lease.clone(), Some(plan), now, now_ms, 9);
+            assert!(client.adopt_sent(now, plan.renew, Duration::from_secs(3)));
+            let mut record = crate::ops::network::fresh_record(
+                &request(false),
+                None,
+                WorkloadKind::Pod,
+                MAC,
+                None,
+            );
+            record.lease = Some(lease);
+            record.planned_xids = Some(plan);
+            let live = Arc::new(Mutex::new(Live::new(
+                record,
+                client.state(),
+                CapturePath::AfPacket,
+            )));
+            let (sent_tx, mut sent) = mpsc::unbounded_channel();
+            let (replies, replies_rx) = mpsc::unbounded_channel();
+            let (cmd_tx, cmds) = mpsc::channel(2);
+            let (persisted, _durable) = watch::channel(Durable::Pending);
+            let task = Task {
+                svc: svc.clone(),
+                effects: svc.clone(),
+                client,
+                port: FakePort {
+                    sent: sent_tx,
+                    replies: replies_rx,
+                    path: CapturePath::AfPacket,
+                    netns: None,
+                },
+                live,
+                cmds,
+                waiter: None,
+                started: Instant::now(),
+                clock: ExchangeClock::new(Instant::now()),
+                persisted,
+                ahead: None,
+                answered: None,
+            };
+            let ended = tokio::spawn(run(task));
+
+            replies.send(ack(plan.renew, 10, 100)).unwrap();
+            let next = sent.recv().await.unwrap();
+            assert_eq!(next.kind, MessageKind::Request);
+            assert_ne!(
+                next.xid, plan.renew,
+                "the ACK found the lease past its new T1: a new renewal at once"
+            );
+            let renewed = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let text = String::from_utf8_lossy(&lock(&sink.0)).into_owned();
+                    if let Some(line) = text.lines().find(|l| l.contains(" renewed ")) {
+                        break line.to_owned();
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("a renewed line");
+            assert!(
+                renewed.contains(&format!("xid={}", plan.renew)),
+                "names the answered transaction: {renewed}"
+            );
+            assert!(
+                !renewed.contains(&format!("xid={}", next.xid)),
+                "not the one opened after it: {renewed}"
+            );
+
+            let (ack, stopped) = oneshot::channel();
+            cmd_tx
+                .send(Command::Stop {
+                    release: false,
+                    ack,
+                })
+                .await
+                .unwrap();
+            stopped.await.unwrap();
+            assert!(matches!(ended.await.unwrap(), Ended::Kept));
         }
 
         /// Without `apply`, the lease asks two writes of the world — the

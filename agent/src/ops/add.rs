@@ -518,6 +518,8 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
 /// failing its CHECK would have the runtime tear down a working pod.
 pub(crate) async fn check(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error> {
     agent.metrics().cni_request("check");
+    // After the attachment's record is resumed, if the agent is starting.
+    drop(agent.leases.key_lock(&req.container_id, &req.ifname).await);
     let Some(h) = agent.leases.get(&req.container_id, &req.ifname) else {
         info!(container = %req.container_id, ifname = %req.ifname, network = %req.config.name,
             "CHECK for an attachment xdhcp holds no lease for (leased before xdhcp took over?): nothing to check");
@@ -592,6 +594,8 @@ async fn check6(
 /// GC: drop attachments of this network that are not in the valid list.
 pub(crate) async fn gc(agent: &Arc<Agent>, req: GcRequest) -> Result<GcReply, Error> {
     agent.metrics().cni_request("gc");
+    // It looks at every attachment: after every record is resumed.
+    agent.leases.wait_recovered().await;
     let valid = req
         .config
         .valid_attachments

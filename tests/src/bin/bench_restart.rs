@@ -22,12 +22,24 @@
 //! over its socket (the plugin's STATUS), and until every lease is held
 //! again (`/metrics`); and the replies lost: the server's ACKs (its log,
 //! `--log-dhcp`, names each one's xid) from the stop until two T1 after the
-//! start whose xid completed no renewal in either agent's log (each
-//! `renewed` line names its xid). The floor beside them: a bare exec of the
+//! start whose xid completed no renewal (or acquisition) in either agent's
+//! log (each `renewed` and `bound` line names its xid). The floor beside them: a bare exec of the
 //! binary (`xdhcp --version`).
 //!
+//! The test bed itself must not lose what it counts: a thousand pods and a
+//! server resolving every leased address overflow the kernel's one ARP
+//! table (`gc_thresh3`, 1024 entries for all namespaces), and dnsmasq's
+//! socket buffer (208 KiB by default) overflows in a restart's burst of
+//! renewals — an ACK the server logs but cannot send, or a REQUEST it never
+//! sees, would count against the agent. So the run raises both for its
+//! duration, as `bench scale` does (restored at the end, also on panic),
+//! and reports the kernel's drops per start beside the losses
+//! (`XDHCP_BENCH_RESTART_LAB=leave` keeps the machine's values).
+//!
 //! `XDHCP_BENCH_RESTART_N` (default 1000) and `XDHCP_BENCH_RESTART_T1`
-//! (default 10) change the population and T1 while developing.
+//! (default 10) change the population and T1 while developing;
+//! `XDHCP_BENCH_LOG_DIR` keeps the agents' logs, and there the server's
+//! log (`dnsmasq.log`) and each start's lost xids (`lost-<start>.txt`).
 
 #![expect(clippy::print_stdout, reason = "a benchmark report")]
 
@@ -39,12 +51,20 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xdhcp_tests::bench::{self, Daemon, DaemonOptions, Impl};
+use xdhcp_tests::neigh::{self, ArpStat, RaisedSysctl, RaisedThresholds};
 use xdhcp_tests::netns::{Lab, LabClient};
 use xdhcp_tests::progress;
 use xdhcp_tests::wait_until;
 
 const LEASE_SECS: u32 = 120;
 const CHUNK: usize = 100;
+/// ARP table thresholds for the run (`bench scale`'s).
+const NEIGH_RAISED: [u64; 3] = [4096, 16384, 32768];
+/// The default socket receive buffer for the run: dnsmasq's socket.
+const SERVER_RCVBUF: u64 = 4 << 20;
+/// How long after a start's window the agents' logs are read: an ACK the
+/// server logged as the window closed is taken by the agent a little later.
+const LOG_SETTLE: Duration = Duration::from_secs(1);
 
 /// One start measured.
 struct Start {
@@ -54,6 +74,39 @@ struct Start {
     acks: usize,
     lost: usize,
     programs: &'static str,
+    /// The kernel's drops in the lab from the stop to the window's end.
+    drops: Option<Drops>,
+}
+
+/// Where the lab can lose what the bench counts, machine-wide and in the
+/// server's namespace.
+#[derive(Clone, Copy)]
+struct Drops {
+    /// New ARP entries refused, the table full (machine-wide).
+    arp_fulls: u64,
+    /// Datagrams dropped at a full UDP receive buffer in the server's
+    /// namespace (dnsmasq's socket).
+    server_rcvbuf: u64,
+}
+
+impl Drops {
+    fn read(lab: &Lab) -> Option<Drops> {
+        Some(Drops {
+            arp_fulls: ArpStat::read()?.table_fulls,
+            server_rcvbuf: lab.dhcp_ns().run_in(|| {
+                neigh::parse_udp_rcvbuf_errors(
+                    &std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?,
+                )
+            })?,
+        })
+    }
+
+    fn since(self, before: Drops) -> Drops {
+        Drops {
+            arp_fulls: self.arp_fulls.saturating_sub(before.arp_fulls),
+            server_rcvbuf: self.server_rcvbuf.saturating_sub(before.server_rcvbuf),
+        }
+    }
 }
 
 /// A bpffs of the run's own, unmounted (lazily) on drop.
@@ -102,6 +155,35 @@ fn main() {
     );
     let t2 = LEASE_SECS * 3 / 4;
     let upgrade_bin = std::env::var_os("XDHCP_BENCH_RESTART_UPGRADE_BIN").map(PathBuf::from);
+    // `XDHCP_BENCH_RESTART_LAB=leave` keeps the machine's values (to see
+    // what the lab itself loses).
+    let raise = std::env::var("XDHCP_BENCH_RESTART_LAB").as_deref() != Ok("leave");
+    let neigh = raise.then(|| {
+        RaisedThresholds::raise(NEIGH_RAISED)
+            .expect("raise net.ipv4.neigh.default.gc_thresh* (run as root)")
+    });
+    // A namespace takes rmem_default when it is created: before the lab.
+    let rcvbuf = raise.then(|| {
+        RaisedSysctl::raise("net.core.rmem_default", SERVER_RCVBUF)
+            .expect("raise net.core.rmem_default (run as root)")
+    });
+    let lab_note = match (&neigh, &rcvbuf) {
+        (Some(n), Some(r)) => format!(
+            "the kernel's ARP table thresholds raised from {:?} to {:?} and \
+             net.core.rmem_default from {} to {} bytes for the run",
+            n.previous(),
+            n.now,
+            r.previous(),
+            r.now
+        ),
+        _ => format!(
+            "the kernel's ARP table thresholds ({:?}) and net.core.rmem_default left as the \
+             machine has them (XDHCP_BENCH_RESTART_LAB=leave)",
+            neigh::gc_thresholds()
+        ),
+    };
+    progress!("{lab_note}");
+    let log_dir = std::env::var_os("XDHCP_BENCH_LOG_DIR").map(PathBuf::from);
     progress!("building a lab with {n} pod namespaces behind one uplink…");
     let lab = Lab::builder()
         .server_ip(Ipv4Addr::new(198, 18, 0, 1), 20)
@@ -146,6 +228,7 @@ fn main() {
     let mut starts = Vec::new();
     for phase in ["cold", "pins", "upgrade"] {
         let acks_before = ack_xids(&dnsmasq.log()).len();
+        let drops_before = Drops::read(&lab);
         assert!(
             d.process.stop(Duration::from_secs(30)),
             "the agent did not stop on SIGTERM"
@@ -203,25 +286,43 @@ fn main() {
             .iter()
             .copied()
             .collect();
+        let drops = Drops::read(&lab).zip(drops_before).map(|(a, b)| a.since(b));
+        std::thread::sleep(LOG_SETTLE);
         let completed = renewed_xids(state.path());
-        let lost = acks.difference(&completed).count();
+        let mut lost: Vec<u32> = acks.difference(&completed).copied().collect();
+        lost.sort_unstable();
         progress!(
-            "{what}: {} ACKs in the window, {lost} completed nothing",
-            acks.len()
+            "{what}: {} ACKs in the window, {} completed nothing; kernel drops: {}",
+            acks.len(),
+            lost.len(),
+            drops.map_or_else(|| "unreadable".to_owned(), Drops::describe)
         );
+        if let Some(dir) = &log_dir {
+            let text = lost.iter().fold(String::new(), |mut t, x| {
+                let _ = writeln!(t, "{x}");
+                t
+            });
+            let _ = std::fs::write(dir.join(format!("lost-{phase}.txt")), text);
+        }
         starts.push(Start {
             what,
             serving,
             all_held,
             acks: acks.len(),
-            lost,
+            lost: lost.len(),
             programs,
+            drops,
         });
     }
     let _ = d.process.stop(Duration::from_secs(30));
-    report(&starts, n, t1, floor);
+    if let Some(dir) = &log_dir {
+        let _ = std::fs::write(dir.join("dnsmasq.log"), dnsmasq.log());
+    }
+    report(&starts, n, t1, floor, &lab_note);
     unpin(&xdhcp, &pins.0);
     drop(pins);
+    // The lab goes before the sysctls it needed are restored (declared
+    // after them, it drops first).
 }
 
 fn ms(d: Duration) -> f64 {
@@ -314,7 +415,7 @@ fn ack_xids(log: &str) -> Vec<u32> {
 }
 
 /// The xids every agent's log (the daemons' logs in `dir`) names as having
-/// completed a renewal.
+/// completed a renewal (or an acquisition).
 fn renewed_xids(dir: &Path) -> HashSet<u32> {
     let mut out = HashSet::new();
     let logs =
@@ -324,7 +425,12 @@ fn renewed_xids(dir: &Path) -> HashSet<u32> {
             continue;
         }
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        for l in text.lines().filter(|l| l.contains(" renewed ")) {
+        // A lease that ran out meanwhile is acquired again: its ACK
+        // completes a `bound` line.
+        for l in text
+            .lines()
+            .filter(|l| l.contains(" renewed ") || l.contains(" bound "))
+        {
             if let Some(x) = l
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("xid="))
@@ -337,7 +443,16 @@ fn renewed_xids(dir: &Path) -> HashSet<u32> {
     out
 }
 
-fn report(starts: &[Start], n: usize, t1: u32, floor: Duration) {
+impl Drops {
+    fn describe(self) -> String {
+        format!(
+            "ARP table full {} times, server receive buffer {} dropped",
+            self.arp_fulls, self.server_rcvbuf
+        )
+    }
+}
+
+fn report(starts: &[Start], n: usize, t1: u32, floor: Duration, lab_note: &str) {
     let cold = starts.first().map_or(Duration::ZERO, |s| s.serving);
     let mut md = String::new();
     let _ = writeln!(
@@ -349,19 +464,21 @@ fn report(starts: &[Start], n: usize, t1: u32, floor: Duration) {
          SIGTERM. Times from the new process's exec; *serving* = the first CNI request (STATUS) \
          answered over its socket; *every lease held* = `/metrics` shows {n}. Replies lost = \
          the server's ACKs from the stop until 2×T1 after the start whose xid completed no \
-         renewal in either agent's log. Floor: a bare exec of the binary (`--version`), \
-         {:.1} ms.\n",
+         renewal (or acquisition) in either agent's log (read 1 s after the window closes). Floor: a bare exec \
+         of the binary (`--version`), {:.1} ms. The lab: {lab_note}; its kernel drops per start \
+         in the last column (an ACK the server could not send for want of an ARP entry, or a \
+         REQUEST it never read, is the lab's loss, not the agent's).\n",
         ms(floor)
     );
     let _ = writeln!(
         md,
-        "| start | programs | exec → serving (ms) | ÷ cold | ÷ floor | exec → every lease held (ms) | ACKs in the window | replies lost |\n\
-         |---|---|---|---|---|---|---|---|"
+        "| start | programs | exec → serving (ms) | ÷ cold | ÷ floor | exec → every lease held (ms) | ACKs in the window | replies lost | lab drops (ARP full / server buffer) |\n\
+         |---|---|---|---|---|---|---|---|---|"
     );
     for s in starts {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.0} | {:.2} | {:.1} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {:.2} | {:.1} | {} | {} | {} | {} |",
             s.what,
             s.programs,
             ms(s.serving),
@@ -370,7 +487,11 @@ fn report(starts: &[Start], n: usize, t1: u32, floor: Duration) {
             s.all_held
                 .map_or_else(|| "never".to_owned(), |h| format!("{:.0}", ms(h))),
             s.acks,
-            s.lost
+            s.lost,
+            s.drops.map_or_else(
+                || "unreadable".to_owned(),
+                |d| format!("{} / {}", d.arp_fulls, d.server_rcvbuf)
+            )
         );
     }
     println!("{md}");

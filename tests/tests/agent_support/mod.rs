@@ -241,6 +241,20 @@ impl AgentProcess {
         self.wait_ready();
     }
 
+    /// SIGKILL, then start again on the same socket and state dir with
+    /// `env` set, without waiting for it to be ready.
+    pub fn kill_and_start_with_env(&mut self, env: &[(&str, &str)]) {
+        self.process.kill();
+        let dir = self
+            .state_dir
+            .parent()
+            .expect("the state dir is in the test's directory");
+        let mut cmd = xdhcp_tests::agent_command(&xdhcp_bin(), &self.socket, dir);
+        cmd.args(&self.extra).env("RUST_LOG", "info,xdhcp=debug");
+        cmd.envs(env.iter().copied());
+        self.process = Process::spawn_logged("xdhcp agent", cmd, &self.log);
+    }
+
     /// Start again on the same socket and state dir, the previous process
     /// stopped or killed already.
     pub fn start_again(&mut self) {
