@@ -140,7 +140,7 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
             ns,
             crate::ops::add::PortNetwork::of_record(&rec.network),
             (rec.mac, vm),
-            None,
+            crate::netlink::PeerLookup::NotLooked,
         )
         .await;
     }
