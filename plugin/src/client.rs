@@ -584,11 +584,7 @@ mod tests {
         let e = c
             .post::<_, Readiness>(PATH_READY, &serde_json::json!({}))
             .unwrap_err();
-        assert!(
-            started.elapsed() >= wait / 3,
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() >= wait / 3, "{:?}", started.elapsed());
         assert!(matches!(e, ClientError::Connect { waited, .. } if waited > Duration::ZERO));
         let e = e.into_cni();
         assert_eq!(e.code, code::AGENT_UNREACHABLE);
