@@ -1710,6 +1710,8 @@ mod tests {
     fn a_save_over_a_spare_keeps_its_size() {
         let dir = tempfile::tempdir().unwrap();
         let store = LeaseStore::open(dir.path()).unwrap();
+        // The spares are made beside the agent's start, not in `open`.
+        store.replenish();
         let rec = record("c1", "eth0", [192, 0, 2, 10]);
         store.save(&rec).unwrap();
         let path = store.path_for(&rec.key().unwrap());
