@@ -72,12 +72,8 @@ pub const QUARANTINE_MAX_FILES: usize = 64;
 pub const QUARANTINE_MAX_AGE: std::time::Duration = std::time::Duration::from_hours(30 * 24);
 const RECORD_EXT: &str = ".json";
 const TMP_MARKER: &str = ".tmp.";
-/// Spare files kept ready in the leases directory (see [`LeaseStore::save`]).
+/// Empty files kept ready in the leases directory (see [`LeaseStore::save`]).
 const POOL_TARGET: usize = 128;
-
-/// The size of a spare record file (one filesystem block): a record
-/// written over it stays within it (records are 1–2 KiB).
-pub const SPARE_BYTES: usize = 4096;
 
 /// Errors of the lease store.
 #[derive(Debug, thiserror::Error)]
@@ -704,7 +700,7 @@ impl LeaseStore {
         let path = self.path_for(&job.key);
         let spare = lock(&self.pool).pop();
         if let Some(spare) = spare
-            && let Ok(staged) = sys::fs::stage(&path, &spare, Temp::Padded, &job.bytes)
+            && let Ok(staged) = sys::fs::stage(&path, &spare, Temp::Reuse, &job.bytes)
         {
             return Ok(staged);
         }
@@ -732,30 +728,15 @@ impl LeaseStore {
     /// Tops the pool of spare files up to its target (best effort: a file
     /// that cannot be created now is created by the save that needs it).
     /// The agent calls this off the ADD path when the pool runs low.
-    ///
-    /// Each spare is [`SPARE_BYTES`] of spaces, synced before it joins the
-    /// pool: a record written over it ([`Temp::Padded`]) changes neither
-    /// its size nor its blocks, so the save's file barrier writes the data
-    /// and flushes the device without a journal commit of its own (on
-    /// ext4, ~0.25 ms instead of ~2.5 ms for a fresh empty file here): the
-    /// ADD's wait for its record after the ACK.
     pub fn replenish(&self) {
         let missing = self.spares_missing();
         let mut fresh = Vec::with_capacity(missing);
-        let mut files = Vec::with_capacity(missing);
-        let blank = [b' '; SPARE_BYTES];
         for _ in 0..missing {
             let tmp = self.tmp_name();
-            let Ok(file) = write_new_file(&tmp, &blank) else {
+            if write_new_file(&tmp, b"").is_err() {
                 break;
-            };
+            }
             fresh.push(tmp);
-            files.push(file);
-        }
-        // Unsynced, a spare still works, only with a commit at its save.
-        let refs: Vec<&File> = files.iter().collect();
-        if let Err(error) = Disk.files(&refs) {
-            tracing::debug!(%error, "could not sync the spare record files");
         }
         lock(&self.pool).extend(fresh);
     }
@@ -1700,39 +1681,6 @@ mod tests {
         assert_eq!(store.spares_missing(), POOL_TARGET);
         store.replenish();
         assert_eq!(store.spares(), POOL_TARGET);
-    }
-
-    /// A save over a spare keeps the spare's size and blocks (the record,
-    /// then spaces): its file barrier needs no journal commit of its own.
-    /// The record reads back whole; one longer than a spare is written
-    /// whole, at its own length.
-    #[test]
-    fn a_save_over_a_spare_keeps_its_size() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = LeaseStore::open(dir.path()).unwrap();
-        // The spares are made beside the agent's start, not in `open`.
-        store.replenish();
-        let rec = record("c1", "eth0", [192, 0, 2, 10]);
-        store.save(&rec).unwrap();
-        let path = store.path_for(&rec.key().unwrap());
-        let bytes = fs::read(&path).unwrap();
-        assert_eq!(bytes.len(), SPARE_BYTES);
-        let json = serde_json::to_vec_pretty(&rec).unwrap();
-        assert_eq!(&bytes[..json.len()], &json[..]);
-        assert!(bytes[json.len()..].iter().all(u8::is_ascii_whitespace));
-        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), Some(rec.clone()));
-        let mut big = record("c2", "eth0", [192, 0, 2, 11]);
-        big.args.insert("pad".to_owned(), "x".repeat(SPARE_BYTES));
-        store.save(&big).unwrap();
-        let len = fs::metadata(store.path_for(&big.key().unwrap()))
-            .unwrap()
-            .len();
-        assert_eq!(
-            len,
-            serde_json::to_vec_pretty(&big).unwrap().len() as u64 + 1
-        );
-        assert_eq!(store.load(&big.key().unwrap()).unwrap(), Some(big));
-        assert_eq!(store.load_all().unwrap().records.len(), 2);
     }
 
     /// A barrier that counts the files of each batch and the directory

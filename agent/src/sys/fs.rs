@@ -53,30 +53,6 @@ fn rewrite(path: &Path, bytes: &[u8]) -> io::Result<File> {
     Ok(file)
 }
 
-/// [`Temp::Padded`]: write `bytes` over the file at `path` (created if
-/// absent), padded with spaces to the file's length when it is longer;
-/// only a longer record changes its length.
-fn rewrite_padded(path: &Path, bytes: &[u8]) -> io::Result<File> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    let len = usize::try_from(file.metadata()?.len()).unwrap_or(usize::MAX);
-    if len > bytes.len() {
-        let mut padded = Vec::with_capacity(len);
-        padded.extend_from_slice(bytes);
-        padded.resize(len, b' ');
-        file.write_all(&padded)?;
-    } else {
-        file.write_all(bytes)?;
-        file.set_len(bytes.len() as u64)?;
-    }
-    Ok(file)
-}
-
 /// Make a written file's content durable.
 fn sync_file(file: &File) -> io::Result<()> {
     file.sync_all()
@@ -157,13 +133,6 @@ pub(crate) enum Temp {
     /// ([`rewrite`]), so no inode is allocated; created if absent. A
     /// symlink planted at its name is refused.
     Reuse,
-    /// A [`Temp::Reuse`] spare whose content is JSON: written over in place
-    /// and padded with spaces to the file's own length when it is longer
-    /// ([`rewrite_padded`]; trailing whitespace is valid JSON), so neither
-    /// its size nor its blocks change. Its `fdatasync` then writes the data
-    /// and flushes the device, without a journal commit of its own: the
-    /// directory's barrier that follows is the write's only commit.
-    Padded,
 }
 
 /// How [`atomic_replace`] puts the written temporary in place.
@@ -274,7 +243,6 @@ pub(crate) fn atomic_replace(
     let written = match options.create {
         Temp::Fresh => write_new(temp, bytes),
         Temp::Reuse => rewrite(temp, bytes),
-        Temp::Padded => rewrite_padded(temp, bytes),
     }
     .map_err(fail(WriteStep::Write, temp))
     .and_then(|file| {
@@ -384,7 +352,6 @@ pub(crate) fn stage(
     match create {
         Temp::Fresh => write_new(temp, bytes),
         Temp::Reuse => rewrite(temp, bytes),
-        Temp::Padded => rewrite_padded(temp, bytes),
     }
     .map(|file| Staged {
         file,
