@@ -305,7 +305,11 @@ async fn ready(State(a): State<Arc<Agent>>) -> Json<Readiness> {
     })
 }
 
+/// The lease table, once every record is resumed: during a start's
+/// recovery it would list only what is resumed so far, and an operator (or
+/// a checker) would read a missing lease as a lost one.
 async fn leases(State(a): State<Arc<Agent>>) -> Json<Vec<rpc::LeaseView>> {
+    a.leases.wait_recovered().await;
     Json(status::leases(&a))
 }
 
@@ -341,7 +345,9 @@ async fn reader_stall(
     Json(serde_json::json!({}))
 }
 
+/// The bindings, once every record is resumed (as [`leases`]).
 async fn bindings(State(a): State<Arc<Agent>>) -> Json<Vec<crate::bindings::BindingRow>> {
+    a.leases.wait_recovered().await;
     Json(crate::daemon::status::binding_rows(&a))
 }
 
