@@ -160,6 +160,13 @@ pub fn parse_udp_rcvbuf_errors(text: &str) -> Option<u64> {
     values.split_whitespace().nth(i)?.parse().ok()
 }
 
+/// [`parse_udp_rcvbuf_errors`] of the namespace `ns`, read from inside it.
+pub fn udp_rcvbuf_errors_in(ns: &crate::netns::NetNs) -> Option<u64> {
+    ns.run_in(|| {
+        parse_udp_rcvbuf_errors(&std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

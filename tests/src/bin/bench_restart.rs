@@ -93,11 +93,7 @@ impl Drops {
     fn read(lab: &Lab) -> Option<Drops> {
         Some(Drops {
             arp_fulls: ArpStat::read()?.table_fulls,
-            server_rcvbuf: lab.dhcp_ns().run_in(|| {
-                neigh::parse_udp_rcvbuf_errors(
-                    &std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?,
-                )
-            })?,
+            server_rcvbuf: neigh::udp_rcvbuf_errors_in(lab.dhcp_ns())?,
         })
     }
 

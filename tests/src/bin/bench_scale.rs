@@ -255,11 +255,7 @@ impl Drops {
         Some(Drops {
             arp: ArpStat::read()?,
             backlog: neigh::softnet_dropped()?,
-            server_rcvbuf: lab.dhcp_ns().run_in(|| {
-                neigh::parse_udp_rcvbuf_errors(
-                    &std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?,
-                )
-            })?,
+            server_rcvbuf: neigh::udp_rcvbuf_errors_in(lab.dhcp_ns())?,
         })
     }
 
