@@ -853,6 +853,64 @@ mod tests {
             serde_json::from_str(&text.replace("APPLY", &apply.to_string())).unwrap()
         }
 
+        /// A lease task on a [`FakePort`], and the test's ends of its
+        /// channels: what it sends, the replies fed to it, its commands,
+        /// whether its first lease is on disk.
+        struct Harness {
+            task: Task<FakePort>,
+            live: Arc<Mutex<Live>>,
+            sent: mpsc::UnboundedReceiver<Transmit>,
+            replies: mpsc::UnboundedSender<RxFrame>,
+            cmd_tx: mpsc::Sender<Command>,
+            durable: watch::Receiver<Durable>,
+        }
+
+        fn harness(
+            svc: Arc<Services>,
+            effects: Arc<dyn Effects>,
+            client: Client,
+            record: LeaseRecord,
+            netns: Option<std::path::PathBuf>,
+            waiter: Option<oneshot::Sender<Outcome>>,
+        ) -> Harness {
+            let live = Arc::new(Mutex::new(Live::new(
+                record,
+                client.state(),
+                CapturePath::AfPacket,
+            )));
+            let (sent_tx, sent) = mpsc::unbounded_channel();
+            let (replies, replies_rx) = mpsc::unbounded_channel();
+            let (cmd_tx, cmds) = mpsc::channel(2);
+            let (persisted, durable) = watch::channel(Durable::Pending);
+            let task = Task {
+                svc,
+                effects,
+                client,
+                port: FakePort {
+                    sent: sent_tx,
+                    replies: replies_rx,
+                    path: CapturePath::AfPacket,
+                    netns,
+                },
+                live: live.clone(),
+                cmds,
+                waiter,
+                started: Instant::now(),
+                clock: ExchangeClock::new(Instant::now()),
+                persisted,
+                ahead: None,
+                answered: None,
+            };
+            Harness {
+                task,
+                live,
+                sent,
+                replies,
+                cmd_tx,
+                durable,
+            }
+        }
+
         /// A maintained lease driven against the fake port (`apply` as
         /// asked, its namespace only a name): its DORA, the ADD told of the
         /// lease, its record on disk naming the address, and a RELEASE from
@@ -883,40 +941,27 @@ mod tests {
                 MAC,
                 None,
             );
-            let live = Arc::new(Mutex::new(Live::new(
-                record,
-                client.state(),
-                CapturePath::AfPacket,
-            )));
-            let (sent_tx, mut sent) = mpsc::unbounded_channel();
-            let (replies, replies_rx) = mpsc::unbounded_channel();
-            let (cmd_tx, cmds) = mpsc::channel(2);
             let (waiter, outcome) = oneshot::channel();
-            let (persisted, mut durable) = watch::channel(Durable::Pending);
             let noting = Arc::new(Noting {
                 real: svc.clone(),
                 seen: Mutex::new(Vec::new()),
                 on_disk_at_address: Mutex::new(Vec::new()),
             });
-            let task = Task {
-                svc: svc.clone(),
-                effects: noting.clone(),
+            let Harness {
+                task,
+                live,
+                mut sent,
+                replies,
+                cmd_tx,
+                mut durable,
+            } = harness(
+                svc.clone(),
+                noting.clone(),
                 client,
-                port: FakePort {
-                    sent: sent_tx,
-                    replies: replies_rx,
-                    path: CapturePath::AfPacket,
-                    netns: Some("/var/run/netns/xdhcp-unit-test-pod".into()),
-                },
-                live: live.clone(),
-                cmds,
-                waiter: Some(waiter),
-                started: Instant::now(),
-                clock: ExchangeClock::new(Instant::now()),
-                persisted,
-                ahead: None,
-                answered: None,
-            };
+                record,
+                Some("/var/run/netns/xdhcp-unit-test-pod".into()),
+                Some(waiter),
+            );
             let ended = tokio::spawn(run(task));
 
             let discover = sent.recv().await.unwrap();
@@ -1096,34 +1141,13 @@ mod tests {
             );
             record.lease = Some(lease);
             record.planned_xids = Some(plan);
-            let live = Arc::new(Mutex::new(Live::new(
-                record,
-                client.state(),
-                CapturePath::AfPacket,
-            )));
-            let (sent_tx, mut sent) = mpsc::unbounded_channel();
-            let (replies, replies_rx) = mpsc::unbounded_channel();
-            let (cmd_tx, cmds) = mpsc::channel(2);
-            let (persisted, _durable) = watch::channel(Durable::Pending);
-            let task = Task {
-                svc: svc.clone(),
-                effects: svc.clone(),
-                client,
-                port: FakePort {
-                    sent: sent_tx,
-                    replies: replies_rx,
-                    path: CapturePath::AfPacket,
-                    netns: None,
-                },
-                live,
-                cmds,
-                waiter: None,
-                started: Instant::now(),
-                clock: ExchangeClock::new(Instant::now()),
-                persisted,
-                ahead: None,
-                answered: None,
-            };
+            let Harness {
+                task,
+                mut sent,
+                replies,
+                cmd_tx,
+                ..
+            } = harness(svc.clone(), svc.clone(), client, record, None, None);
             let ended = tokio::spawn(run(task));
 
             replies.send(ack(plan.renew, 10, 100)).unwrap();
