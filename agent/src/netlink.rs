@@ -275,6 +275,33 @@ impl Netlink {
         })
     }
 
+    /// An add's outcome where the thing being there already (`EEXIST`)
+    /// is success; any other error names `what`.
+    fn existing_is_fine(
+        &self,
+        added: std::result::Result<(), rtnetlink::Error>,
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        match added {
+            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(()),
+            other => other.map_err(|e| self.request_err(what())(e)),
+        }
+    }
+
+    /// Deletes the route `msg` describes; whether it was there (`ESRCH`:
+    /// it was not). Any other error names `what`.
+    async fn del_route_message(
+        &self,
+        msg: rtnetlink::packet_route::route::RouteMessage,
+        what: impl FnOnce() -> String,
+    ) -> Result<bool> {
+        match self.handle.route().del(msg).execute().await {
+            Ok(()) => Ok(true),
+            Err(e) if errno(&e) == Some(libc::ESRCH) => Ok(false),
+            Err(e) => Err(self.request_err(what())(e)),
+        }
+    }
+
     fn request_err(
         &self,
         op: impl Into<String>,
@@ -426,17 +453,15 @@ impl Netlink {
 
     /// Adds `addr/prefix_len` to `ifindex`; an identical existing address is fine.
     pub async fn add_address(&self, ifindex: u32, addr: Ipv4Addr, prefix_len: u8) -> Result<()> {
-        match self
+        let added = self
             .handle
             .address()
             .add(ifindex, IpAddr::V4(addr), prefix_len)
             .execute()
-            .await
-        {
-            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(()),
-            other => other
-                .map_err(self.request_err(format!("add {addr}/{prefix_len} to link #{ifindex}"))),
-        }
+            .await;
+        self.existing_is_fine(added, || {
+            format!("add {addr}/{prefix_len} to link #{ifindex}")
+        })
     }
 
     /// Adds the IPv6 `addr/prefix_len` to `ifindex` without duplicate
@@ -450,11 +475,10 @@ impl Netlink {
         req.message_mut()
             .attributes
             .push(AddressAttribute::Flags(AddressFlags::Nodad));
-        match req.execute().await {
-            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(()),
-            other => other
-                .map_err(self.request_err(format!("add {addr}/{prefix_len} to link #{ifindex}"))),
-        }
+        let added = req.execute().await;
+        self.existing_is_fine(added, || {
+            format!("add {addr}/{prefix_len} to link #{ifindex}")
+        })
     }
 
     /// Whether the IPv6 `addr/prefix_len` is on `ifindex`.
@@ -483,18 +507,15 @@ impl Netlink {
         gw: Ipv6Addr,
         metric: Option<u32>,
     ) -> Result<()> {
-        match self
+        let added = self
             .handle
             .route()
             .add(Self::default_route6(ifindex, gw, metric))
             .execute()
-            .await
-        {
-            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(()),
-            other => other.map_err(
-                self.request_err(format!("add default route via {gw} on link #{ifindex}")),
-            ),
-        }
+            .await;
+        self.existing_is_fine(added, || {
+            format!("add default route via {gw} on link #{ifindex}")
+        })
     }
 
     /// Deletes the route [`Netlink::add_default_route6`] added; whether it
@@ -505,19 +526,10 @@ impl Netlink {
         gw: Ipv6Addr,
         metric: Option<u32>,
     ) -> Result<bool> {
-        match self
-            .handle
-            .route()
-            .del(Self::default_route6(ifindex, gw, metric))
-            .execute()
-            .await
-        {
-            Ok(()) => Ok(true),
-            Err(e) if errno(&e) == Some(libc::ESRCH) => Ok(false),
-            Err(e) => Err(self.request_err(format!(
-                "delete default route via {gw} on link #{ifindex}"
-            ))(e)),
-        }
+        self.del_route_message(Self::default_route6(ifindex, gw, metric), || {
+            format!("delete default route via {gw} on link #{ifindex}")
+        })
+        .await
     }
 
     fn default_route6(
@@ -654,20 +666,10 @@ impl Netlink {
         route: Ipv4Route,
         metric: Option<u32>,
     ) -> Result<bool> {
-        match self
-            .handle
-            .route()
-            .del(Self::route_message(ifindex, route, metric))
-            .execute()
-            .await
-        {
-            Ok(()) => Ok(true),
-            Err(e) if errno(&e) == Some(libc::ESRCH) => Ok(false),
-            Err(e) => Err(self
-                .request_err(format!("delete route {route:?} via link #{ifindex}"))(
-                e
-            )),
-        }
+        self.del_route_message(Self::route_message(ifindex, route, metric), || {
+            format!("delete route {route:?} via link #{ifindex}")
+        })
+        .await
     }
 
     /// Applies a lease to `ifindex`: sets the link up, applies option 26 (MTU)
