@@ -514,6 +514,88 @@ pub fn parse_dnsmasq_leases(text: &str) -> Vec<ServerLease> {
     leases
 }
 
+/// dnsmasq serving DHCPv6 only, on the lab's server interface.
+pub struct Dnsmasq6 {
+    process: Process,
+    dir: tempfile::TempDir,
+}
+
+impl Dnsmasq6 {
+    /// Serves `fd00:6::100`–`1ff` (300 s leases, DNS `fd00:6::53`) on
+    /// [`Lab::SERVER_IF`](crate::Lab::SERVER_IF) of `ns`, given
+    /// `fd00:6::1/64`; returns once it serves.
+    pub fn start(ns: &NetNs) -> Self {
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            "fd00:6::1/64",
+            "dev",
+            crate::Lab::SERVER_IF,
+            "nodad",
+        ]);
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-dnsmasq6-")
+            .tempdir()
+            .unwrap();
+        let mut cmd = netns_exec(ns.name(), program("dnsmasq"));
+        cmd.args([
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--port=0",
+            "--user=root",
+            "--group=root",
+            "--bind-interfaces",
+            "--except-interface=lo",
+            "--dhcp-authoritative",
+            "--log-dhcp",
+        ])
+        .arg(format!("--interface={}", crate::Lab::SERVER_IF))
+        .arg("--dhcp-range=fd00:6::100,fd00:6::1ff,64,300")
+        .arg("--dhcp-option=option6:dns-server,[fd00:6::53]")
+        .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+        .arg(format!(
+            "--dhcp-leasefile={}",
+            dir.path().join("leases").display()
+        ))
+        .arg(format!(
+            "--log-facility={}",
+            dir.path().join("log").display()
+        ));
+        let process = Process::spawn_logged("dnsmasq (DHCPv6)", cmd, &dir.path().join("stderr"));
+        let me = Self { process, dir };
+        assert!(
+            wait_until(Duration::from_secs(10), || me.log().contains("DHCPv6")),
+            "dnsmasq did not start serving DHCPv6:\n{}\n{}",
+            me.log(),
+            std::fs::read_to_string(me.dir.path().join("stderr")).unwrap_or_default()
+        );
+        me
+    }
+
+    /// dnsmasq's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    /// The lease file's address lines (the `duid` line of the server's own
+    /// DUID aside).
+    pub fn leases(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("leases"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with("duid "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Dnsmasq6 {
+    fn drop(&mut self) {
+        self.process.kill();
+    }
+}
+
 // ---------------------------------------------------------------- Kea
 
 /// Kea DHCPv4 configuration for [`Kea::start`].

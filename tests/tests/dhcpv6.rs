@@ -17,85 +17,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_support::{AgentProcess, PluginOutput, invoke, plugin_bin};
-use xdhcp_tests::{Lab, NetNs, Process, netns_exec, program, wait_until};
-
-/// dnsmasq serving DHCPv6 only, on the lab's server interface.
-struct Dnsmasq6 {
-    process: Process,
-    dir: tempfile::TempDir,
-}
-
-impl Dnsmasq6 {
-    fn start(ns: &NetNs) -> Self {
-        ns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            "fd00:6::1/64",
-            "dev",
-            Lab::SERVER_IF,
-            "nodad",
-        ]);
-        let dir = tempfile::Builder::new()
-            .prefix("xdt-dnsmasq6-")
-            .tempdir()
-            .unwrap();
-        let mut cmd = netns_exec(ns.name(), program("dnsmasq"));
-        cmd.args([
-            "--no-daemon",
-            "--conf-file=/dev/null",
-            "--port=0",
-            "--user=root",
-            "--group=root",
-            "--bind-interfaces",
-            "--except-interface=lo",
-            "--dhcp-authoritative",
-            "--log-dhcp",
-        ])
-        .arg(format!("--interface={}", Lab::SERVER_IF))
-        .arg("--dhcp-range=fd00:6::100,fd00:6::1ff,64,300")
-        .arg("--dhcp-option=option6:dns-server,[fd00:6::53]")
-        .arg(format!("--pid-file={}", dir.path().join("pid").display()))
-        .arg(format!(
-            "--dhcp-leasefile={}",
-            dir.path().join("leases").display()
-        ))
-        .arg(format!(
-            "--log-facility={}",
-            dir.path().join("log").display()
-        ));
-        let process = Process::spawn_logged("dnsmasq (DHCPv6)", cmd, &dir.path().join("stderr"));
-        let me = Self { process, dir };
-        assert!(
-            wait_until(Duration::from_secs(10), || me.log().contains("DHCPv6")),
-            "dnsmasq did not start serving DHCPv6:\n{}\n{}",
-            me.log(),
-            std::fs::read_to_string(me.dir.path().join("stderr")).unwrap_or_default()
-        );
-        me
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-    }
-
-    /// The lease file's address lines (the `duid` line of the server's own
-    /// DUID aside).
-    fn leases(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("leases"))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.starts_with("duid "))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Dnsmasq6 {
-    fn drop(&mut self) {
-        self.process.kill();
-    }
-}
+use xdhcp::cli::{DatapathChoice, KubeMode};
+use xdhcp::cni::types::code;
+use xdhcp_tests::fake_apiserver::{Fault, Op};
+use xdhcp_tests::{Dnsmasq6, InProcessAgent, Lab, NetNs, StandInApi, format_mac, wait_until};
 
 fn conf(socket: &Path) -> String {
     format!(
@@ -250,5 +175,148 @@ fn a_restarted_agent_resumes_the_ipv6_lease_with_rebind() {
         wait_until(Duration::from_secs(5), || !server.leases().contains(&addr)),
         "the resumed lease was not released:\n{}",
         server.log()
+    );
+}
+
+/// The pod of the stand-in API server (**not a cluster**) the tests below
+/// report to, with the cluster network's entry already in its annotation.
+const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
+const DEFAULT_ENTRY: &str = r#"{"default":{"ip_addresses":["10.128.0.9/23"],"mac_address":"0a:58:0a:80:00:09","gateway_ips":["10.128.0.1"],"role":"primary"}}"#;
+
+/// An IPv6 localnet attachment's ADD as ovnkube-node passes it on, naming
+/// the network attachment definition (the annotation's key).
+fn request6(pod: &str, uid: &str, netns: &Path) -> xdhcp::rpc::CniRequest {
+    let conf = r#"{"cniVersion":"1.1.0","name":"v6net","type":"ovn-k8s-cni-overlay",
+        "topology":"localnet","role":"secondary","netAttachDefName":"tenant/v6net",
+        "ipam":{"type":"xdhcp","family":"ipv6","apply":true,"timeout":"20s",
+                "ipv6":{"prefixLength":64,"gateway":"fd00:6::1"}}}"#;
+    xdhcp::rpc::CniRequest {
+        container_id: format!("ctr-{pod}"),
+        ifname: "eth0".to_owned(),
+        netns: Some(netns.to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), "tenant".to_owned()),
+            ("K8S_POD_NAME".to_owned(), pod.to_owned()),
+            ("K8S_POD_UID".to_owned(), uid.to_owned()),
+        ]
+        .into(),
+        config: xdhcp::cni::config::parse(conf.as_bytes()).unwrap(),
+    }
+}
+
+fn entry(api: &StandInApi, pod: &str) -> serde_json::Value {
+    api.server
+        .annotation("tenant", pod, POD_NETWORKS)
+        .map_or_else(
+            || serde_json::json!({}),
+            |a| serde_json::from_str(&a).unwrap(),
+        )
+}
+
+fn kube_agent(api: &StandInApi) -> InProcessAgent {
+    InProcessAgent::start_with(|a| {
+        a.kube = KubeMode::On;
+        a.kubeconfig = Some(api.kubeconfig.clone());
+        a.datapath = DatapathChoice::Afpacket;
+    })
+}
+
+/// An IPv6 pod's address is reported in its `pod-networks` entry (the
+/// address in the network's prefix, its gateway, `ipam_mode: dhcp`, the
+/// pod's MAC) beside the cluster network's entry, which is kept; reported
+/// again by a repeated ADD after the entry was lost; removed at DEL.
+#[test]
+fn an_ipv6_pods_address_is_in_its_pod_networks_entry_fake_apiserver() {
+    let api = StandInApi::start();
+    let uid = api
+        .server
+        .add_pod("tenant", "v6web", &[], &[(POD_NETWORKS, DEFAULT_ENTRY)]);
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = kube_agent(&api);
+    let c = &lab.clients[0];
+    let req = request6("v6web", &uid, c.ns.path());
+
+    let r = agent.add(&req).expect("ADD");
+    let addr = r.ips6[0].address.to_string();
+    assert!(
+        addr.starts_with("fd00:6::1") && addr.ends_with("/64"),
+        "{addr}"
+    );
+    let e = &entry(&api, "v6web")["tenant/v6net"];
+    assert_eq!(e["ip_addresses"], serde_json::json!([addr]), "{e}");
+    assert_eq!(e["gateway_ips"], serde_json::json!(["fd00:6::1"]), "{e}");
+    assert_eq!(e["ipam_mode"], "dhcp", "{e}");
+    assert_eq!(e["role"], "secondary", "{e}");
+    assert_eq!(e["mac_address"], format_mac(c.mac), "{e}");
+    assert!(entry(&api, "v6web").get("default").is_some());
+
+    // The entry lost (as after a kill between the lease and the patch): a
+    // repeated ADD reports the held address again.
+    let mut pod = api.server.pod("tenant", "v6web").expect("the pod");
+    pod["metadata"]["annotations"][POD_NETWORKS] = serde_json::json!(DEFAULT_ENTRY);
+    api.server.put_pod(pod);
+    let again = agent.add(&req).expect("the repeated ADD");
+    assert_eq!(again.ips6[0].address.to_string(), addr);
+    assert_eq!(
+        entry(&api, "v6web")["tenant/v6net"]["ip_addresses"][0],
+        addr.as_str()
+    );
+
+    let _: serde_json::Value = agent.post(xdhcp::rpc::PATH_DEL, &req).expect("DEL");
+    assert!(
+        entry(&api, "v6web").get("tenant/v6net").is_none(),
+        "{}",
+        entry(&api, "v6web")
+    );
+    assert!(entry(&api, "v6web").get("default").is_some());
+    let plain = addr.split('/').next().unwrap().to_owned();
+    assert!(
+        wait_until(Duration::from_secs(5), || !server.leases().contains(&plain)),
+        "{}",
+        server.leases()
+    );
+}
+
+/// A failed write of the entry (500) fails the IPv6 ADD with the API's
+/// code, naming the pod, and gives the lease back: released at the server,
+/// off the interface, no record kept.
+#[test]
+fn an_ipv6_add_whose_entry_cannot_be_written_releases_its_lease_fake_apiserver() {
+    let api = StandInApi::start();
+    let uid = api.server.add_pod("tenant", "v6fail", &[], &[]);
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = kube_agent(&api);
+    let c = &lab.clients[0];
+    api.server.inject(Op::PatchPod, Fault::Status(500));
+
+    let err = agent
+        .add(&request6("v6fail", &uid, c.ns.path()))
+        .expect_err("the ADD must fail")
+        .into_cni();
+    assert_eq!(err.code, code::KUBE_API, "{err:?}");
+    assert!(
+        err.msg.contains("tenant/v6fail") && err.msg.contains("500"),
+        "{err:?}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .log()
+            .contains("DHCPRELEASE")),
+        "no RELEASE:\n{}",
+        server.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || server.leases().trim().is_empty()),
+        "the server still holds the lease:\n{}",
+        server.leases()
+    );
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    assert!(
+        !c.ns
+            .ip(&["-6", "addr", "show", "dev", &c.ifname])
+            .contains("fd00:6::"),
+        "the unreported address stayed on the interface"
     );
 }

@@ -19,7 +19,7 @@
 //! `omitempty` on that field; `ipam_mode` is omitted when unset.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -75,6 +75,27 @@ pub struct PodNetworkEntry {
 impl PodNetworkEntry {
     /// The entry xdhcp writes for a DHCP lease on a secondary network.
     pub fn dhcp(address: Ipv4Addr, prefix_len: u8, mac: MacAddr, gateways: &[Ipv4Addr]) -> Self {
+        Self::dhcp_of(address, prefix_len, mac, gateways)
+    }
+
+    /// The entry xdhcp writes for a `DHCPv6` lease: the address with the
+    /// prefix length the network names (128 without one), the network's
+    /// gateway when it names one (`DHCPv6` carries none).
+    pub fn dhcp6(
+        address: Ipv6Addr,
+        prefix_len: u8,
+        mac: MacAddr,
+        gateway: Option<Ipv6Addr>,
+    ) -> Self {
+        Self::dhcp_of(address, prefix_len, mac, gateway.as_slice())
+    }
+
+    fn dhcp_of<A: std::fmt::Display>(
+        address: A,
+        prefix_len: u8,
+        mac: MacAddr,
+        gateways: &[A],
+    ) -> Self {
         PodNetworkEntry {
             ip_addresses: vec![format!("{address}/{prefix_len}")],
             mac_address: mac.to_string(),
@@ -384,6 +405,37 @@ mod tests {
                 r#""gateway_ips":["10.220.2.1"],"role":"primary"},"#,
                 r#""default/ovn-localnet-dhcp-vfio":{"ip_addresses":["10.1.192.213/24"],"#,
                 r#""mac_address":"02:00:00:00:20:08","gateway_ips":["10.1.192.1"],"#,
+                r#""role":"secondary","ipam_mode":"dhcp"}}"#
+            )
+        );
+    }
+
+    /// An IPv6 lease's entry: the address in CIDR form as OVN-Kubernetes
+    /// writes IPv6 ones (compressed, lowercase), the network's gateway when
+    /// it names one, none otherwise.
+    #[test]
+    fn an_ipv6_entry_has_the_same_shape() {
+        let mac: MacAddr = "02:00:00:00:20:08".parse().unwrap();
+        let named = PodNetworkEntry::dhcp6(
+            "2001:db8:0:0::5".parse().unwrap(),
+            64,
+            mac,
+            Some("2001:DB8::1".parse().unwrap()),
+        );
+        let out = merge_entry(None, "ns/v6", &named).unwrap();
+        assert_eq!(
+            out,
+            concat!(
+                r#"{"ns/v6":{"ip_addresses":["2001:db8::5/64"],"mac_address":"02:00:00:00:20:08","#,
+                r#""gateway_ips":["2001:db8::1"],"role":"secondary","ipam_mode":"dhcp"}}"#
+            )
+        );
+        let bare = PodNetworkEntry::dhcp6("2001:db8::5".parse().unwrap(), 128, mac, None);
+        let out = merge_entry(None, "ns/v6", &bare).unwrap();
+        assert_eq!(
+            out,
+            concat!(
+                r#"{"ns/v6":{"ip_addresses":["2001:db8::5/128"],"mac_address":"02:00:00:00:20:08","#,
                 r#""role":"secondary","ipam_mode":"dhcp"}}"#
             )
         );

@@ -20,7 +20,8 @@ use crate::ops::guard_port::PortNetwork;
 use crate::ops::guard_port::guard_port;
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
-    Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_address, report_and_record,
+    Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_address, report_address6,
+    report_and_record,
 };
 use crate::ops::vm;
 use crate::rpc::{CniRequest, GcReply, GcRequest};
@@ -301,8 +302,30 @@ async fn again(
     deadline: Deadline,
 ) -> Result<CniResult, Error> {
     if let Some(lease) = &rec.lease6 {
+        if let (Some(pod), Some(key)) = (&rec.pod, &rec.annotation_key) {
+            deadline
+                .kube(
+                    agent.metrics(),
+                    || {
+                        format!(
+                            "writing the pod-networks entry of pod {}/{} again",
+                            pod.namespace, pod.name
+                        )
+                    },
+                    report_address6(
+                        &*agent.pod_api,
+                        pod,
+                        key,
+                        &rec.network,
+                        lease,
+                        rec.mac,
+                        rec.netns.as_deref(),
+                    ),
+                )
+                .await?;
+        }
         info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
-            "repeated ADD: the DHCPv6 lease held");
+            "repeated ADD: the DHCPv6 lease held, its address reported again");
         return Ok(crate::ops::add6::cni_result6(lease, &req.config));
     }
     let Some(lease) = &rec.lease else {

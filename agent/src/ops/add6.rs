@@ -4,32 +4,29 @@
 //! own UDP socket ([`crate::lease::v6`]), its record on disk before the
 //! answer, and the CNI result with the address.
 //!
-//! Not yet: the `pod-networks` entry (an IPv6 ADD writes none), VMs, the
-//! kernel capture path, router advertisements ([`docs/dhcpv6.md`]).
+//! The pod's `pod-networks` entry carries the address, as for IPv4. Not
+//! yet: VMs, the kernel capture path, router advertisements
+//! ([`docs/dhcpv6.md`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tracing::info;
+use tracing::{info, warn};
 use xdhcp_engine::v6::Lease;
 
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::{CniResult, DnsConfig, Ip6Config, Ipv6Cidr, Route6Config};
 use crate::datapath::link::{Link, Sockets};
-use crate::lease::persist::{Durable, PodRef, WorkloadKind};
+use crate::lease::persist::{PodRef, WorkloadKind};
 use crate::lease::v6::{Acquisition6, address6};
 use crate::model::Network;
 use crate::ops::context::Agent;
-use crate::ops::error::{Error, Place};
+use crate::ops::error::{Error, LeaseFate, Place};
 use crate::ops::guard_port::{PortNetwork, guard_port};
 use crate::ops::network::fresh_record;
-use crate::ops::report::Deadline;
+use crate::ops::report::{Deadline, ReportTo, report_address6, unrecorded, unreport};
 use crate::rpc::CniRequest;
 use crate::workload::MacAddr;
-
-/// How long ADD waits for the first lease record to reach the disk.
-const PERSIST_WAIT: Duration = Duration::from_secs(10);
 
 /// Who an IPv6 ADD is for.
 pub(crate) struct For {
@@ -72,7 +69,7 @@ pub(crate) async fn add(
     .await;
     let record = fresh_record(
         req,
-        who.pod,
+        who.pod.clone(),
         WorkloadKind::Pod,
         mac,
         who.annotation_key.clone(),
@@ -93,24 +90,51 @@ pub(crate) async fn add(
             return Err(Error::acquisition(place, &req.config.name, f));
         }
     };
-    // Answer only once the lease is on disk (a restart must resume it).
-    let wait = PERSIST_WAIT.min(deadline.left());
-    let reason = match handle.persisted(wait).await {
-        Durable::Saved => None,
-        Durable::Failed(e) => Some(crate::rpc::format_chain(&*e)),
-        Durable::Pending => Some(format!("the write did not finish within {wait:?}")),
-    };
-    if let Some(reason) = reason {
+    // Reported before the answer, as for IPv4: a pod cannot use an address
+    // OVN-Kubernetes does not know. A failed or stale write gives the lease
+    // back.
+    if let (Some(pod), Some(key)) = (&who.pod, &who.annotation_key)
+        && let Err(source) = deadline
+            .kube(
+                agent.metrics(),
+                || {
+                    format!(
+                        "writing the pod-networks entry of pod {}/{}",
+                        pod.namespace, pod.name
+                    )
+                },
+                report_address6(
+                    &*agent.pod_api,
+                    pod,
+                    key,
+                    &Network::from(&req.config),
+                    &lease,
+                    mac,
+                    req.netns.as_deref(),
+                ),
+            )
+            .await
+    {
         agent.leases.abandon(&handle, true).await;
         agent.guard.release(&req.container_id, &req.ifname);
-        return Err(Error::Persist {
-            dir: agent.svc.store.leases_dir().to_path_buf(),
-            reason,
+        warn!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
+            error = %crate::rpc::format_chain(&source), "ADD not reported; the DHCPv6 lease released");
+        return Err(Error::NotReported {
+            address: lease.address.into(),
+            fate: LeaseFate::Released,
+            source: Box::new(source),
         });
     }
-    if who.annotation_key.is_some() {
-        info!(container = %req.container_id, ifname = %req.ifname,
-            "no pod-networks entry written: IPv6 addresses are not reported there yet");
+    // Answer only once the lease is on disk (a restart must resume it); a
+    // lease that could not be recorded is given back, its entry removed.
+    if let Some(reason) = unrecorded(&handle, deadline).await {
+        agent.leases.abandon(&handle, true).await;
+        agent.guard.release(&req.container_id, &req.ifname);
+        let to = ReportTo {
+            pod: who.pod.as_ref(),
+            key: who.annotation_key.as_deref(),
+        };
+        return Err(unreport(agent, to, deadline, reason).await);
     }
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %MacAddr(mac), "ADD done (DHCPv6)");

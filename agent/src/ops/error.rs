@@ -1,7 +1,7 @@
 //! Why a CNI operation failed, typed. The agent socket maps each variant to
 //! its CNI error code and message (`server.rs`), nowhere else.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -109,7 +109,7 @@ pub(crate) enum Error {
     /// became of the lease is part of the message.
     #[error("address {address} not reported: {source}; {fate}")]
     NotReported {
-        address: Ipv4Addr,
+        address: IpAddr,
         fate: LeaseFate,
         #[source]
         source: Box<Error>,

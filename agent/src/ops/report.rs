@@ -310,7 +310,7 @@ pub(crate) fn cni_result(lease: &Lease, config: &NetworkConfig) -> CniResult {
 
 /// Why the attachment's record is not on disk, after waiting for it within
 /// the ADD's deadline; `None` once it is.
-async fn unrecorded(handle: &Handle, deadline: Deadline) -> Option<String> {
+pub(crate) async fn unrecorded(handle: &Handle, deadline: Deadline) -> Option<String> {
     let wait = PERSIST_WAIT.min(deadline.left());
     match handle.persisted(wait).await {
         Durable::Saved => None,
@@ -323,7 +323,12 @@ async fn unrecorded(handle: &Handle, deadline: Deadline) -> Option<String> {
 
 /// An ADD whose lease could not be recorded (and was given back): remove
 /// the address it reported, and name the state directory in its error.
-async fn unreport(agent: &Agent, to: ReportTo<'_>, deadline: Deadline, reason: String) -> Error {
+pub(crate) async fn unreport(
+    agent: &Agent,
+    to: ReportTo<'_>,
+    deadline: Deadline,
+    reason: String,
+) -> Error {
     if let (Some(p), Some(key)) = (to.pod, to.key)
         && let Err(e) = deadline
             .kube(
@@ -382,6 +387,28 @@ pub(crate) async fn report_address(
         MacAddr(mac),
         &lease.default_gateway().into_iter().collect::<Vec<_>>(),
     );
+    let guard = WriteGuard {
+        uid: pod.uid.clone(),
+        netns: netns.map(std::path::Path::to_path_buf),
+    };
+    pods.set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
+        .await
+}
+
+/// Write the `pod-networks` entry for a pod's `DHCPv6` lease, as
+/// [`report_address`] does for IPv4 (the same stale-ADD checks): the
+/// address with the network's prefix length, its gateway when it names one.
+pub(crate) async fn report_address6(
+    pods: &dyn PodStore,
+    pod: &PodRef,
+    key: &str,
+    network: &crate::model::Network,
+    lease: &xdhcp_engine::v6::Lease,
+    mac: [u8; 6],
+    netns: Option<&std::path::Path>,
+) -> Result<(), PodApiError> {
+    let a = crate::lease::v6::address6(network, lease);
+    let entry = PodNetworkEntry::dhcp6(a.address, a.prefix_len, MacAddr(mac), a.gateway);
     let guard = WriteGuard {
         uid: pod.uid.clone(),
         netns: netns.map(std::path::Path::to_path_buf),
@@ -451,7 +478,7 @@ pub(crate) async fn abandon_unreported(
     tracing::warn!(container = %cid, ifname = %record.ifname, address = %lease.address,
         error = %crate::rpc::format_chain(&source), fate = %fate, "ADD not reported");
     Error::NotReported {
-        address: lease.address,
+        address: lease.address.into(),
         fate,
         source: Box::new(source),
     }
