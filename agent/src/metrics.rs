@@ -100,6 +100,7 @@ struct PhaseLabel {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
+    family: &'static str,
     state: &'static str,
 }
 
@@ -509,16 +510,25 @@ impl Metrics {
             .set(i64::try_from(ports.len()).unwrap_or(i64::MAX));
     }
 
-    /// A lease moved from `from` (None: new) to `to` (None: gone).
-    pub(crate) fn lease_state(&self, from: Option<&'static str>, to: Option<&'static str>) {
+    /// A lease moved from `from` (None: new) to `to` (None: gone), each a
+    /// (family, state) pair: `("ipv4", "bound")`.
+    pub(crate) fn lease_state(
+        &self,
+        from: Option<(&'static str, &'static str)>,
+        to: Option<(&'static str, &'static str)>,
+    ) {
         if from == to {
             return;
         }
-        if let Some(f) = from {
-            self.leases.get_or_create(&StateLabel { state: f }).dec();
+        if let Some((family, state)) = from {
+            self.leases
+                .get_or_create(&StateLabel { family, state })
+                .dec();
         }
-        if let Some(t) = to {
-            self.leases.get_or_create(&StateLabel { state: t }).inc();
+        if let Some((family, state)) = to {
+            self.leases
+                .get_or_create(&StateLabel { family, state })
+                .inc();
         }
     }
 
@@ -840,9 +850,10 @@ mod tests {
     #[test]
     fn exposition_has_prefixed_metrics() {
         let m = Metrics::new();
-        m.lease_state(None, Some("bound"));
-        m.lease_state(None, Some("bound"));
-        m.lease_state(Some("bound"), Some("renewing"));
+        m.lease_state(None, Some(("ipv4", "bound")));
+        m.lease_state(None, Some(("ipv4", "bound")));
+        m.lease_state(Some(("ipv4", "bound")), Some(("ipv4", "renewing")));
+        m.lease_state(None, Some(("ipv6", "bound")));
         m.dora(0.003);
         m.renewal();
         m.nak();
@@ -864,9 +875,16 @@ mod tests {
             text.contains("xdhcp_add_duration_seconds_count 1"),
             "{text}"
         );
-        assert!(text.contains(r#"xdhcp_leases{state="bound"} 1"#), "{text}");
         assert!(
-            text.contains(r#"xdhcp_leases{state="renewing"} 1"#),
+            text.contains(r#"xdhcp_leases{family="ipv4",state="bound"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_leases{family="ipv4",state="renewing"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_leases{family="ipv6",state="bound"} 1"#),
             "{text}"
         );
         assert!(

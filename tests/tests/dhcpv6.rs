@@ -19,6 +19,7 @@ use std::time::Duration;
 use agent_support::{AgentProcess, PluginOutput, invoke, plugin_bin};
 use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
+use xdhcp_tests::bench::{free_local_addr, http_get, metric_count};
 use xdhcp_tests::fake_apiserver::{Fault, Op};
 use xdhcp_tests::{Dnsmasq6, InProcessAgent, Lab, NetNs, StandInApi, format_mac, wait_until};
 
@@ -213,18 +214,35 @@ fn entry(api: &StandInApi, pod: &str) -> serde_json::Value {
         )
 }
 
-fn kube_agent(api: &StandInApi) -> InProcessAgent {
-    InProcessAgent::start_with(|a| {
+/// The agent, reporting to `api`, serving its metrics at the address
+/// returned.
+fn kube_agent(api: &StandInApi) -> (InProcessAgent, std::net::SocketAddr) {
+    let metrics = free_local_addr();
+    let agent = InProcessAgent::start_with(|a| {
         a.kube = KubeMode::On;
         a.kubeconfig = Some(api.kubeconfig.clone());
         a.datapath = DatapathChoice::Afpacket;
-    })
+        a.metrics_addr = Some(metrics);
+    });
+    (agent, metrics)
+}
+
+/// The `xdhcp_leases` gauge of IPv6 leases in `state` (any state: "").
+fn v6_leases(metrics: std::net::SocketAddr, state: &str) -> u64 {
+    let text = http_get(metrics, "/metrics").unwrap_or_default();
+    let label = if state.is_empty() {
+        r#"family="ipv6""#.to_owned()
+    } else {
+        format!(r#"family="ipv6",state="{state}""#)
+    };
+    metric_count(&text, "xdhcp_leases", &label)
 }
 
 /// An IPv6 pod's address is reported in its `pod-networks` entry (the
 /// address in the network's prefix, its gateway, `ipam_mode: dhcp`, the
 /// pod's MAC) beside the cluster network's entry, which is kept; reported
-/// again by a repeated ADD after the entry was lost; removed at DEL.
+/// again by a repeated ADD after the entry was lost; removed at DEL. The
+/// lease counts in `xdhcp_leases` under `family="ipv6"` while it lives.
 #[test]
 fn an_ipv6_pods_address_is_in_its_pod_networks_entry_fake_apiserver() {
     let api = StandInApi::start();
@@ -233,7 +251,7 @@ fn an_ipv6_pods_address_is_in_its_pod_networks_entry_fake_apiserver() {
         .add_pod("tenant", "v6web", &[], &[(POD_NETWORKS, DEFAULT_ENTRY)]);
     let lab = Lab::builder().server_behind_uplink().build();
     let server = Dnsmasq6::start(lab.dhcp_ns());
-    let agent = kube_agent(&api);
+    let (agent, metrics) = kube_agent(&api);
     let c = &lab.clients[0];
     let req = request6("v6web", &uid, c.ns.path());
 
@@ -250,6 +268,11 @@ fn an_ipv6_pods_address_is_in_its_pod_networks_entry_fake_apiserver() {
     assert_eq!(e["role"], "secondary", "{e}");
     assert_eq!(e["mac_address"], format_mac(c.mac), "{e}");
     assert!(entry(&api, "v6web").get("default").is_some());
+    assert_eq!(
+        v6_leases(metrics, "bound"),
+        1,
+        "the lease in the gauge, by family"
+    );
 
     // The entry lost (as after a kill between the lease and the patch): a
     // repeated ADD reports the held address again.
@@ -264,6 +287,11 @@ fn an_ipv6_pods_address_is_in_its_pod_networks_entry_fake_apiserver() {
     );
 
     let _: serde_json::Value = agent.post(xdhcp::rpc::PATH_DEL, &req).expect("DEL");
+    assert!(
+        wait_until(Duration::from_secs(2), || v6_leases(metrics, "") == 0),
+        "the deleted lease stays in the gauge: {}",
+        http_get(metrics, "/metrics").unwrap_or_default()
+    );
     assert!(
         entry(&api, "v6web").get("tenant/v6net").is_none(),
         "{}",
@@ -287,7 +315,7 @@ fn an_ipv6_add_whose_entry_cannot_be_written_releases_its_lease_fake_apiserver()
     let uid = api.server.add_pod("tenant", "v6fail", &[], &[]);
     let lab = Lab::builder().server_behind_uplink().build();
     let server = Dnsmasq6::start(lab.dhcp_ns());
-    let agent = kube_agent(&api);
+    let (agent, _) = kube_agent(&api);
     let c = &lab.clients[0];
     api.server.inject(Op::PatchPod, Fault::Status(500));
 

@@ -123,6 +123,15 @@ impl EngineState {
             EngineState::V6(s) => s.label(),
         }
     }
+
+    /// The `xdhcp_leases` gauge's labels: the family and the state.
+    pub(crate) fn metric(self) -> (&'static str, &'static str) {
+        let family = match self {
+            EngineState::V4(_) => "ipv4",
+            EngineState::V6(_) => "ipv6",
+        };
+        (family, self.label())
+    }
 }
 
 impl From<State> for EngineState {

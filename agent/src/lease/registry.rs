@@ -366,7 +366,7 @@ impl Registry {
     ) -> Started {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let (cmd_tx, cmds) = mpsc::channel(2);
-        self.svc.metrics.lease_state(None, Some(state.label()));
+        self.svc.metrics.lease_state(None, Some(state.metric()));
         let live = Arc::new(Mutex::new(Live::new(record, state, path)));
         let (persisted_tx, persisted) = watch::channel(Durable::Pending);
         let handle = Handle {

@@ -133,7 +133,7 @@ impl<P: LeasePort> Task<P> {
         if l.state != state {
             self.svc
                 .metrics
-                .lease_state(Some(l.state.label()), Some(state.label()));
+                .lease_state(Some(l.state.metric()), Some(state.metric()));
             l.state = state;
         }
     }
@@ -662,7 +662,7 @@ fn finish<P: LeasePort>(
         task.set_path(CapturePath::Idle);
     }
     let state = lock(&task.live).state;
-    task.svc.metrics.lease_state(Some(state.label()), None);
+    task.svc.metrics.lease_state(Some(state.metric()), None);
     if let Some(a) = stop_ack {
         let _ = a.send(());
     }

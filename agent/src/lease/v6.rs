@@ -194,7 +194,14 @@ impl Registry {
             apply,
             applied: None,
         };
-        self.run(&started.handle, run(task));
+        // The task's lease leaves the `xdhcp_leases` gauge when it ends.
+        let (live, metrics) = (task.live.clone(), task.svc.metrics.clone());
+        self.run(&started.handle, async move {
+            let ended = run(task).await;
+            let state = lock(&live).state;
+            metrics.lease_state(Some(state.metric()), None);
+            ended
+        });
         started.handle
     }
 }
@@ -236,7 +243,7 @@ impl Task6 {
         if l.state != state {
             self.svc
                 .metrics
-                .lease_state(Some(l.state.label()), Some(state.label()));
+                .lease_state(Some(l.state.metric()), Some(state.metric()));
             l.state = state;
         }
     }
