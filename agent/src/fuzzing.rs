@@ -1002,6 +1002,7 @@ mod tests {
                 requested: None,
                 planned_xids: None,
                 lease6: None,
+                router6: None,
             };
             let mut inf = lease();
             inf.lease_time = Duration::from_secs(0xffff_ffff);
@@ -1017,6 +1018,7 @@ mod tests {
                 requested: Some("192.0.2.10".parse().expect("an address")),
                 planned_xids: None,
                 lease6: None,
+                router6: None,
                 ..pod.clone()
             };
             let mut stem = b"c1@eth%2F0\n".to_vec();

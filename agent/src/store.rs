@@ -327,6 +327,11 @@ pub struct LeaseRecord {
     /// Boxed: records are moved through the ADD's futures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease6: Option<Box<xdhcp_engine::v6::Lease>>,
+    /// With `lease6`: what the link's router advertisements give its
+    /// address (the on-link prefix length, the default router), when the
+    /// network names neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router6: Option<xdhcp_engine::v6::ra::Router6>,
 }
 
 impl LeaseRecord {
@@ -426,6 +431,7 @@ mod v1 {
                 requested: None,
                 planned_xids: None,
                 lease6: None,
+                router6: None,
             }
         }
     }
@@ -1136,6 +1142,7 @@ mod tests {
             requested: None,
             planned_xids: None,
             lease6: None,
+            router6: None,
         }
     }
 
@@ -1323,6 +1330,7 @@ mod tests {
                 requested: None,
                 planned_xids: None,
                 lease6: None,
+                router6: None,
                 ..rec
             }]
         );
@@ -1337,6 +1345,7 @@ mod tests {
             requested: Some(Ipv4Addr::new(192, 0, 2, 11)),
             planned_xids: None,
             lease6: None,
+            router6: None,
             ..record("c-req", "eth0", [192, 0, 2, 11])
         };
         store.save(&requesting).unwrap();
@@ -1355,6 +1364,7 @@ mod tests {
             requested: None,
             planned_xids: None,
             lease6: None,
+            router6: None,
             ..requesting
         };
         assert!(matches!(

@@ -525,6 +525,13 @@ impl Dnsmasq6 {
     /// [`Lab::SERVER_IF`](crate::Lab::SERVER_IF) of `ns`, given
     /// `fd00:6::1/64`; returns once it serves.
     pub fn start(ns: &NetNs) -> Self {
+        Self::start_with(ns, &[])
+    }
+
+    /// [`Dnsmasq6::start`] with `extra` arguments (`--enable-ra`: router
+    /// advertisements of the range's /64, managed, with itself as the
+    /// default router).
+    pub fn start_with(ns: &NetNs, extra: &[&str]) -> Self {
         ns.ip(&[
             "-6",
             "addr",
@@ -553,6 +560,7 @@ impl Dnsmasq6 {
         .arg(format!("--interface={}", crate::Lab::SERVER_IF))
         .arg("--dhcp-range=fd00:6::100,fd00:6::1ff,64,300")
         .arg("--dhcp-option=option6:dns-server,[fd00:6::53]")
+        .args(extra)
         .arg(format!("--pid-file={}", dir.path().join("pid").display()))
         .arg(format!(
             "--dhcp-leasefile={}",

@@ -348,3 +348,62 @@ fn an_ipv6_add_whose_entry_cannot_be_written_releases_its_lease_fake_apiserver()
         "the unreported address stayed on the interface"
     );
 }
+
+/// A network that names no prefix length takes the address's prefix and
+/// the default router from the link's router advertisements (dnsmasq's
+/// `--enable-ra`: its range's /64, itself as the router, from its
+/// link-local address): the result is the address in that /64 with a
+/// default route through the router, the pod's interface carries the /64,
+/// and `xdhcp leases` shows it. Without advertisements (the first test's
+/// server, a network naming no prefix) the same ADD is a /128 with no route.
+#[test]
+fn a_network_naming_no_prefix_takes_it_and_the_router_from_router_advertisements() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start_with(lab.dhcp_ns(), &["--enable-ra"]);
+    let router = link_local(lab.dhcp_ns(), Lab::SERVER_IF);
+    let agent = AgentProcess::start(&[]);
+    let pod = &lab.clients[0].ns;
+    let conf = format!(
+        r#"{{"cniVersion":"1.1.0","name":"v6ra",
+            "ipam":{{"type":"xdhcp","socketPath":"{}","family":"ipv6","apply":true,"timeout":"20s"}}}}"#,
+        agent.socket.display()
+    );
+
+    let r = call("ADD", "v6ra", pod, &conf);
+    assert!(r.ok, "ADD failed: {}\nagent:\n{}", r.text(), agent.log());
+    let cidr = r.json["ips"][0]["address"].as_str().unwrap().to_owned();
+    assert!(
+        cidr.starts_with("fd00:6::1") && cidr.ends_with("/64"),
+        "not the advertised /64: {}\nagent:\n{}\ndnsmasq:\n{}",
+        r.stdout,
+        agent.log(),
+        server.log()
+    );
+    assert_eq!(r.json["ips"][0]["gateway"], router.as_str(), "{}", r.stdout);
+    assert_eq!(
+        r.json["routes"][0]["dst"], "::/0",
+        "a default route through the router: {}",
+        r.stdout
+    );
+    assert_eq!(r.json["routes"][0]["gw"], router.as_str(), "{}", r.stdout);
+    let addr = cidr.split('/').next().unwrap();
+    assert!(pod_has(pod, addr), "{}", pod.ip(&["-6", "addr"]));
+    let table = agent.cli("leases", false);
+    assert!(table.contains(&cidr), "{table}");
+
+    let d = call("DEL", "v6ra", pod, &conf);
+    assert!(d.ok, "DEL failed: {}", d.text());
+    assert!(!pod_has(pod, addr), "{addr} still on eth0");
+}
+
+/// The link-local address of `ifname` in `ns`.
+fn link_local(ns: &NetNs, ifname: &str) -> String {
+    let shown = ns.ip(&["-6", "-o", "addr", "show", "dev", ifname, "scope", "link"]);
+    shown
+        .split_whitespace()
+        .skip_while(|w| *w != "inet6")
+        .nth(1)
+        .and_then(|a| a.split('/').next())
+        .unwrap_or_else(|| panic!("no link-local address on {ifname}: {shown}"))
+        .to_owned()
+}

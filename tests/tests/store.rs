@@ -68,6 +68,7 @@ fn record(i: usize, generation: u32) -> LeaseRecord {
         requested: None,
         planned_xids: None,
         lease6: None,
+        router6: None,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod afpacket;
 pub(crate) mod capture;
 pub mod ebpf;
 pub mod frame;
+pub(crate) mod icmp6;
 pub(crate) mod link;
 pub(crate) mod port;
 pub mod rawsock;

@@ -103,22 +103,7 @@ fn bound_socket(ifname: &str, ifindex: u32) -> Result<OwnedFd, (&'static str, io
     let index = libc::c_int::try_from(ifindex).unwrap_or(0);
     set(&fd, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, &index)
         .map_err(|e| ("set IPV6_MULTICAST_IF on the DHCPv6 socket", e))?;
-    // SAFETY: the name's bytes and length are passed as setsockopt reads them.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_BINDTODEVICE,
-            ifname.as_ptr().cast(),
-            libc::socklen_t::try_from(ifname.len()).unwrap_or(0),
-        )
-    };
-    if rc < 0 {
-        return Err((
-            "bind the DHCPv6 socket to the interface",
-            io::Error::last_os_error(),
-        ));
-    }
+    bind_to_device(&fd, ifname).map_err(|e| ("bind the DHCPv6 socket to the interface", e))?;
     // SAFETY: an all-zero sockaddr_in6 is valid; the fields are set below.
     let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
     sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
@@ -137,7 +122,27 @@ fn bound_socket(ifname: &str, ifindex: u32) -> Result<OwnedFd, (&'static str, io
     Ok(fd)
 }
 
-fn set<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) -> io::Result<()> {
+/// `SO_BINDTODEVICE` to `ifname`: the socket hears and sends on it only.
+pub(super) fn bind_to_device(fd: &OwnedFd, ifname: &str) -> io::Result<()> {
+    // SAFETY: the name's bytes and length are passed as setsockopt reads them.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            ifname.as_ptr().cast(),
+            libc::socklen_t::try_from(ifname.len()).unwrap_or(0),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `setsockopt` of a plain value.
+pub(super) fn set<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) -> io::Result<()> {
     // SAFETY: `value` points to a live T of the length given.
     let rc = unsafe {
         libc::setsockopt(

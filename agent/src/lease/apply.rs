@@ -200,6 +200,40 @@ pub(crate) struct Address6 {
     pub(crate) metric: Option<u32>,
 }
 
+/// How `network` configures `lease`: the prefix length and gateway the
+/// network names; else what the link's router advertisements give the
+/// address (`router`: its on-link prefix, else /128; the default router);
+/// else a /128 with no route. The metric is the network's.
+pub(crate) fn address6(
+    network: &crate::model::Network,
+    lease: &xdhcp_engine::v6::Lease,
+    router: Option<xdhcp_engine::v6::ra::Router6>,
+) -> Address6 {
+    let v6 = network.ipam.ipv6.unwrap_or_default();
+    let (prefix_len, gateway) = match (v6.prefix_length, router) {
+        (Some(len), _) => (len, v6.gateway),
+        (None, Some(r)) => (r.prefix_len.unwrap_or(128), r.gateway),
+        (None, None) => (128, None),
+    };
+    Address6 {
+        address: lease.address,
+        prefix_len,
+        gateway,
+        metric: network.ipam.route_priority,
+    }
+}
+
+/// Whether `network` leaves the prefix length and router to the link's
+/// router advertisements (it names no prefix length).
+pub(crate) fn wants_router(network: &crate::model::Network) -> bool {
+    network
+        .ipam
+        .ipv6
+        .unwrap_or_default()
+        .prefix_length
+        .is_none()
+}
+
 /// Configure `a` on `ifname` in `netns`: link up, the address (no
 /// duplicate address detection), the default route. What went on before a
 /// failure is taken off again.

@@ -206,14 +206,12 @@ impl Live {
                 prefix_len: l.prefix_len,
             }),
             family: r.network.ipam.family.label().to_owned(),
-            address6: r.lease6.as_ref().map(|l| crate::cni::types::Ipv6Cidr {
-                addr: l.address,
-                prefix_len: r
-                    .network
-                    .ipam
-                    .ipv6
-                    .and_then(|v| v.prefix_length)
-                    .unwrap_or(128),
+            address6: r.lease6.as_ref().map(|l| {
+                let a = crate::lease::apply::address6(&r.network, l, r.router6);
+                crate::cni::types::Ipv6Cidr {
+                    addr: a.address,
+                    prefix_len: a.prefix_len,
+                }
             }),
             server: r.lease.as_ref().map(|l| l.server_id),
             state: if matches!(r.workload, WorkloadKind::Vm { .. }) && r.lease.is_some() {

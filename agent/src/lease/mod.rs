@@ -17,6 +17,7 @@ pub(crate) mod live;
 pub(crate) mod pacing;
 pub(crate) mod persist;
 pub(crate) mod registry;
+pub(crate) mod router6;
 pub(crate) mod services;
 pub(crate) mod task;
 pub(crate) mod v6;

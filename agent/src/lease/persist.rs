@@ -106,6 +106,7 @@ pub(crate) mod tests {
             requested: None,
             planned_xids: None,
             lease6: None,
+            router6: None,
         }
     }
 

@@ -21,11 +21,13 @@ use crate::datapath::link::LinkError;
 use crate::datapath::udp6::Udp6;
 use crate::lease::acquire::{ADD_MARGIN, Failure, MIN_ACQUIRE_LEFT};
 use crate::lease::apply::{self, Address6};
+pub(crate) use crate::lease::apply::{address6, wants_router};
 use crate::lease::effects::{Effect, Effects as _};
 use crate::lease::live::{Command, EngineState, Live};
 use crate::lease::pacing::Pacing;
 use crate::lease::persist::{Durable, LeaseRecord};
 use crate::lease::registry::{Handle, Registry};
+use crate::lease::router6::Routers;
 use crate::lease::services::Services;
 use crate::lease::task::Ended;
 use crate::model::Network;
@@ -72,18 +74,6 @@ pub(crate) fn engine_config6(
     cfg
 }
 
-/// How `network` configures `lease` (its prefix length, else /128; its
-/// gateway; the route metric).
-pub(crate) fn address6(network: &Network, lease: &v6::Lease) -> Address6 {
-    let v6 = network.ipam.ipv6.unwrap_or_default();
-    Address6 {
-        address: lease.address,
-        prefix_len: v6.prefix_length.unwrap_or(128),
-        gateway: v6.gateway.filter(|_| v6.prefix_length.is_some()),
-        metric: network.ipam.route_priority,
-    }
-}
-
 /// What an IPv6 acquisition is for.
 #[derive(Debug)]
 pub(crate) struct Acquisition6 {
@@ -117,9 +107,14 @@ impl Registry {
                 self.metrics().failure("interface");
                 Failure::Port(source)
             })?;
+        let routers = if wants_router(&rec.network) {
+            Routers::open(&a.netns, &rec.ifname, a.ifindex, rec.mac).await
+        } else {
+            None
+        };
         let client = Client::new(cfg, Instant::now(), seed());
         let (tx, rx) = oneshot::channel();
-        let handle = self.spawn6(a.record, a.netns, client, sock, Some(tx));
+        let handle = self.spawn6(a.record, a.netns, client, (sock, routers), Some(tx));
         let outcome = slot
             .hold_during(tokio::time::timeout(timeout + ADD_MARGIN, rx))
             .await;
@@ -160,6 +155,11 @@ impl Registry {
         let mut cfg = engine_config6(&record.network, record.mac, default_timeout);
         cfg.acquire_timeout = None;
         let sock = Udp6::open(&netns, &record.ifname, ifindex).await?;
+        let routers = if wants_router(&record.network) {
+            Routers::open(&netns, &record.ifname, ifindex, record.mac).await
+        } else {
+            None
+        };
         let now = Instant::now();
         let client = match record.lease6.clone() {
             Some(l) => {
@@ -169,7 +169,7 @@ impl Registry {
             }
             None => Client::new(cfg, now, seed()),
         };
-        Ok(self.spawn6(record, netns, client, sock, None))
+        Ok(self.spawn6(record, netns, client, (sock, routers), None))
     }
 
     fn spawn6(
@@ -177,7 +177,7 @@ impl Registry {
         record: LeaseRecord,
         netns: PathBuf,
         client: Client,
-        sock: Udp6,
+        (sock, routers): (Udp6, Option<Routers>),
         waiter: Option<oneshot::Sender<Outcome6>>,
     ) -> Handle {
         let apply = record.network.ipam.apply;
@@ -186,6 +186,7 @@ impl Registry {
             svc: self.services(),
             client,
             sock,
+            routers,
             live: started.handle.live.clone(),
             cmds: started.cmds,
             waiter,
@@ -211,6 +212,9 @@ struct Task6 {
     svc: Arc<Services>,
     client: Client,
     sock: Udp6,
+    /// The link's router advertisements, when the network leaves the prefix
+    /// and router to them.
+    routers: Option<Routers>,
     live: Arc<Mutex<Live>>,
     cmds: mpsc::Receiver<Command>,
     waiter: Option<oneshot::Sender<Outcome6>>,
@@ -273,7 +277,8 @@ impl Task6 {
         if !self.apply {
             return Ok(());
         }
-        let want = address6(&self.record().network, lease);
+        let rec = self.record();
+        let want = address6(&rec.network, lease, rec.router6);
         if let Some(old) = self.applied.filter(|old| *old != want) {
             self.unconfigure_one(old).await;
         }
@@ -301,12 +306,19 @@ impl Task6 {
     async fn on_event(&mut self, ev: Event, stopping: &mut Option<Stopping>) -> Option<Ended> {
         match ev {
             Event::Bound(lease) => {
+                // A first lease waits (briefly) for the advertisements that
+                // give its address a prefix and router.
+                if let Some(r) = self.routers.as_mut() {
+                    let router = r.wait_for(lease.address, &self.svc.metrics).await;
+                    lock(&self.live).record.router6 = router;
+                }
                 let applied = self.configure(&lease).await;
                 lock(&self.live).set_lease6(Some(lease.clone()));
-                let a = address6(&self.record().network, &lease);
+                let rec = self.record();
+                let a = address6(&rec.network, &lease, rec.router6);
                 if a.prefix_len == 128 && a.gateway.is_none() {
                     info!(address = %lease.address,
-                        "DHCPv6 lease bound as a /128 with no route: the network names no prefix length and gateway (ipam.ipv6)");
+                        "DHCPv6 lease bound as a /128 with no route: neither the network (ipam.ipv6) nor a router advertisement names a prefix or router");
                 } else {
                     info!(address = %lease.address, prefix_len = a.prefix_len, gateway = ?a.gateway,
                         "DHCPv6 lease bound");
@@ -324,6 +336,14 @@ impl Task6 {
                 }
             }
             Event::Renewed(lease) | Event::Changed { new: lease, .. } => {
+                // Another address may sit in another advertised prefix.
+                if let Some(router) = self
+                    .routers
+                    .as_ref()
+                    .and_then(|r| r.for_address(lease.address))
+                {
+                    lock(&self.live).record.router6 = Some(router);
+                }
                 // Configured again: a resumed lease is configured by now
                 // (an address already there is fine), a changed one
                 // replaces the old address.
@@ -359,6 +379,28 @@ impl Task6 {
         None
     }
 
+    /// An advertisement was heard: when it changes what the held address
+    /// takes (a router came or went, its prefix changed), the record and
+    /// the interface follow.
+    async fn on_router(&mut self) {
+        let Some(lease) = self.client.lease().cloned() else {
+            return;
+        };
+        let Some(router) = self.routers.as_ref().map(|r| r.for_address(lease.address)) else {
+            return;
+        };
+        if lock(&self.live).record.router6 == router {
+            return;
+        }
+        info!(address = %lease.address, prefix_len = ?router.and_then(|r| r.prefix_len),
+            gateway = ?router.and_then(|r| r.gateway), "router advertisements changed the IPv6 lease's prefix or router");
+        lock(&self.live).record.router6 = router;
+        self.persist().await;
+        if let Err(e) = self.configure(&lease).await {
+            warn!(error = %crate::rpc::format_chain(&*e), "could not configure the IPv6 lease's new prefix or router");
+        }
+    }
+
     /// DEL: the address off the interface, then RELEASE (when asked and
     /// held); the ack once the server answered it (or gave up).
     async fn on_stop(
@@ -379,6 +421,14 @@ impl Task6 {
         }
         let _ = ack.send(());
         Some(Ended::Kept)
+    }
+}
+
+/// The next router advertisement `routers` believe; never without them.
+async fn hear(routers: Option<&mut Routers>, metrics: &crate::metrics::Metrics) {
+    match routers {
+        Some(r) => r.next(metrics).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -421,6 +471,7 @@ async fn run(mut t: Task6) -> Ended {
                 }
                 return Ended::Kept;
             }
+            () = hear(t.routers.as_mut(), &t.svc.metrics) => t.on_router().await,
             cmd = t.cmds.recv(), if stopping.is_none() => match cmd {
                 Some(Command::Stop { release, ack }) => {
                     if let Some(end) = t.on_stop(release, ack, &mut stopping).await {
@@ -464,6 +515,7 @@ async fn run(mut t: Task6) -> Ended {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use xdhcp_engine::v6::ra::Router6;
 
     fn network(ipam: &str) -> Network {
         let c = crate::cni::config::parse(
@@ -492,25 +544,46 @@ pub(crate) mod tests {
 
     /// Without a prefix length the address is a /128 with no route; a
     /// gateway comes only with one; the metric is the network's priority.
+    /// What the network names wins over the router advertisements; without
+    /// it, their prefix and router are taken (a router alone: a /128 with a
+    /// route through it).
     #[test]
-    fn an_address_is_a_128_unless_the_network_names_a_prefix() {
-        let bare = address6(&network(r#"{"type":"xdhcp","family":"ipv6"}"#), &lease());
-        assert_eq!((bare.prefix_len, bare.gateway), (128, None));
-        let named = address6(
-            &network(
-                r#"{"type":"xdhcp","family":"ipv6","priority":7,
-                    "ipv6":{"prefixLength":64,"gateway":"fe80::1"}}"#,
-            ),
-            &lease(),
+    fn an_address_takes_the_networks_prefix_else_the_routers() {
+        let bare = network(r#"{"type":"xdhcp","family":"ipv6"}"#);
+        let a = address6(&bare, &lease(), None);
+        assert_eq!((a.prefix_len, a.gateway), (128, None));
+        let named = network(
+            r#"{"type":"xdhcp","family":"ipv6","priority":7,
+                "ipv6":{"prefixLength":64,"gateway":"fe80::1"}}"#,
         );
-        assert_eq!(named.prefix_len, 64);
-        assert_eq!(named.gateway, Some("fe80::1".parse().unwrap()));
-        assert_eq!(named.metric, Some(7));
-        let prefix_only = address6(
-            &network(r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefixLength":64}}"#),
-            &lease(),
+        let a = address6(&named, &lease(), None);
+        assert_eq!(a.prefix_len, 64);
+        assert_eq!(a.gateway, Some("fe80::1".parse().unwrap()));
+        assert_eq!(a.metric, Some(7));
+        let prefix_only = network(r#"{"type":"xdhcp","family":"ipv6","ipv6":{"prefixLength":64}}"#);
+        let a = address6(&prefix_only, &lease(), None);
+        assert_eq!((a.prefix_len, a.gateway), (64, None));
+
+        let advertised = Router6 {
+            prefix_len: Some(48),
+            gateway: Some("fe80::2".parse().unwrap()),
+        };
+        let a = address6(&bare, &lease(), Some(advertised));
+        assert_eq!((a.prefix_len, a.gateway), (48, advertised.gateway));
+        let a = address6(&named, &lease(), Some(advertised));
+        assert_eq!(
+            (a.prefix_len, a.gateway),
+            (64, Some("fe80::1".parse().unwrap()))
         );
-        assert_eq!((prefix_only.prefix_len, prefix_only.gateway), (64, None));
+        let a = address6(&prefix_only, &lease(), Some(advertised));
+        assert_eq!((a.prefix_len, a.gateway), (64, None));
+        let router_only = Router6 {
+            prefix_len: None,
+            ..advertised
+        };
+        let a = address6(&bare, &lease(), Some(router_only));
+        assert_eq!((a.prefix_len, a.gateway), (128, advertised.gateway));
+        assert!(wants_router(&bare) && !wants_router(&named) && !wants_router(&prefix_only));
     }
 
     /// The engine gets the workload's MAC, the network's Rapid Commit and

@@ -316,8 +316,7 @@ async fn again(
                         &*agent.pod_api,
                         pod,
                         key,
-                        &rec.network,
-                        lease,
+                        crate::lease::v6::address6(&rec.network, lease, rec.router6),
                         rec.mac,
                         rec.netns.as_deref(),
                     ),
@@ -326,7 +325,11 @@ async fn again(
         }
         info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
             "repeated ADD: the DHCPv6 lease held, its address reported again");
-        return Ok(crate::ops::add6::cni_result6(lease, &req.config));
+        return Ok(crate::ops::add6::cni_result6(
+            lease,
+            rec.router6,
+            &req.config,
+        ));
     }
     let Some(lease) = &rec.lease else {
         return Err(Error::LeaseGone {
@@ -607,7 +610,7 @@ async fn check6(
     })?;
     if rec.network.ipam.apply {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
-        let a = crate::lease::v6::address6(&rec.network, &lease);
+        let a = crate::lease::v6::address6(&rec.network, &lease, rec.router6);
         let present = apply::has_address6(ns, &req.ifname, a).await;
         return on_interface(req, ns, (a.address.into(), a.prefix_len), present);
     }

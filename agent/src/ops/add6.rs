@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 use xdhcp_engine::v6::Lease;
+use xdhcp_engine::v6::ra::Router6;
 
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::{CniResult, DnsConfig, Ip6Config, Ipv6Cidr, Route6Config};
@@ -26,6 +27,7 @@ use crate::ops::guard_port::{PortNetwork, guard_port};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{Deadline, ReportTo, report_address6, unrecorded, unreport};
 use crate::rpc::CniRequest;
+use crate::sys::sync::lock;
 use crate::workload::MacAddr;
 
 /// Who an IPv6 ADD is for.
@@ -90,6 +92,8 @@ pub(crate) async fn add(
             return Err(Error::acquisition(place, &req.config.name, f));
         }
     };
+    // What the link's router advertisements gave the address, if anything.
+    let router = lock(&handle.live).record.router6;
     // Reported before the answer, as for IPv4: a pod cannot use an address
     // OVN-Kubernetes does not know. A failed or stale write gives the lease
     // back.
@@ -107,8 +111,7 @@ pub(crate) async fn add(
                     &*agent.pod_api,
                     pod,
                     key,
-                    &Network::from(&req.config),
-                    &lease,
+                    address6(&Network::from(&req.config), &lease, router),
                     mac,
                     req.netns.as_deref(),
                 ),
@@ -138,15 +141,20 @@ pub(crate) async fn add(
     }
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         mac = %MacAddr(mac), "ADD done (DHCPv6)");
-    Ok(cni_result6(&lease, &req.config))
+    Ok(cni_result6(&lease, router, &req.config))
 }
 
 /// The CNI result for a `DHCPv6` lease: the address with the network's
-/// prefix length (a /128 without one), a default route through the
-/// network's gateway when it names one, and the lease's DNS servers and
-/// search list.
-pub(crate) fn cni_result6(lease: &Lease, config: &NetworkConfig) -> CniResult {
-    let a = address6(&Network::from(config), lease);
+/// prefix length, else the one the link's router advertisements give it
+/// (`router`), else a /128; a default route through the network's gateway,
+/// else the advertising router, when there is one; and the lease's DNS
+/// servers and search list.
+pub(crate) fn cni_result6(
+    lease: &Lease,
+    router: Option<Router6>,
+    config: &NetworkConfig,
+) -> CniResult {
+    let a = address6(&Network::from(config), lease, router);
     CniResult {
         cni_version: config.cni_version.clone(),
         ips: Vec::new(),
@@ -197,7 +205,11 @@ mod tests {
     /// default route with the network's metric.
     #[test]
     fn the_result_carries_the_address_and_what_the_network_names() {
-        let bare = cni_result6(&lease(), &config(r#"{"type":"xdhcp","family":"ipv6"}"#));
+        let bare = cni_result6(
+            &lease(),
+            None,
+            &config(r#"{"type":"xdhcp","family":"ipv6"}"#),
+        );
         let v = serde_json::to_value(&bare).unwrap();
         assert_eq!(v["ips"][0]["address"], "2001:db8::5/128");
         assert!(v["ips"][0].get("gateway").is_none());
@@ -206,6 +218,7 @@ mod tests {
         assert_eq!(v["dns"]["search"][0], "example.test");
         let named = cni_result6(
             &lease(),
+            None,
             &config(
                 r#"{"type":"xdhcp","family":"ipv6","priority":5,
                     "ipv6":{"prefixLength":64,"gateway":"2001:db8::1"}}"#,

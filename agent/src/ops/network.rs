@@ -103,6 +103,7 @@ pub(crate) fn fresh_record(
         requested: None,
         planned_xids: None,
         lease6: None,
+        router6: None,
     }
 }
 

@@ -397,17 +397,16 @@ pub(crate) async fn report_address(
 
 /// Write the `pod-networks` entry for a pod's `DHCPv6` lease, as
 /// [`report_address`] does for IPv4 (the same stale-ADD checks): the
-/// address with the network's prefix length, its gateway when it names one.
+/// address `a` as configured (its prefix length, its gateway when it has
+/// one; see [`crate::lease::v6::address6`]).
 pub(crate) async fn report_address6(
     pods: &dyn PodStore,
     pod: &PodRef,
     key: &str,
-    network: &crate::model::Network,
-    lease: &xdhcp_engine::v6::Lease,
+    a: crate::lease::apply::Address6,
     mac: [u8; 6],
     netns: Option<&std::path::Path>,
 ) -> Result<(), PodApiError> {
-    let a = crate::lease::v6::address6(network, lease);
     let entry = PodNetworkEntry::dhcp6(a.address, a.prefix_len, MacAddr(mac), a.gateway);
     let guard = WriteGuard {
         uid: pod.uid.clone(),

@@ -39,6 +39,8 @@
 //! - [`message`]: outgoing messages built with dhcproto.
 //! - [`backoff`]: RFC 8415 §15 retransmission times.
 //! - [`config`]: configuration, the DUID and IAID choices, defaults.
+//! - [`ra`]: router advertisements (RFC 4861): the prefix length and the
+//!   default router `DHCPv6` does not carry.
 
 pub mod backoff;
 pub mod client;
@@ -49,6 +51,7 @@ pub mod event;
 pub mod fuzzing;
 pub mod lease;
 pub mod message;
+pub mod ra;
 pub mod state;
 pub mod stats;
 pub mod validate;
