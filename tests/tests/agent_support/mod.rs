@@ -532,20 +532,17 @@ impl NodeAgent {
     /// A second provider bridge `br-phys2` (port `eth2`, a veth to the
     /// server's `s1`) added to `lab` at run time: unmapped it is no uplink;
     /// mapped as `physnet2` (one OVSDB transaction sent from the test,
-    /// [`OvnLab::set_bridge_mappings_now`]) the agent reports it live within
-    /// `add_budget` of the transaction being sent, and its program is then
-    /// on `eth2` as the kernel shows it (at XDP or TC); its mapping removed,
-    /// the kernel shows no program within `remove_budget` (looked at with
-    /// `ip` and `tc`, whose start-up is in that figure), and the lab's own
-    /// uplink stays. The agent runs with `lab`'s database and its uplink is
-    /// live. Returns the two measured times.
+    /// [`OvnLab::set_bridge_mappings_now`]) the agent reports it live, and
+    /// its program is then on `eth2` as the kernel shows it (at XDP or TC);
+    /// its mapping removed, the kernel shows no program (looked at with `ip`
+    /// and `tc`, whose start-up is in that figure), and the lab's own uplink
+    /// stays. The agent runs with `lab`'s database and its uplink is live.
+    /// Returns the two times measured from the transaction's sending: the
+    /// callers print them. They are figures, not pass marks (a loaded
+    /// machine or an emulated guest stretches them); each wait gives up
+    /// after 5 s.
     #[track_caller]
-    pub fn check_mapping_added_at_run_time(
-        &self,
-        lab: &mut OvnLab,
-        add_budget: Duration,
-        remove_budget: Duration,
-    ) -> (Duration, Duration) {
+    pub fn check_mapping_added_at_run_time(&self, lab: &mut OvnLab) -> (Duration, Duration) {
         lab.add_provider_bridge("br-phys2", "eth2", "s1");
         let lab = &*lab;
         // The uplink program, at XDP or at TC ingress (the attach mode is
@@ -589,11 +586,6 @@ impl NodeAgent {
             "the agent reports eth2 live, the kernel shows no program on it\n{}",
             self.log()
         );
-        assert!(
-            added < add_budget,
-            "attached in {added:?} (budget {add_budget:?})\n{}",
-            self.log()
-        );
         let up = self.wait_live_uplink("eth2", Duration::from_secs(5));
         assert_eq!(up.physnet.as_deref(), Some("physnet2"), "{up:?}");
         assert_eq!(up.bridge.as_deref(), Some("br-phys2"), "{up:?}");
@@ -605,10 +597,6 @@ impl NodeAgent {
         let detached = wait_until(Duration::from_secs(5), || !attached_on("eth2"));
         let removed = sent.elapsed();
         assert!(detached, "{:?}\n{}", self.try_status(), self.log());
-        assert!(
-            removed < remove_budget,
-            "detached in {removed:?} (budget {remove_budget:?})"
-        );
         assert!(
             wait_until(Duration::from_secs(5), || self
                 .status()
