@@ -4,9 +4,11 @@
 //!
 //! A call that changes something (ADD, DEL, CHECK, GC) waits a bounded
 //! time for an agent that is being restarted ([`AGENT_RESTART_WAIT`]):
-//! during a rolling upgrade the socket is briefly missing or refuses
-//! connections, and an ADD that failed there would cost the pod a sandbox
-//! retry with the kubelet's back-off. STATUS does not wait: the runtime
+//! during a rolling upgrade the stopping agent answers "try again later"
+//! (CNI code 11), then the socket is briefly missing or refuses
+//! connections, then the new agent answers code 11 until it serves; an ADD
+//! that failed there would cost the pod a sandbox retry with the kubelet's
+//! back-off. STATUS does not wait: the runtime
 //! polls it to learn exactly that the agent is not there.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -25,8 +27,10 @@ use crate::types::{CniError, code};
 const MAX_RESPONSE: usize = 4 << 20;
 
 /// How long a call that changes something waits for the agent's socket to
-/// accept while it is missing or refuses connections (the agent between
-/// its old and new process), before failing as "agent unreachable".
+/// accept while it is missing or refuses connections, or for the agent to
+/// stop answering "try again later" (the agent between its old and new
+/// process), before failing (as "agent unreachable", or with the agent's
+/// last answer).
 pub const AGENT_RESTART_WAIT: Duration = Duration::from_secs(10);
 
 /// The first pause between connection attempts while waiting; each pause
@@ -199,22 +203,50 @@ impl Client {
             },
             source,
         })?;
-        let stream = self.connect(self.restart_wait)?;
-        self.call(&stream, "POST", path, &bytes, tell_wait)
+        // An agent that is stopping (or not yet serving) answers "try again
+        // later" (code 11): the same restart as a missing socket, waited
+        // for within the same budget, from the call's start. Every POST is
+        // safe to send again: ADD, DEL, CHECK and GC are idempotent at the
+        // agent, and one answered 11 changed nothing.
+        let started = Instant::now();
+        let mut pause = FIRST_CONNECT_PAUSE;
+        let mut waited = Duration::ZERO;
+        loop {
+            let stream = self.connect(started, self.restart_wait, waited)?;
+            match self.call(&stream, "POST", path, &bytes, tell_wait) {
+                Err(ClientError::Agent(e)) if e.code == code::TRY_AGAIN_LATER => {
+                    if started.elapsed() + pause > self.restart_wait {
+                        let waited = started.elapsed();
+                        return Err(ClientError::Agent(CniError {
+                            msg: format!("{}{}", e.msg, waited_for(waited)),
+                            ..e
+                        }));
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(MAX_CONNECT_PAUSE);
+                    waited = started.elapsed();
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// `GET path` (no wait for a restarting agent).
     pub fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
-        let stream = self.connect(Duration::ZERO)?;
+        let stream = self.connect(Instant::now(), Duration::ZERO, Duration::ZERO)?;
         self.call(&stream, "GET", path, &[], false)
     }
 
-    /// Connects, retrying for up to `wait` while the agent looks restarted
-    /// (no socket, or connection refused).
-    fn connect(&self, wait: Duration) -> Result<UnixStream, ClientError> {
-        let started = Instant::now();
+    /// Connects, retrying until `wait` after `started` while the agent
+    /// looks restarted (no socket, or connection refused); `waited`: how
+    /// long the call has waited for it already.
+    fn connect(
+        &self,
+        started: Instant,
+        wait: Duration,
+        mut waited: Duration,
+    ) -> Result<UnixStream, ClientError> {
         let mut pause = FIRST_CONNECT_PAUSE;
-        let mut waited = Duration::ZERO;
         loop {
             match UnixStream::connect(&self.socket) {
                 Ok(s) => return Ok(s),
@@ -570,6 +602,95 @@ mod tests {
         assert!(r.ready);
         assert!(started.elapsed() >= Duration::from_millis(300));
         agent.join().unwrap();
+    }
+
+    /// An agent answering `answers` in turn, one connection each (it asks
+    /// that each request be a POST to `PATH_READY`); how many it answered.
+    fn agent_answering(path: &Path, answers: Vec<&'static str>) -> std::thread::JoinHandle<usize> {
+        let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            for answer in answers {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    break;
+                };
+                let mut buf = [0u8; 4096];
+                let got = conn.read(&mut buf).unwrap();
+                let req = String::from_utf8_lossy(&buf[..got]).into_owned();
+                assert!(req.starts_with("POST /v1/cni/status HTTP/1.1\r\n"), "{req}");
+                conn.write_all(answer.as_bytes()).unwrap();
+                n += 1;
+            }
+            n
+        })
+    }
+
+    const SHUTTING_DOWN: &str = "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 52\r\n\r\n\
+        {\"code\":11,\"msg\":\"the xdhcp agent is shutting down\"}";
+    const STARTING: &str = "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 47\r\n\r\n\
+        {\"code\":11,\"msg\":\"the xdhcp agent is starting\"}";
+    const READY: &str = "HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{\"ready\":true}";
+
+    /// A rolling upgrade as the plugin meets it: the stopping agent answers
+    /// "shutting down" (code 11), its socket goes, the next agent answers
+    /// "starting" (code 11), then serves. The POST waits through all of it
+    /// and is answered.
+    #[test]
+    fn a_post_answered_try_again_later_waits_for_the_next_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let old = agent_answering(&path, vec![SHUTTING_DOWN, SHUTTING_DOWN]);
+        let p = path.clone();
+        let next = std::thread::spawn(move || {
+            assert_eq!(old.join().unwrap(), 2);
+            std::fs::remove_file(&p).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            agent_answering(&p, vec![STARTING, READY]).join().unwrap()
+        });
+        let client = Client::new(&path, Duration::from_secs(5));
+        let r: Readiness = client.post(PATH_READY, &serde_json::json!({})).unwrap();
+        assert!(r.ready);
+        assert_eq!(next.join().unwrap(), 2, "the next agent answered twice");
+    }
+
+    /// An agent that keeps answering "try again later": the POST gives up
+    /// after its wait with the agent's answer, saying how long it waited;
+    /// a GET (STATUS) takes the answer at once.
+    #[test]
+    fn a_post_gives_up_on_try_again_later_after_its_wait_and_a_get_does_not_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let _agent = std::thread::spawn(move || {
+            while let Ok((mut conn, _)) = listener.accept() {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(SHUTTING_DOWN.as_bytes());
+            }
+        });
+        let wait = Duration::from_millis(300);
+        let c = Client::new(&path, Duration::from_secs(2)).with_restart_wait(wait);
+        let started = Instant::now();
+        let e = c
+            .post::<_, Readiness>(PATH_READY, &serde_json::json!({}))
+            .unwrap_err()
+            .into_cni();
+        let took = started.elapsed();
+        assert!(took >= wait / 3 && took < wait * 3, "{took:?}");
+        assert_eq!(e.code, code::TRY_AGAIN_LATER);
+        assert!(
+            e.msg
+                .starts_with("the xdhcp agent is shutting down; waited"),
+            "{e}"
+        );
+
+        let started = Instant::now();
+        let e = c.get::<Readiness>(PATH_READY).unwrap_err().into_cni();
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (code::TRY_AGAIN_LATER, "the xdhcp agent is shutting down")
+        );
     }
 
     /// An agent that does not come back: the POST gives up after its

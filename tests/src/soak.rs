@@ -39,7 +39,8 @@
 //! until one is clean or five in a row (3 s apart) agree on what is wrong:
 //! only what stays wrong is a violation. A final check runs at the end.
 //! Meanwhile the agent's RSS, open fds and tasks are sampled from `/proc`
-//! every two seconds; [`invariants::growth`] fits them per process.
+//! every two seconds; [`invariants::growth`] fits them per process over its
+//! settled samples and judges the processes that lived long enough.
 
 pub mod invariants;
 
@@ -388,47 +389,67 @@ impl SoakReport {
         md
     }
 
-    /// The steady-state footprint fit of each agent process, as a table.
+    /// The steady-state footprint fit of each agent process, as a table
+    /// saying which window each was fitted over and whether it was judged.
     fn write_fits(&self, md: &mut String) {
         let c = &self.config;
         let fits = invariants::fits(&self.samples, c.pods, &c.growth);
-        if !fits.is_empty() {
-            let g = &c.growth;
+        if fits.is_empty() {
             let _ = writeln!(
                 md,
-                "\nFootprint of each agent process in its steady state (after {:.0} s of \
-                 warm-up, {} pods, no chaos step under way), fitted by least squares; growth \
-                 is a slope above its limit **and** a rise over the window above {:.0} KiB, {:.0} \
-                 fds, {:.0} tasks:\n\n\
-                 | pid | samples | minutes | RSS KiB/min (limit {:.0}) | fds/min (limit {:.1}) | tasks/min (limit {:.1}) |\n\
-                 |---|---|---|---|---|---|",
-                g.warmup_s,
-                c.pods,
-                g.rss_kib.rise,
-                g.fds.rise,
-                g.tasks.rise,
-                g.rss_kib.per_min,
-                g.fds.per_min,
-                g.tasks.per_min,
+                "\nFootprint growth: no agent process had {} steady samples (after its warm-up, \
+                 at {} pods, {:.0} s or more after a chaos step): nothing fitted, nothing judged.",
+                c.growth.min_samples, c.pods, c.growth.settle_s
             );
-            for f in &fits {
-                let slope = |name: &str| {
-                    f.slopes
-                        .iter()
-                        .find(|(w, _, _)| *w == name)
-                        .map_or_else(|| "—".to_owned(), |(_, v, _)| format!("{v:.2}"))
-                };
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {:.1} | {} | {} | {} |",
-                    f.pid,
-                    f.samples,
-                    f.span_min,
-                    slope("RSS (KiB)"),
-                    slope("open fds"),
-                    slope("tasks")
-                );
-            }
+            return;
+        }
+        let g = &c.growth;
+        let _ = writeln!(
+            md,
+            "\nFootprint of each agent process in its steady state: its samples after {:.0} s of \
+             warm-up, at {} pods, with no chaos step under way and every lease bound or renewing, \
+             and {:.0} s or more after the last chaos step ended. The slope is Theil–Sen's (the \
+             median of the slopes between every two samples: one shift of the level or a spike \
+             does not make one). A process is judged only when its window spans {:.0} minutes or \
+             more; growth is a slope above its limit **and** a rise over the window above \
+             {:.0} KiB, {:.0} fds, {:.0} tasks:\n\n\
+             | pid | window (s of the soak) | minutes | samples | judged | RSS KiB/min (limit {:.0}) | fds/min (limit {:.1}) | tasks/min (limit {:.1}) |\n\
+             |---|---|---|---|---|---|---|---|",
+            g.warmup_s,
+            c.pods,
+            g.settle_s,
+            g.min_window_min,
+            g.rss_kib.rise,
+            g.fds.rise,
+            g.tasks.rise,
+            g.rss_kib.per_min,
+            g.fds.per_min,
+            g.tasks.per_min,
+        );
+        for f in &fits {
+            let slope = |name: &str| {
+                f.slopes
+                    .iter()
+                    .find(|(w, _, _)| *w == name)
+                    .map_or_else(|| "—".to_owned(), |(_, v, _)| format!("{v:.2}"))
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {:.0}–{:.0} | {:.1} | {} | {} | {} | {} | {} |",
+                f.pid,
+                f.from_s,
+                f.to_s,
+                f.span_min,
+                f.samples,
+                if f.judged {
+                    "yes".to_owned()
+                } else {
+                    format!("no (under {:.0} min)", g.min_window_min)
+                },
+                slope("RSS (KiB)"),
+                slope("open fds"),
+                slope("tasks")
+            );
         }
     }
 
@@ -636,16 +657,24 @@ impl World {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// The steady state: no chaos step under way or in the last 5 s, and
-    /// every lease the agent holds bound or renewing. After a server's
-    /// outage its leases stay in rebinding until their next retransmission
-    /// (RFC 2131: half the time left, at least 60 s), each holding
-    /// sockets of its own, so the agent's fds stand about one per such
-    /// lease higher for a minute or more: not growth.
+    /// Seconds since the last chaos step ended: 0 while one is under way,
+    /// infinite before the first ([`Sample::since_chaos_s`]).
+    fn since_chaos(&self) -> f64 {
+        if self.chaos_running.load(Ordering::SeqCst) {
+            return 0.0;
+        }
+        lock(&self.chaos_ended).map_or(f64::INFINITY, |t| t.elapsed().as_secs_f64())
+    }
+
+    /// The steady state: no chaos step under way, and every lease the
+    /// agent holds bound or renewing (how long since the last step is
+    /// [`World::since_chaos`], judged by the growth check). After a
+    /// server's outage its leases stay in rebinding until their next
+    /// retransmission (RFC 2131: half the time left, at least 60 s), each
+    /// holding sockets of its own, so the agent's fds stand about one per
+    /// such lease higher for a minute or more: not growth.
     fn quiet(&self) -> bool {
-        if self.chaos_running.load(Ordering::SeqCst)
-            || lock(&self.chaos_ended).is_some_and(|t| t.elapsed() < Duration::from_secs(5))
-        {
+        if self.chaos_running.load(Ordering::SeqCst) {
             return false;
         }
         xdhcp::rpc::Client::new(&self.socket, Duration::from_secs(5))
@@ -1579,6 +1608,7 @@ pub fn run(cfg: SoakConfig) -> SoakReport {
                             tasks,
                             population: live,
                             quiet: w.quiet(),
+                            since_chaos_s: w.since_chaos(),
                         });
                     }
                 }

@@ -183,6 +183,56 @@ fn del_of_an_unknown_container_succeeds() {
     assert!(r.ok, "{} {}", r.stdout, r.stderr);
 }
 
+/// A rolling upgrade as the plugin meets it: the stopping agent answers
+/// the ADD "try again later" (code 11, shutting down), then its socket is
+/// the next agent's. The thin plugin waits and asks again, as for a
+/// missing socket, and the ADD succeeds.
+#[test]
+fn an_add_answered_shutting_down_is_sent_again_to_the_next_agent() {
+    use std::io::{Read as _, Write as _};
+
+    let cni = CniPath::new();
+    let agent = AgentProcess::start(&[]);
+    let node = BridgeNode::new(true);
+    let pod = NetNs::new();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("upgrading.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let (at, next) = (socket.clone(), agent.socket.clone());
+    let stopping = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 8192];
+        let n = conn.read(&mut buf).unwrap();
+        let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let body = r#"{"code":11,"msg":"the xdhcp agent is shutting down"}"#;
+        write!(
+            conn,
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        drop(conn);
+        drop(listener);
+        // The old agent is gone; the path leads to the next one.
+        std::fs::remove_file(&at).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        std::os::unix::fs::symlink(&next, &at).unwrap();
+        request
+    });
+    let conf = bridge_conf(&socket, "");
+    let t0 = Instant::now();
+    let r = bridge(&cni, &node.node, "ADD", "pod-upgraded", pod.path(), &conf);
+    let request = stopping.join().unwrap();
+    assert!(request.starts_with("POST /v1/cni/add "), "{request}");
+    assert!(r.ok, "{} {}", r.stdout, r.stderr);
+    let ip = r.json["ips"][0]["address"].as_str().unwrap_or_default();
+    assert!(ip.starts_with("192.0.2."), "{}", r.stdout);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let r = bridge(&cni, &node.node, "DEL", "pod-upgraded", pod.path(), &conf);
+    assert!(r.ok, "{} {}", r.stdout, r.stderr);
+}
+
 #[test]
 fn add_with_the_server_down_fails_within_the_timeout() {
     let cni = CniPath::new();

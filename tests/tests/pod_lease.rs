@@ -107,6 +107,59 @@ fn lease_cycle(datapath: DatapathChoice) {
     assert!(agent.leases().is_empty());
 }
 
+/// A server answers no RELEASE, so a dropped one is never known to the
+/// client: under a burst a server's socket overflows and it keeps a
+/// deleted pod's lease until it expires. The agent sends every RELEASE
+/// twice, the second a moment after the DEL was answered; a server whose
+/// firewall drops exactly the first DHCPRELEASE still lets the lease go.
+#[test]
+fn a_release_the_server_drops_goes_again_and_the_lease_is_gone() {
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let agent = InProcessAgent::start(DatapathChoice::Afpacket);
+    let c = &lab.clients[0];
+    let req = request(c, "pod-released", r#"{"type":"xdhcp","timeout":"15s"}"#);
+    let _ = agent.add(&req).expect("ADD succeeds");
+    assert!(dnsmasq.lease_for(c.mac).is_some(), "dnsmasq has the lease");
+
+    // DHCP message type RELEASE (option 53, length 1, value 7), the first
+    // option: its options start 240 bytes into the DHCP message, after the
+    // 8 bytes of UDP header (bit 1984 of the transport header). Every one
+    // is counted; only the first is dropped (a bucket of one, refilled
+    // hourly).
+    let release = ["udp", "dport", "67", "@th,1984,24", "0x350107"];
+    let table = "inet xdhcp_drop_release";
+    xdhcp_tests::nft::add_counter(&lab.server, table, "input priority -10", &release);
+    let drop_first = [
+        &["nft", "add", "rule", "inet", "xdhcp_drop_release", "c"][..],
+        &release,
+        &["limit", "rate", "1/hour", "burst", "1", "packets", "drop"],
+    ]
+    .concat();
+    let out = lab.server.exec_output(&drop_first);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq
+            .lease_for(c.mac)
+            .is_none()),
+        "the lease outlived a dropped RELEASE ({} RELEASEs reached the server):\n{}",
+        xdhcp_tests::nft::counted(&lab.server, table),
+        dnsmasq.log()
+    );
+    assert_eq!(
+        xdhcp_tests::nft::counted(&lab.server, table),
+        2,
+        "the first RELEASE (dropped) and its copy"
+    );
+    assert_eq!(dnsmasq.count_in_log("DHCPRELEASE"), 1, "{}", dnsmasq.log());
+}
+
 #[test]
 fn pod_lease_cycle_ebpf_or_fallback() {
     lease_cycle(DatapathChoice::Auto);

@@ -646,8 +646,9 @@ impl LeasePort for Port {
     }
 
     /// Send the RELEASE `t` of an ending lease: through its uplink when it
-    /// is on one, else through the pod's link — or, when the interface went
-    /// just before DEL (the bridge plugin's order), through the uplink its
+    /// is on one, else through the pod's link — or, when the interface or
+    /// its namespace went (before DEL, the bridge plugin's order; or after
+    /// it, before the RELEASE's second copy), through the uplink its
     /// replies came by. Whether it went.
     fn send_release(&mut self, t: &Transmit) -> Result<(), LinkError> {
         self.release_xid();
@@ -661,10 +662,9 @@ impl LeasePort for Port {
             .ensure_tx_blocking()
             .and_then(|()| self.link.send(t));
         match (attempt, &self.owner.uplink) {
-            (Err(e), Some(u)) if e.is_interface_gone() => {
-                self.capture
-                    .send_via_uplink(&u.ifname, self.owner.mac, u.vlan, t)
-            }
+            (Err(e), Some(u)) if e.is_interface_gone() || e.is_netns_gone() => self
+                .capture
+                .send_via_uplink(&u.ifname, self.owner.mac, u.vlan, t),
             (other, _) => other,
         }
     }

@@ -94,6 +94,19 @@ impl RawSockError {
         matches!(self, Self::InterfaceGone { .. })
     }
 
+    /// Whether the interface's namespace is gone: its file removed, or
+    /// left behind unmounted (no longer a namespace) — the pod's sandbox
+    /// was torn down.
+    pub fn is_netns_gone(&self) -> bool {
+        match self {
+            Self::Netns(NetnsError::NotNetns { .. }) => true,
+            Self::Netns(NetnsError::Open { source, .. }) => {
+                source.kind() == io::ErrorKind::NotFound
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the socket reported `ENETDOWN`: the interface went down, or
     /// went away (the kernel says the same for both); see
     /// `Link::still_there`, which tells them apart.
@@ -570,6 +583,30 @@ fn deletes(mut msg: &[u8], ifindex: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A namespace whose file is gone, or is no namespace any more (a torn
+    /// down sandbox), is gone; one the agent may not open is not.
+    #[test]
+    fn a_removed_or_unmounted_namespace_is_gone() {
+        let open = |errno| {
+            RawSockError::Netns(NetnsError::Open {
+                path: "/var/run/netns/x".into(),
+                source: io::Error::from_raw_os_error(errno),
+            })
+        };
+        assert!(open(libc::ENOENT).is_netns_gone());
+        assert!(!open(libc::EACCES).is_netns_gone());
+        let unmounted = RawSockError::Netns(NetnsError::NotNetns {
+            path: "/var/run/netns/x".into(),
+        });
+        assert!(unmounted.is_netns_gone());
+        let gone = RawSockError::InterfaceGone {
+            ifname: "eth0".into(),
+            netns: None,
+            source: io::Error::from_raw_os_error(libc::ENODEV),
+        };
+        assert!(!gone.is_netns_gone(), "the interface, not the namespace");
+    }
 
     /// A netlink notification: header, ifinfomsg for `ifindex`, padding.
     fn link_msg(ty: u16, ifindex: u32, extra: usize) -> Vec<u8> {

@@ -286,10 +286,63 @@ async fn drive<P: LeasePort>(mut task: Box<Task<P>>) -> Ended {
             }
         }
     }
+    end(&mut task, end_reason, stop_ack).await
+}
+
+/// The task's last steps: [`finish`], then the RELEASE's second copy if
+/// one went.
+async fn end<P: LeasePort>(
+    task: &mut Task<P>,
+    end: End,
+    stop_ack: Option<oneshot::Sender<()>>,
+) -> Ended {
     // A record written ahead lands before whatever ends the task removes
     // or rewrites it.
     task.settle_ahead().await;
-    finish(task, end_reason, stop_ack)
+    let (ended, again) = finish(task, end, stop_ack);
+    if !again.is_empty() {
+        release_again(task, &again).await;
+    }
+    ended
+}
+
+/// The shortest and longest wait before a RELEASE goes out a second time.
+const RELEASE_AGAIN_MS: std::ops::RangeInclusive<u64> = 500..=1500;
+
+/// How long a RELEASE waits before its copy goes out: a draw from
+/// [`RELEASE_AGAIN_MS`], so a burst of DELs does not send its copies in one
+/// burst too.
+pub(crate) fn release_again_delay() -> Duration {
+    let (low, high) = (*RELEASE_AGAIN_MS.start(), *RELEASE_AGAIN_MS.end());
+    Duration::from_millis(low + crate::sys::clock::seed() % (high - low + 1))
+}
+
+/// Send the RELEASE `again` once more, a moment after the first (the DEL
+/// was answered already: it waits for the first copy only).
+///
+/// A server answers no DHCPRELEASE (RFC 2131 §4.4.6), so the client never
+/// learns that one arrived; a server whose socket overflows under a burst
+/// (hundreds of DELs and renewals at once) drops it and keeps the lease
+/// until it expires. The copy is the same message, under the same xid (the
+/// client's choice for the transaction, RFC 2131 §4.4.6): a server that
+/// had the first holds no lease for it any more and ignores it. At shutdown
+/// the copy goes at once. When the pod's interface or namespace is gone by
+/// then, the port sends it through the uplink the lease's replies came by,
+/// as a DEL after the interface went does.
+async fn release_again<P: LeasePort>(task: &mut Task<P>, again: &[xdhcp_engine::Transmit]) {
+    tokio::select! {
+        () = tokio::time::sleep(release_again_delay()) => {}
+        () = task.svc.token.cancelled() => {}
+    }
+    for t in again {
+        match task.port.send_release(t) {
+            Ok(()) => debug!(xid = t.xid, "RELEASE sent again"),
+            Err(e) => {
+                task.svc.metrics.failure("release_again");
+                debug!(error = %crate::rpc::format_chain(&e), "the RELEASE's second copy could not be sent");
+            }
+        }
+    }
 }
 
 enum End {
@@ -589,17 +642,17 @@ async fn apply_if_asked<P: LeasePort>(
     }
 }
 
-#[expect(
-    clippy::boxed_local,
-    reason = "the task lives in one heap box for its whole life (see `run`); it ends here as `drive` holds it"
-)]
+/// End the task: what became of the attachment, and the RELEASEs sent
+/// (to go once more: [`release_again`]). Whoever waits on the stop is
+/// answered here.
 fn finish<P: LeasePort>(
-    mut task: Box<Task<P>>,
+    task: &mut Task<P>,
     end: End,
     stop_ack: Option<oneshot::Sender<()>>,
-) -> Ended {
+) -> (Ended, Vec<xdhcp_engine::Transmit>) {
     let rec = task.record();
     let mut ended = Ended::Kept;
+    let mut sent = Vec::new();
     match end {
         End::Shutdown => {
             // Persist and keep the lease: a restart resumes it.
@@ -613,8 +666,12 @@ fn finish<P: LeasePort>(
             task.client.release(Instant::now());
             while let Some(t) = task.client.poll_transmit() {
                 match task.port.send_release(&t) {
-                    Ok(()) if rec.lease.is_some() => info!("released"),
-                    Ok(()) => {}
+                    Ok(()) => {
+                        if rec.lease.is_some() {
+                            info!("released");
+                        }
+                        sent.push(t);
+                    }
                     Err(e) => warn!(error = %e, "RELEASE could not be sent"),
                 }
             }
@@ -666,7 +723,7 @@ fn finish<P: LeasePort>(
     if let Some(a) = stop_ack {
         let _ = a.send(());
     }
-    ended
+    (ended, sent)
 }
 
 /// Whether a lease whose interface is gone can still be released at DEL: a
@@ -1187,6 +1244,72 @@ mod tests {
                 .unwrap();
             stopped.await.unwrap();
             assert!(matches!(ended.await.unwrap(), Ended::Kept));
+        }
+
+        /// A DEL's RELEASE goes out, the DEL is answered, and the same
+        /// message (same xid: the client's one transaction) goes out once
+        /// more a moment later (0.5–1.5 s): a server whose socket dropped
+        /// the first still lets the lease go, and the DEL never waits for
+        /// the copy. No third.
+        #[tokio::test(start_paused = true)]
+        async fn a_release_goes_out_again_a_moment_after_the_del_is_answered() {
+            let dir = tempfile::tempdir().unwrap();
+            let svc = services(dir.path());
+            let now = Instant::now();
+            let now_ms = now_unix_ms();
+            let lease = held_lease(now_ms);
+            let config = ClientConfig {
+                chaddr: MAC,
+                ..ClientConfig::default()
+            };
+            let client = Client::resume(config, lease.clone(), now, now_ms, 11);
+            let mut record = crate::ops::network::fresh_record(
+                &request(false),
+                None,
+                WorkloadKind::Pod,
+                MAC,
+                None,
+            );
+            record.lease = Some(lease);
+            let Harness {
+                task,
+                mut sent,
+                cmd_tx,
+                ..
+            } = harness(svc.clone(), svc.clone(), client, record, None, None);
+            let ended = tokio::spawn(run(task));
+
+            let (ack, stopped) = oneshot::channel();
+            cmd_tx
+                .send(Command::Stop { release: true, ack })
+                .await
+                .unwrap();
+            stopped.await.unwrap();
+            let answered = tokio::time::Instant::now();
+            let first = sent
+                .try_recv()
+                .expect("the RELEASE went out before the DEL's answer");
+            assert_eq!((first.kind, first.src_ip), (MessageKind::Release, ADDR));
+            assert!(
+                sent.try_recv().is_err(),
+                "only one copy before the DEL is answered"
+            );
+
+            assert!(matches!(ended.await.unwrap(), Ended::Kept));
+            let waited = answered.elapsed();
+            assert!(
+                (Duration::from_millis(500)..=Duration::from_millis(1500)).contains(&waited),
+                "the copy went {waited:?} after the answer"
+            );
+            let second = sent.try_recv().expect("the RELEASE went out a second time");
+            assert_eq!(second, first, "the same message, under the same xid");
+            assert!(
+                matches!(
+                    sent.try_recv(),
+                    Err(mpsc::error::TryRecvError::Disconnected)
+                ),
+                "no third copy: the task ended"
+            );
         }
 
         /// Without `apply`, the lease asks two writes of the world — the

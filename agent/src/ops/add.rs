@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use xdhcp_engine::Mode;
 
 use crate::cni::config::{Family, NetworkConfig};
@@ -521,14 +521,18 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
     let mut client =
         xdhcp_engine::Client::resume(cfg, lease.clone(), now, now_ms, crate::sys::clock::seed());
     client.release(now);
+    let mut sent = Vec::new();
     while let Some(t) = client.poll_transmit() {
         match agent
             .svc
             .capture
             .send_via_uplink(&uplink.ifname, rec.mac, uplink.vlan, &t)
         {
-            Ok(()) => info!(container = %rec.container_id, ifname = %rec.ifname,
-                uplink = %uplink.ifname, address = %lease.address, "released through the uplink"),
+            Ok(()) => {
+                info!(container = %rec.container_id, ifname = %rec.ifname,
+                    uplink = %uplink.ifname, address = %lease.address, "released through the uplink");
+                sent.push(t);
+            }
             Err(e) => {
                 agent.metrics().failure("release_uplink");
                 warn!(uplink = %uplink.ifname, error = %crate::rpc::format_chain(&e),
@@ -536,6 +540,28 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
             }
         }
     }
+    // No server acknowledges a RELEASE: it goes once more a moment later,
+    // as a lease task's does (`lease/task.rs` `release_again`), without the
+    // DEL waiting for it.
+    if sent.is_empty() {
+        return;
+    }
+    let (capture, metrics, uplink, mac) = (
+        agent.svc.capture.clone(),
+        agent.svc.metrics.clone(),
+        uplink.clone(),
+        rec.mac,
+    );
+    tokio::spawn(async move {
+        tokio::time::sleep(crate::lease::task::release_again_delay()).await;
+        for t in &sent {
+            if let Err(e) = capture.send_via_uplink(&uplink.ifname, mac, uplink.vlan, t) {
+                metrics.failure("release_again");
+                debug!(uplink = %uplink.ifname, error = %crate::rpc::format_chain(&e),
+                    "the RELEASE's second copy could not be sent through the uplink");
+            }
+        }
+    });
 }
 
 /// CHECK: a lease xdhcp holds must be bound and (with apply) configured.
