@@ -36,6 +36,17 @@ pub mod rules {
     /// Message of [`DHCP_GUARD_NEEDS_DHCP`].
     pub const DHCP_GUARD_NEEDS_DHCP_MESSAGE: &str =
         "ipam.dhcpGuard is only supported when ipam.mode is DHCP";
+    /// xdhcp's own rule: `ipam.dhcpFamilies` says which address families
+    /// the external DHCP server assigns, and means nothing without DHCP.
+    pub const DHCP_FAMILIES_NEED_DHCP: &str = r#"!has(self.ipam) || !has(self.ipam.dhcpFamilies) || (has(self.ipam.mode) && self.ipam.mode == "DHCP")"#;
+    /// Message of [`DHCP_FAMILIES_NEED_DHCP`].
+    pub const DHCP_FAMILIES_NEED_DHCP_MESSAGE: &str =
+        "ipam.dhcpFamilies is only supported when ipam.mode is DHCP";
+    /// xdhcp's own rule, until dual stack is built: one family per network.
+    pub const DHCP_ONE_FAMILY: &str =
+        "!has(self.ipam) || !has(self.ipam.dhcpFamilies) || size(self.ipam.dhcpFamilies) == 1";
+    /// Message of [`DHCP_ONE_FAMILY`].
+    pub const DHCP_ONE_FAMILY_MESSAGE: &str = "ipam.dhcpFamilies names one family: dual-stack DHCP networks are not supported yet (use IPv4 or IPv6)";
 }
 
 /// Which namespaces get the network, and the network itself.
@@ -144,8 +155,9 @@ pub enum IpamMode {
     Enabled,
     /// No address assignment; the workload configures its own.
     Disabled,
-    /// An external DHCP server assigns IPv4 addresses; lease handling is chosen per workload
-    /// (pods: the DHCP IPAM plugin maintains the lease; virtual machines: one-shot discovery).
+    /// An external DHCP server assigns addresses (IPv4 unless `dhcpFamilies` says otherwise);
+    /// lease handling is chosen per workload (pods: the DHCP IPAM plugin maintains the lease;
+    /// virtual machines: one-shot discovery).
     #[serde(rename = "DHCP")]
     Dhcp,
 }
@@ -171,6 +183,22 @@ pub struct IpamConfig {
     /// xdhcp extension): rendered into the NAD's `ipam.dhcpGuard`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhcp_guard: Option<DhcpGuardConfig>,
+    /// The address families the external DHCP server assigns (mode DHCP
+    /// only; an xdhcp extension): `[IPv4]` when unset, `[IPv6]` for DHCPv6.
+    /// One family for now (dual stack is not supported yet). Rendered into
+    /// the NAD's `ipam.family`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2))]
+    pub dhcp_families: Option<Vec<IpFamily>>,
+}
+
+/// An address family, named as Kubernetes names them (`ipFamilies`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum IpFamily {
+    /// DHCPv4.
+    IPv4,
+    /// DHCPv6.
+    IPv6,
 }
 
 /// `ipam.dhcpGuard`: the DHCP guard's settings for a network, every field
@@ -202,6 +230,10 @@ pub struct DhcpGuardConfig {
     .message(rules::LOCALNET_DHCP_NO_SUBNETS_MESSAGE))]
 #[x_kube(validation = Rule::new(rules::DHCP_GUARD_NEEDS_DHCP)
     .message(rules::DHCP_GUARD_NEEDS_DHCP_MESSAGE))]
+#[x_kube(validation = Rule::new(rules::DHCP_FAMILIES_NEED_DHCP)
+    .message(rules::DHCP_FAMILIES_NEED_DHCP_MESSAGE))]
+#[x_kube(validation = Rule::new(rules::DHCP_ONE_FAMILY)
+    .message(rules::DHCP_ONE_FAMILY_MESSAGE))]
 pub struct LocalnetConfig {
     /// The network role in the pod; mode DHCP requires Secondary.
     pub role: NetworkRole,

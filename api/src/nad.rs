@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::cudn::{
-    ClusterUserDefinedNetwork, DhcpGuardConfig, IpamLifecycle, IpamMode, NetworkTopology,
+    ClusterUserDefinedNetwork, DhcpGuardConfig, IpFamily, IpamLifecycle, IpamMode, NetworkTopology,
 };
 
 /// `cniVersion` of rendered configs.
@@ -116,6 +116,10 @@ pub struct IpamConf {
     /// agent reads it (fields left out take the agent's defaults).
     #[serde(rename = "dhcpGuard", default, skip_serializing_if = "Option::is_none")]
     pub dhcp_guard: Option<DhcpGuardConfig>,
+    /// `family`: `ipv6` for a DHCPv6 network (the CUDN's `dhcpFamilies:
+    /// [IPv6]`); left out for IPv4, the agent's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
     /// Every other key (plugin-specific settings), preserved verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -350,6 +354,12 @@ pub fn render_netconf(
             Some(IpamConf {
                 ipam_type: DHCP_IPAM_TYPE.to_owned(),
                 dhcp_guard: localnet.ipam.as_ref().and_then(|i| i.dhcp_guard),
+                family: localnet
+                    .ipam
+                    .as_ref()
+                    .and_then(|i| i.dhcp_families.as_deref())
+                    .filter(|f| *f == [IpFamily::IPv6])
+                    .map(|_| "ipv6".to_owned()),
                 extra: Map::new(),
             }),
         ),
@@ -618,6 +628,32 @@ spec:
         assert_eq!(conf["ipam"], json!({"type": "dhcp"}));
     }
 
+    /// `dhcpFamilies: [IPv6]` renders `"family": "ipv6"`, which the
+    /// agent's parser reads as a DHCPv6 network; `[IPv4]` or none renders
+    /// no family (the OKEP's config), an IPv4 network.
+    #[test]
+    fn dhcp_families_render_the_family_the_agent_reads() {
+        use xdhcp_plugin::config::Family;
+        for (families, rendered, family) in [
+            (Some(vec![IpFamily::IPv6]), Some("ipv6"), Family::Ipv6),
+            (Some(vec![IpFamily::IPv4]), None, Family::Ipv4),
+            (None, None, Family::Ipv4),
+        ] {
+            let cudn = localnet(|l| {
+                l.ipam.as_mut().unwrap().dhcp_families = families.clone();
+            });
+            let nad = render_nad(&cudn, "ns").unwrap();
+            let conf: Value = serde_json::from_str(&nad.spec.config).unwrap();
+            assert_eq!(conf["ipam"]["family"].as_str(), rendered, "{families:?}");
+            let parsed = validate_nad(&nad).unwrap();
+            assert!(parsed.ipam.as_ref().unwrap().extra.is_empty());
+            assert_eq!(serde_json::to_value(&parsed).unwrap(), conf);
+            let agent = xdhcp_plugin::config::parse(nad.spec.config.as_bytes())
+                .unwrap_or_else(|e| panic!("{families:?}: {e:?}"));
+            assert_eq!(agent.ipam.family, family, "{families:?}");
+        }
+    }
+
     #[test]
     fn enabled_mode_renders_subnets_and_no_ipam() {
         let cudn = localnet(|l| {
@@ -625,6 +661,7 @@ spec:
                 mode: Some(IpamMode::Enabled),
                 lifecycle: Some(IpamLifecycle::Persistent),
                 dhcp_guard: None,
+                dhcp_families: None,
             });
             l.subnets = Some(vec!["192.0.2.0/24".into(), "2001:db8::/64".into()]);
             l.exclude_subnets = Some(vec!["192.0.2.0/30".into()]);
@@ -650,6 +687,7 @@ spec:
                 mode: Some(IpamMode::Disabled),
                 lifecycle: None,
                 dhcp_guard: None,
+                dhcp_families: None,
             });
         });
         let conf = serde_json::to_value(render_netconf(&cudn, "ns").unwrap()).unwrap();
