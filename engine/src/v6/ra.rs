@@ -377,6 +377,65 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5000))]
+
+        /// Whatever arrives: no panic; what is believed passed the checks
+        /// (type, code, hop limit, link-local source), carries no more
+        /// prefixes than the message has room for, and gives an address
+        /// only a prefix that holds it, on-link and valid, and only a
+        /// router that advertised a lifetime.
+        #[test]
+        fn any_message_is_read_or_refused_and_what_is_derived_holds(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            pios in proptest::collection::vec(
+                (proptest::prelude::any::<u128>(), 0u8..=130, proptest::prelude::any::<u8>(),
+                 proptest::prelude::any::<u32>()),
+                0..4,
+            ),
+            lifetime in proptest::prelude::any::<u16>(),
+            hop_limit in proptest::prelude::any::<u8>(),
+            source in proptest::prelude::any::<u128>(),
+            address in proptest::prelude::any::<u128>(),
+            well_formed in proptest::prelude::any::<bool>(),
+        ) {
+            // Half the cases a framed advertisement (so the option walk and
+            // the derivation are reached), half arbitrary bytes.
+            let msg = if well_formed {
+                let opts: Vec<Vec<u8>> = pios
+                    .iter()
+                    .map(|&(p, len, flags, valid)| {
+                        pio(&Ipv6Addr::from(p).to_string(), len, flags, valid)
+                    })
+                    .chain(std::iter::once(body.clone()))
+                    .collect();
+                ra(lifetime, 0, &opts)
+            } else {
+                body
+            };
+            let source = if well_formed { Ipv6Addr::from((0xfe80u128 << 112) | (source >> 16)) }
+                else { Ipv6Addr::from(source) };
+            let address = Ipv6Addr::from(address);
+            if let Ok(advert) = RouterAdvert::parse(&msg, source, hop_limit) {
+                proptest::prop_assert_eq!(hop_limit, ND_HOP_LIMIT);
+                proptest::prop_assert_eq!((msg[0], msg[1]), (ROUTER_ADVERTISEMENT, 0));
+                proptest::prop_assert!(is_link_local(advert.router));
+                proptest::prop_assert!(advert.prefixes.len() <= (msg.len() - RA_HEADER) / 32);
+                let heard = [advert.clone()];
+                if let Some(r) = Router6::for_address(&heard, address) {
+                    if let Some(len) = r.prefix_len {
+                        proptest::prop_assert!(advert.prefixes.iter().any(|p| p.len == len
+                            && p.on_link && !p.valid.is_zero() && p.contains(address)));
+                    }
+                    if let Some(gw) = r.gateway {
+                        proptest::prop_assert_eq!(gw, advert.router);
+                        proptest::prop_assert!(!advert.router_lifetime.is_zero());
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_prefix_holds_what_its_bits_say() {
         let p = |s: &str, len| PrefixInfo {
