@@ -98,6 +98,12 @@ pub const PROGRAMS: &[Program] = &[
         "/usr/sbin/kea-dhcp4",
         "DHCP server",
     ),
+    deb(
+        "kea-dhcp6",
+        "kea-dhcp6-server",
+        "/usr/sbin/kea-dhcp6",
+        "DHCPv6 server",
+    ),
     deb("dhcpd", "isc-dhcp-server", "/usr/sbin/dhcpd", "DHCP server"),
     // Network namespaces, links, addresses, `ip netns exec`.
     deb("ip", "iproute2", "/bin/ip", "namespaces, veths, bridges"),

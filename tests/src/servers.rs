@@ -873,6 +873,160 @@ pub fn parse_kea_leases(text: &str) -> Vec<ServerLease> {
     by_ip.into_values().flatten().collect()
 }
 
+// ---------------------------------------------------------------- Kea DHCPv6
+
+/// `kea-dhcp6` serving `fd00:6::100`–`1ff` (300 s valid, 150 s preferred)
+/// on [`Lab::SERVER_IF`](crate::Lab::SERVER_IF) of a namespace, given
+/// `fd00:6::1/64`, its leases in a memfile CSV.
+pub struct Kea6 {
+    process: Process,
+    dir: tempfile::TempDir,
+}
+
+/// One IPv6 address lease of a Kea memfile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLease6 {
+    pub address: std::net::Ipv6Addr,
+    /// The client's DUID, as Kea writes it (hex, colon-separated).
+    pub duid: String,
+    pub iaid: u32,
+}
+
+impl Kea6 {
+    /// Writes the config, starts `kea-dhcp6` in `ns` and waits until it
+    /// serves.
+    #[track_caller]
+    pub fn start(ns: &NetNs) -> Self {
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            "fd00:6::1/64",
+            "dev",
+            crate::Lab::SERVER_IF,
+            "nodad",
+        ]);
+        // Kea binds the interface's link-local address, which must be past
+        // duplicate address detection by then.
+        let ready = wait_until(Duration::from_secs(10), || {
+            let shown = ns.ip(&["-6", "addr", "show", "dev", crate::Lab::SERVER_IF]);
+            shown.contains("scope link") && !shown.contains("tentative")
+        });
+        assert!(ready, "no usable link-local address on the server's interface");
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-kea6-")
+            .tempdir()
+            .expect("tempdir");
+        let d = dir.path();
+        let json = serde_json::json!({
+            "Dhcp6": {
+                "interfaces-config": { "interfaces": [crate::Lab::SERVER_IF] },
+                // Its DUID not written to /var/lib/kea: nothing outside the
+                // test's directory.
+                "server-id": {
+                    "type": "EN", "enterprise-id": 2495,
+                    "identifier": "786468637036", "persist": false,
+                },
+                "data-directory": d,
+                "lease-database": {
+                    "type": "memfile", "persist": true,
+                    "name": d.join("kea-leases6.csv"), "lfc-interval": 0,
+                },
+                "preferred-lifetime": 150,
+                "valid-lifetime": 300,
+                "renew-timer": 100,
+                "rebind-timer": 200,
+                "subnet6": [{
+                    "id": 1,
+                    "subnet": "fd00:6::/64",
+                    "interface": crate::Lab::SERVER_IF,
+                    "pools": [{ "pool": "fd00:6::100 - fd00:6::1ff" }],
+                    "option-data": [{ "name": "dns-servers", "data": "fd00:6::53" }],
+                }],
+                "loggers": [{
+                    "name": "kea-dhcp6",
+                    "output_options": [{ "output": d.join("kea.log"), "flush": true }],
+                    "severity": "DEBUG",
+                    "debuglevel": 50,
+                }],
+            }
+        });
+        std::fs::write(
+            d.join("kea-dhcp6.json"),
+            serde_json::to_vec_pretty(&json).expect("serialize kea config"),
+        )
+        .expect("write kea config");
+        let mut cmd = netns_exec(ns.name(), program("kea-dhcp6"));
+        cmd.arg("-c")
+            .arg(d.join("kea-dhcp6.json"))
+            .env("KEA_PIDFILE_DIR", d)
+            .env("KEA_LOCKFILE_DIR", d)
+            .env("KEA_LOGGER_DESTINATION", d.join("kea.log"));
+        let process = Process::spawn_logged("kea-dhcp6", cmd, &d.join("kea.stderr"));
+        let mut me = Self { process, dir };
+        let ok = wait_until(READY_TIMEOUT, || {
+            me.log().contains("DHCP6_STARTED") || !me.process.is_running()
+        });
+        assert!(
+            ok && me.process.is_running(),
+            "kea-dhcp6 did not come up in {}: log:\n{}\nstderr:\n{}",
+            ns.name(),
+            me.log(),
+            read_lossy(&me.dir.path().join("kea.stderr"))
+        );
+        me
+    }
+
+    /// The whole log so far.
+    pub fn log(&self) -> String {
+        read_lossy(&self.dir.path().join("kea.log"))
+    }
+
+    /// The address leases the memfile holds now (the last line of each
+    /// address wins; a released or expired one is not held).
+    pub fn leases(&self) -> Vec<ServerLease6> {
+        parse_kea6_leases(&read_lossy(&self.dir.path().join("kea-leases6.csv")))
+    }
+}
+
+impl Drop for Kea6 {
+    fn drop(&mut self) {
+        dump_log_on_panic("kea-dhcp6", &self.dir.path().join("kea.log"));
+        self.process.kill();
+    }
+}
+
+/// Kea's DHCPv6 memfile (`address,duid,valid_lifetime,expire,subnet_id,
+/// pref_lifetime,lease_type,iaid,prefix_len,…,state,…`): the address
+/// leases held, the last line of each address winning; a line with valid
+/// lifetime 0 or a state other than 0 (declined, expired-reclaimed) is a
+/// lease not held.
+pub fn parse_kea6_leases(text: &str) -> Vec<ServerLease6> {
+    let mut by_addr: std::collections::BTreeMap<std::net::Ipv6Addr, Option<ServerLease6>> =
+        std::collections::BTreeMap::new();
+    for line in text.lines().skip_while(|l| l.starts_with("address")) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() < 14 {
+            continue;
+        }
+        let Ok(address) = f[0].parse::<std::net::Ipv6Addr>() else {
+            continue;
+        };
+        let valid: u64 = f[2].parse().unwrap_or(0);
+        let state: u32 = f[13].parse().unwrap_or(u32::MAX);
+        let held = valid != 0 && state == 0 && f[6] == "0";
+        by_addr.insert(
+            address,
+            held.then(|| ServerLease6 {
+                address,
+                duid: f[1].to_owned(),
+                iaid: f[7].parse().unwrap_or(0),
+            }),
+        );
+    }
+    by_addr.into_values().flatten().collect()
+}
+
 // ---------------------------------------------------------------- ISC dhcpd
 
 /// ISC dhcpd configuration for [`Dhcpd::start`].

@@ -21,7 +21,7 @@ use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
 use xdhcp_tests::bench::{free_local_addr, http_get, metric_count};
 use xdhcp_tests::fake_apiserver::{Fault, Op};
-use xdhcp_tests::{Dnsmasq6, InProcessAgent, Lab, NetNs, StandInApi, format_mac, wait_until};
+use xdhcp_tests::{Dnsmasq6, InProcessAgent, Kea6, Lab, NetNs, StandInApi, format_mac, wait_until};
 
 fn conf(socket: &Path) -> String {
     format!(
@@ -406,4 +406,47 @@ fn link_local(ns: &NetNs, ifname: &str) -> String {
         .and_then(|a| a.split('/').next())
         .unwrap_or_else(|| panic!("no link-local address on {ifname}: {shown}"))
         .to_owned()
+}
+
+/// Against ISC Kea's `kea-dhcp6`: ADD leases an address Kea records under
+/// the pod's DUID-LL (type 3, hardware type 1, the pod interface's MAC)
+/// and the IAID the agent documents; DEL's RELEASE is honoured (the lease
+/// gone from Kea's memfile).
+#[test]
+fn kea_dhcp6_leases_under_the_pods_duid_and_honours_the_release() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let kea = Kea6::start(lab.dhcp_ns());
+    let agent = AgentProcess::start(&[]);
+    let client = &lab.clients[0];
+    let conf = conf(&agent.socket);
+
+    let r = call("ADD", "v6kea", &client.ns, &conf);
+    let addr = leased(&r, &agent);
+    let held = kea.leases();
+    let lease = held
+        .iter()
+        .find(|l| l.address.to_string() == addr)
+        .unwrap_or_else(|| panic!("Kea holds no lease for {addr}: {held:?}\n{}", kea.log()));
+    assert_eq!(
+        lease.duid,
+        format!("00:03:00:01:{}", format_mac(client.mac)),
+        "not the pod's DUID-LL"
+    );
+    assert_eq!(
+        lease.iaid,
+        xdhcp_engine::v6::iaid_from_mac(client.mac),
+        "not the documented IAID"
+    );
+
+    let d = call("DEL", "v6kea", &client.ns, &conf);
+    assert!(d.ok, "DEL failed: {}", d.text());
+    assert!(
+        wait_until(Duration::from_secs(5), || kea
+            .leases()
+            .iter()
+            .all(|l| l.address.to_string() != addr)),
+        "Kea still holds {addr} after the RELEASE: {:?}\n{}",
+        kea.leases(),
+        kea.log()
+    );
 }

@@ -30,6 +30,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const ESSENTIAL: &[&str] = &[
     "dnsmasq",
     "kea-dhcp4",
+    "kea-dhcp6",
     "dhcpd",
     "nft",
     "ip",
