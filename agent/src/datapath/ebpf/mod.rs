@@ -326,7 +326,7 @@ impl Programs {
     }
 
     /// Whether the programs were taken from their pins.
-    pub(super) fn from_pins(&self) -> bool {
+    pub(super) fn taken_from_pins(&self) -> bool {
         self.ebpf.is_none()
     }
 
@@ -535,7 +535,7 @@ impl Datapath {
     /// Whether the programs were taken from the pins a previous agent of
     /// the same build left (not loaded and verified again).
     pub fn programs_from_pins(&self) -> bool {
-        self.ebpf.from_pins()
+        self.ebpf.taken_from_pins()
     }
 
     /// Where the maps are pinned, if they are.
@@ -575,18 +575,18 @@ impl Datapath {
                     Err(e) => tracing::warn!(dir = %links.display(), error = %e,
                         "cannot make the link pin directory; links will not outlive this agent"),
                 }
-                let (live, removed) = pin::scan_link_pins(&links);
+                let (left, removed) = pin::scan_link_pins(&links);
                 if !removed.is_empty() {
                     tracing::info!(count = removed.len(), pins = ?removed,
-                        "removed link pins whose device is gone (left by an agent that did not clean up)");
+                        "removed files in the link pin directory that are not link pins of this agent");
                 }
-                if !live.is_empty() {
+                if !left.is_empty() {
                     tracing::info!(
-                        count = live.len(),
+                        count = left.len(),
                         "found a previous agent's pinned links; taking them over as their interfaces are attached"
                     );
                 }
-                (links.is_dir().then_some(links), live)
+                (links.is_dir().then_some(links), left)
             }
             Pinning::Off { .. } => (None, HashMap::new()),
         };
