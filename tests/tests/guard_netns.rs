@@ -685,6 +685,10 @@ fn spend_from_bucket(pod: &LabClient, bpffs: &Path, ifindex: u32) -> GuardPort {
 /// once the next agent has taken over the rest; `xdhcp unpin` takes the
 /// guard off every port and removes its pins.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "three agents' handovers and the uninstall, in order"
+)]
 fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     let lab = Lab::with_clients(3);
     let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());

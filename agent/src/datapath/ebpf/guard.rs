@@ -9,7 +9,10 @@
 //! [`Guard`] is independent of [`super::Datapath`]: it loads its own copy
 //! of the embedded object (the capture maps in that copy are shrunk to the
 //! minimum, as nothing uses them) so it works whichever capture path the
-//! agent uses, AF_PACKET included.
+//! agent uses, AF_PACKET included. With a bpffs its programs are pinned,
+//! and taken from their pins by the next agent of the same build, by the
+//! capture's rule ([`super::Programs::open`]): that agent neither reads
+//! the object nor verifies the programs again.
 //!
 //! One thing: the guard programs' loader, attachments, policy map, counters
 //! and ring, as one object the guard service holds.
