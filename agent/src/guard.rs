@@ -20,7 +20,8 @@
 //! (each holds its program and maps), so no port is bare while the agent
 //! restarts; [`GuardService::protect`] is called again for every lease the
 //! agent resumes at start and replaces the program an earlier agent left
-//! in one step. With a bpffs, the guard's tables are pinned: the next agent
+//! in one step (with the very same program when this agent took the
+//! guard's programs from the pins an agent of its build left). With a bpffs, the guard's tables are pinned: the next agent
 //! carries on with each port's entry, and releases the ports nothing
 //! claims again ([`GuardService::release_unclaimed`]).
 //!

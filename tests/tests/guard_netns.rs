@@ -556,6 +556,50 @@ fn pinned_guard_ports(bpffs: &Path) -> std::collections::BTreeMap<u32, GuardPort
     map.iter().map(|kv| kv.expect("an entry")).collect()
 }
 
+/// The guard's pinned programs under the agent's `bpffs`
+/// (`guard/progs/<stamp>/<program>`): (stamp, program) → program id.
+fn pinned_guard_programs(bpffs: &Path) -> std::collections::BTreeMap<(String, String), u32> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(stamps) = std::fs::read_dir(bpffs.join(GUARD_PIN_DIR).join("progs")) else {
+        return out;
+    };
+    for stamp in stamps.flatten() {
+        for prog in std::fs::read_dir(stamp.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let info = aya::programs::ProgramInfo::from_pin(prog.path())
+                .unwrap_or_else(|e| panic!("{}: {e}", prog.path().display()));
+            out.insert(
+                (
+                    stamp.file_name().to_string_lossy().into_owned(),
+                    prog.file_name().to_string_lossy().into_owned(),
+                ),
+                info.id(),
+            );
+        }
+    }
+    out
+}
+
+/// The id of the pinned program `name` of the one build pinned under
+/// `bpffs` (panics unless exactly one build is).
+fn pinned_guard_program(bpffs: &Path, name: &str) -> u32 {
+    let pinned = pinned_guard_programs(bpffs);
+    let stamps: std::collections::BTreeSet<_> = pinned.keys().map(|(s, _)| s.clone()).collect();
+    assert_eq!(
+        stamps.len(),
+        1,
+        "one build's guard programs pinned: {pinned:?}"
+    );
+    *pinned
+        .iter()
+        .find(|((_, n), _)| n == name)
+        .unwrap_or_else(|| panic!("{name} not pinned: {pinned:?}"))
+        .1
+}
+
 /// Puts another program (the object's do-nothing baseline, standing in for
 /// another version) in the guard's filter on `port` of `ns`, as an older
 /// agent's would be; its program id.
@@ -641,6 +685,10 @@ fn spend_from_bucket(pod: &LabClient, bpffs: &Path, ifindex: u32) -> GuardPort {
 /// once the next agent has taken over the rest; `xdhcp unpin` takes the
 /// guard off every port and removes its pins.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "three agents' handovers and the uninstall, in order"
+)]
 fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     let lab = Lab::with_clients(3);
     let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
@@ -660,7 +708,7 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     let stale_ifindex = lab.server.ifindex(&stale_port);
     leased_ip(&ipam_call(&agent, &cni, "ADD", "pod0", &lab.clients[0], ""));
     leased_ip(&ipam_call(&agent, &cni, "ADD", "pod2", &lab.clients[2], ""));
-    let mut filter = guard_filter_program(&lab.server, &port).expect("the guard's filter");
+    let filter = guard_filter_program(&lab.server, &port).expect("the guard's filter");
     let entry = spend_from_bucket(&lab.clients[0], &bpffs, ifindex);
     assert_eq!(entry.mac, lab.clients[0].mac, "the pod's single client");
     let _rogue = rogue(&lab);
@@ -670,10 +718,31 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
             .matches("replaced a DHCP guard filter left by an earlier agent")
             .count()
     };
+    let from_pins = |agent: &NodeAgent| {
+        agent
+            .log()
+            .matches("DHCP guard programs of this build taken from their pins")
+            .count()
+    };
+    // The first agent loaded the guard's programs (its XDP twin with
+    // them) and pinned them for the next one; its filter runs the pinned
+    // ingress program.
+    let programs = pinned_guard_programs(&bpffs);
+    for name in [
+        xdhcp_common::guard::PROG_GUARD_INGRESS,
+        xdhcp_common::guard::PROG_GUARD_EGRESS,
+        xdhcp_common::guard::PROG_GUARD_XDP,
+    ] {
+        pinned_guard_program(&bpffs, name);
+    }
+    assert_eq!(
+        pinned_guard_program(&bpffs, xdhcp_common::guard::PROG_GUARD_INGRESS),
+        filter
+    );
 
     // The agent's log is one file across its restarts.
     let mut agent = agent;
-    for how in ["SIGTERM", "SIGKILL"] {
+    for (round, how) in ["SIGTERM", "SIGKILL"].into_iter().enumerate() {
         let before = replaced(&agent);
         let dir = if how == "SIGTERM" {
             agent.stop()
@@ -700,10 +769,17 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
             agent.log()
         );
         assert_eq!(guard_filters(&lab.server, &port), (1, 0), "{}", agent.log());
-        // The filter stayed; the next agent's program is in it now.
+        // The same build: the next agent took the guard's programs from
+        // their pins (no load, no verifier), so the filter stayed and runs
+        // the very same program.
+        assert_eq!(from_pins(&agent), round + 1, "{}", agent.log());
+        assert_eq!(
+            pinned_guard_programs(&bpffs),
+            programs,
+            "the same pinned programs after {how}"
+        );
         let now = guard_filter_program(&lab.server, &port).expect("the filter");
-        assert_ne!(now, filter, "the next agent's program after {how}");
-        filter = now;
+        assert_eq!(now, filter, "the same program on the port after {how}");
         assert_eq!(
             pinned_guard_ports(&bpffs).get(&ifindex),
             Some(&entry),
@@ -740,6 +816,7 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
         now, other,
         "this agent's program replaced the other version"
     );
+    assert_eq!(now, filter, "the program this agent took from its pin");
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert_eq!(heard, 0, "the rogue was heard after the update");
 
@@ -753,6 +830,109 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     assert!(!bpffs.join(GUARD_PIN_DIR).exists(), "{out}");
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert!(heard > 0, "after unpin the port is no longer guarded");
+}
+
+/// The guard's programs of another build pinned when an agent starts (an
+/// upgrade: the previous build's programs run on the ports' filters and
+/// are pinned under their own stamp): the agent loads and pins its own,
+/// puts them in the filters in place — the port's filter is never absent
+/// while the agent stops and starts — and removes the other build's pins.
+#[test]
+fn a_guard_of_another_build_is_replaced_in_place_and_its_pins_removed() {
+    let lab = Lab::with_clients(1);
+    let _server = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let dir = tempfile::Builder::new()
+        .prefix("xdt-agent-")
+        .tempdir()
+        .unwrap();
+    let bpffs_mount = agent_support::BpffsMount::new(&dir.path().join("bpffs"));
+    let bpffs = bpffs_mount.path.clone();
+    let agent = NodeAgent::start_in(&lab.server, &[], dir);
+    let cni = agent_support::CniPath::new();
+    let port = lab.clients[0].port().to_owned();
+    leased_ip(&ipam_call(&agent, &cni, "ADD", "pod0", &lab.clients[0], ""));
+    let ingress = xdhcp_common::guard::PROG_GUARD_INGRESS;
+    let old = guard_filter_program(&lab.server, &port).expect("the guard's filter");
+    assert_eq!(pinned_guard_program(&bpffs, ingress), old);
+    let old_pins = pinned_guard_programs(&bpffs);
+
+    // Watches the port's filter from here to the end of the next start.
+    let stop_watching = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (ns, tc, port, stop) = (
+            lab.server.name().to_owned(),
+            xdhcp_tests::program("tc"),
+            port.clone(),
+            stop_watching.clone(),
+        );
+        std::thread::spawn(move || {
+            let (mut looks, mut absent) = (0u32, 0u32);
+            while !stop.load(Ordering::Relaxed) {
+                let out = xdhcp_tests::netns_exec(&ns, tc)
+                    .args(["filter", "show", "dev", &port, "ingress"])
+                    .output()
+                    .expect("run tc");
+                looks += 1;
+                if !String::from_utf8_lossy(&out.stdout).contains("xdhcp_guard") {
+                    absent += 1;
+                }
+            }
+            (looks, absent)
+        })
+    };
+
+    // The pins become another build's: the stamp differs from this
+    // agent's (their programs are the ones the filter runs).
+    let dir = agent.stop();
+    let progs = bpffs.join(GUARD_PIN_DIR).join("progs");
+    let (stamp, _) = old_pins.keys().next().cloned().expect("a pinned program");
+    let other = "00000000000000ff";
+    assert_ne!(stamp, other);
+    std::fs::rename(progs.join(&stamp), progs.join(other)).expect("rename the pin directory");
+    let agent = NodeAgent::start_in(&lab.server, &[], dir);
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(10), || agent
+            .log()
+            .contains("replaced a DHCP guard filter left by an earlier agent")),
+        "{}",
+        agent.log()
+    );
+    stop_watching.store(true, Ordering::Relaxed);
+    let (looks, absent) = watcher.join().unwrap();
+    assert!(looks > 1, "the filter was looked at {looks} times");
+    assert_eq!(
+        absent, 0,
+        "the port's filter was absent {absent} of {looks} times"
+    );
+    let log = agent.log();
+    assert!(log.contains("DHCP guard programs loaded"), "{log}");
+    assert!(
+        !log.contains("DHCP guard programs of this build taken from their pins"),
+        "{log}"
+    );
+    // Its own programs, pinned under its stamp; the other build's pins
+    // gone; the filter runs the new ingress program.
+    let now = guard_filter_program(&lab.server, &port).expect("the filter");
+    assert_ne!(now, old, "the new build's program is in the filter");
+    assert_eq!(pinned_guard_program(&bpffs, ingress), now);
+    let new_pins = pinned_guard_programs(&bpffs);
+    assert!(
+        new_pins.keys().all(|(s, _)| *s == stamp),
+        "the other build's pins were not removed: {new_pins:?}"
+    );
+    assert_eq!(
+        new_pins.keys().map(|(_, n)| n).collect::<Vec<_>>(),
+        old_pins.keys().map(|(_, n)| n).collect::<Vec<_>>(),
+        "every guard program pinned again"
+    );
+    for (k, id) in &new_pins {
+        assert!(
+            !old_pins.values().any(|o| o == id),
+            "{k:?} was not loaded anew"
+        );
+    }
+    assert_eq!(guard_filters(&lab.server, &port), (1, 0), "{log}");
+    let _dir = agent.stop();
 }
 
 /// A network config (a NAD a tenant may write) that asks for a trusted

@@ -220,9 +220,11 @@ async fn run_on(
     let mut steps = StartSteps::new();
     vm::heal_at_start(&args).await;
     steps.lap("heal");
-    // The two eBPF loads (each object read, its maps made or opened, its
-    // programs verified unless taken from their pins) run on blocking
-    // threads while the rest of the start goes on.
+    // The two eBPF loads (the capture's and the guard's: each opens its
+    // programs and maps from their pins when a previous agent of this
+    // build left them, else reads the object, makes or opens its maps and
+    // verifies its programs) run on blocking threads while the rest of the
+    // start goes on.
     let guard_loading = start_guard(&args);
     let datapath_loading = start_datapath(&args, &metrics, &health);
     let store =

@@ -9,7 +9,10 @@
 //! [`Guard`] is independent of [`super::Datapath`]: it loads its own copy
 //! of the embedded object (the capture maps in that copy are shrunk to the
 //! minimum, as nothing uses them) so it works whichever capture path the
-//! agent uses, AF_PACKET included.
+//! agent uses, AF_PACKET included. With a bpffs its programs are pinned,
+//! and taken from their pins by the next agent of the same build, by the
+//! capture's rule ([`super::Programs::open`]): that agent neither reads
+//! the object nor verifies the programs again.
 //!
 //! One thing: the guard programs' loader, attachments, policy map, counters
 //! and ring, as one object the guard service holds.
@@ -22,19 +25,19 @@ use aya::maps::{
 };
 use std::os::fd::AsFd as _;
 
+use aya::EbpfLoader;
 use aya::programs::ProgramError;
 use aya::programs::tc::{
     NlOptions, SchedClassifierLink, SchedClassifierLinkId, TcAttachOptions, TcAttachType, TcError,
     TcHandle, qdisc_add_clsact,
 };
 use aya::programs::{SchedClassifier, Xdp};
-use aya::{Ebpf, EbpfLoader};
 use xdhcp_common as common;
 use xdhcp_common::guard as g;
 
 use super::pin::{PinnedMap, Pinning, pin_maps_in};
 use super::ring::Ring;
-use super::{AttachTarget, EbpfDatapathError, Result, program, take_map};
+use super::{AttachTarget, EbpfDatapathError, ProgramSet, Programs, Result, prog};
 use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
 use crate::netlink::{XdpHook, set_xdp_here, xdp_prog_here};
 
@@ -475,9 +478,43 @@ pub const GUARD_PINNED_MAPS: [PinnedMap; 6] = [
     },
 ];
 
+/// The guard's TC programs: ingress and egress (with `test-hooks`, the
+/// do-nothing baseline too).
+#[cfg(not(feature = "test-hooks"))]
+const GUARD_TC_PROGRAMS: [&str; 2] = [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS];
+#[cfg(feature = "test-hooks")]
+const GUARD_TC_PROGRAMS: [&str; 3] = [
+    g::PROG_GUARD_INGRESS,
+    g::PROG_GUARD_EGRESS,
+    g::PROG_GUARD_PASS,
+];
+
+/// The guard's programs: loaded, pinned in `guard/progs/<stamp>` and taken
+/// from those pins by the next agent of the same build by the capture's
+/// rule ([`Programs::open`]). The XDP twin of the ingress program is
+/// needed only on userspace-datapath OVS ports: a kernel that refuses it
+/// leaves the TC pair working.
+const GUARD_PROGRAMS: ProgramSet = ProgramSet {
+    what: "DHCP guard",
+    tc: &GUARD_TC_PROGRAMS,
+    xdp: &[g::PROG_GUARD_XDP],
+};
+
+/// Makes the guard's maps as small as the kernel allows in a copy of the
+/// object whose guard programs are not used (the capture's).
+pub(super) fn shrink_guard_maps(loader: &mut EbpfLoader) {
+    let page = u32::try_from(page_size()).unwrap_or(4096);
+    loader
+        .map_max_entries(g::MAP_GUARD_PORTS, 1)
+        .map_max_entries(g::MAP_GUARD_COUNTERS, 1)
+        .map_max_entries(g::MAP_GUARD_EVENTS, page)
+        .map_max_entries(g::MAP_LEARN_BUCKETS, 1)
+        .map_max_entries(g::MAP_LEARN_COUNTERS, 1);
+}
+
 /// The loaded guard programs and their maps.
 pub struct Guard {
-    ebpf: Ebpf,
+    ebpf: Programs,
     ports: BpfHashMap<MapData, u32, g::GuardPort>,
     counters: PerCpuHashMap<MapData, u32, g::GuardCounters>,
     events: Option<RingBuf<MapData>>,
@@ -520,7 +557,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         for port in std::mem::take(&mut self.attached).into_values() {
             for (name, id) in port.links() {
-                if let Ok(p) = program::<SchedClassifier>(&mut self.ebpf, name)
+                if let Ok(p) = prog::<SchedClassifier>(&mut self.ebpf, name)
                     && let Ok(link) = p.take_link(id)
                 {
                     std::mem::forget(link);
@@ -574,54 +611,27 @@ impl Guard {
     }
 
     fn load_with(pinning: Pinning) -> Result<Self> {
-        let object = super::embedded_object();
-        if object.is_empty() {
-            return Err(EbpfDatapathError::NoObject);
-        }
-        let page = u32::try_from(page_size()).unwrap_or(4096);
         // The capture maps of this copy of the object are never used: keep
         // them as small as the kernel allows.
-        let mut loader = EbpfLoader::new();
-        loader
-            .map_max_entries(common::MAP_EVENTS, page)
-            .map_max_entries(common::MAP_OWNED, 1)
-            .map_max_entries(common::MAP_IFCONFIG, 1)
-            .map_max_entries(common::MAP_IFCONFIG_DIRECT, 1);
-        if let Pinning::On { dir, .. } = &pinning {
-            for spec in GUARD_PINNED_MAPS {
-                loader.map_pin_path(spec.name, dir.join(spec.name));
-            }
-        }
-        let mut ebpf = loader
-            .load(object)
-            .map_err(|source| EbpfDatapathError::Load { source })?;
-        #[cfg(not(feature = "test-hooks"))]
-        let programs = [g::PROG_GUARD_INGRESS, g::PROG_GUARD_EGRESS];
-        #[cfg(feature = "test-hooks")]
-        let programs = [
-            g::PROG_GUARD_INGRESS,
-            g::PROG_GUARD_EGRESS,
-            g::PROG_GUARD_PASS,
-        ];
-        for name in programs {
-            let prog: &mut SchedClassifier = program(&mut ebpf, name)?;
-            prog.load()
-                .map_err(|source| EbpfDatapathError::ProgramLoad { name, source })?;
-        }
-        // The XDP program is needed only on userspace-datapath OVS ports:
-        // a kernel that refuses it leaves the TC pair working.
+        let (mut ebpf, xdp_unavailable) =
+            Programs::open(&GUARD_PROGRAMS, &pinning, &GUARD_PINNED_MAPS, |loader| {
+                let page = u32::try_from(page_size()).unwrap_or(4096);
+                loader
+                    .map_max_entries(common::MAP_EVENTS, page)
+                    .map_max_entries(common::MAP_OWNED, 1)
+                    .map_max_entries(common::MAP_IFCONFIG, 1)
+                    .map_max_entries(common::MAP_IFCONFIG_DIRECT, 1)
+                    .map_max_entries(common::MAP_UPLINKS, 1);
+            })?;
         let name = g::PROG_GUARD_XDP;
-        let xdp_unavailable = match program::<Xdp>(&mut ebpf, name)?.load() {
-            Ok(()) => None,
-            Err(source) => {
-                let reason = super::error_chain(&EbpfDatapathError::ProgramLoad { name, source });
-                tracing::warn!(reason = %reason,
-                    "the DHCP guard's XDP program did not load; ports of userspace-datapath OVS bridges are guarded at TC ingress, which OVS reads around");
-                Some(reason)
-            }
-        };
+        if let Some(reason) = &xdp_unavailable {
+            // The XDP program is needed only on userspace-datapath OVS
+            // ports: a kernel that refuses it leaves the TC pair working.
+            tracing::warn!(reason = %reason,
+                "the DHCP guard's XDP program did not load; ports of userspace-datapath OVS bridges are guarded at TC ingress, which OVS reads around");
+        }
         let keeper = if xdp_unavailable.is_none() {
-            let prog: &mut Xdp = program(&mut ebpf, name)?;
+            let prog: &mut Xdp = prog(&mut ebpf, name)?;
             let kept = prog
                 .fd()
                 .map_err(std::io::Error::other)
@@ -637,12 +647,12 @@ impl Guard {
         } else {
             None
         };
-        let ports = take_map(&mut ebpf, g::MAP_GUARD_PORTS)?;
-        let counters = take_map(&mut ebpf, g::MAP_GUARD_COUNTERS)?;
-        let events = take_map(&mut ebpf, g::MAP_GUARD_EVENTS)?;
-        let learn_buckets = take_map(&mut ebpf, g::MAP_LEARN_BUCKETS)?;
-        let learn_limit = take_map(&mut ebpf, g::MAP_LEARN_LIMIT)?;
-        let learn_counters = take_map(&mut ebpf, g::MAP_LEARN_COUNTERS)?;
+        let ports = ebpf.take_map(g::MAP_GUARD_PORTS)?;
+        let counters = ebpf.take_map(g::MAP_GUARD_COUNTERS)?;
+        let events = ebpf.take_map(g::MAP_GUARD_EVENTS)?;
+        let learn_buckets = ebpf.take_map(g::MAP_LEARN_BUCKETS)?;
+        let learn_limit = ebpf.take_map(g::MAP_LEARN_LIMIT)?;
+        let learn_counters = ebpf.take_map(g::MAP_LEARN_COUNTERS)?;
         let inherited: BTreeSet<u32> = match &pinning {
             Pinning::On { reused, .. } if reused.contains(&g::MAP_GUARD_PORTS) => {
                 let ports: &BpfHashMap<MapData, u32, g::GuardPort> = &ports;
@@ -830,7 +840,7 @@ impl Guard {
                 Ingress::Tc(id) => {
                     // Already gone with the filter; the program's table
                     // forgets it.
-                    if let Ok(p) = program::<SchedClassifier>(ebpf, g::PROG_GUARD_INGRESS)
+                    if let Ok(p) = prog::<SchedClassifier>(ebpf, g::PROG_GUARD_INGRESS)
                         && let Ok(link) = p.take_link(id)
                     {
                         std::mem::forget(link);
@@ -1114,7 +1124,7 @@ const fn attach_mode(hook: GuardHook) -> crate::datapath::AttachMode {
 /// agent's, or this port's before it moved) is removed once the XDP
 /// program is on: one ingress program per port, as each takes a token.
 fn attach_ingress(
-    ebpf: &mut Ebpf,
+    ebpf: &mut Programs,
     ifname: &str,
     ifindex: u32,
     hook: GuardHook,
@@ -1134,7 +1144,7 @@ fn attach_ingress(
 }
 
 /// Takes `ingress` off `ifname` (`ifindex`).
-fn detach_ingress(ebpf: &mut Ebpf, ingress: Ingress, ifname: &str, ifindex: u32) -> Result<()> {
+fn detach_ingress(ebpf: &mut Programs, ingress: Ingress, ifname: &str, ifindex: u32) -> Result<()> {
     match ingress {
         Ingress::Tc(id) => detach_tc(ebpf, g::PROG_GUARD_INGRESS, id, ifname),
         Ingress::Xdp(mode) => {
@@ -1153,8 +1163,8 @@ fn detach_ingress(ebpf: &mut Ebpf, ingress: Ingress, ifname: &str, ifindex: u32)
 /// replaced in one step. (A BPF link would go through the same
 /// `dev_xdp_install` and cost the same; it would not outlive the agent.)
 /// Returns the mode and whether an XDP program was there before.
-fn attach_xdp(ebpf: &mut Ebpf, ifname: &str, ifindex: u32) -> Result<(XdpHook, bool)> {
-    let prog: &mut Xdp = program(ebpf, g::PROG_GUARD_XDP)?;
+fn attach_xdp(ebpf: &mut Programs, ifname: &str, ifindex: u32) -> Result<(XdpHook, bool)> {
+    let prog: &mut Xdp = super::prog(ebpf, g::PROG_GUARD_XDP)?;
     let fd = prog.fd().map_err(|source| EbpfDatapathError::Attach {
         ifname: ifname.to_owned(),
         mode: crate::datapath::AttachMode::XdpNative,
@@ -1214,12 +1224,12 @@ const GUARD_TC_HANDLE: TcHandle = TcHandle::new(0, 0x7864);
 /// restarts; the filter a previous agent left gets this agent's program
 /// here in one step, never leaving the port bare.
 fn attach_tc(
-    ebpf: &mut Ebpf,
+    ebpf: &mut Programs,
     name: &'static str,
     ifname: &str,
     kind: TcAttachType,
 ) -> Result<(SchedClassifierLinkId, bool)> {
-    let prog: &mut SchedClassifier = program(ebpf, name)?;
+    let prog: &mut SchedClassifier = super::prog(ebpf, name)?;
     let err = |source| EbpfDatapathError::Attach {
         ifname: ifname.to_owned(),
         mode: crate::datapath::AttachMode::Tc,
@@ -1257,12 +1267,12 @@ fn attach_tc(
 
 /// Detaches guard program `name`'s filter `id` from `ifname`.
 fn detach_tc(
-    ebpf: &mut Ebpf,
+    ebpf: &mut Programs,
     name: &'static str,
     id: SchedClassifierLinkId,
     ifname: &str,
 ) -> Result<()> {
-    program::<SchedClassifier>(ebpf, name)?
+    prog::<SchedClassifier>(ebpf, name)?
         .detach(id)
         .map_err(|source| EbpfDatapathError::Detach {
             ifname: ifname.to_owned(),
@@ -1335,6 +1345,14 @@ pub(super) fn unpin_guard(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         for ifindex in ports {
             remove_guard_programs(ifindex);
         }
+    }
+    // The programs pinned for the next agent: unpinned, they go once no
+    // port runs them (their filters went above).
+    let progs = dir.join(super::PROGS_DIR);
+    match std::fs::remove_dir_all(&progs) {
+        Ok(()) => removed.push(progs),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
     super::pin::remove_map_pins(dir, &GUARD_PINNED_MAPS, &mut removed)?;
     Ok(removed)
@@ -1438,9 +1456,9 @@ impl Guard {
             ..TestRunOptions::default()
         };
         let res = if which == GuardProgram::Xdp {
-            program::<Xdp>(&mut self.ebpf, name)?.test_run(opts)
+            prog::<Xdp>(&mut self.ebpf, name)?.test_run(opts)
         } else {
-            program::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
+            prog::<SchedClassifier>(&mut self.ebpf, name)?.test_run(opts)
         }
         .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
         Ok((res.return_value, res.duration, res.data_size_out as usize))

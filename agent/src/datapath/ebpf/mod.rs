@@ -167,20 +167,43 @@ const XDP_PROGRAMS: [&str; 3] = [
 /// The TC programs in the object: for workload ports and for uplinks.
 const TC_PROGRAMS: [&str; 2] = [common::PROG_TC, common::PROG_UPLINK_TC];
 
-/// Loads the TC and XDP programs of `ebpf` into the kernel, each on its
-/// own thread: the verifier's time is most of the agent's start, and the
-/// programs are independent of each other. The TC programs must load;
-/// when an XDP program is refused, returns why (TC only then).
-fn load_programs(ebpf: &mut Ebpf) -> Result<Option<String>> {
+/// The capture's programs: on workload ports (in pods' namespaces, and
+/// their host ends) and on uplinks.
+const CAPTURE_PROGRAMS: ProgramSet = ProgramSet {
+    what: "eBPF",
+    tc: &TC_PROGRAMS,
+    xdp: &XDP_PROGRAMS,
+};
+
+/// A set of programs of the object that one user (the capture, the DHCP
+/// guard) loads, pins for the next agent and takes from those pins, by
+/// one rule ([`Programs::open`]): the TC programs must load; an XDP
+/// program may be refused by an old kernel (then it is neither used nor
+/// pinned).
+pub(super) struct ProgramSet {
+    /// What the set is, in the log ("eBPF", "DHCP guard").
+    pub what: &'static str,
+    pub tc: &'static [&'static str],
+    pub xdp: &'static [&'static str],
+}
+
+impl ProgramSet {
+    fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.tc.iter().chain(self.xdp).copied()
+    }
+}
+
+/// Loads the programs of `set` in `ebpf` into the kernel, each on its own
+/// thread: the verifier's time is most of a start that has programs to
+/// load, and the programs are independent of each other. The TC programs
+/// must load; when an XDP program is refused, returns why (TC only then).
+fn load_programs(ebpf: &mut Ebpf, set: &ProgramSet) -> Result<Option<String>> {
     let mut outcomes: Vec<(&'static str, std::result::Result<(), ProgramError>)> =
         std::thread::scope(|s| {
             let threads: Vec<_> = ebpf
                 .programs_mut()
                 .filter_map(|(name, prog)| {
-                    let name = TC_PROGRAMS
-                        .into_iter()
-                        .chain(XDP_PROGRAMS)
-                        .find(|n| *n == name)?;
+                    let name = set.names().find(|n| *n == name)?;
                     Some((name, prog))
                 })
                 .map(|(name, prog)| {
@@ -203,14 +226,14 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<Option<String>> {
                 .collect()
         });
     let mut xdp_unavailable = None;
-    for name in TC_PROGRAMS.into_iter().chain(XDP_PROGRAMS) {
+    for name in set.names() {
         let i = outcomes
             .iter()
             .position(|(n, _)| *n == name)
             .ok_or(EbpfDatapathError::MissingProgram { name })?;
         match outcomes.swap_remove(i).1 {
             Ok(()) => {}
-            Err(source) if XDP_PROGRAMS.contains(&name) => {
+            Err(source) if set.xdp.contains(&name) => {
                 if xdp_unavailable.is_none() {
                     tracing::warn!(program = name, error = %source, "XDP program refused by the kernel; TC only");
                     xdp_unavailable = Some(format!("{name}: {}", error_chain(&source)));
@@ -222,13 +245,118 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<Option<String>> {
     Ok(xdp_unavailable)
 }
 
-/// The capture programs: those of the loaded object, or the same build's
-/// programs a previous agent pinned (`progs/<stamp>/` in the pin
-/// directory), taken from their pins instead of being loaded and verified
-/// again.
+/// A set of programs and the maps they use: those of the loaded object,
+/// or the same build's programs a previous agent pinned (`progs/<stamp>/`
+/// in the pin directory) with the pinned maps they refer to, taken from
+/// their pins instead of being loaded and verified again — the object is
+/// then not read at all.
 pub(super) struct Programs {
-    ebpf: Ebpf,
+    /// The object, when it was loaded (`None`: everything came from pins).
+    ebpf: Option<Ebpf>,
     pinned: HashMap<&'static str, aya::programs::Program>,
+    /// The maps, opened from their pins when the programs were.
+    maps: HashMap<&'static str, aya::maps::Map>,
+}
+
+impl Programs {
+    /// The programs of `set` and the maps of `specs`: from their pins in
+    /// the directory `pinning` names when every map there was reused (the
+    /// pinned programs refer to those very maps) and every program of this
+    /// build's stamp is pinned; otherwise the object is loaded (`configure`
+    /// adjusts its loader; the maps of `specs` are pinned or reused), its
+    /// programs loaded and verified, pinned for the next agent, and the
+    /// pins of other builds removed (a filter or link that runs one holds
+    /// it). The second value says why an XDP program was refused.
+    pub(super) fn open(
+        set: &ProgramSet,
+        pinning: &Pinning,
+        specs: &[PinnedMap],
+        configure: impl FnOnce(&mut EbpfLoader),
+    ) -> Result<(Self, Option<String>)> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(EbpfDatapathError::NoObject);
+        }
+        let stamp = object_stamp();
+        let started = std::time::Instant::now();
+        let (progs_dir, maps_reused) = match pinning {
+            Pinning::On {
+                dir,
+                reused,
+                replaced,
+            } => (
+                Some((dir, dir.join(PROGS_DIR))),
+                replaced.is_empty() && specs.iter().all(|m| reused.contains(&m.name)),
+            ),
+            Pinning::Off { .. } => (None, false),
+        };
+        if let Some((dir, progs)) = progs_dir.as_ref().filter(|_| maps_reused)
+            && let Some(pinned) = programs_from_pins(&progs.join(stamp), set)
+            && let Some(maps) = maps_from_pins(dir, specs)
+        {
+            tracing::info!(%stamp, took = ?started.elapsed(),
+                "{} programs of this build taken from their pins (not loaded again)", set.what);
+            let me = Self {
+                ebpf: None,
+                pinned,
+                maps,
+            };
+            return Ok((me, None));
+        }
+        let mut loader = EbpfLoader::new();
+        configure(&mut loader);
+        if let Some((dir, _)) = &progs_dir {
+            for spec in specs {
+                loader.map_pin_path(spec.name, dir.join(spec.name));
+            }
+        }
+        let mut ebpf = loader
+            .load(EBPF_OBJECT)
+            .map_err(|source| EbpfDatapathError::Load { source })?;
+        let xdp_unavailable = load_programs(&mut ebpf, set)?;
+        tracing::info!(%stamp, took = ?started.elapsed(), "{} programs loaded", set.what);
+        if let Some((_, progs)) = &progs_dir {
+            pin_programs(&mut ebpf, progs, stamp, set);
+        }
+        let me = Self {
+            ebpf: Some(ebpf),
+            pinned: HashMap::new(),
+            maps: HashMap::new(),
+        };
+        Ok((me, xdp_unavailable))
+    }
+
+    /// Whether the programs were taken from their pins.
+    pub(super) fn taken_from_pins(&self) -> bool {
+        self.ebpf.is_none()
+    }
+
+    /// Takes map `name` out (once).
+    pub(super) fn take_map<T>(&mut self, name: &'static str) -> Result<T>
+    where
+        T: TryFrom<aya::maps::Map, Error = MapError>,
+    {
+        let map = match self.maps.remove(name) {
+            Some(m) => m,
+            None => self
+                .ebpf
+                .as_mut()
+                .and_then(|e| e.take_map(name))
+                .ok_or(EbpfDatapathError::MissingMap { name })?,
+        };
+        T::try_from(map).map_err(|source| EbpfDatapathError::Map { name, source })
+    }
+
+    /// The kernel's id of map `name`, while it has not been taken.
+    fn map_id(&self, name: &'static str) -> Option<u32> {
+        let map = match self.maps.get(name) {
+            Some(m) => m,
+            None => self.ebpf.as_ref()?.map(name)?,
+        };
+        match map {
+            aya::maps::Map::RingBuf(data) => data.info().ok().map(|i| i.id()),
+            _ => None,
+        }
+    }
 }
 
 /// The program `name`: the pinned one taken over, else the object's.
@@ -236,45 +364,44 @@ fn prog<'a, T>(progs: &'a mut Programs, name: &'static str) -> Result<&'a mut T>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program>,
 {
-    if let Some(p) = progs.pinned.get_mut(name) {
-        return p
-            .try_into()
-            .ok()
-            .ok_or(EbpfDatapathError::MissingProgram { name });
-    }
-    program(&mut progs.ebpf, name)
+    let p = match progs.pinned.get_mut(name) {
+        Some(p) => Some(p),
+        None => progs.ebpf.as_mut().and_then(|e| e.program_mut(name)),
+    };
+    p.and_then(|p| p.try_into().ok())
+        .ok_or(EbpfDatapathError::MissingProgram { name })
 }
 
-/// The subdirectory of the pin directory that holds the programs, one
-/// directory per build of the object ([`object_stamp`]).
+/// The subdirectory of a pin directory that holds the programs, one
+/// directory per build of the object ([`object_stamp`]): `progs/` for the
+/// capture's, `guard/progs/` for the DHCP guard's.
 pub const PROGS_DIR: &str = "progs";
 
-/// A stamp of the embedded object: 64-bit FNV-1a of its bytes, in hex. Two
-/// agents with the same stamp run the same programs.
-pub fn object_stamp() -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in EBPF_OBJECT {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
+/// A stamp of the embedded object: 64-bit FNV-1a of its bytes, in hex,
+/// computed when the agent is built. Two agents with the same stamp run
+/// the same programs.
+pub fn object_stamp() -> &'static str {
+    env!("XDHCP_EBPF_STAMP")
 }
 
-/// Every capture program of this build from its pin in `dir`
+/// Every program of `set` of this build from its pin in `dir`
 /// (`progs/<stamp>`), or `None` when one is missing or unusable (then the
 /// object's programs are loaded). An XDP program the kernel refused was not
 /// pinned: its absence sends this agent to the loader too, which says why.
-fn programs_from_pins(dir: &Path) -> Option<HashMap<&'static str, aya::programs::Program>> {
+fn programs_from_pins(
+    dir: &Path,
+    set: &ProgramSet,
+) -> Option<HashMap<&'static str, aya::programs::Program>> {
     use aya::programs::{Program, SchedClassifier, Xdp};
     use aya_obj::programs::XdpAttachType;
     let mut out = HashMap::new();
-    for name in TC_PROGRAMS {
+    for &name in set.tc {
         let p = SchedClassifier::from_pin(dir.join(name))
             .map_err(|e| tracing::debug!(program = name, error = %e, "no pinned program"))
             .ok()?;
         out.insert(name, Program::SchedClassifier(p));
     }
-    for name in XDP_PROGRAMS {
+    for &name in set.xdp {
         let p = Xdp::from_pin(dir.join(name), XdpAttachType::Interface)
             .map_err(|e| tracing::debug!(program = name, error = %e, "no pinned program"))
             .ok()?;
@@ -283,14 +410,35 @@ fn programs_from_pins(dir: &Path) -> Option<HashMap<&'static str, aya::programs:
     Some(out)
 }
 
-/// Pins the loaded programs in `progs/<stamp>` under `progs_dir`'s parent,
-/// for the next agent of this build, and removes the pins of other builds
-/// (a link that runs one of those holds it; the pin is not needed for it).
+/// The maps of `specs` from their pins in `dir`, or `None` when one
+/// cannot be opened (then the object is loaded, which reuses or replaces
+/// them).
+fn maps_from_pins(
+    dir: &Path,
+    specs: &[PinnedMap],
+) -> Option<HashMap<&'static str, aya::maps::Map>> {
+    specs
+        .iter()
+        .map(|spec| {
+            let path = dir.join(spec.name);
+            let map = MapData::from_pin(&path)
+                .and_then(aya::maps::Map::from_map_data)
+                .map_err(|e| tracing::debug!(pin = %path.display(), error = %e, "no pinned map"))
+                .ok()?;
+            Some((spec.name, map))
+        })
+        .collect()
+}
+
+/// Pins the loaded programs of `set` in `progs_dir/<stamp>`, for the next
+/// agent of this build, and removes the pins of other builds (a link or
+/// filter that runs one of those holds it; the pin is not needed for it).
 /// A failure is logged: the next agent then loads the programs itself.
-fn pin_programs(ebpf: &mut Ebpf, progs_dir: &Path, stamp: &str) {
+fn pin_programs(ebpf: &mut Ebpf, progs_dir: &Path, stamp: &str, set: &ProgramSet) {
     if let Ok(entries) = std::fs::read_dir(progs_dir) {
         for e in entries.flatten() {
             if e.file_name().to_str() != Some(stamp) {
+                tracing::info!(pin = %e.path().display(), "removed the program pins of another build");
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
@@ -301,7 +449,7 @@ fn pin_programs(ebpf: &mut Ebpf, progs_dir: &Path, stamp: &str) {
             "cannot make the program pin directory; the next agent loads the programs again");
         return;
     }
-    for name in TC_PROGRAMS.into_iter().chain(XDP_PROGRAMS) {
+    for name in set.names() {
         let path = dir.join(name);
         let _ = std::fs::remove_file(&path);
         let Some(p) = ebpf.program_mut(name) else {
@@ -387,7 +535,7 @@ impl Datapath {
     /// Whether the programs were taken from the pins a previous agent of
     /// the same build left (not loaded and verified again).
     pub fn programs_from_pins(&self) -> bool {
-        !self.ebpf.pinned.is_empty()
+        self.ebpf.taken_from_pins()
     }
 
     /// Where the maps are pinned, if they are.
@@ -396,62 +544,21 @@ impl Datapath {
     }
 
     fn load_with(pinning: Pinning) -> Result<Self> {
-        if EBPF_OBJECT.is_empty() {
-            return Err(EbpfDatapathError::NoObject);
-        }
-        let mut loader = EbpfLoader::new();
-        if let Pinning::On { dir, .. } = &pinning {
-            for spec in PINNED_MAPS {
-                loader.map_pin_path(spec.name, dir.join(spec.name));
-            }
-        }
-        let mut ebpf = loader
-            .load(EBPF_OBJECT)
-            .map_err(|source| EbpfDatapathError::Load { source })?;
-        // The same build's programs, pinned by a previous agent, are taken
-        // as they are: no second load, no verifier. Only with every map
-        // reused, for those programs refer to the pinned maps.
-        let progs_dir = match &pinning {
-            Pinning::On {
-                dir,
-                reused,
-                replaced,
-            } if replaced.is_empty() && PINNED_MAPS.iter().all(|m| reused.contains(&m.name)) => {
-                Some((dir.join(PROGS_DIR), true))
-            }
-            Pinning::On { dir, .. } => Some((dir.join(PROGS_DIR), false)),
-            Pinning::Off { .. } => None,
-        };
-        let stamp = object_stamp();
-        let started = std::time::Instant::now();
-        let from_pins = progs_dir
-            .as_ref()
-            .filter(|(_, maps_reused)| *maps_reused)
-            .and_then(|(d, _)| programs_from_pins(&d.join(&stamp)));
-        let (pinned, xdp_unavailable) = if let Some(pinned) = from_pins {
-            tracing::info!(%stamp, took = ?started.elapsed(),
-                "eBPF programs of this build taken from their pins (not loaded again)");
-            (pinned, None)
-        } else {
-            let xdp_unavailable = load_programs(&mut ebpf)?;
-            tracing::info!(%stamp, took = ?started.elapsed(), "eBPF programs loaded");
-            if let Some((d, _)) = &progs_dir {
-                pin_programs(&mut ebpf, d, &stamp);
-            }
-            (HashMap::new(), xdp_unavailable)
-        };
-        let counters = take_map(&mut ebpf, common::MAP_COUNTERS)?;
-        let owned = take_map(&mut ebpf, common::MAP_OWNED)?;
+        // The guard's maps are of no use to the capture's copy of the
+        // object: as small as the kernel allows.
+        let (mut ebpf, xdp_unavailable) =
+            Programs::open(&CAPTURE_PROGRAMS, &pinning, &PINNED_MAPS, |loader| {
+                guard::shrink_guard_maps(loader);
+            })?;
+        let counters = ebpf.take_map(common::MAP_COUNTERS)?;
+        let owned = ebpf.take_map(common::MAP_OWNED)?;
         let ifconfig = maps::IfConfigMaps {
-            hash: take_map(&mut ebpf, common::MAP_IFCONFIG)?,
-            direct: take_map(&mut ebpf, common::MAP_IFCONFIG_DIRECT)?,
-            uplinks: take_map(&mut ebpf, common::MAP_UPLINKS)?,
+            hash: ebpf.take_map(common::MAP_IFCONFIG)?,
+            direct: ebpf.take_map(common::MAP_IFCONFIG_DIRECT)?,
+            uplinks: ebpf.take_map(common::MAP_UPLINKS)?,
         };
-        let events_id = match ebpf.map(common::MAP_EVENTS) {
-            Some(aya::maps::Map::RingBuf(data)) => data.info().ok().map(|i| i.id()),
-            _ => None,
-        };
-        let events = take_map(&mut ebpf, common::MAP_EVENTS)?;
+        let events_id = ebpf.map_id(common::MAP_EVENTS);
+        let events = ebpf.take_map(common::MAP_EVENTS)?;
         let owned = XidOwnership::new(owned);
         let (links_dir, inherited) = match &pinning {
             Pinning::On { dir, reused, .. } => {
@@ -468,24 +575,24 @@ impl Datapath {
                     Err(e) => tracing::warn!(dir = %links.display(), error = %e,
                         "cannot make the link pin directory; links will not outlive this agent"),
                 }
-                let (live, removed) = pin::scan_link_pins(&links);
+                let (left, removed) = pin::scan_link_pins(&links);
                 if !removed.is_empty() {
                     tracing::info!(count = removed.len(), pins = ?removed,
-                        "removed link pins whose device is gone (left by an agent that did not clean up)");
+                        "removed files in the link pin directory that are not link pins of this agent");
                 }
-                if !live.is_empty() {
+                if !left.is_empty() {
                     tracing::info!(
-                        count = live.len(),
+                        count = left.len(),
                         "found a previous agent's pinned links; taking them over as their interfaces are attached"
                     );
                 }
-                (links.is_dir().then_some(links), live)
+                (links.is_dir().then_some(links), left)
             }
             Pinning::Off { .. } => (None, HashMap::new()),
         };
         Ok(Self {
             events_id,
-            ebpf: Programs { ebpf, pinned },
+            ebpf,
             xdp_unavailable,
             counters,
             owned,
@@ -549,23 +656,4 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
-{
-    ebpf.program_mut(name)
-        .and_then(|p| p.try_into().ok())
-        .ok_or(EbpfDatapathError::MissingProgram { name })
-}
-
-fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T>
-where
-    T: TryFrom<aya::maps::Map, Error = MapError>,
-{
-    let map = ebpf
-        .take_map(name)
-        .ok_or(EbpfDatapathError::MissingMap { name })?;
-    T::try_from(map).map_err(|source| EbpfDatapathError::Map { name, source })
 }

@@ -9,13 +9,13 @@
 //! finds the link for each interface it attaches to and takes it over
 //! instead of attaching again ([`super::Datapath::attach_as`]). Pins whose
 //! link lost its device (the interface or its namespace went while no agent
-//! ran) are removed when found.
+//! ran) are removed when an attach finds them so, or with the other pins
+//! nobody claimed once the resumed leases are attached.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{MapData, MapType};
-use aya::programs::links::PinnedLink;
 use xdhcp_common as common;
 
 use super::{AttachTarget, Role, error_chain};
@@ -80,34 +80,34 @@ pub(super) fn remove_link_pin(path: &Path) {
     }
 }
 
-/// The link pins in `links_dir`, by key: those whose link is still on its
-/// device are kept for the agent to take over; the others — their device
-/// went away (a deleted pod, a crashed agent's leftovers), or the file is
-/// not one of this agent's pins — are removed. Returns the live ones and
-/// the names removed.
+/// The link pins in `links_dir`, by key, for the agent to take over as it
+/// attaches each interface; files that are not one of this agent's pins
+/// are removed. Returns the pins kept and the names removed.
+///
+/// Only the names are read: whether a pin's link is still on its device
+/// is asked when it is taken over ([`super::attach`]: a link whose device
+/// went, or is another one, is unpinned there and the interface attached
+/// anew), and the pins nobody claims — a deleted pod's, a crashed agent's
+/// leftovers — are released with the rest once the resumed leases are
+/// attached ([`super::Datapath::release_unclaimed`]). Asking each link at
+/// start cost several system calls per pin, on the way to serving.
 pub(super) fn scan_link_pins(links_dir: &Path) -> (HashMap<String, LeftLink>, Vec<String>) {
-    let mut live = HashMap::new();
+    let mut left = HashMap::new();
     let mut removed = Vec::new();
     let Ok(entries) = std::fs::read_dir(links_dir) else {
-        return (live, removed);
+        return (left, removed);
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
-        let alive = parse_link_pin_name(&name).and_then(|(key, mode)| {
-            let link = PinnedLink::from_pin(&path).ok()?;
-            let id = aya::programs::links::FdLink::from(link).info().ok()?.id();
-            matches!(crate::sys::bpf::link_ifindex(id), Ok(Some(i)) if i != 0)
-                .then(|| (key.to_owned(), mode))
-        });
-        if let Some((key, mode)) = alive {
-            live.insert(key, LeftLink { path, mode });
+        if let Some((key, mode)) = parse_link_pin_name(&name) {
+            left.insert(key.to_owned(), LeftLink { path, mode });
         } else {
             remove_link_pin(&path);
             removed.push(name);
         }
     }
-    (live, removed)
+    (left, removed)
 }
 
 /// Removes the map pins of `specs` under `dir` (adding each removed to
