@@ -909,7 +909,18 @@ pub(crate) async fn host_end(
         netns: netns.to_path_buf(),
         source,
     };
-    let peer = if let Some(found) = known {
+    let found = match known {
+        PeerLookup::NotLooked => None,
+        PeerLookup::Found(found) => Some(found),
+        // Blocking: two netlink round trips, off the runtime's workers.
+        ready @ PeerLookup::Ready(_) => Some(
+            tokio::task::spawn_blocking(move || ready.resolve())
+                .await
+                .map_err(|e| GuardError::Task(e.to_string()))?
+                .unwrap_or(Ok(None)),
+        ),
+    };
+    let peer = if let Some(found) = found {
         found.map_err(peer_err)?
     } else {
         let own =

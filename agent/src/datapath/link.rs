@@ -14,10 +14,10 @@ use xdhcp_engine::{Ipv4Prefix, Transmit};
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
 use crate::datapath::rawsock::{
-    LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno, link_info_with,
+    LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno, link_info_on,
 };
-use crate::netlink::PeerLookup;
-use crate::sys::netns::run_switched;
+use crate::netlink::{PeerLookup, PeerQuery};
+use crate::sys::netns::run_switched_holding;
 
 /// Failure opening or using a link.
 pub(crate) type LinkError = RawSockError;
@@ -31,7 +31,37 @@ type Opened = (
     Option<LinkRemovalWatch>,
     PeerLookup,
     Option<Vec<Ipv4Prefix>>,
+    TripClock,
 );
+
+/// Where a trip's time went, µs per step (logged with "link opened").
+#[derive(Debug, Default)]
+struct TripClock {
+    last: Option<std::time::Instant>,
+    up: u64,
+    watch: u64,
+    sender: u64,
+    receiver: u64,
+    routes: u64,
+    peer: u64,
+}
+
+impl TripClock {
+    fn new() -> Self {
+        Self {
+            last: Some(std::time::Instant::now()),
+            ..Self::default()
+        }
+    }
+
+    /// µs since the previous lap.
+    fn lap(&mut self) -> u64 {
+        let now = std::time::Instant::now();
+        let since = self.last.map_or(0, |l| now.duration_since(l).as_micros());
+        self.last = Some(now);
+        u64::try_from(since).unwrap_or(u64::MAX)
+    }
+}
 
 /// Which packet sockets [`Link::open`] opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,93 +267,39 @@ impl Link {
         sockets: Sockets,
         looking: bool,
     ) -> Result<Self, LinkError> {
-        // Main plugins may hand the interface over still down (bridge,
-        // macvlan): bring it up first, as the upstream dhcp plugin does. One
-        // trip into the namespace does both.
-        let name = ifname.to_owned();
-        let ns_owned = netns.map(Path::to_path_buf);
         // The receiver registers with this runtime's reactor: one trip for
         // everything. Must be called within the runtime.
         let runtime = tokio::runtime::Handle::current();
-        let watched = netns.is_some();
+        let begun = std::time::Instant::now();
         // `home`: the namespace the trip came from (the agent's), which the
         // veth peer lookup compares against; none without a trip.
-        let work = move |home: Option<BorrowedFd<'_>>| -> Result<Opened, LinkError> {
-            let in_ns = |e: RawSockError| match e {
-                RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
-                    ifname,
-                    netns: ns_owned.clone(),
-                    source,
-                },
-                other => other,
-            };
-            let raised = crate::sys::ifreq::ensure_up(&name).map_err(|source| {
-                if is_gone_errno(&source) {
-                    LinkError::InterfaceGone {
-                        ifname: name.clone(),
-                        netns: ns_owned.clone(),
-                        source,
-                    }
-                } else {
-                    LinkError::Io {
-                        op: "bring the interface up",
-                        ifname: name.clone(),
-                        netns: ns_owned.clone(),
-                        source,
-                    }
-                }
-            })?;
-            let _entered = runtime.enter();
-            // Subscribed before the sender binds: a deletion after this point
-            // is queued on the watch, one before it fails the bind.
-            let watch = if watched {
-                Some(
-                    LinkRemovalWatch::open_here().map_err(|source| LinkError::Io {
-                        op: "subscribe to link notifications",
-                        ifname: name.clone(),
-                        netns: ns_owned.clone(),
-                        source,
-                    })?,
-                )
-            } else {
-                None
-            };
-            let (info, tx) = if sockets == Sockets::Later {
-                (link_info_with(&name, None).map_err(in_ns)?, None)
-            } else {
-                let tx = RawSender::open_here(&name).map_err(in_ns)?;
-                (tx.info(), Some(tx))
-            };
-            let rx = if sockets == Sockets::SenderAndReceiver {
-                Some(AfPacketReceiver::open_here_for(&name, info.mac).map_err(in_ns)?)
-            } else {
-                None
-            };
-            // A failed lookup costs the guard, not the lease: carried to it.
-            let peer = home
-                .filter(|_| looking)
-                .map(|home| crate::netlink::veth_peer_here(&name, home));
-            // A namespace that cannot be read protects nothing more and
-            // says so (as `lease::apply::protected_in_pod` does).
-            let protected = looking.then(|| {
-                crate::netlink::prefixes_to_protect_here(info.ifindex).unwrap_or_else(|error| {
-                    tracing::warn!(ifname = %name, %error,
-                        "could not read the pod's other routes to protect them");
-                    Vec::new()
-                })
-            });
-            Ok((raised, info, tx, rx, watch, peer, protected))
+        let work = |home: Option<BorrowedFd<'_>>| {
+            open_here(ifname, netns, sockets, looking, &runtime, home)
         };
-        let (raised, info, tx, rx, watch, veth_peer, protected) = match netns {
+        let (opened, ns_handle) = match netns {
             // On this thread, moved in and back: the work is short and never
             // blocks, and a thread of its own cost a spawn and a cross-CPU
-            // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip).
-            Some(ns) => run_switched(ns, |home| work(Some(home)))??,
-            None => work(None)?,
+            // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip). The
+            // namespace file it entered by is held (sockets are opened
+            // again in it later, even once its path is gone).
+            Some(ns) => {
+                let (opened, file) = run_switched_holding(ns, |home| work(Some(home)))?;
+                (opened?, Some(file))
+            }
+            None => (work(None)?, None),
         };
-        // Opened after the trip succeeded, so the path was there; should it
-        // fail now, sockets are reopened by path.
-        let ns_handle = netns.and_then(|p| std::fs::File::open(p).ok());
+        let (raised, info, tx, rx, watch, veth_peer, protected, clock) = opened;
+        debug!(
+            ifname,
+            trip_us = begun.elapsed().as_micros(),
+            up_us = clock.up,
+            watch_us = clock.watch,
+            sender_us = clock.sender,
+            receiver_us = clock.receiver,
+            routes_us = clock.routes,
+            peer_us = clock.peer,
+            "link opened"
+        );
         Ok(Self {
             ifname: ifname.to_owned(),
             netns: netns.map(Path::to_path_buf),
@@ -339,7 +315,7 @@ impl Link {
             raised: raised.map(|sock| Raised {
                 sock,
                 peer: match &veth_peer {
-                    Some(Ok(Some(p))) if p.in_namespace => Some(p.ifindex),
+                    PeerLookup::Found(Ok(Some(p))) if p.in_namespace => Some(p.ifindex),
                     _ => None,
                 },
                 since: std::time::Instant::now(),
@@ -397,9 +373,19 @@ impl Link {
         }
     }
 
-    /// What [`Link::open_looking`] found of the veth peer (once).
+    /// [`Link::take_veth_peer`] when `take`; else nothing is taken.
+    pub(crate) fn take_veth_peer_if(&mut self, take: bool) -> PeerLookup {
+        if take {
+            self.take_veth_peer()
+        } else {
+            PeerLookup::NotLooked
+        }
+    }
+
+    /// What [`Link::open_looking`] found of the veth peer, or made ready
+    /// to ask (once).
     pub(crate) fn take_veth_peer(&mut self) -> PeerLookup {
-        self.veth_peer.take()
+        std::mem::replace(&mut self.veth_peer, PeerLookup::NotLooked)
     }
 
     /// The prefixes [`Link::open_looking`] found the lease must not
@@ -598,6 +584,147 @@ impl Link {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// What [`Link::open_looking`] does in `ifname`'s namespace (`netns`, the
+/// calling thread's now): main plugins may hand the interface over still
+/// down (bridge, macvlan), so it is brought up first, as the upstream dhcp
+/// plugin does; then the sockets, and with `looking` what an ADD needs of
+/// the namespace. `home`: the namespace the trip came from.
+fn open_here(
+    ifname: &str,
+    netns: Option<&Path>,
+    sockets: Sockets,
+    looking: bool,
+    runtime: &tokio::runtime::Handle,
+    home: Option<BorrowedFd<'_>>,
+) -> Result<Opened, LinkError> {
+    let name = ifname.to_owned();
+    let ns_owned = netns.map(Path::to_path_buf);
+    let watched = netns.is_some();
+    let mut clock = TripClock::new();
+    let in_ns = |e: RawSockError| match e {
+        RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
+            ifname,
+            netns: ns_owned.clone(),
+            source,
+        },
+        other => other,
+    };
+    let io_err = |op: &'static str| {
+        let (name, ns) = (name.clone(), ns_owned.clone());
+        move |source: std::io::Error| {
+            if is_gone_errno(&source) {
+                LinkError::InterfaceGone {
+                    ifname: name.clone(),
+                    netns: ns.clone(),
+                    source,
+                }
+            } else {
+                LinkError::Io {
+                    op,
+                    ifname: name.clone(),
+                    netns: ns.clone(),
+                    source,
+                }
+            }
+        }
+    };
+    // One query socket for the flags and the link's index, MAC and
+    // MTU (kept when it raised the interface, for `settle`).
+    let query = crate::sys::ifreq::socket().map_err(io_err("open a query socket"))?;
+    let raised =
+        crate::sys::ifreq::ensure_up_on(&query, &name).map_err(io_err("bring the interface up"))?;
+    clock.up = clock.lap();
+    let _entered = runtime.enter();
+    // Subscribed before the sender binds: a deletion after this point
+    // is queued on the watch, one before it fails the bind.
+    let watch = if watched {
+        Some(LinkRemovalWatch::open_here().map_err(io_err("subscribe to link notifications"))?)
+    } else {
+        None
+    };
+    clock.watch = clock.lap();
+    let info = link_info_on(&query, &name, ns_owned.as_deref()).map_err(in_ns)?;
+    let tx = if sockets == Sockets::Later {
+        None
+    } else {
+        Some(RawSender::open_for(&name, info, ns_owned.as_deref()).map_err(in_ns)?)
+    };
+    clock.sender = clock.lap();
+    let rx = if sockets == Sockets::SenderAndReceiver {
+        Some(AfPacketReceiver::open_here_on(&name, info, info.mac).map_err(in_ns)?)
+    } else {
+        None
+    };
+    clock.receiver = clock.lap();
+    let (peer, protected) = if looking {
+        let (peer, protected) = look_here(&name, info.ifindex, raised, home, &mut clock);
+        (peer, Some(protected))
+    } else {
+        (PeerLookup::NotLooked, None)
+    };
+    Ok((
+        raised.then_some(query),
+        info,
+        tx,
+        rx,
+        watch,
+        peer,
+        protected,
+        clock,
+    ))
+}
+
+/// What an ADD needs of the calling thread's namespace besides its link
+/// (`ifname`, index `ifindex`), with one route socket there: the prefixes
+/// its lease must not reroute, read now (the engine needs them before its
+/// first DISCOVER), and the veth peer, which only the guard needs: made
+/// ready here and asked beside the exchange — unless the open `raised`
+/// the interface, when `settle` waits for the peer before the DISCOVER
+/// goes out. A failed lookup costs the guard, not the lease: carried to
+/// it. No `home` (no trip): no peer.
+fn look_here(
+    ifname: &str,
+    ifindex: u32,
+    raised: bool,
+    home: Option<BorrowedFd<'_>>,
+    clock: &mut TripClock,
+) -> (PeerLookup, Vec<Ipv4Prefix>) {
+    // A namespace that cannot be read protects nothing more and says so
+    // (as `lease::apply::protected_in_pod` does).
+    let unread = |error: &std::io::Error| {
+        tracing::warn!(ifname, %error, "could not read the pod's other routes to protect them");
+        Vec::new()
+    };
+    let sock = match crate::netlink::route_socket_here() {
+        Ok(sock) => sock,
+        Err(e) => {
+            let protected = unread(&e);
+            let peer = match home {
+                Some(_) => PeerLookup::Found(Err(e)),
+                None => PeerLookup::NotLooked,
+            };
+            return (peer, protected);
+        }
+    };
+    let protected =
+        crate::netlink::prefixes_to_protect_on(&sock, ifindex).unwrap_or_else(|e| unread(&e));
+    clock.routes = clock.lap();
+    let peer = match home.map(|h| h.try_clone_to_owned()) {
+        None => PeerLookup::NotLooked,
+        Some(Ok(home)) => {
+            let query = PeerQuery::new(sock, ifname, home);
+            if raised {
+                PeerLookup::Found(query.ask())
+            } else {
+                PeerLookup::Ready(query)
+            }
+        }
+        Some(Err(e)) => PeerLookup::Found(Err(e)),
+    };
+    clock.peer = clock.lap();
+    (peer, protected)
 }
 
 #[cfg(test)]

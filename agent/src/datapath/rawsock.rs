@@ -205,15 +205,21 @@ pub fn link_info_here(ifname: &str) -> Result<LinkInfo> {
 }
 
 pub(crate) fn link_info_with(ifname: &str, netns: Option<&Path>) -> Result<LinkInfo> {
-    let mut req = ifreq_for(ifname)?;
     let sock =
         sys::ifreq::socket().map_err(|e| classify("open a query socket", ifname, netns, e))?;
+    link_info_on(&sock, ifname, netns)
+}
+
+/// [`link_info_with`] with `sock`, a query socket of `ifname`'s namespace
+/// (`sys::ifreq::socket`).
+pub(crate) fn link_info_on(sock: &OwnedFd, ifname: &str, netns: Option<&Path>) -> Result<LinkInfo> {
+    let mut req = ifreq_for(ifname)?;
     // A missing interface is ENODEV: reported as gone.
     let lookup = |op: &'static str| move |e: io::Error| classify(op, ifname, netns, e);
     let ifindex =
-        sys::ifreq::index(&sock, &mut req).map_err(lookup("look up the interface index"))?;
+        sys::ifreq::index(sock, &mut req).map_err(lookup("look up the interface index"))?;
     let (hw_type, mac) =
-        sys::ifreq::hwaddr(&sock, &mut req).map_err(lookup("read the hardware address"))?;
+        sys::ifreq::hwaddr(sock, &mut req).map_err(lookup("read the hardware address"))?;
     if hw_type != libc::ARPHRD_ETHER {
         return Err(RawSockError::NotEthernet {
             ifname: ifname.to_owned(),
@@ -221,7 +227,7 @@ pub(crate) fn link_info_with(ifname: &str, netns: Option<&Path>) -> Result<LinkI
             hw_type,
         });
     }
-    let mtu = sys::ifreq::mtu(&sock, &mut req).map_err(lookup("read the MTU"))?;
+    let mtu = sys::ifreq::mtu(sock, &mut req).map_err(lookup("read the MTU"))?;
     Ok(LinkInfo { ifindex, mac, mtu })
 }
 
@@ -283,7 +289,12 @@ impl RawSender {
     }
 
     fn open_with(ifname: &str, netns: Option<&Path>) -> Result<Self> {
-        let info = link_info_with(ifname, netns)?;
+        Self::open_for(ifname, link_info_with(ifname, netns)?, netns)
+    }
+
+    /// Opens a sender on `ifname`, found as `info`, in the calling
+    /// thread's namespace (`netns` names it in errors).
+    pub(crate) fn open_for(ifname: &str, info: LinkInfo, netns: Option<&Path>) -> Result<Self> {
         let fd = packet_socket(0, false)
             .map_err(|e| classify("open a packet socket", ifname, netns, e))?;
         bind_packet(&fd, info.ifindex, 0)

@@ -190,7 +190,7 @@ pub(crate) async fn add(
     // ADD path — measured after the DORA, it cost as much as it saves.) A
     // VM's guard needs the VM's MAC and goes on before its one-shot
     // discovery, in `bind`.
-    let pod_peer = if pod { link.take_veth_peer() } else { None };
+    let pod_peer = link.take_veth_peer_if(pod);
     // The pod's one client: the agent's own exchanges for it carry this MAC.
     let pod_mac = link.info.mac;
     let pod_guard = async {
