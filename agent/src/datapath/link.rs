@@ -731,6 +731,109 @@ fn look_here(
 mod tests {
     use super::*;
 
+    /// A thread in a fresh network namespace of its own, parked until
+    /// dropped: the namespace lives as long as it does.
+    struct Parked {
+        path: PathBuf,
+        stop: Option<mpsc::Sender<()>>,
+    }
+
+    impl Parked {
+        fn new() -> Self {
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let (stop, stopped) = mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                    .expect("unshare(CLONE_NEWNET) (root needed)");
+                ready_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+                let _ = stopped.recv();
+            });
+            let tid = ready_rx.recv().expect("the namespace's thread died");
+            Self {
+                path: PathBuf::from(format!("/proc/{}/task/{tid}/ns/net", std::process::id())),
+                stop: Some(stop),
+            }
+        }
+    }
+
+    impl Drop for Parked {
+        fn drop(&mut self) {
+            self.stop.take();
+        }
+    }
+
+    /// The ADD's trip into a pod's namespace leaves the veth peer's lookup
+    /// ready, not done: it is asked afterwards, from the agent's namespace,
+    /// on the socket the trip opened, and finds the host end there. Only a
+    /// pod handed over down has it looked up in the trip (`settle` waits
+    /// for that peer before the first DISCOVER).
+    #[test]
+    fn the_trip_leaves_the_veth_peer_lookup_ready_unless_it_raised_the_interface() {
+        // This test's own "node" namespace: a thread unshared from the host.
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("unshare(CLONE_NEWNET) (root needed)");
+            let pod = Parked::new();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let (conn, handle, _) = rtnetlink::new_connection().unwrap();
+                tokio::spawn(conn);
+                handle
+                    .link()
+                    .add(rtnetlink::LinkVeth::new("xdt-host", "eth0").build())
+                    .execute()
+                    .await
+                    .unwrap();
+                let ns = std::fs::File::open(&pod.path).unwrap();
+                handle
+                    .link()
+                    .set(
+                        rtnetlink::LinkUnspec::new_with_name("eth0")
+                            .setns_by_fd(ns.as_raw_fd())
+                            .build(),
+                    )
+                    .execute()
+                    .await
+                    .unwrap();
+                handle
+                    .link()
+                    .set(
+                        rtnetlink::LinkUnspec::new_with_name("xdt-host")
+                            .up()
+                            .build(),
+                    )
+                    .execute()
+                    .await
+                    .unwrap();
+                let host = nix::net::if_::if_nametoindex("xdt-host").unwrap();
+                let want = crate::netlink::VethPeer {
+                    ifindex: host,
+                    in_namespace: true,
+                };
+                // Handed over down: the trip raises it and looks.
+                let mut link =
+                    Link::open_looking(Some(&pod.path), "eth0", Sockets::SenderAndReceiver, true)
+                        .unwrap();
+                assert!(
+                    matches!(link.take_veth_peer(), PeerLookup::Found(Ok(Some(p))) if p == want)
+                );
+                drop(link);
+                // Up: the lookup is made ready and asked later, here.
+                let mut link =
+                    Link::open_looking(Some(&pod.path), "eth0", Sockets::SenderAndReceiver, true)
+                        .unwrap();
+                let ready = link.take_veth_peer();
+                assert!(matches!(ready, PeerLookup::Ready(_)), "{ready:?}");
+                assert_eq!(ready.resolve().unwrap().unwrap(), Some(want));
+            });
+        })
+        .join()
+        .unwrap();
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn missing_interface_is_gone() {
         let e = Link::open(None, "xdt-nope0", Sockets::Sender).unwrap_err();
