@@ -637,12 +637,21 @@ fn open_here(
         crate::sys::ifreq::ensure_up_on(&query, &name).map_err(io_err("bring the interface up"))?;
     clock.up = clock.lap();
     let _entered = runtime.enter();
-    // Subscribed before the sender binds: a deletion after this point
-    // is queued on the watch, one before it fails the bind.
-    let watch = if watched {
+    // Opened before the sender binds. With a sender, subscribed when the
+    // lease task first waits for events (its first DISCOVER out): a
+    // deletion before then shows on the sender, whose binding the kernel
+    // clears ([`LinkRemovalWatch::removed`]). Without one (a resumed lease
+    // opens it at its first transmit), subscribed now: a deletion after
+    // this point is queued on the watch.
+    let watch = if !watched {
+        None
+    } else if sockets == Sockets::Later {
         Some(LinkRemovalWatch::open_here().map_err(io_err("subscribe to link notifications"))?)
     } else {
-        None
+        Some(
+            LinkRemovalWatch::unsubscribed_here()
+                .map_err(io_err("open a link notification socket"))?,
+        )
     };
     clock.watch = clock.lap();
     let info = link_info_on(&query, &name, ns_owned.as_deref()).map_err(in_ns)?;
@@ -766,9 +775,11 @@ mod tests {
     /// ready, not done: it is asked afterwards, from the agent's namespace,
     /// on the socket the trip opened, and finds the host end there. Only a
     /// pod handed over down has it looked up in the trip (`settle` waits
-    /// for that peer before the first DISCOVER).
+    /// for that peer before the first DISCOVER). The removal watch joins
+    /// its group only when first waited on, and still sees an interface
+    /// deleted before then.
     #[test]
-    fn the_trip_leaves_the_veth_peer_lookup_ready_unless_it_raised_the_interface() {
+    fn the_trip_leaves_the_peer_lookup_ready_and_the_watch_unsubscribed_unless_it_raised() {
         // This test's own "node" namespace: a thread unshared from the host.
         std::thread::spawn(|| {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
@@ -828,6 +839,12 @@ mod tests {
                 let ready = link.take_veth_peer();
                 assert!(matches!(ready, PeerLookup::Ready(_)), "{ready:?}");
                 assert_eq!(ready.resolve().unwrap().unwrap(), Some(want));
+                // Its removal watch subscribes when first waited on; a
+                // deletion before that is seen on the sender.
+                handle.link().del(host).execute().await.unwrap();
+                tokio::time::timeout(std::time::Duration::from_secs(5), link.removed())
+                    .await
+                    .expect("the interface deleted before the watch subscribed is seen");
             });
         })
         .join()
