@@ -114,7 +114,38 @@ pub(crate) struct Link {
     /// When the open brought the interface up: what [`Link::settle`]
     /// waits for.
     raised: Option<Raised>,
+    /// Set while the interface's host port is being made ready for the
+    /// DHCP guard ([`Link::hold_first_send`]): [`Link::settle`] waits for it.
+    port_gate: Option<tokio::sync::oneshot::Receiver<()>>,
 }
+
+/// The promise, held by whoever puts the DHCP guard on a link's host
+/// port, that the port's `clsact` qdisc exists; the link's first frame
+/// waits for it ([`Link::hold_first_send`]). Kept or dropped, either way
+/// the frame goes.
+///
+/// Creating a port's first qdisc grafts it, and the kernel's
+/// `qdisc_graft` deactivates the device for that moment (`dev_deactivate`:
+/// its transmit queues point at `noop_qdisc`, which drops, until an RCU
+/// grace period later): a frame the bridge hands the port then, on its way
+/// into the pod, is lost without a word. Made before the DISCOVER leaves,
+/// no reply of the exchange can arrive in that moment; the guard's filter,
+/// added to the existing qdisc beside the exchange, deactivates nothing.
+#[derive(Debug)]
+pub(crate) struct PortPrepared(tokio::sync::oneshot::Sender<()>);
+
+impl PortPrepared {
+    /// The port's qdisc is there (or cannot be made): the link may send.
+    pub(crate) fn done(self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// The longest a link's first frame waits for [`PortPrepared`]: making a
+/// qdisc waits for the RTNL lock, tens of milliseconds under a burst of
+/// ADDs; beyond this the frame goes anyway (a reply lost to the graft
+/// costs a retransmission, not the lease).
+const PORT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// An interface the open brought up, until the kernel has made its far
 /// end operational.
@@ -321,7 +352,17 @@ impl Link {
                 since: std::time::Instant::now(),
             }),
             veth_peer,
+            port_gate: None,
         })
+    }
+
+    /// Hold the link's first frame until the returned promise is kept or
+    /// dropped (at most [`PORT_LIMIT`]): the host port's `clsact` qdisc
+    /// is made meanwhile ([`PortPrepared`]).
+    pub(crate) fn hold_first_send(&mut self) -> PortPrepared {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.port_gate = Some(rx);
+        PortPrepared(tx)
     }
 
     /// Wait, when the open brought the interface up, until the kernel has
@@ -334,7 +375,16 @@ impl Link {
     /// in about a third of the ADDs of a pod handed over down, and the
     /// exchange began only at its retransmission, seconds later. Whether
     /// it became operational; `true` when the interface was up already.
+    ///
+    /// First, when the first frame is held ([`Link::hold_first_send`]),
+    /// until the port is ready for its guard.
     pub(crate) async fn settle(&mut self) -> bool {
+        if let Some(gate) = self.port_gate.take() {
+            let since = std::time::Instant::now();
+            let kept = tokio::time::timeout(PORT_LIMIT, gate).await;
+            debug!(ifname = %self.ifname, waited_us = since.elapsed().as_micros(),
+                in_time = kept.is_ok(), "the host port is ready for its guard");
+        }
         let Some(raised) = self.raised.take() else {
             return true;
         };

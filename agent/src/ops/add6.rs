@@ -17,6 +17,7 @@ use xdhcp_engine::v6::Lease;
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::{CniResult, DnsConfig, Ip6Config, Ipv6Cidr, Route6Config};
 use crate::datapath::link::{Link, Sockets};
+use crate::guard::HostEnd;
 use crate::lease::persist::{Durable, PodRef, WorkloadKind};
 use crate::lease::v6::{Acquisition6, address6};
 use crate::model::Network;
@@ -67,7 +68,7 @@ pub(crate) async fn add(
         &netns,
         PortNetwork::of_config(&req.config),
         (mac, false),
-        peer,
+        HostEnd::of(peer),
     )
     .await;
     let record = fresh_record(
