@@ -60,6 +60,7 @@ use crate::cni::config::DhcpGuardSpec;
 use crate::datapath::ebpf::{
     AttachTarget, EbpfDatapathError, Guard, GuardCounters, GuardHook, LearnCounters, PortPolicy,
 };
+use crate::datapath::link::PortPrepared;
 use crate::netlink::{PeerLookup, veth_peer_here};
 use crate::settings::{AgentArgs, GuardChoice};
 use crate::sys::netns::run_in_netns_async;
@@ -411,7 +412,7 @@ impl GuardService {
         container_id: &str,
         ifname: &str,
         netns: &Path,
-        peer: PeerLookup,
+        end: HostEnd,
         policy: PortPolicy,
         network: NetworkNames,
     ) -> Result<Option<GuardedPort>, GuardError> {
@@ -419,7 +420,26 @@ impl GuardService {
             return Ok(None);
         }
         let t0 = std::time::Instant::now();
-        let Some(host_ifname) = host_end(netns, ifname, peer).await? else {
+        let HostEnd { peer, mut prepared } = end;
+        let host = match peer {
+            // One blocking hop from the peer's lookup to the port's qdisc:
+            // the lease's first DISCOVER waits for it.
+            ready @ PeerLookup::Ready(_) => {
+                let held = prepared.take();
+                let (name, ns) = (ifname.to_owned(), netns.to_path_buf());
+                tokio::task::spawn_blocking(move || {
+                    let host = host_end_of(&ns, &name, ready.resolve().unwrap_or(Ok(None)));
+                    if let Ok(Some(port)) = &host {
+                        prepare(port, held);
+                    }
+                    host
+                })
+                .await
+                .map_err(|e| GuardError::Task(e.to_string()))??
+            }
+            other => host_end(netns, ifname, other).await?,
+        };
+        let Some(host_ifname) = host else {
             info!(ifname, netns = %netns.display(),
                 "pod interface is not a veth with its peer in the agent's namespace; not guarded");
             return Ok(None);
@@ -430,6 +450,9 @@ impl GuardService {
         let me = self.clone();
         let peer = t0.elapsed();
         tokio::task::spawn_blocking(move || {
+            prepare(&host_ifname, prepared);
+            #[cfg(feature = "test-hooks")]
+            std::thread::sleep(test_attach_delay());
             let t1 = std::time::Instant::now();
             let r = me.protect_port(key, host_ifname, policy, network, t1);
             debug!(
@@ -897,6 +920,53 @@ impl GuardService {
     }
 }
 
+/// What an ADD hands the guard of its pod interface's host end.
+#[derive(Debug, Default)]
+pub(crate) struct HostEnd {
+    /// What the link's trip did about the veth peer.
+    pub(crate) peer: PeerLookup,
+    /// Held by the lease's first frame until the port's `clsact` qdisc
+    /// is made ([`PortPrepared`]); `None`: no frame waits.
+    pub(crate) prepared: Option<PortPrepared>,
+}
+
+impl HostEnd {
+    /// The host end of the peer `peer` (looked up or not); no frame waits.
+    pub(crate) fn of(peer: PeerLookup) -> Self {
+        Self {
+            peer,
+            prepared: None,
+        }
+    }
+}
+
+/// Makes host port `port`'s `clsact` qdisc before the lease that
+/// `prepared` holds sends its first frame ([`PortPrepared`]), then lets it
+/// go. Nothing when no frame waits. Blocking (netlink, RTNL).
+fn prepare(port: &str, prepared: Option<PortPrepared>) {
+    if let Some(prepared) = prepared {
+        let t = std::time::Instant::now();
+        crate::datapath::ebpf::prepare_port(port);
+        prepared.done();
+        debug!(
+            port,
+            qdisc_us = t.elapsed().as_micros(),
+            "guard's port prepared"
+        );
+    }
+}
+
+/// How long the guard's attach waits once its port is prepared (tests:
+/// the attach moved into the exchange's replies),
+/// `XDHCP_TEST_GUARD_ATTACH_DELAY_MS`.
+#[cfg(feature = "test-hooks")]
+fn test_attach_delay() -> std::time::Duration {
+    std::env::var("XDHCP_TEST_GUARD_ATTACH_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis)
+}
+
 /// The name, in the agent's namespace, of the peer of veth `ifname` in
 /// `netns`; `None` when `ifname` is not a veth or its peer is elsewhere.
 /// `known`: what the link's own trip found, if it looked.
@@ -905,21 +975,34 @@ pub(crate) async fn host_end(
     ifname: &str,
     known: PeerLookup,
 ) -> Result<Option<String>, GuardError> {
-    let peer_err = |source| GuardError::Peer {
+    let found = match known {
+        PeerLookup::NotLooked => {
+            let own = std::fs::File::open("/proc/thread-self/ns/net")
+                .map_err(GuardError::OwnNamespace)?;
+            let name = ifname.to_owned();
+            run_in_netns_async(netns, move || veth_peer_here(&name, own.as_fd())).await?
+        }
+        PeerLookup::Found(found) => found,
+        // Blocking: two netlink round trips, off the runtime's workers.
+        ready @ PeerLookup::Ready(_) => tokio::task::spawn_blocking(move || ready.resolve())
+            .await
+            .map_err(|e| GuardError::Task(e.to_string()))?
+            .unwrap_or(Ok(None)),
+    };
+    host_end_of(netns, ifname, found)
+}
+
+/// [`host_end`] once the peer is `found`.
+fn host_end_of(
+    netns: &Path,
+    ifname: &str,
+    found: std::io::Result<Option<crate::netlink::VethPeer>>,
+) -> Result<Option<String>, GuardError> {
+    let peer = found.map_err(|source| GuardError::Peer {
         ifname: ifname.to_owned(),
         netns: netns.to_path_buf(),
         source,
-    };
-    let peer = if let Some(found) = known {
-        found.map_err(peer_err)?
-    } else {
-        let own =
-            std::fs::File::open("/proc/thread-self/ns/net").map_err(GuardError::OwnNamespace)?;
-        let name = ifname.to_owned();
-        run_in_netns_async(netns, move || veth_peer_here(&name, own.as_fd()))
-            .await?
-            .map_err(peer_err)?
-    };
+    })?;
     let Some(peer) = peer.filter(|p| p.in_namespace) else {
         return Ok(None);
     };

@@ -16,7 +16,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd as _, BorrowedFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use futures::TryStreamExt;
@@ -727,10 +727,60 @@ pub struct VethPeer {
     pub in_namespace: bool,
 }
 
-/// What a trip that opened a pod's link found out about its veth peer
-/// ([`veth_peer_here`]), for the DHCP guard; `None` when that trip did not
-/// look (the guard then makes a trip of its own).
-pub type PeerLookup = Option<io::Result<Option<VethPeer>>>;
+/// What a trip that opened a pod's link did about its veth peer, for the
+/// DHCP guard.
+#[derive(Debug, Default)]
+pub enum PeerLookup {
+    /// It did not look: the guard makes a trip of its own.
+    #[default]
+    NotLooked,
+    /// It looked ([`veth_peer_here`]).
+    Found(io::Result<Option<VethPeer>>),
+    /// It made the lookup ready, for the guard to ask beside the lease's
+    /// exchange.
+    Ready(PeerQuery),
+}
+
+impl PeerLookup {
+    /// The peer, asking now if the lookup was only made ready (blocking);
+    /// `None` when nothing looked.
+    pub fn resolve(self) -> Option<io::Result<Option<VethPeer>>> {
+        match self {
+            Self::NotLooked => None,
+            Self::Found(found) => Some(found),
+            Self::Ready(query) => Some(query.ask()),
+        }
+    }
+}
+
+/// A veth peer lookup made ready in a pod's namespace and asked later,
+/// from any thread and off the ADD's way to its first DISCOVER: a route
+/// socket opened there (it answers for that namespace wherever it is
+/// used) and the agent's namespace to compare the peer's with.
+#[derive(Debug)]
+pub struct PeerQuery {
+    sock: rtnetlink::sys::Socket,
+    ifname: String,
+    home: std::os::fd::OwnedFd,
+}
+
+impl PeerQuery {
+    /// Ready to look up the peer of `ifname` with `sock`, a route socket
+    /// of `ifname`'s namespace, against the agent's namespace `home`.
+    pub fn new(sock: rtnetlink::sys::Socket, ifname: &str, home: std::os::fd::OwnedFd) -> Self {
+        Self {
+            sock,
+            ifname: ifname.to_owned(),
+            home,
+        }
+    }
+
+    /// What [`veth_peer_here`] would have answered inside the namespace.
+    /// Blocking (two netlink round trips).
+    pub fn ask(&self) -> io::Result<Option<VethPeer>> {
+        veth_peer_on(&self.sock, &self.ifname, self.home.as_fd())
+    }
+}
 
 /// The peer of veth `ifname` in the calling thread's namespace (`None`:
 /// not a veth, or no peer), and whether the peer lives in the namespace
@@ -744,17 +794,35 @@ pub type PeerLookup = Option<io::Result<Option<VethPeer>>>;
 /// no runtime round trips of its own. Under a burst of ADDs the async form
 /// this replaced waited tens of milliseconds for busy runtime workers.
 pub fn veth_peer_here(ifname: &str, ns: BorrowedFd<'_>) -> io::Result<Option<VethPeer>> {
-    use rtnetlink::packet_route::RouteNetlinkMessage;
-    use rtnetlink::packet_route::nsid::{NsidAttribute, NsidMessage};
+    veth_peer_on(&route_socket_here()?, ifname, ns)
+}
+
+/// A blocking `NETLINK_ROUTE` socket in the calling thread's namespace.
+/// It stays in that namespace: requests sent on it later, from any
+/// thread, are answered there.
+pub fn route_socket_here() -> io::Result<rtnetlink::sys::Socket> {
     use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
     let mut sock = Socket::new(NETLINK_ROUTE)?;
     sock.bind_auto()?;
     sock.connect(&SocketAddr::new(0, 0))?;
+    Ok(sock)
+}
+
+/// [`veth_peer_here`] on `sock`, a route socket of the namespace `ifname`
+/// is in ([`route_socket_here`]).
+fn veth_peer_on(
+    sock: &rtnetlink::sys::Socket,
+    ifname: &str,
+    ns: BorrowedFd<'_>,
+) -> io::Result<Option<VethPeer>> {
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+    use rtnetlink::packet_route::nsid::{NsidAttribute, NsidMessage};
+
     let mut get = LinkMessage::default();
     get.attributes
         .push(LinkAttribute::IfName(ifname.to_owned()));
-    let RouteNetlinkMessage::NewLink(link) = request(&sock, RouteNetlinkMessage::GetLink(get), 1)?
+    let RouteNetlinkMessage::NewLink(link) = request(sock, RouteNetlinkMessage::GetLink(get), 3)?
     else {
         return Err(io::Error::other(
             "RTM_GETLINK answered with another message",
@@ -786,7 +854,7 @@ pub fn veth_peer_here(ifname: &str, ns: BorrowedFd<'_>) -> io::Result<Option<Vet
     get.attributes.push(NsidAttribute::Fd(
         u32::try_from(ns.as_raw_fd()).unwrap_or(u32::MAX),
     ));
-    let nsid = match request(&sock, RouteNetlinkMessage::GetNsId(get), 2)? {
+    let nsid = match request(sock, RouteNetlinkMessage::GetNsId(get), 4)? {
         RouteNetlinkMessage::NewNsId(m) => m.attributes.iter().find_map(|a| match a {
             NsidAttribute::Id(id) => Some(*id),
             _ => None,
@@ -934,14 +1002,19 @@ fn protected_prefixes(
 /// (the ADD's one trip there, `Link::open_looking`), which then needs no
 /// connection, thread or trip of its own before the first DISCOVER.
 pub fn prefixes_to_protect_here(except: u32) -> io::Result<Vec<Ipv4Prefix>> {
-    use rtnetlink::packet_route::RouteNetlinkMessage;
-    use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+    prefixes_to_protect_on(&route_socket_here()?, except)
+}
 
-    let mut sock = Socket::new(NETLINK_ROUTE)?;
-    sock.bind_auto()?;
-    sock.connect(&SocketAddr::new(0, 0))?;
+/// [`prefixes_to_protect_here`] on `sock`, a route socket of the namespace
+/// to read ([`route_socket_here`]).
+pub fn prefixes_to_protect_on(
+    sock: &rtnetlink::sys::Socket,
+    except: u32,
+) -> io::Result<Vec<Ipv4Prefix>> {
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+
     let get_routes = RouteMessageBuilder::<Ipv4Addr>::new().build();
-    let routes: Vec<KernelRoute> = dump(&sock, RouteNetlinkMessage::GetRoute(get_routes), 1)?
+    let routes: Vec<KernelRoute> = dump(sock, RouteNetlinkMessage::GetRoute(get_routes), 1)?
         .iter()
         .filter_map(|m| match m {
             RouteNetlinkMessage::NewRoute(r) => KernelRoute::from_message(r),
@@ -951,7 +1024,7 @@ pub fn prefixes_to_protect_here(except: u32) -> io::Result<Vec<Ipv4Prefix>> {
     let mut get_addresses = AddressMessage::default();
     get_addresses.header.family = rtnetlink::packet_route::AddressFamily::Inet;
     let addresses: Vec<AddressMessage> =
-        dump(&sock, RouteNetlinkMessage::GetAddress(get_addresses), 2)?
+        dump(sock, RouteNetlinkMessage::GetAddress(get_addresses), 2)?
             .into_iter()
             .filter_map(|m| match m {
                 RouteNetlinkMessage::NewAddress(a) => Some(a),

@@ -3,7 +3,13 @@
 
 mod agent_support;
 
-use std::time::Duration;
+use std::os::fd::AsRawFd as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{setsockopt, sockopt};
+use xdhcp_tests::netns::packet_socket_here;
 
 use agent_support::NodeAgent;
 use xdhcp::rpc::{self, CniRequest};
@@ -74,4 +80,238 @@ fn pods_handed_over_down_are_leased_from_their_first_discover() {
     for (_, req) in &pods {
         let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
     }
+}
+
+/// The Ethernet type of the test's stand-in replies (IEEE local
+/// experimental: nothing in the pod takes them).
+const MARK: u16 = 0x88b5;
+
+/// The DHCP guard goes on a pod's host port while replies are on their
+/// way into the pod, and none is lost. Creating a port's first qdisc (the
+/// guard's `clsact`) deactivates the device for a moment and drops the
+/// frames it is handed then; the agent makes that qdisc before the first
+/// DISCOVER leaves, and adds the guard's filter — which deactivates
+/// nothing — beside the exchange. The agent's test hook holds the attach
+/// back 100 ms past the qdisc, into the exchange: when the test sees the
+/// DISCOVER on the port, the qdisc must be there and the filter not yet;
+/// from then until the ADD has answered (the guard on), the test sends a
+/// stream of frames through the port into the pod, every one of which
+/// must arrive, and the lease must come from the first DISCOVER (the
+/// agent's first retransmission is 30 s away, beyond the ADD's 10 s).
+#[test]
+fn the_guard_goes_on_beside_the_exchange_without_losing_a_reply() {
+    let lab = Lab::builder().server_behind_uplink().clients(0).build();
+    let _dnsmasq = Dnsmasq::start(
+        lab.dhcp_ns(),
+        DnsmasqConfig {
+            interface: lab.dhcp_ifname().into(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let agent = NodeAgent::start_with_env(
+        &lab.server,
+        &["--retransmit-initial", "30s", "--retransmit-jitter", "0s"],
+        &[("XDHCP_TEST_GUARD_ATTACH_DELAY_MS", "100")],
+    );
+    let pod = NetNs::new();
+    let port = "cg0";
+    lab.server.ip(&[
+        "link",
+        "add",
+        port,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    lab.bridge.attach(port);
+    lab.server.link_up(port);
+    pod.link_up("eth0");
+
+    let reader = Reader::in_pod(&pod);
+    let answered = Arc::new(AtomicBool::new(false));
+    let streamer = stream_from_discover(&lab.server, port, pod.mac("eth0"), answered.clone());
+    let client = rpc::Client::new(&agent.socket, Duration::from_secs(30));
+    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"macvlan","ipam":{"type":"xdhcp","timeout":"10s"}}"#;
+    let req = CniRequest {
+        container_id: "pod-guarded".to_owned(),
+        ifname: "eth0".to_owned(),
+        netns: Some(pod.path().to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
+            ("K8S_POD_NAME".to_owned(), "pod-guarded".to_owned()),
+        ]
+        .into(),
+        config: xdhcp::cni::config::parse(conf.as_bytes()).expect("a valid config"),
+    };
+    let added = client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req);
+    answered.store(true, Ordering::SeqCst);
+    let (qdiscs, filters, sent) = streamer.join().expect("the stream");
+    let got = reader.stop();
+    if let Err(e) = added {
+        panic!("ADD: {}\n{}", e.into_cni().msg, agent.log());
+    }
+    assert!(
+        qdiscs.contains("clsact"),
+        "the port had no clsact qdisc when the DISCOVER left ({} of {sent} frames into the pod \
+         lost):\n{qdiscs}\n{}",
+        sent - got,
+        agent.log()
+    );
+    assert!(
+        !filters.contains("bpf"),
+        "the guard was on before the DISCOVER left (the attach was not held back):\n{filters}"
+    );
+    let now = lab
+        .server
+        .exec(&["tc", "filter", "show", "dev", port, "ingress"]);
+    assert!(now.contains("bpf"), "the guard is not on the port:\n{now}");
+    assert_eq!(
+        got,
+        sent,
+        "{} of {sent} frames sent into the pod while the guard went on were lost",
+        sent - got
+    );
+    let _: serde_json::Value = client.post(rpc::PATH_DEL, &req).expect("DEL");
+}
+
+/// Counts the [`MARK`] frames that reach a pod's `eth0`.
+struct Reader {
+    received: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Reader {
+    fn in_pod(pod: &NetNs) -> Self {
+        let index = pod.ifindex("eth0");
+        let fd = pod.run_in(move || {
+            let fd = packet_socket_here(index, MARK, Some(Duration::from_millis(100)))
+                .expect("a packet socket in the pod");
+            // Room for the whole stream, however late the reader runs.
+            setsockopt(&fd, sockopt::RcvBufForce, &(16 << 20)).expect("SO_RCVBUFFORCE");
+            fd
+        });
+        let received = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (received, stop) = (received.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                while !stop.load(Ordering::SeqCst) {
+                    // SAFETY: reading into a buffer we own from an open socket.
+                    let n = unsafe {
+                        libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)
+                    };
+                    if n >= 14 && buf[12..14] == MARK.to_be_bytes() {
+                        received.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        Self {
+            received,
+            stop,
+            thread,
+        }
+    }
+
+    /// How many arrived, once what is still queued is read.
+    fn stop(self) -> u64 {
+        std::thread::sleep(Duration::from_millis(300));
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("the reader");
+        self.received.load(Ordering::SeqCst)
+    }
+}
+
+/// On a thread: waits for the first DISCOVER from `mac` on `port` of
+/// `node`, reads the port's qdiscs and ingress filters at once, then sends
+/// [`MARK`] frames to `mac` through the port's transmit queue (as the
+/// bridge hands it replies), one every 100 µs, until `answered` and 20 ms
+/// more. Returns the qdiscs, the filters and how many frames it sent.
+fn stream_from_discover(
+    node: &NetNs,
+    port: &str,
+    mac: [u8; 6],
+    answered: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(String, String, u64)> {
+    let index = node.ifindex(port);
+    let tap = node.packet_socket(
+        index,
+        libc::ETH_P_ALL as u16,
+        Some(Duration::from_millis(200)),
+    );
+    let out = node.packet_socket(index, 0, None);
+    let (node, port) = (node.name().to_owned(), port.to_owned());
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            assert!(Instant::now() < until, "no DISCOVER on the port");
+            // SAFETY: reading into a buffer we own from an open socket.
+            let n = unsafe { libc::recv(tap.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if let Ok(n) = usize::try_from(n)
+                && is_discover_from(&buf[..n], mac)
+            {
+                break;
+            }
+        }
+        let tc = |what: &str, extra: &[&str]| {
+            let mut cmd = xdhcp_tests::netns_exec(&node, xdhcp_tests::program("tc"));
+            cmd.args([what, "show", "dev", &port]).args(extra);
+            String::from_utf8_lossy(&xdhcp_tests::netns::output(&mut cmd).stdout).into_owned()
+        };
+        let qdiscs = tc("qdisc", &[]);
+        let filters = tc("filter", &["ingress"]);
+        let mut frame = vec![0u8; 60];
+        frame[..6].copy_from_slice(&mac);
+        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x5e]);
+        frame[12..14].copy_from_slice(&MARK.to_be_bytes());
+        let mut sent = 0u64;
+        let mut after = None;
+        loop {
+            if after.is_none() && answered.load(Ordering::SeqCst) {
+                after = Some(Instant::now() + Duration::from_millis(20));
+            }
+            if after.is_some_and(|t| Instant::now() >= t) {
+                break;
+            }
+            frame[14..22].copy_from_slice(&sent.to_be_bytes());
+            xdhcp_tests::frames::send(&out, &frame);
+            sent += 1;
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        (qdiscs, filters, sent)
+    })
+}
+
+/// Whether `frame` is a DHCP DISCOVER (an IPv4 UDP frame to port 67 whose
+/// message type is 1) from `mac`.
+fn is_discover_from(frame: &[u8], mac: [u8; 6]) -> bool {
+    if frame.len() < 14 + 20 + 8 + 240 || frame[6..12] != mac || frame[12..14] != [0x08, 0x00] {
+        return false;
+    }
+    let ihl = usize::from(frame[14] & 0x0f) * 4;
+    let udp = 14 + ihl;
+    if frame[14 + 9] != 17 || frame.len() < udp + 8 + 240 || frame[udp + 2..udp + 4] != [0, 67] {
+        return false;
+    }
+    // Options after the magic cookie: type 53, length 1, value 1.
+    let mut i = udp + 8 + 240;
+    while i + 1 < frame.len() && frame[i] != 255 {
+        if frame[i] == 0 {
+            i += 1;
+            continue;
+        }
+        let len = usize::from(frame[i + 1]);
+        if frame[i] == 53 && len == 1 && i + 2 < frame.len() {
+            return frame[i + 2] == 1;
+        }
+        i += 2 + len;
+    }
+    false
 }

@@ -185,7 +185,7 @@ async fn guard_one(agent: &Arc<Agent>, rec: LeaseRecord) {
             ns,
             crate::ops::guard_port::PortNetwork::of_record(&rec.network),
             (rec.mac, vm),
-            None,
+            crate::guard::HostEnd::default(),
         )
         .await;
     }

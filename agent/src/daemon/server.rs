@@ -218,7 +218,8 @@ async fn add(
     let agent = a.clone();
     let (added, ended) = tokio::spawn(tracing::Instrument::instrument(
         async move {
-            let added = add::add(&agent, req, wait).await;
+            // Boxed: the ADD's future is over clippy's size limit.
+            let added = Box::pin(add::add(&agent, req, wait)).await;
             (added, Instant::now())
         },
         span.clone(),

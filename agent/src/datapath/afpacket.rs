@@ -270,6 +270,16 @@ fn open_socket(
     } else {
         rawsock::link_info_here(ifname)?
     };
+    open_socket_for(ifname, info, netns, chaddr).map(|fd| (fd, info))
+}
+
+/// [`open_socket`] for `ifname` already found as `info`.
+fn open_socket_for(
+    ifname: &str,
+    info: LinkInfo,
+    netns: Option<&Path>,
+    chaddr: Option<[u8; 6]>,
+) -> Result<OwnedFd, RawSockError> {
     let fd =
         packet_socket(0, true).map_err(|e| classify("open a packet socket", ifname, netns, e))?;
     attach_filter(fd.as_raw_fd(), chaddr)
@@ -297,7 +307,7 @@ fn open_socket(
     // consumes them.
     bind_packet(&fd, info.ifindex, (libc::ETH_P_ALL as u16).to_be())
         .map_err(|e| classify("bind the packet socket", ifname, netns, e))?;
-    Ok((fd, info))
+    Ok(fd)
 }
 
 /// Outcome of one `recvmsg`.
@@ -342,6 +352,17 @@ impl AfPacketReceiver {
     /// attached instead of two). Must be called within a tokio runtime.
     pub fn open_here_for(ifname: &str, chaddr: [u8; 6]) -> Result<Self, RawSockError> {
         let (fd, info) = open_socket(ifname, None, Some(chaddr))?;
+        Self::from_socket(fd, info, ifname, None)
+    }
+
+    /// [`AfPacketReceiver::open_here_for`] on `ifname` already found as
+    /// `info` (the sender's lookup, in the same namespace).
+    pub(crate) fn open_here_on(
+        ifname: &str,
+        info: LinkInfo,
+        chaddr: [u8; 6],
+    ) -> Result<Self, RawSockError> {
+        let fd = open_socket_for(ifname, info, None, Some(chaddr))?;
         Self::from_socket(fd, info, ifname, None)
     }
 

@@ -14,10 +14,10 @@ use xdhcp_engine::{Ipv4Prefix, Transmit};
 use crate::datapath::RxFrame;
 use crate::datapath::afpacket::AfPacketReceiver;
 use crate::datapath::rawsock::{
-    LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno, link_info_with,
+    LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno, link_info_on,
 };
-use crate::netlink::PeerLookup;
-use crate::sys::netns::run_switched;
+use crate::netlink::{PeerLookup, PeerQuery};
+use crate::sys::netns::run_switched_holding;
 
 /// Failure opening or using a link.
 pub(crate) type LinkError = RawSockError;
@@ -31,7 +31,37 @@ type Opened = (
     Option<LinkRemovalWatch>,
     PeerLookup,
     Option<Vec<Ipv4Prefix>>,
+    TripClock,
 );
+
+/// Where a trip's time went, µs per step (logged with "link opened").
+#[derive(Debug, Default)]
+struct TripClock {
+    last: Option<std::time::Instant>,
+    up: u64,
+    watch: u64,
+    sender: u64,
+    receiver: u64,
+    routes: u64,
+    peer: u64,
+}
+
+impl TripClock {
+    fn new() -> Self {
+        Self {
+            last: Some(std::time::Instant::now()),
+            ..Self::default()
+        }
+    }
+
+    /// µs since the previous lap.
+    fn lap(&mut self) -> u64 {
+        let now = std::time::Instant::now();
+        let since = self.last.map_or(0, |l| now.duration_since(l).as_micros());
+        self.last = Some(now);
+        u64::try_from(since).unwrap_or(u64::MAX)
+    }
+}
 
 /// Which packet sockets [`Link::open`] opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +114,38 @@ pub(crate) struct Link {
     /// When the open brought the interface up: what [`Link::settle`]
     /// waits for.
     raised: Option<Raised>,
+    /// Set while the interface's host port is being made ready for the
+    /// DHCP guard ([`Link::hold_first_send`]): [`Link::settle`] waits for it.
+    port_gate: Option<tokio::sync::oneshot::Receiver<()>>,
 }
+
+/// The promise, held by whoever puts the DHCP guard on a link's host
+/// port, that the port's `clsact` qdisc exists; the link's first frame
+/// waits for it ([`Link::hold_first_send`]). Kept or dropped, either way
+/// the frame goes.
+///
+/// Creating a port's first qdisc grafts it, and the kernel's
+/// `qdisc_graft` deactivates the device for that moment (`dev_deactivate`:
+/// its transmit queues point at `noop_qdisc`, which drops, until an RCU
+/// grace period later): a frame the bridge hands the port then, on its way
+/// into the pod, is lost without a word. Made before the DISCOVER leaves,
+/// no reply of the exchange can arrive in that moment; the guard's filter,
+/// added to the existing qdisc beside the exchange, deactivates nothing.
+#[derive(Debug)]
+pub(crate) struct PortPrepared(tokio::sync::oneshot::Sender<()>);
+
+impl PortPrepared {
+    /// The port's qdisc is there (or cannot be made): the link may send.
+    pub(crate) fn done(self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// The longest a link's first frame waits for [`PortPrepared`]: making a
+/// qdisc waits for the RTNL lock, tens of milliseconds under a burst of
+/// ADDs; beyond this the frame goes anyway (a reply lost to the graft
+/// costs a retransmission, not the lease).
+const PORT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// An interface the open brought up, until the kernel has made its far
 /// end operational.
@@ -237,93 +298,39 @@ impl Link {
         sockets: Sockets,
         looking: bool,
     ) -> Result<Self, LinkError> {
-        // Main plugins may hand the interface over still down (bridge,
-        // macvlan): bring it up first, as the upstream dhcp plugin does. One
-        // trip into the namespace does both.
-        let name = ifname.to_owned();
-        let ns_owned = netns.map(Path::to_path_buf);
         // The receiver registers with this runtime's reactor: one trip for
         // everything. Must be called within the runtime.
         let runtime = tokio::runtime::Handle::current();
-        let watched = netns.is_some();
+        let begun = std::time::Instant::now();
         // `home`: the namespace the trip came from (the agent's), which the
         // veth peer lookup compares against; none without a trip.
-        let work = move |home: Option<BorrowedFd<'_>>| -> Result<Opened, LinkError> {
-            let in_ns = |e: RawSockError| match e {
-                RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
-                    ifname,
-                    netns: ns_owned.clone(),
-                    source,
-                },
-                other => other,
-            };
-            let raised = crate::sys::ifreq::ensure_up(&name).map_err(|source| {
-                if is_gone_errno(&source) {
-                    LinkError::InterfaceGone {
-                        ifname: name.clone(),
-                        netns: ns_owned.clone(),
-                        source,
-                    }
-                } else {
-                    LinkError::Io {
-                        op: "bring the interface up",
-                        ifname: name.clone(),
-                        netns: ns_owned.clone(),
-                        source,
-                    }
-                }
-            })?;
-            let _entered = runtime.enter();
-            // Subscribed before the sender binds: a deletion after this point
-            // is queued on the watch, one before it fails the bind.
-            let watch = if watched {
-                Some(
-                    LinkRemovalWatch::open_here().map_err(|source| LinkError::Io {
-                        op: "subscribe to link notifications",
-                        ifname: name.clone(),
-                        netns: ns_owned.clone(),
-                        source,
-                    })?,
-                )
-            } else {
-                None
-            };
-            let (info, tx) = if sockets == Sockets::Later {
-                (link_info_with(&name, None).map_err(in_ns)?, None)
-            } else {
-                let tx = RawSender::open_here(&name).map_err(in_ns)?;
-                (tx.info(), Some(tx))
-            };
-            let rx = if sockets == Sockets::SenderAndReceiver {
-                Some(AfPacketReceiver::open_here_for(&name, info.mac).map_err(in_ns)?)
-            } else {
-                None
-            };
-            // A failed lookup costs the guard, not the lease: carried to it.
-            let peer = home
-                .filter(|_| looking)
-                .map(|home| crate::netlink::veth_peer_here(&name, home));
-            // A namespace that cannot be read protects nothing more and
-            // says so (as `lease::apply::protected_in_pod` does).
-            let protected = looking.then(|| {
-                crate::netlink::prefixes_to_protect_here(info.ifindex).unwrap_or_else(|error| {
-                    tracing::warn!(ifname = %name, %error,
-                        "could not read the pod's other routes to protect them");
-                    Vec::new()
-                })
-            });
-            Ok((raised, info, tx, rx, watch, peer, protected))
+        let work = |home: Option<BorrowedFd<'_>>| {
+            open_here(ifname, netns, sockets, looking, &runtime, home)
         };
-        let (raised, info, tx, rx, watch, veth_peer, protected) = match netns {
+        let (opened, ns_handle) = match netns {
             // On this thread, moved in and back: the work is short and never
             // blocks, and a thread of its own cost a spawn and a cross-CPU
-            // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip).
-            Some(ns) => run_switched(ns, |home| work(Some(home)))??,
-            None => work(None)?,
+            // wake-up on every ADD (~0.2 ms of the ~0.4 ms trip). The
+            // namespace file it entered by is held (sockets are opened
+            // again in it later, even once its path is gone).
+            Some(ns) => {
+                let (opened, file) = run_switched_holding(ns, |home| work(Some(home)))?;
+                (opened?, Some(file))
+            }
+            None => (work(None)?, None),
         };
-        // Opened after the trip succeeded, so the path was there; should it
-        // fail now, sockets are reopened by path.
-        let ns_handle = netns.and_then(|p| std::fs::File::open(p).ok());
+        let (raised, info, tx, rx, watch, veth_peer, protected, clock) = opened;
+        debug!(
+            ifname,
+            trip_us = begun.elapsed().as_micros(),
+            up_us = clock.up,
+            watch_us = clock.watch,
+            sender_us = clock.sender,
+            receiver_us = clock.receiver,
+            routes_us = clock.routes,
+            peer_us = clock.peer,
+            "link opened"
+        );
         Ok(Self {
             ifname: ifname.to_owned(),
             netns: netns.map(Path::to_path_buf),
@@ -339,13 +346,23 @@ impl Link {
             raised: raised.map(|sock| Raised {
                 sock,
                 peer: match &veth_peer {
-                    Some(Ok(Some(p))) if p.in_namespace => Some(p.ifindex),
+                    PeerLookup::Found(Ok(Some(p))) if p.in_namespace => Some(p.ifindex),
                     _ => None,
                 },
                 since: std::time::Instant::now(),
             }),
             veth_peer,
+            port_gate: None,
         })
+    }
+
+    /// Hold the link's first frame until the returned promise is kept or
+    /// dropped (at most [`PORT_LIMIT`]): the host port's `clsact` qdisc
+    /// is made meanwhile ([`PortPrepared`]).
+    pub(crate) fn hold_first_send(&mut self) -> PortPrepared {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.port_gate = Some(rx);
+        PortPrepared(tx)
     }
 
     /// Wait, when the open brought the interface up, until the kernel has
@@ -358,7 +375,16 @@ impl Link {
     /// in about a third of the ADDs of a pod handed over down, and the
     /// exchange began only at its retransmission, seconds later. Whether
     /// it became operational; `true` when the interface was up already.
+    ///
+    /// First, when the first frame is held ([`Link::hold_first_send`]),
+    /// until the port is ready for its guard.
     pub(crate) async fn settle(&mut self) -> bool {
+        if let Some(gate) = self.port_gate.take() {
+            let since = std::time::Instant::now();
+            let kept = tokio::time::timeout(PORT_LIMIT, gate).await;
+            debug!(ifname = %self.ifname, waited_us = since.elapsed().as_micros(),
+                in_time = kept.is_ok(), "the host port is ready for its guard");
+        }
         let Some(raised) = self.raised.take() else {
             return true;
         };
@@ -397,9 +423,19 @@ impl Link {
         }
     }
 
-    /// What [`Link::open_looking`] found of the veth peer (once).
+    /// [`Link::take_veth_peer`] when `take`; else nothing is taken.
+    pub(crate) fn take_veth_peer_if(&mut self, take: bool) -> PeerLookup {
+        if take {
+            self.take_veth_peer()
+        } else {
+            PeerLookup::NotLooked
+        }
+    }
+
+    /// What [`Link::open_looking`] found of the veth peer, or made ready
+    /// to ask (once).
     pub(crate) fn take_veth_peer(&mut self) -> PeerLookup {
-        self.veth_peer.take()
+        std::mem::replace(&mut self.veth_peer, PeerLookup::NotLooked)
     }
 
     /// The prefixes [`Link::open_looking`] found the lease must not
@@ -600,9 +636,270 @@ impl Link {
     }
 }
 
+/// What [`Link::open_looking`] does in `ifname`'s namespace (`netns`, the
+/// calling thread's now): main plugins may hand the interface over still
+/// down (bridge, macvlan), so it is brought up first, as the upstream dhcp
+/// plugin does; then the sockets, and with `looking` what an ADD needs of
+/// the namespace. `home`: the namespace the trip came from.
+fn open_here(
+    ifname: &str,
+    netns: Option<&Path>,
+    sockets: Sockets,
+    looking: bool,
+    runtime: &tokio::runtime::Handle,
+    home: Option<BorrowedFd<'_>>,
+) -> Result<Opened, LinkError> {
+    let name = ifname.to_owned();
+    let ns_owned = netns.map(Path::to_path_buf);
+    let watched = netns.is_some();
+    let mut clock = TripClock::new();
+    let in_ns = |e: RawSockError| match e {
+        RawSockError::InterfaceGone { ifname, source, .. } => LinkError::InterfaceGone {
+            ifname,
+            netns: ns_owned.clone(),
+            source,
+        },
+        other => other,
+    };
+    let io_err = |op: &'static str| {
+        let (name, ns) = (name.clone(), ns_owned.clone());
+        move |source: std::io::Error| {
+            if is_gone_errno(&source) {
+                LinkError::InterfaceGone {
+                    ifname: name.clone(),
+                    netns: ns.clone(),
+                    source,
+                }
+            } else {
+                LinkError::Io {
+                    op,
+                    ifname: name.clone(),
+                    netns: ns.clone(),
+                    source,
+                }
+            }
+        }
+    };
+    // One query socket for the flags and the link's index, MAC and
+    // MTU (kept when it raised the interface, for `settle`).
+    let query = crate::sys::ifreq::socket().map_err(io_err("open a query socket"))?;
+    let raised =
+        crate::sys::ifreq::ensure_up_on(&query, &name).map_err(io_err("bring the interface up"))?;
+    clock.up = clock.lap();
+    let _entered = runtime.enter();
+    // Opened before the sender binds. With a sender, subscribed when the
+    // lease task first waits for events (its first DISCOVER out): a
+    // deletion before then shows on the sender, whose binding the kernel
+    // clears ([`LinkRemovalWatch::removed`]). Without one (a resumed lease
+    // opens it at its first transmit), subscribed now: a deletion after
+    // this point is queued on the watch.
+    let watch = if !watched {
+        None
+    } else if sockets == Sockets::Later {
+        Some(LinkRemovalWatch::open_here().map_err(io_err("subscribe to link notifications"))?)
+    } else {
+        Some(
+            LinkRemovalWatch::unsubscribed_here()
+                .map_err(io_err("open a link notification socket"))?,
+        )
+    };
+    clock.watch = clock.lap();
+    let info = link_info_on(&query, &name, ns_owned.as_deref()).map_err(in_ns)?;
+    let tx = if sockets == Sockets::Later {
+        None
+    } else {
+        Some(RawSender::open_for(&name, info, ns_owned.as_deref()).map_err(in_ns)?)
+    };
+    clock.sender = clock.lap();
+    let rx = if sockets == Sockets::SenderAndReceiver {
+        Some(AfPacketReceiver::open_here_on(&name, info, info.mac).map_err(in_ns)?)
+    } else {
+        None
+    };
+    clock.receiver = clock.lap();
+    let (peer, protected) = if looking {
+        let (peer, protected) = look_here(&name, info.ifindex, raised, home, &mut clock);
+        (peer, Some(protected))
+    } else {
+        (PeerLookup::NotLooked, None)
+    };
+    Ok((
+        raised.then_some(query),
+        info,
+        tx,
+        rx,
+        watch,
+        peer,
+        protected,
+        clock,
+    ))
+}
+
+/// What an ADD needs of the calling thread's namespace besides its link
+/// (`ifname`, index `ifindex`), with one route socket there: the prefixes
+/// its lease must not reroute, read now (the engine needs them before its
+/// first DISCOVER), and the veth peer, which only the guard needs: made
+/// ready here and asked beside the exchange — unless the open `raised`
+/// the interface, when `settle` waits for the peer before the DISCOVER
+/// goes out. A failed lookup costs the guard, not the lease: carried to
+/// it. No `home` (no trip): no peer.
+fn look_here(
+    ifname: &str,
+    ifindex: u32,
+    raised: bool,
+    home: Option<BorrowedFd<'_>>,
+    clock: &mut TripClock,
+) -> (PeerLookup, Vec<Ipv4Prefix>) {
+    // A namespace that cannot be read protects nothing more and says so
+    // (as `lease::apply::protected_in_pod` does).
+    let unread = |error: &std::io::Error| {
+        tracing::warn!(ifname, %error, "could not read the pod's other routes to protect them");
+        Vec::new()
+    };
+    let sock = match crate::netlink::route_socket_here() {
+        Ok(sock) => sock,
+        Err(e) => {
+            let protected = unread(&e);
+            let peer = match home {
+                Some(_) => PeerLookup::Found(Err(e)),
+                None => PeerLookup::NotLooked,
+            };
+            return (peer, protected);
+        }
+    };
+    let protected =
+        crate::netlink::prefixes_to_protect_on(&sock, ifindex).unwrap_or_else(|e| unread(&e));
+    clock.routes = clock.lap();
+    let peer = match home.map(|h| h.try_clone_to_owned()) {
+        None => PeerLookup::NotLooked,
+        Some(Ok(home)) => {
+            let query = PeerQuery::new(sock, ifname, home);
+            if raised {
+                PeerLookup::Found(query.ask())
+            } else {
+                PeerLookup::Ready(query)
+            }
+        }
+        Some(Err(e)) => PeerLookup::Found(Err(e)),
+    };
+    clock.peer = clock.lap();
+    (peer, protected)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread in a fresh network namespace of its own, parked until
+    /// dropped: the namespace lives as long as it does.
+    struct Parked {
+        path: PathBuf,
+        stop: Option<mpsc::Sender<()>>,
+    }
+
+    impl Parked {
+        fn new() -> Self {
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let (stop, stopped) = mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                    .expect("unshare(CLONE_NEWNET) (root needed)");
+                ready_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+                let _ = stopped.recv();
+            });
+            let tid = ready_rx.recv().expect("the namespace's thread died");
+            Self {
+                path: PathBuf::from(format!("/proc/{}/task/{tid}/ns/net", std::process::id())),
+                stop: Some(stop),
+            }
+        }
+    }
+
+    impl Drop for Parked {
+        fn drop(&mut self) {
+            self.stop.take();
+        }
+    }
+
+    /// The ADD's trip into a pod's namespace leaves the veth peer's lookup
+    /// ready, not done: it is asked afterwards, from the agent's namespace,
+    /// on the socket the trip opened, and finds the host end there. Only a
+    /// pod handed over down has it looked up in the trip (`settle` waits
+    /// for that peer before the first DISCOVER). The removal watch joins
+    /// its group only when first waited on, and still sees an interface
+    /// deleted before then.
+    #[test]
+    fn the_trip_leaves_the_peer_lookup_ready_and_the_watch_unsubscribed_unless_it_raised() {
+        // This test's own "node" namespace: a thread unshared from the host.
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("unshare(CLONE_NEWNET) (root needed)");
+            let pod = Parked::new();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let (conn, handle, _) = rtnetlink::new_connection().unwrap();
+                tokio::spawn(conn);
+                handle
+                    .link()
+                    .add(rtnetlink::LinkVeth::new("xdt-host", "eth0").build())
+                    .execute()
+                    .await
+                    .unwrap();
+                let ns = std::fs::File::open(&pod.path).unwrap();
+                handle
+                    .link()
+                    .set(
+                        rtnetlink::LinkUnspec::new_with_name("eth0")
+                            .setns_by_fd(ns.as_raw_fd())
+                            .build(),
+                    )
+                    .execute()
+                    .await
+                    .unwrap();
+                handle
+                    .link()
+                    .set(
+                        rtnetlink::LinkUnspec::new_with_name("xdt-host")
+                            .up()
+                            .build(),
+                    )
+                    .execute()
+                    .await
+                    .unwrap();
+                let host = nix::net::if_::if_nametoindex("xdt-host").unwrap();
+                let want = crate::netlink::VethPeer {
+                    ifindex: host,
+                    in_namespace: true,
+                };
+                // Handed over down: the trip raises it and looks.
+                let mut link =
+                    Link::open_looking(Some(&pod.path), "eth0", Sockets::SenderAndReceiver, true)
+                        .unwrap();
+                assert!(
+                    matches!(link.take_veth_peer(), PeerLookup::Found(Ok(Some(p))) if p == want)
+                );
+                drop(link);
+                // Up: the lookup is made ready and asked later, here.
+                let mut link =
+                    Link::open_looking(Some(&pod.path), "eth0", Sockets::SenderAndReceiver, true)
+                        .unwrap();
+                let ready = link.take_veth_peer();
+                assert!(matches!(ready, PeerLookup::Ready(_)), "{ready:?}");
+                assert_eq!(ready.resolve().unwrap().unwrap(), Some(want));
+                // Its removal watch subscribes when first waited on; a
+                // deletion before that is seen on the sender.
+                handle.link().del(host).execute().await.unwrap();
+                tokio::time::timeout(std::time::Duration::from_secs(5), link.removed())
+                    .await
+                    .expect("the interface deleted before the watch subscribed is seen");
+            });
+        })
+        .join()
+        .unwrap();
+    }
 
     #[tokio::test(flavor = "current_thread")]
     async fn missing_interface_is_gone() {

@@ -9,6 +9,7 @@ use xdhcp_engine::Mode;
 use crate::cni::config::{Family, NetworkConfig};
 use crate::cni::types::CniResult;
 use crate::datapath::link::{Link, Sockets};
+use crate::guard::HostEnd;
 use crate::kube::network_key;
 use crate::lease::acquire::{Acquisition, engine_config};
 use crate::lease::apply;
@@ -188,10 +189,13 @@ pub(crate) async fn add(
     // the kernel's: its first filter on the port's new qdisc waits for an
     // expedited RCU grace period. Beside the DORA a server's round trip
     // hides it; in line, before or after the DORA, it is on every pod's
-    // ADD path — measured after the DORA, it cost as much as it saves.) A
-    // VM's guard needs the VM's MAC and goes on before its one-shot
-    // discovery, in `bind`.
-    let pod_peer = if pod { link.take_veth_peer() } else { None };
+    // ADD path — measured after the DORA, it cost as much as it saves.)
+    // Only the port's qdisc is made before the first DISCOVER leaves:
+    // creating it deactivates the port for a moment, and a reply arriving
+    // then would be dropped (`PortPrepared`). A VM's guard needs the VM's
+    // MAC and goes on before its one-shot discovery, in `bind`.
+    let pod_peer = link.take_veth_peer_if(pod);
+    let prepared = (pod && agent.guard.is_on()).then(|| link.hold_first_send());
     // The pod's one client: the agent's own exchanges for it carry this MAC.
     let pod_mac = link.info.mac;
     let pod_guard = async {
@@ -204,7 +208,10 @@ pub(crate) async fn add(
                 &netns,
                 PortNetwork::of_config(&req.config),
                 (pod_mac, false),
-                pod_peer,
+                HostEnd {
+                    peer: pod_peer,
+                    prepared,
+                },
             )
             .await;
             u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
@@ -387,7 +394,7 @@ async fn bind(
                 netns,
                 PortNetwork::of_config(&req.config),
                 (mac, true),
-                link.take_veth_peer(),
+                HostEnd::of(link.take_veth_peer()),
             )
             .await;
             phases.guard = phases.lap();

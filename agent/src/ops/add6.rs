@@ -18,6 +18,7 @@ use xdhcp_engine::v6::ra::Router6;
 use crate::cni::config::NetworkConfig;
 use crate::cni::types::{CniResult, DnsConfig, Ip6Config, Ipv6Cidr, Route6Config};
 use crate::datapath::link::{Link, Sockets};
+use crate::guard::HostEnd;
 use crate::lease::persist::{PodRef, WorkloadKind};
 use crate::lease::v6::{Acquisition6, address6};
 use crate::model::Network;
@@ -66,7 +67,7 @@ pub(crate) async fn add(
         &netns,
         PortNetwork::of_config(&req.config),
         (mac, false),
-        peer,
+        HostEnd::of(peer),
     )
     .await;
     let record = fresh_record(

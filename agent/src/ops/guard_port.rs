@@ -4,6 +4,7 @@
 use tracing::{info, warn};
 
 use crate::cni::config::{DhcpGuardSpec, NetworkConfig};
+use crate::guard::HostEnd;
 use crate::ops::context::Agent;
 
 /// What the guard takes of a port's network: what its config asks
@@ -44,7 +45,9 @@ impl PortNetwork {
 /// network's `DhcpGuardPolicy` applied on what `network`'s config asks), with the
 /// single-client rule on `client`'s MAC (`(mac, vm)`: a VM's port also
 /// learns). A port the guard cannot take is logged and counted, never a
-/// failed ADD: the lease does not depend on it.
+/// failed ADD: the lease does not depend on it. `end`: the veth peer as
+/// the link's trip left it, and what the lease's first DISCOVER waits for
+/// (the port's `clsact` qdisc, made before the filters go on).
 pub(crate) async fn guard_port(
     agent: &Agent,
     container_id: &str,
@@ -52,13 +55,13 @@ pub(crate) async fn guard_port(
     netns: &std::path::Path,
     network: PortNetwork,
     client: ([u8; 6], bool),
-    peer: crate::netlink::PeerLookup,
+    end: HostEnd,
 ) {
     let (mac, vm) = client;
     let policy = crate::guard::port_policy(&network.spec, Some(mac), vm);
     match agent
         .guard
-        .protect(container_id, ifname, netns, peer, policy, network.names)
+        .protect(container_id, ifname, netns, end, policy, network.names)
         .await
     {
         Ok(Some(port)) => {

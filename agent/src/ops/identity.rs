@@ -209,15 +209,18 @@ pub(crate) async fn from_ovs(
     {
         return Ok(None);
     }
-    let host = match crate::guard::host_end(netns, &req.ifname, None).await {
-        Ok(Some(host)) => host,
-        Ok(None) => return Ok(None),
-        Err(e) => {
-            debug!(ifname = %req.ifname, error = %crate::rpc::format_chain(&e),
+    let host =
+        match crate::guard::host_end(netns, &req.ifname, crate::netlink::PeerLookup::NotLooked)
+            .await
+        {
+            Ok(Some(host)) => host,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                debug!(ifname = %req.ifname, error = %crate::rpc::format_chain(&e),
                 "no host end found for the interface; no pod identity from Open vSwitch");
-            return Ok(None);
-        }
-    };
+                return Ok(None);
+            }
+        };
     let Some(port) = port_named(agent, &host, OVS_WAIT.min(deadline.left())).await else {
         debug!(ifname = %req.ifname, port = %host, "Open vSwitch shows no workload port for the interface");
         return Ok(None);

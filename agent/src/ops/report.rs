@@ -91,8 +91,9 @@ pub(crate) struct Phases {
     last: std::time::Instant,
     /// Lock and pod lookup.
     pub(crate) who: u64,
-    /// The trip into the pod namespace (sender, receiver, removal watch,
-    /// veth peer, the routes to protect).
+    /// The trip into the pod namespace (sender, receiver, the removal
+    /// watch's socket, the routes to protect; the veth peer's lookup made
+    /// ready, asked beside the exchange).
     pub(crate) open: u64,
     /// The DHCP guard's attach: a VM's after the open (it needs the VM's
     /// MAC); a pod's alongside the acquisition, so not part of the sum of
@@ -106,7 +107,8 @@ pub(crate) struct Phases {
     pub(crate) protect: u64,
     /// Waiting for one of the network's acquisition slots.
     pub(crate) slot: u64,
-    /// The lease task's start to its first DISCOVER on the wire.
+    /// The lease task's start to its first DISCOVER on the wire (with
+    /// the wait for the host port's qdisc, `Link::hold_first_send`).
     pub(crate) start: u64,
     /// That DISCOVER to the REQUEST for the offer taken.
     pub(crate) offer: u64,

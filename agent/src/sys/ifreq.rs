@@ -72,21 +72,20 @@ pub(crate) fn mtu(sock: &OwnedFd, req: &mut libc::ifreq) -> io::Result<u32> {
     Ok(unsafe { req.ifr_ifru.ifru_mtu } as u32)
 }
 
-/// Set `IFF_UP` on `ifname` in the calling thread's namespace if it is down:
-/// the socket the flags were set with (in that namespace, for
-/// [`running`]) when this raised it, `None` when it was up already.
-pub(crate) fn ensure_up(ifname: &str) -> io::Result<Option<OwnedFd>> {
+/// Set `IFF_UP` on `ifname` if it is down, through `sock`, a [`socket`]
+/// of `ifname`'s namespace (kept by a caller that raised it, for
+/// [`running`]): whether this raised it.
+pub(crate) fn ensure_up_on(sock: &OwnedFd, ifname: &str) -> io::Result<bool> {
     let mut req = request(ifname).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let sock = socket()?;
-    ioctl(&sock, libc::SIOCGIFFLAGS, &mut req)?;
+    ioctl(sock, libc::SIOCGIFFLAGS, &mut req)?;
     // SAFETY: the ioctl succeeded, so the flags member is initialised.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
     if flags & libc::IFF_UP as libc::c_short != 0 {
-        return Ok(None);
+        return Ok(false);
     }
     req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    ioctl(&sock, libc::SIOCSIFFLAGS, &mut req)?;
-    Ok(Some(sock))
+    ioctl(sock, libc::SIOCSIFFLAGS, &mut req)?;
+    Ok(true)
 }
 
 /// Whether the interface with index `ifindex` in `sock`'s namespace is

@@ -108,23 +108,49 @@ fn enter_file(file: &File, netns: &Path) -> Result<()> {
 /// # Errors
 /// Opening `netns` or entering it; `f` has not run then.
 pub fn run_switched<T>(netns: &Path, f: impl FnOnce(BorrowedFd<'_>) -> T) -> Result<T> {
+    run_switched_holding(netns, f).map(|(t, _)| t)
+}
+
+/// [`run_switched`], and the namespace file it entered by, for the caller
+/// to hold (opened once for both). The calling thread's own namespace is
+/// opened at its first trip and kept for the next ones: a thread returns
+/// to it after every trip, so it never changes.
+///
+/// # Errors
+/// Opening `netns` or entering it; `f` has not run then.
+pub fn run_switched_holding<T>(
+    netns: &Path,
+    f: impl FnOnce(BorrowedFd<'_>) -> T,
+) -> Result<(T, File)> {
     /// Moves the thread back when dropped.
-    struct Back(File);
-    impl Drop for Back {
+    struct Back<'a>(&'a File);
+    impl Drop for Back<'_> {
         fn drop(&mut self) {
-            if let Err(e) = setns(&self.0, CloneFlags::CLONE_NEWNET) {
+            if let Err(e) = setns(self.0, CloneFlags::CLONE_NEWNET) {
                 tracing::error!(error = %e,
                     "cannot return a thread to the agent's network namespace; aborting");
                 std::process::abort();
             }
         }
     }
-    let home = open(Path::new("/proc/thread-self/ns/net"))?;
-    let target = open(netns)?;
-    enter_file(&target, netns)?;
-    let back = Back(home);
-    drop(target);
-    Ok(f(back.0.as_fd()))
+    thread_local! {
+        /// This thread's own namespace, once a trip has opened it.
+        static HOME: std::cell::OnceCell<File> = const { std::cell::OnceCell::new() };
+    }
+    HOME.with(|cell| {
+        let home = if let Some(home) = cell.get() {
+            home
+        } else {
+            let opened = open(Path::new("/proc/thread-self/ns/net"))?;
+            cell.get_or_init(|| opened)
+        };
+        let target = open(netns)?;
+        enter_file(&target, netns)?;
+        let back = Back(home);
+        let out = f(back.0.as_fd());
+        drop(back);
+        Ok((out, target))
+    })
 }
 
 /// Spawns the dedicated thread that enters `netns` and runs `f`.

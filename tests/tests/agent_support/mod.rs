@@ -361,6 +361,24 @@ impl NodeAgent {
     }
 
     pub fn start_in(node: &NetNs, extra: &[&str], dir: tempfile::TempDir) -> Self {
+        Self::start_in_with(node, extra, &[], dir)
+    }
+
+    /// [`NodeAgent::start`] with `env` set for the agent (its test hooks).
+    pub fn start_with_env(node: &NetNs, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("xdt-agent-")
+            .tempdir()
+            .unwrap();
+        Self::start_in_with(node, extra, env, dir)
+    }
+
+    fn start_in_with(
+        node: &NetNs,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        dir: tempfile::TempDir,
+    ) -> Self {
         let socket = dir.path().join("run/xdhcp.sock");
         let log = dir.path().join("agent.log");
         let mut cmd = xdhcp_tests::netns_exec(node.name(), &xdhcp_bin());
@@ -377,7 +395,8 @@ impl NodeAgent {
             .arg(dir.path().join("bpffs"))
             .args(extra)
             .env_remove("CNI_COMMAND")
-            .env("RUST_LOG", "info,xdhcp=debug");
+            .env("RUST_LOG", "info,xdhcp=debug")
+            .envs(env.iter().copied());
         // Never this machine's Open vSwitch, unless the test names one.
         if !extra.contains(&"--ovsdb") {
             cmd.arg("--ovsdb").arg(dir.path().join("no-ovsdb.sock"));

@@ -1358,6 +1358,18 @@ pub(super) fn unpin_guard(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
+/// Makes the `clsact` qdisc of port `ifname` (in the calling thread's
+/// namespace), where the guard's TC filters hang, ahead of their attach:
+/// creating it deactivates the device for a moment and drops the frames
+/// sent through it then, adding a filter to it later does not. One there
+/// already (a previous agent's guard, another user of `clsact`) is kept;
+/// a port that cannot have one fails the attach, which says why.
+pub fn prepare_port(ifname: &str) {
+    if let Err(e) = qdisc_add_clsact(ifname) {
+        tracing::debug!(ifname, error = %e, "no clsact qdisc made (the port may have one)");
+    }
+}
+
 fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T> {
     match netns {
         None => Ok(f()),
