@@ -34,8 +34,9 @@ pub(crate) enum Outcome {
 /// phases of an ADD the task sees (the ADD's `xdhcp_add_phase_seconds`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Exchange {
-    /// From the task's start (its port open) to its first frame on the
-    /// wire: the DISCOVER (or an INIT-REBOOT's REQUEST).
+    /// From the port's open (the link made operational, the guard's
+    /// `clsact` on its host port) to the task's first frame on the wire: the
+    /// DISCOVER (or an INIT-REBOOT's REQUEST).
     pub(crate) start: Duration,
     /// From that first frame to the REQUEST for the offer taken: the
     /// server's OFFER and any retransmission or restart on the way.

@@ -322,6 +322,10 @@ impl Registry {
             mac: record.mac,
             uplink: record.uplink.clone(),
         };
+        // The exchange's clock runs from here: the port's open (waiting
+        // for the link to be operational and for the guard's qdisc on its
+        // host port) is on the way to the first frame.
+        let opening = Instant::now();
         let mut port = Port::open(
             self.svc.capture.clone(),
             self.svc.metrics.clone(),
@@ -346,7 +350,7 @@ impl Registry {
             cmds: started.cmds,
             waiter,
             started: Instant::now(),
-            clock: crate::lease::live::ExchangeClock::new(Instant::now()),
+            clock: crate::lease::live::ExchangeClock::new(opening),
             persisted: started.persisted,
             ahead: None,
             answered: None,
