@@ -912,7 +912,10 @@ impl Kea6 {
             let shown = ns.ip(&["-6", "addr", "show", "dev", crate::Lab::SERVER_IF]);
             shown.contains("scope link") && !shown.contains("tentative")
         });
-        assert!(ready, "no usable link-local address on the server's interface");
+        assert!(
+            ready,
+            "no usable link-local address on the server's interface"
+        );
         let dir = tempfile::Builder::new()
             .prefix("xdt-kea6-")
             .tempdir()
