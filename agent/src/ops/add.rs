@@ -310,25 +310,10 @@ async fn again(
 ) -> Result<CniResult, Error> {
     if let Some(lease) = &rec.lease6 {
         if let (Some(pod), Some(key)) = (&rec.pod, &rec.annotation_key) {
-            deadline
-                .kube(
-                    agent.metrics(),
-                    || {
-                        format!(
-                            "writing the pod-networks entry of pod {}/{} again",
-                            pod.namespace, pod.name
-                        )
-                    },
-                    report_address6(
-                        &*agent.pod_api,
-                        pod,
-                        key,
-                        crate::lease::v6::address6(&rec.network, lease, rec.router6),
-                        rec.mac,
-                        rec.netns.as_deref(),
-                    ),
-                )
-                .await?;
+            let a = crate::lease::v6::address6(&rec.network, lease, rec.router6);
+            let write =
+                report_address6(&*agent.pod_api, pod, key, a, rec.mac, rec.netns.as_deref());
+            report_again(agent, pod, deadline, write).await?;
         }
         info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
             "repeated ADD: the DHCPv6 lease held, its address reported again");
@@ -345,29 +330,36 @@ async fn again(
         });
     };
     if let (Some(pod), Some(key)) = (&rec.pod, &rec.annotation_key) {
-        deadline
-            .kube(
-                agent.metrics(),
-                || {
-                    format!(
-                        "writing the pod-networks entry of pod {}/{} again",
-                        pod.namespace, pod.name
-                    )
-                },
-                report_address(
-                    &*agent.pod_api,
-                    pod,
-                    key,
-                    lease,
-                    rec.mac,
-                    rec.netns.as_deref(),
-                ),
-            )
-            .await?;
+        let write = report_address(
+            &*agent.pod_api,
+            pod,
+            key,
+            lease,
+            rec.mac,
+            rec.netns.as_deref(),
+        );
+        report_again(agent, pod, deadline, write).await?;
     }
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         "repeated ADD: the lease held, its address reported again");
     Ok(cni_result(lease, &req.config))
+}
+
+/// A repeated ADD's write of `pod`'s `pod-networks` entry (`write`, either
+/// family's), within the ADD's deadline.
+async fn report_again(
+    agent: &Agent,
+    pod: &PodRef,
+    deadline: Deadline,
+    write: impl std::future::Future<Output = Result<(), crate::kube::PodApiError>>,
+) -> Result<(), Error> {
+    let what = || {
+        format!(
+            "writing the pod-networks entry of pod {}/{} again",
+            pod.namespace, pod.name
+        )
+    };
+    deadline.kube(agent.metrics(), what, write).await
 }
 
 /// Acquire the lease on the attachment's opened interface (a VM's guard
