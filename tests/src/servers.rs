@@ -514,6 +514,20 @@ pub fn parse_dnsmasq_leases(text: &str) -> Vec<ServerLease> {
     leases
 }
 
+/// The DHCPv6 servers' own address, `fd00:6::1/64` (no DAD), on
+/// [`Lab::SERVER_IF`](crate::Lab::SERVER_IF) of `ns`.
+fn give_server_address6(ns: &NetNs) {
+    ns.ip(&[
+        "-6",
+        "addr",
+        "add",
+        "fd00:6::1/64",
+        "dev",
+        crate::Lab::SERVER_IF,
+        "nodad",
+    ]);
+}
+
 /// dnsmasq serving DHCPv6 only, on the lab's server interface.
 pub struct Dnsmasq6 {
     process: Process,
@@ -532,15 +546,7 @@ impl Dnsmasq6 {
     /// advertisements of the range's /64, managed, with itself as the
     /// default router).
     pub fn start_with(ns: &NetNs, extra: &[&str]) -> Self {
-        ns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            "fd00:6::1/64",
-            "dev",
-            crate::Lab::SERVER_IF,
-            "nodad",
-        ]);
+        give_server_address6(ns);
         let dir = tempfile::Builder::new()
             .prefix("xdt-dnsmasq6-")
             .tempdir()
@@ -897,15 +903,7 @@ impl Kea6 {
     /// serves.
     #[track_caller]
     pub fn start(ns: &NetNs) -> Self {
-        ns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            "fd00:6::1/64",
-            "dev",
-            crate::Lab::SERVER_IF,
-            "nodad",
-        ]);
+        give_server_address6(ns);
         // Kea binds the interface's link-local address, which must be past
         // duplicate address detection by then.
         let ready = wait_until(Duration::from_secs(10), || {
