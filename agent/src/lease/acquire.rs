@@ -115,14 +115,16 @@ impl Registry {
     ) -> Result<Acquired, Failure> {
         let rec = &a.record;
         let mut cfg = engine_config(base, &rec.network, &rec.args, rec.mac, a.mode, a.requested);
-        // Read in the link's own trip into the namespace when it looked;
-        // else here, with a connection of its own.
-        let reading = Instant::now();
-        let protected = match a.link.take_protected() {
-            Some(p) => p,
-            None => apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await,
+        // Read in the link's own trip into the namespace when it looked
+        // (its cost is the open's, so this phase costs nothing); else here,
+        // with a connection of its own, and timed.
+        let (protected, protect) = if let Some(p) = a.link.take_protected() {
+            (p, Duration::ZERO)
+        } else {
+            let reading = Instant::now();
+            let p = apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await;
+            (p, reading.elapsed())
         };
-        let protect = reading.elapsed();
         cfg.route_policy.protected.extend(protected);
         cfg.validate().map_err(Failure::Config)?;
         let timeout = cfg.acquire_timeout;
