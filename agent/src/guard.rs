@@ -452,7 +452,10 @@ impl GuardService {
         tokio::task::spawn_blocking(move || {
             prepare(&host_ifname, prepared);
             #[cfg(feature = "test-hooks")]
-            std::thread::sleep(test_attach_delay());
+            // Tests: the attach moved into the exchange's replies.
+            std::thread::sleep(crate::sys::test_delay::from_env(
+                "XDHCP_TEST_GUARD_ATTACH_DELAY_MS",
+            ));
             let t1 = std::time::Instant::now();
             let r = me.protect_port(key, host_ifname, policy, network, t1);
             debug!(
@@ -954,17 +957,6 @@ fn prepare(port: &str, prepared: Option<PortPrepared>) {
             "guard's port prepared"
         );
     }
-}
-
-/// How long the guard's attach waits once its port is prepared (tests:
-/// the attach moved into the exchange's replies),
-/// `XDHCP_TEST_GUARD_ATTACH_DELAY_MS`.
-#[cfg(feature = "test-hooks")]
-fn test_attach_delay() -> std::time::Duration {
-    std::env::var("XDHCP_TEST_GUARD_ATTACH_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis)
 }
 
 /// The name, in the agent's namespace, of the peer of veth `ifname` in

@@ -99,7 +99,8 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         to_resume.push(rec);
     }
     #[cfg(feature = "test-hooks")]
-    let delay = test_resume_delay();
+    // Tests: a recovery slow enough to be seen while the socket answers.
+    let delay = crate::sys::test_delay::from_env("XDHCP_TEST_RESUME_DELAY_MS");
     let resumed = futures::stream::iter(to_resume)
         .map(|rec| async move {
             #[cfg(feature = "test-hooks")]
@@ -135,17 +136,6 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
         total_ms = started.elapsed().as_millis(),
         "lease state recovered"
     );
-}
-
-/// How long each record's resume waits first (tests: a recovery slow
-/// enough to be seen while the socket answers),
-/// `XDHCP_TEST_RESUME_DELAY_MS`.
-#[cfg(feature = "test-hooks")]
-fn test_resume_delay() -> std::time::Duration {
-    std::env::var("XDHCP_TEST_RESUME_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis)
 }
 
 /// What became of one record's resume; whether its lease runs.

@@ -5,7 +5,8 @@
 //! - [`fs`]: durable, atomic file writes;
 //! - [`ifreq`]: interface ioctls;
 //! - [`netns`]: running work inside another network namespace (`setns`);
-//! - [`sync`]: the mutex helper every layer locks with.
+//! - [`sync`]: the mutex helper every layer locks with;
+//! - `test_delay`: the delays a test build puts into races (tests only).
 
 pub(crate) mod bpf;
 pub mod clock;
@@ -13,3 +14,5 @@ pub(crate) mod fs;
 pub(crate) mod ifreq;
 pub mod netns;
 pub(crate) mod sync;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod test_delay;
