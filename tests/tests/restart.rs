@@ -735,3 +735,95 @@ fn the_socket_answers_during_recovery_and_an_add_waits_only_for_its_own_record()
         .count();
     assert_eq!(pod0, 1, "{leases}");
 }
+
+/// A DEL still under way when the agent is told to stop (a rolling
+/// upgrade) finds the pod's lease task ended at the shutdown, holding its
+/// lease for the next agent. It must not answer success: nothing released
+/// the lease, and with the record gone nobody ever would (the server keeps
+/// the address until it expires). It answers "try again later" and keeps
+/// the record; the plugin waits through the restart, the next agent
+/// resumes the lease and releases it at the DEL repeated to it. The DEL is
+/// held 2 s after its lookup (`XDHCP_TEST_DEL_DELAY_MS`) so the SIGTERM
+/// lands inside it.
+#[test]
+fn a_del_caught_by_the_shutdown_is_answered_try_again_and_the_next_agent_releases() {
+    let cni = CniPath::new();
+    let mut agent = AgentProcess::start(&[]);
+    let lab = Lab::with_clients(1);
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::renewing_every(30));
+    let conf = format!(
+        r#"{{"cniVersion":"1.1.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}"}}}}"#,
+        agent.socket.display()
+    );
+    let c = &lab.clients[0];
+    let call = |command: &str| {
+        invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            command,
+            "pod0",
+            Some(c.ns.path()),
+            &c.ifname,
+            cni.dir.path(),
+            &conf,
+        )
+    };
+    let added = call("ADD");
+    assert!(added.ok, "ADD: {}\n{}", added.stdout, agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || the_record(&agent.state_dir)
+            .is_some_and(|r| !r["lease"].is_null())),
+        "the lease never reached its record:\n{}",
+        agent.log()
+    );
+    agent.kill_and_start_with_env(&[("XDHCP_TEST_DEL_DELAY_MS", "2000")]);
+    agent.wait_ready();
+    let log_before = agent.log().len();
+
+    std::thread::scope(|s| {
+        let del = s.spawn(|| call("DEL"));
+        assert!(
+            wait_until(Duration::from_secs(10), || agent.log()[log_before..]
+                .contains("DEL held (test hook)")),
+            "the DEL never reached the agent:\n{}",
+            agent.log()
+        );
+        assert!(
+            agent.process.stop(Duration::from_secs(15)),
+            "the agent did not exit on SIGTERM:\n{}",
+            agent.log()
+        );
+        assert_eq!(dnsmasq.count_in_log("DHCPRELEASE"), 0, "{}", dnsmasq.log());
+        assert!(
+            the_record(&agent.state_dir).is_some_and(|r| !r["lease"].is_null()),
+            "the stopping agent dropped the record of a lease it never released:\n{}",
+            agent.log()
+        );
+        let stopped_log = agent.log()[log_before..].to_owned();
+        assert!(
+            stopped_log.contains("DEL during shutdown"),
+            "the DEL was not answered try-again at the shutdown:\n{stopped_log}"
+        );
+        assert!(
+            !stopped_log.contains("DEL done"),
+            "the stopping agent answered the DEL as done:\n{stopped_log}"
+        );
+
+        // The next agent: the plugin's DEL, waiting through the restart,
+        // reaches it and releases the lease.
+        agent.start_again();
+        let del = del.join().expect("the DEL thread");
+        assert!(del.ok, "DEL: {}\n{}", del.stdout, agent.log());
+    });
+    let log = agent.log()[log_before..].to_owned();
+    assert!(log.contains("DEL done container=pod0"), "{log}");
+    assert!(
+        wait_until(Duration::from_secs(5), || dnsmasq
+            .count_in_log("DHCPRELEASE")
+            >= 1),
+        "the next agent did not release the lease:\n{}\n{log}",
+        dnsmasq.log()
+    );
+    assert!(dnsmasq.lease_for(c.mac).is_none(), "{}", dnsmasq.log());
+    assert!(the_record(&agent.state_dir).is_none(), "{log}");
+}

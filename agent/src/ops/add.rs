@@ -431,11 +431,29 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
     let record = handle.as_ref().map(|h| lock(&h.live).record.clone());
     if let (Some(h), Some(rec)) = (&handle, &record) {
         let release = rec.workload == WorkloadKind::Pod;
-        // A task that did not take the Stop (parked: the pod interface went
-        // before DEL, the bridge plugin's order, whether before the lookup
-        // above or just after it) sent no RELEASE: the lease is released
+        // Tests: a DEL still under way when the agent is told to stop.
+        #[cfg(feature = "test-hooks")]
+        {
+            let held = crate::sys::test_delay::from_env("XDHCP_TEST_DEL_DELAY_MS");
+            if !held.is_zero() {
+                info!(ms = held.as_millis(), "DEL held (test hook)");
+                tokio::time::sleep(held).await;
+            }
+        }
+        // A task that did not take the Stop sent no RELEASE. If this agent
+        // is stopping, the task ended keeping its lease for the next agent:
+        // so does this DEL, answering "try again later", which the plugin
+        // waits through; the next agent resumes the lease and releases it
+        // at the DEL repeated to it. Else the task was parked (the pod
+        // interface went before DEL, the bridge plugin's order, whether
+        // before the lookup above or just after it): the lease is released
         // through the uplink that carried it.
         if !agent.leases.stop(h, release).await && release {
+            if agent.svc.token.is_cancelled() {
+                info!(container = %req.container_id, ifname = %req.ifname,
+                    "DEL during shutdown: the lease is kept for the next agent, which releases it");
+                return Err(Error::ShuttingDown);
+            }
             let rec = lock(&h.live).record.clone();
             release_through_uplink(agent, &rec);
         }
