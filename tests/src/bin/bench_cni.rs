@@ -35,7 +35,10 @@
 //! - every figure as median and p99 over the rounds (with 5 rounds the p99
 //!   is the slowest round), ÷ upstream and ÷ the floor, in `cni.md`;
 //!   every round in `cni-rounds.md`; burst wall time against burst size on
-//!   log axes in `cni-latency.svg`.
+//!   log axes in `cni-latency.svg`;
+//! - where each ADD's time goes inside the agent: its own per-phase
+//!   histograms (`xdhcp_add_phase_seconds`), read from its `/metrics`
+//!   around each burst size's rounds, as the mean per ADD of each phase.
 //!
 //! Then the 100-ADD burst against Kea (tcpdump off), the same way, and the
 //! exec floor of three plugin binaries side by side (`cni-floor.md`). Daemon
@@ -166,6 +169,61 @@ struct Phase {
     config: Config,
     tcpdump: bool,
     bursts: Vec<(usize, Vec<Round>)>,
+    /// xdhcp only: per burst size, the agent's own mean time per ADD in
+    /// each of its phases over that size's rounds (ms, in [`AGENT_PHASES`]
+    /// order), and the mean of its whole ADD.
+    inside: Vec<(usize, Inside)>,
+}
+
+/// The agent's phases of an ADD (`xdhcp_add_phase_seconds`), in order.
+const AGENT_PHASES: [&str; 13] = [
+    "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
+    "report", "persist", "answer",
+];
+
+/// Where an ADD's time went inside the agent over some rounds: the mean
+/// per phase and of the whole ADD (ms), and how many ADDs it is over.
+#[derive(Clone, Debug)]
+struct Inside {
+    phases: Vec<f64>,
+    total: f64,
+    adds: u64,
+}
+
+impl Inside {
+    /// The mean per ADD of each phase between two scrapes of the agent's
+    /// `/metrics` (`None` when either is missing or no ADD completed).
+    fn between(before: Option<&str>, after: Option<&str>) -> Option<Self> {
+        let (before, after) = (before?, after?);
+        let delta = |name: &str, label: &str| {
+            xdhcp_tests::bench::metric(after, name, label)
+                - xdhcp_tests::bench::metric(before, name, label)
+        };
+        let count = |name: &str, label: &str| {
+            xdhcp_tests::bench::metric_count(after, name, label)
+                .saturating_sub(xdhcp_tests::bench::metric_count(before, name, label))
+        };
+        let adds = count("xdhcp_add_duration_seconds_count", "");
+        if adds == 0 {
+            return None;
+        }
+        let mean = |sum: f64, n: u64| if n == 0 { 0.0 } else { sum * 1000.0 / n as f64 };
+        let phases = AGENT_PHASES
+            .iter()
+            .map(|p| {
+                let label = format!("phase=\"{p}\"");
+                mean(
+                    delta("xdhcp_add_phase_seconds_sum", &label),
+                    count("xdhcp_add_phase_seconds_count", &label),
+                )
+            })
+            .collect();
+        Some(Self {
+            phases,
+            total: mean(delta("xdhcp_add_duration_seconds_sum", ""), adds),
+            adds,
+        })
+    }
 }
 
 impl Phase {
@@ -261,6 +319,16 @@ fn run_phase(
     if config == Config::Uplink {
         opts.agent_args = vec!["--uplink".to_owned(), Lab::UPLINK.to_owned()];
     }
+    // The agent's own phase timings, read from its /metrics in the node
+    // namespace around each burst size's rounds.
+    let metrics = (config != Config::Upstream).then(xdhcp_tests::bench::free_local_addr);
+    opts.metrics = metrics;
+    let scrape = || {
+        metrics.and_then(|m| {
+            lab.server
+                .run_in(move || xdhcp_tests::bench::http_get(m, "/metrics"))
+        })
+    };
     if let Ok(extra) = std::env::var("XDHCP_BENCH_AGENT_ARGS") {
         opts.agent_args
             .extend(extra.split_whitespace().map(str::to_owned));
@@ -275,9 +343,11 @@ fn run_phase(
     let _ = d.cni("DEL", "warmup", first);
     settle(leases, std::slice::from_ref(first));
     let mut out = Vec::new();
+    let mut inside = Vec::new();
     for &(n, rounds) in bursts {
         let clients = &lab.clients[..n];
         let mut set = Vec::with_capacity(rounds);
+        let before = scrape();
         for r in 0..rounds {
             let tag = format!("{}-{}-{n}-{r}", config.tag(), u8::from(tcpdump));
             let burst = burst(&d, clients, &tag);
@@ -295,6 +365,9 @@ fn run_phase(
                 dora_failed,
             });
         }
+        if let Some(i) = Inside::between(before.as_deref(), scrape().as_deref()) {
+            inside.push((n, i));
+        }
         let (w50, w99) = walls(&set);
         let (f50, _, _) = floors(&set);
         let (o50, o99) = over_floor(&set);
@@ -310,6 +383,7 @@ fn run_phase(
         config,
         tcpdump,
         bursts: out,
+        inside,
     }
 }
 
@@ -836,6 +910,47 @@ fn phase_table(md: &mut String, phases: &[Phase], server: &str, tcpdump: bool) {
     }
 }
 
+/// Where one ADD's time goes inside the agent: a row per xdhcp phase of
+/// the run and burst size, the mean of each of the agent's phases.
+fn inside_table(md: &mut String, phases: &[Phase]) {
+    let rows: Vec<(&Phase, usize, &Inside)> = phases
+        .iter()
+        .flat_map(|p| p.inside.iter().map(move |(n, i)| (p, *n, i)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Inside the agent: where an ADD's time goes\n\n\
+         The agent's own `xdhcp_add_phase_seconds` and `xdhcp_add_duration_seconds`, read from its \
+         `/metrics` before and after each burst size's rounds: the mean per ADD, in ms. `request` \
+         runs from the connection's accept to the ADD's start and `answer` from its end to the \
+         answer written; `guard` runs beside the exchange (from `start` on), so the phases add up \
+         to more than the ADD; `offer` + `ack` is the exchange with the server. What the plugin's \
+         wall time holds beyond the agent's ADD is the exec, its connect and its output.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| server | tcpdump | configuration | ADDs | measured | {} | agent's ADD |\n|{}",
+        AGENT_PHASES.join(" | "),
+        "---|".repeat(AGENT_PHASES.len() + 5)
+    );
+    for (p, n, i) in rows {
+        let cells: Vec<String> = i.phases.iter().map(|v| format!("{v:.2}")).collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {n} | {} | {} | {:.2} |",
+            p.server,
+            on_off(p.tcpdump),
+            p.config.name(),
+            i.adds,
+            cells.join(" | "),
+            i.total
+        );
+    }
+}
+
 /// Every round of every phase, beside its floor: `cni-rounds.md`.
 fn rounds_file(phases: &[Phase]) -> String {
     let mut md = String::from(
@@ -971,6 +1086,7 @@ fn report(phases: &[Phase], load_before: &str, took: Duration) {
             phase_table(&mut md, phases, "dnsmasq --no-ping", tcpdump);
         }
         phase_table(&mut md, phases, "Kea", false);
+        inside_table(&mut md, phases);
         if let Some(p) = plot(phases) {
             let _ = writeln!(md, "\n{p}");
         }
