@@ -29,6 +29,18 @@
 //! it fails to decode on the next start and is quarantined like any other
 //! corrupt record.
 //!
+//! One kind of save returns earlier: the record an ADD's answer waits for
+//! ([`Wait::Visible`], [`LeaseStore::save_as`]) returns once it is renamed
+//! into place, which the agent's death cannot undo (the next agent reads
+//! it), and the store's syncer makes it durable moments later, off the
+//! ADD's path (on the development VM's disk those barriers were 2–7 ms of
+//! every ADD that waited for them). What a host crash in those moments can
+//! cost: the record is lost or torn (quarantined), so the lease it names is
+//! not released at the next start and the server keeps the address until
+//! the lease runs out; the pod is gone with the host either way. Every
+//! later write of the record (the full lease, renewals) and every removal
+//! is durable before it returns.
+//!
 //! The temporary files come from a pool of empty files created off the hot
 //! path (at open and by [`LeaseStore::replenish`]), and a deleted record goes
 //! back to that pool instead of being unlinked, so ADD and DEL neither
@@ -47,7 +59,7 @@ use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -503,15 +515,36 @@ pub struct LeaseStore {
     quarantined_total: AtomicU64,
     tmp_counter: AtomicU64,
     /// Durability barriers made by saves and deletes (for tests and metrics).
-    syncs_total: AtomicU64,
+    syncs_total: Arc<AtomicU64>,
     /// Spare files (temporary names, empty or holding a deleted record).
     pool: Mutex<Vec<PathBuf>>,
     /// Where the writes' barriers go (the disk; a test's counter).
-    barrier: Box<dyn Barrier>,
+    barrier: Arc<dyn Barrier>,
     /// Saves waiting to be written, and whether a batch is being written.
     commit: Mutex<Commit>,
     /// Signalled when a batch is done.
     committed: Condvar,
+    /// The barriers of [`Wait::Visible`] saves, made after they returned.
+    settling: Arc<Settling>,
+    /// Where those barriers are made: a thread of the store's own, started
+    /// by the first such save (`None`: it could not be started, and the
+    /// barriers are made by the save itself).
+    syncer: OnceLock<Option<mpsc::Sender<Vec<File>>>>,
+}
+
+/// What a save waits for before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// The record is on disk: it survives the agent's death and a host
+    /// crash, and a failure leaves the previous record in place.
+    Durable,
+    /// The record is in place: the agent's death (`SIGKILL`, OOM kill,
+    /// panic) cannot lose it and a restarted agent reads it, which is what
+    /// an ADD's answer needs. The store makes it durable moments later, off
+    /// the caller's path; a host crash before then may lose it or leave it
+    /// torn (quarantined at the next start), and a failure to make it
+    /// durable is logged and counted ([`LeaseStore::sync_failures`]).
+    Visible,
 }
 
 /// One save waiting for the batch that writes it.
@@ -520,6 +553,7 @@ struct Job {
     ticket: u64,
     key: LeaseKey,
     bytes: Vec<u8>,
+    wait: Wait,
 }
 
 /// The group commit's state (see [`LeaseStore::save`]).
@@ -527,10 +561,35 @@ struct Job {
 struct Commit {
     next_ticket: u64,
     queued: Vec<Job>,
-    /// A save is writing a batch now.
-    busy: bool,
+    /// A save is writing a batch of [`Wait::Durable`] saves now.
+    busy_durable: bool,
+    /// A save is writing a batch of [`Wait::Visible`] saves now (beside a
+    /// durable batch: a record is never in two saves at once, each lease
+    /// task waiting for its last write before the next).
+    busy_visible: bool,
     /// Results of written saves, taken by the save that waits for each.
     done: std::collections::HashMap<u64, Result<()>>,
+}
+
+impl Commit {
+    /// Whether a batch of `wait`'s kind is being written.
+    fn busy(&mut self, wait: Wait) -> &mut bool {
+        match wait {
+            Wait::Durable => &mut self.busy_durable,
+            Wait::Visible => &mut self.busy_visible,
+        }
+    }
+}
+
+/// The barriers still to make for [`Wait::Visible`] saves that returned.
+#[derive(Debug, Default)]
+struct Settling {
+    /// Batches handed to the syncer and not yet durable.
+    pending: Mutex<usize>,
+    /// Signalled when `pending` falls.
+    settled: Condvar,
+    /// Batches whose barrier failed.
+    failures: AtomicU64,
 }
 
 impl LeaseStore {
@@ -541,11 +600,11 @@ impl LeaseStore {
     /// off the start's path (a hundred files made there held a restarted
     /// agent's socket back).
     pub fn open(state_dir: &Path) -> Result<Self> {
-        Self::open_with(state_dir, Box::new(Disk))
+        Self::open_with(state_dir, Arc::new(Disk))
     }
 
     /// [`LeaseStore::open`] with the writes' barriers going to `barrier`.
-    pub(crate) fn open_with(state_dir: &Path, barrier: Box<dyn Barrier>) -> Result<Self> {
+    pub(crate) fn open_with(state_dir: &Path, barrier: Arc<dyn Barrier>) -> Result<Self> {
         let leases_dir = state_dir.join(LEASES_DIR);
         let quarantine_dir = state_dir.join(QUARANTINE_DIR);
         for dir in [&leases_dir, &quarantine_dir] {
@@ -560,11 +619,13 @@ impl LeaseStore {
             quarantine_dir,
             quarantined_total: AtomicU64::new(0),
             tmp_counter: AtomicU64::new(0),
-            syncs_total: AtomicU64::new(0),
+            syncs_total: Arc::new(AtomicU64::new(0)),
             pool: Mutex::new(Vec::new()),
             barrier,
             commit: Mutex::new(Commit::default()),
             committed: Condvar::new(),
+            settling: Arc::new(Settling::default()),
+            syncer: OnceLock::new(),
         };
         store.remove_stale_tmp()?;
         prune_quarantine(&store.quarantine_dir, unix_ms_now());
@@ -625,6 +686,16 @@ impl LeaseStore {
     /// saves costs two or four barriers, not 2N. Each save returns only once
     /// the batch holding it is durable.
     pub fn save(&self, record: &LeaseRecord) -> Result<()> {
+        self.save_as(record, Wait::Durable)
+    }
+
+    /// [`LeaseStore::save`], returning once the record is in place or on
+    /// disk as `wait` says. Saves of the two kinds are batched apart: a
+    /// [`Wait::Visible`] batch is written and renamed over its records at
+    /// once, its saves return, and the store's syncer makes its barriers
+    /// after (every batch handed to it meanwhile under one pair of
+    /// barriers; [`LeaseStore::flush`] waits for them).
+    pub fn save_as(&self, record: &LeaseRecord, wait: Wait) -> Result<()> {
         let key = record.key()?;
         if !record.resumable() {
             return Err(StoreError::NoLease { key });
@@ -638,28 +709,42 @@ impl LeaseStore {
         let mut commit = lock(&self.commit);
         let ticket = commit.next_ticket;
         commit.next_ticket += 1;
-        commit.queued.push(Job { ticket, key, bytes });
+        commit.queued.push(Job {
+            ticket,
+            key,
+            bytes,
+            wait,
+        });
         loop {
             if let Some(result) = commit.done.remove(&ticket) {
                 return result;
             }
-            if commit.busy {
+            if *commit.busy(wait) {
                 commit = self
                     .committed
                     .wait(commit)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 continue;
             }
-            // No batch is being written: this save writes everything queued.
-            commit.busy = true;
-            let batch = std::mem::take(&mut commit.queued);
+            // No batch of its kind is being written: this save writes
+            // everything of its kind queued (the other kind is left to one
+            // of its own saves).
+            *commit.busy(wait) = true;
+            let (batch, other): (Vec<Job>, Vec<Job>) = std::mem::take(&mut commit.queued)
+                .into_iter()
+                .partition(|j| j.wait == wait);
+            commit.queued = other;
             drop(commit);
             let mut writing = Writing {
                 store: self,
+                wait,
                 tickets: batch.iter().map(|j| j.ticket).collect(),
                 results: Vec::new(),
             };
-            writing.results = self.write_batch(batch);
+            writing.results = match wait {
+                Wait::Durable => self.write_batch(batch),
+                Wait::Visible => self.write_batch_visible(batch),
+            };
             drop(writing);
             commit = lock(&self.commit);
         }
@@ -697,6 +782,92 @@ impl LeaseStore {
                 .map(|(t, r)| (t, r.map_err(write_err))),
         );
         results
+    }
+
+    /// Writes a [`Wait::Visible`] batch: each record's temporary written and
+    /// renamed over it, the barriers handed to the syncer.
+    fn write_batch_visible(&self, batch: Vec<Job>) -> Vec<(u64, Result<()>)> {
+        let mut staged: Vec<Staged> = Vec::with_capacity(batch.len());
+        let mut tickets = Vec::with_capacity(batch.len());
+        let mut results = Vec::with_capacity(batch.len());
+        for job in batch {
+            match self.stage(&job) {
+                Ok(s) => {
+                    staged.push(s);
+                    tickets.push(job.ticket);
+                }
+                Err(e) => results.push((job.ticket, Err(write_err(e)))),
+            }
+        }
+        let (installed, files) = sys::fs::install_unsynced(staged);
+        results.extend(
+            tickets
+                .into_iter()
+                .zip(installed)
+                .map(|(t, r)| (t, r.map_err(write_err))),
+        );
+        self.settle_later(files);
+        results
+    }
+
+    /// Has the syncer make `files` and the directory durable (at once, on
+    /// this thread, if the syncer could not be started).
+    fn settle_later(&self, files: Vec<File>) {
+        if files.is_empty() {
+            return;
+        }
+        let syncer = self.syncer.get_or_init(|| {
+            let (tx, rx) = mpsc::channel();
+            let work = Syncer {
+                barrier: self.barrier.clone(),
+                count: self.syncs_total.clone(),
+                settling: self.settling.clone(),
+                dir: self.leases_dir.clone(),
+            };
+            match std::thread::Builder::new()
+                .name("xdhcp-store-sync".to_owned())
+                .spawn(move || work.run(&rx))
+            {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no thread for the lease records' barriers; each save makes its own");
+                    None
+                }
+            }
+        });
+        *lock(&self.settling.pending) += 1;
+        let unsent = match syncer {
+            Some(tx) => tx.send(files).err().map(|e| e.0),
+            None => Some(files),
+        };
+        if let Some(files) = unsent {
+            Syncer {
+                barrier: self.barrier.clone(),
+                count: self.syncs_total.clone(),
+                settling: self.settling.clone(),
+                dir: self.leases_dir.clone(),
+            }
+            .settle(vec![files]);
+        }
+    }
+
+    /// Waits until every [`Wait::Visible`] save that returned is durable
+    /// (or its barrier failed: [`LeaseStore::sync_failures`]).
+    pub fn flush(&self) {
+        let mut pending = lock(&self.settling.pending);
+        while *pending > 0 {
+            pending = self
+                .settling
+                .settled
+                .wait(pending)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Batches of [`Wait::Visible`] saves whose barrier failed: records in
+    /// place that a host crash could still lose.
+    pub fn sync_failures(&self) -> u64 {
+        self.settling.failures.load(Ordering::Relaxed)
     }
 
     /// The temporary of one job, written: a spare from the pool when there
@@ -953,6 +1124,7 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<File> {
 /// start.
 struct Writing<'a> {
     store: &'a LeaseStore,
+    wait: Wait,
     tickets: Vec<u64>,
     results: Vec<(u64, Result<()>)>,
 }
@@ -960,7 +1132,7 @@ struct Writing<'a> {
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
         let mut commit = lock(&self.store.commit);
-        commit.busy = false;
+        *commit.busy(self.wait) = false;
         let results = std::mem::take(&mut self.results);
         if results.len() < self.tickets.len() {
             // The writer panicked: its saves fail rather than wait forever.
@@ -978,6 +1150,56 @@ impl Drop for Writing<'_> {
         commit.done.extend(results);
         drop(commit);
         self.store.committed.notify_all();
+    }
+}
+
+impl Drop for LeaseStore {
+    fn drop(&mut self) {
+        // Every record that returned is durable before the store goes.
+        self.flush();
+    }
+}
+
+/// The store's syncer: makes the barriers of [`Wait::Visible`] batches,
+/// every batch waiting when it starts under one pair.
+struct Syncer {
+    barrier: Arc<dyn Barrier>,
+    count: Arc<AtomicU64>,
+    settling: Arc<Settling>,
+    dir: PathBuf,
+}
+
+impl Syncer {
+    /// Until the store is gone: take every batch waiting, make them
+    /// durable.
+    fn run(&self, rx: &mpsc::Receiver<Vec<File>>) {
+        while let Ok(first) = rx.recv() {
+            let mut batches = vec![first];
+            batches.extend(rx.try_iter());
+            self.settle(batches);
+        }
+    }
+
+    /// One barrier for every file of `batches`, one for the directory.
+    fn settle(&self, batches: Vec<Vec<File>>) {
+        let counted = Counted {
+            inner: &*self.barrier,
+            count: &self.count,
+        };
+        let files: Vec<&File> = batches.iter().flatten().collect();
+        if let Err(e) = counted.files(&files).and_then(|()| counted.dir(&self.dir)) {
+            self.settling.failures.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(dir = %self.dir.display(), records = files.len(), error = %e,
+                "lease records written but not made durable: the agent's death cannot lose them, a host crash could");
+        }
+        drop(files);
+        let settled = batches.len();
+        // The files are closed before the saves count as settled.
+        drop(batches);
+        let mut pending = lock(&self.settling.pending);
+        *pending = pending.saturating_sub(settled);
+        drop(pending);
+        self.settling.settled.notify_all();
     }
 }
 
@@ -1747,7 +1969,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let gate = std::sync::Arc::new(Gate::default());
         let store = std::sync::Arc::new(
-            LeaseStore::open_with(dir.path(), Box::new(Gated(gate.clone()))).unwrap(),
+            LeaseStore::open_with(dir.path(), Arc::new(Gated(gate.clone()))).unwrap(),
         );
         let save = |cid: String, last: u8| {
             let store = store.clone();
@@ -1795,7 +2017,7 @@ mod tests {
         let gate = std::sync::Arc::new(Gate::default());
         gate.release();
         let store = std::sync::Arc::new(
-            LeaseStore::open_with(dir.path(), Box::new(Gated(gate.clone()))).unwrap(),
+            LeaseStore::open_with(dir.path(), Arc::new(Gated(gate.clone()))).unwrap(),
         );
         store.save(&record("c1", "eth0", [192, 0, 2, 1])).unwrap();
         gate.fail.store(true, Ordering::SeqCst);
@@ -1823,6 +2045,94 @@ mod tests {
             .filter(|n| !n.starts_with(".spare"))
             .collect();
         assert_eq!(names, ["c1@eth0.json"]);
+    }
+
+    /// A visible save returns with its record in place while the disk's
+    /// barrier is still held (an ADD does not wait for it), and a durable
+    /// save's barrier held at the same time does not hold it back; the
+    /// barriers follow, and `flush` waits for them.
+    #[test]
+    fn a_visible_save_is_in_place_before_its_barrier_and_durable_after_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = std::sync::Arc::new(Gate::default());
+        let store = std::sync::Arc::new(
+            LeaseStore::open_with(dir.path(), Arc::new(Gated(gate.clone()))).unwrap(),
+        );
+        // A durable save held in its barrier.
+        let durable = {
+            let store = store.clone();
+            std::thread::spawn(move || store.save(&record("c0", "eth0", [192, 0, 2, 100])))
+        };
+        wait_for("the durable batch's barrier", || {
+            lock(&gate.batches).len() == 1
+        });
+        // The visible save returns meanwhile, its record readable.
+        let rec = record("c1", "eth0", [192, 0, 2, 1]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let (store, rec) = (store.clone(), rec.clone());
+            std::thread::spawn(move || tx.send(store.save_as(&rec, Wait::Visible)));
+        }
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the visible save returned with every barrier held")
+            .unwrap();
+        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), Some(rec.clone()));
+        assert_eq!(store.syncs_total(), 0, "nothing is durable yet");
+        gate.release();
+        durable.join().unwrap().unwrap();
+        store.flush();
+        // Two barriers for the durable batch, two for the visible one.
+        assert_eq!(store.syncs_total(), 4);
+        assert_eq!(lock(&gate.batches).len(), 2);
+        assert_eq!(store.sync_failures(), 0);
+        assert_eq!(store.load_all().unwrap().records.len(), 2);
+    }
+
+    /// A visible save whose barrier fails keeps its record (in place, the
+    /// agent's death cannot lose it) and is counted; its save had returned.
+    #[test]
+    fn a_visible_save_whose_barrier_fails_is_counted_and_its_record_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = std::sync::Arc::new(Gate::default());
+        gate.release();
+        gate.fail.store(true, Ordering::SeqCst);
+        let store = LeaseStore::open_with(dir.path(), Arc::new(Gated(gate.clone()))).unwrap();
+        let rec = record("c1", "eth0", [192, 0, 2, 1]);
+        store.save_as(&rec, Wait::Visible).unwrap();
+        store.flush();
+        assert_eq!(store.sync_failures(), 1);
+        assert_eq!(store.syncs_total(), 0);
+        assert_eq!(store.load(&rec.key().unwrap()).unwrap(), Some(rec));
+    }
+
+    /// Visible saves made at once share one pair of barriers.
+    #[test]
+    fn visible_saves_made_at_once_share_their_barriers() {
+        const N: u8 = 10;
+        let dir = tempfile::tempdir().unwrap();
+        let gate = std::sync::Arc::new(Gate::default());
+        let store = std::sync::Arc::new(
+            LeaseStore::open_with(dir.path(), Arc::new(Gated(gate.clone()))).unwrap(),
+        );
+        // The first batch's barrier is held; the rest are written meanwhile
+        // and wait for the syncer together.
+        store
+            .save_as(&record("c0", "eth0", [192, 0, 2, 100]), Wait::Visible)
+            .unwrap();
+        wait_for("the first barrier", || lock(&gate.batches).len() == 1);
+        for i in 1..=N {
+            store
+                .save_as(
+                    &record(&format!("c{i}"), "eth0", [192, 0, 2, i]),
+                    Wait::Visible,
+                )
+                .unwrap();
+        }
+        assert_eq!(store.load_all().unwrap().records.len(), usize::from(N) + 1);
+        gate.release();
+        store.flush();
+        assert_eq!(*lock(&gate.batches), [1, usize::from(N)]);
+        assert_eq!(store.syncs_total(), 4);
     }
 
     #[test]

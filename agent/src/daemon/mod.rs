@@ -571,13 +571,15 @@ async fn serve_metrics(
     }
 }
 
-/// Before exit: lease records are durable when saved, but the embedded pod
-/// store's last changes still wait for their group commit; and the stopped
+/// Before exit: the lease records written for ADDs' answers and the
+/// embedded pod store's last changes still wait for their barriers; and the stopped
 /// leases' packet sockets are closing on the closer threads, many at once
 /// (left to the exit, the kernel would close them one after another, a
 /// grace period each).
 fn settle(agent: &Agent) {
     flush_embedded(agent);
+    // The records written for ADDs' answers, made durable before the exit.
+    agent.svc.store.flush();
     if !link::wait_closed(SOCKET_CLOSE_GRACE) {
         warn!("packet sockets still closing at exit; the kernel finishes them");
     }

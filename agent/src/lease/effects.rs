@@ -15,7 +15,7 @@ use crate::lease::apply;
 use crate::lease::persist::{self, Durable, LeaseRecord};
 use crate::lease::services::Services;
 use crate::netlink::NetlinkError;
-use crate::store::StoreError;
+use crate::store::{StoreError, Wait};
 
 /// One thing a lease task has done outside itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +23,10 @@ pub(crate) enum Effect {
     /// Write the record (only one that holds a lease or a first REQUEST's
     /// address is written).
     Persist(Box<LeaseRecord>),
+    /// Write the record that an ADD's answer waits for: in place (the
+    /// agent's death cannot lose it, a restart reads it) once done, made
+    /// durable by the store moments later, off the ADD's path.
+    PersistVisible(Box<LeaseRecord>),
     /// Remove the attachment's record (its interface is gone).
     Remove {
         container_id: String,
@@ -77,7 +81,7 @@ impl Effects for Services {
                     Durable::Saved
                 })
             }
-            Effect::Persist(_) | Effect::Remove { .. } => {
+            Effect::Persist(_) | Effect::PersistVisible(_) | Effect::Remove { .. } => {
                 tokio::task::spawn_blocking(move || self.now(effect))
             }
         }
@@ -85,15 +89,8 @@ impl Effects for Services {
 
     fn now(self: Arc<Self>, effect: Effect) -> Durable {
         match effect {
-            Effect::Persist(rec) => match persist::save(&self.store, &rec) {
-                Ok(()) => Durable::Saved,
-                Err(e) => {
-                    self.metrics.failure("persist");
-                    warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
-                        "could not persist the lease; a restart would lose it");
-                    Durable::Failed(Arc::new(e))
-                }
-            },
+            Effect::Persist(rec) => self.save(&rec, Wait::Durable),
+            Effect::PersistVisible(rec) => self.save(&rec, Wait::Visible),
             Effect::Remove {
                 container_id,
                 ifname,
@@ -117,6 +114,19 @@ impl Effects for Services {
 }
 
 impl Services {
+    /// Write `rec` as `wait` says; a failure is logged and counted.
+    fn save(&self, rec: &LeaseRecord, wait: Wait) -> Durable {
+        match persist::save(&self.store, rec, wait) {
+            Ok(()) => Durable::Saved,
+            Err(e) => {
+                self.metrics.failure("persist");
+                warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
+                    "could not persist the lease; a restart would lose it");
+                Durable::Failed(Arc::new(e))
+            }
+        }
+    }
+
     /// Configure or take off an address; a failure is logged (and, for a
     /// configuration, counted) and returned.
     async fn carry_address(&self, effect: Effect) -> Result<(), Arc<NetlinkError>> {
@@ -161,7 +171,7 @@ impl Services {
                 .inspect_err(|e| {
                     warn!(error = %crate::rpc::format_chain(e), "could not remove the lost address");
                 }),
-            Effect::Persist(_) | Effect::Remove { .. } => Ok(()),
+            Effect::Persist(_) | Effect::PersistVisible(_) | Effect::Remove { .. } => Ok(()),
         };
         done.map_err(Arc::new)
     }

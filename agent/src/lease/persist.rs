@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 pub(crate) use crate::model::{PodRef, WorkloadKind};
 pub(crate) use crate::store::LeaseRecord;
-use crate::store::{LeaseKey, LeaseStore, StoreError};
+use crate::store::{LeaseKey, LeaseStore, StoreError, Wait};
 
 /// Whether an attachment's first lease has reached the disk. ADD answers
 /// success only on [`Durable::Saved`]: a lease the agent could not record
@@ -25,12 +25,12 @@ pub(crate) enum Durable {
 }
 
 /// Persist `rec` once it holds a lease or its first REQUEST's address
-/// (nothing to resume before).
-pub(crate) fn save(store: &LeaseStore, rec: &LeaseRecord) -> Result<(), StoreError> {
+/// (nothing to resume before), returning as `wait` says.
+pub(crate) fn save(store: &LeaseStore, rec: &LeaseRecord, wait: Wait) -> Result<(), StoreError> {
     if !rec.resumable() {
         return Ok(());
     }
-    store.save(rec)
+    store.save_as(rec, wait)
 }
 
 /// Forget an attachment's record (absent is fine).
@@ -137,9 +137,9 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path()).unwrap();
         // Nothing to persist before a lease exists.
-        save(&store, &record("c0", None)).unwrap();
+        save(&store, &record("c0", None), Wait::Durable).unwrap();
         let rec = record("c1", Some(lease()));
-        save(&store, &rec).unwrap();
+        save(&store, &rec, Wait::Durable).unwrap();
         let (ok, bad) = load_all(&store).unwrap();
         assert!(bad.is_empty());
         assert_eq!(ok.len(), 1);

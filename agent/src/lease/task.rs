@@ -91,6 +91,13 @@ impl<P: LeasePort> Task<P> {
         self.carry(Effect::Persist(Box::new(self.record()))).await
     }
 
+    /// [`Task::persist_async`] for the record an ADD's answer waits for: in
+    /// place when this returns, durable moments later.
+    async fn persist_visible(&self) -> Durable {
+        self.carry(Effect::PersistVisible(Box::new(self.record())))
+            .await
+    }
+
     /// Have `effect` carried out, and wait for it.
     async fn carry(&self, effect: Effect) -> Durable {
         self.svc.settled(self.effects.clone().start(effect)).await
@@ -109,7 +116,10 @@ impl<P: LeasePort> Task<P> {
         self.settle_ahead().await;
         let mut rec = self.record();
         rec.requested = Some(address);
-        let write = self.effects.clone().start(Effect::Persist(Box::new(rec)));
+        let write = self
+            .effects
+            .clone()
+            .start(Effect::PersistVisible(Box::new(rec)));
         self.ahead = Some(Ahead { address, write });
     }
 
@@ -430,18 +440,19 @@ async fn drain_events<P: LeasePort>(
                 task.set_lease(Some(lease.clone()));
                 task.set_state(task.client.state());
                 // Nothing goes on the interface that a restart would not
-                // know of: the record naming the address is on disk first
+                // know of: the record naming the address is in place first
                 // (the one written ahead while the REQUEST was out, most
-                // often already; else the full one). A crash between the
-                // two would leave an address no record, and so no DEL,
-                // takes off the pod, where the server gives it to another
-                // once the lease runs out.
+                // often already; else the full one), for the next agent to
+                // read; the store makes it durable moments later. A crash
+                // between the two would leave an address no record, and so
+                // no DEL, takes off the pod, where the server gives it to
+                // another once the lease runs out.
                 let ahead = matches!(task.settle_ahead().await,
                     Some((address, Durable::Saved)) if address == lease.address);
                 let durable = if ahead {
                     Durable::Saved
                 } else {
-                    task.persist_async().await
+                    task.persist_visible().await
                 };
                 let recorded_at = Instant::now();
                 let applied = Box::pin(apply_if_asked(task, &lease, How::Configure)).await;
@@ -836,7 +847,7 @@ mod tests {
                 lock(&self.seen).push(effect.clone());
                 let real = self.real.clone();
                 tokio::spawn(async move {
-                    if matches!(effect, Effect::Persist(_)) {
+                    if matches!(effect, Effect::Persist(_) | Effect::PersistVisible(_)) {
                         tokio::time::sleep(Duration::from_millis(30)).await;
                     }
                     real.start(effect).await.expect("the write task")
@@ -1319,7 +1330,7 @@ mod tests {
         #[tokio::test]
         async fn a_lease_binds_persists_and_releases_through_its_port() {
             let (seen, _) = drive(false).await;
-            let [Effect::Persist(ahead), Effect::Persist(bound)] = &seen[..] else {
+            let [Effect::PersistVisible(ahead), Effect::Persist(bound)] = &seen[..] else {
                 panic!("{seen:#?}");
             };
             assert_eq!((ahead.requested, ahead.lease.as_ref()), (Some(ADDR), None));
@@ -1342,7 +1353,7 @@ mod tests {
             let kinds: Vec<&str> = seen
                 .iter()
                 .map(|e| match e {
-                    Effect::Persist(_) => "persist",
+                    Effect::Persist(_) | Effect::PersistVisible(_) => "persist",
                     Effect::Apply { .. } => "apply",
                     _ => "other",
                 })

@@ -265,8 +265,10 @@ pub(crate) async fn report_and_record(
         return Err(e);
     }
     phases.report = phases.lap();
-    // Answer only once the lease is on disk (a restart must resume it); a
-    // lease that could not be recorded is given back and the ADD fails.
+    // Answer only once the lease's record is in place (a restart must
+    // resume it; the store makes it durable moments later, off this
+    // path); a lease that could not be recorded is given back and the ADD
+    // fails.
     let unrecorded = unrecorded(b.handle, deadline).await;
     phases.durable = phases.durable.saturating_add(phases.lap());
     if let Some(reason) = unrecorded {

@@ -426,6 +426,34 @@ pub(crate) fn install_staged(
     results
 }
 
+/// [`install_staged`] without its barriers: each staged file renamed over
+/// its target at once, in order (a reader sees the new content from here
+/// on; a host crash may still lose it). One result per staged file, and the
+/// files installed, for [`Barrier::files`] and [`Barrier::dir`] later.
+pub(crate) fn install_unsynced(
+    staged: Vec<Staged>,
+) -> (Vec<Result<(), AtomicWriteError>>, Vec<File>) {
+    let mut installed = Vec::with_capacity(staged.len());
+    let results = staged
+        .into_iter()
+        .map(|s| match rename(&s.temp, &s.target) {
+            Ok(()) => {
+                installed.push(s.file);
+                Ok(())
+            }
+            Err(source) => {
+                let _ = std::fs::remove_file(&s.temp);
+                Err(AtomicWriteError {
+                    step: WriteStep::Install,
+                    path: s.target,
+                    source,
+                })
+            }
+        })
+        .collect();
+    (results, installed)
+}
+
 /// The directory holding `path` (`.` for a bare file name).
 fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
