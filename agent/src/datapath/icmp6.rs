@@ -17,6 +17,7 @@ use tokio::io::unix::AsyncFd;
 use xdhcp_engine::v6::ra::{ALL_ROUTERS, ND_HOP_LIMIT, ROUTER_ADVERTISEMENT};
 
 use crate::datapath::link::LinkError;
+use crate::datapath::rawsock::classify;
 use crate::datapath::udp6::{bind_to_device, set};
 use crate::sys::netns::run_in_netns_async;
 
@@ -46,12 +47,7 @@ impl RouterSocket {
     pub(crate) async fn open(netns: &Path, ifname: &str, ifindex: u32) -> Result<Self, LinkError> {
         let name = ifname.to_owned();
         let made = run_in_netns_async(netns, move || raw_socket(&name, ifindex)).await?;
-        let error = |op: &'static str, source: io::Error| LinkError::Io {
-            op,
-            ifname: ifname.to_owned(),
-            netns: Some(netns.to_path_buf()),
-            source,
-        };
+        let error = |op, source| classify(op, ifname, Some(netns), source);
         let fd = made.map_err(|(op, source)| error(op, source))?;
         // SAFETY: the OwnedFd is moved into the AsyncFd, which owns it and
         // keeps it open for as long as it is registered.

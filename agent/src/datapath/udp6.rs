@@ -15,6 +15,7 @@ use std::path::Path;
 use tokio::net::UdpSocket;
 
 use crate::datapath::link::LinkError;
+use crate::datapath::rawsock::classify;
 use crate::sys::netns::run_in_netns_async;
 
 /// The `DHCPv6` client port (RFC 8415 §7.2).
@@ -36,22 +37,7 @@ impl Udp6 {
     pub(crate) async fn open(netns: &Path, ifname: &str, ifindex: u32) -> Result<Self, LinkError> {
         let name = ifname.to_owned();
         let made = run_in_netns_async(netns, move || bound_socket(&name, ifindex)).await?;
-        let error = |op: &'static str, source: io::Error| {
-            if matches!(source.raw_os_error(), Some(libc::ENODEV | libc::ENXIO)) {
-                LinkError::InterfaceGone {
-                    ifname: ifname.to_owned(),
-                    netns: Some(netns.to_path_buf()),
-                    source,
-                }
-            } else {
-                LinkError::Io {
-                    op,
-                    ifname: ifname.to_owned(),
-                    netns: Some(netns.to_path_buf()),
-                    source,
-                }
-            }
-        };
+        let error = |op, source| classify(op, ifname, Some(netns), source);
         let fd = made.map_err(|(op, source)| error(op, source))?;
         let sock = UdpSocket::from_std(std::net::UdpSocket::from(fd))
             .map_err(|source| error("register the DHCPv6 socket", source))?;
