@@ -139,6 +139,22 @@ fn agent_restarting(e: &io::Error) -> bool {
     )
 }
 
+/// Whether an exchange was cut off before its answer by the agent's end
+/// going away: reset, or closed before the status line. A connection still
+/// in the listener's queue when a stopping agent closes its socket is
+/// reset unread (the soak's rolling upgrades met it); an agent killed
+/// while it served the call closes it unanswered. Either way the next
+/// agent takes the call again (every POST is idempotent at the agent).
+fn cut_off(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
 /// Blocking client of the agent at one socket; every call is bounded by
 /// the timeout (after the connection, which a POST may wait for up to
 /// the restart wait).
@@ -214,6 +230,15 @@ impl Client {
         loop {
             let stream = self.connect(started, self.restart_wait, waited)?;
             match self.call(&stream, "POST", path, &bytes, tell_wait) {
+                // Cut off by a stopping or dying agent: the same restart,
+                // within the same budget.
+                Err(ClientError::Http { ref source, .. })
+                    if cut_off(source) && started.elapsed() + pause <= self.restart_wait =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(MAX_CONNECT_PAUSE);
+                    waited = started.elapsed();
+                }
                 Err(ClientError::Agent(e)) if e.code == code::TRY_AGAIN_LATER => {
                     if started.elapsed() + pause > self.restart_wait {
                         let waited = started.elapsed();
@@ -651,6 +676,53 @@ mod tests {
         let r: Readiness = client.post(PATH_READY, &serde_json::json!({})).unwrap();
         assert!(r.ready);
         assert_eq!(next.join().unwrap(), 2, "the next agent answered twice");
+    }
+
+    /// A stopping agent closes the call's connection unread (the peer
+    /// then reads a reset: the kernel resets a connection closed with data
+    /// unread, as it does one still queued on a closed listener), or dies
+    /// while serving it (closed unanswered): the POST is sent again and
+    /// answered; a GET is not.
+    #[test]
+    fn a_post_cut_off_by_a_stopping_agent_is_sent_again_to_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let agent = std::thread::spawn(move || {
+            // Closed unanswered, after reading the request.
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).unwrap();
+            drop(conn);
+            // Closed with the request unread: reset.
+            let (conn, _) = listener.accept().unwrap();
+            let _ = nix::sys::socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&conn),
+                &mut buf,
+                nix::sys::socket::MsgFlags::MSG_PEEK,
+            )
+            .unwrap();
+            drop(conn);
+            // Answered.
+            let (mut conn, _) = listener.accept().unwrap();
+            let _ = conn.read(&mut buf).unwrap();
+            conn.write_all(READY.as_bytes()).unwrap();
+            listener
+        });
+        let client = Client::new(&path, Duration::from_secs(5));
+        let r: Readiness = client.post(PATH_READY, &serde_json::json!({})).unwrap();
+        assert!(r.ready);
+        let listener = agent.join().unwrap();
+
+        // A GET takes the cut as it comes.
+        let closer = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).unwrap();
+        });
+        let e = client.get::<Readiness>(PATH_READY).unwrap_err();
+        assert!(matches!(e, ClientError::Http { .. }), "{e}");
+        closer.join().unwrap();
     }
 
     /// An agent that keeps answering "try again later": the POST gives up
