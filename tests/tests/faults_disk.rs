@@ -146,6 +146,16 @@ fn full_or_read_only(api: Option<&StandInApi>) {
     let ip_a = agent.add(&req_a).expect("ADD with room on disk").ips[0]
         .address
         .addr;
+    // The full record follows the ADD's answer (which waits only for the
+    // record written ahead): the one to keep while the disk is full.
+    assert!(
+        wait_until(Duration::from_secs(5), || record_of(
+            &records(&state),
+            "pod-a"
+        )
+        .is_some_and(|r| r.lease.is_some())),
+        "pod-a's full record never followed its answer"
+    );
     let before = records(&state);
     let rec_a = record_of(&before, "pod-a").expect("pod-a's record").clone();
 
