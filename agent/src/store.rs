@@ -741,10 +741,7 @@ impl LeaseStore {
                 tickets: batch.iter().map(|j| j.ticket).collect(),
                 results: Vec::new(),
             };
-            writing.results = match wait {
-                Wait::Durable => self.write_batch(batch),
-                Wait::Visible => self.write_batch_visible(batch),
-            };
+            writing.results = self.write_batch(batch, wait);
             drop(writing);
             commit = lock(&self.commit);
         }
@@ -756,8 +753,11 @@ impl LeaseStore {
         lock(&self.commit).queued.len()
     }
 
-    /// Writes `batch` (see [`LeaseStore::save`]): one result per job.
-    fn write_batch(&self, batch: Vec<Job>) -> Vec<(u64, Result<()>)> {
+    /// Writes `batch` (see [`LeaseStore::save`] and [`LeaseStore::save_as`]):
+    /// each record's temporary written, then installed as `wait` says —
+    /// durably, or renamed at once with its barriers handed to the syncer.
+    /// One result per job.
+    fn write_batch(&self, batch: Vec<Job>, wait: Wait) -> Vec<(u64, Result<()>)> {
         let mut staged: Vec<Staged> = Vec::with_capacity(batch.len());
         let mut tickets = Vec::with_capacity(batch.len());
         let mut results = Vec::with_capacity(batch.len());
@@ -770,43 +770,26 @@ impl LeaseStore {
                 Err(e) => results.push((job.ticket, Err(write_err(e)))),
             }
         }
-        let barriers = Counted {
-            inner: &*self.barrier,
-            count: &self.syncs_total,
+        let installed = match wait {
+            Wait::Durable => {
+                let barriers = Counted {
+                    inner: &*self.barrier,
+                    count: &self.syncs_total,
+                };
+                sys::fs::install_staged(&self.leases_dir, staged, &barriers)
+            }
+            Wait::Visible => {
+                let (installed, files) = sys::fs::install_unsynced(staged);
+                self.settle_later(files);
+                installed
+            }
         };
-        let installed = sys::fs::install_staged(&self.leases_dir, staged, &barriers);
         results.extend(
             tickets
                 .into_iter()
                 .zip(installed)
                 .map(|(t, r)| (t, r.map_err(write_err))),
         );
-        results
-    }
-
-    /// Writes a [`Wait::Visible`] batch: each record's temporary written and
-    /// renamed over it, the barriers handed to the syncer.
-    fn write_batch_visible(&self, batch: Vec<Job>) -> Vec<(u64, Result<()>)> {
-        let mut staged: Vec<Staged> = Vec::with_capacity(batch.len());
-        let mut tickets = Vec::with_capacity(batch.len());
-        let mut results = Vec::with_capacity(batch.len());
-        for job in batch {
-            match self.stage(&job) {
-                Ok(s) => {
-                    staged.push(s);
-                    tickets.push(job.ticket);
-                }
-                Err(e) => results.push((job.ticket, Err(write_err(e)))),
-            }
-        }
-        let (installed, files) = sys::fs::install_unsynced(staged);
-        results.extend(
-            tickets
-                .into_iter()
-                .zip(installed)
-                .map(|(t, r)| (t, r.map_err(write_err))),
-        );
-        self.settle_later(files);
         results
     }
 
@@ -818,12 +801,7 @@ impl LeaseStore {
         }
         let syncer = self.syncer.get_or_init(|| {
             let (tx, rx) = mpsc::channel();
-            let work = Syncer {
-                barrier: self.barrier.clone(),
-                count: self.syncs_total.clone(),
-                settling: self.settling.clone(),
-                dir: self.leases_dir.clone(),
-            };
+            let work = self.syncer_work();
             match std::thread::Builder::new()
                 .name("xdhcp-store-sync".to_owned())
                 .spawn(move || work.run(&rx))
@@ -841,13 +819,17 @@ impl LeaseStore {
             None => Some(files),
         };
         if let Some(files) = unsent {
-            Syncer {
-                barrier: self.barrier.clone(),
-                count: self.syncs_total.clone(),
-                settling: self.settling.clone(),
-                dir: self.leases_dir.clone(),
-            }
-            .settle(vec![files]);
+            self.syncer_work().settle(vec![files]);
+        }
+    }
+
+    /// What the syncer needs of the store, to make barriers on its own.
+    fn syncer_work(&self) -> Syncer {
+        Syncer {
+            barrier: self.barrier.clone(),
+            count: self.syncs_total.clone(),
+            settling: self.settling.clone(),
+            dir: self.leases_dir.clone(),
         }
     }
 
