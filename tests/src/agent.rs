@@ -26,7 +26,8 @@ impl InProcessAgent {
     /// Start an embedded-mode agent with `datapath`.
     ///
     /// # Panics
-    /// If the agent does not become ready within 20 s.
+    /// If the agent stops during start-up or is not ready within
+    /// [`crate::AGENT_READY_WITHIN`].
     pub fn start(datapath: DatapathChoice) -> Self {
         Self::start_with(|a| a.datapath = datapath)
     }
@@ -34,7 +35,8 @@ impl InProcessAgent {
     /// Start an embedded-mode agent whose flags `edit` adjusts.
     ///
     /// # Panics
-    /// If the agent does not become ready within 20 s.
+    /// If the agent stops during start-up or is not ready within
+    /// [`crate::AGENT_READY_WITHIN`].
     pub fn start_with(edit: impl FnOnce(&mut AgentArgs)) -> Self {
         // Agent logs on stderr (shown for failing tests); one subscriber per process.
         let _ = xdhcp::telemetry::init(xdhcp::telemetry::LogFormat::Human);
@@ -61,7 +63,7 @@ impl InProcessAgent {
         let done = rt.spawn(xdhcp::daemon::run(args, listener, async move {
             let _ = stopped.await;
         }));
-        let me = Self {
+        let mut me = Self {
             rt,
             stop: Some(stop),
             done: Some(done),
@@ -69,10 +71,20 @@ impl InProcessAgent {
             dir,
         };
         let c = me.client();
-        let ready = wait_until(Duration::from_secs(20), || {
-            c.get::<rpc::Readiness>(rpc::PATH_READY)
-                .is_ok_and(|r| r.ready)
+        let ended = || {
+            me.done
+                .as_ref()
+                .is_some_and(tokio::task::JoinHandle::is_finished)
+        };
+        let ready = wait_until(crate::AGENT_READY_WITHIN, || {
+            ended()
+                || c.get::<rpc::Readiness>(rpc::PATH_READY)
+                    .is_ok_and(|r| r.ready)
         });
+        if ended() {
+            let ended = me.done.take().map(|d| me.rt.block_on(d));
+            panic!("the agent stopped during start-up: {ended:?}");
+        }
         assert!(ready, "agent did not become ready");
         me
     }
@@ -178,7 +190,8 @@ impl ThreadAgent {
     /// and the pin directory are the agent's own).
     ///
     /// # Panics
-    /// If the agent stops during start-up or is not ready within 20 s.
+    /// If the agent stops during start-up or is not ready within
+    /// [`crate::AGENT_READY_WITHIN`].
     pub fn start(netns: Option<&Path>, prefix: &str, edit: impl FnOnce(&mut AgentArgs)) -> Self {
         let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
         let socket = dir.path().join("run/xdhcp.sock");
@@ -224,7 +237,7 @@ impl ThreadAgent {
                 .as_ref()
                 .is_some_and(std::thread::JoinHandle::is_finished)
         };
-        let ready = wait_until(Duration::from_secs(20), || {
+        let ready = wait_until(crate::AGENT_READY_WITHIN, || {
             ended()
                 || c.get::<rpc::Readiness>(rpc::PATH_READY)
                     .is_ok_and(|r| r.ready)

@@ -201,7 +201,7 @@ fn big_dnsmasq(lab: &Lab) -> Dnsmasq {
 }
 
 fn wait_ready(client: &Client, log: &dyn Fn() -> String) {
-    let ready = wait_until(Duration::from_secs(30), || {
+    let ready = wait_until(xdhcp_tests::AGENT_READY_WITHIN, || {
         client
             .get::<rpc::Readiness>(rpc::PATH_READY)
             .is_ok_and(|r| r.ready)

@@ -579,7 +579,7 @@ impl VfioAgent {
             &self.dir.path().join("agent.log"),
         ));
         let client = self.client();
-        let ready = wait_until(Duration::from_mins(1), || {
+        let ready = wait_until(xdhcp_tests::AGENT_READY_WITHIN, || {
             client
                 .get::<rpc::Readiness>(rpc::PATH_READY)
                 .is_ok_and(|r| r.ready)

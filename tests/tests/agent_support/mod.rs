@@ -213,7 +213,7 @@ impl AgentProcess {
     }
 
     pub fn wait_ready(&self) {
-        let ok = wait_until(Duration::from_secs(30), || {
+        let ok = wait_until(xdhcp_tests::AGENT_READY_WITHIN, || {
             let out = Command::new(xdhcp_bin())
                 .args(["status", "--json", "--socket"])
                 .arg(&self.socket)
@@ -402,19 +402,22 @@ impl NodeAgent {
             cmd.arg("--ovsdb").arg(dir.path().join("no-ovsdb.sock"));
         }
         let process = Process::spawn_logged("xdhcp agent", cmd, &log);
-        let me = Self {
+        let mut me = Self {
             process,
             socket,
             log,
             dir,
         };
-        assert!(
-            wait_until(Duration::from_secs(30), || me
-                .try_status()
-                .is_some_and(|s| s.ready || s.degraded.is_some())),
-            "agent not ready:\n{}",
-            me.log()
-        );
+        let mut stopped = false;
+        let ready = wait_until(xdhcp_tests::AGENT_READY_WITHIN, || {
+            stopped = !me.process.is_running();
+            stopped
+                || me
+                    .try_status()
+                    .is_some_and(|s| s.ready || s.degraded.is_some())
+        });
+        assert!(!stopped, "the agent stopped during start-up:\n{}", me.log());
+        assert!(ready, "agent not ready:\n{}", me.log());
         me
     }
 
