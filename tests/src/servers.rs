@@ -125,7 +125,7 @@ fn read_lossy(path: &Path) -> String {
 /// one start-up (exec of the binary, the verifier's load of the programs,
 /// reading Open vSwitch) has taken 30 s on a busy host. The waits end as soon
 /// as the agent is ready, or has stopped, so a healthy run never pays it.
-pub const AGENT_READY_WITHIN: Duration = Duration::from_secs(120);
+pub const AGENT_READY_WITHIN: Duration = Duration::from_mins(2);
 
 /// Polls `cond` every 20 ms until it is true or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
