@@ -264,9 +264,18 @@ impl Task6 {
         }
     }
 
-    /// Write the record; the first write's outcome is the ADD's.
+    /// Write the record; the first write's outcome is the ADD's. While an
+    /// ADD waits, the record is in place when this returns and durable
+    /// moments later (the store's syncer), as an IPv4 first lease's is:
+    /// the answer needs the next agent to find it, which the page cache
+    /// gives; every later write is durable before it returns.
     async fn persist(&self) -> Durable {
-        let effect = Effect::Persist(Box::new(self.record()));
+        let rec = Box::new(self.record());
+        let effect = if self.waiter.is_some() {
+            Effect::PersistVisible(rec)
+        } else {
+            Effect::Persist(rec)
+        };
         let written = self.svc.settled(self.svc.clone().start(effect)).await;
         self.persisted.send_replace(written.clone());
         written
@@ -312,8 +321,11 @@ impl Task6 {
                     let router = r.wait_for(lease.address, &self.svc.metrics).await;
                     lock(&self.live).record.router6 = router;
                 }
-                let applied = self.configure(&lease).await;
+                // Nothing goes on the interface that a restart would not
+                // know of: the record naming the address is in place first.
                 lock(&self.live).set_lease6(Some(lease.clone()));
+                let written = self.persist().await;
+                let applied = self.configure(&lease).await;
                 let rec = self.record();
                 let a = address6(&rec.network, &lease, rec.router6);
                 if a.prefix_len == 128 && a.gateway.is_none() {
@@ -323,7 +335,6 @@ impl Task6 {
                     info!(address = %lease.address, prefix_len = a.prefix_len, gateway = ?a.gateway,
                         "DHCPv6 lease bound");
                 }
-                let written = self.persist().await;
                 if let Some(w) = self.waiter.take() {
                     let outcome = match applied {
                         Err(e) => Outcome6::ApplyFailed(e),
