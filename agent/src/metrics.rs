@@ -276,6 +276,8 @@ pub(crate) struct Metrics {
     kernel_last: Mutex<Vec<(&'static str, u64)>>,
     learn_skipped: Family<ReasonLabel, Counter>,
     learn_skipped_last: Mutex<Vec<(&'static str, u64)>>,
+    store_barriers: Family<OutcomeLabel, Counter>,
+    store_barriers_last: Mutex<Vec<(&'static str, u64)>>,
     guard_dropped: Family<GuardLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_passed: Family<PortLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_ports: Gauge,
@@ -317,6 +319,7 @@ impl Metrics {
         let malformed_options = Family::<OptionLabel, Counter>::default();
         let kernel = Family::<OutcomeLabel, Counter>::default();
         let learn_skipped = Family::<ReasonLabel, Counter>::default();
+        let store_barriers = Family::<OutcomeLabel, Counter>::default();
         let cni_requests = Family::<OpLabel, Counter>::default();
         let capture_lost = Family::<ReasonLabel, Counter>::default();
         let capture_restored = Family::<ReasonLabel, Counter>::default();
@@ -368,7 +371,7 @@ impl Metrics {
         );
         root.register(
             "add_phase_seconds",
-            "Time one step of a pod's ADD took inside the agent, by phase (request, lookup, open, guard, protect, slot, start, offer, ack, apply, report, persist, answer; docs/metrics.md)",
+            "Time one step of a pod's ADD took inside the agent, by phase (request, lookup, open, guard, protect, slot, start, offer, ack, apply, report, persist, answer; docs/dhcp-ipam-localnet.md, Metrics and health)",
             add_phases.clone(),
         );
         root.register(
@@ -402,6 +405,11 @@ impl Metrics {
             "learn_replies_skipped",
             "Replies towards a learning port's client the guard passed in the kernel without handing them to passive learning, by reason (shed_rate: an ACK over the port's bucket; not_learned: a type learning does not use)",
             learn_skipped.clone(),
+        );
+        root.register(
+            "store_barriers",
+            "The lease store's durability barriers (fdatasync of a batch of records, fsync of their directory), by outcome (failed counts the batches written for ADDs' answers whose barrier failed: in place, a host crash could lose them; any other save's failure is its caller's error, failures{error=\"persist\"})",
+            store_barriers.clone(),
         );
         root.register(
             "cni_requests",
@@ -452,6 +460,8 @@ impl Metrics {
             kernel_last: Mutex::new(Vec::new()),
             learn_skipped,
             learn_skipped_last: Mutex::new(Vec::new()),
+            store_barriers,
+            store_barriers_last: Mutex::new(Vec::new()),
             guard_dropped,
             guard_passed,
             guard_ports,
@@ -699,6 +709,19 @@ impl Metrics {
         });
     }
 
+    /// Fold the lease store's barrier totals (made, failed; monotonic) in.
+    pub(crate) fn store_snapshot(&self, made: u64, failed: u64) {
+        fold_totals(
+            &self.store_barriers_last,
+            &[("ok", made), ("failed", failed)],
+            |outcome, n| {
+                self.store_barriers
+                    .get_or_create(&OutcomeLabel { outcome })
+                    .inc_by(n);
+            },
+        );
+    }
+
     /// The text exposition.
     pub(crate) fn encode(&self) -> String {
         let mut s = String::new();
@@ -846,6 +869,23 @@ async fn serve_ready(State(s): State<AppState>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stores_barrier_totals_are_counted_by_what_they_grew() {
+        let m = Metrics::new();
+        m.store_snapshot(4, 0);
+        m.store_snapshot(6, 1);
+        m.store_snapshot(6, 1);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"xdhcp_store_barriers_total{outcome="ok"} 6"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xdhcp_store_barriers_total{outcome="failed"} 1"#),
+            "{text}"
+        );
+    }
 
     #[test]
     fn exposition_has_prefixed_metrics() {

@@ -185,11 +185,13 @@ pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
     rows
 }
 
-/// How often the guard's kernel counters are copied into the metrics.
+/// How often the guard's kernel counters (and the store's) are copied into
+/// the metrics.
 const METRICS_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Copies the guard's per-port counters, its learning filter's counters
-/// and the binding table into the metrics until shutdown.
+/// Copies the guard's per-port counters, its learning filter's counters,
+/// the binding table and the lease store's barrier counts into the metrics
+/// until shutdown.
 pub(crate) async fn export_metrics(
     agent: std::sync::Arc<crate::ops::context::Agent>,
     token: tokio_util::sync::CancellationToken,
@@ -211,6 +213,10 @@ pub(crate) async fn export_metrics(
             agent.metrics().guard_snapshot(&rows);
             agent.metrics().bindings_snapshot(&bindings);
         }
+        let store = &agent.svc.store;
+        agent
+            .metrics()
+            .store_snapshot(store.syncs_total(), store.sync_failures());
         tokio::select! {
             () = token.cancelled() => return,
             () = tokio::time::sleep(METRICS_PERIOD) => {}
