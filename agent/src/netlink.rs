@@ -464,21 +464,59 @@ impl Netlink {
         })
     }
 
-    /// Adds the IPv6 `addr/prefix_len` to `ifindex` without duplicate
-    /// address detection (`nodad`: the DHCPv6 server assigned it; see
-    /// `docs/dhcpv6.md`); an identical existing address is fine.
-    pub async fn add_address6(&self, ifindex: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<()> {
+    /// Adds the IPv6 `addr/prefix_len` to `ifindex`, with the kernel's
+    /// duplicate address detection when `dad` (the address stays tentative
+    /// until it ends: [`Netlink::dad6`]), else `nodad`; an identical
+    /// existing address is fine (and left as it is).
+    pub async fn add_address6(
+        &self,
+        ifindex: u32,
+        addr: Ipv6Addr,
+        prefix_len: u8,
+        dad: bool,
+    ) -> Result<()> {
         let mut req = self
             .handle
             .address()
             .add(ifindex, IpAddr::V6(addr), prefix_len);
-        req.message_mut()
-            .attributes
-            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        if !dad {
+            req.message_mut()
+                .attributes
+                .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        }
         let added = req.execute().await;
         self.existing_is_fine(added, || {
             format!("add {addr}/{prefix_len} to link #{ifindex}")
         })
+    }
+
+    /// Where the kernel's duplicate address detection of `addr` on
+    /// `ifindex` stands.
+    pub async fn dad6(&self, ifindex: u32, addr: Ipv6Addr) -> Result<Dad6> {
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(ifindex)
+            .set_address_filter(IpAddr::V6(addr))
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.request_err(format!("look up {addr} on link #{ifindex}")))?;
+        let Some(m) = msgs.iter().find(|m| m.header.index == ifindex) else {
+            return Ok(Dad6::Gone);
+        };
+        // The 32-bit flags attribute when the kernel sends it (it always
+        // has since 3.14), else the header's eight bits.
+        let flags = m
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                AddressAttribute::Flags(f) => Some(*f),
+                _ => None,
+            })
+            .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())));
+        Ok(Dad6::of(flags))
     }
 
     /// Whether the IPv6 `addr/prefix_len` is on `ifindex`.
@@ -715,6 +753,32 @@ impl Netlink {
         self.del_address(ifindex, lease.address, lease.prefix_len)
             .await?;
         Ok(())
+    }
+}
+
+/// Where the kernel's duplicate address detection of an IPv6 address
+/// stands (RFC 4862 §5.4), from the address's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dad6 {
+    /// Still tentative: neighbour solicitations out, no answer yet.
+    Tentative,
+    /// Another node on the link holds the address (`dadfailed`).
+    Duplicate,
+    /// Detection is over (or was never run): the address is the node's.
+    Unique,
+    /// The address is not on the interface.
+    Gone,
+}
+
+impl Dad6 {
+    fn of(flags: AddressFlags) -> Self {
+        if flags.contains(AddressFlags::Dadfailed) {
+            Self::Duplicate
+        } else if flags.contains(AddressFlags::Tentative) {
+            Self::Tentative
+        } else {
+            Self::Unique
+        }
     }
 }
 

@@ -130,6 +130,67 @@ fn an_ipv6_pod_gets_its_lease_and_releases_it_at_del() {
     );
 }
 
+/// Another node on the link holds the address the server gives the pod:
+/// the kernel's duplicate address detection on the pod's interface finds
+/// it, and the agent takes the address off, DECLINEs it (the server hears
+/// the DECLINE) and solicits again; the ADD answers with another address,
+/// and the duplicate is nowhere on the pod.
+#[test]
+fn an_address_another_node_holds_is_declined_and_the_add_gets_another() {
+    let lab = Lab::builder().server_behind_uplink().clients(2).build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = AgentProcess::start(&[]);
+    let pod = &lab.clients[0].ns;
+    let squatter = &lab.clients[1].ns;
+    let conf = conf(&agent.socket);
+
+    // The address the server gives this pod (its DUID and IAID choose it),
+    // given back.
+    let first = leased(&call("ADD", "v6dad", pod, &conf), &agent);
+    let d = call("DEL", "v6dad", pod, &conf);
+    assert!(d.ok, "DEL failed: {}", d.text());
+    assert!(
+        wait_until(Duration::from_secs(5), || !server.leases().contains(&first)),
+        "dnsmasq still holds {first}:\n{}",
+        server.leases()
+    );
+    // Another node on the link takes it.
+    squatter.ip(&["link", "set", "eth0", "up"]);
+    squatter.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{first}/64"),
+        "dev",
+        "eth0",
+        "nodad",
+    ]);
+
+    let r = call("ADD", "v6dad", pod, &conf);
+    let second = leased(&r, &agent);
+    assert!(
+        server.log().contains("DHCPDECLINE"),
+        "the server heard no DECLINE of {first}:\n{}\nagent:\n{}",
+        server.log(),
+        agent.log()
+    );
+    assert_ne!(second, first, "the declined address was taken again");
+    assert!(
+        agent.log().contains("duplicate address detection failed"),
+        "{}",
+        agent.log()
+    );
+    assert!(pod_has(pod, &second), "{second} not on eth0");
+    assert!(
+        !pod.ip(&["-6", "addr", "show", "dev", "eth0"])
+            .contains(&first),
+        "the duplicate {first} is still on eth0:\n{}",
+        pod.ip(&["-6", "addr"])
+    );
+    let d = call("DEL", "v6dad", pod, &conf);
+    assert!(d.ok, "DEL failed: {}", d.text());
+}
+
 /// A restarted agent resumes the stored IPv6 lease with a REBIND (no new
 /// SOLICIT), keeps the same address, and still releases it at DEL.
 #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use xdhcp_engine::{Ipv4Prefix, Lease};
 
 use crate::netlink::{
-    Ipv4Route, KernelRoute, LinkDetails, MIN_IPV4_MTU, Netlink, NetlinkError, lease_routes,
+    Dad6, Ipv4Route, KernelRoute, LinkDetails, MIN_IPV4_MTU, Netlink, NetlinkError, lease_routes,
 };
 
 /// Configure `lease` on `ifname` in `netns`: link up, MTU (option 26),
@@ -234,22 +234,41 @@ pub(crate) fn wants_router(network: &crate::model::Network) -> bool {
         .is_none()
 }
 
-/// Configure `a` on `ifname` in `netns`: link up, the address (no
-/// duplicate address detection), the default route. What went on before a
-/// failure is taken off again.
+/// Configure `a` on `ifname` in `netns`: link up, the address, the
+/// default route. What went on before a failure is taken off again.
+///
+/// With `dad` (a new address), the address goes on tentative and the
+/// kernel's duplicate address detection runs (RFC 4862 §5.4: up to
+/// `rtr_solicit_delay` at random, then `dad_transmits` solicitations
+/// `retrans_time` apart; 1–2 s with the defaults), waited for at most
+/// `dad`: another node holding the address takes it off again and answers
+/// [`Dad6::Duplicate`] (for the lease to be declined); one still tentative
+/// by then is kept and answered [`Dad6::Tentative`]. Without it the
+/// address goes on `nodad` ([`Dad6::Unique`]): a renewal of an address the
+/// interface holds already.
 pub(crate) async fn configure6(
     netns: &Path,
     ifname: &str,
     a: Address6,
-) -> Result<(), NetlinkError> {
+    dad: Option<std::time::Duration>,
+) -> Result<Dad6, NetlinkError> {
     let (nl, ifindex) = open(netns, ifname).await?;
     let done = async {
         nl.set_up(ifindex).await?;
-        nl.add_address6(ifindex, a.address, a.prefix_len).await?;
+        nl.add_address6(ifindex, a.address, a.prefix_len, dad.is_some())
+            .await?;
+        let state = match dad {
+            Some(limit) => dad_outcome(&nl, ifindex, a.address, limit).await?,
+            None => Dad6::Unique,
+        };
+        if state == Dad6::Duplicate {
+            nl.del_address6(ifindex, a.address, a.prefix_len).await?;
+            return Ok(state);
+        }
         if let Some(gw) = a.gateway {
             nl.add_default_route6(ifindex, gw, a.metric).await?;
         }
-        Ok(())
+        Ok(state)
     }
     .await;
     if done.is_err()
@@ -259,6 +278,27 @@ pub(crate) async fn configure6(
             "could not take off a partly applied IPv6 lease");
     }
     done
+}
+
+/// How often a tentative address's flags are read.
+const DAD_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Waits (at most `limit`) until `addr` on `ifindex` is no longer
+/// tentative; its state then.
+async fn dad_outcome(
+    nl: &Netlink,
+    ifindex: u32,
+    addr: std::net::Ipv6Addr,
+    limit: std::time::Duration,
+) -> Result<Dad6, NetlinkError> {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        let state = nl.dad6(ifindex, addr).await?;
+        if state != Dad6::Tentative || tokio::time::Instant::now() >= until {
+            return Ok(state);
+        }
+        tokio::time::sleep(DAD_POLL).await;
+    }
 }
 
 /// Take `a` off `ifname` in `netns`; missing pieces are fine.

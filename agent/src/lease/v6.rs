@@ -31,13 +31,20 @@ use crate::lease::router6::Routers;
 use crate::lease::services::Services;
 use crate::lease::task::Ended;
 use crate::model::Network;
-use crate::netlink::NetlinkError;
+use crate::netlink::{Dad6, NetlinkError};
 use crate::sys::clock::{now_unix_ms, seed};
 use crate::sys::sync::lock;
 
 /// How long a stopped task waits for the server's REPLY to its RELEASE
 /// before it ends anyway (within the registry's wait for a stop).
 const RELEASE_WAIT: Duration = Duration::from_secs(3);
+
+/// How long a new address's duplicate address detection is waited for:
+/// the kernel's defaults take 1–2 s (a random delay below
+/// `rtr_solicit_delay`, then one solicitation and `retrans_time`); an
+/// interface configured for more solicitations is left to finish on its
+/// own past this.
+const DAD_LIMIT: Duration = Duration::from_secs(3);
 
 /// How a maintained lease waits before soliciting again after an
 /// acquisition failed with nobody waiting on it.
@@ -281,21 +288,40 @@ impl Task6 {
         written
     }
 
-    /// Configure `lease` (apply), replacing what was configured before.
-    async fn configure(&mut self, lease: &v6::Lease) -> Result<(), Arc<NetlinkError>> {
+    /// Configure `lease` (apply), replacing what was configured before;
+    /// with `dad` (an address new to the interface), after the kernel's
+    /// duplicate address detection ([`apply::configure6`]). A duplicate is
+    /// taken off again and not recorded as applied.
+    async fn configure(&mut self, lease: &v6::Lease, dad: bool) -> Result<Dad6, Arc<NetlinkError>> {
         if !self.apply {
-            return Ok(());
+            return Ok(Dad6::Unique);
         }
         let rec = self.record();
         let want = address6(&rec.network, lease, rec.router6);
         if let Some(old) = self.applied.filter(|old| *old != want) {
             self.unconfigure_one(old).await;
         }
-        apply::configure6(&self.netns, &self.ifname(), want)
+        let state = apply::configure6(&self.netns, &self.ifname(), want, dad.then_some(DAD_LIMIT))
             .await
             .map_err(Arc::new)?;
-        self.applied = Some(want);
-        Ok(())
+        if state != Dad6::Duplicate {
+            self.applied = Some(want);
+        }
+        Ok(state)
+    }
+
+    /// Duplicate address detection found `lease`'s address held by
+    /// another node: the record forgets it and the engine DECLINEs it and
+    /// solicits again (an ADD waiting goes on waiting, for the next
+    /// address).
+    async fn declined(&mut self, lease: &v6::Lease) {
+        warn!(address = %lease.address,
+            "another node on the link holds the leased IPv6 address (duplicate address detection failed); declining it and soliciting again");
+        self.svc.metrics.failure("dad_duplicate");
+        lock(&self.live).set_lease6(None);
+        self.persist().await;
+        self.client.set_wall_clock_unix_ms(now_unix_ms());
+        self.client.decline(Instant::now());
     }
 
     async fn unconfigure(&mut self) {
@@ -325,7 +351,19 @@ impl Task6 {
                 // know of: the record naming the address is in place first.
                 lock(&self.live).set_lease6(Some(lease.clone()));
                 let written = self.persist().await;
-                let applied = self.configure(&lease).await;
+                let applied = match self.configure(&lease, true).await {
+                    Ok(Dad6::Duplicate) => {
+                        self.declined(&lease).await;
+                        return None;
+                    }
+                    Ok(Dad6::Tentative) => {
+                        info!(address = %lease.address, limit = ?DAD_LIMIT,
+                            "the IPv6 address is still tentative; kept (the kernel goes on detecting duplicates)");
+                        Ok(())
+                    }
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                };
                 let rec = self.record();
                 let a = address6(&rec.network, &lease, rec.router6);
                 if a.prefix_len == 128 && a.gateway.is_none() {
@@ -358,8 +396,17 @@ impl Task6 {
                 // Configured again: a resumed lease is configured by now
                 // (an address already there is fine), a changed one
                 // replaces the old address.
-                if let Err(e) = self.configure(&lease).await {
-                    warn!(error = %crate::rpc::format_chain(&*e), "could not configure the renewed IPv6 lease");
+                // A new address is checked for duplicates as a first one is.
+                let new = self.applied.is_none_or(|a| a.address != lease.address);
+                match self.configure(&lease, new).await {
+                    Ok(Dad6::Duplicate) => {
+                        self.declined(&lease).await;
+                        return None;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(error = %crate::rpc::format_chain(&*e), "could not configure the renewed IPv6 lease");
+                    }
                 }
                 info!(address = %lease.address, "DHCPv6 lease renewed");
                 lock(&self.live).set_lease6(Some(lease));
@@ -407,7 +454,7 @@ impl Task6 {
             gateway = ?router.and_then(|r| r.gateway), "router advertisements changed the IPv6 lease's prefix or router");
         lock(&self.live).record.router6 = router;
         self.persist().await;
-        if let Err(e) = self.configure(&lease).await {
+        if let Err(e) = self.configure(&lease, false).await {
             warn!(error = %crate::rpc::format_chain(&*e), "could not configure the IPv6 lease's new prefix or router");
         }
     }
