@@ -493,16 +493,7 @@ impl Netlink {
     /// Where the kernel's duplicate address detection of `addr` on
     /// `ifindex` stands.
     pub async fn dad6(&self, ifindex: u32, addr: Ipv6Addr) -> Result<Dad6> {
-        let msgs: Vec<AddressMessage> = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(ifindex)
-            .set_address_filter(IpAddr::V6(addr))
-            .execute()
-            .try_collect()
-            .await
-            .map_err(self.request_err(format!("look up {addr} on link #{ifindex}")))?;
+        let msgs = self.addresses6(ifindex, addr).await?;
         let Some(m) = msgs.iter().find(|m| m.header.index == ifindex) else {
             return Ok(Dad6::Gone);
         };
@@ -519,8 +510,9 @@ impl Netlink {
         Ok(Dad6::of(flags))
     }
 
-    /// Whether the IPv6 `addr/prefix_len` is on `ifindex`.
-    pub async fn has_address6(&self, ifindex: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<bool> {
+    /// The kernel's entries for the IPv6 `addr` on `ifindex` (none when it
+    /// is not there).
+    async fn addresses6(&self, ifindex: u32, addr: Ipv6Addr) -> Result<Vec<AddressMessage>> {
         let msgs: Vec<AddressMessage> = self
             .handle
             .address()
@@ -531,6 +523,12 @@ impl Netlink {
             .try_collect()
             .await
             .map_err(self.request_err(format!("look up {addr} on link #{ifindex}")))?;
+        Ok(msgs)
+    }
+
+    /// Whether the IPv6 `addr/prefix_len` is on `ifindex`.
+    pub async fn has_address6(&self, ifindex: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<bool> {
+        let msgs = self.addresses6(ifindex, addr).await?;
         Ok(msgs
             .iter()
             .any(|m| m.header.index == ifindex && m.header.prefix_len == prefix_len))
