@@ -65,6 +65,8 @@ use crate::netlink::{PeerLookup, veth_peer_here};
 use crate::settings::{AgentArgs, GuardChoice};
 use crate::sys::netns::run_in_netns_async;
 
+mod ahead;
+
 /// How long after recovery the guard reconciles what an earlier agent
 /// left ([`GuardService::release_unclaimed`]): the resumed leases' ports
 /// are guarded during recovery; this leaves the follower of Open vSwitch
@@ -282,6 +284,9 @@ pub(crate) struct GuardService {
     /// Open vSwitch): the follower of the OVS ports learns from it, at
     /// once, that the port's network is a DHCP network.
     added: tokio::sync::Notify,
+    /// The ports whose bridge the guard learns, to make the bridge's
+    /// other ports ready before their ADD ([`ahead`]).
+    ahead: ahead::Learning,
 }
 
 impl std::fmt::Debug for GuardService {
@@ -352,6 +357,7 @@ impl GuardService {
                     learned,
                     off_reason: None,
                     added: tokio::sync::Notify::new(),
+                    ahead: ahead::Learning::on(),
                 }
             }
             Err(e) => {
@@ -368,6 +374,7 @@ impl GuardService {
             learned,
             off_reason: Some(reason.to_owned()),
             added: tokio::sync::Notify::new(),
+            ahead: ahead::Learning::default(),
         }
     }
 
@@ -593,6 +600,10 @@ impl GuardService {
         };
         let policy = inner.effective(base, &network);
         let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
+        if hook == GuardHook::Tc {
+            // Its bridge's other ports are made ready before their ADD.
+            self.serve_bridge_of(&host_ifname);
+        }
         let port = GuardedPort {
             host_ifname,
             ifindex,
@@ -949,7 +960,10 @@ impl HostEnd {
 fn prepare(port: &str, prepared: Option<PortPrepared>) {
     if let Some(prepared) = prepared {
         let t = std::time::Instant::now();
-        crate::datapath::ebpf::prepare_port(port);
+        if let Err(e) = crate::datapath::ebpf::prepare_port(port) {
+            // The filter's attach says why the port cannot be guarded.
+            debug!(port, error = %e, "no clsact qdisc made");
+        }
         prepared.done();
         debug!(
             port,

@@ -108,6 +108,9 @@ pub struct LinkDetails {
     pub up: bool,
     /// Operationally up, carrier present (`IFF_RUNNING`).
     pub running: bool,
+    /// The device it is enslaved to (`IFLA_MASTER`: a bridge's port names
+    /// its bridge), by index.
+    pub master: Option<u32>,
 }
 
 impl LinkDetails {
@@ -120,12 +123,14 @@ impl LinkDetails {
             mtu: None,
             up: msg.header.flags.contains(LinkFlags::Up),
             running: msg.header.flags.contains(LinkFlags::Running),
+            master: None,
         };
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::IfName(n) => details.name.clone_from(n),
                 LinkAttribute::Address(a) => details.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
                 LinkAttribute::Mtu(m) => details.mtu = Some(*m),
+                LinkAttribute::Controller(m) if *m != 0 => details.master = Some(*m),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         if let LinkInfo::Kind(kind) = info {
@@ -338,6 +343,20 @@ impl Netlink {
             Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
             Err(e) => Err(self.request_err(format!("look up link #{ifindex}"))(e)),
         }
+    }
+
+    /// Every link of the namespace.
+    pub async fn links(&self) -> Result<Vec<LinkDetails>> {
+        let mut stream = self.handle.link().get().execute();
+        let mut links = Vec::new();
+        while let Some(msg) = stream
+            .try_next()
+            .await
+            .map_err(self.request_err("list the links"))?
+        {
+            links.push(LinkDetails::from_message(&msg));
+        }
+        Ok(links)
     }
 
     fn no_such(&self, what: &str) -> NetlinkError {
@@ -1278,6 +1297,75 @@ fn request(
             }
             at += len;
         }
+    }
+}
+
+/// A change to a link of the namespace, as [`LinkEvents`] hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// A link was made or changed (`RTM_NEWLINK`): what it is now.
+    Changed(LinkDetails),
+    /// A link was deleted (`RTM_DELLINK`), by index.
+    Gone(u32),
+}
+
+/// The link changes of the agent's namespace (`RTNLGRP_LINK`), from the
+/// moment it is opened. Only whole-device messages count: a bridge's own
+/// notices about its ports (`AF_BRIDGE`) are skipped, the device's own
+/// `RTM_NEWLINK` says the same.
+#[derive(Debug)]
+pub struct LinkEvents {
+    messages: futures::channel::mpsc::UnboundedReceiver<(
+        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+    task: JoinHandle<()>,
+}
+
+impl LinkEvents {
+    /// Subscribes in the calling thread's namespace; must run inside the
+    /// tokio runtime that will poll it.
+    pub fn open_here() -> io::Result<Self> {
+        let (conn, _handle, messages) =
+            rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Link])?;
+        Ok(Self {
+            messages,
+            task: tokio::spawn(conn),
+        })
+    }
+
+    /// The next change; `None` once the subscription has ended (its socket
+    /// failed: the caller opens another and reads again what it needs).
+    pub async fn next(&mut self) -> Option<LinkEvent> {
+        use futures::StreamExt as _;
+        use rtnetlink::packet_core::NetlinkPayload;
+        use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+
+        loop {
+            let (msg, _) = self.messages.next().await?;
+            let NetlinkPayload::InnerMessage(inner) = msg.payload else {
+                continue;
+            };
+            match inner {
+                RouteNetlinkMessage::NewLink(m)
+                    if m.header.interface_family != AddressFamily::Bridge =>
+                {
+                    return Some(LinkEvent::Changed(LinkDetails::from_message(&m)));
+                }
+                RouteNetlinkMessage::DelLink(m)
+                    if m.header.interface_family != AddressFamily::Bridge =>
+                {
+                    return Some(LinkEvent::Gone(m.header.index));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Drop for LinkEvents {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

@@ -315,3 +315,123 @@ fn is_discover_from(frame: &[u8], mac: [u8; 6]) -> bool {
     }
     false
 }
+
+/// The qdiscs of `port` in `ns`, once one of them is `clsact` or `within`
+/// has passed (then `Err` with what the port had last).
+fn clsact_within(ns: &NetNs, port: &str, within: Duration) -> Result<String, String> {
+    let until = Instant::now() + within;
+    loop {
+        let qdiscs = ns.exec(&["tc", "qdisc", "show", "dev", port]);
+        if qdiscs.contains("clsact") {
+            return Ok(qdiscs);
+        }
+        if Instant::now() >= until {
+            return Err(qdiscs);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A pod's port on a Linux bridge `node`, its peer `eth0` in a namespace
+/// of its own, both up.
+fn pod_on(node: &NetNs, bridge: &str, port: &str) -> NetNs {
+    let pod = NetNs::new();
+    node.ip(&[
+        "link",
+        "add",
+        port,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    node.ip(&["link", "set", port, "master", bridge]);
+    node.link_up(port);
+    pod.link_up("eth0");
+    pod
+}
+
+/// The ports of a Linux bridge the guard serves are made ready for it
+/// before their ADD: once the first pod of the bridge is guarded, the
+/// bridge's other veth ports get their `clsact` qdisc at once, and a port
+/// enslaved later gets its own as the kernel announces it — so their ADDs
+/// do not hold the first DISCOVER for the qdisc. A port of a bridge the
+/// guard does not serve is left alone.
+#[test]
+fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
+    let lab = Lab::builder().server_behind_uplink().clients(0).build();
+    let _dnsmasq = Dnsmasq::start(
+        lab.dhcp_ns(),
+        DnsmasqConfig {
+            interface: lab.dhcp_ifname().into(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let node = &lab.server;
+    let bridge = lab.bridge.name.as_str();
+    node.ip(&["link", "add", "brx", "type", "bridge"]);
+    node.link_up("brx");
+    let first = pod_on(node, bridge, "ca0");
+    let waiting = pod_on(node, bridge, "cb0");
+    let _elsewhere = pod_on(node, "brx", "cx0");
+    let agent = NodeAgent::start(node, &[]);
+    assert!(
+        clsact_within(node, "cb0", Duration::from_millis(300)).is_err(),
+        "a port was made ready before the guard served its bridge"
+    );
+
+    let client = rpc::Client::new(&agent.socket, Duration::from_secs(30));
+    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"macvlan","ipam":{"type":"xdhcp","timeout":"10s"}}"#;
+    let add = |pod: &NetNs, id: &str| {
+        let req = CniRequest {
+            container_id: id.to_owned(),
+            ifname: "eth0".to_owned(),
+            netns: Some(pod.path().to_path_buf()),
+            args: [
+                ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
+                ("K8S_POD_NAME".to_owned(), id.to_owned()),
+            ]
+            .into(),
+            config: xdhcp::cni::config::parse(conf.as_bytes()).expect("a valid config"),
+        };
+        if let Err(e) = client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req) {
+            panic!("ADD {id}: {}\n{}", e.into_cni().msg, agent.log());
+        }
+        req
+    };
+    let first_req = add(&first, "pod-first");
+    if let Err(had) = clsact_within(node, "cb0", Duration::from_secs(5)) {
+        panic!(
+            "the bridge's other port has no clsact qdisc 5 s after its first pod was guarded:\n{had}\n{}",
+            agent.log()
+        );
+    }
+    let later = pod_on(node, bridge, "cc0");
+    if let Err(had) = clsact_within(node, "cc0", Duration::from_secs(5)) {
+        panic!(
+            "a port enslaved to the served bridge has no clsact qdisc 5 s later:\n{had}\n{}",
+            agent.log()
+        );
+    }
+    let other = node.exec(&["tc", "qdisc", "show", "dev", "cx0"]);
+    assert!(
+        !other.contains("clsact"),
+        "a port of a bridge the guard does not serve was touched:\n{other}"
+    );
+    // The ports made ready are guarded as any other at their ADD.
+    let reqs = [
+        first_req,
+        add(&waiting, "pod-waiting"),
+        add(&later, "pod-later"),
+    ];
+    for port in ["ca0", "cb0", "cc0"] {
+        let filters = node.exec(&["tc", "filter", "show", "dev", port, "ingress"]);
+        assert!(filters.contains("bpf"), "{port} is not guarded:\n{filters}");
+    }
+    for req in &reqs {
+        let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
+    }
+}

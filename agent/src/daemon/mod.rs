@@ -524,6 +524,14 @@ async fn follow_node(
             token.clone(),
         ));
     }
+    // The Linux bridges the guard serves: their ports made ready for it
+    // before their ADD. An uplink's bridge is served from the start.
+    if agent.guard.is_on() {
+        for uplink in &agent.args.uplinks {
+            agent.guard.serve_bridge_of(&uplink.ifname);
+        }
+        side.spawn(agent.guard.clone().prepare_ahead(token.clone()));
+    }
     let ovs = agent.node_ovs.clone();
     side.spawn(workloads::follow_ports(
         agent.clone(),

@@ -360,6 +360,7 @@ mod tests {
             mtu: Some(mtu),
             up,
             running: up,
+            master: None,
         }
     }
 

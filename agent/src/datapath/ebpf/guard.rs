@@ -1364,9 +1364,12 @@ pub(super) fn unpin_guard(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// sent through it then, adding a filter to it later does not. One there
 /// already (a previous agent's guard, another user of `clsact`) is kept;
 /// a port that cannot have one fails the attach, which says why.
-pub fn prepare_port(ifname: &str) {
-    if let Err(e) = qdisc_add_clsact(ifname) {
-        tracing::debug!(ifname, error = %e, "no clsact qdisc made (the port may have one)");
+/// `Ok(true)`: made now; `Ok(false)`: the port had one.
+pub fn prepare_port(ifname: &str) -> Result<bool, TcError> {
+    match qdisc_add_clsact(ifname) {
+        Ok(()) => Ok(true),
+        Err(TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

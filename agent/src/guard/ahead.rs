@@ -1,0 +1,306 @@
+//! Bridge ports made ready for the guard before their ADD.
+//!
+//! The guard's filter hangs on the port's `clsact` qdisc, and making that
+//! qdisc deactivates the port for an RCU grace period (a frame handed to
+//! the port then is dropped), so a pod's ADD holds its first DISCOVER
+//! until the qdisc is there (`datapath::link::PortPrepared`): 0.1–0.5 ms
+//! on a quiet node, milliseconds when a burst's ADDs queue for RTNL. That
+//! is work that can be done before the ADD: the main plugin enslaves the
+//! pod's host port to its bridge a plugin exec or more before it calls the
+//! IPAM plugin.
+//!
+//! So the guard learns the Linux bridges it serves — the master of each
+//! port it guards, and of each uplink — and from then on every veth
+//! enslaved to one of them gets its `clsact` qdisc as soon as the kernel
+//! says so (`RTNLGRP_LINK`); the ports a bridge has when it is learned
+//! get theirs at once. A `clsact` qdisc without a filter does nothing to
+//! the port's frames. The ADD's own call then finds the qdisc made and
+//! lets its DISCOVER go without the wait. Open vSwitch ports are not made
+//! ready here: the daemon guards them from the OVS database before their
+//! ADD.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::GuardService;
+use crate::netlink::{LinkDetails, LinkEvent, LinkEvents, Netlink};
+
+/// How long after a failed subscription to the link events it is tried
+/// again.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Which bridges are served and which of their ports are made ready.
+/// Sans-IO: [`GuardService::prepare_ahead`] feeds it the kernel's links.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// Ifindexes of the Linux bridges the guard serves.
+    bridges: BTreeSet<u32>,
+    /// Ifindexes of the ports whose qdisc was made (or asked for).
+    prepared: BTreeSet<u32>,
+}
+
+impl Ahead {
+    /// Serves `master` (the device a guarded port or an uplink is enslaved
+    /// to) when it is a Linux bridge; `true` when it was not served yet.
+    pub(crate) fn learn(&mut self, master: &LinkDetails) -> bool {
+        master.kind.as_deref() == Some("bridge") && self.bridges.insert(master.ifindex)
+    }
+
+    /// Whether `link` is a port to make ready now: a veth enslaved to a
+    /// served bridge, not made ready yet (it is marked so). A port taken
+    /// off the bridge is forgotten, so it is made ready if it comes back.
+    pub(crate) fn wants(&mut self, link: &LinkDetails) -> bool {
+        let served = link.master.is_some_and(|m| self.bridges.contains(&m));
+        if !served {
+            self.prepared.remove(&link.ifindex);
+            return false;
+        }
+        link.kind.as_deref() == Some("veth") && self.prepared.insert(link.ifindex)
+    }
+
+    /// Link `ifindex` was deleted.
+    pub(crate) fn gone(&mut self, ifindex: u32) {
+        self.prepared.remove(&ifindex);
+        self.bridges.remove(&ifindex);
+    }
+
+    /// Whether any bridge is served.
+    fn serves(&self) -> bool {
+        !self.bridges.is_empty()
+    }
+
+    /// Forgets which ports were made ready (after missed events: each is
+    /// looked at again).
+    fn rescan(&mut self) {
+        self.prepared.clear();
+    }
+}
+
+/// The ports whose bridge is to be learned, from the guard to its
+/// follower ([`GuardService::prepare_ahead`]).
+#[derive(Debug, Default)]
+pub(crate) struct Learning {
+    tx: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+}
+
+impl Learning {
+    /// A guard that is on learns bridges; one that is off has no channel.
+    pub(crate) fn on() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            tx: Some(tx),
+            rx: std::sync::Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl GuardService {
+    /// Serve the bridge `port` (a host interface of the agent's namespace)
+    /// is enslaved to, if it is a Linux bridge: its veth ports are made
+    /// ready before their ADD. Cheap: the lookup is the follower's.
+    pub(crate) fn serve_bridge_of(&self, port: &str) {
+        if let Some(tx) = &self.ahead.tx {
+            let _ = tx.send(port.to_owned());
+        }
+    }
+
+    /// Follows the agent's namespace's links, making each veth port of a
+    /// served bridge ready for the guard ([`Ahead`]), until `token` is
+    /// cancelled. A side task: a failed subscription is logged and tried
+    /// again; this returns only when cancelled.
+    pub(crate) async fn prepare_ahead(self: Arc<Self>, token: CancellationToken) {
+        let learning = self
+            .ahead
+            .rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(mut learning) = learning else {
+            token.cancelled().await;
+            return;
+        };
+        let mut ahead = Ahead::default();
+        loop {
+            // Subscribed before any port is read, so a port enslaved in
+            // between is heard of.
+            let opened = LinkEvents::open_here().map_err(|e| e.to_string());
+            let opened = match opened {
+                Ok(events) => Netlink::open(None)
+                    .await
+                    .map(|nl| (events, nl))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            let (mut events, nl) = match opened {
+                Ok(both) => both,
+                Err(error) => {
+                    warn!(%error, "cannot follow the node's links; bridge ports are made ready for the guard at their ADD");
+                    tokio::select! {
+                        () = token.cancelled() => return,
+                        () = tokio::time::sleep(RETRY) => continue,
+                    }
+                }
+            };
+            if ahead.serves() {
+                ahead.rescan();
+                self.prepare_served(&nl, &mut ahead).await;
+            }
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    Some(port) = learning.recv() => self.learn_bridge(&nl, &mut ahead, &port).await,
+                    event = events.next() => match event {
+                        Some(LinkEvent::Changed(link)) => {
+                            if ahead.wants(&link) {
+                                make_ready(vec![link.name]).await;
+                            }
+                        }
+                        Some(LinkEvent::Gone(ifindex)) => ahead.gone(ifindex),
+                        None => {
+                            warn!("the node's link events ended; subscribing again");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// Serves the bridge `port` is enslaved to, and makes its ports ready
+    /// when it is new.
+    async fn learn_bridge(&self, nl: &Netlink, ahead: &mut Ahead, port: &str) {
+        let master = match nl.link(port).await {
+            Ok(link) => link.master,
+            Err(e) => {
+                debug!(port, error = %e, "no bridge learned");
+                return;
+            }
+        };
+        let Some(master) = master else { return };
+        match nl.link_by_index(master).await {
+            Ok(Some(bridge)) if ahead.learn(&bridge) => {
+                let made = self.prepare_served(nl, ahead).await;
+                info!(bridge = %bridge.name, port, ports_made_ready = made,
+                    "the guard serves this bridge: its veth ports get their qdisc before their ADD");
+            }
+            Ok(_) => {}
+            Err(e) => debug!(port, error = %e, "no bridge learned"),
+        }
+    }
+
+    /// Makes ready every port of the served bridges not made ready yet;
+    /// how many were.
+    async fn prepare_served(&self, nl: &Netlink, ahead: &mut Ahead) -> usize {
+        match nl.links().await {
+            Ok(links) => {
+                let ports: Vec<String> = links
+                    .into_iter()
+                    .filter(|l| ahead.wants(l))
+                    .map(|l| l.name)
+                    .collect();
+                let n = ports.len();
+                make_ready(ports).await;
+                n
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot list the node's links; bridge ports are made ready for the guard at their ADD");
+                0
+            }
+        }
+    }
+}
+
+/// Makes each port's `clsact` qdisc, one after another on a blocking
+/// thread (netlink, RTNL).
+async fn make_ready(ports: Vec<String>) {
+    if ports.is_empty() {
+        return;
+    }
+    let done = tokio::task::spawn_blocking(move || {
+        for port in ports {
+            let t = std::time::Instant::now();
+            match crate::datapath::ebpf::prepare_port(&port) {
+                Ok(made) => debug!(
+                    port,
+                    made,
+                    qdisc_us = t.elapsed().as_micros(),
+                    "port made ready for the guard before its ADD"
+                ),
+                Err(e) => debug!(port, error = %e, "port not made ready for the guard"),
+            }
+        }
+    })
+    .await;
+    if let Err(e) = done {
+        warn!(error = %e, "the task making bridge ports ready failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(ifindex: u32, kind: &str, master: Option<u32>) -> LinkDetails {
+        LinkDetails {
+            ifindex,
+            name: format!("if{ifindex}"),
+            mac: None,
+            kind: Some(kind.to_owned()),
+            mtu: None,
+            up: true,
+            running: true,
+            master,
+        }
+    }
+
+    #[test]
+    fn only_veth_ports_of_a_served_linux_bridge_are_made_ready_and_each_once() {
+        let mut ahead = Ahead::default();
+        let port = link(10, "veth", Some(2));
+        assert!(!ahead.wants(&port), "no bridge is served yet");
+        assert!(
+            !ahead.learn(&link(3, "openvswitch", None)),
+            "not a Linux bridge"
+        );
+        assert!(ahead.learn(&link(2, "bridge", None)));
+        assert!(!ahead.learn(&link(2, "bridge", None)), "served already");
+        assert!(ahead.wants(&port));
+        assert!(!ahead.wants(&port), "made ready once");
+        assert!(!ahead.wants(&link(11, "veth", Some(3))), "another master");
+        assert!(!ahead.wants(&link(12, "dummy", Some(2))), "not a veth");
+        assert!(!ahead.wants(&link(13, "veth", None)), "no master");
+    }
+
+    #[test]
+    fn a_port_that_leaves_and_comes_back_or_is_remade_is_made_ready_again() {
+        let mut ahead = Ahead::default();
+        ahead.learn(&link(2, "bridge", None));
+        assert!(ahead.wants(&link(10, "veth", Some(2))));
+        assert!(
+            !ahead.wants(&link(10, "veth", None)),
+            "taken off the bridge"
+        );
+        assert!(ahead.wants(&link(10, "veth", Some(2))), "back on it");
+        ahead.gone(10);
+        assert!(
+            ahead.wants(&link(10, "veth", Some(2))),
+            "a new device, same index"
+        );
+        ahead.rescan();
+        assert!(ahead.wants(&link(10, "veth", Some(2))), "looked at again");
+    }
+
+    #[test]
+    fn a_deleted_bridge_is_no_longer_served() {
+        let mut ahead = Ahead::default();
+        ahead.learn(&link(2, "bridge", None));
+        ahead.gone(2);
+        assert!(!ahead.wants(&link(10, "veth", Some(2))));
+        assert!(ahead.learn(&link(2, "bridge", None)), "learned again");
+    }
+}
