@@ -427,25 +427,8 @@ impl GuardService {
             return Ok(None);
         }
         let t0 = std::time::Instant::now();
-        let HostEnd { peer, mut prepared } = end;
-        let host = match peer {
-            // One blocking hop from the peer's lookup to the port's qdisc:
-            // the lease's first DISCOVER waits for it.
-            ready @ PeerLookup::Ready(_) => {
-                let held = prepared.take();
-                let (name, ns) = (ifname.to_owned(), netns.to_path_buf());
-                tokio::task::spawn_blocking(move || {
-                    let host = host_end_of(&ns, &name, ready.resolve().unwrap_or(Ok(None)));
-                    if let Ok(Some(port)) = &host {
-                        prepare(port, held);
-                    }
-                    host
-                })
-                .await
-                .map_err(|e| GuardError::Task(e.to_string()))??
-            }
-            other => host_end(netns, ifname, other).await?,
-        };
+        let HostEnd { peer, prepared } = end;
+        let host = host_end(netns, ifname, peer).await?;
         let Some(host_ifname) = host else {
             info!(ifname, netns = %netns.display(),
                 "pod interface is not a veth with its peer in the agent's namespace; not guarded");
@@ -989,11 +972,6 @@ pub(crate) async fn host_end(
             run_in_netns_async(netns, move || veth_peer_here(&name, own.as_fd())).await?
         }
         PeerLookup::Found(found) => found,
-        // Blocking: two netlink round trips, off the runtime's workers.
-        ready @ PeerLookup::Ready(_) => tokio::task::spawn_blocking(move || ready.resolve())
-            .await
-            .map_err(|e| GuardError::Task(e.to_string()))?
-            .unwrap_or(Ok(None)),
     };
     host_end_of(netns, ifname, found)
 }

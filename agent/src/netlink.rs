@@ -16,7 +16,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use futures::TryStreamExt;
@@ -817,49 +817,16 @@ pub enum PeerLookup {
     NotLooked,
     /// It looked ([`veth_peer_here`]).
     Found(io::Result<Option<VethPeer>>),
-    /// It made the lookup ready, for the guard to ask beside the lease's
-    /// exchange.
-    Ready(PeerQuery),
 }
 
 impl PeerLookup {
-    /// The peer, asking now if the lookup was only made ready (blocking);
-    /// `None` when nothing looked.
-    pub fn resolve(self) -> Option<io::Result<Option<VethPeer>>> {
+    /// The host port's index, when the peer was found in the agent's
+    /// namespace.
+    pub fn host_ifindex(&self) -> Option<u32> {
         match self {
-            Self::NotLooked => None,
-            Self::Found(found) => Some(found),
-            Self::Ready(query) => Some(query.ask()),
+            Self::Found(Ok(Some(p))) if p.in_namespace => Some(p.ifindex),
+            _ => None,
         }
-    }
-}
-
-/// A veth peer lookup made ready in a pod's namespace and asked later,
-/// from any thread and off the ADD's way to its first DISCOVER: a route
-/// socket opened there (it answers for that namespace wherever it is
-/// used) and the agent's namespace to compare the peer's with.
-#[derive(Debug)]
-pub struct PeerQuery {
-    sock: rtnetlink::sys::Socket,
-    ifname: String,
-    home: std::os::fd::OwnedFd,
-}
-
-impl PeerQuery {
-    /// Ready to look up the peer of `ifname` with `sock`, a route socket
-    /// of `ifname`'s namespace, against the agent's namespace `home`.
-    pub fn new(sock: rtnetlink::sys::Socket, ifname: &str, home: std::os::fd::OwnedFd) -> Self {
-        Self {
-            sock,
-            ifname: ifname.to_owned(),
-            home,
-        }
-    }
-
-    /// What [`veth_peer_here`] would have answered inside the namespace.
-    /// Blocking (two netlink round trips).
-    pub fn ask(&self) -> io::Result<Option<VethPeer>> {
-        veth_peer_on(&self.sock, &self.ifname, self.home.as_fd())
     }
 }
 
@@ -892,7 +859,7 @@ pub fn route_socket_here() -> io::Result<rtnetlink::sys::Socket> {
 
 /// [`veth_peer_here`] on `sock`, a route socket of the namespace `ifname`
 /// is in ([`route_socket_here`]).
-fn veth_peer_on(
+pub fn veth_peer_on(
     sock: &rtnetlink::sys::Socket,
     ifname: &str,
     ns: BorrowedFd<'_>,

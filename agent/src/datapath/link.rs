@@ -16,7 +16,7 @@ use crate::datapath::afpacket::AfPacketReceiver;
 use crate::datapath::rawsock::{
     LinkInfo, LinkRemovalWatch, RawSender, RawSockError, is_gone_errno, link_info_on,
 };
-use crate::netlink::{PeerLookup, PeerQuery};
+use crate::netlink::PeerLookup;
 use crate::sys::netns::run_switched_holding;
 
 /// Failure opening or using a link.
@@ -718,7 +718,7 @@ fn open_here(
     };
     clock.receiver = clock.lap();
     let (peer, protected) = if looking {
-        let (peer, protected) = look_here(&name, info.ifindex, raised, home, &mut clock);
+        let (peer, protected) = look_here(&name, info.ifindex, home, &mut clock);
         (peer, Some(protected))
     } else {
         (PeerLookup::NotLooked, None)
@@ -738,15 +738,16 @@ fn open_here(
 /// What an ADD needs of the calling thread's namespace besides its link
 /// (`ifname`, index `ifindex`), with one route socket there: the prefixes
 /// its lease must not reroute, read now (the engine needs them before its
-/// first DISCOVER), and the veth peer, which only the guard needs: made
-/// ready here and asked beside the exchange — unless the open `raised`
-/// the interface, when `settle` waits for the peer before the DISCOVER
-/// goes out. A failed lookup costs the guard, not the lease: carried to
-/// it. No `home` (no trip): no peer.
+/// first DISCOVER), and the veth peer (two round trips on the same
+/// socket): the guard's port, which the first DISCOVER may wait for
+/// (`Link::hold_first_send`), and, for an interface the open raised, the
+/// device `settle` waits for. Asked here rather than in a blocking hop of
+/// the guard's after the trip, it costs the DISCOVER no thread wake-up. A
+/// failed lookup costs the guard, not the lease: carried to it. No `home`
+/// (no trip): no peer.
 fn look_here(
     ifname: &str,
     ifindex: u32,
-    raised: bool,
     home: Option<BorrowedFd<'_>>,
     clock: &mut TripClock,
 ) -> (PeerLookup, Vec<Ipv4Prefix>) {
@@ -770,17 +771,9 @@ fn look_here(
     let protected =
         crate::netlink::prefixes_to_protect_on(&sock, ifindex).unwrap_or_else(|e| unread(&e));
     clock.routes = clock.lap();
-    let peer = match home.map(|h| h.try_clone_to_owned()) {
+    let peer = match home {
         None => PeerLookup::NotLooked,
-        Some(Ok(home)) => {
-            let query = PeerQuery::new(sock, ifname, home);
-            if raised {
-                PeerLookup::Found(query.ask())
-            } else {
-                PeerLookup::Ready(query)
-            }
-        }
-        Some(Err(e)) => PeerLookup::Found(Err(e)),
+        Some(home) => PeerLookup::Found(crate::netlink::veth_peer_on(&sock, ifname, home)),
     };
     clock.peer = clock.lap();
     (peer, protected)
@@ -821,15 +814,12 @@ mod tests {
         }
     }
 
-    /// The ADD's trip into a pod's namespace leaves the veth peer's lookup
-    /// ready, not done: it is asked afterwards, from the agent's namespace,
-    /// on the socket the trip opened, and finds the host end there. Only a
-    /// pod handed over down has it looked up in the trip (`settle` waits
-    /// for that peer before the first DISCOVER). The removal watch joins
-    /// its group only when first waited on, and still sees an interface
-    /// deleted before then.
+    /// The ADD's trip into a pod's namespace finds the veth peer, in the
+    /// agent's namespace, whether it raised the interface or found it up.
+    /// The removal watch joins its group only when first waited on, and
+    /// still sees an interface deleted before then.
     #[test]
-    fn the_trip_leaves_the_peer_lookup_ready_and_the_watch_unsubscribed_unless_it_raised() {
+    fn the_trip_finds_the_peer_and_leaves_the_watch_unsubscribed() {
         // This test's own "node" namespace: a thread unshared from the host.
         std::thread::spawn(|| {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
@@ -882,13 +872,12 @@ mod tests {
                     matches!(link.take_veth_peer(), PeerLookup::Found(Ok(Some(p))) if p == want)
                 );
                 drop(link);
-                // Up: the lookup is made ready and asked later, here.
+                // Up: the trip looks all the same.
                 let mut link =
                     Link::open_looking(Some(&pod.path), "eth0", Sockets::SenderAndReceiver, true)
                         .unwrap();
-                let ready = link.take_veth_peer();
-                assert!(matches!(ready, PeerLookup::Ready(_)), "{ready:?}");
-                assert_eq!(ready.resolve().unwrap().unwrap(), Some(want));
+                let found = link.take_veth_peer();
+                assert_eq!(found.host_ifindex(), Some(host), "{found:?}");
                 // Its removal watch subscribes when first waited on; a
                 // deletion before that is seen on the sender.
                 handle.link().del(host).execute().await.unwrap();

@@ -20,7 +20,7 @@
 //! ADD.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use super::GuardService;
 use crate::netlink::{LinkDetails, LinkEvent, LinkEvents, Netlink};
+use crate::sys::sync::lock;
 
 /// How long after a failed subscription to the link events it is tried
 /// again.
@@ -62,6 +63,11 @@ impl Ahead {
         link.kind.as_deref() == Some("veth") && self.prepared.insert(link.ifindex)
     }
 
+    /// Whether port `ifindex` is marked made ready.
+    fn is_marked(&self, ifindex: u32) -> bool {
+        self.prepared.contains(&ifindex)
+    }
+
     /// Link `ifindex` was deleted.
     pub(crate) fn gone(&mut self, ifindex: u32) {
         self.prepared.remove(&ifindex);
@@ -85,8 +91,14 @@ impl Ahead {
 #[derive(Debug, Default)]
 pub(crate) struct Learning {
     tx: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    /// Ifindexes of the ports whose qdisc is there: made here, or found
+    /// made.
+    made: Made,
 }
+
+/// The ports made ready, shared with the blocking thread that makes them.
+type Made = Arc<Mutex<BTreeSet<u32>>>;
 
 impl Learning {
     /// A guard that is on learns bridges; one that is off has no channel.
@@ -94,12 +106,20 @@ impl Learning {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         Self {
             tx: Some(tx),
-            rx: std::sync::Mutex::new(Some(rx)),
+            rx: Mutex::new(Some(rx)),
+            made: Made::default(),
         }
     }
 }
 
 impl GuardService {
+    /// Whether host port `ifindex` has its `clsact` qdisc already (made
+    /// ready before its ADD): the ADD's first DISCOVER need not wait for
+    /// it.
+    pub(crate) fn made_ready(&self, ifindex: u32) -> bool {
+        lock(&self.ahead.made).contains(&ifindex)
+    }
+
     /// Serve the bridge `port` (a host interface of the agent's namespace)
     /// is enslaved to, if it is a Linux bridge: its veth ports are made
     /// ready before their ADD. Cheap: the lookup is the follower's.
@@ -157,10 +177,15 @@ impl GuardService {
                     event = events.next() => match event {
                         Some(LinkEvent::Changed(link)) => {
                             if ahead.wants(&link) {
-                                make_ready(vec![link.name]).await;
+                                self.make_ready(vec![(link.ifindex, link.name)]).await;
+                            } else if !ahead.is_marked(link.ifindex) {
+                                lock(&self.ahead.made).remove(&link.ifindex);
                             }
                         }
-                        Some(LinkEvent::Gone(ifindex)) => ahead.gone(ifindex),
+                        Some(LinkEvent::Gone(ifindex)) => {
+                            ahead.gone(ifindex);
+                            lock(&self.ahead.made).remove(&ifindex);
+                        }
                         None => {
                             warn!("the node's link events ended; subscribing again");
                             break;
@@ -198,13 +223,13 @@ impl GuardService {
     async fn prepare_served(&self, nl: &Netlink, ahead: &mut Ahead) -> usize {
         match nl.links().await {
             Ok(links) => {
-                let ports: Vec<String> = links
+                let ports: Vec<(u32, String)> = links
                     .into_iter()
                     .filter(|l| ahead.wants(l))
-                    .map(|l| l.name)
+                    .map(|l| (l.ifindex, l.name))
                     .collect();
                 let n = ports.len();
-                make_ready(ports).await;
+                self.make_ready(ports).await;
                 n
             }
             Err(e) => {
@@ -213,31 +238,35 @@ impl GuardService {
             }
         }
     }
-}
 
-/// Makes each port's `clsact` qdisc, one after another on a blocking
-/// thread (netlink, RTNL).
-async fn make_ready(ports: Vec<String>) {
-    if ports.is_empty() {
-        return;
-    }
-    let done = tokio::task::spawn_blocking(move || {
-        for port in ports {
-            let t = std::time::Instant::now();
-            match crate::datapath::ebpf::prepare_port(&port) {
-                Ok(made) => debug!(
-                    port,
-                    made,
-                    qdisc_us = t.elapsed().as_micros(),
-                    "port made ready for the guard before its ADD"
-                ),
-                Err(e) => debug!(port, error = %e, "port not made ready for the guard"),
-            }
+    /// Makes each port's `clsact` qdisc, one after another on a blocking
+    /// thread (netlink, RTNL), and notes the ports that have one.
+    async fn make_ready(&self, ports: Vec<(u32, String)>) {
+        if ports.is_empty() {
+            return;
         }
-    })
-    .await;
-    if let Err(e) = done {
-        warn!(error = %e, "the task making bridge ports ready failed");
+        let made = self.ahead.made.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            for (ifindex, port) in ports {
+                let t = std::time::Instant::now();
+                match crate::datapath::ebpf::prepare_port(&port) {
+                    Ok(new) => {
+                        lock(&made).insert(ifindex);
+                        debug!(
+                            port,
+                            made = new,
+                            qdisc_us = t.elapsed().as_micros(),
+                            "port made ready for the guard before its ADD"
+                        );
+                    }
+                    Err(e) => debug!(port, error = %e, "port not made ready for the guard"),
+                }
+            }
+        })
+        .await;
+        if let Err(e) = done {
+            warn!(error = %e, "the task making bridge ports ready failed");
+        }
     }
 }
 

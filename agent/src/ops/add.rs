@@ -8,13 +8,14 @@ use xdhcp_engine::Mode;
 
 use crate::cni::config::{Family, NetworkConfig};
 use crate::cni::types::CniResult;
-use crate::datapath::link::{Link, Sockets};
+use crate::datapath::link::{Link, PortPrepared, Sockets};
 use crate::guard::HostEnd;
 use crate::kube::network_key;
 use crate::lease::acquire::{Acquisition, engine_config};
 use crate::lease::apply;
 use crate::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
+use crate::netlink::PeerLookup;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
 use crate::ops::guard_port::PortNetwork;
@@ -131,6 +132,19 @@ const ANSWER_SLACK: Duration = Duration::from_secs(1);
 /// acquisition's timeout (the plugin waits that timeout plus 15 s).
 const UNTOLD_MARGIN: Duration = Duration::from_secs(14);
 
+/// A pod's first frame held until the guard has made its host port's
+/// `clsact` qdisc: creating it deactivates the port for a moment, and a
+/// reply arriving then would be dropped (`PortPrepared`); only the qdisc
+/// is made before the first DISCOVER leaves, the filter goes on beside the
+/// exchange. A port of a bridge the guard serves has it already (made
+/// ready before its ADD): nothing is held. `None` without the guard.
+fn first_send_held(agent: &Agent, link: &mut Link, peer: &PeerLookup) -> Option<PortPrepared> {
+    let ready = peer
+        .host_ifindex()
+        .is_some_and(|port| agent.guard.made_ready(port));
+    (agent.guard.is_on() && !ready).then(|| link.hold_first_send())
+}
+
 /// ADD, within the caller's `wait` (the plugin tells it; see
 /// [`crate::rpc::HEADER_WAIT_MS`]).
 pub(crate) async fn add(
@@ -190,12 +204,12 @@ pub(crate) async fn add(
     // expedited RCU grace period. Beside the DORA a server's round trip
     // hides it; in line, before or after the DORA, it is on every pod's
     // ADD path — measured after the DORA, it cost as much as it saves.)
-    // Only the port's qdisc is made before the first DISCOVER leaves:
-    // creating it deactivates the port for a moment, and a reply arriving
-    // then would be dropped (`PortPrepared`). A VM's guard needs the VM's
-    // MAC and goes on before its one-shot discovery, in `bind`.
+    // A VM's guard needs the VM's MAC and goes on before its one-shot
+    // discovery, in `bind`.
     let pod_peer = link.take_veth_peer_if(pod);
-    let prepared = (pod && agent.guard.is_on()).then(|| link.hold_first_send());
+    let prepared = pod
+        .then(|| first_send_held(agent, &mut link, &pod_peer))
+        .flatten();
     // The pod's one client: the agent's own exchanges for it carry this MAC.
     let pod_mac = link.info.mac;
     let pod_guard = async {

@@ -53,7 +53,8 @@
 //! `XDHCP_BENCH_ONLY=xdhcp|upstream` one implementation (no ratios to
 //! upstream then); `XDHCP_BENCH_LOG_DIR` keeps the daemon logs (agent at
 //! `XDHCP_BENCH_RUST_LOG`) and per-ADD timings there;
-//! `XDHCP_BENCH_AGENT_ARGS` adds flags to the agent's command line.
+//! `XDHCP_BENCH_AGENT_ARGS` adds flags to the agent's command line;
+//! `XDHCP_BENCH_SIZES=1,10` runs only those burst sizes.
 //! Every namespace has a unique `xdt-<pid>-<n>` name and is removed, with the
 //! processes in it, when the run ends or panics (and by the next run's sweep
 //! if this one was killed); no interface is created in, nor touched of, the
@@ -387,8 +388,18 @@ fn run_phase(
     }
 }
 
-/// The burst sizes and their rounds (`XDHCP_BENCH_ROUNDS=n`: n each).
+/// The burst sizes and their rounds (`XDHCP_BENCH_ROUNDS=n`: n each;
+/// `XDHCP_BENCH_SIZES=1,10`: only those sizes).
 fn burst_plan() -> Vec<(usize, usize)> {
+    let sizes: Option<Vec<usize>> = std::env::var("XDHCP_BENCH_SIZES").ok().map(|v| {
+        v.split(',')
+            .map(|n| {
+                n.trim().parse().unwrap_or_else(|_| {
+                    panic!("XDHCP_BENCH_SIZES: burst sizes like 1,10, not {v:?}")
+                })
+            })
+            .collect()
+    });
     let rounds = std::env::var("XDHCP_BENCH_ROUNDS").ok().map(|v| {
         v.parse::<usize>()
             .ok()
@@ -397,6 +408,7 @@ fn burst_plan() -> Vec<(usize, usize)> {
     });
     BURSTS
         .iter()
+        .filter(|(n, _)| sizes.as_ref().is_none_or(|s| s.contains(n)))
         .map(|&(n, r)| (n, rounds.unwrap_or(r)))
         .collect()
 }
@@ -454,6 +466,9 @@ fn harness(xdhcp: &Path) -> Vec<Phase> {
                 ));
             }
         }
+    }
+    if plan.iter().all(|&(n, _)| n != CONCURRENT) {
+        return phases;
     }
     let kea = Kea::start(
         lab.dhcp_ns(),
