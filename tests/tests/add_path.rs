@@ -421,7 +421,9 @@ fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
         !other.contains("clsact"),
         "a port of a bridge the guard does not serve was touched:\n{other}"
     );
-    // The ports made ready are guarded as any other at their ADD.
+    // The ports made ready are guarded as any other at their ADD, and
+    // their first DISCOVER did not wait for the qdisc (the first pod's,
+    // before the bridge was served, did).
     let reqs = [
         first_req,
         add(&waiting, "pod-waiting"),
@@ -430,6 +432,23 @@ fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
     for port in ["ca0", "cb0", "cc0"] {
         let filters = node.exec(&["tc", "filter", "show", "dev", port, "ingress"]);
         assert!(filters.contains("bpf"), "{port} is not guarded:\n{filters}");
+    }
+    let log = agent.log();
+    let held = |id: &str| {
+        log.lines().any(|l| {
+            l.contains(&format!("container={id} "))
+                && l.contains("the host port is ready for its guard")
+        })
+    };
+    assert!(
+        held("pod-first"),
+        "the first pod's DISCOVER did not wait for its port's qdisc:\n{log}"
+    );
+    for id in ["pod-waiting", "pod-later"] {
+        assert!(
+            !held(id),
+            "{id}'s DISCOVER waited for a port made ready before its ADD:\n{log}"
+        );
     }
     for req in &reqs {
         let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
