@@ -54,7 +54,8 @@
 //! upstream then); `XDHCP_BENCH_LOG_DIR` keeps the daemon logs (agent at
 //! `XDHCP_BENCH_RUST_LOG`) and per-ADD timings there;
 //! `XDHCP_BENCH_AGENT_ARGS` adds flags to the agent's command line;
-//! `XDHCP_BENCH_SIZES=1,10` runs only those burst sizes.
+//! `XDHCP_BENCH_SIZES=1,10` runs only those burst sizes;
+//! `XDHCP_BENCH_SERVER_LEASES=disk` keeps dnsmasq's lease file on the disk.
 //! Every namespace has a unique `xdt-<pid>-<n>` name and is removed, with the
 //! processes in it, when the run ends or panics (and by the next run's sweep
 //! if this one was killed); no interface is created in, nor touched of, the
@@ -413,6 +414,18 @@ fn burst_plan() -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// `XDHCP_BENCH_SERVER_LEASES=tmpfs|disk` (default tmpfs): where dnsmasq
+/// keeps its lease file. On the disk, as a harness of one's own has it,
+/// dnsmasq's `fsync` before every ACK (one ACK at a time) is most of a
+/// burst's time on this VM.
+fn server_leases_on_tmpfs() -> bool {
+    match std::env::var("XDHCP_BENCH_SERVER_LEASES").as_deref() {
+        Err(_) | Ok("tmpfs") => true,
+        Ok("disk") => false,
+        Ok(other) => panic!("XDHCP_BENCH_SERVER_LEASES: expected tmpfs or disk, not {other:?}"),
+    }
+}
+
 /// `XDHCP_BENCH_TCPDUMP=off|on|both` (default both): the tcpdump settings
 /// to run the phases with, off first.
 fn tcpdump_plan() -> Vec<bool> {
@@ -441,7 +454,7 @@ fn harness(xdhcp: &Path) -> Vec<Phase> {
             lab.dhcp_ns(),
             DnsmasqConfig {
                 interface: lab.dhcp_ifname().to_owned(),
-                on_tmpfs: true,
+                on_tmpfs: server_leases_on_tmpfs(),
                 ..dnsmasq_config(
                     (Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 250)),
                     Ipv4Addr::new(255, 255, 255, 0),
@@ -1072,11 +1085,17 @@ fn report(phases: &[Phase], load_before: &str, took: Duration) {
         took.as_secs_f64()
     );
     {
+        let leases = if server_leases_on_tmpfs() {
+            "on tmpfs so that its fsync at every change, 1–9 ms on this VM's shared disk, does \
+             not swamp the figures"
+        } else {
+            "on the disk, as in a harness of one's own (`XDHCP_BENCH_SERVER_LEASES=disk`): \
+             dnsmasq fsyncs it before every ACK, one ACK at a time"
+        };
         let _ = writeln!(
             md,
             "The harness: a node namespace with a Linux bridge `br0`; the DHCP server (dnsmasq 2.90 \
-             `--no-ping`, {LEASE_SECS} s leases, its lease file on tmpfs so that its fsync at every \
-             change, 1–9 ms on this VM's shared disk, does not swamp the figures; then Kea 2.2 \
+             `--no-ping`, {LEASE_SECS} s leases, its lease file {leases}; then Kea 2.2 \
              memfile) in its own namespace behind a veth \
              whose bridge end is `up0`; {CONCURRENT} pod namespaces with a veth each on the bridge, created \
              up front and reused by every phase. Each phase starts its daemon fresh: the upstream \
