@@ -454,3 +454,138 @@ fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
         let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
     }
 }
+
+/// Counts, on a thread, the DHCP client frames (IPv4 UDP to port 67) from
+/// `mac` that the bridge sends out of `port` of `node`, until `stop`.
+fn client_frames_out_of(
+    node: &NetNs,
+    port: &str,
+    mac: [u8; 6],
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let tap = node.packet_socket(
+        node.ifindex(port),
+        libc::ETH_P_ALL as u16,
+        Some(Duration::from_millis(50)),
+    );
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let mut seen = 0;
+        while !stop.load(Ordering::SeqCst) {
+            // SAFETY: reading into a buffer we own from an open socket.
+            let n = unsafe { libc::recv(tap.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let Ok(n) = usize::try_from(n) else { continue };
+            let f = &buf[..n];
+            if n >= 14 + 20 + 8 && f[6..12] == mac && f[12..14] == [0x08, 0x00] && f[14 + 9] == 17 {
+                let udp = 14 + usize::from(f[14] & 0x0f) * 4;
+                if f.get(udp + 2..udp + 4) == Some(&[0, 67]) {
+                    seen += 1;
+                }
+            }
+        }
+        seen
+    })
+}
+
+/// Without an uplink, a fresh pod's first DISCOVER (and its REQUEST) go
+/// to the MAC of the server that bound the network's latest lease, not to
+/// the broadcast address: the bridge floods a broadcast to every port of
+/// the segment — every pod takes a copy — where the server's MAC reaches
+/// the server alone. A witness port on the bridge sees none of the second
+/// pod's client frames. When that MAC is stale (the server's interface got
+/// another), the DISCOVER goes unanswered, its retransmission broadcasts,
+/// the ADD is served, and the next pod's DISCOVER goes to the new MAC.
+#[test]
+fn a_fresh_pods_first_discover_goes_to_the_servers_mac_and_floods_no_port() {
+    const TO_SERVER: &str = "sent to the network's server's MAC";
+    let lab = Lab::builder().server_behind_uplink().clients(0).build();
+    let _dnsmasq = Dnsmasq::start(
+        lab.dhcp_ns(),
+        DnsmasqConfig {
+            interface: lab.dhcp_ifname().into(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let node = &lab.server;
+    let bridge = lab.bridge.name.as_str();
+    let _witness = pod_on(node, bridge, "cw0");
+    let agent = NodeAgent::start(
+        node,
+        &["--retransmit-initial", "1s", "--retransmit-jitter", "0s"],
+    );
+    let client = rpc::Client::new(&agent.socket, Duration::from_secs(30));
+    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"macvlan","ipam":{"type":"xdhcp","timeout":"10s"}}"#;
+    let add = |pod: &NetNs, id: &str| {
+        let req = CniRequest {
+            container_id: id.to_owned(),
+            ifname: "eth0".to_owned(),
+            netns: Some(pod.path().to_path_buf()),
+            args: [
+                ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
+                ("K8S_POD_NAME".to_owned(), id.to_owned()),
+            ]
+            .into(),
+            config: xdhcp::cni::config::parse(conf.as_bytes()).expect("a valid config"),
+        };
+        if let Err(e) = client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req) {
+            panic!("ADD {id}: {}\n{}", e.into_cni().msg, agent.log());
+        }
+        req
+    };
+    let said = |id: &str, what: &str| {
+        agent
+            .log()
+            .lines()
+            .any(|l| l.contains(&format!("container={id} ")) && l.contains(what))
+    };
+    let first = pod_on(node, bridge, "cu0");
+    let mut reqs = vec![add(&first, "pod-first")];
+    assert!(!said("pod-first", TO_SERVER), "no lease was bound yet");
+
+    let second = pod_on(node, bridge, "cu1");
+    let stop = Arc::new(AtomicBool::new(false));
+    let witness = client_frames_out_of(node, "cw0", second.mac("eth0"), stop.clone());
+    reqs.push(add(&second, "pod-second"));
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::SeqCst);
+    let flooded = witness.join().expect("the witness");
+    assert_eq!(
+        flooded,
+        0,
+        "the second pod's DHCP frames were flooded to another port of the bridge\n{}",
+        agent.log()
+    );
+    assert!(said("pod-second", TO_SERVER), "{}", agent.log());
+
+    // The server's interface takes another MAC: the one the agent knows is
+    // stale.
+    let (server, ifname) = (lab.dhcp_ns(), lab.dhcp_ifname());
+    server.ip(&["link", "set", "dev", ifname, "down"]);
+    server.ip(&["link", "set", "dev", ifname, "address", "02:00:5e:00:aa:01"]);
+    server.link_up(ifname);
+    let third = pod_on(node, bridge, "cu2");
+    reqs.push(add(&third, "pod-third"));
+    assert!(
+        said(
+            "pod-third",
+            "no reply to the DISCOVER sent to the network's server; broadcasting"
+        ),
+        "{}",
+        agent.log()
+    );
+    let fourth = pod_on(node, bridge, "cu3");
+    reqs.push(add(&fourth, "pod-fourth"));
+    assert!(
+        agent
+            .log()
+            .lines()
+            .any(|l| l.contains("container=pod-fourth ")
+                && l.contains(TO_SERVER)
+                && l.contains("02:00:5e:00:aa:01")),
+        "the next pod's DISCOVER did not go to the server's new MAC\n{}",
+        agent.log()
+    );
+    for req in &reqs {
+        let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
+    }
+}

@@ -414,6 +414,10 @@ pub(crate) struct Capture {
     /// are `targets`, there) while a lease task holds its own `live` lock;
     /// the capture never takes a lease's lock.
     served: Mutex<HashMap<String, ServedVia>>,
+    /// Per network: the Ethernet source of the reply that bound its latest
+    /// lease on a pod's own link (no uplink on the way). See
+    /// [`Capture::server_mac`]. A leaf lock.
+    server_macs: Mutex<HashMap<String, [u8; 6]>>,
 }
 
 /// Where a network's server was last heard: a live uplink, tagged so.
@@ -456,6 +460,7 @@ impl Capture {
             health,
             lost: Mutex::new(HashMap::new()),
             served: Mutex::new(HashMap::new()),
+            server_macs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -977,6 +982,38 @@ impl Capture {
         let via = lock(&self.served).get(network).cloned()?;
         self.live_ifindex(&*self.uplink_named(&via.uplink)?)?;
         Some(via)
+    }
+
+    /// A lease of `network` was bound, on its pod's own link, by a reply
+    /// from Ethernet source `mac` (the server, or the relay or router
+    /// before it): the next acquisition's first DISCOVER is sent there
+    /// ([`Capture::server_mac`]). Only a reply the engine accepted and
+    /// bound on counts, so no forged reply steers it.
+    pub(crate) fn note_server_mac(&self, network: &str, mac: [u8; 6]) {
+        lock(&self.server_macs).insert(network.to_owned(), mac);
+    }
+
+    /// Where a fresh acquisition on `network` without an uplink sends its
+    /// first DISCOVER at the Ethernet layer: the source of the reply that
+    /// bound the network's latest lease on a pod's link. A DISCOVER is an IP
+    /// broadcast, and sent to the broadcast MAC the node's bridge floods it
+    /// to every port of the segment — every pod's stack takes a copy, a
+    /// hundred of them under a burst of a hundred ADDs; addressed to the
+    /// server's MAC (its IP destination still 255.255.255.255) it reaches
+    /// the same server and nothing else. Only the first DISCOVER (and the
+    /// REQUEST for that server's OFFER): a retransmission is broadcast,
+    /// and forgets this address ([`Capture::forget_server_mac`]).
+    pub(crate) fn server_mac(&self, network: &str) -> Option<[u8; 6]> {
+        lock(&self.server_macs).get(network).copied()
+    }
+
+    /// The first DISCOVER sent to `mac` went unanswered: the network's
+    /// next acquisitions broadcast theirs until a lease is bound again.
+    pub(crate) fn forget_server_mac(&self, network: &str, mac: [u8; 6]) {
+        let mut macs = lock(&self.server_macs);
+        if macs.get(network) == Some(&mac) {
+            macs.remove(network);
+        }
     }
 
     /// Hand a captured frame to the lease task owning its xid.

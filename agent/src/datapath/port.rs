@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
-use xdhcp_engine::{MessageKind, Transmit};
+use xdhcp_engine::{Destination, MessageKind, Transmit};
 
 use crate::datapath::capture::{Capture, CapturePath, HeldPath, ServedVia, TargetState};
 use crate::datapath::ebpf::AttachTarget;
@@ -34,6 +34,7 @@ use crate::datapath::link::{Link, LinkError};
 use crate::datapath::{RxFrame, RxPath};
 use crate::metrics::Metrics;
 use crate::model::UplinkRef;
+use crate::workload::MacAddr;
 
 /// Channel depth per lease for captured frames.
 const FRAME_QUEUE: usize = 32;
@@ -165,6 +166,11 @@ pub(crate) struct Port {
     /// Whether a DISCOVER went out yet (only the first may take the
     /// network's uplink before the lease is on one).
     discovered: bool,
+    /// The server MAC the first DISCOVER was addressed to at the Ethernet
+    /// layer, while that exchange lasts (`Capture::server_mac`).
+    unicast_to: Option<[u8; 6]>,
+    /// The Ethernet source of the first reply on the lease's own link.
+    first_reply_from: Option<[u8; 6]>,
     /// The path the lease's view shows.
     path: CapturePath,
     /// Set while the kernel would not own the lease's xid (its ownership
@@ -258,6 +264,8 @@ impl Port {
             frames_tx,
             owned: None,
             discovered: false,
+            unicast_to: None,
+            first_reply_from: None,
             path,
             unowned: None,
         })
@@ -382,6 +390,54 @@ impl Port {
         });
     }
 
+    /// `t` as it leaves through the pod's own link: the first DISCOVER of
+    /// a fresh acquisition addressed to its network's server at the
+    /// Ethernet layer, when one bound the network's latest lease on a
+    /// pod's link (`Capture::server_mac`), and the REQUEST for that
+    /// server's OFFER likewise; the IP destination stays the broadcast one.
+    /// A DISCOVER sent again with no reply heard since broadcasts, and
+    /// the network forgets that MAC.
+    fn addressed(&mut self, t: Transmit, first_discover: bool) -> Transmit {
+        let broadcast = t.dst == Destination::Broadcast;
+        let to = match t.kind {
+            MessageKind::Discover if first_discover => {
+                self.unicast_to = self.capture.server_mac(&self.owner.network);
+                self.unicast_to
+            }
+            MessageKind::Discover => {
+                if let Some(mac) = self.unicast_to.take()
+                    && self.first_reply_from.is_none()
+                {
+                    debug!(server_mac = %MacAddr(mac),
+                        "no reply to the DISCOVER sent to the network's server; broadcasting");
+                    self.capture.forget_server_mac(&self.owner.network, mac);
+                }
+                None
+            }
+            // The REQUEST for the OFFER of the server the DISCOVER went to
+            // (only it heard the DISCOVER, so no other server's OFFER waits
+            // for the REQUEST to learn it was not chosen).
+            MessageKind::Request => self
+                .unicast_to
+                .take()
+                .filter(|mac| self.first_reply_from == Some(*mac)),
+            _ => None,
+        };
+        match to {
+            Some(mac) if broadcast => {
+                debug!(kind = ?t.kind, server_mac = %MacAddr(mac), "sent to the network's server's MAC");
+                Transmit {
+                    dst: Destination::Unicast {
+                        ip: std::net::Ipv4Addr::BROADCAST,
+                        mac: Some(mac),
+                    },
+                    ..t
+                }
+            }
+            _ => t,
+        }
+    }
+
     /// The port's [`UplinkRoute`] while its replies come through a live
     /// uplink.
     fn uplink_route(&self) -> Option<UplinkRoute> {
@@ -450,6 +506,8 @@ pub(crate) trait LeasePort: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<CapturePath>, LinkError>> + Send;
     /// A reply arrived: the uplink the lease moved onto, the first time.
     fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef>;
+    /// Reply `f` bound the lease (the engine accepted it).
+    fn bound_by(&mut self, _f: &RxFrame) {}
     /// Send what the engine has to send.
     fn send(&mut self, out: Vec<Transmit>) -> impl Future<Output = Result<(), LinkError>> + Send;
     /// Send an ending lease's RELEASE, by whatever way is left.
@@ -536,12 +594,23 @@ impl LeasePort for Port {
         self.converge().await
     }
 
+    /// A lease bound by a reply on its own link (no uplink on the way):
+    /// its Ethernet source is where the network's next first DISCOVER is
+    /// addressed (`Capture::server_mac`).
+    fn bound_by(&mut self, f: &RxFrame) {
+        if !matches!(f.via, RxPath::Uplink { .. }) {
+            self.capture
+                .note_server_mac(&self.owner.network, f.headers.src_mac);
+        }
+    }
+
     /// A reply arrived: note where the network's server was heard and, when
     /// it came through a node uplink, move the port there for good (its own
     /// receiver closed, any per-interface subscription given up). The
     /// uplink, the first time, for the lease's record.
     fn on_reply(&mut self, f: &RxFrame) -> Option<UplinkRef> {
         if !matches!(f.via, RxPath::Uplink { .. }) {
+            self.first_reply_from.get_or_insert(f.headers.src_mac);
             if let (RxPath::Ebpf { .. }, Some(port)) = (&f.via, &self.rx.found) {
                 self.capture.found_reply(port);
             }
@@ -590,13 +659,19 @@ impl LeasePort for Port {
         for t in out {
             // Before the lease is on an uplink, its first DISCOVER takes the
             // one its network's server was last heard through.
-            let first = if route.is_none() && t.kind == MessageKind::Discover && !self.discovered {
+            let first_discover = t.kind == MessageKind::Discover && !self.discovered;
+            let first = if route.is_none() && first_discover {
                 self.discovered = true;
                 self.discover_route()
             } else {
                 None
             };
             let route = route.as_ref().or(first.as_ref());
+            let t = if route.is_none() {
+                self.addressed(t, first_discover)
+            } else {
+                t
+            };
             if self.owned.map(|o| o.xid) != Some(t.xid) {
                 self.release_xid();
                 // On the ring buffer, the kernel owns the xid; with an uplink

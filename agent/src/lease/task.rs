@@ -407,8 +407,14 @@ fn handle_frame<P: LeasePort>(task: &mut Task<P>, f: &RxFrame) {
     task.client.set_wall_clock_unix_ms(now_unix_ms());
     tracing::trace!(via = ?f.via, src = %f.headers.src_ip, len = f.payload.len(), "reply");
     let xid = task.client.xid();
+    let was_bound = task.client.state() == State::Bound;
     match task.client.handle_packet(now, src, &f.payload) {
-        Ok(()) => task.answered = Some(xid),
+        Ok(()) => {
+            task.answered = Some(xid);
+            if !was_bound && task.client.state() == State::Bound {
+                task.port.bound_by(f);
+            }
+        }
         Err(reason) => {
             task.svc.metrics.dropped(reason.label(), 1);
             debug!(reason = reason.label(), src = %f.headers.src_ip, "reply dropped");
