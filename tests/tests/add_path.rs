@@ -384,24 +384,7 @@ fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
     );
 
     let client = rpc::Client::new(&agent.socket, Duration::from_secs(30));
-    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"macvlan","ipam":{"type":"xdhcp","timeout":"10s"}}"#;
-    let add = |pod: &NetNs, id: &str| {
-        let req = CniRequest {
-            container_id: id.to_owned(),
-            ifname: "eth0".to_owned(),
-            netns: Some(pod.path().to_path_buf()),
-            args: [
-                ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
-                ("K8S_POD_NAME".to_owned(), id.to_owned()),
-            ]
-            .into(),
-            config: xdhcp::cni::config::parse(conf.as_bytes()).expect("a valid config"),
-        };
-        if let Err(e) = client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req) {
-            panic!("ADD {id}: {}\n{}", e.into_cni().msg, agent.log());
-        }
-        req
-    };
+    let add = |pod: &NetNs, id: &str| add_pod(&client, &agent, pod, id);
     let first_req = add(&first, "pod-first");
     if let Err(had) = clsact_within(node, "cb0", Duration::from_secs(5)) {
         panic!(
@@ -514,24 +497,7 @@ fn a_fresh_pods_first_discover_goes_to_the_servers_mac_and_floods_no_port() {
         &["--retransmit-initial", "1s", "--retransmit-jitter", "0s"],
     );
     let client = rpc::Client::new(&agent.socket, Duration::from_secs(30));
-    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"macvlan","ipam":{"type":"xdhcp","timeout":"10s"}}"#;
-    let add = |pod: &NetNs, id: &str| {
-        let req = CniRequest {
-            container_id: id.to_owned(),
-            ifname: "eth0".to_owned(),
-            netns: Some(pod.path().to_path_buf()),
-            args: [
-                ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
-                ("K8S_POD_NAME".to_owned(), id.to_owned()),
-            ]
-            .into(),
-            config: xdhcp::cni::config::parse(conf.as_bytes()).expect("a valid config"),
-        };
-        if let Err(e) = client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req) {
-            panic!("ADD {id}: {}\n{}", e.into_cni().msg, agent.log());
-        }
-        req
-    };
+    let add = |pod: &NetNs, id: &str| add_pod(&client, &agent, pod, id);
     let said = |id: &str, what: &str| {
         agent
             .log()
@@ -588,4 +554,26 @@ fn a_fresh_pods_first_discover_goes_to_the_servers_mac_and_floods_no_port() {
     for req in &reqs {
         let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
     }
+}
+
+/// ADDs pod `id` (its interface `eth0` in `pod`) on the tests' network
+/// through `client`, panicking with the agent's log if it fails; the
+/// request, for its DEL.
+fn add_pod(client: &rpc::Client, agent: &NodeAgent, pod: &NetNs, id: &str) -> CniRequest {
+    let conf = r#"{"cniVersion":"1.0.0","name":"net1","type":"macvlan","ipam":{"type":"xdhcp","timeout":"10s"}}"#;
+    let req = CniRequest {
+        container_id: id.to_owned(),
+        ifname: "eth0".to_owned(),
+        netns: Some(pod.path().to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
+            ("K8S_POD_NAME".to_owned(), id.to_owned()),
+        ]
+        .into(),
+        config: xdhcp::cni::config::parse(conf.as_bytes()).expect("a valid config"),
+    };
+    if let Err(e) = client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req) {
+        panic!("ADD {id}: {}\n{}", e.into_cni().msg, agent.log());
+    }
+    req
 }

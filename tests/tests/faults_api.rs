@@ -130,8 +130,11 @@ fn api_500_on_the_annotation_write_gives_the_lease_back_fake_apiserver() {
     assert_eq!(err.code, code::KUBE_API, "{err:?}");
     assert!(err.msg.contains("tenant/web-500"), "{err:?}");
     assert!(err.msg.contains("500"), "{err:?}");
+    // Sent before the ADD answered; dnsmasq logs it a moment later.
     assert!(
-        s.log_count("DHCPRELEASE", s.client(0).mac) >= 1,
+        wait_until(Duration::from_secs(5), || s
+            .log_count("DHCPRELEASE", s.client(0).mac)
+            >= 1),
         "the lease was not released:\n{}",
         s.dnsmasq.log()
     );
