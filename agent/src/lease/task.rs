@@ -789,6 +789,8 @@ mod tests {
             /// A namespace path only named (never entered: [`Noting`]
             /// carries out no address change).
             netns: Option<std::path::PathBuf>,
+            /// The Ethernet source of each reply the task said bound it.
+            bound_by: Arc<Mutex<Vec<[u8; 6]>>>,
         }
 
         impl LeasePort for FakePort {
@@ -821,6 +823,9 @@ mod tests {
             }
             fn on_reply(&mut self, _: &RxFrame) -> Option<UplinkRef> {
                 None
+            }
+            fn bound_by(&mut self, f: &RxFrame) {
+                lock(&self.bound_by).push(f.headers.src_mac);
             }
             async fn send(&mut self, out: Vec<Transmit>) -> Result<(), LinkError> {
                 for t in out {
@@ -937,6 +942,7 @@ mod tests {
             replies: mpsc::UnboundedSender<RxFrame>,
             cmd_tx: mpsc::Sender<Command>,
             durable: watch::Receiver<Durable>,
+            bound_by: Arc<Mutex<Vec<[u8; 6]>>>,
         }
 
         fn harness(
@@ -956,6 +962,7 @@ mod tests {
             let (replies, replies_rx) = mpsc::unbounded_channel();
             let (cmd_tx, cmds) = mpsc::channel(2);
             let (persisted, durable) = watch::channel(Durable::Pending);
+            let bound_by = Arc::new(Mutex::new(Vec::new()));
             let task = Task {
                 svc,
                 effects,
@@ -965,6 +972,7 @@ mod tests {
                     replies: replies_rx,
                     path: CapturePath::AfPacket,
                     netns,
+                    bound_by: bound_by.clone(),
                 },
                 live: live.clone(),
                 cmds,
@@ -982,6 +990,7 @@ mod tests {
                 replies,
                 cmd_tx,
                 durable,
+                bound_by,
             }
         }
 
@@ -1028,6 +1037,7 @@ mod tests {
                 replies,
                 cmd_tx,
                 mut durable,
+                bound_by,
             } = harness(
                 svc.clone(),
                 noting.clone(),
@@ -1044,11 +1054,19 @@ mod tests {
             let request = sent.recv().await.unwrap();
             assert_eq!(request.kind, MessageKind::Request);
             assert_eq!(request.xid, discover.xid);
+            // A forged ACK the engine drops (another transaction's, from
+            // another MAC) binds nothing, so it names no server MAC for
+            // the network's next DISCOVER; the server's own ACK does.
+            let mut forged = reply(&request, MessageType::Ack);
+            forged.payload[4] ^= 0xff;
+            forged.headers.src_mac = [2, 0, 0, 0, 0, 0x66];
+            replies.send(forged).unwrap();
             replies.send(reply(&request, MessageType::Ack)).unwrap();
 
             let Ok(Outcome::Bound(lease, _)) = outcome.await else {
                 panic!("the ADD was not told of a lease");
             };
+            assert_eq!(*lock(&bound_by), [[2, 0, 0, 0, 0, 1]]);
             assert_eq!((lease.address, lease.prefix_len), (ADDR, 24));
             durable
                 .wait_for(|d| matches!(d, Durable::Saved))
