@@ -585,7 +585,7 @@ impl GuardService {
         let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
         if hook == GuardHook::Tc {
             // Its bridge's other ports are made ready before their ADD.
-            self.serve_bridge_of(&host_ifname);
+            self.serve_bridge_of(&host_ifname, Some(ifindex));
         }
         let port = GuardedPort {
             host_ifname,

@@ -25,14 +25,7 @@ use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs};
 /// timeout, so an ADD whose first DISCOVER was dropped fails.
 #[test]
 fn pods_handed_over_down_are_leased_from_their_first_discover() {
-    let lab = Lab::builder().server_behind_uplink().clients(0).build();
-    let _dnsmasq = Dnsmasq::start(
-        lab.dhcp_ns(),
-        DnsmasqConfig {
-            interface: lab.dhcp_ifname().into(),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let (lab, _dnsmasq) = lab_with_dnsmasq();
     let agent = NodeAgent::start(
         &lab.server,
         &["--retransmit-initial", "30s", "--retransmit-jitter", "0s"],
@@ -100,36 +93,14 @@ const MARK: u16 = 0x88b5;
 /// agent's first retransmission is 30 s away, beyond the ADD's 10 s).
 #[test]
 fn the_guard_goes_on_beside_the_exchange_without_losing_a_reply() {
-    let lab = Lab::builder().server_behind_uplink().clients(0).build();
-    let _dnsmasq = Dnsmasq::start(
-        lab.dhcp_ns(),
-        DnsmasqConfig {
-            interface: lab.dhcp_ifname().into(),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let (lab, _dnsmasq) = lab_with_dnsmasq();
     let agent = NodeAgent::start_with_env(
         &lab.server,
         &["--retransmit-initial", "30s", "--retransmit-jitter", "0s"],
         &[("XDHCP_TEST_GUARD_ATTACH_DELAY_MS", "100")],
     );
-    let pod = NetNs::new();
     let port = "cg0";
-    lab.server.ip(&[
-        "link",
-        "add",
-        port,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        pod.name(),
-    ]);
-    lab.bridge.attach(port);
-    lab.server.link_up(port);
-    pod.link_up("eth0");
+    let pod = pod_on(&lab.server, &lab.bridge.name, port);
 
     let reader = Reader::in_pod(&pod);
     let answered = Arc::new(AtomicBool::new(false));
@@ -362,14 +333,7 @@ fn pod_on(node: &NetNs, bridge: &str, port: &str) -> NetNs {
 /// guard does not serve is left alone.
 #[test]
 fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
-    let lab = Lab::builder().server_behind_uplink().clients(0).build();
-    let _dnsmasq = Dnsmasq::start(
-        lab.dhcp_ns(),
-        DnsmasqConfig {
-            interface: lab.dhcp_ifname().into(),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let (lab, _dnsmasq) = lab_with_dnsmasq();
     let node = &lab.server;
     let bridge = lab.bridge.name.as_str();
     node.ip(&["link", "add", "brx", "type", "bridge"]);
@@ -481,14 +445,7 @@ fn client_frames_out_of(
 #[test]
 fn a_fresh_pods_first_discover_goes_to_the_servers_mac_and_floods_no_port() {
     const TO_SERVER: &str = "sent to the network's server's MAC";
-    let lab = Lab::builder().server_behind_uplink().clients(0).build();
-    let _dnsmasq = Dnsmasq::start(
-        lab.dhcp_ns(),
-        DnsmasqConfig {
-            interface: lab.dhcp_ifname().into(),
-            ..DnsmasqConfig::default()
-        },
-    );
+    let (lab, _dnsmasq) = lab_with_dnsmasq();
     let node = &lab.server;
     let bridge = lab.bridge.name.as_str();
     let _witness = pod_on(node, bridge, "cw0");
@@ -576,4 +533,18 @@ fn add_pod(client: &rpc::Client, agent: &NodeAgent, pod: &NetNs, id: &str) -> Cn
         panic!("ADD {id}: {}\n{}", e.into_cni().msg, agent.log());
     }
     req
+}
+
+/// A node namespace with a Linux bridge and dnsmasq behind its uplink
+/// port, no pods yet.
+fn lab_with_dnsmasq() -> (Lab, Dnsmasq) {
+    let lab = Lab::builder().server_behind_uplink().clients(0).build();
+    let dnsmasq = Dnsmasq::start(
+        lab.dhcp_ns(),
+        DnsmasqConfig {
+            interface: lab.dhcp_ifname().into(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    (lab, dnsmasq)
 }

@@ -528,7 +528,7 @@ async fn follow_node(
     // before their ADD. An uplink's bridge is served from the start.
     if agent.guard.is_on() {
         for uplink in &agent.args.uplinks {
-            agent.guard.serve_bridge_of(&uplink.ifname);
+            agent.guard.serve_bridge_of(&uplink.ifname, None);
         }
         side.spawn(agent.guard.clone().prepare_ahead(token.clone()));
     }

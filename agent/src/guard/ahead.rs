@@ -120,10 +120,16 @@ impl GuardService {
         lock(&self.ahead.made).contains(&ifindex)
     }
 
-    /// Serve the bridge `port` (a host interface of the agent's namespace)
-    /// is enslaved to, if it is a Linux bridge: its veth ports are made
-    /// ready before their ADD. Cheap: the lookup is the follower's.
-    pub(crate) fn serve_bridge_of(&self, port: &str) {
+    /// Serve the bridge `port` (a host interface of the agent's namespace,
+    /// index `ifindex` when known) is enslaved to, if it is a Linux bridge:
+    /// its veth ports are made ready before their ADD. Cheap: the lookup
+    /// is the follower's, and a port made ready is of a served bridge
+    /// already, so it asks for none (in a burst, every ADD but the
+    /// bridge's first).
+    pub(crate) fn serve_bridge_of(&self, port: &str, ifindex: Option<u32>) {
+        if ifindex.is_some_and(|i| self.made_ready(i)) {
+            return;
+        }
         if let Some(tx) = &self.ahead.tx {
             let _ = tx.send(port.to_owned());
         }
