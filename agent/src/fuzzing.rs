@@ -31,8 +31,8 @@ use serde::de::DeserializeOwned;
 use crate::cni::config::{self, ClientIdSpec, HostnameSpec, MAX_TIMEOUT, MIN_TIMEOUT};
 use crate::cni::env::{CniEnv, Command, check_command_version, parse_cni_args};
 use crate::cni::types::{CniError, CniResult, SUPPORTED_VERSIONS};
-use crate::datapath::ebpf::decode_record;
-use crate::datapath::frame::{build_udp_frame, parse_udp_frame};
+use crate::datapath::ebpf::{Captured, decode_captured};
+use crate::datapath::frame::{build_udp_frame, parse_udp_frame, parse_udp6_frame};
 use crate::kube::annotation::{PodNetworkEntry, PodNetworks, merge_entry, remove_entry};
 use crate::rpc::{CniRequest, GcReply, GcRequest, LeaseView, Readiness};
 use crate::store::{self, LeaseKey};
@@ -76,11 +76,13 @@ pub fn udp_frame(data: &[u8]) {
 }
 
 /// A capture record from the ring buffer: an accepted record's frame is the
-/// one the frame parser finds in its captured bytes, and its payload is that
-/// frame's UDP payload.
+/// one the frame parser of its family finds in its captured bytes, and its
+/// payload is that frame's UDP payload.
 pub fn ring_record(data: &[u8]) {
-    let Ok(ev) = decode_record(data) else {
-        return;
+    let ev = match decode_captured(data) {
+        Ok(Captured::V4(ev)) => ev,
+        Ok(Captured::V6(rx)) => return ring_record6(data, &rx),
+        Err(_) => return,
     };
     let head = xdhcp_common::CAPTURE_HEADER_LEN;
     let at = std::mem::offset_of!(xdhcp_common::CaptureHeader, captured_len);
@@ -107,6 +109,39 @@ pub fn ring_record(data: &[u8]) {
         )
     );
     if let Some(vlan) = ev.frame.headers.vlan {
+        assert!(vlan <= 0x0fff, "VLAN id {vlan} wider than 12 bits");
+    }
+}
+
+/// The captured bytes of an accepted record (its header says how many).
+fn captured_frame(data: &[u8]) -> &[u8] {
+    let head = xdhcp_common::CAPTURE_HEADER_LEN;
+    let at = std::mem::offset_of!(xdhcp_common::CaptureHeader, captured_len);
+    let captured = u32::from_ne_bytes(
+        data[at..at + 4]
+            .try_into()
+            .expect("an accepted record has a header"),
+    ) as usize;
+    data.get(head..head + captured)
+        .expect("an accepted record holds its captured bytes")
+}
+
+/// An accepted `DHCPv6` record: its payload and addresses are those the
+/// IPv6 frame parser finds; its VLAN id is 12 bits.
+fn ring_record6(data: &[u8], rx: &crate::datapath::Rx6Frame) {
+    let (h, payload) =
+        parse_udp6_frame(captured_frame(data)).expect("an accepted v6 record holds a frame");
+    assert_eq!(rx.payload, payload, "event payload is not the frame's");
+    assert_eq!(
+        (h.src_mac, h.src_ip, h.src_port, h.dst_port),
+        (
+            rx.headers.src_mac,
+            rx.headers.src_ip,
+            rx.headers.src_port,
+            rx.headers.dst_port
+        )
+    );
+    if let Some(vlan) = rx.headers.vlan {
         assert!(vlan <= 0x0fff, "VLAN id {vlan} wider than 12 bits");
     }
 }

@@ -18,6 +18,11 @@ pub const MAP_EVENTS: &str = "XDHCP_EVENTS";
 pub const MAP_COUNTERS: &str = "XDHCP_COUNTERS";
 /// Name of the xid ownership hash map (`u32` xid in network byte order → [`Owned`]).
 pub const MAP_OWNED: &str = "XDHCP_OWNED";
+/// Name of the `DHCPv6` ownership hash map ([`Owned6Key`] → [`Owned`]): a
+/// reply is owned by its transaction id *and* the IAID of its `IA_NA`, so a
+/// 24-bit transaction id another client happens to use is not enough to take
+/// its reply, and the two families' ids never meet in one key space.
+pub const MAP_OWNED6: &str = "XDHCP_OWNED6";
 /// Name of the per-ifindex configuration hash map (`u32` ifindex → [`IfConfig`]).
 /// The source of truth; the programs read it only for ifindexes at or above
 /// [`IFCONFIG_DIRECT_SLOTS`].
@@ -58,6 +63,8 @@ pub const PROG_XDP_PASS: &str = "xdhcp_xdp_pass";
 pub const EVENTS_BYTES: u32 = 1 << 20;
 /// Capacity of the ownership map: open DHCP transactions on the node.
 pub const OWNED_CAPACITY: u32 = 65_536;
+/// Capacity of the `DHCPv6` ownership map.
+pub const OWNED6_CAPACITY: u32 = 16_384;
 /// Capacity of the uplink configuration map: uplinks on one node.
 pub const UPLINKS_CAPACITY: u32 = 256;
 /// Capacity of the interface configuration map.
@@ -109,7 +116,13 @@ pub const FLAG_VLAN_OFFLOAD: u32 = 1 << 4;
 /// then one of the agent's own namespace).
 pub const FLAG_UPLINK: u32 = 1 << 5;
 
-/// Counter: frame is not an IPv4/UDP 67→68 datagram (ARP, IPv6, TCP, other UDP).
+/// [`CaptureHeader::flags`]: a `DHCPv6` server message (IPv6, UDP 547 → 546);
+/// [`CaptureHeader::xid`] then holds its 24-bit transaction id (the
+/// message's first four bytes with the type byte zeroed, as on the wire).
+pub const FLAG_DHCP6: u32 = 1 << 6;
+
+/// Counter: frame is neither an IPv4/UDP 67→68 nor an IPv6/UDP 547→546 datagram
+/// (ARP, TCP, other UDP, a client message).
 pub const COUNTER_PASS_NOT_DHCP: u32 = 0;
 /// Counter: DHCP server→client frame with an owned xid copied into the ring buffer.
 pub const COUNTER_CAPTURED: u32 = 1;
@@ -158,6 +171,30 @@ pub struct Owned {
     pub reserved: u32,
 }
 
+/// Key of [`MAP_OWNED6`]: a `DHCPv6` transaction id and the IAID of the
+/// message's `IA_NA`, both as on the wire.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owned6Key {
+    /// The message's first four bytes with the type byte zeroed (network
+    /// byte order in memory): `[0, t0, t1, t2]`.
+    pub xid: u32,
+    /// The IAID, the first four bytes of the `IA_NA` option's data.
+    pub iaid: u32,
+}
+
+impl Owned6Key {
+    /// The key of transaction `xid` (24 bits, host order, as the engine
+    /// reports it) for `iaid` (host order).
+    #[must_use]
+    pub const fn new(xid: u32, iaid: u32) -> Self {
+        Self {
+            xid: u32::from_ne_bytes((xid & 0x00ff_ffff).to_be_bytes()),
+            iaid: u32::from_ne_bytes(iaid.to_be_bytes()),
+        }
+    }
+}
+
 /// Header of one captured DHCP server→client frame in [`MAP_EVENTS`]; the
 /// frame bytes follow it in the same record ([`CaptureRecord`]).
 ///
@@ -184,7 +221,8 @@ pub struct CaptureHeader {
     pub payload_offset: u32,
     /// UDP payload length from the UDP header.
     pub payload_len: u32,
-    /// The DHCP xid exactly as on the wire (network byte order in memory).
+    /// The DHCP xid exactly as on the wire (network byte order in memory);
+    /// with [`FLAG_DHCP6`], the `DHCPv6` transaction id (see there).
     pub xid: u32,
     /// `FLAG_*` bits.
     pub flags: u32,
@@ -255,6 +293,7 @@ const _: () = {
 };
 const _: () = assert!(core::mem::size_of::<IfConfig>() == 8);
 const _: () = assert!(core::mem::size_of::<Owned>() == 8);
+const _: () = assert!(core::mem::size_of::<Owned6Key>() == 8);
 
 #[cfg(feature = "user")]
 mod user {
@@ -265,4 +304,6 @@ mod user {
     unsafe impl aya::Pod for super::Owned {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::CaptureHeader {}
+    // SAFETY: see above (two u32, no padding).
+    unsafe impl aya::Pod for super::Owned6Key {}
 }

@@ -1,7 +1,9 @@
 //! xdhcp kernel programs: an XDP program and its TC (clsact ingress) twin that
 //! share one parser. Both find DHCPv4 server→client frames (Ethernet, at most
 //! one 802.1Q/802.1ad tag, IPv4 with any IHL, not a fragment, UDP 67 → 68)
-//! whose xid the agent owns, copy them into a ring buffer for the agent and,
+//! whose xid the agent owns, and `DHCPv6` ADVERTISEs and REPLYs (IPv6 with
+//! no extension header, UDP 547 → 546) whose transaction id and `IA_NA`
+//! IAID the agent owns, copy them into a ring buffer for the agent and,
 //! in intercept mode, drop them. Replies with an xid the agent does not own
 //! pass without a record: nothing for user space that it does not need.
 //! Everything else passes unchanged, and every outcome bumps a per-CPU
@@ -35,10 +37,10 @@ use xdhcp_common::{
     COUNTER_CAPTURED, COUNTER_DROPPED_OWNED, COUNTER_FRAGMENT, COUNTER_LOAD_ERROR,
     COUNTER_MALFORMED, COUNTER_MODE_OFF, COUNTER_PASS_NOT_DHCP, COUNTER_PASSED_UNOWNED,
     COUNTER_RINGBUF_FULL, COUNTER_SLOTS, COUNTER_UNOWNED_UNCAPTURED, CaptureHeader, CaptureRecord,
-    EVENTS_BYTES, FLAG_OWNED, FLAG_TC, FLAG_TRUNCATED, FLAG_UPLINK, FLAG_VLAN_OFFLOAD, FLAG_XDP,
-    FRAME_BUCKETS, IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN,
-    MODE_INTERCEPT, MODE_OBSERVE, OWNED_CAPACITY, Owned, UPLINKS_CAPACITY, VERDICT_DROP,
-    VERDICT_PASS, VLAN_NONE,
+    EVENTS_BYTES, FLAG_DHCP6, FLAG_OWNED, FLAG_TC, FLAG_TRUNCATED, FLAG_UPLINK, FLAG_VLAN_OFFLOAD,
+    FLAG_XDP, FRAME_BUCKETS, IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN,
+    MODE_INTERCEPT, MODE_OBSERVE, OWNED_CAPACITY, OWNED6_CAPACITY, Owned, Owned6Key,
+    UPLINKS_CAPACITY, VERDICT_DROP, VERDICT_PASS, VLAN_NONE,
 };
 
 use crate::parse::{Class, Dhcp, Packet, classify};
@@ -54,6 +56,11 @@ static XDHCP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_
 /// Owned xids, wire byte order ([`xdhcp_common::MAP_OWNED`]).
 #[map]
 static XDHCP_OWNED: HashMap<u32, Owned> = HashMap::with_max_entries(OWNED_CAPACITY, 0);
+
+/// Owned `DHCPv6` transactions: transaction id and IAID, as on the wire
+/// ([`xdhcp_common::MAP_OWNED6`]).
+#[map]
+static XDHCP_OWNED6: HashMap<Owned6Key, Owned> = HashMap::with_max_entries(OWNED6_CAPACITY, 0);
 
 /// Mode per ingress ifindex ([`xdhcp_common::MAP_IFCONFIG`]); absent means off.
 #[map]
@@ -119,6 +126,10 @@ fn process<P: Capture, const ROLE: bool>(pkt: &P) -> bool {
             false
         }
         Class::Dhcp(dhcp) => capture::<P, ROLE>(pkt, &pkt.meta(), &dhcp),
+        Class::Unkeyed6 => {
+            count(COUNTER_UNOWNED_UNCAPTURED);
+            false
+        }
     }
 }
 
@@ -147,8 +158,19 @@ fn capture<P: Capture, const ROLE: bool>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> b
     // A reply no lease of this agent waits for stays in the kernel: user
     // space would only count it as unrouted, and a flood of them would
     // fill the ring the owned ones need.
-    // SAFETY: presence test only.
-    if unsafe { XDHCP_OWNED.get(dhcp.xid) }.is_none() {
+    // A DHCPv6 reply is owned by its transaction id and IAID together.
+    // SAFETY: presence tests only.
+    let known = match dhcp.iaid6 {
+        None => unsafe { XDHCP_OWNED.get(dhcp.xid) }.is_some(),
+        Some(iaid) => unsafe {
+            XDHCP_OWNED6.get(Owned6Key {
+                xid: dhcp.xid,
+                iaid,
+            })
+        }
+        .is_some(),
+    };
+    if !known {
         count(COUNTER_UNOWNED_UNCAPTURED);
         return false;
     }
@@ -176,6 +198,9 @@ fn capture<P: Capture, const ROLE: bool>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> b
     }
     if truncated {
         flags |= FLAG_TRUNCATED;
+    }
+    if dhcp.iaid6.is_some() {
+        flags |= FLAG_DHCP6;
     }
     let header = CaptureHeader {
         ifindex: meta.ifindex,

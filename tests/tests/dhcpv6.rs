@@ -130,6 +130,55 @@ fn an_ipv6_pod_gets_its_lease_and_releases_it_at_del() {
     );
 }
 
+/// The kernel path: the capture program goes on the pod's interface, the
+/// agent owns each transaction in the kernel by its id and the IAID, and
+/// the server's ADVERTISE and REPLY come over the ring buffer, consumed
+/// before the pod's stack (which the lease's socket listens on). `xdhcp
+/// status` shows them captured and dropped, and the lease's path is the
+/// program's. At DEL nothing stays owned.
+#[test]
+fn an_ipv6_pods_replies_come_through_the_kernel_program() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = AgentProcess::start(&[]);
+    let pod = &lab.clients[0].ns;
+    let conf = conf(&agent.socket);
+
+    let r = call("ADD", "v6kernel", pod, &conf);
+    let addr = leased(&r, &agent);
+    let status: serde_json::Value = serde_json::from_str(&agent.cli("status", true)).unwrap();
+    let counter = |name: &str| status["counters"][name].as_u64().unwrap_or(0);
+    assert_eq!(status["datapath"], "ebpf", "{status}");
+    assert!(
+        counter("kernel.captured") >= 1 && counter("kernel.dropped_owned") >= 1,
+        "no DHCPv6 reply came through the kernel program: {}\nagent:\n{}",
+        status["counters"],
+        agent.log()
+    );
+    let table = agent.cli("leases", false);
+    let row = table
+        .lines()
+        .find(|l| l.contains("default/v6kernel"))
+        .unwrap_or_else(|| panic!("no row for the pod:\n{table}"));
+    assert!(
+        row.contains(" tc "),
+        "the lease's path is not the program's:\n{table}"
+    );
+
+    let d = call("DEL", "v6kernel", pod, &conf);
+    assert!(d.ok, "DEL failed: {}\nagent:\n{}", d.text(), agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || !server.leases().contains(&addr)),
+        "the RELEASE was not honoured:\n{}",
+        server.log()
+    );
+    let status: serde_json::Value = serde_json::from_str(&agent.cli("status", true)).unwrap();
+    assert_eq!(
+        status["counters"]["agent.routed_xids"], 0,
+        "a transaction is still routed after DEL: {status}"
+    );
+}
+
 /// Another node on the link holds the address the server gives the pod:
 /// the kernel's duplicate address detection on the pod's interface finds
 /// it, and the agent takes the address off, DECLINEs it (the server hears

@@ -994,6 +994,9 @@ mod netns {
                 .await
                 .unwrap_or_else(|_| panic!("no OFFER with xid {xid:#x} in the ring buffer"))
                 .expect("ring buffer");
+            let xdhcp::datapath::ebpf::Captured::V4(ev) = ev else {
+                continue;
+            };
             if super::message(&ev).xid() == xid {
                 return ev;
             }
@@ -1260,6 +1263,9 @@ mod netns {
                 .await
                 .unwrap_or_else(|_| panic!("{layout}: nothing captured"))
                 .expect("ring buffer");
+            let xdhcp::datapath::ebpf::Captured::V4(ev) = ev else {
+                panic!("{layout}: a DHCPv6 record")
+            };
             assert_eq!(super::message(&ev).xid(), xid, "{layout}");
             assert!(ev.via_tc, "{layout}");
             assert_eq!(ev.frame.ifindex, att.ifindex, "{layout}");
@@ -1273,5 +1279,202 @@ mod netns {
         let c = dp.counters().unwrap();
         assert_eq!((c.captured, c.load_error, c.malformed), (3, 0, 0), "{c:?}");
         dp.detach(&target).expect("detach");
+    }
+}
+
+// ------------------------------------------------------------- DHCPv6 --
+
+use dhcproto::v6;
+use xdhcp::datapath::ebpf::Captured;
+use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
+
+const IAID6: u32 = 0x5e00_5342;
+
+/// A `DHCPv6` server message: `extra` options of no meaning first, then
+/// the Client and Server Identifiers and (with `iaid`) an `IA_NA` holding
+/// one address.
+fn dhcp6(ty: v6::MessageType, xid: u32, iaid: Option<u32>, extra: usize) -> Vec<u8> {
+    let mut m = v6::Message::new_with_id(ty, [0; 3]);
+    m.set_xid_num(xid);
+    let o = m.opts_mut();
+    o.insert(v6::DhcpOption::ClientId(vec![
+        0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 0x42,
+    ]));
+    o.insert(v6::DhcpOption::ServerId(vec![
+        0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 1,
+    ]));
+    if let Some(id) = iaid {
+        let mut io = v6::DhcpOptions::new();
+        io.insert(v6::DhcpOption::IAAddr(v6::IAAddr {
+            addr: "2001:db8::42".parse().unwrap(),
+            preferred_life: 3000,
+            valid_life: 3600,
+            opts: v6::DhcpOptions::new(),
+        }));
+        o.insert(v6::DhcpOption::IANA(v6::IANA {
+            id,
+            t1: 1500,
+            t2: 2400,
+            opts: io,
+        }));
+    }
+    let mut buf = Vec::new();
+    m.encode(&mut Encoder::new(&mut buf)).expect("encode");
+    // dhcproto writes options sorted by code; these go before all of them.
+    for i in 0..extra {
+        let code = 200 + i as u8;
+        buf.splice(4..4, [0, code, 0, 3, 0xaa, 0xaa, 0xaa]);
+    }
+    buf
+}
+
+fn headers6(vlan: Option<u16>, src_port: u16, dst_port: u16) -> Frame6Headers {
+    Frame6Headers {
+        src_mac: SERVER_MAC,
+        dst_mac: CLIENT_MAC,
+        vlan,
+        src_ip: "fe80::5eff:fe00:5301".parse().unwrap(),
+        dst_ip: "fe80::5eff:fe00:5342".parse().unwrap(),
+        src_port,
+        dst_port,
+    }
+}
+
+fn frame6(payload: &[u8]) -> Vec<u8> {
+    build_udp6_frame(&headers6(None, 547, 546), payload)
+}
+
+/// Owned by transaction id *and* IAID: an ADVERTISE or REPLY of an owned
+/// pair is captured and, in intercept mode, dropped, its record an IPv6
+/// one; the same transaction id for another IAID, an IAID of another
+/// transaction, a v4 xid of the same number, a message with no `IA_NA`
+/// (or one past the options the program reads), a client message and a
+/// reply behind an extension header all pass uncaptured.
+#[tokio::test]
+async fn dhcpv6_replies_are_owned_by_transaction_id_and_iaid() {
+    for kind in KINDS {
+        // One load per program kind (the VM tier runs this under emulation).
+        let mut dp = load();
+        let mut reader = dp.take_reader().unwrap().unwrap();
+        dp.set_mode(LO, CaptureMode::Intercept).unwrap();
+        let mut seen = Counters::default();
+        for (n, ty) in [v6::MessageType::Advertise, v6::MessageType::Reply]
+            .into_iter()
+            .enumerate()
+        {
+            for vlan in [None, Some(7)] {
+                let ctx = format!("{kind:?} {ty:?} vlan {vlan:?}");
+                let xid = 0x00ab_cd00 | (n as u32) << 4 | u32::from(vlan.is_some());
+                dp.xid6_ownership().own(xid, IAID6, LO).unwrap();
+                // The same number owned as a v4 xid must not matter.
+                let v4_xid = xid ^ 0x80;
+                dp.xid_ownership().own(v4_xid, LO).unwrap();
+                // Its IA_NA is the eighth option, the last the program reads.
+                let payload = dhcp6(ty, xid, Some(IAID6), 5);
+                let f = build_udp6_frame(&headers6(vlan, 547, 546), &payload);
+                assert_eq!(run(&mut dp, kind, &f), drop_code(kind), "{ctx}: owned");
+                let rec = reader
+                    .try_recv_any()
+                    .unwrap_or_else(|| panic!("{ctx}: no record"));
+                let Captured::V6(rx) = rec else {
+                    panic!("{ctx}: a v4 record for a DHCPv6 frame")
+                };
+                assert_eq!(rx.payload, payload, "{ctx}");
+                assert_eq!(rx.headers, headers6(vlan, 547, 546), "{ctx}");
+                assert_eq!(rx.ifindex, LO, "{ctx}");
+                assert_eq!(
+                    rx.via,
+                    RxPath::Ebpf {
+                        verdict: Verdict::Drop
+                    },
+                    "{ctx}"
+                );
+
+                let unowned = [
+                    ("another IAID", dhcp6(ty, xid, Some(IAID6 + 1), 0)),
+                    ("another transaction", dhcp6(ty, xid + 1, Some(IAID6), 0)),
+                    ("the v4 xid's number", dhcp6(ty, v4_xid, Some(IAID6), 0)),
+                    ("no IA_NA", dhcp6(ty, xid, None, 0)),
+                    ("IA_NA as the ninth option", dhcp6(ty, xid, Some(IAID6), 6)),
+                ];
+                for (what, p) in &unowned {
+                    let f = build_udp6_frame(&headers6(vlan, 547, 546), p);
+                    assert_eq!(run(&mut dp, kind, &f), pass(kind), "{ctx}: {what}");
+                }
+                // Not a server message to the client port.
+                let solicit = dhcp6(v6::MessageType::Solicit, xid, Some(IAID6), 0);
+                let f = build_udp6_frame(&headers6(vlan, 546, 547), &solicit);
+                assert_eq!(run(&mut dp, kind, &f), pass(kind), "{ctx}: SOLICIT");
+                let reconfigure = dhcp6(v6::MessageType::Reconfigure, xid, Some(IAID6), 0);
+                let f = build_udp6_frame(&headers6(vlan, 547, 546), &reconfigure);
+                assert_eq!(run(&mut dp, kind, &f), pass(kind), "{ctx}: RECONFIGURE");
+                let c = dp.counters().unwrap();
+                assert_eq!(
+                    (
+                        c.captured - seen.captured,
+                        c.dropped_owned - seen.dropped_owned
+                    ),
+                    (1, 1),
+                    "{ctx}: {c:?}"
+                );
+                assert_eq!(
+                    c.unowned_uncaptured - seen.unowned_uncaptured,
+                    unowned.len() as u64,
+                    "{ctx}: {c:?}"
+                );
+                assert_eq!(c.passed_not_dhcp - seen.passed_not_dhcp, 2, "{ctx}: {c:?}");
+                assert!(reader.try_recv_any().is_none(), "{ctx}: one record only");
+
+                // Disowned: passes again, uncaptured.
+                dp.xid6_ownership().disown(xid, IAID6).unwrap();
+                let f = build_udp6_frame(&headers6(vlan, 547, 546), &payload);
+                assert_eq!(run(&mut dp, kind, &f), pass(kind), "{ctx}: disowned");
+                assert!(reader.try_recv_any().is_none(), "{ctx}: disowned");
+                seen = dp.counters().unwrap();
+            }
+        }
+    }
+}
+
+/// A frame whose lengths disagree, or too short for a transaction id, is
+/// counted as malformed and passed; a reply behind a hop-by-hop header is
+/// not looked into (passed as not DHCP), even when owned.
+#[tokio::test]
+async fn dhcpv6_frames_that_lie_pass_uncaptured() {
+    for kind in KINDS {
+        let mut dp = load();
+        let mut reader = dp.take_reader().unwrap().unwrap();
+        dp.set_mode(LO, CaptureMode::Intercept).unwrap();
+        dp.xid6_ownership().own(0x42, IAID6, LO).unwrap();
+        let good = frame6(&dhcp6(v6::MessageType::Reply, 0x42, Some(IAID6), 0));
+        let mut long_ip = good.clone();
+        long_ip[18..20].copy_from_slice(&2000u16.to_be_bytes());
+        let mut long_udp = good.clone();
+        let ip_len = u16::from_be_bytes([good[18], good[19]]);
+        long_udp[58..60].copy_from_slice(&(ip_len + 1).to_be_bytes());
+        let short = frame6(&[7, 0, 0]);
+        for (what, f) in [
+            ("IPv6 length", &long_ip),
+            ("UDP length", &long_udp),
+            ("3-byte message", &short),
+        ] {
+            assert_eq!(run(&mut dp, kind, f), pass(kind), "{kind:?} {what}");
+        }
+        let mut hop_by_hop = good.clone();
+        hop_by_hop[20] = 0;
+        assert_eq!(
+            run(&mut dp, kind, &hop_by_hop),
+            pass(kind),
+            "{kind:?} hop-by-hop"
+        );
+        let c = dp.counters().unwrap();
+        assert_eq!(
+            (c.malformed, c.passed_not_dhcp, c.captured),
+            (3, 1, 0),
+            "{kind:?} {c:?}"
+        );
+        assert!(reader.try_recv_any().is_none());
+        // And the good one is captured.
+        assert_eq!(run(&mut dp, kind, &good), drop_code(kind), "{kind:?} good");
     }
 }

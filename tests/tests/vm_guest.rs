@@ -221,6 +221,9 @@ async fn next_reply(reader: &mut EventReader, xid: u32, kind: MessageType) -> Dh
             .await
             .unwrap_or_else(|_| panic!("no {kind:?} with xid {xid:#x} in the ring buffer"))
             .expect("ring buffer");
+        let xdhcp::datapath::ebpf::Captured::V4(ev) = ev else {
+            continue;
+        };
         let m = message(&ev);
         if m.xid() == xid && m.opts().msg_type() == Some(kind) {
             return ev;

@@ -58,9 +58,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::datapath::ebpf::{AttachTarget, CaptureMode, Datapath, EventReader, Role, XidOwnership};
+use crate::datapath::ebpf::{
+    AttachTarget, CaptureMode, Captured, Datapath, EventReader, Role, Xid6Ownership, XidOwnership,
+};
 use crate::datapath::rawsock::{RawSender, RawSockError, headers_for};
-use crate::datapath::{AttachMode, RxFrame, RxPath};
+use crate::datapath::{AttachMode, Rx6Frame, RxFrame, RxPath};
 use crate::metrics::{Health, Metrics, UplinkLabels};
 use crate::rpc::UplinkStatus;
 use crate::settings::Uplink;
@@ -342,6 +344,8 @@ struct Kernel {
     /// The xid ownership map, outside the `dp` lock: attaches hold that lock
     /// for milliseconds each, xid registration runs on the async workers.
     xids: XidOwnership,
+    /// The `DHCPv6` ownership map (transaction id and IAID), likewise.
+    xids6: Xid6Ownership,
     /// `--attach`, or the per-device default.
     attach: Option<AttachMode>,
     /// One attach at a time, agent-wide: they serialize on `dp` anyway, and
@@ -396,6 +400,8 @@ pub(crate) struct Capture {
     kernel: Option<Kernel>,
     note: Option<String>,
     routes: Mutex<HashMap<u32, mpsc::Sender<RxFrame>>>,
+    /// `DHCPv6` replies by (transaction id, IAID), both host order.
+    routes6: Mutex<HashMap<(u32, u32), mpsc::Sender<Rx6Frame>>>,
     targets: Mutex<HashMap<AttachTarget, Entry>>,
     /// The held uplinks. A leaf lock: copied out ([`Capture::uplinks`]),
     /// never held while another lock is taken.
@@ -452,6 +458,7 @@ impl Capture {
             kernel,
             note,
             routes: Mutex::new(HashMap::new()),
+            routes6: Mutex::new(HashMap::new()),
             targets: Mutex::new(HashMap::new()),
             uplinks: Mutex::new(Vec::new()),
             uplink_retry: Mutex::new(Vec::new()),
@@ -498,6 +505,7 @@ impl Capture {
             .map(|w| format!("XDP unavailable, TC only: {w}"));
         let kernel = Kernel {
             xids: dp.xid_ownership(),
+            xids6: dp.xid6_ownership(),
             dp: Mutex::new(dp),
             attach,
             slots: Semaphore::new(1),
@@ -770,6 +778,40 @@ impl Capture {
         }
     }
 
+    /// Route the `DHCPv6` replies of transaction `xid` for the `IA_NA`
+    /// `iaid` to `tx`, and own the pair in the kernel for `ifindex`, so the
+    /// program on that interface consumes them (in intercept mode). Whether
+    /// the kernel owns the pair: when it does not, the replies reach the
+    /// pod's stack and the lease's own socket.
+    pub(crate) fn register6(
+        &self,
+        xid: u32,
+        iaid: u32,
+        tx: mpsc::Sender<Rx6Frame>,
+        ifindex: u32,
+    ) -> bool {
+        lock(&self.routes6).insert((xid, iaid), tx);
+        let Some(k) = &self.kernel else { return false };
+        if let Err(e) = k.xids6.own(xid, iaid, ifindex) {
+            warn!(xid, iaid, error = %crate::rpc::format_chain(&e),
+                "could not register the DHCPv6 transaction in the kernel ownership map");
+            return false;
+        }
+        true
+    }
+
+    /// Stop routing the pair and drop it from the kernel map (unless the
+    /// agent is stopping, as for [`Capture::unregister`]).
+    pub(crate) fn unregister6(&self, xid: u32, iaid: u32) {
+        lock(&self.routes6).remove(&(xid, iaid));
+        if let Some(k) = &self.kernel
+            && !k.keep_attached.load(Ordering::SeqCst)
+            && let Err(e) = k.xids6.disown(xid, iaid)
+        {
+            warn!(xid, iaid, error = %e, "could not remove a DHCPv6 transaction from the kernel ownership map");
+        }
+    }
+
     /// Whether `xid` is one the previous agent left owned in the pinned
     /// ownership map and nobody has registered since: its REQUEST went out
     /// and its reply may be in the ring (see `Client::adopt_sent`).
@@ -1017,6 +1059,17 @@ impl Capture {
     }
 
     /// Hand a captured frame to the lease task owning its xid.
+    /// Hand a captured `DHCPv6` message to the lease that registered its
+    /// transaction id and IAID (read again from the payload: the kernel
+    /// matched them, the record does not carry the IAID).
+    fn deliver6(&self, frame: Rx6Frame) -> bool {
+        let Some(key) = dhcp6_key(&frame.payload) else {
+            return false;
+        };
+        let tx = lock(&self.routes6).get(&key).cloned();
+        tx.is_some_and(|tx| tx.try_send(frame).is_ok())
+    }
+
     fn deliver(&self, frame: RxFrame) -> bool {
         let Some(xid) = frame
             .payload
@@ -1205,7 +1258,7 @@ impl Capture {
 
     /// Number of routed xids.
     pub(crate) fn routed(&self) -> usize {
-        lock(&self.routes).len()
+        lock(&self.routes).len() + lock(&self.routes6).len()
     }
 
     // ------------------------------------------------------- attachment --
@@ -1631,7 +1684,7 @@ impl Capture {
             }
             // What is in the ring already, first; once it is empty the
             // reader has caught up, which a full ring waits for.
-            let ev = if let Some(ev) = reader.try_recv() {
+            let ev = if let Some(ev) = reader.try_recv_any() {
                 Ok(ev)
             } else {
                 k.drained.fetch_add(1, Ordering::SeqCst);
@@ -1642,12 +1695,19 @@ impl Capture {
                 }
             };
             match ev {
-                Ok(ev) => {
+                Ok(Captured::V4(ev)) => {
                     // A reply to a previous agent's transaction may come
                     // before the lease adopting it has registered.
                     if let Some(frame) = self.hold_for_recovery(ev.frame)
                         && !self.deliver(frame)
                     {
+                        self.metrics.dropped("unrouted_xid", 1);
+                    }
+                }
+                // A v6 lease resumed after a restart starts a transaction
+                // of its own: nothing is held for it.
+                Ok(Captured::V6(frame)) => {
+                    if !self.deliver6(frame) {
                         self.metrics.dropped("unrouted_xid", 1);
                     }
                 }
@@ -2026,8 +2086,49 @@ fn target_key(t: &AttachTarget) -> String {
 }
 
 /// Lock a std mutex, ignoring poisoning (the data is plain values).
+/// The (transaction id, IAID) of a `DHCPv6` message: its first word, and
+/// the first `IA_NA` among its top-level options, as the kernel program
+/// finds it (host order).
+fn dhcp6_key(payload: &[u8]) -> Option<(u32, u32)> {
+    let head = payload.get(..4)?;
+    let xid = u32::from_be_bytes([0, head[1], head[2], head[3]]);
+    let mut opts = payload.get(4..)?;
+    while opts.len() >= 4 {
+        let code = u16::from_be_bytes([opts[0], opts[1]]);
+        let len = usize::from(u16::from_be_bytes([opts[2], opts[3]]));
+        let body = opts.get(4..4 + len)?;
+        if code == 3 {
+            let iaid = body.get(..4)?;
+            return Some((
+                xid,
+                u32::from_be_bytes([iaid[0], iaid[1], iaid[2], iaid[3]]),
+            ));
+        }
+        opts = &opts[4 + len..];
+    }
+    None
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests6 {
+    use super::dhcp6_key;
+
+    #[test]
+    fn a_dhcpv6_message_is_keyed_by_its_transaction_and_first_ia_na() {
+        // REPLY 0x0a0b0c: a Server Identifier, then IA_NA 0x01020304.
+        let m = [
+            7, 0x0a, 0x0b, 0x0c, 0, 2, 0, 2, 9, 9, 0, 3, 0, 12, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(dhcp6_key(&m), Some((0x000a_0b0c, 0x0102_0304)));
+        // No IA_NA, a truncated option, a message too short: no key.
+        assert_eq!(dhcp6_key(&m[..10]), None);
+        assert_eq!(dhcp6_key(&m[..15]), None);
+        assert_eq!(dhcp6_key(&m[..3]), None);
+    }
 }
 
 #[cfg(test)]

@@ -6,10 +6,12 @@
 //! IPv4 and UDP checksums (the raw-socket sender bypasses the stack, so
 //! nothing else fills them in).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// `EtherType` of IPv4.
 pub const ETH_P_IP: u16 = 0x0800;
+/// `EtherType` of IPv6.
+pub const ETH_P_IPV6: u16 = 0x86dd;
 /// `EtherType` (TPID) of an 802.1Q VLAN tag.
 pub const ETH_P_8021Q: u16 = 0x8100;
 /// `EtherType` (TPID) of an 802.1ad service VLAN tag.
@@ -18,6 +20,7 @@ pub const ETH_P_8021AD: u16 = 0x88a8;
 const ETH_HLEN: usize = 14;
 const VLAN_HLEN: usize = 4;
 const IPV4_MIN_HLEN: usize = 20;
+const IPV6_HLEN: usize = 40;
 const UDP_HLEN: usize = 8;
 const IPPROTO_UDP: u8 = 17;
 /// TTL of frames we build (RFC 1700 default).
@@ -36,7 +39,21 @@ pub struct FrameHeaders {
     pub dst_port: u16,
 }
 
-/// Why a frame is not a UDP-in-IPv4 datagram we accept.
+/// Addresses and ports of a UDP-in-IPv6-in-Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame6Headers {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    /// VLAN id (12 bits) of the one tag, if any.
+    pub vlan: Option<u16>,
+    pub src_ip: Ipv6Addr,
+    pub dst_ip: Ipv6Addr,
+    pub src_port: u16,
+    pub dst_port: u16,
+}
+
+/// Why a frame is not a UDP-in-IPv4 (or, for [`parse_udp6_frame`],
+/// UDP-in-IPv6) datagram we accept.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
     /// The frame ends before the header `what` (needs `need` bytes, has `have`).
@@ -64,6 +81,9 @@ pub enum FrameError {
     /// IP protocol is not UDP.
     #[error("not UDP (IP protocol {protocol})")]
     NotUdp { protocol: u8 },
+    /// The `EtherType` (after an optional tag) is not IPv6.
+    #[error("not IPv6 (EtherType {ethertype:#06x})")]
+    NotIpv6 { ethertype: u16 },
     /// A length field disagrees with the frame.
     #[error("bad {what} length {len} (available {available})")]
     BadLength {
@@ -73,12 +93,18 @@ pub enum FrameError {
     },
 }
 
-/// Parse Ethernet (+ optional one 802.1Q/802.1ad tag) / IPv4 (any IHL 5..15) /
-/// UDP; returns the headers and the UDP payload (trailing Ethernet padding
-/// excluded). The IPv4 header checksum is verified. The UDP checksum is not:
-/// frames captured on the receive path of a veth (XDP or TC) still carry the
-/// partial checksum of a `CHECKSUM_PARTIAL` skb, which is not an error.
-pub fn parse_udp_frame(frame: &[u8]) -> Result<(FrameHeaders, &[u8]), FrameError> {
+/// The Ethernet header and one optional tag.
+struct Ethernet {
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    vlan: Option<u16>,
+    /// After the tag.
+    ethertype: u16,
+    /// Offset of the network header.
+    l3: usize,
+}
+
+fn ethernet(frame: &[u8]) -> Result<Ethernet, FrameError> {
     let have = frame.len();
     let eth = frame.get(..ETH_HLEN).ok_or(FrameError::Truncated {
         what: "Ethernet",
@@ -87,21 +113,112 @@ pub fn parse_udp_frame(frame: &[u8]) -> Result<(FrameHeaders, &[u8]), FrameError
     })?;
     let dst_mac: [u8; 6] = eth[0..6].try_into().expect("6 bytes");
     let src_mac: [u8; 6] = eth[6..12].try_into().expect("6 bytes");
-    let mut ethertype = be16(&eth[12..14]);
-    let mut l3 = ETH_HLEN;
-    let mut vlan = None;
-    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
-        let tag = frame
-            .get(ETH_HLEN..ETH_HLEN + VLAN_HLEN)
-            .ok_or(FrameError::Truncated {
-                what: "VLAN",
-                need: ETH_HLEN + VLAN_HLEN,
-                have,
-            })?;
-        vlan = Some(be16(&tag[0..2]) & 0x0fff);
-        ethertype = be16(&tag[2..4]);
-        l3 += VLAN_HLEN;
+    let ethertype = be16(&eth[12..14]);
+    if ethertype != ETH_P_8021Q && ethertype != ETH_P_8021AD {
+        return Ok(Ethernet {
+            dst_mac,
+            src_mac,
+            vlan: None,
+            ethertype,
+            l3: ETH_HLEN,
+        });
     }
+    let tag = frame
+        .get(ETH_HLEN..ETH_HLEN + VLAN_HLEN)
+        .ok_or(FrameError::Truncated {
+            what: "VLAN",
+            need: ETH_HLEN + VLAN_HLEN,
+            have,
+        })?;
+    Ok(Ethernet {
+        dst_mac,
+        src_mac,
+        vlan: Some(be16(&tag[0..2]) & 0x0fff),
+        ethertype: be16(&tag[2..4]),
+        l3: ETH_HLEN + VLAN_HLEN,
+    })
+}
+
+/// Parse Ethernet (+ optional one 802.1Q/802.1ad tag) / IPv6 with no
+/// extension header / UDP, as the kernel program accepts a `DHCPv6` server
+/// message; returns the headers and the UDP payload (trailing Ethernet
+/// padding excluded). The UDP checksum is not verified, for the reason
+/// [`parse_udp_frame`] gives.
+pub fn parse_udp6_frame(frame: &[u8]) -> Result<(Frame6Headers, &[u8]), FrameError> {
+    let have = frame.len();
+    let Ethernet {
+        dst_mac,
+        src_mac,
+        vlan,
+        ethertype,
+        l3,
+    } = ethernet(frame)?;
+    if ethertype != ETH_P_IPV6 {
+        return Err(FrameError::NotIpv6 { ethertype });
+    }
+    let ip = frame.get(l3..l3 + IPV6_HLEN).ok_or(FrameError::Truncated {
+        what: "IPv6",
+        need: l3 + IPV6_HLEN,
+        have,
+    })?;
+    let version = ip[0] >> 4;
+    if version != 6 {
+        return Err(FrameError::BadVersion { version });
+    }
+    let protocol = ip[6];
+    if protocol != IPPROTO_UDP {
+        return Err(FrameError::NotUdp { protocol });
+    }
+    let payload_len = usize::from(be16(&ip[4..6]));
+    let available = have - l3 - IPV6_HLEN;
+    if payload_len < UDP_HLEN || payload_len > available {
+        return Err(FrameError::BadLength {
+            what: "IPv6 payload",
+            len: payload_len,
+            available,
+        });
+    }
+    let octets = |b: &[u8]| -> Ipv6Addr {
+        let a: [u8; 16] = b.try_into().expect("16 bytes");
+        Ipv6Addr::from(a)
+    };
+    let (src_ip, dst_ip) = (octets(&ip[8..24]), octets(&ip[24..40]));
+    let l4 = l3 + IPV6_HLEN;
+    let udp = &frame[l4..l4 + UDP_HLEN];
+    let udp_len = usize::from(be16(&udp[4..6]));
+    if udp_len < UDP_HLEN || udp_len > payload_len {
+        return Err(FrameError::BadLength {
+            what: "UDP",
+            len: udp_len,
+            available: payload_len,
+        });
+    }
+    let headers = Frame6Headers {
+        src_mac,
+        dst_mac,
+        vlan,
+        src_ip,
+        dst_ip,
+        src_port: be16(&udp[0..2]),
+        dst_port: be16(&udp[2..4]),
+    };
+    Ok((headers, &frame[l4 + UDP_HLEN..l4 + udp_len]))
+}
+
+/// Parse Ethernet (+ optional one 802.1Q/802.1ad tag) / IPv4 (any IHL 5..15) /
+/// UDP; returns the headers and the UDP payload (trailing Ethernet padding
+/// excluded). The IPv4 header checksum is verified. The UDP checksum is not:
+/// frames captured on the receive path of a veth (XDP or TC) still carry the
+/// partial checksum of a `CHECKSUM_PARTIAL` skb, which is not an error.
+pub fn parse_udp_frame(frame: &[u8]) -> Result<(FrameHeaders, &[u8]), FrameError> {
+    let have = frame.len();
+    let Ethernet {
+        dst_mac,
+        src_mac,
+        vlan,
+        ethertype,
+        l3,
+    } = ethernet(frame)?;
     if ethertype != ETH_P_IP {
         return Err(FrameError::NotIpv4 { ethertype });
     }
@@ -210,6 +327,46 @@ pub fn build_udp_frame(h: &FrameHeaders, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// Build an Ethernet (optional 802.1Q tag) / IPv6 / UDP frame with a valid
+/// UDP checksum (RFC 8200 §8.1), hop limit 64 and no extension header.
+/// The payload must fit a UDP datagram; longer payloads are a caller bug
+/// and panic.
+pub fn build_udp6_frame(h: &Frame6Headers, payload: &[u8]) -> Vec<u8> {
+    let udp_len = u16::try_from(UDP_HLEN + payload.len()).expect("payload fits a UDP datagram");
+    let mut f = Vec::with_capacity(ETH_HLEN + VLAN_HLEN + IPV6_HLEN + usize::from(udp_len));
+    f.extend_from_slice(&h.dst_mac);
+    f.extend_from_slice(&h.src_mac);
+    if let Some(vid) = h.vlan {
+        f.extend_from_slice(&ETH_P_8021Q.to_be_bytes());
+        f.extend_from_slice(&(vid & 0x0fff).to_be_bytes());
+    }
+    f.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[IPPROTO_UDP, DEFAULT_TTL]);
+    f.extend_from_slice(&h.src_ip.octets());
+    f.extend_from_slice(&h.dst_ip.octets());
+    let udp_start = f.len();
+    f.extend_from_slice(&h.src_port.to_be_bytes());
+    f.extend_from_slice(&h.dst_port.to_be_bytes());
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    let len = u32::from(udp_len).to_be_bytes();
+    let pseudo_tail = [len[0], len[1], len[2], len[3], 0, 0, 0, IPPROTO_UDP];
+    let mut csum = checksum(&[
+        &h.src_ip.octets(),
+        &h.dst_ip.octets(),
+        &pseudo_tail,
+        &f[udp_start..],
+    ]);
+    if csum == 0 {
+        csum = 0xffff;
+    }
+    f[udp_start + 6..udp_start + 8].copy_from_slice(&csum.to_be_bytes());
+    f
+}
+
 /// Writes the RFC 1071 checksum of the IPv4 header `ip_header` (the whole
 /// header, options included) into its checksum field, e.g. after editing it.
 ///
@@ -263,6 +420,74 @@ fn udp_checksum(src: Ipv4Addr, dst: Ipv4Addr, datagram: &[u8]) -> u16 {
         len[1],
     ];
     checksum(&[&pseudo, datagram])
+}
+
+#[cfg(test)]
+mod tests6 {
+    use super::*;
+
+    fn headers(vlan: Option<u16>) -> Frame6Headers {
+        Frame6Headers {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            vlan,
+            src_ip: "fe80::1".parse().unwrap(),
+            dst_ip: "fe80::2".parse().unwrap(),
+            src_port: 547,
+            dst_port: 546,
+        }
+    }
+
+    #[test]
+    fn an_ipv6_frame_parses_back_to_what_built_it_with_or_without_a_tag() {
+        for vlan in [None, Some(42)] {
+            let mut f = build_udp6_frame(&headers(vlan), b"\x07\x01\x02\x03rest");
+            f.extend_from_slice(&[0; 6]); // Ethernet padding
+            let (h, payload) = parse_udp6_frame(&f).unwrap();
+            assert_eq!(h, headers(vlan));
+            assert_eq!(payload, b"\x07\x01\x02\x03rest");
+            // The UDP checksum verifies over the pseudo-header.
+            let l4 = if vlan.is_some() { 58 } else { 54 };
+            let udp = &f[l4..f.len() - 6];
+            let len = (udp.len() as u32).to_be_bytes();
+            let tail = [len[0], len[1], len[2], len[3], 0, 0, 0, 17];
+            let (src, dst) = (h.src_ip.octets(), h.dst_ip.octets());
+            assert_eq!(checksum(&[&src, &dst, &tail, udp]), 0);
+        }
+    }
+
+    #[test]
+    fn an_ipv6_frame_that_lies_about_its_lengths_or_is_not_udp_is_refused() {
+        let f = build_udp6_frame(&headers(None), b"\x07\x01\x02\x03");
+        assert!(matches!(
+            parse_udp6_frame(&f[..50]),
+            Err(FrameError::Truncated { .. })
+        ));
+        let mut long = f.clone();
+        long[18..20].copy_from_slice(&500u16.to_be_bytes());
+        assert!(matches!(
+            parse_udp6_frame(&long),
+            Err(FrameError::BadLength { .. })
+        ));
+        let mut udp_long = f.clone();
+        udp_long[58..60].copy_from_slice(&13u16.to_be_bytes());
+        assert!(matches!(
+            parse_udp6_frame(&udp_long),
+            Err(FrameError::BadLength { .. })
+        ));
+        let mut hop_by_hop = f.clone();
+        hop_by_hop[20] = 0;
+        assert_eq!(
+            parse_udp6_frame(&hop_by_hop),
+            Err(FrameError::NotUdp { protocol: 0 })
+        );
+        let mut v4 = f;
+        v4[12..14].copy_from_slice(&ETH_P_IP.to_be_bytes());
+        assert!(matches!(
+            parse_udp6_frame(&v4),
+            Err(FrameError::NotIpv6 { .. })
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -52,6 +52,19 @@ pub struct RxFrame {
     pub via: RxPath,
 }
 
+/// One captured `DHCPv6` server message (ADVERTISE or REPLY), split into
+/// headers and the UDP payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rx6Frame {
+    /// Ingress interface index, in the namespace of that interface.
+    pub ifindex: u32,
+    /// Receive timestamp, as [`RxFrame::ts_ns`].
+    pub ts_ns: u64,
+    pub headers: frame::Frame6Headers,
+    pub payload: Vec<u8>,
+    pub via: RxPath,
+}
+
 /// How the capture is attached to an interface (reported per interface).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttachMode {

@@ -1,11 +1,11 @@
 //! One DHCPv6 lease's socket: UDP bound to `[::]:546` on the pod's
 //! interface, inside the pod's network namespace.
 //!
-//! This is the first IPv6 path, not the one IPv4 leases use: the server's
-//! ADVERTISE and REPLY (UDP 547→546) reach it through the pod's own stack,
-//! not through the capture programs, and the pod's kernel picks the source
-//! address (its link-local one). Capturing 547→546 in the kernel, owned by
-//! transaction id and IAID, is a later step (`docs/dhcpv6.md`).
+//! The lease sends through it (the pod's kernel picks the source address,
+//! its link-local one) and reads from it what the capture programs did not
+//! take: where the eBPF capture serves the interface, the replies to the
+//! transactions the lease owns in the kernel come over the ring buffer
+//! instead (`lease/v6.rs`, `docs/dhcpv6.md`).
 
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};

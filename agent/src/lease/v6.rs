@@ -1,6 +1,13 @@
 //! A `DHCPv6` lease: the v6 engine ([`xdhcp_engine::v6`], one `IA_NA`
 //! address) driven with tokio time against the attachment's UDP socket in
-//! the pod's namespace ([`crate::datapath::udp6`]). Its record is the
+//! the pod's namespace ([`crate::datapath::udp6`]), and, where the eBPF
+//! capture serves the pod's interface, the kernel path: every transaction
+//! the engine opens is owned in the kernel by its transaction id and IAID,
+//! and the program on the interface hands its ADVERTISEs and REPLYs over
+//! the ring buffer instead of the pod's stack ([`Kernel6`]). The socket
+//! stays open beside it: what the kernel does not own (a message with no
+//! `IA_NA`, a transaction sent before the program was attached, a lost
+//! ring) still reaches the engine through it. Its record is the
 //! attachment's, with the lease in `lease6`: persisted at every lease
 //! change, resumed after a restart (REBIND, the engine's default), renewed
 //! at T1, and released (RELEASE) when DEL stops the task. With `"apply": true` the
@@ -16,7 +23,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 use xdhcp_engine::v6::{self, Client, ClientConfig, Event, State};
 
-use crate::datapath::capture::CapturePath;
+use crate::datapath::Rx6Frame;
+use crate::datapath::capture::{Capture, CapturePath, TargetState};
+use crate::datapath::ebpf::AttachTarget;
 use crate::datapath::link::LinkError;
 use crate::datapath::udp6::Udp6;
 use crate::lease::acquire::{ADD_MARGIN, Failure, MIN_ACQUIRE_LEFT};
@@ -49,6 +58,86 @@ const DAD_LIMIT: Duration = Duration::from_secs(3);
 /// How a maintained lease waits before soliciting again after an
 /// acquisition failed with nobody waiting on it.
 const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
+
+/// Captured messages queued per lease.
+const FRAME_QUEUE: usize = 16;
+
+/// A v6 lease's kernel path: its subscription to the capture of the pod's
+/// interface, the channel its captured messages come on, and the
+/// transaction it owns in the kernel now.
+struct Kernel6 {
+    capture: Arc<Capture>,
+    target: AttachTarget,
+    sub: watch::Receiver<TargetState>,
+    tx: mpsc::Sender<Rx6Frame>,
+    rx: mpsc::Receiver<Rx6Frame>,
+    /// The (transaction id, IAID) registered now.
+    owned: Option<(u32, u32)>,
+}
+
+impl Kernel6 {
+    /// Subscribe to the capture of `ifname` in `netns` (the program is
+    /// attached in the background); `None` without eBPF.
+    fn open(capture: &Arc<Capture>, netns: &std::path::Path, ifname: &str) -> Option<Self> {
+        let target = AttachTarget {
+            ifname: ifname.to_owned(),
+            netns: Some(netns.to_path_buf()),
+        };
+        let sub = capture.subscribe(&target, false)?;
+        let (tx, rx) = mpsc::channel(FRAME_QUEUE);
+        Some(Self {
+            capture: capture.clone(),
+            target,
+            sub,
+            tx,
+            rx,
+            owned: None,
+        })
+    }
+
+    /// The path replies take now.
+    fn path(&self) -> CapturePath {
+        match *self.sub.borrow() {
+            TargetState::Live { mode, .. } => CapturePath::Ebpf(mode),
+            _ => CapturePath::Udp6,
+        }
+    }
+
+    /// Own the transaction a transmission belongs to, giving up the one
+    /// before; nothing while the program is not live on the interface
+    /// (the replies then come through the socket).
+    fn own(&mut self, xid: u32, iaid: u32) {
+        if self.owned == Some((xid, iaid)) {
+            return;
+        }
+        self.disown();
+        let TargetState::Live { ifindex, .. } = *self.sub.borrow() else {
+            return;
+        };
+        self.capture.register6(xid, iaid, self.tx.clone(), ifindex);
+        self.owned = Some((xid, iaid));
+    }
+
+    fn disown(&mut self) {
+        if let Some((xid, iaid)) = self.owned.take() {
+            self.capture.unregister6(xid, iaid);
+        }
+    }
+
+    /// The task ends: nothing owned, the subscription given back.
+    fn close(&mut self) {
+        self.disown();
+        self.capture.unsubscribe(&self.target);
+    }
+}
+
+/// The next captured message; never without a kernel path.
+async fn captured(kernel: Option<&mut Kernel6>) -> Option<Rx6Frame> {
+    match kernel {
+        Some(k) => k.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// What an ADD waits for.
 #[derive(Debug)]
@@ -188,11 +277,14 @@ impl Registry {
         waiter: Option<oneshot::Sender<Outcome6>>,
     ) -> Handle {
         let apply = record.network.ipam.apply;
+        let svc = self.services();
+        let kernel = Kernel6::open(&svc.capture, &netns, &record.ifname);
         let started = self.register(record, client.state().into(), CapturePath::Udp6);
         let task = Task6 {
-            svc: self.services(),
+            svc,
             client,
             sock,
+            kernel,
             routers,
             live: started.handle.live.clone(),
             cmds: started.cmds,
@@ -219,6 +311,8 @@ struct Task6 {
     svc: Arc<Services>,
     client: Client,
     sock: Udp6,
+    /// The kernel path, where the eBPF capture serves the interface.
+    kernel: Option<Kernel6>,
     /// The link's router advertisements, when the network leaves the prefix
     /// and router to them.
     routers: Option<Routers>,
@@ -265,6 +359,12 @@ impl Task6 {
     async fn flush(&mut self) {
         while let Some(t) = self.client.poll_transmit() {
             debug!(kind = %t.kind, xid = t.xid, iaid = t.iaid, dst = %t.dst.address(), "DHCPv6 send");
+            // Owned before it leaves: the reply may beat the send's return.
+            if let Some(k) = self.kernel.as_mut() {
+                k.own(t.xid, t.iaid);
+                let path = k.path();
+                lock(&self.live).capture = path;
+            }
             if let Err(e) = self.sock.send(&t.payload, t.dst.address()).await {
                 debug!(kind = %t.kind, error = %e, "DHCPv6 send failed; the engine retransmits");
             }
@@ -490,8 +590,16 @@ async fn hear(routers: Option<&mut Routers>, metrics: &crate::metrics::Metrics) 
     }
 }
 
-/// The v6 lease's event loop.
+/// The v6 lease's event loop; its kernel path is given back when it ends.
 async fn run(mut t: Task6) -> Ended {
+    let ended = run_loop(&mut t).await;
+    if let Some(k) = t.kernel.as_mut() {
+        k.close();
+    }
+    ended
+}
+
+async fn run_loop(t: &mut Task6) -> Ended {
     let mut buf = vec![0u8; 4096];
     let mut stopping: Option<Stopping> = None;
     let mut restart_at: Option<tokio::time::Instant> = None;
@@ -538,6 +646,13 @@ async fn run(mut t: Task6) -> Ended {
                 }
                 None => return Ended::Kept,
             },
+            Some(frame) = captured(t.kernel.as_mut()) => {
+                t.client.set_wall_clock_unix_ms(now_unix_ms());
+                let src = frame.headers.src_ip;
+                if let Err(reason) = t.client.handle_packet(Instant::now(), src, &frame.payload) {
+                    debug!(%src, reason = reason.label(), "captured DHCPv6 message dropped");
+                }
+            }
             got = t.sock.recv(&mut buf) => match got {
                 Ok((n, src)) => {
                     t.client.set_wall_clock_unix_ms(now_unix_ms());

@@ -74,41 +74,98 @@ impl Counters {
     }
 }
 
-/// Shared handle on the kernel xid ownership map (see
-/// [`Datapath::xid_ownership`]); clones refer to the same map.
+/// Shared handle on a kernel ownership map, keyed by `K` as the programs
+/// read it: [`XidOwnership`] (`DHCPv4` xids) and [`Xid6Ownership`]
+/// (`DHCPv6` transaction id and IAID). Clones refer to the same map.
 #[derive(Clone)]
-pub struct XidOwnership {
-    map: Arc<Mutex<HashMap<MapData, u32, common::Owned>>>,
-    /// Keys (wire order) a previous agent left in a pinned map that this
-    /// agent has not registered since: kept, so their replies are still
-    /// kept from the pods while the agents hand over, until
+pub struct Ownership<K> {
+    map: Arc<Mutex<HashMap<MapData, K, common::Owned>>>,
+    name: &'static str,
+    /// Keys a previous agent left in a pinned map that this agent has not
+    /// registered since: kept, so their replies are still kept from the
+    /// pods while the agents hand over, until
     /// [`Datapath::release_unclaimed`] removes them.
-    inherited: Arc<Mutex<HashSet<u32>>>,
+    inherited: Arc<Mutex<HashSet<K>>>,
 }
 
-impl std::fmt::Debug for XidOwnership {
+/// The `DHCPv4` xid ownership map (see [`Datapath::xid_ownership`]);
+/// keys are xids in wire order.
+pub type XidOwnership = Ownership<u32>;
+
+/// The `DHCPv6` ownership map (see [`Datapath::xid6_ownership`]).
+pub type Xid6Ownership = Ownership<common::Owned6Key>;
+
+impl<K> std::fmt::Debug for Ownership<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("XidOwnership").finish_non_exhaustive()
+        f.debug_struct("Ownership")
+            .field("map", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
-impl XidOwnership {
-    pub(super) fn new(map: HashMap<MapData, u32, common::Owned>) -> Self {
+impl<K: aya::Pod + Eq + std::hash::Hash> Ownership<K> {
+    pub(super) fn new(map: HashMap<MapData, K, common::Owned>, name: &'static str) -> Self {
         Self {
             map: Arc::new(Mutex::new(map)),
+            name,
             inherited: Arc::new(Mutex::new(HashSet::new())),
         }
     }
 
     /// Notes every key now in the map as a previous agent's.
     pub(super) fn mark_inherited(&self) {
-        let keys: HashSet<u32> = lock(&self.map)
+        let keys: HashSet<K> = lock(&self.map)
             .keys()
             .filter_map(std::result::Result::ok)
             .collect();
         *lock(&self.inherited) = keys;
     }
 
+    fn own_key(&self, key: K, ifindex: u32) -> Result<()> {
+        let value = common::Owned {
+            ifindex,
+            reserved: 0,
+        };
+        lock(&self.inherited).remove(&key);
+        lock(&self.map)
+            .insert(key, value, 0)
+            .map_err(|source| EbpfDatapathError::Map {
+                name: self.name,
+                source,
+            })
+    }
+
+    fn disown_key(&self, key: K) -> Result<()> {
+        lock(&self.inherited).remove(&key);
+        match lock(&self.map).remove(&key) {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(source) => Err(EbpfDatapathError::Map {
+                name: self.name,
+                source,
+            }),
+        }
+    }
+
+    /// Removes the previous agent's keys this agent did not register
+    /// since; returns how many.
+    fn release_inherited(&self) -> Result<usize> {
+        let keys: Vec<K> = lock(&self.inherited).drain().collect();
+        let mut owned = lock(&self.map);
+        for k in &keys {
+            owned
+                .remove(k)
+                .or_else(|e| if is_not_found(&e) { Ok(()) } else { Err(e) })
+                .map_err(|source| EbpfDatapathError::Map {
+                    name: self.name,
+                    source,
+                })?;
+        }
+        Ok(keys.len())
+    }
+}
+
+impl XidOwnership {
     /// Whether `xid` (host order) is one a previous agent left owned in the
     /// pinned map and this agent has not registered since: that agent had
     /// a transaction open with it.
@@ -119,47 +176,26 @@ impl XidOwnership {
     /// Registers `xid` (host order, as in `Client::xid()`) as owned by
     /// `ifindex`: in intercept mode the programs drop replies carrying it.
     pub fn own(&self, xid: u32, ifindex: u32) -> Result<()> {
-        let value = common::Owned {
-            ifindex,
-            reserved: 0,
-        };
-        lock(&self.inherited).remove(&wire_xid(xid));
-        lock(&self.map)
-            .insert(wire_xid(xid), value, 0)
-            .map_err(|source| EbpfDatapathError::Map {
-                name: common::MAP_OWNED,
-                source,
-            })
+        self.own_key(wire_xid(xid), ifindex)
     }
 
     /// Removes `xid` from the ownership map (absent is fine).
     pub fn disown(&self, xid: u32) -> Result<()> {
-        lock(&self.inherited).remove(&wire_xid(xid));
-        match lock(&self.map).remove(&wire_xid(xid)) {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(source) => Err(EbpfDatapathError::Map {
-                name: common::MAP_OWNED,
-                source,
-            }),
-        }
+        self.disown_key(wire_xid(xid))
+    }
+}
+
+impl Xid6Ownership {
+    /// Registers the `DHCPv6` transaction `xid` (24 bits, host order) of
+    /// the `IA_NA` `iaid` as owned by `ifindex`: in intercept mode the
+    /// programs drop the ADVERTISEs and REPLYs that carry both.
+    pub fn own(&self, xid: u32, iaid: u32, ifindex: u32) -> Result<()> {
+        self.own_key(common::Owned6Key::new(xid, iaid), ifindex)
     }
 
-    /// Removes the previous agent's keys this agent did not register
-    /// since; returns how many.
-    fn release_inherited(&self) -> Result<usize> {
-        let keys: Vec<u32> = lock(&self.inherited).drain().collect();
-        let mut owned = lock(&self.map);
-        for k in &keys {
-            owned
-                .remove(k)
-                .or_else(|e| if is_not_found(&e) { Ok(()) } else { Err(e) })
-                .map_err(|source| EbpfDatapathError::Map {
-                    name: common::MAP_OWNED,
-                    source,
-                })?;
-        }
-        Ok(keys.len())
+    /// Removes the pair from the map (absent is fine).
+    pub fn disown(&self, xid: u32, iaid: u32) -> Result<()> {
+        self.disown_key(common::Owned6Key::new(xid, iaid))
     }
 }
 
@@ -212,7 +248,7 @@ impl Datapath {
             tracing::info!(pin = %left.path.display(), "releasing a pinned link no lease claimed");
             super::pin::remove_link_pin(&left.path);
         }
-        let xids = self.owned.release_inherited()?;
+        let xids = self.owned.release_inherited()? + self.owned6.release_inherited()?;
         let (ports, uplinks) = (
             self.ifindexes_in(Role::Port),
             self.ifindexes_in(Role::Uplink),
@@ -371,6 +407,11 @@ impl Datapath {
     /// xids while an attach (netlink work, milliseconds) holds that lock.
     pub fn xid_ownership(&self) -> XidOwnership {
         self.owned.clone()
+    }
+
+    /// The same for the `DHCPv6` ownership map.
+    pub fn xid6_ownership(&self) -> Xid6Ownership {
+        self.owned6.clone()
     }
 
     /// Reads the per-CPU counters and sums them.

@@ -40,9 +40,11 @@ pub use guard::{
     GuardReader, GuardRecordError, GuardedPortInfo, LearnCounters, PortPolicy, decode_guard_record,
     prepare_port,
 };
-pub use maps::{CaptureMode, Counters, XidOwnership};
+pub use maps::{CaptureMode, Counters, Ownership, Xid6Ownership, XidOwnership};
 pub use pin::{LINKS_DIR, PINNED_MAPS, PinnedMap, Pinning, link_key, pin_maps};
-pub use reader::{DhcpEvent, EventReader, ReaderStats, RecordError, decode_record};
+pub use reader::{
+    Captured, DhcpEvent, EventReader, ReaderStats, RecordError, decode_captured, decode_record,
+};
 #[cfg(feature = "test-hooks")]
 pub use test_run::{ProgramKind, TestRunOutcome};
 
@@ -473,6 +475,7 @@ pub struct Datapath {
     xdp_unavailable: Option<String>,
     counters: maps::CounterMap,
     owned: XidOwnership,
+    owned6: Xid6Ownership,
     ifconfig: Mutex<maps::IfConfigMaps>,
     events: Option<RingBuf<MapData>>,
     /// The kernel's id of the ring buffer map, to open a new reader on it.
@@ -553,6 +556,7 @@ impl Datapath {
             })?;
         let counters = ebpf.take_map(common::MAP_COUNTERS)?;
         let owned = ebpf.take_map(common::MAP_OWNED)?;
+        let owned6 = ebpf.take_map(common::MAP_OWNED6)?;
         let ifconfig = maps::IfConfigMaps {
             hash: ebpf.take_map(common::MAP_IFCONFIG)?,
             direct: ebpf.take_map(common::MAP_IFCONFIG_DIRECT)?,
@@ -560,7 +564,8 @@ impl Datapath {
         };
         let events_id = ebpf.map_id(common::MAP_EVENTS);
         let events = ebpf.take_map(common::MAP_EVENTS)?;
-        let owned = XidOwnership::new(owned);
+        let owned = XidOwnership::new(owned, common::MAP_OWNED);
+        let owned6 = Xid6Ownership::new(owned6, common::MAP_OWNED6);
         let (links_dir, inherited) = match &pinning {
             Pinning::On { dir, reused, .. } => {
                 // The tables a previous agent filled stay as they are
@@ -568,6 +573,9 @@ impl Datapath {
                 // has taken over what it needs (`release_unclaimed`).
                 if reused.contains(&common::MAP_OWNED) {
                     owned.mark_inherited();
+                }
+                if reused.contains(&common::MAP_OWNED6) {
+                    owned6.mark_inherited();
                 }
                 let links = dir.join(LINKS_DIR);
                 match std::fs::create_dir(&links) {
@@ -597,6 +605,7 @@ impl Datapath {
             xdp_unavailable,
             counters,
             owned,
+            owned6,
             ifconfig: Mutex::new(ifconfig),
             events: Some(events),
             attached: HashMap::new(),

@@ -185,7 +185,7 @@ pub struct PinnedMap {
 /// agent runs, and the next agent's reader drains what arrived meanwhile
 /// before anything newer (a record of a layout it does not know is counted
 /// and skipped by its decoder).
-pub const PINNED_MAPS: [PinnedMap; 6] = [
+pub const PINNED_MAPS: [PinnedMap; 7] = [
     PinnedMap {
         name: common::MAP_EVENTS,
         map_type: MapType::RingBuf,
@@ -206,6 +206,13 @@ pub const PINNED_MAPS: [PinnedMap; 6] = [
         key_size: 4,
         value_size: size_of::<common::Owned>() as u32,
         max_entries: common::OWNED_CAPACITY,
+    },
+    PinnedMap {
+        name: common::MAP_OWNED6,
+        map_type: MapType::Hash,
+        key_size: size_of::<common::Owned6Key>() as u32,
+        value_size: size_of::<common::Owned>() as u32,
+        max_entries: common::OWNED6_CAPACITY,
     },
     PinnedMap {
         name: common::MAP_IFCONFIG,
