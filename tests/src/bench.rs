@@ -118,6 +118,9 @@ pub struct DaemonOptions {
     /// kept its network configs does; otherwise xdhcp's own (`"type":
     /// "xdhcp"`, `socketPath`). The upstream plugin gets its own either way.
     pub upstream_dialect: bool,
+    /// More fields of xdhcp's own `ipam` object (e.g. `"family": "ipv6"`);
+    /// not with `upstream_dialect`.
+    pub ipam_extra: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A running IPAM daemon and how to invoke its plugin.
@@ -129,6 +132,8 @@ pub struct Daemon {
     pub log: PathBuf,
     /// See [`DaemonOptions::upstream_dialect`].
     upstream_dialect: bool,
+    /// See [`DaemonOptions::ipam_extra`].
+    ipam_extra: Option<serde_json::Map<String, serde_json::Value>>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -208,6 +213,7 @@ impl Daemon {
             plugin,
             log,
             upstream_dialect: opts.upstream_dialect,
+            ipam_extra: opts.ipam_extra.clone(),
             _dir: tmp,
         };
         if !opts.no_wait {
@@ -268,7 +274,11 @@ impl Daemon {
     pub fn config(&self) -> String {
         let ipam = match self.which {
             Impl::Xdhcp if !self.upstream_dialect => {
-                serde_json::json!({"type": "xdhcp", "socketPath": self.socket})
+                let mut ipam = serde_json::json!({"type": "xdhcp", "socketPath": self.socket});
+                if let (Some(extra), Some(map)) = (&self.ipam_extra, ipam.as_object_mut()) {
+                    map.extend(extra.clone());
+                }
+                ipam
             }
             Impl::Upstream | Impl::Xdhcp => {
                 serde_json::json!({"type": "dhcp", "daemonSocketPath": self.socket})

@@ -105,6 +105,52 @@ impl GuestFs {
     }
 }
 
+impl GuestFs {
+    /// Runs `dhcpcd -6` once on `eth0` of `guest`, straight to DHCPv6 (no
+    /// router solicitation first), for one `IA_NA`, with a DUID kept
+    /// across runs and no hooks; the address it bound, if any within
+    /// `secs`. dhcpcd waits a random 0–1 s before its first SOLICIT, as
+    /// RFC 8415 §18.2.1 asks.
+    ///
+    /// # Panics
+    /// If dhcpcd cannot be started.
+    pub fn dhcpcd6_once(&self, guest: &NetNs, secs: u32) -> Option<std::net::Ipv6Addr> {
+        let dir = self.path();
+        let conf = dir.join("dhcpcd6.conf");
+        std::fs::write(&conf, "duid\npersistent\nnoipv6rs\nia_na\n").unwrap();
+        let out = dir.join("bound6");
+        let script = dir.join("script6");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncase \"$reason\" in BOUND6|REBIND6|REBOOT6|RENEW6|INFORM6) echo \"$new_dhcp6_ia_na1_ia_addr1\" > {} ;; esac\nexit 0\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let _ = std::fs::remove_file(&out);
+        let mut child = self
+            .client(guest, "dhcpcd")
+            .args(["-1", "-6", "-B", "-t", &secs.to_string(), "-f"])
+            .arg(&conf)
+            .arg("-c")
+            .arg(&script)
+            .arg("eth0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run dhcpcd");
+        let deadline = Duration::from_secs(u64::from(secs) + 2);
+        if !wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some())) {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+    }
+}
+
 impl Default for GuestFs {
     fn default() -> Self {
         Self::new()

@@ -41,8 +41,8 @@ pub use ovs_lab::two_nodes::{OvnNode, TwoNodes};
 pub use ovs_lab::{LabDatapath, LabLink, OvnLab, OvnLabOptions, OvnPod, OvnServerPort};
 pub use plugin::{PluginCall, PluginOutput};
 pub use servers::{
-    AGENT_READY_WITHIN, Dhcpd, DhcpdConfig, Dnsmasq, Dnsmasq6, DnsmasqConfig, Kea, Kea6, KeaConfig,
-    Process, ServerLease, wait_until,
+    AGENT_READY_WITHIN, Dhcpd, DhcpdConfig, Dnsmasq, Dnsmasq6, DnsmasqConfig, Kea, Kea6,
+    Kea6Options, KeaConfig, Process, ServerLease, wait_until,
 };
 pub use stand_in_api::{StandInApi, write_kubeconfig};
 pub use xdhcp_testbed::programs::CNI_PLUGIN_DIR;

@@ -523,12 +523,13 @@ pub fn parse_dnsmasq_leases(text: &str) -> Vec<ServerLease> {
 }
 
 /// The DHCPv6 servers' own address, `fd00:6::1/64` (no DAD), on
-/// [`Lab::SERVER_IF`](crate::Lab::SERVER_IF) of `ns`.
+/// [`Lab::SERVER_IF`](crate::Lab::SERVER_IF) of `ns` (already there is
+/// fine: a second server in the same namespace).
 fn give_server_address6(ns: &NetNs) {
     ns.ip(&[
         "-6",
         "addr",
-        "add",
+        "replace",
         "fd00:6::1/64",
         "dev",
         crate::Lab::SERVER_IF,
@@ -906,11 +907,30 @@ pub struct ServerLease6 {
     pub iaid: u32,
 }
 
+/// How a [`Kea6`] serves beyond its defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Kea6Options {
+    /// The Preference option in every ADVERTISE: 255 tells a client to
+    /// request at once instead of collecting ADVERTISEs for its first
+    /// retransmission time (RFC 8415 §18.2.1).
+    pub preference: Option<u8>,
+    /// Answer a SOLICIT that asks for Rapid Commit with a REPLY.
+    pub rapid_commit: bool,
+    /// Log warnings only (a benchmark's server), not every packet.
+    pub quiet: bool,
+}
+
 impl Kea6 {
     /// Writes the config, starts `kea-dhcp6` in `ns` and waits until it
     /// serves.
     #[track_caller]
     pub fn start(ns: &NetNs) -> Self {
+        Self::start_with(ns, Kea6Options::default())
+    }
+
+    /// [`Kea6::start`] serving as `opts` says.
+    #[track_caller]
+    pub fn start_with(ns: &NetNs, opts: Kea6Options) -> Self {
         give_server_address6(ns);
         // Kea binds the interface's link-local address, which must be past
         // duplicate address detection by then.
@@ -927,6 +947,13 @@ impl Kea6 {
             .tempdir()
             .expect("tempdir");
         let d = dir.path();
+        let mut options = vec![serde_json::json!({ "name": "dns-servers", "data": "fd00:6::53" })];
+        if let Some(p) = opts.preference {
+            // Not in a client's Option Request: sent only when always sent.
+            options.push(
+                serde_json::json!({ "name": "preference", "data": p.to_string(), "always-send": true }),
+            );
+        }
         let json = serde_json::json!({
             "Dhcp6": {
                 "interfaces-config": { "interfaces": [crate::Lab::SERVER_IF] },
@@ -950,13 +977,14 @@ impl Kea6 {
                     "subnet": "fd00:6::/64",
                     "interface": crate::Lab::SERVER_IF,
                     "pools": [{ "pool": "fd00:6::100 - fd00:6::1ff" }],
-                    "option-data": [{ "name": "dns-servers", "data": "fd00:6::53" }],
+                    "option-data": options,
+                    "rapid-commit": opts.rapid_commit,
                 }],
                 "loggers": [{
                     "name": "kea-dhcp6",
                     "output_options": [{ "output": d.join("kea.log"), "flush": true }],
-                    "severity": "DEBUG",
-                    "debuglevel": 50,
+                    "severity": if opts.quiet { "INFO" } else { "DEBUG" },
+                    "debuglevel": if opts.quiet { 0 } else { 50 },
                 }],
             }
         });

@@ -118,6 +118,9 @@ enum Which {
     /// xdhcp vs. the upstream CNI dhcp plugin and daemon in a new user's harness: bursts of
     /// 1-100 ADDs beside their floors, with and without an uplink, tcpdump off and on.
     Cni,
+    /// DHCPv6 ADDs against Kea (Preference 255, then Rapid Commit): bursts of 1 and 100 beside
+    /// their floors, and `dhcpcd -6` on the same server.
+    Cni6,
     /// DORA latency against dnsmasq and memory per bound lease.
     Dora,
     /// 1000 leases: restart under them (SIGTERM, SIGKILL), re-adoption time, the T1 renewal storm.
@@ -150,6 +153,7 @@ impl Which {
             Which::Xdp => &["bench_xdp"],
             Which::Dataplane => &["bench_dataplane"],
             Which::Cni => &["bench_cni"],
+            Which::Cni6 => &["bench_cni6"],
             Which::Dora => &["bench_dora"],
             Which::Scale => &["bench_scale"],
             Which::Restart => &["bench_restart"],
@@ -162,6 +166,7 @@ impl Which {
                 "bench_dataplane",
                 "bench_dora",
                 "bench_cni",
+                "bench_cni6",
                 "bench_scale",
                 "bench_restart",
                 "bench_flood",

@@ -204,6 +204,7 @@ fn main() {
         agent_args: vec!["--uplink".to_owned(), format!("physnet1={}", Lab::UPLINK)],
         ovsdb: None,
         upstream_dialect: false,
+        ipam_extra: None,
     };
     let floor = exec_floor(&xdhcp);
     progress!("floor: a bare exec of the binary takes {:.1} ms", ms(floor));

@@ -330,6 +330,7 @@ fn run(which: Impl, xdhcp: &Path, lab: &Lab) -> Run {
         },
         ovsdb: None,
         upstream_dialect: false,
+        ipam_extra: None,
     };
     progress!("{}: starting with no leases", which.name());
     let t = Instant::now();

@@ -1,0 +1,350 @@
+//! `cargo xtask bench cni6`: IPv6 ADDs through xdhcp against Kea's
+//! `kea-dhcp6`, each beside its floor measured in the same run, and beside
+//! `dhcpcd -6` as a client of the same server.
+//!
+//! - The harness of `bench cni`: a node namespace with a Linux bridge, the
+//!   server in its own namespace behind a veth on the bridge, 100 pod
+//!   namespaces with a veth each, created up front and reused.
+//! - Kea twice: answering with Preference 255 (a client requests at once
+//!   instead of collecting ADVERTISEs for a second), then with Rapid Commit
+//!   (SOLICIT and REPLY; the network asks for it with `rapidCommit`).
+//! - For each, `xdhcp agent --kube off` started fresh in the node
+//!   namespace, its thin plugin exec'd with a `"family": "ipv6"` network
+//!   (`"apply": false`: the runtime configures the address, as with the
+//!   upstream plugin; with `apply` an ADD also waits the 1–2 s of the
+//!   kernel's duplicate address detection), timed as the plugin process's
+//!   wall time; bursts of 1 and 100 concurrent ADDs in rounds, each pod
+//!   given a DEL (RELEASE) after its round.
+//! - Each round's floor, right after it: as many concurrent plugin execs
+//!   doing no DHCP (`CNI_COMMAND=VERSION`) plus as many exchanges of the
+//!   server's own — xdhcp's v6 engine as a bare client over a UDP socket in
+//!   the same pods' namespaces, no CNI, no plugin, no agent — the fastest
+//!   of three runs.
+//! - `dhcpcd -6` (straight to DHCPv6, no router solicitation), run once
+//!   per round on a pod, timed to its exit once bound.
+//!
+//! There is no upstream baseline: the upstream CNI `dhcp` plugin speaks
+//! DHCPv4 only. Nothing here asserts a timing. `XDHCP_BENCH_ROUNDS=n` sets
+//! the rounds of every size.
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a benchmark report"
+)]
+#![expect(
+    clippy::cast_precision_loss,
+    reason = "counts far below 2^52 turned into ratios"
+)]
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use xdhcp_tests::{
+    Kea6, Kea6Options,
+    bench::{Daemon, DaemonOptions, Impl},
+    cni_burst::{Burst, burst, del_all, exec_floor, v6_exchange_burst, wait_link_local},
+    guest::GuestFs,
+    netns::{Lab, LabClient},
+    progress,
+};
+
+const CONCURRENT: usize = 100;
+/// (concurrent ADDs, rounds).
+const BURSTS: &[(usize, usize)] = &[(1, 20), (100, 5)];
+/// Runs of the server's own exchanges per floor, the fastest taken.
+const PASSES: usize = 3;
+/// Rounds of `dhcpcd -6`.
+const DHCPCD_ROUNDS: usize = 10;
+
+/// One round of a burst beside its floor.
+struct Round {
+    burst: Burst,
+    exec: Duration,
+    exchange: Duration,
+    exchange_failed: usize,
+}
+
+impl Round {
+    fn floor(&self) -> Duration {
+        self.exec + self.exchange
+    }
+}
+
+/// What one server configuration measured.
+struct Phase {
+    server: &'static str,
+    bursts: Vec<(usize, Vec<Round>)>,
+    /// `dhcpcd -6` runs that bound, and the ones that did not.
+    dhcpcd: Vec<Duration>,
+    dhcpcd_failed: usize,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median_p99(mut v: Vec<f64>) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// The DUID-LL Kea records for a pod (hex, colon-separated).
+fn duid_ll(mac: [u8; 6]) -> String {
+    let mut s = "00:03:00:01".to_owned();
+    for b in mac {
+        let _ = write!(s, ":{b:02x}");
+    }
+    s
+}
+
+/// Waits until Kea holds no lease for `clients` (every RELEASE done).
+fn settle(kea: &Kea6, clients: &[LabClient]) {
+    let duids: Vec<String> = clients.iter().map(|c| duid_ll(c.mac)).collect();
+    let held = || {
+        kea.leases()
+            .iter()
+            .filter(|l| duids.iter().any(|d| l.duid.eq_ignore_ascii_case(d)))
+            .count()
+    };
+    if !xdhcp_tests::wait_until(Duration::from_secs(10), || held() == 0) {
+        eprintln!(
+            "  Kea still holds {} leases 10 s after their release",
+            held()
+        );
+    }
+}
+
+fn phase(
+    lab: &Lab,
+    xdhcp: &Path,
+    server: &'static str,
+    opts: Kea6Options,
+    plan: &[(usize, usize)],
+) -> Phase {
+    let kea = Kea6::start_with(lab.dhcp_ns(), opts);
+    let mut ipam = serde_json::Map::new();
+    ipam.insert("family".into(), "ipv6".into());
+    ipam.insert("apply".into(), false.into());
+    ipam.insert(
+        "ipv6".into(),
+        serde_json::json!({"prefixLength": 64, "rapidCommit": opts.rapid_commit}),
+    );
+    let d = Daemon::start_with(
+        Impl::Xdhcp,
+        xdhcp,
+        &DaemonOptions {
+            node_ns: Some(lab.server.name().to_owned()),
+            ipam_extra: Some(ipam),
+            ..DaemonOptions::default()
+        },
+    );
+    let first = &lab.clients[0];
+    if let Err(e) = d.cni("ADD", "warmup", first) {
+        eprintln!("  warm-up ADD failed: {e}");
+    }
+    let _ = d.cni("DEL", "warmup", first);
+    settle(&kea, std::slice::from_ref(first));
+    let mut bursts = Vec::new();
+    for &(n, rounds) in plan {
+        let clients = &lab.clients[..n];
+        let mut set = Vec::new();
+        for r in 0..rounds {
+            let tag = format!("v6-{n}-{r}");
+            let b = burst(&d, clients, &tag);
+            if let Some(e) = &b.first_error {
+                eprintln!("  {} of {n} ADDs failed, first: {e}", b.failed);
+            }
+            del_all(&d, clients, &tag);
+            settle(&kea, clients);
+            let exec = exec_floor(&d, clients);
+            let (exchange, exchange_failed) = v6_exchange_burst(clients, PASSES, opts.rapid_commit);
+            settle(&kea, clients);
+            set.push(Round {
+                burst: b,
+                exec,
+                exchange,
+                exchange_failed,
+            });
+        }
+        let (w50, _) = median_p99(set.iter().map(|r| ms(r.burst.wall)).collect());
+        let (f50, _) = median_p99(set.iter().map(|r| ms(r.floor())).collect());
+        progress!("{server}: {n} ADDs × {rounds}: wall {w50:.1} ms median, floor {f50:.1} ms");
+        bursts.push((n, set));
+    }
+    drop(d);
+    // dhcpcd on the last pod (no lease of the rounds' left there).
+    let pod = &lab.clients[CONCURRENT - 1];
+    let fs = GuestFs::new();
+    let (mut dhcpcd, mut dhcpcd_failed) = (Vec::new(), 0);
+    for _ in 0..rounds_or(DHCPCD_ROUNDS) {
+        let t = Instant::now();
+        match fs.dhcpcd6_once(&pod.ns, 10) {
+            Some(_) => dhcpcd.push(t.elapsed()),
+            None => dhcpcd_failed += 1,
+        }
+        // dhcpcd leaves its address configured: off again for the next run.
+        let _ = pod
+            .ns
+            .ip(&["-6", "addr", "flush", "dev", &pod.ifname, "scope", "global"]);
+    }
+    progress!(
+        "{server}: dhcpcd -6: {} bound, {dhcpcd_failed} failed, median {:.1} ms",
+        dhcpcd.len(),
+        median_p99(dhcpcd.iter().map(|d| ms(*d)).collect()).0
+    );
+    Phase {
+        server,
+        bursts,
+        dhcpcd,
+        dhcpcd_failed,
+    }
+}
+
+fn rounds_or(default: usize) -> usize {
+    std::env::var("XDHCP_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(default)
+}
+
+fn report(phases: &[Phase], took: Duration) {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# DHCPv6 ADD benchmark: xdhcp against Kea, beside its floor and `dhcpcd -6`\n"
+    );
+    let _ = writeln!(
+        md,
+        "Written by `cargo xtask bench cni6`, commit {}, on {} cores; {:.0} s.\n",
+        std::env::var("XDHCP_BENCH_COMMIT").unwrap_or_else(|_| "unknown".to_owned()),
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        took.as_secs_f64()
+    );
+    let _ = writeln!(
+        md,
+        "The harness of `bench cni` ({CONCURRENT} pod namespaces on a Linux bridge, the server \
+         behind a veth), Kea's `kea-dhcp6` (memfile), `xdhcp agent --kube off` fresh per server \
+         configuration, its thin plugin exec'd with a `\"family\": \"ipv6\"`, `\"apply\": false` \
+         network and timed as the plugin process's wall time; each pod given a DEL (RELEASE) \
+         after its round. Each round's floor, right after it: as many concurrent plugin execs \
+         doing no DHCP plus as many exchanges of the server's own from the same namespaces \
+         (xdhcp's v6 engine as a bare client over UDP: no CNI, no plugin, no agent), the fastest \
+         of {PASSES} runs. There is no upstream baseline: the upstream CNI `dhcp` plugin speaks \
+         DHCPv4 only; `dhcpcd -6` on the same server is the comparison (it waits a random \
+         0–1 s before its first SOLICIT, as RFC 8415 asks of a host; an ADD does not).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| server | ADDs | rounds | wall, median / p99 | floor, median (exec + server) | ÷ floor, median / p99 | over the floor, median | floor exchanges failed |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    for p in phases {
+        for (n, rounds) in &p.bursts {
+            let (w50, w99) = median_p99(rounds.iter().map(|r| ms(r.burst.wall)).collect());
+            let (f50, _) = median_p99(rounds.iter().map(|r| ms(r.floor())).collect());
+            let (e50, _) = median_p99(rounds.iter().map(|r| ms(r.exec)).collect());
+            let (x50, _) = median_p99(rounds.iter().map(|r| ms(r.exchange)).collect());
+            let (o50, o99) = median_p99(
+                rounds
+                    .iter()
+                    .map(|r| r.burst.wall.as_secs_f64() / r.floor().as_secs_f64().max(1e-9))
+                    .collect(),
+            );
+            let (d50, _) = median_p99(
+                rounds
+                    .iter()
+                    .map(|r| ms(r.burst.wall) - ms(r.floor()))
+                    .collect(),
+            );
+            let failed: usize = rounds.iter().map(|r| r.exchange_failed).sum();
+            let add_failed: usize = rounds.iter().map(|r| r.burst.failed).sum();
+            let _ = writeln!(
+                md,
+                "| {} | {n}{} | {} | {w50:.1} / {w99:.1} ms | {f50:.1} ms ({e50:.1} + {x50:.1}) | {o50:.2}× / {o99:.2}× | {d50:+.1} ms | {failed} |",
+                p.server,
+                if add_failed > 0 {
+                    format!(" ({add_failed} failed)")
+                } else {
+                    String::new()
+                },
+                rounds.len()
+            );
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\n| server | `dhcpcd -6` bound, median / p99 | runs (failed) | single ADD median ÷ dhcpcd median |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|");
+    for p in phases {
+        let (c50, c99) = median_p99(p.dhcpcd.iter().map(|d| ms(*d)).collect());
+        let single = p
+            .bursts
+            .iter()
+            .find(|(n, _)| *n == 1)
+            .map(|(_, r)| median_p99(r.iter().map(|r| ms(r.burst.wall)).collect()).0);
+        let _ = writeln!(
+            md,
+            "| {} | {c50:.1} / {c99:.1} ms | {} ({}) | {} |",
+            p.server,
+            p.dhcpcd.len() + p.dhcpcd_failed,
+            p.dhcpcd_failed,
+            single.map_or("–".to_owned(), |s| format!("{:.1}× faster", c50 / s))
+        );
+    }
+    println!("\n{md}");
+    xdhcp_tests::bench::write_result("cni6.md", &md);
+}
+
+fn main() {
+    let started = Instant::now();
+    let xdhcp = PathBuf::from(
+        std::env::var_os("XDHCP_BIN")
+            .expect("XDHCP_BIN: path of the release xdhcp binary (cargo xtask bench sets it)"),
+    );
+    xdhcp_tests::netns::sweep_leftovers();
+    progress!("building the harness: {CONCURRENT} pod namespaces…");
+    let lab = Lab::builder()
+        .clients(CONCURRENT)
+        .server_behind_uplink()
+        .build();
+    if !wait_link_local(&lab.clients) {
+        eprintln!("  some pods have no usable link-local address after 10 s");
+    }
+    let plan: Vec<(usize, usize)> = BURSTS.iter().map(|&(n, r)| (n, rounds_or(r))).collect();
+    let phases = vec![
+        phase(
+            &lab,
+            &xdhcp,
+            "Kea, Preference 255",
+            Kea6Options {
+                preference: Some(255),
+                quiet: true,
+                ..Kea6Options::default()
+            },
+            &plan,
+        ),
+        phase(
+            &lab,
+            &xdhcp,
+            "Kea, Rapid Commit",
+            Kea6Options {
+                rapid_commit: true,
+                quiet: true,
+                ..Kea6Options::default()
+            },
+            &plan,
+        ),
+    ];
+    report(&phases, started.elapsed());
+    progress!(
+        "bench_cni6 done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
