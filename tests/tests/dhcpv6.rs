@@ -16,7 +16,7 @@ mod agent_support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_support::{AgentProcess, PluginOutput, invoke, plugin_bin};
+use agent_support::{AgentProcess, NodeAgent, PluginOutput, invoke, plugin_bin};
 use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
 use xdhcp_tests::bench::{free_local_addr, http_get, metric_count};
@@ -176,6 +176,43 @@ fn an_ipv6_pods_replies_come_through_the_kernel_program() {
     assert_eq!(
         status["counters"]["agent.routed_xids"], 0,
         "a transaction is still routed after DEL: {status}"
+    );
+}
+
+/// With the server behind a node uplink the agent captures on (`--uplink
+/// up0`, the agent in the node's namespace), the server's REPLYs are taken
+/// by the uplink's program: the same ownership map serves both programs.
+/// The lease's path names the uplink, and the RELEASE at DEL is honoured.
+#[test]
+fn an_ipv6_pods_replies_are_taken_at_the_node_uplink() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = NodeAgent::start(&lab.server, &["--uplink", "up0"]);
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
+    let pod = &lab.clients[0].ns;
+    let conf = conf(&agent.socket);
+
+    let r = call("ADD", "v6uplink", pod, &conf);
+    assert!(r.ok, "ADD failed: {}\nagent:\n{}", r.text(), agent.log());
+    let leases = agent.leases();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0].path, "uplink:up0", "{leases:?}\n{}", agent.log());
+    assert!(
+        agent.counter("kernel.captured") >= 1 && agent.counter("kernel.dropped_owned") >= 1,
+        "{:?}",
+        agent.status().counters
+    );
+    let addr = leases[0]
+        .address6
+        .as_ref()
+        .map(|c| c.addr.to_string())
+        .unwrap_or_else(|| panic!("no address: {leases:?}"));
+    let d = call("DEL", "v6uplink", pod, &conf);
+    assert!(d.ok, "DEL failed: {}\nagent:\n{}", d.text(), agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || !server.leases().contains(&addr)),
+        "the RELEASE was not honoured: {addr}\n{}",
+        server.log()
     );
 }
 

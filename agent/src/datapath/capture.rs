@@ -913,6 +913,11 @@ impl Capture {
             .find(|u| self.live_ifindex(u) == Some(ifindex))
     }
 
+    /// The name of the live uplink at `ifindex` (in the agent's namespace).
+    pub(crate) fn uplink_name_at(&self, ifindex: u32) -> Option<Arc<str>> {
+        self.uplink_at(ifindex).map(|u| u.name.clone())
+    }
+
     /// Move a lease onto the uplink that captured one of its replies at
     /// `ifindex`: it follows that uplink's state from now on (unsubscribe
     /// its `target` when it ends). `None` when no live uplink has that
@@ -1066,8 +1071,16 @@ impl Capture {
         let Some(key) = dhcp6_key(&frame.payload) else {
             return false;
         };
+        let uplink = matches!(frame.via, RxPath::Uplink { .. })
+            .then(|| self.uplink_at(frame.ifindex))
+            .flatten();
         let tx = lock(&self.routes6).get(&key).cloned();
-        tx.is_some_and(|tx| tx.try_send(frame).is_ok())
+        let delivered = tx.is_some_and(|tx| tx.try_send(frame).is_ok());
+        if delivered && let Some(u) = uplink {
+            u.replies.fetch_add(1, Ordering::Relaxed);
+            self.metrics.uplink_reply(&u.spec.ifname);
+        }
+        delivered
     }
 
     fn deliver(&self, frame: RxFrame) -> bool {

@@ -73,6 +73,10 @@ struct Kernel6 {
     rx: mpsc::Receiver<Rx6Frame>,
     /// The (transaction id, IAID) registered now.
     owned: Option<(u32, u32)>,
+    /// The node uplink whose program captured the latest reply, when one
+    /// did (the server is behind it): the replies come from there, not
+    /// from the pod's interface.
+    uplink: Option<Arc<str>>,
 }
 
 impl Kernel6 {
@@ -92,15 +96,29 @@ impl Kernel6 {
             tx,
             rx,
             owned: None,
+            uplink: None,
         })
     }
 
     /// The path replies take now.
     fn path(&self) -> CapturePath {
+        if let Some(u) = &self.uplink {
+            return CapturePath::Uplink(u.clone());
+        }
         match *self.sub.borrow() {
             TargetState::Live { mode, .. } => CapturePath::Ebpf(mode),
             _ => CapturePath::Udp6,
         }
+    }
+
+    /// A captured reply came by `frame`'s path: through a node uplink, or
+    /// the pod's interface.
+    fn heard(&mut self, frame: &Rx6Frame) -> CapturePath {
+        self.uplink = match frame.via {
+            crate::datapath::RxPath::Uplink { .. } => self.capture.uplink_name_at(frame.ifindex),
+            _ => None,
+        };
+        self.path()
     }
 
     /// Own the transaction a transmission belongs to, giving up the one
@@ -647,6 +665,10 @@ async fn run_loop(t: &mut Task6) -> Ended {
                 None => return Ended::Kept,
             },
             Some(frame) = captured(t.kernel.as_mut()) => {
+                if let Some(k) = t.kernel.as_mut() {
+                    let path = k.heard(&frame);
+                    lock(&t.live).capture = path;
+                }
                 t.client.set_wall_clock_unix_ms(now_unix_ms());
                 let src = frame.headers.src_ip;
                 if let Err(reason) = t.client.handle_packet(Instant::now(), src, &frame.payload) {
