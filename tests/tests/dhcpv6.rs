@@ -205,8 +205,7 @@ fn an_ipv6_pods_replies_are_taken_at_the_node_uplink() {
     let addr = leases[0]
         .address6
         .as_ref()
-        .map(|c| c.addr.to_string())
-        .unwrap_or_else(|| panic!("no address: {leases:?}"));
+        .map_or_else(|| panic!("no address: {leases:?}"), |c| c.addr.to_string());
     let d = call("DEL", "v6uplink", pod, &conf);
     assert!(d.ok, "DEL failed: {}\nagent:\n{}", d.text(), agent.log());
     assert!(
