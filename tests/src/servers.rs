@@ -918,6 +918,9 @@ pub struct Kea6Options {
     pub rapid_commit: bool,
     /// Log warnings only (a benchmark's server), not every packet.
     pub quiet: bool,
+    /// T1, T2, preferred and valid lifetimes in seconds, instead of 100,
+    /// 200, 150 and 300 (a test that waits for a renewal).
+    pub timers: Option<[u32; 4]>,
 }
 
 impl Kea6 {
@@ -947,6 +950,7 @@ impl Kea6 {
             .tempdir()
             .expect("tempdir");
         let d = dir.path();
+        let timers = opts.timers.unwrap_or([100, 200, 150, 300]);
         let mut options = vec![serde_json::json!({ "name": "dns-servers", "data": "fd00:6::53" })];
         if let Some(p) = opts.preference {
             // Not in a client's Option Request: sent only when always sent.
@@ -968,10 +972,10 @@ impl Kea6 {
                     "type": "memfile", "persist": true,
                     "name": d.join("kea-leases6.csv"), "lfc-interval": 0,
                 },
-                "preferred-lifetime": 150,
-                "valid-lifetime": 300,
-                "renew-timer": 100,
-                "rebind-timer": 200,
+                "preferred-lifetime": timers[2],
+                "valid-lifetime": timers[3],
+                "renew-timer": timers[0],
+                "rebind-timer": timers[1],
                 "subnet6": [{
                     "id": 1,
                     "subnet": "fd00:6::/64",

@@ -21,7 +21,9 @@ use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
 use xdhcp_tests::bench::{free_local_addr, http_get, metric_count};
 use xdhcp_tests::fake_apiserver::{Fault, Op};
-use xdhcp_tests::{Dnsmasq6, InProcessAgent, Kea6, Lab, NetNs, StandInApi, format_mac, wait_until};
+use xdhcp_tests::{
+    Dnsmasq6, InProcessAgent, Kea6, Kea6Options, Lab, NetNs, StandInApi, format_mac, wait_until,
+};
 
 fn conf(socket: &Path) -> String {
     format!(
@@ -130,52 +132,71 @@ fn an_ipv6_pod_gets_its_lease_and_releases_it_at_del() {
     );
 }
 
-/// The kernel path: the capture program goes on the pod's interface, the
-/// agent owns each transaction in the kernel by its id and the IAID, and
-/// the server's ADVERTISE and REPLY come over the ring buffer, consumed
+/// The kernel path: the capture program goes on the pod's interface a
+/// little after the ADD (the first exchange is the socket's), the agent
+/// owns each later transaction in the kernel by its id and the IAID, and
+/// the server's REPLY to the renewal comes over the ring buffer, consumed
 /// before the pod's stack (which the lease's socket listens on). `xdhcp
-/// status` shows them captured and dropped, and the lease's path is the
-/// program's. At DEL nothing stays owned.
+/// status` shows it captured and dropped, and the lease's path is the
+/// program's. At DEL nothing stays owned. Kea, with a T1 of 2 s.
 #[test]
-fn an_ipv6_pods_replies_come_through_the_kernel_program() {
+fn an_ipv6_pods_renewal_comes_through_the_kernel_program() {
     let lab = Lab::builder().server_behind_uplink().build();
-    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let kea = Kea6::start_with(
+        lab.dhcp_ns(),
+        Kea6Options {
+            timers: Some([2, 4, 6, 12]),
+            ..Kea6Options::default()
+        },
+    );
     let agent = AgentProcess::start(&[]);
     let pod = &lab.clients[0].ns;
     let conf = conf(&agent.socket);
 
     let r = call("ADD", "v6kernel", pod, &conf);
-    let addr = leased(&r, &agent);
-    let status: serde_json::Value = serde_json::from_str(&agent.cli("status", true)).unwrap();
-    let counter = |name: &str| status["counters"][name].as_u64().unwrap_or(0);
-    assert_eq!(status["datapath"], "ebpf", "{status}");
+    assert!(r.ok, "ADD failed: {}\nagent:\n{}", r.text(), agent.log());
+    let status =
+        || -> serde_json::Value { serde_json::from_str(&agent.cli("status", true)).unwrap() };
+    let counter = |name: &str| status()["counters"][name].as_u64().unwrap_or(0);
+    assert_eq!(status()["datapath"], "ebpf");
+    let path_is_tc = || {
+        agent
+            .cli("leases", false)
+            .lines()
+            .any(|l| l.contains("default/v6kernel") && l.contains(" tc "))
+    };
     assert!(
-        counter("kernel.captured") >= 1 && counter("kernel.dropped_owned") >= 1,
+        wait_until(Duration::from_secs(10), path_is_tc),
+        "the lease's path never became the program's:\n{}",
+        agent.cli("leases", false)
+    );
+    // The renewal at T1 (2 s) is the first transaction opened with the
+    // program attached.
+    assert!(
+        wait_until(Duration::from_secs(10), || counter("kernel.captured") >= 1
+            && counter("kernel.dropped_owned") >= 1),
         "no DHCPv6 reply came through the kernel program: {}\nagent:\n{}",
-        status["counters"],
+        status()["counters"],
         agent.log()
     );
-    let table = agent.cli("leases", false);
-    let row = table
-        .lines()
-        .find(|l| l.contains("default/v6kernel"))
-        .unwrap_or_else(|| panic!("no row for the pod:\n{table}"));
     assert!(
-        row.contains(" tc "),
-        "the lease's path is not the program's:\n{table}"
+        agent.log().contains("DHCPv6 lease renewed"),
+        "no renewal:\n{}",
+        agent.log()
     );
 
     let d = call("DEL", "v6kernel", pod, &conf);
     assert!(d.ok, "DEL failed: {}\nagent:\n{}", d.text(), agent.log());
     assert!(
-        wait_until(Duration::from_secs(5), || !server.leases().contains(&addr)),
-        "the RELEASE was not honoured:\n{}",
-        server.log()
+        wait_until(Duration::from_secs(5), || kea.leases().is_empty()),
+        "the RELEASE was not honoured:\n{:?}",
+        kea.leases()
     );
-    let status: serde_json::Value = serde_json::from_str(&agent.cli("status", true)).unwrap();
     assert_eq!(
-        status["counters"]["agent.routed_xids"], 0,
-        "a transaction is still routed after DEL: {status}"
+        status()["counters"]["agent.routed_xids"],
+        0,
+        "a transaction is still routed after DEL: {}",
+        status()
     );
 }
 

@@ -80,14 +80,18 @@ struct Kernel6 {
 }
 
 impl Kernel6 {
-    /// Subscribe to the capture of `ifname` in `netns` (the program is
-    /// attached in the background); `None` without eBPF.
+    /// Subscribe to the capture of `ifname` in `netns`; `None` without
+    /// eBPF. The program is attached in the background a little after the
+    /// start, as an IPv4 lease's is: the first exchange is not disturbed by
+    /// the attach (making a qdisc deactivates the device for a moment), and
+    /// a burst of ADDs finishes before its RTNL-heavy attaches start. Until
+    /// then the socket takes the replies.
     fn open(capture: &Arc<Capture>, netns: &std::path::Path, ifname: &str) -> Option<Self> {
         let target = AttachTarget {
             ifname: ifname.to_owned(),
             netns: Some(netns.to_path_buf()),
         };
-        let sub = capture.subscribe(&target, false)?;
+        let sub = capture.subscribe(&target, true)?;
         let (tx, rx) = mpsc::channel(FRAME_QUEUE);
         Some(Self {
             capture: capture.clone(),
@@ -122,15 +126,20 @@ impl Kernel6 {
     }
 
     /// Own the transaction a transmission belongs to, giving up the one
-    /// before; nothing while the program is not live on the interface
-    /// (the replies then come through the socket).
+    /// before. Owned from the first SOLICIT when a node uplink is live (its
+    /// program may take the reply, which then never reaches the pod's
+    /// stack), else once the program is live on the pod's interface; until
+    /// then the replies come through the socket.
     fn own(&mut self, xid: u32, iaid: u32) {
         if self.owned == Some((xid, iaid)) {
             return;
         }
         self.disown();
-        let TargetState::Live { ifindex, .. } = *self.sub.borrow() else {
-            return;
+        let ifindex = match *self.sub.borrow() {
+            TargetState::Live { ifindex, .. } => ifindex,
+            // The map's ifindex is informational: 0, any.
+            _ if self.capture.owns_early() => 0,
+            _ => return,
         };
         self.capture.register6(xid, iaid, self.tx.clone(), ifindex);
         self.owned = Some((xid, iaid));
