@@ -93,11 +93,16 @@ pub(crate) enum Error {
         #[source]
         source: xdhcp_engine::v6::ConfigError,
     },
-    /// An IPv6 network asked for by a VM: IPv6 leases serve pods only yet.
+    /// An IPv6 or dual-stack network (`family`) asked for by a VM: IPv6
+    /// leases serve pods only yet.
     #[error(
-        "network {network:?} is \"family\": \"ipv6\": DHCPv6 leases serve pods only for now, not VM {vmi}"
+        "network {network:?} is \"family\": \"{family}\": DHCPv6 leases serve pods only for now, not VM {vmi}"
     )]
-    Ipv6ForVm { network: String, vmi: String },
+    Ipv6ForVm {
+        network: String,
+        family: &'static str,
+        vmi: String,
+    },
     /// The Kubernetes API failed.
     #[error("{source}")]
     Kube {
