@@ -359,3 +359,27 @@ pub(crate) enum Refusal {
         source: std::io::Error,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A VM on an IPv6 or a dual-stack network is refused naming the
+    /// network, its family and the VM.
+    #[test]
+    fn a_vm_on_a_network_with_ipv6_is_refused_naming_the_network() {
+        for family in ["ipv6", "dual"] {
+            let e = Error::Ipv6ForVm {
+                network: "tenant-net".to_owned(),
+                family,
+                vmi: "vm1".to_owned(),
+            };
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "network \"tenant-net\" is \"family\": \"{family}\": DHCPv6 leases serve pods only for now, not VM vm1"
+                )
+            );
+        }
+    }
+}
