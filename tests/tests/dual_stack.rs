@@ -283,7 +283,7 @@ fn a_restarted_agent_resumes_both_leases_of_a_dual_stack_pod() {
 
 /// No DHCPv6 server answers: the dual-stack ADD fails naming the DHCPv6
 /// acquisition, and the DHCPv4 lease it had bound is given back —
-/// RELEASEd (gone from the server's lease file), off the interface, no
+/// released (gone from the server's lease file), off the interface, no
 /// record and no row left.
 #[test]
 fn a_dual_stack_add_whose_ipv6_lease_fails_gives_the_ipv4_one_back() {
