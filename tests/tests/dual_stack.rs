@@ -281,6 +281,55 @@ fn a_restarted_agent_resumes_both_leases_of_a_dual_stack_pod() {
     );
 }
 
+/// A restarted agent that finds only one of a dual-stack attachment's
+/// records (the DHCPv6 one lost) resumes that lease alone; the runtime's
+/// repeated ADD then does not answer with the one family it holds, but
+/// acquires the attachment whole again: both addresses in the result (the
+/// DHCPv6 one the same, the server knowing the pod's DUID), two rows.
+#[test]
+fn a_repeated_add_makes_a_dual_stack_attachment_that_lost_a_record_whole() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let (v4, v6) = servers(&lab, DnsmasqConfig::default());
+    let mut agent = AgentProcess::start(&[]);
+    let pod = &lab.clients[0].ns;
+    let conf = conf(&agent.socket);
+
+    let (a4, a6) = leased(&call("ADD", "dualhalf", pod, &conf), &agent);
+    agent.process.kill();
+    std::fs::remove_file(agent.state_dir.join("leases/dualhalf@eth0@ipv6.json")).unwrap();
+    agent.start_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || lease_rows(&agent, "dualhalf")
+            == [("ipv4".to_owned(), format!("{a4}/24"))]),
+        "{}\nagent:\n{}",
+        agent.cli("leases", false),
+        agent.log()
+    );
+
+    let again = call("ADD", "dualhalf", pod, &conf);
+    assert_eq!(leased(&again, &agent), (a4.clone(), a6.clone()));
+    assert_eq!(
+        lease_rows(&agent, "dualhalf"),
+        [
+            ("ipv4".to_owned(), format!("{a4}/24")),
+            ("ipv6".to_owned(), format!("{a6}/64")),
+        ]
+    );
+    assert_eq!(
+        record_files(&agent),
+        ["dualhalf@eth0@ipv4.json", "dualhalf@eth0@ipv6.json"]
+    );
+    let d = call("DEL", "dualhalf", pod, &conf);
+    assert!(d.ok, "DEL failed: {}", d.text());
+    assert!(
+        wait_until(Duration::from_secs(5), || !v4_held(&v4, &a4)
+            && !v6.leases().contains(&a6)),
+        "not both released:\n{:?}\n{}",
+        v4.leases(),
+        v6.leases()
+    );
+}
+
 /// No DHCPv6 server answers: the dual-stack ADD fails naming the DHCPv6
 /// acquisition, and the DHCPv4 lease it had bound is given back —
 /// released (gone from the server's lease file), off the interface, no

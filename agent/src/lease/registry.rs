@@ -213,8 +213,10 @@ impl Registry {
     /// Begin an ADD of an attachment: take its lock (held as long as the
     /// returned [`Begun`]) and, when it already holds its leases (a
     /// repeated ADD), their records; when any of its tasks is still
-    /// without a lease, every one is stopped (without RELEASE: the fresh
-    /// ADD asks the same servers again with the same identity).
+    /// without a lease, or a dual-stack attachment holds one family only
+    /// (the other's record could not be resumed), every one is stopped
+    /// (without RELEASE: the fresh ADD asks the same servers again with
+    /// the same identity).
     pub(crate) async fn begin(&self, cid: &str, ifname: &str) -> Begun {
         let held = self.key_lock(cid, ifname).await;
         let handles = self.attachment(cid, ifname);
@@ -222,9 +224,14 @@ impl Registry {
             .iter()
             .map(|h| lock(&h.live).record.clone())
             .collect();
-        if bound
-            .iter()
-            .all(|r| r.lease.is_some() || r.lease6.is_some())
+        // A dual-stack attachment is bound only with both its leases.
+        let whole = bound
+            .first()
+            .is_none_or(|r| r.network.ipam.family != Family::Dual || bound.len() == 2);
+        if whole
+            && bound
+                .iter()
+                .all(|r| r.lease.is_some() || r.lease6.is_some())
         {
             return Begun { _lock: held, bound };
         }
