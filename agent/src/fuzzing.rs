@@ -1038,6 +1038,7 @@ mod tests {
                 planned_xids: None,
                 lease6: None,
                 router6: None,
+                lease_family: None,
             };
             let mut inf = lease();
             inf.lease_time = Duration::from_secs(0xffff_ffff);
@@ -1054,6 +1055,7 @@ mod tests {
                 planned_xids: None,
                 lease6: None,
                 router6: None,
+                lease_family: None,
                 ..pod.clone()
             };
             let mut stem = b"c1@eth%2F0\n".to_vec();

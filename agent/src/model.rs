@@ -101,7 +101,9 @@ pub struct Ipam {
 }
 
 /// The address family a network leases.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     /// DHCPv4.
@@ -109,6 +111,9 @@ pub enum Family {
     Ipv4,
     /// DHCPv6, one `IA_NA` address.
     Ipv6,
+    /// Both: a DHCPv4 lease and a `DHCPv6` one on each attachment, each in
+    /// a record of its own.
+    Dual,
 }
 
 impl Family {
@@ -122,6 +127,7 @@ impl Family {
         match self {
             Family::Ipv4 => "ipv4",
             Family::Ipv6 => "ipv6",
+            Family::Dual => "dual",
         }
     }
 }

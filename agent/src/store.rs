@@ -5,6 +5,8 @@
 //! dir:
 //! ```text
 //! <state_dir>/leases/<container_id>@<ifname>.json   one LeaseRecord each
+//! <state_dir>/leases/<container_id>@<ifname>@ipv4.json  a dual-stack attachment's
+//! <state_dir>/leases/<container_id>@<ifname>@ipv6.json  two leases, one record each
 //! <state_dir>/quarantine/<original name>.<unix_ms>  records that failed to load
 //! ```
 //! The quarantine keeps what it holds for [`QUARANTINE_MAX_AGE`], and at
@@ -66,7 +68,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use xdhcp_engine::Lease;
 
 use crate::cni::env::{validate_container_id, validate_ifname};
-use crate::model::{Network, PodRef, UplinkRef, WorkloadKind};
+use crate::model::{Family, Network, PodRef, UplinkRef, WorkloadKind};
 use crate::sys;
 use crate::sys::fs::{AtomicWriteError, Barrier, Disk, Staged, Temp, WriteStep};
 
@@ -157,9 +159,13 @@ pub enum Corruption {
     /// Written by a newer or unknown format version.
     #[error("unsupported record version {0} (supported: {RECORD_VERSION})")]
     Version(u32),
-    /// The key inside the record does not match the file name.
+    /// The key inside the record does not match the file name. (Boxed:
+    /// the keys would make every store error as large as both.)
     #[error("record is for {inside}, but is stored as {file}")]
-    KeyMismatch { inside: LeaseKey, file: LeaseKey },
+    KeyMismatch {
+        inside: Box<LeaseKey>,
+        file: Box<LeaseKey>,
+    },
     /// The identity inside the record is not a valid lease key.
     #[error("the container id or interface name inside is invalid")]
     BadKey,
@@ -189,11 +195,17 @@ impl Corruption {
     }
 }
 
-/// Validated identity of a lease: one per (container, interface).
+/// Validated identity of a lease: one per (container, interface), and on a
+/// dual-stack network one per family of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct LeaseKey {
     container_id: String,
     ifname: String,
+    /// Which of a dual-stack attachment's leases ([`LeaseRecord::lease_family`]);
+    /// `None` for the one lease of a single-family network, whose file
+    /// keeps the name it had before dual stack.
+    #[serde(skip)]
+    family: Option<Family>,
 }
 
 impl LeaseKey {
@@ -215,7 +227,23 @@ impl LeaseKey {
         Ok(Self {
             container_id: container_id.to_owned(),
             ifname: ifname.to_owned(),
+            family: None,
         })
+    }
+
+    /// The key of a dual-stack attachment's lease of `family` (`None`: the
+    /// one lease of a single-family network).
+    #[must_use]
+    pub fn of_family(self, family: Option<Family>) -> Self {
+        Self {
+            family: family.filter(|f| *f != Family::Dual),
+            ..self
+        }
+    }
+
+    /// Which of a dual-stack attachment's leases this is.
+    pub fn family(&self) -> Option<Family> {
+        self.family
     }
 
     /// The container id.
@@ -228,7 +256,10 @@ impl LeaseKey {
         &self.ifname
     }
 
-    /// `<container_id>@<percent-encoded ifname>` — safe as a file name.
+    /// `<container_id>@<percent-encoded ifname>`, then `@ipv4` or `@ipv6`
+    /// for a dual-stack attachment's lease — safe as a file name (`@` is
+    /// percent-encoded in the interface name, and no container id holds
+    /// one).
     pub(crate) fn file_stem(&self) -> String {
         let mut stem = String::with_capacity(self.container_id.len() + 1 + self.ifname.len());
         stem.push_str(&self.container_id);
@@ -240,12 +271,22 @@ impl LeaseKey {
                 let _ = write!(stem, "%{b:02X}");
             }
         }
+        if let Some(f) = self.family {
+            stem.push('@');
+            stem.push_str(f.label());
+        }
         stem
     }
 
     /// Inverse of [`LeaseKey::file_stem`], validating the result.
     pub(crate) fn from_file_stem(stem: &str) -> Option<Self> {
         let (cid, enc) = stem.split_once('@')?;
+        let (enc, family) = match enc.split_once('@') {
+            None => (enc, None),
+            Some((enc, "ipv4")) => (enc, Some(Family::Ipv4)),
+            Some((enc, "ipv6")) => (enc, Some(Family::Ipv6)),
+            Some(_) => return None,
+        };
         let mut bytes = Vec::with_capacity(enc.len());
         let mut it = enc.bytes();
         while let Some(b) = it.next() {
@@ -258,7 +299,7 @@ impl LeaseKey {
             }
         }
         let ifname = String::from_utf8(bytes).ok()?;
-        let key = Self::new(cid, &ifname).ok()?;
+        let key = Self::new(cid, &ifname).ok()?.of_family(family);
         // Only the canonical encoding is accepted, so one key has one file.
         (key.file_stem() == stem).then_some(key)
     }
@@ -266,7 +307,11 @@ impl LeaseKey {
 
 impl fmt::Display for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.container_id, self.ifname)
+        write!(f, "{}/{}", self.container_id, self.ifname)?;
+        match self.family {
+            Some(family) => write!(f, " ({})", family.label()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -344,9 +389,24 @@ pub struct LeaseRecord {
     /// network names neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router6: Option<xdhcp_engine::v6::ra::Router6>,
+    /// On a dual-stack network (`"family": "dual"`): which of the
+    /// attachment's two leases this record keeps, `ipv4` (in `lease`) or
+    /// `ipv6` (in `lease6`), each in a file of its own. Absent on a
+    /// single-family network, whose one lease is of the network's family
+    /// (so every record written before dual stack reads as it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_family: Option<Family>,
 }
 
 impl LeaseRecord {
+    /// The family of the record's lease: `ipv4` or `ipv6`, never `dual`.
+    pub fn family(&self) -> Family {
+        match (self.lease_family, self.network.ipam.family) {
+            (Some(Family::Ipv6), _) | (None, Family::Ipv6) => Family::Ipv6,
+            _ => Family::Ipv4,
+        }
+    }
+
     /// Whether the record holds anything a restart can resume: a lease
     /// (either family), or the address of a first REQUEST.
     pub fn resumable(&self) -> bool {
@@ -355,7 +415,7 @@ impl LeaseRecord {
 
     /// The record's validated identity.
     pub fn key(&self) -> Result<LeaseKey> {
-        LeaseKey::new(&self.container_id, &self.ifname)
+        Ok(LeaseKey::new(&self.container_id, &self.ifname)?.of_family(self.lease_family))
     }
 }
 
@@ -444,6 +504,7 @@ mod v1 {
                 planned_xids: None,
                 lease6: None,
                 router6: None,
+                lease_family: None,
             }
         }
     }
@@ -984,9 +1045,13 @@ impl LeaseStore {
                 Err(reason) => report.quarantined.push(self.quarantine(&path, reason)),
             }
         }
-        report
-            .records
-            .sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
+        report.records.sort_by(|a, b| {
+            (&a.container_id, &a.ifname, a.lease_family).cmp(&(
+                &b.container_id,
+                &b.ifname,
+                b.lease_family,
+            ))
+        });
         Ok(report)
     }
 
@@ -1282,8 +1347,8 @@ pub(crate) fn decode_record(bytes: &[u8], key: &LeaseKey) -> Result<LeaseRecord,
     let inside = record.key().map_err(|_| Corruption::BadKey)?;
     if &inside != key {
         return Err(Corruption::KeyMismatch {
-            inside,
-            file: key.clone(),
+            inside: Box::new(inside),
+            file: Box::new(key.clone()),
         });
     }
     if !record.resumable() {
@@ -1347,6 +1412,7 @@ mod tests {
             planned_xids: None,
             lease6: None,
             router6: None,
+            lease_family: None,
         }
     }
 
@@ -1506,6 +1572,77 @@ mod tests {
         assert_eq!(LeaseKey::from_file_stem("c1@%zz"), None);
     }
 
+    /// A dual-stack attachment's two leases are two records, each under a
+    /// name of its own that says its family, beside the unchanged name of
+    /// a single-family attachment's one record; each loads under its own
+    /// key, is removed on its own, and a record stored under another
+    /// family's name is set aside.
+    #[test]
+    fn a_dual_stack_attachment_has_a_record_per_family() {
+        for (family, stem) in [
+            (None, "c1@a%40b"),
+            (Some(Family::Ipv4), "c1@a%40b@ipv4"),
+            (Some(Family::Ipv6), "c1@a%40b@ipv6"),
+        ] {
+            let key = LeaseKey::new("c1", "a@b").unwrap().of_family(family);
+            assert_eq!(key.file_stem(), stem);
+            assert_eq!(LeaseKey::from_file_stem(stem), Some(key));
+        }
+        assert_eq!(LeaseKey::from_file_stem("c1@eth0@dual"), None);
+        assert_eq!(LeaseKey::from_file_stem("c1@eth0@ipv6@ipv6"), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let dual = |family| {
+            let mut r = record("c1", "eth0", [192, 0, 2, 7]);
+            r.network.ipam.family = Family::Dual;
+            r.lease_family = Some(family);
+            r
+        };
+        let (v4, mut v6) = (dual(Family::Ipv4), dual(Family::Ipv6));
+        v6.lease = None;
+        v6.lease6 = Some(Box::new(crate::lease::v6::tests::lease()));
+        let single = record("c2", "eth0", [192, 0, 2, 8]);
+        for r in [&v4, &v6, &single] {
+            store.save(r).unwrap();
+        }
+        let mut names: Vec<String> = fs::read_dir(store.leases_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["c1@eth0@ipv4.json", "c1@eth0@ipv6.json", "c2@eth0.json"]
+        );
+        let loaded = store.load_all().unwrap().records;
+        let families: Vec<_> = loaded
+            .iter()
+            .map(|r| (r.container_id.as_str(), r.family()))
+            .collect();
+        assert_eq!(
+            families,
+            [
+                ("c1", Family::Ipv4),
+                ("c1", Family::Ipv6),
+                ("c2", Family::Ipv4)
+            ]
+        );
+        assert_eq!(loaded[1].lease6, v6.lease6);
+        assert!(store.delete(&v6.key().unwrap()).unwrap());
+        assert_eq!(store.load_all().unwrap().records.len(), 2);
+        // The IPv4 record renamed as the attachment's one record: set aside.
+        fs::rename(
+            store.leases_dir().join("c1@eth0@ipv4.json"),
+            store.leases_dir().join("c1@eth0.json"),
+        )
+        .unwrap();
+        let report = store.load_all().unwrap();
+        assert_eq!(report.records.len(), 1);
+        assert_eq!(report.quarantined.len(), 1);
+    }
+
     #[test]
     fn the_uplink_is_kept_and_records_without_it_still_load() {
         let dir = tempfile::tempdir().unwrap();
@@ -1535,6 +1672,7 @@ mod tests {
                 planned_xids: None,
                 lease6: None,
                 router6: None,
+                lease_family: None,
                 ..rec
             }]
         );
@@ -1550,6 +1688,7 @@ mod tests {
             planned_xids: None,
             lease6: None,
             router6: None,
+            lease_family: None,
             ..record("c-req", "eth0", [192, 0, 2, 11])
         };
         store.save(&requesting).unwrap();
@@ -1569,6 +1708,7 @@ mod tests {
             planned_xids: None,
             lease6: None,
             router6: None,
+            lease_family: None,
             ..requesting
         };
         assert!(matches!(

@@ -42,11 +42,12 @@ pub mod rules {
     /// Message of [`DHCP_FAMILIES_NEED_DHCP`].
     pub const DHCP_FAMILIES_NEED_DHCP_MESSAGE: &str =
         "ipam.dhcpFamilies is only supported when ipam.mode is DHCP";
-    /// xdhcp's own rule, until dual stack is built: one family per network.
-    pub const DHCP_ONE_FAMILY: &str =
-        "!has(self.ipam) || !has(self.ipam.dhcpFamilies) || size(self.ipam.dhcpFamilies) == 1";
-    /// Message of [`DHCP_ONE_FAMILY`].
-    pub const DHCP_ONE_FAMILY_MESSAGE: &str = "ipam.dhcpFamilies names one family: dual-stack DHCP networks are not supported yet (use IPv4 or IPv6)";
+    /// xdhcp's own rule: each family named once, so a network is IPv4,
+    /// IPv6, or dual stack (both, in either order).
+    pub const DHCP_FAMILIES_DISTINCT: &str = "!has(self.ipam) || !has(self.ipam.dhcpFamilies) || size(self.ipam.dhcpFamilies) == 1 || self.ipam.dhcpFamilies[0] != self.ipam.dhcpFamilies[1]";
+    /// Message of [`DHCP_FAMILIES_DISTINCT`].
+    pub const DHCP_FAMILIES_DISTINCT_MESSAGE: &str =
+        "ipam.dhcpFamilies names each family once: [IPv4], [IPv6], or [IPv4, IPv6] for dual stack";
 }
 
 /// Which namespaces get the network, and the network itself.
@@ -184,9 +185,10 @@ pub struct IpamConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhcp_guard: Option<DhcpGuardConfig>,
     /// The address families the external DHCP server assigns (mode DHCP
-    /// only; an xdhcp extension): `[IPv4]` when unset, `[IPv6]` for DHCPv6.
-    /// One family for now (dual stack is not supported yet). Rendered into
-    /// the NAD's `ipam.family`.
+    /// only; an xdhcp extension): `[IPv4]` when unset, `[IPv6]` for DHCPv6,
+    /// both (`[IPv4, IPv6]`, each once) for dual stack: a DHCPv4 and a
+    /// DHCPv6 lease on every attachment. Rendered into the NAD's
+    /// `ipam.family` (`ipv6`, `dual`; none for IPv4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2))]
     pub dhcp_families: Option<Vec<IpFamily>>,
@@ -232,8 +234,8 @@ pub struct DhcpGuardConfig {
     .message(rules::DHCP_GUARD_NEEDS_DHCP_MESSAGE))]
 #[x_kube(validation = Rule::new(rules::DHCP_FAMILIES_NEED_DHCP)
     .message(rules::DHCP_FAMILIES_NEED_DHCP_MESSAGE))]
-#[x_kube(validation = Rule::new(rules::DHCP_ONE_FAMILY)
-    .message(rules::DHCP_ONE_FAMILY_MESSAGE))]
+#[x_kube(validation = Rule::new(rules::DHCP_FAMILIES_DISTINCT)
+    .message(rules::DHCP_FAMILIES_DISTINCT_MESSAGE))]
 pub struct LocalnetConfig {
     /// The network role in the pod; mode DHCP requires Secondary.
     pub role: NetworkRole,

@@ -354,12 +354,12 @@ pub fn render_netconf(
             Some(IpamConf {
                 ipam_type: DHCP_IPAM_TYPE.to_owned(),
                 dhcp_guard: localnet.ipam.as_ref().and_then(|i| i.dhcp_guard),
-                family: localnet
-                    .ipam
-                    .as_ref()
-                    .and_then(|i| i.dhcp_families.as_deref())
-                    .filter(|f| *f == [IpFamily::IPv6])
-                    .map(|_| "ipv6".to_owned()),
+                family: rendered_family(
+                    localnet
+                        .ipam
+                        .as_ref()
+                        .and_then(|i| i.dhcp_families.as_deref()),
+                ),
                 extra: Map::new(),
             }),
         ),
@@ -394,6 +394,20 @@ pub fn render_netconf(
         source,
     })?;
     Ok(conf)
+}
+
+/// The NAD's `ipam.family` for a CUDN's `ipam.dhcpFamilies`: none for
+/// IPv4 (the OKEP's config, and the agent's default), `ipv6` for DHCPv6
+/// alone, `dual` for both (whichever order they are named in).
+fn rendered_family(families: Option<&[IpFamily]>) -> Option<String> {
+    let families = families?;
+    let v4 = families.contains(&IpFamily::IPv4);
+    let v6 = families.contains(&IpFamily::IPv6);
+    match (v4, v6) {
+        (true, true) => Some("dual".to_owned()),
+        (false, true) => Some("ipv6".to_owned()),
+        _ => None,
+    }
 }
 
 /// Render the NAD for `cudn` in `namespace`: named like the CUDN, labelled and finalized as
@@ -629,13 +643,24 @@ spec:
     }
 
     /// `dhcpFamilies: [IPv6]` renders `"family": "ipv6"`, which the
-    /// agent's parser reads as a DHCPv6 network; `[IPv4]` or none renders
-    /// no family (the OKEP's config), an IPv4 network.
+    /// agent's parser reads as a DHCPv6 network; both families (either
+    /// order) render `"family": "dual"`, a dual-stack network; `[IPv4]` or
+    /// none renders no family (the OKEP's config), an IPv4 network.
     #[test]
     fn dhcp_families_render_the_family_the_agent_reads() {
         use xdhcp_plugin::config::Family;
         for (families, rendered, family) in [
             (Some(vec![IpFamily::IPv6]), Some("ipv6"), Family::Ipv6),
+            (
+                Some(vec![IpFamily::IPv4, IpFamily::IPv6]),
+                Some("dual"),
+                Family::Dual,
+            ),
+            (
+                Some(vec![IpFamily::IPv6, IpFamily::IPv4]),
+                Some("dual"),
+                Family::Dual,
+            ),
             (Some(vec![IpFamily::IPv4]), None, Family::Ipv4),
             (None, None, Family::Ipv4),
         ] {

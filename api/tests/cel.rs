@@ -18,7 +18,8 @@ const LAYER2_NO_DHCP: &str =
 /// xdhcp's own rule, next to the OKEP's.
 const DHCP_GUARD_NEEDS_DHCP: &str = "ipam.dhcpGuard is only supported when ipam.mode is DHCP";
 const DHCP_FAMILIES_NEED_DHCP: &str = "ipam.dhcpFamilies is only supported when ipam.mode is DHCP";
-const DHCP_ONE_FAMILY: &str = "ipam.dhcpFamilies names one family: dual-stack DHCP networks are not supported yet (use IPv4 or IPv6)";
+const DHCP_FAMILIES_DISTINCT: &str =
+    "ipam.dhcpFamilies names each family once: [IPv4], [IPv6], or [IPv4, IPv6] for dual stack";
 
 /// The OKEP's example, verbatim.
 const OKEP_CUDN: &str = r#"apiVersion: k8s.ovn.org/v1
@@ -179,22 +180,34 @@ fn dhcp_guard_goes_with_dhcp_only() {
     assert_eq!(failures(&l2, None), vec![DHCP_GUARD_NEEDS_DHCP]);
 }
 
-/// `ipam.dhcpFamilies`: one family with DHCP (IPv4 or IPv6) is valid and
-/// survives the typed model; both families are refused for now, naming
-/// why; without DHCP it is refused; an unknown family or an empty list is
-/// refused by the schema (its enum and lengths, checked before the rules).
+/// `ipam.dhcpFamilies`: one family with DHCP (IPv4 or IPv6), or both
+/// (dual stack, in either order), is valid and survives the typed model; a
+/// family named twice is refused, naming why; without DHCP it is refused;
+/// an unknown family, an empty list or three entries are refused by the
+/// schema (its enum and lengths, checked before the rules).
 #[test]
-fn dhcp_families_name_one_family_with_dhcp_only() {
-    for family in ["IPv4", "IPv6"] {
+fn dhcp_families_name_each_family_once_with_dhcp_only() {
+    for families in [
+        json!(["IPv4"]),
+        json!(["IPv6"]),
+        json!(["IPv4", "IPv6"]),
+        json!(["IPv6", "IPv4"]),
+    ] {
         let mut obj = okep_cudn();
-        obj["spec"]["network"]["localnet"]["ipam"]["dhcpFamilies"] = json!([family]);
-        assert_eq!(failures(&obj, None), Vec::<String>::new(), "{family}");
+        obj["spec"]["network"]["localnet"]["ipam"]["dhcpFamilies"] = families.clone();
+        assert_eq!(failures(&obj, None), Vec::<String>::new(), "{families}");
         let round: ClusterUserDefinedNetwork = serde_json::from_value(obj.clone()).unwrap();
         assert_eq!(serde_json::to_value(&round).unwrap()["spec"], obj["spec"]);
     }
-    let mut dual = okep_cudn();
-    dual["spec"]["network"]["localnet"]["ipam"]["dhcpFamilies"] = json!(["IPv4", "IPv6"]);
-    assert_eq!(failures(&dual, None), vec![DHCP_ONE_FAMILY]);
+    for twice in [json!(["IPv4", "IPv4"]), json!(["IPv6", "IPv6"])] {
+        let mut obj = okep_cudn();
+        obj["spec"]["network"]["localnet"]["ipam"]["dhcpFamilies"] = twice.clone();
+        assert_eq!(
+            failures(&obj, None),
+            vec![DHCP_FAMILIES_DISTINCT],
+            "{twice}"
+        );
+    }
 
     let mut enabled = okep_cudn();
     enabled["spec"]["network"]["localnet"]["subnets"] = json!(["2001:db8::/64"]);

@@ -87,12 +87,25 @@ pub enum Family {
     Ipv4,
     /// DHCPv6 (RFC 8415): one address of an `IA_NA`.
     Ipv6,
+    /// Dual stack: a DHCPv4 lease and a DHCPv6 one on the same attachment,
+    /// each kept on its own, in one result.
+    Dual,
 }
 
 impl Family {
     /// Whether this is the default, IPv4 (not written when it is).
     pub fn is_ipv4(&self) -> bool {
         *self == Family::Ipv4
+    }
+
+    /// Whether the network leases a DHCPv4 address (`ipv4` or `dual`).
+    pub fn has_ipv4(self) -> bool {
+        matches!(self, Family::Ipv4 | Family::Dual)
+    }
+
+    /// Whether the network leases a `DHCPv6` address (`ipv6` or `dual`).
+    pub fn has_ipv6(self) -> bool {
+        matches!(self, Family::Ipv6 | Family::Dual)
     }
 }
 
@@ -143,7 +156,7 @@ pub struct IpamOptions {
     /// `ipam.family`.
     #[serde(default, skip_serializing_if = "Family::is_ipv4")]
     pub family: Family,
-    /// `ipam.ipv6` (only with `"family": "ipv6"`).
+    /// `ipam.ipv6` (only with `"family": "ipv6"` or `"dual"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<Ipv6Spec>,
 }
@@ -344,7 +357,8 @@ const IPAM_FIELDS: &[&str] = &[
 ];
 
 /// The `ipam` fields that configure DHCPv4 only: refused on an IPv6
-/// network rather than silently ignored.
+/// network rather than silently ignored (a dual-stack network takes them,
+/// for its DHCPv4 lease).
 const IPV4_ONLY_FIELDS: &[&str] = &[
     "clientId",
     "hostname",
@@ -360,25 +374,20 @@ fn parse_family(ipam: &Map<String, Value>) -> Result<(Family, Option<Ipv6Spec>),
     let family = match opt_str(ipam, "family", "ipam.family")?.as_deref() {
         None | Some("ipv4") => Family::Ipv4,
         Some("ipv6") => Family::Ipv6,
-        Some("dual") => {
-            return Err(CniError::unsupported(
-                "ipam.family",
-                "dual stack is not supported yet; use \"ipv4\" or \"ipv6\"",
-            ));
-        }
+        Some("dual") => Family::Dual,
         Some(other) => {
             return Err(CniError::config(
                 "ipam.family",
-                format!("{other:?} is not a family (expected \"ipv4\" or \"ipv6\")"),
+                format!("{other:?} is not a family (expected \"ipv4\", \"ipv6\" or \"dual\")"),
             ));
         }
     };
     let ipv6 = match ipam.get("ipv6") {
         None | Some(Value::Null) => None,
-        Some(_) if family != Family::Ipv6 => {
+        Some(_) if !family.has_ipv6() => {
             return Err(CniError::config(
                 "ipam.ipv6",
-                "only with \"family\": \"ipv6\"",
+                "only with \"family\": \"ipv6\" or \"dual\" (this network leases IPv4 only)",
             ));
         }
         Some(v) => Some(parse_ipv6(v)?),
@@ -1094,7 +1103,6 @@ mod tests {
         assert!(v4["ipam"].get("family").is_none() && v4["ipam"].get("ipv6").is_none());
 
         for (ipam, field, code) in [
-            (r#"{"type":"xdhcp","family":"dual"}"#, "ipam.family", 2),
             (r#"{"type":"xdhcp","family":"v6"}"#, "ipam.family", 7),
             (r#"{"type":"xdhcp","ipv6":{}}"#, "ipam.ipv6", 7),
             (
@@ -1155,6 +1163,53 @@ mod tests {
                 e.msg
             );
             assert_eq!(e.code, code, "{ipam}: {}", e.msg);
+        }
+    }
+
+    /// A dual-stack network: both families' settings kept (the DHCPv4 ones
+    /// for its DHCPv4 lease, `ipv6` for its DHCPv6 one); the combinations
+    /// that cannot be are refused naming the field, with these words.
+    #[test]
+    fn dual_stack_network_config() {
+        let c = parse(&conf(
+            r#"{"type":"xdhcp","family":"dual","apply":true,"clientId":"01:02",
+                "protectedPrefixes":["10.0.0.0/8"],
+                "ipv6":{"prefixLength":64,"gateway":"fe80::1"}}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.ipam.family, Family::Dual);
+        assert!(c.ipam.family.has_ipv4() && c.ipam.family.has_ipv6());
+        assert!(!Family::Ipv4.has_ipv6() && !Family::Ipv6.has_ipv4());
+        assert_eq!(c.ipam.ipv6.and_then(|v| v.prefix_length), Some(64));
+        assert_eq!(c.ipam.protected_prefixes.len(), 1);
+        let back: NetworkConfig =
+            serde_json::from_value(serde_json::to_value(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(serde_json::to_value(&c).unwrap()["ipam"]["family"], "dual");
+        let bare = parse(&conf(r#"{"type":"xdhcp","family":"dual"}"#)).unwrap();
+        assert_eq!((bare.ipam.family, bare.ipam.ipv6), (Family::Dual, None));
+
+        for (ipam, msg) in [
+            (
+                r#"{"type":"xdhcp","ipv6":{"prefixLength":64}}"#,
+                r#"ipam.ipv6: only with "family": "ipv6" or "dual" (this network leases IPv4 only)"#,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"ipv4","ipv6":{}}"#,
+                r#"ipam.ipv6: only with "family": "ipv6" or "dual" (this network leases IPv4 only)"#,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"both"}"#,
+                r#"ipam.family: "both" is not a family (expected "ipv4", "ipv6" or "dual")"#,
+            ),
+            (
+                r#"{"type":"xdhcp","family":"dual","ipv6":{"gateway":"fe80::1"}}"#,
+                "ipam.ipv6.gateway: needs ipam.ipv6.prefixLength (DHCPv6 carries no prefix length)",
+            ),
+        ] {
+            let e = err(&conf(ipam));
+            assert_eq!(e.msg, msg, "{ipam}");
+            assert_eq!(e.code, 7, "{ipam}");
         }
     }
 

@@ -29,8 +29,9 @@ pub struct LeaseView {
     pub workload: String,
     pub mac: String,
     pub address: Option<Ipv4Cidr>,
-    /// `ipv4` or `ipv6`: the family the network leases (absent from an
-    /// agent that predates IPv6: read as empty).
+    /// `ipv4` or `ipv6`: the lease's family (a dual-stack attachment has
+    /// a row of each; absent from an agent that predates IPv6: read as
+    /// empty).
     #[serde(default)]
     pub family: String,
     /// The `DHCPv6` address, with the network's prefix length (else /128).

@@ -69,6 +69,7 @@ fn record(i: usize, generation: u32) -> LeaseRecord {
         planned_xids: None,
         lease6: None,
         router6: None,
+        lease_family: None,
     }
 }
 

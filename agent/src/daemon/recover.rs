@@ -71,11 +71,13 @@ pub(crate) async fn recover(agent: &Arc<Agent>) {
     // resumed (one after another before them, a thousand records took
     // seconds, and the ports were unguarded all the while the agent was
     // down anyway).
-    let to_guard: Vec<LeaseRecord> = records
+    // One port per attachment: a dual-stack one has two records.
+    let mut to_guard: Vec<LeaseRecord> = records
         .iter()
         .filter(|rec| rec.netns.as_deref().is_some_and(std::path::Path::exists))
         .cloned()
         .collect();
+    to_guard.dedup_by(|a, b| (&a.container_id, &a.ifname) == (&b.container_id, &b.ifname));
     for rec in records {
         let (cid, ifname) = (rec.container_id.clone(), rec.ifname.clone());
         if let WorkloadKind::Vm { .. } = rec.workload {
@@ -203,14 +205,19 @@ async fn resume_v6(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result<
 }
 
 fn forget(agent: &Agent, rec: &LeaseRecord) {
-    if let Err(e) = persist::remove(&agent.svc.store, &rec.container_id, &rec.ifname) {
+    if let Err(e) = persist::remove(
+        &agent.svc.store,
+        &rec.container_id,
+        &rec.ifname,
+        rec.lease_family,
+    ) {
         warn!(container = %rec.container_id, ifname = %rec.ifname, error = %crate::rpc::format_chain(&e),
             "could not remove the lease record");
     }
 }
 
 async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result<(), LinkError> {
-    if rec.network.ipam.family == crate::model::Family::Ipv6 {
+    if rec.family() == crate::model::Family::Ipv6 {
         return resume_v6(agent, rec, now_ms).await;
     }
     // No packet socket yet: the lease opens its sender (and, until the

@@ -90,6 +90,21 @@ impl PodNetworkEntry {
         Self::dhcp_of(address, prefix_len, mac, gateway.as_slice())
     }
 
+    /// The entry xdhcp writes for a dual-stack attachment's two leases:
+    /// the IPv4 address then the IPv6 one, each with its prefix length,
+    /// and the gateways of both that are known (the IPv4 lease's router,
+    /// the network's IPv6 gateway).
+    pub fn dhcp_dual(
+        v4: (Ipv4Addr, u8, Option<Ipv4Addr>),
+        v6: (Ipv6Addr, u8, Option<Ipv6Addr>),
+        mac: MacAddr,
+    ) -> Self {
+        let mut entry = Self::dhcp_of(v4.0, v4.1, mac, v4.2.as_slice());
+        entry.ip_addresses.push(format!("{}/{}", v6.0, v6.1));
+        entry.gateway_ips.extend(v6.2.map(|g| g.to_string()));
+        entry
+    }
+
     fn dhcp_of<A: std::fmt::Display>(
         address: A,
         prefix_len: u8,
@@ -438,6 +453,48 @@ mod tests {
                 r#"{"ns/v6":{"ip_addresses":["2001:db8::5/128"],"mac_address":"02:00:00:00:20:08","#,
                 r#""role":"secondary","ipam_mode":"dhcp"}}"#
             )
+        );
+    }
+
+    /// A dual-stack attachment's entry: both addresses, IPv4 first, and
+    /// the gateways of both that are known.
+    #[test]
+    fn a_dual_stack_entry_carries_both_addresses() {
+        let mac: MacAddr = "02:00:00:00:20:08".parse().unwrap();
+        let both = PodNetworkEntry::dhcp_dual(
+            (
+                "192.0.2.10".parse().unwrap(),
+                24,
+                Some("192.0.2.1".parse().unwrap()),
+            ),
+            (
+                "2001:db8::5".parse().unwrap(),
+                64,
+                Some("2001:db8::1".parse().unwrap()),
+            ),
+            mac,
+        );
+        assert_eq!(
+            merge_entry(None, "ns/dual", &both).unwrap(),
+            concat!(
+                r#"{"ns/dual":{"ip_addresses":["192.0.2.10/24","2001:db8::5/64"],"#,
+                r#""mac_address":"02:00:00:00:20:08","gateway_ips":["192.0.2.1","2001:db8::1"],"#,
+                r#""role":"secondary","ipam_mode":"dhcp"}}"#
+            )
+        );
+        let no_v6_gateway = PodNetworkEntry::dhcp_dual(
+            (
+                "192.0.2.10".parse().unwrap(),
+                24,
+                Some("192.0.2.1".parse().unwrap()),
+            ),
+            ("2001:db8::5".parse().unwrap(), 128, None),
+            mac,
+        );
+        assert_eq!(no_v6_gateway.gateway_ips, ["192.0.2.1"]);
+        assert_eq!(
+            no_v6_gateway.ip_addresses,
+            ["192.0.2.10/24", "2001:db8::5/128"]
         );
     }
 

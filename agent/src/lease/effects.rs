@@ -27,10 +27,12 @@ pub(crate) enum Effect {
     /// agent's death cannot lose it, a restart reads it) once done, made
     /// durable by the store moments later, off the ADD's path.
     PersistVisible(Box<LeaseRecord>),
-    /// Remove the attachment's record (its interface is gone).
+    /// Remove the lease's record (its interface is gone): the
+    /// attachment's, or its lease of `family` on a dual-stack network.
     Remove {
         container_id: String,
         ifname: String,
+        family: Option<crate::model::Family>,
     },
     /// Configure the lease's address and routes on `ifname` in `netns`,
     /// the routes with `metric` (the network's `ipam.priority`).
@@ -94,7 +96,8 @@ impl Effects for Services {
             Effect::Remove {
                 container_id,
                 ifname,
-            } => match persist::remove(&self.store, &container_id, &ifname) {
+                family,
+            } => match persist::remove(&self.store, &container_id, &ifname, family) {
                 Ok(()) => Durable::Saved,
                 Err(e) => {
                     warn!(error = %crate::rpc::format_chain(&e), "could not remove the lease record");

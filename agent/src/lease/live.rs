@@ -206,7 +206,7 @@ impl Live {
                 addr: l.address,
                 prefix_len: l.prefix_len,
             }),
-            family: r.network.ipam.family.label().to_owned(),
+            family: r.family().label().to_owned(),
             address6: r.lease6.as_ref().map(|l| {
                 let a = crate::lease::apply::address6(&r.network, l, r.router6);
                 crate::cni::types::Ipv6Cidr {

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-pub(crate) use crate::model::{PodRef, WorkloadKind};
+pub(crate) use crate::model::{Family, PodRef, WorkloadKind};
 pub(crate) use crate::store::LeaseRecord;
 use crate::store::{LeaseKey, LeaseStore, StoreError, Wait};
 
@@ -33,15 +33,31 @@ pub(crate) fn save(store: &LeaseStore, rec: &LeaseRecord, wait: Wait) -> Result<
     store.save_as(rec, wait)
 }
 
-/// Forget an attachment's record (absent is fine).
+/// Forget the record of an attachment's lease (absent is fine): its one
+/// lease (`family` `None`), or on a dual-stack network its lease of
+/// `family`.
 pub(crate) fn remove(
     store: &LeaseStore,
     container_id: &str,
     ifname: &str,
+    family: Option<Family>,
 ) -> Result<(), StoreError> {
     store
-        .delete(&LeaseKey::new(container_id, ifname)?)
+        .delete(&LeaseKey::new(container_id, ifname)?.of_family(family))
         .map(|_| ())
+}
+
+/// Forget every record of an attachment, whatever its network's family
+/// (absent is fine).
+pub(crate) fn remove_attachment(
+    store: &LeaseStore,
+    container_id: &str,
+    ifname: &str,
+) -> Result<(), StoreError> {
+    for family in [None, Some(Family::Ipv4), Some(Family::Ipv6)] {
+        remove(store, container_id, ifname, family)?;
+    }
+    Ok(())
 }
 
 /// A record that could not be used, and why.
@@ -107,6 +123,7 @@ pub(crate) mod tests {
             planned_xids: None,
             lease6: None,
             router6: None,
+            lease_family: None,
         }
     }
 
@@ -148,9 +165,9 @@ pub(crate) mod tests {
             ..rec
         };
         assert_eq!(ok, vec![want]);
-        remove(&store, "c1", "eth0").unwrap();
-        remove(&store, "c1", "eth0").unwrap();
+        remove(&store, "c1", "eth0", None).unwrap();
+        remove(&store, "c1", "eth0", None).unwrap();
         assert!(load_all(&store).unwrap().0.is_empty());
-        assert!(remove(&store, "../x", "eth0").is_err());
+        assert!(remove(&store, "../x", "eth0", None).is_err());
     }
 }

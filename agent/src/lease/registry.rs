@@ -1,6 +1,7 @@
-//! The lease table: which attachments the agent knows, the lock that
-//! serializes CNI operations on each, and the one way to start and stop a
-//! lease task (pods and VMs alike).
+//! The lease table: which attachments the agent knows and the leases each
+//! holds (one, or on a dual-stack network one per family), the lock that
+//! serializes CNI operations on each attachment, and the one way to start
+//! and stop a lease task (pods and VMs alike).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,19 +19,24 @@ use crate::datapath::port::{LeasePort as _, Port, PortOwner};
 use crate::lease::live::{Command, EngineState, Live, Outcome};
 use crate::lease::persist::{self, Durable, LeaseRecord};
 use crate::lease::task::{self, Ended, Services, Task};
+use crate::model::Family;
 use crate::sys::sync::lock;
 
 /// How long a stop waits for a lease task to send RELEASE and end.
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
-/// An attachment: container id and interface name.
+/// An attachment: container id and interface name. The table holds its
+/// leases under it, at most one per family.
 pub(crate) type Key = (String, String);
 
-/// A known attachment: its live view and (while its task runs) a command
-/// channel.
+/// A known lease of an attachment: its live view and (while its task
+/// runs) a command channel.
 #[derive(Debug, Clone)]
 pub(crate) struct Handle {
     pub(crate) generation: u64,
+    /// The lease's family (`Ipv4` or `Ipv6`; [`LeaseRecord::family`]):
+    /// an attachment on a dual-stack network has a handle of each.
+    pub(crate) family: Family,
     pub(crate) live: Arc<Mutex<Live>>,
     cmds: Option<mpsc::Sender<Command>>,
     /// Whether the first lease is persisted (ADD waits for it,
@@ -64,9 +70,10 @@ pub(crate) struct Started {
 #[derive(Debug)]
 pub(crate) struct Begun {
     _lock: OwnedMutexGuard<()>,
-    /// The record of the attachment when it already holds a lease (a
-    /// repeated ADD).
-    pub(crate) bound: Option<LeaseRecord>,
+    /// The records of the attachment when it already holds its leases (a
+    /// repeated ADD): one, or on a dual-stack network one per family;
+    /// empty otherwise.
+    pub(crate) bound: Vec<LeaseRecord>,
 }
 
 /// One lock per attachment, made when an operation first asks for it. A
@@ -106,11 +113,12 @@ struct Recovery {
     listed: watch::Sender<bool>,
     /// False until every record is resumed ([`Registry::recovered`]).
     done: watch::Sender<bool>,
-    /// The lock of each attachment whose record is still to be resumed.
-    /// Let go one by one as each is resumed ([`Registry::resumed`]); what
-    /// an interrupted recovery did not resume stays held, so no operation
+    /// The lock of each attachment with records still to be resumed, and
+    /// how many (a dual-stack attachment has two). Let go as each
+    /// attachment's last is resumed ([`Registry::resumed`]); what an
+    /// interrupted recovery did not resume stays held, so no operation
     /// makes a fresh lease over a record still on disk.
-    held: Mutex<HashMap<Key, OwnedMutexGuard<()>>>,
+    held: Mutex<HashMap<Key, (OwnedMutexGuard<()>, usize)>>,
 }
 
 impl Default for Recovery {
@@ -128,7 +136,8 @@ impl Default for Recovery {
 #[derive(Debug)]
 pub(crate) struct Registry {
     svc: Arc<Services>,
-    leases: Mutex<HashMap<Key, Handle>>,
+    /// Each attachment's leases, at most one per family.
+    leases: Mutex<HashMap<Key, Vec<Handle>>>,
     key_locks: Mutex<KeyLocks>,
     tasks: Mutex<JoinSet<()>>,
     generation: AtomicU64,
@@ -156,13 +165,17 @@ impl Registry {
     }
 
     /// Hold the lock of an attachment whose record recovery will resume
-    /// (before [`Registry::listed`]): its operations wait until
-    /// [`Registry::resumed`].
+    /// (before [`Registry::listed`]), once for each of its records: its
+    /// operations wait until [`Registry::resumed`] is told of every one.
     pub(crate) async fn hold_for_recovery(&self, cid: &str, ifname: &str) {
         let key = (cid.to_owned(), ifname.to_owned());
+        if let Some((_, records)) = lock(&self.recovery.held).get_mut(&key) {
+            *records += 1;
+            return;
+        }
         let m = lock(&self.key_locks).get(key.clone());
         let guard = m.lock_owned().await;
-        lock(&self.recovery.held).insert(key, guard);
+        lock(&self.recovery.held).insert(key, (guard, 1));
     }
 
     /// Every record to resume is listed and held: operations on other
@@ -171,10 +184,17 @@ impl Registry {
         self.recovery.listed.send_replace(true);
     }
 
-    /// The record of this attachment is resumed (or forgotten): its
-    /// operations go ahead.
+    /// A record of this attachment is resumed (or forgotten): once its
+    /// last is, its operations go ahead.
     pub(crate) fn resumed(&self, cid: &str, ifname: &str) {
-        lock(&self.recovery.held).remove(&(cid.to_owned(), ifname.to_owned()));
+        let key = (cid.to_owned(), ifname.to_owned());
+        let mut held = lock(&self.recovery.held);
+        if let Some((_, records)) = held.get_mut(&key) {
+            *records -= 1;
+            if *records == 0 {
+                held.remove(&key);
+            }
+        }
     }
 
     /// Every record is resumed.
@@ -191,32 +211,53 @@ impl Registry {
     }
 
     /// Begin an ADD of an attachment: take its lock (held as long as the
-    /// returned [`Begun`]) and, when it already holds a lease (a repeated
-    /// ADD), that lease; a task of it still without one is stopped.
+    /// returned [`Begun`]) and, when it already holds its leases (a
+    /// repeated ADD), their records; when any of its tasks is still
+    /// without a lease, or a dual-stack attachment holds one family only
+    /// (the other's record could not be resumed), every one is stopped
+    /// (without RELEASE: the fresh ADD asks the same servers again with
+    /// the same identity).
     pub(crate) async fn begin(&self, cid: &str, ifname: &str) -> Begun {
         let held = self.key_lock(cid, ifname).await;
-        let mut bound = None;
-        if let Some(h) = self.get(cid, ifname) {
-            let record = lock(&h.live).record.clone();
-            if record.lease.is_some() || record.lease6.is_some() {
-                bound = Some(record);
-            } else {
-                self.stop(&h, false).await;
-            }
+        let handles = self.attachment(cid, ifname);
+        let bound: Vec<LeaseRecord> = handles
+            .iter()
+            .map(|h| lock(&h.live).record.clone())
+            .collect();
+        // A dual-stack attachment is bound only with both its leases.
+        let whole = bound
+            .first()
+            .is_none_or(|r| r.network.ipam.family != Family::Dual || bound.len() == 2);
+        if whole
+            && bound
+                .iter()
+                .all(|r| r.lease.is_some() || r.lease6.is_some())
+        {
+            return Begun { _lock: held, bound };
         }
-        Begun { _lock: held, bound }
+        for h in &handles {
+            self.stop(h, false).await;
+        }
+        Begun {
+            _lock: held,
+            bound: Vec::new(),
+        }
     }
 
-    /// End an attachment an ADD created (RELEASE first when `release`),
-    /// forget it and remove its record.
+    /// End a lease an ADD created (RELEASE first when `release`), forget
+    /// it and remove its record.
     pub(crate) async fn abandon(&self, handle: &Handle, release: bool) {
-        let (cid, ifname) = {
+        let (cid, ifname, family) = {
             let l = lock(&handle.live);
-            (l.record.container_id.clone(), l.record.ifname.clone())
+            (
+                l.record.container_id.clone(),
+                l.record.ifname.clone(),
+                l.record.lease_family,
+            )
         };
         self.stop(handle, release).await;
         self.forget(&cid, &ifname, handle.generation);
-        if let Err(e) = persist::remove(&self.svc.store, &cid, &ifname) {
+        if let Err(e) = persist::remove(&self.svc.store, &cid, &ifname, family) {
             warn!(error = %crate::rpc::format_chain(&e), "could not remove the lease record of a failed ADD");
         }
     }
@@ -239,49 +280,70 @@ impl Registry {
         m.lock_owned().await
     }
 
-    /// The attachment, if known.
-    pub(crate) fn get(&self, cid: &str, ifname: &str) -> Option<Handle> {
-        lock(&self.leases)
+    /// The attachment's leases (none when it is not known): one, or on a
+    /// dual-stack network one per family, IPv4 first.
+    pub(crate) fn attachment(&self, cid: &str, ifname: &str) -> Vec<Handle> {
+        let mut leases = lock(&self.leases)
             .get(&(cid.to_owned(), ifname.to_owned()))
             .cloned()
+            .unwrap_or_default();
+        leases.sort_by_key(|h| h.family == Family::Ipv6);
+        leases
     }
 
-    /// Every attachment.
+    /// The attachment's first lease, if it is known: its one lease, or
+    /// on a dual-stack network its IPv4 one (for what leases IPv4 only:
+    /// VMs, guest learning).
+    pub(crate) fn get(&self, cid: &str, ifname: &str) -> Option<Handle> {
+        self.attachment(cid, ifname).into_iter().next()
+    }
+
+    /// Every lease.
     pub(crate) fn all(&self) -> Vec<Handle> {
-        lock(&self.leases).values().cloned().collect()
+        lock(&self.leases).values().flatten().cloned().collect()
     }
 
-    /// How many attachments are known.
+    /// How many leases are known.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.leases).len()
+        lock(&self.leases).values().map(Vec::len).sum()
     }
 
-    /// Remove an attachment from the table (only `generation`'s).
+    /// Remove a lease from the table (only `generation`'s); the attachment
+    /// with it when it was its last.
     pub(crate) fn forget(&self, cid: &str, ifname: &str, generation: u64) {
         let mut m = lock(&self.leases);
         let k = (cid.to_owned(), ifname.to_owned());
-        if m.get(&k).is_some_and(|h| h.generation == generation) {
-            m.remove(&k);
+        if let Some(leases) = m.get_mut(&k) {
+            leases.retain(|h| h.generation != generation);
+            if leases.is_empty() {
+                m.remove(&k);
+            }
         }
     }
 
-    /// Keep `generation`'s attachment known without its task (it ended
-    /// with the interface gone; DEL releases it through its uplink).
+    /// Keep `generation`'s lease known without its task (it ended with the
+    /// interface gone; DEL releases it through its uplink).
     fn park(&self, key: &Key, generation: u64) {
-        if let Some(h) = lock(&self.leases).get_mut(key)
-            && h.generation == generation
+        if let Some(h) = lock(&self.leases)
+            .get_mut(key)
+            .and_then(|leases| leases.iter_mut().find(|h| h.generation == generation))
         {
             h.cmds = None;
             h.persisted = None;
         }
     }
 
+    /// Know a lease, in place of any earlier one of its attachment and
+    /// family.
     fn insert(&self, h: &Handle) {
         let k = {
             let l = lock(&h.live);
             (l.record.container_id.clone(), l.record.ifname.clone())
         };
-        lock(&self.leases).insert(k, h.clone());
+        let mut m = lock(&self.leases);
+        let leases = m.entry(k).or_default();
+        leases.retain(|old| old.family != h.family);
+        leases.push(h.clone());
     }
 
     /// Know an attachment without running a task (a finished VM discovery
@@ -289,6 +351,7 @@ impl Registry {
     pub(crate) fn insert_static(&self, record: LeaseRecord) -> Handle {
         let h = Handle {
             generation: self.generation.fetch_add(1, Ordering::Relaxed),
+            family: record.family(),
             live: Arc::new(Mutex::new(Live::new(
                 record,
                 State::Bound,
@@ -369,12 +432,14 @@ impl Registry {
         path: CapturePath,
     ) -> Started {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let family = record.family();
         let (cmd_tx, cmds) = mpsc::channel(2);
         self.svc.metrics.lease_state(None, Some(state.metric()));
         let live = Arc::new(Mutex::new(Live::new(record, state, path)));
         let (persisted_tx, persisted) = watch::channel(Durable::Pending);
         let handle = Handle {
             generation,
+            family,
             live,
             cmds: Some(cmd_tx),
             persisted: Some(persisted),

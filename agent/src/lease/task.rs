@@ -728,6 +728,7 @@ fn finish<P: LeasePort>(
         task.effects.clone().now(Effect::Remove {
             container_id: rec.container_id.clone(),
             ifname: rec.ifname.clone(),
+            family: rec.lease_family,
         });
     }
     if ended == Ended::Parked {
@@ -1021,7 +1022,7 @@ mod tests {
                 &request(apply),
                 None,
                 WorkloadKind::Pod,
-                MAC,
+                (MAC, crate::model::Family::Ipv4),
                 None,
             );
             let (waiter, outcome) = oneshot::channel();
@@ -1228,7 +1229,7 @@ mod tests {
                 &request(false),
                 None,
                 WorkloadKind::Pod,
-                MAC,
+                (MAC, crate::model::Family::Ipv4),
                 None,
             );
             record.lease = Some(lease);
@@ -1302,7 +1303,7 @@ mod tests {
                 &request(false),
                 None,
                 WorkloadKind::Pod,
-                MAC,
+                (MAC, crate::model::Family::Ipv4),
                 None,
             );
             record.lease = Some(lease);

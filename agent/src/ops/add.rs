@@ -8,18 +8,17 @@ use xdhcp_engine::Mode;
 
 use crate::cni::config::{Family, NetworkConfig};
 use crate::cni::types::CniResult;
-use crate::datapath::link::{Link, PortPrepared, Sockets};
+use crate::datapath::link::{Link, Sockets};
 use crate::guard::HostEnd;
 use crate::kube::network_key;
 use crate::lease::acquire::{Acquisition, engine_config};
 use crate::lease::apply;
 use crate::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
-use crate::netlink::PeerLookup;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
 use crate::ops::guard_port::PortNetwork;
-use crate::ops::guard_port::guard_port;
+use crate::ops::guard_port::{first_send_held, guard_port};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
     Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_address, report_address6,
@@ -132,19 +131,6 @@ const ANSWER_SLACK: Duration = Duration::from_secs(1);
 /// acquisition's timeout (the plugin waits that timeout plus 15 s).
 const UNTOLD_MARGIN: Duration = Duration::from_secs(14);
 
-/// A pod's first frame held until the guard has made its host port's
-/// `clsact` qdisc: creating it deactivates the port for a moment, and a
-/// reply arriving then would be dropped (`PortPrepared`); only the qdisc
-/// is made before the first DISCOVER leaves, the filter goes on beside the
-/// exchange. A port of a bridge the guard serves has it already (made
-/// ready before its ADD): nothing is held. `None` without the guard.
-fn first_send_held(agent: &Agent, link: &mut Link, peer: &PeerLookup) -> Option<PortPrepared> {
-    let ready = peer
-        .host_ifindex()
-        .is_some_and(|port| agent.guard.made_ready(port));
-    (agent.guard.is_on() && !ready).then(|| link.hold_first_send())
-}
-
 /// ADD, within the caller's `wait` (the plugin tells it; see
 /// [`crate::rpc::HEADER_WAIT_MS`]).
 pub(crate) async fn add(
@@ -159,14 +145,14 @@ pub(crate) async fn add(
     // Held to the end of the ADD. A repeated ADD for a bound attachment
     // returns the same result, once its address is reported again.
     let begun = agent.leases.begin(&req.container_id, &req.ifname).await;
-    if let Some(rec) = &begun.bound {
-        return again(agent, &req, rec, deadline).await;
+    if !begun.bound.is_empty() {
+        return again(agent, &req, &begun.bound, deadline).await;
     }
     let netns = req.netns.clone().ok_or(Error::NoNetns)?;
     let who = who(agent, &mut req, deadline).await?;
     phases.who = phases.lap();
 
-    if req.config.ipam.family == Family::Ipv6 {
+    if req.config.ipam.family.has_ipv6() {
         return add_v6(agent, &req, who, netns, deadline).await;
     }
 
@@ -288,7 +274,8 @@ fn add_deadline(agent: &Agent, req: &CniRequest, wait: Option<Duration>) -> Dead
     ))
 }
 
-/// ADD on an IPv6 network: one DHCPv6 lease, pods only for now.
+/// ADD on an IPv6 network (one DHCPv6 lease) or a dual-stack one (a
+/// DHCPv4 and a DHCPv6 lease), pods only for now.
 async fn add_v6(
     agent: &Arc<Agent>,
     req: &CniRequest,
@@ -296,9 +283,15 @@ async fn add_v6(
     netns: std::path::PathBuf,
     deadline: Deadline,
 ) -> Result<CniResult, Error> {
+    let family = req.config.ipam.family;
     if let Workload::Vm { vmi_name } = &who.workload {
         return Err(Error::Ipv6ForVm {
             network: req.config.name.clone(),
+            family: if family == Family::Dual {
+                "dual"
+            } else {
+                "ipv6"
+            },
             vmi: vmi_name.clone(),
         });
     }
@@ -306,7 +299,10 @@ async fn add_v6(
         pod: who.pod,
         annotation_key: who.annotation_key,
     };
-    // Boxed: the IPv4 path's future is large enough without this one in it.
+    // Boxed: the IPv4 path's future is large enough without these in it.
+    if family == Family::Dual {
+        return Box::pin(crate::ops::add_dual::add(agent, req, to, netns, deadline)).await;
+    }
     Box::pin(crate::ops::add6::add(agent, req, to, netns, deadline)).await
 }
 
@@ -319,9 +315,18 @@ async fn add_v6(
 async fn again(
     agent: &Arc<Agent>,
     req: &CniRequest,
-    rec: &LeaseRecord,
+    records: &[LeaseRecord],
     deadline: Deadline,
 ) -> Result<CniResult, Error> {
+    if let [r4, r6] = records {
+        return again_dual(agent, req, (r4, r6), deadline).await;
+    }
+    let Some(rec) = records.first() else {
+        return Err(Error::LeaseGone {
+            ifname: req.ifname.clone(),
+            state: "without a lease".to_owned(),
+        });
+    };
     if let Some(lease) = &rec.lease6 {
         if let (Some(pod), Some(key)) = (&rec.pod, &rec.annotation_key) {
             let a = crate::lease::v6::address6(&rec.network, lease, rec.router6);
@@ -357,6 +362,42 @@ async fn again(
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
         "repeated ADD: the lease held, its address reported again");
     Ok(cni_result(lease, &req.config))
+}
+
+/// A repeated ADD of a dual-stack attachment holding both its leases
+/// (`r4`, `r6`): both addresses reported again, the same result.
+async fn again_dual(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    (r4, r6): (&LeaseRecord, &LeaseRecord),
+    deadline: Deadline,
+) -> Result<CniResult, Error> {
+    let (Some(l4), Some(l6)) = (&r4.lease, &r6.lease6) else {
+        return Err(Error::LeaseGone {
+            ifname: req.ifname.clone(),
+            state: "without both of its dual-stack leases".to_owned(),
+        });
+    };
+    if let (Some(pod), Some(key)) = (&r4.pod, &r4.annotation_key) {
+        let a6 = crate::lease::v6::address6(&r6.network, l6, r6.router6);
+        let write = crate::ops::report::report_address_dual(
+            &*agent.pod_api,
+            pod,
+            key,
+            (l4, a6),
+            r4.mac,
+            r4.netns.as_deref(),
+        );
+        report_again(agent, pod, deadline, write).await?;
+    }
+    info!(container = %req.container_id, ifname = %req.ifname, address = %l4.address,
+        address6 = %l6.address, "repeated ADD: both dual-stack leases held, their addresses reported again");
+    Ok(crate::ops::add_dual::result(
+        l4,
+        l6,
+        r6.router6,
+        &req.config,
+    ))
 }
 
 /// A repeated ADD's write of `pod`'s `pod-networks` entry (`write`, either
@@ -414,7 +455,7 @@ async fn bind(
         req,
         who.pod.clone(),
         kind.clone(),
-        mac,
+        (mac, crate::model::Family::Ipv4),
         who.annotation_key.clone(),
     );
     let acquisition = Acquisition {
@@ -437,63 +478,45 @@ async fn bind(
     Ok((acquired.handle, acquired.lease, mac, kind))
 }
 
-/// DEL: RELEASE (pods), forget, remove the annotation entry. Idempotent.
+/// DEL: RELEASE (pods; each lease of a dual-stack attachment, at once),
+/// forget, remove the annotation entry. Idempotent.
 pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error> {
     agent.metrics().cni_request("del");
     let _guard = agent.leases.key_lock(&req.container_id, &req.ifname).await;
-    let handle = agent.leases.get(&req.container_id, &req.ifname);
-    let record = handle.as_ref().map(|h| lock(&h.live).record.clone());
-    if let (Some(h), Some(rec)) = (&handle, &record) {
-        let release = rec.workload == WorkloadKind::Pod;
-        // Tests: a DEL still under way when the agent is told to stop.
-        #[cfg(feature = "test-hooks")]
-        {
-            let held = crate::sys::test_delay::from_env("XDHCP_TEST_DEL_DELAY_MS");
-            if !held.is_zero() {
-                info!(ms = held.as_millis(), "DEL held (test hook)");
-                tokio::time::sleep(held).await;
-            }
-        }
-        // A task that did not take the Stop sent no RELEASE. If this agent
-        // is stopping, the task ended keeping its lease for the next agent:
-        // so does this DEL, answering "try again later", which the plugin
-        // waits through; the next agent resumes the lease and releases it
-        // at the DEL repeated to it. Else the task was parked (the pod
-        // interface went before DEL, the bridge plugin's order, whether
-        // before the lookup above or just after it): the lease is released
-        // through the uplink that carried it.
-        if !agent.leases.stop(h, release).await && release {
-            if agent.svc.token.is_cancelled() {
-                info!(container = %req.container_id, ifname = %req.ifname,
-                    "DEL during shutdown: the lease is kept for the next agent, which releases it");
-                return Err(Error::ShuttingDown);
-            }
-            let rec = lock(&h.live).record.clone();
-            release_through_uplink(agent, &rec);
-        }
-        agent
-            .leases
-            .forget(&req.container_id, &req.ifname, h.generation);
-        if release
-            && rec.network.ipam.apply
-            && let (Some(ns), Some(l)) = (&req.netns, &rec.lease)
-            && let Err(e) =
-                apply::deconfigure(ns, &req.ifname, l, rec.network.ipam.route_priority).await
-        {
-            warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
+    let handles = agent.leases.attachment(&req.container_id, &req.ifname);
+    let records: Vec<LeaseRecord> = handles
+        .iter()
+        .map(|h| lock(&h.live).record.clone())
+        .collect();
+    // Tests: a DEL still under way when the agent is told to stop.
+    #[cfg(feature = "test-hooks")]
+    if !handles.is_empty() {
+        let held = crate::sys::test_delay::from_env("XDHCP_TEST_DEL_DELAY_MS");
+        if !held.is_zero() {
+            info!(ms = held.as_millis(), "DEL held (test hook)");
+            tokio::time::sleep(held).await;
         }
     }
+    let ended = futures::future::join_all(
+        handles
+            .iter()
+            .zip(&records)
+            .map(|(h, rec)| end_lease(agent, &req, h, rec)),
+    )
+    .await;
+    ended.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    let record = records.into_iter().next();
     agent.guard.release(&req.container_id, &req.ifname);
     // A VM's learned binding goes with its attachment.
     if let Some(rec) = record.as_ref().filter(|r| r.workload != WorkloadKind::Pod) {
         agent.guard.forget_learned(rec.mac);
     }
-    persist::remove(&agent.svc.store, &req.container_id, &req.ifname).map_err(|source| {
-        Error::Store {
+    persist::remove_attachment(&agent.svc.store, &req.container_id, &req.ifname).map_err(
+        |source| Error::Store {
             op: "remove",
             source,
-        }
-    })?;
+        },
+    )?;
     // The annotation entry: from the record, else from CNI_ARGS + config.
     let target = match record
         .as_ref()
@@ -528,6 +551,47 @@ pub(crate) async fn del(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Error
         // (the upstream daemon's): nothing of ours to release.
         info!(container = %req.container_id, ifname = %req.ifname, network = %req.config.name,
             "DEL for an attachment xdhcp holds no lease for (already deleted, or never leased here): nothing to release");
+    }
+    Ok(())
+}
+
+/// DEL of one lease of the attachment: its task stopped (RELEASE, for a
+/// pod), forgotten, and its DHCPv4 address taken off (`apply`; a DHCPv6
+/// task takes its own off).
+async fn end_lease(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    h: &Handle,
+    rec: &LeaseRecord,
+) -> Result<(), Error> {
+    let release = rec.workload == WorkloadKind::Pod;
+    // A task that did not take the Stop sent no RELEASE. If this agent
+    // is stopping, the task ended keeping its lease for the next agent:
+    // so does this DEL, answering "try again later", which the plugin
+    // waits through; the next agent resumes the lease and releases it
+    // at the DEL repeated to it. Else the task was parked (the pod
+    // interface went before DEL, the bridge plugin's order, whether
+    // before the lookup above or just after it): the lease is released
+    // through the uplink that carried it.
+    if !agent.leases.stop(h, release).await && release {
+        if agent.svc.token.is_cancelled() {
+            info!(container = %req.container_id, ifname = %req.ifname,
+                "DEL during shutdown: the lease is kept for the next agent, which releases it");
+            return Err(Error::ShuttingDown);
+        }
+        let rec = lock(&h.live).record.clone();
+        release_through_uplink(agent, &rec);
+    }
+    agent
+        .leases
+        .forget(&req.container_id, &req.ifname, h.generation);
+    if release
+        && rec.network.ipam.apply
+        && let (Some(ns), Some(l)) = (&req.netns, &rec.lease)
+        && let Err(e) =
+            apply::deconfigure(ns, &req.ifname, l, rec.network.ipam.route_priority).await
+    {
+        warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
     }
     Ok(())
 }
@@ -595,7 +659,8 @@ fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
     });
 }
 
-/// CHECK: a lease xdhcp holds must be bound and (with apply) configured.
+/// CHECK: a lease xdhcp holds must be bound and (with apply) configured;
+/// on a dual-stack network, both.
 /// An attachment xdhcp holds no lease for passes with a log line: it was
 /// leased before xdhcp took over the node (by the upstream daemon), and
 /// failing its CHECK would have the runtime tear down a working pod.
@@ -603,18 +668,39 @@ pub(crate) async fn check(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Err
     agent.metrics().cni_request("check");
     // After the attachment's record is resumed, if the agent is starting.
     drop(agent.leases.key_lock(&req.container_id, &req.ifname).await);
-    let Some(h) = agent.leases.get(&req.container_id, &req.ifname) else {
+    let handles = agent.leases.attachment(&req.container_id, &req.ifname);
+    if handles.is_empty() {
         info!(container = %req.container_id, ifname = %req.ifname, network = %req.config.name,
             "CHECK for an attachment xdhcp holds no lease for (leased before xdhcp took over?): nothing to check");
         return Ok(());
-    };
-    let (rec, state) = {
-        let l = lock(&h.live);
-        (l.record.clone(), l.state)
-    };
-    if rec.network.ipam.family == crate::model::Family::Ipv6 {
-        return check6(&req, rec, state).await;
     }
+    if req.config.ipam.family == Family::Dual && handles.len() < 2 {
+        return Err(Error::LeaseGone {
+            ifname: req.ifname.clone(),
+            state: "holding one of its two dual-stack leases".to_owned(),
+        });
+    }
+    for h in handles {
+        let (rec, state) = {
+            let l = lock(&h.live);
+            (l.record.clone(), l.state)
+        };
+        if h.family == crate::model::Family::Ipv6 {
+            check6(&req, rec, state).await?;
+        } else {
+            check4(&req, rec, state).await?;
+        }
+    }
+    Ok(())
+}
+
+/// CHECK of an attachment's DHCPv4 lease: held and (with apply, for a pod)
+/// its address on the interface.
+async fn check4(
+    req: &CniRequest,
+    rec: persist::LeaseRecord,
+    state: crate::lease::live::EngineState,
+) -> Result<(), Error> {
     let lease = rec.lease.ok_or_else(|| Error::LeaseGone {
         ifname: req.ifname.clone(),
         state: format!("{state:?}"),
@@ -622,7 +708,7 @@ pub(crate) async fn check(agent: &Arc<Agent>, req: CniRequest) -> Result<(), Err
     if rec.network.ipam.apply && rec.workload == WorkloadKind::Pod {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
         let present = apply::has_address(ns, &req.ifname, lease.address, lease.prefix_len).await;
-        return on_interface(&req, ns, (lease.address.into(), lease.prefix_len), present);
+        return on_interface(req, ns, (lease.address.into(), lease.prefix_len), present);
     }
     Ok(())
 }
@@ -694,7 +780,8 @@ pub(crate) async fn gc(agent: &Arc<Agent>, req: GcRequest) -> Result<GcReply, Er
             container_id: rec.container_id.clone(),
             ifname: rec.ifname.clone(),
         };
-        if valid.contains(&att) {
+        // A dual-stack attachment's second lease: its DEL ended both.
+        if valid.contains(&att) || removed.contains(&att) {
             continue;
         }
         // Open vSwitch still shows its port for this sandbox and pod: in use.

@@ -74,7 +74,7 @@ pub(crate) async fn add(
         req,
         who.pod.clone(),
         WorkloadKind::Pod,
-        mac,
+        (mac, crate::model::Family::Ipv6),
         who.annotation_key.clone(),
     );
     let acquisition = Acquisition6 {

@@ -93,11 +93,16 @@ pub(crate) enum Error {
         #[source]
         source: xdhcp_engine::v6::ConfigError,
     },
-    /// An IPv6 network asked for by a VM: IPv6 leases serve pods only yet.
+    /// An IPv6 or dual-stack network (`family`) asked for by a VM: IPv6
+    /// leases serve pods only yet.
     #[error(
-        "network {network:?} is \"family\": \"ipv6\": DHCPv6 leases serve pods only for now, not VM {vmi}"
+        "network {network:?} is \"family\": \"{family}\": DHCPv6 leases serve pods only for now, not VM {vmi}"
     )]
-    Ipv6ForVm { network: String, vmi: String },
+    Ipv6ForVm {
+        network: String,
+        family: &'static str,
+        vmi: String,
+    },
     /// The Kubernetes API failed.
     #[error("{source}")]
     Kube {
@@ -353,4 +358,28 @@ pub(crate) enum Refusal {
         #[source]
         source: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A VM on an IPv6 or a dual-stack network is refused naming the
+    /// network, its family and the VM.
+    #[test]
+    fn a_vm_on_a_network_with_ipv6_is_refused_naming_the_network() {
+        for family in ["ipv6", "dual"] {
+            let e = Error::Ipv6ForVm {
+                network: "tenant-net".to_owned(),
+                family,
+                vmi: "vm1".to_owned(),
+            };
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "network \"tenant-net\" is \"family\": \"{family}\": DHCPv6 leases serve pods only for now, not VM vm1"
+                )
+            );
+        }
+    }
 }

@@ -4,7 +4,9 @@
 use tracing::{info, warn};
 
 use crate::cni::config::{DhcpGuardSpec, NetworkConfig};
+use crate::datapath::link::{Link, PortPrepared};
 use crate::guard::HostEnd;
+use crate::netlink::PeerLookup;
 use crate::ops::context::Agent;
 
 /// What the guard takes of a port's network: what its config asks
@@ -74,4 +76,21 @@ pub(crate) async fn guard_port(
                 "could not put the DHCP guard on the port");
         }
     }
+}
+
+/// A pod's first frame held until the guard has made its host port's
+/// `clsact` qdisc: creating it deactivates the port for a moment, and a
+/// reply arriving then would be dropped (`PortPrepared`); only the qdisc
+/// is made before the first DISCOVER leaves, the filter goes on beside the
+/// exchange. A port of a bridge the guard serves has it already (made
+/// ready before its ADD): nothing is held. `None` without the guard.
+pub(crate) fn first_send_held(
+    agent: &Agent,
+    link: &mut Link,
+    peer: &PeerLookup,
+) -> Option<PortPrepared> {
+    let ready = peer
+        .host_ifindex()
+        .is_some_and(|port| agent.guard.made_ready(port));
+    (agent.guard.is_on() && !ready).then(|| link.hold_first_send())
 }

@@ -1,5 +1,6 @@
 //! The CNI operations as the agent performs them: ADD, DEL, CHECK and GC
-//! ([`add`]), a VM's one-shot discovery and VFIO handoff ([`vm`]), the
+//! ([`add`]; an IPv6 network's ADD [`add6`], a dual-stack one's
+//! [`add_dual`]), a VM's one-shot discovery and VFIO handoff ([`vm`]), the
 //! CNI network configuration as the agent's own record keeps it
 //! ([`network`]), the guest learning that follows a VM's own DHCP
 //! ([`learn`]), and why an operation failed ([`error`]); what follows a bound lease on every ADD path — the
@@ -15,6 +16,7 @@
 
 pub(crate) mod add;
 pub(crate) mod add6;
+pub(crate) mod add_dual;
 pub(crate) mod context;
 pub(crate) mod error;
 pub(crate) mod guard_port;

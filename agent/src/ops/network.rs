@@ -58,6 +58,7 @@ impl From<&NetworkConfig> for Network {
                 family: match i.family {
                     CniFamily::Ipv4 => Family::Ipv4,
                     CniFamily::Ipv6 => Family::Ipv6,
+                    CniFamily::Dual => Family::Dual,
                 },
                 ipv6: i.ipv6.map(|v| Ipv6Setting {
                     prefix_length: v.prefix_length,
@@ -78,14 +79,17 @@ pub(crate) fn guard_spec(g: GuardSetting) -> DhcpGuardSpec {
     }
 }
 
-/// The record of an attachment an ADD starts, before its first lease.
+/// The record of an attachment's lease of `family` (`Ipv4` or `Ipv6`) an
+/// ADD starts, before the lease: on a dual-stack network it names its
+/// family (each of the two leases has a record of its own).
 pub(crate) fn fresh_record(
     req: &CniRequest,
     pod: Option<PodRef>,
     workload: WorkloadKind,
-    mac: [u8; 6],
+    (mac, family): ([u8; 6], Family),
     annotation_key: Option<String>,
 ) -> LeaseRecord {
+    let dual = req.config.ipam.family == CniFamily::Dual;
     LeaseRecord {
         version: RECORD_VERSION,
         container_id: req.container_id.clone(),
@@ -104,6 +108,7 @@ pub(crate) fn fresh_record(
         planned_xids: None,
         lease6: None,
         router6: None,
+        lease_family: dual.then_some(family),
     }
 }
 

@@ -360,7 +360,7 @@ pub(crate) async fn unreport(
 
 /// Take a released lease's address off the pod interface again (`apply`):
 /// an ADD that fails after BOUND leaves the pod without the address.
-async fn unapply(req: &CniRequest, lease: &Lease, released: bool) {
+pub(crate) async fn unapply(req: &CniRequest, lease: &Lease, released: bool) {
     if released
         && req.config.ipam.apply
         && let Some(ns) = &req.netns
@@ -412,6 +412,30 @@ pub(crate) async fn report_address6(
     netns: Option<&std::path::Path>,
 ) -> Result<(), PodApiError> {
     let entry = PodNetworkEntry::dhcp6(a.address, a.prefix_len, MacAddr(mac), a.gateway);
+    let guard = WriteGuard {
+        uid: pod.uid.clone(),
+        netns: netns.map(std::path::Path::to_path_buf),
+    };
+    pods.set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
+        .await
+}
+
+/// Write the `pod-networks` entry of a dual-stack attachment: both its
+/// addresses (`lease`'s and `a6`, as configured) in one entry, with the
+/// same stale-ADD checks as [`report_address`].
+pub(crate) async fn report_address_dual(
+    pods: &dyn PodStore,
+    pod: &PodRef,
+    key: &str,
+    (lease, a6): (&Lease, crate::lease::apply::Address6),
+    mac: [u8; 6],
+    netns: Option<&std::path::Path>,
+) -> Result<(), PodApiError> {
+    let entry = PodNetworkEntry::dhcp_dual(
+        (lease.address, lease.prefix_len, lease.default_gateway()),
+        (a6.address, a6.prefix_len, a6.gateway),
+        MacAddr(mac),
+    );
     let guard = WriteGuard {
         uid: pod.uid.clone(),
         netns: netns.map(std::path::Path::to_path_buf),

@@ -24,7 +24,7 @@ use crate::datapath::link::{Link, Sockets};
 use crate::kube::PodStore;
 use crate::kube::annotation::PodNetworks;
 use crate::lease::acquire::Acquisition;
-use crate::lease::persist::{PodRef, WorkloadKind};
+use crate::lease::persist::{Family, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
 use crate::metrics::Metrics;
 use crate::netlink::Netlink;
@@ -403,7 +403,7 @@ async fn discover(
         WorkloadKind::Vm {
             vmi: vm.vmi_name.clone(),
         },
-        mac.octets(),
+        (mac.octets(), Family::Ipv4),
         vm.annotation_key.clone(),
     );
     let acquisition = Acquisition {
