@@ -22,6 +22,9 @@
 //!   of three runs.
 //! - `dhcpcd -6` (straight to DHCPv6, no router solicitation), run once
 //!   per round on a pod, timed to its exit once bound.
+//! - Then single dual-stack ADDs (`"family": "dual"`) against `kea-dhcp4`
+//!   and `kea-dhcp6` together: the floor is one exec plus the slower of
+//!   the two exchanges of the server's own, since the ADD runs both at once.
 //!
 //! There is no upstream baseline: the upstream CNI `dhcp` plugin speaks
 //! DHCPv4 only. Nothing here asserts a timing. `XDHCP_BENCH_ROUNDS=n` sets
@@ -41,9 +44,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use xdhcp_tests::{
-    Kea6, Kea6Options,
+    Kea, Kea6, Kea6Options, KeaConfig,
     bench::{Daemon, DaemonOptions, Impl},
-    cni_burst::{Burst, burst, del_all, exec_floor, v6_exchange_burst, wait_link_local},
+    cni_burst::{
+        Burst, burst, del_all, exec_floor, raw_dora_burst, settle as settle4, v6_exchange_burst,
+        wait_link_local,
+    },
     guest::GuestFs,
     netns::{Lab, LabClient},
     progress,
@@ -56,6 +62,8 @@ const BURSTS: &[(usize, usize)] = &[(1, 20), (100, 5)];
 const PASSES: usize = 3;
 /// Rounds of `dhcpcd -6`.
 const DHCPCD_ROUNDS: usize = 10;
+/// Rounds of the single dual-stack ADD.
+const DUAL_ROUNDS: usize = 20;
 
 /// One round of a burst beside its floor.
 struct Round {
@@ -205,6 +213,83 @@ fn phase(
     }
 }
 
+/// Single dual-stack ADDs (`"family": "dual"`) against Kea's `kea-dhcp4`
+/// and `kea-dhcp6` (Preference 255) in the server's namespace. The two
+/// leases are acquired at once, so the floor is one exec plus the slower
+/// of the two exchanges of the server's own (each the fastest of
+/// [`PASSES`], measured apart).
+fn dual_phase(lab: &Lab, xdhcp: &Path, rounds: usize) -> Phase {
+    let kea6 = Kea6::start_with(
+        lab.dhcp_ns(),
+        Kea6Options {
+            preference: Some(255),
+            quiet: true,
+            ..Kea6Options::default()
+        },
+    );
+    let kea4 = Kea::start(
+        lab.dhcp_ns(),
+        KeaConfig {
+            interface: lab.dhcp_ifname().to_owned(),
+            valid_lifetime: 3600,
+            renew_timer: 1800,
+            rebind_timer: 3000,
+            ..KeaConfig::default()
+        },
+    );
+    let mut ipam = serde_json::Map::new();
+    ipam.insert("family".into(), "dual".into());
+    ipam.insert("apply".into(), false.into());
+    ipam.insert("ipv6".into(), serde_json::json!({"prefixLength": 64}));
+    let d = Daemon::start_with(
+        Impl::Xdhcp,
+        xdhcp,
+        &DaemonOptions {
+            node_ns: Some(lab.server.name().to_owned()),
+            ipam_extra: Some(ipam),
+            ..DaemonOptions::default()
+        },
+    );
+    let one = std::slice::from_ref(&lab.clients[0]);
+    let leases4 = || kea4.leases();
+    if let Err(e) = d.cni("ADD", "warmup", &lab.clients[0]) {
+        eprintln!("  warm-up ADD failed: {e}");
+    }
+    let _ = d.cni("DEL", "warmup", &lab.clients[0]);
+    settle(&kea6, one);
+    settle4(&leases4, one);
+    let mut set = Vec::new();
+    for r in 0..rounds {
+        let tag = format!("dual-{r}");
+        let b = burst(&d, one, &tag);
+        if let Some(e) = &b.first_error {
+            eprintln!("  the dual-stack ADD failed: {e}");
+        }
+        del_all(&d, one, &tag);
+        settle(&kea6, one);
+        settle4(&leases4, one);
+        let exec = exec_floor(&d, one);
+        let (x6, f6) = v6_exchange_burst(one, PASSES, false);
+        settle(&kea6, one);
+        let (x4, f4) = raw_dora_burst(one, &leases4, PASSES);
+        set.push(Round {
+            burst: b,
+            exec,
+            exchange: x4.max(x6),
+            exchange_failed: f4 + f6,
+        });
+    }
+    let (w50, _) = median_p99(set.iter().map(|r| ms(r.burst.wall)).collect());
+    let (f50, _) = median_p99(set.iter().map(|r| ms(r.floor())).collect());
+    progress!("dual stack: 1 ADD × {rounds}: wall {w50:.1} ms median, floor {f50:.1} ms");
+    Phase {
+        server: "Kea 4 + Kea 6 (Preference 255), dual stack",
+        bursts: vec![(1, set)],
+        dhcpcd: Vec::new(),
+        dhcpcd_failed: 0,
+    }
+}
+
 fn rounds_or(default: usize) -> usize {
     std::env::var("XDHCP_BENCH_ROUNDS")
         .ok()
@@ -282,7 +367,10 @@ fn report(phases: &[Phase], took: Duration) {
         "\n| server | `dhcpcd -6` bound, median / p99 | runs (failed) | single ADD median ÷ dhcpcd median |"
     );
     let _ = writeln!(md, "|---|---|---|---|");
-    for p in phases {
+    for p in phases
+        .iter()
+        .filter(|p| !p.dhcpcd.is_empty() || p.dhcpcd_failed > 0)
+    {
         let (c50, c99) = median_p99(p.dhcpcd.iter().map(|d| ms(*d)).collect());
         let single = p
             .bursts
@@ -341,6 +429,7 @@ fn main() {
             },
             &plan,
         ),
+        dual_phase(&lab, &xdhcp, rounds_or(DUAL_ROUNDS)),
     ];
     report(&phases, started.elapsed());
     progress!(
