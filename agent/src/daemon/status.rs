@@ -208,7 +208,7 @@ pub(crate) async fn export_metrics(
             }
             let rows: Vec<_> = snap
                 .iter()
-                .map(|(p, c)| (p.host_ifname.clone(), c.passed_client, c.drops()))
+                .map(|(p, c)| (p.host_ifname.clone(), c.passed(), c.drops()))
                 .collect();
             agent.metrics().guard_snapshot(&rows);
             agent.metrics().bindings_snapshot(&bindings);
