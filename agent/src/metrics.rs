@@ -901,6 +901,33 @@ mod tests {
     }
 
     #[test]
+    fn the_guards_figures_carry_their_family_and_the_ipv6_reasons() {
+        let m = Metrics::new();
+        let c = crate::datapath::ebpf::GuardCounters {
+            passed_client: 4,
+            dropped_server: 1,
+            passed_client_v6: 2,
+            dropped_server_v6: 5,
+            dropped_router_advertisement: 3,
+            dropped_redirect: 1,
+            ..Default::default()
+        };
+        m.guard_snapshot(&[("p1".to_owned(), c.passed(), c.drops())]);
+        let text = m.encode();
+        for line in [
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="server",family="ipv4"} 1"#,
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="server",family="ipv6"} 5"#,
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="router_advertisement",family="ipv6"} 3"#,
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="redirect",family="ipv6"} 1"#,
+            r#"xdhcp_guard_passed_client_frames{port="p1",family="ipv4"} 4"#,
+            r#"xdhcp_guard_passed_client_frames{port="p1",family="ipv6"} 2"#,
+            "xdhcp_guard_ports 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
     fn exposition_has_prefixed_metrics() {
         let m = Metrics::new();
         m.lease_state(None, Some(("ipv4", "bound")));
