@@ -8,9 +8,10 @@
 //! and the rogue port's counters name both reasons.
 //!
 //! The pods' kernels are the RA clients (`accept_ra` 1, the default of a
-//! host), asked with a router solicitation; the DHCPv6 client is a SOLICIT
-//! sent from each pod's own UDP socket on port 546. What reaches each pod
-//! is watched on a packet socket there.
+//! host), asked with a router solicitation; the DHCPv6 client is dhcpcd
+//! (`-6`, once), and for the unguarded and detached checks a SOLICIT sent
+//! from the pod's own UDP socket on port 546. What reaches each pod is
+//! watched on a packet socket there.
 //!
 //! Needs root; fails, never skips, without it.
 
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use xdhcp::datapath::ebpf::{AttachTarget, Guard, PortPolicy};
+use xdhcp_tests::guest::GuestFs;
 use xdhcp_tests::{Dnsmasq6, Lab, LabClient, wait_until};
 
 /// Pods: the rogue's, then the five it must not reach.
@@ -124,7 +126,14 @@ fn listen(sock: &OwnedFd, rogue_mac: [u8; 6], done: &AtomicBool) -> Heard {
 fn solicit(pod: &LabClient) {
     let (ifindex, mac) = (pod.ifindex, pod.mac);
     pod.ns.run_in(move || {
-        let sock = UdpSocket::bind("[::]:546").expect("bind [::]:546 in the pod");
+        // A client that ran here may hold the port a moment longer (dhcpcd's
+        // helper processes exit after it).
+        let mut sock = None;
+        wait_until(Duration::from_secs(5), || {
+            sock = UdpSocket::bind("[::]:546").ok();
+            sock.is_some()
+        });
+        let sock = sock.expect("bind [::]:546 in the pod");
         let mut m = vec![1, 0x12, 0x34, 0x56];
         m.extend_from_slice(&[0, 1, 0, 10, 0, 3, 0, 1]);
         m.extend_from_slice(&mac);
@@ -177,9 +186,10 @@ fn router_solicitation(pod: &LabClient) {
     });
 }
 
-/// Each of `pods` solicits a router and a DHCPv6 server and listens for
-/// [`LISTEN`]: what reached each.
-fn watch(lab: &Lab, pods: &[usize]) -> Vec<Heard> {
+/// Each of `pods` solicits a router (and with `solicit`, a DHCPv6 server:
+/// without, a client running there does) and listens for [`LISTEN`]: what
+/// reached each.
+fn watch(lab: &Lab, pods: &[usize], solicit_too: bool) -> Vec<Heard> {
     let rogue_mac = lab.clients[0].mac;
     let done = Arc::new(AtomicBool::new(false));
     let listeners: Vec<_> = pods
@@ -197,7 +207,9 @@ fn watch(lab: &Lab, pods: &[usize]) -> Vec<Heard> {
         .collect();
     for &i in pods {
         router_solicitation(&lab.clients[i]);
-        solicit(&lab.clients[i]);
+        if solicit_too {
+            solicit(&lab.clients[i]);
+        }
     }
     std::thread::sleep(LISTEN);
     done.store(true, Ordering::Relaxed);
@@ -207,23 +219,10 @@ fn watch(lab: &Lab, pods: &[usize]) -> Vec<Heard> {
         .collect()
 }
 
-#[test]
-fn rogue_dhcpv6_server_and_router_in_a_pod_reach_no_other_pod() {
-    let lab = Lab::with_clients(PODS);
-    let victims: Vec<usize> = (1..PODS).collect();
-    for &i in &victims {
-        wait_link_local(&lab.clients[i]);
-    }
-    wait_link_local(&lab.clients[0]);
-    // Only pod 1 listens to routers while the rogue is unguarded: the
-    // others must meet the rogue first behind the guard.
-    for &i in &victims[1..] {
-        accept_ra(&lab.clients[i], false);
-    }
-    let rogue = rogue(&lab);
-
-    // Without the guard the rogue is heard (the test can see a rogue at all).
-    let heard = watch(&lab, &[1]);
+/// Without the guard, pod 1 hears the rogue's ADVERTISE and RAs, its
+/// kernel takes the rogue as its router, and dhcpcd leases from it.
+fn the_rogue_reaches_pod_1_unguarded(lab: &Lab, rogue: &Dnsmasq6) {
+    let heard = watch(lab, &[1], true);
     assert!(
         heard[0].dhcpv6 > 0 && heard[0].default_router > 0,
         "the rogue's ADVERTISEs and RAs reach another pod without the guard: {heard:?}"
@@ -242,8 +241,33 @@ fn rogue_dhcpv6_server_and_router_in_a_pod_reach_no_other_pod() {
         "pod 1's kernel took the rogue as its router ({heard:?}): {}",
         pod1.ns.ip(&["-6", "route"])
     );
-    pod1.ns.ip(&["-6", "route", "flush", "proto", "ra"]);
-    assert_eq!(ra_routes(pod1).trim(), "");
+    // A real client (dhcpcd) leases from the rogue.
+    let leased = GuestFs::new().dhcpcd6_once(&pod1.ns, &pod1.ifname, 8);
+    assert!(
+        leased.is_some_and(|a| a.segments()[..3] == [0x2001, 0xdb8, 0xbad]),
+        "dhcpcd in pod 1 leased {leased:?}, not from the rogue\n{}",
+        rogue.log()
+    );
+}
+
+#[test]
+fn rogue_dhcpv6_server_and_router_in_a_pod_reach_no_other_pod() {
+    let lab = Lab::with_clients(PODS);
+    let victims: Vec<usize> = (1..PODS).collect();
+    for &i in &victims {
+        wait_link_local(&lab.clients[i]);
+    }
+    wait_link_local(&lab.clients[0]);
+    // Only pod 1 listens to routers while the rogue is unguarded: the
+    // others must meet the rogue first behind the guard.
+    for &i in &victims[1..] {
+        accept_ra(&lab.clients[i], false);
+    }
+    let rogue = rogue(&lab);
+
+    // Without the guard the rogue is heard (the test can see a rogue at all).
+    the_rogue_reaches_pod_1_unguarded(&lab, &rogue);
+    let pod1 = &lab.clients[1];
 
     let mut guard = Guard::load().expect("load the guard programs (needs root)");
     for i in 0..PODS {
@@ -251,11 +275,34 @@ fn rogue_dhcpv6_server_and_router_in_a_pod_reach_no_other_pod() {
             .attach(&target(&lab, i), &PortPolicy::default())
             .expect("attach the guard");
     }
+    // What pod 1 took from the rogue goes now the guard is on (before, a
+    // late advertisement could put it back).
+    pod1.ns.ip(&["-6", "route", "flush", "proto", "ra"]);
+    assert_eq!(ra_routes(pod1).trim(), "");
     for &i in &victims {
         accept_ra(&lab.clients[i], true);
     }
     let advertised_before = rogue.log().matches("DHCPADVERTISE").count();
-    let heard = watch(&lab, &victims);
+    // A real client (dhcpcd) in every pod at the same time: none leases.
+    let (heard, leases): (Vec<Heard>, Vec<_>) = std::thread::scope(|scope| {
+        let runs: Vec<_> = victims
+            .iter()
+            .map(|&i| {
+                let pod = &lab.clients[i];
+                scope.spawn(move || GuestFs::new().dhcpcd6_once(&pod.ns, &pod.ifname, 6))
+            })
+            .collect();
+        let heard = watch(&lab, &victims, false);
+        let leases = runs
+            .into_iter()
+            .map(|r| r.join().expect("dhcpcd"))
+            .collect();
+        (heard, leases)
+    });
+    assert!(
+        leases.iter().all(Option::is_none),
+        "pods leased through the guard: {leases:?}"
+    );
     for (&i, h) in victims.iter().zip(&heard) {
         assert_eq!(
             *h,
@@ -292,7 +339,7 @@ fn rogue_dhcpv6_server_and_router_in_a_pod_reach_no_other_pod() {
 
     // Detached (the pod's DEL), the rogue's port is open again.
     guard.detach(&target(&lab, 0)).expect("detach");
-    let heard = watch(&lab, &[2]);
+    let heard = watch(&lab, &[2], true);
     assert!(
         heard[0].dhcpv6 > 0 && heard[0].ra > 0,
         "detached, the port no longer guards: {heard:?}"
