@@ -162,11 +162,14 @@ struct GuardLabel {
     /// Host-side interface of the workload port (bounded by the ports on the node).
     port: String,
     reason: &'static str,
+    /// `ipv4` (DHCPv4) or `ipv6` (DHCPv6, router advertisements, redirects).
+    family: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PortLabel {
+struct GuardPassLabel {
     port: String,
+    family: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -187,9 +190,13 @@ struct BindingLabel {
     source: &'static str,
 }
 
-/// One guarded port's figures: host-side name, client messages passed,
-/// drops by reason.
-pub(crate) type GuardPortFigures = (String, u64, [(&'static str, u64); 5]);
+/// One guarded port's figures: host-side name, client messages passed by
+/// family, drops by family and reason.
+pub(crate) type GuardPortFigures = (
+    String,
+    [(&'static str, u64); 2],
+    [crate::datapath::ebpf::GuardDrop; 12],
+);
 
 /// The attach modes an uplink's `uplink_attached` series cover.
 const ATTACH_MODES: [&str; 3] = ["tc", "xdp-native", "xdp-generic"];
@@ -279,7 +286,7 @@ pub(crate) struct Metrics {
     store_barriers: Family<OutcomeLabel, Counter>,
     store_barriers_last: Mutex<Vec<(&'static str, u64)>>,
     guard_dropped: Family<GuardLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
-    guard_passed: Family<PortLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
+    guard_passed: Family<GuardPassLabel, Gauge<u64, std::sync::atomic::AtomicU64>>,
     guard_ports: Gauge,
     acquisitions_queued: Gauge,
     bindings: Family<SourceLabel, Gauge>,
@@ -345,12 +352,12 @@ impl Metrics {
         );
         root.register(
             "guard_dropped_frames",
-            "DHCP frames the guard dropped on a workload port since it was attached, by port and reason (server, rate, spoof, malformed, unclassified)",
+            "DHCP frames (and IPv6 router advertisements and redirects) the guard dropped on a workload port since it was attached, by port, reason (server, rate, spoof, malformed, unclassified; router_advertisement, redirect) and family (ipv4, ipv6)",
             guard_dropped.clone(),
         );
         root.register(
             "guard_passed_client_frames",
-            "DHCP client messages the guard passed on a workload port since it was attached",
+            "DHCP client messages the guard passed on a workload port since it was attached, by port and family (ipv4: DHCPv4, ipv6: DHCPv6)",
             guard_passed.clone(),
         );
         root.register(
@@ -498,20 +505,26 @@ impl Metrics {
     }
 
     /// Replaces the guard's per-port figures with a fresh snapshot (ports
-    /// no longer guarded disappear): (port, passed client messages, drops
-    /// by reason).
+    /// no longer guarded disappear): (port, passed client messages by
+    /// family, drops by family and reason).
     pub(crate) fn guard_snapshot(&self, ports: &[GuardPortFigures]) {
         self.guard_dropped.clear();
         self.guard_passed.clear();
         for (port, passed, drops) in ports {
-            self.guard_passed
-                .get_or_create(&PortLabel { port: port.clone() })
-                .set(*passed);
-            for &(reason, n) in drops {
+            for &(family, n) in passed {
+                self.guard_passed
+                    .get_or_create(&GuardPassLabel {
+                        port: port.clone(),
+                        family,
+                    })
+                    .set(n);
+            }
+            for &(family, reason, n) in drops {
                 self.guard_dropped
                     .get_or_create(&GuardLabel {
                         port: port.clone(),
                         reason,
+                        family,
                     })
                     .set(n);
             }
@@ -885,6 +898,33 @@ mod tests {
             text.contains(r#"xdhcp_store_barriers_total{outcome="failed"} 1"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_guards_figures_carry_their_family_and_the_ipv6_reasons() {
+        let m = Metrics::new();
+        let c = crate::datapath::ebpf::GuardCounters {
+            passed_client: 4,
+            dropped_server: 1,
+            passed_client_v6: 2,
+            dropped_server_v6: 5,
+            dropped_router_advertisement: 3,
+            dropped_redirect: 1,
+            ..Default::default()
+        };
+        m.guard_snapshot(&[("p1".to_owned(), c.passed(), c.drops())]);
+        let text = m.encode();
+        for line in [
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="server",family="ipv4"} 1"#,
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="server",family="ipv6"} 5"#,
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="router_advertisement",family="ipv6"} 3"#,
+            r#"xdhcp_guard_dropped_frames{port="p1",reason="redirect",family="ipv6"} 1"#,
+            r#"xdhcp_guard_passed_client_frames{port="p1",family="ipv4"} 4"#,
+            r#"xdhcp_guard_passed_client_frames{port="p1",family="ipv6"} 2"#,
+            "xdhcp_guard_ports 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 
     #[test]

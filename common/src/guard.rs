@@ -15,6 +15,13 @@
 //!   messages that pass on a learning port are copied to
 //!   [`MAP_GUARD_EVENTS`]; on a port with [`GUARD_BROADCAST`], those of a
 //!   client without an address leave with the BOOTP broadcast flag set.
+//!   IPv6 likewise: DHCPv6 server and relay messages, router
+//!   advertisements and redirects are dropped unless the port is trusted
+//!   (behind up to six extension headers; a frame whose upper layer the
+//!   guard cannot find is dropped), DHCPv6 client messages take from the
+//!   same bucket and on a single-client port must carry the port's MAC as
+//!   Ethernet source and in a link-layer DUID. Each family has its own
+//!   counters.
 //! - Egress (frames *towards* the workload): on a learning port, the DHCP
 //!   server replies learning uses (ACKs) whose `chaddr` is the port's MAC
 //!   are copied to [`MAP_GUARD_EVENTS`] as long as the port's bucket
@@ -232,8 +239,9 @@ impl GuardPort {
     }
 }
 
-/// Counter slots of [`GuardCounters`].
-pub const GUARD_COUNTER_SLOTS: usize = 9;
+/// Counter slots of [`GuardCounters`]: 0–8 count IPv4 (DHCPv4), 9–17
+/// IPv6 (DHCPv6, router advertisements, redirects).
+pub const GUARD_COUNTER_SLOTS: usize = 18;
 /// Client message passed.
 pub const GUARD_PASSED_CLIENT: usize = 0;
 /// Server message passed because the port is trusted.
@@ -260,6 +268,39 @@ pub const GUARD_LEARN_LOST: usize = 7;
 /// check (more than one client identifier, option overload, more options
 /// than it reads).
 pub const GUARD_DROPPED_UNCLASSIFIED: usize = 8;
+
+/// IPv6 client message (DHCPv6, UDP to port 547 of a client type) passed.
+pub const GUARD_PASSED_CLIENT6: usize = 9;
+/// DHCPv6 server message, router advertisement or redirect passed because
+/// the port is trusted.
+pub const GUARD_PASSED_TRUSTED6: usize = 10;
+/// DHCPv6 message a server or relay sends (UDP source port 547,
+/// destination port 546, or a type that is not a client's) from an
+/// untrusted port: dropped.
+pub const GUARD_DROPPED_SERVER6: usize = 11;
+/// DHCPv6 client message over the port's rate (the IPv4 bucket): dropped.
+pub const GUARD_DROPPED_RATE6: usize = 12;
+/// DHCPv6 client message whose Ethernet source, or the MAC in a
+/// link-layer DUID (DUID-LL, DUID-LLT of hardware type 1) in its Client
+/// Identifier option, is not the port's MAC on a single-client port:
+/// dropped.
+pub const GUARD_DROPPED_SPOOF6: usize = 13;
+/// UDP to port 547 too short for a DHCPv6 message type: dropped.
+pub const GUARD_DROPPED_MALFORMED6: usize = 14;
+/// An IPv6 frame the guard cannot classify on a guarded port, dropped
+/// because it may be DHCPv6, a router advertisement or a redirect: its
+/// upper-layer header is not found within the extension headers the guard
+/// walks or within the frame (a first fragment without it); more VLAN tags
+/// than the guard parses in front of such a frame or of DHCPv6, RA or
+/// redirect; on a single-client port, a client message whose options the
+/// guard cannot check (two Client Identifiers, more options than it
+/// reads).
+pub const GUARD_DROPPED_UNCLASSIFIED6: usize = 15;
+/// ICMPv6 router advertisement (type 134) from an untrusted port: dropped
+/// (RA guard, RFC 6105).
+pub const GUARD_DROPPED_RA: usize = 16;
+/// ICMPv6 redirect (type 137) from an untrusted port: dropped.
+pub const GUARD_DROPPED_REDIRECT: usize = 17;
 
 /// Value of [`MAP_GUARD_COUNTERS`] (per CPU; user space sums).
 #[repr(C)]

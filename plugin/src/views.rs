@@ -175,6 +175,11 @@ pub struct GuardedPortStatus {
     /// and the BOOTP broadcast flag is set on its DISCOVER and REQUEST.
     #[serde(default)]
     pub learning: bool,
+    /// Frames the guard dropped on the port since it was attached, by
+    /// `family.reason` (`ipv4.server`, `ipv6.router_advertisement`…; the
+    /// reasons of `xdhcp_guard_dropped_frames`), those with drops only.
+    #[serde(default)]
+    pub drops: BTreeMap<String, u64>,
 }
 
 /// A workload port found in Open vSwitch whose host side the capture

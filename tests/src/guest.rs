@@ -3,7 +3,7 @@
 //! `/run` are directories of the test's ([`GuestFs`]), so no client touches
 //! this machine's files.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -98,7 +98,19 @@ impl GuestFs {
         // what never arrives: the test's bounds it.
         let deadline = Duration::from_secs(u64::from(secs) + 2);
         if !wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some())) {
-            let _ = child.kill();
+            // SIGTERM first: dhcpcd then stops its helper processes, which
+            // hold its sockets (port 546) for a while after a SIGKILL.
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            if !wait_until(Duration::from_secs(3), || {
+                child.try_wait().is_ok_and(|s| s.is_some())
+            }) {
+                let _ = child.kill();
+            }
         }
         let _ = child.wait();
         std::fs::read_to_string(&out).ok()?.trim().parse().ok()
@@ -106,24 +118,23 @@ impl GuestFs {
 }
 
 impl GuestFs {
-    /// Runs `dhcpcd -6` once on `eth0` of `guest`, straight to DHCPv6 (no
-    /// router solicitation first), for one `IA_NA`, with a DUID kept
-    /// across runs and no hooks; the address it bound, if any within
-    /// `secs`. dhcpcd waits a random 0–1 s before its first SOLICIT, as
-    /// RFC 8415 §18.2.1 asks.
+    /// Runs `dhcpcd` once for DHCPv6 on `ifname` of `guest`: an address
+    /// (`IA_NA`) solicited at once, without waiting for a router's
+    /// advertisement (`noipv6rs`: dhcpcd leaves those to the kernel); the
+    /// address it bound, if any within `secs`.
     ///
     /// # Panics
     /// If dhcpcd cannot be started.
-    pub fn dhcpcd6_once(&self, guest: &NetNs, secs: u32) -> Option<std::net::Ipv6Addr> {
+    pub fn dhcpcd6_once(&self, guest: &NetNs, ifname: &str, secs: u32) -> Option<Ipv6Addr> {
         let dir = self.path();
         let conf = dir.join("dhcpcd6.conf");
-        std::fs::write(&conf, "duid\npersistent\nnoipv6rs\nia_na\n").unwrap();
+        std::fs::write(&conf, "duid\nnoipv6rs\nia_na\n").unwrap();
         let out = dir.join("bound6");
         let script = dir.join("script6");
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\ncase \"$reason\" in BOUND6|REBIND6|REBOOT6|RENEW6|INFORM6) echo \"$new_dhcp6_ia_na1_ia_addr1\" > {} ;; esac\nexit 0\n",
+                "#!/bin/sh\ncase \"$reason\" in BOUND6|REBIND6|REBOOT6|RENEW6) echo \"$new_dhcp6_ia_na1_ia_addr1\" > {} ;; esac\nexit 0\n",
                 out.display()
             ),
         )
@@ -137,14 +148,26 @@ impl GuestFs {
             .arg(&conf)
             .arg("-c")
             .arg(&script)
-            .arg("eth0")
+            .arg(ifname)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("run dhcpcd");
         let deadline = Duration::from_secs(u64::from(secs) + 2);
         if !wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some())) {
-            let _ = child.kill();
+            // SIGTERM first: dhcpcd then stops its helper processes, which
+            // hold its sockets (port 546) for a while after a SIGKILL.
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            if !wait_until(Duration::from_secs(3), || {
+                child.try_wait().is_ok_and(|s| s.is_some())
+            }) {
+                let _ = child.kill();
+            }
         }
         let _ = child.wait();
         std::fs::read_to_string(&out).ok()?.trim().parse().ok()

@@ -522,19 +522,10 @@ pub fn parse_dnsmasq_leases(text: &str) -> Vec<ServerLease> {
     leases
 }
 
-/// The DHCPv6 servers' own address, `fd00:6::1/64` (no DAD), on
-/// [`Lab::SERVER_IF`](crate::Lab::SERVER_IF) of `ns` (already there is
-/// fine: a second server in the same namespace).
-fn give_server_address6(ns: &NetNs) {
-    ns.ip(&[
-        "-6",
-        "addr",
-        "replace",
-        "fd00:6::1/64",
-        "dev",
-        crate::Lab::SERVER_IF,
-        "nodad",
-    ]);
+/// A DHCPv6 server's own address `addr` (no DAD) on `ifname` of `ns`
+/// (already there is fine: a second server in the same namespace).
+fn give_server_address6(ns: &NetNs, ifname: &str, addr: &str) {
+    ns.ip(&["-6", "addr", "replace", addr, "dev", ifname, "nodad"]);
 }
 
 /// dnsmasq serving DHCPv6 only, on the lab's server interface.
@@ -555,7 +546,21 @@ impl Dnsmasq6 {
     /// advertisements of the range's /64, managed, with itself as the
     /// default router).
     pub fn start_with(ns: &NetNs, extra: &[&str]) -> Self {
-        give_server_address6(ns);
+        Self::start_on(
+            ns,
+            crate::Lab::SERVER_IF,
+            "fd00:6::1/64",
+            "fd00:6::100,fd00:6::1ff",
+            extra,
+        )
+    }
+
+    /// dnsmasq serving DHCPv6 on `ifname` of `ns`, given address `addr`
+    /// (with its prefix length), leasing `range` (`first,last` of that
+    /// /64), with `extra` arguments; returns once it serves. A rogue server
+    /// in a pod is one.
+    pub fn start_on(ns: &NetNs, ifname: &str, addr: &str, range: &str, extra: &[&str]) -> Self {
+        give_server_address6(ns, ifname, addr);
         let dir = tempfile::Builder::new()
             .prefix("xdt-dnsmasq6-")
             .tempdir()
@@ -572,8 +577,8 @@ impl Dnsmasq6 {
             "--dhcp-authoritative",
             "--log-dhcp",
         ])
-        .arg(format!("--interface={}", crate::Lab::SERVER_IF))
-        .arg("--dhcp-range=fd00:6::100,fd00:6::1ff,64,300")
+        .arg(format!("--interface={ifname}"))
+        .arg(format!("--dhcp-range={range},64,300"))
         .arg("--dhcp-option=option6:dns-server,[fd00:6::53]")
         .args(extra)
         .arg(format!("--pid-file={}", dir.path().join("pid").display()))
@@ -934,7 +939,7 @@ impl Kea6 {
     /// [`Kea6::start`] serving as `opts` says.
     #[track_caller]
     pub fn start_with(ns: &NetNs, opts: Kea6Options) -> Self {
-        give_server_address6(ns);
+        give_server_address6(ns, crate::Lab::SERVER_IF, "fd00:6::1/64");
         // Kea binds the interface's link-local address, which must be past
         // duplicate address detection by then.
         let ready = wait_until(Duration::from_secs(10), || {

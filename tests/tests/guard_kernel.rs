@@ -209,6 +209,10 @@ async fn an_unguarded_port_passes_everything() {
     for f in [
         Dhcp::server(MessageType::Offer).frame(),
         Dhcp::client(MessageType::Discover).frame(),
+        server6(ADVERTISE, 547, 546, None),
+        client6(SOLICIT, OTHER_MAC, OTHER_MAC, None),
+        ra(None, &[]),
+        ra(None, &vec![dest_opts(0); 7]),
     ] {
         assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC);
         assert_eq!(egress(&mut g, &f), TC_ACT_UNSPEC);
@@ -786,6 +790,26 @@ async fn the_xdp_twin_gives_the_ingress_programs_verdicts() {
         let mut dns = Dhcp::client(MessageType::Discover).vlan(vlan);
         dns.ports = (5353, 53);
         frames.push(dns.frame());
+        // IPv6: DHCPv6 both ways, spoofed, RAs plain and hidden, a later
+        // fragment, neighbour discovery.
+        frames.push(server6(ADVERTISE, 547, 546, vlan));
+        frames.push(server6(REPLY, 547, 546, vlan));
+        frames.push(client6(SOLICIT, VM_MAC, VM_MAC, vlan));
+        frames.push(client6(REQUEST, VM_MAC, VM_MAC, vlan));
+        frames.push(client6(SOLICIT, OTHER_MAC, VM_MAC, vlan));
+        frames.push(client6(RELEASE, VM_MAC, OTHER_MAC, vlan));
+        frames.push(ra(vlan, &[]));
+        frames.push(ra(vlan, &[hop_by_hop(), dest_opts(0)]));
+        frames.push(ra(vlan, &[fragment(0, true)]));
+        frames.push(ra(vlan, &vec![dest_opts(0); 7]));
+        frames.push(v6(
+            VM_MAC,
+            vlan,
+            &[fragment(9, false)],
+            IPPROTO_ICMPV6,
+            &icmp6(ROUTER_ADVERT, 12),
+        ));
+        frames.push(v6(VM_MAC, vlan, &[], IPPROTO_ICMPV6, &icmp6(135, 20)));
     }
     let policies = [
         unlimited(),
@@ -839,4 +863,604 @@ async fn the_xdp_twin_gives_the_ingress_programs_verdicts() {
         }
         assert_eq!(learned > 0, policy.learn, "{policy:?}: {learned} records");
     }
+}
+
+// ---------------------------------------------------------------- IPv6 --
+
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+const IPPROTO_ICMPV6: u8 = 58;
+const NEXTHDR_HOP: u8 = 0;
+const NEXTHDR_ROUTING: u8 = 43;
+const NEXTHDR_FRAGMENT: u8 = 44;
+const NEXTHDR_DEST: u8 = 60;
+
+/// DHCPv6 message types (RFC 8415 §7.3).
+const SOLICIT: u8 = 1;
+const ADVERTISE: u8 = 2;
+const REQUEST: u8 = 3;
+const RENEW: u8 = 5;
+const REPLY: u8 = 7;
+const RELEASE: u8 = 8;
+const DECLINE: u8 = 9;
+const RECONFIGURE: u8 = 10;
+const INFORMATION_REQUEST: u8 = 11;
+const RELAY_REPL: u8 = 13;
+
+/// An extension header: its kind and its bytes (the first, the next
+/// header, is filled in by [`v6`]).
+type Ext = (u8, Vec<u8>);
+
+fn hop_by_hop() -> Ext {
+    // A `PadN` of 4 bytes: 8 bytes in all.
+    (NEXTHDR_HOP, vec![0, 0, 1, 2, 0, 0, 0, 0])
+}
+
+/// Destination options of `(units + 1) * 8` bytes (`PadN` options).
+fn dest_opts(units: u8) -> Ext {
+    let total = (usize::from(units) + 1) * 8;
+    let mut h = vec![0, units];
+    // PadN options of at most 255 bytes each.
+    let mut left = total - 2;
+    while left > 0 {
+        let n = left.min(257);
+        h.push(1);
+        h.push((n - 2) as u8);
+        h.extend(std::iter::repeat_n(0, n - 2));
+        left -= n;
+    }
+    (NEXTHDR_DEST, h)
+}
+
+/// A routing header of type 253 (experimental), no segments left.
+fn routing() -> Ext {
+    (NEXTHDR_ROUTING, vec![0, 0, 253, 0, 0, 0, 0, 0])
+}
+
+/// A fragment header: offset in 8-byte units, more fragments or not.
+fn fragment(offset: u16, more: bool) -> Ext {
+    let [a, b] = (offset << 3 | u16::from(more)).to_be_bytes();
+    (NEXTHDR_FRAGMENT, vec![0, 0, a, b, 0x5e, 0xed, 0, 1])
+}
+
+/// An IPv6 frame from `src` (link-local source, to `ff02::1`): the
+/// extension headers `ext`, then `proto` carrying `l4`.
+fn v6(src: [u8; 6], vlan: Option<u16>, ext: &[Ext], proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut chain = Vec::new();
+    for (i, (_, body)) in ext.iter().enumerate() {
+        let mut body = body.clone();
+        body[0] = ext.get(i + 1).map_or(proto, |e| e.0);
+        chain.extend(body);
+    }
+    chain.extend_from_slice(l4);
+    let mut f = vec![0x33, 0x33, 0, 0, 0, 1];
+    f.extend_from_slice(&src);
+    if let Some(v) = vlan {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&v.to_be_bytes());
+    }
+    f.extend_from_slice(&0x86ddu16.to_be_bytes());
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&u16::try_from(chain.len()).unwrap().to_be_bytes());
+    f.push(ext.first().map_or(proto, |e| e.0));
+    f.push(255);
+    let mut ll = [0u8; 16];
+    ll[0] = 0xfe;
+    ll[1] = 0x80;
+    ll[8..11].copy_from_slice(&src[..3]);
+    ll[13..].copy_from_slice(&src[3..]);
+    f.extend_from_slice(&ll);
+    let mut all_nodes = [0u8; 16];
+    all_nodes[0] = 0xff;
+    all_nodes[1] = 0x02;
+    all_nodes[15] = 1;
+    f.extend_from_slice(&all_nodes);
+    f.extend(chain);
+    f
+}
+
+fn udp_datagram(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// A Client Identifier option (1) with `duid`.
+fn client_id(duid: &[u8]) -> Vec<u8> {
+    let mut o = vec![0, 1];
+    o.extend_from_slice(&u16::try_from(duid.len()).unwrap().to_be_bytes());
+    o.extend_from_slice(duid);
+    o
+}
+
+/// DUID-LL (type 3) of Ethernet address `mac`.
+fn duid_ll(mac: [u8; 6]) -> Vec<u8> {
+    let mut d = vec![0, 3, 0, 1];
+    d.extend_from_slice(&mac);
+    d
+}
+
+/// DUID-LLT (type 1) of Ethernet address `mac`.
+fn duid_llt(mac: [u8; 6]) -> Vec<u8> {
+    let mut d = vec![0, 1, 0, 1, 0x2b, 0x3c, 0x4d, 0x5e];
+    d.extend_from_slice(&mac);
+    d
+}
+
+/// DUID-EN (type 2): enterprise number and an identifier, no MAC.
+fn duid_en() -> Vec<u8> {
+    vec![0, 2, 0, 0, 0x7f, 0xff, 0xde, 0xad, 0xbe, 0xef]
+}
+
+/// A DHCPv6 message of type `t` with `options` after the transaction id.
+fn dhcp6(t: u8, options: &[Vec<u8>]) -> Vec<u8> {
+    let mut m = vec![t, 0x5e, 0xed, 0x06];
+    for o in options {
+        m.extend_from_slice(o);
+    }
+    // Elapsed Time, as clients send it.
+    m.extend_from_slice(&[0, 8, 0, 2, 0, 0]);
+    m
+}
+
+/// A DHCPv6 client message of type `t` from `src` with a DUID-LL of
+/// `duid_mac`, 546 → 547.
+fn client6(t: u8, src: [u8; 6], duid_mac: [u8; 6], vlan: Option<u16>) -> Vec<u8> {
+    let m = dhcp6(t, &[client_id(&duid_ll(duid_mac))]);
+    v6(src, vlan, &[], IPPROTO_UDP, &udp_datagram(546, 547, &m))
+}
+
+/// A DHCPv6 server message of type `t`, `sport` → `dport`.
+fn server6(t: u8, sport: u16, dport: u16, vlan: Option<u16>) -> Vec<u8> {
+    let m = dhcp6(
+        t,
+        &[
+            client_id(&duid_ll(VM_MAC)),
+            // Server Identifier.
+            [vec![0, 2, 0, 10], duid_ll(SERVER_MAC)].concat(),
+        ],
+    );
+    v6(
+        SERVER_MAC,
+        vlan,
+        &[],
+        IPPROTO_UDP,
+        &udp_datagram(sport, dport, &m),
+    )
+}
+
+/// An ICMPv6 message of type `t` (a router advertisement: 134) with a
+/// body of `body_len` zero bytes.
+fn icmp6(t: u8, body_len: usize) -> Vec<u8> {
+    let mut m = vec![t, 0, 0, 0];
+    m.extend(std::iter::repeat_n(0, body_len));
+    m
+}
+
+const ROUTER_ADVERT: u8 = 134;
+const REDIRECT: u8 = 137;
+
+/// A router advertisement (router lifetime 1800 s) behind `ext`.
+fn ra(vlan: Option<u16>, ext: &[Ext]) -> Vec<u8> {
+    let mut m = icmp6(ROUTER_ADVERT, 12);
+    m[4] = 64;
+    m[6..8].copy_from_slice(&1800u16.to_be_bytes());
+    v6(SERVER_MAC, vlan, ext, IPPROTO_ICMPV6, &m)
+}
+
+#[tokio::test]
+async fn dhcpv6_server_messages_from_an_untrusted_port_are_dropped_and_counted() {
+    let (mut g, mut r) = load();
+    g.set_policy(LO, &unlimited()).unwrap();
+    let mut frames = Vec::new();
+    for vlan in VLANS {
+        for t in [ADVERTISE, REPLY, RECONFIGURE] {
+            frames.push(server6(t, 547, 546, vlan));
+        }
+        // A relay's reply (547 → 547) and a server type sent from the
+        // client port: both a server's, whatever the ports say.
+        frames.push(server6(RELAY_REPL, 547, 547, vlan));
+        frames.push(server6(ADVERTISE, 546, 547, vlan));
+        frames.push(server6(REPLY, 40000, 547, vlan));
+        // Anything to the client port.
+        frames.push(server6(SOLICIT, 40000, 546, vlan));
+    }
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(ingress(&mut g, f), TC_ACT_SHOT, "frame {i}");
+    }
+    assert_eq!(
+        counters(&g),
+        GuardCounters {
+            dropped_server_v6: frames.len() as u64,
+            ..GuardCounters::default()
+        }
+    );
+    assert!(r.try_recv().is_none());
+}
+
+#[tokio::test]
+async fn a_trusted_port_passes_dhcpv6_server_messages_and_router_advertisements() {
+    let (mut g, _r) = load();
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            trusted: true,
+            ..unlimited()
+        },
+    )
+    .unwrap();
+    let frames = [
+        server6(ADVERTISE, 547, 546, None),
+        server6(REPLY, 547, 546, Some(100)),
+        server6(RECONFIGURE, 547, 546, None),
+        ra(None, &[]),
+        v6(SERVER_MAC, None, &[], IPPROTO_ICMPV6, &icmp6(REDIRECT, 36)),
+    ];
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(ingress(&mut g, f), TC_ACT_UNSPEC, "frame {i}");
+    }
+    assert_eq!(
+        counters(&g),
+        GuardCounters {
+            passed_trusted_v6: frames.len() as u64,
+            ..GuardCounters::default()
+        }
+    );
+}
+
+#[tokio::test]
+async fn router_advertisements_and_redirects_are_dropped_behind_any_extension_headers() {
+    let (mut g, _r) = load();
+    g.set_policy(LO, &unlimited()).unwrap();
+    let redirect = |ext: &[Ext]| v6(SERVER_MAC, None, ext, IPPROTO_ICMPV6, &icmp6(REDIRECT, 36));
+    let chains: Vec<Vec<Ext>> = vec![
+        vec![],
+        // RFC 7113 §2: hop-by-hop, then destination options.
+        vec![hop_by_hop(), dest_opts(0)],
+        vec![hop_by_hop(), dest_opts(3), routing()],
+        // Long options (a 2 KiB chain would be past the guard's bound).
+        vec![dest_opts(100)],
+        // Six extension headers: the most the guard walks.
+        vec![
+            hop_by_hop(),
+            dest_opts(0),
+            routing(),
+            dest_opts(1),
+            dest_opts(0),
+            dest_opts(2),
+        ],
+    ];
+    let mut n = 0;
+    for ext in &chains {
+        for vlan in VLANS {
+            assert_eq!(ingress(&mut g, &ra(vlan, ext)), TC_ACT_SHOT, "{ext:?}");
+            n += 1;
+        }
+        assert_eq!(ingress(&mut g, &redirect(ext)), TC_ACT_SHOT, "{ext:?}");
+    }
+    let c = counters(&g);
+    assert_eq!(
+        (c.dropped_router_advertisement, c.dropped_redirect),
+        (n, chains.len() as u64)
+    );
+    // Seven: the guard cannot see what they carry, and drops it whatever
+    // it is (an echo request too).
+    let seven = vec![dest_opts(0); 7];
+    assert_eq!(ingress(&mut g, &ra(None, &seven)), TC_ACT_SHOT);
+    let echo = v6(VM_MAC, None, &seven, IPPROTO_ICMPV6, &icmp6(128, 8));
+    assert_eq!(ingress(&mut g, &echo), TC_ACT_SHOT);
+    assert_eq!(counters(&g).dropped_unclassified_v6, 2);
+    // Behind stacked VLAN tags (more than the guard parses) as well.
+    let stacked = with_tags(&ra(None, &[])[..], &[0x88a8, 0x8100]);
+    assert_eq!(ingress(&mut g, &stacked), TC_ACT_SHOT);
+    assert_eq!(counters(&g).dropped_unclassified_v6, 3);
+    // An echo request behind the six passes.
+    let echo6 = v6(VM_MAC, None, &chains[4], IPPROTO_ICMPV6, &icmp6(128, 8));
+    assert_eq!(ingress(&mut g, &echo6), TC_ACT_UNSPEC);
+}
+
+/// `f` cut to its first `len` bytes, its IPv6 payload length fixed to
+/// match (the first fragment of a larger datagram).
+fn first_fragment(mut f: Vec<u8>, len: usize) -> Vec<u8> {
+    f.truncate(len);
+    let plen = u16::try_from(len - 14 - 40).unwrap();
+    f[18..20].copy_from_slice(&plen.to_be_bytes());
+    f
+}
+
+#[tokio::test]
+async fn fragmented_router_advertisements_are_dropped_later_fragments_pass() {
+    let (mut g, _r) = load();
+    g.set_policy(LO, &unlimited()).unwrap();
+    // The first fragment holds the ICMPv6 header: seen, dropped.
+    for ext in [
+        vec![fragment(0, true)],
+        vec![hop_by_hop(), fragment(0, true), dest_opts(0)],
+        // An atomic fragment (RFC 6946): offset 0, no more.
+        vec![fragment(0, false)],
+    ] {
+        assert_eq!(ingress(&mut g, &ra(None, &ext)), TC_ACT_SHOT, "{ext:?}");
+    }
+    assert_eq!(counters(&g).dropped_router_advertisement, 3);
+    // RFC 7113 §3: the first fragment ends inside a long destination
+    // options header, the RA comes in the second. The guard cannot see it
+    // and drops the first (RFC 7112 forbids such a first fragment).
+    let whole = ra(None, &[hop_by_hop(), fragment(0, true), dest_opts(200)]);
+    assert!(whole.len() > 1200);
+    let first = first_fragment(whole, 14 + 40 + 8 + 8 + 1000);
+    assert_eq!(ingress(&mut g, &first), TC_ACT_SHOT);
+    assert_eq!(counters(&g).dropped_unclassified_v6, 1);
+    // A later fragment has no upper-layer header: it passes, whatever its
+    // bytes look like (nothing reassembles it without the first).
+    let later = v6(
+        SERVER_MAC,
+        None,
+        &[fragment(126, false)],
+        IPPROTO_ICMPV6,
+        &icmp6(ROUTER_ADVERT, 12),
+    );
+    assert_eq!(ingress(&mut g, &later), TC_ACT_UNSPEC);
+    // A DHCPv6 ADVERTISE in a first fragment is a server message.
+    let m = dhcp6(ADVERTISE, &[client_id(&duid_ll(VM_MAC))]);
+    let advertise = v6(
+        SERVER_MAC,
+        None,
+        &[fragment(0, true)],
+        IPPROTO_UDP,
+        &udp_datagram(547, 546, &m),
+    );
+    assert_eq!(ingress(&mut g, &advertise), TC_ACT_SHOT);
+    let c = counters(&g);
+    assert_eq!(
+        (c.dropped_server_v6, c.dropped_unclassified_v6),
+        (1, 1),
+        "{c:?}"
+    );
+}
+
+#[tokio::test]
+async fn dhcpv6_client_messages_pass_within_the_ports_bucket() {
+    let (mut g, _r) = load();
+    g.set_policy(LO, &unlimited()).unwrap();
+    let types = [
+        SOLICIT,
+        REQUEST,
+        4, // CONFIRM
+        RENEW,
+        6, // REBIND
+        RELEASE,
+        DECLINE,
+        INFORMATION_REQUEST,
+    ];
+    for t in types {
+        for vlan in VLANS {
+            let f = client6(t, VM_MAC, VM_MAC, vlan);
+            assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC, "type {t}");
+        }
+    }
+    // Behind a hop-by-hop header too.
+    let m = dhcp6(SOLICIT, &[client_id(&duid_ll(VM_MAC))]);
+    let hbh = v6(
+        VM_MAC,
+        None,
+        &[hop_by_hop()],
+        IPPROTO_UDP,
+        &udp_datagram(546, 547, &m),
+    );
+    assert_eq!(ingress(&mut g, &hbh), TC_ACT_UNSPEC);
+    assert_eq!(
+        counters(&g),
+        GuardCounters {
+            passed_client_v6: 2 * types.len() as u64 + 1,
+            ..GuardCounters::default()
+        }
+    );
+
+    // One message a second, three back to back: exactly the burst passes.
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            rate: 1,
+            burst: 3,
+            ..PortPolicy::default()
+        },
+    )
+    .unwrap();
+    let solicit = client6(SOLICIT, VM_MAC, VM_MAC, None);
+    let verdicts: Vec<u32> = (0..8).map(|_| ingress(&mut g, &solicit)).collect();
+    assert_eq!(
+        verdicts,
+        [
+            TC_ACT_UNSPEC,
+            TC_ACT_UNSPEC,
+            TC_ACT_UNSPEC,
+            TC_ACT_SHOT,
+            TC_ACT_SHOT,
+            TC_ACT_SHOT,
+            TC_ACT_SHOT,
+            TC_ACT_SHOT
+        ]
+    );
+    assert_eq!(counters(&g).dropped_rate_v6, 5);
+    // The bucket is the port's, for both families: DHCPv4 finds it empty.
+    let discover = Dhcp::client(MessageType::Discover).frame();
+    assert_eq!(ingress(&mut g, &discover), TC_ACT_SHOT);
+    assert_eq!(counters(&g).dropped_rate, 1);
+    // A new policy, a full bucket, and DHCPv4 spends it for DHCPv6.
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            rate: 1,
+            burst: 1,
+            ..PortPolicy::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(ingress(&mut g, &discover), TC_ACT_UNSPEC);
+    assert_eq!(ingress(&mut g, &solicit), TC_ACT_SHOT);
+    assert_eq!(counters(&g).dropped_rate_v6, 6);
+    // Server messages and RAs never take a token.
+    let c = counters(&g);
+    assert_eq!(
+        (c.dropped_server_v6, c.dropped_router_advertisement),
+        (0, 0)
+    );
+}
+
+#[tokio::test]
+async fn single_client_ports_drop_dhcpv6_in_another_clients_name() {
+    let (mut g, _r) = load();
+    set_vm_port(&mut g, false);
+    let with = |options: &[Vec<u8>]| {
+        v6(
+            VM_MAC,
+            None,
+            &[],
+            IPPROTO_UDP,
+            &udp_datagram(546, 547, &dhcp6(SOLICIT, options)),
+        )
+    };
+    // Its own MAC, in the Ethernet source and the DUID: passes; a DUID
+    // without a MAC (DUID-EN) or none at all too (the Ethernet source is
+    // checked).
+    for (i, f) in [
+        client6(SOLICIT, VM_MAC, VM_MAC, None),
+        client6(RELEASE, VM_MAC, VM_MAC, Some(100)),
+        with(&[client_id(&duid_llt(VM_MAC))]),
+        with(&[client_id(&duid_en())]),
+        with(&[]),
+        // A DUID-LL of another hardware type (6, IEEE 802) names no
+        // Ethernet address.
+        with(&[client_id(&[0, 3, 0, 6, 1, 2, 3, 4, 5, 6])]),
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_eq!(ingress(&mut g, f), TC_ACT_UNSPEC, "frame {i}");
+    }
+    assert_eq!(counters(&g).passed_client_v6, 6);
+    // Another Ethernet source, or a neighbour's DUID-LL or DUID-LLT: spoof.
+    for (i, f) in [
+        client6(SOLICIT, OTHER_MAC, VM_MAC, None),
+        client6(RELEASE, VM_MAC, OTHER_MAC, None),
+        client6(DECLINE, VM_MAC, OTHER_MAC, Some(100)),
+        with(&[client_id(&duid_llt(OTHER_MAC))]),
+        // Behind other options.
+        with(&[vec![0, 6, 0, 2, 0, 23], client_id(&duid_ll(OTHER_MAC))]),
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_eq!(ingress(&mut g, f), TC_ACT_SHOT, "frame {i}");
+    }
+    assert_eq!(counters(&g).dropped_spoof_v6, 5);
+    // Two Client Identifiers (a server may read either), or a message cut
+    // inside its options: the guard cannot tell whose, and drops it.
+    for (i, f) in [
+        with(&[client_id(&duid_ll(VM_MAC)), client_id(&duid_ll(OTHER_MAC))]),
+        with(&[client_id(&duid_en()), client_id(&duid_ll(VM_MAC))]),
+        {
+            let f = client6(SOLICIT, VM_MAC, VM_MAC, None);
+            f[..f.len() - 10].to_vec()
+        },
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_eq!(ingress(&mut g, f), TC_ACT_SHOT, "frame {i}");
+    }
+    let c = counters(&g);
+    assert_eq!(
+        (c.dropped_unclassified_v6, c.passed_client_v6),
+        (3, 6),
+        "{c:?}"
+    );
+    // A port that is not single-client does not compare.
+    g.set_policy(LO, &unlimited()).unwrap();
+    let other = client6(SOLICIT, OTHER_MAC, OTHER_MAC, None);
+    assert_eq!(ingress(&mut g, &other), TC_ACT_UNSPEC);
+}
+
+#[tokio::test]
+async fn ordinary_ipv6_traffic_passes_uncounted() {
+    let (mut g, mut r) = load();
+    g.set_policy(
+        LO,
+        &PortPolicy {
+            single_client: Some(VM_MAC),
+            learn: true,
+            rate: 1,
+            burst: 1,
+            ..PortPolicy::default()
+        },
+    )
+    .unwrap();
+    let tcp = {
+        let mut t = vec![0u8; 20];
+        t[..4].copy_from_slice(&[0x9c, 0x40, 0, 80]);
+        t[12] = 0x50;
+        t
+    };
+    let frames = [
+        v6(VM_MAC, None, &[], IPPROTO_TCP, &tcp),
+        v6(VM_MAC, Some(100), &[], IPPROTO_TCP, &tcp),
+        v6(
+            VM_MAC,
+            None,
+            &[],
+            IPPROTO_UDP,
+            &udp_datagram(5353, 53, b"q"),
+        ),
+        // The DHCPv6 ports' neighbours, and a client port's datagram to
+        // something other than a server.
+        v6(
+            VM_MAC,
+            None,
+            &[],
+            IPPROTO_UDP,
+            &udp_datagram(545, 548, b"x"),
+        ),
+        v6(
+            VM_MAC,
+            None,
+            &[],
+            IPPROTO_UDP,
+            &udp_datagram(546, 5000, b"x"),
+        ),
+        // Neighbour solicitation and advertisement, router solicitation,
+        // echo request, MLDv2 report behind hop-by-hop.
+        v6(VM_MAC, None, &[], IPPROTO_ICMPV6, &icmp6(135, 20)),
+        v6(VM_MAC, None, &[], IPPROTO_ICMPV6, &icmp6(136, 20)),
+        v6(VM_MAC, None, &[], IPPROTO_ICMPV6, &icmp6(133, 4)),
+        v6(VM_MAC, None, &[], IPPROTO_ICMPV6, &icmp6(128, 8)),
+        v6(
+            VM_MAC,
+            None,
+            &[hop_by_hop()],
+            IPPROTO_ICMPV6,
+            &icmp6(143, 4),
+        ),
+        // TCP behind a fragment header, and a later fragment.
+        v6(VM_MAC, None, &[fragment(0, true)], IPPROTO_TCP, &tcp),
+        v6(
+            VM_MAC,
+            None,
+            &[fragment(3, false)],
+            IPPROTO_UDP,
+            b"anything",
+        ),
+        // ESP: encrypted, nothing to read.
+        v6(VM_MAC, None, &[], 50, &[0; 24]),
+    ];
+    for (i, f) in frames.iter().enumerate() {
+        // Twice: nothing takes a token.
+        assert_eq!(ingress(&mut g, f), TC_ACT_UNSPEC, "frame {i}");
+        assert_eq!(ingress(&mut g, f), TC_ACT_UNSPEC, "frame {i}");
+    }
+    assert_eq!(counters(&g), GuardCounters::default());
+    assert!(r.try_recv().is_none(), "nothing learned from IPv6");
 }

@@ -993,16 +993,23 @@ fn agent_honours_a_trusted_network() {
 /// so a fixed port cannot collide.
 const METRICS: &str = "127.0.0.1:9464";
 
-/// The guard's drops on `port` for `reason`, from the agent's metrics.
-fn guard_drops(lab: &Lab, port: &str, reason: &str) -> u64 {
+/// The guard's drops on `port` for `reason` in `family` (`ipv4`,
+/// `ipv6`), from the agent's metrics.
+fn guard_drops(lab: &Lab, port: &str, reason: &str, family: &str) -> u64 {
     let addr: std::net::SocketAddr = METRICS.parse().expect("an address");
     let text = lab
         .server
         .run_in(move || xdhcp_tests::bench::http_get(addr, "/metrics"))
         .unwrap_or_default();
     let (port, reason) = (format!("port=\"{port}\""), format!("reason=\"{reason}\""));
+    let family = format!("family=\"{family}\"");
     text.lines()
-        .filter(|l| l.contains("guard_dropped_frames{") && l.contains(&port) && l.contains(&reason))
+        .filter(|l| {
+            l.contains("guard_dropped_frames{")
+                && l.contains(&port)
+                && l.contains(&reason)
+                && l.contains(&family)
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
@@ -1142,10 +1149,11 @@ fn a_pod_cannot_release_or_decline_in_a_neighbours_name() {
     // And the guard counted each (the metrics are copied every 2 s).
     let port = attacker.port();
     assert!(
-        xdhcp_tests::wait_until(Duration::from_secs(10), || guard_drops(&lab, port, "spoof")
-            == 6),
+        xdhcp_tests::wait_until(Duration::from_secs(10), || guard_drops(
+            &lab, port, "spoof", "ipv4"
+        ) == 6),
         "the guard counted {} spoofed messages on the pod's port, not 6\n{}",
-        guard_drops(&lab, port, "spoof"),
+        guard_drops(&lab, port, "spoof", "ipv4"),
         agent.log()
     );
 
@@ -1173,6 +1181,79 @@ fn a_pod_cannot_release_or_decline_in_a_neighbours_name() {
         server.log()
     );
     assert!(server.lease_for(victim.mac).is_some());
+
+    ipv6_drops_are_named_by_family(&lab, &agent, &tx, me);
+}
+
+/// The end of [`a_pod_cannot_release_or_decline_in_a_neighbours_name`]:
+/// the same port polices IPv6, a router advertisement and a DHCPv6
+/// ADVERTISE from the pod are dropped, and the metrics and `xdhcp status`
+/// name the family and the reason (the six IPv4 spoofs before them too).
+fn ipv6_drops_are_named_by_family(lab: &Lab, agent: &NodeAgent, tx: &OwnedFd, me: [u8; 6]) {
+    let port = lab.clients[0].port();
+    xdhcp_tests::frames::send(
+        tx,
+        &ipv6_frame(me, 58, &[134, 0, 0, 0, 64, 0, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0]),
+    );
+    let advertise = [2u8, 0x5e, 0xed, 0x06, 0, 8, 0, 2, 0, 0];
+    let mut udp = [
+        547u16.to_be_bytes(),
+        546u16.to_be_bytes(),
+        18u16.to_be_bytes(),
+        [0, 0],
+    ]
+    .concat();
+    udp.extend_from_slice(&advertise);
+    xdhcp_tests::frames::send(tx, &ipv6_frame(me, 17, &udp));
+    let v6_drops = |reason: &str| guard_drops(lab, port, reason, "ipv6");
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(10), || v6_drops("router_advertisement")
+            == 1
+            && v6_drops("server") == 1),
+        "the guard counted {} RAs and {} DHCPv6 server messages on the pod's port, not 1 each\n{}",
+        v6_drops("router_advertisement"),
+        v6_drops("server"),
+        agent.log()
+    );
+    let status = agent.status();
+    let row = status
+        .guarded_ports
+        .iter()
+        .find(|p| p.port == port)
+        .expect("the pod's port in xdhcp status");
+    let want: std::collections::BTreeMap<String, u64> = [
+        ("ipv4.spoof", 6),
+        ("ipv6.router_advertisement", 1),
+        ("ipv6.server", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(row.drops, want, "{row:?}");
+}
+
+/// An IPv6 frame from `src` (link-local source, to `ff02::1`) carrying
+/// `payload` as next header `proto`; checksums left zero (the guard reads
+/// none).
+fn ipv6_frame(src: [u8; 6], proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x33, 0x33, 0, 0, 0, 1];
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    f.extend_from_slice(&u16::try_from(payload.len()).unwrap().to_be_bytes());
+    f.extend_from_slice(&[proto, 255, 0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
+    f.extend_from_slice(&[
+        src[0] ^ 2,
+        src[1],
+        src[2],
+        0xff,
+        0xfe,
+        src[3],
+        src[4],
+        src[5],
+    ]);
+    f.extend_from_slice(&[0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    f.extend_from_slice(payload);
+    f
 }
 
 /// An OFFER from a rogue in `pod` (source port 67, the rogue's address),

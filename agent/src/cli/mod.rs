@@ -305,7 +305,7 @@ fn render_ports(out: &mut String, s: &AgentStatus) {
     if !s.guarded_ports.is_empty() {
         out.push_str("guarded ports (identity from):\n");
         for p in &s.guarded_ports {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "  {:<16} {:<5} {:<12} {:<6} {:<24} {:<36} {}",
                 p.port,
@@ -316,6 +316,11 @@ fn render_ports(out: &mut String, s: &AgentStatus) {
                 p.pod_uid.as_deref().unwrap_or("-"),
                 if p.learning { "learning" } else { "-" },
             );
+            // The guard's drops on the port, by family and reason.
+            for (reason, n) in &p.drops {
+                let _ = write!(out, " {reason}={n}");
+            }
+            out.push('\n');
         }
     }
     if !s.port_captures.is_empty() {

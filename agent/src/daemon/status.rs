@@ -105,12 +105,28 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
 
 /// The ports the guard is on, and where each one's identity came from.
 fn guarded_ports(agent: &Agent) -> Vec<GuardedPortStatus> {
+    let counters: BTreeMap<String, _> = agent
+        .guard
+        .snapshot()
+        .into_iter()
+        .map(|(p, c)| (p.host_ifname, c))
+        .collect();
     agent
         .guard
         .ports()
         .into_iter()
         .map(|((container_id, ifname), p)| {
             let ovs = p.identity.ovs.clone().unwrap_or_default();
+            let drops = counters
+                .get(&p.host_ifname)
+                .map(|c| {
+                    c.drops()
+                        .into_iter()
+                        .filter(|&(_, _, n)| n > 0)
+                        .map(|(family, reason, n)| (format!("{family}.{reason}"), n))
+                        .collect()
+                })
+                .unwrap_or_default();
             GuardedPortStatus {
                 port: p.host_ifname.clone(),
                 identity: p.identity.label().to_owned(),
@@ -123,6 +139,7 @@ fn guarded_ports(agent: &Agent) -> Vec<GuardedPortStatus> {
                 vf_netdev_name: ovs.vf_netdev_name,
                 vf_is_vfio: ovs.vf_is_vfio,
                 learning: p.policy.learn,
+                drops,
             }
         })
         .collect()
@@ -208,7 +225,7 @@ pub(crate) async fn export_metrics(
             }
             let rows: Vec<_> = snap
                 .iter()
-                .map(|(p, c)| (p.host_ifname.clone(), c.passed_client, c.drops()))
+                .map(|(p, c)| (p.host_ifname.clone(), c.passed(), c.drops()))
                 .collect();
             agent.metrics().guard_snapshot(&rows);
             agent.metrics().bindings_snapshot(&bindings);

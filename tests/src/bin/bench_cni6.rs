@@ -191,7 +191,7 @@ fn phase(
     let (mut dhcpcd, mut dhcpcd_failed) = (Vec::new(), 0);
     for _ in 0..rounds_or(DHCPCD_ROUNDS) {
         let t = Instant::now();
-        match fs.dhcpcd6_once(&pod.ns, 10) {
+        match fs.dhcpcd6_once(&pod.ns, &pod.ifname, 10) {
             Some(_) => dhcpcd.push(t.elapsed()),
             None => dhcpcd_failed += 1,
         }

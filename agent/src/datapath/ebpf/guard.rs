@@ -136,7 +136,8 @@ impl PortPolicy {
     }
 }
 
-/// A port's counters, summed over CPUs.
+/// A port's counters, summed over CPUs. The first nine count DHCPv4, the
+/// rest IPv6 (DHCPv6, router advertisements, redirects).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GuardCounters {
     pub passed_client: u64,
@@ -148,7 +149,24 @@ pub struct GuardCounters {
     pub learned: u64,
     pub learn_lost: u64,
     pub dropped_unclassified: u64,
+    /// DHCPv6 client messages passed.
+    pub passed_client_v6: u64,
+    /// DHCPv6 server messages, router advertisements and redirects passed
+    /// on a trusted port.
+    pub passed_trusted_v6: u64,
+    pub dropped_server_v6: u64,
+    pub dropped_rate_v6: u64,
+    pub dropped_spoof_v6: u64,
+    pub dropped_malformed_v6: u64,
+    pub dropped_unclassified_v6: u64,
+    /// Router advertisements (ICMPv6 134) from an untrusted port.
+    pub dropped_router_advertisement: u64,
+    /// Redirects (ICMPv6 137) from an untrusted port.
+    pub dropped_redirect: u64,
 }
+
+/// One drop figure of a port: (family, reason, frames).
+pub type GuardDrop = (&'static str, &'static str, u64);
 
 impl GuardCounters {
     fn from_slots(s: &[u64; g::GUARD_COUNTER_SLOTS]) -> Self {
@@ -162,17 +180,46 @@ impl GuardCounters {
             learned: s[g::GUARD_LEARNED],
             learn_lost: s[g::GUARD_LEARN_LOST],
             dropped_unclassified: s[g::GUARD_DROPPED_UNCLASSIFIED],
+            passed_client_v6: s[g::GUARD_PASSED_CLIENT6],
+            passed_trusted_v6: s[g::GUARD_PASSED_TRUSTED6],
+            dropped_server_v6: s[g::GUARD_DROPPED_SERVER6],
+            dropped_rate_v6: s[g::GUARD_DROPPED_RATE6],
+            dropped_spoof_v6: s[g::GUARD_DROPPED_SPOOF6],
+            dropped_malformed_v6: s[g::GUARD_DROPPED_MALFORMED6],
+            dropped_unclassified_v6: s[g::GUARD_DROPPED_UNCLASSIFIED6],
+            dropped_router_advertisement: s[g::GUARD_DROPPED_RA],
+            dropped_redirect: s[g::GUARD_DROPPED_REDIRECT],
         }
     }
 
-    /// Drops by reason label, for metrics.
-    pub fn drops(&self) -> [(&'static str, u64); 5] {
+    /// Drops by family and reason label, for metrics: the reasons that
+    /// mean the same for both families share their label.
+    pub fn drops(&self) -> [GuardDrop; 12] {
         [
-            ("server", self.dropped_server),
-            ("rate", self.dropped_rate),
-            ("spoof", self.dropped_spoof),
-            ("malformed", self.dropped_malformed),
-            ("unclassified", self.dropped_unclassified),
+            ("ipv4", "server", self.dropped_server),
+            ("ipv4", "rate", self.dropped_rate),
+            ("ipv4", "spoof", self.dropped_spoof),
+            ("ipv4", "malformed", self.dropped_malformed),
+            ("ipv4", "unclassified", self.dropped_unclassified),
+            ("ipv6", "server", self.dropped_server_v6),
+            ("ipv6", "rate", self.dropped_rate_v6),
+            ("ipv6", "spoof", self.dropped_spoof_v6),
+            ("ipv6", "malformed", self.dropped_malformed_v6),
+            ("ipv6", "unclassified", self.dropped_unclassified_v6),
+            (
+                "ipv6",
+                "router_advertisement",
+                self.dropped_router_advertisement,
+            ),
+            ("ipv6", "redirect", self.dropped_redirect),
+        ]
+    }
+
+    /// Client messages passed by family, for metrics.
+    pub fn passed(&self) -> [(&'static str, u64); 2] {
+        [
+            ("ipv4", self.passed_client),
+            ("ipv6", self.passed_client_v6),
         ]
     }
 }
