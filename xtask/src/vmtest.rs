@@ -98,6 +98,18 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // twin past 6.1's verifier (refused there, the guard would fall back to
     // TC without saying so here).
     ("guard_broadcast", &[]),
+    // The guard's IPv6 half past 6.1's verifier (its bounded walk of
+    // extension headers, the XDP twin near a quarter of a million
+    // instructions there) and its verdicts: DHCPv6 server messages and
+    // router advertisements from a workload, behind extension headers.
+    (
+        "guard_kernel",
+        &[
+            "dhcpv6_server_messages_from_an_untrusted_port_are_dropped_and_counted",
+            "router_advertisements_and_redirects_are_dropped_behind_any_extension_headers",
+            "the_xdp_twin_gives_the_ingress_programs_verdicts",
+        ],
+    ),
     // A pod lease's TC capture is a netlink filter before tcx: `tc filter
     // del` from outside is noticed by listing the hook's filters, the lease
     // falls back to AF_PACKET, and the filter is attached again.
