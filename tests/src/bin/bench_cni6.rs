@@ -28,7 +28,8 @@
 //!
 //! There is no upstream baseline: the upstream CNI `dhcp` plugin speaks
 //! DHCPv4 only. Nothing here asserts a timing. `XDHCP_BENCH_ROUNDS=n` sets
-//! the rounds of every size.
+//! the rounds of every size; `XDHCP_BENCH_AGENT_ARGS` adds flags to the
+//! agent's command line.
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -127,6 +128,13 @@ fn settle(kea: &Kea6, clients: &[LabClient]) {
     }
 }
 
+/// `XDHCP_BENCH_AGENT_ARGS`: more flags for the agent.
+fn agent_args() -> Vec<String> {
+    std::env::var("XDHCP_BENCH_AGENT_ARGS")
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 fn phase(
     lab: &Lab,
     xdhcp: &Path,
@@ -148,6 +156,7 @@ fn phase(
         &DaemonOptions {
             node_ns: Some(lab.server.name().to_owned()),
             ipam_extra: Some(ipam),
+            agent_args: agent_args(),
             ..DaemonOptions::default()
         },
     );
@@ -247,6 +256,7 @@ fn dual_phase(lab: &Lab, xdhcp: &Path, rounds: usize) -> Phase {
         &DaemonOptions {
             node_ns: Some(lab.server.name().to_owned()),
             ipam_extra: Some(ipam),
+            agent_args: agent_args(),
             ..DaemonOptions::default()
         },
     );
