@@ -1,12 +1,12 @@
 //! ADD on an IPv6 network (`"ipam": {"family": "ipv6"}`), for a pod: the
 //! interface opened (and brought up) in the pod's namespace, the DHCP guard
-//! on its port as for IPv4, one `DHCPv6` lease acquired through the pod's
-//! own UDP socket ([`crate::lease::v6`]), its record on disk before the
+//! on its port as for IPv4, one `DHCPv6` lease acquired from the pod's own
+//! UDP socket, its replies taken by the capture programs once they serve
+//! the interface ([`crate::lease::v6`]), its record on disk before the
 //! answer, and the CNI result with the address.
 //!
 //! The pod's `pod-networks` entry carries the address, as for IPv4. Not
-//! yet: VMs, the kernel capture path, router advertisements
-//! ([`docs/dhcpv6.md`]).
+//! yet: VMs ([`docs/dhcpv6.md`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
