@@ -191,11 +191,11 @@ struct BindingLabel {
 }
 
 /// One guarded port's figures: host-side name, client messages passed by
-/// family, drops by family and reason.
+/// family, drops as (family, reason, count) (the guard's `drops()`).
 pub(crate) type GuardPortFigures = (
     String,
     [(&'static str, u64); 2],
-    [crate::datapath::ebpf::GuardDrop; 12],
+    [(&'static str, &'static str, u64); 12],
 );
 
 /// The attach modes an uplink's `uplink_attached` series cover.
