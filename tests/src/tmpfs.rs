@@ -43,14 +43,28 @@ impl Tmpfs {
         &self.path
     }
 
-    /// Remount read-only (`ro`) or read-write.
+    /// Remount read-only (`ro`) or read-write; a read-only remount the
+    /// kernel refuses as busy (a file open for writing) is tried again for
+    /// up to 5 s.
     pub fn remount(&self, read_only: bool) {
         let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
         if read_only {
             flags |= MsFlags::MS_RDONLY;
         }
-        mount(None::<&str>, self.path(), None::<&str>, flags, None::<&str>)
-            .expect("remount the tmpfs");
+        // Read-only is refused (EBUSY) while a file is open for writing on
+        // it: a write the agent has in flight. Wait it out, a little.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match mount(None::<&str>, self.path(), None::<&str>, flags, None::<&str>) {
+                Err(nix::errno::Errno::EBUSY) if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => {
+                    r.expect("remount the tmpfs");
+                    return;
+                }
+            }
+        }
     }
 
     /// Fill every free block with `path`; returns its size.
