@@ -680,7 +680,7 @@ fn forged_acks_from_the_segment_and_from_the_guest_learn_nothing_and_are_counted
         wait_until(Duration::from_secs(3), || metric(
             node,
             "xdhcp_guard_dropped_frames",
-            r#"reason="server""#
+            r#"reason="server",family="ipv4""#
         ) >= 2),
         "the guest's ACKs were not dropped at its port: {:?}",
         metric_lines(node, "xdhcp_guard_dropped")
