@@ -683,6 +683,26 @@ pub fn pool_server(
     )
 }
 
+/// The median and the 99th percentile of `v` (nearest rank; `NaN` when
+/// empty). With few samples the p99 is the largest.
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "sample counts far below 2^52; the rank is within the slice"
+)]
+pub fn median_p99(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        let idx = ((v.len() as f64 - 1.0) * p).round() as usize;
+        v[idx.min(v.len() - 1)]
+    };
+    (at(0.5), at(0.99))
+}
+
 /// `$XDHCP_BENCH_RESULTS/<name>` if the results directory is set.
 pub fn results_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("XDHCP_BENCH_RESULTS").map(|d| PathBuf::from(d).join(name))
@@ -698,7 +718,18 @@ pub fn write_result(name: &str, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::metric;
+    use super::{median_p99, metric};
+
+    #[test]
+    fn median_and_p99_of_rounds() {
+        let (m, p) = median_p99(vec![5.0, 1.0, 3.0, 2.0, 4.0]);
+        assert!((m - 3.0).abs() < 1e-9 && (p - 5.0).abs() < 1e-9);
+        let many: Vec<f64> = (1..=200).map(f64::from).collect();
+        let (m, p) = median_p99(many);
+        assert!((m - 101.0).abs() < 1e-9, "{m}");
+        assert!((p - 198.0).abs() < 1e-9, "{p}");
+        assert!(median_p99(Vec::new()).0.is_nan());
+    }
 
     #[test]
     fn metric_sums_the_matching_samples_and_an_absent_one_is_plain_zero() {

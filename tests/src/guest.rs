@@ -63,61 +63,22 @@ impl GuestFs {
     /// # Panics
     /// If dhcpcd cannot be started.
     pub fn dhcpcd_once(&self, guest: &NetNs, secs: u32) -> Option<Ipv4Addr> {
-        let dir = self.path();
-        let conf = dir.join("dhcpcd.conf");
-        std::fs::write(
-            &conf,
-            "duid\npersistent\nnoarp\nrequire dhcp_server_identifier\n",
-        )
-        .unwrap();
-        let out = dir.join("bound");
-        let script = dir.join("script");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\ncase \"$reason\" in BOUND|REBIND|REBOOT|RENEW) echo \"$new_ip_address\" > {} ;; esac\nexit 0\n",
-                out.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let _ = std::fs::remove_file(&out);
-        let mut child = self
-            .client(guest, "dhcpcd")
-            .args(["-1", "-4", "-B", "-t", &secs.to_string(), "-f"])
-            .arg(&conf)
-            .arg("-c")
-            .arg(&script)
-            .arg("eth0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run dhcpcd");
-        // dhcpcd's own timeout does not cover a server that keeps offering
-        // what never arrives: the test's bounds it.
-        let deadline = Duration::from_secs(u64::from(secs) + 2);
-        if !wait_until(deadline, || child.try_wait().is_ok_and(|s| s.is_some())) {
-            // SIGTERM first: dhcpcd then stops its helper processes, which
-            // hold its sockets (port 546) for a while after a SIGKILL.
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            if !wait_until(Duration::from_secs(3), || {
-                child.try_wait().is_ok_and(|s| s.is_some())
-            }) {
-                let _ = child.kill();
-            }
-        }
-        let _ = child.wait();
-        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+        self.dhcpcd_run(
+            guest,
+            "eth0",
+            Dhcpcd {
+                family: "-4",
+                conf: "duid\npersistent\nnoarp\nrequire dhcp_server_identifier\n",
+                reasons: "BOUND|REBIND|REBOOT|RENEW",
+                address: "new_ip_address",
+                tag: "",
+            },
+            secs,
+        )?
+        .parse()
+        .ok()
     }
-}
 
-impl GuestFs {
     /// Runs `dhcpcd` once for DHCPv6 on `ifname` of `guest`: an address
     /// (`IA_NA`) solicited at once, without waiting for a router's
     /// advertisement (`noipv6rs`: dhcpcd leaves those to the kernel); the
@@ -126,15 +87,39 @@ impl GuestFs {
     /// # Panics
     /// If dhcpcd cannot be started.
     pub fn dhcpcd6_once(&self, guest: &NetNs, ifname: &str, secs: u32) -> Option<Ipv6Addr> {
+        self.dhcpcd_run(
+            guest,
+            ifname,
+            Dhcpcd {
+                family: "-6",
+                conf: "duid\nnoipv6rs\nia_na\n",
+                reasons: "BOUND6|REBIND6|REBOOT6|RENEW6",
+                address: "new_dhcp6_ia_na1_ia_addr1",
+                tag: "6",
+            },
+            secs,
+        )?
+        .parse()
+        .ok()
+    }
+
+    /// Runs `dhcpcd` once (`-1`) in the foreground with `how`'s family and
+    /// configuration on `ifname`; its script writes the address variable
+    /// on the reasons that bind. What it wrote, if anything, within `secs`
+    /// (dhcpcd's own timeout does not cover a server that keeps offering
+    /// what never arrives: this bounds it).
+    fn dhcpcd_run(&self, guest: &NetNs, ifname: &str, how: Dhcpcd, secs: u32) -> Option<String> {
         let dir = self.path();
-        let conf = dir.join("dhcpcd6.conf");
-        std::fs::write(&conf, "duid\nnoipv6rs\nia_na\n").unwrap();
-        let out = dir.join("bound6");
-        let script = dir.join("script6");
+        let conf = dir.join(format!("dhcpcd{}.conf", how.tag));
+        std::fs::write(&conf, how.conf).unwrap();
+        let out = dir.join(format!("bound{}", how.tag));
+        let script = dir.join(format!("script{}", how.tag));
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\ncase \"$reason\" in BOUND6|REBIND6|REBOOT6|RENEW6) echo \"$new_dhcp6_ia_na1_ia_addr1\" > {} ;; esac\nexit 0\n",
+                "#!/bin/sh\ncase \"$reason\" in {}) echo \"${}\" > {} ;; esac\nexit 0\n",
+                how.reasons,
+                how.address,
                 out.display()
             ),
         )
@@ -144,7 +129,7 @@ impl GuestFs {
         let _ = std::fs::remove_file(&out);
         let mut child = self
             .client(guest, "dhcpcd")
-            .args(["-1", "-6", "-B", "-t", &secs.to_string(), "-f"])
+            .args(["-1", how.family, "-B", "-t", &secs.to_string(), "-f"])
             .arg(&conf)
             .arg("-c")
             .arg(&script)
@@ -170,8 +155,20 @@ impl GuestFs {
             }
         }
         let _ = child.wait();
-        std::fs::read_to_string(&out).ok()?.trim().parse().ok()
+        Some(std::fs::read_to_string(&out).ok()?.trim().to_owned())
     }
+}
+
+/// One family's `dhcpcd` run: its flag, configuration file, the script
+/// reasons that bind and the variable naming the address, and the suffix
+/// of its files.
+#[derive(Clone, Copy)]
+struct Dhcpcd {
+    family: &'static str,
+    conf: &'static str,
+    reasons: &'static str,
+    address: &'static str,
+    tag: &'static str,
 }
 
 impl Default for GuestFs {

@@ -79,7 +79,7 @@ use std::{
 
 use xdhcp_tests::{
     CNI_PLUGIN_DIR, PluginCall,
-    bench::{Daemon, DaemonOptions, Impl, Series, impls, upstream},
+    bench::{Daemon, DaemonOptions, Impl, Series, impls, median_p99, upstream},
     cni_burst::{Burst, Leases, burst, del_all, exec_floor, raw_dora_burst, settle},
     netns::{Lab, NetNs},
     progress,
@@ -238,27 +238,14 @@ impl Phase {
 }
 
 /// Median and p99 of `v` (sorted here).
-fn med_p99(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (percentile_f(&v, 0.5), percentile_f(&v, 0.99))
-}
-
-fn percentile_f(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
 /// Burst wall times of `rounds` in ms: (median, p99).
 fn walls(rounds: &[Round]) -> (f64, f64) {
-    med_p99(rounds.iter().map(|r| ms(r.burst.wall)).collect())
+    median_p99(rounds.iter().map(|r| ms(r.burst.wall)).collect())
 }
 
 /// Per-ADD latency over every round's ADDs in ms: (median, p99).
 fn per_add(rounds: &[Round]) -> (f64, f64) {
-    med_p99(
+    median_p99(
         rounds
             .iter()
             .flat_map(|r| r.burst.lat.iter().map(|d| ms(*d)))
@@ -268,13 +255,14 @@ fn per_add(rounds: &[Round]) -> (f64, f64) {
 
 /// Floors of `rounds` in ms: (median, median exec part, median DORA part).
 fn floors(rounds: &[Round]) -> (f64, f64, f64) {
-    let m = |f: &dyn Fn(&Round) -> Duration| med_p99(rounds.iter().map(|r| ms(f(r))).collect()).0;
+    let m =
+        |f: &dyn Fn(&Round) -> Duration| median_p99(rounds.iter().map(|r| ms(f(r))).collect()).0;
     (m(&Round::floor), m(&|r| r.exec), m(&|r| r.dora))
 }
 
 /// Each round's wall ÷ its own floor: (median, p99) over the rounds.
 fn over_floor(rounds: &[Round]) -> (f64, f64) {
-    med_p99(rounds.iter().map(Round::over_floor).collect())
+    median_p99(rounds.iter().map(Round::over_floor).collect())
 }
 
 /// `tcpdump -i <ifname>` in `ns`, printing every DHCP packet as a user
@@ -1161,7 +1149,7 @@ fn footprint_report(rows: &[Row]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{med_p99, utc};
+    use super::utc;
 
     #[test]
     fn utc_dates_match_known_instants() {
@@ -1170,16 +1158,5 @@ mod tests {
         assert_eq!(utc(1_796_465_703), "2026-12-05 10:15 UTC");
         // A leap day.
         assert_eq!(utc(1_709_164_800), "2024-02-29 00:00 UTC");
-    }
-
-    #[test]
-    fn median_and_p99_of_rounds() {
-        let (m, p) = med_p99(vec![5.0, 1.0, 3.0, 2.0, 4.0]);
-        assert!((m - 3.0).abs() < 1e-9 && (p - 5.0).abs() < 1e-9);
-        let many: Vec<f64> = (1..=200).map(f64::from).collect();
-        let (m, p) = med_p99(many);
-        assert!((m - 101.0).abs() < 1e-9, "{m}");
-        assert!((p - 198.0).abs() < 1e-9, "{p}");
-        assert!(med_p99(Vec::new()).0.is_nan());
     }
 }

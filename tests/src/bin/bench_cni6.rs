@@ -35,10 +35,6 @@
     clippy::print_stderr,
     reason = "a benchmark report"
 )]
-#![expect(
-    clippy::cast_precision_loss,
-    reason = "counts far below 2^52 turned into ratios"
-)]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -46,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use xdhcp_tests::{
     Kea, Kea6, Kea6Options, KeaConfig,
-    bench::{Daemon, DaemonOptions, Impl},
+    bench::{Daemon, DaemonOptions, Impl, median_p99},
     cni_burst::{
         Burst, burst, del_all, exec_floor, raw_dora_burst, settle as settle4, v6_exchange_burst,
         wait_link_local,
@@ -93,15 +89,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn median_p99(mut v: Vec<f64>) -> (f64, f64) {
-    if v.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    v.sort_by(f64::total_cmp);
-    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    (at(0.5), at(0.99))
-}
-
 /// The DUID-LL Kea records for a pod (hex, colon-separated).
 fn duid_ll(mac: [u8; 6]) -> String {
     let mut s = "00:03:00:01".to_owned();
@@ -135,20 +122,17 @@ fn agent_args() -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn phase(
-    lab: &Lab,
-    xdhcp: &Path,
-    server: &'static str,
-    opts: Kea6Options,
-    plan: &[(usize, usize)],
-) -> Phase {
-    let kea = Kea6::start_with(lab.dhcp_ns(), opts);
+/// `xdhcp agent --kube off` started fresh in the node's namespace, its
+/// plugin exec'd with `"apply": false`, `"ipv6": {"prefixLength": 64, …}`
+/// and `family`; then one unmeasured ADD and DEL on the first pod (the
+/// first exec of a binary may read it from disk).
+fn start_agent(lab: &Lab, xdhcp: &Path, family: &str, rapid_commit: bool) -> Daemon {
     let mut ipam = serde_json::Map::new();
-    ipam.insert("family".into(), "ipv6".into());
+    ipam.insert("family".into(), family.into());
     ipam.insert("apply".into(), false.into());
     ipam.insert(
         "ipv6".into(),
-        serde_json::json!({"prefixLength": 64, "rapidCommit": opts.rapid_commit}),
+        serde_json::json!({"prefixLength": 64, "rapidCommit": rapid_commit}),
     );
     let d = Daemon::start_with(
         Impl::Xdhcp,
@@ -165,6 +149,19 @@ fn phase(
         eprintln!("  warm-up ADD failed: {e}");
     }
     let _ = d.cni("DEL", "warmup", first);
+    d
+}
+
+fn phase(
+    lab: &Lab,
+    xdhcp: &Path,
+    server: &'static str,
+    opts: Kea6Options,
+    plan: &[(usize, usize)],
+) -> Phase {
+    let kea = Kea6::start_with(lab.dhcp_ns(), opts);
+    let d = start_agent(lab, xdhcp, "ipv6", opts.rapid_commit);
+    let first = &lab.clients[0];
     settle(&kea, std::slice::from_ref(first));
     let mut bursts = Vec::new();
     for &(n, rounds) in plan {
@@ -246,26 +243,9 @@ fn dual_phase(lab: &Lab, xdhcp: &Path, rounds: usize) -> Phase {
             ..KeaConfig::default()
         },
     );
-    let mut ipam = serde_json::Map::new();
-    ipam.insert("family".into(), "dual".into());
-    ipam.insert("apply".into(), false.into());
-    ipam.insert("ipv6".into(), serde_json::json!({"prefixLength": 64}));
-    let d = Daemon::start_with(
-        Impl::Xdhcp,
-        xdhcp,
-        &DaemonOptions {
-            node_ns: Some(lab.server.name().to_owned()),
-            ipam_extra: Some(ipam),
-            agent_args: agent_args(),
-            ..DaemonOptions::default()
-        },
-    );
+    let d = start_agent(lab, xdhcp, "dual", false);
     let one = std::slice::from_ref(&lab.clients[0]);
     let leases4 = || kea4.leases();
-    if let Err(e) = d.cni("ADD", "warmup", &lab.clients[0]) {
-        eprintln!("  warm-up ADD failed: {e}");
-    }
-    let _ = d.cni("DEL", "warmup", &lab.clients[0]);
     settle(&kea6, one);
     settle4(&leases4, one);
     let mut set = Vec::new();
