@@ -26,31 +26,22 @@ const IPPROTO_UDP: u8 = 17;
 /// TTL of frames we build (RFC 1700 default).
 const DEFAULT_TTL: u8 = 64;
 
-/// Addresses and ports of a UDP-in-IPv4-in-Ethernet frame.
+/// Addresses and ports of a UDP-in-IP-in-Ethernet frame: IPv4 by default,
+/// [`Frame6Headers`] for IPv6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameHeaders {
+pub struct FrameHeaders<A = Ipv4Addr> {
     pub src_mac: [u8; 6],
     pub dst_mac: [u8; 6],
     /// VLAN id (12 bits) of the one tag, if any.
     pub vlan: Option<u16>,
-    pub src_ip: Ipv4Addr,
-    pub dst_ip: Ipv4Addr,
+    pub src_ip: A,
+    pub dst_ip: A,
     pub src_port: u16,
     pub dst_port: u16,
 }
 
 /// Addresses and ports of a UDP-in-IPv6-in-Ethernet frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame6Headers {
-    pub src_mac: [u8; 6],
-    pub dst_mac: [u8; 6],
-    /// VLAN id (12 bits) of the one tag, if any.
-    pub vlan: Option<u16>,
-    pub src_ip: Ipv6Addr,
-    pub dst_ip: Ipv6Addr,
-    pub src_port: u16,
-    pub dst_port: u16,
-}
+pub type Frame6Headers = FrameHeaders<Ipv6Addr>;
 
 /// Why a frame is not a UDP-in-IPv4 (or, for [`parse_udp6_frame`],
 /// UDP-in-IPv6) datagram we accept.
@@ -146,13 +137,8 @@ fn ethernet(frame: &[u8]) -> Result<Ethernet, FrameError> {
 /// [`parse_udp_frame`] gives.
 pub fn parse_udp6_frame(frame: &[u8]) -> Result<(Frame6Headers, &[u8]), FrameError> {
     let have = frame.len();
-    let Ethernet {
-        dst_mac,
-        src_mac,
-        vlan,
-        ethertype,
-        l3,
-    } = ethernet(frame)?;
+    let eth = ethernet(frame)?;
+    let (ethertype, l3) = (eth.ethertype, eth.l3);
     if ethertype != ETH_P_IPV6 {
         return Err(FrameError::NotIpv6 { ethertype });
     }
@@ -183,20 +169,32 @@ pub fn parse_udp6_frame(frame: &[u8]) -> Result<(Frame6Headers, &[u8]), FrameErr
         Ipv6Addr::from(a)
     };
     let (src_ip, dst_ip) = (octets(&ip[8..24]), octets(&ip[24..40]));
-    let l4 = l3 + IPV6_HLEN;
+    udp_datagram(frame, &eth, l3 + IPV6_HLEN, payload_len, (src_ip, dst_ip))
+}
+
+/// The UDP datagram at `l4`, of which the IP header says `available` bytes
+/// are there (checked to lie inside the frame), with the frame's addresses:
+/// its headers and payload (trailing Ethernet padding excluded).
+fn udp_datagram<'f, A>(
+    frame: &'f [u8],
+    eth: &Ethernet,
+    l4: usize,
+    available: usize,
+    (src_ip, dst_ip): (A, A),
+) -> Result<(FrameHeaders<A>, &'f [u8]), FrameError> {
     let udp = &frame[l4..l4 + UDP_HLEN];
     let udp_len = usize::from(be16(&udp[4..6]));
-    if udp_len < UDP_HLEN || udp_len > payload_len {
+    if udp_len < UDP_HLEN || udp_len > available {
         return Err(FrameError::BadLength {
             what: "UDP",
             len: udp_len,
-            available: payload_len,
+            available,
         });
     }
-    let headers = Frame6Headers {
-        src_mac,
-        dst_mac,
-        vlan,
+    let headers = FrameHeaders {
+        src_mac: eth.src_mac,
+        dst_mac: eth.dst_mac,
+        vlan: eth.vlan,
         src_ip,
         dst_ip,
         src_port: be16(&udp[0..2]),
@@ -212,13 +210,8 @@ pub fn parse_udp6_frame(frame: &[u8]) -> Result<(Frame6Headers, &[u8]), FrameErr
 /// partial checksum of a `CHECKSUM_PARTIAL` skb, which is not an error.
 pub fn parse_udp_frame(frame: &[u8]) -> Result<(FrameHeaders, &[u8]), FrameError> {
     let have = frame.len();
-    let Ethernet {
-        dst_mac,
-        src_mac,
-        vlan,
-        ethertype,
-        l3,
-    } = ethernet(frame)?;
+    let eth = ethernet(frame)?;
+    let (ethertype, l3) = (eth.ethertype, eth.l3);
     if ethertype != ETH_P_IP {
         return Err(FrameError::NotIpv4 { ethertype });
     }
@@ -265,27 +258,13 @@ pub fn parse_udp_frame(frame: &[u8]) -> Result<(FrameHeaders, &[u8]), FrameError
     }
     let src_ip = Ipv4Addr::new(ip_hdr[12], ip_hdr[13], ip_hdr[14], ip_hdr[15]);
     let dst_ip = Ipv4Addr::new(ip_hdr[16], ip_hdr[17], ip_hdr[18], ip_hdr[19]);
-    let l4 = l3 + ip_hlen;
-    let udp = &frame[l4..l4 + UDP_HLEN];
-    let udp_len = usize::from(be16(&udp[4..6]));
-    if udp_len < UDP_HLEN || udp_len > total_len - ip_hlen {
-        return Err(FrameError::BadLength {
-            what: "UDP",
-            len: udp_len,
-            available: total_len - ip_hlen,
-        });
-    }
-    let datagram = &frame[l4..l4 + udp_len];
-    let headers = FrameHeaders {
-        src_mac,
-        dst_mac,
-        vlan,
-        src_ip,
-        dst_ip,
-        src_port: be16(&udp[0..2]),
-        dst_port: be16(&udp[2..4]),
-    };
-    Ok((headers, &datagram[UDP_HLEN..]))
+    udp_datagram(
+        frame,
+        &eth,
+        l3 + ip_hlen,
+        total_len - ip_hlen,
+        (src_ip, dst_ip),
+    )
 }
 
 /// Build a frame with IHL=5, correct IPv4 header checksum and UDP checksum,

@@ -39,31 +39,22 @@ pub enum RxPath {
 }
 
 /// One received DHCP server→client frame, already split into headers and the
-/// UDP payload (the DHCP message bytes).
+/// UDP payload (the DHCP message bytes): IPv4 by default, [`Rx6Frame`] for a
+/// `DHCPv6` server message (ADVERTISE or REPLY).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RxFrame {
+pub struct RxFrame<A = std::net::Ipv4Addr> {
     /// Ingress interface index, in the namespace of that interface.
     pub ifindex: u32,
     /// Receive timestamp, `CLOCK_MONOTONIC` nanoseconds (eBPF path: taken
     /// in the kernel at tick resolution, as `CLOCK_MONOTONIC_COARSE`).
     pub ts_ns: u64,
-    pub headers: frame::FrameHeaders,
+    pub headers: frame::FrameHeaders<A>,
     pub payload: Vec<u8>,
     pub via: RxPath,
 }
 
-/// One captured `DHCPv6` server message (ADVERTISE or REPLY), split into
-/// headers and the UDP payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rx6Frame {
-    /// Ingress interface index, in the namespace of that interface.
-    pub ifindex: u32,
-    /// Receive timestamp, as [`RxFrame::ts_ns`].
-    pub ts_ns: u64,
-    pub headers: frame::Frame6Headers,
-    pub payload: Vec<u8>,
-    pub via: RxPath,
-}
+/// A captured `DHCPv6` server message.
+pub type Rx6Frame = RxFrame<std::net::Ipv6Addr>;
 
 /// How the capture is attached to an interface (reported per interface).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

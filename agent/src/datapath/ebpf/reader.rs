@@ -15,7 +15,7 @@ use xdhcp_common as common;
 
 use super::Result;
 use super::ring::Ring;
-use crate::datapath::frame::{FrameError, parse_udp_frame, parse_udp6_frame};
+use crate::datapath::frame::{FrameError, FrameHeaders, parse_udp_frame, parse_udp6_frame};
 use crate::datapath::{Rx6Frame, RxFrame, RxPath, Verdict};
 
 /// A captured DHCP server→client frame, its UDP payload not interpreted.
@@ -83,26 +83,7 @@ pub struct ReaderStats {
 /// UDP payload is passed on as it is: the engine validates the DHCP message.
 pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
     let (ev, frame) = split_record(bytes)?;
-    let (mut headers, payload) =
-        parse_udp_frame(frame).map_err(|source| RecordError::Frame { source })?;
-    if ev.flags & common::FLAG_VLAN_OFFLOAD != 0 && ev.vlan != common::VLAN_NONE {
-        headers.vlan = Some((ev.vlan & 0x0fff) as u16);
-    }
-    Ok(DhcpEvent {
-        frame: RxFrame {
-            ifindex: ev.ifindex,
-            ts_ns: ev.ts_ns,
-            headers,
-            payload: payload.to_vec(),
-            via: rx_path(&ev),
-        },
-        #[cfg(any(test, feature = "test-hooks"))]
-        rx_queue: ev.rx_queue,
-        #[cfg(any(test, feature = "test-hooks"))]
-        owned: ev.flags & common::FLAG_OWNED != 0,
-        #[cfg(any(test, feature = "test-hooks"))]
-        via_tc: ev.flags & common::FLAG_TC != 0,
-    })
+    v4_event(&ev, frame)
 }
 
 /// Decodes one record of either family: a `DHCPv4` one as
@@ -112,20 +93,42 @@ pub fn decode_record(bytes: &[u8]) -> Result<DhcpEvent, RecordError> {
 pub fn decode_captured(bytes: &[u8]) -> Result<Captured, RecordError> {
     let (ev, frame) = split_record(bytes)?;
     if ev.flags & common::FLAG_DHCP6 == 0 {
-        return decode_record(bytes).map(Captured::V4);
+        return v4_event(&ev, frame).map(Captured::V4);
     }
-    let (mut headers, payload) =
-        parse_udp6_frame(frame).map_err(|source| RecordError::Frame { source })?;
+    rx_frame(&ev, parse_udp6_frame(frame)).map(Captured::V6)
+}
+
+/// The `DHCPv4` event of a checked record.
+fn v4_event(ev: &common::CaptureHeader, frame: &[u8]) -> Result<DhcpEvent, RecordError> {
+    Ok(DhcpEvent {
+        frame: rx_frame(ev, parse_udp_frame(frame))?,
+        #[cfg(any(test, feature = "test-hooks"))]
+        rx_queue: ev.rx_queue,
+        #[cfg(any(test, feature = "test-hooks"))]
+        owned: ev.flags & common::FLAG_OWNED != 0,
+        #[cfg(any(test, feature = "test-hooks"))]
+        via_tc: ev.flags & common::FLAG_TC != 0,
+    })
+}
+
+/// The received frame of a record whose captured bytes parsed as `parsed`:
+/// the VLAN id the device stripped into metadata put back, the path the
+/// record names.
+fn rx_frame<A>(
+    ev: &common::CaptureHeader,
+    parsed: Result<(FrameHeaders<A>, &[u8]), FrameError>,
+) -> Result<RxFrame<A>, RecordError> {
+    let (mut headers, payload) = parsed.map_err(|source| RecordError::Frame { source })?;
     if ev.flags & common::FLAG_VLAN_OFFLOAD != 0 && ev.vlan != common::VLAN_NONE {
         headers.vlan = Some((ev.vlan & 0x0fff) as u16);
     }
-    Ok(Captured::V6(Rx6Frame {
+    Ok(RxFrame {
         ifindex: ev.ifindex,
         ts_ns: ev.ts_ns,
         headers,
         payload: payload.to_vec(),
-        via: rx_path(&ev),
-    }))
+        via: rx_path(ev),
+    })
 }
 
 /// The record's header and its captured frame bytes, both checked.
