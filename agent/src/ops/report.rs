@@ -391,6 +391,18 @@ pub(crate) async fn report_address(
         MacAddr(mac),
         &lease.default_gateway().into_iter().collect::<Vec<_>>(),
     );
+    write_entry(pods, pod, key, entry, netns).await
+}
+
+/// Write `entry` as the pod's `pod-networks` entry `key`, refused when the
+/// ADD has gone stale (another pod of the name, another sandbox).
+async fn write_entry(
+    pods: &dyn PodStore,
+    pod: &PodRef,
+    key: &str,
+    entry: PodNetworkEntry,
+    netns: Option<&std::path::Path>,
+) -> Result<(), PodApiError> {
     let guard = WriteGuard {
         uid: pod.uid.clone(),
         netns: netns.map(std::path::Path::to_path_buf),
@@ -412,12 +424,7 @@ pub(crate) async fn report_address6(
     netns: Option<&std::path::Path>,
 ) -> Result<(), PodApiError> {
     let entry = PodNetworkEntry::dhcp6(a.address, a.prefix_len, MacAddr(mac), a.gateway);
-    let guard = WriteGuard {
-        uid: pod.uid.clone(),
-        netns: netns.map(std::path::Path::to_path_buf),
-    };
-    pods.set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
-        .await
+    write_entry(pods, pod, key, entry, netns).await
 }
 
 /// Write the `pod-networks` entry of a dual-stack attachment: both its
@@ -436,12 +443,7 @@ pub(crate) async fn report_address_dual(
         (a6.address, a6.prefix_len, a6.gateway),
         MacAddr(mac),
     );
-    let guard = WriteGuard {
-        uid: pod.uid.clone(),
-        netns: netns.map(std::path::Path::to_path_buf),
-    };
-    pods.set_network_entry_guarded(&pod.namespace, &pod.name, &guard, key, entry)
-        .await
+    write_entry(pods, pod, key, entry, netns).await
 }
 
 /// The lease fate rule for an unreported address (pure): VMs keep theirs;
