@@ -13,10 +13,10 @@
 
 mod agent_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use agent_support::{AgentProcess, NodeAgent, PluginOutput, invoke, plugin_bin};
+use agent_support::{AgentProcess, NodeAgent, PluginOutput, ipam_only as call};
 use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp::cni::types::code;
 use xdhcp_tests::bench::{free_local_addr, http_get, metric_count};
@@ -31,20 +31,6 @@ fn conf(socket: &Path) -> String {
             "ipam":{{"type":"xdhcp","socketPath":"{}","family":"ipv6","apply":true,
                      "timeout":"20s","ipv6":{{"prefixLength":64}}}}}}"#,
         socket.display()
-    )
-}
-
-fn call(cmd: &str, id: &str, pod: &NetNs, conf: &str) -> PluginOutput {
-    let cni_path = PathBuf::from("/nonexistent");
-    invoke(
-        &plugin_bin(),
-        None,
-        cmd,
-        id,
-        Some(pod.path()),
-        "eth0",
-        &cni_path,
-        conf,
     )
 }
 

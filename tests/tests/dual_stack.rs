@@ -16,10 +16,10 @@
 
 mod agent_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use agent_support::{AgentProcess, PluginOutput, invoke, plugin_bin};
+use agent_support::{AgentProcess, PluginOutput, ipam_only as call};
 use xdhcp::cli::{DatapathChoice, KubeMode};
 use xdhcp_tests::{
     Dnsmasq, Dnsmasq6, DnsmasqConfig, InProcessAgent, Lab, NetNs, StandInApi, format_mac,
@@ -32,19 +32,6 @@ fn conf(socket: &Path) -> String {
             "ipam":{{"type":"xdhcp","socketPath":"{}","family":"dual","apply":true,
                      "timeout":"20s","ipv6":{{"prefixLength":64}}}}}}"#,
         socket.display()
-    )
-}
-
-fn call(cmd: &str, id: &str, pod: &NetNs, conf: &str) -> PluginOutput {
-    invoke(
-        &plugin_bin(),
-        None,
-        cmd,
-        id,
-        Some(pod.path()),
-        "eth0",
-        &PathBuf::from("/nonexistent"),
-        conf,
     )
 }
 

@@ -283,6 +283,22 @@ impl AgentProcess {
     }
 }
 
+/// The thin plugin alone as a runtime calls an IPAM plugin: `cmd` for
+/// container `id` on `eth0` of `pod`, with network configuration `conf`
+/// (no `CNI_PATH` it could use: the plugin needs none).
+pub fn ipam_only(cmd: &str, id: &str, pod: &NetNs, conf: &str) -> PluginOutput {
+    invoke(
+        &plugin_bin(),
+        None,
+        cmd,
+        id,
+        Some(pod.path()),
+        "eth0",
+        Path::new("/nonexistent"),
+        conf,
+    )
+}
+
 /// Invoke a CNI plugin, optionally from inside `node` (so main plugins that
 /// create bridges and veths work in a test namespace, never on the host).
 #[expect(
