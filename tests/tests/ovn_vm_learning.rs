@@ -252,14 +252,14 @@ fn metric_lines(node: &Path, prefix: &str) -> Vec<String> {
     xdhcp_tests::agent::metric_lines(node, METRICS, prefix)
 }
 
-/// The value of the first metric line starting with `prefix` and holding
-/// `label`.
+/// The sum of the metric lines starting with `prefix` and holding
+/// `label` (a label set may match several series, one per family).
 fn metric(node: &Path, prefix: &str, label: &str) -> u64 {
     metric_lines(node, prefix)
         .iter()
-        .find(|l| l.contains(label))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
+        .filter(|l| l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// The lab with dnsmasq, the launcher pod's port on `br-int` (the VM's MAC
