@@ -584,7 +584,8 @@ impl GuardService {
         let policy = inner.effective(base, &network);
         let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
         if hook == GuardHook::Tc {
-            // Its bridge's other ports are made ready before their ADD.
+            // The ports enslaved to its bridge from now on are made ready
+            // before their ADD.
             self.serve_bridge_of(&host_ifname, Some(ifindex));
         }
         let port = GuardedPort {

@@ -3,7 +3,7 @@
 
 mod agent_support;
 
-use std::os::fd::AsRawFd as _;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -238,26 +238,33 @@ fn stream_from_discover(
         };
         let qdiscs = tc("qdisc", &[]);
         let filters = tc("filter", &["ingress"]);
-        let mut frame = vec![0u8; 60];
-        frame[..6].copy_from_slice(&mac);
-        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x5e]);
-        frame[12..14].copy_from_slice(&MARK.to_be_bytes());
-        let mut sent = 0u64;
-        let mut after = None;
-        loop {
-            if after.is_none() && answered.load(Ordering::SeqCst) {
-                after = Some(Instant::now() + Duration::from_millis(20));
-            }
-            if after.is_some_and(|t| Instant::now() >= t) {
-                break;
-            }
-            frame[14..22].copy_from_slice(&sent.to_be_bytes());
-            xdhcp_tests::frames::send(&out, &frame);
-            sent += 1;
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        let sent = send_marks(&out, mac, &answered);
         (qdiscs, filters, sent)
     })
+}
+
+/// Sends [`MARK`] frames to `mac` on packet socket `out` (through its
+/// port's transmit queue, as the bridge hands a port its frames), one
+/// every 100 µs, until `until` and 20 ms more; how many it sent.
+fn send_marks(out: &impl AsRawFd, mac: [u8; 6], until: &AtomicBool) -> u64 {
+    let mut frame = vec![0u8; 60];
+    frame[..6].copy_from_slice(&mac);
+    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x5e]);
+    frame[12..14].copy_from_slice(&MARK.to_be_bytes());
+    let mut sent = 0u64;
+    let mut after = None;
+    loop {
+        if after.is_none() && until.load(Ordering::SeqCst) {
+            after = Some(Instant::now() + Duration::from_millis(20));
+        }
+        if after.is_some_and(|t| Instant::now() >= t) {
+            return sent;
+        }
+        frame[14..22].copy_from_slice(&sent.to_be_bytes());
+        xdhcp_tests::frames::send(out, &frame);
+        sent += 1;
+        std::thread::sleep(Duration::from_micros(100));
+    }
 }
 
 /// Whether `frame` is a DHCP DISCOVER (an IPv4 UDP frame to port 67 whose
@@ -326,20 +333,25 @@ fn pod_on(node: &NetNs, bridge: &str, port: &str) -> NetNs {
 }
 
 /// The ports of a Linux bridge the guard serves are made ready for it
-/// before their ADD: once the first pod of the bridge is guarded, the
-/// bridge's other veth ports get their `clsact` qdisc at once, and a port
-/// enslaved later gets its own as the kernel announces it — so their ADDs
-/// do not hold the first DISCOVER for the qdisc. A port of a bridge the
-/// guard does not serve is left alone.
+/// before their ADD: once the first pod of the bridge is guarded, a veth
+/// port enslaved to the bridge gets its `clsact` qdisc as the kernel
+/// announces it, so its ADD does not hold the first DISCOVER for the
+/// qdisc. The ports the bridge had already are live — its uplink, running
+/// pods — and making their first qdisc would drop what the bridge hands
+/// them in that moment (a pod's REQUEST on its way out of the uplink was
+/// lost so): they are left alone, and a stream of frames into a running
+/// pod through its port, all the while the bridge's first pod gets its ADD,
+/// loses none. A port of a bridge the guard does not serve is left alone.
 #[test]
-fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
+fn ports_enslaved_to_a_served_bridge_are_made_ready_before_their_add_and_live_ones_are_left_alone()
+{
     let (lab, _dnsmasq) = lab_with_dnsmasq();
     let node = &lab.server;
     let bridge = lab.bridge.name.as_str();
     node.ip(&["link", "add", "brx", "type", "bridge"]);
     node.link_up("brx");
     let first = pod_on(node, bridge, "ca0");
-    let waiting = pod_on(node, bridge, "cb0");
+    let running = pod_on(node, bridge, "cb0");
     let _elsewhere = pod_on(node, "brx", "cx0");
     let agent = NodeAgent::start(node, &[]);
     assert!(
@@ -349,13 +361,16 @@ fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
 
     let client = rpc::Client::new(&agent.socket, Duration::from_secs(30));
     let add = |pod: &NetNs, id: &str| add_pod(&client, &agent, pod, id);
+    let reader = Reader::in_pod(&running);
+    let served = Arc::new(AtomicBool::new(false));
+    let streamer = {
+        let out = node.packet_socket(node.ifindex("cb0"), 0, None);
+        let (mac, served) = (running.mac("eth0"), served.clone());
+        std::thread::spawn(move || send_marks(&out, mac, &served))
+    };
     let first_req = add(&first, "pod-first");
-    if let Err(had) = clsact_within(node, "cb0", Duration::from_secs(5)) {
-        panic!(
-            "the bridge's other port has no clsact qdisc 5 s after its first pod was guarded:\n{had}\n{}",
-            agent.log()
-        );
-    }
+    // The bridge is served once its first port's guard is on: a port
+    // enslaved from then on is made ready at once.
     let later = pod_on(node, bridge, "cc0");
     if let Err(had) = clsact_within(node, "cc0", Duration::from_secs(5)) {
         panic!(
@@ -363,17 +378,28 @@ fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
             agent.log()
         );
     }
-    let other = node.exec(&["tc", "qdisc", "show", "dev", "cx0"]);
-    assert!(
-        !other.contains("clsact"),
-        "a port of a bridge the guard does not serve was touched:\n{other}"
+    served.store(true, Ordering::SeqCst);
+    let sent = streamer.join().expect("the stream");
+    let got = reader.stop();
+    for port in ["cb0", Lab::UPLINK, "cx0"] {
+        let qdiscs = node.exec(&["tc", "qdisc", "show", "dev", port]);
+        assert!(
+            !qdiscs.contains("clsact"),
+            "{port}, live before the bridge was served or on a bridge not served, was touched:\n{qdiscs}\n{}",
+            agent.log()
+        );
+    }
+    assert_eq!(
+        got,
+        sent,
+        "{} of {sent} frames sent into a running pod while its bridge became served were lost",
+        sent - got
     );
-    // The ports made ready are guarded as any other at their ADD, and
-    // their first DISCOVER did not wait for the qdisc (the first pod's,
-    // before the bridge was served, did).
+    // Every port is guarded at its ADD; only the port enslaved after the
+    // bridge was served had its qdisc before.
     let reqs = [
         first_req,
-        add(&waiting, "pod-waiting"),
+        add(&running, "pod-running"),
         add(&later, "pod-later"),
     ];
     for port in ["ca0", "cb0", "cc0"] {
@@ -387,16 +413,16 @@ fn ports_of_a_bridge_the_guard_serves_are_made_ready_before_their_add() {
                 && l.contains("the host port is ready for its guard")
         })
     };
-    assert!(
-        held("pod-first"),
-        "the first pod's DISCOVER did not wait for its port's qdisc:\n{log}"
-    );
-    for id in ["pod-waiting", "pod-later"] {
+    for id in ["pod-first", "pod-running"] {
         assert!(
-            !held(id),
-            "{id}'s DISCOVER waited for a port made ready before its ADD:\n{log}"
+            held(id),
+            "{id}'s DISCOVER did not wait for its port's qdisc:\n{log}"
         );
     }
+    assert!(
+        !held("pod-later"),
+        "pod-later's DISCOVER waited for a port made ready before its ADD:\n{log}"
+    );
     for req in &reqs {
         let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
     }

@@ -524,8 +524,9 @@ async fn follow_node(
             token.clone(),
         ));
     }
-    // The Linux bridges the guard serves: their ports made ready for it
-    // before their ADD. An uplink's bridge is served from the start.
+    // The Linux bridges the guard serves: the ports enslaved to them are
+    // made ready for it before their ADD. An uplink's bridge is served
+    // from the start.
     if agent.guard.is_on() {
         for uplink in &agent.args.uplinks {
             agent.guard.serve_bridge_of(&uplink.ifname, None);

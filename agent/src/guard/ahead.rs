@@ -12,12 +12,17 @@
 //! So the guard learns the Linux bridges it serves — the master of each
 //! port it guards, and of each uplink — and from then on every veth
 //! enslaved to one of them gets its `clsact` qdisc as soon as the kernel
-//! says so (`RTNLGRP_LINK`); the ports a bridge has when it is learned
-//! get theirs at once. A `clsact` qdisc without a filter does nothing to
-//! the port's frames. The ADD's own call then finds the qdisc made and
-//! lets its DISCOVER go without the wait. Open vSwitch ports are not made
-//! ready here: the daemon guards them from the OVS database before their
-//! ADD.
+//! says so (`RTNLGRP_LINK`). A `clsact` qdisc without a filter does nothing
+//! to the port's frames. The ADD's own call then finds the qdisc made and
+//! lets its DISCOVER go without the wait.
+//!
+//! The ports a bridge already has when it is learned are left alone: they
+//! carry traffic (the bridge's uplink, pods running already, another
+//! pod's exchange), and making their qdisc would drop what the bridge
+//! hands them in that moment. Their ADD, if one comes, makes the qdisc
+//! before its DISCOVER. The same holds after missed link events: the ports
+//! found then are left alone. Open vSwitch ports are not made ready here:
+//! the daemon guards them from the OVS database before their ADD.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -42,6 +47,9 @@ pub(crate) struct Ahead {
     bridges: BTreeSet<u32>,
     /// Ifindexes of the ports whose qdisc was made (or asked for).
     prepared: BTreeSet<u32>,
+    /// Ifindexes of the ports a served bridge had when it was learned (or
+    /// when events were missed): live ports, never made ready here.
+    found: BTreeSet<u32>,
 }
 
 impl Ahead {
@@ -52,15 +60,39 @@ impl Ahead {
     }
 
     /// Whether `link` is a port to make ready now: a veth enslaved to a
-    /// served bridge, not made ready yet (it is marked so). A port taken
-    /// off the bridge is forgotten, so it is made ready if it comes back.
+    /// served bridge since it was learned, not made ready yet (it is
+    /// marked so). A port taken off the bridge is forgotten, so it is made
+    /// ready if it comes back.
     pub(crate) fn wants(&mut self, link: &LinkDetails) -> bool {
         let served = link.master.is_some_and(|m| self.bridges.contains(&m));
         if !served {
             self.prepared.remove(&link.ifindex);
+            self.found.remove(&link.ifindex);
             return false;
         }
-        link.kind.as_deref() == Some("veth") && self.prepared.insert(link.ifindex)
+        link.kind.as_deref() == Some("veth")
+            && !self.found.contains(&link.ifindex)
+            && self.prepared.insert(link.ifindex)
+    }
+
+    /// Notes the ports of the served bridges among `links` (the node's
+    /// links now) that are not made ready: they are live and left alone.
+    /// How many were not noted before.
+    pub(crate) fn found(&mut self, links: &[LinkDetails]) -> usize {
+        let mut noted = 0;
+        for link in links {
+            let served = link.master.is_some_and(|m| self.bridges.contains(&m));
+            if served && !self.prepared.contains(&link.ifindex) && self.found.insert(link.ifindex) {
+                noted += 1;
+            }
+        }
+        noted
+    }
+
+    /// Serves no bridge (their ports could not be listed: which are live
+    /// is unknown). Each is learned again at its next guarded port.
+    fn forget_bridges(&mut self) {
+        self.bridges.clear();
     }
 
     /// Whether port `ifindex` is marked made ready.
@@ -71,18 +103,13 @@ impl Ahead {
     /// Link `ifindex` was deleted.
     pub(crate) fn gone(&mut self, ifindex: u32) {
         self.prepared.remove(&ifindex);
+        self.found.remove(&ifindex);
         self.bridges.remove(&ifindex);
     }
 
     /// Whether any bridge is served.
     fn serves(&self) -> bool {
         !self.bridges.is_empty()
-    }
-
-    /// Forgets which ports were made ready (after missed events: each is
-    /// looked at again).
-    fn rescan(&mut self) {
-        self.prepared.clear();
     }
 }
 
@@ -122,10 +149,10 @@ impl GuardService {
 
     /// Serve the bridge `port` (a host interface of the agent's namespace,
     /// index `ifindex` when known) is enslaved to, if it is a Linux bridge:
-    /// its veth ports are made ready before their ADD. Cheap: the lookup
-    /// is the follower's, and a port made ready is of a served bridge
-    /// already, so it asks for none (in a burst, every ADD but the
-    /// bridge's first).
+    /// the veth ports enslaved to it from then on are made ready before
+    /// their ADD. Cheap: the lookup is the follower's, and a port made
+    /// ready is of a served bridge already, so it asks for none (in a
+    /// burst of fresh pods, every ADD but the bridge's first).
     pub(crate) fn serve_bridge_of(&self, port: &str, ifindex: Option<u32>) {
         if ifindex.is_some_and(|i| self.made_ready(i)) {
             return;
@@ -173,8 +200,8 @@ impl GuardService {
                 }
             };
             if ahead.serves() {
-                ahead.rescan();
-                self.prepare_served(&nl, &mut ahead).await;
+                // Events were missed: what is there now may be live.
+                self.note_found(&nl, &mut ahead).await;
             }
             loop {
                 tokio::select! {
@@ -202,8 +229,8 @@ impl GuardService {
         }
     }
 
-    /// Serves the bridge `port` is enslaved to, and makes its ports ready
-    /// when it is new.
+    /// Serves the bridge `port` is enslaved to, noting the ports it has
+    /// now as live when it is new.
     async fn learn_bridge(&self, nl: &Netlink, ahead: &mut Ahead, port: &str) {
         let master = match nl.link(port).await {
             Ok(link) => link.master,
@@ -215,32 +242,26 @@ impl GuardService {
         let Some(master) = master else { return };
         match nl.link_by_index(master).await {
             Ok(Some(bridge)) if ahead.learn(&bridge) => {
-                let made = self.prepare_served(nl, ahead).await;
-                info!(bridge = %bridge.name, port, ports_made_ready = made,
-                    "the guard serves this bridge: its veth ports get their qdisc before their ADD");
+                if let Some(live) = self.note_found(nl, ahead).await {
+                    info!(bridge = %bridge.name, port, live_ports_left_alone = live,
+                        "the guard serves this bridge: veth ports enslaved from now on get their qdisc before their ADD");
+                }
             }
             Ok(_) => {}
             Err(e) => debug!(port, error = %e, "no bridge learned"),
         }
     }
 
-    /// Makes ready every port of the served bridges not made ready yet;
-    /// how many were.
-    async fn prepare_served(&self, nl: &Netlink, ahead: &mut Ahead) -> usize {
+    /// Notes the ports the served bridges have now as live (never made
+    /// ready here); how many were not noted before. When the ports cannot
+    /// be listed, no bridge is served any more (`None`).
+    async fn note_found(&self, nl: &Netlink, ahead: &mut Ahead) -> Option<usize> {
         match nl.links().await {
-            Ok(links) => {
-                let ports: Vec<(u32, String)> = links
-                    .into_iter()
-                    .filter(|l| ahead.wants(l))
-                    .map(|l| (l.ifindex, l.name))
-                    .collect();
-                let n = ports.len();
-                self.make_ready(ports).await;
-                n
-            }
+            Ok(links) => Some(ahead.found(&links)),
             Err(e) => {
+                ahead.forget_bridges();
                 warn!(error = %e, "cannot list the node's links; bridge ports are made ready for the guard at their ADD");
-                0
+                None
             }
         }
     }
@@ -326,8 +347,53 @@ mod tests {
             ahead.wants(&link(10, "veth", Some(2))),
             "a new device, same index"
         );
-        ahead.rescan();
-        assert!(ahead.wants(&link(10, "veth", Some(2))), "looked at again");
+    }
+
+    #[test]
+    fn the_ports_a_bridge_has_when_it_is_learned_are_live_and_left_alone() {
+        let mut ahead = Ahead::default();
+        let uplink = link(10, "veth", Some(2));
+        let running_pod = link(11, "veth", Some(2));
+        let elsewhere = link(12, "veth", Some(3));
+        ahead.learn(&link(2, "bridge", None));
+        assert_eq!(
+            ahead.found(&[uplink.clone(), running_pod.clone(), elsewhere.clone()]),
+            2,
+            "the served bridge's two ports"
+        );
+        assert!(!ahead.wants(&uplink), "the uplink carries traffic");
+        assert!(
+            !ahead.wants(&running_pod),
+            "nor is a running pod's port touched"
+        );
+        assert!(ahead.wants(&link(13, "veth", Some(2))), "enslaved since");
+        assert_eq!(
+            ahead.found(&[uplink.clone(), link(13, "veth", Some(2))]),
+            0,
+            "after missed events, a port made ready stays so and a live one is noted once"
+        );
+        assert!(
+            !ahead.wants(&link(11, "veth", None)),
+            "taken off the bridge"
+        );
+        assert!(
+            ahead.wants(&running_pod),
+            "enslaved again: a fresh port, made ready"
+        );
+        ahead.gone(10);
+        assert!(
+            ahead.wants(&uplink),
+            "a new device with a deleted live port's index"
+        );
+    }
+
+    #[test]
+    fn bridges_whose_ports_cannot_be_listed_are_served_no_more() {
+        let mut ahead = Ahead::default();
+        ahead.learn(&link(2, "bridge", None));
+        ahead.forget_bridges();
+        assert!(!ahead.wants(&link(10, "veth", Some(2))), "maybe live");
+        assert!(ahead.learn(&link(2, "bridge", None)), "learned again");
     }
 
     #[test]
