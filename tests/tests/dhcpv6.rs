@@ -222,6 +222,71 @@ fn an_ipv6_pods_replies_are_taken_at_the_node_uplink() {
     );
 }
 
+/// The bridge plugin deletes the pod's interface before the IPAM plugin's
+/// DEL: the pod's socket cannot send the RELEASE any more. A lease whose
+/// replies came through a node uplink is released there instead — from the
+/// pod's MAC and link-local address to `ff02::1:2` — and the server gives
+/// the address up.
+#[test]
+fn an_ipv6_lease_whose_interface_is_gone_before_del_is_released_through_the_uplink() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = NodeAgent::start(&lab.server, &["--uplink", "up0"]);
+    agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
+    let pod = &lab.clients[0].ns;
+    let conf = conf(&agent.socket);
+
+    let r = call("ADD", "v6gone", pod, &conf);
+    assert!(r.ok, "ADD failed: {}\nagent:\n{}", r.text(), agent.log());
+    let leases = agent.leases();
+    assert_eq!(leases[0].path, "uplink:up0", "{leases:?}\n{}", agent.log());
+    let addr = leases[0]
+        .address6
+        .as_ref()
+        .map_or_else(|| panic!("no address: {leases:?}"), |c| c.addr.to_string());
+    pod.ip(&["link", "del", "eth0"]);
+    let d = call("DEL", "v6gone", pod, &conf);
+    assert!(d.ok, "DEL failed: {}\nagent:\n{}", d.text(), agent.log());
+    assert!(
+        wait_until(Duration::from_secs(5), || !server.leases().contains(&addr)),
+        "the RELEASE of {addr} was not honoured\n{}\nagent:\n{}",
+        server.log(),
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("released through the uplink"),
+        "{}",
+        agent.log()
+    );
+}
+
+/// Without an uplink that carried the lease, a RELEASE the pod's gone
+/// interface cannot send is lost: the DEL still answers and says so; the
+/// server keeps the address until its lifetime ends.
+#[test]
+fn an_ipv6_lease_whose_interface_is_gone_without_an_uplink_says_its_release_is_lost() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = AgentProcess::start(&[]);
+    let pod = &lab.clients[0].ns;
+    let conf = conf(&agent.socket);
+
+    let addr = leased(&call("ADD", "v6lost", pod, &conf), &agent);
+    pod.ip(&["link", "del", "eth0"]);
+    let d = call("DEL", "v6lost", pod, &conf);
+    assert!(d.ok, "DEL failed: {}\nagent:\n{}", d.text(), agent.log());
+    assert!(
+        agent.log().contains("no node uplink carried this lease"),
+        "{}",
+        agent.log()
+    );
+    assert!(
+        server.leases().contains(&addr),
+        "the server lost {addr} without a RELEASE:\n{}",
+        server.leases()
+    );
+}
+
 /// Another node on the link holds the address the server gives the pod:
 /// the kernel's duplicate address detection on the pod's interface finds
 /// it, and the agent takes the address off, DECLINEs it (the server hears

@@ -972,12 +972,50 @@ impl Capture {
         t: &xdhcp_engine::Transmit,
     ) -> Result<(), RawSockError> {
         let frame = headers_for(mac, vlan, t);
+        self.with_uplink_sender(name, |tx| tx.send(&frame, &t.payload))
+    }
+
+    /// Send the `DHCPv6` client message `payload` out of uplink `name` (as
+    /// [`Capture::send_via_uplink`]), from `mac` and its EUI-64 link-local
+    /// address to every DHCP relay agent and server (`ff02::1:2`), tagged
+    /// `vlan`: the RELEASE of a v6 lease whose replies came through the
+    /// uplink, once the pod's interface cannot send it.
+    pub(crate) fn send6_via_uplink(
+        &self,
+        name: &str,
+        mac: [u8; 6],
+        vlan: Option<u16>,
+        payload: &[u8],
+    ) -> Result<(), RawSockError> {
+        let frame = crate::datapath::frame::build_udp6_frame(
+            &crate::datapath::frame::Frame6Headers {
+                src_mac: mac,
+                dst_mac: [0x33, 0x33, 0x00, 0x01, 0x00, 0x02],
+                vlan,
+                src_ip: crate::datapath::frame::link_local(mac),
+                dst_ip: xdhcp_engine::v6::message::ALL_SERVERS,
+                src_port: crate::datapath::udp6::CLIENT_PORT,
+                dst_port: crate::datapath::udp6::SERVER_PORT,
+            },
+            payload,
+        );
+        self.with_uplink_sender(name, |tx| tx.send_frame(&frame))
+    }
+
+    /// Runs `send` with a sender on uplink `name`: while the uplink is
+    /// live, the one its leases share (opened again when the uplink comes
+    /// back under another index); otherwise one of its own, in the agent's
+    /// namespace, closed after.
+    fn with_uplink_sender(
+        &self,
+        name: &str,
+        send: impl FnOnce(&RawSender) -> Result<(), RawSockError>,
+    ) -> Result<(), RawSockError> {
         let entry = self.uplink_named(name);
         let live = entry.as_ref().and_then(|u| self.live_ifindex(u));
         let (Some(u), Some(ifindex)) = (entry, live) else {
-            // In the agent's own namespace, where the uplink is.
             let tx = RawSender::open_here(name)?;
-            let sent = tx.send(&frame, &t.payload);
+            let sent = send(&tx);
             crate::datapath::link::close_later(Box::new(tx));
             return sent;
         };
@@ -996,7 +1034,7 @@ impl Capture {
                 }
             }
         };
-        tx.send(&frame, &t.payload)
+        send(&tx)
     }
 
     /// A lease of `network` heard its server: through uplink `via` (with

@@ -346,6 +346,17 @@ pub fn build_udp6_frame(h: &Frame6Headers, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// The EUI-64 link-local address of `mac` (RFC 4291 appendix A): what a
+/// Linux interface with that MAC takes by default.
+pub(crate) fn link_local(mac: [u8; 6]) -> Ipv6Addr {
+    let mut a = [0u8; 16];
+    a[..2].copy_from_slice(&[0xfe, 0x80]);
+    a[8..11].copy_from_slice(&[mac[0] ^ 0x02, mac[1], mac[2]]);
+    a[11..13].copy_from_slice(&[0xff, 0xfe]);
+    a[13..].copy_from_slice(&mac[3..]);
+    Ipv6Addr::from(a)
+}
+
 /// Writes the RFC 1071 checksum of the IPv4 header `ip_header` (the whole
 /// header, options included) into its checksum field, e.g. after editing it.
 ///
@@ -404,6 +415,20 @@ fn udp_checksum(src: Ipv4Addr, dst: Ipv4Addr, datagram: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests6 {
     use super::*;
+
+    #[test]
+    fn a_macs_link_local_address_is_its_eui_64_one() {
+        // RFC 4291 appendix A: the universal/local bit flipped, ff:fe in
+        // the middle.
+        assert_eq!(
+            link_local([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]),
+            "fe80::5054:ff:fe12:3456".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(
+            link_local([0x02, 0, 0, 0, 0, 0x01]),
+            "fe80::ff:fe00:1".parse::<Ipv6Addr>().unwrap()
+        );
+    }
 
     fn headers(vlan: Option<u16>) -> Frame6Headers {
         Frame6Headers {

@@ -39,7 +39,7 @@ use crate::lease::registry::{Handle, Registry};
 use crate::lease::router6::Routers;
 use crate::lease::services::Services;
 use crate::lease::task::Ended;
-use crate::model::Network;
+use crate::model::{Network, UplinkRef};
 use crate::netlink::{Dad6, NetlinkError};
 use crate::sys::clock::{now_unix_ms, seed};
 use crate::sys::sync::lock;
@@ -320,6 +320,7 @@ impl Registry {
             netns,
             apply,
             applied: None,
+            release_lost: false,
         };
         // The task's lease leaves the `xdhcp_leases` gauge when it ends.
         let (live, metrics) = (task.live.clone(), task.svc.metrics.clone());
@@ -352,6 +353,8 @@ struct Task6 {
     apply: bool,
     /// What the task configured on the interface.
     applied: Option<Address6>,
+    /// A RELEASE could be sent by no path: no reply will come.
+    release_lost: bool,
 }
 
 /// A stop in progress: the RELEASE is out.
@@ -393,7 +396,45 @@ impl Task6 {
                 lock(&self.live).capture = path;
             }
             if let Err(e) = self.sock.send(&t.payload, t.dst.address()).await {
-                debug!(kind = %t.kind, error = %e, "DHCPv6 send failed; the engine retransmits");
+                if t.kind == v6::MessageKind::Release {
+                    self.release_elsewhere(&t, &e);
+                } else {
+                    debug!(kind = %t.kind, error = %e, "DHCPv6 send failed; the engine retransmits");
+                }
+            }
+        }
+    }
+
+    /// A RELEASE the pod's interface could not send — the bridge plugin
+    /// deletes the interface before the IPAM plugin's DEL — goes out of the
+    /// node uplink the lease's replies came through, from the pod's MAC and
+    /// its link-local address. Without one it is lost: the stop then ends
+    /// without waiting for a reply ([`Task6::release_lost`]), and the
+    /// server keeps the address until its valid lifetime ends.
+    fn release_elsewhere(&mut self, t: &v6::Transmit, e: &std::io::Error) {
+        let (uplink, mac) = {
+            let l = lock(&self.live);
+            (l.record.uplink.clone(), l.record.mac)
+        };
+        let Some(uplink) = uplink else {
+            self.release_lost = true;
+            self.svc.metrics.failure("release_lost");
+            warn!(error = %e,
+                "the pod's interface could not send the DHCPv6 RELEASE and no node uplink carried this lease: the server keeps the address until its valid lifetime ends");
+            return;
+        };
+        match self
+            .svc
+            .capture
+            .send6_via_uplink(&uplink.ifname, mac, uplink.vlan, &t.payload)
+        {
+            Ok(()) => info!(uplink = %uplink.ifname, interface_error = %e, xid = t.xid,
+                "the pod's interface could not send the DHCPv6 RELEASE: released through the uplink"),
+            Err(sent) => {
+                self.release_lost = true;
+                self.svc.metrics.failure("release_uplink");
+                warn!(uplink = %uplink.ifname, interface_error = %e, error = %crate::rpc::format_chain(&sent),
+                    "the DHCPv6 RELEASE could be sent neither by the pod's interface nor through the uplink");
             }
         }
     }
@@ -632,6 +673,12 @@ async fn run_loop(t: &mut Task6) -> Ended {
     let mut restart_at: Option<tokio::time::Instant> = None;
     loop {
         t.flush().await;
+        if t.release_lost
+            && let Some(s) = stopping.take()
+        {
+            let _ = s.ack.send(());
+            return Ended::Kept;
+        }
         while let Some(ev) = t.client.poll_event() {
             if let Some(end) = t.on_event(ev, &mut stopping).await {
                 t.sync_state();
@@ -676,7 +723,18 @@ async fn run_loop(t: &mut Task6) -> Ended {
             Some(frame) = captured(t.kernel.as_mut()) => {
                 if let Some(k) = t.kernel.as_mut() {
                     let path = k.heard(&frame);
-                    lock(&t.live).capture = path;
+                    let mut l = lock(&t.live);
+                    l.capture = path;
+                    // The server is behind that uplink: the record names it
+                    // (with the lease's next write), so a RELEASE the pod's
+                    // interface cannot send goes out there, after a restart
+                    // too.
+                    if let Some(name) = &k.uplink {
+                        l.record.uplink = Some(UplinkRef {
+                            ifname: name.to_string(),
+                            vlan: frame.headers.vlan,
+                        });
+                    }
                 }
                 t.client.set_wall_clock_unix_ms(now_unix_ms());
                 let src = frame.headers.src_ip;
