@@ -92,6 +92,10 @@ pub struct AgentStatus {
     pub socket: PathBuf,
     pub state_dir: PathBuf,
     pub leases: usize,
+    /// The leases by family (`ipv4`, `ipv6`): a dual-stack attachment
+    /// holds one of each.
+    #[serde(default)]
+    pub leases_by_family: BTreeMap<String, usize>,
     pub interfaces: Vec<InterfaceStatus>,
     /// The node uplinks: the `--uplink` flags in their order, or those
     /// read from Open vSwitch.

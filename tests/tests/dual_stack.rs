@@ -189,6 +189,15 @@ fn a_dual_stack_pod_gets_both_leases_at_once_and_releases_both_at_del() {
         record_files(&agent),
         ["dualpod@eth0@ipv4.json", "dualpod@eth0@ipv6.json"]
     );
+    // `xdhcp status` counts them by family.
+    let status: serde_json::Value = serde_json::from_str(&agent.cli("status", true)).unwrap();
+    assert_eq!(
+        status["leasesByFamily"],
+        serde_json::json!({"ipv4": 1, "ipv6": 1}),
+        "{status}"
+    );
+    let text = agent.cli("status", false);
+    assert!(text.contains("leases:       2 (ipv4 1, ipv6 1)"), "{text}");
     let c = call("CHECK", "dualpod", pod, &conf);
     assert!(c.ok, "CHECK failed: {}", c.text());
     // A repeated ADD returns both.

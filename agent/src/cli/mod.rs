@@ -235,7 +235,16 @@ pub fn render_status(s: &AgentStatus) -> String {
     if let Some(d) = &s.degraded {
         let _ = writeln!(out, "degraded:     {d}");
     }
-    let _ = writeln!(out, "leases:       {}", s.leases);
+    let _ = write!(out, "leases:       {}", s.leases);
+    if !s.leases_by_family.is_empty() {
+        let by: Vec<String> = s
+            .leases_by_family
+            .iter()
+            .map(|(family, n)| format!("{family} {n}"))
+            .collect();
+        let _ = write!(out, " ({})", by.join(", "));
+    }
+    out.push('\n');
     if !s.interfaces.is_empty() {
         out.push_str("interfaces:\n");
         for i in &s.interfaces {

@@ -89,6 +89,7 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         socket: agent.args.socket.clone(),
         state_dir: agent.args.state_dir.clone(),
         leases: agent.leases.len(),
+        leases_by_family: leases_by_family(agent),
         interfaces: interfaces(agent),
         uplinks: agent.capture().uplink_status(),
         guarded_ports: guarded_ports(agent),
@@ -101,6 +102,16 @@ pub(crate) fn status(agent: &Agent) -> AgentStatus {
         counters: counters(agent),
         annotations,
     }
+}
+
+/// How many leases of each family the agent holds.
+fn leases_by_family(agent: &Agent) -> BTreeMap<String, usize> {
+    let mut by = BTreeMap::new();
+    for h in agent.leases.all() {
+        let family = lock(&h.live).record.family();
+        *by.entry(family.label().to_owned()).or_insert(0) += 1;
+    }
+    by
 }
 
 /// The ports the guard is on, and where each one's identity came from.
