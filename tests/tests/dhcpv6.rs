@@ -229,9 +229,22 @@ fn an_ipv6_pods_replies_are_taken_at_the_node_uplink() {
 /// the address up.
 #[test]
 fn an_ipv6_lease_whose_interface_is_gone_before_del_is_released_through_the_uplink() {
+    released_through_the_uplink_once_the_interface_is_gone(false);
+}
+
+/// The same when the agent restarted after the interface went: the lease's
+/// record names the uplink, the restarted agent keeps the lease it cannot
+/// resume, and its DEL releases it there.
+#[test]
+fn an_ipv6_lease_whose_interface_went_before_a_restart_is_released_through_the_uplink_at_del() {
+    released_through_the_uplink_once_the_interface_is_gone(true);
+}
+
+fn released_through_the_uplink_once_the_interface_is_gone(restart: bool) {
     let lab = Lab::builder().server_behind_uplink().build();
     let server = Dnsmasq6::start(lab.dhcp_ns());
-    let agent = NodeAgent::start(&lab.server, &["--uplink", "up0"]);
+    let flags = ["--uplink", "up0"];
+    let mut agent = NodeAgent::start(&lab.server, &flags);
     agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached");
     let pod = &lab.clients[0].ns;
     let conf = conf(&agent.socket);
@@ -245,6 +258,17 @@ fn an_ipv6_lease_whose_interface_is_gone_before_del_is_released_through_the_upli
         .as_ref()
         .map_or_else(|| panic!("no address: {leases:?}"), |c| c.addr.to_string());
     pod.ip(&["link", "del", "eth0"]);
+    if restart {
+        agent = agent.restart(&lab.server, &flags);
+        agent.wait_uplink_live(Duration::from_secs(10), "the uplink was not attached again");
+        assert!(
+            agent
+                .log()
+                .contains("the lease is kept until DEL releases it through the uplink"),
+            "{}",
+            agent.log()
+        );
+    }
     let d = call("DEL", "v6gone", pod, &conf);
     assert!(d.ok, "DEL failed: {}\nagent:\n{}", d.text(), agent.log());
     assert!(

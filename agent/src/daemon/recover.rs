@@ -148,7 +148,7 @@ fn settle(agent: &Agent, rec: &LeaseRecord, resumed: Result<(), LinkError>) -> b
         Err(e)
             if e.is_interface_gone()
                 && rec.uplink.is_some()
-                && rec.lease.is_some()
+                && (rec.lease.is_some() || rec.lease6.is_some())
                 && rec.workload == WorkloadKind::Pod =>
         {
             info!(container = %rec.container_id, ifname = %rec.ifname,

@@ -598,8 +598,13 @@ async fn end_lease(
 
 /// RELEASE a parked lease (task ended with its interface) out of the node
 /// uplink that carried its replies: unicast from the leased address to the
-/// server, at the server MAC learned from the ACK, with the pod's MAC.
+/// server, at the server MAC learned from the ACK, with the pod's MAC (a
+/// DHCPv6 lease's: [`crate::lease::v6::release_parked`]).
 fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
+    if rec.lease6.is_some() {
+        crate::lease::v6::release_parked(&agent.svc, rec, agent.base.acquire_timeout);
+        return;
+    }
     let (Some(uplink), Some(lease)) = (&rec.uplink, &rec.lease) else {
         return;
     };
