@@ -24,7 +24,7 @@ use crate::lease::v6::{Acquisition6, address6};
 use crate::model::Network;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate, Place};
-use crate::ops::guard_port::{PortNetwork, guard_port};
+use crate::ops::guard_port::{PortNetwork, first_send_held, guard_port};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{Deadline, ReportTo, report_address6, unrecorded, unreport};
 use crate::rpc::CniRequest;
@@ -59,17 +59,12 @@ pub(crate) async fn add(
             }
         })?;
     let (mac, ifindex, peer) = (link.info.mac, link.info.ifindex, link.take_veth_peer());
-    drop(link);
-    guard_port(
-        agent,
-        &req.container_id,
-        &req.ifname,
-        &netns,
-        PortNetwork::of_config(&req.config),
-        (mac, false),
-        HostEnd::of(peer),
-    )
-    .await;
+    // The guard goes on beside the acquisition, as for IPv4: its filter's
+    // attach waits for an RCU grace period, which the server's round trips
+    // hide. Only the port's `clsact` qdisc is waited for before the first
+    // SOLICIT (making it drops what the port is handed in that moment), and,
+    // when the open brought the interface up, its bridge port forwarding.
+    let prepared = first_send_held(agent, &mut link, &peer);
     let record = fresh_record(
         req,
         who.pod.clone(),
@@ -79,13 +74,27 @@ pub(crate) async fn add(
     );
     let acquisition = Acquisition6 {
         record,
-        netns,
+        netns: netns.clone(),
         ifindex,
     };
-    let acquired = agent
-        .leases
-        .acquire6(&agent.pacing, agent.base.acquire_timeout, acquisition)
-        .await;
+    let acquire = async {
+        link.settle().await;
+        drop(link);
+        agent
+            .leases
+            .acquire6(&agent.pacing, agent.base.acquire_timeout, acquisition)
+            .await
+    };
+    let guard = guard_port(
+        agent,
+        &req.container_id,
+        &req.ifname,
+        &netns,
+        PortNetwork::of_config(&req.config),
+        (mac, false),
+        HostEnd { peer, prepared },
+    );
+    let (acquired, ()) = tokio::join!(acquire, guard);
     let (handle, lease) = match acquired {
         Ok(x) => x,
         Err(f) => {
