@@ -1238,6 +1238,43 @@ fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory()
     assert!(agent.leases().is_empty(), "{:?}", agent.leases());
 }
 
+/// A VM whose VF is passed through with `vfio-pci` is refused on an IPv6
+/// and on a dual-stack network, naming the network's family, the VM, its
+/// device and why: nothing is handed off, no attachment is left.
+#[test]
+fn vfio_vm_on_an_ipv6_or_dual_stack_network_is_refused_naming_its_device() {
+    const NAD: &str = "localnet-v6-vfio";
+    let launcher = NetNs::new();
+    let rig = VfRig::start(
+        None,
+        &vfio_seed("02:00:00:00:20:63", NAD),
+        ((0x15b3, 0x101e), "mlx5_core"),
+        |_, a| a.datapath = DatapathChoice::Afpacket,
+    );
+    for family in ["ipv6", "dual"] {
+        let mut config = localnet_config6(NAD, family);
+        config["deviceID"] = json!(BDF);
+        let req = request(
+            &format!("ctr-vfio-{family}"),
+            "virt-launcher-vm2-x",
+            launcher.path(),
+            "net1",
+            &config,
+        );
+        let e = rig.agent.add(&req).unwrap_err().into_cni();
+        assert_eq!(e.code, code::UNSUPPORTED_FIELD, "{e:?}");
+        for part in [
+            format!("\"family\": \"{family}\""),
+            "VM vm2".to_owned(),
+            BDF.to_owned(),
+            "vfio-pci".to_owned(),
+        ] {
+            assert!(e.msg.contains(&part), "{part} not in {}", e.msg);
+        }
+    }
+    rig.assert_untouched("mlx5_core");
+}
+
 #[test]
 fn vfio_vm_with_an_unknown_vf_fails_naming_the_ids_and_touches_nothing() {
     const NAD: &str = "localnet-dhcp-vfio";
