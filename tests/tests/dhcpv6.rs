@@ -692,3 +692,82 @@ fn kea_dhcp6_leases_under_the_pods_duid_and_honours_the_release() {
         kea.log()
     );
 }
+
+/// A KubeVirt VM's one-shot DHCPv6 discovery (its launcher pod and VMI in
+/// the embedded pod store; the VM's MAC from the VMI's spec) is run once:
+/// dnsmasq binds the address to the VM's DUID-LL; a killed and restarted
+/// agent keeps the record as it is (`OneShot` in `xdhcp leases`) and sends
+/// nothing for it (no SOLICIT, REQUEST, RENEW or REBIND); a repeated ADD
+/// reports the same address without an exchange; DEL sends no RELEASE and
+/// dnsmasq keeps the binding.
+#[test]
+fn a_vms_ipv6_discovery_is_not_run_again_after_a_restart() {
+    const VM_MAC: &str = "02:00:00:00:20:64";
+    const POD: &str = "virt-launcher-vm8";
+    let lab = Lab::builder().server_behind_uplink().build();
+    let server = Dnsmasq6::start(lab.dhcp_ns());
+    let mut agent = AgentProcess::start(&[]);
+    let vmi = serde_json::json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm8", "namespace": "tenant"},
+        "spec": {
+            "networks": [{"name": "v6", "multus": {"networkName": "tenant/v6net"}}],
+            "domain": {"devices": {"interfaces": [
+                {"name": "v6", "bridge": {}, "macAddress": VM_MAC}
+            ]}}
+        }
+    });
+    let store = serde_json::json!({
+        "pods": {format!("tenant/{POD}"): {"labels": {
+            "kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm8"}}},
+        "vmis": {"tenant/vm8": vmi}
+    });
+    std::fs::write(agent.state_dir.join("pod-networks.json"), store.to_string()).unwrap();
+    let c = &lab.clients[0];
+    let req = request6(POD, "uid-vm8", c.ns.path());
+    let client = xdhcp::rpc::Client::new(&agent.socket, Duration::from_mins(1));
+    let add = || -> xdhcp::rpc::CniResult {
+        let v = client.post(xdhcp::rpc::PATH_ADD, &req).expect("VM ADD");
+        serde_json::from_value(v).expect("a CNI result")
+    };
+    let addr = add().ips6[0].address.addr.to_string();
+    let held = server.leases();
+    assert!(
+        held.lines()
+            .any(|l| l.contains(&format!(" {addr} "))
+                && l.ends_with(&format!("00:03:00:01:{VM_MAC}"))),
+        "dnsmasq holds no lease for {addr} under the VM's DUID-LL:\n{held}"
+    );
+    let exchanges = || {
+        let log = server.log();
+        ["DHCPSOLICIT", "DHCPREQUEST", "DHCPRENEW", "DHCPREBIND"]
+            .iter()
+            .map(|m| log.matches(m).count())
+            .sum::<usize>()
+    };
+    let before = exchanges();
+
+    agent.kill_and_restart();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        exchanges(),
+        before,
+        "the restarted agent ran the VM's discovery again:\n{}",
+        server.log()
+    );
+    let table = agent.cli("leases", false);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(POD) && l.contains(&addr) && l.contains("OneShot")),
+        "{table}"
+    );
+    assert_eq!(add().ips6[0].address.addr.to_string(), addr);
+    assert_eq!(exchanges(), before, "the repeated ADD ran an exchange");
+
+    let _: serde_json::Value = client.post(xdhcp::rpc::PATH_DEL, &req).expect("DEL");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!server.log().contains("DHCPRELEASE"), "{}", server.log());
+    assert!(server.leases().contains(&format!(" {addr} ")));
+    assert!(!agent.cli("leases", false).contains(POD));
+}

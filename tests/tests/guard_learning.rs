@@ -44,6 +44,11 @@
 //! replies are consumed at the uplink, the guest's own pass it unchanged,
 //! and the guard on the VM's port learns the guest's address from them.
 //!
+//! And one dual-stack VM, whose ADD (before the launcher's interface is
+//! bridged, as at a sandbox's creation) reports a DHCPv4 and a DHCPv6
+//! address in one entry: the guest's own IPv4 address replaces the
+//! one-shot's there, and the IPv6 address stays beside it.
+//!
 //! Every guest client runs in a private mount namespace whose
 //! `/var/lib/dhcpcd` and `/run` are the test's own directories: dhcpcd's
 //! DUID, lease file, pid file and control socket never touch this machine's
@@ -264,23 +269,7 @@ fn vm_with_server(start: impl FnOnce(&Lab) -> Running) -> Vm {
 fn vm_on(lab: Lab, start: impl FnOnce(&Lab) -> Running) -> Vm {
     let server = start(&lab);
     let launcher = &lab.clients[0];
-    // Bridge binding: the pod interface and the guest's link on one bridge.
-    let guest = NetNs::new();
-    let mac = parse_mac(VM_MAC).unwrap();
-    let link = Veth::with_mac(&launcher.ns, "tapg", &guest, "eth0", mac);
-    launcher
-        .ns
-        .ip(&["link", "add", "k6t-eth0", "type", "bridge"]);
-    launcher
-        .ns
-        .ip(&["link", "set", "eth0", "master", "k6t-eth0"]);
-    launcher
-        .ns
-        .ip(&["link", "set", "tapg", "master", "k6t-eth0"]);
-    for i in ["k6t-eth0", "tapg", "eth0"] {
-        launcher.ns.link_up(i);
-    }
-    guest.link_up("eth0");
+    let (guest, link) = bridge_guest(launcher);
 
     let key = format!("{NS}/{NAD}");
     let api = Api::start_in(lab.server.path());
@@ -293,17 +282,7 @@ fn vm_on(lab: Lab, start: impl FnOnce(&Lab) -> Running) -> Vm {
         ],
         &[],
     );
-    api.server.put_vmi(json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm1", "namespace": NS},
-        "spec": {
-            "networks": [{"name": "default", "pod": {}}, {"name": "dhcpnet", "multus": {"networkName": key}}],
-            "domain": {"devices": {"interfaces": [
-                {"name": "default", "masquerade": {}},
-                {"name": "dhcpnet", "bridge": {}, "macAddress": VM_MAC}
-            ]}}
-        }
-    }));
+    api.server.put_vmi(vmi(&key));
     let uplink = format!("physnet1={}", Lab::UPLINK);
     let uplinks: &[&str] = if lab.uplink.is_some() {
         &[&uplink]
@@ -359,6 +338,44 @@ fn vm_on(lab: Lab, start: impl FnOnce(&Lab) -> Running) -> Vm {
         req,
         guest_fs,
     }
+}
+
+/// Bridge binding: the launcher's pod interface and the guest's link (a
+/// new namespace whose `eth0` has the VM's MAC) on one bridge.
+fn bridge_guest(launcher: &xdhcp_tests::LabClient) -> (NetNs, Veth) {
+    let guest = NetNs::new();
+    let mac = parse_mac(VM_MAC).unwrap();
+    let link = Veth::with_mac(&launcher.ns, "tapg", &guest, "eth0", mac);
+    launcher
+        .ns
+        .ip(&["link", "add", "k6t-eth0", "type", "bridge"]);
+    launcher
+        .ns
+        .ip(&["link", "set", "eth0", "master", "k6t-eth0"]);
+    launcher
+        .ns
+        .ip(&["link", "set", "tapg", "master", "k6t-eth0"]);
+    for i in ["k6t-eth0", "tapg", "eth0"] {
+        launcher.ns.link_up(i);
+    }
+    guest.link_up("eth0");
+    (guest, link)
+}
+
+/// The VMI `vm1`, its interface `dhcpnet` on the NAD `key` with the VM's
+/// MAC.
+fn vmi(key: &str) -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm1", "namespace": NS},
+        "spec": {
+            "networks": [{"name": "default", "pod": {}}, {"name": "dhcpnet", "multus": {"networkName": key}}],
+            "domain": {"devices": {"interfaces": [
+                {"name": "default", "masquerade": {}},
+                {"name": "dhcpnet", "bridge": {}, "macAddress": VM_MAC}
+            ]}}
+        }
+    })
 }
 
 /// Waits up to a second for the entry to report `ip`.
@@ -1054,6 +1071,91 @@ fn a_forged_ack_from_the_segment_moves_nothing_the_guests_exchange_still_does_dn
     let dir = tempfile::tempdir().unwrap();
     let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
     assert_ne!(guest_ip, WANTED);
+    assert_learned_one(&vm, guest_ip);
+    drop(vm);
+    host_before.assert_unchanged();
+}
+
+/// A dual-stack VM: its ADD (at the sandbox's creation, before
+/// virt-launcher bridges the pod interface with the guest's link) runs the
+/// one-shot DHCPv4 and DHCPv6 discoveries and reports both addresses in
+/// one entry. Then dhcpcd in the guest, with its DUID, leases another IPv4
+/// address: the entry follows it and keeps the VM's IPv6 address beside
+/// it, each family's gateway with it.
+#[test]
+fn a_dual_stack_vms_entry_follows_the_guests_ipv4_and_keeps_its_ipv6_dnsmasq_fake_apiserver() {
+    let host_before = HostDhcpcd::snapshot();
+    let lab = Lab::with_clients(1);
+    let v4 = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let _v6 = xdhcp_tests::Dnsmasq6::start_on(
+        &lab.server,
+        Lab::BRIDGE,
+        "fd00:6::1/64",
+        "fd00:6::100,fd00:6::1ff",
+        &[],
+    );
+    let key = format!("{NS}/{NAD}");
+    let api = Api::start_in(lab.server.path());
+    let uid = api.server.add_pod(
+        NS,
+        POD,
+        &[
+            ("kubevirt.io", "virt-launcher"),
+            ("vm.kubevirt.io/name", "vm1"),
+        ],
+        &[],
+    );
+    api.server.put_vmi(vmi(&key));
+    let agent = NodeAgent::start(lab.server.path(), &api.kubeconfig, &[]);
+    let launcher = &lab.clients[0];
+    let conf = json!({
+        "cniVersion": "1.1.0", "name": NAD, "type": "ovn-k8s-cni-overlay",
+        "topology": "localnet", "netAttachDefName": key,
+        "ipam": {"type": "xdhcp", "family": "dual", "timeout": "20s",
+                 "ipv6": {"prefixLength": 64, "gateway": "fd00:6::1"}}
+    });
+    let req = CniRequest {
+        container_id: "c-vm1".to_owned(),
+        ifname: "eth0".to_owned(),
+        netns: Some(launcher.ns.path().to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
+            ("K8S_POD_NAME".to_owned(), POD.to_owned()),
+            ("K8S_POD_UID".to_owned(), uid),
+        ]
+        .into(),
+        config: config::parse(conf.to_string().as_bytes()).unwrap(),
+    };
+    let r = agent.add(&req);
+    let (one_shot, a6) = (r.ips[0].address, r.ips6[0].address);
+    let entry = || api.networks().expect("the entry")[&key].clone();
+    assert_eq!(
+        entry()["ip_addresses"],
+        json!([one_shot.to_string(), a6.to_string()])
+    );
+    let (guest, link) = bridge_guest(launcher);
+    let vm = Vm {
+        agent,
+        api,
+        guest,
+        _guest_link: link,
+        server: Running::Dnsmasq(v4),
+        lab,
+        one_shot: one_shot.addr,
+        req,
+        guest_fs: GuestFs::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
+    assert_eq!(
+        vm.api.networks().expect("the entry")[&key]["ip_addresses"],
+        json!([format!("{guest_ip}/24"), a6.to_string()]),
+        "the guest's IPv4 address replaces the one-shot's, the IPv6 one stays"
+    );
+    assert_eq!(
+        vm.api.networks().expect("the entry")[&key]["gateway_ips"],
+        json!(["192.0.2.1", "fd00:6::1"])
+    );
     assert_learned_one(&vm, guest_ip);
     drop(vm);
     host_before.assert_unchanged();

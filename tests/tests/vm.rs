@@ -542,6 +542,333 @@ fn vm_pod_via_the_fake_api_server_patches_pod_networks_and_refuses_a_recreated_p
     drop(server);
 }
 
+// ------------------------------------------------------- IPv6, dual stack
+
+/// The ADD's config of an IPv6 (`family` `ipv6`) or dual-stack (`dual`)
+/// localnet network, asking for `"apply": true`, which a VM's discovery
+/// ignores.
+fn localnet_config6(nad: &str, family: &str) -> Value {
+    json!({
+        "cniVersion": "1.1.0", "name": nad, "type": "ovn-k8s-cni-overlay",
+        "topology": "localnet", "role": "secondary", "physicalNetworkName": "physnet",
+        "netAttachDefName": format!("{NS}/{nad}"),
+        "ipam": {"type": "xdhcp", "family": family, "apply": true, "timeout": "20s",
+                 "ipv6": {"prefixLength": 64, "gateway": "fd00:6::1"}}
+    })
+}
+
+/// The DUID-LL (type 3, hardware type 1) of `mac`, as the servers write it.
+fn duid_ll(mac: &str) -> String {
+    format!("00:03:00:01:{mac}")
+}
+
+/// Whether `addr` is on `ifname` in `ns`.
+fn has_address6(ns: &NetNs, ifname: &str, addr: std::net::Ipv6Addr) -> bool {
+    ns.ip(&["-6", "addr", "show", "dev", ifname])
+        .contains(&format!("{addr}/"))
+}
+
+/// A VM on an IPv6 network (its launcher's `net1` as the VM's device,
+/// before virt-launcher bridges it: the ADD comes at the sandbox's
+/// creation) gets a one-shot DHCPv6 discovery with its own DUID-LL and
+/// IAID: Kea binds the address to the VM's MAC, not the launcher
+/// interface's; the address is reported (result, entry with the VM's MAC,
+/// `xdhcp leases`), never configured on the launcher's interface though the
+/// network asks for `apply`, and CHECK passes without it. The agent runs
+/// in the node's namespace, so the guard goes on the launcher's port with
+/// the VM's MAC (which the interface's is not). A migration target's ADD
+/// (another launcher, the same VM) while the source still runs gets the
+/// same address; DELs send no RELEASE: Kea still holds the binding.
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: source ADD, CHECK, migration target ADD, both DELs, each with its checks"
+)]
+fn a_vm_on_an_ipv6_network_gets_its_duids_address_never_released_and_kept_across_migration() {
+    const VM_MAC: &str = "02:00:00:00:20:61";
+    const NAD: &str = "localnet-v6";
+    let key = format!("{NS}/{NAD}");
+    let mut lab = Lab::builder()
+        .server_behind_uplink()
+        .client_ifname("net1")
+        .build();
+    let kea = xdhcp_tests::Kea6::start(lab.dhcp_ns());
+    lab.add_client("net1");
+    let (src, dst) = (&lab.clients[0], &lab.clients[1]);
+    assert_ne!(format_mac(src.mac), VM_MAC);
+    assert_ne!(format_mac(dst.mac), VM_MAC);
+    let seed = json!({
+        "pods": {
+            format!("{NS}/virt-launcher-vm6-src"): launcher_pod("vm6"),
+            format!("{NS}/virt-launcher-vm6-dst"): launcher_pod("vm6"),
+        },
+        "vmis": {format!("{NS}/vm6"): vmi_doc("vm6", "dhcpnet", &key, VM_MAC)}
+    });
+    let agent = TestAgent::start(Some(lab.server.path()), &seed, |a| {
+        a.datapath = DatapathChoice::Afpacket;
+    });
+
+    let req = request(
+        "ctr-v6-src",
+        "virt-launcher-vm6-src",
+        src.ns.path(),
+        "net1",
+        &localnet_config6(NAD, "ipv6"),
+    );
+    let r = agent.add(&req).expect("VM ADD on an IPv6 network");
+    assert!(r.ips.is_empty(), "{r:?}");
+    let a6 = r.ips6[0].address;
+    assert_eq!(a6.prefix_len, 64);
+    let ip6 = a6.addr;
+    assert!(
+        (0xfd00_0006_0000_0000_0000_0000_0000_0100..=0xfd00_0006_0000_0000_0000_0000_0000_01ff)
+            .contains(&u128::from(ip6)),
+        "{ip6} is not in the server's range"
+    );
+    // Bound to the VM's DUID-LL and IAID, never to the launcher's.
+    let vm_mac = xdhcp_tests::parse_mac(VM_MAC).unwrap();
+    let held = kea.leases();
+    let lease = held
+        .iter()
+        .find(|l| l.address == ip6)
+        .unwrap_or_else(|| panic!("Kea holds no lease for {ip6}: {held:?}\n{}", kea.log()));
+    assert_eq!(lease.duid, duid_ll(VM_MAC), "not the VM's DUID-LL");
+    assert_eq!(lease.iaid, xdhcp_engine::v6::iaid_from_mac(vm_mac));
+    assert!(
+        held.iter().all(|l| l.duid != duid_ll(&format_mac(src.mac))),
+        "a lease for the launcher's own DUID: {held:?}"
+    );
+    // Reported, not configured.
+    assert!(!has_address6(&src.ns, "net1", ip6), "{ip6} on net1");
+    let entry = agent
+        .network_entry("virt-launcher-vm6-src", &key)
+        .expect("pod-networks entry written");
+    assert_eq!(
+        entry,
+        json!({"ip_addresses": [format!("{ip6}/64")], "mac_address": VM_MAC,
+               "gateway_ips": ["fd00:6::1"], "role": "secondary", "ipam_mode": "dhcp"})
+    );
+    let table = agent.leases();
+    assert_eq!(table.len(), 1, "{table:?}");
+    assert_eq!(
+        (
+            table[0].workload.as_str(),
+            table[0].state.as_str(),
+            table[0].family.as_str(),
+            table[0].mac.as_str()
+        ),
+        ("vm:vm6", "OneShot", "ipv6", VM_MAC),
+        "{table:?}"
+    );
+    let _ = agent
+        .post(rpc::PATH_CHECK, &req)
+        .expect("CHECK of a VM's IPv6 discovery");
+    // The guard is on the launcher's port, with a VM's policy.
+    let guarded = agent.status().guarded_ports;
+    assert!(
+        guarded.iter().any(|p| p.port == src.port() && p.learning),
+        "{guarded:?}"
+    );
+
+    // The migration target, while the source still runs: the same DUID and
+    // IAID, the same binding.
+    let req2 = request(
+        "ctr-v6-dst",
+        "virt-launcher-vm6-dst",
+        dst.ns.path(),
+        "net1",
+        &localnet_config6(NAD, "ipv6"),
+    );
+    let r2 = agent.add(&req2).expect("migration target ADD");
+    assert_eq!(r2.ips6[0].address, a6, "same address after migration");
+    let entry2 = agent
+        .network_entry("virt-launcher-vm6-dst", &key)
+        .expect("target entry");
+    assert_eq!(entry2, entry, "the target reports what the source did");
+    assert!(
+        !has_address6(&dst.ns, "net1", ip6),
+        "{ip6} on the target's net1"
+    );
+    let vm_leases: Vec<_> = kea
+        .leases()
+        .into_iter()
+        .filter(|l| l.duid == duid_ll(VM_MAC))
+        .collect();
+    assert_eq!(vm_leases.len(), 1, "one binding for the VM: {vm_leases:?}");
+
+    // DELs: no RELEASE, the server keeps the VM's binding; the entries go.
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("source DEL");
+    let _ = agent.post(rpc::PATH_DEL, &req2).expect("target DEL");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        kea.leases()
+            .iter()
+            .any(|l| l.address == ip6 && l.duid == duid_ll(VM_MAC)),
+        "a VM DEL must not release: {:?}\n{}",
+        kea.leases(),
+        kea.log()
+    );
+    assert!(agent.network_entry("virt-launcher-vm6-src", &key).is_none());
+    assert!(agent.network_entry("virt-launcher-vm6-dst", &key).is_none());
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+}
+
+/// A VM on a dual-stack network, through the stand-in API server driven by
+/// the real `kube::Client`: one ADD runs both one-shot discoveries with the
+/// VM's MAC (dnsmasq's DHCPv4 lease names the VM's MAC, its DHCPv6 lease
+/// the VM's DUID-LL), answers with one result carrying both, and patches
+/// one entry with both addresses, both gateways and the VM's MAC beside
+/// the pod's `default` entry; nothing is configured. A migration target
+/// gets both addresses again; no DEL releases either.
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: source ADD, migration target ADD, both DELs, each with its checks"
+)]
+fn a_dual_stack_vm_gets_both_addresses_in_one_result_and_entry_fake_apiserver() {
+    const VM_MAC: &str = "02:00:00:00:20:62";
+    const NAD: &str = "localnet-dual";
+    const SRC: &str = "virt-launcher-vm7-src";
+    const DST: &str = "virt-launcher-vm7-dst";
+    let key = format!("{NS}/{NAD}");
+    let server = StandInApi::start();
+    let default_entry = json!({"default": {"ip_addresses": ["10.128.0.9/23"],
+        "mac_address": "0a:58:0a:80:00:09", "gateway_ips": ["10.128.0.1"], "role": "primary"}});
+    let labels = [
+        ("kubevirt.io", "virt-launcher"),
+        ("vm.kubevirt.io/name", "vm7"),
+    ];
+    let uids = [SRC, DST].map(|pod| {
+        server.add_pod(
+            NS,
+            pod,
+            &labels,
+            &[(POD_NETWORKS, &default_entry.to_string())],
+        )
+    });
+    server.put_vmi(vmi_doc("vm7", "dhcpnet", &key, VM_MAC));
+    let kubeconfig = server.kubeconfig.clone();
+
+    let mut lab = Lab::builder()
+        .server_behind_uplink()
+        .client_ifname("net1")
+        .build();
+    let dnsmasq = Dnsmasq::start(
+        lab.dhcp_ns(),
+        DnsmasqConfig {
+            interface: Lab::SERVER_IF.to_owned(),
+            ..DnsmasqConfig::default()
+        },
+    );
+    let dnsmasq6 = xdhcp_tests::Dnsmasq6::start(lab.dhcp_ns());
+    lab.add_client("net1");
+    let (src, dst) = (&lab.clients[0], &lab.clients[1]);
+    let agent = TestAgent::start(None, &json!({}), |a| {
+        a.kube = KubeMode::On;
+        a.kubeconfig = Some(kubeconfig.clone());
+        a.datapath = DatapathChoice::Afpacket;
+    });
+    let annotation = |pod: &str| -> Value {
+        serde_json::from_str(
+            &server
+                .annotation(NS, pod, POD_NETWORKS)
+                .expect("annotation"),
+        )
+        .expect("the annotation is JSON")
+    };
+    let dual_req = |container: &str, pod: &str, uid: &str, ns: &NetNs| {
+        let mut req = request(
+            container,
+            pod,
+            ns.path(),
+            "net1",
+            &localnet_config6(NAD, "dual"),
+        );
+        req.args.insert("K8S_POD_UID".into(), uid.to_owned());
+        req
+    };
+
+    let req = dual_req("ctr-dual-src", SRC, &uids[0], &src.ns);
+    let r = agent.add(&req).expect("VM ADD on a dual-stack network");
+    let (a4, a6) = (r.ips[0].address, r.ips6[0].address);
+    assert_eq!(a4.prefix_len, 24);
+    assert_eq!(r.ips[0].gateway, Some(lab.server_ip));
+    assert_eq!(a6.prefix_len, 64);
+    // Both bound to the VM's identity.
+    let vm_mac = xdhcp_tests::parse_mac(VM_MAC).unwrap();
+    assert_eq!(dnsmasq.lease_for(vm_mac).map(|l| l.ip), Some(a4.addr));
+    assert!(dnsmasq.lease_for(src.mac).is_none());
+    let leases6 = dnsmasq6.leases();
+    let line = leases6
+        .lines()
+        .find(|l| l.contains(&format!(" {} ", a6.addr)))
+        .unwrap_or_else(|| panic!("dnsmasq holds no lease for {}:\n{leases6}", a6.addr));
+    assert!(
+        line.ends_with(&duid_ll(VM_MAC)),
+        "not the VM's DUID-LL: {line}"
+    );
+    assert!(
+        !leases6.contains(&duid_ll(&format_mac(src.mac))),
+        "a lease for the launcher's own DUID:\n{leases6}"
+    );
+    // One entry with both, beside the default one; nothing configured.
+    let ann = annotation(SRC);
+    assert_eq!(
+        ann["default"], default_entry["default"],
+        "default entry kept"
+    );
+    assert_eq!(
+        ann[&key],
+        json!({"ip_addresses": [a4.to_string(), a6.to_string()], "mac_address": VM_MAC,
+               "gateway_ips": ["192.0.2.1", "fd00:6::1"], "role": "secondary",
+               "ipam_mode": "dhcp"})
+    );
+    assert_no_ipv4(&src.ns, &["net1"]);
+    assert!(!has_address6(&src.ns, "net1", a6.addr));
+    let mut rows: Vec<(String, String)> = agent
+        .leases()
+        .into_iter()
+        .map(|l| (l.family, l.state))
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("ipv4".to_owned(), "OneShot".to_owned()),
+            ("ipv6".to_owned(), "OneShot".to_owned())
+        ]
+    );
+
+    // The migration target: both addresses again, while the source runs.
+    let req2 = dual_req("ctr-dual-dst", DST, &uids[1], &dst.ns);
+    let r2 = agent.add(&req2).expect("migration target ADD");
+    assert_eq!((r2.ips[0].address, r2.ips6[0].address), (a4, a6));
+    assert_eq!(annotation(DST)[&key], ann[&key]);
+    assert_no_ipv4(&dst.ns, &["net1"]);
+    assert!(!has_address6(&dst.ns, "net1", a6.addr));
+
+    // No DEL releases either lease.
+    let _ = agent.post(rpc::PATH_DEL, &req).expect("source DEL");
+    let _ = agent.post(rpc::PATH_DEL, &req2).expect("target DEL");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!dnsmasq.log().contains("DHCPRELEASE"), "{}", dnsmasq.log());
+    assert!(
+        !dnsmasq6.log().contains("DHCPRELEASE"),
+        "{}",
+        dnsmasq6.log()
+    );
+    assert_eq!(dnsmasq.lease_for(vm_mac).map(|l| l.ip), Some(a4.addr));
+    assert!(dnsmasq6.leases().contains(&format!(" {} ", a6.addr)));
+    for pod in [SRC, DST] {
+        let ann = annotation(pod);
+        assert!(ann.get(&key).is_none(), "{ann}");
+        assert_eq!(ann["default"], default_entry["default"]);
+    }
+    assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    drop(agent);
+    drop(server);
+}
+
 // ------------------------------------------------------------------ VFIO
 
 const BDF: &str = "0000:3b:02.2";
@@ -909,6 +1236,43 @@ fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory()
     assert_eq!(fake.driver_override(), "vfio-pci");
     assert_eq!(fake.journal_entries(), 0);
     assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+}
+
+/// A VM whose VF is passed through with `vfio-pci` is refused on an IPv6
+/// and on a dual-stack network, naming the network's family, the VM, its
+/// device and why: nothing is handed off, no attachment is left.
+#[test]
+fn vfio_vm_on_an_ipv6_or_dual_stack_network_is_refused_naming_its_device() {
+    const NAD: &str = "localnet-v6-vfio";
+    let launcher = NetNs::new();
+    let rig = VfRig::start(
+        None,
+        &vfio_seed("02:00:00:00:20:63", NAD),
+        ((0x15b3, 0x101e), "mlx5_core"),
+        |_, a| a.datapath = DatapathChoice::Afpacket,
+    );
+    for family in ["ipv6", "dual"] {
+        let mut config = localnet_config6(NAD, family);
+        config["deviceID"] = json!(BDF);
+        let req = request(
+            &format!("ctr-vfio-{family}"),
+            "virt-launcher-vm2-x",
+            launcher.path(),
+            "net1",
+            &config,
+        );
+        let e = rig.agent.add(&req).unwrap_err().into_cni();
+        assert_eq!(e.code, code::UNSUPPORTED_FIELD, "{e:?}");
+        for part in [
+            format!("\"family\": \"{family}\""),
+            "VM vm2".to_owned(),
+            BDF.to_owned(),
+            "vfio-pci".to_owned(),
+        ] {
+            assert!(e.msg.contains(&part), "{part} not in {}", e.msg);
+        }
+    }
+    rig.assert_untouched("mlx5_core");
 }
 
 #[test]

@@ -215,7 +215,9 @@ impl Live {
                 }
             }),
             server: r.lease.as_ref().map(|l| l.server_id),
-            state: if matches!(r.workload, WorkloadKind::Vm { .. }) && r.lease.is_some() {
+            state: if matches!(r.workload, WorkloadKind::Vm { .. })
+                && (r.lease.is_some() || r.lease6.is_some())
+            {
                 "OneShot".to_owned()
             } else {
                 format!("{:?}", self.state)

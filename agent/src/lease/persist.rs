@@ -96,7 +96,8 @@ pub(crate) mod tests {
     use std::time::Duration;
     use xdhcp_engine::Lease;
 
-    fn record(id: &str, lease: Option<Lease>) -> LeaseRecord {
+    /// A VM's record on an IPv4 network with `"apply": true`.
+    pub(crate) fn record(id: &str, lease: Option<Lease>) -> LeaseRecord {
         LeaseRecord {
             version: RECORD_VERSION,
             updated_unix_ms: 0,

@@ -13,6 +13,10 @@
 //! at T1, and released (RELEASE) when DEL stops the task. With `"apply": true` the
 //! task configures the address (and the network's gateway route) itself.
 //!
+//! A VM's record ([`WorkloadKind::Vm`]) runs the same engine once: the
+//! discovery ends at the first binding, which the guest's own client owns
+//! from then on (no renewal, no RELEASE, nothing configured; [`TaskRole`]).
+//!
 //! One thing: the v6 lease's acquisition, its event loop and its handlers.
 
 use std::path::PathBuf;
@@ -34,7 +38,7 @@ pub(crate) use crate::lease::apply::{address6, wants_router};
 use crate::lease::effects::{Effect, Effects as _};
 use crate::lease::live::{Command, EngineState, Live};
 use crate::lease::pacing::Pacing;
-use crate::lease::persist::{Durable, LeaseRecord};
+use crate::lease::persist::{Durable, LeaseRecord, WorkloadKind};
 use crate::lease::registry::{Handle, Registry};
 use crate::lease::router6::Routers;
 use crate::lease::services::Services;
@@ -257,6 +261,33 @@ pub(crate) struct Acquisition6 {
     /// The pod's namespace and the interface's index there.
     pub(crate) netns: PathBuf,
     pub(crate) ifindex: u32,
+    /// The interface's own MAC, which its router solicitations carry: a
+    /// pod's is the record's, a VM's launcher interface has its own (the
+    /// record's is the VM's, which only the DUID and IAID carry).
+    pub(crate) link_mac: [u8; 6],
+}
+
+/// How a v6 lease task treats its lease, from whom the record is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TaskRole {
+    /// A VM's one-shot discovery: the task ends at the first binding,
+    /// which it neither renews nor releases (the guest's own client owns
+    /// the binding from then on).
+    pub(crate) one_shot: bool,
+    /// Configure the address on the interface (`"apply": true`): a pod's
+    /// only. The launcher pod's interface of a VM never carries the VM's
+    /// address.
+    pub(crate) apply: bool,
+}
+
+impl TaskRole {
+    pub(crate) fn of(record: &LeaseRecord) -> Self {
+        let pod = record.workload == WorkloadKind::Pod;
+        Self {
+            one_shot: !pod,
+            apply: pod && record.network.ipam.apply,
+        }
+    }
 }
 
 impl Registry {
@@ -283,7 +314,7 @@ impl Registry {
                 Failure::Port(source)
             })?;
         let routers = if wants_router(&rec.network) {
-            Routers::open(&a.netns, &rec.ifname, a.ifindex, rec.mac).await
+            Routers::open(&a.netns, &rec.ifname, a.ifindex, a.link_mac).await
         } else {
             None
         };
@@ -355,9 +386,17 @@ impl Registry {
         (sock, routers): (Udp6, Option<Routers>),
         waiter: Option<oneshot::Sender<Outcome6>>,
     ) -> Handle {
-        let apply = record.network.ipam.apply;
+        let role = TaskRole::of(&record);
         let svc = self.services();
-        let kernel = Kernel6::open(&svc.capture, &netns, &record.ifname);
+        // A one-shot discovery is over in a round trip or two: its socket
+        // takes the replies (the kernel owns none of its transactions, so
+        // none is taken before the pod's stack), and the launcher's
+        // interface gets no capture program attached as the discovery ends.
+        let kernel = if role.one_shot {
+            None
+        } else {
+            Kernel6::open(&svc.capture, &netns, &record.ifname)
+        };
         let started = self.register(record, client.state().into(), CapturePath::Udp6);
         let task = Task6 {
             svc,
@@ -370,7 +409,7 @@ impl Registry {
             waiter,
             persisted: started.persisted,
             netns,
-            apply,
+            role,
             applied: None,
             release_lost: false,
         };
@@ -401,8 +440,8 @@ struct Task6 {
     waiter: Option<oneshot::Sender<Outcome6>>,
     persisted: watch::Sender<Durable>,
     netns: PathBuf,
-    /// The network's `"apply": true`.
-    apply: bool,
+    /// One-shot or maintained; whether it configures the address.
+    role: TaskRole,
     /// What the task configured on the interface.
     applied: Option<Address6>,
     /// A RELEASE could be sent by no path: no reply will come.
@@ -513,7 +552,7 @@ impl Task6 {
     /// duplicate address detection ([`apply::configure6`]). A duplicate is
     /// taken off again and not recorded as applied.
     async fn configure(&mut self, lease: &v6::Lease, dad: bool) -> Result<Dad6, Arc<NetlinkError>> {
-        if !self.apply {
+        if !self.role.apply {
             return Ok(Dad6::Unique);
         }
         let rec = self.record();
@@ -602,6 +641,15 @@ impl Task6 {
                 }
                 if let Durable::Failed(_) = written {
                     self.svc.metrics.failure("persist");
+                }
+                // A VM's discovery is done: the record stays (the entry is
+                // reported from it, a restart keeps it as it is), and
+                // nothing more goes on the wire for it.
+                if self.role.one_shot {
+                    info!(
+                        "DHCPv6 one-shot discovery done: no renewal, no RELEASE (the guest's own client owns the binding)"
+                    );
+                    return Some(Ended::Kept);
                 }
             }
             Event::Renewed(lease) | Event::Changed { new: lease, .. } => {
@@ -898,6 +946,37 @@ pub(crate) mod tests {
         let a = address6(&bare, &lease(), Some(router_only));
         assert_eq!((a.prefix_len, a.gateway), (128, advertised.gateway));
         assert!(wants_router(&bare) && !wants_router(&named) && !wants_router(&prefix_only));
+    }
+
+    /// A pod's v6 task is maintained and configures its address as the
+    /// network says; a VM's is a one-shot discovery that configures
+    /// nothing on the launcher's interface, whatever the network says.
+    #[test]
+    fn a_vms_task_is_one_shot_and_configures_nothing() {
+        let mut rec = crate::lease::persist::tests::record("c", None);
+        assert!(rec.network.ipam.apply);
+        assert!(matches!(rec.workload, WorkloadKind::Vm { .. }));
+        let vm = TaskRole {
+            one_shot: true,
+            apply: false,
+        };
+        assert_eq!(TaskRole::of(&rec), vm);
+        rec.workload = WorkloadKind::Pod;
+        assert_eq!(
+            TaskRole::of(&rec),
+            TaskRole {
+                one_shot: false,
+                apply: true
+            }
+        );
+        rec.network.ipam.apply = false;
+        assert_eq!(
+            TaskRole::of(&rec),
+            TaskRole {
+                one_shot: false,
+                apply: false
+            }
+        );
     }
 
     /// The engine gets the workload's MAC, the network's Rapid Commit and

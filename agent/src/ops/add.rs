@@ -275,7 +275,11 @@ fn add_deadline(agent: &Agent, req: &CniRequest, wait: Option<Duration>) -> Dead
 }
 
 /// ADD on an IPv6 network (one DHCPv6 lease) or a dual-stack one (a
-/// DHCPv4 and a DHCPv6 lease), pods only for now.
+/// DHCPv4 and a DHCPv6 lease): a pod's leases, or a VM's one-shot
+/// discoveries on the launcher pod's netdev. A VM whose VF is passed
+/// through with `vfio-pci` is refused: its discovery runs during the VF's
+/// driver handoff, where there is no socket in the pod's namespace for
+/// `DHCPv6` to leave by.
 async fn add_v6(
     agent: &Arc<Agent>,
     req: &CniRequest,
@@ -285,15 +289,20 @@ async fn add_v6(
 ) -> Result<CniResult, Error> {
     let family = req.config.ipam.family;
     if let Workload::Vm { vmi_name } = &who.workload {
-        return Err(Error::Ipv6ForVm {
-            network: req.config.name.clone(),
-            family: if family == Family::Dual {
-                "dual"
-            } else {
-                "ipv6"
-            },
-            vmi: vmi_name.clone(),
-        });
+        if let Some(pci) = vm::vfio_device(agent, req, who.pod.as_ref())? {
+            return Err(Error::Ipv6ForVfioVm {
+                network: req.config.name.clone(),
+                family: if family == Family::Dual {
+                    "dual"
+                } else {
+                    "ipv6"
+                },
+                vmi: vmi_name.clone(),
+                pci,
+            });
+        }
+        let target = who.vm_pod(vmi_name);
+        return Box::pin(crate::ops::vm6::add(agent, req, target, netns, deadline)).await;
     }
     let to = crate::ops::add6::For {
         pod: who.pod,
@@ -745,8 +754,8 @@ fn on_interface(
     })
 }
 
-/// CHECK of an IPv6 attachment: its lease held and (with apply) its address
-/// on the interface.
+/// CHECK of an IPv6 attachment: its lease held and (with apply, for a pod)
+/// its address on the interface.
 async fn check6(
     req: &CniRequest,
     rec: persist::LeaseRecord,
@@ -756,7 +765,7 @@ async fn check6(
         ifname: req.ifname.clone(),
         state: format!("{state:?}"),
     })?;
-    if rec.network.ipam.apply {
+    if rec.network.ipam.apply && rec.workload == WorkloadKind::Pod {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
         let a = crate::lease::v6::address6(&rec.network, &lease, rec.router6);
         let present = apply::has_address6(ns, &req.ifname, a).await;

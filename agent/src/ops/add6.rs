@@ -5,8 +5,8 @@
 //! the interface ([`crate::lease::v6`]), its record on disk before the
 //! answer, and the CNI result with the address.
 //!
-//! The pod's `pod-networks` entry carries the address, as for IPv4. Not
-//! yet: VMs ([`docs/dhcpv6.md`]).
+//! The pod's `pod-networks` entry carries the address, as for IPv4. A VM's
+//! ADD on such a network is [`crate::ops::vm6`]'s.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -76,6 +76,7 @@ pub(crate) async fn add(
         record,
         netns: netns.clone(),
         ifindex,
+        link_mac: mac,
     };
     let acquire = async {
         link.settle().await;

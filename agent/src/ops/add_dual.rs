@@ -174,6 +174,7 @@ async fn acquire_both(
             record: record(Family::Ipv6),
             netns: netns.to_path_buf(),
             ifindex,
+            link_mac: mac,
         };
         agent
             .leases

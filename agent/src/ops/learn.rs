@@ -624,16 +624,44 @@ async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
     if let Some(r) = target.router {
         lease.routers = vec![r];
     }
-    match crate::ops::report::report_address(
-        &*agent.pod_api,
-        &pod,
-        &annotation,
-        &lease,
-        rec.mac,
-        None,
-    )
-    .await
-    {
+    // A dual-stack VM's entry carries its DHCPv6 address too, which the
+    // guest's IPv4 address does not replace.
+    let a6 = agent
+        .leases
+        .attachment(&key.0, &key.1)
+        .iter()
+        .find_map(|h| {
+            let l = lock(&h.live);
+            let r = &l.record;
+            r.lease6
+                .as_deref()
+                .map(|l6| crate::lease::v6::address6(&r.network, l6, r.router6))
+        });
+    let written = match a6 {
+        Some(a6) => {
+            crate::ops::report::report_address_dual(
+                &*agent.pod_api,
+                &pod,
+                &annotation,
+                (&lease, a6),
+                rec.mac,
+                None,
+            )
+            .await
+        }
+        None => {
+            crate::ops::report::report_address(
+                &*agent.pod_api,
+                &pod,
+                &annotation,
+                &lease,
+                rec.mac,
+                None,
+            )
+            .await
+        }
+    };
+    match written {
         Ok(()) => {
             info!(pod = %format!("{}/{}", pod.namespace, pod.name), ip = %target.ip,
                 "pod-networks entry reports the guest's address");

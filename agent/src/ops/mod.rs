@@ -1,6 +1,7 @@
 //! The CNI operations as the agent performs them: ADD, DEL, CHECK and GC
 //! ([`add`]; an IPv6 network's ADD [`add6`], a dual-stack one's
-//! [`add_dual`]), a VM's one-shot discovery and VFIO handoff ([`vm`]), the
+//! [`add_dual`]), a VM's one-shot discovery and VFIO handoff ([`vm`]; on an
+//! IPv6 or dual-stack network [`vm6`]), the
 //! CNI network configuration as the agent's own record keeps it
 //! ([`network`]), the guest learning that follows a VM's own DHCP
 //! ([`learn`]), and why an operation failed ([`error`]); what follows a bound lease on every ADD path — the
@@ -27,3 +28,4 @@ pub(crate) mod ovnk_vm;
 pub(crate) mod report;
 pub(crate) mod trust;
 pub(crate) mod vm;
+pub(crate) mod vm6;
