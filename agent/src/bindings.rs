@@ -14,7 +14,7 @@
 pub mod learner;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -50,7 +50,8 @@ impl BindingSource {
 pub struct Binding {
     /// `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
-    pub ip: Ipv4Addr,
+    /// IPv4 or IPv6 (a leased IPv6 address; learning is IPv4 only).
+    pub ip: IpAddr,
     /// Host end of the workload port, when the guard knows it.
     pub port: Option<String>,
     /// `<namespace>/<name>` of the pod, when known.
@@ -65,6 +66,16 @@ pub struct Binding {
     pub replaced: Option<Ipv4Addr>,
 }
 
+impl Binding {
+    /// The address when it is IPv4 (every learned binding's).
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        match self.ip {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
 /// One row of `xdhcp bindings` as the agent serves it: the binding, and
 /// where its port's identity came from (`ovs`: the Open vSwitch database,
 /// `cni`: an ADD, `both`), when the guard is on the port. A client that
@@ -74,6 +85,9 @@ pub struct Binding {
 pub struct BindingRow {
     #[serde(flatten)]
     pub binding: Binding,
+    /// `ipv4` or `ipv6`, the address's.
+    #[serde(default)]
+    pub family: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
 }
@@ -278,7 +292,7 @@ impl LearnedStore {
     /// Like [`Self::remove`], returning the binding removed.
     pub fn take(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> Option<Binding> {
         match self.rows.get(mac) {
-            Some(b) if ip.is_none_or(|ip| ip == b.ip) => {
+            Some(b) if ip.is_none_or(|ip| b.ip == ip) => {
                 let gone = self.rows.remove(mac);
                 self.mark(Change::Durable);
                 gone
@@ -352,9 +366,15 @@ fn now_ms() -> u64 {
 /// The table as `xdhcp bindings` prints it.
 pub fn render(rows: &[BindingRow], now_ms: u64) -> String {
     use std::fmt::Write as _;
+    let width = rows
+        .iter()
+        .map(|r| r.binding.ip.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(15);
     let mut s = format!(
-        "{:<17}  {:<15}  {:<15}  {:<8}  {:<30}  {:<10}  {:>10}\n",
-        "MAC", "IP", "PORT", "IDENTITY", "POD", "SOURCE", "EXPIRES IN"
+        "{:<17}  {:<6}  {:<width$}  {:<15}  {:<8}  {:<30}  {:<10}  {:>10}\n",
+        "MAC", "FAMILY", "IP", "PORT", "IDENTITY", "POD", "SOURCE", "EXPIRES IN"
     );
     for row in rows {
         let b = &row.binding;
@@ -362,11 +382,17 @@ pub fn render(rows: &[BindingRow], now_ms: u64) -> String {
             || "never".to_owned(),
             |e| format!("{}s", e.saturating_sub(now_ms) / 1000),
         );
+        let family = if row.family.is_empty() {
+            family_of(b.ip)
+        } else {
+            row.family.as_str()
+        };
         let _ = writeln!(
             s,
-            "{:<17}  {:<15}  {:<15}  {:<8}  {:<30}  {:<10}  {:>10}",
+            "{:<17}  {:<6}  {:<width$}  {:<15}  {:<8}  {:<30}  {:<10}  {:>10}",
             b.mac,
-            b.ip,
+            family,
+            b.ip.to_string(),
             b.port.as_deref().unwrap_or("-"),
             row.identity.as_deref().unwrap_or("-"),
             b.pod.as_deref().unwrap_or("-"),
@@ -377,6 +403,11 @@ pub fn render(rows: &[BindingRow], now_ms: u64) -> String {
     s
 }
 
+/// `ipv4` or `ipv6`: the family of `ip`.
+pub fn family_of(ip: IpAddr) -> &'static str {
+    if ip.is_ipv4() { "ipv4" } else { "ipv6" }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,7 +415,7 @@ mod tests {
     fn binding(mac: &str, ip: [u8; 4], expires: Option<u64>) -> Binding {
         Binding {
             mac: mac.to_owned(),
-            ip: Ipv4Addr::from(ip),
+            ip: Ipv4Addr::from(ip).into(),
             port: Some("veth1".to_owned()),
             pod: Some("default/vm1".to_owned()),
             expires_unix_ms: expires,
@@ -465,12 +496,25 @@ mod tests {
     fn table_rendering() {
         let row = |identity: Option<&str>| BindingRow {
             binding: binding("02:00:00:00:00:01", [192, 0, 2, 5], Some(65_000)),
+            family: "ipv4".to_owned(),
             identity: identity.map(str::to_owned),
         };
-        let t = render(&[row(None), row(Some("both"))], 5_000);
-        assert!(t.lines().nth(1).unwrap().contains("192.0.2.5"));
+        let mut v6 = row(None);
+        v6.binding.ip = "fd00:6::1dc".parse().unwrap();
+        v6.binding.source = BindingSource::Leased;
+        v6.family = "ipv6".to_owned();
+        let t = render(&[row(None), row(Some("both")), v6], 5_000);
+        assert!(t.lines().next().unwrap().contains(" FAMILY "), "{t}");
+        assert!(
+            t.lines().nth(1).unwrap().contains(" ipv4    192.0.2.5 "),
+            "{t}"
+        );
         assert!(t.contains("learned") && t.contains("60s"));
         assert!(t.lines().nth(2).unwrap().contains(" both "), "{t}");
+        assert!(
+            t.lines().nth(3).unwrap().contains(" ipv6    fd00:6::1dc "),
+            "{t}"
+        );
         // A client that reads plain bindings reads the rows too.
         let json = serde_json::to_string(&[row(Some("ovs"))]).unwrap();
         let plain: Vec<Binding> = serde_json::from_str(&json).unwrap();

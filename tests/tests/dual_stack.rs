@@ -198,6 +198,27 @@ fn a_dual_stack_pod_gets_both_leases_at_once_and_releases_both_at_del() {
     );
     let text = agent.cli("status", false);
     assert!(text.contains("leases:       2 (ipv4 1, ipv6 1)"), "{text}");
+    // `xdhcp bindings` lists both, each with its family.
+    let rows: serde_json::Value = serde_json::from_str(&agent.cli("bindings", true)).unwrap();
+    let mut bound: Vec<(String, String, String)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+            (field("family"), field("ip"), field("source"))
+        })
+        .collect();
+    bound.sort();
+    assert_eq!(
+        bound,
+        [
+            ("ipv4".to_owned(), a4.clone(), "leased".to_owned()),
+            ("ipv6".to_owned(), a6.clone(), "leased".to_owned()),
+        ],
+        "{}",
+        agent.cli("bindings", false)
+    );
     let c = call("CHECK", "dualpod", pod, &conf);
     assert!(c.ok, "CHECK failed: {}", c.text());
     // A repeated ADD returns both.

@@ -527,7 +527,7 @@ fn dhcpcd_moves_the_entry(vm: &Vm, dir: &Path) -> Ipv4Addr {
 fn assert_learned_one(vm: &Vm, ip: Ipv4Addr) -> Binding {
     let l = learned(vm);
     assert_eq!(l.len(), 1, "{l:?}");
-    assert_eq!((l[0].ip, l[0].mac.as_str()), (ip, VM_MAC));
+    assert_eq!((l[0].ip, l[0].mac.as_str()), (ip.into(), VM_MAC));
     assert_eq!(l[0].port.as_deref(), Some(vm.lab.clients[0].port()));
     l[0].clone()
 }

@@ -476,7 +476,10 @@ fn a_vm_migrated_between_two_chassis_keeps_both_entries_right_ovn_two_nodes_fake
         == Some(b1)));
     let learned = agent_a.learned();
     assert_eq!(learned.len(), 1, "{learned:?}");
-    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b1));
+    assert_eq!(
+        (learned[0].mac.as_str(), learned[0].ip),
+        (VM_MAC, b1.into())
+    );
 
     // 2. The migration: the target launcher pod on B.
     api.server.put_vmim(json!({

@@ -541,7 +541,7 @@ fn a_duid_guest_behind_a_pinned_vm_port_gets_its_own_address_and_the_entry_follo
     );
     let learned = s.agent.learned();
     assert_eq!(learned.len(), 1, "{learned:?}");
-    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
+    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b.into()));
 
     // A repeated ADD reports A again: followed, not undone.
     s.agent.add(&s.req);
@@ -941,7 +941,7 @@ fn ovn_kubernetes_own_vm_path_with_no_add_moves_the_entry_to_the_guests_address_
     );
     let learned = s.agent.learned();
     assert_eq!(learned.len(), 1, "{learned:?}");
-    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
+    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b.into()));
     // Named by its pod, found from the port; it replaced the one-shot's A.
     let pod = format!("{NS}/{POD}");
     assert_eq!(
@@ -1146,5 +1146,5 @@ fn ovn_kubernetes_own_vm_path_without_a_cluster_finds_the_pod_in_the_embedded_st
     );
     let learned = agent.learned();
     assert_eq!(learned.len(), 1, "{learned:?}");
-    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b));
+    assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b.into()));
 }

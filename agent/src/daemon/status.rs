@@ -162,6 +162,7 @@ pub(crate) fn binding_rows(agent: &Agent) -> Vec<crate::bindings::BindingRow> {
     bindings(agent)
         .into_iter()
         .map(|binding| crate::bindings::BindingRow {
+            family: crate::bindings::family_of(binding.ip).to_owned(),
             identity: binding
                 .port
                 .as_deref()
@@ -190,10 +191,14 @@ pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
         .filter_map(|h| {
             let l = lock(&h.live);
             let rec = &l.record;
-            let lease = rec.lease.as_ref()?;
+            let ip: std::net::IpAddr = match (&rec.lease, &rec.lease6) {
+                (Some(lease), _) => lease.address.into(),
+                (None, Some(lease)) => lease.address.into(),
+                (None, None) => return None,
+            };
             Some(Binding {
                 mac: format_mac(rec.mac),
-                ip: lease.address,
+                ip,
                 port: agent
                     .guard
                     .port_for(&rec.container_id, &rec.ifname)
@@ -202,13 +207,13 @@ pub(crate) fn bindings(agent: &Agent) -> Vec<crate::bindings::Binding> {
                     .pod
                     .as_ref()
                     .map(|p| format!("{}/{}", p.namespace, p.name)),
-                expires_unix_ms: crate::lease::live::expiry_ms(lease),
+                expires_unix_ms: l.expires_unix_ms,
                 source: BindingSource::Leased,
                 replaced: None,
             })
         })
         .collect();
-    rows.sort_by(|a, b| a.mac.cmp(&b.mac));
+    rows.sort_by(|a, b| (&a.mac, a.ip).cmp(&(&b.mac, b.ip)));
     rows.extend(learned);
     rows
 }

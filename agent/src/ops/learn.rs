@@ -329,7 +329,7 @@ impl Following {
             let mut store = lock(&agent.guard.learned);
             for b in store.rows(now) {
                 if b.port.as_ref().is_some_and(|p| gone.contains(p)) {
-                    store.remove(&b.mac, Some(b.ip));
+                    store.remove(&b.mac, b.ipv4());
                     info!(port = ?b.port, mac = %b.mac, ip = %b.ip,
                         "the VM's port left Open vSwitch: its learned binding is dropped");
                 }
@@ -503,7 +503,7 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
             .rows(now)
             .into_iter()
             .filter(|b| macs.contains(&b.mac))
-            .map(|b| b.ip),
+            .filter_map(|b| b.ipv4()),
     );
     Some(view)
 }
@@ -548,11 +548,11 @@ fn follow(
     let mut store = lock(&agent.guard.learned);
     let existing = store.get(mac_text).cloned();
     // What the entry reports now: the last learned address, else the one-shot's.
-    let previous = existing.as_ref().map(|b| b.ip).or(reported);
+    let previous = existing.as_ref().and_then(Binding::ipv4).or(reported);
     let now = crate::sys::clock::now_unix_ms();
     let binding = Binding {
         mac: mac_text.to_owned(),
-        ip,
+        ip: ip.into(),
         port: Some(port.to_owned()),
         pod,
         expires_unix_ms: lease_secs.map(|s| now + u64::from(s) * 1000),

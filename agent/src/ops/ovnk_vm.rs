@@ -275,7 +275,7 @@ pub(crate) fn node_knowledge(
             .rows(now)
             .into_iter()
             .filter(|b| b.mac != own)
-            .map(|b| b.ip),
+            .filter_map(|b| b.ipv4()),
     );
     (servers, held)
 }
