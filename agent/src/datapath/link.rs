@@ -32,6 +32,7 @@ type Opened = (
     PeerLookup,
     Option<Vec<Ipv4Prefix>>,
     TripClock,
+    Option<std::os::fd::OwnedFd>,
 );
 
 /// Where a trip's time went, µs per step (logged with "link opened").
@@ -73,6 +74,11 @@ pub(crate) enum Sockets {
     /// None yet: a resumed lease with nothing to send; each is opened
     /// before its first transmit.
     Later,
+    /// No packet socket and no removal watch: the `DHCPv6` client's UDP
+    /// socket, bound to `[::]:546` on the interface
+    /// ([`crate::datapath::udp6`]), made in the same trip
+    /// ([`Link::take_udp6`]).
+    Udp6,
 }
 
 /// The sender for one interface, plus (`AF_PACKET` fallback) its receiver.
@@ -117,6 +123,9 @@ pub(crate) struct Link {
     /// Set while the interface's host port is being made ready for the
     /// DHCP guard ([`Link::hold_first_send`]): [`Link::settle`] waits for it.
     port_gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// With [`Sockets::Udp6`]: the `DHCPv6` client socket made in the
+    /// trip, until taken.
+    udp6: Option<std::os::fd::OwnedFd>,
 }
 
 /// The promise, held by whoever puts the DHCP guard on a link's host
@@ -319,7 +328,7 @@ impl Link {
             }
             None => (work(None)?, None),
         };
-        let (raised, info, tx, rx, watch, veth_peer, protected, clock) = opened;
+        let (raised, info, tx, rx, watch, veth_peer, protected, clock, udp6) = opened;
         debug!(
             ifname,
             trip_us = begun.elapsed().as_micros(),
@@ -353,7 +362,13 @@ impl Link {
             }),
             veth_peer,
             port_gate: None,
+            udp6,
         })
+    }
+
+    /// The `DHCPv6` client socket the trip made ([`Sockets::Udp6`]), once.
+    pub(crate) fn take_udp6(&mut self) -> Option<std::os::fd::OwnedFd> {
+        self.udp6.take()
     }
 
     /// Hold the link's first frame until the returned promise is kept or
@@ -693,7 +708,7 @@ fn open_here(
     // clears ([`LinkRemovalWatch::removed`]). Without one (a resumed lease
     // opens it at its first transmit), subscribed now: a deletion after
     // this point is queued on the watch.
-    let watch = if !watched {
+    let watch = if !watched || sockets == Sockets::Udp6 {
         None
     } else if sockets == Sockets::Later {
         Some(LinkRemovalWatch::open_here().map_err(io_err("subscribe to link notifications"))?)
@@ -705,7 +720,7 @@ fn open_here(
     };
     clock.watch = clock.lap();
     let info = link_info_on(&query, &name, ns_owned.as_deref()).map_err(in_ns)?;
-    let tx = if sockets == Sockets::Later {
+    let tx = if matches!(sockets, Sockets::Later | Sockets::Udp6) {
         None
     } else {
         Some(RawSender::open_for(&name, info, ns_owned.as_deref()).map_err(in_ns)?)
@@ -717,6 +732,14 @@ fn open_here(
         None
     };
     clock.receiver = clock.lap();
+    let udp6 = if sockets == Sockets::Udp6 {
+        Some(
+            crate::datapath::udp6::bound_socket(&name, info.ifindex)
+                .map_err(|(op, source)| io_err(op)(source))?,
+        )
+    } else {
+        None
+    };
     let (peer, protected) = if looking {
         let (peer, protected) = look_here(&name, info.ifindex, home, &mut clock);
         (peer, Some(protected))
@@ -732,6 +755,7 @@ fn open_here(
         peer,
         protected,
         clock,
+        udp6,
     ))
 }
 

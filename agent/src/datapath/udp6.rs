@@ -44,6 +44,14 @@ impl Udp6 {
         Ok(Self { sock, ifindex })
     }
 
+    /// The socket `fd` made in a trip into the namespace already
+    /// ([`bound_socket`], `Sockets::Udp6`) for the interface of index
+    /// `ifindex`. Must be called within a tokio runtime.
+    pub(crate) fn from_fd(fd: OwnedFd, ifindex: u32) -> io::Result<Self> {
+        let sock = UdpSocket::from_std(std::net::UdpSocket::from(fd))?;
+        Ok(Self { sock, ifindex })
+    }
+
     /// Send `payload` to `dst` port 547 out of the interface.
     pub(crate) async fn send(&self, payload: &[u8], dst: Ipv6Addr) -> io::Result<()> {
         let scope = if is_link_scoped(dst) { self.ifindex } else { 0 };
@@ -68,8 +76,12 @@ fn is_link_scoped(a: Ipv6Addr) -> bool {
     (s & 0xffc0) == 0xfe80 || (s & 0xff0f) == 0xff02
 }
 
-/// The socket, made in the namespace the calling thread is in.
-fn bound_socket(ifname: &str, ifindex: u32) -> Result<OwnedFd, (&'static str, io::Error)> {
+/// The socket, made in the namespace the calling thread is in: the failed
+/// step and its error otherwise.
+pub(crate) fn bound_socket(
+    ifname: &str,
+    ifindex: u32,
+) -> Result<OwnedFd, (&'static str, io::Error)> {
     // SAFETY: plain socket(2); the result is checked before use.
     let raw = unsafe {
         libc::socket(

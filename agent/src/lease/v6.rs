@@ -265,6 +265,10 @@ pub(crate) struct Acquisition6 {
     /// pod's is the record's, a VM's launcher interface has its own (the
     /// record's is the VM's, which only the DUID and IAID carry).
     pub(crate) link_mac: [u8; 6],
+    /// The client socket, when the trip that opened the interface made it
+    /// (`Sockets::Udp6`): no second trip into the namespace. Else opened
+    /// here.
+    pub(crate) sock: Option<std::os::fd::OwnedFd>,
 }
 
 /// How a v6 lease task treats its lease, from whom the record is for.
@@ -307,12 +311,19 @@ impl Registry {
         let timeout = cfg.acquire_timeout.unwrap_or(default_timeout);
         let (slot, waited) = self.admit(pacing, &rec.network.name, timeout).await?;
         cfg.acquire_timeout = Some(timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT));
-        let sock = Udp6::open(&a.netns, &rec.ifname, a.ifindex)
-            .await
-            .map_err(|source| {
-                self.metrics().failure("interface");
-                Failure::Port(source)
-            })?;
+        let sock = match a.sock {
+            Some(fd) => Udp6::from_fd(fd, a.ifindex).map_err(|source| LinkError::Io {
+                op: "register the DHCPv6 socket",
+                ifname: rec.ifname.clone(),
+                netns: Some(a.netns.clone()),
+                source,
+            }),
+            None => Udp6::open(&a.netns, &rec.ifname, a.ifindex).await,
+        }
+        .map_err(|source| {
+            self.metrics().failure("interface");
+            Failure::Port(source)
+        })?;
         let routers = if wants_router(&rec.network) {
             Routers::open(&a.netns, &rec.ifname, a.ifindex, a.link_mac).await
         } else {

@@ -49,9 +49,10 @@ pub(crate) async fn add(
         ifname: req.ifname.clone(),
         netns: netns.clone(),
     };
-    // Brought up if it is down, its veth peer found; no packet socket.
+    // Brought up if it is down, its veth peer found, the DHCPv6 client
+    // socket made: one trip into the namespace, no packet socket.
     let mut link =
-        Link::open_looking(Some(&netns), &req.ifname, Sockets::Later, true).map_err(|source| {
+        Link::open_looking(Some(&netns), &req.ifname, Sockets::Udp6, true).map_err(|source| {
             agent.metrics().failure("interface");
             Error::Interface {
                 place: place.clone(),
@@ -59,6 +60,7 @@ pub(crate) async fn add(
             }
         })?;
     let (mac, ifindex, peer) = (link.info.mac, link.info.ifindex, link.take_veth_peer());
+    let sock = link.take_udp6();
     // The guard goes on beside the acquisition, as for IPv4: its filter's
     // attach waits for an RCU grace period, which the server's round trips
     // hide. Only the port's `clsact` qdisc is waited for before the first
@@ -77,6 +79,7 @@ pub(crate) async fn add(
         netns: netns.clone(),
         ifindex,
         link_mac: mac,
+        sock,
     };
     let acquire = async {
         link.settle().await;

@@ -175,6 +175,7 @@ async fn acquire_both(
             netns: netns.to_path_buf(),
             ifindex,
             link_mac: mac,
+            sock: None,
         };
         agent
             .leases

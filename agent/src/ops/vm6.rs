@@ -231,6 +231,7 @@ async fn discover(
             netns: netns.to_path_buf(),
             ifindex,
             link_mac,
+            sock: None,
         },
     );
     if !dual {
