@@ -10,13 +10,8 @@
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::path::Path;
 
 use tokio::net::UdpSocket;
-
-use crate::datapath::link::LinkError;
-use crate::datapath::rawsock::classify;
-use crate::sys::netns::run_in_netns_async;
 
 /// The `DHCPv6` client port (RFC 8415 §7.2).
 pub(crate) const CLIENT_PORT: u16 = 546;
@@ -31,22 +26,10 @@ pub(crate) struct Udp6 {
 }
 
 impl Udp6 {
-    /// Open the socket for `ifname` (index `ifindex`) in `netns`: bound to
-    /// `[::]:546` and to the device, multicast out of it. Must be called
-    /// within a tokio runtime.
-    pub(crate) async fn open(netns: &Path, ifname: &str, ifindex: u32) -> Result<Self, LinkError> {
-        let name = ifname.to_owned();
-        let made = run_in_netns_async(netns, move || bound_socket(&name, ifindex)).await?;
-        let error = |op, source| classify(op, ifname, Some(netns), source);
-        let fd = made.map_err(|(op, source)| error(op, source))?;
-        let sock = UdpSocket::from_std(std::net::UdpSocket::from(fd))
-            .map_err(|source| error("register the DHCPv6 socket", source))?;
-        Ok(Self { sock, ifindex })
-    }
-
-    /// The socket `fd` made in a trip into the namespace already
-    /// ([`bound_socket`], `Sockets::Udp6`) for the interface of index
-    /// `ifindex`. Must be called within a tokio runtime.
+    /// The socket `fd`, made by [`bound_socket`] in the interface's
+    /// namespace (in the trip that opens the link, `Sockets::Udp6`, or in
+    /// one of its own), for the interface of index `ifindex`. Must be
+    /// called within a tokio runtime.
     pub(crate) fn from_fd(fd: OwnedFd, ifindex: u32) -> io::Result<Self> {
         let sock = UdpSocket::from_std(std::net::UdpSocket::from(fd))?;
         Ok(Self { sock, ifindex })

@@ -31,7 +31,8 @@ use crate::datapath::Rx6Frame;
 use crate::datapath::capture::{Capture, CapturePath, TargetState};
 use crate::datapath::ebpf::AttachTarget;
 use crate::datapath::link::LinkError;
-use crate::datapath::udp6::Udp6;
+use crate::datapath::rawsock::classify;
+use crate::datapath::udp6::{self, Udp6};
 use crate::lease::acquire::{ADD_MARGIN, Failure, MIN_ACQUIRE_LEFT};
 use crate::lease::apply::{self, Address6};
 pub(crate) use crate::lease::apply::{address6, wants_router};
@@ -46,6 +47,7 @@ use crate::lease::task::Ended;
 use crate::model::{Network, UplinkRef};
 use crate::netlink::{Dad6, NetlinkError};
 use crate::sys::clock::{now_unix_ms, seed};
+use crate::sys::netns::run_in_netns_async;
 use crate::sys::sync::lock;
 
 /// How long a stopped task waits for the server's REPLY to its RELEASE
@@ -214,6 +216,29 @@ pub(crate) fn release_parked(svc: &Arc<Services>, rec: &LeaseRecord, default_tim
     });
 }
 
+/// The lease's client socket for `ifname` (index `ifindex`) in `netns`:
+/// `made` when the trip that opened the interface made it, else made in a
+/// trip of its own — bound to `[::]:546` and to the device, multicast out
+/// of it ([`crate::datapath::udp6::bound_socket`]). Must be called within a
+/// tokio runtime.
+async fn open_socket(
+    netns: &std::path::Path,
+    ifname: &str,
+    ifindex: u32,
+    made: Option<std::os::fd::OwnedFd>,
+) -> Result<Udp6, LinkError> {
+    let error = |op, source| classify(op, ifname, Some(netns), source);
+    let fd = if let Some(fd) = made {
+        fd
+    } else {
+        let name = ifname.to_owned();
+        run_in_netns_async(netns, move || udp6::bound_socket(&name, ifindex))
+            .await?
+            .map_err(|(op, source)| error(op, source))?
+    };
+    Udp6::from_fd(fd, ifindex).map_err(|source| error("register the DHCPv6 socket", source))
+}
+
 /// The next captured message; never without a kernel path.
 async fn captured(kernel: Option<&mut Kernel6>) -> Option<Rx6Frame> {
     match kernel {
@@ -311,19 +336,12 @@ impl Registry {
         let timeout = cfg.acquire_timeout.unwrap_or(default_timeout);
         let (slot, waited) = self.admit(pacing, &rec.network.name, timeout).await?;
         cfg.acquire_timeout = Some(timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT));
-        let sock = match a.sock {
-            Some(fd) => Udp6::from_fd(fd, a.ifindex).map_err(|source| LinkError::Io {
-                op: "register the DHCPv6 socket",
-                ifname: rec.ifname.clone(),
-                netns: Some(a.netns.clone()),
-                source,
-            }),
-            None => Udp6::open(&a.netns, &rec.ifname, a.ifindex).await,
-        }
-        .map_err(|source| {
-            self.metrics().failure("interface");
-            Failure::Port(source)
-        })?;
+        let sock = open_socket(&a.netns, &rec.ifname, a.ifindex, a.sock)
+            .await
+            .map_err(|source| {
+                self.metrics().failure("interface");
+                Failure::Port(source)
+            })?;
         let routers = if wants_router(&rec.network) {
             Routers::open(&a.netns, &rec.ifname, a.ifindex, a.link_mac).await
         } else {
@@ -371,7 +389,7 @@ impl Registry {
     ) -> Result<Handle, LinkError> {
         let mut cfg = engine_config6(&record.network, record.mac, default_timeout);
         cfg.acquire_timeout = None;
-        let sock = Udp6::open(&netns, &record.ifname, ifindex).await?;
+        let sock = open_socket(&netns, &record.ifname, ifindex, None).await?;
         let routers = if wants_router(&record.network) {
             Routers::open(&netns, &record.ifname, ifindex, record.mac).await
         } else {
