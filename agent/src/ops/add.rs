@@ -176,11 +176,8 @@ pub(crate) async fn add(
     } else {
         Sockets::Sender
     };
-    let mut link =
-        Link::open_looking(Some(&netns), &req.ifname, sockets, true).map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface { place, source }
-        })?;
+    let mut link = Link::open_looking(Some(&netns), &req.ifname, sockets, true)
+        .map_err(|source| Error::interface(agent.metrics(), place, source))?;
     phases.open = phases.lap();
     tracing::debug!(ifindex = link.info.ifindex, "link open");
     // A pod's port is guarded while its lease is acquired: the pod's own

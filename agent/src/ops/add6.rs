@@ -51,14 +51,8 @@ pub(crate) async fn add(
     };
     // Brought up if it is down, its veth peer found, the DHCPv6 client
     // socket made: one trip into the namespace, no packet socket.
-    let mut link =
-        Link::open_looking(Some(&netns), &req.ifname, Sockets::Udp6, true).map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface {
-                place: place.clone(),
-                source,
-            }
-        })?;
+    let mut link = Link::open_looking(Some(&netns), &req.ifname, Sockets::Udp6, true)
+        .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?;
     let (mac, ifindex, peer) = (link.info.mac, link.info.ifindex, link.take_veth_peer());
     let sock = link.take_udp6();
     // The guard goes on beside the acquisition, as for IPv4: its filter's

@@ -51,13 +51,7 @@ pub(crate) async fn add(
     // One trip into the namespace: the DHCPv4 lease's sender and receiver,
     // the interface brought up, its veth peer found (the guard's port).
     let link = Link::open_looking(Some(&netns), &req.ifname, Sockets::SenderAndReceiver, true)
-        .map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface {
-                place: place.clone(),
-                source,
-            }
-        })?;
+        .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?;
     let mac = link.info.mac;
     let ((h4, lease4), (h6, lease6)) = acquire_both(agent, req, &who, link, &netns, place).await?;
     let router = lock(&h6.live).record.router6;

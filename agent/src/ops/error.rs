@@ -35,6 +35,17 @@ impl std::fmt::Display for Place {
 }
 
 impl Error {
+    /// The interface at `place` could not be opened: counted under the
+    /// `interface` failure, and named.
+    pub(crate) fn interface(
+        metrics: &crate::metrics::Metrics,
+        place: Place,
+        source: LinkError,
+    ) -> Self {
+        metrics.failure("interface");
+        Self::Interface { place, source }
+    }
+
     /// An acquisition on `place` (of network `network`) that ended
     /// without a lease.
     pub(crate) fn acquisition(place: Place, network: &str, failure: Failure) -> Self {

@@ -389,13 +389,7 @@ async fn discover(
         netdev: netdev.clone(),
     };
     let link = Link::open_looking(None, &netdev, Sockets::Sender, false)
-        .map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface {
-                place: place.clone(),
-                source,
-            }
-        })?
+        .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?
         .with_src_mac(mac.octets());
     let record = fresh_record(
         req,

@@ -81,14 +81,8 @@ pub(crate) async fn add(
     } else {
         Sockets::Later
     };
-    let mut link =
-        Link::open_looking(Some(&netns), &req.ifname, sockets, true).map_err(|source| {
-            agent.metrics().failure("interface");
-            Error::Interface {
-                place: place.clone(),
-                source,
-            }
-        })?;
+    let mut link = Link::open_looking(Some(&netns), &req.ifname, sockets, true)
+        .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?;
     let (pod_mac, peer) = (link.info.mac, link.take_veth_peer());
     let (mac, requested) = identity_on_pod_netdev(agent, &vm, pod_mac, deadline).await?;
     let found = discover(agent, req, &vm, link, (mac, requested), &netns, place).await?;
