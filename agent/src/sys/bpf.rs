@@ -2,15 +2,19 @@
 //! kernel, to notice a program detached from under the agent; pinning a
 //! link by its id (aya's `FdLink::pin` consumes the link, and drops it
 //! when the pin fails: the attachment would go with it); reading a
-//! program's tag by id, to tell a previous agent's program version.
+//! program's tag by id, to tell a previous agent's program version;
+//! detaching a pinned link at once (dropping its pin only queues the
+//! detach on a kernel work queue).
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+const BPF_LINK_DETACH: libc::c_long = 34;
 
 /// `struct bpf_prog_info` up to its tag: `type`, `id`, `tag[8]`.
 #[repr(C, align(8))]
@@ -97,6 +101,28 @@ pub(crate) fn pin_link(link_id: u32, path: &std::path::Path) -> io::Result<()> {
     bpf(BPF_OBJ_PIN, &mut attr).map(drop)
 }
 
+/// Detaches the BPF link pinned at `path` now, leaving the pin (a
+/// defunct link) for the caller to remove. Removing only the pin drops the
+/// last reference from inside the kernel, which frees the link, and so
+/// takes the program off its device, later, from a work queue: whoever
+/// looks at the device right after still sees the program.
+pub(crate) fn detach_pinned_link(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // `union bpf_attr` for BPF_OBJ_GET: pathname (u64), bpf_fd (0),
+    // file_flags (0: read-write), path_fd.
+    let mut attr = [0u8; 20];
+    attr[..8].copy_from_slice(&(cpath.as_ptr() as u64).to_ne_bytes());
+    let fd = bpf(BPF_OBJ_GET, &mut attr)?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // `union bpf_attr` for BPF_LINK_DETACH: link_fd.
+    let mut attr = [0u8; 4];
+    attr.copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+    bpf(BPF_LINK_DETACH, &mut attr).map(drop)
+}
+
 /// The tag (the kernel's hash of its instructions, map references left
 /// out) of the program with id `prog_id`; `None` when it is gone.
 pub(crate) fn prog_tag(prog_id: u32) -> io::Result<Option<[u8; 8]>> {
@@ -135,6 +161,13 @@ mod tests {
     #[test]
     fn pinning_an_unknown_link_fails_with_not_found() {
         let e = pin_link(u32::MAX - 7, std::path::Path::new("/sys/fs/bpf/x")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn detaching_a_link_pinned_nowhere_fails_with_not_found() {
+        let e =
+            detach_pinned_link(std::path::Path::new("/sys/fs/bpf/xdhcp-no-such-pin")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 

@@ -149,6 +149,14 @@ pub(super) fn unpin_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         Ok(entries) => {
             for entry in entries {
                 let path = entry?.path();
+                // Detached first, so that `unpin` returns with every
+                // capture program off its device: the pin's removal alone
+                // detaches it only later, from a kernel work queue. A link
+                // already defunct (its device gone) has nothing to detach.
+                if let Err(e) = crate::sys::bpf::detach_pinned_link(&path) {
+                    tracing::debug!(path = %path.display(), error = %e,
+                        "link not detached before its pin goes");
+                }
                 std::fs::remove_file(&path)?;
                 removed.push(path);
             }
