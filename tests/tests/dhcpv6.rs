@@ -480,6 +480,47 @@ fn v6_leases(metrics: std::net::SocketAddr, state: &str) -> u64 {
     metric_count(&text, "xdhcp_leases", &label)
 }
 
+/// Where an IPv6 pod's ADD spent its time is in the metrics, as an IPv4
+/// one's is: each phase observed once in `xdhcp_add_phase_seconds`, the
+/// server's share (ADVERTISE, REPLY) above zero, `protect` zero (an IPv6
+/// lease adds no route through the interface).
+#[test]
+fn an_ipv6_adds_phases_are_observed_in_the_metrics_fake_apiserver() {
+    let api = StandInApi::start();
+    let uid = api
+        .server
+        .add_pod("tenant", "v6timed", &[], &[(POD_NETWORKS, DEFAULT_ENTRY)]);
+    let lab = Lab::builder().server_behind_uplink().build();
+    let _server = Dnsmasq6::start(lab.dhcp_ns());
+    let (agent, metrics) = kube_agent(&api);
+    let req = request6("v6timed", &uid, lab.clients[0].ns.path());
+    let _ = agent.add(&req).expect("ADD");
+    let text = http_get(metrics, "/metrics").expect("the metrics server answers");
+    let count = |phase: &str| {
+        metric_count(
+            &text,
+            "xdhcp_add_phase_seconds_count",
+            &format!("phase=\"{phase}\""),
+        )
+    };
+    for phase in [
+        "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
+        "report", "persist", "answer",
+    ] {
+        assert_eq!(count(phase), 1, "phase {phase}:\n{text}");
+    }
+    let sum = |phase: &str| {
+        xdhcp_tests::bench::metric(
+            &text,
+            "xdhcp_add_phase_seconds_sum",
+            &format!("phase=\"{phase}\""),
+        )
+    };
+    assert!(sum("offer") > 0.0 && sum("ack") > 0.0, "{text}");
+    assert!(sum("report") > 0.0, "the entry's write: {text}");
+    assert!(sum("protect").abs() < f64::EPSILON, "{text}");
+}
+
 /// An IPv6 pod's address is reported in its `pod-networks` entry (the
 /// address in the network's prefix, its gateway, `ipam_mode: dhcp`, the
 /// pod's MAC) beside the cluster network's entry, which is kept; reported

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use xdhcp_engine::{AcquireError, Lease, MessageKind, State};
+use xdhcp_engine::{AcquireError, Lease, MessageKind, State, v6};
 
 use crate::datapath::capture::CapturePath;
 use crate::datapath::link::LinkError;
@@ -73,13 +73,31 @@ impl ExchangeClock {
     /// start; the first REQUEST after a DISCOVER ends the offer (a
     /// DISCOVER after it, the engine starting over, opens a new one).
     pub(crate) fn sent(&mut self, kind: MessageKind, now: Instant) {
+        self.step(
+            kind == MessageKind::Discover,
+            kind == MessageKind::Request,
+            now,
+        );
+    }
+
+    /// [`ExchangeClock::sent`] for a DHCPv6 message: a SOLICIT opens the
+    /// offer phase as a DISCOVER does (its ADVERTISE is the offer; with
+    /// Rapid Commit its REPLY binds and the offer phase stays empty), a
+    /// REQUEST ends it.
+    pub(crate) fn sent6(&mut self, kind: v6::MessageKind, now: Instant) {
+        self.step(
+            kind == v6::MessageKind::Solicit,
+            kind == v6::MessageKind::Request,
+            now,
+        );
+    }
+
+    fn step(&mut self, starts_over: bool, request: bool, now: Instant) {
         self.first_sent.get_or_insert(now);
-        match kind {
-            MessageKind::Discover => self.request_sent = None,
-            MessageKind::Request => {
-                self.request_sent.get_or_insert(now);
-            }
-            _ => {}
+        if starts_over {
+            self.request_sent = None;
+        } else if request {
+            self.request_sent.get_or_insert(now);
         }
     }
 
@@ -302,6 +320,35 @@ mod tests {
             (e.start, e.offer, e.ack, e.apply),
             (MS, 61 * MS, MS, Duration::ZERO)
         );
+    }
+
+    /// A DHCPv6 exchange splits as a DORA does: at the first SOLICIT and
+    /// at the REQUEST for the ADVERTISE taken; RENEWs and the like go in
+    /// no phase of their own.
+    #[test]
+    fn a_dhcpv6_exchange_is_split_at_its_first_solicit_and_its_request() {
+        let t0 = Instant::now();
+        let mut c = ExchangeClock::new(t0);
+        c.sent6(v6::MessageKind::Solicit, t0 + 2 * MS);
+        c.sent6(v6::MessageKind::Solicit, t0 + 4 * MS);
+        c.sent6(v6::MessageKind::Request, t0 + 6 * MS);
+        c.sent6(v6::MessageKind::Renew, t0 + 7 * MS);
+        let e = c.bound(t0 + 9 * MS, t0 + 9 * MS, t0 + 10 * MS);
+        assert_eq!(
+            (e.start, e.offer, e.ack, e.durable, e.apply),
+            (2 * MS, 4 * MS, 3 * MS, Duration::ZERO, MS)
+        );
+    }
+
+    /// With Rapid Commit the SOLICIT's REPLY binds: the wait for it is the
+    /// ack, and there is no offer phase.
+    #[test]
+    fn a_rapid_commit_exchange_has_no_offer_phase() {
+        let t0 = Instant::now();
+        let mut c = ExchangeClock::new(t0);
+        c.sent6(v6::MessageKind::Solicit, t0 + MS);
+        let e = c.bound(t0 + 4 * MS, t0 + 4 * MS, t0 + 4 * MS);
+        assert_eq!((e.start, e.offer, e.ack), (MS, Duration::ZERO, 3 * MS));
     }
 
     /// An INIT-REBOOT sends a REQUEST first: no offer phase.

@@ -37,7 +37,7 @@ use crate::lease::acquire::{ADD_MARGIN, Failure, MIN_ACQUIRE_LEFT};
 use crate::lease::apply::{self, Address6};
 pub(crate) use crate::lease::apply::{address6, wants_router};
 use crate::lease::effects::{Effect, Effects as _};
-use crate::lease::live::{Command, EngineState, Live};
+use crate::lease::live::{Command, EngineState, Exchange, ExchangeClock, Live};
 use crate::lease::pacing::Pacing;
 use crate::lease::persist::{Durable, LeaseRecord, WorkloadKind};
 use crate::lease::registry::{Handle, Registry};
@@ -250,7 +250,8 @@ async fn captured(kernel: Option<&mut Kernel6>) -> Option<Rx6Frame> {
 /// What an ADD waits for.
 #[derive(Debug)]
 pub(crate) enum Outcome6 {
-    Bound(v6::Lease),
+    /// The lease, and where the task's time went getting it.
+    Bound(v6::Lease, Exchange),
     Failed(v6::AcquireError),
     /// Bound, but `"apply": true` could not configure the address.
     ApplyFailed(Arc<NetlinkError>),
@@ -319,22 +320,46 @@ impl TaskRole {
     }
 }
 
+/// A first IPv6 lease, and where its acquisition's time went.
+pub(crate) struct Acquired6 {
+    pub(crate) handle: Handle,
+    pub(crate) lease: v6::Lease,
+    /// Waiting for one of the network's acquisition slots.
+    pub(crate) slot: Duration,
+    /// From the admission (the socket's trip, when the link's open had not
+    /// made it; the router-advertisement socket's) to the first SOLICIT,
+    /// then the ADVERTISE, the REPLY, the record and the address.
+    pub(crate) exchange: Exchange,
+}
+
 impl Registry {
-    /// Run the v6 engine on the attachment's interface until the first
-    /// lease (or failure), admitted by the network's pacing first;
-    /// `default_timeout` is the agent's acquisition timeout. On failure
-    /// the attachment is given up without a trace.
+    /// [`Registry::acquire6_timed`] without the timings.
     pub(crate) async fn acquire6(
         self: &Arc<Self>,
         pacing: &Pacing,
         default_timeout: Duration,
         a: Acquisition6,
     ) -> Result<(Handle, v6::Lease), Failure> {
+        let got = self.acquire6_timed(pacing, default_timeout, a).await?;
+        Ok((got.handle, got.lease))
+    }
+
+    /// Run the v6 engine on the attachment's interface until the first
+    /// lease (or failure), admitted by the network's pacing first;
+    /// `default_timeout` is the agent's acquisition timeout. On failure
+    /// the attachment is given up without a trace.
+    pub(crate) async fn acquire6_timed(
+        self: &Arc<Self>,
+        pacing: &Pacing,
+        default_timeout: Duration,
+        a: Acquisition6,
+    ) -> Result<Acquired6, Failure> {
         let rec = &a.record;
         let mut cfg = engine_config6(&rec.network, rec.mac, default_timeout);
         cfg.validate().map_err(Failure::Config6)?;
         let timeout = cfg.acquire_timeout.unwrap_or(default_timeout);
         let (slot, waited) = self.admit(pacing, &rec.network.name, timeout).await?;
+        let clock = ExchangeClock::new(Instant::now());
         cfg.acquire_timeout = Some(timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT));
         let sock = open_socket(&a.netns, &rec.ifname, a.ifindex, a.sock)
             .await
@@ -349,12 +374,25 @@ impl Registry {
         };
         let client = Client::new(cfg, Instant::now(), seed());
         let (tx, rx) = oneshot::channel();
-        let handle = self.spawn6(a.record, a.netns, client, (sock, routers), Some(tx));
+        let handle = self.spawn6(
+            a.record,
+            a.netns,
+            client,
+            (sock, routers),
+            Some((tx, clock)),
+        );
         let outcome = slot
             .hold_during(tokio::time::timeout(timeout + ADD_MARGIN, rx))
             .await;
         let failure = match outcome {
-            Ok(Ok(Outcome6::Bound(lease))) => return Ok((handle, lease)),
+            Ok(Ok(Outcome6::Bound(lease, exchange))) => {
+                return Ok(Acquired6 {
+                    handle,
+                    lease,
+                    slot: waited,
+                    exchange,
+                });
+            }
             Ok(Ok(Outcome6::Failed(source))) => Failure::NoLease6 {
                 timeout,
                 source: Box::new(source),
@@ -413,10 +451,14 @@ impl Registry {
         netns: PathBuf,
         client: Client,
         (sock, routers): (Udp6, Option<Routers>),
-        waiter: Option<oneshot::Sender<Outcome6>>,
+        waiter: Option<(oneshot::Sender<Outcome6>, ExchangeClock)>,
     ) -> Handle {
         let role = TaskRole::of(&record);
         let svc = self.services();
+        let (waiter, clock) = match waiter {
+            Some((w, clock)) => (Some(w), clock),
+            None => (None, ExchangeClock::new(Instant::now())),
+        };
         // A one-shot discovery is over in a round trip or two: its socket
         // takes the replies (the kernel owns none of its transactions, so
         // none is taken before the pod's stack), and the launcher's
@@ -436,6 +478,7 @@ impl Registry {
             live: started.handle.live.clone(),
             cmds: started.cmds,
             waiter,
+            clock,
             persisted: started.persisted,
             netns,
             role,
@@ -467,6 +510,8 @@ struct Task6 {
     live: Arc<Mutex<Live>>,
     cmds: mpsc::Receiver<Command>,
     waiter: Option<oneshot::Sender<Outcome6>>,
+    /// Where a first acquisition's time goes, for the ADD that waits.
+    clock: ExchangeClock,
     persisted: watch::Sender<Durable>,
     netns: PathBuf,
     /// One-shot or maintained; whether it configures the address.
@@ -515,10 +560,10 @@ impl Task6 {
                 let path = k.path();
                 lock(&self.live).capture = path;
             }
-            if let Err(e) = self.sock.send(&t.payload, t.dst.address()).await {
-                if t.kind == v6::MessageKind::Release {
-                    self.release_elsewhere(&t, &e);
-                } else {
+            match self.sock.send(&t.payload, t.dst.address()).await {
+                Ok(()) => self.clock.sent6(t.kind, Instant::now()),
+                Err(e) if t.kind == v6::MessageKind::Release => self.release_elsewhere(&t, &e),
+                Err(e) => {
                     debug!(kind = %t.kind, error = %e, "DHCPv6 send failed; the engine retransmits");
                 }
             }
@@ -629,6 +674,7 @@ impl Task6 {
     async fn on_event(&mut self, ev: Event, stopping: &mut Option<Stopping>) -> Option<Ended> {
         match ev {
             Event::Bound(lease) => {
+                let bound_at = Instant::now();
                 // A first lease waits (briefly) for the advertisements that
                 // give its address a prefix and router.
                 if let Some(r) = self.routers.as_mut() {
@@ -639,6 +685,7 @@ impl Task6 {
                 // know of: the record naming the address is in place first.
                 lock(&self.live).set_lease6(Some(lease.clone()));
                 let written = self.persist().await;
+                let recorded_at = Instant::now();
                 let applied = match self.configure(&lease, true).await {
                     Ok(Dad6::Duplicate) => {
                         self.declined(&lease).await;
@@ -662,9 +709,10 @@ impl Task6 {
                         "DHCPv6 lease bound");
                 }
                 if let Some(w) = self.waiter.take() {
+                    let exchange = self.clock.bound(bound_at, recorded_at, Instant::now());
                     let outcome = match applied {
                         Err(e) => Outcome6::ApplyFailed(e),
-                        Ok(()) => Outcome6::Bound(lease),
+                        Ok(()) => Outcome6::Bound(lease, exchange),
                     };
                     let _ = w.send(outcome);
                 }

@@ -153,7 +153,7 @@ pub(crate) async fn add(
     phases.who = phases.lap();
 
     if req.config.ipam.family.has_ipv6() {
-        return add_v6(agent, &req, who, netns, deadline).await;
+        return add_v6(agent, &req, who, netns, deadline, phases).await;
     }
 
     // A VM whose VF is passed through (vfio-pci): DORA during a driver handoff.
@@ -283,6 +283,7 @@ async fn add_v6(
     who: Who,
     netns: std::path::PathBuf,
     deadline: Deadline,
+    phases: Phases,
 ) -> Result<CniResult, Error> {
     let family = req.config.ipam.family;
     if let Workload::Vm { vmi_name } = &who.workload {
@@ -309,7 +310,10 @@ async fn add_v6(
     if family == Family::Dual {
         return Box::pin(crate::ops::add_dual::add(agent, req, to, netns, deadline)).await;
     }
-    Box::pin(crate::ops::add6::add(agent, req, to, netns, deadline)).await
+    Box::pin(crate::ops::add6::add(
+        agent, req, to, netns, deadline, phases,
+    ))
+    .await
 }
 
 /// A repeated ADD of an attachment that holds a lease: the runtime retrying

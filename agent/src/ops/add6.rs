@@ -8,8 +8,9 @@
 //! The pod's `pod-networks` entry carries the address, as for IPv4. A VM's
 //! ADD on such a network is [`crate::ops::vm6`]'s.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{info, warn};
 use xdhcp_engine::v6::Lease;
@@ -19,14 +20,17 @@ use crate::cni::config::NetworkConfig;
 use crate::cni::types::{CniResult, DnsConfig, Ip6Config, Ipv6Cidr, Route6Config};
 use crate::datapath::link::{Link, Sockets};
 use crate::guard::HostEnd;
+use crate::lease::acquire::Failure;
 use crate::lease::persist::{PodRef, WorkloadKind};
-use crate::lease::v6::{Acquisition6, address6};
+use crate::lease::v6::{Acquired6, Acquisition6, address6};
 use crate::model::Network;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate, Place};
 use crate::ops::guard_port::{PortNetwork, first_send_held, guard_port};
 use crate::ops::network::fresh_record;
-use crate::ops::report::{Deadline, ReportTo, report_address6, unrecorded, unreport};
+use crate::ops::report::{
+    Deadline, Phases, ReportTo, micros, report_address6, unrecorded, unreport,
+};
 use crate::rpc::CniRequest;
 use crate::sys::sync::lock;
 use crate::workload::MacAddr;
@@ -44,6 +48,7 @@ pub(crate) async fn add(
     who: For,
     netns: PathBuf,
     deadline: Deadline,
+    mut phases: Phases,
 ) -> Result<CniResult, Error> {
     let place = Place::Pod {
         ifname: req.ifname.clone(),
@@ -51,55 +56,22 @@ pub(crate) async fn add(
     };
     // Brought up if it is down, its veth peer found, the DHCPv6 client
     // socket made: one trip into the namespace, no packet socket.
-    let mut link = Link::open_looking(Some(&netns), &req.ifname, Sockets::Udp6, true)
+    let link = Link::open_looking(Some(&netns), &req.ifname, Sockets::Udp6, true)
         .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?;
-    let (mac, ifindex, peer) = (link.info.mac, link.info.ifindex, link.take_veth_peer());
-    let sock = link.take_udp6();
-    // The guard goes on beside the acquisition, as for IPv4: its filter's
-    // attach waits for an RCU grace period, which the server's round trips
-    // hide. Only the port's `clsact` qdisc is waited for before the first
-    // SOLICIT (making it drops what the port is handed in that moment), and,
-    // when the open brought the interface up, its bridge port forwarding.
-    let prepared = first_send_held(agent, &mut link, &peer);
-    let record = fresh_record(
-        req,
-        who.pod.clone(),
-        WorkloadKind::Pod,
-        (mac, crate::model::Family::Ipv6),
-        who.annotation_key.clone(),
-    );
-    let acquisition = Acquisition6 {
-        record,
-        netns: netns.clone(),
-        ifindex,
-        link_mac: mac,
-        sock,
-    };
-    let acquire = async {
-        link.settle().await;
-        drop(link);
-        agent
-            .leases
-            .acquire6(&agent.pacing, agent.base.acquire_timeout, acquisition)
-            .await
-    };
-    let guard = guard_port(
-        agent,
-        &req.container_id,
-        &req.ifname,
-        &netns,
-        PortNetwork::of_config(&req.config),
-        (mac, false),
-        HostEnd { peer, prepared },
-    );
-    let (acquired, ()) = tokio::join!(acquire, guard);
-    let (handle, lease) = match acquired {
+    phases.open = phases.lap();
+    let mac = link.info.mac;
+    let (acquired, guarded) = acquire_guarded(agent, req, &who, &netns, link).await;
+    phases.guard = micros(guarded);
+    let got = match acquired {
         Ok(x) => x,
         Err(f) => {
             agent.guard.release(&req.container_id, &req.ifname);
             return Err(Error::acquisition(place, &req.config.name, f));
         }
     };
+    phases.dora = phases.lap();
+    phases.acquired6(&got);
+    let (handle, lease) = (got.handle, got.lease);
     // What the link's router advertisements gave the address, if anything.
     let router = lock(&handle.live).record.router6;
     // Reported before the answer, as for IPv4: a pod cannot use an address
@@ -136,6 +108,7 @@ pub(crate) async fn add(
             source: Box::new(source),
         });
     }
+    phases.report = phases.lap();
     // Answer only once the lease is on disk (a restart must resume it); a
     // lease that could not be recorded is given back, its entry removed.
     if let Some(reason) = unrecorded(&handle, deadline).await {
@@ -147,9 +120,79 @@ pub(crate) async fn add(
         };
         return Err(unreport(agent, to, deadline, reason).await);
     }
+    phases.durable += phases.lap();
+    phases.observe(agent.metrics());
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease.address,
-        mac = %MacAddr(mac), "ADD done (DHCPv6)");
+        mac = %MacAddr(mac), who_us = phases.who, open_us = phases.open, guard_us = phases.guard,
+        slot_us = phases.slot, start_us = phases.start, offer_us = phases.offer,
+        ack_us = phases.ack, apply_us = phases.apply, report_us = phases.report,
+        durable_us = phases.durable, total_us = phases.total(), "ADD done (DHCPv6)");
     Ok(cni_result6(&lease, router, &req.config))
+}
+
+/// The pod's lease acquired from its own socket, the DHCP guard going on
+/// its port beside it: the acquisition's outcome, and how long the guard
+/// took.
+async fn acquire_guarded(
+    agent: &Arc<Agent>,
+    req: &CniRequest,
+    who: &For,
+    netns: &Path,
+    mut link: Link,
+) -> (Result<Acquired6, Failure>, Duration) {
+    let (mac, ifindex, peer) = (link.info.mac, link.info.ifindex, link.take_veth_peer());
+    let sock = link.take_udp6();
+    // The guard goes on beside the acquisition, as for IPv4: its filter's
+    // attach waits for an RCU grace period, which the server's round trips
+    // hide. Only the port's `clsact` qdisc is waited for before the first
+    // SOLICIT (making it drops what the port is handed in that moment), and,
+    // when the open brought the interface up, its bridge port forwarding.
+    let prepared = first_send_held(agent, &mut link, &peer);
+    let record = fresh_record(
+        req,
+        who.pod.clone(),
+        WorkloadKind::Pod,
+        (mac, crate::model::Family::Ipv6),
+        who.annotation_key.clone(),
+    );
+    let acquisition = Acquisition6 {
+        record,
+        netns: netns.to_path_buf(),
+        ifindex,
+        link_mac: mac,
+        sock,
+    };
+    let acquire = async {
+        // The wait for the host port's qdisc (and for a link the open
+        // brought up) is the task's start, as for IPv4.
+        let settling = std::time::Instant::now();
+        link.settle().await;
+        drop(link);
+        let settled = settling.elapsed();
+        agent
+            .leases
+            .acquire6_timed(&agent.pacing, agent.base.acquire_timeout, acquisition)
+            .await
+            .map(|mut got| {
+                got.exchange.start += settled;
+                got
+            })
+    };
+    let guard = async {
+        let started = std::time::Instant::now();
+        guard_port(
+            agent,
+            &req.container_id,
+            &req.ifname,
+            netns,
+            PortNetwork::of_config(&req.config),
+            (mac, false),
+            HostEnd { peer, prepared },
+        )
+        .await;
+        started.elapsed()
+    };
+    tokio::join!(acquire, guard)
 }
 
 /// The CNI result for a `DHCPv6` lease: the address with the network's

@@ -172,6 +172,17 @@ impl Phases {
         self.durable = micros(a.exchange.durable);
     }
 
+    /// [`Phases::acquired`] for a first IPv6 lease (nothing to protect:
+    /// an IPv6 lease adds no route through the interface).
+    pub(crate) fn acquired6(&mut self, a: &crate::lease::v6::Acquired6) {
+        self.slot = micros(a.slot);
+        self.start = micros(a.exchange.start);
+        self.offer = micros(a.exchange.offer);
+        self.ack = micros(a.exchange.ack);
+        self.apply = micros(a.exchange.apply);
+        self.durable = micros(a.exchange.durable);
+    }
+
     /// Each step as its phase, in order.
     pub(crate) fn each(&self) -> [(AddPhase, u64); 11] {
         [
