@@ -118,6 +118,59 @@ fn an_ipv6_pod_gets_its_lease_and_releases_it_at_del() {
     );
 }
 
+/// A pod whose interface has just come up has a tentative link-local
+/// address for as long as the kernel's duplicate address detection runs,
+/// and no source to send a SOLICIT from. The SOLICIT goes as soon as the
+/// address is usable, not at the engine's next retransmission: here the
+/// detection takes 1.5 s (one solicitation, a 1.5 s retransmission timer,
+/// no random delay), so the retransmissions (about 1 s and 3 s after the
+/// first SOLICIT) would start the exchange near 3 s; the ADD ends well
+/// before that. (Without `apply`: the leased address's own detection,
+/// which an ADD with `apply` waits for, would take 1.5 s more.)
+#[test]
+fn a_fresh_interfaces_solicit_leaves_as_soon_as_its_link_local_address_is_usable() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let _server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = AgentProcess::start(&[]);
+    let pod = &lab.clients[0].ns;
+    let conf = conf(&agent.socket).replace(r#""apply":true"#, r#""apply":false"#);
+    assert!(conf.contains(r#""apply":false"#), "{conf}");
+    pod.run_in(|| {
+        for (key, value) in [
+            ("conf/eth0/dad_transmits", "1"),
+            ("neigh/eth0/retrans_time_ms", "1500"),
+            ("conf/eth0/router_solicitation_delay", "0"),
+        ] {
+            let path = format!("/proc/sys/net/ipv6/{key}");
+            std::fs::write(&path, value).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+    });
+    // Down and up: the link-local address is made again, tentative.
+    pod.ip(&["link", "set", "eth0", "down"]);
+    pod.ip(&["link", "set", "eth0", "up"]);
+    let up = std::time::Instant::now();
+    let addrs = pod.ip(&["-6", "addr", "show", "dev", "eth0", "scope", "link"]);
+    assert!(addrs.contains("tentative"), "{addrs}");
+
+    let r = call("ADD", "v6fresh", pod, &conf);
+    let took = up.elapsed();
+    let _ = leased(&r, &agent);
+    assert!(
+        agent
+            .log()
+            .contains("the interface's link-local address became usable"),
+        "the SOLICIT was not held back:\n{}",
+        agent.log()
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "the ADD took {took:?} after the interface came up: the exchange waited for a retransmission\n{}",
+        agent.log()
+    );
+    let d = call("DEL", "v6fresh", pod, &conf);
+    assert!(d.ok, "DEL failed: {}", d.text());
+}
+
 /// The kernel path: the capture program goes on the pod's interface a
 /// little after the ADD (the first exchange is the socket's), the agent
 /// owns each later transaction in the kernel by its id and the IAID, and

@@ -68,6 +68,37 @@ const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
 /// Captured messages queued per lease.
 const FRAME_QUEUE: usize = 16;
 
+/// How often a message the interface could not send for want of a usable
+/// link-local address is tried again ([`Unsent`]).
+const UNSENT_RETRY: Duration = Duration::from_millis(10);
+/// How long it is tried again at most: the kernel's duplicate address
+/// detection with its defaults ends within 2 s; past this the engine's own
+/// retransmissions go on alone.
+const UNSENT_LIMIT: Duration = Duration::from_secs(3);
+
+/// A message the pod's interface could not send because it has no usable
+/// link-local address yet: a fresh interface's is tentative until the
+/// kernel's duplicate address detection ends (1–2 s with its defaults), and
+/// the kernel has no source to send from (`EADDRNOTAVAIL`). Left to the
+/// engine, the exchange would start at its next retransmission (RFC 8415
+/// §15: about 1 s, then 3 s, after the first SOLICIT), which may be seconds
+/// after the address became usable; the task tries the same message again
+/// every [`UNSENT_RETRY`] instead, and it goes as soon as it can (a message
+/// held back by a slow link, to the server). A newer message replaces it.
+#[derive(Debug)]
+struct Unsent {
+    payload: Vec<u8>,
+    dst: std::net::Ipv6Addr,
+    kind: v6::MessageKind,
+    since: tokio::time::Instant,
+}
+
+/// Whether a send failed because the interface has no usable source
+/// address yet (its link-local tentative).
+fn no_source_yet(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EADDRNOTAVAIL)
+}
+
 /// A v6 lease's kernel path: its subscription to the capture of the pod's
 /// interface, the channel its captured messages come on, and the
 /// transaction it owns in the kernel now.
@@ -244,6 +275,16 @@ async fn captured(kernel: Option<&mut Kernel6>) -> Option<Rx6Frame> {
     match kernel {
         Some(k) => k.rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Ready every [`UNSENT_RETRY`] while a message waits for a usable
+/// link-local address; never otherwise.
+async fn retry_unsent(waiting: bool) {
+    if waiting {
+        tokio::time::sleep(UNSENT_RETRY).await;
+    } else {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -479,6 +520,7 @@ impl Registry {
             cmds: started.cmds,
             waiter,
             clock,
+            unsent: None,
             persisted: started.persisted,
             netns,
             role,
@@ -512,6 +554,8 @@ struct Task6 {
     waiter: Option<oneshot::Sender<Outcome6>>,
     /// Where a first acquisition's time goes, for the ADD that waits.
     clock: ExchangeClock,
+    /// The last message the interface could not send yet.
+    unsent: Option<Unsent>,
     persisted: watch::Sender<Durable>,
     netns: PathBuf,
     /// One-shot or maintained; whether it configures the address.
@@ -561,11 +605,83 @@ impl Task6 {
                 lock(&self.live).capture = path;
             }
             match self.sock.send(&t.payload, t.dst.address()).await {
-                Ok(()) => self.clock.sent6(t.kind, Instant::now()),
+                Ok(()) => {
+                    self.clock.sent6(t.kind, Instant::now());
+                    self.unsent = None;
+                }
                 Err(e) if t.kind == v6::MessageKind::Release => self.release_elsewhere(&t, &e),
+                Err(e) if no_source_yet(&e) => self.hold_back(t),
                 Err(e) => {
                     debug!(kind = %t.kind, error = %e, "DHCPv6 send failed; the engine retransmits");
                 }
+            }
+        }
+    }
+
+    /// A message the kernel took for the lease: the path it came by noted,
+    /// then the engine's.
+    fn on_captured(&mut self, frame: &Rx6Frame) {
+        if let Some(k) = self.kernel.as_mut() {
+            let path = k.heard(frame);
+            let mut l = lock(&self.live);
+            l.capture = path;
+            // The server is behind that uplink: the record names it (with
+            // the lease's next write), so a RELEASE the pod's interface
+            // cannot send goes out there, after a restart too.
+            if let Some(name) = &k.uplink {
+                l.record.uplink = Some(UplinkRef {
+                    ifname: name.to_string(),
+                    vlan: frame.headers.vlan,
+                });
+            }
+        }
+        self.client.set_wall_clock_unix_ms(now_unix_ms());
+        let src = frame.headers.src_ip;
+        if let Err(reason) = self
+            .client
+            .handle_packet(Instant::now(), src, &frame.payload)
+        {
+            debug!(%src, reason = reason.label(), "captured DHCPv6 message dropped");
+        }
+    }
+
+    /// Keep `t`, which the interface could not send for want of a usable
+    /// link-local address, to try again ([`Unsent`]), in place of any
+    /// message kept before.
+    fn hold_back(&mut self, t: v6::Transmit) {
+        let since = if let Some(u) = self.unsent.take() {
+            u.since
+        } else {
+            debug!(kind = %t.kind,
+                "the interface has no usable link-local address yet (duplicate address detection): the message goes as soon as it has");
+            tokio::time::Instant::now()
+        };
+        self.unsent = Some(Unsent {
+            payload: t.payload,
+            dst: t.dst.address(),
+            kind: t.kind,
+            since,
+        });
+    }
+
+    /// Try the message the interface could not send again ([`Unsent`]):
+    /// gone once sent, once it fails for another reason (the engine
+    /// retransmits), or once [`UNSENT_LIMIT`] has passed.
+    async fn resend(&mut self) {
+        let Some(u) = self.unsent.take() else {
+            return;
+        };
+        match self.sock.send(&u.payload, u.dst).await {
+            Ok(()) => {
+                self.clock.sent6(u.kind, Instant::now());
+                info!(kind = %u.kind, waited_ms = u.since.elapsed().as_millis(),
+                    "the interface's link-local address became usable: the DHCPv6 message held back went out");
+            }
+            Err(e) if no_source_yet(&e) && u.since.elapsed() < UNSENT_LIMIT => {
+                self.unsent = Some(u);
+            }
+            Err(e) => {
+                debug!(kind = %u.kind, error = %e, "DHCPv6 message still not sent; the engine retransmits");
             }
         }
     }
@@ -889,6 +1005,7 @@ async fn run_loop(t: &mut Task6) -> Ended {
                 return Ended::Kept;
             }
             () = hear(t.routers.as_mut(), &t.svc.metrics) => t.on_router().await,
+            () = retry_unsent(t.unsent.is_some()) => t.resend().await,
             cmd = t.cmds.recv(), if stopping.is_none() => match cmd {
                 Some(Command::Stop { release, ack }) => {
                     if let Some(end) = t.on_stop(release, ack, &mut stopping).await {
@@ -897,28 +1014,7 @@ async fn run_loop(t: &mut Task6) -> Ended {
                 }
                 None => return Ended::Kept,
             },
-            Some(frame) = captured(t.kernel.as_mut()) => {
-                if let Some(k) = t.kernel.as_mut() {
-                    let path = k.heard(&frame);
-                    let mut l = lock(&t.live);
-                    l.capture = path;
-                    // The server is behind that uplink: the record names it
-                    // (with the lease's next write), so a RELEASE the pod's
-                    // interface cannot send goes out there, after a restart
-                    // too.
-                    if let Some(name) = &k.uplink {
-                        l.record.uplink = Some(UplinkRef {
-                            ifname: name.to_string(),
-                            vlan: frame.headers.vlan,
-                        });
-                    }
-                }
-                t.client.set_wall_clock_unix_ms(now_unix_ms());
-                let src = frame.headers.src_ip;
-                if let Err(reason) = t.client.handle_packet(Instant::now(), src, &frame.payload) {
-                    debug!(%src, reason = reason.label(), "captured DHCPv6 message dropped");
-                }
-            }
+            Some(frame) = captured(t.kernel.as_mut()) => t.on_captured(&frame),
             got = t.sock.recv(&mut buf) => match got {
                 Ok((n, src)) => {
                     t.client.set_wall_clock_unix_ms(now_unix_ms());
