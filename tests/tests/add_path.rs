@@ -13,7 +13,7 @@ use xdhcp_tests::netns::packet_socket_here;
 
 use agent_support::NodeAgent;
 use xdhcp::rpc::{self, CniRequest};
-use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, NetNs};
+use xdhcp_tests::{Dnsmasq, Dnsmasq6, DnsmasqConfig, Lab, NetNs};
 
 /// Pods whose interface the main plugin hands over down (macvlan, bridge)
 /// each get their lease from their first DISCOVER. The agent brings the
@@ -145,6 +145,64 @@ fn the_guard_goes_on_beside_the_exchange_without_losing_a_reply() {
         sent,
         "{} of {sent} frames sent into the pod while the guard went on were lost",
         sent - got
+    );
+    let _: serde_json::Value = client.post(rpc::PATH_DEL, &req).expect("DEL");
+}
+
+/// A dual-stack pod's SOLICIT, like its DISCOVER, waits only for its host
+/// port's `clsact` qdisc, not for the guard's filter: the agent's test hook
+/// holds the attach back 3 s, and the DHCPv6 lease is bound (from the
+/// first SOLICIT) long before the guard is on. The ADD itself answers once
+/// the guard is on.
+#[test]
+fn a_dual_stack_pods_solicit_waits_for_its_ports_qdisc_not_the_guards_attach() {
+    let (lab, _dnsmasq) = lab_with_dnsmasq();
+    let _dnsmasq6 = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = NodeAgent::start_with_env(
+        &lab.server,
+        &[],
+        &[("XDHCP_TEST_GUARD_ATTACH_DELAY_MS", "3000")],
+    );
+    let pod = pod_on(&lab.server, &lab.bridge.name, "cd0");
+    // The pod's link-local address usable first: its detection is not what
+    // this test times.
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || !pod
+            .ip(&["-6", "addr", "show", "dev", "eth0"])
+            .contains("tentative")),
+        "{}",
+        pod.ip(&["-6", "addr", "show", "dev", "eth0"])
+    );
+    let client = rpc::Client::new(&agent.socket, Duration::from_secs(30));
+    let conf = r#"{"cniVersion":"1.1.0","name":"dualnet","type":"macvlan",
+        "ipam":{"type":"xdhcp","family":"dual","timeout":"10s","ipv6":{"prefixLength":64}}}"#;
+    let req = CniRequest {
+        container_id: "pod-dual".to_owned(),
+        ifname: "eth0".to_owned(),
+        netns: Some(pod.path().to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), "default".to_owned()),
+            ("K8S_POD_NAME".to_owned(), "pod-dual".to_owned()),
+        ]
+        .into(),
+        config: xdhcp::cni::config::parse(conf.as_bytes()).expect("a valid config"),
+    };
+    let began = Instant::now();
+    if let Err(e) = client.post::<_, serde_json::Value>(rpc::PATH_ADD, &req) {
+        panic!("ADD: {}\n{}", e.into_cni().msg, agent.log());
+    }
+    assert!(
+        began.elapsed() >= Duration::from_secs(3),
+        "the ADD answered before the guard was on"
+    );
+    let log = agent.log();
+    let at = |what: &str| {
+        log.find(what)
+            .unwrap_or_else(|| panic!("no \"{what}\" in the log:\n{log}"))
+    };
+    assert!(
+        at("DHCPv6 lease bound") < at("DHCP guard attached"),
+        "the DHCPv6 lease waited for the guard's attach:\n{log}"
     );
     let _: serde_json::Value = client.post(rpc::PATH_DEL, &req).expect("DEL");
 }

@@ -122,7 +122,7 @@ pub(crate) struct Link {
     raised: Option<Raised>,
     /// Set while the interface's host port is being made ready for the
     /// DHCP guard ([`Link::hold_first_send`]): [`Link::settle`] waits for it.
-    port_gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    port_gate: Option<PortGate>,
     /// With [`Sockets::Udp6`]: the `DHCPv6` client socket made in the
     /// trip, until taken.
     udp6: Option<std::os::fd::OwnedFd>,
@@ -141,12 +141,28 @@ pub(crate) struct Link {
 /// no reply of the exchange can arrive in that moment; the guard's filter,
 /// added to the existing qdisc beside the exchange, deactivates nothing.
 #[derive(Debug)]
-pub(crate) struct PortPrepared(tokio::sync::oneshot::Sender<()>);
+pub(crate) struct PortPrepared(tokio::sync::watch::Sender<bool>);
 
 impl PortPrepared {
     /// The port's qdisc is there (or cannot be made): the link may send.
     pub(crate) fn done(self) {
-        let _ = self.0.send(());
+        self.0.send_replace(true);
+    }
+}
+
+/// What a first frame waits on for [`PortPrepared`]: the link's own
+/// ([`Link::settle`]), or a copy for another sender on the same port (a
+/// dual-stack ADD's DHCPv6 socket, [`Link::port_gate`]).
+#[derive(Debug, Clone)]
+pub(crate) struct PortGate(tokio::sync::watch::Receiver<bool>);
+
+impl PortGate {
+    /// Until the promise is kept or dropped, at most [`PORT_LIMIT`];
+    /// whether it came in time.
+    pub(crate) async fn ready(mut self) -> bool {
+        tokio::time::timeout(PORT_LIMIT, self.0.wait_for(|ready| *ready))
+            .await
+            .is_ok()
     }
 }
 
@@ -375,9 +391,15 @@ impl Link {
     /// dropped (at most [`PORT_LIMIT`]): the host port's `clsact` qdisc
     /// is made meanwhile ([`PortPrepared`]).
     pub(crate) fn hold_first_send(&mut self) -> PortPrepared {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.port_gate = Some(rx);
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        self.port_gate = Some(PortGate(rx));
         PortPrepared(tx)
+    }
+
+    /// What the link's first frame waits on, for another sender on the
+    /// same port to wait on too; `None` when nothing holds it.
+    pub(crate) fn port_gate(&self) -> Option<PortGate> {
+        self.port_gate.clone()
     }
 
     /// Wait, when the open brought the interface up, until the kernel has
@@ -396,9 +418,9 @@ impl Link {
     pub(crate) async fn settle(&mut self) -> bool {
         if let Some(gate) = self.port_gate.take() {
             let since = std::time::Instant::now();
-            let kept = tokio::time::timeout(PORT_LIMIT, gate).await;
+            let in_time = gate.ready().await;
             debug!(ifname = %self.ifname, waited_us = since.elapsed().as_micros(),
-                in_time = kept.is_ok(), "the host port is ready for its guard");
+                in_time, "the host port is ready for its guard");
         }
         let Some(raised) = self.raised.take() else {
             return true;

@@ -53,7 +53,9 @@ pub(crate) async fn add(
     let link = Link::open_looking(Some(&netns), &req.ifname, Sockets::SenderAndReceiver, true)
         .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?;
     let mac = link.info.mac;
-    let ((h4, lease4), (h6, lease6)) = acquire_both(agent, req, &who, link, &netns, place).await?;
+    // Boxed: both acquisitions and the guard, joined, make a large future.
+    let ((h4, lease4), (h6, lease6)) =
+        Box::pin(acquire_both(agent, req, &who, link, &netns, place)).await?;
     let router = lock(&h6.live).record.router6;
     let a6 = address6(&lease_network(&h6), &lease6, router);
     let to = ReportTo {
@@ -130,6 +132,7 @@ async fn acquire_both(
     let (mac, ifindex) = (link.info.mac, link.info.ifindex);
     let peer = link.take_veth_peer();
     let prepared = first_send_held(agent, &mut link, &peer);
+    let gate6 = link.port_gate();
     let record = |family| {
         fresh_record(
             req,
@@ -149,21 +152,13 @@ async fn acquire_both(
             link: link.with_src_mac(mac),
         },
     );
-    // The guard goes on beside the DHCPv4 exchange (whose first DISCOVER
-    // waits for the port's qdisc, as on an IPv4 network); the first
-    // SOLICIT waits for the whole guard, as on an IPv6 network: the
-    // socket it leaves by has no such hold.
+    // The guard goes on beside both exchanges: each first message waits
+    // only for the port's qdisc, the DISCOVER on the link's hold, the
+    // SOLICIT (from a socket of its own) on a copy of it.
     let v6 = async {
-        guard_port(
-            agent,
-            &req.container_id,
-            &req.ifname,
-            netns,
-            PortNetwork::of_config(&req.config),
-            (mac, false),
-            HostEnd { peer, prepared },
-        )
-        .await;
+        if let Some(gate) = gate6 {
+            gate.ready().await;
+        }
         let acquisition = Acquisition6 {
             record: record(Family::Ipv6),
             netns: netns.to_path_buf(),
@@ -176,7 +171,16 @@ async fn acquire_both(
             .acquire6(&agent.pacing, agent.base.acquire_timeout, acquisition)
             .await
     };
-    let (v4, v6) = tokio::join!(v4, v6);
+    let guard = guard_port(
+        agent,
+        &req.container_id,
+        &req.ifname,
+        netns,
+        PortNetwork::of_config(&req.config),
+        (mac, false),
+        HostEnd { peer, prepared },
+    );
+    let (v4, v6, ()) = tokio::join!(v4, v6, guard);
     let ((h4, lease4), (h6, lease6)) = match (v4, v6) {
         (Ok(a), Ok(b)) => ((a.handle, a.lease), b),
         // The family that bound gives its lease back: nothing is left.
