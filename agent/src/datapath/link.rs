@@ -23,17 +23,21 @@ use crate::sys::netns::run_switched_holding;
 pub(crate) type LinkError = RawSockError;
 
 /// What one trip into the namespace opens for a link.
-type Opened = (
-    Option<std::os::fd::OwnedFd>,
-    LinkInfo,
-    Option<RawSender>,
-    Option<AfPacketReceiver>,
-    Option<LinkRemovalWatch>,
-    PeerLookup,
-    Option<Vec<Ipv4Prefix>>,
-    TripClock,
-    Option<std::os::fd::OwnedFd>,
-);
+struct Opened {
+    /// The query socket, kept when the trip brought the interface up (for
+    /// [`Link::settle`]).
+    raised: Option<std::os::fd::OwnedFd>,
+    info: LinkInfo,
+    tx: Option<RawSender>,
+    rx: Option<AfPacketReceiver>,
+    watch: Option<LinkRemovalWatch>,
+    veth_peer: PeerLookup,
+    /// The prefixes the lease must not reroute, when the trip looked.
+    protected: Option<Vec<Ipv4Prefix>>,
+    clock: TripClock,
+    /// The DHCPv6 client socket ([`Sockets::Udp6`]).
+    udp6: Option<std::os::fd::OwnedFd>,
+}
 
 /// Where a trip's time went, µs per step (logged with "link opened").
 #[derive(Debug, Default)]
@@ -344,7 +348,17 @@ impl Link {
             }
             None => (work(None)?, None),
         };
-        let (raised, info, tx, rx, watch, veth_peer, protected, clock, udp6) = opened;
+        let Opened {
+            raised,
+            info,
+            tx,
+            rx,
+            watch,
+            veth_peer,
+            protected,
+            clock,
+            udp6,
+        } = opened;
         debug!(
             ifname,
             trip_us = begun.elapsed().as_micros(),
@@ -762,23 +776,23 @@ fn open_here(
     } else {
         None
     };
-    let (peer, protected) = if looking {
+    let (veth_peer, protected) = if looking {
         let (peer, protected) = look_here(&name, info.ifindex, home, &mut clock);
         (peer, Some(protected))
     } else {
         (PeerLookup::NotLooked, None)
     };
-    Ok((
-        raised.then_some(query),
+    Ok(Opened {
+        raised: raised.then_some(query),
         info,
         tx,
         rx,
         watch,
-        peer,
+        veth_peer,
         protected,
         clock,
         udp6,
-    ))
+    })
 }
 
 /// What an ADD needs of the calling thread's namespace besides its link
