@@ -437,6 +437,78 @@ pub fn parse(p: &[u8]) -> Result<ServerMessage, DropReason> {
     Ok(m)
 }
 
+/// A client message seen on the wire (another client's, not this
+/// engine's: a VM guest's own, which the agent learns from), decoded with
+/// the same structural checks as a server message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientMessage {
+    pub msg_type: MessageType,
+    pub xid: u32,
+    pub client_id: Option<Vec<u8>>,
+    pub rapid_commit: bool,
+    /// Every `IA_NA`, in message order (with the addresses a REQUEST,
+    /// RENEW, REBIND, RELEASE or DECLINE names).
+    pub ia_na: Vec<IANA>,
+}
+
+/// Decodes and checks a client message: SOLICIT, REQUEST, CONFIRM,
+/// RENEW, REBIND, RELEASE, DECLINE or INFORMATION-REQUEST (anything else
+/// is [`DropReason::UnexpectedType`]). An essential option that is
+/// malformed or repeated rejects it, as in [`parse`].
+pub fn parse_client(p: &[u8]) -> Result<ClientMessage, DropReason> {
+    if p.len() < HEADER_LEN {
+        return Err(DropReason::Truncated);
+    }
+    let msg_type = MessageType::from(p[0]);
+    if !matches!(
+        msg_type,
+        MessageType::Solicit
+            | MessageType::Request
+            | MessageType::Confirm
+            | MessageType::Renew
+            | MessageType::Rebind
+            | MessageType::Release
+            | MessageType::Decline
+            | MessageType::InformationRequest
+    ) {
+        return Err(DropReason::UnexpectedType);
+    }
+    let mut m = ClientMessage {
+        msg_type,
+        xid: u32::from_be_bytes([0, p[1], p[2], p[3]]),
+        client_id: None,
+        rapid_commit: false,
+        ia_na: Vec::new(),
+    };
+    let mut seen_once = [false; 3];
+    for tlv in split(&p[HEADER_LEN..])? {
+        let opt = match decode_one(&tlv) {
+            Ok(opt) => opt,
+            Err(problem) if essential(tlv.code) => return Err(problem.reason()),
+            Err(_) => continue,
+        };
+        let once = match tlv.code {
+            code::CLIENT_ID => Some(0),
+            code::SERVER_ID => Some(1),
+            code::RAPID_COMMIT => Some(2),
+            _ => None,
+        };
+        if let Some(i) = once {
+            if seen_once[i] {
+                return Err(DropReason::MalformedOption);
+            }
+            seen_once[i] = true;
+        }
+        match opt {
+            DhcpOption::ClientId(id) => m.client_id = Some(id),
+            DhcpOption::RapidCommit => m.rapid_commit = true,
+            DhcpOption::IANA(ia) => m.ia_na.push(ia),
+            _ => {}
+        }
+    }
+    Ok(m)
+}
+
 /// A status message fit for a log line: printable, at most 128 characters.
 pub(crate) fn sanitize(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(128).collect()
