@@ -549,7 +549,9 @@ fn learn_script(data: &[u8]) -> u32 {
         let (_, payload) = parse_udp_frame(&record[head..head + captured])
             .expect("an accepted record holds a frame");
         assert_eq!(ev.payload, payload, "event payload is not the frame's");
-        let seen = ev.seen();
+        let Some(seen) = ev.seen() else {
+            continue;
+        };
         let observed = validate::parse_observed(&ev.payload).ok();
         let out = learner.observe(ev.ifindex, MAC, &seen, now, || Some(view.clone()));
         let Some(msg) = observed.filter(|m| m.chaddr == MAC) else {
@@ -1099,12 +1101,12 @@ mod tests {
 
         /// A guard ring record: the header as the guard programs write it
         /// (native-endian, in declaration order), then the frame.
-        fn guard_record(direction: u32, frame: &[u8]) -> Vec<u8> {
+        fn guard_record(direction: u16, frame: &[u8]) -> Vec<u8> {
             let len = frame.len() as u32;
             let mut r = Vec::new();
-            for v in [7u32, direction] {
-                r.extend_from_slice(&v.to_ne_bytes());
-            }
+            r.extend_from_slice(&7u32.to_ne_bytes());
+            r.extend_from_slice(&direction.to_ne_bytes());
+            r.extend_from_slice(&xdhcp_common::guard::GUARD_KIND_DHCP4.to_ne_bytes());
             r.extend_from_slice(&42u64.to_ne_bytes());
             for v in [42, len - 42, len, len] {
                 r.extend_from_slice(&v.to_ne_bytes());

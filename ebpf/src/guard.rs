@@ -46,8 +46,13 @@
 //! unclassifiable: it may be a server reply that a switch further on
 //! untags.
 //!
+//! On a learning port, the DHCPv6 client messages that pass and that
+//! learning reads (SOLICIT, REQUEST, RENEW, REBIND, RELEASE, DECLINE) are
+//! copied to the guard ring as well.
+//!
 //! Egress sees what is sent to the workload: on a learning port, the server
-//! replies for the port's MAC that learning uses (ACKs) are copied to the
+//! replies for the port's MAC that learning uses (DHCPv4 ACKs, DHCPv6
+//! REPLYs) are copied to the
 //! ring while the port's reply bucket has a token (a token bucket refilled
 //! from `bpf_ktime_get_ns` at the rate the agent sets); the other replies,
 //! and the ACKs over the bucket, are counted and not copied, so a flood of
@@ -90,6 +95,8 @@ use xdhcp_common::guard::{
     GUARD_PORTS_CAPACITY, GUARD_SINGLE_CLIENT, GUARD_TO_WORKLOAD, GUARD_TRUSTED, GuardCounters,
     GuardHeader, GuardPort, GuardRecord,
 };
+// The guard ring's record kinds.
+use xdhcp_common::guard::{GUARD_KIND_DHCP4, GUARD_KIND_DHCP6};
 // The IPv6 verdicts' counters.
 use xdhcp_common::guard::{
     GUARD_DROPPED_MALFORMED6, GUARD_DROPPED_RA, GUARD_DROPPED_RATE6, GUARD_DROPPED_REDIRECT,
@@ -191,6 +198,8 @@ const ICMPV6_ROUTER_ADVERT: u8 = 134;
 const ICMPV6_REDIRECT: u8 = 137;
 const DHCP6_CLIENT_PORT: u16 = 546;
 const DHCP6_SERVER_PORT: u16 = 547;
+/// The DHCPv6 REPLY, the one server message learning reads.
+const DHCP6_REPLY: u8 = 7;
 /// DHCPv6 Client Identifier option (RFC 8415 §21.2).
 const OPTION_CLIENTID: u16 = 1;
 /// DUID types that carry a link-layer address (RFC 8415 §11.2, §11.4), and
@@ -743,7 +752,7 @@ fn ingress4<W: Wire>(f: &W, udp: &Udp) -> Verdict {
         return Verdict::Drop(GUARD_DROPPED_RATE);
     }
     if flags & GUARD_LEARN != 0 {
-        learn(f, ifindex, GUARD_FROM_WORKLOAD, udp, now);
+        learn(f, ifindex, GUARD_FROM_WORKLOAD, GUARD_KIND_DHCP4, udp, now);
     }
     if flags & GUARD_BROADCAST != 0 {
         broadcast_replies(f, udp);
@@ -913,7 +922,8 @@ fn is_client_type6(t: u8) -> bool {
 /// server's or relay's message dropped unless the port is trusted, a
 /// client's checked against the port's MAC on a single-client port and
 /// limited by the port's bucket (the one DHCPv4 client messages take from).
-/// Nothing is copied to the guard ring (learning reads DHCPv4).
+/// On a learning port, a client message that passes and that learning reads
+/// ([`is_learned_type6`]) is copied to the guard ring.
 #[inline(always)]
 fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
     let upper = upper6(f, l3);
@@ -937,12 +947,14 @@ fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
         Upper6::Icmp(_) => return Verdict::Drop(GUARD_DROPPED_REDIRECT),
         Upper6::Udp(udp) => udp,
     };
+    let mut msg_type = 0;
     let client = udp.dport == DHCP6_SERVER_PORT && udp.sport != DHCP6_SERVER_PORT && {
         // The message type, with the transaction id (one read).
-        let Some([msg_type, _, _, _]) = f.read::<[u8; 4]>(udp.payload) else {
+        let Some([t, _, _, _]) = f.read::<[u8; 4]>(udp.payload) else {
             return Verdict::Drop(GUARD_DROPPED_MALFORMED6);
         };
-        is_client_type6(msg_type)
+        msg_type = t;
+        is_client_type6(t)
     };
     if !client {
         if trusted {
@@ -968,7 +980,26 @@ fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
     if !take_token(port, now) {
         return Verdict::Drop(GUARD_DROPPED_RATE6);
     }
+    if flags & GUARD_LEARN != 0 && is_learned_type6(msg_type) {
+        learn(
+            f,
+            f.ifindex(),
+            GUARD_FROM_WORKLOAD,
+            GUARD_KIND_DHCP6,
+            &udp,
+            now,
+        );
+    }
     Verdict::PassCounted(GUARD_PASSED_CLIENT6)
+}
+
+/// Whether learning reads DHCPv6 client message type `t`: the messages a
+/// REPLY that binds may answer (SOLICIT, with Rapid Commit, REQUEST,
+/// RENEW, REBIND) and those that give an address up (RELEASE, DECLINE).
+/// CONFIRM and INFORMATION-REQUEST bind nothing.
+#[inline(always)]
+fn is_learned_type6(t: u8) -> bool {
+    matches!(t, 1 | 3 | 5 | 6 | 8 | 9)
 }
 
 /// Scans the top-level options of the DHCPv6 client message at `payload`
@@ -1082,8 +1113,10 @@ fn broadcast_replies<W: Wire>(f: &W, udp: &Udp) {
 
 #[inline(always)]
 fn egress<W: Wire>(f: &W) {
-    let Located::Udp(udp) = locate(f) else {
-        return;
+    let udp = match locate(f) {
+        Located::Udp(udp) => udp,
+        Located::Ipv6(l3) => return egress6(f, l3),
+        Located::Other | Located::Tagged => return,
     };
     if udp.sport != SERVER_PORT || udp.dport != CLIENT_PORT {
         return;
@@ -1114,7 +1147,50 @@ fn egress<W: Wire>(f: &W) {
     }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    learn(f, ifindex, GUARD_TO_WORKLOAD, &udp, now);
+    learn(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP4, &udp, now);
+}
+
+/// [`egress`] for IPv6: a DHCPv6 REPLY (UDP from port 547 to port 546)
+/// to the port's MAC, behind any extension headers the ingress walk
+/// reads, is copied within the port's reply bucket (the one DHCPv4 ACKs
+/// take from); another server message (ADVERTISE, RECONFIGURE) is counted
+/// as unused. A DHCPv6 reply has no `chaddr`: a server sends it to the
+/// client's link-local address, so the frame's Ethernet destination names
+/// the client.
+#[inline(always)]
+fn egress6<W: Wire>(f: &W, l3: usize) {
+    let Upper6::Udp(udp) = upper6(f, l3) else {
+        return;
+    };
+    if udp.sport != DHCP6_SERVER_PORT || udp.dport != DHCP6_CLIENT_PORT {
+        return;
+    }
+    let ifindex = f.ifindex();
+    // SAFETY: plain data, read only.
+    let Some(port) = (unsafe { XDHCP_GUARD_PORTS.get(ifindex) }) else {
+        return;
+    };
+    if port.flags & GUARD_LEARN == 0 || mac_at(f, 0, port.mac) != Some(true) {
+        return;
+    }
+    // Opaque, as in `broadcast_replies`: the walk's bounds tests are not
+    // reused for this read.
+    let payload = black_box(udp.payload);
+    let Some([msg_type, _, _, _]) = f.read::<[u8; 4]>(payload) else {
+        return;
+    };
+    if msg_type != DHCP6_REPLY {
+        learn_count(LEARN_UNUSED);
+        return;
+    }
+    // SAFETY: helper without arguments.
+    if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
+        learn_count(LEARN_SHED);
+        return;
+    }
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    learn(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP6, &udp, now);
 }
 
 #[inline(always)]
@@ -1224,14 +1300,15 @@ fn message_type<W: Wire>(f: &W, payload: usize, payload_len: usize) -> MessageTy
 
 /// Copies the frame (up to the largest bucket) to the guard ring.
 #[inline(always)]
-fn learn<W: Wire>(f: &W, ifindex: u32, direction: u32, udp: &Udp, now: u64) {
+fn learn<W: Wire>(f: &W, ifindex: u32, direction: u16, kind: u16, udp: &Udp, now: u64) {
     let frame_len = f.frame_len();
     let [small, large] = GUARD_BUCKETS;
+    let way = (direction, kind);
     let ok = if frame_len <= small {
-        emit::<W, { GUARD_BUCKETS[0] }>(f, ifindex, direction, udp, now, frame_len)
+        emit::<W, { GUARD_BUCKETS[0] }>(f, ifindex, way, udp, now, frame_len)
     } else {
         let len = if frame_len > large { large } else { frame_len };
-        emit::<W, { GUARD_BUCKETS[1] }>(f, ifindex, direction, udp, now, len)
+        emit::<W, { GUARD_BUCKETS[1] }>(f, ifindex, way, udp, now, len)
     };
     count(ifindex, if ok { GUARD_LEARNED } else { GUARD_LEARN_LOST });
 }
@@ -1240,7 +1317,7 @@ fn learn<W: Wire>(f: &W, ifindex: u32, direction: u32, udp: &Udp, now: u64) {
 fn emit<W: Wire, const N: usize>(
     f: &W,
     ifindex: u32,
-    direction: u32,
+    (direction, kind): (u16, u16),
     udp: &Udp,
     now: u64,
     len: usize,
@@ -1259,6 +1336,7 @@ fn emit<W: Wire, const N: usize>(
         addr_of_mut!((*rec).header).write(GuardHeader {
             ifindex,
             direction,
+            kind,
             ts_ns: now,
             payload_offset: udp.payload as u32,
             payload_len: udp.payload_len as u32,

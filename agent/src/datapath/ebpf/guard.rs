@@ -18,6 +18,7 @@
 //! and ring, as one object the guard service holds.
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{
@@ -38,7 +39,7 @@ use xdhcp_common::guard as g;
 use super::pin::{PinnedMap, Pinning, pin_maps_in};
 use super::ring::Ring;
 use super::{AttachTarget, EbpfDatapathError, ProgramSet, Programs, Result, prog};
-use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
+use crate::datapath::frame::{FrameHeaders, parse_udp_frame, parse_udp6_frame};
 use crate::netlink::{XdpHook, set_xdp_here, xdp_prog_here};
 
 /// Where a port's frames from the workload are policed.
@@ -250,7 +251,7 @@ pub enum Direction {
     ToWorkload,
 }
 
-/// One observed DHCP message on a learning port, undecoded.
+/// One observed DHCP or DHCPv6 message on a learning port, undecoded.
 #[derive(Debug, Clone)]
 pub struct GuardEvent {
     /// ifindex of the guarded port (host side).
@@ -258,25 +259,60 @@ pub struct GuardEvent {
     pub direction: Direction,
     /// `CLOCK_MONOTONIC` at tick resolution, at the observation.
     pub ts_ns: u64,
-    pub headers: FrameHeaders,
-    /// The DHCP message.
+    /// The frame's addresses: IPv4 for a DHCPv4 message, IPv6 for a
+    /// DHCPv6 one.
+    pub headers: FrameHeaders<IpAddr>,
+    /// The DHCP or DHCPv6 message.
     pub payload: Vec<u8>,
 }
 
 impl GuardEvent {
-    /// The message as the learner sees it (who sent it which way, from
-    /// where).
-    pub(crate) fn seen(&self) -> crate::bindings::learner::Seen<'_> {
-        use crate::bindings::learner::{Direction as Way, Seen};
-        Seen {
-            direction: match self.direction {
-                Direction::FromWorkload => Way::FromGuest,
-                Direction::ToWorkload => Way::ToGuest,
-            },
+    /// The DHCPv4 message as the learner sees it (who sent it which way,
+    /// from where); `None` for a DHCPv6 one.
+    pub(crate) fn seen(&self) -> Option<crate::bindings::learner::Seen<'_>> {
+        let IpAddr::V4(src_ip) = self.headers.src_ip else {
+            return None;
+        };
+        Some(crate::bindings::learner::Seen {
+            direction: self.way(),
             src_mac: self.headers.src_mac,
-            src_ip: self.headers.src_ip,
+            src_ip,
             payload: &self.payload,
+        })
+    }
+
+    /// The DHCPv6 message as the learner sees it; `None` for a DHCPv4 one.
+    pub(crate) fn seen6(&self) -> Option<crate::bindings::learner6::Seen6<'_>> {
+        let IpAddr::V6(src_ip) = self.headers.src_ip else {
+            return None;
+        };
+        Some(crate::bindings::learner6::Seen6 {
+            direction: self.way(),
+            src_mac: self.headers.src_mac,
+            src_ip,
+            payload: &self.payload,
+        })
+    }
+
+    fn way(&self) -> crate::bindings::learner::Direction {
+        use crate::bindings::learner::Direction as Way;
+        match self.direction {
+            Direction::FromWorkload => Way::FromGuest,
+            Direction::ToWorkload => Way::ToGuest,
         }
+    }
+}
+
+/// The frame's headers with its addresses of either family.
+fn any_family<A: Into<IpAddr>>(h: FrameHeaders<A>) -> FrameHeaders<IpAddr> {
+    FrameHeaders {
+        src_mac: h.src_mac,
+        dst_mac: h.dst_mac,
+        vlan: h.vlan,
+        src_ip: h.src_ip.into(),
+        dst_ip: h.dst_ip.into(),
+        src_port: h.src_port,
+        dst_port: h.dst_port,
     }
 }
 
@@ -288,7 +324,10 @@ pub enum GuardRecordError {
     #[error("guard record claims {captured_len} captured bytes (room for {max})")]
     CapturedLen { captured_len: u32, max: usize },
     #[error("guard record direction {0} unknown")]
-    Direction(u32),
+    Direction(u16),
+    /// A record layout this agent does not read (skipped and counted).
+    #[error("guard record kind {0} unknown")]
+    Kind(u16),
     #[error("observed frame: {0}")]
     Frame(#[from] crate::datapath::frame::FrameError),
 }
@@ -320,7 +359,12 @@ pub fn decode_guard_record(bytes: &[u8]) -> Result<GuardEvent, GuardRecordError>
         g::GUARD_TO_WORKLOAD => Direction::ToWorkload,
         other => return Err(GuardRecordError::Direction(other)),
     };
-    let (headers, payload) = parse_udp_frame(&frame[..captured])?;
+    let frame = &frame[..captured];
+    let (headers, payload) = match h.kind {
+        g::GUARD_KIND_DHCP4 => parse_udp_frame(frame).map(|(h, p)| (any_family(h), p))?,
+        g::GUARD_KIND_DHCP6 => parse_udp6_frame(frame).map(|(h, p)| (any_family(h), p))?,
+        other => return Err(GuardRecordError::Kind(other)),
+    };
     Ok(GuardEvent {
         ifindex: h.ifindex,
         direction,
