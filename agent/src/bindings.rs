@@ -32,8 +32,11 @@ pub const PATH_BINDINGS: &str = "/v1/bindings";
 pub enum BindingSource {
     /// xdhcp leased the address itself (a pod's lease, a VM's one-shot).
     Leased,
-    /// Learned from the guest's own DHCP exchange on a VM's port.
+    /// Learned from the guest's own DHCP or DHCPv6 exchange on a VM's port.
     Learned,
+    /// An IPv6 address the guest configured itself (SLAAC, static), learned
+    /// from its duplicate address detection on a VM's port.
+    Dad,
 }
 
 impl BindingSource {
@@ -42,6 +45,7 @@ impl BindingSource {
         match self {
             Self::Leased => "leased",
             Self::Learned => "learned",
+            Self::Dad => "dad",
         }
     }
 }
@@ -311,6 +315,20 @@ impl LearnedStore {
         self.take_key(&key6(mac), ip.map(IpAddr::from))
     }
 
+    /// The IPv6 addresses `mac`'s guest configured itself (expired or
+    /// not: they have no expiry).
+    pub fn configured(&self, mac: &str) -> Vec<Ipv6Addr> {
+        let from = format!("{mac}/dad/");
+        self.rows
+            .range(from.clone()..)
+            .take_while(|(k, _)| k.starts_with(&from))
+            .filter_map(|(_, b)| match b.ip {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            })
+            .collect()
+    }
+
     /// Forgets the row `b` is (its MAC and family), whatever its address.
     pub fn remove_row(&mut self, b: &Binding) -> bool {
         self.take_key(&row_key(b), None).is_some()
@@ -389,11 +407,13 @@ fn key6(mac: &str) -> String {
     format!("{mac}/ipv6")
 }
 
-/// The store's key of `b`: its MAC, and its family.
+/// The store's key of `b`: its MAC, and its family; for an address the
+/// guest configured itself, the address too (a MAC may hold several).
 fn row_key(b: &Binding) -> String {
-    match b.ip {
-        IpAddr::V4(_) => b.mac.clone(),
-        IpAddr::V6(_) => key6(&b.mac),
+    match (b.ip, b.source) {
+        (IpAddr::V6(ip), BindingSource::Dad) => format!("{}/dad/{ip}", b.mac),
+        (IpAddr::V4(_), _) => b.mac.clone(),
+        (IpAddr::V6(_), _) => key6(&b.mac),
     }
 }
 
@@ -551,6 +571,46 @@ mod tests {
         assert_eq!(s.get6(mac), Some(&v6));
         assert!(s.remove_row(&v6));
         assert!(s.rows(0).is_empty());
+    }
+
+    /// A MAC may hold several addresses its guest configured itself, beside
+    /// its DHCPv6 binding; each is a row of its own, kept across a reopen.
+    #[test]
+    fn configured_addresses_are_rows_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = LearnedStore::open(dir.path()).unwrap();
+        let mac = "02:00:00:00:00:01";
+        let row = |ip: &str, source| Binding {
+            ip: ip.parse().unwrap(),
+            source,
+            ..binding(mac, [0; 4], None)
+        };
+        s.upsert(row("fd00:6::1a0", BindingSource::Learned));
+        s.upsert(row("fd00:6::a", BindingSource::Dad));
+        s.upsert(row("fd00:6::b", BindingSource::Dad));
+        s.upsert(binding("02:00:00:00:00:02", [192, 0, 2, 6], None));
+        s.upsert(Binding {
+            mac: "02:00:00:00:00:02".to_owned(),
+            ..row("fd00:6::c", BindingSource::Dad)
+        });
+        s.flush().unwrap();
+        let (s, _) = LearnedStore::open(dir.path()).unwrap();
+        assert_eq!(s.rows(0).len(), 5);
+        let want: Vec<Ipv6Addr> = vec!["fd00:6::a".parse().unwrap(), "fd00:6::b".parse().unwrap()];
+        assert_eq!(s.configured(mac), want);
+        assert_eq!(
+            s.get6(mac).map(|b| b.ip),
+            Some("fd00:6::1a0".parse().unwrap())
+        );
+        let t = render(
+            &[BindingRow {
+                binding: row("fd00:6::a", BindingSource::Dad),
+                family: String::new(),
+                identity: None,
+            }],
+            0,
+        );
+        assert!(t.contains(" ipv6 ") && t.contains(" dad "), "{t}");
     }
 
     #[test]

@@ -479,11 +479,15 @@ impl Metrics {
     }
 
     /// Replaces the binding-table figures with the table `rows` (rows gone
-    /// from the table disappear; both sources are always reported).
+    /// from the table disappear; every source is always reported).
     pub(crate) fn bindings_snapshot(&self, rows: &[crate::bindings::Binding]) {
         use crate::bindings::BindingSource;
         self.binding_info.clear();
-        for source in [BindingSource::Leased, BindingSource::Learned] {
+        for source in [
+            BindingSource::Leased,
+            BindingSource::Learned,
+            BindingSource::Dad,
+        ] {
             let n = rows.iter().filter(|b| b.source == source).count();
             self.bindings
                 .get_or_create(&SourceLabel {

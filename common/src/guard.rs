@@ -326,6 +326,11 @@ pub const GUARD_KIND_DHCP4: u16 = 0;
 /// client message to port 547, or a server's REPLY to port 546); the
 /// payload offset is behind whatever extension headers the frame has.
 pub const GUARD_KIND_DHCP6: u16 = 1;
+/// [`GuardHeader::kind`]: an ICMPv6 neighbour solicitation from `::` (a
+/// workload's duplicate address detection of an address it configures
+/// itself, RFC 4862 §5.4.2); the payload offset is the ICMPv6 header's,
+/// the payload length the solicitation's fixed part (24 bytes).
+pub const GUARD_KIND_DAD6: u16 = 2;
 
 /// Header of one [`GuardRecord`]. 32 bytes.
 #[repr(C)]

@@ -48,7 +48,9 @@
 //!
 //! On a learning port, the DHCPv6 client messages that pass and that
 //! learning reads (SOLICIT, REQUEST, RENEW, REBIND, RELEASE, DECLINE) are
-//! copied to the guard ring as well.
+//! copied to the guard ring as well, and so are the guest's duplicate
+//! address detection probes (neighbour solicitations from `::`, within the
+//! port's learning bucket: [`dad`]); neighbour discovery always passes.
 //!
 //! Egress sees what is sent to the workload: on a learning port, the server
 //! replies for the port's MAC that learning uses (DHCPv4 ACKs, DHCPv6
@@ -96,7 +98,7 @@ use xdhcp_common::guard::{
     GuardHeader, GuardPort, GuardRecord,
 };
 // The guard ring's record kinds.
-use xdhcp_common::guard::{GUARD_KIND_DHCP4, GUARD_KIND_DHCP6};
+use xdhcp_common::guard::{GUARD_KIND_DAD6, GUARD_KIND_DHCP4, GUARD_KIND_DHCP6};
 // The IPv6 verdicts' counters.
 use xdhcp_common::guard::{
     GUARD_DROPPED_MALFORMED6, GUARD_DROPPED_RA, GUARD_DROPPED_RATE6, GUARD_DROPPED_REDIRECT,
@@ -196,6 +198,12 @@ const MAX_EXT_HEADERS: usize = 6;
 const V6_CHAIN_LIMIT: usize = 2048;
 const ICMPV6_ROUTER_ADVERT: u8 = 134;
 const ICMPV6_REDIRECT: u8 = 137;
+/// Neighbour solicitation (RFC 4861 §4.3): from `::`, a host's duplicate
+/// address detection of an address it is configuring (RFC 4862 §5.4.2).
+const ICMPV6_NEIGHBOUR_SOLICIT: u8 = 135;
+/// Bytes of a neighbour solicitation without options (type, code,
+/// checksum, reserved, target address): what learning reads of one.
+const NS_LEN: usize = 24;
 const DHCP6_CLIENT_PORT: u16 = 546;
 const DHCP6_SERVER_PORT: u16 = 547;
 /// The DHCPv6 REPLY, the one server message learning reads.
@@ -771,6 +779,10 @@ enum Upper6 {
     Udp(Udp),
     /// An ICMPv6 router advertisement or redirect (the type).
     Icmp(u8),
+    /// An ICMPv6 neighbour solicitation, its header at this offset: passed
+    /// whatever the port, and on a learning port copied when it is a
+    /// duplicate address detection ([`dad`]).
+    Solicit(usize),
     /// The upper-layer header is not found: more extension headers than
     /// the walk reads, a chain past [`V6_CHAIN_LIMIT`], or a frame that
     /// ends inside the chain (a first fragment without the upper-layer
@@ -895,6 +907,8 @@ fn icmp6<W: Wire>(f: &W, at: usize) -> Upper6 {
     };
     if kind == ICMPV6_ROUTER_ADVERT || kind == ICMPV6_REDIRECT {
         Upper6::Icmp(kind)
+    } else if kind == ICMPV6_NEIGHBOUR_SOLICIT {
+        Upper6::Solicit(at)
     } else {
         Upper6::Other
     }
@@ -926,10 +940,14 @@ fn is_client_type6(t: u8) -> bool {
 /// ([`is_learned_type6`]) is copied to the guard ring.
 #[inline(always)]
 fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
-    let upper = upper6(f, l3);
-    if let Upper6::Other = upper {
-        return Verdict::Pass;
-    }
+    let upper = match upper6(f, l3) {
+        Upper6::Other => return Verdict::Pass,
+        Upper6::Solicit(at) => {
+            dad(f, l3, at);
+            return Verdict::Pass;
+        }
+        upper => upper,
+    };
     let Some(port) = XDHCP_GUARD_PORTS.get_ptr_mut(f.ifindex()) else {
         return Verdict::Pass;
     };
@@ -940,7 +958,7 @@ fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
     let (flags, mac) = unsafe { ((*port).flags, (*port).mac) };
     let trusted = flags & GUARD_TRUSTED != 0;
     let udp = match upper {
-        Upper6::Other => return Verdict::Pass,
+        Upper6::Other | Upper6::Solicit(_) => return Verdict::Pass,
         Upper6::Unknown => return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED6),
         Upper6::Icmp(_) if trusted => return Verdict::PassCounted(GUARD_PASSED_TRUSTED6),
         Upper6::Icmp(ICMPV6_ROUTER_ADVERT) => return Verdict::Drop(GUARD_DROPPED_RA),
@@ -991,6 +1009,47 @@ fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
         );
     }
     Verdict::PassCounted(GUARD_PASSED_CLIENT6)
+}
+
+/// Copies a neighbour solicitation from the workload, its ICMPv6 header at
+/// `at`, to the guard ring when it is a duplicate address detection (from
+/// `::`, RFC 4862 §5.4.2: the guest is about to use the target address it
+/// names, configured by itself, SLAAC or static) on a learning port, from
+/// the port's MAC, within the port's learning bucket (over it: passed
+/// uncopied, counted as shed). Address resolution (a solicitation from an
+/// address) costs the source read and nothing more. Never changes the
+/// verdict: neighbour discovery always passes.
+#[inline(always)]
+fn dad<W: Wire>(f: &W, l3: usize, at: usize) {
+    // The IPv6 source address, as one read.
+    let Some(src) = f.read::<[u32; 4]>(black_box(l3) + 8) else {
+        return;
+    };
+    if src != [0; 4] {
+        return;
+    }
+    let ifindex = f.ifindex();
+    // SAFETY: plain data, read only.
+    let Some(port) = (unsafe { XDHCP_GUARD_PORTS.get(ifindex) }) else {
+        return;
+    };
+    if port.flags & GUARD_LEARN == 0 || mac_at(f, 6, port.mac) != Some(true) {
+        return;
+    }
+    // SAFETY: helper without arguments.
+    if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
+        learn_count(LEARN_SHED);
+        return;
+    }
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    let ns = Udp {
+        payload: at,
+        payload_len: NS_LEN,
+        sport: 0,
+        dport: 0,
+    };
+    learn(f, ifindex, GUARD_FROM_WORKLOAD, GUARD_KIND_DAD6, &ns, now);
 }
 
 /// Whether learning reads DHCPv6 client message type `t`: the messages a

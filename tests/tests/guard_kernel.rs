@@ -16,7 +16,7 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::ebpf::{
-    Direction, Guard, GuardCounters, GuardProgram, GuardReader, LearnCounters, PortPolicy,
+    Carried, Direction, Guard, GuardCounters, GuardProgram, GuardReader, LearnCounters, PortPolicy,
 };
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
 
@@ -1539,5 +1539,73 @@ async fn learning_ports_record_the_guests_dhcpv6_both_ways() {
         );
         assert_eq!(egress(&mut g, &reply), TC_ACT_UNSPEC);
         assert!(r.try_recv().is_none(), "{vlan:?}: learning off");
+    }
+}
+
+/// A neighbour solicitation for `target` from `src` (its Ethernet
+/// source): from `::` to the target's solicited-node address when `dad`,
+/// else from `src`'s link-local address (address resolution).
+fn solicitation(src: [u8; 6], vlan: Option<u16>, target: std::net::Ipv6Addr, dad: bool) -> Vec<u8> {
+    let mut body = icmp6(135, 20);
+    body[8..24].copy_from_slice(&target.octets());
+    let mut f = v6(src, vlan, &[], IPPROTO_ICMPV6, &body);
+    let l3 = if vlan.is_some() { 18 } else { 14 };
+    let t = target.octets();
+    let solicited = std::net::Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(t[13]),
+        u16::from_be_bytes([t[14], t[15]]),
+    );
+    f[l3 + 24..l3 + 40].copy_from_slice(&solicited.octets());
+    f[..6].copy_from_slice(&[0x33, 0x33, 0xff, t[13], t[14], t[15]]);
+    if dad {
+        f[l3 + 8..l3 + 24].fill(0);
+    }
+    f
+}
+
+/// A learning port copies the guest's duplicate address detection probes
+/// (neighbour solicitations from `::`, from the VM's MAC) with their
+/// target; address resolution, a probe from another MAC and a port that
+/// does not learn copy nothing; every solicitation passes.
+#[tokio::test]
+async fn learning_ports_record_the_guests_duplicate_address_detection() {
+    let target: std::net::Ipv6Addr = "fd00:6::5054:ff:fe00:3001".parse().unwrap();
+    for vlan in VLANS {
+        let (mut g, mut r) = load();
+        set_vm_port(&mut g, true);
+        let probe = solicitation(VM_MAC, vlan, target, true);
+        assert_eq!(ingress(&mut g, &probe), TC_ACT_UNSPEC);
+        let ev = r.try_recv().expect("the probe");
+        assert_eq!(ev.carried, Carried::Dad6);
+        assert_eq!(ev.direction, Direction::FromWorkload);
+        assert_eq!((ev.ifindex, ev.headers.vlan), (LO, vlan));
+        assert_eq!(ev.payload, target.octets());
+        assert_eq!(
+            g.test_run(GuardProgram::Xdp, &probe, LO).unwrap(),
+            2,
+            "XDP passes it"
+        );
+        assert_eq!(
+            r.try_recv().expect("the XDP twin's copy").payload,
+            target.octets()
+        );
+
+        for (what, f) in [
+            ("resolution", solicitation(VM_MAC, vlan, target, false)),
+            ("another MAC", solicitation(OTHER_MAC, vlan, target, true)),
+        ] {
+            assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC, "{what}");
+            assert!(r.try_recv().is_none(), "{vlan:?}: {what}");
+        }
+        set_vm_port(&mut g, false);
+        assert_eq!(ingress(&mut g, &probe), TC_ACT_UNSPEC);
+        assert!(r.try_recv().is_none(), "{vlan:?}: learning off");
+        assert_eq!(counters(&g).learned, 2);
     }
 }

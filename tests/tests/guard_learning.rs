@@ -1109,7 +1109,11 @@ fn a_dual_stack_vms_entry_follows_the_guests_ipv4_and_keeps_its_ipv6_dnsmasq_fak
 /// both families on the node's bridge (DHCPv6 from `fd00:6::100` to
 /// `fd00:6::1ff`); the DHCPv6 server, and the one-shot's IPv6 address.
 fn dual_stack_vm() -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
-    let lab = Lab::with_clients(1);
+    dual_stack_vm_on(Lab::with_clients(1))
+}
+
+/// [`dual_stack_vm`] on `lab`, the VM's launcher its first client.
+fn dual_stack_vm_on(lab: Lab) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
     let v4 = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
     let v6 = xdhcp_tests::Dnsmasq6::start_on(
         &lab.server,
@@ -1349,4 +1353,92 @@ fn a_forged_dhcpv6_reply_from_the_segment_moves_nothing_the_guests_exchange_stil
     assert_ne!(guest6, wanted);
     drop(vm);
     host_before.assert_unchanged();
+}
+
+/// A dual-stack VM's guest configures static global addresses itself
+/// (`ip -6 addr add`, duplicate address detection on, as by default): one
+/// inside the network's prefix is reported in the entry beside the VM's
+/// two leased addresses, and listed by `xdhcp bindings` (source `dad`,
+/// family `ipv6`); one that a pod on the same network leased is refused
+/// (`address_taken`) and reported nowhere.
+#[test]
+fn a_dual_stack_vms_guest_static_ipv6_address_is_reported_a_neighbours_is_refused_dnsmasq_fake_apiserver()
+ {
+    let (vm, _v6, a6) = dual_stack_vm_on(Lab::with_clients(2));
+    // A pod on the same network, on the second client: its DHCPv6 lease
+    // is another binding of the network.
+    let uid = vm.api.server.add_pod(NS, "pod2", &[], &[]);
+    let mut req = vm.req.clone();
+    req.container_id = "c-pod2".to_owned();
+    req.netns = Some(vm.lab.clients[1].ns.path().to_path_buf());
+    req.args = [
+        ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
+        ("K8S_POD_NAME".to_owned(), "pod2".to_owned()),
+        ("K8S_POD_UID".to_owned(), uid),
+    ]
+    .into();
+    let neighbour = vm.agent.add(&req).ips6[0].address.addr;
+
+    let own: std::net::Ipv6Addr = "fd00:6::abc".parse().unwrap();
+    vm.guest
+        .ip(&["-6", "addr", "add", &format!("{own}/64"), "dev", "eth0"]);
+    let want = json!([
+        format!("{}/24", vm.one_shot),
+        format!("{a6}/64"),
+        format!("{own}/64")
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(3), || entry_addresses(&vm) == want),
+        "the entry reports {}",
+        entry_addresses(&vm)
+    );
+    let rows = binding_rows(&vm);
+    let dad: Vec<_> = rows
+        .iter()
+        .filter(|r| r.binding.source == BindingSource::Dad)
+        .collect();
+    assert_eq!(dad.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            dad[0].binding.ip,
+            dad[0].binding.mac.as_str(),
+            dad[0].family.as_str()
+        ),
+        (own.into(), VM_MAC, "ipv6")
+    );
+    assert_eq!(
+        dad[0].binding.port.as_deref(),
+        Some(vm.lab.clients[0].port())
+    );
+
+    let taken = refused(&vm, "address_taken");
+    let patches = vm.api.patches();
+    vm.guest.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{neighbour}/64"),
+        "dev",
+        "eth0",
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(3), || refused(&vm, "address_taken")
+            > taken),
+        "the neighbour's address was not refused: {:?}",
+        metric_lines(vm.lab.server.path(), "xdhcp_learn")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        entry_addresses(&vm),
+        want,
+        "the neighbour's address is reported"
+    );
+    assert_eq!(vm.api.patches(), patches);
+    assert!(
+        binding_rows(&vm)
+            .iter()
+            .all(|r| r.binding.ip != std::net::IpAddr::V6(neighbour) || r.binding.mac != VM_MAC),
+        "{:?}",
+        binding_rows(&vm)
+    );
 }

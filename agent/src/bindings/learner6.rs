@@ -26,8 +26,13 @@
 //! DECLINE (client messages the guard has already matched to the port's
 //! one MAC) give the addresses they name up, as they are.
 //!
-//! One thing: what an observed guest DHCPv6 message proves, decided
-//! without IO.
+//! An address the guest configures itself (SLAAC, static) is learned from
+//! its duplicate address detection probe ([`dad`]): a global address
+//! inside the network's prefixes that no other binding holds, at most
+//! [`DAD_PER_PORT`] per port.
+//!
+//! One thing: what an observed guest DHCPv6 message or address probe
+//! proves, decided without IO.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::Ipv6Addr;
@@ -127,6 +132,44 @@ pub enum Learned6 {
     /// The guest gave these addresses up (RELEASE), or refused them
     /// (DECLINE: its duplicate address detection found them in use).
     GivenUp { ips: Vec<Ipv6Addr> },
+    /// The guest configured `ip` itself (its duplicate address detection
+    /// probe for it).
+    Configured { ip: Ipv6Addr },
+}
+
+/// Addresses a port's guest may have configured itself at once (SLAAC's
+/// stable and temporary addresses, a static one); one more is refused
+/// until the port goes: a guest announcing address after address does not
+/// make its entry churn.
+pub const DAD_PER_PORT: usize = 4;
+
+/// What the guest's duplicate address detection probe for `target` (a
+/// neighbour solicitation from `::`) teaches: a global address (not
+/// link-local, multicast or unspecified: those teach nothing) inside the
+/// network's prefixes (`view`; `None`: unknown network), held by no other
+/// binding of the network, not already one of the guest's `own` addresses
+/// (its DHCPv6 lease or binding: nothing new) or of those it configured
+/// (`configured`), of which it may have [`DAD_PER_PORT`].
+pub fn dad(
+    target: Ipv6Addr,
+    view: Option<&NetworkView6>,
+    own: &BTreeSet<Ipv6Addr>,
+    configured: &BTreeSet<Ipv6Addr>,
+) -> Result<Option<Learned6>, Refused6> {
+    if !validate::is_usable(target) || own.contains(&target) || configured.contains(&target) {
+        return Ok(None);
+    }
+    let view = view.ok_or(Refused6::UnknownNetwork)?;
+    if !view.inside(target) {
+        return Err(Refused6::OutsidePrefix(target));
+    }
+    if view.held.contains(&target) {
+        return Err(Refused6::AddressTaken(target));
+    }
+    if configured.len() >= DAD_PER_PORT {
+        return Err(Refused6::TooMany(target));
+    }
+    Ok(Some(Learned6::Configured { ip: target }))
 }
 
 /// Why an observed DHCPv6 message was refused. The labels are the IPv4
@@ -153,6 +196,9 @@ pub enum Refused6 {
     OutsidePrefix(Ipv6Addr),
     #[error("{0} is held by another binding of the network")]
     AddressTaken(Ipv6Addr),
+    /// The guest already configured as many addresses as a port may hold.
+    #[error("{0} is one self-configured address too many for the port")]
+    TooMany(Ipv6Addr),
 }
 
 fn hex(duid: Option<&[u8]>) -> String {
@@ -179,6 +225,7 @@ impl Refused6 {
             Self::ServerSource { .. } => "server_source",
             Self::OutsidePrefix(_) => "outside_prefix",
             Self::AddressTaken(_) => "address_taken",
+            Self::TooMany(_) => "too_many",
         }
     }
 }
@@ -824,6 +871,65 @@ mod tests {
         m.opts_mut()
             .insert(DhcpOption::ServerId(SERVER_DUID.to_vec()));
         assert_eq!(t.guest_gets(0, &encode(&m)), Ok(None));
+    }
+
+    #[test]
+    fn a_guests_own_global_address_is_learned_from_its_probe() {
+        let v = view();
+        let none = BTreeSet::new();
+        let a = ip("fd00:6::5054:ff:fe00:3001");
+        assert_eq!(
+            dad(a, Some(&v), &none, &none),
+            Ok(Some(Learned6::Configured { ip: a }))
+        );
+        // Link-local, multicast and unspecified addresses teach nothing;
+        // nor does an address the guest already holds or configured.
+        for nothing in [ip("fe80::1"), ip("ff02::1"), Ipv6Addr::UNSPECIFIED] {
+            assert_eq!(dad(nothing, Some(&v), &none, &none), Ok(None), "{nothing}");
+        }
+        let own: BTreeSet<_> = [a].into();
+        assert_eq!(dad(a, Some(&v), &own, &none), Ok(None));
+        assert_eq!(dad(a, Some(&v), &none, &own), Ok(None));
+        assert_eq!(dad(a, None, &none, &none), Err(Refused6::UnknownNetwork));
+    }
+
+    #[test]
+    fn a_probe_for_another_workloads_or_an_outside_address_is_refused() {
+        let v = view();
+        let none = BTreeSet::new();
+        let neighbour = ip("fd00:6::150");
+        assert_eq!(
+            dad(neighbour, Some(&v), &none, &none),
+            Err(Refused6::AddressTaken(neighbour))
+        );
+        let outside = ip("2001:db8::1");
+        assert_eq!(
+            dad(outside, Some(&v), &none, &none),
+            Err(Refused6::OutsidePrefix(outside))
+        );
+    }
+
+    #[test]
+    fn a_guest_announcing_address_after_address_holds_a_bounded_few() {
+        let v = view();
+        let none = BTreeSet::new();
+        let mut configured = BTreeSet::new();
+        let mut refused = 0;
+        for i in 0..100u16 {
+            let a = Ipv6Addr::new(0xfd00, 6, 0, 0, 0, 0, 0xa, i);
+            match dad(a, Some(&v), &none, &configured) {
+                Ok(Some(Learned6::Configured { ip })) => {
+                    configured.insert(ip);
+                }
+                Err(Refused6::TooMany(ip)) => {
+                    assert_eq!(ip, a);
+                    refused += 1;
+                }
+                other => panic!("{a}: {other:?}"),
+            }
+        }
+        assert_eq!(configured.len(), DAD_PER_PORT);
+        assert_eq!(refused, 100 - DAD_PER_PORT);
     }
 
     #[test]

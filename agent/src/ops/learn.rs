@@ -24,7 +24,7 @@
 //! target's entry take the source's address, and drops the bindings
 //! learned on a port that left Open vSwitch.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::bindings::learner::{Learner, Moves, NetworkView, Pace, Refused};
-use crate::bindings::learner6::{Learned6, Learner6, NetworkView6, Seen6};
+use crate::bindings::learner6::{self, Learned6, Learner6, NetworkView6, Seen6};
 use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
 use crate::datapath::ebpf::GuardEvent;
 use crate::ops::context::Agent;
@@ -209,11 +209,68 @@ impl Following {
         let Some(mac) = port.policy.single_client else {
             return;
         };
+        if let Some(target) = ev.dad_target() {
+            self.on_dad(agent, (cid, ifname), &port, mac, target);
+            return;
+        }
         match (ev.seen(), ev.seen6()) {
             (Some(seen), _) => self.on_dhcp4(agent, (cid, ifname), &port, mac, &seen),
             (None, Some(seen)) => self.on_dhcp6(agent, (cid, ifname), &port, mac, &seen),
             (None, None) => {}
         }
+    }
+
+    /// The guest's duplicate address detection probe for `target`: an
+    /// address it configured itself (SLAAC, static) is recorded (source
+    /// `dad`) and added to the entry, by [`learner6::dad`]'s rules; a
+    /// refusal is counted.
+    fn on_dad(
+        &mut self,
+        agent: &Agent,
+        key: Attachment,
+        port: &crate::guard::GuardedPort,
+        mac: [u8; 6],
+        target: Ipv6Addr,
+    ) {
+        let mac_text = format_mac(mac);
+        let (mut own, configured): (BTreeSet<Ipv6Addr>, BTreeSet<Ipv6Addr>) = {
+            let store = lock(&agent.guard.learned);
+            let own = store.get6(&mac_text).and_then(|b| match b.ip {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            });
+            (
+                own.into_iter().collect(),
+                store.configured(&mac_text).into_iter().collect(),
+            )
+        };
+        for h in agent.leases.attachment(&key.0, &key.1) {
+            own.extend(lock(&h.live).record.lease6.as_ref().map(|l| l.address));
+        }
+        let view = network_view6(agent, &key.0, &key.1, mac);
+        let ip = match learner6::dad(target, view.as_ref(), &own, &configured) {
+            Ok(Some(Learned6::Configured { ip })) => ip,
+            Ok(_) => return,
+            Err(reason) => {
+                agent.metrics().learn_refused(reason.label());
+                debug!(port = %port.host_ifname, reason = %reason, "guest's address probe refused");
+                return;
+            }
+        };
+        lock(&agent.guard.learned).upsert(Binding {
+            mac: mac_text.clone(),
+            ip: ip.into(),
+            port: Some(port.host_ifname.clone()),
+            pod: pod_of(agent, &key),
+            expires_unix_ms: None,
+            source: BindingSource::Dad,
+            replaced: None,
+        });
+        info!(port = %port.host_ifname, mac = %mac_text, %ip,
+            "guest configured an address itself");
+        // A move of neither family's lease: the entry is written with the
+        // configured addresses as they are now.
+        self.want_move(agent, key, Move::default());
     }
 
     /// A DHCPv4 message on a learning port.
@@ -365,14 +422,9 @@ impl Following {
                     }
                 }
             }
+            Learned6::Configured { .. } => {}
             Learned6::Bound { ip, valid_secs } => {
-                let pod = agent.leases.get(&key.0, &key.1).and_then(|h| {
-                    lock(&h.live)
-                        .record
-                        .pod
-                        .as_ref()
-                        .map(|p| format!("{}/{}", p.namespace, p.name))
-                });
+                let pod = pod_of(agent, &key);
                 follow6(agent, &port.host_ifname, &mac_text, pod, ip, valid_secs);
                 let mv = Move {
                     v4: None,
@@ -454,6 +506,7 @@ impl Following {
         for p in &gone {
             self.own_path_ports.remove(p);
         }
+        drop_configured_of_gone_vms(agent, now);
         self.asked_source
             .retain(|(p, _)| agent.guard.port_on(p).is_some());
         self.anchor_entries(agent);
@@ -572,6 +625,31 @@ impl Following {
     }
 }
 
+/// The addresses a guest configured itself have no lifetime the agent
+/// sees: they go with the VM, once its MAC has no lease record on the
+/// node (its DEL) and its port is not guarded.
+fn drop_configured_of_gone_vms(agent: &Agent, now: u64) {
+    let macs: HashSet<String> = agent
+        .leases
+        .all()
+        .iter()
+        .map(|h| format_mac(lock(&h.live).record.mac))
+        .collect();
+    let mut store = lock(&agent.guard.learned);
+    for b in store.rows(now) {
+        if b.source == BindingSource::Dad
+            && !macs.contains(&b.mac)
+            && b.port
+                .as_ref()
+                .is_none_or(|p| agent.guard.port_on(p).is_none())
+        {
+            store.remove_row(&b);
+            info!(port = ?b.port, mac = %b.mac, ip = %b.ip,
+                "the VM is gone: the address its guest configured is dropped");
+        }
+    }
+}
+
 /// A write of the learned-binding file ended; a failed one's changes are
 /// written again with the next flush.
 fn flushed(agent: &Agent, done: Result<(Change, Result<(), StoreError>), tokio::task::JoinError>) {
@@ -668,6 +746,17 @@ fn network_view6(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option
             }),
     );
     Some(view)
+}
+
+/// `<namespace>/<name>` of the attachment's pod, from its record.
+fn pod_of(agent: &Agent, (cid, ifname): &Attachment) -> Option<String> {
+    agent.leases.get(cid, ifname).and_then(|h| {
+        lock(&h.live)
+            .record
+            .pod
+            .as_ref()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+    })
 }
 
 /// Records the guest's IPv6 binding (in memory), logging when its address
@@ -810,27 +899,16 @@ async fn write_entry(agent: &Agent, key: &Attachment, mv: Move) -> bool {
         return true;
     };
     let (lease, a6) = entry_addresses(agent, &records, mv);
-    let pods = &*agent.pod_api;
-    let written = match (&lease, a6) {
-        (Some(lease), Some(a6)) => {
-            crate::ops::report::report_address_dual(
-                pods,
-                &pod,
-                &annotation,
-                (lease, a6),
-                rec.mac,
-                None,
-            )
-            .await
-        }
-        (Some(lease), None) => {
-            crate::ops::report::report_address(pods, &pod, &annotation, lease, rec.mac, None).await
-        }
-        (None, Some(a6)) => {
-            crate::ops::report::report_address6(pods, &pod, &annotation, a6, rec.mac, None).await
-        }
-        (None, None) => return true,
-    };
+    let configured = lock(&agent.guard.learned).configured(&format_mac(rec.mac));
+    let written = crate::ops::report::report_learned(
+        &*agent.pod_api,
+        &pod,
+        &annotation,
+        (lease.as_ref(), a6),
+        &configured,
+        rec.mac,
+    )
+    .await;
     match written {
         Ok(()) => {
             info!(pod = %format!("{}/{}", pod.namespace, pod.name),

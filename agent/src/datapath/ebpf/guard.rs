@@ -39,7 +39,7 @@ use xdhcp_common::guard as g;
 use super::pin::{PinnedMap, Pinning, pin_maps_in};
 use super::ring::Ring;
 use super::{AttachTarget, EbpfDatapathError, ProgramSet, Programs, Result, prog};
-use crate::datapath::frame::{FrameHeaders, parse_udp_frame, parse_udp6_frame};
+use crate::datapath::frame::{FrameHeaders, parse_dad_frame, parse_udp_frame, parse_udp6_frame};
 use crate::netlink::{XdpHook, set_xdp_here, xdp_prog_here};
 
 /// Where a port's frames from the workload are policed.
@@ -260,10 +260,22 @@ pub struct GuardEvent {
     /// `CLOCK_MONOTONIC` at tick resolution, at the observation.
     pub ts_ns: u64,
     /// The frame's addresses: IPv4 for a DHCPv4 message, IPv6 for a
-    /// DHCPv6 one.
+    /// DHCPv6 one or a duplicate address detection probe.
     pub headers: FrameHeaders<IpAddr>,
-    /// The DHCP or DHCPv6 message.
+    /// The DHCP or DHCPv6 message; a probe's target address (16 bytes).
     pub payload: Vec<u8>,
+    /// What the record carries.
+    pub carried: Carried,
+}
+
+/// What a guard record carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carried {
+    Dhcp4,
+    Dhcp6,
+    /// A duplicate address detection probe (a neighbour solicitation from
+    /// `::`): the guest is about to use its target, configured by itself.
+    Dad6,
 }
 
 impl GuardEvent {
@@ -283,7 +295,7 @@ impl GuardEvent {
 
     /// The DHCPv6 message as the learner sees it; `None` for a DHCPv4 one.
     pub(crate) fn seen6(&self) -> Option<crate::bindings::learner6::Seen6<'_>> {
-        let IpAddr::V6(src_ip) = self.headers.src_ip else {
+        let (Carried::Dhcp6, IpAddr::V6(src_ip)) = (self.carried, self.headers.src_ip) else {
             return None;
         };
         Some(crate::bindings::learner6::Seen6 {
@@ -292,6 +304,13 @@ impl GuardEvent {
             src_ip,
             payload: &self.payload,
         })
+    }
+
+    /// The address a duplicate address detection probe is for; `None` for
+    /// a DHCP message.
+    pub(crate) fn dad_target(&self) -> Option<std::net::Ipv6Addr> {
+        let octets: [u8; 16] = self.payload.as_slice().try_into().ok()?;
+        (self.carried == Carried::Dad6).then(|| octets.into())
     }
 
     fn way(&self) -> crate::bindings::learner::Direction {
@@ -360,17 +379,28 @@ pub fn decode_guard_record(bytes: &[u8]) -> Result<GuardEvent, GuardRecordError>
         other => return Err(GuardRecordError::Direction(other)),
     };
     let frame = &frame[..captured];
-    let (headers, payload) = match h.kind {
-        g::GUARD_KIND_DHCP4 => parse_udp_frame(frame).map(|(h, p)| (any_family(h), p))?,
-        g::GUARD_KIND_DHCP6 => parse_udp6_frame(frame).map(|(h, p)| (any_family(h), p))?,
+    let (carried, headers, payload) = match h.kind {
+        g::GUARD_KIND_DHCP4 => {
+            let (h, p) = parse_udp_frame(frame)?;
+            (Carried::Dhcp4, any_family(h), p.to_vec())
+        }
+        g::GUARD_KIND_DHCP6 => {
+            let (h, p) = parse_udp6_frame(frame)?;
+            (Carried::Dhcp6, any_family(h), p.to_vec())
+        }
+        g::GUARD_KIND_DAD6 if h.direction == g::GUARD_FROM_WORKLOAD => {
+            let (h, target) = parse_dad_frame(frame)?;
+            (Carried::Dad6, any_family(h), target.octets().to_vec())
+        }
         other => return Err(GuardRecordError::Kind(other)),
     };
     Ok(GuardEvent {
+        carried,
         ifindex: h.ifindex,
         direction,
         ts_ns: h.ts_ns,
         headers,
-        payload: payload.to_vec(),
+        payload,
     })
 }
 
