@@ -247,8 +247,12 @@ impl Following {
         for h in agent.leases.attachment(&key.0, &key.1) {
             own.extend(lock(&h.live).record.lease6.as_ref().map(|l| l.address));
         }
-        let view = network_view6(agent, &key.0, &key.1, mac);
-        let ip = match learner6::dad(target, view.as_ref(), &own, &configured) {
+        // A network without DHCPv6 leases on the node (an IPv4 network)
+        // has no IPv6 prefix to hold the address to: nothing to report.
+        let Some(view) = network_view6(agent, &key.0, &key.1, mac) else {
+            return;
+        };
+        let ip = match learner6::dad(target, Some(&view), &own, &configured) {
             Ok(Some(Learned6::Configured { ip })) => ip,
             Ok(_) => return,
             Err(reason) => {
