@@ -102,8 +102,9 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // extension headers, the XDP twin near a quarter of a million
     // instructions there) and its verdicts: DHCPv6 server messages and
     // router advertisements from a workload, behind extension headers; a
-    // learning port's DHCPv6 copies to the guard ring (the egress program's
-    // own walk of the extension headers).
+    // learning port's DHCPv6 and duplicate address detection copies to the
+    // guard ring (the egress program's own walk of the extension headers,
+    // one more copy in the XDP twin).
     (
         "guard_kernel",
         &[
@@ -111,6 +112,7 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
             "router_advertisements_and_redirects_are_dropped_behind_any_extension_headers",
             "the_xdp_twin_gives_the_ingress_programs_verdicts",
             "learning_ports_record_the_guests_dhcpv6_both_ways",
+            "learning_ports_record_the_guests_duplicate_address_detection",
         ],
     ),
     // A pod lease's TC capture is a netlink filter before tcx: `tc filter
