@@ -1114,6 +1114,12 @@ fn dual_stack_vm() -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
 
 /// [`dual_stack_vm`] on `lab`, the VM's launcher its first client.
 fn dual_stack_vm_on(lab: Lab) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
+    vm_of_family(lab, "dual")
+}
+
+/// [`dual_stack_vm_on`] on a network of `family`, `dual` or `ipv6` (then
+/// the VM has no IPv4 address: [`Vm::one_shot`] is unspecified).
+fn vm_of_family(lab: Lab, family: &str) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
     let v4 = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
     let v6 = xdhcp_tests::Dnsmasq6::start_on(
         &lab.server,
@@ -1139,7 +1145,7 @@ fn dual_stack_vm_on(lab: Lab) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr)
     let conf = json!({
         "cniVersion": "1.1.0", "name": NAD, "type": "ovn-k8s-cni-overlay",
         "topology": "localnet", "netAttachDefName": key,
-        "ipam": {"type": "xdhcp", "family": "dual", "timeout": "20s",
+        "ipam": {"type": "xdhcp", "family": family, "timeout": "20s",
                  "ipv6": {"prefixLength": 64, "gateway": "fd00:6::1"}}
     });
     let req = CniRequest {
@@ -1155,12 +1161,15 @@ fn dual_stack_vm_on(lab: Lab) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr)
         config: config::parse(conf.to_string().as_bytes()).unwrap(),
     };
     let r = agent.add(&req);
-    let (one_shot, a6) = (r.ips[0].address, r.ips6[0].address);
+    let one_shot = r.ips.first().map(|ip| ip.address);
+    let a6 = r.ips6[0].address;
     let entry = || api.networks().expect("the entry")[&key].clone();
-    assert_eq!(
-        entry()["ip_addresses"],
-        json!([one_shot.to_string(), a6.to_string()])
-    );
+    let reported: Vec<String> = one_shot
+        .iter()
+        .map(ToString::to_string)
+        .chain([a6.to_string()])
+        .collect();
+    assert_eq!(entry()["ip_addresses"], json!(reported));
     let (guest, link) = bridge_guest(launcher);
     let vm = Vm {
         agent,
@@ -1169,7 +1178,7 @@ fn dual_stack_vm_on(lab: Lab) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr)
         _guest_link: link,
         server: Running::Dnsmasq(v4),
         lab,
-        one_shot: one_shot.addr,
+        one_shot: one_shot.map_or(Ipv4Addr::UNSPECIFIED, |a| a.addr),
         req,
         guest_fs: GuestFs::new(),
     };
@@ -1197,7 +1206,11 @@ fn dhcpcd6_moves_the_entry(vm: &Vm, a6: std::net::Ipv6Addr) -> std::net::Ipv6Add
         .dhcpcd6_once(&vm.guest, "eth0", 20)
         .expect("dhcpcd bound a DHCPv6 address");
     assert_ne!(guest6, a6, "dnsmasq gives the guest's DUID another address");
-    let want = json!([format!("{}/24", vm.one_shot), format!("{guest6}/64")]);
+    let want = if vm.one_shot.is_unspecified() {
+        json!([format!("{guest6}/64")])
+    } else {
+        json!([format!("{}/24", vm.one_shot), format!("{guest6}/64")])
+    };
     assert!(
         wait_until(Duration::from_secs(2), || entry_addresses(vm) == want),
         "the entry reports {}, the guest holds {guest6}",
@@ -1441,4 +1454,16 @@ fn a_dual_stack_vms_guest_static_ipv6_address_is_reported_a_neighbours_is_refuse
         "{:?}",
         binding_rows(&vm)
     );
+}
+
+/// A VM on an IPv6-only network: its entry has the one-shot's DHCPv6
+/// address alone, and the guest's own `dhcpcd -6` moves it (no IPv4
+/// address to keep).
+#[test]
+fn an_ipv6_vms_dhcpcd6_guest_moves_its_entry_dnsmasq_fake_apiserver() {
+    let host_before = HostDhcpcd::snapshot();
+    let (vm, _v6, a6) = vm_of_family(Lab::with_clients(1), "ipv6");
+    dhcpcd6_moves_the_entry(&vm, a6);
+    drop(vm);
+    host_before.assert_unchanged();
 }
