@@ -153,10 +153,16 @@ async fn read_ring(
     token: tokio_util::sync::CancellationToken,
 ) {
     loop {
+        let skipped = reader.rejected;
         let ev = tokio::select! {
             () = token.cancelled() => return,
             ev = reader.recv() => ev,
         };
+        // Records that did not decode (a kind this agent does not read, a
+        // frame that is not what its record says) were skipped meanwhile.
+        agent
+            .metrics()
+            .learn_records_skipped(reader.rejected.saturating_sub(skipped));
         match ev {
             Ok(ev) => match tx.try_send(ev) {
                 Ok(()) => {}

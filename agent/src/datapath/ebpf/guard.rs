@@ -1600,3 +1600,118 @@ impl Guard {
         Ok((res.return_value, res.duration, res.data_size_out as usize))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use super::{Carried, Direction, GuardRecordError, decode_guard_record, g};
+    use crate::datapath::frame::{FrameError, FrameHeaders, build_udp6_frame};
+
+    const MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x42];
+
+    /// A guard record of `kind` going `direction` around `frame`.
+    fn record(direction: u16, kind: u16, frame: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(frame.len()).unwrap();
+        let mut r = Vec::new();
+        r.extend_from_slice(&7u32.to_ne_bytes());
+        r.extend_from_slice(&direction.to_ne_bytes());
+        r.extend_from_slice(&kind.to_ne_bytes());
+        r.extend_from_slice(&42u64.to_ne_bytes());
+        for v in [62, len.saturating_sub(62), len, len] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(r.len(), g::GUARD_HEADER_LEN);
+        r.extend_from_slice(frame);
+        r
+    }
+
+    /// A duplicate address detection probe for `target` from `MAC`, sent
+    /// to `dst`.
+    fn probe(target: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+        let mut f = vec![0x33, 0x33, 0xff, 0, 0x30, 0x01];
+        f.extend_from_slice(&MAC);
+        f.extend_from_slice(&0x86ddu16.to_be_bytes());
+        f.extend_from_slice(&[0x60, 0, 0, 0, 0, 24, 58, 255]);
+        f.extend_from_slice(&Ipv6Addr::UNSPECIFIED.octets());
+        f.extend_from_slice(&dst.octets());
+        f.extend_from_slice(&[135, 0, 0, 0, 0, 0, 0, 0]);
+        f.extend_from_slice(&target.octets());
+        f
+    }
+
+    #[test]
+    fn each_record_kind_decodes_as_its_own_and_an_unknown_one_is_refused() {
+        let h = FrameHeaders {
+            src_mac: MAC,
+            dst_mac: [0x33, 0x33, 0, 1, 0, 2],
+            vlan: None,
+            src_ip: "fe80::1".parse::<Ipv6Addr>().unwrap(),
+            dst_ip: "ff02::1:2".parse::<Ipv6Addr>().unwrap(),
+            src_port: 546,
+            dst_port: 547,
+        };
+        let dhcp6 = build_udp6_frame(&h, &[3, 0, 0, 7]);
+        let ev = decode_guard_record(&record(g::GUARD_FROM_WORKLOAD, g::GUARD_KIND_DHCP6, &dhcp6))
+            .unwrap();
+        assert_eq!(
+            (ev.carried, ev.direction),
+            (Carried::Dhcp6, Direction::FromWorkload)
+        );
+        assert_eq!(ev.payload, [3, 0, 0, 7]);
+        assert!(ev.seen6().is_some() && ev.seen().is_none() && ev.dad_target().is_none());
+        // The same frame said to be DHCPv4 is not what its record says.
+        assert!(matches!(
+            decode_guard_record(&record(g::GUARD_FROM_WORKLOAD, g::GUARD_KIND_DHCP4, &dhcp6)),
+            Err(GuardRecordError::Frame(FrameError::NotIpv4 { .. }))
+        ));
+        // A kind this agent does not read is refused (the reader counts it).
+        assert!(matches!(
+            decode_guard_record(&record(g::GUARD_FROM_WORKLOAD, 9, &dhcp6)),
+            Err(GuardRecordError::Kind(9))
+        ));
+
+        let target: Ipv6Addr = "fd00:6::5054:ff:fe00:3001".parse().unwrap();
+        let solicited: Ipv6Addr = "ff02::1:ff00:3001".parse().unwrap();
+        let ok = record(
+            g::GUARD_FROM_WORKLOAD,
+            g::GUARD_KIND_DAD6,
+            &probe(target, solicited),
+        );
+        let ev = decode_guard_record(&ok).unwrap();
+        assert_eq!(ev.carried, Carried::Dad6);
+        assert_eq!(ev.dad_target(), Some(target));
+        assert!(ev.seen().is_none() && ev.seen6().is_none());
+        // A probe towards the workload, or to another address than its
+        // target's solicited-node one, is not one.
+        assert!(matches!(
+            decode_guard_record(&record(
+                g::GUARD_TO_WORKLOAD,
+                g::GUARD_KIND_DAD6,
+                &probe(target, solicited)
+            )),
+            Err(GuardRecordError::Kind(2))
+        ));
+        assert!(matches!(
+            decode_guard_record(&record(
+                g::GUARD_FROM_WORKLOAD,
+                g::GUARD_KIND_DAD6,
+                &probe(target, "ff02::1".parse().unwrap())
+            )),
+            Err(GuardRecordError::Frame(FrameError::NotDad(_)))
+        ));
+        // Cut anywhere, it is refused, never a panic.
+        let frame = probe(target, solicited);
+        for cut in 0..frame.len() {
+            assert!(
+                decode_guard_record(&record(
+                    g::GUARD_FROM_WORKLOAD,
+                    g::GUARD_KIND_DAD6,
+                    &frame[..cut]
+                ))
+                .is_err(),
+                "{cut}"
+            );
+        }
+    }
+}
