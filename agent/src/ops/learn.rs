@@ -999,3 +999,55 @@ fn entry_addresses(
     });
     (lease, a6)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_move_keeps_what_an_older_one_set_for_the_other_family() {
+        let v4 = Target {
+            ip: Ipv4Addr::new(192, 0, 2, 77),
+            prefix_len: Some(24),
+            router: None,
+        };
+        let older = Move {
+            v4: Some(v4),
+            v6: None,
+        };
+        let v6: Ipv6Addr = "fd00:6::1a0".parse().unwrap();
+        let newer = Move {
+            v4: None,
+            v6: Some(v6),
+        };
+        assert_eq!(
+            newer.over(Some(&older)),
+            Move {
+                v4: Some(v4),
+                v6: Some(v6)
+            }
+        );
+        // What the newer move sets wins; nothing older: as it is.
+        let v4b = Target {
+            ip: Ipv4Addr::new(192, 0, 2, 78),
+            ..v4
+        };
+        let both = Move {
+            v4: Some(v4b),
+            v6: None,
+        }
+        .over(Some(&Move {
+            v4: Some(v4),
+            v6: Some(v6),
+        }));
+        assert_eq!(
+            both,
+            Move {
+                v4: Some(v4b),
+                v6: Some(v6)
+            }
+        );
+        assert_eq!(newer.over(None), newer);
+        assert_eq!(Move::default().over(Some(&both)), both);
+    }
+}

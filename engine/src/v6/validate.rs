@@ -528,6 +528,42 @@ pub fn is_usable(a: Ipv6Addr) -> bool {
 mod tests {
     use super::*;
 
+    /// A guest's client messages decode with the server messages' checks:
+    /// their `IA_NA` and DUID read, a server's type refused, a repeated or
+    /// malformed essential option refused.
+    #[test]
+    fn client_messages_decode_with_the_same_checks() {
+        let duid = [0, 3, 0, 1, 2, 0, 0, 0, 0x30, 1];
+        let mut m = vec![3, 0xab, 0xcd, 0xef];
+        m.extend(tlv(code::CLIENT_ID, &duid));
+        let mut ia = vec![0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut addr = "fd00:6::1a0".parse::<Ipv6Addr>().unwrap().octets().to_vec();
+        addr.extend_from_slice(&[0, 0, 1, 0, 0, 0, 2, 0]);
+        ia.extend(tlv(code::IA_ADDR, &addr));
+        m.extend(tlv(code::IA_NA, &ia));
+        let c = parse_client(&m).unwrap();
+        assert_eq!((c.msg_type, c.xid), (MessageType::Request, 0x00ab_cdef));
+        assert_eq!(c.client_id.as_deref(), Some(&duid[..]));
+        assert_eq!(c.ia_na.len(), 1);
+        assert_eq!(c.ia_na[0].id, 9);
+        assert!(!c.rapid_commit);
+        // A REPLY is not a client's.
+        let mut reply = m.clone();
+        reply[0] = 7;
+        assert_eq!(parse_client(&reply), Err(DropReason::UnexpectedType));
+        // Two Client Identifiers; Rapid Commit with a value; truncated.
+        let mut two = m.clone();
+        two.extend(tlv(code::CLIENT_ID, &duid));
+        assert_eq!(parse_client(&two), Err(DropReason::MalformedOption));
+        let mut rc = m.clone();
+        rc.extend(tlv(code::RAPID_COMMIT, &[1]));
+        assert_eq!(parse_client(&rc), Err(DropReason::MalformedOption));
+        assert_eq!(parse_client(&m[..3]), Err(DropReason::Truncated));
+        for cut in 4..m.len() {
+            let _ = parse_client(&m[..cut]);
+        }
+    }
+
     fn tlv(code: u16, data: &[u8]) -> Vec<u8> {
         let mut v = code.to_be_bytes().to_vec();
         v.extend_from_slice(&(data.len() as u16).to_be_bytes());
