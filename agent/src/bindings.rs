@@ -1,20 +1,22 @@
-//! The binding table: which MAC holds which IPv4 address behind which
-//! workload port, until when, and how the agent knows — it leased the
-//! address itself, or it learned it by watching the guest's own DHCP on a
-//! VM's port.
+//! The binding table: which MAC holds which address behind which workload
+//! port, until when, and how the agent knows — it leased the address
+//! itself, or it learned it by watching the guest's own DHCP or DHCPv6 on
+//! a VM's port.
 //!
 //! [`learner::Learner`] says which observed DHCP messages a real exchange
-//! on the port proves, and what they change (sans-IO); [`LearnedStore`]
-//! keeps the learned bindings in memory and in one file, replaced durably
+//! on the port proves, and what they change, [`learner6::Learner6`] the
+//! same for DHCPv6 (sans-IO); [`LearnedStore`] keeps the learned bindings
+//! (one IPv4 and one IPv6 binding per MAC) in memory and in one file, replaced durably
 //! (temporary file, `fsync`, rename, directory `fsync`) by its owner off the
 //! async runtime ([`LearnedStore::take_snapshot`], [`Snapshot::write`]), so
 //! they survive agent restarts; a file that does not parse is set aside in
 //! the quarantine directory, never trusted.
 
 pub mod learner;
+pub mod learner6;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -30,8 +32,11 @@ pub const PATH_BINDINGS: &str = "/v1/bindings";
 pub enum BindingSource {
     /// xdhcp leased the address itself (a pod's lease, a VM's one-shot).
     Leased,
-    /// Learned from the guest's own DHCP exchange on a VM's port.
+    /// Learned from the guest's own DHCP or DHCPv6 exchange on a VM's port.
     Learned,
+    /// An IPv6 address the guest configured itself (SLAAC, static), learned
+    /// from its duplicate address detection on a VM's port.
+    Dad,
 }
 
 impl BindingSource {
@@ -40,6 +45,7 @@ impl BindingSource {
         match self {
             Self::Leased => "leased",
             Self::Learned => "learned",
+            Self::Dad => "dad",
         }
     }
 }
@@ -50,7 +56,7 @@ impl BindingSource {
 pub struct Binding {
     /// `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
-    /// IPv4 or IPv6 (a leased IPv6 address; learning is IPv4 only).
+    /// IPv4 or IPv6.
     pub ip: IpAddr,
     /// Host end of the workload port, when the guard knows it.
     pub port: Option<String>,
@@ -144,11 +150,14 @@ pub enum Change {
     Durable,
 }
 
-/// The learned bindings, keyed by MAC, in memory; the owner writes them to
-/// one file ([`LearnedStore::take_snapshot`]).
+/// The learned bindings, one per MAC and family, in memory; the owner
+/// writes them to one file ([`LearnedStore::take_snapshot`]): a list of
+/// [`Binding`]s, each row's family its address's, so a file written before
+/// IPv6 bindings were learned loads as it was.
 #[derive(Debug)]
 pub struct LearnedStore {
     path: PathBuf,
+    /// By [`row_key`].
     rows: BTreeMap<String, Binding>,
     /// The most a change since the last snapshot needs.
     dirty: Change,
@@ -203,7 +212,7 @@ impl LearnedStore {
         let mut quarantined = None;
         let rows = match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<Vec<Binding>>(&bytes) {
-                Ok(v) => v.into_iter().map(|b| (b.mac.clone(), b)).collect(),
+                Ok(v) => v.into_iter().map(|b| (row_key(&b), b)).collect(),
                 Err(e) => {
                     let dir = crate::store::quarantine_dir(state_dir);
                     let aside = dir.join(format!("{}.{}", Self::FILE, now_ms()));
@@ -252,9 +261,14 @@ impl LearnedStore {
             .collect()
     }
 
-    /// The learned binding of `mac`, if any (expired or not).
+    /// The learned IPv4 binding of `mac`, if any (expired or not).
     pub fn get(&self, mac: &str) -> Option<&Binding> {
         self.rows.get(mac)
+    }
+
+    /// The learned IPv6 binding of `mac`, if any (expired or not).
+    pub fn get6(&self, mac: &str) -> Option<&Binding> {
+        self.rows.get(&key6(mac))
     }
 
     fn mark(&mut self, change: Change) -> Change {
@@ -262,10 +276,11 @@ impl LearnedStore {
         change
     }
 
-    /// Records `b` (replacing the MAC's previous binding); what the change
-    /// needs on disk.
+    /// Records `b` (replacing the MAC's previous binding of its family);
+    /// what the change needs on disk.
     pub fn upsert(&mut self, b: Binding) -> Change {
-        let change = match self.rows.get(&b.mac) {
+        let key = row_key(&b);
+        let change = match self.rows.get(&key) {
             Some(old) if *old == b => Change::None,
             Some(old)
                 if Binding {
@@ -278,22 +293,51 @@ impl LearnedStore {
             _ => Change::Durable,
         };
         if change != Change::None {
-            self.rows.insert(b.mac.clone(), b);
+            self.rows.insert(key, b);
         }
         self.mark(change)
     }
 
-    /// Forgets `mac`'s binding when it is for `ip` (`None`: whatever it
-    /// is). Returns whether one was removed.
+    /// Forgets `mac`'s IPv4 binding when it is for `ip` (`None`: whatever
+    /// it is). Returns whether one was removed.
     pub fn remove(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> bool {
         self.take(mac, ip).is_some()
     }
 
     /// Like [`Self::remove`], returning the binding removed.
     pub fn take(&mut self, mac: &str, ip: Option<Ipv4Addr>) -> Option<Binding> {
-        match self.rows.get(mac) {
+        self.take_key(mac, ip.map(IpAddr::from))
+    }
+
+    /// Forgets `mac`'s IPv6 binding when it is for `ip` (`None`: whatever
+    /// it is); returns it.
+    pub fn take6(&mut self, mac: &str, ip: Option<Ipv6Addr>) -> Option<Binding> {
+        self.take_key(&key6(mac), ip.map(IpAddr::from))
+    }
+
+    /// The IPv6 addresses `mac`'s guest configured itself (expired or
+    /// not: they have no expiry).
+    pub fn configured(&self, mac: &str) -> Vec<Ipv6Addr> {
+        let from = format!("{mac}/dad/");
+        self.rows
+            .range(from.clone()..)
+            .take_while(|(k, _)| k.starts_with(&from))
+            .filter_map(|(_, b)| match b.ip {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            })
+            .collect()
+    }
+
+    /// Forgets the row `b` is (its MAC and family), whatever its address.
+    pub fn remove_row(&mut self, b: &Binding) -> bool {
+        self.take_key(&row_key(b), None).is_some()
+    }
+
+    fn take_key(&mut self, key: &str, ip: Option<IpAddr>) -> Option<Binding> {
+        match self.rows.get(key) {
             Some(b) if ip.is_none_or(|ip| b.ip == ip) => {
-                let gone = self.rows.remove(mac);
+                let gone = self.rows.remove(key);
                 self.mark(Change::Durable);
                 gone
             }
@@ -311,7 +355,7 @@ impl LearnedStore {
             .collect();
         if !gone.is_empty() {
             for b in &gone {
-                self.rows.remove(&b.mac);
+                self.rows.remove(&row_key(b));
             }
             self.mark(Change::Durable);
         }
@@ -354,6 +398,22 @@ impl LearnedStore {
             s.write().inspect_err(|_| self.mark_unwritten(s.change))?;
         }
         Ok(())
+    }
+}
+
+/// The store's key of an IPv6 binding of `mac` (an IPv4 one's is the MAC,
+/// as it always was).
+fn key6(mac: &str) -> String {
+    format!("{mac}/ipv6")
+}
+
+/// The store's key of `b`: its MAC, and its family; for an address the
+/// guest configured itself, the address too (a MAC may hold several).
+fn row_key(b: &Binding) -> String {
+    match (b.ip, b.source) {
+        (IpAddr::V6(ip), BindingSource::Dad) => format!("{}/dad/{ip}", b.mac),
+        (IpAddr::V4(_), _) => b.mac.clone(),
+        (IpAddr::V6(_), _) => key6(&b.mac),
     }
 }
 
@@ -476,6 +536,81 @@ mod tests {
         s.flush().unwrap();
         let (s, _) = LearnedStore::open(dir.path()).unwrap();
         assert_eq!(s.rows(0)[0].ip, Ipv4Addr::new(192, 0, 2, 6));
+    }
+
+    /// A MAC has an IPv4 and an IPv6 binding side by side; a file written
+    /// before IPv6 bindings were learned (IPv4 rows only) loads as it was.
+    #[test]
+    fn a_macs_ipv6_binding_sits_beside_its_ipv4_one_and_old_files_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = r#"[{"mac": "02:00:00:00:00:01", "ip": "192.0.2.5", "port": "veth1",
+            "pod": "default/vm1", "expiresUnixMs": 10000, "source": "learned"}]"#;
+        std::fs::write(dir.path().join(LearnedStore::FILE), old).unwrap();
+        let (mut s, q) = LearnedStore::open(dir.path()).unwrap();
+        assert!(q.is_none());
+        let mac = "02:00:00:00:00:01";
+        assert_eq!(
+            s.get(mac).map(|b| b.ip),
+            Some(Ipv4Addr::new(192, 0, 2, 5).into())
+        );
+        assert!(s.get6(mac).is_none());
+        let mut v6 = binding(mac, [0; 4], Some(20_000));
+        v6.ip = "fd00:6::1a0".parse().unwrap();
+        assert_eq!(s.upsert(v6.clone()), Change::Durable);
+        assert_eq!(s.rows(0).len(), 2, "both families");
+        s.flush().unwrap();
+        let (mut s, _) = LearnedStore::open(dir.path()).unwrap();
+        assert_eq!(s.get6(mac), Some(&v6));
+        assert!(s.get(mac).is_some());
+        // Each family goes on its own.
+        assert!(s.take6(mac, Some("fd00:6::1".parse().unwrap())).is_none());
+        assert_eq!(s.take6(mac, None), Some(v6.clone()));
+        assert!(s.get(mac).is_some());
+        s.upsert(v6.clone());
+        assert!(s.remove(mac, None));
+        assert_eq!(s.get6(mac), Some(&v6));
+        assert!(s.remove_row(&v6));
+        assert!(s.rows(0).is_empty());
+    }
+
+    /// A MAC may hold several addresses its guest configured itself, beside
+    /// its DHCPv6 binding; each is a row of its own, kept across a reopen.
+    #[test]
+    fn configured_addresses_are_rows_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = LearnedStore::open(dir.path()).unwrap();
+        let mac = "02:00:00:00:00:01";
+        let row = |ip: &str, source| Binding {
+            ip: ip.parse().unwrap(),
+            source,
+            ..binding(mac, [0; 4], None)
+        };
+        s.upsert(row("fd00:6::1a0", BindingSource::Learned));
+        s.upsert(row("fd00:6::a", BindingSource::Dad));
+        s.upsert(row("fd00:6::b", BindingSource::Dad));
+        s.upsert(binding("02:00:00:00:00:02", [192, 0, 2, 6], None));
+        s.upsert(Binding {
+            mac: "02:00:00:00:00:02".to_owned(),
+            ..row("fd00:6::c", BindingSource::Dad)
+        });
+        s.flush().unwrap();
+        let (s, _) = LearnedStore::open(dir.path()).unwrap();
+        assert_eq!(s.rows(0).len(), 5);
+        let want: Vec<Ipv6Addr> = vec!["fd00:6::a".parse().unwrap(), "fd00:6::b".parse().unwrap()];
+        assert_eq!(s.configured(mac), want);
+        assert_eq!(
+            s.get6(mac).map(|b| b.ip),
+            Some("fd00:6::1a0".parse().unwrap())
+        );
+        let t = render(
+            &[BindingRow {
+                binding: row("fd00:6::a", BindingSource::Dad),
+                family: String::new(),
+                identity: None,
+            }],
+            0,
+        );
+        assert!(t.contains(" ipv6 ") && t.contains(" dad "), "{t}");
     }
 
     #[test]

@@ -488,6 +488,35 @@ pub fn guest_learning(data: &[u8]) {
     learn_script(data);
 }
 
+/// One DHCPv6 message or address probe of [`guest_learning`]'s script,
+/// through [`crate::bindings::learner6`]: whatever the bytes, no panic, and
+/// an address is learned only inside the network's prefix and not the
+/// neighbour's.
+fn learn6_step(
+    learner6: &mut crate::bindings::learner6::Learner6,
+    ev: &crate::datapath::ebpf::GuardEvent,
+    now: std::time::Instant,
+) {
+    use crate::bindings::learner6::{self, Learned6, NetworkView6};
+    let prefix: std::net::Ipv6Addr = "fd00:6::".parse().expect("an address");
+    let neighbour: std::net::Ipv6Addr = "fd00:6::150".parse().expect("an address");
+    let mut view = NetworkView6::default();
+    view.served(&[0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 1], None, prefix, 64);
+    view.held.insert(neighbour);
+    let out = if let Some(target) = ev.dad_target() {
+        let none = std::collections::BTreeSet::new();
+        learner6::dad(target, Some(&view), &none, &none)
+    } else if let Some(seen) = ev.seen6() {
+        learner6.observe(ev.ifindex, &seen, now, || Some(view.clone()))
+    } else {
+        return;
+    };
+    if let Ok(Some(Learned6::Bound { ip, .. } | Learned6::Configured { ip })) = out {
+        assert!(view.inside(ip), "{ip} outside the prefix");
+        assert_ne!(ip, neighbour, "the neighbour's address was learned");
+    }
+}
+
 /// [`guest_learning`]; how many bindings were learned.
 #[expect(
     clippy::too_many_lines,
@@ -517,6 +546,7 @@ fn learn_script(data: &[u8]) -> u32 {
     let t0 = Instant::now();
     let mut now = t0;
     let mut learner = Learner::default();
+    let mut learner6 = crate::bindings::learner6::Learner6::default();
     let mut moves: Moves<u32, Ipv4Addr> = Moves::default();
     let mut writes = 0u64;
     let mut learned = 0;
@@ -540,6 +570,10 @@ fn learn_script(data: &[u8]) -> u32 {
         let Ok(ev) = decode_guard_record(record) else {
             continue;
         };
+        if ev.seen().is_none() {
+            learn6_step(&mut learner6, &ev, now);
+            continue;
+        }
         let head = xdhcp_common::guard::GUARD_HEADER_LEN;
         let captured = u32::from_ne_bytes(
             record[head - 8..head - 4]
@@ -549,7 +583,9 @@ fn learn_script(data: &[u8]) -> u32 {
         let (_, payload) = parse_udp_frame(&record[head..head + captured])
             .expect("an accepted record holds a frame");
         assert_eq!(ev.payload, payload, "event payload is not the frame's");
-        let seen = ev.seen();
+        let Some(seen) = ev.seen() else {
+            continue;
+        };
         let observed = validate::parse_observed(&ev.payload).ok();
         let out = learner.observe(ev.ifindex, MAC, &seen, now, || Some(view.clone()));
         let Some(msg) = observed.filter(|m| m.chaddr == MAC) else {
@@ -1099,12 +1135,12 @@ mod tests {
 
         /// A guard ring record: the header as the guard programs write it
         /// (native-endian, in declaration order), then the frame.
-        fn guard_record(direction: u32, frame: &[u8]) -> Vec<u8> {
+        fn guard_record(direction: u16, frame: &[u8]) -> Vec<u8> {
             let len = frame.len() as u32;
             let mut r = Vec::new();
-            for v in [7u32, direction] {
-                r.extend_from_slice(&v.to_ne_bytes());
-            }
+            r.extend_from_slice(&7u32.to_ne_bytes());
+            r.extend_from_slice(&direction.to_ne_bytes());
+            r.extend_from_slice(&xdhcp_common::guard::GUARD_KIND_DHCP4.to_ne_bytes());
             r.extend_from_slice(&42u64.to_ne_bytes());
             for v in [42, len - 42, len, len] {
                 r.extend_from_slice(&v.to_ne_bytes());

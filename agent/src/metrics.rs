@@ -236,13 +236,14 @@ struct Learning {
     refused: Family<ReasonLabel, Counter>,
     moves_deferred: Counter,
     events_dropped: Counter,
+    records_skipped: Counter,
 }
 
 fn register_learning(root: &mut Registry) -> Learning {
     let l = Learning::default();
     root.register(
         "learn_refused",
-        "Guest DHCP messages on learning ports that taught nothing because a check refused them, by reason (decode, other_client, unsolicited, not_requested, unknown_network, unknown_server, server_source, outside_prefix, address_taken)",
+        "Guest DHCP messages on learning ports that taught nothing because a check refused them, by reason (decode, other_client, unsolicited, not_requested, unknown_network, unknown_server, server_source, outside_prefix, address_taken, too_many)",
         l.refused.clone(),
     );
     root.register(
@@ -254,6 +255,11 @@ fn register_learning(root: &mut Registry) -> Learning {
         "learn_events_dropped",
         "Observed guest messages dropped because the learning queue was full",
         l.events_dropped.clone(),
+    );
+    root.register(
+        "learn_records_skipped",
+        "Guard ring records skipped unread: a frame that is not the message its record says, or a record kind this agent does not read",
+        l.records_skipped.clone(),
     );
     l
 }
@@ -479,11 +485,15 @@ impl Metrics {
     }
 
     /// Replaces the binding-table figures with the table `rows` (rows gone
-    /// from the table disappear; both sources are always reported).
+    /// from the table disappear; every source is always reported).
     pub(crate) fn bindings_snapshot(&self, rows: &[crate::bindings::Binding]) {
         use crate::bindings::BindingSource;
         self.binding_info.clear();
-        for source in [BindingSource::Leased, BindingSource::Learned] {
+        for source in [
+            BindingSource::Leased,
+            BindingSource::Learned,
+            BindingSource::Dad,
+        ] {
             let n = rows.iter().filter(|b| b.source == source).count();
             self.bindings
                 .get_or_create(&SourceLabel {
@@ -591,6 +601,11 @@ impl Metrics {
     /// The learning queue was full: an observed message was dropped.
     pub(crate) fn learn_event_dropped(&self) {
         self.learning.events_dropped.inc();
+    }
+
+    /// `n` more guard ring records did not decode and were skipped.
+    pub(crate) fn learn_records_skipped(&self, n: u64) {
+        self.learning.records_skipped.inc_by(n);
     }
 
     /// The engine dropped `n` more replies for `reason`.
@@ -1015,7 +1030,12 @@ mod tests {
         m.learn_refused("address_taken");
         m.learn_move_deferred();
         m.learn_event_dropped();
+        m.learn_records_skipped(3);
         let text = m.encode();
+        assert!(
+            text.contains("xdhcp_learn_records_skipped_total 3"),
+            "{text}"
+        );
         assert!(
             text.contains(r#"xdhcp_learn_refused_total{reason="unsolicited"} 2"#),
             "{text}"

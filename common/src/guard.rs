@@ -22,9 +22,12 @@
 //!   same bucket and on a single-client port must carry the port's MAC as
 //!   Ethernet source and in a link-layer DUID. Each family has its own
 //!   counters.
+//!   On a learning port the DHCPv6 client messages that pass are copied
+//!   too.
 //! - Egress (frames *towards* the workload): on a learning port, the DHCP
-//!   server replies learning uses (ACKs) whose `chaddr` is the port's MAC
-//!   are copied to [`MAP_GUARD_EVENTS`] as long as the port's bucket
+//!   server replies learning uses (DHCPv4 ACKs whose `chaddr` is the
+//!   port's MAC, DHCPv6 REPLYs to port 546 whose Ethernet destination is
+//!   the port's MAC) are copied to [`MAP_GUARD_EVENTS`] as long as the port's bucket
 //!   ([`MAP_LEARN_BUCKETS`]) has a token; other replies, and those over the
 //!   bucket, are counted ([`MAP_LEARN_COUNTERS`]). Nothing is ever dropped.
 
@@ -89,11 +92,12 @@ pub struct LearnBucket {
 
 /// Counter slots of [`MAP_LEARN_COUNTERS`].
 pub const LEARN_COUNTER_SLOTS: u32 = 4;
-/// A reply for a learning port's client that learning uses (an ACK), over
-/// the port's bucket: passed, not copied.
+/// A reply for a learning port's client that learning uses (a DHCPv4 ACK,
+/// a DHCPv6 REPLY), over the port's bucket: passed, not copied.
 pub const LEARN_SHED: u32 = 0;
 /// A reply for a learning port's client that learning does not use (an
-/// OFFER, a NAK, any type but ACK): passed, not copied.
+/// OFFER, a NAK, any type but ACK; a DHCPv6 ADVERTISE, any type but
+/// REPLY): passed, not copied.
 pub const LEARN_UNUSED: u32 = 1;
 /// Counters in use.
 pub const LEARN_COUNTER_COUNT: u32 = 2;
@@ -310,9 +314,23 @@ pub struct GuardCounters {
 }
 
 /// [`GuardHeader::direction`]: a client message from the workload (ingress).
-pub const GUARD_FROM_WORKLOAD: u32 = 0;
+pub const GUARD_FROM_WORKLOAD: u16 = 0;
 /// [`GuardHeader::direction`]: a server reply towards the workload (egress).
-pub const GUARD_TO_WORKLOAD: u32 = 1;
+pub const GUARD_TO_WORKLOAD: u16 = 1;
+
+/// [`GuardHeader::kind`]: a DHCPv4 message in an IPv4 UDP datagram (0:
+/// the one kind before the field was split off `direction`, whose upper
+/// half was always zero).
+pub const GUARD_KIND_DHCP4: u16 = 0;
+/// [`GuardHeader::kind`]: a DHCPv6 message in an IPv6 UDP datagram (a
+/// client message to port 547, or a server's REPLY to port 546); the
+/// payload offset is behind whatever extension headers the frame has.
+pub const GUARD_KIND_DHCP6: u16 = 1;
+/// [`GuardHeader::kind`]: an ICMPv6 neighbour solicitation from `::` (a
+/// workload's duplicate address detection of an address it configures
+/// itself, RFC 4862 §5.4.2); the payload offset is the ICMPv6 header's,
+/// the payload length the solicitation's fixed part (24 bytes).
+pub const GUARD_KIND_DAD6: u16 = 2;
 
 /// Header of one [`GuardRecord`]. 32 bytes.
 #[repr(C)]
@@ -321,7 +339,10 @@ pub struct GuardHeader {
     /// ifindex of the guarded port (host side).
     pub ifindex: u32,
     /// [`GUARD_FROM_WORKLOAD`] or [`GUARD_TO_WORKLOAD`].
-    pub direction: u32,
+    pub direction: u16,
+    /// What the frame carries, `GUARD_KIND_*` (a reader skips a kind it
+    /// does not know).
+    pub kind: u16,
     /// `bpf_ktime_get_coarse_ns()` at the observation.
     pub ts_ns: u64,
     /// Offset of the DHCP message in the frame.

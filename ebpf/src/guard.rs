@@ -46,8 +46,15 @@
 //! unclassifiable: it may be a server reply that a switch further on
 //! untags.
 //!
+//! On a learning port, the DHCPv6 client messages that pass and that
+//! learning reads (SOLICIT, REQUEST, RENEW, REBIND, RELEASE, DECLINE) are
+//! copied to the guard ring as well, and so are the guest's duplicate
+//! address detection probes (neighbour solicitations from `::`, within the
+//! port's learning bucket: [`dad`]); neighbour discovery always passes.
+//!
 //! Egress sees what is sent to the workload: on a learning port, the server
-//! replies for the port's MAC that learning uses (ACKs) are copied to the
+//! replies for the port's MAC that learning uses (DHCPv4 ACKs, DHCPv6
+//! REPLYs) are copied to the
 //! ring while the port's reply bucket has a token (a token bucket refilled
 //! from `bpf_ktime_get_ns` at the rate the agent sets); the other replies,
 //! and the ACKs over the bucket, are counted and not copied, so a flood of
@@ -90,6 +97,8 @@ use xdhcp_common::guard::{
     GUARD_PORTS_CAPACITY, GUARD_SINGLE_CLIENT, GUARD_TO_WORKLOAD, GUARD_TRUSTED, GuardCounters,
     GuardHeader, GuardPort, GuardRecord,
 };
+// The guard ring's record kinds.
+use xdhcp_common::guard::{GUARD_KIND_DAD6, GUARD_KIND_DHCP4, GUARD_KIND_DHCP6};
 // The IPv6 verdicts' counters.
 use xdhcp_common::guard::{
     GUARD_DROPPED_MALFORMED6, GUARD_DROPPED_RA, GUARD_DROPPED_RATE6, GUARD_DROPPED_REDIRECT,
@@ -189,8 +198,16 @@ const MAX_EXT_HEADERS: usize = 6;
 const V6_CHAIN_LIMIT: usize = 2048;
 const ICMPV6_ROUTER_ADVERT: u8 = 134;
 const ICMPV6_REDIRECT: u8 = 137;
+/// Neighbour solicitation (RFC 4861 §4.3): from `::`, a host's duplicate
+/// address detection of an address it is configuring (RFC 4862 §5.4.2).
+const ICMPV6_NEIGHBOUR_SOLICIT: u8 = 135;
+/// Bytes of a neighbour solicitation without options (type, code,
+/// checksum, reserved, target address): what learning reads of one.
+const NS_LEN: usize = 24;
 const DHCP6_CLIENT_PORT: u16 = 546;
 const DHCP6_SERVER_PORT: u16 = 547;
+/// The DHCPv6 REPLY, the one server message learning reads.
+const DHCP6_REPLY: u8 = 7;
 /// DHCPv6 Client Identifier option (RFC 8415 §21.2).
 const OPTION_CLIENTID: u16 = 1;
 /// DUID types that carry a link-layer address (RFC 8415 §11.2, §11.4), and
@@ -743,7 +760,7 @@ fn ingress4<W: Wire>(f: &W, udp: &Udp) -> Verdict {
         return Verdict::Drop(GUARD_DROPPED_RATE);
     }
     if flags & GUARD_LEARN != 0 {
-        learn(f, ifindex, GUARD_FROM_WORKLOAD, udp, now);
+        learn(f, ifindex, GUARD_FROM_WORKLOAD, GUARD_KIND_DHCP4, udp, now);
     }
     if flags & GUARD_BROADCAST != 0 {
         broadcast_replies(f, udp);
@@ -762,6 +779,10 @@ enum Upper6 {
     Udp(Udp),
     /// An ICMPv6 router advertisement or redirect (the type).
     Icmp(u8),
+    /// An ICMPv6 neighbour solicitation, its header at this offset: passed
+    /// whatever the port, and on a learning port copied when it is a
+    /// duplicate address detection ([`dad`]).
+    Solicit(usize),
     /// The upper-layer header is not found: more extension headers than
     /// the walk reads, a chain past [`V6_CHAIN_LIMIT`], or a frame that
     /// ends inside the chain (a first fragment without the upper-layer
@@ -886,6 +907,8 @@ fn icmp6<W: Wire>(f: &W, at: usize) -> Upper6 {
     };
     if kind == ICMPV6_ROUTER_ADVERT || kind == ICMPV6_REDIRECT {
         Upper6::Icmp(kind)
+    } else if kind == ICMPV6_NEIGHBOUR_SOLICIT {
+        Upper6::Solicit(at)
     } else {
         Upper6::Other
     }
@@ -913,13 +936,18 @@ fn is_client_type6(t: u8) -> bool {
 /// server's or relay's message dropped unless the port is trusted, a
 /// client's checked against the port's MAC on a single-client port and
 /// limited by the port's bucket (the one DHCPv4 client messages take from).
-/// Nothing is copied to the guard ring (learning reads DHCPv4).
+/// On a learning port, a client message that passes and that learning reads
+/// ([`is_learned_type6`]) is copied to the guard ring.
 #[inline(always)]
 fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
-    let upper = upper6(f, l3);
-    if let Upper6::Other = upper {
-        return Verdict::Pass;
-    }
+    let upper = match upper6(f, l3) {
+        Upper6::Other => return Verdict::Pass,
+        Upper6::Solicit(at) => {
+            dad(f, l3, at);
+            return Verdict::Pass;
+        }
+        upper => upper,
+    };
     let Some(port) = XDHCP_GUARD_PORTS.get_ptr_mut(f.ifindex()) else {
         return Verdict::Pass;
     };
@@ -930,19 +958,21 @@ fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
     let (flags, mac) = unsafe { ((*port).flags, (*port).mac) };
     let trusted = flags & GUARD_TRUSTED != 0;
     let udp = match upper {
-        Upper6::Other => return Verdict::Pass,
+        Upper6::Other | Upper6::Solicit(_) => return Verdict::Pass,
         Upper6::Unknown => return Verdict::Drop(GUARD_DROPPED_UNCLASSIFIED6),
         Upper6::Icmp(_) if trusted => return Verdict::PassCounted(GUARD_PASSED_TRUSTED6),
         Upper6::Icmp(ICMPV6_ROUTER_ADVERT) => return Verdict::Drop(GUARD_DROPPED_RA),
         Upper6::Icmp(_) => return Verdict::Drop(GUARD_DROPPED_REDIRECT),
         Upper6::Udp(udp) => udp,
     };
+    let mut msg_type = 0;
     let client = udp.dport == DHCP6_SERVER_PORT && udp.sport != DHCP6_SERVER_PORT && {
         // The message type, with the transaction id (one read).
-        let Some([msg_type, _, _, _]) = f.read::<[u8; 4]>(udp.payload) else {
+        let Some([t, _, _, _]) = f.read::<[u8; 4]>(udp.payload) else {
             return Verdict::Drop(GUARD_DROPPED_MALFORMED6);
         };
-        is_client_type6(msg_type)
+        msg_type = t;
+        is_client_type6(t)
     };
     if !client {
         if trusted {
@@ -968,7 +998,67 @@ fn ingress6<W: Wire>(f: &W, l3: usize, stacked_tags: bool) -> Verdict {
     if !take_token(port, now) {
         return Verdict::Drop(GUARD_DROPPED_RATE6);
     }
+    if flags & GUARD_LEARN != 0 && is_learned_type6(msg_type) {
+        learn(
+            f,
+            f.ifindex(),
+            GUARD_FROM_WORKLOAD,
+            GUARD_KIND_DHCP6,
+            &udp,
+            now,
+        );
+    }
     Verdict::PassCounted(GUARD_PASSED_CLIENT6)
+}
+
+/// Copies a neighbour solicitation from the workload, its ICMPv6 header at
+/// `at`, to the guard ring when it is a duplicate address detection (from
+/// `::`, RFC 4862 §5.4.2: the guest is about to use the target address it
+/// names, configured by itself, SLAAC or static) on a learning port, from
+/// the port's MAC, within the port's learning bucket (over it: passed
+/// uncopied, counted as shed). Address resolution (a solicitation from an
+/// address) costs the source read and nothing more. Never changes the
+/// verdict: neighbour discovery always passes.
+#[inline(always)]
+fn dad<W: Wire>(f: &W, l3: usize, at: usize) {
+    // The IPv6 source address, as one read.
+    let Some(src) = f.read::<[u32; 4]>(black_box(l3) + 8) else {
+        return;
+    };
+    if src != [0; 4] {
+        return;
+    }
+    let ifindex = f.ifindex();
+    // SAFETY: plain data, read only.
+    let Some(port) = (unsafe { XDHCP_GUARD_PORTS.get(ifindex) }) else {
+        return;
+    };
+    if port.flags & GUARD_LEARN == 0 || mac_at(f, 6, port.mac) != Some(true) {
+        return;
+    }
+    // SAFETY: helper without arguments.
+    if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
+        learn_count(LEARN_SHED);
+        return;
+    }
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    let ns = Udp {
+        payload: at,
+        payload_len: NS_LEN,
+        sport: 0,
+        dport: 0,
+    };
+    learn(f, ifindex, GUARD_FROM_WORKLOAD, GUARD_KIND_DAD6, &ns, now);
+}
+
+/// Whether learning reads DHCPv6 client message type `t`: the messages a
+/// REPLY that binds may answer (SOLICIT, with Rapid Commit, REQUEST,
+/// RENEW, REBIND) and those that give an address up (RELEASE, DECLINE).
+/// CONFIRM and INFORMATION-REQUEST bind nothing.
+#[inline(always)]
+fn is_learned_type6(t: u8) -> bool {
+    matches!(t, 1 | 3 | 5 | 6 | 8 | 9)
 }
 
 /// Scans the top-level options of the DHCPv6 client message at `payload`
@@ -1082,8 +1172,10 @@ fn broadcast_replies<W: Wire>(f: &W, udp: &Udp) {
 
 #[inline(always)]
 fn egress<W: Wire>(f: &W) {
-    let Located::Udp(udp) = locate(f) else {
-        return;
+    let udp = match locate(f) {
+        Located::Udp(udp) => udp,
+        Located::Ipv6(l3) => return egress6(f, l3),
+        Located::Other | Located::Tagged => return,
     };
     if udp.sport != SERVER_PORT || udp.dport != CLIENT_PORT {
         return;
@@ -1114,7 +1206,50 @@ fn egress<W: Wire>(f: &W) {
     }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    learn(f, ifindex, GUARD_TO_WORKLOAD, &udp, now);
+    learn(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP4, &udp, now);
+}
+
+/// [`egress`] for IPv6: a DHCPv6 REPLY (UDP from port 547 to port 546)
+/// to the port's MAC, behind any extension headers the ingress walk
+/// reads, is copied within the port's reply bucket (the one DHCPv4 ACKs
+/// take from); another server message (ADVERTISE, RECONFIGURE) is counted
+/// as unused. A DHCPv6 reply has no `chaddr`: a server sends it to the
+/// client's link-local address, so the frame's Ethernet destination names
+/// the client.
+#[inline(always)]
+fn egress6<W: Wire>(f: &W, l3: usize) {
+    let Upper6::Udp(udp) = upper6(f, l3) else {
+        return;
+    };
+    if udp.sport != DHCP6_SERVER_PORT || udp.dport != DHCP6_CLIENT_PORT {
+        return;
+    }
+    let ifindex = f.ifindex();
+    // SAFETY: plain data, read only.
+    let Some(port) = (unsafe { XDHCP_GUARD_PORTS.get(ifindex) }) else {
+        return;
+    };
+    if port.flags & GUARD_LEARN == 0 || mac_at(f, 0, port.mac) != Some(true) {
+        return;
+    }
+    // Opaque, as in `broadcast_replies`: the walk's bounds tests are not
+    // reused for this read.
+    let payload = black_box(udp.payload);
+    let Some([msg_type, _, _, _]) = f.read::<[u8; 4]>(payload) else {
+        return;
+    };
+    if msg_type != DHCP6_REPLY {
+        learn_count(LEARN_UNUSED);
+        return;
+    }
+    // SAFETY: helper without arguments.
+    if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
+        learn_count(LEARN_SHED);
+        return;
+    }
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    learn(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP6, &udp, now);
 }
 
 #[inline(always)]
@@ -1224,14 +1359,15 @@ fn message_type<W: Wire>(f: &W, payload: usize, payload_len: usize) -> MessageTy
 
 /// Copies the frame (up to the largest bucket) to the guard ring.
 #[inline(always)]
-fn learn<W: Wire>(f: &W, ifindex: u32, direction: u32, udp: &Udp, now: u64) {
+fn learn<W: Wire>(f: &W, ifindex: u32, direction: u16, kind: u16, udp: &Udp, now: u64) {
     let frame_len = f.frame_len();
     let [small, large] = GUARD_BUCKETS;
+    let way = (direction, kind);
     let ok = if frame_len <= small {
-        emit::<W, { GUARD_BUCKETS[0] }>(f, ifindex, direction, udp, now, frame_len)
+        emit::<W, { GUARD_BUCKETS[0] }>(f, ifindex, way, udp, now, frame_len)
     } else {
         let len = if frame_len > large { large } else { frame_len };
-        emit::<W, { GUARD_BUCKETS[1] }>(f, ifindex, direction, udp, now, len)
+        emit::<W, { GUARD_BUCKETS[1] }>(f, ifindex, way, udp, now, len)
     };
     count(ifindex, if ok { GUARD_LEARNED } else { GUARD_LEARN_LOST });
 }
@@ -1240,7 +1376,7 @@ fn learn<W: Wire>(f: &W, ifindex: u32, direction: u32, udp: &Udp, now: u64) {
 fn emit<W: Wire, const N: usize>(
     f: &W,
     ifindex: u32,
-    direction: u32,
+    (direction, kind): (u16, u16),
     udp: &Udp,
     now: u64,
     len: usize,
@@ -1259,6 +1395,7 @@ fn emit<W: Wire, const N: usize>(
         addr_of_mut!((*rec).header).write(GuardHeader {
             ifindex,
             direction,
+            kind,
             ts_ns: now,
             payload_offset: udp.payload as u32,
             payload_len: udp.payload_len as u32,

@@ -3,7 +3,8 @@
 //! message passed, rate-limited, spoofed, malformed), truncation at every
 //! offset, VLAN-tagged and not, stacked VLAN tags, a neighbour's client
 //! identifier, fragments, IPv4 options, non-DHCP traffic,
-//! and the records of the learning ring in both directions; the ingress
+//! and the records of the learning ring in both directions (DHCPv4 and
+//! DHCPv6); the ingress
 //! program's XDP twin gives the same verdicts. Under test-run
 //! the device is the loopback of the test's namespace (ifindex 1), so port
 //! policies are set on 1.
@@ -15,7 +16,7 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
 use dhcproto::{Encodable as _, Encoder};
 use xdhcp::datapath::ebpf::{
-    Direction, Guard, GuardCounters, GuardProgram, GuardReader, LearnCounters, PortPolicy,
+    Carried, Direction, Guard, GuardCounters, GuardProgram, GuardReader, LearnCounters, PortPolicy,
 };
 use xdhcp::datapath::frame::{FrameHeaders, build_udp_frame, seal_ipv4_header};
 
@@ -1463,4 +1464,148 @@ async fn ordinary_ipv6_traffic_passes_uncounted() {
     }
     assert_eq!(counters(&g), GuardCounters::default());
     assert!(r.try_recv().is_none(), "nothing learned from IPv6");
+}
+
+/// A learning port copies the guest's DHCPv6 client messages that learning
+/// reads (SOLICIT, REQUEST, RENEW, REBIND, RELEASE, DECLINE) as they pass,
+/// and the REPLYs sent to the VM's MAC, each record marked as DHCPv6 with
+/// the frame's IPv6 addresses; CONFIRM and INFORMATION-REQUEST, an
+/// ADVERTISE (counted as unused), a REPLY to another MAC and anything on a
+/// port that does not learn are not copied.
+#[tokio::test]
+async fn learning_ports_record_the_guests_dhcpv6_both_ways() {
+    for vlan in VLANS {
+        let (mut g, mut r) = load();
+        set_vm_port(&mut g, true);
+        for t in [SOLICIT, REQUEST, RENEW, 6, RELEASE, DECLINE] {
+            let f = client6(t, VM_MAC, VM_MAC, vlan);
+            assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC, "type {t}");
+            let ev = r
+                .try_recv()
+                .unwrap_or_else(|| panic!("type {t}, {vlan:?}: the client message"));
+            assert_eq!(ev.direction, Direction::FromWorkload);
+            assert_eq!(ev.ifindex, LO);
+            assert_eq!(ev.headers.vlan, vlan);
+            assert!(
+                matches!(ev.headers.src_ip, std::net::IpAddr::V6(a) if a.is_unicast_link_local()),
+                "{:?}",
+                ev.headers
+            );
+            assert_eq!(ev.payload, dhcp6(t, &[client_id(&duid_ll(VM_MAC))]));
+        }
+        for t in [4, INFORMATION_REQUEST] {
+            assert_eq!(
+                ingress(&mut g, &client6(t, VM_MAC, VM_MAC, vlan)),
+                TC_ACT_UNSPEC
+            );
+        }
+        assert!(
+            r.try_recv().is_none(),
+            "{vlan:?}: CONFIRM, INFORMATION-REQUEST"
+        );
+
+        // The server's REPLY to the VM's MAC (a unicast to its link-local
+        // address).
+        let to_vm = |mut f: Vec<u8>| {
+            f[..6].copy_from_slice(&VM_MAC);
+            f
+        };
+        let reply = to_vm(server6(REPLY, 547, 546, vlan));
+        assert_eq!(egress(&mut g, &reply), TC_ACT_UNSPEC);
+        let ev = r.try_recv().expect("the REPLY");
+        assert_eq!(ev.direction, Direction::ToWorkload);
+        assert_eq!(ev.headers.src_mac, SERVER_MAC);
+        assert_eq!((ev.headers.src_port, ev.headers.dst_port), (547, 546));
+        assert_eq!(ev.payload[0], REPLY);
+        // An ADVERTISE teaches nothing; a REPLY to another MAC is not the
+        // guest's.
+        let before = g.learn_counters().unwrap().unused;
+        assert_eq!(
+            egress(&mut g, &to_vm(server6(ADVERTISE, 547, 546, vlan))),
+            TC_ACT_UNSPEC
+        );
+        assert_eq!(g.learn_counters().unwrap().unused, before + 1);
+        assert_eq!(
+            egress(&mut g, &server6(REPLY, 547, 546, vlan)),
+            TC_ACT_UNSPEC
+        );
+        assert!(r.try_recv().is_none(), "{vlan:?}");
+        assert_eq!(counters(&g).learned, 7);
+
+        set_vm_port(&mut g, false);
+        assert_eq!(
+            ingress(&mut g, &client6(REQUEST, VM_MAC, VM_MAC, vlan)),
+            TC_ACT_UNSPEC
+        );
+        assert_eq!(egress(&mut g, &reply), TC_ACT_UNSPEC);
+        assert!(r.try_recv().is_none(), "{vlan:?}: learning off");
+    }
+}
+
+/// A neighbour solicitation for `target` from `src` (its Ethernet
+/// source): from `::` to the target's solicited-node address when `dad`,
+/// else from `src`'s link-local address (address resolution).
+fn solicitation(src: [u8; 6], vlan: Option<u16>, target: std::net::Ipv6Addr, dad: bool) -> Vec<u8> {
+    let mut body = icmp6(135, 20);
+    body[8..24].copy_from_slice(&target.octets());
+    let mut f = v6(src, vlan, &[], IPPROTO_ICMPV6, &body);
+    let l3 = if vlan.is_some() { 18 } else { 14 };
+    let t = target.octets();
+    let solicited = std::net::Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(t[13]),
+        u16::from_be_bytes([t[14], t[15]]),
+    );
+    f[l3 + 24..l3 + 40].copy_from_slice(&solicited.octets());
+    f[..6].copy_from_slice(&[0x33, 0x33, 0xff, t[13], t[14], t[15]]);
+    if dad {
+        f[l3 + 8..l3 + 24].fill(0);
+    }
+    f
+}
+
+/// A learning port copies the guest's duplicate address detection probes
+/// (neighbour solicitations from `::`, from the VM's MAC) with their
+/// target; address resolution, a probe from another MAC and a port that
+/// does not learn copy nothing; every solicitation passes.
+#[tokio::test]
+async fn learning_ports_record_the_guests_duplicate_address_detection() {
+    let target: std::net::Ipv6Addr = "fd00:6::5054:ff:fe00:3001".parse().unwrap();
+    for vlan in VLANS {
+        let (mut g, mut r) = load();
+        set_vm_port(&mut g, true);
+        let probe = solicitation(VM_MAC, vlan, target, true);
+        assert_eq!(ingress(&mut g, &probe), TC_ACT_UNSPEC);
+        let ev = r.try_recv().expect("the probe");
+        assert_eq!(ev.carried, Carried::Dad6);
+        assert_eq!(ev.direction, Direction::FromWorkload);
+        assert_eq!((ev.ifindex, ev.headers.vlan), (LO, vlan));
+        assert_eq!(ev.payload, target.octets());
+        assert_eq!(
+            g.test_run(GuardProgram::Xdp, &probe, LO).unwrap(),
+            2,
+            "XDP passes it"
+        );
+        assert_eq!(
+            r.try_recv().expect("the XDP twin's copy").payload,
+            target.octets()
+        );
+
+        for (what, f) in [
+            ("resolution", solicitation(VM_MAC, vlan, target, false)),
+            ("another MAC", solicitation(OTHER_MAC, vlan, target, true)),
+        ] {
+            assert_eq!(ingress(&mut g, &f), TC_ACT_UNSPEC, "{what}");
+            assert!(r.try_recv().is_none(), "{vlan:?}: {what}");
+        }
+        set_vm_port(&mut g, false);
+        assert_eq!(ingress(&mut g, &probe), TC_ACT_UNSPEC);
+        assert!(r.try_recv().is_none(), "{vlan:?}: learning off");
+        assert_eq!(counters(&g).learned, 2);
+    }
 }

@@ -1085,9 +1085,43 @@ fn a_forged_ack_from_the_segment_moves_nothing_the_guests_exchange_still_does_dn
 #[test]
 fn a_dual_stack_vms_entry_follows_the_guests_ipv4_and_keeps_its_ipv6_dnsmasq_fake_apiserver() {
     let host_before = HostDhcpcd::snapshot();
-    let lab = Lab::with_clients(1);
+    let (vm, _v6, a6) = dual_stack_vm();
+    let key = format!("{NS}/{NAD}");
+    let dir = tempfile::tempdir().unwrap();
+    let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
+    assert_eq!(
+        vm.api.networks().expect("the entry")[&key]["ip_addresses"],
+        json!([format!("{guest_ip}/24"), format!("{a6}/64")]),
+        "the guest's IPv4 address replaces the one-shot's, the IPv6 one stays"
+    );
+    assert_eq!(
+        vm.api.networks().expect("the entry")[&key]["gateway_ips"],
+        json!(["192.0.2.1", "fd00:6::1"])
+    );
+    assert_learned_one(&vm, guest_ip);
+    drop(vm);
+    host_before.assert_unchanged();
+}
+
+/// A dual-stack VM after its ADD (at the sandbox's creation, before
+/// virt-launcher bridges the pod interface with the guest's link): one
+/// entry with its one-shot DHCPv4 and DHCPv6 addresses, dnsmasq serving
+/// both families on the node's bridge (DHCPv6 from `fd00:6::100` to
+/// `fd00:6::1ff`); the DHCPv6 server, and the one-shot's IPv6 address.
+fn dual_stack_vm() -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
+    dual_stack_vm_on(Lab::with_clients(1))
+}
+
+/// [`dual_stack_vm`] on `lab`, the VM's launcher its first client.
+fn dual_stack_vm_on(lab: Lab) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
+    vm_of_family(lab, "dual")
+}
+
+/// [`dual_stack_vm_on`] on a network of `family`, `dual` or `ipv6` (then
+/// the VM has no IPv4 address: [`Vm::one_shot`] is unspecified).
+fn vm_of_family(lab: Lab, family: &str) -> (Vm, xdhcp_tests::Dnsmasq6, std::net::Ipv6Addr) {
     let v4 = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
-    let _v6 = xdhcp_tests::Dnsmasq6::start_on(
+    let v6 = xdhcp_tests::Dnsmasq6::start_on(
         &lab.server,
         Lab::BRIDGE,
         "fd00:6::1/64",
@@ -1111,7 +1145,7 @@ fn a_dual_stack_vms_entry_follows_the_guests_ipv4_and_keeps_its_ipv6_dnsmasq_fak
     let conf = json!({
         "cniVersion": "1.1.0", "name": NAD, "type": "ovn-k8s-cni-overlay",
         "topology": "localnet", "netAttachDefName": key,
-        "ipam": {"type": "xdhcp", "family": "dual", "timeout": "20s",
+        "ipam": {"type": "xdhcp", "family": family, "timeout": "20s",
                  "ipv6": {"prefixLength": 64, "gateway": "fd00:6::1"}}
     });
     let req = CniRequest {
@@ -1127,12 +1161,15 @@ fn a_dual_stack_vms_entry_follows_the_guests_ipv4_and_keeps_its_ipv6_dnsmasq_fak
         config: config::parse(conf.to_string().as_bytes()).unwrap(),
     };
     let r = agent.add(&req);
-    let (one_shot, a6) = (r.ips[0].address, r.ips6[0].address);
+    let one_shot = r.ips.first().map(|ip| ip.address);
+    let a6 = r.ips6[0].address;
     let entry = || api.networks().expect("the entry")[&key].clone();
-    assert_eq!(
-        entry()["ip_addresses"],
-        json!([one_shot.to_string(), a6.to_string()])
-    );
+    let reported: Vec<String> = one_shot
+        .iter()
+        .map(ToString::to_string)
+        .chain([a6.to_string()])
+        .collect();
+    assert_eq!(entry()["ip_addresses"], json!(reported));
     let (guest, link) = bridge_guest(launcher);
     let vm = Vm {
         agent,
@@ -1141,22 +1178,292 @@ fn a_dual_stack_vms_entry_follows_the_guests_ipv4_and_keeps_its_ipv6_dnsmasq_fak
         _guest_link: link,
         server: Running::Dnsmasq(v4),
         lab,
-        one_shot: one_shot.addr,
+        one_shot: one_shot.map_or(Ipv4Addr::UNSPECIFIED, |a| a.addr),
         req,
         guest_fs: GuestFs::new(),
     };
-    let dir = tempfile::tempdir().unwrap();
-    let guest_ip = dhcpcd_moves_the_entry(&vm, dir.path());
+    (vm, v6, a6.addr)
+}
+
+/// The entry's addresses, as `ip_addresses` lists them.
+fn entry_addresses(vm: &Vm) -> Value {
+    vm.api.networks().expect("the entry")[&format!("{NS}/{NAD}")]["ip_addresses"].clone()
+}
+
+/// The binding table as the agent serves it, each row with its family.
+fn binding_rows(vm: &Vm) -> Vec<xdhcp::bindings::BindingRow> {
+    vm.agent.client().get(PATH_BINDINGS).expect("binding table")
+}
+
+/// dhcpcd runs DHCPv6 once in the dual-stack VM's guest; the address it
+/// bound (its DUID-LLT is another client to dnsmasq than the VM's DUID-LL
+/// the one-shot used: another address than `a6`). Within two seconds the
+/// entry reports it beside the one-shot's IPv4 address, and the binding
+/// table lists it, learned, family `ipv6`.
+fn dhcpcd6_moves_the_entry(vm: &Vm, a6: std::net::Ipv6Addr) -> std::net::Ipv6Addr {
+    let guest6 = vm
+        .guest_fs
+        .dhcpcd6_once(&vm.guest, "eth0", 20)
+        .expect("dhcpcd bound a DHCPv6 address");
+    assert_ne!(guest6, a6, "dnsmasq gives the guest's DUID another address");
+    let want = if vm.one_shot.is_unspecified() {
+        json!([format!("{guest6}/64")])
+    } else {
+        json!([format!("{}/24", vm.one_shot), format!("{guest6}/64")])
+    };
+    assert!(
+        wait_until(Duration::from_secs(2), || entry_addresses(vm) == want),
+        "the entry reports {}, the guest holds {guest6}",
+        entry_addresses(vm)
+    );
+    let rows = binding_rows(vm);
+    let learned6: Vec<_> = rows
+        .iter()
+        .filter(|r| r.binding.source == BindingSource::Learned)
+        .collect();
+    assert_eq!(learned6.len(), 1, "{rows:?}");
+    let row = learned6[0];
     assert_eq!(
-        vm.api.networks().expect("the entry")[&key]["ip_addresses"],
-        json!([format!("{guest_ip}/24"), a6.to_string()]),
-        "the guest's IPv4 address replaces the one-shot's, the IPv6 one stays"
+        (
+            row.binding.ip,
+            row.binding.mac.as_str(),
+            row.family.as_str()
+        ),
+        (guest6.into(), VM_MAC, "ipv6")
+    );
+    assert_eq!(row.binding.port.as_deref(), Some(vm.lab.clients[0].port()));
+    assert!(row.binding.expires_unix_ms.is_some(), "{row:?}");
+    let table = xdhcp::bindings::render(&rows, crate_now_ms());
+    assert!(
+        table.lines().any(|l| l.contains(" ipv6 ")
+            && l.contains(&guest6.to_string())
+            && l.contains(" learned ")),
+        "{table}"
+    );
+    guest6
+}
+
+fn crate_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A dual-stack VM whose guest runs its own DHCPv6 client (dhcpcd, with
+/// its DUID-LLT: another client to the server than the VM's DUID-LL):
+/// dnsmasq gives it another IPv6 address than the one-shot's, and the
+/// entry's IPv6 address follows it, the IPv4 one staying; the binding
+/// table lists it as learned, family `ipv6`, and the learned-binding file
+/// keeps it for the next agent.
+#[test]
+fn a_dual_stack_vms_dhcpcd6_guest_moves_the_entrys_ipv6_address_dnsmasq_fake_apiserver() {
+    let host_before = HostDhcpcd::snapshot();
+    let (vm, _v6, a6) = dual_stack_vm();
+    let guest6 = dhcpcd6_moves_the_entry(&vm, a6);
+    assert!(
+        wait_until(Duration::from_secs(3), || vm
+            .agent
+            .learned_file()
+            .contains(&guest6.to_string())),
+        "the learned-binding file: {}",
+        vm.agent.learned_file()
+    );
+    drop(vm);
+    host_before.assert_unchanged();
+}
+
+/// The guest's IPv6 link-local address (EUI-64 of the VM's MAC).
+const GUEST_LL: std::net::Ipv6Addr =
+    std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xff, 0xfe00, 0x3001);
+
+/// Sends on the node's bridge a DHCPv6 REPLY to the VM's MAC that answers
+/// nothing the guest sent: transaction id `xid` from no REQUEST, a DUID of
+/// the forger's choosing for the client and the server, an address of its
+/// choosing inside the network's prefix, from the forger's own sources.
+fn forge_reply6(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr) {
+    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
+    use dhcproto::{Encodable as _, Encoder};
+    use std::os::fd::AsRawFd as _;
+    use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
+
+    let mac = parse_mac(VM_MAC).unwrap();
+    let b = xid.to_be_bytes();
+    let mut m = Message::new_with_id(MessageType::Reply, [b[1], b[2], b[3]]);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &mac].concat()));
+    o.insert(DhcpOption::ServerId(
+        [&[0, 3, 0, 1][..], &FORGER_MAC].concat(),
+    ));
+    let mut ia = IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts: DhcpOptions::default(),
+    };
+    ia.opts.insert(DhcpOption::IAAddr(IAAddr {
+        addr,
+        preferred_life: 3600,
+        valid_life: 3600,
+        opts: DhcpOptions::default(),
+    }));
+    o.insert(DhcpOption::IANA(ia));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).unwrap();
+    let frame = build_udp6_frame(
+        &Frame6Headers {
+            src_mac: FORGER_MAC,
+            dst_mac: mac,
+            vlan: None,
+            src_ip: "fe80::6666".parse().unwrap(),
+            dst_ip: GUEST_LL,
+            src_port: 547,
+            dst_port: 546,
+        },
+        &payload,
+    );
+    let node = &vm.lab.server;
+    let sock = node.packet_socket(node.ifindex(Lab::BRIDGE), libc::ETH_P_ALL as u16, None);
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Forged DHCPv6 REPLYs to the VM's MAC from a host on the segment, each
+/// naming an address inside the network's prefix, pass the guard's egress
+/// like any reply towards the VM: they answer no message of the guest, so
+/// they are counted (`unsolicited`) and ignored, nothing written, nothing
+/// learned; the guest's own DHCPv6 exchange afterwards still moves the
+/// entry.
+#[test]
+fn a_forged_dhcpv6_reply_from_the_segment_moves_nothing_the_guests_exchange_still_does_dnsmasq_fake_apiserver()
+ {
+    let host_before = HostDhcpcd::snapshot();
+    let (vm, _v6, a6) = dual_stack_vm();
+    let before = refused(&vm, "unsolicited");
+    let patches = vm.api.patches();
+    let entry = entry_addresses(&vm);
+    let wanted: std::net::Ipv6Addr = "fd00:6::1ee".parse().unwrap();
+    for xid in 0..5 {
+        forge_reply6(&vm, 0x00ba_d000 + xid, wanted);
+    }
+    assert!(
+        wait_until(Duration::from_secs(2), || refused(&vm, "unsolicited")
+            >= before + 5),
+        "the forgeries were not seen and refused: {:?}",
+        metric_lines(vm.lab.server.path(), "xdhcp_learn")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(entry_addresses(&vm), entry, "the forgery moved the entry");
+    assert_eq!(vm.api.patches(), patches, "the forgery wrote the pod");
+    assert!(learned(&vm).is_empty(), "{:?}", learned(&vm));
+
+    let guest6 = dhcpcd6_moves_the_entry(&vm, a6);
+    assert_ne!(guest6, wanted);
+    drop(vm);
+    host_before.assert_unchanged();
+}
+
+/// A dual-stack VM's guest configures static global addresses itself
+/// (`ip -6 addr add`, duplicate address detection on, as by default): one
+/// inside the network's prefix is reported in the entry beside the VM's
+/// two leased addresses, and listed by `xdhcp bindings` (source `dad`,
+/// family `ipv6`); one that a pod on the same network leased is refused
+/// (`address_taken`) and reported nowhere.
+#[test]
+fn a_dual_stack_vms_guest_static_ipv6_address_is_reported_a_neighbours_is_refused_dnsmasq_fake_apiserver()
+ {
+    let (vm, _v6, a6) = dual_stack_vm_on(Lab::with_clients(2));
+    // A pod on the same network, on the second client: its DHCPv6 lease
+    // is another binding of the network.
+    let uid = vm.api.server.add_pod(NS, "pod2", &[], &[]);
+    let mut req = vm.req.clone();
+    req.container_id = "c-pod2".to_owned();
+    req.netns = Some(vm.lab.clients[1].ns.path().to_path_buf());
+    req.args = [
+        ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
+        ("K8S_POD_NAME".to_owned(), "pod2".to_owned()),
+        ("K8S_POD_UID".to_owned(), uid),
+    ]
+    .into();
+    let neighbour = vm.agent.add(&req).ips6[0].address.addr;
+
+    let own: std::net::Ipv6Addr = "fd00:6::abc".parse().unwrap();
+    vm.guest
+        .ip(&["-6", "addr", "add", &format!("{own}/64"), "dev", "eth0"]);
+    let want = json!([
+        format!("{}/24", vm.one_shot),
+        format!("{a6}/64"),
+        format!("{own}/64")
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(3), || entry_addresses(&vm) == want),
+        "the entry reports {}",
+        entry_addresses(&vm)
+    );
+    let rows = binding_rows(&vm);
+    let dad: Vec<_> = rows
+        .iter()
+        .filter(|r| r.binding.source == BindingSource::Dad)
+        .collect();
+    assert_eq!(dad.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            dad[0].binding.ip,
+            dad[0].binding.mac.as_str(),
+            dad[0].family.as_str()
+        ),
+        (own.into(), VM_MAC, "ipv6")
     );
     assert_eq!(
-        vm.api.networks().expect("the entry")[&key]["gateway_ips"],
-        json!(["192.0.2.1", "fd00:6::1"])
+        dad[0].binding.port.as_deref(),
+        Some(vm.lab.clients[0].port())
     );
-    assert_learned_one(&vm, guest_ip);
+
+    let taken = refused(&vm, "address_taken");
+    let patches = vm.api.patches();
+    vm.guest.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{neighbour}/64"),
+        "dev",
+        "eth0",
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(3), || refused(&vm, "address_taken")
+            > taken),
+        "the neighbour's address was not refused: {:?}",
+        metric_lines(vm.lab.server.path(), "xdhcp_learn")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        entry_addresses(&vm),
+        want,
+        "the neighbour's address is reported"
+    );
+    assert_eq!(vm.api.patches(), patches);
+    assert!(
+        binding_rows(&vm)
+            .iter()
+            .all(|r| r.binding.ip != std::net::IpAddr::V6(neighbour) || r.binding.mac != VM_MAC),
+        "{:?}",
+        binding_rows(&vm)
+    );
+}
+
+/// A VM on an IPv6-only network: its entry has the one-shot's DHCPv6
+/// address alone, and the guest's own `dhcpcd -6` moves it (no IPv4
+/// address to keep).
+#[test]
+fn an_ipv6_vms_dhcpcd6_guest_moves_its_entry_dnsmasq_fake_apiserver() {
+    let host_before = HostDhcpcd::snapshot();
+    let (vm, _v6, a6) = vm_of_family(Lab::with_clients(1), "ipv6");
+    dhcpcd6_moves_the_entry(&vm, a6);
     drop(vm);
     host_before.assert_unchanged();
 }

@@ -101,13 +101,18 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // The guard's IPv6 half past 6.1's verifier (its bounded walk of
     // extension headers, the XDP twin near a quarter of a million
     // instructions there) and its verdicts: DHCPv6 server messages and
-    // router advertisements from a workload, behind extension headers.
+    // router advertisements from a workload, behind extension headers; a
+    // learning port's DHCPv6 and duplicate address detection copies to the
+    // guard ring (the egress program's own walk of the extension headers,
+    // one more copy in the XDP twin).
     (
         "guard_kernel",
         &[
             "dhcpv6_server_messages_from_an_untrusted_port_are_dropped_and_counted",
             "router_advertisements_and_redirects_are_dropped_behind_any_extension_headers",
             "the_xdp_twin_gives_the_ingress_programs_verdicts",
+            "learning_ports_record_the_guests_dhcpv6_both_ways",
+            "learning_ports_record_the_guests_duplicate_address_detection",
         ],
     ),
     // A pod lease's TC capture is a netlink filter before tcx: `tc filter

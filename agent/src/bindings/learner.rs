@@ -493,6 +493,12 @@ impl<K: Eq + Hash + Clone, T: Clone> Moves<K, T> {
         }
     }
 
+    /// The target waiting for `port`'s next write, if one is (not the
+    /// one out).
+    pub fn pending(&self, port: &K) -> Option<&T> {
+        self.ports.get(port)?.pending.as_ref().map(|(t, _)| t)
+    }
+
     /// The next write to start now, if one may; its port's token is taken
     /// and the port has a write out until [`Moves::done`].
     pub fn poll(&mut self, now: Instant) -> Option<(K, T)> {

@@ -82,6 +82,9 @@ pub enum FrameError {
         len: usize,
         available: usize,
     },
+    /// Not a duplicate address detection probe ([`parse_dad_frame`]).
+    #[error("not a duplicate address detection probe: {0}")]
+    NotDad(&'static str),
 }
 
 /// The Ethernet header and one optional tag.
@@ -128,6 +131,74 @@ fn ethernet(frame: &[u8]) -> Result<Ethernet, FrameError> {
         ethertype: be16(&tag[2..4]),
         l3: ETH_HLEN + VLAN_HLEN,
     })
+}
+
+/// Parse Ethernet (+ optional one 802.1Q/802.1ad tag) / IPv6 with no
+/// extension header / ICMPv6 neighbour solicitation for duplicate address
+/// detection (RFC 4862 §5.4.2): from `::`, hop limit 255 (RFC 4861 §7.1.1),
+/// type 135 code 0, to the solicited-node multicast address of its target
+/// (RFC 4291 §2.7.1); returns the headers (ports 0) and the target.
+pub fn parse_dad_frame(frame: &[u8]) -> Result<(Frame6Headers, Ipv6Addr), FrameError> {
+    let have = frame.len();
+    let eth = ethernet(frame)?;
+    if eth.ethertype != ETH_P_IPV6 {
+        return Err(FrameError::NotIpv6 {
+            ethertype: eth.ethertype,
+        });
+    }
+    let l3 = eth.l3;
+    let need = l3 + IPV6_HLEN + 24;
+    let ip = frame.get(l3..need).ok_or(FrameError::Truncated {
+        what: "neighbour solicitation",
+        need,
+        have,
+    })?;
+    let octets = |b: &[u8]| -> Ipv6Addr {
+        let a: [u8; 16] = b.try_into().expect("16 bytes");
+        Ipv6Addr::from(a)
+    };
+    let (src_ip, dst_ip) = (octets(&ip[8..24]), octets(&ip[24..40]));
+    let icmp = &ip[IPV6_HLEN..];
+    let target = octets(&icmp[8..24]);
+    let solicited = {
+        let t = target.octets();
+        Ipv6Addr::new(
+            0xff02,
+            0,
+            0,
+            0,
+            0,
+            1,
+            0xff00 | u16::from(t[13]),
+            u16::from_be_bytes([t[14], t[15]]),
+        )
+    };
+    let why = if ip[0] >> 4 != 6 {
+        Some("not IPv6")
+    } else if ip[6] != 58 || icmp[0] != 135 || icmp[1] != 0 {
+        Some("not a neighbour solicitation")
+    } else if ip[7] != 255 {
+        Some("hop limit is not 255")
+    } else if !src_ip.is_unspecified() {
+        Some("its source is an address")
+    } else if dst_ip != solicited {
+        Some("not sent to its target's solicited-node address")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(FrameError::NotDad(why));
+    }
+    let headers = FrameHeaders {
+        src_mac: eth.src_mac,
+        dst_mac: eth.dst_mac,
+        vlan: eth.vlan,
+        src_ip,
+        dst_ip,
+        src_port: 0,
+        dst_port: 0,
+    };
+    Ok((headers, target))
 }
 
 /// Parse Ethernet (+ optional one 802.1Q/802.1ad tag) / IPv6 with no

@@ -1,12 +1,15 @@
-//! Guest learning: follows the guests' own DHCP on guarded VM ports (the
-//! guard's ring) and keeps each VM's `pod-networks` entry at the address
-//! its guest holds, through the same report as an ADD.
+//! Guest learning: follows the guests' own DHCP and DHCPv6 on guarded VM
+//! ports (the guard's ring) and keeps each VM's `pod-networks` entry at the
+//! addresses its guest holds, through the same report as an ADD.
 //!
-//! What may be learned is decided by [`crate::bindings::learner`] (sans-IO):
-//! only a reply that answers the guest's own REQUEST, from a server of the
-//! network, for an address inside the network's prefixes that no other
-//! binding holds; anything else is counted (`xdhcp_learn_refused_total`, by
-//! reason) and ignored. This module is its edge, and keeps the runtime
+//! What may be learned is decided by [`crate::bindings::learner`] and, for
+//! DHCPv6, [`crate::bindings::learner6`] (sans-IO): only a reply that
+//! answers the guest's own REQUEST, from a server of the network, for an
+//! address inside the network's prefixes that no other binding holds;
+//! anything else is counted (`xdhcp_learn_refused_total`, by reason) and
+//! ignored. DHCPv6 is learned on the attachments with a DHCPv6 lease on the
+//! node (VMs on IPv6 and dual-stack networks); a VM port OVN-Kubernetes
+//! serves itself learns IPv4 only. This module is its edge, and keeps the runtime
 //! free: one task reads the ring into a bounded queue (a full queue drops
 //! and counts); the deciding loop never waits on IO: the learned-binding
 //! file is written on a blocking thread, a binding change within about a
@@ -21,8 +24,8 @@
 //! target's entry take the source's address, and drops the bindings
 //! learned on a port that left Open vSwitch.
 
-use std::collections::{HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +35,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::bindings::learner::{Learner, Moves, NetworkView, Pace, Refused};
+use crate::bindings::learner6::{self, Learned6, Learner6, NetworkView6, Seen6};
 use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
 use crate::datapath::ebpf::GuardEvent;
 use crate::ops::context::Agent;
@@ -51,7 +55,27 @@ pub(crate) const QUEUE: usize = 1024;
 /// An attachment: (container id, pod interface).
 type Attachment = (String, String);
 
-/// Where a move puts the entry.
+/// Where a move puts the entry: its IPv4 address, its IPv6 address, or
+/// both (a family left `None` stays where the last move put it, else at
+/// the guest's learned address, else at the record's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Move {
+    v4: Option<Target>,
+    v6: Option<Ipv6Addr>,
+}
+
+impl Move {
+    /// This move, with what `older` (a move not started yet, which this one
+    /// replaces) set and this one does not.
+    fn over(self, older: Option<&Move>) -> Self {
+        Self {
+            v4: self.v4.or_else(|| older.and_then(|o| o.v4)),
+            v6: self.v6.or_else(|| older.and_then(|o| o.v6)),
+        }
+    }
+}
+
+/// Where a move puts the entry's IPv4 address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Target {
     ip: Ipv4Addr,
@@ -129,10 +153,16 @@ async fn read_ring(
     token: tokio_util::sync::CancellationToken,
 ) {
     loop {
+        let skipped = reader.rejected;
         let ev = tokio::select! {
             () = token.cancelled() => return,
             ev = reader.recv() => ev,
         };
+        // Records that did not decode (a kind this agent does not read, a
+        // frame that is not what its record says) were skipped meanwhile.
+        agent
+            .metrics()
+            .learn_records_skipped(reader.rejected.saturating_sub(skipped));
         match ev {
             Ok(ev) => match tx.try_send(ev) {
                 Ok(()) => {}
@@ -152,7 +182,10 @@ async fn read_ring(
 #[derive(Default)]
 struct Following {
     learner: Learner,
-    moves: Moves<Attachment, Target>,
+    learner6: Learner6,
+    moves: Moves<Attachment, Move>,
+    /// What each attachment's last move put in its entry, by family.
+    written: HashMap<Attachment, Move>,
     /// Entry writes out: the attachment and whether it was written.
     writes: JoinSet<(Attachment, bool)>,
     /// The learned-binding file's write, when one is out.
@@ -182,7 +215,83 @@ impl Following {
         let Some(mac) = port.policy.single_client else {
             return;
         };
-        let seen = ev.seen();
+        if let Some(target) = ev.dad_target() {
+            self.on_dad(agent, (cid, ifname), &port, mac, target);
+            return;
+        }
+        match (ev.seen(), ev.seen6()) {
+            (Some(seen), _) => self.on_dhcp4(agent, (cid, ifname), &port, mac, &seen),
+            (None, Some(seen)) => self.on_dhcp6(agent, (cid, ifname), &port, mac, &seen),
+            (None, None) => {}
+        }
+    }
+
+    /// The guest's duplicate address detection probe for `target`: an
+    /// address it configured itself (SLAAC, static) is recorded (source
+    /// `dad`) and added to the entry, by [`learner6::dad`]'s rules; a
+    /// refusal is counted.
+    fn on_dad(
+        &mut self,
+        agent: &Agent,
+        key: Attachment,
+        port: &crate::guard::GuardedPort,
+        mac: [u8; 6],
+        target: Ipv6Addr,
+    ) {
+        let mac_text = format_mac(mac);
+        let (mut own, configured): (BTreeSet<Ipv6Addr>, BTreeSet<Ipv6Addr>) = {
+            let store = lock(&agent.guard.learned);
+            let own = store.get6(&mac_text).and_then(|b| match b.ip {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            });
+            (
+                own.into_iter().collect(),
+                store.configured(&mac_text).into_iter().collect(),
+            )
+        };
+        for h in agent.leases.attachment(&key.0, &key.1) {
+            own.extend(lock(&h.live).record.lease6.as_ref().map(|l| l.address));
+        }
+        // A network without DHCPv6 leases on the node (an IPv4 network)
+        // has no IPv6 prefix to hold the address to: nothing to report.
+        let Some(view) = network_view6(agent, &key.0, &key.1, mac) else {
+            return;
+        };
+        let ip = match learner6::dad(target, Some(&view), &own, &configured) {
+            Ok(Some(Learned6::Configured { ip })) => ip,
+            Ok(_) => return,
+            Err(reason) => {
+                agent.metrics().learn_refused(reason.label());
+                debug!(port = %port.host_ifname, reason = %reason, "guest's address probe refused");
+                return;
+            }
+        };
+        lock(&agent.guard.learned).upsert(Binding {
+            mac: mac_text.clone(),
+            ip: ip.into(),
+            port: Some(port.host_ifname.clone()),
+            pod: pod_of(agent, &key),
+            expires_unix_ms: None,
+            source: BindingSource::Dad,
+            replaced: None,
+        });
+        info!(port = %port.host_ifname, mac = %mac_text, %ip,
+            "guest configured an address itself");
+        // A move of neither family's lease: the entry is written with the
+        // configured addresses as they are now.
+        self.want_move(agent, key, Move::default());
+    }
+
+    /// A DHCPv4 message on a learning port.
+    fn on_dhcp4(
+        &mut self,
+        agent: &Agent,
+        (cid, ifname): Attachment,
+        port: &crate::guard::GuardedPort,
+        mac: [u8; 6],
+        seen: &crate::bindings::learner::Seen<'_>,
+    ) {
         let now = Instant::now().into_std();
         // A VM port OVN-Kubernetes serves itself has no record: its network
         // is its pod's entry and the servers its port saw ack it.
@@ -195,7 +304,7 @@ impl Following {
             self.own_path_ports.insert(port.host_ifname.clone());
         }
         let entries = &mut self.entries;
-        let learned = self.learner.observe(port.ifindex, mac, &seen, now, || {
+        let learned = self.learner.observe(port.ifindex, mac, seen, now, || {
             let Some(ovs) = &ovs else {
                 return network_view(agent, &cid, &ifname, mac);
             };
@@ -285,18 +394,84 @@ impl Following {
         }
     }
 
+    /// A DHCPv6 message on a learning port: what [`Self::on_event`] does
+    /// for DHCPv4, by [`crate::bindings::learner6`]'s rules. An accepted
+    /// REPLY records the guest's IPv6 binding (source `learned`) and moves
+    /// the entry's IPv6 address to it, keeping its IPv4 address on a
+    /// dual-stack network; a RELEASE or DECLINE drops the binding and
+    /// leaves the entry at the last address the guest held.
+    fn on_dhcp6(
+        &mut self,
+        agent: &Agent,
+        key: Attachment,
+        port: &crate::guard::GuardedPort,
+        mac: [u8; 6],
+        seen: &Seen6<'_>,
+    ) {
+        let now = Instant::now().into_std();
+        let learned = self.learner6.observe(port.ifindex, seen, now, || {
+            network_view6(agent, &key.0, &key.1, mac)
+        });
+        let learned = match learned {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
+            Err(reason) => {
+                agent.metrics().learn_refused(reason.label());
+                debug!(port = %port.host_ifname, reason = %reason, "guest DHCPv6 message refused");
+                return;
+            }
+        };
+        let mac_text = format_mac(mac);
+        match learned {
+            Learned6::GivenUp { ips } => {
+                let mut store = lock(&agent.guard.learned);
+                for ip in ips {
+                    if store.take6(&mac_text, Some(ip)).is_some() {
+                        info!(port = %port.host_ifname, mac = %mac_text, %ip,
+                            "guest gave its IPv6 address up");
+                    }
+                }
+            }
+            Learned6::Configured { .. } => {}
+            Learned6::Bound { ip, valid_secs } => {
+                let pod = pod_of(agent, &key);
+                follow6(agent, &port.host_ifname, &mac_text, pod, ip, valid_secs);
+                let mv = Move {
+                    v4: None,
+                    v6: Some(ip),
+                };
+                self.want_move(agent, key, mv);
+            }
+        }
+    }
+
     fn want(&mut self, agent: &Agent, key: Attachment, target: Target) {
-        if self.moves.want(key, target, Instant::now().into_std()) == Pace::Deferred {
+        let mv = Move {
+            v4: Some(target),
+            v6: None,
+        };
+        self.want_move(agent, key, mv);
+    }
+
+    /// Wants `mv` written, over a move of the attachment not started yet
+    /// (which keeps what it set for the other family).
+    fn want_move(&mut self, agent: &Agent, key: Attachment, mv: Move) {
+        let mv = mv.over(self.moves.pending(&key));
+        if self.moves.want(key, mv, Instant::now().into_std()) == Pace::Deferred {
             agent.metrics().learn_move_deferred();
         }
     }
 
     /// Starts every entry write that may start now.
     fn dispatch(&mut self, agent: &Arc<Agent>) {
-        while let Some((key, target)) = self.moves.poll(Instant::now().into_std()) {
+        while let Some((key, mv)) = self.moves.poll(Instant::now().into_std()) {
+            // A family the move leaves alone stays where the last write
+            // put it.
+            let mv = mv.over(self.written.get(&key));
+            self.written.insert(key.clone(), mv);
             let agent = agent.clone();
             self.writes.spawn(async move {
-                let ok = write_entry(&agent, &key, target).await;
+                let ok = write_entry(&agent, &key, mv).await;
                 (key, ok)
             });
         }
@@ -318,7 +493,10 @@ impl Following {
         }
         let mono = Instant::now().into_std();
         self.learner.prune(mono);
+        self.learner6.prune(mono);
         self.moves.prune(mono);
+        self.written
+            .retain(|(cid, ifname), _| !agent.leases.attachment(cid, ifname).is_empty());
         // A port no longer guarded (gone from OVS) forgets its servers,
         // and the bindings learned on it go: the VM left the node (migrated,
         // or stopped); nothing is sent for it.
@@ -329,7 +507,7 @@ impl Following {
             let mut store = lock(&agent.guard.learned);
             for b in store.rows(now) {
                 if b.port.as_ref().is_some_and(|p| gone.contains(p)) {
-                    store.remove(&b.mac, b.ipv4());
+                    store.remove_row(&b);
                     info!(port = ?b.port, mac = %b.mac, ip = %b.ip,
                         "the VM's port left Open vSwitch: its learned binding is dropped");
                 }
@@ -338,6 +516,7 @@ impl Following {
         for p in &gone {
             self.own_path_ports.remove(p);
         }
+        drop_configured_of_gone_vms(agent, now);
         self.asked_source
             .retain(|(p, _)| agent.guard.port_on(p).is_some());
         self.anchor_entries(agent);
@@ -456,6 +635,31 @@ impl Following {
     }
 }
 
+/// The addresses a guest configured itself have no lifetime the agent
+/// sees: they go with the VM, once its MAC has no lease record on the
+/// node (its DEL) and its port is not guarded.
+fn drop_configured_of_gone_vms(agent: &Agent, now: u64) {
+    let macs: HashSet<String> = agent
+        .leases
+        .all()
+        .iter()
+        .map(|h| format_mac(lock(&h.live).record.mac))
+        .collect();
+    let mut store = lock(&agent.guard.learned);
+    for b in store.rows(now) {
+        if b.source == BindingSource::Dad
+            && !macs.contains(&b.mac)
+            && b.port
+                .as_ref()
+                .is_none_or(|p| agent.guard.port_on(p).is_none())
+        {
+            store.remove_row(&b);
+            info!(port = ?b.port, mac = %b.mac, ip = %b.ip,
+                "the VM is gone: the address its guest configured is dropped");
+        }
+    }
+}
+
 /// A write of the learned-binding file ended; a failed one's changes are
 /// written again with the next flush.
 fn flushed(agent: &Agent, done: Result<(Change, Result<(), StoreError>), tokio::task::JoinError>) {
@@ -506,6 +710,92 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
             .filter_map(|b| b.ipv4()),
     );
     Some(view)
+}
+
+/// What the node knows of the IPv6 side of the network of attachment
+/// `(cid, ifname)`: the servers (DUIDs) and prefixes of every DHCPv6 lease
+/// of that network on the node, and the IPv6 addresses the other bindings
+/// of that network hold (DHCPv6 leases of other MACs, IPv6 bindings
+/// learned for other MACs). `None` when the attachment has no record, or
+/// the network no DHCPv6 lease on the node.
+fn network_view6(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<NetworkView6> {
+    let own = agent.leases.get(cid, ifname)?;
+    let network = lock(&own.live).record.network.name.clone();
+    let mut view = NetworkView6::default();
+    let mut macs = HashSet::new();
+    for h in agent.leases.all() {
+        let live = lock(&h.live);
+        let r = &live.record;
+        if r.network.name != network {
+            continue;
+        }
+        let other = r.mac != mac;
+        if other {
+            macs.insert(format_mac(r.mac));
+        }
+        if let Some(l6) = r.lease6.as_deref() {
+            let a = crate::lease::v6::address6(&r.network, l6, r.router6);
+            view.served(&l6.server_id, None, l6.address, a.prefix_len);
+            if other {
+                view.held.insert(l6.address);
+            }
+        }
+    }
+    if view.servers.is_empty() {
+        return None;
+    }
+    let now = crate::sys::clock::now_unix_ms();
+    view.held.extend(
+        lock(&agent.guard.learned)
+            .rows(now)
+            .into_iter()
+            .filter(|b| macs.contains(&b.mac))
+            .filter_map(|b| match b.ip {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            }),
+    );
+    Some(view)
+}
+
+/// `<namespace>/<name>` of the attachment's pod, from its record.
+fn pod_of(agent: &Agent, (cid, ifname): &Attachment) -> Option<String> {
+    agent.leases.get(cid, ifname).and_then(|h| {
+        lock(&h.live)
+            .record
+            .pod
+            .as_ref()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+    })
+}
+
+/// Records the guest's IPv6 binding (in memory), logging when its address
+/// is not the one last learned.
+fn follow6(
+    agent: &Agent,
+    port: &str,
+    mac_text: &str,
+    pod: Option<String>,
+    ip: Ipv6Addr,
+    valid_secs: Option<u32>,
+) {
+    let mut store = lock(&agent.guard.learned);
+    let previous = store.get6(mac_text).map(|b| b.ip);
+    let now = crate::sys::clock::now_unix_ms();
+    store.upsert(Binding {
+        mac: mac_text.to_owned(),
+        ip: ip.into(),
+        port: Some(port.to_owned()),
+        pod,
+        expires_unix_ms: valid_secs.map(|s| now + u64::from(s) * 1000),
+        source: BindingSource::Learned,
+        replaced: None,
+    });
+    drop(store);
+    if previous != Some(ip.into()) {
+        info!(port, mac = %mac_text, %ip, previous = ?previous,
+            "guest holds another IPv6 address than reported");
+    }
 }
 
 /// The pod an attachment is for and the address its entry reported:
@@ -573,97 +863,66 @@ fn follow(
     }
 }
 
-/// Rewrites the `pod-networks` entry of the attachment's record to the
-/// target (the record's prefix length and router unless given); an entry
-/// that already reports it is read, not written. Whether the entry is as
-/// wanted (an attachment gone, or one without an entry, has nothing to
-/// write: done).
+/// Rewrites the `pod-networks` entry of the attachment's records to the
+/// move (the IPv4 record's prefix length and router unless given; a family
+/// the move leaves `None` at the guest's learned address of that family,
+/// else the record's); an entry that already reports it is read, not
+/// written. Whether the entry is as wanted (an attachment gone, or one
+/// without an entry, has nothing to write: done).
 ///
 /// Never while an ADD or DEL of the attachment is in flight: the write
 /// holds the attachment's lock, and when an ADD holds it the write is
 /// dropped (done): the ADD's report stands, and the guest's next exchange
 /// moves the entry again. An ADD that comes while the write is out waits
 /// for it, and what it reports is followed the same way.
-async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
+async fn write_entry(agent: &Agent, key: &Attachment, mv: Move) -> bool {
     let Ok(_held) =
         tokio::time::timeout(Duration::ZERO, agent.leases.key_lock(&key.0, &key.1)).await
     else {
-        info!(container_id = %key.0, ifname = %key.1, ip = %target.ip,
+        info!(container_id = %key.0, ifname = %key.1, ip = ?mv.v4.map(|t| t.ip), ip6 = ?mv.v6,
             "an ADD or DEL of the attachment is in flight; its report stands until the guest's next exchange");
         return true;
     };
-    let Some(rec) = agent
-        .leases
-        .get(&key.0, &key.1)
-        .map(|h| lock(&h.live).record.clone())
-    else {
-        // No record: a VM OVN-Kubernetes serves itself; its port says
-        // which pod and network.
-        if let Some(ovs) = agent
-            .guard
-            .port_for(&key.0, &key.1)
-            .and_then(|p| p.identity.ovs)
-        {
-            return ovnk_vm::write_entry(agent, &ovs, target.ip, target.prefix_len, target.router)
-                .await;
-        }
-        info!(container_id = %key.0, ip = %target.ip, "no lease record for the port; the entry is not written");
-        return true;
-    };
-    let (Some(pod), Some(annotation), Some(mut lease)) = (
-        rec.pod.clone(),
-        rec.annotation_key.clone(),
-        rec.lease.clone(),
-    ) else {
-        return true;
-    };
-    lease.address = target.ip;
-    if let Some(p) = target.prefix_len {
-        lease.prefix_len = p;
-    }
-    if let Some(r) = target.router {
-        lease.routers = vec![r];
-    }
-    // A dual-stack VM's entry carries its DHCPv6 address too, which the
-    // guest's IPv4 address does not replace.
-    let a6 = agent
+    let records: Vec<crate::store::LeaseRecord> = agent
         .leases
         .attachment(&key.0, &key.1)
         .iter()
-        .find_map(|h| {
-            let l = lock(&h.live);
-            let r = &l.record;
-            r.lease6
-                .as_deref()
-                .map(|l6| crate::lease::v6::address6(&r.network, l6, r.router6))
-        });
-    let written = match a6 {
-        Some(a6) => {
-            crate::ops::report::report_address_dual(
-                &*agent.pod_api,
-                &pod,
-                &annotation,
-                (&lease, a6),
-                rec.mac,
-                None,
-            )
-            .await
+        .map(|h| lock(&h.live).record.clone())
+        .collect();
+    let Some(rec) = records.first() else {
+        // No record: a VM OVN-Kubernetes serves itself; its port says
+        // which pod and network (IPv4 only).
+        if let (Some(ovs), Some(target)) = (
+            agent
+                .guard
+                .port_for(&key.0, &key.1)
+                .and_then(|p| p.identity.ovs),
+            mv.v4,
+        ) {
+            return ovnk_vm::write_entry(agent, &ovs, target.ip, target.prefix_len, target.router)
+                .await;
         }
-        None => {
-            crate::ops::report::report_address(
-                &*agent.pod_api,
-                &pod,
-                &annotation,
-                &lease,
-                rec.mac,
-                None,
-            )
-            .await
-        }
+        info!(container_id = %key.0, ip = ?mv.v4.map(|t| t.ip), "no lease record for the port; the entry is not written");
+        return true;
     };
+    let (Some(pod), Some(annotation)) = (rec.pod.clone(), rec.annotation_key.clone()) else {
+        return true;
+    };
+    let (lease, a6) = entry_addresses(agent, &records, mv);
+    let configured = lock(&agent.guard.learned).configured(&format_mac(rec.mac));
+    let written = crate::ops::report::report_learned(
+        &*agent.pod_api,
+        &pod,
+        &annotation,
+        (lease.as_ref(), a6),
+        &configured,
+        rec.mac,
+    )
+    .await;
     match written {
         Ok(()) => {
-            info!(pod = %format!("{}/{}", pod.namespace, pod.name), ip = %target.ip,
+            info!(pod = %format!("{}/{}", pod.namespace, pod.name),
+                ip = ?lease.map(|l| l.address), ip6 = ?a6.map(|a| a.address),
                 "pod-networks entry reports the guest's address");
             true
         }
@@ -673,5 +932,122 @@ async fn write_entry(agent: &Agent, key: &Attachment, target: Target) -> bool {
                 "could not update the pod-networks entry to the guest's address");
             false
         }
+    }
+}
+
+/// What the entry of the attachment whose records are `records` reports
+/// after `mv`: its DHCPv4 lease with the move's IPv4 address (else the
+/// guest's learned one, else the record's), and its DHCPv6 address (the
+/// move's, else the guest's learned one, else the record's). A family the
+/// attachment has no record of is `None`.
+fn entry_addresses(
+    agent: &Agent,
+    records: &[crate::store::LeaseRecord],
+    mv: Move,
+) -> (
+    Option<xdhcp_engine::Lease>,
+    Option<crate::lease::apply::Address6>,
+) {
+    let Some(rec) = records.first() else {
+        return (None, None);
+    };
+    let mac_text = format_mac(rec.mac);
+    let now = crate::sys::clock::now_unix_ms();
+    let (learned4, learned6) = {
+        let store = lock(&agent.guard.learned);
+        let live = |b: &Binding| b.expires_unix_ms.is_none_or(|e| e > now);
+        (
+            store
+                .get(&mac_text)
+                .filter(|b| live(b))
+                .and_then(Binding::ipv4),
+            store
+                .get6(&mac_text)
+                .filter(|b| live(b))
+                .and_then(|b| match b.ip {
+                    IpAddr::V6(a) => Some(a),
+                    IpAddr::V4(_) => None,
+                }),
+        )
+    };
+    let lease = records
+        .iter()
+        .find_map(|r| r.lease.clone())
+        .map(|mut lease| {
+            match mv.v4 {
+                Some(target) => {
+                    lease.address = target.ip;
+                    if let Some(p) = target.prefix_len {
+                        lease.prefix_len = p;
+                    }
+                    if let Some(r) = target.router {
+                        lease.routers = vec![r];
+                    }
+                }
+                None => lease.address = learned4.unwrap_or(lease.address),
+            }
+            lease
+        });
+    // A dual-stack VM's entry carries its IPv6 address beside the IPv4
+    // one: each family's move leaves the other's address in place.
+    let a6 = records.iter().find_map(|r| {
+        r.lease6.as_deref().map(|l6| {
+            let mut a = crate::lease::v6::address6(&r.network, l6, r.router6);
+            a.address = mv.v6.or(learned6).unwrap_or(a.address);
+            a
+        })
+    });
+    (lease, a6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_move_keeps_what_an_older_one_set_for_the_other_family() {
+        let v4 = Target {
+            ip: Ipv4Addr::new(192, 0, 2, 77),
+            prefix_len: Some(24),
+            router: None,
+        };
+        let older = Move {
+            v4: Some(v4),
+            v6: None,
+        };
+        let v6: Ipv6Addr = "fd00:6::1a0".parse().unwrap();
+        let newer = Move {
+            v4: None,
+            v6: Some(v6),
+        };
+        assert_eq!(
+            newer.over(Some(&older)),
+            Move {
+                v4: Some(v4),
+                v6: Some(v6)
+            }
+        );
+        // What the newer move sets wins; nothing older: as it is.
+        let v4b = Target {
+            ip: Ipv4Addr::new(192, 0, 2, 78),
+            ..v4
+        };
+        let both = Move {
+            v4: Some(v4b),
+            v6: None,
+        }
+        .over(Some(&Move {
+            v4: Some(v4),
+            v6: Some(v6),
+        }));
+        assert_eq!(
+            both,
+            Move {
+                v4: Some(v4b),
+                v6: Some(v6)
+            }
+        );
+        assert_eq!(newer.over(None), newer);
+        assert_eq!(Move::default().over(Some(&both)), both);
     }
 }

@@ -457,6 +457,47 @@ pub(crate) async fn report_address_dual(
     write_entry(pods, pod, key, entry, netns).await
 }
 
+/// Write the `pod-networks` entry guest learning keeps for a VM: its
+/// DHCPv4 address and its DHCPv6 address as the guest holds them (`lease`
+/// and `a6`, either of them absent on a single-family network), then the
+/// IPv6 addresses the guest configured itself (`configured6`, with `a6`'s
+/// prefix length; none without `a6`). No sandbox is named: the pod's UID
+/// is checked as for [`report_address`].
+pub(crate) async fn report_learned(
+    pods: &dyn PodStore,
+    pod: &PodRef,
+    key: &str,
+    (lease, a6): (Option<&Lease>, Option<crate::lease::apply::Address6>),
+    configured6: &[std::net::Ipv6Addr],
+    mac: [u8; 6],
+) -> Result<(), PodApiError> {
+    let mac = MacAddr(mac);
+    let mut entry = match (lease, a6) {
+        (Some(lease), Some(a6)) => PodNetworkEntry::dhcp_dual(
+            (lease.address, lease.prefix_len, lease.default_gateway()),
+            (a6.address, a6.prefix_len, a6.gateway),
+            mac,
+        ),
+        (Some(lease), None) => PodNetworkEntry::dhcp(
+            lease.address,
+            lease.prefix_len,
+            mac,
+            &lease.default_gateway().into_iter().collect::<Vec<_>>(),
+        ),
+        (None, Some(a6)) => PodNetworkEntry::dhcp6(a6.address, a6.prefix_len, mac, a6.gateway),
+        (None, None) => return Ok(()),
+    };
+    if let Some(a6) = a6 {
+        entry.ip_addresses.extend(
+            configured6
+                .iter()
+                .filter(|ip| **ip != a6.address)
+                .map(|ip| format!("{ip}/{}", a6.prefix_len)),
+        );
+    }
+    write_entry(pods, pod, key, entry, None).await
+}
+
 /// The lease fate rule for an unreported address (pure): VMs keep theirs;
 /// a pod releases unless another attachment (`others`: container id, MAC,
 /// address) holds the same binding.

@@ -437,6 +437,78 @@ pub fn parse(p: &[u8]) -> Result<ServerMessage, DropReason> {
     Ok(m)
 }
 
+/// A client message seen on the wire (another client's, not this
+/// engine's: a VM guest's own, which the agent learns from), decoded with
+/// the same structural checks as a server message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientMessage {
+    pub msg_type: MessageType,
+    pub xid: u32,
+    pub client_id: Option<Vec<u8>>,
+    pub rapid_commit: bool,
+    /// Every `IA_NA`, in message order (with the addresses a REQUEST,
+    /// RENEW, REBIND, RELEASE or DECLINE names).
+    pub ia_na: Vec<IANA>,
+}
+
+/// Decodes and checks a client message: SOLICIT, REQUEST, CONFIRM,
+/// RENEW, REBIND, RELEASE, DECLINE or INFORMATION-REQUEST (anything else
+/// is [`DropReason::UnexpectedType`]). An essential option that is
+/// malformed or repeated rejects it, as in [`parse`].
+pub fn parse_client(p: &[u8]) -> Result<ClientMessage, DropReason> {
+    if p.len() < HEADER_LEN {
+        return Err(DropReason::Truncated);
+    }
+    let msg_type = MessageType::from(p[0]);
+    if !matches!(
+        msg_type,
+        MessageType::Solicit
+            | MessageType::Request
+            | MessageType::Confirm
+            | MessageType::Renew
+            | MessageType::Rebind
+            | MessageType::Release
+            | MessageType::Decline
+            | MessageType::InformationRequest
+    ) {
+        return Err(DropReason::UnexpectedType);
+    }
+    let mut m = ClientMessage {
+        msg_type,
+        xid: u32::from_be_bytes([0, p[1], p[2], p[3]]),
+        client_id: None,
+        rapid_commit: false,
+        ia_na: Vec::new(),
+    };
+    let mut seen_once = [false; 3];
+    for tlv in split(&p[HEADER_LEN..])? {
+        let opt = match decode_one(&tlv) {
+            Ok(opt) => opt,
+            Err(problem) if essential(tlv.code) => return Err(problem.reason()),
+            Err(_) => continue,
+        };
+        let once = match tlv.code {
+            code::CLIENT_ID => Some(0),
+            code::SERVER_ID => Some(1),
+            code::RAPID_COMMIT => Some(2),
+            _ => None,
+        };
+        if let Some(i) = once {
+            if seen_once[i] {
+                return Err(DropReason::MalformedOption);
+            }
+            seen_once[i] = true;
+        }
+        match opt {
+            DhcpOption::ClientId(id) => m.client_id = Some(id),
+            DhcpOption::RapidCommit => m.rapid_commit = true,
+            DhcpOption::IANA(ia) => m.ia_na.push(ia),
+            _ => {}
+        }
+    }
+    Ok(m)
+}
+
 /// A status message fit for a log line: printable, at most 128 characters.
 pub(crate) fn sanitize(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(128).collect()
@@ -455,6 +527,42 @@ pub fn is_usable(a: Ipv6Addr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A guest's client messages decode with the server messages' checks:
+    /// their `IA_NA` and DUID read, a server's type refused, a repeated or
+    /// malformed essential option refused.
+    #[test]
+    fn client_messages_decode_with_the_same_checks() {
+        let duid = [0, 3, 0, 1, 2, 0, 0, 0, 0x30, 1];
+        let mut m = vec![3, 0xab, 0xcd, 0xef];
+        m.extend(tlv(code::CLIENT_ID, &duid));
+        let mut ia = vec![0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut addr = "fd00:6::1a0".parse::<Ipv6Addr>().unwrap().octets().to_vec();
+        addr.extend_from_slice(&[0, 0, 1, 0, 0, 0, 2, 0]);
+        ia.extend(tlv(code::IA_ADDR, &addr));
+        m.extend(tlv(code::IA_NA, &ia));
+        let c = parse_client(&m).unwrap();
+        assert_eq!((c.msg_type, c.xid), (MessageType::Request, 0x00ab_cdef));
+        assert_eq!(c.client_id.as_deref(), Some(&duid[..]));
+        assert_eq!(c.ia_na.len(), 1);
+        assert_eq!(c.ia_na[0].id, 9);
+        assert!(!c.rapid_commit);
+        // A REPLY is not a client's.
+        let mut reply = m.clone();
+        reply[0] = 7;
+        assert_eq!(parse_client(&reply), Err(DropReason::UnexpectedType));
+        // Two Client Identifiers; Rapid Commit with a value; truncated.
+        let mut two = m.clone();
+        two.extend(tlv(code::CLIENT_ID, &duid));
+        assert_eq!(parse_client(&two), Err(DropReason::MalformedOption));
+        let mut rc = m.clone();
+        rc.extend(tlv(code::RAPID_COMMIT, &[1]));
+        assert_eq!(parse_client(&rc), Err(DropReason::MalformedOption));
+        assert_eq!(parse_client(&m[..3]), Err(DropReason::Truncated));
+        for cut in 4..m.len() {
+            let _ = parse_client(&m[..cut]);
+        }
+    }
 
     fn tlv(code: u16, data: &[u8]) -> Vec<u8> {
         let mut v = code.to_be_bytes().to_vec();

@@ -18,6 +18,7 @@
 //! and ring, as one object the guard service holds.
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{
@@ -38,7 +39,7 @@ use xdhcp_common::guard as g;
 use super::pin::{PinnedMap, Pinning, pin_maps_in};
 use super::ring::Ring;
 use super::{AttachTarget, EbpfDatapathError, ProgramSet, Programs, Result, prog};
-use crate::datapath::frame::{FrameHeaders, parse_udp_frame};
+use crate::datapath::frame::{FrameHeaders, parse_dad_frame, parse_udp_frame, parse_udp6_frame};
 use crate::netlink::{XdpHook, set_xdp_here, xdp_prog_here};
 
 /// Where a port's frames from the workload are policed.
@@ -250,7 +251,7 @@ pub enum Direction {
     ToWorkload,
 }
 
-/// One observed DHCP message on a learning port, undecoded.
+/// One observed DHCP or DHCPv6 message on a learning port, undecoded.
 #[derive(Debug, Clone)]
 pub struct GuardEvent {
     /// ifindex of the guarded port (host side).
@@ -258,25 +259,79 @@ pub struct GuardEvent {
     pub direction: Direction,
     /// `CLOCK_MONOTONIC` at tick resolution, at the observation.
     pub ts_ns: u64,
-    pub headers: FrameHeaders,
-    /// The DHCP message.
+    /// The frame's addresses: IPv4 for a DHCPv4 message, IPv6 for a
+    /// DHCPv6 one or a duplicate address detection probe.
+    pub headers: FrameHeaders<IpAddr>,
+    /// The DHCP or DHCPv6 message; a probe's target address (16 bytes).
     pub payload: Vec<u8>,
+    /// What the record carries.
+    pub carried: Carried,
+}
+
+/// What a guard record carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carried {
+    Dhcp4,
+    Dhcp6,
+    /// A duplicate address detection probe (a neighbour solicitation from
+    /// `::`): the guest is about to use its target, configured by itself.
+    Dad6,
 }
 
 impl GuardEvent {
-    /// The message as the learner sees it (who sent it which way, from
-    /// where).
-    pub(crate) fn seen(&self) -> crate::bindings::learner::Seen<'_> {
-        use crate::bindings::learner::{Direction as Way, Seen};
-        Seen {
-            direction: match self.direction {
-                Direction::FromWorkload => Way::FromGuest,
-                Direction::ToWorkload => Way::ToGuest,
-            },
+    /// The DHCPv4 message as the learner sees it (who sent it which way,
+    /// from where); `None` for a DHCPv6 one.
+    pub(crate) fn seen(&self) -> Option<crate::bindings::learner::Seen<'_>> {
+        let IpAddr::V4(src_ip) = self.headers.src_ip else {
+            return None;
+        };
+        Some(crate::bindings::learner::Seen {
+            direction: self.way(),
             src_mac: self.headers.src_mac,
-            src_ip: self.headers.src_ip,
+            src_ip,
             payload: &self.payload,
+        })
+    }
+
+    /// The DHCPv6 message as the learner sees it; `None` for a DHCPv4 one.
+    pub(crate) fn seen6(&self) -> Option<crate::bindings::learner6::Seen6<'_>> {
+        let (Carried::Dhcp6, IpAddr::V6(src_ip)) = (self.carried, self.headers.src_ip) else {
+            return None;
+        };
+        Some(crate::bindings::learner6::Seen6 {
+            direction: self.way(),
+            src_mac: self.headers.src_mac,
+            src_ip,
+            payload: &self.payload,
+        })
+    }
+
+    /// The address a duplicate address detection probe is for; `None` for
+    /// a DHCP message.
+    pub(crate) fn dad_target(&self) -> Option<std::net::Ipv6Addr> {
+        let octets: [u8; 16] = self.payload.as_slice().try_into().ok()?;
+        (self.carried == Carried::Dad6).then(|| octets.into())
+    }
+
+    fn way(&self) -> crate::bindings::learner::Direction {
+        use crate::bindings::learner::Direction as Way;
+        match self.direction {
+            Direction::FromWorkload => Way::FromGuest,
+            Direction::ToWorkload => Way::ToGuest,
         }
+    }
+}
+
+/// The frame's headers with its addresses of either family.
+fn any_family<A: Into<IpAddr>>(h: FrameHeaders<A>) -> FrameHeaders<IpAddr> {
+    FrameHeaders {
+        src_mac: h.src_mac,
+        dst_mac: h.dst_mac,
+        vlan: h.vlan,
+        src_ip: h.src_ip.into(),
+        dst_ip: h.dst_ip.into(),
+        src_port: h.src_port,
+        dst_port: h.dst_port,
     }
 }
 
@@ -288,7 +343,10 @@ pub enum GuardRecordError {
     #[error("guard record claims {captured_len} captured bytes (room for {max})")]
     CapturedLen { captured_len: u32, max: usize },
     #[error("guard record direction {0} unknown")]
-    Direction(u32),
+    Direction(u16),
+    /// A record layout this agent does not read (skipped and counted).
+    #[error("guard record kind {0} unknown")]
+    Kind(u16),
     #[error("observed frame: {0}")]
     Frame(#[from] crate::datapath::frame::FrameError),
 }
@@ -320,13 +378,29 @@ pub fn decode_guard_record(bytes: &[u8]) -> Result<GuardEvent, GuardRecordError>
         g::GUARD_TO_WORKLOAD => Direction::ToWorkload,
         other => return Err(GuardRecordError::Direction(other)),
     };
-    let (headers, payload) = parse_udp_frame(&frame[..captured])?;
+    let frame = &frame[..captured];
+    let (carried, headers, payload) = match h.kind {
+        g::GUARD_KIND_DHCP4 => {
+            let (h, p) = parse_udp_frame(frame)?;
+            (Carried::Dhcp4, any_family(h), p.to_vec())
+        }
+        g::GUARD_KIND_DHCP6 => {
+            let (h, p) = parse_udp6_frame(frame)?;
+            (Carried::Dhcp6, any_family(h), p.to_vec())
+        }
+        g::GUARD_KIND_DAD6 if h.direction == g::GUARD_FROM_WORKLOAD => {
+            let (h, target) = parse_dad_frame(frame)?;
+            (Carried::Dad6, any_family(h), target.octets().to_vec())
+        }
+        other => return Err(GuardRecordError::Kind(other)),
+    };
     Ok(GuardEvent {
+        carried,
         ifindex: h.ifindex,
         direction,
         ts_ns: h.ts_ns,
         headers,
-        payload: payload.to_vec(),
+        payload,
     })
 }
 
@@ -1524,5 +1598,120 @@ impl Guard {
         }
         .map_err(|source| EbpfDatapathError::TestRun { name, source })?;
         Ok((res.return_value, res.duration, res.data_size_out as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use super::{Carried, Direction, GuardRecordError, decode_guard_record, g};
+    use crate::datapath::frame::{FrameError, FrameHeaders, build_udp6_frame};
+
+    const MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x42];
+
+    /// A guard record of `kind` going `direction` around `frame`.
+    fn record(direction: u16, kind: u16, frame: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(frame.len()).unwrap();
+        let mut r = Vec::new();
+        r.extend_from_slice(&7u32.to_ne_bytes());
+        r.extend_from_slice(&direction.to_ne_bytes());
+        r.extend_from_slice(&kind.to_ne_bytes());
+        r.extend_from_slice(&42u64.to_ne_bytes());
+        for v in [62, len.saturating_sub(62), len, len] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(r.len(), g::GUARD_HEADER_LEN);
+        r.extend_from_slice(frame);
+        r
+    }
+
+    /// A duplicate address detection probe for `target` from `MAC`, sent
+    /// to `dst`.
+    fn probe(target: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+        let mut f = vec![0x33, 0x33, 0xff, 0, 0x30, 0x01];
+        f.extend_from_slice(&MAC);
+        f.extend_from_slice(&0x86ddu16.to_be_bytes());
+        f.extend_from_slice(&[0x60, 0, 0, 0, 0, 24, 58, 255]);
+        f.extend_from_slice(&Ipv6Addr::UNSPECIFIED.octets());
+        f.extend_from_slice(&dst.octets());
+        f.extend_from_slice(&[135, 0, 0, 0, 0, 0, 0, 0]);
+        f.extend_from_slice(&target.octets());
+        f
+    }
+
+    #[test]
+    fn each_record_kind_decodes_as_its_own_and_an_unknown_one_is_refused() {
+        let h = FrameHeaders {
+            src_mac: MAC,
+            dst_mac: [0x33, 0x33, 0, 1, 0, 2],
+            vlan: None,
+            src_ip: "fe80::1".parse::<Ipv6Addr>().unwrap(),
+            dst_ip: "ff02::1:2".parse::<Ipv6Addr>().unwrap(),
+            src_port: 546,
+            dst_port: 547,
+        };
+        let dhcp6 = build_udp6_frame(&h, &[3, 0, 0, 7]);
+        let ev = decode_guard_record(&record(g::GUARD_FROM_WORKLOAD, g::GUARD_KIND_DHCP6, &dhcp6))
+            .unwrap();
+        assert_eq!(
+            (ev.carried, ev.direction),
+            (Carried::Dhcp6, Direction::FromWorkload)
+        );
+        assert_eq!(ev.payload, [3, 0, 0, 7]);
+        assert!(ev.seen6().is_some() && ev.seen().is_none() && ev.dad_target().is_none());
+        // The same frame said to be DHCPv4 is not what its record says.
+        assert!(matches!(
+            decode_guard_record(&record(g::GUARD_FROM_WORKLOAD, g::GUARD_KIND_DHCP4, &dhcp6)),
+            Err(GuardRecordError::Frame(FrameError::NotIpv4 { .. }))
+        ));
+        // A kind this agent does not read is refused (the reader counts it).
+        assert!(matches!(
+            decode_guard_record(&record(g::GUARD_FROM_WORKLOAD, 9, &dhcp6)),
+            Err(GuardRecordError::Kind(9))
+        ));
+
+        let target: Ipv6Addr = "fd00:6::5054:ff:fe00:3001".parse().unwrap();
+        let solicited: Ipv6Addr = "ff02::1:ff00:3001".parse().unwrap();
+        let ok = record(
+            g::GUARD_FROM_WORKLOAD,
+            g::GUARD_KIND_DAD6,
+            &probe(target, solicited),
+        );
+        let ev = decode_guard_record(&ok).unwrap();
+        assert_eq!(ev.carried, Carried::Dad6);
+        assert_eq!(ev.dad_target(), Some(target));
+        assert!(ev.seen().is_none() && ev.seen6().is_none());
+        // A probe towards the workload, or to another address than its
+        // target's solicited-node one, is not one.
+        assert!(matches!(
+            decode_guard_record(&record(
+                g::GUARD_TO_WORKLOAD,
+                g::GUARD_KIND_DAD6,
+                &probe(target, solicited)
+            )),
+            Err(GuardRecordError::Kind(2))
+        ));
+        assert!(matches!(
+            decode_guard_record(&record(
+                g::GUARD_FROM_WORKLOAD,
+                g::GUARD_KIND_DAD6,
+                &probe(target, "ff02::1".parse().unwrap())
+            )),
+            Err(GuardRecordError::Frame(FrameError::NotDad(_)))
+        ));
+        // Cut anywhere, it is refused, never a panic.
+        let frame = probe(target, solicited);
+        for cut in 0..frame.len() {
+            assert!(
+                decode_guard_record(&record(
+                    g::GUARD_FROM_WORKLOAD,
+                    g::GUARD_KIND_DAD6,
+                    &frame[..cut]
+                ))
+                .is_err(),
+                "{cut}"
+            );
+        }
     }
 }

@@ -36,9 +36,9 @@ pub use attach::{
 #[cfg(feature = "test-hooks")]
 pub use guard::GuardProgram;
 pub use guard::{
-    Direction, GUARD_PIN_DIR, GUARD_PINNED_MAPS, Guard, GuardCounters, GuardDrop, GuardEvent,
-    GuardHook, GuardReader, GuardRecordError, GuardedPortInfo, LearnCounters, PortPolicy,
-    decode_guard_record, prepare_port,
+    Carried, Direction, GUARD_PIN_DIR, GUARD_PINNED_MAPS, Guard, GuardCounters, GuardDrop,
+    GuardEvent, GuardHook, GuardReader, GuardRecordError, GuardedPortInfo, LearnCounters,
+    PortPolicy, decode_guard_record, prepare_port,
 };
 pub use maps::{CaptureMode, Counters, Ownership, Xid6Ownership, XidOwnership};
 pub use pin::{LINKS_DIR, PINNED_MAPS, PinnedMap, Pinning, link_key, pin_maps};
