@@ -1238,41 +1238,87 @@ fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory()
     assert!(agent.leases().is_empty(), "{:?}", agent.leases());
 }
 
-/// A VM whose VF is passed through with `vfio-pci` is refused on an IPv6
-/// and on a dual-stack network, naming the network's family, the VM, its
-/// device and why: nothing is handed off, no attachment is left.
+/// A VM whose VF is passed through with `vfio-pci`, on an IPv6 network and
+/// on a dual-stack one: the one-shot discoveries run on the VF's netdev
+/// during its driver handoff (`DHCPv6` with the VM's DUID-LL; DHCPv4 beside
+/// it on the dual-stack network), with duplicate address detection off on
+/// the netdev so the SOLICIT leaves at once; `vfio-pci` is given back, the
+/// entry carries the addresses with the VM's MAC, and DEL releases nothing.
 #[test]
-fn vfio_vm_on_an_ipv6_or_dual_stack_network_is_refused_naming_its_device() {
+fn vfio_vm_on_an_ipv6_or_dual_stack_network_discovers_on_the_vf_netdev() {
+    const VM_MAC: &str = "02:00:00:00:20:63";
     const NAD: &str = "localnet-v6-vfio";
-    let launcher = NetNs::new();
-    let rig = VfRig::start(
-        None,
-        &vfio_seed("02:00:00:00:20:63", NAD),
-        ((0x15b3, 0x101e), "mlx5_core"),
-        |_, a| a.datapath = DatapathChoice::Afpacket,
-    );
     for family in ["ipv6", "dual"] {
+        let node = VfioNode::start(VM_MAC, NAD, |a| a.datapath = DatapathChoice::Afpacket);
+        let (agent, fake, lab) = (&node.rig.agent, &node.rig.fake, &node.lab);
+        let server6 = xdhcp_tests::Dnsmasq6::start_on(
+            &lab.server,
+            lab.dhcp_ifname(),
+            "fd00:6::1/64",
+            "fd00:6::100,fd00:6::1ff",
+            &[],
+        );
         let mut config = localnet_config6(NAD, family);
         config["deviceID"] = json!(BDF);
         let req = request(
             &format!("ctr-vfio-{family}"),
             "virt-launcher-vm2-x",
-            launcher.path(),
+            node.launcher.path(),
             "net1",
             &config,
         );
-        let e = rig.agent.add(&req).unwrap_err().into_cni();
-        assert_eq!(e.code, code::UNSUPPORTED_FIELD, "{e:?}");
-        for part in [
-            format!("\"family\": \"{family}\""),
-            "VM vm2".to_owned(),
-            BDF.to_owned(),
-            "vfio-pci".to_owned(),
-        ] {
-            assert!(e.msg.contains(&part), "{part} not in {}", e.msg);
+        let r = agent
+            .add(&req)
+            .unwrap_or_else(|e| panic!("{family}: VFIO VM ADD failed: {:?}", e.into_cni()));
+
+        // The handoff: the host driver bound, vfio-pci given back.
+        assert_eq!(fake.driver_file("mlx5_core", "bind"), BDF, "{family}");
+        assert_eq!(fake.driver_override(), "vfio-pci", "{family}");
+        assert_eq!(fake.journal_entries(), 0, "{family}");
+        // The netdev's link-local address was usable at once.
+        let host = &lab.clients[0].ns;
+        let dad = host.run_in(|| {
+            std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{VF_NETDEV}/accept_dad"))
+                .unwrap_or_default()
+        });
+        assert_eq!(dad.trim(), "0", "{family}: DAD left on on the VF netdev");
+
+        // The DHCPv6 lease under the VM's DUID-LL, in the result and the
+        // entry; the DHCPv4 one beside it on the dual-stack network.
+        let a6 = r.ips6[0].address;
+        let leases = server6.leases();
+        let line = leases
+            .lines()
+            .find(|l| l.contains(&a6.addr.to_string()))
+            .unwrap_or_else(|| panic!("{family}: dnsmasq holds no lease for {a6}:\n{leases}"));
+        assert!(line.contains(&duid_ll(VM_MAC)), "{family}: {line}");
+        let mut want = vec![a6.to_string()];
+        if family == "dual" {
+            let a4 = r.ips[0].address;
+            let lease = node
+                .dnsmasq
+                .lease_for(xdhcp_tests::parse_mac(VM_MAC).unwrap())
+                .unwrap_or_else(|| panic!("no DHCPv4 lease for {VM_MAC}"));
+            assert_eq!(lease.ip, a4.addr);
+            want.insert(0, a4.to_string());
+        } else {
+            assert!(r.ips.is_empty(), "{:?}", r.ips);
         }
+        let entry = agent
+            .network_entry("virt-launcher-vm2-x", &format!("{NS}/{NAD}"))
+            .expect("pod-networks entry written");
+        assert_eq!(entry["ip_addresses"], json!(want), "{family}: {entry}");
+        assert_eq!(entry["mac_address"], VM_MAC, "{family}: {entry}");
+
+        // DEL: nothing released (the VM owns its bindings).
+        let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            server6.leases().contains(&a6.addr.to_string()),
+            "{family}: the VM's DHCPv6 binding was released"
+        );
+        assert!(agent.leases().is_empty(), "{family}");
     }
-    rig.assert_untouched("mlx5_core");
 }
 
 #[test]

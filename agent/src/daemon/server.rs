@@ -53,7 +53,6 @@ fn to_cni(e: &Error) -> CniError {
         Error::ClientConfig { .. } | Error::ClientConfig6 { .. } => {
             (code::INVALID_NETWORK_CONFIG, true)
         }
-        Error::Ipv6ForVfioVm { .. } => (code::UNSUPPORTED_FIELD, false),
         Error::Kube { source } => {
             // The embedded pod store lives in the state directory: its
             // failures are the node's I/O, not the API's. Either way the

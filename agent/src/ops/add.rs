@@ -161,7 +161,7 @@ pub(crate) async fn add(
         && let Some(pci) = vm::vfio_device(agent, &req, who.pod.as_ref())?
     {
         let target = who.vm_pod(vmi_name);
-        return vm::add_vfio(agent, &req, target, pci, deadline, phases).await;
+        return Box::pin(vm::add_vfio(agent, &req, target, pci, deadline, phases)).await;
     }
 
     let place = Place::Pod {
@@ -273,10 +273,9 @@ fn add_deadline(agent: &Agent, req: &CniRequest, wait: Option<Duration>) -> Dead
 
 /// ADD on an IPv6 network (one DHCPv6 lease) or a dual-stack one (a
 /// DHCPv4 and a DHCPv6 lease): a pod's leases, or a VM's one-shot
-/// discoveries on the launcher pod's netdev. A VM whose VF is passed
-/// through with `vfio-pci` is refused: its discovery runs during the VF's
-/// driver handoff, where there is no socket in the pod's namespace for
-/// `DHCPv6` to leave by.
+/// discoveries on the launcher pod's netdev, or, for a VM whose VF is
+/// passed through with `vfio-pci`, on the VF's netdev during its driver
+/// handoff.
 async fn add_v6(
     agent: &Arc<Agent>,
     req: &CniRequest,
@@ -287,19 +286,12 @@ async fn add_v6(
 ) -> Result<CniResult, Error> {
     let family = req.config.ipam.family;
     if let Workload::Vm { vmi_name } = &who.workload {
-        if let Some(pci) = vm::vfio_device(agent, req, who.pod.as_ref())? {
-            return Err(Error::Ipv6ForVfioVm {
-                network: req.config.name.clone(),
-                family: if family == Family::Dual {
-                    "dual"
-                } else {
-                    "ipv6"
-                },
-                vmi: vmi_name.clone(),
-                pci,
-            });
-        }
         let target = who.vm_pod(vmi_name);
+        // A VM whose VF is passed through (vfio-pci): the discoveries run
+        // on the VF's netdev during a driver handoff.
+        if let Some(pci) = vm::vfio_device(agent, req, who.pod.as_ref())? {
+            return Box::pin(vm::add_vfio(agent, req, target, pci, deadline, phases)).await;
+        }
         return Box::pin(crate::ops::vm6::add(agent, req, target, netns, deadline)).await;
     }
     let to = crate::ops::add6::For {

@@ -104,20 +104,6 @@ pub(crate) enum Error {
         #[source]
         source: xdhcp_engine::v6::ConfigError,
     },
-    /// An IPv6 or dual-stack network (`family`) asked for by a VM whose
-    /// device is a VF passed through with `vfio-pci`: the one-shot
-    /// `DHCPv6` discovery runs from a UDP socket in the launcher pod's
-    /// namespace, and such a VM has no netdev there (its VF's netdev
-    /// exists only during the handoff, in the node's namespace).
-    #[error(
-        "network {network:?} is \"family\": \"{family}\": VM {vmi}'s device {pci} is passed through with vfio-pci, and DHCPv6 discovery runs only on the launcher pod's own interface (bridge binding), not through the VF's driver handoff"
-    )]
-    Ipv6ForVfioVm {
-        network: String,
-        family: &'static str,
-        vmi: String,
-        pci: PciAddr,
-    },
     /// The Kubernetes API failed.
     #[error("{source}")]
     Kube {
@@ -373,29 +359,4 @@ pub(crate) enum Refusal {
         #[source]
         source: std::io::Error,
     },
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A VFIO VM on an IPv6 or a dual-stack network is refused naming the
-    /// network, its family, the VM, its device and why.
-    #[test]
-    fn a_vfio_vm_on_a_network_with_ipv6_is_refused_naming_the_network_and_why() {
-        for family in ["ipv6", "dual"] {
-            let e = Error::Ipv6ForVfioVm {
-                network: "tenant-net".to_owned(),
-                family,
-                vmi: "vm1".to_owned(),
-                pci: "0000:3b:02.1".parse().unwrap(),
-            };
-            assert_eq!(
-                e.to_string(),
-                format!(
-                    "network \"tenant-net\" is \"family\": \"{family}\": VM vm1's device 0000:3b:02.1 is passed through with vfio-pci, and DHCPv6 discovery runs only on the launcher pod's own interface (bridge binding), not through the VF's driver handoff"
-                )
-            );
-        }
-    }
 }

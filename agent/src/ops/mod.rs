@@ -29,3 +29,4 @@ pub(crate) mod report;
 pub(crate) mod trust;
 pub(crate) mod vm;
 pub(crate) mod vm6;
+pub(crate) mod vm_answer;

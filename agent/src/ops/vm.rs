@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 use xdhcp_engine::{Lease, Mode};
 
+use crate::cni::config::Family as CniFamily;
 use crate::cni::types::CniResult;
 use crate::datapath::link::{Link, Sockets};
 use crate::kube::PodStore;
@@ -26,12 +27,14 @@ use crate::kube::annotation::PodNetworks;
 use crate::lease::acquire::Acquisition;
 use crate::lease::persist::{Family, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
+use crate::lease::v6::Acquisition6;
 use crate::metrics::Metrics;
 use crate::netlink::Netlink;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{Bound, Deadline, Phases, ReportTo, report_and_record};
+use crate::ops::vm_answer::{self, Found};
 use crate::rpc::{CniRequest, format_chain};
 use crate::settings::AgentArgs;
 use crate::vfio::{self, PciAddr, Sysfs, VmDevice};
@@ -287,7 +290,8 @@ pub(crate) async fn add_vfio(
     mut phases: Phases,
 ) -> Result<CniResult, Error> {
     let who = pod_label(vm.pod.as_ref());
-    // Before the handoff: the window on the kernel driver stays one DORA long.
+    // Before the handoff: the window on the kernel driver stays one
+    // exchange long.
     let (vmi, report) = lookup(&*agent.pod_api, agent.metrics(), &vm, deadline).await?;
     phases.who = phases.lap();
     let sysfs = Sysfs::new(&agent.args.sysfs_root).with_vf_drivers(&agent.args.vf_driver);
@@ -297,15 +301,26 @@ pub(crate) async fn add_vfio(
         &journal,
         &pci,
         agent.args.vfio_netdev_timeout,
-        |netdev| discover(agent, req, &vm, vmi.as_ref(), report.as_ref(), pci, netdev),
+        |netdev| {
+            Box::pin(discover(
+                agent,
+                req,
+                &vm,
+                vmi.as_ref(),
+                report.as_ref(),
+                pci,
+                netdev,
+            ))
+        },
     )
     .await;
-    let (handle, lease, mac) = match handed {
+    let (found, mac) = match handed {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => return Err(e),
         Err(source) => {
-            // The DORA may have bound before the restore failed: drop it.
-            if let Some(h) = agent.leases.get(&req.container_id, &req.ifname) {
+            // The exchanges may have bound before the restore failed:
+            // drop them.
+            for h in agent.leases.attachment(&req.container_id, &req.ifname) {
                 agent.leases.abandon(&h, false).await;
             }
             agent.metrics().failure("vfio");
@@ -317,6 +332,25 @@ pub(crate) async fn add_vfio(
         }
     };
     phases.dora = phases.lap();
+    let to = ReportTo {
+        pod: vm.pod.as_ref(),
+        key: vm.annotation_key.as_deref(),
+    };
+    let (handle, lease) = match found {
+        OnVf::V4(handle, lease) => (handle, lease),
+        OnVf::V6(found) => {
+            // An IPv6 or dual-stack network: reported and recorded as a VM's
+            // one-shot discoveries on its launcher's netdev are.
+            let (result, address6) =
+                vm_answer::answer(agent, req, to, &found, mac, deadline).await?;
+            info!(container = %req.container_id, ifname = %req.ifname, %pci,
+                address = ?found.v4.as_ref().map(|(_, l)| l.address), %address6,
+                mac = %MacAddr(mac), who_us = phases.who, dora_us = phases.dora,
+                total_us = phases.total(),
+                "ADD done (VFIO VM, DHCPv6 one-shot: address reported, vfio-pci restored)");
+            return Ok(result);
+        }
+    };
     // Report and record as every ADD does; the VM owns its lease (never
     // released), and a restarted agent answers this VM's CHECK and DEL
     // from the record.
@@ -327,10 +361,6 @@ pub(crate) async fn add_vfio(
         netns: req.netns.as_deref(),
         release: false,
     };
-    let to = ReportTo {
-        pod: vm.pod.as_ref(),
-        key: vm.annotation_key.as_deref(),
-    };
     let result = report_and_record(agent, req, to, &bound, deadline, &mut phases).await?;
     info!(container = %req.container_id, ifname = %req.ifname, %pci, address = %lease.address,
         mac = %MacAddr(mac), who_us = phases.who, dora_us = phases.dora, report_us = phases.report,
@@ -339,9 +369,18 @@ pub(crate) async fn add_vfio(
     Ok(result)
 }
 
-/// Inside the handoff window: prepare `netdev`, run the one-shot
-/// acquisition on it, and wait until its task has let go of the netdev
-/// (which goes away with the rebind).
+/// What the discoveries on a VF's netdev bound: a DHCPv4 lease on an IPv4
+/// network; the `DHCPv6` one, with the DHCPv4 one beside it on a
+/// dual-stack network.
+enum OnVf {
+    V4(Handle, Lease),
+    V6(Found),
+}
+
+/// Inside the handoff window: prepare `netdev`, run the network's one-shot
+/// discoveries on it (DHCPv4, `DHCPv6`, or both at once), and wait until
+/// their tasks have let go of the netdev (which goes away with the
+/// rebind). Returns what they bound and the VM's MAC.
 async fn discover(
     agent: &Arc<Agent>,
     req: &CniRequest,
@@ -350,28 +389,116 @@ async fn discover(
     report: Option<&SourceReport>,
     pci: PciAddr,
     netdev: String,
-) -> Result<(Handle, Lease, [u8; 6]), Error> {
-    let netdev_err =
-        |op: &'static str, netdev: &str, source: Box<dyn std::error::Error + Send + Sync>| {
-            agent.metrics().failure("interface");
-            Error::Netdev {
-                pci,
-                netdev: netdev.to_owned(),
-                op,
-                source,
-            }
+) -> Result<(OnVf, [u8; 6]), Error> {
+    let (mac, requested, ifindex) = vf_ready(agent, req, vm, (vmi, report), pci, &netdev).await?;
+    let place = Place::VfNetdev {
+        netdev: netdev.clone(),
+    };
+    let record = |family| {
+        fresh_record(
+            req,
+            vm.pod.clone(),
+            WorkloadKind::Vm {
+                vmi: vm.vmi_name.clone(),
+            },
+            (mac.octets(), family),
+            vm.annotation_key.clone(),
+        )
+    };
+    let v4 = async {
+        let link = Link::open_looking(None, &netdev, Sockets::Sender, false)
+            .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?
+            .with_src_mac(mac.octets());
+        let acquisition = Acquisition {
+            record: record(Family::Ipv4),
+            mode: Mode::OneShot,
+            requested,
+            link,
         };
+        agent
+            .leases
+            .acquire(&agent.pacing, &agent.base, acquisition)
+            .await
+            .map_err(|f| Error::acquisition(place.clone(), &req.config.name, f))
+    };
+    let v6 = async {
+        // The netdev is in the agent's own namespace: the socket is made
+        // here, on it.
+        let sock = crate::datapath::udp6::bound_socket(&netdev, ifindex)
+            .map_err(|(op, source)| netdev_error(agent, pci, &netdev, op, Box::new(source)))?;
+        agent
+            .leases
+            .acquire6(
+                &agent.pacing,
+                agent.base.acquire_timeout,
+                Acquisition6 {
+                    record: record(Family::Ipv6),
+                    netns: std::path::PathBuf::from(OWN_NETNS),
+                    ifindex,
+                    link_mac: mac.octets(),
+                    sock: Some(sock),
+                },
+            )
+            .await
+            .map_err(|f| Error::acquisition(place.clone(), &req.config.name, f))
+    };
+    let found = match req.config.ipam.family {
+        CniFamily::Ipv4 => v4.await.map(|(h, l)| OnVf::V4(h, l)),
+        CniFamily::Ipv6 => v6.await.map(|v6| OnVf::V6(Found { v4: None, v6 })),
+        CniFamily::Dual => match tokio::join!(v4, v6) {
+            (Ok(v4), Ok(v6)) => Ok(OnVf::V6(Found { v4: Some(v4), v6 })),
+            (Err(e), other) => {
+                if let Ok((h, _)) = other {
+                    agent.leases.abandon(&h, false).await;
+                }
+                Err(e)
+            }
+            (Ok((h, _)), Err(e)) => {
+                agent.leases.abandon(&h, false).await;
+                Err(e)
+            }
+        },
+    };
+    let found = found?;
+    // The netdev goes away with the rebind: the tasks must be done with it.
+    match &found {
+        OnVf::V4(h, _) => {
+            agent.leases.stop(h, false).await;
+        }
+        OnVf::V6(f) => {
+            for h in f.handles() {
+                agent.leases.stop(h, false).await;
+            }
+        }
+    }
+    Ok((found, mac.octets()))
+}
+
+/// The VF's `netdev`, handed over to its kernel driver, made ready for the
+/// VM's discoveries: the VM's identity read (its MAC, and the address a
+/// migration target asks for), the netdev given that MAC and set up, with
+/// duplicate address detection off first on a network with IPv6. Returns
+/// the MAC, the address to ask for, and the netdev's index.
+async fn vf_ready(
+    agent: &Agent,
+    req: &CniRequest,
+    vm: &VmPod,
+    (vmi, report): (Option<&VmiInfo>, Option<&SourceReport>),
+    pci: PciAddr,
+    netdev: &str,
+) -> Result<(MacAddr, Option<std::net::Ipv4Addr>, u32), Error> {
+    let netdev_err = |op, netdev: &str, source| netdev_error(agent, pci, netdev, op, source);
     let nl = Netlink::open(None)
         .await
-        .map_err(|e| netdev_err("open rtnetlink for", &netdev, e.into()))?;
+        .map_err(|e| netdev_err("open rtnetlink for", netdev, e.into()))?;
     let details = nl
-        .link(&netdev)
+        .link(netdev)
         .await
-        .map_err(|e| netdev_err("look up", &netdev, e.into()))?;
+        .map_err(|e| netdev_err("look up", netdev, e.into()))?;
     let vf_mac = details.mac.ok_or_else(|| {
         netdev_err(
             "read the Ethernet address of",
-            &netdev,
+            netdev,
             "the link has no 6-byte hardware address".into(),
         )
     })?;
@@ -379,41 +506,52 @@ async fn discover(
     let id = vm_identity(vmi, &key, MacAddr(vf_mac), report);
     let (mac, source) = (id.mac, id.mac_source);
     let requested = id.requested.map(|(a, _)| a);
+    let family = req.config.ipam.family;
     info!(%pci, netdev, vmi = %vm.vmi_name, mac = %mac, mac_source = %source, requested = ?id.requested,
-        "VFIO VM: one-shot discovery on the VF netdev; the address is not configured");
-    prepare(&nl, &netdev, details.ifindex, vf_mac, mac.octets(), source)
+        ?family, "VFIO VM: one-shot discovery on the VF netdev; the address is not configured");
+    if family.has_ipv6() {
+        no_dad(netdev);
+    }
+    prepare(&nl, netdev, details.ifindex, vf_mac, mac.octets(), source)
         .await
-        .map_err(|e| netdev_err("set up", &netdev, e.into()))?;
+        .map_err(|e| netdev_err("set up", netdev, e.into()))?;
 
-    let place = Place::VfNetdev {
-        netdev: netdev.clone(),
-    };
-    let link = Link::open_looking(None, &netdev, Sockets::Sender, false)
-        .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?
-        .with_src_mac(mac.octets());
-    let record = fresh_record(
-        req,
-        vm.pod.clone(),
-        WorkloadKind::Vm {
-            vmi: vm.vmi_name.clone(),
-        },
-        (mac.octets(), Family::Ipv4),
-        vm.annotation_key.clone(),
-    );
-    let acquisition = Acquisition {
-        record,
-        mode: Mode::OneShot,
-        requested,
-        link,
-    };
-    let (handle, lease) = agent
-        .leases
-        .acquire(&agent.pacing, &agent.base, acquisition)
-        .await
-        .map_err(|f| Error::acquisition(place, &req.config.name, f))?;
-    // The netdev goes away with the rebind: the task must be done with it.
-    agent.leases.stop(&handle, false).await;
-    Ok((handle, lease, mac.octets()))
+    Ok((mac, requested, details.ifindex))
+}
+
+/// `op` on the VF's `netdev` failed: counted, and said naming both.
+fn netdev_error(
+    agent: &Agent,
+    pci: PciAddr,
+    netdev: &str,
+    op: &'static str,
+    source: Box<dyn std::error::Error + Send + Sync>,
+) -> Error {
+    agent.metrics().failure("interface");
+    Error::Netdev {
+        pci,
+        netdev: netdev.to_owned(),
+        op,
+        source,
+    }
+}
+
+/// The agent's own network namespace, where a VF's netdev appears: a
+/// `DHCPv6` task's trips into it (router advertisements, when the network
+/// leaves the prefix to them) stay where they are.
+const OWN_NETNS: &str = "/proc/self/ns/net";
+
+/// Turn duplicate address detection off on a VF's netdev before it comes
+/// up: the netdev lives only for the discovery, in the agent's namespace,
+/// and its link-local address would otherwise be tentative, and unusable
+/// as the SOLICIT's source, for 1–2 s of the handoff window. Nothing else
+/// uses the address. Failing, the SOLICIT waits for the detection.
+fn no_dad(netdev: &str) {
+    let path = format!("/proc/sys/net/ipv6/conf/{netdev}/accept_dad");
+    if let Err(e) = std::fs::write(&path, "0") {
+        warn!(netdev, path, error = %e,
+            "cannot turn duplicate address detection off on the VF netdev; the SOLICIT waits for it");
+    }
 }
 
 /// Give the netdev the VM's MAC (when it differs: the VF's anti-spoofing

@@ -29,34 +29,17 @@ use crate::cni::types::CniResult;
 use crate::datapath::link::{Link, Sockets};
 use crate::guard::HostEnd;
 use crate::lease::acquire::Acquisition;
-use crate::lease::apply::Address6;
 use crate::lease::persist::{Family, WorkloadKind};
-use crate::lease::registry::Handle;
-use crate::lease::v6::{Acquisition6, address6};
+use crate::lease::v6::Acquisition6;
 use crate::ops::context::Agent;
-use crate::ops::error::{Error, LeaseFate, Place};
+use crate::ops::error::{Error, Place};
 use crate::ops::guard_port::{PortNetwork, guard_port};
 use crate::ops::network::fresh_record;
-use crate::ops::report::{
-    Deadline, ReportTo, report_address_dual, report_address6, unrecorded, unreport,
-};
+use crate::ops::report::{Deadline, ReportTo};
 use crate::ops::vm::{VmPod, identity_on_pod_netdev};
+use crate::ops::vm_answer::{Found, answer};
 use crate::rpc::CniRequest;
-use crate::sys::sync::lock;
 use crate::workload::MacAddr;
-
-/// What a VM's discoveries bound: the `DHCPv6` lease, and on a dual-stack
-/// network the DHCPv4 one.
-struct Found {
-    v4: Option<(Handle, xdhcp_engine::Lease)>,
-    v6: (Handle, xdhcp_engine::v6::Lease),
-}
-
-impl Found {
-    fn handles(&self) -> impl Iterator<Item = &Handle> {
-        self.v4.iter().map(|(h, _)| h).chain([&self.v6.0])
-    }
-}
 
 /// ADD of a VM's attachment on an IPv6 or dual-stack network, within
 /// `deadline`.
@@ -102,88 +85,16 @@ pub(crate) async fn add(
         HostEnd::of(peer),
     )
     .await;
-    let (h6, lease6) = &found.v6;
-    let router = lock(&h6.live).record.router6;
-    let a6 = address6(&lock(&h6.live).record.network, lease6, router);
     let to = ReportTo {
         pod: vm.pod.as_ref(),
         key: vm.annotation_key.as_deref(),
     };
-    // Reported before the answer, in one write (both addresses on a
-    // dual-stack network); a failed or stale write ends the ADD, the
-    // leases kept at the server (a VM's are never released).
-    if let Err(e) = report(agent, req, to, &found, (a6, mac), deadline).await {
-        give_back(agent, req, &found).await;
-        return Err(e);
-    }
-    // Answer only once every record is in place: a restart must know this
-    // VM's discovery is done.
-    for h in found.handles() {
-        if let Some(reason) = unrecorded(h, deadline).await {
-            give_back(agent, req, &found).await;
-            return Err(unreport(agent, to, deadline, reason).await);
-        }
-    }
+    let (result, address6) = answer(agent, req, to, &found, mac, deadline).await?;
     info!(container = %req.container_id, ifname = %req.ifname, vmi = %vm.vmi_name,
-        address = ?found.v4.as_ref().map(|(_, l)| l.address), address6 = %lease6.address,
+        address = ?found.v4.as_ref().map(|(_, l)| l.address), %address6,
         mac = %MacAddr(mac), total_us = started.elapsed().as_micros(),
         "ADD done (VM, DHCPv6 one-shot: address reported, not configured)");
-    Ok(match &found.v4 {
-        Some((_, lease4)) => crate::ops::add_dual::result(lease4, lease6, router, &req.config),
-        None => crate::ops::add6::cni_result6(lease6, router, &req.config),
-    })
-}
-
-/// Write the VM's addresses (its `DHCPv6` address `a6`, and beside it the
-/// DHCPv4 one of a dual-stack network) with its `mac` in the launcher pod's
-/// entry, within the ADD's deadline; the error says the leases are kept.
-async fn report(
-    agent: &Agent,
-    req: &CniRequest,
-    to: ReportTo<'_>,
-    found: &Found,
-    (a6, mac): (Address6, [u8; 6]),
-    deadline: Deadline,
-) -> Result<(), Error> {
-    let (Some(pod), Some(key)) = (to.pod, to.key) else {
-        return Ok(());
-    };
-    let write = async {
-        match &found.v4 {
-            Some((_, lease4)) => {
-                report_address_dual(
-                    &*agent.pod_api,
-                    pod,
-                    key,
-                    (lease4, a6),
-                    mac,
-                    req.netns.as_deref(),
-                )
-                .await
-            }
-            None => report_address6(&*agent.pod_api, pod, key, a6, mac, req.netns.as_deref()).await,
-        }
-    };
-    let what = || {
-        format!(
-            "writing the pod-networks entry of pod {}/{}",
-            pod.namespace, pod.name
-        )
-    };
-    let Err(source) = deadline.kube(agent.metrics(), what, write).await else {
-        return Ok(());
-    };
-    let address: std::net::IpAddr = found
-        .v4
-        .as_ref()
-        .map_or(a6.address.into(), |(_, l)| l.address.into());
-    warn!(container = %req.container_id, ifname = %req.ifname, %address, address6 = %a6.address,
-        error = %crate::rpc::format_chain(&source), "VM ADD not reported; its leases kept at the server");
-    Err(Error::NotReported {
-        address,
-        fate: LeaseFate::KeptForVm,
-        source: Box::new(source),
-    })
+    Ok(result)
 }
 
 /// The VM's one-shot discoveries with its `mac` on the launcher's opened
@@ -266,14 +177,4 @@ async fn discover(
             Err(Error::acquisition(place, &req.config.name, f))
         }
     }
-}
-
-/// Drop an ADD's discoveries (their records removed; nothing released:
-/// the server keeps the bindings for the VM's DUID and MAC, which its next
-/// ADD asks for again) and the port's guard.
-async fn give_back(agent: &Arc<Agent>, req: &CniRequest, found: &Found) {
-    for h in found.handles() {
-        agent.leases.abandon(h, false).await;
-    }
-    agent.guard.release(&req.container_id, &req.ifname);
 }
