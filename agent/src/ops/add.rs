@@ -17,8 +17,7 @@ use crate::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
-use crate::ops::guard_port::PortNetwork;
-use crate::ops::guard_port::{first_send_held, guard_port};
+use crate::ops::guard_port::{first_send_held, guard_added};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
     Bound, Deadline, Phases, ReportTo, cni_result, kube_error, report_address, report_address6,
@@ -198,12 +197,10 @@ pub(crate) async fn add(
     let pod_guard = async {
         if pod {
             let started = std::time::Instant::now();
-            guard_port(
+            guard_added(
                 agent,
-                &req.container_id,
-                &req.ifname,
+                &req,
                 &netns,
-                PortNetwork::of_config(&req.config),
                 (pod_mac, false),
                 HostEnd {
                     peer: pod_peer,
@@ -436,12 +433,10 @@ async fn bind(
             let (mac, requested) =
                 vm::identity_on_pod_netdev(agent, &who.vm_pod(vmi_name), link.info.mac, deadline)
                     .await?;
-            guard_port(
+            guard_added(
                 agent,
-                &req.container_id,
-                &req.ifname,
+                req,
                 netns,
-                PortNetwork::of_config(&req.config),
                 (mac, true),
                 HostEnd::of(link.take_veth_peer()),
             )

@@ -26,7 +26,7 @@ use crate::lease::v6::{Acquired6, Acquisition6, address6};
 use crate::model::Network;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate, Place};
-use crate::ops::guard_port::{PortNetwork, first_send_held, guard_port};
+use crate::ops::guard_port::{first_send_held, guard_added};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
     Deadline, Phases, ReportTo, micros, report_address6, unrecorded, unreport,
@@ -180,16 +180,7 @@ async fn acquire_guarded(
     };
     let guard = async {
         let started = std::time::Instant::now();
-        guard_port(
-            agent,
-            &req.container_id,
-            &req.ifname,
-            netns,
-            PortNetwork::of_config(&req.config),
-            (mac, false),
-            HostEnd { peer, prepared },
-        )
-        .await;
+        guard_added(agent, req, netns, (mac, false), HostEnd { peer, prepared }).await;
         started.elapsed()
     };
     tokio::join!(acquire, guard)

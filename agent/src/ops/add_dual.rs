@@ -26,7 +26,7 @@ use crate::lease::v6::{Acquisition6, address6};
 use crate::ops::add6::{For, cni_result6};
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate, Place};
-use crate::ops::guard_port::{PortNetwork, first_send_held, guard_port};
+use crate::ops::guard_port::{first_send_held, guard_added};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
     Deadline, ReportTo, cni_result, report_address_dual, unapply, unrecorded, unreport,
@@ -171,15 +171,7 @@ async fn acquire_both(
             .acquire6(&agent.pacing, agent.base.acquire_timeout, acquisition)
             .await
     };
-    let guard = guard_port(
-        agent,
-        &req.container_id,
-        &req.ifname,
-        netns,
-        PortNetwork::of_config(&req.config),
-        (mac, false),
-        HostEnd { peer, prepared },
-    );
+    let guard = guard_added(agent, req, netns, (mac, false), HostEnd { peer, prepared });
     let (v4, v6, ()) = tokio::join!(v4, v6, guard);
     let ((h4, lease4), (h6, lease6)) = match (v4, v6) {
         (Ok(a), Ok(b)) => ((a.handle, a.lease), b),

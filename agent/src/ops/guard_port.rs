@@ -8,6 +8,7 @@ use crate::datapath::link::{Link, PortPrepared};
 use crate::guard::HostEnd;
 use crate::netlink::PeerLookup;
 use crate::ops::context::Agent;
+use crate::rpc::CniRequest;
 
 /// What the guard takes of a port's network: what its config asks
 /// (`ipam.dhcpGuard`), and its names (a `DhcpGuardPolicy` names one).
@@ -41,6 +42,28 @@ impl PortNetwork {
             },
         }
     }
+}
+
+/// [`guard_port`] for an ADD's attachment: `req`'s container, interface
+/// and network, its port in `netns`.
+pub(crate) async fn guard_added(
+    agent: &Agent,
+    req: &CniRequest,
+    netns: &std::path::Path,
+    client: ([u8; 6], bool),
+    end: HostEnd,
+) {
+    let network = PortNetwork::of_config(&req.config);
+    guard_port(
+        agent,
+        &req.container_id,
+        &req.ifname,
+        netns,
+        network,
+        client,
+        end,
+    )
+    .await;
 }
 
 /// Puts the DHCP guard on the host end of the attachment's port (its

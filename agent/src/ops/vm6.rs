@@ -33,7 +33,7 @@ use crate::lease::persist::{Family, WorkloadKind};
 use crate::lease::v6::Acquisition6;
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, Place};
-use crate::ops::guard_port::{PortNetwork, guard_port};
+use crate::ops::guard_port::guard_added;
 use crate::ops::network::fresh_record;
 use crate::ops::report::{Deadline, ReportTo};
 use crate::ops::vm::{VmPod, identity_on_pod_netdev};
@@ -75,16 +75,7 @@ pub(crate) async fn add(
     // their source, which on a migration target (or wherever the VM's MAC
     // is not the interface's) it would drop as spoofed. Nothing of the
     // launcher runs before the ADD answers, and the guard is on by then.
-    guard_port(
-        agent,
-        &req.container_id,
-        &req.ifname,
-        &netns,
-        PortNetwork::of_config(&req.config),
-        (mac, true),
-        HostEnd::of(peer),
-    )
-    .await;
+    guard_added(agent, req, &netns, (mac, true), HostEnd::of(peer)).await;
     let to = ReportTo {
         pod: vm.pod.as_ref(),
         key: vm.annotation_key.as_deref(),
