@@ -866,10 +866,16 @@ mod tests {
             let view = view.clone();
             l.observe(PORT, &s, t.t0 + Duration::from_secs(1), || Some(view))
         };
-        assert!(matches!(
-            seen(&mut t.l, ip("fe80::53"), ATTACKER_MAC, &t.view),
-            Err(Refused6::ServerSource { .. })
-        ));
+        for (src_ip, src_mac) in [
+            (ip("fe80::53"), ATTACKER_MAC),
+            // The relay's MAC, not its address.
+            (ip("fe80::53"), relay_mac),
+        ] {
+            assert_eq!(
+                seen(&mut t.l, src_ip, src_mac, &t.view),
+                Err(Refused6::ServerSource { src_ip, src_mac })
+            );
+        }
         assert_eq!(
             seen(&mut t.l, relay, relay_mac, &t.view),
             Ok(Some(bound("fd00:6::1a0")))
