@@ -1643,6 +1643,47 @@ mod tests {
         assert_eq!(report.quarantined.len(), 1);
     }
 
+    /// A DHCPv6 lease keeps where its REPLY came from (IPv6 and Ethernet
+    /// source) through the store; a record written before it was kept
+    /// (no `server_source` in `lease6`) loads, knowing none.
+    #[test]
+    fn a_dhcpv6_leases_reply_source_is_stored_and_an_older_record_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        let mut r = record("c6", "eth0", [192, 0, 2, 9]);
+        r.network.ipam.family = Family::Ipv6;
+        r.lease = None;
+        let mut l6 = crate::lease::v6::tests::lease();
+        l6.server_source = Some(xdhcp_engine::v6::Source::new(
+            "fe80::53".parse().unwrap(),
+            Some([2, 0, 0x5e, 0, 0x53, 1]),
+        ));
+        r.lease6 = Some(Box::new(l6));
+        store.save(&r).unwrap();
+        let path = store.leases_dir().join("c6@eth0.json");
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        assert_eq!(
+            json["lease6"]["server_source"],
+            serde_json::json!({"ip": "fe80::53", "mac": [2, 0, 0x5e, 0, 0x53, 1]})
+        );
+        let loaded = store.load_all().unwrap().records;
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].lease6, r.lease6);
+
+        // As an older agent wrote it.
+        json["lease6"]
+            .as_object_mut()
+            .unwrap()
+            .remove("server_source");
+        fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+        let report = store.load_all().unwrap();
+        assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
+        let old = report.records[0].lease6.as_deref().unwrap();
+        assert_eq!(old.server_source, None);
+        assert_eq!(old.address, r.lease6.as_deref().unwrap().address);
+    }
+
     #[test]
     fn the_uplink_is_kept_and_records_without_it_still_load() {
         let dir = tempfile::tempdir().unwrap();

@@ -524,8 +524,30 @@ pub fn parse_dnsmasq_leases(text: &str) -> Vec<ServerLease> {
 
 /// A DHCPv6 server's own address `addr` (no DAD) on `ifname` of `ns`
 /// (already there is fine: a second server in the same namespace).
+///
+/// Returns once the interface's own link-local address is usable, or after
+/// 3 s: while it is tentative (duplicate address detection, 1–2 s after
+/// the link came up) the kernel answers a client's link-local address from
+/// the global one, and the server's REPLYs would come from one source
+/// first and another later, as no settled server's do (guest learning
+/// checks where they come from).
 fn give_server_address6(ns: &NetNs, ifname: &str, addr: &str) {
     ns.ip(&["-6", "addr", "replace", addr, "dev", ifname, "nodad"]);
+    crate::wait_until(std::time::Duration::from_secs(3), || {
+        ns.ip(&[
+            "-6",
+            "-o",
+            "addr",
+            "show",
+            "dev",
+            ifname,
+            "scope",
+            "link",
+            "tentative",
+        ])
+        .trim()
+        .is_empty()
+    });
 }
 
 /// dnsmasq serving DHCPv6 only, on the lab's server interface.

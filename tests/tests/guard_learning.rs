@@ -1281,6 +1281,12 @@ const GUEST_LL: std::net::Ipv6Addr =
 /// the forger's choosing for the client and the server, an address of its
 /// choosing inside the network's prefix, from the forger's own sources.
 fn forge_reply6(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr) {
+    forge_reply6_as(vm, xid, addr, &[&[0, 3, 0, 1][..], &FORGER_MAC].concat());
+}
+
+/// [`forge_reply6`] with `server` (a DUID) as its Server Identifier, for
+/// the VM's DUID-LL and IAID 1.
+fn forge_reply6_as(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr, server: &[u8]) {
     use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
     use dhcproto::{Encodable as _, Encoder};
     use std::os::fd::AsRawFd as _;
@@ -1291,9 +1297,7 @@ fn forge_reply6(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr) {
     let mut m = Message::new_with_id(MessageType::Reply, [b[1], b[2], b[3]]);
     let o = m.opts_mut();
     o.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &mac].concat()));
-    o.insert(DhcpOption::ServerId(
-        [&[0, 3, 0, 1][..], &FORGER_MAC].concat(),
-    ));
+    o.insert(DhcpOption::ServerId(server.to_vec()));
     let mut ia = IANA {
         id: 1,
         t1: 0,
@@ -1356,6 +1360,130 @@ fn a_forged_dhcpv6_reply_from_the_segment_moves_nothing_the_guests_exchange_stil
             >= before + 5),
         "the forgeries were not seen and refused: {:?}",
         metric_lines(vm.lab.server.path(), "xdhcp_learn")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(entry_addresses(&vm), entry, "the forgery moved the entry");
+    assert_eq!(vm.api.patches(), patches, "the forgery wrote the pod");
+    assert!(learned(&vm).is_empty(), "{:?}", learned(&vm));
+
+    let guest6 = dhcpcd6_moves_the_entry(&vm, a6);
+    assert_ne!(guest6, wanted);
+    drop(vm);
+    host_before.assert_unchanged();
+}
+
+/// The VM's DHCPv6 lease record: the one-shot's `lease6`, with the
+/// server's DUID (its REPLY's Server Identifier) and where that REPLY came
+/// from.
+fn vm_lease6(vm: &Vm) -> Value {
+    let files = xdhcp_tests::agent::lease_record_files(&vm.agent.0.state_dir);
+    files
+        .iter()
+        .map(|f| serde_json::from_slice::<Value>(&std::fs::read(f).unwrap()).unwrap())
+        .find_map(|r| {
+            (r["containerId"] == "c-vm1" && !r["lease6"].is_null()).then(|| r["lease6"].clone())
+        })
+        .unwrap_or_else(|| panic!("no DHCPv6 lease record for the VM in {files:?}"))
+}
+
+/// Sends from the guest's interface a DHCPv6 REQUEST of the VM's DUID-LL
+/// for `addr`, transaction `xid`, naming a server that is not the
+/// network's (the network's server leaves it unanswered: it stays in
+/// flight for its whole window).
+fn guest_request6(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr) {
+    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
+    use dhcproto::{Encodable as _, Encoder};
+    use std::os::fd::AsRawFd as _;
+    use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
+
+    let mac = parse_mac(VM_MAC).unwrap();
+    let b = xid.to_be_bytes();
+    let mut m = Message::new_with_id(MessageType::Request, [b[1], b[2], b[3]]);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &mac].concat()));
+    o.insert(DhcpOption::ServerId(vec![
+        0, 3, 0, 1, 2, 0, 0, 0, 0x99, 0x99,
+    ]));
+    o.insert(DhcpOption::ElapsedTime(0));
+    let mut ia = IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts: DhcpOptions::default(),
+    };
+    ia.opts.insert(DhcpOption::IAAddr(IAAddr {
+        addr,
+        preferred_life: 0,
+        valid_life: 0,
+        opts: DhcpOptions::default(),
+    }));
+    o.insert(DhcpOption::IANA(ia));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).unwrap();
+    let frame = build_udp6_frame(
+        &Frame6Headers {
+            src_mac: mac,
+            dst_mac: [0x33, 0x33, 0, 1, 0, 2],
+            vlan: None,
+            src_ip: GUEST_LL,
+            dst_ip: "ff02::1:2".parse().unwrap(),
+            src_port: 546,
+            dst_port: 547,
+        },
+        &payload,
+    );
+    let sock = vm
+        .guest
+        .packet_socket(vm.guest.ifindex("eth0"), libc::ETH_P_ALL as u16, None);
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// A host on the segment that learned the network's server's DUID (it is
+/// in every REPLY and ADVERTISE) answers the guest's REQUEST in flight
+/// with it — the right transaction, the guest's DUID and IAID, an address
+/// inside the prefix that no one holds — but from its own link-local
+/// address and MAC. The VM's lease recorded where the server's REPLY came
+/// from, so the forgery is refused (`server_source`): nothing written,
+/// nothing learned; the guest's own exchange afterwards still moves the
+/// entry. (The test plays the guest's REQUEST itself, to a server that
+/// does not answer it, so that no real REPLY can close the exchange before
+/// the forgery arrives.)
+#[test]
+fn a_forged_dhcpv6_reply_with_the_servers_duid_from_another_source_is_refused_dnsmasq_fake_apiserver()
+ {
+    let host_before = HostDhcpcd::snapshot();
+    let (vm, _v6, a6) = dual_stack_vm();
+    let lease6 = vm_lease6(&vm);
+    let duid: Vec<u8> = serde_json::from_value(lease6["server_id"].clone()).unwrap();
+    let source = &lease6["server_source"];
+    assert!(
+        source["ip"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("fe80:")),
+        "the VM's lease records no link-local source for the server's REPLY: {lease6}"
+    );
+    let before = refused(&vm, "server_source");
+    let patches = vm.api.patches();
+    let entry = entry_addresses(&vm);
+    let wanted: std::net::Ipv6Addr = "fd00:6::1ef".parse().unwrap();
+    let xid = 0x00c0_ffee;
+    guest_request6(&vm, xid, wanted);
+    // The REQUEST reaches the agent before the answer to it.
+    std::thread::sleep(Duration::from_millis(300));
+    forge_reply6_as(&vm, xid, wanted, &duid);
+    assert!(
+        wait_until(Duration::from_secs(3), || refused(&vm, "server_source")
+            > before),
+        "the forgery was not refused as server_source: {:?}; the entry reports {}",
+        metric_lines(vm.lab.server.path(), "xdhcp_learn"),
+        entry_addresses(&vm)
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(entry_addresses(&vm), entry, "the forgery moved the entry");

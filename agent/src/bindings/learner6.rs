@@ -13,8 +13,13 @@
 //!    retransmission time, RFC 8415 §7.6, plus the 10 % of randomisation
 //!    §15 allows); its `IA_NA` is one the guest asked for (by IAID);
 //! 2. its Server Identifier is a DUID this network's DHCPv6 leases on the
-//!    node were served by, and its link-layer source the one those leases'
-//!    replies came from (when known);
+//!    node were served by, and it comes from where those leases' REPLYs
+//!    came from on the link: one of their IPv6 sources (the server's, or
+//!    on a relayed network the relay agent's: a relay forwards the
+//!    server's REPLY to the client from its own address on the client's
+//!    link, RFC 8415 §19.2), and one of their link-layer sources — each
+//!    when known (leases recorded before the sources were kept know
+//!    neither; a lease read from a UDP socket knows no link-layer source);
 //! 3. the address it binds (the first of the `IA_NA` with a non-zero valid
 //!    lifetime) lies inside one of the network's IPv6 prefixes (those of
 //!    the network's DHCPv6 leases on the node);
@@ -39,8 +44,8 @@ use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
 use dhcproto::v6::{DhcpOption, IANA, MessageType, Status};
-use xdhcp_engine::v6::DropReason;
 use xdhcp_engine::v6::validate;
+use xdhcp_engine::v6::{DropReason, Source};
 
 use super::learner::{Direction, EXCHANGES_PER_PORT};
 
@@ -71,14 +76,32 @@ pub struct Seen6<'a> {
     pub payload: &'a [u8],
 }
 
+/// Where a server's REPLYs to the network's leases came from on the link
+/// (each set empty: not known, any).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Senders {
+    /// IPv6 sources: the server's, or the relay agent's that forwarded
+    /// them.
+    pub ips: BTreeSet<Ipv6Addr>,
+    /// Link-layer sources.
+    pub macs: BTreeSet<[u8; 6]>,
+}
+
+impl Senders {
+    /// Whether a REPLY from `ip` and `mac` comes from one of them.
+    pub fn sent(&self, ip: Ipv6Addr, mac: [u8; 6]) -> bool {
+        (self.ips.is_empty() || self.ips.contains(&ip))
+            && (self.macs.is_empty() || self.macs.contains(&mac))
+    }
+}
+
 /// What the node knows about a learning port's network for IPv6: the
-/// servers (DUIDs) its DHCPv6 leases were served by, its prefixes, the
-/// addresses other bindings hold.
+/// servers (DUIDs) its DHCPv6 leases were served by and where their REPLYs
+/// came from, its prefixes, the addresses other bindings hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetworkView6 {
-    /// Server DUID → the link-layer sources its replies came from (empty:
-    /// not known, any).
-    pub servers: BTreeMap<Vec<u8>, BTreeSet<[u8; 6]>>,
+    /// Server DUID → where its REPLYs came from.
+    pub servers: BTreeMap<Vec<u8>, Senders>,
     /// `(network address, prefix length)`.
     pub prefixes: BTreeSet<(Ipv6Addr, u8)>,
     /// Addresses held by other bindings of the network on the node.
@@ -87,18 +110,18 @@ pub struct NetworkView6 {
 
 impl NetworkView6 {
     /// A DHCPv6 lease of the network, served by `server` (a DUID; its
-    /// replies came from `server_mac`, when known), for
-    /// `address`/`prefix_len`.
+    /// REPLY came from `from`, when known), for `address`/`prefix_len`.
     pub fn served(
         &mut self,
         server: &[u8],
-        server_mac: Option<[u8; 6]>,
+        from: Option<Source>,
         address: Ipv6Addr,
         prefix_len: u8,
     ) {
-        let macs = self.servers.entry(server.to_vec()).or_default();
-        if let Some(m) = server_mac {
-            macs.insert(m);
+        let senders = self.servers.entry(server.to_vec()).or_default();
+        if let Some(from) = from {
+            senders.ips.insert(from.ip);
+            senders.macs.extend(from.mac);
         }
         if prefix_len <= 128 {
             self.prefixes
@@ -190,7 +213,10 @@ pub enum Refused6 {
     UnknownNetwork,
     #[error("server identifier {} serves none of the network's leases", hex(.0.as_deref()))]
     UnknownServer(Option<Vec<u8>>),
-    #[error("sent from {src_ip} ({}), not from the server's link-layer address", super::format_mac(*src_mac))]
+    /// The Server Identifier is a known server's, but the REPLY comes
+    /// from an IPv6 or link-layer source none of the network's leases got
+    /// that server's REPLYs from.
+    #[error("sent from {src_ip} ({}), not from where the server's replies came from", super::format_mac(*src_mac))]
     ServerSource { src_ip: Ipv6Addr, src_mac: [u8; 6] },
     #[error("{0} is outside the network's IPv6 prefixes")]
     OutsidePrefix(Ipv6Addr),
@@ -375,8 +401,7 @@ impl Learner6 {
             .as_ref()
             .filter(|s| view.servers.contains_key(*s))
             .ok_or_else(|| Refused6::UnknownServer(msg.server_id.clone()))?;
-        let macs = &view.servers[server];
-        if !(macs.is_empty() || macs.contains(&seen.src_mac)) {
+        if !view.servers[server].sent(seen.src_ip, seen.src_mac) {
             return Err(Refused6::ServerSource {
                 src_ip: seen.src_ip,
                 src_mac: seen.src_mac,
@@ -736,11 +761,29 @@ mod tests {
             t.guest_gets(1, &reply(7, a, ROGUE_DUID)),
             Err(Refused6::UnknownServer(Some(ROGUE_DUID.to_vec())))
         );
-        // With the real server's DUID, from another link-layer source than
-        // the server's replies came from.
-        t.view
-            .servers
-            .insert(SERVER_DUID.to_vec(), [SERVER_MAC].into());
+        assert_eq!(
+            t.guest_gets(2, &reply(7, a, SERVER_DUID)),
+            Ok(Some(bound("fd00:6::1a0")))
+        );
+    }
+
+    /// The view of a network whose lease saw the server's REPLY come from
+    /// `fe80::53` at [`SERVER_MAC`] (`mac` false: from a socket, no MAC).
+    fn view_with_sender(mac: bool) -> NetworkView6 {
+        let mut v = NetworkView6::default();
+        let from = Source::new(ip("fe80::53"), mac.then_some(SERVER_MAC));
+        v.served(SERVER_DUID, Some(from), ip("fd00:6::110"), 64);
+        v
+    }
+
+    #[test]
+    fn a_reply_with_the_servers_duid_from_another_link_layer_source_is_refused() {
+        let mut t = T::new();
+        t.view = view_with_sender(true);
+        let a = ip("fd00:6::1a0");
+        t.guest_sends(0, &client(MessageType::Request, 7, Some(a)))
+            .unwrap();
+        // The server's DUID and IPv6 source, another host's MAC.
         assert_eq!(
             t.guest_gets_from(1, ATTACKER_MAC, &reply(7, a, SERVER_DUID)),
             Err(Refused6::ServerSource {
@@ -748,8 +791,118 @@ mod tests {
                 src_mac: ATTACKER_MAC
             })
         );
+        // The refusal closed nothing: the server's own REPLY is learned.
         assert_eq!(
             t.guest_gets(2, &reply(7, a, SERVER_DUID)),
+            Ok(Some(bound("fd00:6::1a0")))
+        );
+        assert_eq!(
+            Refused6::ServerSource {
+                src_ip: ip("fe80::53"),
+                src_mac: ATTACKER_MAC
+            }
+            .label(),
+            "server_source"
+        );
+    }
+
+    #[test]
+    fn a_reply_with_the_servers_duid_from_another_ipv6_source_is_refused() {
+        for mac in [true, false] {
+            let mut t = T::new();
+            t.view = view_with_sender(mac);
+            let a = ip("fd00:6::1a0");
+            t.guest_sends(0, &client(MessageType::Request, 7, Some(a)))
+                .unwrap();
+            // The server's DUID and even its MAC, from another address.
+            let seen = Seen6 {
+                direction: Direction::ToGuest,
+                src_mac: SERVER_MAC,
+                src_ip: ip("fe80::6666"),
+                payload: &reply(7, a, SERVER_DUID),
+            };
+            let view = t.view.clone();
+            assert_eq!(
+                t.l.observe(PORT, &seen, t.at(1), || Some(view)),
+                Err(Refused6::ServerSource {
+                    src_ip: ip("fe80::6666"),
+                    src_mac: SERVER_MAC
+                }),
+                "MAC known: {mac}"
+            );
+            assert_eq!(
+                t.guest_gets(2, &reply(7, a, SERVER_DUID)),
+                Ok(Some(bound("fd00:6::1a0"))),
+                "MAC known: {mac}"
+            );
+        }
+    }
+
+    /// Relayed: the network's leases saw the server's REPLYs come from the
+    /// relay agent's address on the link; the guest's come from there too,
+    /// and a host on the link that is not the relay is refused.
+    #[test]
+    fn a_relayed_reply_comes_from_the_relay_agent_the_leases_saw() {
+        let relay = ip("fe80::1");
+        let relay_mac = [2, 0, 0x5e, 0, 0x53, 0xfe];
+        let mut t = T::new();
+        t.view = NetworkView6::default();
+        t.view.served(
+            SERVER_DUID,
+            Some(Source::new(relay, Some(relay_mac))),
+            ip("fd00:6::110"),
+            64,
+        );
+        let a = ip("fd00:6::1a0");
+        t.guest_sends(0, &client(MessageType::Request, 7, Some(a)))
+            .unwrap();
+        let seen = |l: &mut Learner6, src_ip, src_mac, view: &NetworkView6| {
+            let s = Seen6 {
+                direction: Direction::ToGuest,
+                src_mac,
+                src_ip,
+                payload: &reply(7, a, SERVER_DUID),
+            };
+            let view = view.clone();
+            l.observe(PORT, &s, t.t0 + Duration::from_secs(1), || Some(view))
+        };
+        for (src_ip, src_mac) in [
+            (ip("fe80::53"), ATTACKER_MAC),
+            // The relay's MAC, not its address.
+            (ip("fe80::53"), relay_mac),
+        ] {
+            assert_eq!(
+                seen(&mut t.l, src_ip, src_mac, &t.view),
+                Err(Refused6::ServerSource { src_ip, src_mac })
+            );
+        }
+        assert_eq!(
+            seen(&mut t.l, relay, relay_mac, &t.view),
+            Ok(Some(bound("fd00:6::1a0")))
+        );
+    }
+
+    /// Leases that know no source (recorded before it was kept) check
+    /// none: any source passes, as before; one that knows the IPv6 source
+    /// only (read from a socket) checks that alone.
+    #[test]
+    fn unknown_sources_are_not_checked() {
+        let a = ip("fd00:6::1a0");
+        // `view()`: served with no source at all.
+        let mut t = T::new();
+        t.guest_sends(0, &client(MessageType::Request, 7, Some(a)))
+            .unwrap();
+        assert_eq!(
+            t.guest_gets_from(1, ATTACKER_MAC, &reply(7, a, SERVER_DUID)),
+            Ok(Some(bound("fd00:6::1a0")))
+        );
+        // The IPv6 source known, not the MAC: any MAC from it passes.
+        let mut t = T::new();
+        t.view = view_with_sender(false);
+        t.guest_sends(0, &client(MessageType::Request, 7, Some(a)))
+            .unwrap();
+        assert_eq!(
+            t.guest_gets_from(1, ATTACKER_MAC, &reply(7, a, SERVER_DUID)),
             Ok(Some(bound("fd00:6::1a0")))
         );
     }

@@ -637,9 +637,13 @@ impl Task6 {
         }
         self.client.set_wall_clock_unix_ms(now_unix_ms());
         let src = frame.headers.src_ip;
+        // The frame shows who sent it: the lease records the Ethernet
+        // source beside the IPv6 one (guest learning checks REPLYs
+        // against them).
+        let from = v6::Source::new(src, Some(frame.headers.src_mac));
         if let Err(reason) = self
             .client
-            .handle_packet(Instant::now(), src, &frame.payload)
+            .handle_packet_from(Instant::now(), from, &frame.payload)
         {
             debug!(%src, reason = reason.label(), "captured DHCPv6 message dropped");
         }
@@ -1017,6 +1021,9 @@ async fn run_loop(t: &mut Task6) -> Ended {
             Some(frame) = captured(t.kernel.as_mut()) => t.on_captured(&frame),
             got = t.sock.recv(&mut buf) => match got {
                 Ok((n, src)) => {
+                    // A socket hides the Ethernet source: the lease records
+                    // the IPv6 one, and keeps the MAC an earlier captured
+                    // REPLY from the same sender showed.
                     t.client.set_wall_clock_unix_ms(now_unix_ms());
                     if let Err(reason) = t.client.handle_packet(Instant::now(), src, &buf[..n]) {
                         debug!(%src, reason = reason.label(), "DHCPv6 message dropped");
@@ -1074,6 +1081,7 @@ pub(crate) mod tests {
             dns_servers: vec!["2001:db8::53".parse().unwrap()],
             domain_search: vec!["example.test".into()],
             acquired_unix_ms: 1,
+            server_source: None,
         }
     }
 

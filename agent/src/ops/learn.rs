@@ -713,8 +713,8 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
 }
 
 /// What the node knows of the IPv6 side of the network of attachment
-/// `(cid, ifname)`: the servers (DUIDs) and prefixes of every DHCPv6 lease
-/// of that network on the node, and the IPv6 addresses the other bindings
+/// `(cid, ifname)`: the servers (DUIDs), where their REPLYs came from and
+/// the prefixes of every DHCPv6 lease of that network on the node, and the IPv6 addresses the other bindings
 /// of that network hold (DHCPv6 leases of other MACs, IPv6 bindings
 /// learned for other MACs). `None` when the attachment has no record, or
 /// the network no DHCPv6 lease on the node.
@@ -735,7 +735,7 @@ fn network_view6(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option
         }
         if let Some(l6) = r.lease6.as_deref() {
             let a = crate::lease::v6::address6(&r.network, l6, r.router6);
-            view.served(&l6.server_id, None, l6.address, a.prefix_len);
+            view.served(&l6.server_id, l6.server_source, l6.address, a.prefix_len);
             if other {
                 view.held.insert(l6.address);
             }

@@ -27,7 +27,7 @@ use tracing::{debug, trace};
 use super::backoff::{self, Rand};
 use super::config::{ClientConfig, MAX_DUID_LEN, ResumeMode, Timing};
 use super::event::{AcquireError, Event, LostReason};
-use super::lease::{self, IaAddress, IaView, Lease};
+use super::lease::{self, IaAddress, IaView, Lease, Source};
 use super::message::{self, MessageKind, Outgoing};
 use super::state::State;
 use super::stats::ClientStats;
@@ -194,6 +194,9 @@ pub struct Client {
     /// `SOL_MAX_RT` a server sent (§21.24).
     sol_max_rt: Option<Duration>,
     declined: Vec<Ipv6Addr>,
+    /// The sender of the message being handled ([`Client::handle_packet_from`]),
+    /// stamped on the lease it binds or extends.
+    rx_source: Option<Source>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: ClientStats,
@@ -216,6 +219,7 @@ impl Client {
             xid,
             exchange: None,
             held: None,
+            rx_source: None,
             acq: None,
             use_multicast: false,
             sol_max_rt: None,
@@ -307,10 +311,25 @@ impl Client {
         src: Ipv6Addr,
         payload: &[u8],
     ) -> Result<(), DropReason> {
+        self.handle_packet_from(now, Source::new(src, None), payload)
+    }
+
+    /// [`Client::handle_packet`] for a message whose frame was seen: the
+    /// lease it binds or extends records `source`, its Ethernet source
+    /// included ([`Lease::server_source`]).
+    pub fn handle_packet_from(
+        &mut self,
+        now: Instant,
+        source: Source,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
+        let src = source.ip;
         self.wall.apply(now);
         let before = self.state();
         let mut ours = false;
+        self.rx_source = Some(source);
         let result = self.process(now, payload, &mut ours);
+        self.rx_source = None;
         if let Err(reason) = result {
             self.stats.count_drop(reason);
             if ours {
@@ -1193,7 +1212,22 @@ impl Client {
             return Err(DropReason::WrongState);
         };
         let (base, rebinding) = (ex.first_sent, ex.kind == MessageKind::Rebind);
-        let lease = lease::build(msg, view, self.iaid, addr, self.wall.at(base))?;
+        let mut lease = lease::build(msg, view, self.iaid, addr, self.wall.at(base))?;
+        // A sender seen without its frame (a UDP socket) keeps the
+        // Ethernet source the same sender's earlier REPLYs for the same
+        // server came with.
+        lease.server_source = self.rx_source.map(|src| Source {
+            mac: src.mac.or_else(|| {
+                self.held
+                    .as_ref()
+                    .map(|h| &h.lease)
+                    .filter(|l| l.server_id == lease.server_id)
+                    .and_then(|l| l.server_source)
+                    .filter(|s| s.ip == src.ip)
+                    .and_then(|s| s.mac)
+            }),
+            ..src
+        });
         let at = |secs: u32| lease::finite(secs).map(|d| later(base, d));
         let held = Held {
             t1_at: at(lease.t1_secs),

@@ -318,6 +318,7 @@ mod tests {
             dns_servers: Vec::new(),
             domain_search: Vec::new(),
             acquired_unix_ms: WALL0,
+            server_source: None,
         };
         let r = std::panic::catch_unwind(|| check_lease(&lease, &msg, lease.iaid));
         assert!(r.is_err(), "an address the message does not carry passed");

@@ -34,6 +34,36 @@ pub struct Lease {
     /// Wall-clock time (Unix ms) the exchange that got the lease started;
     /// lifetimes count from it.
     pub acquired_unix_ms: u64,
+    /// Where the REPLY that bound or last extended the lease came from, as
+    /// the client's link saw it: the server, or on a relayed network the
+    /// relay agent that forwarded it (RFC 8415 §19.2). `None` in leases
+    /// recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_source: Option<Source>,
+}
+
+/// The sender of a REPLY on the client's link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    /// Its IPv6 source address (the server's, or the relay agent's on
+    /// this link; a link-local one as a rule).
+    pub ip: Ipv6Addr,
+    /// Its Ethernet source, when the receive path saw the frame (`None`
+    /// from a UDP socket, which hides it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<[u8; 6]>,
+}
+
+impl Source {
+    /// The sender `ip`, with the Ethernet source `mac` if it is one a
+    /// station sends from (not zero, broadcast or multicast: a driver
+    /// without link-layer information).
+    pub fn new(ip: Ipv6Addr, mac: Option<[u8; 6]>) -> Self {
+        Self {
+            ip,
+            mac: mac.filter(|m| *m != [0; 6] && m[0] & 1 == 0),
+        }
+    }
 }
 
 impl Lease {
@@ -164,6 +194,7 @@ pub fn build(
         dns_servers: msg.dns_servers.clone(),
         domain_search: msg.domain_search.clone(),
         acquired_unix_ms,
+        server_source: None,
     })
 }
 
@@ -209,6 +240,10 @@ mod tests {
             dns_servers: vec!["2001:db8::53".parse().unwrap()],
             domain_search: vec!["example.com".into()],
             acquired_unix_ms: 1,
+            server_source: Some(Source::new(
+                "fe80::547".parse().unwrap(),
+                Some([2, 0, 0, 0, 5, 0x47]),
+            )),
         };
         let json = serde_json::to_string(&l).unwrap();
         assert_eq!(serde_json::from_str::<Lease>(&json).unwrap(), l);

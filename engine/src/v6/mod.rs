@@ -61,7 +61,7 @@ pub use config::{
     ClientConfig, ConfigError, DuidKind, ResumeMode, Timeouts, Timing, iaid_from_mac,
 };
 pub use event::{AcquireError, Event, LostReason};
-pub use lease::Lease;
+pub use lease::{Lease, Source};
 pub use message::MessageKind;
 pub use state::State;
 pub use stats::ClientStats;

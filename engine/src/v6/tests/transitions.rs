@@ -589,6 +589,7 @@ fn stored() -> Lease {
         dns_servers: vec![DNS],
         domain_search: Vec::new(),
         acquired_unix_ms: WALL0,
+        server_source: None,
     }
 }
 
@@ -737,4 +738,64 @@ fn retransmit_now_repeats_a_renewal_at_once_and_nothing_else() {
     let again = h.one();
     assert_eq!((again.kind, again.xid), (MessageKind::Renew, renew.xid));
     assert_eq!(Sent::decode(&again).elapsed(), Some(200));
+}
+
+/// The lease records where its REPLY came from: the IPv6 source, and the
+/// Ethernet source when the frame was seen. A renewal read from a socket
+/// (no frame) from the same sender keeps the Ethernet source it had; one
+/// from another sender does not inherit it.
+#[test]
+fn the_lease_records_the_replys_sender_and_keeps_its_mac_across_a_socket_renewal() {
+    use crate::v6::Source;
+    const SERVER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 1];
+    let mut h = H::new(cfg());
+    let sol = h.one();
+    h.feed(&Msg::advertise(&sol, 1).pref(255)).unwrap();
+    let req = h.one();
+    h.c.handle_packet_from(
+        h.now,
+        Source::new(SRC, Some(SERVER_MAC)),
+        &Msg::reply(&req, 1).bytes(),
+    )
+    .unwrap();
+    let ev = h.ev();
+    let [Event::Bound(lease)] = ev.as_slice() else {
+        panic!("{ev:?}")
+    };
+    let seen = Source {
+        ip: SRC,
+        mac: Some(SERVER_MAC),
+    };
+    assert_eq!(lease.server_source, Some(seen));
+
+    // RENEW at T1, its REPLY from the socket: same sender, MAC kept.
+    let (_, renew) = h.next_tx();
+    assert_eq!(renew.kind, MessageKind::Renew);
+    h.feed(&Msg::reply(&renew, 1)).unwrap();
+    let ev = h.ev();
+    let [Event::Renewed(lease)] = ev.as_slice() else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(lease.server_source, Some(seen));
+
+    // The next one from another address (a relay agent): its own source,
+    // no MAC it was not seen with.
+    let (_, renew) = h.next_tx();
+    let relay: std::net::Ipv6Addr = "fe80::fe".parse().unwrap();
+    h.c.handle_packet(h.now, relay, &Msg::reply(&renew, 1).bytes())
+        .unwrap();
+    let ev = h.ev();
+    let [Event::Renewed(lease)] = ev.as_slice() else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        lease.server_source,
+        Some(Source {
+            ip: relay,
+            mac: None
+        })
+    );
+    // A multicast or zero Ethernet source is no station's.
+    assert_eq!(Source::new(SRC, Some([0x33, 0x33, 0, 1, 0, 2])).mac, None);
+    assert_eq!(Source::new(SRC, Some([0; 6])).mac, None);
 }
