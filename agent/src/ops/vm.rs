@@ -337,7 +337,7 @@ pub(crate) async fn add_vfio(
         key: vm.annotation_key.as_deref(),
     };
     let (handle, lease) = match found {
-        OnVf::V4(handle, lease) => (handle, lease),
+        OnVf::V4(handle, lease) => (handle, *lease),
         OnVf::V6(found) => {
             // An IPv6 or dual-stack network: reported and recorded as a VM's
             // one-shot discoveries on its launcher's netdev are.
@@ -373,8 +373,8 @@ pub(crate) async fn add_vfio(
 /// network; the `DHCPv6` one, with the DHCPv4 one beside it on a
 /// dual-stack network.
 enum OnVf {
-    V4(Handle, Lease),
-    V6(Found),
+    V4(Handle, Box<Lease>),
+    V6(Box<Found>),
 }
 
 /// Inside the handoff window: prepare `netdev`, run the network's one-shot
@@ -443,10 +443,12 @@ async fn discover(
             .map_err(|f| Error::acquisition(place.clone(), &req.config.name, f))
     };
     let found = match req.config.ipam.family {
-        CniFamily::Ipv4 => v4.await.map(|(h, l)| OnVf::V4(h, l)),
-        CniFamily::Ipv6 => v6.await.map(|v6| OnVf::V6(Found { v4: None, v6 })),
+        CniFamily::Ipv4 => v4.await.map(|(h, l)| OnVf::V4(h, Box::new(l))),
+        CniFamily::Ipv6 => v6
+            .await
+            .map(|v6| OnVf::V6(Box::new(Found { v4: None, v6 }))),
         CniFamily::Dual => match tokio::join!(v4, v6) {
-            (Ok(v4), Ok(v6)) => Ok(OnVf::V6(Found { v4: Some(v4), v6 })),
+            (Ok(v4), Ok(v6)) => Ok(OnVf::V6(Box::new(Found { v4: Some(v4), v6 }))),
             (Err(e), other) => {
                 if let Ok((h, _)) = other {
                     agent.leases.abandon(&h, false).await;
