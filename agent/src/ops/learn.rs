@@ -680,10 +680,40 @@ fn flushed(agent: &Agent, done: Result<(Change, Result<(), StoreError>), tokio::
 /// attachments and MACs, bindings learned for other MACs). `None` when the
 /// attachment has no record.
 fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<NetworkView> {
+    let mut view = NetworkView::default();
+    let others = network_leases(agent, cid, ifname, mac, |r, other| {
+        if let Some(l) = &r.lease {
+            view.served(l.server_id, l.server_mac, l.address, l.prefix_len);
+            if other {
+                view.held.insert(l.address);
+            }
+        }
+    })?;
+    view.held.extend(
+        learned_by(agent, &others)
+            .into_iter()
+            .filter_map(|ip| match ip {
+                IpAddr::V4(a) => Some(a),
+                IpAddr::V6(_) => None,
+            }),
+    );
+    Some(view)
+}
+
+/// Walks every lease record of the network of attachment `(cid, ifname)`
+/// on the node, telling `each` whether it belongs to another MAC than
+/// `mac`; returns those other MACs. `None` when the attachment has no
+/// record.
+fn network_leases(
+    agent: &Agent,
+    cid: &str,
+    ifname: &str,
+    mac: [u8; 6],
+    mut each: impl FnMut(&crate::lease::persist::LeaseRecord, bool),
+) -> Option<HashSet<String>> {
     let own = agent.leases.get(cid, ifname)?;
     let network = lock(&own.live).record.network.name.clone();
-    let mut view = NetworkView::default();
-    let mut macs = HashSet::new();
+    let mut others = HashSet::new();
     for h in agent.leases.all() {
         let live = lock(&h.live);
         let r = &live.record;
@@ -692,24 +722,22 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
         }
         let other = r.mac != mac;
         if other {
-            macs.insert(format_mac(r.mac));
+            others.insert(format_mac(r.mac));
         }
-        if let Some(l) = &r.lease {
-            view.served(l.server_id, l.server_mac, l.address, l.prefix_len);
-            if other {
-                view.held.insert(l.address);
-            }
-        }
+        each(r, other);
     }
+    Some(others)
+}
+
+/// The addresses learned now for the MACs in `macs`.
+fn learned_by(agent: &Agent, macs: &HashSet<String>) -> Vec<IpAddr> {
     let now = crate::sys::clock::now_unix_ms();
-    view.held.extend(
-        lock(&agent.guard.learned)
-            .rows(now)
-            .into_iter()
-            .filter(|b| macs.contains(&b.mac))
-            .filter_map(|b| b.ipv4()),
-    );
-    Some(view)
+    lock(&agent.guard.learned)
+        .rows(now)
+        .into_iter()
+        .filter(|b| macs.contains(&b.mac))
+        .map(|b| b.ip)
+        .collect()
 }
 
 /// What the node knows of the IPv6 side of the network of attachment
@@ -719,20 +747,8 @@ fn network_view(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<
 /// learned for other MACs). `None` when the attachment has no record, or
 /// the network no DHCPv6 lease on the node.
 fn network_view6(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option<NetworkView6> {
-    let own = agent.leases.get(cid, ifname)?;
-    let network = lock(&own.live).record.network.name.clone();
     let mut view = NetworkView6::default();
-    let mut macs = HashSet::new();
-    for h in agent.leases.all() {
-        let live = lock(&h.live);
-        let r = &live.record;
-        if r.network.name != network {
-            continue;
-        }
-        let other = r.mac != mac;
-        if other {
-            macs.insert(format_mac(r.mac));
-        }
+    let others = network_leases(agent, cid, ifname, mac, |r, other| {
         if let Some(l6) = r.lease6.as_deref() {
             let a = crate::lease::v6::address6(&r.network, l6, r.router6);
             view.served(&l6.server_id, l6.server_source, l6.address, a.prefix_len);
@@ -740,17 +756,14 @@ fn network_view6(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option
                 view.held.insert(l6.address);
             }
         }
-    }
+    })?;
     if view.servers.is_empty() {
         return None;
     }
-    let now = crate::sys::clock::now_unix_ms();
     view.held.extend(
-        lock(&agent.guard.learned)
-            .rows(now)
+        learned_by(agent, &others)
             .into_iter()
-            .filter(|b| macs.contains(&b.mac))
-            .filter_map(|b| match b.ip {
+            .filter_map(|ip| match ip {
                 IpAddr::V6(a) => Some(a),
                 IpAddr::V4(_) => None,
             }),
