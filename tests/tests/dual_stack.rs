@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use agent_support::{AgentProcess, PluginOutput, ipam_only as call};
 use xdhcp::cli::{DatapathChoice, KubeMode};
+use xdhcp_tests::bench::{free_local_addr, http_get, metric, metric_count};
 use xdhcp_tests::{
     Dnsmasq, Dnsmasq6, DnsmasqConfig, InProcessAgent, Lab, NetNs, StandInApi, format_mac,
     wait_until,
@@ -400,17 +401,20 @@ const POD_NETWORKS: &str = "k8s.ovn.org/pod-networks";
 /// A dual-stack pod's `pod-networks` entry carries both its addresses
 /// (each with its prefix length), both gateways (the DHCPv4 lease's router,
 /// the network's IPv6 gateway), `ipam_mode: dhcp` and the pod's MAC,
-/// written before the ADD answers; DEL removes it.
+/// written before the ADD answers; DEL removes it. Where the ADD's time
+/// went is in the metrics, each phase once, as for one family.
 #[test]
 fn a_dual_stack_pods_addresses_are_in_its_pod_networks_entry_fake_apiserver() {
     let api = StandInApi::start();
     let uid = api.server.add_pod("tenant", "dualweb", &[], &[]);
     let lab = Lab::builder().server_behind_uplink().build();
     let (_v4, _v6) = servers(&lab, DnsmasqConfig::default());
+    let metrics = free_local_addr();
     let agent = InProcessAgent::start_with(|a| {
         a.kube = KubeMode::On;
         a.kubeconfig = Some(api.kubeconfig.clone());
         a.datapath = DatapathChoice::Afpacket;
+        a.metrics_addr = Some(metrics);
     });
     let c = &lab.clients[0];
     let conf = r#"{"cniVersion":"1.1.0","name":"dualnet","type":"ovn-k8s-cni-overlay",
@@ -450,6 +454,27 @@ fn a_dual_stack_pods_addresses_are_in_its_pod_networks_entry_fake_apiserver() {
     assert_eq!(e["mac_address"], format_mac(c.mac), "{e}");
     let families: Vec<String> = agent.leases().into_iter().map(|l| l.family).collect();
     assert_eq!(families.len(), 2, "{families:?}");
+    let text = http_get(metrics, "/metrics").expect("the metrics server answers");
+    for phase in [
+        "request", "lookup", "open", "guard", "slot", "start", "offer", "ack", "report", "persist",
+        "answer",
+    ] {
+        let count = metric_count(
+            &text,
+            "xdhcp_add_phase_seconds_count",
+            &format!("phase=\"{phase}\""),
+        );
+        assert_eq!(count, 1, "phase {phase}:\n{text}");
+    }
+    let sum = |phase: &str| {
+        metric(
+            &text,
+            "xdhcp_add_phase_seconds_sum",
+            &format!("phase=\"{phase}\""),
+        )
+    };
+    assert!(sum("offer") > 0.0 && sum("ack") > 0.0, "{text}");
+    assert!(sum("report") > 0.0, "the entry's write: {text}");
 
     let _: serde_json::Value = agent.post(xdhcp::rpc::PATH_DEL, &req).expect("DEL");
     let after = api

@@ -83,6 +83,11 @@ pub(crate) enum Sockets {
     /// ([`crate::datapath::udp6`]), made in the same trip
     /// ([`Link::take_udp6`]).
     Udp6,
+    /// A dual-stack attachment's: the sender and the receiver of
+    /// [`Sockets::SenderAndReceiver`], and the `DHCPv6` client socket of
+    /// [`Sockets::Udp6`], all from one trip (the `DHCPv6` exchange then
+    /// makes none of its own beside the DHCPv4 one).
+    Dual,
 }
 
 /// The sender for one interface, plus (`AF_PACKET` fallback) its receiver.
@@ -396,7 +401,8 @@ impl Link {
         })
     }
 
-    /// The `DHCPv6` client socket the trip made ([`Sockets::Udp6`]), once.
+    /// The `DHCPv6` client socket the trip made ([`Sockets::Udp6`],
+    /// [`Sockets::Dual`]), once.
     pub(crate) fn take_udp6(&mut self) -> Option<std::os::fd::OwnedFd> {
         self.udp6.take()
     }
@@ -762,13 +768,13 @@ fn open_here(
         Some(RawSender::open_for(&name, info, ns_owned.as_deref()).map_err(in_ns)?)
     };
     clock.sender = clock.lap();
-    let rx = if sockets == Sockets::SenderAndReceiver {
+    let rx = if matches!(sockets, Sockets::SenderAndReceiver | Sockets::Dual) {
         Some(AfPacketReceiver::open_here_on(&name, info, info.mac).map_err(in_ns)?)
     } else {
         None
     };
     clock.receiver = clock.lap();
-    let udp6 = if sockets == Sockets::Udp6 {
+    let udp6 = if matches!(sockets, Sockets::Udp6 | Sockets::Dual) {
         Some(
             crate::datapath::udp6::bound_socket(&name, info.ifindex)
                 .map_err(|(op, source)| io_err(op)(source))?,
@@ -931,6 +937,14 @@ mod tests {
                 assert!(
                     matches!(link.take_veth_peer(), PeerLookup::Found(Ok(Some(p))) if p == want)
                 );
+                drop(link);
+                // A dual-stack attachment's trip makes both families'
+                // sockets: the DHCPv6 exchange needs no trip of its own.
+                let mut link =
+                    Link::open_looking(Some(&pod.path), "eth0", Sockets::Dual, true).unwrap();
+                assert!(link.tx.is_some(), "the DHCPv4 sender");
+                assert!(link.rx.is_some(), "the DHCPv4 receiver");
+                assert!(link.take_udp6().is_some(), "the DHCPv6 client socket");
                 drop(link);
                 // Up: the trip looks all the same.
                 let mut link =

@@ -297,7 +297,10 @@ async fn add_v6(
     };
     // Boxed: the IPv4 path's future is large enough without these in it.
     if family == Family::Dual {
-        return Box::pin(crate::ops::add_dual::add(agent, req, to, netns, deadline)).await;
+        return Box::pin(crate::ops::add_dual::add(
+            agent, req, to, netns, deadline, phases,
+        ))
+        .await;
     }
     Box::pin(crate::ops::add6::add(
         agent, req, to, netns, deadline, phases,

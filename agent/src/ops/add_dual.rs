@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{info, warn};
 use xdhcp_engine::Mode;
@@ -19,17 +20,18 @@ use xdhcp_engine::Mode;
 use crate::cni::types::{CniResult, DnsConfig};
 use crate::datapath::link::{Link, Sockets};
 use crate::guard::HostEnd;
-use crate::lease::acquire::Acquisition;
+use crate::lease::acquire::{Acquired, Acquisition};
 use crate::lease::persist::{Family, WorkloadKind};
 use crate::lease::registry::Handle;
-use crate::lease::v6::{Acquisition6, address6};
+use crate::lease::v6::{Acquired6, Acquisition6, address6};
 use crate::ops::add6::{For, cni_result6};
 use crate::ops::context::Agent;
 use crate::ops::error::{Error, LeaseFate, Place};
 use crate::ops::guard_port::{first_send_held, guard_added};
 use crate::ops::network::fresh_record;
 use crate::ops::report::{
-    Deadline, ReportTo, cni_result, report_address_dual, unapply, unrecorded, unreport,
+    Deadline, Phases, ReportTo, cni_result, micros, report_address_dual, unapply, unrecorded,
+    unreport,
 };
 use crate::rpc::CniRequest;
 use crate::sys::sync::lock;
@@ -42,20 +44,30 @@ pub(crate) async fn add(
     who: For,
     netns: PathBuf,
     deadline: Deadline,
+    mut phases: Phases,
 ) -> Result<CniResult, Error> {
-    let started = std::time::Instant::now();
     let place = Place::Pod {
         ifname: req.ifname.clone(),
         netns: netns.clone(),
     };
     // One trip into the namespace: the DHCPv4 lease's sender and receiver,
-    // the interface brought up, its veth peer found (the guard's port).
-    let link = Link::open_looking(Some(&netns), &req.ifname, Sockets::SenderAndReceiver, true)
+    // the DHCPv6 client socket, the interface brought up, its veth peer
+    // found (the guard's port).
+    let link = Link::open_looking(Some(&netns), &req.ifname, Sockets::Dual, true)
         .map_err(|source| Error::interface(agent.metrics(), place.clone(), source))?;
+    phases.open = phases.lap();
     let mac = link.info.mac;
     // Boxed: both acquisitions and the guard, joined, make a large future.
-    let ((h4, lease4), (h6, lease6)) =
+    let (got4, got6, guarded) =
         Box::pin(acquire_both(agent, req, &who, link, &netns, place)).await?;
+    phases.guard = micros(guarded);
+    phases.dora = phases.lap();
+    let slower = Slower::of(&got4, &got6);
+    match slower {
+        Slower::V4 => phases.acquired(&got4),
+        Slower::V6 => phases.acquired6(&got6),
+    }
+    let (h4, lease4, h6, lease6) = (got4.handle, got4.lease, got6.handle, got6.lease);
     let router = lock(&h6.live).record.router6;
     let a6 = address6(&lease_network(&h6), &lease6, router);
     let to = ReportTo {
@@ -95,6 +107,7 @@ pub(crate) async fn add(
             source: Box::new(source),
         });
     }
+    phases.report = phases.lap();
     // Answer only once both records are in place (a restart must resume
     // both).
     let missing = match unrecorded(&h4, deadline).await {
@@ -105,16 +118,52 @@ pub(crate) async fn add(
         give_back_both(agent, req, (&h4, &lease4), &h6).await;
         return Err(unreport(agent, to, deadline, reason).await);
     }
+    phases.durable += phases.lap();
+    phases.observe(agent.metrics());
     info!(container = %req.container_id, ifname = %req.ifname, address = %lease4.address,
-        address6 = %lease6.address, mac = %MacAddr(mac), total_us = started.elapsed().as_micros(),
+        address6 = %lease6.address, mac = %MacAddr(mac), who_us = phases.who,
+        open_us = phases.open, guard_us = phases.guard, dora_us = phases.dora,
+        phases_of = slower.label(), slot_us = phases.slot, start_us = phases.start,
+        offer_us = phases.offer, ack_us = phases.ack, apply_us = phases.apply,
+        report_us = phases.report, durable_us = phases.durable, total_us = phases.total(),
         "ADD done (dual stack)");
     Ok(result(&lease4, &lease6, router, &req.config))
 }
 
+/// Which family's acquisition a dual-stack ADD waited for: the one whose
+/// steps (slot, start, offer, ack) took longer. Its steps are the ADD's
+/// phases (logged and observed as an IPv4 or IPv6 ADD's are); the other's
+/// ran beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slower {
+    V4,
+    V6,
+}
+
+impl Slower {
+    fn of(v4: &Acquired, v6: &Acquired6) -> Self {
+        let steps =
+            |slot: Duration, e: &crate::lease::live::Exchange| slot + e.start + e.offer + e.ack;
+        if steps(v6.slot, &v6.exchange) > steps(v4.protect + v4.slot, &v4.exchange) {
+            Self::V6
+        } else {
+            Self::V4
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::V4 => "dhcpv4",
+            Self::V6 => "dhcpv6",
+        }
+    }
+}
+
 /// Both leases of a pod's dual-stack attachment on its opened `link`,
-/// acquired at once, with the guard put on its port meanwhile; when either
-/// fails, the other is given back and the ADD fails with the first
-/// failure (the DHCPv4 one when both failed; the other is logged).
+/// acquired at once, with the guard put on its port meanwhile (how long
+/// it took is the third value); when either fails, the other is given
+/// back and the ADD fails with the first failure (the DHCPv4 one when
+/// both failed; the other is logged).
 async fn acquire_both(
     agent: &Arc<Agent>,
     req: &CniRequest,
@@ -122,15 +171,10 @@ async fn acquire_both(
     mut link: Link,
     netns: &std::path::Path,
     place: Place,
-) -> Result<
-    (
-        (Handle, xdhcp_engine::Lease),
-        (Handle, xdhcp_engine::v6::Lease),
-    ),
-    Error,
-> {
+) -> Result<(Acquired, Acquired6, Duration), Error> {
     let (mac, ifindex) = (link.info.mac, link.info.ifindex);
     let peer = link.take_veth_peer();
+    let sock = link.take_udp6();
     let prepared = first_send_held(agent, &mut link, &peer);
     let gate6 = link.port_gate();
     let record = |family| {
@@ -164,21 +208,25 @@ async fn acquire_both(
             netns: netns.to_path_buf(),
             ifindex,
             link_mac: mac,
-            sock: None,
+            sock,
         };
         agent
             .leases
-            .acquire6(&agent.pacing, agent.base.acquire_timeout, acquisition)
+            .acquire6_timed(&agent.pacing, agent.base.acquire_timeout, acquisition)
             .await
     };
-    let guard = guard_added(agent, req, netns, (mac, false), HostEnd { peer, prepared });
-    let (v4, v6, ()) = tokio::join!(v4, v6, guard);
-    let ((h4, lease4), (h6, lease6)) = match (v4, v6) {
-        (Ok(a), Ok(b)) => ((a.handle, a.lease), b),
+    let guard = async {
+        let started = std::time::Instant::now();
+        guard_added(agent, req, netns, (mac, false), HostEnd { peer, prepared }).await;
+        started.elapsed()
+    };
+    let (v4, v6, guarded) = tokio::join!(v4, v6, guard);
+    match (v4, v6) {
+        (Ok(a), Ok(b)) => Ok((a, b, guarded)),
         // The family that bound gives its lease back: nothing is left.
         (Err(f), v6) => {
             match v6 {
-                Ok((h, _)) => agent.leases.abandon(&h, true).await,
+                Ok(b) => agent.leases.abandon(&b.handle, true).await,
                 Err(f6) => {
                     warn!(container = %req.container_id, ifname = %req.ifname,
                         error = %Error::acquisition(place.clone(), &req.config.name, f6),
@@ -186,15 +234,14 @@ async fn acquire_both(
                 }
             }
             agent.guard.release(&req.container_id, &req.ifname);
-            return Err(Error::acquisition(place, &req.config.name, f));
+            Err(Error::acquisition(place, &req.config.name, f))
         }
         (Ok(a), Err(f)) => {
             give_back4(agent, req, &a.handle, &a.lease).await;
             agent.guard.release(&req.container_id, &req.ifname);
-            return Err(Error::acquisition(place, &req.config.name, f));
+            Err(Error::acquisition(place, &req.config.name, f))
         }
-    };
-    Ok(((h4, lease4), (h6, lease6)))
+    }
 }
 
 /// The network a lease's record keeps.
