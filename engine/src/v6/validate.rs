@@ -382,7 +382,14 @@ pub fn parse(p: &[u8]) -> Result<ServerMessage, DropReason> {
         sol_max_rt: None,
         malformed: Vec::new(),
     };
-    let mut seen_once = [false; 6];
+    let mut once = OnceOnly::new([
+        code::CLIENT_ID,
+        code::SERVER_ID,
+        code::PREFERENCE,
+        code::STATUS_CODE,
+        code::RAPID_COMMIT,
+        code::UNICAST,
+    ]);
     for tlv in split(&p[HEADER_LEN..])? {
         let opt = match decode_one(&tlv) {
             Ok(opt) => opt,
@@ -392,23 +399,7 @@ pub fn parse(p: &[u8]) -> Result<ServerMessage, DropReason> {
                 continue;
             }
         };
-        // Options that may appear once only (RFC 8415 §21: "MUST NOT
-        // appear more than once" for each of these).
-        let once = match tlv.code {
-            code::CLIENT_ID => Some(0),
-            code::SERVER_ID => Some(1),
-            code::PREFERENCE => Some(2),
-            code::STATUS_CODE => Some(3),
-            code::RAPID_COMMIT => Some(4),
-            code::UNICAST => Some(5),
-            _ => None,
-        };
-        if let Some(i) = once {
-            if seen_once[i] {
-                return Err(DropReason::MalformedOption);
-            }
-            seen_once[i] = true;
-        }
+        once.see(tlv.code)?;
         match opt {
             DhcpOption::ClientId(id) => m.client_id = Some(id),
             DhcpOption::ServerId(id) => m.server_id = Some(id),
@@ -480,25 +471,14 @@ pub fn parse_client(p: &[u8]) -> Result<ClientMessage, DropReason> {
         rapid_commit: false,
         ia_na: Vec::new(),
     };
-    let mut seen_once = [false; 3];
+    let mut once = OnceOnly::new([code::CLIENT_ID, code::SERVER_ID, code::RAPID_COMMIT]);
     for tlv in split(&p[HEADER_LEN..])? {
         let opt = match decode_one(&tlv) {
             Ok(opt) => opt,
             Err(problem) if essential(tlv.code) => return Err(problem.reason()),
             Err(_) => continue,
         };
-        let once = match tlv.code {
-            code::CLIENT_ID => Some(0),
-            code::SERVER_ID => Some(1),
-            code::RAPID_COMMIT => Some(2),
-            _ => None,
-        };
-        if let Some(i) = once {
-            if seen_once[i] {
-                return Err(DropReason::MalformedOption);
-            }
-            seen_once[i] = true;
-        }
+        once.see(tlv.code)?;
         match opt {
             DhcpOption::ClientId(id) => m.client_id = Some(id),
             DhcpOption::RapidCommit => m.rapid_commit = true,
@@ -507,6 +487,34 @@ pub fn parse_client(p: &[u8]) -> Result<ClientMessage, DropReason> {
         }
     }
     Ok(m)
+}
+
+/// The options of a message that may appear in it once only, among those
+/// its parser reads (RFC 8415 §21 says "MUST NOT appear more than once" of
+/// each): a second one rejects the message as malformed.
+struct OnceOnly<const N: usize> {
+    codes: [u16; N],
+    seen: [bool; N],
+}
+
+impl<const N: usize> OnceOnly<N> {
+    const fn new(codes: [u16; N]) -> Self {
+        Self {
+            codes,
+            seen: [false; N],
+        }
+    }
+
+    /// An option of `code` is in the message: an error if it is one of
+    /// the once-only codes and was seen before.
+    fn see(&mut self, code: u16) -> Result<(), DropReason> {
+        match self.codes.iter().position(|c| *c == code) {
+            Some(i) if std::mem::replace(&mut self.seen[i], true) => {
+                Err(DropReason::MalformedOption)
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A status message fit for a log line: printable, at most 128 characters.
@@ -669,6 +677,23 @@ mod tests {
     fn relay_message_is_dropped_not_decoded() {
         let m = parse(&msg(&[tlv(code::RELAY_MSG, &[12; 40])])).unwrap();
         assert_eq!(m.malformed, [code::RELAY_MSG]);
+    }
+
+    /// Each once-only code passes once and is refused the second time;
+    /// any other code passes as often as it comes.
+    #[test]
+    fn once_only_options_pass_once() {
+        let mut once = OnceOnly::new([code::CLIENT_ID, code::RAPID_COMMIT]);
+        assert_eq!(once.see(code::CLIENT_ID), Ok(()));
+        assert_eq!(once.see(code::RAPID_COMMIT), Ok(()));
+        for _ in 0..3 {
+            assert_eq!(once.see(code::IA_NA), Ok(()));
+        }
+        assert_eq!(
+            once.see(code::RAPID_COMMIT),
+            Err(DropReason::MalformedOption)
+        );
+        assert_eq!(once.see(code::CLIENT_ID), Err(DropReason::MalformedOption));
     }
 
     #[test]
