@@ -195,58 +195,6 @@ impl Kernel6 {
     }
 }
 
-/// RELEASE the v6 lease of `rec`, which has no task — its interface was
-/// gone when a restarted agent found its record — out of the node uplink
-/// the record names (its REPLYs came there): from the pod's MAC to
-/// `ff02::1:2`, then once more a moment later without the DEL waiting for
-/// it, as an IPv4 lease's parked RELEASE goes. Nothing without a lease or
-/// an uplink.
-pub(crate) fn release_parked(svc: &Arc<Services>, rec: &LeaseRecord, default_timeout: Duration) {
-    let (Some(uplink), Some(lease)) = (rec.uplink.clone(), rec.lease6.clone()) else {
-        return;
-    };
-    let cfg = engine_config6(&rec.network, rec.mac, default_timeout);
-    let now = Instant::now();
-    let mut client = Client::resume(cfg, *lease, now, now_unix_ms(), seed());
-    client.release(now);
-    let mut sent = Vec::new();
-    while let Some(t) = client.poll_transmit() {
-        match svc
-            .capture
-            .send6_via_uplink(&uplink.ifname, rec.mac, uplink.vlan, &t.payload)
-        {
-            Ok(()) => {
-                info!(container = %rec.container_id, ifname = %rec.ifname, uplink = %uplink.ifname,
-                    address = %client.lease().map_or_else(String::new, |l| l.address.to_string()),
-                    "released through the uplink (DHCPv6)");
-                sent.push(t.payload);
-            }
-            Err(e) => {
-                svc.metrics.failure("release_uplink");
-                warn!(uplink = %uplink.ifname, error = %crate::rpc::format_chain(&e),
-                    "the DHCPv6 RELEASE through the uplink could not be sent");
-            }
-        }
-    }
-    if sent.is_empty() {
-        return;
-    }
-    let (svc, mac) = (svc.clone(), rec.mac);
-    tokio::spawn(async move {
-        tokio::time::sleep(crate::lease::task::release_again_delay()).await;
-        for payload in &sent {
-            if let Err(e) = svc
-                .capture
-                .send6_via_uplink(&uplink.ifname, mac, uplink.vlan, payload)
-            {
-                svc.metrics.failure("release_again");
-                debug!(uplink = %uplink.ifname, error = %crate::rpc::format_chain(&e),
-                    "the DHCPv6 RELEASE's second copy could not be sent through the uplink");
-            }
-        }
-    });
-}
-
 /// The lease's client socket for `ifname` (index `ifindex`) in `netns`:
 /// `made` when the trip that opened the interface made it, else made in a
 /// trip of its own — bound to `[::]:546` and to the device, multicast out

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 use xdhcp_engine::Mode;
 
 use crate::cni::config::{Family, NetworkConfig};
@@ -11,7 +11,7 @@ use crate::cni::types::CniResult;
 use crate::datapath::link::{Link, Sockets};
 use crate::guard::HostEnd;
 use crate::kube::network_key;
-use crate::lease::acquire::{Acquisition, engine_config};
+use crate::lease::acquire::Acquisition;
 use crate::lease::apply;
 use crate::lease::persist::{self, LeaseRecord, PodRef, WorkloadKind};
 use crate::lease::registry::Handle;
@@ -580,7 +580,7 @@ async fn end_lease(
             return Err(Error::ShuttingDown);
         }
         let rec = lock(&h.live).record.clone();
-        release_through_uplink(agent, &rec);
+        crate::lease::parked::release(&agent.svc, &agent.base, &rec);
     }
     agent
         .leases
@@ -594,74 +594,6 @@ async fn end_lease(
         warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
     }
     Ok(())
-}
-
-/// RELEASE a parked lease (task ended with its interface) out of the node
-/// uplink that carried its replies: unicast from the leased address to the
-/// server, at the server MAC learned from the ACK, with the pod's MAC (a
-/// DHCPv6 lease's: [`crate::lease::v6::release_parked`]).
-fn release_through_uplink(agent: &Agent, rec: &persist::LeaseRecord) {
-    if rec.lease6.is_some() {
-        crate::lease::v6::release_parked(&agent.svc, rec, agent.base.acquire_timeout);
-        return;
-    }
-    let (Some(uplink), Some(lease)) = (&rec.uplink, &rec.lease) else {
-        return;
-    };
-    let cfg = engine_config(
-        &agent.base,
-        &rec.network,
-        &rec.args,
-        rec.mac,
-        Mode::Maintain,
-        None,
-    );
-    let now = std::time::Instant::now();
-    let now_ms = crate::sys::clock::now_unix_ms();
-    let mut client =
-        xdhcp_engine::Client::resume(cfg, lease.clone(), now, now_ms, crate::sys::clock::seed());
-    client.release(now);
-    let mut sent = Vec::new();
-    while let Some(t) = client.poll_transmit() {
-        match agent
-            .svc
-            .capture
-            .send_via_uplink(&uplink.ifname, rec.mac, uplink.vlan, &t)
-        {
-            Ok(()) => {
-                info!(container = %rec.container_id, ifname = %rec.ifname,
-                    uplink = %uplink.ifname, address = %lease.address, "released through the uplink");
-                sent.push(t);
-            }
-            Err(e) => {
-                agent.metrics().failure("release_uplink");
-                warn!(uplink = %uplink.ifname, error = %crate::rpc::format_chain(&e),
-                    "RELEASE through the uplink could not be sent");
-            }
-        }
-    }
-    // No server acknowledges a RELEASE: it goes once more a moment later,
-    // as a lease task's does (`lease/task.rs` `release_again`), without the
-    // DEL waiting for it.
-    if sent.is_empty() {
-        return;
-    }
-    let (capture, metrics, uplink, mac) = (
-        agent.svc.capture.clone(),
-        agent.svc.metrics.clone(),
-        uplink.clone(),
-        rec.mac,
-    );
-    tokio::spawn(async move {
-        tokio::time::sleep(crate::lease::task::release_again_delay()).await;
-        for t in &sent {
-            if let Err(e) = capture.send_via_uplink(&uplink.ifname, mac, uplink.vlan, t) {
-                metrics.failure("release_again");
-                debug!(uplink = %uplink.ifname, error = %crate::rpc::format_chain(&e),
-                    "the RELEASE's second copy could not be sent through the uplink");
-            }
-        }
-    });
 }
 
 /// CHECK: a lease xdhcp holds must be bound and (with apply) configured;
