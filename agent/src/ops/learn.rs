@@ -7,22 +7,28 @@
 //! answers the guest's own REQUEST, from a server of the network, for an
 //! address inside the network's prefixes that no other binding holds;
 //! anything else is counted (`xdhcp_learn_refused_total`, by reason) and
-//! ignored. DHCPv6 is learned on the attachments with a DHCPv6 lease on the
-//! node (VMs on IPv6 and dual-stack networks); a VM port OVN-Kubernetes
-//! serves itself learns IPv4 only. This module is its edge, and keeps the runtime
-//! free: one task reads the ring into a bounded queue (a full queue drops
-//! and counts); the deciding loop never waits on IO: the learned-binding
-//! file is written on a blocking thread, a binding change within about a
-//! second ([`FLUSH_PERIOD`]) and a renewal that moves only an expiry with
-//! the next batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks,
-//! one at a time per port, paced and coalesced per port
+//! ignored. DHCPv6, and the addresses a guest configures itself (its
+//! duplicate address detection probes), are learned where the node has a
+//! DHCPv6 lease of the port's network to vouch for its servers and prefixes:
+//! the attachment's own (VMs on IPv6 and dual-stack networks), or on a VM
+//! port OVN-Kubernetes serves itself another workload's of the network the
+//! port names; with none, a REPLY is refused (`unknown_network`) and a probe
+//! ignored. This module is its edge, and keeps the runtime free: one task
+//! reads the ring into a bounded queue (a full queue drops and counts); the
+//! deciding loop never waits on IO: the learned-binding file is written on a
+//! blocking thread, a binding change within about a second
+//! ([`FLUSH_PERIOD`]) and a renewal that moves only an expiry with the next
+//! batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks, one at a
+//! time per port, paced and coalesced per port
 //! ([`crate::bindings::learner::Moves`]).
 //!
 //! A VM port OVN-Kubernetes serves itself (no ADD, no lease record) is
-//! followed the same way, its network taken from its port and its pod's
-//! entry ([`crate::ops::ovnk_vm`]); there the loop also has a migration
-//! target's entry take the source's address, and drops the bindings
-//! learned on a port that left Open vSwitch.
+//! followed the same way, both families, its network taken from its port and
+//! its pod's entry ([`crate::ops::ovnk_vm`]; IPv4 servers also from the
+//! one-shot's ACK, IPv6 ones only from the node's DHCPv6 leases of that
+//! network); there the loop also has a migration target's entry take the
+//! source's address, and drops the bindings learned on a port that left Open
+//! vSwitch.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

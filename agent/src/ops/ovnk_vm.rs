@@ -15,9 +15,19 @@
 //!   guard because the port is guarded before ovnkube-node asks — anchored
 //!   for as long as the port is guarded. A server no exchange on the port
 //!   anchored is refused (`unknown_server`), as for any VM.
-//! - [`moved_entry`]: the entry moved to the guest's address, every other
-//!   field kept; written by [`write_entry`] with the pod's UID and
-//!   resourceVersion as preconditions.
+//! - What vouches for its IPv6 side ([`view6`]): nothing the port carried
+//!   (there is no DHCPv6 one-shot on this path to anchor a server from),
+//!   only the node's DHCPv6 leases of the network the port names
+//!   (`k8s.ovn.org/network`, matched against the records' network name):
+//!   their servers' DUIDs, where those servers' REPLYs came from, their
+//!   prefixes, with the prefix of the IPv6 address the pod's entry
+//!   reports. A network with no DHCPv6 lease on the node has no IPv6 view:
+//!   nothing of the guest's IPv6 is learned there.
+//! - [`moved_entry`]: the entry moved to the guest's addresses, each
+//!   family on its own (an IPv6 move keeps the IPv4 address and the other
+//!   way round; the guest's self-configured addresses listed after its
+//!   IPv6 one), every other field kept; written by [`write_entry`] with
+//!   the pod's UID and resourceVersion as preconditions.
 //! - Live migration: a migration target's port takes the source pod's
 //!   address, prefix length and gateway ([`migration_source_address`])
 //!   while its guest, keeping its lease, asks nothing (its one-shot's
