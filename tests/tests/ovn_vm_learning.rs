@@ -1282,6 +1282,75 @@ impl OwnPath6 {
         )
     }
 
+    /// A REPLY answering the guest's REQUEST in flight (the right
+    /// transaction, the guest's DUID and IAID, `wanted`, free and inside
+    /// the prefix) from a server no lease of the network was served by:
+    /// refused (`unknown_server`), nothing written, nothing learned.
+    fn forged_reply_from_another_server_is_refused(&self, wanted: std::net::Ipv6Addr) {
+        let before = self.entry();
+        let patches = self.api.patches();
+        let unknown = self.refused("unknown_server");
+        let xid = 0x00c0_ffee;
+        self.guest_request6(xid, wanted);
+        // The REQUEST reaches the agent before the answer to it.
+        std::thread::sleep(Duration::from_millis(300));
+        self.forge_reply6(xid, wanted, &[0, 3, 0, 1, 2, 0, 0, 0, 0x66, 0x66]);
+        assert!(
+            wait_until(Duration::from_secs(3), || self.refused("unknown_server")
+                > unknown),
+            "the forgery was not refused as unknown_server: {:?}",
+            metric_lines(self.vm.lab.node.path(), "xdhcp_learn")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(self.entry(), before, "the forgery moved the entry");
+        assert_eq!(self.api.patches(), patches, "the forgery wrote the pod");
+        assert!(
+            self.agent.learned().is_empty(),
+            "{:?}",
+            self.agent.learned()
+        );
+    }
+
+    /// The guest, its entry listing `want`, configures a static address
+    /// inside the prefix: listed after the others; then the plain pod's
+    /// address: refused (`address_taken`), nothing written.
+    fn static_addresses_are_listed_a_neighbours_refused(&self, listed: &Value) {
+        let own: std::net::Ipv6Addr = "fd00:6::abc".parse().unwrap();
+        self.vm
+            .guest
+            .ip(&["-6", "addr", "add", &format!("{own}/64"), "dev", "eth0"]);
+        let mut want = listed.clone();
+        want.as_array_mut()
+            .expect("a list of addresses")
+            .push(json!(format!("{own}/64")));
+        assert!(
+            wait_until(Duration::from_secs(3), || self.entry()["ip_addresses"]
+                == want),
+            "the entry reports {}",
+            self.entry()
+        );
+        let taken = self.refused("address_taken");
+        let patches = self.api.patches();
+        let neighbour = self.neighbour6;
+        self.vm.guest.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{neighbour}/64"),
+            "dev",
+            "eth0",
+        ]);
+        assert!(
+            wait_until(Duration::from_secs(3), || self.refused("address_taken")
+                > taken),
+            "the pod's address was not refused: {:?}",
+            metric_lines(self.vm.lab.node.path(), "xdhcp_learn")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(self.entry()["ip_addresses"], want);
+        assert_eq!(self.api.patches(), patches);
+    }
+
     /// Sends from the guest's interface a DHCPv6 REQUEST of the VM's
     /// DUID-LL for `addr`, transaction `xid`, naming a server that is not
     /// the network's (dnsmasq leaves it unanswered: it stays open for its
@@ -1298,6 +1367,28 @@ impl OwnPath6 {
         let frame = xdhcp::datapath::frame::build_udp6_frame(
             &xdhcp::datapath::frame::Frame6Headers {
                 src_mac: mac,
+                dst_mac: [0x33, 0x33, 0, 1, 0, 2],
+                vlan: None,
+                src_ip: GUEST_LL,
+                dst_ip: "ff02::1:2".parse().unwrap(),
+                src_port: 546,
+                dst_port: 547,
+            },
+            &payload,
+        );
+        send_frame(&self.vm.guest, "eth0", &frame);
+    }
+
+    /// Sends from the guest's interface a DHCPv6 RELEASE of `addr`,
+    /// transaction `xid`.
+    fn guest_release6(&self, xid: u32, addr: std::net::Ipv6Addr) {
+        use dhcproto::v6::{DhcpOption, MessageType};
+        let payload = message6(MessageType::Release, xid, addr, |o| {
+            o.insert(DhcpOption::ElapsedTime(0));
+        });
+        let frame = xdhcp::datapath::frame::build_udp6_frame(
+            &xdhcp::datapath::frame::Frame6Headers {
+                src_mac: vm_mac(),
                 dst_mac: [0x33, 0x33, 0, 1, 0, 2],
                 vlan: None,
                 src_ip: GUEST_LL,
@@ -1395,7 +1486,8 @@ fn send_frame(ns: &NetNs, ifname: &str, frame: &[u8]) {
 /// (`unknown_server`): nothing written, nothing learned. The guest's own
 /// `dhcpcd -6` then gets an address from dnsmasq: the entry lists it after
 /// the IPv4 address, which stays, with every other field kept; the binding
-/// is learned (family `ipv6`, named by the port's pod). A static address
+/// is learned (family `ipv6`, named by the port's pod); the guest's RELEASE
+/// drops it and leaves the entry as it is. A static address
 /// the guest configures is listed after it; the pod's address, probed by
 /// the guest, is refused (`address_taken`).
 #[test]
@@ -1403,24 +1495,8 @@ fn ovn_kubernetes_own_vm_path_learns_the_guests_dhcpv6_and_keeps_the_ipv4_addres
  {
     let s = OwnPath6::start();
     let before = s.entry();
-    let patches = s.api.patches();
-    let unknown = s.refused("unknown_server");
     let wanted: std::net::Ipv6Addr = "fd00:6::1ee".parse().unwrap();
-    let xid = 0x00c0_ffee;
-    s.guest_request6(xid, wanted);
-    // The REQUEST reaches the agent before the answer to it.
-    std::thread::sleep(Duration::from_millis(300));
-    s.forge_reply6(xid, wanted, &[0, 3, 0, 1, 2, 0, 0, 0, 0x66, 0x66]);
-    assert!(
-        wait_until(Duration::from_secs(3), || s.refused("unknown_server")
-            > unknown),
-        "the forgery was not refused as unknown_server: {:?}",
-        metric_lines(s.vm.lab.node.path(), "xdhcp_learn")
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(s.entry(), before, "the forgery moved the entry");
-    assert_eq!(s.api.patches(), patches, "the forgery wrote the pod");
-    assert!(s.agent.learned().is_empty(), "{:?}", s.agent.learned());
+    s.forged_reply_from_another_server_is_refused(wanted);
 
     let guest6 =
         s.vm.guest_fs
@@ -1469,38 +1545,18 @@ fn ovn_kubernetes_own_vm_path_learns_the_guests_dhcpv6_and_keeps_the_ipv4_addres
         (guest6.into(), VM_MAC, "ipv6", Some(pod.as_str()))
     );
 
-    // The guest's own static address, then the plain pod's.
-    let own: std::net::Ipv6Addr = "fd00:6::abc".parse().unwrap();
-    s.vm.guest
-        .ip(&["-6", "addr", "add", &format!("{own}/64"), "dev", "eth0"]);
-    let want = json!([
-        format!("{a}/24"),
-        format!("{guest6}/64"),
-        format!("{own}/64")
-    ]);
-    assert!(
-        wait_until(Duration::from_secs(3), || s.entry()["ip_addresses"] == want),
-        "the entry reports {}",
-        s.entry()
-    );
-    let taken = s.refused("address_taken");
+    // The guest gives the address back: the binding goes, the entry keeps
+    // the address, nothing is written.
     let patches = s.api.patches();
-    let neighbour = s.neighbour6;
-    s.vm.guest.ip(&[
-        "-6",
-        "addr",
-        "add",
-        &format!("{neighbour}/64"),
-        "dev",
-        "eth0",
-    ]);
+    s.guest_release6(0x00_5e1e, guest6);
     assert!(
-        wait_until(Duration::from_secs(3), || s.refused("address_taken")
-            > taken),
-        "the pod's address was not refused: {:?}",
-        metric_lines(s.vm.lab.node.path(), "xdhcp_learn")
+        wait_until(Duration::from_secs(3), || s.agent.learned().is_empty()),
+        "the RELEASE left {:?}",
+        s.agent.learned()
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.entry()["ip_addresses"], want);
     assert_eq!(s.api.patches(), patches);
+
+    s.static_addresses_are_listed_a_neighbours_refused(&want);
 }
