@@ -42,6 +42,12 @@
 //!   ovnkube-node does; the guest's dhcpcd gets B, the entry moves to B
 //!   (every other field and network kept), the stand-in re-pins, the guest
 //!   pings from B.
+//! - The same path on IPv6: the network's DHCPv6 server and prefix are
+//!   vouched for by a plain pod's DHCPv6 lease through the agent (there is
+//!   no DHCPv6 one-shot to anchor one); a REPLY from a server no lease of
+//!   the network was served by is refused and counted, the guest's own
+//!   `dhcpcd -6` moves the entry's IPv6 address with its IPv4 one kept,
+//!   and its static address is listed, the pod's refused.
 //!
 //! Every guest client runs in a private mount namespace whose
 //! `/var/lib/dhcpcd` and `/run` are the test's own directories. Needs root;
@@ -55,6 +61,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use xdhcp::bindings::{BindingSource, PATH_BINDINGS};
 use xdhcp::cli::{AgentArgs, KubeMode};
 use xdhcp::cni::config;
 use xdhcp::rpc::{self, Client, CniRequest};
@@ -1147,4 +1154,409 @@ fn ovn_kubernetes_own_vm_path_without_a_cluster_finds_the_pod_in_the_embedded_st
     let learned = agent.learned();
     assert_eq!(learned.len(), 1, "{learned:?}");
     assert_eq!((learned[0].mac.as_str(), learned[0].ip), (VM_MAC, b.into()));
+}
+
+/// The IPv4 address ovnkube-node's one-shot put in the own-path VM's entry
+/// for the IPv6 test (written as it writes it; no DHCPv4 runs there).
+const OWN_PATH_A4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
+/// A plain pod on the same network, leased by the agent (its DHCPv6 lease
+/// is what vouches for the network's server and prefix).
+const POD2: &str = "pod2";
+const POD2_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x40, 0x01];
+/// The guest's IPv6 link-local address (EUI-64 of the VM's MAC).
+const GUEST_LL: std::net::Ipv6Addr =
+    std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xff, 0xfe00, 0x3001);
+/// A host on the physical segment forging DHCPv6 REPLYs.
+const FORGER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x66, 0x66];
+
+/// The VM on OVN-Kubernetes' own path on a network dnsmasq serves DHCPv6
+/// on too (`fd00:6::/64`, behind the provider bridge), its entry with the
+/// IPv4 address ovnkube-node wrote; a plain pod on the same network whose
+/// ADD leased it a DHCPv6 address through the agent.
+struct OwnPath6 {
+    agent: NodeAgent,
+    api: Arc<Api>,
+    _dnsmasq6: xdhcp_tests::Dnsmasq6,
+    /// The plain pod's DHCPv6 address.
+    neighbour6: std::net::Ipv6Addr,
+    vm: Vm,
+}
+
+impl OwnPath6 {
+    fn start() -> Self {
+        let mut vm = Vm::start();
+        let dnsmasq6 = xdhcp_tests::Dnsmasq6::start_on(
+            &vm.lab.server,
+            OvnLab::SERVER_IF,
+            "fd00:6::1/64",
+            "fd00:6::100,fd00:6::1ff",
+            &[],
+        );
+        let api = Arc::new(Api::start_in(vm.lab.node.path()));
+        let uid = vm.lab.pods()[0].uid.clone();
+        api.server.put_vmi(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": NS},
+            "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
+                     "domain": {"devices": {"interfaces": [
+                         {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
+        }));
+        let a = OWN_PATH_A4;
+        let ours = format!(
+            r#"{{"ip_addresses":["{a}/24"],"mac_address":"{VM_MAC}","gateway_ips":["192.0.2.1"],"role":"secondary","ipam_mode":"dhcp","ip_address":"{a}/24","tunnel_id":7}}"#
+        );
+        let annotation = format!(r#"{{"default":{DEFAULT_ENTRY},"{}":{ours}}}"#, OvnLab::NAD);
+        api.server.put_pod(launcher_pod(
+            &api,
+            &uid,
+            &json!({ POD_NETWORKS: annotation }),
+            false,
+        ));
+        let pod2 = vm.lab.add_pod(POD2, POD2_MAC);
+        let (sandbox2, uid2, ns2) = (
+            pod2.sandbox.clone(),
+            pod2.uid.clone(),
+            pod2.ns.path().to_path_buf(),
+        );
+        api.server.put_pod(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": POD2, "namespace": NS, "uid": uid2},
+            "spec": {"nodeName": xdhcp_tests::fake_apiserver::NODE,
+                     "containers": [{"name": "c", "image": "registry.invalid/c"}]}
+        }));
+        let agent = NodeAgent::start_with(&vm.lab, &api.kubeconfig, |args| {
+            args.node_name = Some(xdhcp_tests::fake_apiserver::NODE.to_owned());
+            args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
+        });
+        let host_port = vm.lab.pods()[0].host_ifname.clone();
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                let s: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
+                s.guarded_ports
+                    .iter()
+                    .any(|p| p.port == host_port && p.learning)
+            }),
+            "the VM's port found in OVS did not get the VM policy"
+        );
+        let conf = json!({
+            "cniVersion": "1.1.0", "name": OvnLab::NETWORK, "type": "ovn-k8s-cni-overlay",
+            "topology": "localnet", "netAttachDefName": OvnLab::NAD,
+            "ipam": {"type": "xdhcp", "family": "ipv6", "timeout": "20s",
+                     "ipv6": {"prefixLength": 64, "gateway": "fd00:6::1"}}
+        });
+        let req = CniRequest {
+            container_id: sandbox2,
+            ifname: "eth0".to_owned(),
+            netns: Some(ns2),
+            args: [
+                ("K8S_POD_NAMESPACE".to_owned(), NS.to_owned()),
+                ("K8S_POD_NAME".to_owned(), POD2.to_owned()),
+                ("K8S_POD_UID".to_owned(), uid2),
+            ]
+            .into(),
+            config: config::parse(conf.to_string().as_bytes()).unwrap(),
+        };
+        let neighbour6 = agent.add(&req).ips6[0].address.addr;
+        Self {
+            agent,
+            api,
+            _dnsmasq6: dnsmasq6,
+            neighbour6,
+            vm,
+        }
+    }
+
+    /// The VM's entry for the lab's network.
+    fn entry(&self) -> Value {
+        let doc: Value =
+            serde_json::from_str(&self.api.server.annotation(NS, POD, POD_NETWORKS).unwrap())
+                .unwrap();
+        doc[OvnLab::NAD].clone()
+    }
+
+    fn refused(&self, reason: &str) -> u64 {
+        metric(
+            self.vm.lab.node.path(),
+            "xdhcp_learn_refused_total",
+            &format!(r#"reason="{reason}""#),
+        )
+    }
+
+    /// A REPLY answering the guest's REQUEST in flight (the right
+    /// transaction, the guest's DUID and IAID, `wanted`, free and inside
+    /// the prefix) from a server no lease of the network was served by:
+    /// refused (`unknown_server`), nothing written, nothing learned.
+    fn forged_reply_from_another_server_is_refused(&self, wanted: std::net::Ipv6Addr) {
+        let before = self.entry();
+        let patches = self.api.patches();
+        let unknown = self.refused("unknown_server");
+        let xid = 0x00c0_ffee;
+        self.guest_request6(xid, wanted);
+        // The REQUEST reaches the agent before the answer to it.
+        std::thread::sleep(Duration::from_millis(300));
+        self.forge_reply6(xid, wanted, &[0, 3, 0, 1, 2, 0, 0, 0, 0x66, 0x66]);
+        assert!(
+            wait_until(Duration::from_secs(3), || self.refused("unknown_server")
+                > unknown),
+            "the forgery was not refused as unknown_server: {:?}",
+            metric_lines(self.vm.lab.node.path(), "xdhcp_learn")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(self.entry(), before, "the forgery moved the entry");
+        assert_eq!(self.api.patches(), patches, "the forgery wrote the pod");
+        assert!(
+            self.agent.learned().is_empty(),
+            "{:?}",
+            self.agent.learned()
+        );
+    }
+
+    /// The guest, its entry listing `want`, configures a static address
+    /// inside the prefix: listed after the others; then the plain pod's
+    /// address: refused (`address_taken`), nothing written.
+    fn static_addresses_are_listed_a_neighbours_refused(&self, listed: &Value) {
+        let own: std::net::Ipv6Addr = "fd00:6::abc".parse().unwrap();
+        self.vm
+            .guest
+            .ip(&["-6", "addr", "add", &format!("{own}/64"), "dev", "eth0"]);
+        let mut want = listed.clone();
+        want.as_array_mut()
+            .expect("a list of addresses")
+            .push(json!(format!("{own}/64")));
+        assert!(
+            wait_until(Duration::from_secs(3), || self.entry()["ip_addresses"]
+                == want),
+            "the entry reports {}",
+            self.entry()
+        );
+        let taken = self.refused("address_taken");
+        let patches = self.api.patches();
+        let neighbour = self.neighbour6;
+        self.vm.guest.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{neighbour}/64"),
+            "dev",
+            "eth0",
+        ]);
+        assert!(
+            wait_until(Duration::from_secs(3), || self.refused("address_taken")
+                > taken),
+            "the pod's address was not refused: {:?}",
+            metric_lines(self.vm.lab.node.path(), "xdhcp_learn")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(self.entry()["ip_addresses"], want);
+        assert_eq!(self.api.patches(), patches);
+    }
+
+    /// Sends from the guest's interface a DHCPv6 REQUEST of the VM's
+    /// DUID-LL for `addr`, transaction `xid`, naming a server that is not
+    /// the network's (dnsmasq leaves it unanswered: it stays open for its
+    /// whole window).
+    fn guest_request6(&self, xid: u32, addr: std::net::Ipv6Addr) {
+        use dhcproto::v6::{DhcpOption, MessageType};
+        let mac = vm_mac();
+        let payload = message6(MessageType::Request, xid, addr, |o| {
+            o.insert(DhcpOption::ServerId(vec![
+                0, 3, 0, 1, 2, 0, 0, 0, 0x99, 0x99,
+            ]));
+            o.insert(DhcpOption::ElapsedTime(0));
+        });
+        let frame = xdhcp::datapath::frame::build_udp6_frame(
+            &xdhcp::datapath::frame::Frame6Headers {
+                src_mac: mac,
+                dst_mac: [0x33, 0x33, 0, 1, 0, 2],
+                vlan: None,
+                src_ip: GUEST_LL,
+                dst_ip: "ff02::1:2".parse().unwrap(),
+                src_port: 546,
+                dst_port: 547,
+            },
+            &payload,
+        );
+        send_frame(&self.vm.guest, "eth0", &frame);
+    }
+
+    /// Sends from the guest's interface a DHCPv6 RELEASE of `addr`,
+    /// transaction `xid`.
+    fn guest_release6(&self, xid: u32, addr: std::net::Ipv6Addr) {
+        use dhcproto::v6::{DhcpOption, MessageType};
+        let payload = message6(MessageType::Release, xid, addr, |o| {
+            o.insert(DhcpOption::ElapsedTime(0));
+        });
+        let frame = xdhcp::datapath::frame::build_udp6_frame(
+            &xdhcp::datapath::frame::Frame6Headers {
+                src_mac: vm_mac(),
+                dst_mac: [0x33, 0x33, 0, 1, 0, 2],
+                vlan: None,
+                src_ip: GUEST_LL,
+                dst_ip: "ff02::1:2".parse().unwrap(),
+                src_port: 546,
+                dst_port: 547,
+            },
+            &payload,
+        );
+        send_frame(&self.vm.guest, "eth0", &frame);
+    }
+
+    /// Sends from the server's side of the segment a REPLY to the VM's
+    /// MAC for transaction `xid`, the VM's DUID-LL and IAID, binding
+    /// `addr`, with `server` as its Server Identifier, from the forger's
+    /// own sources.
+    fn forge_reply6(&self, xid: u32, addr: std::net::Ipv6Addr, server: &[u8]) {
+        use dhcproto::v6::{DhcpOption, MessageType};
+        let payload = message6(MessageType::Reply, xid, addr, |o| {
+            o.insert(DhcpOption::ServerId(server.to_vec()));
+        });
+        let frame = xdhcp::datapath::frame::build_udp6_frame(
+            &xdhcp::datapath::frame::Frame6Headers {
+                src_mac: FORGER_MAC,
+                dst_mac: vm_mac(),
+                vlan: None,
+                src_ip: "fe80::6666".parse().unwrap(),
+                dst_ip: GUEST_LL,
+                src_port: 547,
+                dst_port: 546,
+            },
+            &payload,
+        );
+        send_frame(&self.vm.lab.server, OvnLab::SERVER_IF, &frame);
+    }
+}
+
+/// A DHCPv6 message of type `t` for the VM's DUID-LL (IAID 1, `addr`),
+/// with what `more` adds.
+fn message6(
+    t: dhcproto::v6::MessageType,
+    xid: u32,
+    addr: std::net::Ipv6Addr,
+    more: impl FnOnce(&mut dhcproto::v6::DhcpOptions),
+) -> Vec<u8> {
+    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message};
+    use dhcproto::{Encodable as _, Encoder};
+    let b = xid.to_be_bytes();
+    let mut m = Message::new_with_id(t, [b[1], b[2], b[3]]);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::ClientId(
+        [&[0, 3, 0, 1][..], &vm_mac()].concat(),
+    ));
+    more(o);
+    let mut ia = IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts: DhcpOptions::default(),
+    };
+    ia.opts.insert(DhcpOption::IAAddr(IAAddr {
+        addr,
+        preferred_life: 3600,
+        valid_life: 3600,
+        opts: DhcpOptions::default(),
+    }));
+    o.insert(DhcpOption::IANA(ia));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload)).unwrap();
+    payload
+}
+
+/// Sends `frame` out of `ifname` in `ns` (a packet socket).
+fn send_frame(ns: &NetNs, ifname: &str, frame: &[u8]) {
+    use std::os::fd::AsRawFd as _;
+    let sock = ns.packet_socket(ns.ifindex(ifname), libc::ETH_P_ALL as u16, None);
+    // SAFETY: sending a buffer on a bound packet socket.
+    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// OVN-Kubernetes' own VM path, IPv6: no ADD reaches the agent for the VM
+/// (its port found in OVS, its pod in the watch); its entry has the IPv4
+/// address ovnkube-node wrote; a plain pod on the same network holds a
+/// DHCPv6 lease through the agent, which is what vouches for the network's
+/// DHCPv6 server (its DUID, where its REPLYs came from) and prefix on the
+/// node. A REPLY answering the guest's REQUEST in flight — the right
+/// transaction, the guest's DUID and IAID, a free address inside the
+/// prefix — from a server no lease of the network was served by is refused
+/// (`unknown_server`): nothing written, nothing learned. The guest's own
+/// `dhcpcd -6` then gets an address from dnsmasq: the entry lists it after
+/// the IPv4 address, which stays, with every other field kept; the binding
+/// is learned (family `ipv6`, named by the port's pod); the guest's RELEASE
+/// drops it and leaves the entry as it is. A static address
+/// the guest configures is listed after it; the pod's address, probed by
+/// the guest, is refused (`address_taken`).
+#[test]
+fn ovn_kubernetes_own_vm_path_learns_the_guests_dhcpv6_and_keeps_the_ipv4_address_ovn_lab_fake_apiserver()
+ {
+    let s = OwnPath6::start();
+    let before = s.entry();
+    let wanted: std::net::Ipv6Addr = "fd00:6::1ee".parse().unwrap();
+    s.forged_reply_from_another_server_is_refused(wanted);
+
+    let guest6 =
+        s.vm.guest_fs
+            .dhcpcd6_once(&s.vm.guest, "eth0", 20)
+            .expect("dhcpcd bound a DHCPv6 address");
+    assert_ne!(guest6, wanted);
+    let a = OWN_PATH_A4;
+    let want = json!([format!("{a}/24"), format!("{guest6}/64")]);
+    assert!(
+        wait_until(Duration::from_secs(2), || s.entry()["ip_addresses"] == want),
+        "the entry reports {}, the guest holds {guest6}",
+        s.entry()
+    );
+    let e = s.entry();
+    for field in [
+        "mac_address",
+        "gateway_ips",
+        "role",
+        "ipam_mode",
+        "tunnel_id",
+    ] {
+        assert_eq!(e[field], before[field], "{field}: {e}");
+    }
+    let doc: Value =
+        serde_json::from_str(&s.api.server.annotation(NS, POD, POD_NETWORKS).unwrap()).unwrap();
+    assert_eq!(
+        doc["default"],
+        serde_json::from_str::<Value>(DEFAULT_ENTRY).unwrap(),
+        "another network's entry changed"
+    );
+    let rows: Vec<xdhcp::bindings::BindingRow> =
+        s.agent.client().get(PATH_BINDINGS).expect("binding table");
+    let learned: Vec<_> = rows
+        .iter()
+        .filter(|r| r.binding.source == BindingSource::Learned)
+        .collect();
+    assert_eq!(learned.len(), 1, "{rows:?}");
+    let pod = format!("{NS}/{POD}");
+    assert_eq!(
+        (
+            learned[0].binding.ip,
+            learned[0].binding.mac.as_str(),
+            learned[0].family.as_str(),
+            learned[0].binding.pod.as_deref()
+        ),
+        (guest6.into(), VM_MAC, "ipv6", Some(pod.as_str()))
+    );
+
+    // The guest gives the address back: the binding goes, the entry keeps
+    // the address, nothing is written.
+    let patches = s.api.patches();
+    s.guest_release6(0x00_5e1e, guest6);
+    assert!(
+        wait_until(Duration::from_secs(3), || s.agent.learned().is_empty()),
+        "the RELEASE left {:?}",
+        s.agent.learned()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.entry()["ip_addresses"], want);
+    assert_eq!(s.api.patches(), patches);
+
+    s.static_addresses_are_listed_a_neighbours_refused(&want);
 }

@@ -7,22 +7,28 @@
 //! answers the guest's own REQUEST, from a server of the network, for an
 //! address inside the network's prefixes that no other binding holds;
 //! anything else is counted (`xdhcp_learn_refused_total`, by reason) and
-//! ignored. DHCPv6 is learned on the attachments with a DHCPv6 lease on the
-//! node (VMs on IPv6 and dual-stack networks); a VM port OVN-Kubernetes
-//! serves itself learns IPv4 only. This module is its edge, and keeps the runtime
-//! free: one task reads the ring into a bounded queue (a full queue drops
-//! and counts); the deciding loop never waits on IO: the learned-binding
-//! file is written on a blocking thread, a binding change within about a
-//! second ([`FLUSH_PERIOD`]) and a renewal that moves only an expiry with
-//! the next batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks,
-//! one at a time per port, paced and coalesced per port
+//! ignored. DHCPv6, and the addresses a guest configures itself (its
+//! duplicate address detection probes), are learned where the node has a
+//! DHCPv6 lease of the port's network to vouch for its servers and prefixes:
+//! the attachment's own (VMs on IPv6 and dual-stack networks), or on a VM
+//! port OVN-Kubernetes serves itself another workload's of the network the
+//! port names; with none, a REPLY is refused (`unknown_network`) and a probe
+//! ignored. This module is its edge, and keeps the runtime free: one task
+//! reads the ring into a bounded queue (a full queue drops and counts); the
+//! deciding loop never waits on IO: the learned-binding file is written on a
+//! blocking thread, a binding change within about a second
+//! ([`FLUSH_PERIOD`]) and a renewal that moves only an expiry with the next
+//! batch ([`EXPIRY_FLUSH`]); entry writes run as their own tasks, one at a
+//! time per port, paced and coalesced per port
 //! ([`crate::bindings::learner::Moves`]).
 //!
 //! A VM port OVN-Kubernetes serves itself (no ADD, no lease record) is
-//! followed the same way, its network taken from its port and its pod's
-//! entry ([`crate::ops::ovnk_vm`]); there the loop also has a migration
-//! target's entry take the source's address, and drops the bindings
-//! learned on a port that left Open vSwitch.
+//! followed the same way, both families, its network taken from its port and
+//! its pod's entry ([`crate::ops::ovnk_vm`]; IPv4 servers also from the
+//! one-shot's ACK, IPv6 ones only from the node's DHCPv6 leases of that
+//! network); there the loop also has a migration target's entry take the
+//! source's address, and drops the bindings learned on a port that left Open
+//! vSwitch.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -253,9 +259,10 @@ impl Following {
         for h in agent.leases.attachment(&key.0, &key.1) {
             own.extend(lock(&h.live).record.lease6.as_ref().map(|l| l.address));
         }
+        let ovs = self.own_path(agent, &key, port);
         // A network without DHCPv6 leases on the node (an IPv4 network)
         // has no IPv6 prefix to hold the address to: nothing to report.
-        let Some(view) = network_view6(agent, &key.0, &key.1, mac) else {
+        let Some(view) = view6_of(agent, &key, ovs.as_ref(), mac) else {
             return;
         };
         let ip = match learner6::dad(target, Some(&view), &own, &configured) {
@@ -271,7 +278,7 @@ impl Following {
             mac: mac_text.clone(),
             ip: ip.into(),
             port: Some(port.host_ifname.clone()),
-            pod: pod_of(agent, &key),
+            pod: pod_named(agent, &key, ovs.as_ref()),
             expires_unix_ms: None,
             source: BindingSource::Dad,
             replaced: None,
@@ -295,14 +302,7 @@ impl Following {
         let now = Instant::now().into_std();
         // A VM port OVN-Kubernetes serves itself has no record: its network
         // is its pod's entry and the servers its port saw ack it.
-        let ovs = port
-            .identity
-            .ovs
-            .clone()
-            .filter(|_| agent.leases.get(&cid, &ifname).is_none());
-        if ovs.is_some() {
-            self.own_path_ports.insert(port.host_ifname.clone());
-        }
+        let ovs = self.own_path(agent, &(cid.clone(), ifname.clone()), port);
         let entries = &mut self.entries;
         let learned = self.learner.observe(port.ifindex, mac, seen, now, || {
             let Some(ovs) = &ovs else {
@@ -409,8 +409,9 @@ impl Following {
         seen: &Seen6<'_>,
     ) {
         let now = Instant::now().into_std();
+        let ovs = self.own_path(agent, &key, port);
         let learned = self.learner6.observe(port.ifindex, seen, now, || {
-            network_view6(agent, &key.0, &key.1, mac)
+            view6_of(agent, &key, ovs.as_ref(), mac)
         });
         let learned = match learned {
             Ok(Some(l)) => l,
@@ -434,7 +435,7 @@ impl Following {
             }
             Learned6::Configured { .. } => {}
             Learned6::Bound { ip, valid_secs } => {
-                let pod = pod_of(agent, &key);
+                let pod = pod_named(agent, &key, ovs.as_ref());
                 follow6(agent, &port.host_ifname, &mac_text, pod, ip, valid_secs);
                 let mv = Move {
                     v4: None,
@@ -443,6 +444,24 @@ impl Following {
                 self.want_move(agent, key, mv);
             }
         }
+    }
+
+    /// What Open vSwitch says of `port` when it is a VM port
+    /// OVN-Kubernetes serves itself (no lease record of its attachment),
+    /// remembered as such: the bindings learned on it go with it.
+    fn own_path(
+        &mut self,
+        agent: &Agent,
+        (cid, ifname): &Attachment,
+        port: &crate::guard::GuardedPort,
+    ) -> Option<crate::guard::OvsIdentity> {
+        let ovs = port
+            .identity
+            .ovs
+            .clone()
+            .filter(|_| agent.leases.get(cid, ifname).is_none())?;
+        self.own_path_ports.insert(port.host_ifname.clone());
+        Some(ovs)
     }
 
     fn want(&mut self, agent: &Agent, key: Attachment, target: Target) {
@@ -771,6 +790,38 @@ fn network_view6(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option
     Some(view)
 }
 
+/// The IPv6 view of the network of attachment `key`: from the node's
+/// lease records of its network, or on a VM port OVN-Kubernetes serves
+/// itself (`ovs`) of the network the port names, with its pod's entry
+/// ([`ovnk_vm::view6`]). `None`: nothing on the node vouches for a
+/// server or prefix of it.
+fn view6_of(
+    agent: &Agent,
+    key: &Attachment,
+    ovs: Option<&crate::guard::OvsIdentity>,
+    mac: [u8; 6],
+) -> Option<NetworkView6> {
+    let Some(ovs) = ovs else {
+        return network_view6(agent, &key.0, &key.1, mac);
+    };
+    let entry =
+        ovnk_vm::pod_of(agent, ovs).and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)));
+    ovnk_vm::node_knowledge6(agent, ovs.network.as_deref(), mac, entry.as_ref())
+}
+
+/// `<namespace>/<name>` of the attachment's pod: from its record, else
+/// (a VM port OVN-Kubernetes serves itself) its port's pod.
+fn pod_named(
+    agent: &Agent,
+    key: &Attachment,
+    ovs: Option<&crate::guard::OvsIdentity>,
+) -> Option<String> {
+    pod_of(agent, key).or_else(|| {
+        ovs.and_then(|o| ovnk_vm::pod_of(agent, o))
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+    })
+}
+
 /// `<namespace>/<name>` of the attachment's pod, from its record.
 fn pod_of(agent: &Agent, (cid, ifname): &Attachment) -> Option<String> {
     agent.leases.get(cid, ifname).and_then(|h| {
@@ -904,18 +955,26 @@ async fn write_entry(agent: &Agent, key: &Attachment, mv: Move) -> bool {
         .collect();
     let Some(rec) = records.first() else {
         // No record: a VM OVN-Kubernetes serves itself; its port says
-        // which pod and network (IPv4 only).
-        if let (Some(ovs), Some(target)) = (
-            agent
-                .guard
-                .port_for(&key.0, &key.1)
-                .and_then(|p| p.identity.ovs),
-            mv.v4,
-        ) {
-            return ovnk_vm::write_entry(agent, &ovs, target.ip, target.prefix_len, target.router)
-                .await;
+        // which pod and network. Each family the move leaves alone stays
+        // as the entry lists it; the guest's self-configured addresses
+        // are listed after its IPv6 one.
+        if let Some(ovs) = agent
+            .guard
+            .port_for(&key.0, &key.1)
+            .and_then(|p| p.identity.ovs)
+        {
+            let configured6 = ovs.mac.map_or_else(Vec::new, |m| {
+                lock(&agent.guard.learned).configured(&format_mac(m))
+            });
+            let to = ovnk_vm::GuestAddresses {
+                v4: mv.v4.map(|t| (t.ip, t.prefix_len, t.router)),
+                v6: mv.v6,
+                configured6,
+            };
+            return ovnk_vm::write_entry(agent, &ovs, &to).await;
         }
-        info!(container_id = %key.0, ip = ?mv.v4.map(|t| t.ip), "no lease record for the port; the entry is not written");
+        info!(container_id = %key.0, ip = ?mv.v4.map(|t| t.ip), ip6 = ?mv.v6,
+            "no lease record for the port; the entry is not written");
         return true;
     };
     let (Some(pod), Some(annotation)) = (rec.pod.clone(), rec.annotation_key.clone()) else {

@@ -15,9 +15,19 @@
 //!   guard because the port is guarded before ovnkube-node asks — anchored
 //!   for as long as the port is guarded. A server no exchange on the port
 //!   anchored is refused (`unknown_server`), as for any VM.
-//! - [`moved_entry`]: the entry moved to the guest's address, every other
-//!   field kept; written by [`write_entry`] with the pod's UID and
-//!   resourceVersion as preconditions.
+//! - What vouches for its IPv6 side ([`view6`]): nothing the port carried
+//!   (there is no DHCPv6 one-shot on this path to anchor a server from),
+//!   only the node's DHCPv6 leases of the network the port names
+//!   (`k8s.ovn.org/network`, matched against the records' network name):
+//!   their servers' DUIDs, where those servers' REPLYs came from, their
+//!   prefixes, with the prefix of the IPv6 address the pod's entry
+//!   reports. A network with no DHCPv6 lease on the node has no IPv6 view:
+//!   nothing of the guest's IPv6 is learned there.
+//! - [`moved_entry`]: the entry moved to the guest's addresses, each
+//!   family on its own (an IPv6 move keeps the IPv4 address and the other
+//!   way round; the guest's self-configured addresses listed after its
+//!   IPv6 one), every other field kept; written by [`write_entry`] with
+//!   the pod's UID and resourceVersion as preconditions.
 //! - Live migration: a migration target's port takes the source pod's
 //!   address, prefix length and gateway ([`migration_source_address`])
 //!   while its guest, keeping its lease, asks nothing (its one-shot's
@@ -25,12 +35,13 @@
 //!   on it ([`gone_ports`]), and nothing is sent for the VM.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use tracing::info;
 
 use crate::bindings::format_mac;
 use crate::bindings::learner::NetworkView;
+use crate::bindings::learner6::{NetworkView6, network6};
 use crate::guard::OvsIdentity;
 use crate::kube::annotation::{IPAM_MODE_DHCP, PodNetworkEntry, PodNetworks};
 use crate::kube::{PodInfo, WriteGuard};
@@ -79,6 +90,15 @@ pub(crate) fn entry_address(entry: &PodNetworkEntry) -> Option<(Ipv4Addr, u8)> {
     entry.ip_addresses.iter().find_map(|cidr| {
         let (ip, len) = cidr.split_once('/')?;
         let len: u8 = len.parse().ok().filter(|l| *l <= 32)?;
+        Some((ip.parse().ok()?, len))
+    })
+}
+
+/// The first IPv6 address of `entry` with its prefix length.
+pub(crate) fn entry_address6(entry: &PodNetworkEntry) -> Option<(Ipv6Addr, u8)> {
+    entry.ip_addresses.iter().find_map(|cidr| {
+        let (ip, len) = cidr.split_once('/')?;
+        let len: u8 = len.parse().ok().filter(|l| *l <= 128)?;
         Some((ip.parse().ok()?, len))
     })
 }
@@ -164,26 +184,66 @@ impl EntryNetwork {
     }
 }
 
-/// `entry` moved to `ip` (with `prefix_len`, and `router` as its gateway
-/// when given): every other field kept, `ipam_mode` `dhcp`. `None` when
-/// it already reports that address and prefix.
-pub(crate) fn moved_entry(
-    entry: &PodNetworkEntry,
-    ip: Ipv4Addr,
-    prefix_len: Option<u8>,
-    router: Option<Ipv4Addr>,
-) -> Option<PodNetworkEntry> {
-    let now = entry_address(entry);
-    let len = prefix_len.or(now.map(|(_, l)| l))?;
-    let gateways: Vec<String> = match router {
-        Some(r) => vec![r.to_string()],
-        None => entry.gateway_ips.clone(),
-    };
-    if now == Some((ip, len)) && gateways == entry.gateway_ips {
+/// Where [`moved_entry`] puts each family of an entry: a family left
+/// `None` keeps the addresses the entry lists for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EntryMove {
+    /// The IPv4 address, its prefix length (the entry's when `None`) and
+    /// gateway (the entry's IPv4 gateways when `None`).
+    pub(crate) v4: Option<(Ipv4Addr, Option<u8>, Option<Ipv4Addr>)>,
+    /// The IPv6 address and its prefix length.
+    pub(crate) v6: Option<(Ipv6Addr, u8)>,
+    /// Addresses the guest configured itself (SLAAC, static), listed after
+    /// the IPv6 one unless the entry lists them already.
+    pub(crate) configured6: Vec<(Ipv6Addr, u8)>,
+}
+
+/// The address of a CIDR string of an entry, if it parses.
+fn cidr_ip(cidr: &str) -> Option<IpAddr> {
+    cidr.split_once('/')?.0.parse().ok()
+}
+
+/// `entry` moved as `mv` says: the IPv4 addresses replaced by the move's
+/// one (a move with no prefix length where the entry has none moves
+/// nothing: nothing can be said), the IPv6 ones by the move's, the guest's
+/// self-configured addresses added; each family the move leaves alone
+/// kept as the entry lists it, and so are the IPv6 gateways when the
+/// IPv4 one moves; every other field kept, `ipam_mode` `dhcp`. `None`
+/// when it already reports all that.
+pub(crate) fn moved_entry(entry: &PodNetworkEntry, mv: &EntryMove) -> Option<PodNetworkEntry> {
+    let (mut v4, mut v6, mut other) = (Vec::new(), Vec::new(), Vec::new());
+    for c in &entry.ip_addresses {
+        match cidr_ip(c) {
+            Some(IpAddr::V4(_)) => v4.push(c.clone()),
+            Some(IpAddr::V6(_)) => v6.push(c.clone()),
+            None => other.push(c.clone()),
+        }
+    }
+    let mut gateways = entry.gateway_ips.clone();
+    if let Some((ip, len, router)) = mv.v4
+        && let Some(len) = len.or(entry_address(entry).map(|(_, l)| l))
+    {
+        v4 = vec![format!("{ip}/{len}")];
+        if let Some(r) = router {
+            // Only the IPv4 gateway is the router's to move.
+            gateways.retain(|g| g.parse::<Ipv4Addr>().is_err());
+            gateways.insert(0, r.to_string());
+        }
+    }
+    if let Some((ip, len)) = mv.v6 {
+        v6 = vec![format!("{ip}/{len}")];
+    }
+    for &(ip, len) in &mv.configured6 {
+        if !v6.iter().any(|c| cidr_ip(c) == Some(IpAddr::V6(ip))) {
+            v6.push(format!("{ip}/{len}"));
+        }
+    }
+    let addresses: Vec<String> = v4.into_iter().chain(v6).chain(other).collect();
+    if addresses == entry.ip_addresses && gateways == entry.gateway_ips {
         return None;
     }
     let mut moved = entry.clone();
-    moved.ip_addresses = vec![format!("{ip}/{len}")];
+    moved.ip_addresses = addresses;
     moved.gateway_ips = gateways;
     moved.ipam_mode = Some(IPAM_MODE_DHCP.to_owned());
     Some(moved)
@@ -280,19 +340,133 @@ pub(crate) fn node_knowledge(
     (servers, held)
 }
 
-/// Moves the `pod-networks` entry of the VM pod of `ovs` to `ip` (read
-/// fresh from the API; written under the pod's UID and resourceVersion;
-/// an entry already there is left). Whether it is as wanted (no pod, no
-/// entry: nothing to write, done).
-pub(crate) async fn write_entry(
+/// One DHCPv6 lease on the node, as much of it as the IPv6 view of a
+/// network ([`view6`]) needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeLease6 {
+    /// The network's name (the record's, as a port's `k8s.ovn.org/network`
+    /// names it).
+    pub(crate) network: String,
+    pub(crate) mac: [u8; 6],
+    /// The server's DUID, and where its REPLY came from when known.
+    pub(crate) server: Vec<u8>,
+    pub(crate) from: Option<xdhcp_engine::v6::Source>,
+    pub(crate) address: Ipv6Addr,
+    pub(crate) prefix_len: u8,
+}
+
+/// What vouches for a guest's IPv6 addresses on a port without a lease
+/// record (sans-IO): the DHCPv6 servers (DUIDs, with where their REPLYs
+/// came from) and prefixes of the node's DHCPv6 `leases` of `network` (as
+/// the port names it), plus the prefix of the IPv6 address `entry` (the
+/// pod's entry for the network) reports; the addresses other bindings
+/// hold: other MACs' DHCPv6 leases and `learned` bindings (MAC, address).
+///
+/// `None` when no DHCPv6 lease of the network is on the node: there is no
+/// DHCPv6 one-shot on this path to anchor a server from, and a server no
+/// lease of the network was served by is nobody's word; nor is a prefix
+/// alone (the entry's) enough, so a self-configured address is not
+/// learned either.
+pub(crate) fn view6(
+    leases: &[NodeLease6],
+    learned: &[(String, IpAddr)],
+    network: Option<&str>,
+    mac: [u8; 6],
+    entry: Option<&PodNetworkEntry>,
+) -> Option<NetworkView6> {
+    let network = network?;
+    let mut view = NetworkView6::default();
+    for l in leases {
+        if l.mac != mac {
+            view.held.insert(l.address);
+        }
+        if l.network == network {
+            view.served(&l.server, l.from, l.address, l.prefix_len);
+        }
+    }
+    if view.servers.is_empty() {
+        return None;
+    }
+    if let Some((ip, len)) = entry.and_then(entry_address6) {
+        view.prefixes.insert((network6(ip, len), len));
+    }
+    let own = format_mac(mac);
+    view.held
+        .extend(learned.iter().filter_map(|(m, ip)| match ip {
+            IpAddr::V6(a) if *m != own => Some(*a),
+            _ => None,
+        }));
+    Some(view)
+}
+
+/// [`view6`] from the node's lease records and learned bindings now.
+pub(crate) fn node_knowledge6(
     agent: &Agent,
-    ovs: &OvsIdentity,
-    ip: Ipv4Addr,
-    prefix_len: Option<u8>,
-    router: Option<Ipv4Addr>,
-) -> bool {
+    network: Option<&str>,
+    mac: [u8; 6],
+    entry: Option<&PodNetworkEntry>,
+) -> Option<NetworkView6> {
+    let leases: Vec<NodeLease6> = agent
+        .leases
+        .all()
+        .iter()
+        .filter_map(|h| {
+            let live = lock(&h.live);
+            let r = &live.record;
+            let l6 = r.lease6.as_deref()?;
+            let a = crate::lease::v6::address6(&r.network, l6, r.router6);
+            Some(NodeLease6 {
+                network: r.network.name.clone(),
+                mac: r.mac,
+                server: l6.server_id.clone(),
+                from: l6.server_source,
+                address: l6.address,
+                prefix_len: a.prefix_len,
+            })
+        })
+        .collect();
+    let now = crate::sys::clock::now_unix_ms();
+    let learned: Vec<(String, IpAddr)> = lock(&agent.guard.learned)
+        .rows(now)
+        .into_iter()
+        .map(|b| (b.mac, b.ip))
+        .collect();
+    view6(&leases, &learned, network, mac, entry)
+}
+
+/// The prefix length an IPv6 address the view vouched for is reported
+/// with: that of the longest of the view's prefixes holding it (128 when
+/// none does, or there is no view).
+pub(crate) fn prefix_len6(view: Option<&NetworkView6>, ip: Ipv6Addr) -> u8 {
+    view.into_iter()
+        .flat_map(|v| v.prefixes.iter())
+        .filter(|&&(net, len)| network6(ip, len) == net)
+        .map(|&(_, len)| len)
+        .max()
+        .unwrap_or(128)
+}
+
+/// What a guest's addresses move the entry of its port's network to, by
+/// family: the IPv4 address (with its prefix length and router when
+/// known), the IPv6 address, the addresses the guest configured itself. A
+/// family left `None` keeps what the entry lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GuestAddresses {
+    pub(crate) v4: Option<(Ipv4Addr, Option<u8>, Option<Ipv4Addr>)>,
+    pub(crate) v6: Option<Ipv6Addr>,
+    pub(crate) configured6: Vec<Ipv6Addr>,
+}
+
+/// Moves the `pod-networks` entry of the VM pod of `ovs` to the guest's
+/// addresses (read fresh from the API; the IPv6 ones with the prefix
+/// length of the network's prefix holding them; written under the pod's
+/// UID and resourceVersion; an entry already there is left). Whether it
+/// is as wanted (no pod, no entry: nothing to write, done).
+pub(crate) async fn write_entry(agent: &Agent, ovs: &OvsIdentity, to: &GuestAddresses) -> bool {
+    let ip = to.v4.map(|(a, ..)| a);
+    let ip6 = to.v6;
     let Some(known) = pod_of(agent, ovs) else {
-        info!(pod_uid = ?ovs.pod_uid, %ip, "the port's pod is not known; the entry is not written");
+        info!(pod_uid = ?ovs.pod_uid, ?ip, ?ip6, "the port's pod is not known; the entry is not written");
         return true;
     };
     let pod = match agent.pod_api.get_pod(&known.namespace, &known.name).await {
@@ -306,11 +480,27 @@ pub(crate) async fn write_entry(
     };
     let key = entry_key(ovs);
     let Some(entry) = entry_of(&pod, key) else {
-        info!(pod = %format!("{}/{}", pod.namespace, pod.name), network = key, %ip,
+        info!(pod = %format!("{}/{}", pod.namespace, pod.name), network = key, ?ip, ?ip6,
             "the pod has no entry for the network (OVN-Kubernetes writes it); nothing written");
         return true;
     };
-    let Some(moved) = moved_entry(&entry, ip, prefix_len, router) else {
+    let view = (to.v6.is_some() || !to.configured6.is_empty())
+        .then(|| {
+            node_knowledge6(
+                agent,
+                ovs.network.as_deref(),
+                ovs.mac.unwrap_or_default(),
+                Some(&entry),
+            )
+        })
+        .flatten();
+    let with_len = |a: Ipv6Addr| (a, prefix_len6(view.as_ref(), a));
+    let mv = EntryMove {
+        v4: to.v4,
+        v6: to.v6.map(with_len),
+        configured6: to.configured6.iter().copied().map(with_len).collect(),
+    };
+    let Some(moved) = moved_entry(&entry, &mv) else {
         return true;
     };
     let guard = WriteGuard::uid(pod.uid.as_deref());
@@ -320,7 +510,7 @@ pub(crate) async fn write_entry(
         .await
     {
         Ok(()) => {
-            info!(pod = %format!("{}/{}", pod.namespace, pod.name), network = key, %ip,
+            info!(pod = %format!("{}/{}", pod.namespace, pod.name), network = key, ?ip, ?ip6,
                 "pod-networks entry reports the guest's address");
             true
         }
@@ -470,10 +660,26 @@ mod tests {
         assert!(v.servers.is_empty());
     }
 
+    /// A move of the IPv4 address alone (with its prefix length and
+    /// router when given).
+    fn v4(ip: Ipv4Addr, len: Option<u8>, router: Option<Ipv4Addr>) -> EntryMove {
+        EntryMove {
+            v4: Some((ip, len, router)),
+            ..EntryMove::default()
+        }
+    }
+
+    fn v6(ip: &str, len: u8) -> EntryMove {
+        EntryMove {
+            v6: Some((ip.parse().unwrap(), len)),
+            ..EntryMove::default()
+        }
+    }
+
     #[test]
     fn a_moved_entry_keeps_every_other_field() {
         let e = entry("192.0.2.50/24");
-        let m = moved_entry(&e, B, Some(24), None).unwrap();
+        let m = moved_entry(&e, &v4(B, Some(24), None)).unwrap();
         assert_eq!(m.ip_addresses, ["192.0.2.77/24"]);
         assert_eq!(m.gateway_ips, e.gateway_ips);
         assert_eq!(m.role, "secondary");
@@ -481,24 +687,373 @@ mod tests {
         assert_eq!(m.ipam_mode.as_deref(), Some("dhcp"));
         assert_eq!(m.other["routes"], e.other["routes"]);
         // The same address: nothing to write.
-        assert_eq!(moved_entry(&e, A, Some(24), None), None);
-        assert_eq!(moved_entry(&e, A, None, None), None);
+        assert_eq!(moved_entry(&e, &v4(A, Some(24), None)), None);
+        assert_eq!(moved_entry(&e, &v4(A, None, None)), None);
+        assert_eq!(moved_entry(&e, &EntryMove::default()), None);
         // Another router moves the gateway.
         let r = Ipv4Addr::new(192, 0, 2, 254);
-        let m = moved_entry(&e, A, Some(24), Some(r)).unwrap();
+        let m = moved_entry(&e, &v4(A, Some(24), Some(r))).unwrap();
         assert_eq!(m.gateway_ips, ["192.0.2.254"]);
         // No prefix anywhere: nothing can be said.
         let mut bare = e.clone();
         bare.ip_addresses.clear();
-        assert_eq!(moved_entry(&bare, B, None, None), None);
+        assert_eq!(moved_entry(&bare, &v4(B, None, None)), None);
         // The deprecated copy follows when merged into the annotation.
         let mut nets = PodNetworks::default();
         nets.set("ns/net", &e);
-        nets.set("ns/net", &moved_entry(&e, B, Some(24), None).unwrap());
+        nets.set("ns/net", &moved_entry(&e, &v4(B, Some(24), None)).unwrap());
         assert!(
             nets.raw("ns/net")
                 .unwrap()
                 .contains(r#""ip_address":"192.0.2.77/24""#)
         );
+    }
+
+    /// A dual-stack entry as ovnkube-node writes it: both addresses, both
+    /// gateways.
+    fn dual() -> PodNetworkEntry {
+        let mut e = entry("192.0.2.50/24");
+        e.ip_addresses.push("fd00:6::110/64".into());
+        e.gateway_ips.push("fd00:6::1".into());
+        e
+    }
+
+    #[test]
+    fn an_ipv6_move_keeps_the_ipv4_address_and_every_other_field() {
+        let e = dual();
+        let m = moved_entry(&e, &v6("fd00:6::1a0", 64)).unwrap();
+        assert_eq!(m.ip_addresses, ["192.0.2.50/24", "fd00:6::1a0/64"]);
+        assert_eq!(m.gateway_ips, e.gateway_ips);
+        assert_eq!(m.mac_address, e.mac_address);
+        assert_eq!(m.role, e.role);
+        assert_eq!(m.other["routes"], e.other["routes"]);
+        assert_eq!(m.ipam_mode.as_deref(), Some("dhcp"));
+        // An IPv4-only entry gains the IPv6 address after its IPv4 one.
+        let m = moved_entry(&entry("192.0.2.50/24"), &v6("fd00:6::1a0", 64)).unwrap();
+        assert_eq!(m.ip_addresses, ["192.0.2.50/24", "fd00:6::1a0/64"]);
+        // Already there: nothing to write.
+        assert_eq!(moved_entry(&e, &v6("fd00:6::110", 64)), None);
+        // The deprecated single copy goes once there are two addresses
+        // (OVN-Kubernetes refuses one that disagrees with the list).
+        let mut nets = PodNetworks::default();
+        nets.set("ns/net", &entry("192.0.2.50/24"));
+        nets.set("ns/net", &m);
+        let raw = nets.raw("ns/net").unwrap();
+        assert!(!raw.contains(r#""ip_address""#), "{raw}");
+    }
+
+    #[test]
+    fn an_ipv4_move_keeps_the_ipv6_address_and_gateway() {
+        let e = dual();
+        let r = Ipv4Addr::new(192, 0, 2, 254);
+        let m = moved_entry(&e, &v4(B, Some(24), Some(r))).unwrap();
+        assert_eq!(m.ip_addresses, ["192.0.2.77/24", "fd00:6::110/64"]);
+        assert_eq!(m.gateway_ips, ["192.0.2.254", "fd00:6::1"]);
+        // Both at once, each where its move puts it.
+        let both = EntryMove {
+            v4: Some((B, None, None)),
+            v6: Some(("fd00:6::1a0".parse().unwrap(), 64)),
+            configured6: vec![],
+        };
+        let m = moved_entry(&e, &both).unwrap();
+        assert_eq!(m.ip_addresses, ["192.0.2.77/24", "fd00:6::1a0/64"]);
+        assert_eq!(m.gateway_ips, e.gateway_ips);
+    }
+
+    #[test]
+    fn self_configured_addresses_are_listed_after_the_ipv6_one_once() {
+        let e = dual();
+        let c: Ipv6Addr = "fd00:6::abc".parse().unwrap();
+        let mv = EntryMove {
+            configured6: vec![(c, 64)],
+            ..EntryMove::default()
+        };
+        let m = moved_entry(&e, &mv).unwrap();
+        assert_eq!(
+            m.ip_addresses,
+            ["192.0.2.50/24", "fd00:6::110/64", "fd00:6::abc/64"]
+        );
+        // Listed already: nothing to write.
+        assert_eq!(moved_entry(&m, &mv), None);
+        // An IPv6 move keeps them after the new address.
+        let mv = EntryMove {
+            v6: Some(("fd00:6::1a0".parse().unwrap(), 64)),
+            configured6: vec![(c, 64)],
+            ..EntryMove::default()
+        };
+        let m = moved_entry(&m, &mv).unwrap();
+        assert_eq!(
+            m.ip_addresses,
+            ["192.0.2.50/24", "fd00:6::1a0/64", "fd00:6::abc/64"]
+        );
+    }
+
+    const NET: &str = "localnet6";
+    const VM_MAC: [u8; 6] = [2, 0, 0, 0, 0x30, 1];
+    const POD_MAC: [u8; 6] = [2, 0, 0, 0, 0x40, 1];
+    const SERVER_DUID: &[u8] = &[0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 1];
+    const OTHER_DUID: &[u8] = &[0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 0x66];
+    const SERVER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 1];
+
+    fn ip6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+
+    /// A pod's DHCPv6 lease on `network` from `server`, its REPLY from
+    /// `fe80::53` at [`SERVER_MAC`].
+    fn lease6(network: &str, mac: [u8; 6], server: &[u8], address: &str) -> NodeLease6 {
+        NodeLease6 {
+            network: network.into(),
+            mac,
+            server: server.to_vec(),
+            from: Some(xdhcp_engine::v6::Source::new(
+                ip6("fe80::53"),
+                Some(SERVER_MAC),
+            )),
+            address: ip6(address),
+            prefix_len: 64,
+        }
+    }
+
+    #[test]
+    fn the_ipv6_view_is_the_networks_dhcpv6_leases_on_the_node() {
+        let leases = [
+            lease6(NET, POD_MAC, SERVER_DUID, "fd00:6::150"),
+            // Another network's server and prefix vouch for nothing here.
+            lease6("other", [2, 0, 0, 0, 0x50, 1], OTHER_DUID, "fd00:7::10"),
+        ];
+        let learned = [
+            (
+                "02:00:00:00:50:02".to_owned(),
+                IpAddr::V6(ip6("fd00:6::160")),
+            ),
+            ("02:00:00:00:50:02".to_owned(), IpAddr::V4(B)),
+            // The guest's own learned address is its own, not held.
+            (format_mac(VM_MAC), IpAddr::V6(ip6("fd00:6::1a0"))),
+        ];
+        let v = view6(&leases, &learned, Some(NET), VM_MAC, None).unwrap();
+        assert_eq!(
+            v.servers.keys().collect::<Vec<_>>(),
+            [&SERVER_DUID.to_vec()]
+        );
+        assert_eq!(
+            v.servers[SERVER_DUID].ips,
+            BTreeSet::from([ip6("fe80::53")])
+        );
+        assert_eq!(v.servers[SERVER_DUID].macs, BTreeSet::from([SERVER_MAC]));
+        assert_eq!(v.prefixes, BTreeSet::from([(ip6("fd00:6::"), 64)]));
+        // Other MACs' leases (whatever their network) and learned addresses.
+        assert_eq!(
+            v.held,
+            BTreeSet::from([ip6("fd00:6::150"), ip6("fd00:7::10"), ip6("fd00:6::160")])
+        );
+        // The entry's IPv6 address adds its prefix.
+        let mut e = dual();
+        e.ip_addresses[1] = "fd00:8::5/64".into();
+        let v = view6(&leases, &learned, Some(NET), VM_MAC, Some(&e)).unwrap();
+        assert_eq!(
+            v.prefixes,
+            BTreeSet::from([(ip6("fd00:6::"), 64), (ip6("fd00:8::"), 64)])
+        );
+    }
+
+    #[test]
+    fn a_network_with_no_dhcpv6_lease_on_the_node_has_no_ipv6_view() {
+        let other = [lease6("other", POD_MAC, OTHER_DUID, "fd00:7::10")];
+        // Not even with an IPv6 address in the entry: a prefix alone
+        // vouches for no server, and no server is anchored from nothing.
+        let e = dual();
+        assert_eq!(view6(&other, &[], Some(NET), VM_MAC, Some(&e)), None);
+        assert_eq!(view6(&[], &[], Some(NET), VM_MAC, Some(&e)), None);
+        // A port naming no network matches no lease.
+        let ours = [lease6(NET, POD_MAC, SERVER_DUID, "fd00:6::150")];
+        assert_eq!(view6(&ours, &[], None, VM_MAC, Some(&e)), None);
+    }
+
+    #[test]
+    fn an_ipv6_address_is_reported_with_the_longest_prefix_holding_it() {
+        let mut v = NetworkView6::default();
+        v.prefixes.insert((ip6("fd00:6::"), 64));
+        v.prefixes.insert((ip6("fd00::"), 16));
+        assert_eq!(prefix_len6(Some(&v), ip6("fd00:6::1a0")), 64);
+        assert_eq!(prefix_len6(Some(&v), ip6("fd00:9::1")), 16);
+        assert_eq!(prefix_len6(Some(&v), ip6("2001:db8::1")), 128);
+        assert_eq!(prefix_len6(None, ip6("fd00:6::1a0")), 128);
+    }
+
+    /// The guest's DHCPv6 messages and address probes on a port with no
+    /// lease record, decided against [`view6`] as the learning loop does,
+    /// with a host on the segment (or the guest) trying each check.
+    mod attacks {
+        use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
+        use dhcproto::{Encodable as _, Encoder};
+
+        use super::*;
+        use crate::bindings::learner::Direction;
+        use crate::bindings::learner6::{Learned6, Learner6, Refused6, Seen6, dad};
+
+        const GUEST_DUID: &[u8] = &[0, 1, 0, 1, 0x2c, 0, 0, 1, 2, 0, 0, 0, 0x30, 1];
+        const ATTACKER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x66];
+
+        fn encode(m: &Message) -> Vec<u8> {
+            let mut b = Vec::new();
+            m.encode(&mut Encoder::new(&mut b)).unwrap();
+            b
+        }
+
+        fn message(t: MessageType, addr: Ipv6Addr, server: Option<&[u8]>) -> Vec<u8> {
+            let mut m = Message::new_with_id(t, [0, 0, 7]);
+            m.opts_mut()
+                .insert(DhcpOption::ClientId(GUEST_DUID.to_vec()));
+            if let Some(s) = server {
+                m.opts_mut().insert(DhcpOption::ServerId(s.to_vec()));
+            }
+            let mut ia = IANA {
+                id: 1,
+                t1: 0,
+                t2: 0,
+                opts: DhcpOptions::default(),
+            };
+            ia.opts.insert(DhcpOption::IAAddr(IAAddr {
+                addr,
+                preferred_life: 300,
+                valid_life: 300,
+                opts: DhcpOptions::default(),
+            }));
+            m.opts_mut().insert(DhcpOption::IANA(ia));
+            encode(&m)
+        }
+
+        /// The node: a pod's lease of the network from the server, one of
+        /// another network from another server; the entry (IPv4 only, as
+        /// ovnkube-node wrote it).
+        fn node_view() -> Option<NetworkView6> {
+            let leases = [
+                lease6(NET, POD_MAC, SERVER_DUID, "fd00:6::150"),
+                lease6("other", POD_MAC, OTHER_DUID, "fd00:7::10"),
+            ];
+            view6(
+                &leases,
+                &[],
+                Some(NET),
+                VM_MAC,
+                Some(&entry("192.0.2.50/24")),
+            )
+        }
+
+        /// The guest REQUESTs `addr`; a REPLY from `server` (sent from
+        /// `src`) binding `got` comes back.
+        fn exchange(
+            server: &[u8],
+            src: (Ipv6Addr, [u8; 6]),
+            got: Ipv6Addr,
+            view: Option<NetworkView6>,
+        ) -> Result<Option<Learned6>, Refused6> {
+            let mut l = Learner6::default();
+            let t0 = std::time::Instant::now();
+            let request = message(MessageType::Request, got, None);
+            let out = Seen6 {
+                direction: Direction::FromGuest,
+                src_mac: VM_MAC,
+                src_ip: ip6("fe80::30:1"),
+                payload: &request,
+            };
+            assert_eq!(l.observe(1, &out, t0, || None), Ok(None));
+            let reply = message(MessageType::Reply, got, Some(server));
+            let back = Seen6 {
+                direction: Direction::ToGuest,
+                src_mac: src.1,
+                src_ip: src.0,
+                payload: &reply,
+            };
+            l.observe(1, &back, t0, || view)
+        }
+
+        const FROM_SERVER: (Ipv6Addr, [u8; 6]) =
+            (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0x53), SERVER_MAC);
+
+        #[test]
+        fn the_networks_server_binding_a_free_address_in_its_prefix_is_learned() {
+            assert_eq!(
+                exchange(SERVER_DUID, FROM_SERVER, ip6("fd00:6::1a0"), node_view()),
+                Ok(Some(Learned6::Bound {
+                    ip: ip6("fd00:6::1a0"),
+                    valid_secs: Some(300)
+                }))
+            );
+        }
+
+        #[test]
+        fn a_server_no_lease_of_the_network_was_served_by_is_refused() {
+            let rogue = [9, 9, 9, 9];
+            assert_eq!(
+                exchange(&rogue, FROM_SERVER, ip6("fd00:6::1a0"), node_view()),
+                Err(Refused6::UnknownServer(Some(rogue.to_vec())))
+            );
+            // Another network's server on the node is not this one's.
+            assert_eq!(
+                exchange(OTHER_DUID, FROM_SERVER, ip6("fd00:6::1a0"), node_view()),
+                Err(Refused6::UnknownServer(Some(OTHER_DUID.to_vec())))
+            );
+        }
+
+        #[test]
+        fn the_servers_duid_from_another_host_on_the_segment_is_refused() {
+            for src in [(FROM_SERVER.0, ATTACKER_MAC), (ip6("fe80::66"), SERVER_MAC)] {
+                assert_eq!(
+                    exchange(SERVER_DUID, src, ip6("fd00:6::1a0"), node_view()),
+                    Err(Refused6::ServerSource {
+                        src_ip: src.0,
+                        src_mac: src.1
+                    })
+                );
+            }
+        }
+
+        #[test]
+        fn an_address_outside_the_networks_prefixes_or_a_neighbours_is_refused() {
+            // Inside another network's prefix on the node.
+            let outside = ip6("fd00:7::1a0");
+            assert_eq!(
+                exchange(SERVER_DUID, FROM_SERVER, outside, node_view()),
+                Err(Refused6::OutsidePrefix(outside))
+            );
+            let neighbours = ip6("fd00:6::150");
+            assert_eq!(
+                exchange(SERVER_DUID, FROM_SERVER, neighbours, node_view()),
+                Err(Refused6::AddressTaken(neighbours))
+            );
+        }
+
+        #[test]
+        fn with_nothing_on_the_node_for_the_network_a_reply_is_not_learned() {
+            let leases = [lease6("other", POD_MAC, OTHER_DUID, "fd00:7::10")];
+            let view = view6(&leases, &[], Some(NET), VM_MAC, Some(&dual()));
+            assert_eq!(
+                exchange(OTHER_DUID, FROM_SERVER, ip6("fd00:6::1a0"), view),
+                Err(Refused6::UnknownNetwork)
+            );
+        }
+
+        #[test]
+        fn probes_for_a_neighbours_or_an_outside_address_are_refused() {
+            let none = BTreeSet::new();
+            let v = node_view().unwrap();
+            let neighbours = ip6("fd00:6::150");
+            assert_eq!(
+                dad(neighbours, Some(&v), &none, &none),
+                Err(Refused6::AddressTaken(neighbours))
+            );
+            let outside = ip6("fd00:7::99");
+            assert_eq!(
+                dad(outside, Some(&v), &none, &none),
+                Err(Refused6::OutsidePrefix(outside))
+            );
+            let own = ip6("fd00:6::5054:ff:fe00:3001");
+            assert_eq!(
+                dad(own, Some(&v), &none, &none),
+                Ok(Some(Learned6::Configured { ip: own }))
+            );
+        }
     }
 }
