@@ -65,11 +65,11 @@ pub struct Binding {
     /// Expiry, wall clock, milliseconds since the epoch (`None`: infinite).
     pub expires_unix_ms: Option<u64>,
     pub source: BindingSource,
-    /// A learned binding whose ACK moved the `pod-networks` entry: the
-    /// address the entry reported before, put back if the guest declines
-    /// this one.
+    /// A learned binding whose ACK (or REPLY) moved the `pod-networks`
+    /// entry: the address of its family the entry reported before, put
+    /// back if the guest declines this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replaced: Option<Ipv4Addr>,
+    pub replaced: Option<IpAddr>,
 }
 
 impl Binding {
@@ -536,6 +536,31 @@ mod tests {
         s.flush().unwrap();
         let (s, _) = LearnedStore::open(dir.path()).unwrap();
         assert_eq!(s.rows(0)[0].ip, Ipv4Addr::new(192, 0, 2, 6));
+    }
+
+    /// What a learned binding replaced in the entry is of its family: a
+    /// file from before IPv6 bindings recorded one (an IPv4 address) loads
+    /// as it was, and an IPv6 one is kept across a reopen.
+    #[test]
+    fn the_replaced_address_is_of_either_family_and_old_files_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = r#"[{"mac": "02:00:00:00:00:01", "ip": "192.0.2.5", "port": "veth1",
+            "pod": "default/vm1", "expiresUnixMs": 10000, "source": "learned",
+            "replaced": "192.0.2.9"}]"#;
+        std::fs::write(dir.path().join(LearnedStore::FILE), old).unwrap();
+        let (mut s, q) = LearnedStore::open(dir.path()).unwrap();
+        assert!(q.is_none());
+        let mac = "02:00:00:00:00:01";
+        let v4_replaced = s.get(mac).and_then(|b| b.replaced);
+        assert_eq!(v4_replaced, Some(Ipv4Addr::new(192, 0, 2, 9).into()));
+        let mut v6 = binding(mac, [0; 4], Some(20_000));
+        v6.ip = "fd00:6::1a0".parse().unwrap();
+        v6.replaced = Some("fd00:6::154".parse().unwrap());
+        s.upsert(v6.clone());
+        s.flush().unwrap();
+        let (s, _) = LearnedStore::open(dir.path()).unwrap();
+        assert_eq!(s.get6(mac), Some(&v6));
+        assert_eq!(s.get(mac).and_then(|b| b.replaced), v4_replaced);
     }
 
     /// A MAC has an IPv4 and an IPv6 binding side by side; a file written

@@ -887,7 +887,7 @@ fn dhcpcd_guest_declines_an_address_in_use_the_entry_goes_back_then_follows_dnsm
     let l = learned(&vm);
     assert_eq!(l.len(), 1, "{l:?}");
     assert_eq!(l[0].ip, guest_ip, "no binding for the declined address");
-    assert_eq!(l[0].replaced, Some(vm.one_shot));
+    assert_eq!(l[0].replaced, Some(vm.one_shot.into()));
     drop(daemon);
     drop(vm);
     host_before.assert_unchanged();
@@ -1287,6 +1287,26 @@ fn forge_reply6(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr) {
 /// [`forge_reply6`] with `server` (a DUID) as its Server Identifier, for
 /// the VM's DUID-LL and IAID 1.
 fn forge_reply6_as(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr, server: &[u8]) {
+    reply6_from(
+        vm,
+        xid,
+        addr,
+        server,
+        (FORGER_MAC, "fe80::6666".parse().unwrap()),
+    );
+}
+
+/// Sends on the node's bridge a DHCPv6 REPLY to the VM's MAC for the VM's
+/// DUID-LL and IAID 1, binding `addr`, transaction `xid`, with `server`
+/// (a DUID) as its Server Identifier, from the Ethernet and IPv6 sources
+/// `from`.
+fn reply6_from(
+    vm: &Vm,
+    xid: u32,
+    addr: std::net::Ipv6Addr,
+    server: &[u8],
+    from: ([u8; 6], std::net::Ipv6Addr),
+) {
     use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
     use dhcproto::{Encodable as _, Encoder};
     use std::os::fd::AsRawFd as _;
@@ -1315,10 +1335,10 @@ fn forge_reply6_as(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr, server: &[u8]) {
     m.encode(&mut Encoder::new(&mut payload)).unwrap();
     let frame = build_udp6_frame(
         &Frame6Headers {
-            src_mac: FORGER_MAC,
+            src_mac: from.0,
             dst_mac: mac,
             vlan: None,
-            src_ip: "fe80::6666".parse().unwrap(),
+            src_ip: from.1,
             dst_ip: GUEST_LL,
             src_port: 547,
             dst_port: 546,
@@ -1391,19 +1411,31 @@ fn vm_lease6(vm: &Vm) -> Value {
 /// network's (the network's server leaves it unanswered: it stays in
 /// flight for its whole window).
 fn guest_request6(vm: &Vm, xid: u32, addr: std::net::Ipv6Addr) {
-    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
+    let nobody = [0, 3, 0, 1, 2, 0, 0, 0, 0x99, 0x99];
+    guest_sends6(vm, dhcproto::v6::MessageType::Request, xid, addr, &nobody);
+}
+
+/// Sends from the guest's interface a DHCPv6 client message of `kind`
+/// from the VM's DUID-LL, IAID 1, naming `addr` and the server `server`
+/// (a DUID), transaction `xid`.
+fn guest_sends6(
+    vm: &Vm,
+    kind: dhcproto::v6::MessageType,
+    xid: u32,
+    addr: std::net::Ipv6Addr,
+    server: &[u8],
+) {
+    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message};
     use dhcproto::{Encodable as _, Encoder};
     use std::os::fd::AsRawFd as _;
     use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
 
     let mac = parse_mac(VM_MAC).unwrap();
     let b = xid.to_be_bytes();
-    let mut m = Message::new_with_id(MessageType::Request, [b[1], b[2], b[3]]);
+    let mut m = Message::new_with_id(kind, [b[1], b[2], b[3]]);
     let o = m.opts_mut();
     o.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &mac].concat()));
-    o.insert(DhcpOption::ServerId(vec![
-        0, 3, 0, 1, 2, 0, 0, 0, 0x99, 0x99,
-    ]));
+    o.insert(DhcpOption::ServerId(server.to_vec()));
     o.insert(DhcpOption::ElapsedTime(0));
     let mut ia = IANA {
         id: 1,
@@ -1492,6 +1524,63 @@ fn a_forged_dhcpv6_reply_with_the_servers_duid_from_another_source_is_refused_dn
 
     let guest6 = dhcpcd6_moves_the_entry(&vm, a6);
     assert_ne!(guest6, wanted);
+    drop(vm);
+    host_before.assert_unchanged();
+}
+
+/// A guest DECLINEs the IPv6 address its server's REPLY gave it (its
+/// duplicate address detection found it in use): it never held it, so the
+/// entry, which the REPLY had moved there, goes back to the address it
+/// reported before (the VM's one-shot's), the IPv4 one untouched, and no
+/// binding is left for the declined address. (The test plays the guest's
+/// REQUEST and DECLINE and the server's REPLY, from the server's own
+/// sources and with its DUID: a guest's real exchange, whose DAD failure
+/// is not the point here.)
+#[test]
+fn a_guest_declining_its_ipv6_address_puts_the_entrys_previous_one_back_dnsmasq_fake_apiserver() {
+    let host_before = HostDhcpcd::snapshot();
+    let (vm, _v6, a6) = dual_stack_vm();
+    let lease6 = vm_lease6(&vm);
+    let duid: Vec<u8> = serde_json::from_value(lease6["server_id"].clone()).unwrap();
+    let source = &lease6["server_source"];
+    let from_ip: std::net::Ipv6Addr = source["ip"].as_str().unwrap().parse().unwrap();
+    let from_mac: [u8; 6] = serde_json::from_value(source["mac"].clone())
+        .unwrap_or_else(|_| vm.lab.server.mac(Lab::BRIDGE));
+    let before = json!([format!("{}/24", vm.one_shot), format!("{a6}/64")]);
+    assert_eq!(entry_addresses(&vm), before);
+
+    let given: std::net::Ipv6Addr = "fd00:6::1e7".parse().unwrap();
+    let xid = 0x00de_c1e0;
+    guest_request6(&vm, xid, given);
+    // The REQUEST reaches the agent before the answer to it.
+    std::thread::sleep(Duration::from_millis(300));
+    reply6_from(&vm, xid, given, &duid, (from_mac, from_ip));
+    let moved = json!([format!("{}/24", vm.one_shot), format!("{given}/64")]);
+    assert!(
+        wait_until(Duration::from_secs(3), || entry_addresses(&vm) == moved),
+        "the REPLY did not move the entry: {}; {:?}",
+        entry_addresses(&vm),
+        metric_lines(vm.lab.server.path(), "xdhcp_learn")
+    );
+
+    guest_sends6(
+        &vm,
+        dhcproto::v6::MessageType::Decline,
+        xid + 1,
+        given,
+        &duid,
+    );
+    assert!(
+        wait_until(Duration::from_secs(3), || entry_addresses(&vm) == before),
+        "the entry stays at the declined address: {}",
+        entry_addresses(&vm)
+    );
+    let rows = binding_rows(&vm);
+    assert!(
+        rows.iter()
+            .all(|r| r.binding.ip != std::net::IpAddr::from(given)),
+        "a binding is left for the declined address: {rows:?}"
+    );
     drop(vm);
     host_before.assert_unchanged();
 }

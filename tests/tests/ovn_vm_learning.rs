@@ -953,7 +953,7 @@ fn ovn_kubernetes_own_vm_path_with_no_add_moves_the_entry_to_the_guests_address_
     let pod = format!("{NS}/{POD}");
     assert_eq!(
         (learned[0].pod.as_deref(), learned[0].replaced),
-        (Some(pod.as_str()), Some(a))
+        (Some(pod.as_str()), Some(a.into()))
     );
     // No ADD reached the agent: it holds no lease.
     let leases: Vec<Value> = s.agent.client().get(rpc::PATH_LEASES).expect("leases");

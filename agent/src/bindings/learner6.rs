@@ -153,8 +153,9 @@ pub enum Learned6 {
         valid_secs: Option<u32>,
     },
     /// The guest gave these addresses up (RELEASE), or refused them
-    /// (DECLINE: its duplicate address detection found them in use).
-    GivenUp { ips: Vec<Ipv6Addr> },
+    /// (DECLINE, `declined`: its duplicate address detection found them
+    /// in use, so it never held them).
+    GivenUp { ips: Vec<Ipv6Addr>, declined: bool },
     /// The guest configured `ip` itself (its duplicate address detection
     /// probe for it).
     Configured { ip: Ipv6Addr },
@@ -340,6 +341,7 @@ impl Learner6 {
         }
         gives_up.then(|| Learned6::GivenUp {
             ips: msg.ia_na.iter().flat_map(addresses).collect(),
+            declined: msg.msg_type == MessageType::Decline,
         })
     }
 
@@ -991,7 +993,10 @@ mod tests {
         for t6 in [MessageType::Release, MessageType::Decline] {
             assert_eq!(
                 t.guest_sends(0, &client(t6, 11, Some(a))),
-                Ok(Some(Learned6::GivenUp { ips: vec![a] }))
+                Ok(Some(Learned6::GivenUp {
+                    ips: vec![a],
+                    declined: t6 == MessageType::Decline
+                }))
             );
             // The server's REPLY to it (Success, the address named with
             // lifetimes 0 or none) is expected, not a forgery.

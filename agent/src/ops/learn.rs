@@ -354,7 +354,9 @@ impl Following {
                     "guest declined the address it was acknowledged (in use)");
                 // The ACK moved the entry to an address the guest never held:
                 // put back what it reported before.
-                if let Some(back) = gone.and_then(|b| b.replaced).filter(|b| *b != ip) {
+                if let Some(IpAddr::V4(back)) = gone.and_then(|b| b.replaced)
+                    && back != ip
+                {
                     let target = Target {
                         ip: back,
                         prefix_len: None,
@@ -398,8 +400,10 @@ impl Following {
     /// for DHCPv4, by [`crate::bindings::learner6`]'s rules. An accepted
     /// REPLY records the guest's IPv6 binding (source `learned`) and moves
     /// the entry's IPv6 address to it, keeping its IPv4 address on a
-    /// dual-stack network; a RELEASE or DECLINE drops the binding and
-    /// leaves the entry at the last address the guest held.
+    /// dual-stack network; a RELEASE drops the binding and leaves the
+    /// entry at the last address the guest held; a DECLINE drops it and,
+    /// when its REPLY had moved the entry, puts back the IPv6 address the
+    /// entry reported before (the guest never held the declined one).
     fn on_dhcp6(
         &mut self,
         agent: &Agent,
@@ -424,19 +428,48 @@ impl Following {
         };
         let mac_text = format_mac(mac);
         match learned {
-            Learned6::GivenUp { ips } => {
+            Learned6::GivenUp { ips, declined } => {
+                let mut back = None;
                 let mut store = lock(&agent.guard.learned);
                 for ip in ips {
-                    if store.take6(&mac_text, Some(ip)).is_some() {
+                    let Some(gone) = store.take6(&mac_text, Some(ip)) else {
+                        continue;
+                    };
+                    if declined {
+                        info!(port = %port.host_ifname, mac = %mac_text, %ip,
+                            "guest declined the IPv6 address it was given (in use)");
+                        // The REPLY moved the entry to an address the guest
+                        // never held: what it reported before goes back.
+                        if let Some(IpAddr::V6(before)) = gone.replaced
+                            && before != ip
+                        {
+                            back = Some(before);
+                        }
+                    } else {
                         info!(port = %port.host_ifname, mac = %mac_text, %ip,
                             "guest gave its IPv6 address up");
                     }
+                }
+                drop(store);
+                if let Some(before) = back {
+                    let mv = Move {
+                        v4: None,
+                        v6: Some(before),
+                    };
+                    self.want_move(agent, key, mv);
                 }
             }
             Learned6::Configured { .. } => {}
             Learned6::Bound { ip, valid_secs } => {
                 let pod = pod_named(agent, &key, ovs.as_ref());
-                follow6(agent, &port.host_ifname, &mac_text, pod, ip, valid_secs);
+                let reported = reported6(agent, &key, ovs.as_ref());
+                let guest = Guest6 {
+                    port: &port.host_ifname,
+                    mac: &mac_text,
+                    pod,
+                    reported,
+                };
+                follow6(agent, guest, ip, valid_secs);
                 let mv = Move {
                     v4: None,
                     v6: Some(ip),
@@ -835,16 +868,25 @@ fn pod_of(agent: &Agent, (cid, ifname): &Attachment) -> Option<String> {
 
 /// Records the guest's IPv6 binding (in memory), logging when its address
 /// is not the one last learned.
-fn follow6(
-    agent: &Agent,
-    port: &str,
-    mac_text: &str,
-    pod: Option<String>,
-    ip: Ipv6Addr,
-    valid_secs: Option<u32>,
-) {
+fn follow6(agent: &Agent, guest: Guest6<'_>, ip: Ipv6Addr, valid_secs: Option<u32>) {
+    let Guest6 {
+        port,
+        mac: mac_text,
+        pod,
+        reported,
+    } = guest;
     let mut store = lock(&agent.guard.learned);
-    let previous = store.get6(mac_text).map(|b| b.ip);
+    let existing = store.get6(mac_text).cloned();
+    // What the entry reports now: the last learned address, else the
+    // attachment's own lease's (or, on OVN-Kubernetes' own path, the
+    // entry's).
+    let previous = existing
+        .as_ref()
+        .and_then(|b| match b.ip {
+            IpAddr::V6(a) => Some(a),
+            IpAddr::V4(_) => None,
+        })
+        .or(reported);
     let now = crate::sys::clock::now_unix_ms();
     store.upsert(Binding {
         mac: mac_text.to_owned(),
@@ -853,13 +895,52 @@ fn follow6(
         pod,
         expires_unix_ms: valid_secs.map(|s| now + u64::from(s) * 1000),
         source: BindingSource::Learned,
-        replaced: None,
+        // A renewal keeps what its first REPLY replaced; a move records
+        // what it replaces (put back if the guest declines the address).
+        replaced: if previous == Some(ip) {
+            existing.filter(|b| b.ip == ip).and_then(|b| b.replaced)
+        } else {
+            previous.map(IpAddr::from)
+        },
     });
     drop(store);
-    if previous != Some(ip.into()) {
+    if previous != Some(ip) {
         info!(port, mac = %mac_text, %ip, previous = ?previous,
             "guest holds another IPv6 address than reported");
     }
+}
+
+/// The guest [`follow6`] records an IPv6 binding for: its port's host
+/// end, its MAC, its pod, and the IPv6 address its entry reports.
+struct Guest6<'a> {
+    port: &'a str,
+    mac: &'a str,
+    pod: Option<String>,
+    reported: Option<Ipv6Addr>,
+}
+
+/// The IPv6 address the attachment's entry reports as the agent knows it:
+/// its own DHCPv6 lease's (a VM's one-shot), else, on a VM port
+/// OVN-Kubernetes serves itself, the first IPv6 address of its pod's entry.
+fn reported6(
+    agent: &Agent,
+    (cid, ifname): &Attachment,
+    ovs: Option<&crate::guard::OvsIdentity>,
+) -> Option<Ipv6Addr> {
+    let own = agent
+        .leases
+        .attachment(cid, ifname)
+        .into_iter()
+        .find_map(|h| lock(&h.live).record.lease6.as_ref().map(|l| l.address));
+    own.or_else(|| {
+        let ovs = ovs?;
+        let entry = ovnk_vm::pod_of(agent, ovs)
+            .and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)))?;
+        entry.ip_addresses.iter().find_map(|cidr| {
+            let ip = cidr.split_once('/').map_or(cidr.as_str(), |(ip, _)| ip);
+            ip.parse::<Ipv6Addr>().ok()
+        })
+    })
 }
 
 /// The pod an attachment is for and the address its entry reported:
@@ -916,7 +997,7 @@ fn follow(
         replaced: if previous == Some(ip) {
             existing.filter(|b| b.ip == ip).and_then(|b| b.replaced)
         } else {
-            previous
+            previous.map(IpAddr::from)
         },
     };
     store.upsert(binding);
