@@ -1036,20 +1036,13 @@ fn dad<W: Wire>(f: &W, l3: usize, at: usize) {
     if port.flags & GUARD_LEARN == 0 || mac_at(f, 6, port.mac) != Some(true) {
         return;
     }
-    // SAFETY: helper without arguments.
-    if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
-        learn_count(LEARN_SHED);
-        return;
-    }
-    // SAFETY: helper without arguments.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
     let ns = Udp {
         payload: at,
         payload_len: NS_LEN,
         sport: 0,
         dport: 0,
     };
-    learn(f, ifindex, GUARD_FROM_WORKLOAD, GUARD_KIND_DAD6, &ns, now);
+    learn_in_bucket(f, ifindex, GUARD_FROM_WORKLOAD, GUARD_KIND_DAD6, &ns);
 }
 
 /// Whether learning reads DHCPv6 client message type `t`: the messages a
@@ -1199,14 +1192,7 @@ fn egress<W: Wire>(f: &W) {
         learn_count(LEARN_UNUSED);
         return;
     }
-    // SAFETY: helper without arguments.
-    if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
-        learn_count(LEARN_SHED);
-        return;
-    }
-    // SAFETY: helper without arguments.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
-    learn(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP4, &udp, now);
+    learn_in_bucket(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP4, &udp);
 }
 
 /// [`egress`] for IPv6: a DHCPv6 REPLY (UDP from port 547 to port 546)
@@ -1242,6 +1228,13 @@ fn egress6<W: Wire>(f: &W, l3: usize) {
         learn_count(LEARN_UNUSED);
         return;
     }
+    learn_in_bucket(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP6, &udp);
+}
+
+/// [`learn`] within the port's bucket: a token taken for the message
+/// `udp` frames, else it is shed and counted (`LEARN_SHED`).
+#[inline(always)]
+fn learn_in_bucket<W: Wire>(f: &W, ifindex: u32, direction: u16, kind: u16, udp: &Udp) {
     // SAFETY: helper without arguments.
     if !take_learn_token(ifindex, unsafe { bpf_ktime_get_ns() }) {
         learn_count(LEARN_SHED);
@@ -1249,7 +1242,7 @@ fn egress6<W: Wire>(f: &W, l3: usize) {
     }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    learn(f, ifindex, GUARD_TO_WORKLOAD, GUARD_KIND_DHCP6, &udp, now);
+    learn(f, ifindex, direction, kind, udp, now);
 }
 
 #[inline(always)]
