@@ -19,7 +19,7 @@ use xdhcp_engine::v6::ra::{ALL_ROUTERS, ND_HOP_LIMIT, ROUTER_ADVERTISEMENT};
 use crate::datapath::link::LinkError;
 use crate::datapath::rawsock::classify;
 use crate::datapath::udp6::{bind_to_device, set};
-use crate::sys::netns::run_in_netns_async;
+use crate::sys::netns::run_in_or_here;
 
 /// `ICMPV6_FILTER` (linux/icmpv6.h), at level `IPPROTO_ICMPV6`: which
 /// `ICMPv6` types the socket hears (a set bit blocks the type).
@@ -42,12 +42,16 @@ pub(crate) struct Received {
 }
 
 impl RouterSocket {
-    /// Open the socket for `ifname` (index `ifindex`) in `netns`. Must be
-    /// called within a tokio runtime.
-    pub(crate) async fn open(netns: &Path, ifname: &str, ifindex: u32) -> Result<Self, LinkError> {
+    /// Open the socket for `ifname` (index `ifindex`) in `netns` (`None`:
+    /// the agent's own). Must be called within a tokio runtime.
+    pub(crate) async fn open(
+        netns: Option<&Path>,
+        ifname: &str,
+        ifindex: u32,
+    ) -> Result<Self, LinkError> {
         let name = ifname.to_owned();
-        let made = run_in_netns_async(netns, move || raw_socket(&name, ifindex)).await?;
-        let error = |op, source| classify(op, ifname, Some(netns), source);
+        let made = run_in_or_here(netns, move || raw_socket(&name, ifindex)).await?;
+        let error = |op, source| classify(op, ifname, netns, source);
         let fd = made.map_err(|(op, source)| error(op, source))?;
         // SAFETY: the OwnedFd is moved into the AsyncFd, which owns it and
         // keeps it open for as long as it is registered.

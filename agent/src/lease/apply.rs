@@ -23,7 +23,7 @@ pub(crate) async fn configure(
     lease: &Lease,
     metric: Option<u32>,
 ) -> Result<(), NetlinkError> {
-    let (nl, ifindex) = open(netns, ifname).await?;
+    let (nl, ifindex) = open(Some(netns), ifname).await?;
     if let Err(e) = nl.apply_lease(ifindex, lease, metric).await {
         // Take off what went on before the failure; the error is the news.
         if let Err(undo) = nl.remove_lease(ifindex, lease, metric).await {
@@ -174,7 +174,7 @@ pub(crate) async fn has_address(
     address: Ipv4Addr,
     prefix_len: u8,
 ) -> Result<bool, NetlinkError> {
-    let (nl, ifindex) = open(netns, ifname).await?;
+    let (nl, ifindex) = open(Some(netns), ifname).await?;
     nl.has_address(ifindex, address, Some(prefix_len)).await
 }
 
@@ -185,7 +185,7 @@ pub(crate) async fn deconfigure(
     lease: &Lease,
     metric: Option<u32>,
 ) -> Result<(), NetlinkError> {
-    let (nl, ifindex) = open(netns, ifname).await?;
+    let (nl, ifindex) = open(Some(netns), ifname).await?;
     nl.remove_lease(ifindex, lease, metric).await
 }
 
@@ -247,7 +247,7 @@ pub(crate) fn wants_router(network: &crate::model::Network) -> bool {
 /// address goes on `nodad` ([`Dad6::Unique`]): a renewal of an address the
 /// interface holds already.
 pub(crate) async fn configure6(
-    netns: &Path,
+    netns: Option<&Path>,
     ifname: &str,
     a: Address6,
     dad: Option<std::time::Duration>,
@@ -303,7 +303,7 @@ async fn dad_outcome(
 
 /// Take `a` off `ifname` in `netns`; missing pieces are fine.
 pub(crate) async fn deconfigure6(
-    netns: &Path,
+    netns: Option<&Path>,
     ifname: &str,
     a: Address6,
 ) -> Result<(), NetlinkError> {
@@ -321,7 +321,7 @@ async fn remove6(nl: &Netlink, ifindex: u32, a: Address6) -> Result<(), NetlinkE
 
 /// Whether `ifname` carries `a`'s address with its prefix length.
 pub(crate) async fn has_address6(
-    netns: &Path,
+    netns: Option<&Path>,
     ifname: &str,
     a: Address6,
 ) -> Result<bool, NetlinkError> {
@@ -330,8 +330,8 @@ pub(crate) async fn has_address6(
 }
 
 /// rtnetlink in `netns`, and the index of `ifname` there.
-async fn open(netns: &Path, ifname: &str) -> Result<(Netlink, u32), NetlinkError> {
-    let nl = Netlink::open(Some(netns)).await?;
+async fn open(netns: Option<&Path>, ifname: &str) -> Result<(Netlink, u32), NetlinkError> {
+    let nl = Netlink::open(netns).await?;
     let ifindex = nl.link(ifname).await?.ifindex;
     Ok((nl, ifindex))
 }

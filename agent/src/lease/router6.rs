@@ -47,11 +47,12 @@ pub(crate) struct Routers {
 }
 
 impl Routers {
-    /// Listen on `ifname` (index `ifindex`) in `netns` for a workload with
+    /// Listen on `ifname` (index `ifindex`) in `netns` (`None`: the agent's
+    /// own) for a workload with
     /// link-layer address `mac`. A socket that cannot be opened is logged
     /// and the lease goes on without advertisements.
     pub(crate) async fn open(
-        netns: &Path,
+        netns: Option<&Path>,
         ifname: &str,
         ifindex: u32,
         mac: [u8; 6],

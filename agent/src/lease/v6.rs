@@ -47,7 +47,7 @@ use crate::lease::task::Ended;
 use crate::model::{Network, UplinkRef};
 use crate::netlink::{Dad6, NetlinkError};
 use crate::sys::clock::{now_unix_ms, seed};
-use crate::sys::netns::run_in_netns_async;
+use crate::sys::netns::run_in_or_here;
 use crate::sys::sync::lock;
 
 /// How long a stopped task waits for the server's REPLY to its RELEASE
@@ -123,10 +123,10 @@ impl Kernel6 {
     /// the attach (making a qdisc deactivates the device for a moment), and
     /// a burst of ADDs finishes before its RTNL-heavy attaches start. Until
     /// then the socket takes the replies.
-    fn open(capture: &Arc<Capture>, netns: &std::path::Path, ifname: &str) -> Option<Self> {
+    fn open(capture: &Arc<Capture>, netns: Option<&std::path::Path>, ifname: &str) -> Option<Self> {
         let target = AttachTarget {
             ifname: ifname.to_owned(),
-            netns: Some(netns.to_path_buf()),
+            netns: netns.map(std::path::Path::to_path_buf),
         };
         let sub = capture.subscribe(&target, true)?;
         let (tx, rx) = mpsc::channel(FRAME_QUEUE);
@@ -195,23 +195,24 @@ impl Kernel6 {
     }
 }
 
-/// The lease's client socket for `ifname` (index `ifindex`) in `netns`:
+/// The lease's client socket for `ifname` (index `ifindex`) in `netns`
+/// (`None`: the agent's own):
 /// `made` when the trip that opened the interface made it, else made in a
 /// trip of its own — bound to `[::]:546` and to the device, multicast out
 /// of it ([`crate::datapath::udp6::bound_socket`]). Must be called within a
 /// tokio runtime.
 async fn open_socket(
-    netns: &std::path::Path,
+    netns: Option<&std::path::Path>,
     ifname: &str,
     ifindex: u32,
     made: Option<std::os::fd::OwnedFd>,
 ) -> Result<Udp6, LinkError> {
-    let error = |op, source| classify(op, ifname, Some(netns), source);
+    let error = |op, source| classify(op, ifname, netns, source);
     let fd = if let Some(fd) = made {
         fd
     } else {
         let name = ifname.to_owned();
-        run_in_netns_async(netns, move || udp6::bound_socket(&name, ifindex))
+        run_in_or_here(netns, move || udp6::bound_socket(&name, ifindex))
             .await?
             .map_err(|(op, source)| error(op, source))?
     };
@@ -273,8 +274,9 @@ pub(crate) fn engine_config6(
 pub(crate) struct Acquisition6 {
     /// The attachment's record, without a lease yet.
     pub(crate) record: LeaseRecord,
-    /// The pod's namespace and the interface's index there.
-    pub(crate) netns: PathBuf,
+    /// The pod's namespace (`None`: the agent's own, where a VF's netdev
+    /// is during its driver handoff) and the interface's index there.
+    pub(crate) netns: Option<PathBuf>,
     pub(crate) ifindex: u32,
     /// The interface's own MAC, which its router solicitations carry: a
     /// pod's is the record's, a VM's launcher interface has its own (the
@@ -350,14 +352,14 @@ impl Registry {
         let (slot, waited) = self.admit(pacing, &rec.network.name, timeout).await?;
         let clock = ExchangeClock::new(Instant::now());
         cfg.acquire_timeout = Some(timeout.saturating_sub(waited).max(MIN_ACQUIRE_LEFT));
-        let sock = open_socket(&a.netns, &rec.ifname, a.ifindex, a.sock)
+        let sock = open_socket(a.netns.as_deref(), &rec.ifname, a.ifindex, a.sock)
             .await
             .map_err(|source| {
                 self.metrics().failure("interface");
                 Failure::Port(source)
             })?;
         let routers = if wants_router(&rec.network) {
-            Routers::open(&a.netns, &rec.ifname, a.ifindex, a.link_mac).await
+            Routers::open(a.netns.as_deref(), &rec.ifname, a.ifindex, a.link_mac).await
         } else {
             None
         };
@@ -416,9 +418,9 @@ impl Registry {
     ) -> Result<Handle, LinkError> {
         let mut cfg = engine_config6(&record.network, record.mac, default_timeout);
         cfg.acquire_timeout = None;
-        let sock = open_socket(&netns, &record.ifname, ifindex, None).await?;
+        let sock = open_socket(Some(&netns), &record.ifname, ifindex, None).await?;
         let routers = if wants_router(&record.network) {
-            Routers::open(&netns, &record.ifname, ifindex, record.mac).await
+            Routers::open(Some(&netns), &record.ifname, ifindex, record.mac).await
         } else {
             None
         };
@@ -431,13 +433,13 @@ impl Registry {
             }
             None => Client::new(cfg, now, seed()),
         };
-        Ok(self.spawn6(record, netns, client, (sock, routers), None))
+        Ok(self.spawn6(record, Some(netns), client, (sock, routers), None))
     }
 
     fn spawn6(
         self: &Arc<Self>,
         record: LeaseRecord,
-        netns: PathBuf,
+        netns: Option<PathBuf>,
         client: Client,
         (sock, routers): (Udp6, Option<Routers>),
         waiter: Option<(oneshot::Sender<Outcome6>, ExchangeClock)>,
@@ -455,7 +457,7 @@ impl Registry {
         let kernel = if role.one_shot {
             None
         } else {
-            Kernel6::open(&svc.capture, &netns, &record.ifname)
+            Kernel6::open(&svc.capture, netns.as_deref(), &record.ifname)
         };
         let started = self.register(record, client.state().into(), CapturePath::Udp6);
         let task = Task6 {
@@ -505,7 +507,8 @@ struct Task6 {
     /// The last message the interface could not send yet.
     unsent: Option<Unsent>,
     persisted: watch::Sender<Durable>,
-    netns: PathBuf,
+    /// The interface's namespace (`None`: the agent's own).
+    netns: Option<PathBuf>,
     /// One-shot or maintained; whether it configures the address.
     role: TaskRole,
     /// What the task configured on the interface.
@@ -702,9 +705,14 @@ impl Task6 {
         if let Some(old) = self.applied.filter(|old| *old != want) {
             self.unconfigure_one(old).await;
         }
-        let state = apply::configure6(&self.netns, &self.ifname(), want, dad.then_some(DAD_LIMIT))
-            .await
-            .map_err(Arc::new)?;
+        let state = apply::configure6(
+            self.netns.as_deref(),
+            &self.ifname(),
+            want,
+            dad.then_some(DAD_LIMIT),
+        )
+        .await
+        .map_err(Arc::new)?;
         if state != Dad6::Duplicate {
             self.applied = Some(want);
         }
@@ -732,7 +740,7 @@ impl Task6 {
     }
 
     async fn unconfigure_one(&self, a: Address6) {
-        if let Err(e) = apply::deconfigure6(&self.netns, &self.ifname(), a).await {
+        if let Err(e) = apply::deconfigure6(self.netns.as_deref(), &self.ifname(), a).await {
             warn!(error = %crate::rpc::format_chain(&e), address = %a.address,
                 "could not take the IPv6 address off the interface");
         }

@@ -691,7 +691,7 @@ async fn check6(
     if rec.network.ipam.apply && rec.workload == WorkloadKind::Pod {
         let ns = req.netns.as_ref().ok_or(Error::NoNetns)?;
         let a = crate::lease::v6::address6(&rec.network, &lease, rec.router6);
-        let present = apply::has_address6(ns, &req.ifname, a).await;
+        let present = apply::has_address6(Some(ns), &req.ifname, a).await;
         return on_interface(req, ns, (a.address.into(), a.prefix_len), present);
     }
     Ok(())

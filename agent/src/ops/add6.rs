@@ -157,7 +157,7 @@ async fn acquire_guarded(
     );
     let acquisition = Acquisition6 {
         record,
-        netns: netns.to_path_buf(),
+        netns: Some(netns.to_path_buf()),
         ifindex,
         link_mac: mac,
         sock,

@@ -205,7 +205,7 @@ async fn acquire_both(
         }
         let acquisition = Acquisition6 {
             record: record(Family::Ipv6),
-            netns: netns.to_path_buf(),
+            netns: Some(netns.to_path_buf()),
             ifindex,
             link_mac: mac,
             sock,

@@ -433,7 +433,7 @@ async fn discover(
                 agent.base.acquire_timeout,
                 Acquisition6 {
                     record: record(Family::Ipv6),
-                    netns: std::path::PathBuf::from(OWN_NETNS),
+                    netns: None,
                     ifindex,
                     link_mac: mac.octets(),
                     sock: Some(sock),
@@ -537,11 +537,6 @@ fn netdev_error(
         source,
     }
 }
-
-/// The agent's own network namespace, where a VF's netdev appears: a
-/// `DHCPv6` task's trips into it (router advertisements, when the network
-/// leaves the prefix to them) stay where they are.
-const OWN_NETNS: &str = "/proc/self/ns/net";
 
 /// Turn duplicate address detection off on a VF's netdev before it comes
 /// up: the netdev lives only for the discovery, in the agent's namespace,

@@ -124,7 +124,7 @@ async fn discover(
         agent.base.acquire_timeout,
         Acquisition6 {
             record: record(Family::Ipv6),
-            netns: netns.to_path_buf(),
+            netns: Some(netns.to_path_buf()),
             ifindex,
             link_mac,
             sock: None,

@@ -199,6 +199,22 @@ pub fn run_in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> T + Send) -> Resu
     })
 }
 
+/// [`run_in_netns_async`] when `netns` names a namespace; with `None`
+/// (the agent's own), `f` runs here, on the calling thread: for quick work
+/// only, such as a socket made and bound.
+///
+/// # Errors
+/// As [`run_in_netns_async`]; none with `None`.
+pub async fn run_in_or_here<T: Send + 'static>(
+    netns: Option<&Path>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
+    match netns {
+        Some(ns) => run_in_netns_async(ns, f).await,
+        None => Ok(f()),
+    }
+}
+
 /// Async form of [`run_in_netns`]: the work still runs on its own dedicated
 /// thread (never on a tokio worker or the shared blocking pool); the caller's
 /// task awaits its result without blocking a worker.
