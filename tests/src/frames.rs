@@ -1,5 +1,6 @@
 //! DHCP frames as the tests put them on a wire by hand: a client's
-//! broadcast BOOTREQUEST, and a server's (or a rogue's) BOOTREPLY; the DHCP
+//! broadcast BOOTREQUEST, and a server's (or a rogue's) BOOTREPLY; a
+//! DHCPv6 message of a guest's or a server's ([`dhcp6`]); the DHCP
 //! payload encoded by `dhcproto`, the frame by the agent's own builder.
 
 use std::net::Ipv4Addr;
@@ -113,6 +114,42 @@ pub fn server_reply(
     frame
 }
 
+/// A DHCPv6 message of `kind`, transaction `xid` (its low 24 bits), for
+/// the client DUID-LL of `mac` (hardware type 1) with one `IA_NA` (IAID 1)
+/// naming `addr` with preferred and valid lifetimes `life`, and what
+/// `more` adds (a Server Identifier, a status, …).
+pub fn dhcp6(
+    kind: dhcproto::v6::MessageType,
+    xid: u32,
+    mac: [u8; 6],
+    (addr, life): (std::net::Ipv6Addr, u32),
+    more: impl FnOnce(&mut dhcproto::v6::DhcpOptions),
+) -> Vec<u8> {
+    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA};
+    let b = xid.to_be_bytes();
+    let mut m = dhcproto::v6::Message::new_with_id(kind, [b[1], b[2], b[3]]);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &mac].concat()));
+    more(o);
+    let mut ia = IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts: DhcpOptions::default(),
+    };
+    ia.opts.insert(DhcpOption::IAAddr(IAAddr {
+        addr,
+        preferred_life: life,
+        valid_life: life,
+        opts: DhcpOptions::default(),
+    }));
+    o.insert(DhcpOption::IANA(ia));
+    let mut payload = Vec::new();
+    m.encode(&mut Encoder::new(&mut payload))
+        .expect("a DHCPv6 message encodes");
+    payload
+}
+
 /// Sends `frame` on `socket`, a bound packet socket.
 ///
 /// # Panics
@@ -167,5 +204,34 @@ mod tests {
             m.opts().get(dhcproto::v4::OptionCode::ServerIdentifier),
             Some(&DhcpOption::ServerIdentifier(reply.server))
         );
+    }
+
+    /// A DHCPv6 message carries its type, the transaction's low 24 bits,
+    /// the client's DUID-LL, one `IA_NA` (IAID 1) naming the address with
+    /// its lifetimes, and what the caller added.
+    #[test]
+    fn a_dhcpv6_message_names_its_client_ia_and_extras() {
+        use dhcproto::v6::{DhcpOption as O6, Message as M6, MessageType as T6, OptionCode};
+        let addr: std::net::Ipv6Addr = "fd00:6::1e7".parse().unwrap();
+        let mac = [2, 0, 0, 0, 0x30, 1];
+        let bytes = dhcp6(T6::Decline, 0xab_12_34_56, mac, (addr, 60), |o| {
+            o.insert(O6::ServerId(vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 9]));
+        });
+        let m = M6::decode(&mut dhcproto::Decoder::new(&bytes)).expect("DHCPv6");
+        assert_eq!(m.msg_type(), T6::Decline);
+        assert_eq!(m.xid(), [0x12, 0x34, 0x56]);
+        assert_eq!(
+            m.opts().get(OptionCode::ClientId),
+            Some(&O6::ClientId(vec![0, 3, 0, 1, 2, 0, 0, 0, 0x30, 1]))
+        );
+        assert!(m.opts().get(OptionCode::ServerId).is_some());
+        let Some(O6::IANA(ia)) = m.opts().get(OptionCode::IANA) else {
+            panic!("no IA_NA: {m:?}");
+        };
+        assert_eq!(ia.id, 1);
+        let Some(O6::IAAddr(a)) = ia.opts.get(OptionCode::IAAddr) else {
+            panic!("no IAADDR: {ia:?}");
+        };
+        assert_eq!((a.addr, a.preferred_life, a.valid_life), (addr, 60, 60));
     }
 }

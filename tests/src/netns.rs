@@ -299,6 +299,14 @@ impl NetNs {
         })
     }
 
+    /// Sends `frame` whole out of `ifname` of this namespace, from a
+    /// packet socket made for it.
+    #[track_caller]
+    pub fn send_frame(&self, ifname: &str, frame: &[u8]) {
+        let sock = self.packet_socket(self.ifindex(ifname), libc::ETH_P_ALL as u16, None);
+        crate::frames::send(&sock, frame);
+    }
+
     /// Runs the future from `f` on a current-thread tokio runtime inside this namespace.
     #[track_caller]
     pub fn block_on_in<T, Fut>(&self, f: impl FnOnce() -> Fut + Send + 'static) -> T

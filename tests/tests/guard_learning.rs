@@ -1307,32 +1307,13 @@ fn reply6_from(
     server: &[u8],
     from: ([u8; 6], std::net::Ipv6Addr),
 ) {
-    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
-    use dhcproto::{Encodable as _, Encoder};
-    use std::os::fd::AsRawFd as _;
+    use dhcproto::v6::{DhcpOption, MessageType};
     use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
 
     let mac = parse_mac(VM_MAC).unwrap();
-    let b = xid.to_be_bytes();
-    let mut m = Message::new_with_id(MessageType::Reply, [b[1], b[2], b[3]]);
-    let o = m.opts_mut();
-    o.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &mac].concat()));
-    o.insert(DhcpOption::ServerId(server.to_vec()));
-    let mut ia = IANA {
-        id: 1,
-        t1: 0,
-        t2: 0,
-        opts: DhcpOptions::default(),
-    };
-    ia.opts.insert(DhcpOption::IAAddr(IAAddr {
-        addr,
-        preferred_life: 3600,
-        valid_life: 3600,
-        opts: DhcpOptions::default(),
-    }));
-    o.insert(DhcpOption::IANA(ia));
-    let mut payload = Vec::new();
-    m.encode(&mut Encoder::new(&mut payload)).unwrap();
+    let payload = xdhcp_tests::frames::dhcp6(MessageType::Reply, xid, mac, (addr, 3600), |o| {
+        o.insert(DhcpOption::ServerId(server.to_vec()));
+    });
     let frame = build_udp6_frame(
         &Frame6Headers {
             src_mac: from.0,
@@ -1345,16 +1326,7 @@ fn reply6_from(
         },
         &payload,
     );
-    let node = &vm.lab.server;
-    let sock = node.packet_socket(node.ifindex(Lab::BRIDGE), libc::ETH_P_ALL as u16, None);
-    // SAFETY: sending a buffer on a bound packet socket.
-    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-    assert_eq!(
-        n,
-        frame.len() as isize,
-        "send: {}",
-        std::io::Error::last_os_error()
-    );
+    vm.lab.server.send_frame(Lab::BRIDGE, &frame);
 }
 
 /// Forged DHCPv6 REPLYs to the VM's MAC from a host on the segment, each
@@ -1425,33 +1397,14 @@ fn guest_sends6(
     addr: std::net::Ipv6Addr,
     server: &[u8],
 ) {
-    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message};
-    use dhcproto::{Encodable as _, Encoder};
-    use std::os::fd::AsRawFd as _;
+    use dhcproto::v6::DhcpOption;
     use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
 
     let mac = parse_mac(VM_MAC).unwrap();
-    let b = xid.to_be_bytes();
-    let mut m = Message::new_with_id(kind, [b[1], b[2], b[3]]);
-    let o = m.opts_mut();
-    o.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &mac].concat()));
-    o.insert(DhcpOption::ServerId(server.to_vec()));
-    o.insert(DhcpOption::ElapsedTime(0));
-    let mut ia = IANA {
-        id: 1,
-        t1: 0,
-        t2: 0,
-        opts: DhcpOptions::default(),
-    };
-    ia.opts.insert(DhcpOption::IAAddr(IAAddr {
-        addr,
-        preferred_life: 0,
-        valid_life: 0,
-        opts: DhcpOptions::default(),
-    }));
-    o.insert(DhcpOption::IANA(ia));
-    let mut payload = Vec::new();
-    m.encode(&mut Encoder::new(&mut payload)).unwrap();
+    let payload = xdhcp_tests::frames::dhcp6(kind, xid, mac, (addr, 0), |o| {
+        o.insert(DhcpOption::ServerId(server.to_vec()));
+        o.insert(DhcpOption::ElapsedTime(0));
+    });
     let frame = build_udp6_frame(
         &Frame6Headers {
             src_mac: mac,
@@ -1464,17 +1417,7 @@ fn guest_sends6(
         },
         &payload,
     );
-    let sock = vm
-        .guest
-        .packet_socket(vm.guest.ifindex("eth0"), libc::ETH_P_ALL as u16, None);
-    // SAFETY: sending a buffer on a bound packet socket.
-    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-    assert_eq!(
-        n,
-        frame.len() as isize,
-        "send: {}",
-        std::io::Error::last_os_error()
-    );
+    vm.guest.send_frame("eth0", &frame);
 }
 
 /// A host on the segment that learned the network's server's DUID (it is

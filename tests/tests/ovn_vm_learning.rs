@@ -1358,12 +1358,13 @@ impl OwnPath6 {
     fn guest_request6(&self, xid: u32, addr: std::net::Ipv6Addr) {
         use dhcproto::v6::{DhcpOption, MessageType};
         let mac = vm_mac();
-        let payload = message6(MessageType::Request, xid, addr, |o| {
-            o.insert(DhcpOption::ServerId(vec![
-                0, 3, 0, 1, 2, 0, 0, 0, 0x99, 0x99,
-            ]));
-            o.insert(DhcpOption::ElapsedTime(0));
-        });
+        let payload =
+            xdhcp_tests::frames::dhcp6(MessageType::Request, xid, vm_mac(), (addr, 3600), |o| {
+                o.insert(DhcpOption::ServerId(vec![
+                    0, 3, 0, 1, 2, 0, 0, 0, 0x99, 0x99,
+                ]));
+                o.insert(DhcpOption::ElapsedTime(0));
+            });
         let frame = xdhcp::datapath::frame::build_udp6_frame(
             &xdhcp::datapath::frame::Frame6Headers {
                 src_mac: mac,
@@ -1376,16 +1377,17 @@ impl OwnPath6 {
             },
             &payload,
         );
-        send_frame(&self.vm.guest, "eth0", &frame);
+        self.vm.guest.send_frame("eth0", &frame);
     }
 
     /// Sends from the guest's interface a DHCPv6 RELEASE of `addr`,
     /// transaction `xid`.
     fn guest_release6(&self, xid: u32, addr: std::net::Ipv6Addr) {
         use dhcproto::v6::{DhcpOption, MessageType};
-        let payload = message6(MessageType::Release, xid, addr, |o| {
-            o.insert(DhcpOption::ElapsedTime(0));
-        });
+        let payload =
+            xdhcp_tests::frames::dhcp6(MessageType::Release, xid, vm_mac(), (addr, 3600), |o| {
+                o.insert(DhcpOption::ElapsedTime(0));
+            });
         let frame = xdhcp::datapath::frame::build_udp6_frame(
             &xdhcp::datapath::frame::Frame6Headers {
                 src_mac: vm_mac(),
@@ -1398,7 +1400,7 @@ impl OwnPath6 {
             },
             &payload,
         );
-        send_frame(&self.vm.guest, "eth0", &frame);
+        self.vm.guest.send_frame("eth0", &frame);
     }
 
     /// Sends from the server's side of the segment a REPLY to the VM's
@@ -1407,9 +1409,10 @@ impl OwnPath6 {
     /// own sources.
     fn forge_reply6(&self, xid: u32, addr: std::net::Ipv6Addr, server: &[u8]) {
         use dhcproto::v6::{DhcpOption, MessageType};
-        let payload = message6(MessageType::Reply, xid, addr, |o| {
-            o.insert(DhcpOption::ServerId(server.to_vec()));
-        });
+        let payload =
+            xdhcp_tests::frames::dhcp6(MessageType::Reply, xid, vm_mac(), (addr, 3600), |o| {
+                o.insert(DhcpOption::ServerId(server.to_vec()));
+            });
         let frame = xdhcp::datapath::frame::build_udp6_frame(
             &xdhcp::datapath::frame::Frame6Headers {
                 src_mac: FORGER_MAC,
@@ -1422,57 +1425,8 @@ impl OwnPath6 {
             },
             &payload,
         );
-        send_frame(&self.vm.lab.server, OvnLab::SERVER_IF, &frame);
+        self.vm.lab.server.send_frame(OvnLab::SERVER_IF, &frame);
     }
-}
-
-/// A DHCPv6 message of type `t` for the VM's DUID-LL (IAID 1, `addr`),
-/// with what `more` adds.
-fn message6(
-    t: dhcproto::v6::MessageType,
-    xid: u32,
-    addr: std::net::Ipv6Addr,
-    more: impl FnOnce(&mut dhcproto::v6::DhcpOptions),
-) -> Vec<u8> {
-    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message};
-    use dhcproto::{Encodable as _, Encoder};
-    let b = xid.to_be_bytes();
-    let mut m = Message::new_with_id(t, [b[1], b[2], b[3]]);
-    let o = m.opts_mut();
-    o.insert(DhcpOption::ClientId(
-        [&[0, 3, 0, 1][..], &vm_mac()].concat(),
-    ));
-    more(o);
-    let mut ia = IANA {
-        id: 1,
-        t1: 0,
-        t2: 0,
-        opts: DhcpOptions::default(),
-    };
-    ia.opts.insert(DhcpOption::IAAddr(IAAddr {
-        addr,
-        preferred_life: 3600,
-        valid_life: 3600,
-        opts: DhcpOptions::default(),
-    }));
-    o.insert(DhcpOption::IANA(ia));
-    let mut payload = Vec::new();
-    m.encode(&mut Encoder::new(&mut payload)).unwrap();
-    payload
-}
-
-/// Sends `frame` out of `ifname` in `ns` (a packet socket).
-fn send_frame(ns: &NetNs, ifname: &str, frame: &[u8]) {
-    use std::os::fd::AsRawFd as _;
-    let sock = ns.packet_socket(ns.ifindex(ifname), libc::ETH_P_ALL as u16, None);
-    // SAFETY: sending a buffer on a bound packet socket.
-    let n = unsafe { libc::send(sock.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-    assert_eq!(
-        n,
-        frame.len() as isize,
-        "send: {}",
-        std::io::Error::last_os_error()
-    );
 }
 
 /// OVN-Kubernetes' own VM path, IPv6: no ADD reaches the agent for the VM

@@ -936,10 +936,7 @@ fn reported6(
         let ovs = ovs?;
         let entry = ovnk_vm::pod_of(agent, ovs)
             .and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)))?;
-        entry.ip_addresses.iter().find_map(|cidr| {
-            let ip = cidr.split_once('/').map_or(cidr.as_str(), |(ip, _)| ip);
-            ip.parse::<Ipv6Addr>().ok()
-        })
+        ovnk_vm::entry_address6(&entry).map(|(ip, _)| ip)
     })
 }
 
