@@ -399,6 +399,39 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
         .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
 }
 
+/// The phases of an ADD's time as the agent observes them
+/// (`xdhcp_add_phase_seconds`, label `phase`), in the order they happen.
+pub const ADD_PHASES: [&str; 13] = [
+    "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
+    "report", "persist", "answer",
+];
+
+/// Asserts that every one of [`ADD_PHASES`] was observed `times` times in
+/// `text` (the agent's `/metrics`).
+///
+/// # Panics
+/// Naming the first phase that was not, with the whole text.
+#[track_caller]
+pub fn assert_add_phases_observed(text: &str, times: u64) {
+    for phase in ADD_PHASES {
+        let count = metric_count(
+            text,
+            "xdhcp_add_phase_seconds_count",
+            &format!("phase=\"{phase}\""),
+        );
+        assert_eq!(count, times, "phase {phase}:\n{text}");
+    }
+}
+
+/// The seconds `text` (the agent's `/metrics`) sums for ADD phase `phase`.
+pub fn add_phase_sum(text: &str, phase: &str) -> f64 {
+    metric(
+        text,
+        "xdhcp_add_phase_seconds_sum",
+        &format!("phase=\"{phase}\""),
+    )
+}
+
 /// The sum of every sample of metric `name` in a Prometheus exposition
 /// whose labels contain `label` (e.g. `state="bound"`; empty: any).
 pub fn metric(text: &str, name: &str, label: &str) -> f64 {

@@ -549,26 +549,8 @@ fn an_ipv6_adds_phases_are_observed_in_the_metrics_fake_apiserver() {
     let req = request6("v6timed", &uid, lab.clients[0].ns.path());
     let _ = agent.add(&req).expect("ADD");
     let text = http_get(metrics, "/metrics").expect("the metrics server answers");
-    let count = |phase: &str| {
-        metric_count(
-            &text,
-            "xdhcp_add_phase_seconds_count",
-            &format!("phase=\"{phase}\""),
-        )
-    };
-    for phase in [
-        "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
-        "report", "persist", "answer",
-    ] {
-        assert_eq!(count(phase), 1, "phase {phase}:\n{text}");
-    }
-    let sum = |phase: &str| {
-        xdhcp_tests::bench::metric(
-            &text,
-            "xdhcp_add_phase_seconds_sum",
-            &format!("phase=\"{phase}\""),
-        )
-    };
+    xdhcp_tests::bench::assert_add_phases_observed(&text, 1);
+    let sum = |phase: &str| xdhcp_tests::bench::add_phase_sum(&text, phase);
     assert!(sum("offer") > 0.0 && sum("ack") > 0.0, "{text}");
     assert!(sum("report") > 0.0, "the entry's write: {text}");
     assert!(sum("protect").abs() < f64::EPSILON, "{text}");

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use agent_support::{AgentProcess, PluginOutput, ipam_only as call};
 use xdhcp::cli::{DatapathChoice, KubeMode};
-use xdhcp_tests::bench::{free_local_addr, http_get, metric, metric_count};
+use xdhcp_tests::bench::{free_local_addr, http_get};
 use xdhcp_tests::{
     Dnsmasq, Dnsmasq6, DnsmasqConfig, InProcessAgent, Lab, NetNs, StandInApi, format_mac,
     wait_until,
@@ -455,24 +455,8 @@ fn a_dual_stack_pods_addresses_are_in_its_pod_networks_entry_fake_apiserver() {
     let families: Vec<String> = agent.leases().into_iter().map(|l| l.family).collect();
     assert_eq!(families.len(), 2, "{families:?}");
     let text = http_get(metrics, "/metrics").expect("the metrics server answers");
-    for phase in [
-        "request", "lookup", "open", "guard", "slot", "start", "offer", "ack", "report", "persist",
-        "answer",
-    ] {
-        let count = metric_count(
-            &text,
-            "xdhcp_add_phase_seconds_count",
-            &format!("phase=\"{phase}\""),
-        );
-        assert_eq!(count, 1, "phase {phase}:\n{text}");
-    }
-    let sum = |phase: &str| {
-        metric(
-            &text,
-            "xdhcp_add_phase_seconds_sum",
-            &format!("phase=\"{phase}\""),
-        )
-    };
+    xdhcp_tests::bench::assert_add_phases_observed(&text, 1);
+    let sum = |phase: &str| xdhcp_tests::bench::add_phase_sum(&text, phase);
     assert!(sum("offer") > 0.0 && sum("ack") > 0.0, "{text}");
     assert!(sum("report") > 0.0, "the entry's write: {text}");
 

@@ -408,31 +408,13 @@ fn an_adds_phases_are_observed_in_the_metrics() {
         text.is_some()
     }));
     let text = text.expect("the metrics server answers");
-    let count = |phase: &str| {
-        xdhcp_tests::bench::metric_count(
-            &text,
-            "xdhcp_add_phase_seconds_count",
-            &format!("phase=\"{phase}\""),
-        )
-    };
-    for phase in [
-        "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
-        "report", "persist", "answer",
-    ] {
-        assert_eq!(count(phase), 1, "phase {phase}:\n{text}");
-    }
+    xdhcp_tests::bench::assert_add_phases_observed(&text, 1);
     assert_eq!(
         xdhcp_tests::bench::metric_count(&text, "xdhcp_add_duration_seconds_count", ""),
         1,
         "{text}"
     );
-    let sum = |phase: &str| {
-        xdhcp_tests::bench::metric(
-            &text,
-            "xdhcp_add_phase_seconds_sum",
-            &format!("phase=\"{phase}\""),
-        )
-    };
+    let sum = |phase: &str| xdhcp_tests::bench::add_phase_sum(&text, phase);
     assert!(sum("offer") + sum("ack") > 0.0, "{text}");
     assert!(sum("protect").abs() < f64::EPSILON, "{text}");
     let _ = agent.post(rpc::PATH_DEL, &req).expect("DEL");

@@ -178,10 +178,7 @@ struct Phase {
 }
 
 /// The agent's phases of an ADD (`xdhcp_add_phase_seconds`), in order.
-const AGENT_PHASES: [&str; 13] = [
-    "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
-    "report", "persist", "answer",
-];
+const AGENT_PHASES: [&str; 13] = xdhcp_tests::bench::ADD_PHASES;
 
 /// Where an ADD's time went inside the agent over some rounds: the mean
 /// per phase and of the whole ADD (ms), and how many ADDs it is over.

@@ -56,10 +56,7 @@ use xdhcp_tests::servers::{Dnsmasq, DnsmasqConfig};
 use xdhcp_tests::{CNI_PLUGIN_DIR, OvnLab, PluginCall, parse_mac, progress};
 
 /// The phases an ADD's time is shown in, in the order they happen.
-const PHASES: [&str; 13] = [
-    "request", "lookup", "open", "guard", "protect", "slot", "start", "offer", "ack", "apply",
-    "report", "persist", "answer",
-];
+const PHASES: [&str; 13] = xdhcp_tests::bench::ADD_PHASES;
 
 /// `xdhcp_add_phase_seconds` per phase: (sum in seconds, count), from the
 /// agent's `/metrics` text.
