@@ -807,12 +807,17 @@ fn a_vms_ipv6_discovery_is_not_run_again_after_a_restart() {
         serde_json::from_value(v).expect("a CNI result")
     };
     let addr = add().ips6[0].address.addr.to_string();
-    let held = server.leases();
+    // dnsmasq writes its lease file after its REPLY has gone, a moment
+    // after the ADD can have answered.
+    let bound = || {
+        server.leases().lines().any(|l| {
+            l.contains(&format!(" {addr} ")) && l.ends_with(&format!("00:03:00:01:{VM_MAC}"))
+        })
+    };
     assert!(
-        held.lines()
-            .any(|l| l.contains(&format!(" {addr} "))
-                && l.ends_with(&format!("00:03:00:01:{VM_MAC}"))),
-        "dnsmasq holds no lease for {addr} under the VM's DUID-LL:\n{held}"
+        wait_until(Duration::from_secs(5), bound),
+        "dnsmasq holds no lease for {addr} under the VM's DUID-LL:\n{}",
+        server.leases()
     );
     let exchanges = || {
         let log = server.log();
