@@ -605,37 +605,53 @@ impl Netlink {
 
     /// Removes `addr/prefix_len` from `ifindex`; returns whether it was there.
     pub async fn del_address(&self, ifindex: u32, addr: Ipv4Addr, prefix_len: u8) -> Result<bool> {
-        self.del_address_any(ifindex, IpAddr::V4(addr), prefix_len)
+        self.del_address_any(ifindex, IpAddr::V4(addr), Some(prefix_len))
             .await
+    }
+
+    /// Removes `addr` from `ifindex` whatever its prefix length; returns
+    /// whether it was there.
+    pub async fn del_address_of_any_prefix(&self, ifindex: u32, addr: Ipv4Addr) -> Result<bool> {
+        self.del_address_any(ifindex, IpAddr::V4(addr), None).await
     }
 
     /// Removes the IPv6 `addr/prefix_len` from `ifindex`; whether it was there.
     pub async fn del_address6(&self, ifindex: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<bool> {
-        self.del_address_any(ifindex, IpAddr::V6(addr), prefix_len)
+        self.del_address_any(ifindex, IpAddr::V6(addr), Some(prefix_len))
             .await
     }
 
-    async fn del_address_any(&self, ifindex: u32, addr: IpAddr, prefix_len: u8) -> Result<bool> {
-        let msgs: Vec<AddressMessage> = self
+    async fn del_address_any(
+        &self,
+        ifindex: u32,
+        addr: IpAddr,
+        prefix_len: Option<u8>,
+    ) -> Result<bool> {
+        let shown = prefix_len.map_or_else(|| addr.to_string(), |p| format!("{addr}/{p}"));
+        let mut get = self
             .handle
             .address()
             .get()
             .set_link_index_filter(ifindex)
-            .set_address_filter(addr)
-            .set_prefix_length_filter(prefix_len)
+            .set_address_filter(addr);
+        if let Some(p) = prefix_len {
+            get = get.set_prefix_length_filter(p);
+        }
+        let msgs: Vec<AddressMessage> = get
             .execute()
             .try_collect()
             .await
-            .map_err(self.request_err(format!("look up {addr}/{prefix_len} on link #{ifindex}")))?;
+            .map_err(self.request_err(format!("look up {shown} on link #{ifindex}")))?;
         let mut removed = false;
         for msg in msgs.into_iter().filter(|m| m.header.index == ifindex) {
             match self.handle.address().del(msg).execute().await {
                 Ok(()) => removed = true,
                 Err(e) if errno(&e) == Some(libc::EADDRNOTAVAIL) => {}
                 Err(e) => {
-                    return Err(self.request_err(format!(
-                        "remove {addr}/{prefix_len} from link #{ifindex}"
-                    ))(e));
+                    return Err(self
+                        .request_err(format!("remove {shown} from link #{ifindex}"))(
+                        e
+                    ));
                 }
             }
         }

@@ -286,6 +286,83 @@ fn a_kill_while_the_first_request_is_out_resumes_by_asking_for_the_offered_addre
     );
 }
 
+/// An ADD's address goes on the pod interface once the record naming it
+/// is in place: the one written while its REQUEST was out, which names the
+/// address and not yet the lease (the full record follows the ADD's
+/// answer). Killed between the two, the agent leaves an ADD the runtime
+/// DELs, and a record that names only the requested address. The restarted
+/// agent's DEL takes that address off even though its own request for it
+/// is still unanswered: the runtime's next ADD on the interface finds it
+/// carrying nothing else.
+#[test]
+fn a_del_after_a_kill_before_the_full_record_takes_the_configured_address_off() {
+    let cni = CniPath::new();
+    // The full record held back long enough to kill the agent in between.
+    let mut agent =
+        AgentProcess::start_with_env(&[], &[("XDHCP_TEST_FULL_RECORD_DELAY_MS", "60000")]);
+    let lab = Lab::with_clients(1);
+    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let c = &lab.clients[0];
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}","apply":true,"timeout":"30s"}}}}"#,
+        agent.socket.display()
+    );
+    let cni_call = |cmd: &str, id: &str| {
+        invoke(
+            &cni.plugin("xdhcp"),
+            None,
+            cmd,
+            id,
+            Some(c.ns.path()),
+            &c.ifname,
+            cni.dir.path(),
+            &conf,
+        )
+    };
+    let first = cni_call("ADD", "pod0");
+    assert!(first.ok, "ADD pod0: {}\n{}", first.stdout, agent.log());
+    let answered = |out: &xdhcp_tests::PluginOutput| -> std::net::Ipv4Addr {
+        let cidr = out.json["ips"][0]["address"].as_str().expect("an address");
+        cidr.split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .expect("an IPv4 address")
+    };
+    let address = answered(&first);
+    assert_eq!(c.ns.ipv4_addrs(&c.ifname), vec![(address, 24)]);
+    let record = the_record(&agent.state_dir).expect("the record");
+    assert!(
+        record["lease"].is_null() && record["requested"] == address.to_string().as_str(),
+        "the record is not the one written ahead: {record}"
+    );
+
+    // Killed there. The restarted agent asks for the address again; its
+    // ACK never comes, so the DEL finds the request still out.
+    let acks = lab.drop_server_acks();
+    agent.kill_and_restart();
+    let del = cni_call("DEL", "pod0");
+    assert!(del.ok, "DEL pod0: {}\n{}", del.stdout, agent.log());
+    assert_eq!(
+        c.ns.ipv4_addrs(&c.ifname),
+        vec![],
+        "the DEL left the address the killed agent configured:\n{}",
+        agent.log()
+    );
+    assert!(
+        agent
+            .log()
+            .contains("took off the address a previous agent configured"),
+        "{}",
+        agent.log()
+    );
+    drop(acks);
+
+    let next = cni_call("ADD", "pod1");
+    assert!(next.ok, "ADD pod1: {}\n{}", next.stdout, agent.log());
+    assert_eq!(c.ns.ipv4_addrs(&c.ifname), vec![(answered(&next), 24)]);
+}
+
 /// The agent's pinned links (`links/` under its pin directory): pin name →
 /// link id, read through each pin.
 fn pinned_links(pin_dir: &Path) -> BTreeMap<String, u32> {

@@ -189,6 +189,20 @@ pub(crate) async fn deconfigure(
     nl.remove_lease(ifindex, lease, metric).await
 }
 
+/// Take `address` off `ifname`, whatever its prefix length: the address
+/// a previous agent's REQUEST was out for, which it may have configured
+/// before it died (its record names the address, not yet the lease). The
+/// kernel takes the link's routes with its last address. Whether it was
+/// there.
+pub(crate) async fn take_off_requested(
+    netns: &Path,
+    ifname: &str,
+    address: Ipv4Addr,
+) -> Result<bool, NetlinkError> {
+    let (nl, ifindex) = open(Some(netns), ifname).await?;
+    nl.del_address_of_any_prefix(ifindex, address).await
+}
+
 /// How a `DHCPv6` lease is configured: its address with the network's
 /// prefix length (a /128 without one), and a default route when the
 /// network names a gateway.

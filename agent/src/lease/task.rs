@@ -91,6 +91,17 @@ impl<P: LeasePort> Task<P> {
         self.carry(Effect::Persist(Box::new(self.record()))).await
     }
 
+    /// The full record after the ADD answered on the one written ahead.
+    async fn persist_full_after_answer(&self) {
+        #[cfg(feature = "test-hooks")]
+        // Tests: a kill between the ADD's answer and the full record.
+        tokio::time::sleep(crate::sys::test_delay::from_env(
+            "XDHCP_TEST_FULL_RECORD_DELAY_MS",
+        ))
+        .await;
+        self.persist_async().await;
+    }
+
     /// [`Task::persist_async`] for the record an ADD's answer waits for: in
     /// place when this returns, durable moments later.
     async fn persist_visible(&self) -> Durable {
@@ -482,7 +493,7 @@ async fn drain_events<P: LeasePort>(
                 task.persisted.send_replace(durable);
                 // Written ahead with this address: the full record follows.
                 if ahead {
-                    task.persist_async().await;
+                    task.persist_full_after_answer().await;
                 }
                 if oneshot {
                     return Some(End::Done);

@@ -587,13 +587,40 @@ async fn end_lease(
         .forget(&req.container_id, &req.ifname, h.generation);
     if release
         && rec.network.ipam.apply
-        && let (Some(ns), Some(l)) = (&req.netns, &rec.lease)
-        && let Err(e) =
-            apply::deconfigure(ns, &req.ifname, l, rec.network.ipam.route_priority).await
+        && let Some(ns) = &req.netns
     {
-        warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
+        let ended = lock(&h.live).record.clone();
+        take_off(ns, &req.ifname, &ended).await;
     }
     Ok(())
+}
+
+/// DEL with `apply`: take off the pod interface what the stopped task's
+/// record says went on it. Its lease's address and routes; else, with no
+/// lease yet, the address its REQUEST was out for. That is a record a
+/// previous agent wrote ahead and then died, maybe after configuring the
+/// address (its ADD failed; the runtime's DEL for it comes to this agent,
+/// whose own request for the address had not been answered): left on, the
+/// interface carries it beside the next ADD's address.
+async fn take_off(netns: &std::path::Path, ifname: &str, rec: &LeaseRecord) {
+    let taken = match (&rec.lease, rec.requested) {
+        (Some(l), _) => apply::deconfigure(netns, ifname, l, rec.network.ipam.route_priority)
+            .await
+            .map(|()| Some(l.address)),
+        (None, Some(a)) => apply::take_off_requested(netns, ifname, a)
+            .await
+            .map(|there| there.then_some(a)),
+        (None, None) => Ok(None),
+    };
+    match taken {
+        Ok(Some(address)) if rec.lease.is_none() => {
+            info!(%address, "took off the address a previous agent configured before its lease was recorded");
+        }
+        Ok(_) => {}
+        Err(e) => {
+            warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
+        }
+    }
 }
 
 /// CHECK: a lease xdhcp holds must be bound and (with apply) configured;

@@ -160,14 +160,20 @@ impl Drop for BpffsMount {
 
 impl AgentProcess {
     pub fn start(extra: &[&str]) -> Self {
-        Self::start_with(extra, false)
+        Self::start_with(extra, false, &[])
+    }
+
+    /// [`AgentProcess::start`] with `env` set for this first process only
+    /// (a restart starts without it).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_with(extra, false, env)
     }
 
     /// [`AgentProcess::start`] with a bpffs of the test's own mounted on
     /// its `--bpffs-dir`, so the agent pins its maps and links there: see
     /// [`AgentProcess::pin_dir`].
     pub fn start_pinned(extra: &[&str]) -> Self {
-        Self::start_with(extra, true)
+        Self::start_with(extra, true, &[])
     }
 
     /// Where the agent pins (a bpffs only when started pinned).
@@ -178,7 +184,7 @@ impl AgentProcess {
             .join("bpffs")
     }
 
-    fn start_with(extra: &[&str], pinned: bool) -> Self {
+    fn start_with(extra: &[&str], pinned: bool, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("xdt-agent-")
             .tempdir()
@@ -189,7 +195,7 @@ impl AgentProcess {
         let state_dir = dir.path().join("state");
         let log = dir.path().join("agent.log");
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
-        let process = Self::spawn(&socket, &state_dir, &log, &extra);
+        let process = Self::spawn(&socket, &state_dir, &log, &extra, env);
         let me = Self {
             process,
             socket,
@@ -203,12 +209,20 @@ impl AgentProcess {
         me
     }
 
-    fn spawn(socket: &Path, state_dir: &Path, log: &Path, extra: &[String]) -> Process {
+    fn spawn(
+        socket: &Path,
+        state_dir: &Path,
+        log: &Path,
+        extra: &[String],
+        env: &[(&str, &str)],
+    ) -> Process {
         let dir = state_dir
             .parent()
             .expect("the state dir is in the test's directory");
         let mut cmd = xdhcp_tests::agent_command(&xdhcp_bin(), socket, dir);
-        cmd.args(extra).env("RUST_LOG", "info,xdhcp=debug");
+        cmd.args(extra)
+            .env("RUST_LOG", "info,xdhcp=debug")
+            .envs(env.iter().copied());
         Process::spawn_logged("xdhcp agent", cmd, log)
     }
 
@@ -237,7 +251,7 @@ impl AgentProcess {
     pub fn kill_and_restart_after(&mut self, down: Duration) {
         self.process.kill();
         std::thread::sleep(down);
-        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra);
+        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra, &[]);
         self.wait_ready();
     }
 
@@ -245,20 +259,13 @@ impl AgentProcess {
     /// `env` set, without waiting for it to be ready.
     pub fn kill_and_start_with_env(&mut self, env: &[(&str, &str)]) {
         self.process.kill();
-        let dir = self
-            .state_dir
-            .parent()
-            .expect("the state dir is in the test's directory");
-        let mut cmd = xdhcp_tests::agent_command(&xdhcp_bin(), &self.socket, dir);
-        cmd.args(&self.extra).env("RUST_LOG", "info,xdhcp=debug");
-        cmd.envs(env.iter().copied());
-        self.process = Process::spawn_logged("xdhcp agent", cmd, &self.log);
+        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra, env);
     }
 
     /// Start again on the same socket and state dir, the previous process
     /// stopped or killed already.
     pub fn start_again(&mut self) {
-        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra);
+        self.process = Self::spawn(&self.socket, &self.state_dir, &self.log, &self.extra, &[]);
         self.wait_ready();
     }
 
