@@ -44,6 +44,7 @@ use crate::bindings::learner::{Learner, Moves, NetworkView, Pace, Refused};
 use crate::bindings::learner6::{self, Learned6, Learner6, NetworkView6, Seen6};
 use crate::bindings::{Binding, BindingSource, Change, Learned, StoreError, format_mac};
 use crate::datapath::ebpf::GuardEvent;
+use crate::kube::annotation::PodNetworkEntry;
 use crate::ops::context::Agent;
 use crate::ops::ovnk_vm::{self, EntryNetwork};
 use crate::sys::sync::lock;
@@ -262,7 +263,8 @@ impl Following {
         let ovs = self.own_path(agent, &key, port);
         // A network without DHCPv6 leases on the node (an IPv4 network)
         // has no IPv6 prefix to hold the address to: nothing to report.
-        let Some(view) = view6_of(agent, &key, ovs.as_ref(), mac) else {
+        let own_pod = OwnPod::new(agent, ovs.as_ref());
+        let Some(view) = view6_of(agent, &key, &own_pod, mac) else {
             return;
         };
         let ip = match learner6::dad(target, Some(&view), &own, &configured) {
@@ -278,7 +280,7 @@ impl Following {
             mac: mac_text.clone(),
             ip: ip.into(),
             port: Some(port.host_ifname.clone()),
-            pod: pod_named(agent, &key, ovs.as_ref()),
+            pod: pod_named(agent, &key, &own_pod),
             expires_unix_ms: None,
             source: BindingSource::Dad,
             replaced: None,
@@ -414,8 +416,10 @@ impl Following {
     ) {
         let now = Instant::now().into_std();
         let ovs = self.own_path(agent, &key, port);
+        // Read once for the view and the binding: the pod and its entry.
+        let own_pod = OwnPod::new(agent, ovs.as_ref());
         let learned = self.learner6.observe(port.ifindex, seen, now, || {
-            view6_of(agent, &key, ovs.as_ref(), mac)
+            view6_of(agent, &key, &own_pod, mac)
         });
         let learned = match learned {
             Ok(Some(l)) => l,
@@ -461,8 +465,8 @@ impl Following {
             }
             Learned6::Configured { .. } => {}
             Learned6::Bound { ip, valid_secs } => {
-                let pod = pod_named(agent, &key, ovs.as_ref());
-                let reported = reported6(agent, &key, ovs.as_ref());
+                let pod = pod_named(agent, &key, &own_pod);
+                let reported = reported6(agent, &key, &own_pod);
                 let guest = Guest6 {
                     port: &port.host_ifname,
                     mac: &mac_text,
@@ -825,34 +829,66 @@ fn network_view6(agent: &Agent, cid: &str, ifname: &str, mac: [u8; 6]) -> Option
 
 /// The IPv6 view of the network of attachment `key`: from the node's
 /// lease records of its network, or on a VM port OVN-Kubernetes serves
-/// itself (`ovs`) of the network the port names, with its pod's entry
+/// itself (`own`) of the network the port names, with its pod's entry
 /// ([`ovnk_vm::view6`]). `None`: nothing on the node vouches for a
 /// server or prefix of it.
 fn view6_of(
     agent: &Agent,
     key: &Attachment,
-    ovs: Option<&crate::guard::OvsIdentity>,
+    own: &OwnPod<'_>,
     mac: [u8; 6],
 ) -> Option<NetworkView6> {
-    let Some(ovs) = ovs else {
+    let Some(ovs) = own.ovs else {
         return network_view6(agent, &key.0, &key.1, mac);
     };
-    let entry =
-        ovnk_vm::pod_of(agent, ovs).and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)));
-    ovnk_vm::node_knowledge6(agent, ovs.network.as_deref(), mac, entry.as_ref())
+    ovnk_vm::node_knowledge6(agent, ovs.network.as_deref(), mac, own.entry())
+}
+
+/// A VM port OVN-Kubernetes serves itself (`ovs`; `None` on every other
+/// port): its pod and the pod's entry, read from the node's pods once per
+/// guest message, when first asked for.
+struct OwnPod<'a> {
+    agent: &'a Agent,
+    ovs: Option<&'a crate::guard::OvsIdentity>,
+    read: std::cell::OnceCell<Option<(crate::kube::PodInfo, Option<PodNetworkEntry>)>>,
+}
+
+impl<'a> OwnPod<'a> {
+    fn new(agent: &'a Agent, ovs: Option<&'a crate::guard::OvsIdentity>) -> Self {
+        Self {
+            agent,
+            ovs,
+            read: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn read(&self) -> Option<&(crate::kube::PodInfo, Option<PodNetworkEntry>)> {
+        self.read
+            .get_or_init(|| {
+                let ovs = self.ovs?;
+                let pod = ovnk_vm::pod_of(self.agent, ovs)?;
+                let entry = ovnk_vm::entry_of(&pod, ovnk_vm::entry_key(ovs));
+                Some((pod, entry))
+            })
+            .as_ref()
+    }
+
+    /// `<namespace>/<name>` of the port's pod.
+    fn pod_name(&self) -> Option<String> {
+        self.read()
+            .map(|(p, _)| format!("{}/{}", p.namespace, p.name))
+    }
+
+    /// The pod's entry for the port's network.
+    fn entry(&self) -> Option<&PodNetworkEntry> {
+        self.read().and_then(|(_, e)| e.as_ref())
+    }
 }
 
 /// `<namespace>/<name>` of the attachment's pod: from its record, else
 /// (a VM port OVN-Kubernetes serves itself) its port's pod.
-fn pod_named(
-    agent: &Agent,
-    key: &Attachment,
-    ovs: Option<&crate::guard::OvsIdentity>,
-) -> Option<String> {
-    pod_of(agent, key).or_else(|| {
-        ovs.and_then(|o| ovnk_vm::pod_of(agent, o))
-            .map(|p| format!("{}/{}", p.namespace, p.name))
-    })
+fn pod_named(agent: &Agent, key: &Attachment, own: &OwnPod<'_>) -> Option<String> {
+    pod_of(agent, key).or_else(|| own.pod_name())
 }
 
 /// `<namespace>/<name>` of the attachment's pod, from its record.
@@ -922,22 +958,13 @@ struct Guest6<'a> {
 /// The IPv6 address the attachment's entry reports as the agent knows it:
 /// its own DHCPv6 lease's (a VM's one-shot), else, on a VM port
 /// OVN-Kubernetes serves itself, the first IPv6 address of its pod's entry.
-fn reported6(
-    agent: &Agent,
-    (cid, ifname): &Attachment,
-    ovs: Option<&crate::guard::OvsIdentity>,
-) -> Option<Ipv6Addr> {
-    let own = agent
+fn reported6(agent: &Agent, (cid, ifname): &Attachment, own: &OwnPod<'_>) -> Option<Ipv6Addr> {
+    let ours = agent
         .leases
         .attachment(cid, ifname)
         .into_iter()
         .find_map(|h| lock(&h.live).record.lease6.as_ref().map(|l| l.address));
-    own.or_else(|| {
-        let ovs = ovs?;
-        let entry = ovnk_vm::pod_of(agent, ovs)
-            .and_then(|p| ovnk_vm::entry_of(&p, ovnk_vm::entry_key(ovs)))?;
-        ovnk_vm::entry_address6(&entry).map(|(ip, _)| ip)
-    })
+    ours.or_else(|| ovnk_vm::entry_address6(own.entry()?).map(|(ip, _)| ip))
 }
 
 /// The pod an attachment is for and the address its entry reported:
