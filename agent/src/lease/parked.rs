@@ -37,11 +37,11 @@ pub(crate) fn release(svc: &Arc<Services>, base: &ClientConfig, rec: &LeaseRecor
     let Some(uplink) = rec.uplink.clone() else {
         return;
     };
-    if let Some(lease) = rec.lease6.clone() {
+    if let Some(lease) = rec.lease6.as_deref() {
         let cfg = crate::lease::v6::engine_config6(&rec.network, rec.mac, base.acquire_timeout);
         let now = Instant::now();
         let mut client =
-            xdhcp_engine::v6::Client::resume(cfg, *lease.clone(), now, now_unix_ms(), seed());
+            xdhcp_engine::v6::Client::resume(cfg, lease.clone(), now, now_unix_ms(), seed());
         client.release(now);
         let messages = std::iter::from_fn(|| client.poll_transmit().map(|t| t.payload)).collect();
         let send: Send<Vec<u8>> = |c, name, mac, vlan, p| c.send6_via_uplink(name, mac, vlan, p);
