@@ -474,32 +474,24 @@ fn bound_address(ia: &IANA) -> Option<(Ipv6Addr, u32)> {
     })
 }
 
+/// DHCPv6 messages of a guest (its DUID, one `IA_NA`) and of a server
+/// for it, as the learning tests here and elsewhere play them.
 #[cfg(test)]
-mod tests {
-    use dhcproto::v6::{DhcpOptions, IAAddr, Message, StatusCode};
+pub(crate) mod messages {
+    use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
     use dhcproto::{Encodable as _, Encoder};
+    use std::net::Ipv6Addr;
 
-    use super::*;
+    pub(crate) const GUEST_DUID: &[u8] = &[0, 1, 0, 1, 0x2c, 0, 0, 1, 2, 0, 0, 0, 0x30, 1];
+    pub(crate) const IAID: u32 = 0x0a0b_0c0d;
 
-    const PORT: u32 = 9;
-    const GUEST_DUID: &[u8] = &[0, 1, 0, 1, 0x2c, 0, 0, 1, 2, 0, 0, 0, 0x30, 1];
-    const SERVER_DUID: &[u8] = &[0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 1];
-    const ROGUE_DUID: &[u8] = &[0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 0x66];
-    const SERVER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 1];
-    const ATTACKER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x66];
-    const IAID: u32 = 0x0a0b_0c0d;
-
-    fn ip(s: &str) -> Ipv6Addr {
-        s.parse().unwrap()
-    }
-
-    fn encode(m: &Message) -> Vec<u8> {
+    pub(crate) fn encode(m: &Message) -> Vec<u8> {
         let mut b = Vec::new();
         m.encode(&mut Encoder::new(&mut b)).unwrap();
         b
     }
 
-    fn ia(addr: Option<Ipv6Addr>, valid: u32) -> DhcpOption {
+    pub(crate) fn ia(addr: Option<Ipv6Addr>, valid: u32) -> DhcpOption {
         let mut ia = IANA {
             id: IAID,
             t1: 0,
@@ -518,7 +510,7 @@ mod tests {
     }
 
     /// A client message of the guest (its DUID, one `IA_NA`).
-    fn client(t: MessageType, xid: u32, addr: Option<Ipv6Addr>) -> Vec<u8> {
+    pub(crate) fn client(t: MessageType, xid: u32, addr: Option<Ipv6Addr>) -> Vec<u8> {
         let mut m = Message::new_with_id(t, xid_bytes(xid));
         m.opts_mut()
             .insert(DhcpOption::ClientId(GUEST_DUID.to_vec()));
@@ -526,17 +518,17 @@ mod tests {
         encode(&m)
     }
 
-    fn xid_bytes(xid: u32) -> [u8; 3] {
+    pub(crate) fn xid_bytes(xid: u32) -> [u8; 3] {
         let b = xid.to_be_bytes();
         [b[1], b[2], b[3]]
     }
 
     /// A REPLY for the guest's DUID, binding `addr`, from `server`.
-    fn reply(xid: u32, addr: Ipv6Addr, server: &[u8]) -> Vec<u8> {
+    pub(crate) fn reply(xid: u32, addr: Ipv6Addr, server: &[u8]) -> Vec<u8> {
         reply_with(xid, addr, server, |_| {})
     }
 
-    fn reply_with(
+    pub(crate) fn reply_with(
         xid: u32,
         addr: Ipv6Addr,
         server: &[u8],
@@ -549,6 +541,24 @@ mod tests {
         m.opts_mut().insert(ia(Some(addr), 300));
         f(&mut m);
         encode(&m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dhcproto::v6::{DhcpOptions, IAAddr, Message, StatusCode};
+
+    use super::messages::*;
+    use super::*;
+
+    const PORT: u32 = 9;
+    const SERVER_DUID: &[u8] = &[0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 1];
+    const ROGUE_DUID: &[u8] = &[0, 3, 0, 1, 2, 0, 0x5e, 0, 0x53, 0x66];
+    const SERVER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 1];
+    const ATTACKER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x66];
+
+    fn ip(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
     }
 
     fn view() -> NetworkView6 {

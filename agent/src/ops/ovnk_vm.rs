@@ -885,44 +885,14 @@ mod tests {
     /// lease record, decided against [`view6`] as the learning loop does,
     /// with a host on the segment (or the guest) trying each check.
     mod attacks {
-        use dhcproto::v6::{DhcpOption, DhcpOptions, IAAddr, IANA, Message, MessageType};
-        use dhcproto::{Encodable as _, Encoder};
+        use dhcproto::v6::MessageType;
 
         use super::*;
         use crate::bindings::learner::Direction;
+        use crate::bindings::learner6::messages::{client, reply};
         use crate::bindings::learner6::{Learned6, Learner6, Refused6, Seen6, dad};
 
-        const GUEST_DUID: &[u8] = &[0, 1, 0, 1, 0x2c, 0, 0, 1, 2, 0, 0, 0, 0x30, 1];
         const ATTACKER_MAC: [u8; 6] = [2, 0, 0x5e, 0, 0x53, 0x66];
-
-        fn encode(m: &Message) -> Vec<u8> {
-            let mut b = Vec::new();
-            m.encode(&mut Encoder::new(&mut b)).unwrap();
-            b
-        }
-
-        fn message(t: MessageType, addr: Ipv6Addr, server: Option<&[u8]>) -> Vec<u8> {
-            let mut m = Message::new_with_id(t, [0, 0, 7]);
-            m.opts_mut()
-                .insert(DhcpOption::ClientId(GUEST_DUID.to_vec()));
-            if let Some(s) = server {
-                m.opts_mut().insert(DhcpOption::ServerId(s.to_vec()));
-            }
-            let mut ia = IANA {
-                id: 1,
-                t1: 0,
-                t2: 0,
-                opts: DhcpOptions::default(),
-            };
-            ia.opts.insert(DhcpOption::IAAddr(IAAddr {
-                addr,
-                preferred_life: 300,
-                valid_life: 300,
-                opts: DhcpOptions::default(),
-            }));
-            m.opts_mut().insert(DhcpOption::IANA(ia));
-            encode(&m)
-        }
 
         /// The node: a pod's lease of the network from the server, one of
         /// another network from another server; the entry (IPv4 only, as
@@ -951,7 +921,7 @@ mod tests {
         ) -> Result<Option<Learned6>, Refused6> {
             let mut l = Learner6::default();
             let t0 = std::time::Instant::now();
-            let request = message(MessageType::Request, got, None);
+            let request = client(MessageType::Request, 7, Some(got));
             let out = Seen6 {
                 direction: Direction::FromGuest,
                 src_mac: VM_MAC,
@@ -959,7 +929,7 @@ mod tests {
                 payload: &request,
             };
             assert_eq!(l.observe(1, &out, t0, || None), Ok(None));
-            let reply = message(MessageType::Reply, got, Some(server));
+            let reply = reply(7, got, server);
             let back = Seen6 {
                 direction: Direction::ToGuest,
                 src_mac: src.1,
