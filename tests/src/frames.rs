@@ -1,6 +1,7 @@
 //! DHCP frames as the tests put them on a wire by hand: a client's
 //! broadcast BOOTREQUEST, and a server's (or a rogue's) BOOTREPLY; a
-//! DHCPv6 message of a guest's or a server's ([`dhcp6`]); the DHCP
+//! DHCPv6 message of a guest's or a server's ([`dhcp6`]) and its frame
+//! ([`from_guest6`], [`to_guest6`]); the DHCP
 //! payload encoded by `dhcproto`, the frame by the agent's own builder.
 
 use std::net::Ipv4Addr;
@@ -148,6 +149,46 @@ pub fn dhcp6(
     m.encode(&mut Encoder::new(&mut payload))
         .expect("a DHCPv6 message encodes");
     payload
+}
+
+/// A guest's DHCPv6 client message `payload` in a frame from its MAC and
+/// link-local address to `All_DHCP_Relay_Agents_and_Servers` (`ff02::1:2`),
+/// port 546 to 547.
+pub fn from_guest6(guest: ([u8; 6], std::net::Ipv6Addr), payload: &[u8]) -> Vec<u8> {
+    xdhcp::datapath::frame::build_udp6_frame(
+        &xdhcp::datapath::frame::Frame6Headers {
+            src_mac: guest.0,
+            dst_mac: [0x33, 0x33, 0, 1, 0, 2],
+            vlan: None,
+            src_ip: guest.1,
+            dst_ip: std::net::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2),
+            src_port: 546,
+            dst_port: 547,
+        },
+        payload,
+    )
+}
+
+/// A server's DHCPv6 message `payload` in a frame from `server` (its MAC
+/// and address) to the guest's MAC and link-local address, port 547 to
+/// 546.
+pub fn to_guest6(
+    server: ([u8; 6], std::net::Ipv6Addr),
+    guest: ([u8; 6], std::net::Ipv6Addr),
+    payload: &[u8],
+) -> Vec<u8> {
+    xdhcp::datapath::frame::build_udp6_frame(
+        &xdhcp::datapath::frame::Frame6Headers {
+            src_mac: server.0,
+            dst_mac: guest.0,
+            vlan: None,
+            src_ip: server.1,
+            dst_ip: guest.1,
+            src_port: 547,
+            dst_port: 546,
+        },
+        payload,
+    )
 }
 
 /// Sends `frame` on `socket`, a bound packet socket.

@@ -1308,24 +1308,12 @@ fn reply6_from(
     from: ([u8; 6], std::net::Ipv6Addr),
 ) {
     use dhcproto::v6::{DhcpOption, MessageType};
-    use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
 
     let mac = parse_mac(VM_MAC).unwrap();
     let payload = xdhcp_tests::frames::dhcp6(MessageType::Reply, xid, mac, (addr, 3600), |o| {
         o.insert(DhcpOption::ServerId(server.to_vec()));
     });
-    let frame = build_udp6_frame(
-        &Frame6Headers {
-            src_mac: from.0,
-            dst_mac: mac,
-            vlan: None,
-            src_ip: from.1,
-            dst_ip: GUEST_LL,
-            src_port: 547,
-            dst_port: 546,
-        },
-        &payload,
-    );
+    let frame = xdhcp_tests::frames::to_guest6(from, (mac, GUEST_LL), &payload);
     vm.lab.server.send_frame(Lab::BRIDGE, &frame);
 }
 
@@ -1398,25 +1386,13 @@ fn guest_sends6(
     server: &[u8],
 ) {
     use dhcproto::v6::DhcpOption;
-    use xdhcp::datapath::frame::{Frame6Headers, build_udp6_frame};
 
     let mac = parse_mac(VM_MAC).unwrap();
     let payload = xdhcp_tests::frames::dhcp6(kind, xid, mac, (addr, 0), |o| {
         o.insert(DhcpOption::ServerId(server.to_vec()));
         o.insert(DhcpOption::ElapsedTime(0));
     });
-    let frame = build_udp6_frame(
-        &Frame6Headers {
-            src_mac: mac,
-            dst_mac: [0x33, 0x33, 0, 1, 0, 2],
-            vlan: None,
-            src_ip: GUEST_LL,
-            dst_ip: "ff02::1:2".parse().unwrap(),
-            src_port: 546,
-            dst_port: 547,
-        },
-        &payload,
-    );
+    let frame = xdhcp_tests::frames::from_guest6((mac, GUEST_LL), &payload);
     vm.guest.send_frame("eth0", &frame);
 }
 

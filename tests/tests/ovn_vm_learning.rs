@@ -241,9 +241,43 @@ impl NodeAgent {
         Self(agent)
     }
 
+    /// On OVN-Kubernetes' own VM path: the node's pods watched (the
+    /// fake API server's node) and the lab's network served by DHCP.
+    fn start_own_path(lab: &OvnLab, kubeconfig: &Path) -> Self {
+        Self::start_with(lab, kubeconfig, |args| {
+            args.node_name = Some(xdhcp_tests::fake_apiserver::NODE.to_owned());
+            args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
+        })
+    }
+
     fn add(&self, req: &CniRequest) -> rpc::CniResult {
         self.0.add(req).expect("VM ADD succeeds")
     }
+
+    /// Waits up to `within` for the host port `port` to get the VM policy
+    /// (learning), as the agent's status shows it.
+    #[track_caller]
+    fn wait_vm_policy(&self, port: &str, within: Duration) {
+        assert!(
+            wait_until(within, || {
+                let s: rpc::AgentStatus = self.client().get(rpc::PATH_STATUS).expect("status");
+                s.guarded_ports.iter().any(|p| p.port == port && p.learning)
+            }),
+            "the VM's port {port} did not get the VM policy"
+        );
+    }
+}
+
+/// The VMI `vm1` with one interface, on the lab's localnet network, with
+/// the VM's MAC.
+fn put_localnet_vmi(api: &Api) {
+    api.server.put_vmi(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm1", "namespace": NS},
+        "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
+                 "domain": {"devices": {"interfaces": [
+                     {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
+    }));
 }
 
 impl std::ops::Deref for NodeAgent {
@@ -797,23 +831,14 @@ impl OwnPath {
         let vm = Vm::start();
         let api = Arc::new(Api::start_in(vm.lab.node.path()));
         let uid = vm.lab.pods()[0].uid.clone();
-        api.server.put_vmi(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "vm1", "namespace": NS},
-            "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
-                     "domain": {"devices": {"interfaces": [
-                         {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
-        }));
+        put_localnet_vmi(&api);
         if let Some(ip) = source {
             put_migration_source(&api, ip);
         }
         api.server
             .put_pod(launcher_pod(&api, &uid, &json!({}), migration));
         let stand_in = StandIn::start(&api, vm.lab.dir(), &vm.lsp);
-        let agent = NodeAgent::start_with(&vm.lab, &api.kubeconfig, |args| {
-            args.node_name = Some(xdhcp_tests::fake_apiserver::NODE.to_owned());
-            args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
-        });
+        let agent = NodeAgent::start_own_path(&vm.lab, &api.kubeconfig);
         let host_port = vm.lab.pods()[0].host_ifname.clone();
         assert!(
             wait_until(Duration::from_secs(10), || {
@@ -831,15 +856,7 @@ impl OwnPath {
         );
         // The follower looks again every second: once the watch has the
         // pod, the port gets the VM policy, which the status shows.
-        assert!(
-            wait_until(Duration::from_secs(5), || {
-                let s: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
-                s.guarded_ports
-                    .iter()
-                    .any(|p| p.port == host_port && p.learning)
-            }),
-            "the VM's port did not get the VM policy"
-        );
+        agent.wait_vm_policy(&host_port, Duration::from_secs(5));
         // ovnkube-node's one-shot, then its entry (with a foreign field,
         // the deprecated `ip_address`, and the default network's entry).
         let (a, server) =
@@ -1194,13 +1211,7 @@ impl OwnPath6 {
         );
         let api = Arc::new(Api::start_in(vm.lab.node.path()));
         let uid = vm.lab.pods()[0].uid.clone();
-        api.server.put_vmi(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "vm1", "namespace": NS},
-            "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
-                     "domain": {"devices": {"interfaces": [
-                         {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
-        }));
+        put_localnet_vmi(&api);
         let a = OWN_PATH_A4;
         let ours = format!(
             r#"{{"ip_addresses":["{a}/24"],"mac_address":"{VM_MAC}","gateway_ips":["192.0.2.1"],"role":"secondary","ipam_mode":"dhcp","ip_address":"{a}/24","tunnel_id":7}}"#
@@ -1224,20 +1235,8 @@ impl OwnPath6 {
             "spec": {"nodeName": xdhcp_tests::fake_apiserver::NODE,
                      "containers": [{"name": "c", "image": "registry.invalid/c"}]}
         }));
-        let agent = NodeAgent::start_with(&vm.lab, &api.kubeconfig, |args| {
-            args.node_name = Some(xdhcp_tests::fake_apiserver::NODE.to_owned());
-            args.dhcp_networks = vec![OvnLab::NAD.to_owned()];
-        });
-        let host_port = vm.lab.pods()[0].host_ifname.clone();
-        assert!(
-            wait_until(Duration::from_secs(15), || {
-                let s: rpc::AgentStatus = agent.client().get(rpc::PATH_STATUS).expect("status");
-                s.guarded_ports
-                    .iter()
-                    .any(|p| p.port == host_port && p.learning)
-            }),
-            "the VM's port found in OVS did not get the VM policy"
-        );
+        let agent = NodeAgent::start_own_path(&vm.lab, &api.kubeconfig);
+        agent.wait_vm_policy(&vm.lab.pods()[0].host_ifname, Duration::from_secs(15));
         let conf = json!({
             "cniVersion": "1.1.0", "name": OvnLab::NETWORK, "type": "ovn-k8s-cni-overlay",
             "topology": "localnet", "netAttachDefName": OvnLab::NAD,
@@ -1365,18 +1364,7 @@ impl OwnPath6 {
                 ]));
                 o.insert(DhcpOption::ElapsedTime(0));
             });
-        let frame = xdhcp::datapath::frame::build_udp6_frame(
-            &xdhcp::datapath::frame::Frame6Headers {
-                src_mac: mac,
-                dst_mac: [0x33, 0x33, 0, 1, 0, 2],
-                vlan: None,
-                src_ip: GUEST_LL,
-                dst_ip: "ff02::1:2".parse().unwrap(),
-                src_port: 546,
-                dst_port: 547,
-            },
-            &payload,
-        );
+        let frame = xdhcp_tests::frames::from_guest6((mac, GUEST_LL), &payload);
         self.vm.guest.send_frame("eth0", &frame);
     }
 
@@ -1388,18 +1376,7 @@ impl OwnPath6 {
             xdhcp_tests::frames::dhcp6(MessageType::Release, xid, vm_mac(), (addr, 3600), |o| {
                 o.insert(DhcpOption::ElapsedTime(0));
             });
-        let frame = xdhcp::datapath::frame::build_udp6_frame(
-            &xdhcp::datapath::frame::Frame6Headers {
-                src_mac: vm_mac(),
-                dst_mac: [0x33, 0x33, 0, 1, 0, 2],
-                vlan: None,
-                src_ip: GUEST_LL,
-                dst_ip: "ff02::1:2".parse().unwrap(),
-                src_port: 546,
-                dst_port: 547,
-            },
-            &payload,
-        );
+        let frame = xdhcp_tests::frames::from_guest6((vm_mac(), GUEST_LL), &payload);
         self.vm.guest.send_frame("eth0", &frame);
     }
 
@@ -1413,18 +1390,8 @@ impl OwnPath6 {
             xdhcp_tests::frames::dhcp6(MessageType::Reply, xid, vm_mac(), (addr, 3600), |o| {
                 o.insert(DhcpOption::ServerId(server.to_vec()));
             });
-        let frame = xdhcp::datapath::frame::build_udp6_frame(
-            &xdhcp::datapath::frame::Frame6Headers {
-                src_mac: FORGER_MAC,
-                dst_mac: vm_mac(),
-                vlan: None,
-                src_ip: "fe80::6666".parse().unwrap(),
-                dst_ip: GUEST_LL,
-                src_port: 547,
-                dst_port: 546,
-            },
-            &payload,
-        );
+        let forger = (FORGER_MAC, "fe80::6666".parse().unwrap());
+        let frame = xdhcp_tests::frames::to_guest6(forger, (vm_mac(), GUEST_LL), &payload);
         self.vm.lab.server.send_frame(OvnLab::SERVER_IF, &frame);
     }
 }
