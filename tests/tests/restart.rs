@@ -293,7 +293,7 @@ fn a_kill_while_the_first_request_is_out_resumes_by_asking_for_the_offered_addre
 /// DELs, and a record that names only the requested address. The restarted
 /// agent's DEL takes that address off even though its own request for it
 /// is still unanswered: the runtime's next ADD on the interface finds it
-/// carrying nothing else.
+/// carrying nothing else, and that ADD's DEL takes its own address off.
 #[test]
 fn a_del_after_a_kill_before_the_full_record_takes_the_configured_address_off() {
     let cni = CniPath::new();
@@ -361,6 +361,9 @@ fn a_del_after_a_kill_before_the_full_record_takes_the_configured_address_off() 
     let next = cni_call("ADD", "pod1");
     assert!(next.ok, "ADD pod1: {}\n{}", next.stdout, agent.log());
     assert_eq!(c.ns.ipv4_addrs(&c.ifname), vec![(answered(&next), 24)]);
+    // Its DEL takes its lease's address off, as every DEL does.
+    assert!(cni_call("DEL", "pod1").ok, "DEL pod1\n{}", agent.log());
+    assert_eq!(c.ns.ipv4_addrs(&c.ifname), vec![]);
 }
 
 /// The agent's pinned links (`links/` under its pin directory): pin name →
