@@ -389,6 +389,33 @@ fn status_body(code: u16, message: &str, name: &str, kind: &str) -> Value {
     })
 }
 
+/// A `VirtualMachineInstance` `namespace/name` with one bridge-bound
+/// secondary interface `iface` on the NAD `nad_key` (`<ns>/<name>`, or a
+/// bare name), `mac` in its spec; `masquerade`: a pod network interface
+/// (`default`, masquerade binding) listed first, as most VMs have.
+pub fn vmi(
+    (namespace, name): (&str, &str),
+    masquerade: bool,
+    (iface, nad_key, mac): (&str, &str, &str),
+) -> Value {
+    let mut networks = Vec::new();
+    let mut interfaces = Vec::new();
+    if masquerade {
+        networks.push(json!({"name": "default", "pod": {}}));
+        interfaces.push(json!({"name": "default", "masquerade": {}}));
+    }
+    networks.push(json!({"name": iface, "multus": {"networkName": nad_key}}));
+    interfaces.push(json!({"name": iface, "bridge": {}, "macAddress": mac}));
+    json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "networks": networks,
+            "domain": {"devices": {"interfaces": interfaces}}
+        }
+    })
+}
+
 /// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {

@@ -480,20 +480,8 @@ fn gc_status_and_embedded_annotations() {
             agent.socket.display()
         )
     };
-    let ipam = |cmd: &str, id: &str, c: &xdhcp_tests::LabClient, conf: &str| {
-        invoke(
-            &cni.plugin("xdhcp"),
-            None,
-            cmd,
-            id,
-            Some(c.ns.path()),
-            &c.ifname,
-            cni.dir.path(),
-            conf,
-        )
-    };
     for (i, c) in lab.clients.iter().enumerate() {
-        let r = ipam("ADD", &format!("pod-gc{i}"), c, &conf(""));
+        let r = cni.xdhcp("ADD", &format!("pod-gc{i}"), c, &conf(""));
         assert!(r.ok, "{} {}", r.stdout, agent.log());
     }
     // STATUS: the agent is ready.

@@ -783,16 +783,8 @@ fn a_vms_ipv6_discovery_is_not_run_again_after_a_restart() {
     let lab = Lab::builder().server_behind_uplink().build();
     let server = Dnsmasq6::start(lab.dhcp_ns());
     let mut agent = AgentProcess::start(&[]);
-    let vmi = serde_json::json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm8", "namespace": "tenant"},
-        "spec": {
-            "networks": [{"name": "v6", "multus": {"networkName": "tenant/v6net"}}],
-            "domain": {"devices": {"interfaces": [
-                {"name": "v6", "bridge": {}, "macAddress": VM_MAC}
-            ]}}
-        }
-    });
+    let vmi =
+        xdhcp_tests::fake_apiserver::vmi(("tenant", "vm8"), false, ("v6", "tenant/v6net", VM_MAC));
     let store = serde_json::json!({
         "pods": {format!("tenant/{POD}"): {"labels": {
             "kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm8"}}},

@@ -365,17 +365,7 @@ fn bridge_guest(launcher: &xdhcp_tests::LabClient) -> (NetNs, Veth) {
 /// The VMI `vm1`, its interface `dhcpnet` on the NAD `key` with the VM's
 /// MAC.
 fn vmi(key: &str) -> Value {
-    json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm1", "namespace": NS},
-        "spec": {
-            "networks": [{"name": "default", "pod": {}}, {"name": "dhcpnet", "multus": {"networkName": key}}],
-            "domain": {"devices": {"interfaces": [
-                {"name": "default", "masquerade": {}},
-                {"name": "dhcpnet", "bridge": {}, "macAddress": VM_MAC}
-            ]}}
-        }
-    })
+    xdhcp_tests::fake_apiserver::vmi((NS, "vm1"), true, ("dhcpnet", key, VM_MAC))
 }
 
 /// Waits up to a second for the entry to report `ip`.

@@ -9,7 +9,7 @@ mod agent_support;
 
 use std::time::{Duration, Instant};
 
-use agent_support::{AgentProcess, CniPath, PluginOutput, invoke};
+use agent_support::{AgentProcess, CniPath, PluginOutput};
 use serde_json::Value;
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, LabClient, format_mac, wait_until};
 
@@ -45,16 +45,7 @@ fn malformed_logged(agent: &AgentProcess) -> usize {
 
 /// The xdhcp plugin, as a runtime runs it, for the test's one pod.
 fn plugin(cni: &CniPath, c: &LabClient, command: &str, conf: &str) -> PluginOutput {
-    invoke(
-        &cni.plugin("xdhcp"),
-        None,
-        command,
-        "pod-bad121",
-        Some(c.ns.path()),
-        &c.ifname,
-        cni.dir.path(),
-        conf,
-    )
+    cni.xdhcp(command, "pod-bad121", c, conf)
 }
 
 fn binds_and_renews_despite_a_broken_121(datapath: &str, option121: &str) {

@@ -414,13 +414,11 @@ fn a_vm_migrated_between_two_chassis_keeps_both_entries_right_ovn_two_nodes_fake
             .collect::<Vec<_>>()
     };
     let api = Arc::new(Api::start(&lab));
-    api.server.put_vmi(json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm1", "namespace": NS},
-        "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
-                 "domain": {"devices": {"interfaces": [
-                     {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
-    }));
+    api.server.put_vmi(xdhcp_tests::fake_apiserver::vmi(
+        (NS, "vm1"),
+        false,
+        ("localnet1", OvnLab::NAD, VM_MAC),
+    ));
     let [node_a, node_b] = TwoNodes::NODES;
     let stand_in = StandIn::start(&api, &lab.central_dir());
 

@@ -271,13 +271,11 @@ impl NodeAgent {
 /// The VMI `vm1` with one interface, on the lab's localnet network, with
 /// the VM's MAC.
 fn put_localnet_vmi(api: &Api) {
-    api.server.put_vmi(json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm1", "namespace": NS},
-        "spec": {"networks": [{"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
-                 "domain": {"devices": {"interfaces": [
-                     {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}]}}}
-    }));
+    api.server.put_vmi(xdhcp_tests::fake_apiserver::vmi(
+        (NS, "vm1"),
+        false,
+        ("localnet1", OvnLab::NAD, VM_MAC),
+    ));
 }
 
 impl std::ops::Deref for NodeAgent {
@@ -427,18 +425,11 @@ impl Served {
             ],
             &[],
         );
-        api.server.put_vmi(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "vm1", "namespace": NS},
-            "spec": {
-                "networks": [{"name": "default", "pod": {}},
-                             {"name": "localnet1", "multus": {"networkName": OvnLab::NAD}}],
-                "domain": {"devices": {"interfaces": [
-                    {"name": "default", "masquerade": {}},
-                    {"name": "localnet1", "bridge": {}, "macAddress": VM_MAC}
-                ]}}
-            }
-        }));
+        api.server.put_vmi(xdhcp_tests::fake_apiserver::vmi(
+            (NS, "vm1"),
+            true,
+            ("localnet1", OvnLab::NAD, VM_MAC),
+        ));
         let stand_in = StandIn::start(&api, vm.lab.dir(), &vm.lsp);
         let agent = NodeAgent::start(&vm.lab, &api.kubeconfig);
         let conf = json!({

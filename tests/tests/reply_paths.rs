@@ -15,7 +15,7 @@ mod agent_support;
 
 use std::time::Duration;
 
-use agent_support::{AgentProcess, CniPath, invoke};
+use agent_support::{AgentProcess, CniPath};
 use xdhcp::rpc::{AgentStatus, LeaseView};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, wait_until};
 
@@ -41,16 +41,7 @@ fn renewals_accepted(datapath: &str, attach: &str) {
         agent.socket.display()
     );
     let c = &lab.clients[0];
-    let add = invoke(
-        &cni.plugin("xdhcp"),
-        None,
-        "ADD",
-        "pod-odd",
-        Some(c.ns.path()),
-        &c.ifname,
-        cni.dir.path(),
-        &conf,
-    );
+    let add = cni.xdhcp("ADD", "pod-odd", c, &conf);
     assert!(add.ok, "ADD: {}\n{}", add.stdout, agent.log());
 
     let status = || -> AgentStatus {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use agent_support::{AgentProcess, CniPath, invoke, xdhcp_bin};
+use agent_support::{AgentProcess, CniPath, xdhcp_bin};
 use xdhcp_tests::{Dnsmasq, DnsmasqConfig, Lab, format_mac, wait_until};
 
 /// How many of dnsmasq's log lines name `what` (a message type) for each MAC.
@@ -50,16 +50,7 @@ fn add_every_pod(cni: &CniPath, agent: &AgentProcess, lab: &Lab) {
         agent.socket.display()
     );
     for (i, c) in lab.clients.iter().enumerate() {
-        let r = invoke(
-            &cni.plugin("xdhcp"),
-            None,
-            "ADD",
-            &format!("pod{i}"),
-            Some(c.ns.path()),
-            &c.ifname,
-            cni.dir.path(),
-            &conf,
-        );
+        let r = cni.xdhcp("ADD", &format!("pod{i}"), c, &conf);
         assert!(r.ok, "ADD pod{i}: {}\n{}", r.stdout, agent.log());
     }
 }
@@ -201,18 +192,7 @@ fn a_kill_while_the_first_request_is_out_resumes_by_asking_for_the_offered_addre
     );
     let acks = lab.drop_server_acks();
     let (offered, add) = std::thread::scope(|s| {
-        let add = s.spawn(|| {
-            invoke(
-                &cni.plugin("xdhcp"),
-                None,
-                "ADD",
-                "pod0",
-                Some(c.ns.path()),
-                &c.ifname,
-                cni.dir.path(),
-                &conf,
-            )
-        });
+        let add = s.spawn(|| cni.xdhcp("ADD", "pod0", c, &conf));
         let mut offered = None;
         wait_until(Duration::from_secs(15), || {
             offered = the_record(&agent.state_dir)
@@ -307,18 +287,7 @@ fn a_del_after_a_kill_before_the_full_record_takes_the_configured_address_off() 
         r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}","apply":true,"timeout":"30s"}}}}"#,
         agent.socket.display()
     );
-    let cni_call = |cmd: &str, id: &str| {
-        invoke(
-            &cni.plugin("xdhcp"),
-            None,
-            cmd,
-            id,
-            Some(c.ns.path()),
-            &c.ifname,
-            cni.dir.path(),
-            &conf,
-        )
-    };
+    let cni_call = |cmd: &str, id: &str| cni.xdhcp(cmd, id, c, &conf);
     let first = cni_call("ADD", "pod0");
     assert!(first.ok, "ADD pod0: {}\n{}", first.stdout, agent.log());
     let answered = |out: &xdhcp_tests::PluginOutput| -> std::net::Ipv4Addr {
@@ -746,16 +715,7 @@ fn the_socket_answers_during_recovery_and_an_add_waits_only_for_its_own_record()
     );
     let call = |command: &str, i: usize| {
         let c = &lab.clients[i];
-        invoke(
-            &cni.plugin("xdhcp"),
-            None,
-            command,
-            &format!("pod{i}"),
-            Some(c.ns.path()),
-            &c.ifname,
-            cni.dir.path(),
-            &conf,
-        )
+        cni.xdhcp(command, &format!("pod{i}"), c, &conf)
     };
     let first = call("ADD", 0);
     assert!(first.ok, "ADD pod0: {}\n{}", first.stdout, agent.log());
@@ -848,18 +808,7 @@ fn a_del_caught_by_the_shutdown_is_answered_try_again_and_the_next_agent_release
         agent.socket.display()
     );
     let c = &lab.clients[0];
-    let call = |command: &str| {
-        invoke(
-            &cni.plugin("xdhcp"),
-            None,
-            command,
-            "pod0",
-            Some(c.ns.path()),
-            &c.ifname,
-            cni.dir.path(),
-            &conf,
-        )
-    };
+    let call = |command: &str| cni.xdhcp(command, "pod0", c, &conf);
     let added = call("ADD");
     assert!(added.ok, "ADD: {}\n{}", added.stdout, agent.log());
     assert!(

@@ -107,20 +107,7 @@ fn launcher_pod(vmi: &str) -> Value {
 /// A VMI with a masquerade pod network and one secondary interface `iface`
 /// on the NAD `nad_key`, with `mac` in its spec.
 fn vmi_doc(name: &str, iface: &str, nad_key: &str, mac: &str) -> Value {
-    json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "networks": [
-                {"name": "default", "pod": {}},
-                {"name": iface, "multus": {"networkName": nad_key}}
-            ],
-            "domain": {"devices": {"interfaces": [
-                {"name": "default", "masquerade": {}},
-                {"name": iface, "bridge": {}, "macAddress": mac}
-            ]}}
-        }
-    })
+    xdhcp_tests::fake_apiserver::vmi((NS, name), true, (iface, nad_key, mac))
 }
 
 fn request(

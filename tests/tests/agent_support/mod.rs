@@ -115,6 +115,27 @@ impl CniPath {
     pub fn plugin(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+
+    /// The xdhcp plugin as a runtime runs it for lab pod `c`: `cmd` for
+    /// container `id` on its interface, with network configuration `conf`.
+    pub fn xdhcp(
+        &self,
+        cmd: &str,
+        id: &str,
+        c: &xdhcp_tests::LabClient,
+        conf: &str,
+    ) -> PluginOutput {
+        invoke(
+            &self.plugin("xdhcp"),
+            None,
+            cmd,
+            id,
+            Some(c.ns.path()),
+            &c.ifname,
+            self.dir.path(),
+            conf,
+        )
+    }
 }
 
 /// An `xdhcp agent` process in embedded mode with its own socket and state.
