@@ -585,7 +585,7 @@ impl GuardService {
         let ifindex = inner.guard.attach_at(&target, &policy, hook)?;
         if hook == GuardHook::Tc {
             // The ports enslaved to its bridge from now on are made ready
-            // before their ADD.
+            // before their ADD; this one has its qdisc now.
             self.serve_bridge_of(&host_ifname, Some(ifindex));
         }
         let port = GuardedPort {

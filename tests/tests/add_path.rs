@@ -400,6 +400,7 @@ fn pod_on(node: &NetNs, bridge: &str, port: &str) -> NetNs {
 /// lost so): they are left alone, and a stream of frames into a running
 /// pod through its port, all the while the bridge's first pod gets its ADD,
 /// loses none. A port of a bridge the guard does not serve is left alone.
+/// A live port whose qdisc its ADD made counts as made ready from then on.
 #[test]
 fn ports_enslaved_to_a_served_bridge_are_made_ready_before_their_add_and_live_ones_are_left_alone()
 {
@@ -484,6 +485,25 @@ fn ports_enslaved_to_a_served_bridge_are_made_ready_before_their_add_and_live_on
     for req in &reqs {
         let _: serde_json::Value = client.post(rpc::PATH_DEL, req).expect("DEL");
     }
+    // A live port's qdisc, made at its ADD, stays when the guard comes off
+    // at DEL: the next ADD on that port (the pod's sandbox made again on
+    // it) does not wait for it.
+    assert!(
+        xdhcp_tests::wait_until(Duration::from_secs(5), || agent
+            .log()
+            .contains("port made ready for the guard at its ADD")),
+        "no port counts as made ready after its ADD:\n{}",
+        agent.log()
+    );
+    let again = add(&running, "pod-running-again");
+    let log = agent.log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("container=pod-running-again ")
+                && l.contains("the host port is ready for its guard")),
+        "a port whose qdisc its first ADD made held the next ADD's DISCOVER for it:\n{log}"
+    );
+    let _: serde_json::Value = client.post(rpc::PATH_DEL, &again).expect("DEL");
 }
 
 /// Counts, on a thread, the DHCP client frames (IPv4 UDP to port 67) from

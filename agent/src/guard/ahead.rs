@@ -20,9 +20,12 @@
 //! carry traffic (the bridge's uplink, pods running already, another
 //! pod's exchange), and making their qdisc would drop what the bridge
 //! hands them in that moment. Their ADD, if one comes, makes the qdisc
-//! before its DISCOVER. The same holds after missed link events: the ports
-//! found then are left alone. Open vSwitch ports are not made ready here:
-//! the daemon guards them from the OVS database before their ADD.
+//! before its DISCOVER; from then on the port counts as made ready, so the
+//! next ADD on it (a pod whose sandbox is made again on the same port)
+//! does not wait for the qdisc a second time. The same holds after missed
+//! link events: the ports found then are left alone. Open vSwitch ports
+//! are not made ready here: the daemon guards them from the OVS database
+//! before their ADD.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -89,6 +92,18 @@ impl Ahead {
         noted
     }
 
+    /// Port `ifindex` of bridge `master` got its qdisc at its ADD: when the
+    /// bridge is served, the port counts as made ready from now on (until
+    /// it leaves the bridge or is deleted). Whether it does.
+    pub(crate) fn had_made(&mut self, ifindex: u32, master: Option<u32>) -> bool {
+        if !master.is_some_and(|m| self.bridges.contains(&m)) {
+            return false;
+        }
+        self.found.remove(&ifindex);
+        self.prepared.insert(ifindex);
+        true
+    }
+
     /// Serves no bridge (their ports could not be listed: which are live
     /// is unknown). Each is learned again at its next guarded port.
     fn forget_bridges(&mut self) {
@@ -113,12 +128,21 @@ impl Ahead {
     }
 }
 
+/// What the guard tells its follower ([`GuardService::prepare_ahead`]):
+/// a port whose bridge is to be learned, and, when the port got its qdisc
+/// at its ADD (a guard attached on TC), its index.
+#[derive(Debug)]
+struct Told {
+    port: String,
+    has_qdisc: Option<u32>,
+}
+
 /// The ports whose bridge is to be learned, from the guard to its
 /// follower ([`GuardService::prepare_ahead`]).
 #[derive(Debug, Default)]
 pub(crate) struct Learning {
-    tx: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    tx: Option<tokio::sync::mpsc::UnboundedSender<Told>>,
+    rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Told>>>,
     /// Ifindexes of the ports whose qdisc is there: made here, or found
     /// made.
     made: Made,
@@ -147,18 +171,23 @@ impl GuardService {
         lock(&self.ahead.made).contains(&ifindex)
     }
 
-    /// Serve the bridge `port` (a host interface of the agent's namespace,
-    /// index `ifindex` when known) is enslaved to, if it is a Linux bridge:
-    /// the veth ports enslaved to it from then on are made ready before
-    /// their ADD. Cheap: the lookup is the follower's, and a port made
+    /// Serve the bridge `port` (a host interface of the agent's namespace)
+    /// is enslaved to, if it is a Linux bridge: the veth ports enslaved to
+    /// it from then on are made ready before their ADD. `has_qdisc`: the
+    /// port's index, when its guard's filters hang on its `clsact` qdisc
+    /// now (made at its ADD); the port then counts as made ready for the
+    /// next ADD on it. Cheap: the lookup is the follower's, and a port made
     /// ready is of a served bridge already, so it asks for none (in a
     /// burst of fresh pods, every ADD but the bridge's first).
-    pub(crate) fn serve_bridge_of(&self, port: &str, ifindex: Option<u32>) {
-        if ifindex.is_some_and(|i| self.made_ready(i)) {
+    pub(crate) fn serve_bridge_of(&self, port: &str, has_qdisc: Option<u32>) {
+        if has_qdisc.is_some_and(|i| self.made_ready(i)) {
             return;
         }
         if let Some(tx) = &self.ahead.tx {
-            let _ = tx.send(port.to_owned());
+            let _ = tx.send(Told {
+                port: port.to_owned(),
+                has_qdisc,
+            });
         }
     }
 
@@ -206,7 +235,7 @@ impl GuardService {
             loop {
                 tokio::select! {
                     () = token.cancelled() => return,
-                    Some(port) = learning.recv() => self.learn_bridge(&nl, &mut ahead, &port).await,
+                    Some(told) = learning.recv() => self.told(&nl, &mut ahead, told).await,
                     event = events.next() => match event {
                         Some(LinkEvent::Changed(link)) => {
                             if ahead.wants(&link) {
@@ -229,17 +258,34 @@ impl GuardService {
         }
     }
 
+    /// Serves the bridge the port `told` of is enslaved to (noting the
+    /// ports it has now as live when it is new); a port that has its qdisc
+    /// counts as made ready from now on.
+    async fn told(&self, nl: &Netlink, ahead: &mut Ahead, told: Told) {
+        let Told { port, has_qdisc } = told;
+        let master = self.learn_bridge(nl, ahead, &port).await;
+        if let Some(ifindex) = has_qdisc
+            && ahead.had_made(ifindex, master)
+        {
+            lock(&self.ahead.made).insert(ifindex);
+            debug!(
+                port,
+                "port made ready for the guard at its ADD: the next ADD on it does not wait for its qdisc"
+            );
+        }
+    }
+
     /// Serves the bridge `port` is enslaved to, noting the ports it has
-    /// now as live when it is new.
-    async fn learn_bridge(&self, nl: &Netlink, ahead: &mut Ahead, port: &str) {
+    /// now as live when it is new; the port's master, if it has one.
+    async fn learn_bridge(&self, nl: &Netlink, ahead: &mut Ahead, port: &str) -> Option<u32> {
         let master = match nl.link(port).await {
             Ok(link) => link.master,
             Err(e) => {
                 debug!(port, error = %e, "no bridge learned");
-                return;
+                return None;
             }
         };
-        let Some(master) = master else { return };
+        let master = master?;
         match nl.link_by_index(master).await {
             Ok(Some(bridge)) if ahead.learn(&bridge) => {
                 if let Some(live) = self.note_found(nl, ahead).await {
@@ -250,6 +296,7 @@ impl GuardService {
             Ok(_) => {}
             Err(e) => debug!(port, error = %e, "no bridge learned"),
         }
+        Some(master)
     }
 
     /// Notes the ports the served bridges have now as live (never made
@@ -385,6 +432,32 @@ mod tests {
             ahead.wants(&uplink),
             "a new device with a deleted live port's index"
         );
+    }
+
+    #[test]
+    fn a_found_port_that_got_its_qdisc_at_its_add_counts_as_made_ready_until_it_leaves() {
+        let mut ahead = Ahead::default();
+        let port = link(10, "veth", Some(2));
+        assert!(
+            !ahead.had_made(10, Some(2)),
+            "its bridge is not served: nothing is kept of it"
+        );
+        assert!(ahead.learn(&link(2, "bridge", None)));
+        assert_eq!(ahead.found(std::slice::from_ref(&port)), 1);
+        assert!(!ahead.is_marked(10), "live when the bridge was learned");
+        assert!(!ahead.had_made(10, Some(3)), "a port of another bridge");
+        assert!(ahead.had_made(10, Some(2)));
+        assert!(ahead.is_marked(10));
+        // Its link changes (carrier, up) keep it so: no second qdisc to make.
+        assert!(!ahead.wants(&port));
+        assert!(ahead.is_marked(10));
+        // Off the bridge, it is forgotten.
+        assert!(!ahead.wants(&link(10, "veth", None)));
+        assert!(!ahead.is_marked(10));
+        // A deleted port too.
+        assert!(ahead.had_made(10, Some(2)));
+        ahead.gone(10);
+        assert!(!ahead.is_marked(10));
     }
 
     #[test]
