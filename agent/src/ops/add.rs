@@ -573,14 +573,16 @@ async fn end_lease(
     // interface went before DEL, the bridge plugin's order, whether
     // before the lookup above or just after it): the lease is released
     // through the uplink that carried it.
-    if !agent.leases.stop(h, release).await && release {
-        if agent.svc.token.is_cancelled() {
-            info!(container = %req.container_id, ifname = %req.ifname,
-                "DEL during shutdown: the lease is kept for the next agent, which releases it");
-            return Err(Error::ShuttingDown);
-        }
-        let rec = lock(&h.live).record.clone();
-        crate::lease::parked::release(&agent.svc, &agent.base, &rec);
+    let stopped = agent.leases.stop(h, release).await;
+    if !stopped && release && agent.svc.token.is_cancelled() {
+        info!(container = %req.container_id, ifname = %req.ifname,
+            "DEL during shutdown: the lease is kept for the next agent, which releases it");
+        return Err(Error::ShuttingDown);
+    }
+    // The record as the stopped task left it.
+    let ended = lock(&h.live).record.clone();
+    if !stopped && release {
+        crate::lease::parked::release(&agent.svc, &agent.base, &ended);
     }
     agent
         .leases
@@ -589,7 +591,6 @@ async fn end_lease(
         && rec.network.ipam.apply
         && let Some(ns) = &req.netns
     {
-        let ended = lock(&h.live).record.clone();
         take_off(ns, &req.ifname, &ended).await;
     }
     Ok(())
@@ -604,22 +605,18 @@ async fn end_lease(
 /// interface carries it beside the next ADD's address.
 async fn take_off(netns: &std::path::Path, ifname: &str, rec: &LeaseRecord) {
     let taken = match (&rec.lease, rec.requested) {
-        (Some(l), _) => apply::deconfigure(netns, ifname, l, rec.network.ipam.route_priority)
-            .await
-            .map(|()| Some(l.address)),
-        (None, Some(a)) => apply::take_off_requested(netns, ifname, a)
-            .await
-            .map(|there| there.then_some(a)),
-        (None, None) => Ok(None),
+        (Some(l), _) => apply::deconfigure(netns, ifname, l, rec.network.ipam.route_priority).await,
+        (None, Some(address)) => match apply::take_off_requested(netns, ifname, address).await {
+            Ok(true) => {
+                info!(%address, "took off the address a previous agent configured before its lease was recorded");
+                Ok(())
+            }
+            other => other.map(drop),
+        },
+        (None, None) => Ok(()),
     };
-    match taken {
-        Ok(Some(address)) if rec.lease.is_none() => {
-            info!(%address, "took off the address a previous agent configured before its lease was recorded");
-        }
-        Ok(_) => {}
-        Err(e) => {
-            warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
-        }
+    if let Err(e) = taken {
+        warn!(error = %crate::rpc::format_chain(&e), "could not remove the address at DEL");
     }
 }
 
