@@ -280,6 +280,22 @@ impl Netlink {
         })
     }
 
+    /// As [`Netlink::open`], on a socket that also hears the namespace's
+    /// IPv6 address changes ([`Addr6Events`]) from this moment on.
+    pub async fn open_watching6(netns: Option<&Path>) -> Result<(Self, Addr6Events)> {
+        let (conn, handle, messages) = connect(netns, || {
+            rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr])
+        })
+        .await?;
+        let task = tokio::spawn(conn);
+        let nl = Self {
+            handle,
+            task,
+            netns: netns.map(Path::to_path_buf),
+        };
+        Ok((nl, Addr6Events { messages }))
+    }
+
     /// An add's outcome where the thing being there already (`EEXIST`)
     /// is success; any other error names `what`.
     fn existing_is_fine(
@@ -516,17 +532,7 @@ impl Netlink {
         let Some(m) = msgs.iter().find(|m| m.header.index == ifindex) else {
             return Ok(Dad6::Gone);
         };
-        // The 32-bit flags attribute when the kernel sends it (it always
-        // has since 3.14), else the header's eight bits.
-        let flags = m
-            .attributes
-            .iter()
-            .find_map(|a| match a {
-                AddressAttribute::Flags(f) => Some(*f),
-                _ => None,
-            })
-            .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())));
-        Ok(Dad6::of(flags))
+        Ok(Dad6::of(address_flags(m)))
     }
 
     /// The kernel's entries for the IPv6 `addr` on `ifindex` (none when it
@@ -1343,6 +1349,137 @@ impl LinkEvents {
                 _ => {}
             }
         }
+    }
+}
+
+/// A change the kernel announced to one IPv6 address
+/// (`RTNLGRP_IPV6_IFADDR`): its link, the address, and where its duplicate
+/// address detection stands ([`Dad6::Gone`] for a deleted address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addr6Change {
+    /// The link's index.
+    pub ifindex: u32,
+    /// The address.
+    pub address: Ipv6Addr,
+    /// Its state after the change.
+    pub state: Dad6,
+}
+
+impl Addr6Change {
+    /// The change an `RTM_NEWADDR` (`gone`: `RTM_DELADDR`) message
+    /// describes; `None` for one that is not about an IPv6 address.
+    fn of(m: &AddressMessage, gone: bool) -> Option<Self> {
+        let address = m.attributes.iter().find_map(|a| match a {
+            AddressAttribute::Address(IpAddr::V6(a)) => Some(*a),
+            _ => None,
+        })?;
+        let state = if gone {
+            Dad6::Gone
+        } else {
+            Dad6::of(address_flags(m))
+        };
+        Some(Self {
+            ifindex: m.header.index,
+            address,
+            state,
+        })
+    }
+}
+
+/// An address message's flags: the 32-bit attribute when the kernel sends
+/// it (it always has since 3.14), else the header's eight bits.
+fn address_flags(m: &AddressMessage) -> AddressFlags {
+    m.attributes
+        .iter()
+        .find_map(|a| match a {
+            AddressAttribute::Flags(f) => Some(*f),
+            _ => None,
+        })
+        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())))
+}
+
+/// The kernel's notices of IPv6 address changes in one namespace
+/// (`RTNLGRP_IPV6_IFADDR`), from the moment it is opened: what a wait for
+/// duplicate address detection wakes on, instead of reading the address's
+/// flags on a timer.
+#[derive(Debug)]
+pub struct Addr6Events {
+    messages: futures::channel::mpsc::UnboundedReceiver<(
+        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+}
+
+impl Addr6Events {
+    /// The next change; `None` once the subscription has ended (its socket
+    /// failed: the caller reads the state it needs instead).
+    pub async fn next(&mut self) -> Option<Addr6Change> {
+        use futures::StreamExt as _;
+        use rtnetlink::packet_core::NetlinkPayload;
+        use rtnetlink::packet_route::RouteNetlinkMessage;
+
+        loop {
+            let (msg, _) = self.messages.next().await?;
+            let NetlinkPayload::InnerMessage(inner) = msg.payload else {
+                continue;
+            };
+            let change = match inner {
+                RouteNetlinkMessage::NewAddress(m) => Addr6Change::of(&m, false),
+                RouteNetlinkMessage::DelAddress(m) => Addr6Change::of(&m, true),
+                _ => None,
+            };
+            if let Some(c) = change {
+                return Some(c);
+            }
+        }
+    }
+}
+
+/// Notices fed to an [`Addr6Events`] by hand (tests).
+#[cfg(test)]
+pub(crate) struct FakeAddr6(
+    futures::channel::mpsc::UnboundedSender<(
+        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+);
+
+#[cfg(test)]
+impl FakeAddr6 {
+    /// An [`Addr6Events`] that hears what this is told to announce.
+    pub(crate) fn new() -> (Self, Addr6Events) {
+        let (tx, messages) = futures::channel::mpsc::unbounded();
+        (Self(tx), Addr6Events { messages })
+    }
+
+    fn send(&self, m: rtnetlink::packet_route::RouteNetlinkMessage) {
+        let msg = rtnetlink::packet_core::NetlinkMessage::from(m);
+        self.0
+            .unbounded_send((msg, rtnetlink::sys::SocketAddr::new(0, 0)))
+            .expect("the events are read");
+    }
+
+    fn message(ifindex: u32, addr: Ipv6Addr, flags: AddressFlags) -> AddressMessage {
+        let mut m = AddressMessage::default();
+        m.header.family = rtnetlink::packet_route::AddressFamily::Inet6;
+        m.header.index = ifindex;
+        m.header.prefix_len = 64;
+        m.attributes
+            .push(AddressAttribute::Address(IpAddr::V6(addr)));
+        m.attributes.push(AddressAttribute::Flags(flags));
+        m
+    }
+
+    /// The kernel's `RTM_NEWADDR` for `addr` on `ifindex` with `flags`.
+    pub(crate) fn announce(&self, ifindex: u32, addr: Ipv6Addr, flags: AddressFlags) {
+        let m = Self::message(ifindex, addr, flags);
+        self.send(rtnetlink::packet_route::RouteNetlinkMessage::NewAddress(m));
+    }
+
+    /// The kernel's `RTM_DELADDR` for `addr` on `ifindex`.
+    pub(crate) fn delete(&self, ifindex: u32, addr: Ipv6Addr) {
+        let m = Self::message(ifindex, addr, AddressFlags::empty());
+        self.send(rtnetlink::packet_route::RouteNetlinkMessage::DelAddress(m));
     }
 }
 

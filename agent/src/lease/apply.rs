@@ -266,14 +266,26 @@ pub(crate) async fn configure6(
     a: Address6,
     dad: Option<std::time::Duration>,
 ) -> Result<Dad6, NetlinkError> {
-    let (nl, ifindex) = open(netns, ifname).await?;
+    // With detection, the socket hears the namespace's address changes
+    // from before the address goes on, so no notice of its outcome is
+    // missed.
+    let (nl, mut changes) = if dad.is_some() {
+        let (nl, changes) = Netlink::open_watching6(netns).await?;
+        (nl, Some(changes))
+    } else {
+        (Netlink::open(netns).await?, None)
+    };
+    let ifindex = nl.link(ifname).await?.ifindex;
     let done = async {
         nl.set_up(ifindex).await?;
         nl.add_address6(ifindex, a.address, a.prefix_len, dad.is_some())
             .await?;
-        let state = match dad {
-            Some(limit) => dad_outcome(&nl, ifindex, a.address, limit).await?,
-            None => Dad6::Unique,
+        let state = match (dad, changes.as_mut()) {
+            (Some(limit), Some(changes)) => {
+                let read = || nl.dad6(ifindex, a.address);
+                settled6(changes, read, ifindex, a.address, limit).await?
+            }
+            _ => Dad6::Unique,
         };
         if state == Dad6::Duplicate {
             nl.del_address6(ifindex, a.address, a.prefix_len).await?;
@@ -294,25 +306,51 @@ pub(crate) async fn configure6(
     done
 }
 
-/// How often a tentative address's flags are read.
+/// How often the address's flags are read again while the kernel's
+/// notices are heard: a safety net for a notice lost (a full socket
+/// buffer), never what decides the wait otherwise.
+const DAD_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often they are read once the notices have ended (their socket
+/// failed).
 const DAD_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Waits (at most `limit`) until `addr` on `ifindex` is no longer
-/// tentative; its state then.
-async fn dad_outcome(
-    nl: &Netlink,
+/// tentative; its state then. The wait ends on the kernel's notice of the
+/// change (`changes`, opened before the address went on), not on a timer:
+/// the detection's outcome is acted on the moment the kernel has it. The
+/// state is read (`read`) first, in case the detection ended before the
+/// wait began, and again every [`DAD_RECHECK`] (every [`DAD_POLL`] once the
+/// notices have ended).
+pub(crate) async fn settled6<R, F>(
+    changes: &mut crate::netlink::Addr6Events,
+    mut read: R,
     ifindex: u32,
     addr: std::net::Ipv6Addr,
     limit: std::time::Duration,
-) -> Result<Dad6, NetlinkError> {
+) -> Result<Dad6, NetlinkError>
+where
+    R: FnMut() -> F,
+    F: std::future::Future<Output = Result<Dad6, NetlinkError>>,
+{
     let until = tokio::time::Instant::now() + limit;
-    loop {
-        let state = nl.dad6(ifindex, addr).await?;
-        if state != Dad6::Tentative || tokio::time::Instant::now() >= until {
-            return Ok(state);
+    let mut state = read().await?;
+    let mut hearing = true;
+    while state == Dad6::Tentative && tokio::time::Instant::now() < until {
+        let every = if hearing { DAD_RECHECK } else { DAD_POLL };
+        let recheck = (tokio::time::Instant::now() + every).min(until);
+        tokio::select! {
+            change = changes.next(), if hearing => match change {
+                Some(c) if c.ifindex == ifindex && c.address == addr => state = c.state,
+                Some(_) => {}
+                None => {
+                    hearing = false;
+                    state = read().await?;
+                }
+            },
+            () = tokio::time::sleep_until(recheck) => state = read().await?,
         }
-        tokio::time::sleep(DAD_POLL).await;
     }
+    Ok(state)
 }
 
 /// Take `a` off `ifname` in `netns`; missing pieces are fine.
@@ -488,5 +526,113 @@ mod tests {
         // An MTU below IPv4's minimum is never applied, so never missing.
         l.mtu = Some(MIN_IPV4_MTU - 1);
         assert_eq!(missing(&l, None, &link(true, 1500), &[], &[]).mtu, None);
+    }
+
+    /// Detection's outcome as the kernel announces it, against a state
+    /// read by hand (`reads` counts the reads).
+    mod settled6 {
+        use super::super::{DAD_POLL, DAD_RECHECK, settled6};
+        use crate::netlink::{Dad6, FakeAddr6};
+        use rtnetlink::packet_route::address::AddressFlags;
+        use std::net::Ipv6Addr;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+        use tokio::time::Instant;
+
+        const ADDR: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+        const LIMIT: Duration = Duration::from_secs(3);
+
+        /// A read that always finds the address tentative, and its count.
+        fn tentative() -> (
+            Arc<AtomicUsize>,
+            impl FnMut() -> std::future::Ready<Result<Dad6, crate::netlink::NetlinkError>>,
+        ) {
+            let reads = Arc::new(AtomicUsize::new(0));
+            let counted = reads.clone();
+            let read = move || {
+                counted.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Ok(Dad6::Tentative))
+            };
+            (reads, read)
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn the_wait_ends_on_the_kernels_notice_not_on_a_timer() {
+            let (kernel, mut changes) = FakeAddr6::new();
+            let (reads, read) = tentative();
+            let start = Instant::now();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(7)).await;
+                // Another address, then another link: neither ends the wait.
+                kernel.announce(super::IF, Ipv6Addr::LOCALHOST, AddressFlags::empty());
+                kernel.announce(super::IF + 1, ADDR, AddressFlags::empty());
+                tokio::time::sleep(Duration::from_millis(1300)).await;
+                kernel.announce(super::IF, ADDR, AddressFlags::Tentative);
+                kernel.announce(super::IF, ADDR, AddressFlags::Permanent);
+                tokio::time::sleep(LIMIT).await;
+            });
+            let state = settled6(&mut changes, read, super::IF, ADDR, LIMIT)
+                .await
+                .unwrap();
+            assert_eq!(state, Dad6::Unique);
+            // At the notice, to the millisecond (a 20 ms poll would have
+            // ended at 1320 ms).
+            assert_eq!(start.elapsed(), Duration::from_millis(1307));
+            // The first read, and one safety read per 250 ms before it.
+            assert_eq!(
+                reads.load(Ordering::Relaxed),
+                1 + (1307 / DAD_RECHECK.as_millis()) as usize
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_duplicate_and_a_removed_address_end_the_wait_at_once() {
+            let (kernel, mut changes) = FakeAddr6::new();
+            let (_, read) = tentative();
+            kernel.announce(
+                super::IF,
+                ADDR,
+                AddressFlags::Tentative | AddressFlags::Dadfailed,
+            );
+            let start = Instant::now();
+            let state = settled6(&mut changes, read, super::IF, ADDR, LIMIT)
+                .await
+                .unwrap();
+            assert_eq!((state, start.elapsed()), (Dad6::Duplicate, Duration::ZERO));
+
+            let (_, read) = tentative();
+            kernel.delete(super::IF, ADDR);
+            let state = settled6(&mut changes, read, super::IF, ADDR, LIMIT)
+                .await
+                .unwrap();
+            assert_eq!(state, Dad6::Gone);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_detection_over_before_the_wait_is_not_waited_for() {
+            let (_kernel, mut changes) = FakeAddr6::new();
+            let read = || std::future::ready(Ok(Dad6::Unique));
+            let start = Instant::now();
+            let state = settled6(&mut changes, read, super::IF, ADDR, LIMIT)
+                .await
+                .unwrap();
+            assert_eq!((state, start.elapsed()), (Dad6::Unique, Duration::ZERO));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn without_notices_the_state_is_read_until_the_limit() {
+            let (kernel, mut changes) = FakeAddr6::new();
+            // The subscription ends (its socket failed): reads take over.
+            drop(kernel);
+            let (reads, read) = tentative();
+            let start = Instant::now();
+            let state = settled6(&mut changes, read, super::IF, ADDR, LIMIT)
+                .await
+                .unwrap();
+            assert_eq!((state, start.elapsed()), (Dad6::Tentative, LIMIT));
+            let polls = (LIMIT.as_millis() / DAD_POLL.as_millis()) as usize;
+            assert!(reads.load(Ordering::Relaxed) >= polls, "{reads:?}");
+        }
     }
 }
