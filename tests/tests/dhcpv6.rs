@@ -167,6 +167,15 @@ fn a_fresh_interfaces_solicit_leaves_as_soon_as_its_link_local_address_is_usable
         "the ADD took {took:?} after the interface came up: the exchange waited for a retransmission\n{}",
         agent.log()
     );
+    // Sent on the kernel's notice that the address is usable, not found
+    // so by trying the send again on a timer.
+    let sent = agent
+        .log()
+        .lines()
+        .find(|l| l.contains("the interface's link-local address became usable"))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(sent.contains("woken_by=\"notice\""), "{sent}");
     let d = call("DEL", "v6fresh", pod, &conf);
     assert!(d.ok, "DEL failed: {}", d.text());
 }

@@ -35,6 +35,11 @@ impl Udp6 {
         Ok(Self { sock, ifindex })
     }
 
+    /// The interface's index.
+    pub(crate) fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
     /// Send `payload` to `dst` port 547 out of the interface.
     pub(crate) async fn send(&self, payload: &[u8], dst: Ipv6Addr) -> io::Result<()> {
         let scope = if is_link_scoped(dst) { self.ifindex } else { 0 };

@@ -69,7 +69,12 @@ const REACQUIRE_DELAY: Duration = Duration::from_secs(10);
 const FRAME_QUEUE: usize = 16;
 
 /// How often a message the interface could not send for want of a usable
-/// link-local address is tried again ([`Unsent`]).
+/// link-local address is tried again ([`Unsent`]) while the kernel's
+/// notices of the interface's addresses are heard: a safety net for a
+/// notice lost, never what decides the wait otherwise.
+const UNSENT_RECHECK: Duration = Duration::from_millis(250);
+/// How often it is tried again without them (their socket could not be
+/// opened, or failed).
 const UNSENT_RETRY: Duration = Duration::from_millis(10);
 /// How long it is tried again at most: the kernel's duplicate address
 /// detection with its defaults ends within 2 s; past this the engine's own
@@ -82,9 +87,10 @@ const UNSENT_LIMIT: Duration = Duration::from_secs(3);
 /// the kernel has no source to send from (`EADDRNOTAVAIL`). Left to the
 /// engine, the exchange would start at its next retransmission (RFC 8415
 /// §15: about 1 s, then 3 s, after the first SOLICIT), which may be seconds
-/// after the address became usable; the task tries the same message again
-/// every [`UNSENT_RETRY`] instead, and it goes as soon as it can (a message
-/// held back by a slow link, to the server). A newer message replaces it.
+/// after the address became usable; the task sends the same message again
+/// the moment the kernel announces a link-local address of the interface
+/// usable ([`LinkLocalWatch`]), and it goes as soon as it can. A newer
+/// message replaces it.
 #[derive(Debug)]
 struct Unsent {
     payload: Vec<u8>,
@@ -227,13 +233,74 @@ async fn captured(kernel: Option<&mut Kernel6>) -> Option<Rx6Frame> {
     }
 }
 
-/// Ready every [`UNSENT_RETRY`] while a message waits for a usable
-/// link-local address; never otherwise.
-async fn retry_unsent(waiting: bool) {
-    if waiting {
+/// The kernel's notices of the addresses in a lease's namespace, heard
+/// while a message waits for the interface's link-local address to become
+/// usable ([`Unsent`]); its connection lives as long as it does.
+struct LinkLocalWatch {
+    _nl: crate::netlink::Netlink,
+    changes: crate::netlink::Addr6Events,
+    /// The notices have ended (their socket failed).
+    ended: bool,
+}
+
+impl LinkLocalWatch {
+    /// Hears the address changes of `netns` from now on; `None` (logged)
+    /// when the socket cannot be opened: the message is then tried again
+    /// every [`UNSENT_RETRY`].
+    async fn open(netns: Option<&std::path::Path>) -> Option<Self> {
+        match crate::netlink::Netlink::open_watching6(netns).await {
+            Ok((nl, changes)) => Some(Self {
+                _nl: nl,
+                changes,
+                ended: false,
+            }),
+            Err(e) => {
+                debug!(error = %e, "cannot hear the interface's address changes; the held-back message is tried again on a timer");
+                None
+            }
+        }
+    }
+}
+
+/// Ready when a message waiting for a usable link-local address
+/// ([`Unsent`]) should be tried again: when the kernel announces a
+/// link-local address of `ifindex` out of its duplicate address detection,
+/// else after [`UNSENT_RECHECK`] (every [`UNSENT_RETRY`] without notices);
+/// never while nothing waits. Returns what woke it, for the log:
+/// `"notice"`, `"recheck"` or `"timer"`.
+async fn retry_unsent(
+    waiting: bool,
+    watch: Option<&mut LinkLocalWatch>,
+    ifindex: u32,
+) -> &'static str {
+    if !waiting {
+        return std::future::pending().await;
+    }
+    let Some(w) = watch.filter(|w| !w.ended) else {
         tokio::time::sleep(UNSENT_RETRY).await;
-    } else {
-        std::future::pending::<()>().await;
+        return "timer";
+    };
+    let usable = async {
+        loop {
+            match w.changes.next().await {
+                Some(c)
+                    if c.ifindex == ifindex
+                        && c.state == crate::netlink::Dad6::Unique
+                        && c.address.is_unicast_link_local() =>
+                {
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    w.ended = true;
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = usable => "notice",
+        () = tokio::time::sleep(UNSENT_RECHECK) => "recheck",
     }
 }
 
@@ -471,6 +538,7 @@ impl Registry {
             waiter,
             clock,
             unsent: None,
+            link_local: None,
             persisted: started.persisted,
             netns,
             role,
@@ -506,6 +574,8 @@ struct Task6 {
     clock: ExchangeClock,
     /// The last message the interface could not send yet.
     unsent: Option<Unsent>,
+    /// The namespace's address changes, heard while `unsent` waits.
+    link_local: Option<LinkLocalWatch>,
     persisted: watch::Sender<Durable>,
     /// The interface's namespace (`None`: the agent's own).
     netns: Option<PathBuf>,
@@ -559,9 +629,10 @@ impl Task6 {
                 Ok(()) => {
                     self.clock.sent6(t.kind, Instant::now());
                     self.unsent = None;
+                    self.link_local = None;
                 }
                 Err(e) if t.kind == v6::MessageKind::Release => self.release_elsewhere(&t, &e),
-                Err(e) if no_source_yet(&e) => self.hold_back(t),
+                Err(e) if no_source_yet(&e) => self.hold_back(t).await,
                 Err(e) => {
                     debug!(kind = %t.kind, error = %e, "DHCPv6 send failed; the engine retransmits");
                 }
@@ -603,12 +674,15 @@ impl Task6 {
     /// Keep `t`, which the interface could not send for want of a usable
     /// link-local address, to try again ([`Unsent`]), in place of any
     /// message kept before.
-    fn hold_back(&mut self, t: v6::Transmit) {
+    async fn hold_back(&mut self, t: v6::Transmit) {
         let since = if let Some(u) = self.unsent.take() {
             u.since
         } else {
             debug!(kind = %t.kind,
                 "the interface has no usable link-local address yet (duplicate address detection): the message goes as soon as it has");
+            // Heard from before the send is tried again, so the notice of
+            // the address's detection ending is not missed.
+            self.link_local = LinkLocalWatch::open(self.netns.as_deref()).await;
             tokio::time::Instant::now()
         };
         self.unsent = Some(Unsent {
@@ -622,20 +696,22 @@ impl Task6 {
     /// Try the message the interface could not send again ([`Unsent`]):
     /// gone once sent, once it fails for another reason (the engine
     /// retransmits), or once [`UNSENT_LIMIT`] has passed.
-    async fn resend(&mut self) {
+    async fn resend(&mut self, woken: &'static str) {
         let Some(u) = self.unsent.take() else {
             return;
         };
         match self.sock.send(&u.payload, u.dst).await {
             Ok(()) => {
                 self.clock.sent6(u.kind, Instant::now());
-                info!(kind = %u.kind, waited_ms = u.since.elapsed().as_millis(),
+                self.link_local = None;
+                info!(kind = %u.kind, waited_ms = u.since.elapsed().as_millis(), woken_by = woken,
                     "the interface's link-local address became usable: the DHCPv6 message held back went out");
             }
             Err(e) if no_source_yet(&e) && u.since.elapsed() < UNSENT_LIMIT => {
                 self.unsent = Some(u);
             }
             Err(e) => {
+                self.link_local = None;
                 debug!(kind = %u.kind, error = %e, "DHCPv6 message still not sent; the engine retransmits");
             }
         }
@@ -965,7 +1041,7 @@ async fn run_loop(t: &mut Task6) -> Ended {
                 return Ended::Kept;
             }
             () = hear(t.routers.as_mut(), &t.svc.metrics) => t.on_router().await,
-            () = retry_unsent(t.unsent.is_some()) => t.resend().await,
+            woken = retry_unsent(t.unsent.is_some(), t.link_local.as_mut(), t.sock.ifindex()) => t.resend(woken).await,
             cmd = t.cmds.recv(), if stopping.is_none() => match cmd {
                 Some(Command::Stop { release, ack }) => {
                     if let Some(end) = t.on_stop(release, ack, &mut stopping).await {
