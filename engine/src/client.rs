@@ -544,25 +544,50 @@ impl Client {
     /// Give the lease back: queue a DHCPRELEASE unicast from the leased
     /// address to the server identifier (RFC 2131 §4.4.6; dnsmasq ignores a
     /// RELEASE from 0.0.0.0) and stop.
-    /// Without a lease the client just stops. Anything not yet polled from
+    ///
+    /// Without a lease, a client whose REQUEST for an offered address is
+    /// out (REQUESTING), or that asks again for the address an earlier
+    /// client's REQUEST was out for (INIT-REBOOT with
+    /// [`ClientConfig::requested_from`]), releases that address to the
+    /// server that offered it: the server may have committed the lease and
+    /// acknowledged it to no one, and would hold it until it expires. A
+    /// server that holds no such lease ignores the RELEASE. Otherwise the
+    /// client just stops. Anything not yet polled from
     /// [`Client::poll_transmit`] is discarded first.
     pub fn release(&mut self, now: Instant) {
         self.wall.apply(now);
         let before = self.state();
         self.transmits.clear();
-        if let Some(held) = self.held.take() {
+        let unanswered = match self.phase {
+            Phase::Requesting { offer, .. } => Some((offer.address, offer.server_id)),
+            Phase::InitReboot { address, .. } | Phase::Rebooting { address, .. } => self
+                .cfg
+                .requested_from
+                .filter(|_| self.cfg.requested_ip == Some(address))
+                .map(|server| (address, server)),
+            _ => None,
+        };
+        let target = match (self.held.take(), unanswered) {
+            (Some(held), _) => Some((
+                held.lease.address,
+                held.lease.server_id,
+                held.lease.server_mac,
+            )),
+            (None, Some((address, server))) => Some((address, server, None)),
+            (None, None) => None,
+        };
+        if let Some((address, server, server_mac)) = target {
             self.new_xid();
-            let l = &held.lease;
             self.send(&Send {
                 kind: MessageKind::Release,
                 secs: 0,
-                ciaddr: l.address,
+                ciaddr: address,
                 requested_ip: None,
-                server_id: Some(l.server_id),
-                src_ip: l.address,
+                server_id: Some(server),
+                src_ip: address,
                 dst: Destination::Unicast {
-                    ip: l.server_id,
-                    mac: l.server_mac,
+                    ip: server,
+                    mac: server_mac,
                 },
                 retransmit: false,
             });
@@ -702,6 +727,15 @@ impl Client {
     pub fn requesting(&self) -> Option<Ipv4Addr> {
         match self.phase {
             Phase::Requesting { offer, .. } => Some(offer.address),
+            _ => None,
+        }
+    }
+
+    /// The server identifier of the offer whose REQUEST is out
+    /// (REQUESTING), beside [`Client::requesting`].
+    pub fn requesting_from(&self) -> Option<Ipv4Addr> {
+        match self.phase {
+            Phase::Requesting { offer, .. } => Some(offer.server_id),
             _ => None,
         }
     }

@@ -137,6 +137,12 @@ pub struct ClientConfig {
     pub hostname: Option<String>,
     /// Start in INIT-REBOOT asking for this address (restart, VM migration).
     pub requested_ip: Option<Ipv4Addr>,
+    /// With `requested_ip`: the server whose offer of that address an
+    /// earlier client's REQUEST accepted (a client stopped with its REQUEST
+    /// out, whose successor asks again). That server may have committed the
+    /// lease, so a client released before any answer gives the address back
+    /// to it (see [`crate::Client::release`]).
+    pub requested_from: Option<Ipv4Addr>,
     /// Retransmission parameters.
     pub retransmit: Retransmit,
     /// Overall deadline to reach BOUND from INIT/INIT-REBOOT. Default 30 s.
@@ -167,6 +173,7 @@ impl Default for ClientConfig {
             client_id: ClientId::Mac,
             hostname: None,
             requested_ip: None,
+            requested_from: None,
             retransmit: Retransmit::default(),
             acquire_timeout: Duration::from_secs(30),
             discover_attempts: 0,

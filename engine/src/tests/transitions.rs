@@ -819,6 +819,68 @@ fn release_without_lease_sends_nothing() {
     assert!(h.tx().is_empty());
 }
 
+/// The RELEASE of an address no ACK was heard for, as the server that
+/// offered it sees it.
+fn assert_unanswered_release(t: &crate::Transmit) {
+    assert_eq!(t.kind, MessageKind::Release);
+    assert_eq!(t.src_ip, ADDR);
+    assert_eq!(
+        t.dst,
+        Destination::Unicast {
+            ip: SERVER_IP,
+            mac: None
+        }
+    );
+    let m = Request::decode(t);
+    assert_eq!(m.msg_type(), MessageType::Release);
+    assert_eq!(m.msg.ciaddr(), ADDR);
+    assert_eq!(m.server_id(), Some(SERVER_IP));
+}
+
+#[test]
+fn release_with_the_request_out_gives_the_offered_address_back() {
+    // The server may have committed the lease to an ACK the client never
+    // heard: released, it frees the address instead of holding it.
+    let mut h = H::new(cfg());
+    let d = h.one_tx();
+    h.feed(&h.srv.offer(&d)).unwrap();
+    assert_eq!(h.c.state(), State::Requesting);
+    assert_eq!(h.c.requesting_from(), Some(SERVER_IP));
+    h.tx();
+    h.c.release(h.now);
+    assert_eq!(h.c.state(), State::Released);
+    let tx = h.tx();
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    assert_unanswered_release(&tx[0]);
+    assert_eq!(h.c.stats().releases_sent, 1);
+}
+
+#[test]
+fn release_while_asking_again_for_an_earlier_request_gives_it_back_to_its_server() {
+    // A successor asking again (INIT-REBOOT) for the address an earlier
+    // client's REQUEST was out for, knowing the server that offered it.
+    let mut h = H::new(ClientConfig {
+        requested_ip: Some(ADDR),
+        requested_from: Some(SERVER_IP),
+        ..cfg()
+    });
+    assert_eq!(h.c.state(), State::Rebooting);
+    h.tx();
+    h.c.release(h.now);
+    let tx = h.tx();
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    assert_unanswered_release(&tx[0]);
+
+    // Without the server (a migrating VM's INIT-REBOOT): nothing to release.
+    let mut h = H::new(ClientConfig {
+        requested_ip: Some(ADDR),
+        ..cfg()
+    });
+    h.tx();
+    h.c.release(h.now);
+    assert!(h.tx().is_empty());
+}
+
 #[test]
 fn decline_bound_address_then_avoid_it() {
     let mut h = H::new(cfg());
