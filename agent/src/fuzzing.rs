@@ -1071,6 +1071,7 @@ mod tests {
                 updated_unix_ms: 1_800_000_000_000,
                 uplink: None,
                 requested: None,
+                requested_from: None,
                 planned_xids: None,
                 lease6: None,
                 router6: None,

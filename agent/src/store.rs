@@ -371,6 +371,13 @@ pub struct LeaseRecord {
     /// same address again (INIT-REBOOT). Absent once a lease is held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested: Option<std::net::Ipv4Addr>,
+    /// With `requested`: the server identifier of the offer that REQUEST
+    /// accepted. That server may have committed the lease while no answer
+    /// was heard (the agent killed, say), so a DEL that finds no lease
+    /// releases the requested address to it. Absent in records written
+    /// before it was kept, which then release nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_from: Option<std::net::Ipv4Addr>,
     /// With a lease: the xids its next renewal and rebinding carry, drawn
     /// at its last ACK and so written with it (no write of its own). A
     /// restarted agent that finds one of them still owned in the pinned
@@ -501,6 +508,7 @@ mod v1 {
                 updated_unix_ms: self.updated_unix_ms,
                 uplink: None,
                 requested: None,
+                requested_from: None,
                 planned_xids: None,
                 lease6: None,
                 router6: None,
@@ -1409,6 +1417,7 @@ mod tests {
             updated_unix_ms: 1_700_000_000_000,
             uplink: None,
             requested: None,
+            requested_from: None,
             planned_xids: None,
             lease6: None,
             router6: None,

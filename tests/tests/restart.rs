@@ -281,7 +281,7 @@ fn a_del_after_a_kill_before_the_full_record_takes_the_configured_address_off() 
     let mut agent =
         AgentProcess::start_with_env(&[], &[("XDHCP_TEST_FULL_RECORD_DELAY_MS", "60000")]);
     let lab = Lab::with_clients(1);
-    let _dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
+    let dnsmasq = Dnsmasq::start(&lab.server, DnsmasqConfig::default());
     let c = &lab.clients[0];
     let conf = format!(
         r#"{{"cniVersion":"1.0.0","name":"xnet","ipam":{{"type":"xdhcp","socketPath":"{}","apply":true,"timeout":"30s"}}}}"#,
@@ -305,6 +305,14 @@ fn a_del_after_a_kill_before_the_full_record_takes_the_configured_address_off() 
         record["lease"].is_null() && record["requested"] == address.to_string().as_str(),
         "the record is not the one written ahead: {record}"
     );
+    // It names the server the REQUEST went to, which acknowledged it.
+    assert_eq!(
+        record["requestedFrom"],
+        lab.server_ip.to_string().as_str(),
+        "{record}"
+    );
+    let held = || dnsmasq.leases().iter().any(|l| l.ip == address);
+    assert!(held(), "dnsmasq holds no lease for {address}");
 
     // Killed there. The restarted agent asks for the address again; its
     // ACK never comes, so the DEL finds the request still out.
@@ -325,6 +333,16 @@ fn a_del_after_a_kill_before_the_full_record_takes_the_configured_address_off() 
         "{}",
         agent.log()
     );
+    // And gave it back to the server, which had committed it to the ACK
+    // the killed agent heard: without the RELEASE it would hold it to
+    // the lease's end.
+    assert!(
+        wait_until(Duration::from_secs(5), || !held()),
+        "dnsmasq still holds {address} after the DEL:\n{}\nagent:\n{}",
+        dnsmasq.log(),
+        agent.log()
+    );
+    assert!(dnsmasq.log().contains("DHCPRELEASE"), "{}", dnsmasq.log());
     drop(acks);
 
     let next = cni_call("ADD", "pod1");

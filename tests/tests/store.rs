@@ -66,6 +66,7 @@ fn record(i: usize, generation: u32) -> LeaseRecord {
         updated_unix_ms: 0,
         uplink: None,
         requested: None,
+        requested_from: None,
         planned_xids: None,
         lease6: None,
         router6: None,

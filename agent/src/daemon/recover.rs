@@ -234,6 +234,9 @@ async fn resume_one(agent: &Arc<Agent>, rec: LeaseRecord, now_ms: u64) -> Result
         Mode::Maintain,
         rec.requested,
     );
+    // The server that offered it, so a DEL before any answer releases it
+    // there (the previous agent's REQUEST may have been acknowledged).
+    cfg.requested_from = rec.requested_from;
     cfg.route_policy
         .protected
         .extend(crate::lease::apply::protected_in_pod(rec.netns.as_deref(), &rec.ifname).await);

@@ -252,6 +252,7 @@ impl Live {
         self.expires_unix_ms = lease.as_ref().and_then(expiry_ms);
         if lease.is_some() {
             self.record.requested = None;
+            self.record.requested_from = None;
         }
         self.record.lease = lease;
         self.record.updated_unix_ms = crate::sys::clock::now_unix_ms();

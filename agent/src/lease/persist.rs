@@ -121,6 +121,7 @@ pub(crate) mod tests {
             lease,
             uplink: None,
             requested: None,
+            requested_from: None,
             planned_xids: None,
             lease6: None,
             router6: None,

@@ -127,6 +127,7 @@ impl<P: LeasePort> Task<P> {
         self.settle_ahead().await;
         let mut rec = self.record();
         rec.requested = Some(address);
+        rec.requested_from = self.client.requesting_from();
         let write = self
             .effects
             .clone()
@@ -1370,9 +1371,16 @@ mod tests {
                 panic!("{seen:#?}");
             };
             assert_eq!((ahead.requested, ahead.lease.as_ref()), (Some(ADDR), None));
+            // The server the REQUEST went to: a DEL that finds no lease
+            // releases the address there.
+            assert_eq!(ahead.requested_from, Some(SERVER));
             assert_eq!(
-                (bound.requested, bound.lease.as_ref().map(|l| l.address)),
-                (None, Some(ADDR))
+                (
+                    bound.requested,
+                    bound.requested_from,
+                    bound.lease.as_ref().map(|l| l.address)
+                ),
+                (None, None, Some(ADDR))
             );
             assert_eq!(
                 (bound.container_id.as_str(), bound.ifname.as_str()),

@@ -105,6 +105,7 @@ pub(crate) fn fresh_record(
         updated_unix_ms: 0,
         uplink: None,
         requested: None,
+        requested_from: None,
         planned_xids: None,
         lease6: None,
         router6: None,
