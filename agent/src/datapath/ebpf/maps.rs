@@ -40,10 +40,11 @@ impl CaptureMode {
     }
 }
 
-/// Counters summed over CPUs, one field per kernel outcome.
+/// Counters summed over CPUs, one field per kernel outcome of a DHCP
+/// frame (a frame that is not DHCP is passed and counted nowhere: see
+/// [`common::COUNTER_RETIRED_NOT_DHCP`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
-    pub passed_not_dhcp: u64,
     pub captured: u64,
     pub dropped_owned: u64,
     pub ringbuf_full: u64,
@@ -58,9 +59,8 @@ pub struct Counters {
 
 impl Counters {
     /// `(label, value)` pairs for metrics.
-    pub fn labelled(&self) -> [(&'static str, u64); 10] {
+    pub fn labelled(&self) -> [(&'static str, u64); 9] {
         [
-            ("passed_not_dhcp", self.passed_not_dhcp),
             ("captured", self.captured),
             ("dropped_owned", self.dropped_owned),
             ("ringbuf_full", self.ringbuf_full),
@@ -427,7 +427,6 @@ impl Datapath {
             Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
         };
         Ok(Counters {
-            passed_not_dhcp: sum(common::COUNTER_PASS_NOT_DHCP)?,
             captured: sum(common::COUNTER_CAPTURED)?,
             dropped_owned: sum(common::COUNTER_DROPPED_OWNED)?,
             ringbuf_full: sum(common::COUNTER_RINGBUF_FULL)?,
