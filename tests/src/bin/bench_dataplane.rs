@@ -343,10 +343,13 @@ fn main() -> Result<()> {
         },
     )?;
     drop(iperf);
-    let passed = dp.counters()?.passed_not_dhcp;
-    if passed == 0 {
-        bail!("the programs classified no packets: not attached where the data flows?");
-    }
+    let tc = |dp: &mut Datapath| {
+        exact(
+            &dp.attach(&target, Some(AttachMode::Tc), CaptureMode::Observe)?,
+            AttachMode::Tc,
+        )
+    };
+    let passed = sees_the_data_path(&mut dp, tc, |dp| Ok(dp.detach(&target)?), &client)?;
     let (mut out, figures) = report("over veth", &setups, &pairs, secs, n)?;
     writeln!(out)?;
     for (setup, what) in [
@@ -368,7 +371,10 @@ fn main() -> Result<()> {
             )?;
         }
     }
-    writeln!(out, "frames classified by the programs: {passed}")?;
+    writeln!(
+        out,
+        "probe frames (UDP 67 -> 68, too short for DHCP) the programs classified on the measured path: {passed} of {PROBES}"
+    )?;
 
     out.push_str(&through_uplink(&mut dp, secs, n)?);
     print!("{out}");
@@ -379,6 +385,47 @@ fn main() -> Result<()> {
         println!("written to {}", path.display());
     }
     Ok(())
+}
+
+/// Probe datagrams per check of where the programs sit.
+const PROBES: u64 = 5;
+
+/// How many of [`PROBES`] UDP 67 -> 68 datagrams, too short to be DHCP,
+/// sent from `from` to the server's address, the programs counted as
+/// malformed while `attach` had them on the measured path: proof that they
+/// sit where the data flows (a frame that is not DHCP is counted nowhere).
+/// An error when they saw none.
+fn sees_the_data_path(
+    dp: &mut Datapath,
+    attach: impl FnOnce(&mut Datapath) -> Result<()>,
+    detach: impl FnOnce(&mut Datapath) -> Result<()>,
+    from: &NetNs,
+) -> Result<u64> {
+    attach(dp)?;
+    let before = dp.counters()?.malformed;
+    from.run_in(|| -> Result<()> {
+        let sock = std::net::UdpSocket::bind((CLIENT_IP, 67)).context("bind UDP 67")?;
+        for _ in 0..PROBES {
+            sock.send_to(&[0u8; 8], (SERVER_IP, 68))
+                .context("send a probe")?;
+        }
+        Ok(())
+    })?;
+    // The frames pass the program as the send returns, or once the
+    // server's address is resolved: a moment.
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = dp.counters()?.malformed - before;
+        if seen >= PROBES {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    detach(dp)?;
+    if seen == 0 {
+        bail!("the programs classified no probe: not attached where the data flows?");
+    }
+    Ok(seen)
 }
 
 /// The uplink topology: ext (client) -> `up0` [node: `br0`] `pod0` -> pod
@@ -402,7 +449,6 @@ fn through_uplink(dp: &mut Datapath, secs: u64, n: usize) -> Result<String> {
         Setup::Attached(AttachMode::Tc),
         Setup::Attached(AttachMode::XdpGeneric),
     ];
-    let before = dp.counters()?.passed_not_dhcp;
     let iperf = Iperf::start(&pod, &ext, secs);
     let up_pairs = measure(
         dp,
@@ -420,10 +466,16 @@ fn through_uplink(dp: &mut Datapath, secs: u64, n: usize) -> Result<String> {
         |dp, _| Ok(dp.detach(&uplink)?),
     )?;
     drop(iperf);
-    let up_passed = dp.counters()?.passed_not_dhcp - before;
-    if up_passed == 0 {
-        bail!("the uplink program classified no packets: not attached where the data flows?");
-    }
+    let probe = |dp: &mut Datapath| -> Result<()> {
+        let att = dp.attach_as(
+            Role::Uplink,
+            &uplink,
+            Some(AttachMode::Tc),
+            CaptureMode::Intercept,
+        )?;
+        exact(&att, AttachMode::Tc)
+    };
+    let up_passed = sees_the_data_path(dp, probe, |dp| Ok(dp.detach(&uplink)?), &ext)?;
     let (up_out, up_figures) = report(
         "through a node uplink (veth into a bridge, on to a pod's veth)",
         &up_setups,
@@ -436,7 +488,7 @@ fn through_uplink(dp: &mut Datapath, secs: u64, n: usize) -> Result<String> {
     writeln!(
         out,
         "uplink program (tc, the veth default): median {:.1} % of the bare uplink path, \
-         IQR {:.1} .. {:.1} %; frames classified: {up_passed}",
+         IQR {:.1} .. {:.1} %; probe frames classified: {up_passed} of {PROBES}",
         100.0 * f.median,
         100.0 * f.q1,
         100.0 * f.q3
