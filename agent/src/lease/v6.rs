@@ -683,6 +683,15 @@ impl Task6 {
             // Heard from before the send is tried again, so the notice of
             // the address's detection ending is not missed.
             self.link_local = LinkLocalWatch::open(self.netns.as_deref()).await;
+            // The detection may have ended between the failed send and the
+            // subscription, its notice gone with it: tried once more now.
+            if self.link_local.is_some()
+                && self.sock.send(&t.payload, t.dst.address()).await.is_ok()
+            {
+                self.clock.sent6(t.kind, Instant::now());
+                self.link_local = None;
+                return;
+            }
             tokio::time::Instant::now()
         };
         self.unsent = Some(Unsent {
