@@ -272,12 +272,20 @@ impl Netlink {
     /// Must be called within a tokio runtime.
     pub async fn open(netns: Option<&Path>) -> Result<Self> {
         let (conn, handle, _messages) = connect(netns, rtnetlink::new_connection).await?;
-        let task = tokio::spawn(conn);
-        Ok(Self {
+        Ok(Self::driven(conn, handle, netns))
+    }
+
+    /// The connection `conn` (its driver spawned) with its `handle`.
+    fn driven(
+        conn: rtnetlink::proto::Connection<rtnetlink::packet_route::RouteNetlinkMessage>,
+        handle: Handle,
+        netns: Option<&Path>,
+    ) -> Self {
+        Self {
             handle,
-            task,
+            task: tokio::spawn(conn),
             netns: netns.map(Path::to_path_buf),
-        })
+        }
     }
 
     /// As [`Netlink::open`], on a socket that also hears the namespace's
@@ -287,13 +295,7 @@ impl Netlink {
             rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr])
         })
         .await?;
-        let task = tokio::spawn(conn);
-        let nl = Self {
-            handle,
-            task,
-            netns: netns.map(Path::to_path_buf),
-        };
-        Ok((nl, Addr6Events { messages }))
+        Ok((Self::driven(conn, handle, netns), Addr6Events { messages }))
     }
 
     /// An add's outcome where the thing being there already (`EEXIST`)
@@ -1298,16 +1300,21 @@ pub enum LinkEvent {
     Gone(u32),
 }
 
+/// One unsolicited message of a route socket's multicast groups.
+type RouteNotice = (
+    rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
+    rtnetlink::sys::SocketAddr,
+);
+/// What a route socket subscribed to multicast groups hears.
+type RouteNotices = futures::channel::mpsc::UnboundedReceiver<RouteNotice>;
+
 /// The link changes of the agent's namespace (`RTNLGRP_LINK`), from the
 /// moment it is opened. Only whole-device messages count: a bridge's own
 /// notices about its ports (`AF_BRIDGE`) are skipped, the device's own
 /// `RTM_NEWLINK` says the same.
 #[derive(Debug)]
 pub struct LinkEvents {
-    messages: futures::channel::mpsc::UnboundedReceiver<(
-        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
-        rtnetlink::sys::SocketAddr,
-    )>,
+    messages: RouteNotices,
     task: JoinHandle<()>,
 }
 
@@ -1404,10 +1411,7 @@ fn address_flags(m: &AddressMessage) -> AddressFlags {
 /// flags on a timer.
 #[derive(Debug)]
 pub struct Addr6Events {
-    messages: futures::channel::mpsc::UnboundedReceiver<(
-        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
-        rtnetlink::sys::SocketAddr,
-    )>,
+    messages: RouteNotices,
 }
 
 impl Addr6Events {
@@ -1433,16 +1437,25 @@ impl Addr6Events {
             }
         }
     }
+
+    /// The next change `wanted` says yes to; `None` once the subscription
+    /// has ended.
+    pub async fn next_where(
+        &mut self,
+        mut wanted: impl FnMut(&Addr6Change) -> bool,
+    ) -> Option<Addr6Change> {
+        loop {
+            let c = self.next().await?;
+            if wanted(&c) {
+                return Some(c);
+            }
+        }
+    }
 }
 
 /// Notices fed to an [`Addr6Events`] by hand (tests).
 #[cfg(test)]
-pub(crate) struct FakeAddr6(
-    futures::channel::mpsc::UnboundedSender<(
-        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
-        rtnetlink::sys::SocketAddr,
-    )>,
-);
+pub(crate) struct FakeAddr6(futures::channel::mpsc::UnboundedSender<RouteNotice>);
 
 #[cfg(test)]
 impl FakeAddr6 {

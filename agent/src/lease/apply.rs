@@ -339,14 +339,13 @@ where
         let every = if hearing { DAD_RECHECK } else { DAD_POLL };
         let recheck = (tokio::time::Instant::now() + every).min(until);
         tokio::select! {
-            change = changes.next(), if hearing => match change {
-                Some(c) if c.ifindex == ifindex && c.address == addr => state = c.state,
-                Some(_) => {}
-                None => {
-                    hearing = false;
-                    state = read().await?;
-                }
-            },
+            change = changes.next_where(|c| c.ifindex == ifindex && c.address == addr), if hearing => {
+                hearing = change.is_some();
+                state = match change {
+                    Some(c) => c.state,
+                    None => read().await?,
+                };
+            }
             () = tokio::time::sleep_until(recheck) => state = read().await?,
         }
     }

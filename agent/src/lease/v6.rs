@@ -280,26 +280,16 @@ async fn retry_unsent(
         tokio::time::sleep(UNSENT_RETRY).await;
         return "timer";
     };
-    let usable = async {
-        loop {
-            match w.changes.next().await {
-                Some(c)
-                    if c.ifindex == ifindex
-                        && c.state == crate::netlink::Dad6::Unique
-                        && c.address.is_unicast_link_local() =>
-                {
-                    return;
-                }
-                Some(_) => {}
-                None => {
-                    w.ended = true;
-                    return;
-                }
-            }
-        }
-    };
+    let usable = w.changes.next_where(|c| {
+        c.ifindex == ifindex
+            && c.state == crate::netlink::Dad6::Unique
+            && c.address.is_unicast_link_local()
+    });
     tokio::select! {
-        () = usable => "notice",
+        heard = usable => {
+            w.ended = heard.is_none();
+            "notice"
+        }
         () = tokio::time::sleep(UNSENT_RECHECK) => "recheck",
     }
 }
