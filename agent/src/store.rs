@@ -62,7 +62,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
 use xdhcp_engine::Lease;
@@ -88,6 +88,12 @@ const RECORD_EXT: &str = ".json";
 const TMP_MARKER: &str = ".tmp.";
 /// Empty files kept ready in the leases directory (see [`LeaseStore::save`]).
 const POOL_TARGET: usize = 128;
+/// Below this many spares the pool is topped up even while records are
+/// being written (see [`LeaseStore::replenish_due`]).
+const POOL_LOW: usize = 16;
+/// How long the store must have written nothing before the pool is topped
+/// up while it holds at least [`POOL_LOW`] spares.
+pub const POOL_QUIET: Duration = Duration::from_millis(500);
 
 /// Errors of the lease store.
 #[derive(Debug, thiserror::Error)]
@@ -587,6 +593,11 @@ pub struct LeaseStore {
     syncs_total: Arc<AtomicU64>,
     /// Spare files (temporary names, empty or holding a deleted record).
     pool: Mutex<Vec<PathBuf>>,
+    /// When the store was opened: the origin of `last_change_ms`.
+    opened: Instant,
+    /// Milliseconds from `opened` to the last save or delete, plus one
+    /// (0: none yet).
+    last_change_ms: AtomicU64,
     /// Where the writes' barriers go (the disk; a test's counter).
     barrier: Arc<dyn Barrier>,
     /// Saves waiting to be written, and whether a batch is being written.
@@ -690,6 +701,8 @@ impl LeaseStore {
             tmp_counter: AtomicU64::new(0),
             syncs_total: Arc::new(AtomicU64::new(0)),
             pool: Mutex::new(Vec::new()),
+            opened: Instant::now(),
+            last_change_ms: AtomicU64::new(0),
             barrier,
             commit: Mutex::new(Commit::default()),
             committed: Condvar::new(),
@@ -766,6 +779,7 @@ impl LeaseStore {
     /// barriers; [`LeaseStore::flush`] waits for them).
     pub fn save_as(&self, record: &LeaseRecord, wait: Wait) -> Result<()> {
         let key = record.key()?;
+        self.changed_now();
         if !record.resumable() {
             return Err(StoreError::NoLease { key });
         }
@@ -969,6 +983,34 @@ impl LeaseStore {
         lock(&self.pool).extend(fresh);
     }
 
+    /// Whether [`LeaseStore::replenish`] should run at `now`: the pool
+    /// lacks spares, and either it is nearly empty or the store has written
+    /// nothing for [`POOL_QUIET`]. A burst of ADDs takes its spares and the
+    /// burst's DELs give them back; making new files meanwhile (an inode
+    /// allocation each) would only take CPU from the burst.
+    pub fn replenish_due(&self, now: Instant) -> bool {
+        let spares = self.spares();
+        if spares >= POOL_TARGET {
+            return false;
+        }
+        if spares < POOL_LOW {
+            return true;
+        }
+        match self.last_change_ms.load(Ordering::Relaxed) {
+            0 => true,
+            ms => {
+                now.saturating_duration_since(self.opened + Duration::from_millis(ms - 1))
+                    >= POOL_QUIET
+            }
+        }
+    }
+
+    /// Notes that a record is being written or removed now.
+    fn changed_now(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.last_change_ms.store(ms + 1, Ordering::Relaxed);
+    }
+
     /// How many spare files the pool lacks.
     pub fn spares_missing(&self) -> usize {
         POOL_TARGET.saturating_sub(lock(&self.pool).len())
@@ -1004,6 +1046,7 @@ impl LeaseStore {
     /// whether one existed. Once this returns, the removal is durable.
     pub fn delete(&self, key: &LeaseKey) -> Result<bool> {
         let path = self.path_for(key);
+        self.changed_now();
         // Into the pool (renamed, its inode kept for the next save) while the
         // pool is short; unlinked otherwise.
         let recycle = lock(&self.pool).len() < POOL_TARGET;
@@ -2083,6 +2126,48 @@ mod tests {
         // The pool ran dry (later saves made new files); replenishing refills it.
         assert_eq!(store.spares(), 0);
         assert_eq!(store.spares_missing(), POOL_TARGET);
+        store.replenish();
+        assert_eq!(store.spares(), POOL_TARGET);
+    }
+
+    /// The pool is topped up when it is nearly empty or the store has been
+    /// quiet, not while records are being written: a burst's saves take
+    /// spares and its deletes give them back.
+    #[test]
+    fn the_pool_is_topped_up_only_when_quiet_or_nearly_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LeaseStore::open(dir.path()).unwrap();
+        assert!(store.replenish_due(Instant::now()), "an empty pool at open");
+        store.replenish();
+        assert!(
+            !store.replenish_due(Instant::now() + POOL_QUIET),
+            "a full pool"
+        );
+        let rec = record("c1", "eth0", [192, 0, 2, 10]);
+        store.save(&rec).unwrap();
+        assert_eq!(store.spares(), POOL_TARGET - 1);
+        let after_save = Instant::now();
+        assert!(!store.replenish_due(after_save), "just written");
+        assert!(
+            !store.replenish_due(after_save + POOL_QUIET / 2),
+            "written less than the quiet time ago"
+        );
+        assert!(store.replenish_due(after_save + POOL_QUIET), "quiet since");
+        // A delete is a write too, and gives its spare back.
+        assert!(store.delete(&rec.key().unwrap()).unwrap());
+        assert_eq!(store.spares(), POOL_TARGET);
+        assert!(
+            !store.replenish_due(Instant::now() + POOL_QUIET),
+            "full again"
+        );
+        // Nearly empty: topped up at once, however busy.
+        for i in 0..=POOL_TARGET - POOL_LOW {
+            store
+                .save(&record(&format!("d{i}"), "eth0", [192, 0, 2, 12]))
+                .unwrap();
+        }
+        assert_eq!(store.spares(), POOL_LOW - 1);
+        assert!(store.replenish_due(Instant::now()), "below the low mark");
         store.replenish();
         assert_eq!(store.spares(), POOL_TARGET);
     }

@@ -638,8 +638,9 @@ fn check_uplinks(uplinks: &[crate::settings::Uplink]) -> Result<(), DaemonError>
     Ok(())
 }
 
-/// Top up the lease store's spare files and group-commit the embedded pod
-/// store, off the ADD path.
+/// Top up the lease store's spare files (once it has been quiet, or its
+/// pool is nearly empty) and group-commit the embedded pod store, off the
+/// ADD path.
 /// The first tick is at once: the store opens with no spare files.
 async fn flush_stores(agent: Arc<Agent>, token: CancellationToken) {
     let mut tick = tokio::time::interval(STORE_FLUSH);
@@ -650,10 +651,13 @@ async fn flush_stores(agent: Arc<Agent>, token: CancellationToken) {
             _ = tick.tick() => {}
         }
         let embedded = matches!(&agent.pod_api, PodApi::Embedded(s) if s.has_unsynced());
-        if agent.svc.store.spares_missing() > 0 || embedded {
+        let replenish = agent.svc.store.replenish_due(std::time::Instant::now());
+        if replenish || embedded {
             let a = agent.clone();
             let _ = tokio::task::spawn_blocking(move || {
-                a.svc.store.replenish();
+                if replenish {
+                    a.svc.store.replenish();
+                }
                 flush_embedded(&a);
             })
             .await;
