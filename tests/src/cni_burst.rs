@@ -49,9 +49,73 @@ pub fn settle(leases: Leases<'_>, clients: &[LabClient]) {
     }
 }
 
+/// CPU time, as `/proc` counts it: one process's (every thread, user and
+/// system) and the whole machine's (every CPU's time not idle).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuTime {
+    pub process: Duration,
+    pub machine: Duration,
+}
+
+impl CpuTime {
+    /// Now, for process `pid` (zero when it cannot be read).
+    pub fn now(pid: Option<u32>) -> Self {
+        let ticks = ticks_of_clock();
+        let machine = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| {
+                let cpu = s.lines().next()?.strip_prefix("cpu ")?.to_owned();
+                let f: Vec<u64> = cpu
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                // user nice system idle iowait irq softirq steal …: busy is
+                // all but idle and iowait (guest time is inside user).
+                let busy: u64 = f.iter().take(8).sum::<u64>() - f.get(3)? - f.get(4)?;
+                Some(ticks(busy))
+            })
+            .unwrap_or_default();
+        let process = pid
+            .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+            .and_then(|s| {
+                // After the command's closing parenthesis: state is field 3,
+                // utime and stime fields 14 and 15.
+                let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+                let n: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+                Some(ticks(n))
+            })
+            .unwrap_or_default();
+        Self { process, machine }
+    }
+
+    /// What was spent from `earlier` to `self`.
+    #[must_use]
+    pub fn since(self, earlier: Self) -> Self {
+        Self {
+            process: self.process.saturating_sub(earlier.process),
+            machine: self.machine.saturating_sub(earlier.machine),
+        }
+    }
+}
+
+/// One clock tick of `/proc`'s CPU times: the resolution of [`CpuTime`].
+pub fn clock_tick() -> Duration {
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Duration::from_nanos(1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100))
+}
+
+/// `/proc`'s CPU times (in clock ticks) as durations.
+fn ticks_of_clock() -> impl Fn(u64) -> Duration {
+    let tick = clock_tick();
+    move |n| tick.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 /// One burst of ADDs: its wall time and each ADD's own.
 pub struct Burst {
     pub wall: Duration,
+    /// The CPU the daemon and the machine spent during the burst.
+    pub cpu: CpuTime,
     /// The successful ADDs' own latencies, sorted.
     pub lat: Vec<Duration>,
     pub failed: usize,
@@ -60,6 +124,7 @@ pub struct Burst {
 
 /// `n` concurrent ADDs on clients `0..n`, container ids `<tag>-<i>`.
 pub fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
+    let cpu_before = CpuTime::now(d.process.pid());
     let started = Instant::now();
     let t0 = unix_us();
     let timed: Vec<(u128, u128, Result<Duration, String>)> = std::thread::scope(|s| {
@@ -80,6 +145,7 @@ pub fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
             .collect()
     });
     let wall = started.elapsed();
+    let cpu = CpuTime::now(d.process.pid()).since(cpu_before);
     if let Some(dir) = std::env::var_os("XDHCP_BENCH_LOG_DIR") {
         // When each plugin ran, relative to the burst's start (µs).
         let mut text = format!("start {t0}\n");
@@ -98,6 +164,7 @@ pub fn burst(d: &Daemon, clients: &[LabClient], tag: &str) -> Burst {
     lat.sort();
     Burst {
         wall,
+        cpu,
         lat,
         failed: failed.len(),
         first_error: failed.first().map(|s| (*s).clone()),
@@ -138,6 +205,21 @@ pub fn raw_dora_burst(
     leases: Leases<'_>,
     passes: usize,
 ) -> (Duration, usize) {
+    raw_dora_passes(clients, leases, passes, None)
+        .into_iter()
+        .min_by_key(|&(wall, failed)| (failed, wall))
+        .expect("at least one pass")
+}
+
+/// [`raw_dora_burst`]'s every pass (its wall time and failures), each
+/// started once `gate` lets it (when given: another burst started beside
+/// it waits at the same gate, so both run at once).
+pub fn raw_dora_passes(
+    clients: &[LabClient],
+    leases: Leases<'_>,
+    passes: usize,
+    gate: Option<&std::sync::Barrier>,
+) -> Vec<(Duration, usize)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -156,8 +238,11 @@ pub fn raw_dora_burst(
                 .expect("narrow the receiver to its client");
             socks.push((tx, rx, c.mac));
         }
-        let mut best: Option<(Duration, usize)> = None;
+        let mut runs = Vec::with_capacity(passes);
         for pass in 0..passes {
+            if let Some(gate) = gate {
+                gate.wait();
+            }
             let started = Instant::now();
             let mut failed = 0;
             let mut bound = Vec::with_capacity(socks.len());
@@ -181,11 +266,9 @@ pub fn raw_dora_burst(
                 release_now(&mut client, &socks[i].0);
             }
             settle(leases, clients);
-            if best.is_none_or(|b| (failed, wall) < (b.1, b.0)) {
-                best = Some((wall, failed));
-            }
+            runs.push((wall, failed));
         }
-        best.expect("at least one pass")
+        runs
     })
 }
 
@@ -288,6 +371,20 @@ pub fn v6_exchange_burst(
     passes: usize,
     rapid_commit: bool,
 ) -> (Duration, usize) {
+    v6_exchange_passes(clients, passes, rapid_commit, None)
+        .into_iter()
+        .min_by_key(|&(took, _)| took)
+        .unwrap_or((Duration::ZERO, clients.len()))
+}
+
+/// [`v6_exchange_burst`]'s every pass (its wall time and failures), each
+/// started once `gate` lets it (see [`raw_dora_passes`]).
+pub fn v6_exchange_passes(
+    clients: &[LabClient],
+    passes: usize,
+    rapid_commit: bool,
+    gate: Option<&std::sync::Barrier>,
+) -> Vec<(Duration, usize)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -304,8 +401,11 @@ pub fn v6_exchange_burst(
         });
         socks.push(sock);
     }
-    let mut best: Option<(Duration, usize)> = None;
+    let mut runs = Vec::with_capacity(passes);
     for pass in 0..passes {
+        if let Some(gate) = gate {
+            gate.wait();
+        }
         let (took, failed) = rt.block_on(async {
             let socks: Vec<Option<tokio::net::UdpSocket>> = socks
                 .iter()
@@ -347,11 +447,9 @@ pub fn v6_exchange_burst(
             while set.join_next().await.is_some() {}
             (took, failed)
         });
-        if best.is_none_or(|(b, _)| took < b) {
-            best = Some((took, failed));
-        }
+        runs.push((took, failed));
     }
-    best.unwrap_or((Duration::ZERO, clients.len()))
+    runs
 }
 
 fn v6_client(mac: [u8; 6], rapid_commit: bool, seed: u64) -> xdhcp_engine::v6::Client {

@@ -24,7 +24,11 @@
 //!   per round on a pod, timed to its exit once bound.
 //! - Then single dual-stack ADDs (`"family": "dual"`) against `kea-dhcp4`
 //!   and `kea-dhcp6` together: the floor is one exec plus the slower of
-//!   the two exchanges of the server's own, since the ADD runs both at once.
+//!   the two exchanges of the server's own, since the ADD runs both at once;
+//!   and, beside it, one exec plus the two exchanges run at once (sharing
+//!   the cores as the ADD's two acquisitions do).
+//! - The CPU each size's bursts took: the agent's per ADD and the machine's
+//!   busy share, from `/proc`.
 //!
 //! There is no upstream baseline: the upstream CNI `dhcp` plugin speaks
 //! DHCPv4 only. Nothing here asserts a timing. `XDHCP_BENCH_ROUNDS=n` sets
@@ -44,8 +48,8 @@ use xdhcp_tests::{
     Kea, Kea6, Kea6Options, KeaConfig,
     bench::{Daemon, DaemonOptions, Impl, median_p99},
     cni_burst::{
-        Burst, burst, del_all, exec_floor, raw_dora_burst, settle as settle4, v6_exchange_burst,
-        wait_link_local,
+        Burst, Leases, burst, clock_tick, del_all, exec_floor, raw_dora_burst, raw_dora_passes,
+        settle as settle4, v6_exchange_burst, v6_exchange_passes, wait_link_local,
     },
     guest::GuestFs,
     netns::{Lab, LabClient},
@@ -57,6 +61,108 @@ const CONCURRENT: usize = 100;
 const BURSTS: &[(usize, usize)] = &[(1, 20), (100, 5)];
 /// Runs of the server's own exchanges per floor, the fastest taken.
 const PASSES: usize = 3;
+/// The dual-stack rounds against the floor whose two exchanges ran at once.
+fn both_table(md: &mut String, phases: &[Phase]) {
+    let rows: Vec<(&Phase, &Vec<Round>)> = phases
+        .iter()
+        .flat_map(|p| p.bursts.iter().map(move |(_, r)| (p, r)))
+        .filter(|(_, r)| r.iter().any(|r| r.both.is_some()))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nThe dual-stack ADD runs its two acquisitions at once; its floor above takes the \
+         slower of the two exchanges of the server's own, each measured alone. Measured at \
+         once as well (the DHCPv4 DORA and the `DHCPv6` exchange started together from the \
+         pod's namespace, the fastest of {PASSES} passes), the two share the machine's cores, \
+         as the ADD's do:\n"
+    );
+    let _ = writeln!(
+        md,
+        "| server | rounds | floor with both at once, median (exec + both) | ÷ that floor, median / p99 | over it, median |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    for (p, rounds) in rows {
+        let with: Vec<(&Round, Duration)> = rounds
+            .iter()
+            .filter_map(|r| r.both.map(|b| (r, r.exec + b)))
+            .collect();
+        let (f50, _) = median_p99(with.iter().map(|(_, f)| ms(*f)).collect());
+        let (b50, _) = median_p99(with.iter().filter_map(|(r, _)| r.both).map(ms).collect());
+        let (e50, _) = median_p99(with.iter().map(|(r, _)| ms(r.exec)).collect());
+        let (o50, o99) = median_p99(
+            with.iter()
+                .map(|(r, f)| r.burst.wall.as_secs_f64() / f.as_secs_f64().max(1e-9))
+                .collect(),
+        );
+        let (d50, _) = median_p99(
+            with.iter()
+                .map(|(r, f)| ms(r.burst.wall) - ms(*f))
+                .collect(),
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {} | {f50:.1} ms ({e50:.1} + {b50:.1}) | {o50:.2}× / {o99:.2}× | {d50:+.1} ms |",
+            p.server,
+            with.len()
+        );
+    }
+}
+
+/// Where the bursts' time went: the agent's CPU per ADD and how busy the
+/// machine was, from `/proc`'s CPU times (read in clock ticks: a sum over
+/// every round of a size, so one tick is spread over all its ADDs).
+fn cpu_table(md: &mut String, phases: &[Phase]) {
+    let cores = std::thread::available_parallelism()
+        .ok()
+        .and_then(|n| u32::try_from(n.get()).ok())
+        .unwrap_or(1);
+    let _ = writeln!(
+        md,
+        "\nThe CPU the bursts took, from `/proc` (summed over the rounds of a size): the agent's \
+         own (every thread, user and system, with the kernel's work done in its threads: its \
+         sends' flooding through the bridge among it), per ADD, where the rounds took at least \
+         20 of `/proc`'s clock ticks of it; and the whole machine's busy \
+         time over the rounds' wall time on {cores} cores, where it took at least 20 ticks (\"–\" where \
+         fewer: too coarse to say). A machine busy near 100 % is a burst \
+         bound by CPU: the agent's, the plugin execs', the server's and the kernel's together.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| server | ADDs | agent CPU per ADD | machine busy during the bursts |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|");
+    for p in phases {
+        for (n, rounds) in &p.bursts {
+            let adds = (n * rounds.len()).max(1);
+            let agent: Duration = rounds.iter().map(|r| r.burst.cpu.process).sum();
+            let machine: Duration = rounds.iter().map(|r| r.burst.cpu.machine).sum();
+            let wall: Duration = rounds.iter().map(|r| r.burst.wall).sum();
+            // Fewer than 20 ticks in all: too coarse to say.
+            let per_add = if agent >= clock_tick() * 20 {
+                format!(
+                    "{:.2} ms",
+                    ms(agent) / f64::from(u32::try_from(adds).unwrap_or(u32::MAX))
+                )
+            } else {
+                "–".to_owned()
+            };
+            let busy = if machine >= clock_tick() * 20 {
+                format!(
+                    "{:.0} %",
+                    100.0 * machine.as_secs_f64()
+                        / (wall.as_secs_f64() * f64::from(cores)).max(1e-9)
+                )
+            } else {
+                "–".to_owned()
+            };
+            let _ = writeln!(md, "| {} | {n} | {per_add} | {busy} |", p.server);
+        }
+    }
+}
+
 /// Rounds of `dhcpcd -6`.
 const DHCPCD_ROUNDS: usize = 10;
 /// Rounds of the single dual-stack ADD.
@@ -68,6 +174,9 @@ struct Round {
     exec: Duration,
     exchange: Duration,
     exchange_failed: usize,
+    /// Dual stack: both exchanges of the server's own at once (`None`
+    /// elsewhere, or when no pass bound both).
+    both: Option<Duration>,
 }
 
 impl Round {
@@ -183,6 +292,7 @@ fn phase(
                 exec,
                 exchange,
                 exchange_failed,
+                both: None,
             });
         }
         let (w50, _) = median_p99(set.iter().map(|r| ms(r.burst.wall)).collect());
@@ -262,11 +372,15 @@ fn dual_phase(lab: &Lab, xdhcp: &Path, rounds: usize) -> Phase {
         let (x6, f6) = v6_exchange_burst(one, PASSES, false);
         settle(&kea6, one);
         let (x4, f4) = raw_dora_burst(one, &leases4, PASSES);
+        settle(&kea6, one);
+        let both = both_at_once(one, &leases4);
+        settle(&kea6, one);
         set.push(Round {
             burst: b,
             exec,
             exchange: x4.max(x6),
             exchange_failed: f4 + f6,
+            both,
         });
     }
     let (w50, _) = median_p99(set.iter().map(|r| ms(r.burst.wall)).collect());
@@ -278,6 +392,25 @@ fn dual_phase(lab: &Lab, xdhcp: &Path, rounds: usize) -> Phase {
         dhcpcd: Vec::new(),
         dhcpcd_failed: 0,
     }
+}
+
+/// The two exchanges of the server's own run at once, as a dual-stack ADD
+/// runs its two acquisitions: each pass's DHCPv4 DORA and `DHCPv6`
+/// exchange started together from `one`'s namespace, the pass taking as
+/// long as the slower; the fastest of [`PASSES`] passes in which both
+/// bound.
+fn both_at_once(one: &[LabClient], leases4: Leases<'_>) -> Option<Duration> {
+    let gate = std::sync::Barrier::new(2);
+    let (v4, v6) = std::thread::scope(|s| {
+        let v6 = s.spawn(|| v6_exchange_passes(one, PASSES, false, Some(&gate)));
+        let v4 = raw_dora_passes(one, leases4, PASSES, Some(&gate));
+        (v4, v6.join().expect("DHCPv6 floor thread"))
+    });
+    v4.iter()
+        .zip(&v6)
+        .filter(|((_, f4), (_, f6))| f4 + f6 == 0)
+        .map(|((x4, _), (x6, _))| *x4.max(x6))
+        .min()
 }
 
 fn rounds_or(default: usize) -> usize {
@@ -352,6 +485,8 @@ fn report(phases: &[Phase], took: Duration) {
             );
         }
     }
+    both_table(&mut md, phases);
+    cpu_table(&mut md, phases);
     let _ = writeln!(
         md,
         "\n| server | `dhcpcd -6` bound, median / p99 | runs (failed) | single ADD median ÷ dhcpcd median |"
