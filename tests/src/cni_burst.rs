@@ -111,6 +111,41 @@ fn ticks_of_clock() -> impl Fn(u64) -> Duration {
     move |n| tick.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
+/// The CPU cells of a report for the rounds of one burst size (`n` ADDs
+/// each): the daemon's CPU per ADD, and the machine's busy time over the
+/// rounds' wall time on every core; "–" where the rounds took fewer than
+/// 20 of `/proc`'s clock ticks of it (too coarse to say).
+pub fn cpu_cells<'a>(bursts: impl IntoIterator<Item = &'a Burst>, n: usize) -> (String, String) {
+    let (mut daemon, mut machine, mut wall, mut rounds) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO, 0u32);
+    for b in bursts {
+        daemon += b.cpu.process;
+        machine += b.cpu.machine;
+        wall += b.wall;
+        rounds += 1;
+    }
+    let coarse = clock_tick() * 20;
+    let adds = f64::from(rounds) * f64::from(u32::try_from(n).unwrap_or(u32::MAX));
+    let per_add = if daemon >= coarse && adds > 0.0 {
+        format!("{:.2} ms", daemon.as_secs_f64() * 1000.0 / adds)
+    } else {
+        "–".to_owned()
+    };
+    let cores = std::thread::available_parallelism()
+        .ok()
+        .and_then(|c| u32::try_from(c.get()).ok())
+        .unwrap_or(1);
+    let busy = if machine >= coarse {
+        format!(
+            "{:.0} %",
+            100.0 * machine.as_secs_f64() / (wall.as_secs_f64() * f64::from(cores)).max(1e-9)
+        )
+    } else {
+        "–".to_owned()
+    };
+    (per_add, busy)
+}
+
 /// One burst of ADDs: its wall time and each ADD's own.
 pub struct Burst {
     pub wall: Duration,

@@ -38,7 +38,9 @@
 //!   log axes in `cni-latency.svg`;
 //! - where each ADD's time goes inside the agent: its own per-phase
 //!   histograms (`xdhcp_add_phase_seconds`), read from its `/metrics`
-//!   around each burst size's rounds, as the mean per ADD of each phase.
+//!   around each burst size's rounds, as the mean per ADD of each phase;
+//! - the CPU the bursts took, from `/proc`: the daemon's per ADD and the
+//!   machine's busy share.
 //!
 //! Then the 100-ADD burst against Kea (tcpdump off), the same way, and the
 //! exec floor of three plugin binaries side by side (`cni-floor.md`). Daemon
@@ -80,7 +82,7 @@ use std::{
 use xdhcp_tests::{
     CNI_PLUGIN_DIR, PluginCall,
     bench::{Daemon, DaemonOptions, Impl, Series, impls, median_p99, upstream},
-    cni_burst::{Burst, Leases, burst, del_all, exec_floor, raw_dora_burst, settle},
+    cni_burst::{Burst, Leases, burst, cpu_cells, del_all, exec_floor, raw_dora_burst, settle},
     netns::{Lab, NetNs},
     progress,
     servers::{Dnsmasq, DnsmasqConfig, Kea, KeaConfig, Process},
@@ -964,6 +966,39 @@ fn inside_table(md: &mut String, phases: &[Phase]) {
     }
 }
 
+/// The CPU each phase's bursts took, from `/proc`: the daemon's own per
+/// ADD (upstream's `dhcp daemon`, or xdhcp's agent) and how busy the
+/// machine was.
+fn cpu_table(md: &mut String, phases: &[Phase]) {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let _ = writeln!(
+        md,
+        "\n## The CPU the bursts took\n\n\
+         From `/proc`, summed over the rounds of a size: the daemon's own CPU time (every thread, \
+         user and system, with the kernel's work done in its threads) per ADD — upstream's \
+         `dhcp daemon` (its plugin, a process per ADD, does part of the work outside it) or \
+         xdhcp's agent (its thin plugin only carries the request) — and the whole machine's busy \
+         time over the rounds' wall time on {cores} cores. \"–\": fewer than 20 of `/proc`'s \
+         clock ticks, too coarse to say. A machine busy near 100 % is a burst bound by CPU.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| server | tcpdump | configuration | ADDs | daemon CPU per ADD | machine busy during the bursts |\n|---|---|---|---|---|---|"
+    );
+    for p in phases {
+        for (n, rounds) in &p.bursts {
+            let (per_add, busy) = cpu_cells(rounds.iter().map(|r| &r.burst), *n);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {n} | {per_add} | {busy} |",
+                p.server,
+                on_off(p.tcpdump),
+                p.config.name()
+            );
+        }
+    }
+}
+
 /// Every round of every phase, beside its floor: `cni-rounds.md`.
 fn rounds_file(phases: &[Phase]) -> String {
     let mut md = String::from(
@@ -1106,6 +1141,7 @@ fn report(phases: &[Phase], load_before: &str, took: Duration) {
         }
         phase_table(&mut md, phases, "Kea", false);
         inside_table(&mut md, phases);
+        cpu_table(&mut md, phases);
         if let Some(p) = plot(phases) {
             let _ = writeln!(md, "\n{p}");
         }

@@ -48,7 +48,7 @@ use xdhcp_tests::{
     Kea, Kea6, Kea6Options, KeaConfig,
     bench::{Daemon, DaemonOptions, Impl, median_p99},
     cni_burst::{
-        Burst, Leases, burst, clock_tick, del_all, exec_floor, raw_dora_burst, raw_dora_passes,
+        Burst, Leases, burst, cpu_cells, del_all, exec_floor, raw_dora_burst, raw_dora_passes,
         settle as settle4, v6_exchange_burst, v6_exchange_passes, wait_link_local,
     },
     guest::GuestFs,
@@ -115,10 +115,7 @@ fn both_table(md: &mut String, phases: &[Phase]) {
 /// machine was, from `/proc`'s CPU times (read in clock ticks: a sum over
 /// every round of a size, so one tick is spread over all its ADDs).
 fn cpu_table(md: &mut String, phases: &[Phase]) {
-    let cores = std::thread::available_parallelism()
-        .ok()
-        .and_then(|n| u32::try_from(n.get()).ok())
-        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let _ = writeln!(
         md,
         "\nThe CPU the bursts took, from `/proc` (summed over the rounds of a size): the agent's \
@@ -136,28 +133,7 @@ fn cpu_table(md: &mut String, phases: &[Phase]) {
     let _ = writeln!(md, "|---|---|---|---|");
     for p in phases {
         for (n, rounds) in &p.bursts {
-            let adds = (n * rounds.len()).max(1);
-            let agent: Duration = rounds.iter().map(|r| r.burst.cpu.process).sum();
-            let machine: Duration = rounds.iter().map(|r| r.burst.cpu.machine).sum();
-            let wall: Duration = rounds.iter().map(|r| r.burst.wall).sum();
-            // Fewer than 20 ticks in all: too coarse to say.
-            let per_add = if agent >= clock_tick() * 20 {
-                format!(
-                    "{:.2} ms",
-                    ms(agent) / f64::from(u32::try_from(adds).unwrap_or(u32::MAX))
-                )
-            } else {
-                "–".to_owned()
-            };
-            let busy = if machine >= clock_tick() * 20 {
-                format!(
-                    "{:.0} %",
-                    100.0 * machine.as_secs_f64()
-                        / (wall.as_secs_f64() * f64::from(cores)).max(1e-9)
-                )
-            } else {
-                "–".to_owned()
-            };
+            let (per_add, busy) = cpu_cells(rounds.iter().map(|r| &r.burst), *n);
             let _ = writeln!(md, "| {} | {n} | {per_add} | {busy} |", p.server);
         }
     }
