@@ -779,10 +779,12 @@ impl LeaseStore {
     /// barriers; [`LeaseStore::flush`] waits for them).
     pub fn save_as(&self, record: &LeaseRecord, wait: Wait) -> Result<()> {
         let key = record.key()?;
-        self.changed_now();
         if !record.resumable() {
             return Err(StoreError::NoLease { key });
         }
+        // A save refused above writes nothing: only real writes hold the
+        // pool's top-up back.
+        self.changed_now();
         let mut bytes =
             serde_json::to_vec_pretty(record).map_err(|source| StoreError::Serialize {
                 key: key.clone(),
