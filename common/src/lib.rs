@@ -129,10 +129,15 @@ pub const FLAG_DHCP6: u32 = 1 << 6;
 /// count those frames. Kept so the other counters keep their indexes in a
 /// map an older agent pinned.
 pub const COUNTER_RETIRED_NOT_DHCP: u32 = 0;
-/// Counter: DHCP server→client frame with an owned xid copied into the ring buffer.
-pub const COUNTER_CAPTURED: u32 = 1;
-/// Counter: captured frame dropped because its xid is owned (intercept mode).
-pub const COUNTER_DROPPED_OWNED: u32 = 2;
+/// Counter slot no longer counted: it held the frames copied into the ring
+/// buffer. The agent counts them as it reads their records, and from each
+/// record's header the two outcomes below it (it was dropped; it passed in
+/// intercept mode), which the record says. Kept, as
+/// [`COUNTER_RETIRED_NOT_DHCP`] is, for the other counters' indexes.
+pub const COUNTER_RETIRED_CAPTURED: u32 = 1;
+/// Counter slot no longer counted: a captured frame dropped (see
+/// [`COUNTER_RETIRED_CAPTURED`]).
+pub const COUNTER_RETIRED_DROPPED_OWNED: u32 = 2;
 /// Counter: ring buffer full, frame passed without capture.
 pub const COUNTER_RINGBUF_FULL: u32 = 3;
 /// Counter: truncated or malformed Ethernet/IPv4/UDP/BOOTP framing, passed.
@@ -141,8 +146,9 @@ pub const COUNTER_MALFORMED: u32 = 4;
 pub const COUNTER_FRAGMENT: u32 = 5;
 /// Counter: DHCP frame on an interface whose mode is off (or unconfigured), passed.
 pub const COUNTER_MODE_OFF: u32 = 6;
-/// Counter: captured frame passed in intercept mode because its xid is not owned.
-pub const COUNTER_PASSED_UNOWNED: u32 = 7;
+/// Counter slot no longer counted: a captured frame passed in intercept
+/// mode (see [`COUNTER_RETIRED_CAPTURED`]).
+pub const COUNTER_RETIRED_PASSED_UNOWNED: u32 = 7;
 /// Counter: copying the frame into the reserved record failed; record discarded, frame passed.
 pub const COUNTER_LOAD_ERROR: u32 = 8;
 /// Counter: DHCP reply whose xid is not in the ownership map, passed in the

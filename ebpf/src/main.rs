@@ -6,8 +6,9 @@
 //! IAID the agent owns, copy them into a ring buffer for the agent and,
 //! in intercept mode, drop them. Replies with an xid the agent does not own
 //! pass without a record: nothing for user space that it does not need.
-//! Everything else passes unchanged, and every outcome bumps a per-CPU
-//! counter. Fail-open: any doubt means "pass".
+//! Everything else passes unchanged. Every outcome of a DHCP frame but a
+//! capture bumps a per-CPU counter; a capture is counted by the agent from
+//! its record. Fail-open: any doubt means "pass".
 //!
 //! The same pair exists twice: for workload ports (a pod's interface, a VF
 //! netdev) and for node uplinks (`xdhcp_uplink_*`). The two differ only in
@@ -34,11 +35,10 @@ use aya_ebpf::macros::{classifier, map, xdp};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use xdhcp_common::{
-    COUNTER_CAPTURED, COUNTER_DROPPED_OWNED, COUNTER_FRAGMENT, COUNTER_LOAD_ERROR,
-    COUNTER_MALFORMED, COUNTER_MODE_OFF, COUNTER_PASSED_UNOWNED, COUNTER_RINGBUF_FULL,
-    COUNTER_SLOTS, COUNTER_UNOWNED_UNCAPTURED, CaptureHeader, CaptureRecord, EVENTS_BYTES,
-    FLAG_DHCP6, FLAG_OWNED, FLAG_TC, FLAG_TRUNCATED, FLAG_UPLINK, FLAG_VLAN_OFFLOAD, FLAG_XDP,
-    FRAME_BUCKETS, IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN,
+    COUNTER_FRAGMENT, COUNTER_LOAD_ERROR, COUNTER_MALFORMED, COUNTER_MODE_OFF,
+    COUNTER_RINGBUF_FULL, COUNTER_SLOTS, COUNTER_UNOWNED_UNCAPTURED, CaptureHeader, CaptureRecord,
+    EVENTS_BYTES, FLAG_DHCP6, FLAG_OWNED, FLAG_TC, FLAG_TRUNCATED, FLAG_UPLINK, FLAG_VLAN_OFFLOAD,
+    FLAG_XDP, FRAME_BUCKETS, IFCONFIG_CAPACITY, IFCONFIG_DIRECT_SLOTS, IfConfig, MAX_FRAME_LEN,
     MODE_INTERCEPT, MODE_OBSERVE, OWNED_CAPACITY, OWNED6_CAPACITY, Owned, Owned6Key,
     UPLINKS_CAPACITY, VERDICT_DROP, VERDICT_PASS, VLAN_NONE,
 };
@@ -239,12 +239,8 @@ fn capture<P: Capture, const ROLE: bool>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> b
             return false;
         }
     }
-    count(COUNTER_CAPTURED);
-    if drop {
-        count(COUNTER_DROPPED_OWNED);
-    } else if mode == MODE_INTERCEPT {
-        count(COUNTER_PASSED_UNOWNED);
-    }
+    // Not counted here: the agent counts the records it reads, by what
+    // their headers say (three per-CPU increments less on every capture).
     drop
 }
 

@@ -154,9 +154,9 @@ async fn dhcp_replies_in_every_mode_with_and_without_owned_xid() {
                     } else {
                         c.unowned_uncaptured = 1;
                     }
-                    assert_eq!(dp.counters().unwrap(), c, "{ctx}: counters");
-
+                    // A capture is counted once its record is read.
                     let ev = reader.try_recv();
+                    assert_eq!(dp.counters().unwrap(), c, "{ctx}: counters");
                     if !captured {
                         assert!(ev.is_none(), "{ctx}: nothing captured");
                         continue;
@@ -251,15 +251,15 @@ async fn disowned_xid_passes_again() {
         dp.xid_ownership().disown(7).unwrap();
         dp.xid_ownership().disown(7).unwrap(); // absent is fine
         assert_eq!(run(&mut dp, kind, &f), pass(kind));
-        let c = dp.counters().unwrap();
-        assert_eq!(
-            (c.captured, c.dropped_owned, c.unowned_uncaptured),
-            (1, 1, 1)
-        );
         assert!(reader.try_recv().unwrap().owned);
         assert!(
             reader.try_recv().is_none(),
             "a disowned xid is not captured"
+        );
+        let c = dp.counters().unwrap();
+        assert_eq!(
+            (c.captured, c.dropped_owned, c.unowned_uncaptured),
+            (1, 1, 1)
         );
         // Forgetting the interface's mode means off.
         dp.clear_mode(LO).unwrap();
@@ -327,10 +327,10 @@ async fn fragments_pass_uncaptured() {
         // DF alone is not a fragment.
         let f = set_frag(frame(MessageType::Offer, 5), 0x4000);
         assert_eq!(run(&mut dp, kind, &f), drop_code(kind));
-        let c = dp.counters().unwrap();
-        assert_eq!((c.fragment, c.captured), (3, 1), "{kind:?}");
         assert!(reader.try_recv().is_some());
         assert!(reader.try_recv().is_none());
+        let c = dp.counters().unwrap();
+        assert_eq!((c.fragment, c.captured), (3, 1), "{kind:?}");
     }
 }
 
@@ -450,12 +450,14 @@ async fn oversized_reply_is_flagged_and_never_dropped() {
         payload.resize(xdhcp_common::MAX_FRAME_LEN, 0); // pad: datagram beyond MAX_FRAME_LEN
         let f = build_udp_frame(&headers(None), &payload);
         assert_eq!(run(&mut dp, kind, &f), pass(kind), "{kind:?}");
-        assert_eq!(dp.counters().unwrap().captured, 1);
         assert!(
             reader.try_recv().is_none(),
             "partial record is not an event"
         );
         assert_eq!(reader.stats().errors.get("truncated"), Some(&1));
+        // Captured (its record read), and passed in intercept mode.
+        let c = dp.counters().unwrap();
+        assert_eq!((c.captured, c.dropped_owned, c.passed_unowned), (1, 0, 1));
     }
 }
 
@@ -476,15 +478,15 @@ async fn full_ring_buffer_fails_open() {
             pass(kind),
             "{kind:?}: last run found the ring full and passed"
         );
-        let c = dp.counters().unwrap();
-        assert_eq!(c.captured, slots as u64, "{kind:?}");
-        assert_eq!(c.dropped_owned, slots as u64);
-        assert_eq!(c.ringbuf_full, 10);
         let mut n = 0;
         while reader.try_recv().is_some() {
             n += 1;
         }
         assert_eq!(n, slots);
+        let c = dp.counters().unwrap();
+        assert_eq!(c.captured, slots as u64, "{kind:?}");
+        assert_eq!(c.dropped_owned, slots as u64);
+        assert_eq!(c.ringbuf_full, 10);
         // Drained: capture resumes.
         assert_eq!(run(&mut dp, kind, &f), drop_code(kind));
     }
@@ -628,8 +630,6 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
             dp.programs_from_pins(),
             "the same build's programs from pins"
         );
-        let c = dp.counters().unwrap();
-        assert_eq!((c.captured, c.dropped_owned), (3, 3), "counters carry on");
         assert_eq!(
             dp.mode(LO).unwrap(),
             Some(CaptureMode::Intercept),
@@ -651,6 +651,11 @@ async fn maps_pinned_in_bpffs_are_reused_and_bad_pins_replaced() {
                 .xid(),
             7
         );
+        assert!(reader.try_recv().is_some() && reader.try_recv().is_some());
+        // The previous agent's captures are counted as their records are
+        // read: none is lost across the restart.
+        let c = dp.counters().unwrap();
+        assert_eq!((c.captured, c.dropped_owned), (3, 3), "counters carry on");
         // Nothing of this agent's claims xid 7 or LO: both go.
         assert_eq!(dp.release_unclaimed().unwrap(), (0, 1));
         assert_eq!(dp.mode(LO).unwrap(), None, "a mode nothing is attached for");
@@ -894,8 +899,15 @@ fn large_ifindex_mode_comes_from_the_hash_map() {
     let f = frame(MessageType::Offer, 9);
     let outcome = xdhcp::sys::netns::run_in_netns(ns.path(), move || {
         let mut out = Vec::new();
+        // The ring reader registers with a runtime's reactor.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .expect("a runtime for the ring reader");
+        let _entered = rt.enter();
         for kind in KINDS {
             let mut dp = load();
+            let mut reader = dp.take_reader().unwrap().unwrap();
             let run_big = |dp: &mut Datapath| {
                 dp.test_run_on(kind, &f, 1, BIG)
                     .expect("BPF_PROG_TEST_RUN on the veth")
@@ -907,6 +919,11 @@ fn large_ifindex_mode_comes_from_the_hash_map() {
             let owned = run_big(&mut dp);
             dp.clear_mode(BIG).unwrap();
             let cleared = run_big(&mut dp);
+            // A capture is counted once its record is read.
+            assert!(
+                reader.try_recv().is_some(),
+                "{kind:?}: the owned reply's record"
+            );
             let c = dp.counters().unwrap();
             out.push((
                 kind,

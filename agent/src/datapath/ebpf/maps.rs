@@ -42,15 +42,21 @@ impl CaptureMode {
 
 /// Counters summed over CPUs, one field per kernel outcome of a DHCP
 /// frame (a frame that is not DHCP is passed and counted nowhere: see
-/// [`common::COUNTER_RETIRED_NOT_DHCP`]).
+/// [`common::COUNTER_RETIRED_NOT_DHCP`]). The captures' three
+/// (`captured`, `dropped_owned`, `passed_unowned`) are counted by this
+/// agent from the records it has read, since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
+    /// Records read off the ring: frames the programs copied into it.
     pub captured: u64,
+    /// … of which the program dropped the frame (intercept mode).
     pub dropped_owned: u64,
     pub ringbuf_full: u64,
     pub malformed: u64,
     pub fragment: u64,
     pub mode_off: u64,
+    /// … of which the frame passed in intercept mode (too long to hand
+    /// over whole).
     pub passed_unowned: u64,
     pub load_error: u64,
     /// Replies whose xid no lease owns, passed without a record.
@@ -414,7 +420,8 @@ impl Datapath {
         self.owned6.clone()
     }
 
-    /// Reads the per-CPU counters and sums them.
+    /// Reads the per-CPU counters and sums them; the captures' outcomes
+    /// come from the records read so far (the programs do not count them).
     pub fn counters(&self) -> Result<Counters> {
         let sum = |index: u32| -> Result<u64> {
             let values = self
@@ -426,14 +433,15 @@ impl Datapath {
                 })?;
             Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
         };
+        let (captured, dropped_owned, passed_unowned) = self.record_counts.read();
         Ok(Counters {
-            captured: sum(common::COUNTER_CAPTURED)?,
-            dropped_owned: sum(common::COUNTER_DROPPED_OWNED)?,
+            captured,
+            dropped_owned,
             ringbuf_full: sum(common::COUNTER_RINGBUF_FULL)?,
             malformed: sum(common::COUNTER_MALFORMED)?,
             fragment: sum(common::COUNTER_FRAGMENT)?,
             mode_off: sum(common::COUNTER_MODE_OFF)?,
-            passed_unowned: sum(common::COUNTER_PASSED_UNOWNED)?,
+            passed_unowned,
             load_error: sum(common::COUNTER_LOAD_ERROR)?,
             unowned_uncaptured: sum(common::COUNTER_UNOWNED_UNCAPTURED)?,
         })

@@ -23,7 +23,7 @@ mod test_run;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aya::maps::{MapData, MapError, RingBuf};
 use aya::programs::ProgramError;
@@ -474,6 +474,8 @@ pub struct Datapath {
     ebpf: Programs,
     xdp_unavailable: Option<String>,
     counters: maps::CounterMap,
+    /// What the records read so far say (the programs count no capture).
+    record_counts: Arc<reader::RecordCounts>,
     owned: XidOwnership,
     owned6: Xid6Ownership,
     ifconfig: Mutex<maps::IfConfigMaps>,
@@ -604,6 +606,7 @@ impl Datapath {
             ebpf,
             xdp_unavailable,
             counters,
+            record_counts: Arc::default(),
             owned,
             owned6,
             ifconfig: Mutex::new(ifconfig),
@@ -628,7 +631,10 @@ impl Datapath {
 
     /// Takes the ring buffer reader (once).
     pub fn take_reader(&mut self) -> Result<Option<EventReader>> {
-        self.events.take().map(EventReader::new).transpose()
+        self.events
+            .take()
+            .map(|ring| EventReader::new(ring, Arc::clone(&self.record_counts)))
+            .transpose()
     }
 
     /// A new reader on the ring buffer map, after the first one failed.
@@ -640,7 +646,7 @@ impl Datapath {
         let map_err = |source| EbpfDatapathError::Map { name, source };
         let map = MapData::from_id(id).map_err(map_err)?;
         let ring = RingBuf::try_from(aya::maps::Map::RingBuf(map)).map_err(map_err)?;
-        EventReader::new(ring)
+        EventReader::new(ring, Arc::clone(&self.record_counts))
     }
 }
 

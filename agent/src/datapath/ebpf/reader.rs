@@ -9,6 +9,8 @@
 //! ignores), so the outcome of a reply would depend on the path it came by.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aya::maps::{MapData, RingBuf};
 use xdhcp_common as common;
@@ -177,10 +179,54 @@ fn rx_path(ev: &common::CaptureHeader) -> RxPath {
     }
 }
 
+/// The outcomes of the captures, counted from the records as they are
+/// read: the programs do not count what their records already say (a
+/// per-CPU increment is a map lookup and a store on every capture).
+/// Shared by the [`Datapath`](super::Datapath) and its readers.
+#[derive(Debug, Default)]
+pub(super) struct RecordCounts {
+    /// Every record read, well-framed or not: a frame the kernel copied
+    /// into the ring.
+    captured: AtomicU64,
+    /// Records whose frame the program dropped (intercept mode, owned).
+    dropped_owned: AtomicU64,
+    /// Records of intercept mode whose frame passed: too long to hand over
+    /// whole, it went on to the stack (fail-open).
+    passed_unowned: AtomicU64,
+}
+
+impl RecordCounts {
+    /// Counts one record by its header (`bytes` as read off the ring).
+    fn count(&self, bytes: &[u8]) {
+        self.captured.fetch_add(1, Ordering::Relaxed);
+        let Some(head) = bytes.get(..common::CAPTURE_HEADER_LEN) else {
+            return;
+        };
+        // SAFETY: `head` has exactly size_of::<CaptureHeader>() bytes, and
+        // the header is a Pod made of integers (any bit pattern is valid).
+        let h: common::CaptureHeader = unsafe { std::ptr::read_unaligned(head.as_ptr().cast()) };
+        if h.verdict == common::VERDICT_DROP {
+            self.dropped_owned.fetch_add(1, Ordering::Relaxed);
+        } else if h.flags & common::FLAG_OWNED != 0 {
+            self.passed_unowned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `(captured, dropped_owned, passed_unowned)` so far.
+    pub(super) fn read(&self) -> (u64, u64, u64) {
+        (
+            self.captured.load(Ordering::Relaxed),
+            self.dropped_owned.load(Ordering::Relaxed),
+            self.passed_unowned.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// Async reader of the capture ring buffer.
 pub struct EventReader {
     ring: Ring,
     stats: ReaderStats,
+    counts: Arc<RecordCounts>,
 }
 
 impl std::fmt::Debug for EventReader {
@@ -193,24 +239,25 @@ impl std::fmt::Debug for EventReader {
 
 impl EventReader {
     /// Wraps the ring buffer taken from the loaded object.
-    pub(super) fn new(ring: RingBuf<MapData>) -> Result<Self> {
+    pub(super) fn new(ring: RingBuf<MapData>, counts: Arc<RecordCounts>) -> Result<Self> {
         Ok(Self {
             ring: Ring::new(ring)?,
             stats: ReaderStats::default(),
+            counts,
         })
     }
 
     /// Waits for the next well-framed record of either family; malformed
     /// records are counted in [`EventReader::stats`] and skipped.
     pub async fn recv(&mut self) -> Result<Captured> {
-        let stats = &mut self.stats;
-        self.ring.recv(|item| Self::take(item, stats)).await
+        let (stats, counts) = (&mut self.stats, &*self.counts);
+        self.ring.recv(|item| Self::take(item, stats, counts)).await
     }
 
     /// Returns the next well-framed record already in the ring, without waiting.
     pub fn try_recv_any(&mut self) -> Option<Captured> {
-        let stats = &mut self.stats;
-        self.ring.try_recv(|item| Self::take(item, stats))
+        let (stats, counts) = (&mut self.stats, &*self.counts);
+        self.ring.try_recv(|item| Self::take(item, stats, counts))
     }
 
     /// Returns the next `DHCPv4` event already in the ring, without
@@ -226,8 +273,10 @@ impl EventReader {
         }
     }
 
-    /// One record: an event, or a malformed record counted and skipped.
-    fn take(item: &[u8], stats: &mut ReaderStats) -> Option<Captured> {
+    /// One record, counted by its outcome: an event, or a malformed record
+    /// counted and skipped.
+    fn take(item: &[u8], stats: &mut ReaderStats, counts: &RecordCounts) -> Option<Captured> {
+        counts.count(item);
         match decode_captured(item) {
             Ok(ev) => {
                 stats.events += 1;
@@ -257,11 +306,16 @@ mod tests {
     /// A record as the programs write it: header, then the frame in the
     /// smallest bucket that holds it (the tail is left as garbage, 0xee).
     fn record(frame: &[u8], flags: u32, vlan: u32) -> Vec<u8> {
+        record_with(frame, flags, vlan, common::VERDICT_DROP)
+    }
+
+    /// [`record`] with the program's `verdict`.
+    fn record_with(frame: &[u8], flags: u32, vlan: u32, verdict: u32) -> Vec<u8> {
         let h = common::CaptureHeader {
             ifindex: 7,
             rx_queue: 3,
             ts_ns: 42,
-            verdict: common::VERDICT_DROP,
+            verdict,
             vlan,
             frame_len: frame.len() as u32,
             captured_len: frame.len() as u32,
@@ -495,5 +549,40 @@ mod tests {
             );
             assert_eq!(ev.frame.payload.len(), bucket - 42);
         }
+    }
+
+    /// The programs no longer count their captures: every record read is
+    /// one, dropped or passed in intercept mode as its header says, a
+    /// record too short to decode included (the kernel wrote it).
+    #[test]
+    fn records_read_are_counted_by_their_outcome() {
+        let frame = build_udp_frame(&reply_headers(), &offer_frame(9));
+        let counts = RecordCounts::default();
+        let mut stats = ReaderStats::default();
+        let owned = common::FLAG_XDP | common::FLAG_OWNED;
+        for r in [
+            // Intercept mode, dropped.
+            record_with(&frame, owned, common::VLAN_NONE, common::VERDICT_DROP),
+            // Intercept mode, passed (only a prefix copied).
+            record_with(
+                &frame,
+                owned | common::FLAG_TRUNCATED,
+                common::VLAN_NONE,
+                common::VERDICT_PASS,
+            ),
+            // Observe mode: passed, neither of the two.
+            record_with(
+                &frame,
+                common::FLAG_XDP,
+                common::VLAN_NONE,
+                common::VERDICT_PASS,
+            ),
+            // Shorter than a header.
+            vec![0u8; 3],
+        ] {
+            let _ = EventReader::take(&r, &mut stats, &counts);
+        }
+        assert_eq!(counts.read(), (4, 1, 1));
+        assert_eq!(stats.events, 2, "{stats:?}");
     }
 }
