@@ -635,9 +635,17 @@ fn an_ipv6_pods_address_is_in_its_pod_networks_entry_fake_apiserver() {
 
 /// A failed write of the entry (500) fails the IPv6 ADD with the API's
 /// code, naming the pod, and gives the lease back: released at the server,
-/// off the interface, no record kept.
+/// off the interface, no record kept. Once with the address configured by
+/// the agent, once not (there the entry is written while the lease's
+/// record is, and the record the failed ADD was writing goes too).
 #[test]
 fn an_ipv6_add_whose_entry_cannot_be_written_releases_its_lease_fake_apiserver() {
+    for apply in [true, false] {
+        entry_cannot_be_written(apply);
+    }
+}
+
+fn entry_cannot_be_written(apply: bool) {
     let api = StandInApi::start();
     let uid = api.server.add_pod("tenant", "v6fail", &[], &[]);
     let lab = Lab::builder().server_behind_uplink().build();
@@ -646,10 +654,9 @@ fn an_ipv6_add_whose_entry_cannot_be_written_releases_its_lease_fake_apiserver()
     let c = &lab.clients[0];
     api.server.inject(Op::PatchPod, Fault::Status(500));
 
-    let err = agent
-        .add(&request6("v6fail", &uid, c.ns.path()))
-        .expect_err("the ADD must fail")
-        .into_cni();
+    let mut req = request6("v6fail", &uid, c.ns.path());
+    req.config.ipam.apply = apply;
+    let err = agent.add(&req).expect_err("the ADD must fail").into_cni();
     assert_eq!(err.code, code::KUBE_API, "{err:?}");
     assert!(
         err.msg.contains("tenant/v6fail") && err.msg.contains("500"),
@@ -673,6 +680,11 @@ fn an_ipv6_add_whose_entry_cannot_be_written_releases_its_lease_fake_apiserver()
             .ip(&["-6", "addr", "show", "dev", &c.ifname])
             .contains("fd00:6::"),
         "the unreported address stayed on the interface"
+    );
+    assert_eq!(
+        xdhcp_tests::agent::lease_record_files(&agent.state_dir()),
+        Vec::<std::path::PathBuf>::new(),
+        "apply={apply}: the failed ADD's record stayed"
     );
 }
 
@@ -776,6 +788,68 @@ fn kea_dhcp6_leases_under_the_pods_duid_and_honours_the_release() {
         kea.leases(),
         kea.log()
     );
+}
+
+/// An IPv6 pod's ADD (the address not configured by the agent, the
+/// default) writes its `pod-networks` entry while the lease's record is
+/// being written, not after it, and answers only once the record is in
+/// place. The record's write held back 1.5 s (a test hook): the entry
+/// names the address while the ADD is still out and no record names the
+/// lease yet; the answer comes with the record in place.
+#[test]
+fn an_ipv6_adds_entry_is_written_beside_its_record_and_the_answer_waits_for_the_record() {
+    let lab = Lab::builder().server_behind_uplink().build();
+    let _server = Dnsmasq6::start(lab.dhcp_ns());
+    let agent = AgentProcess::start_with_env(&[], &[("XDHCP_TEST_V6_RECORD_DELAY_MS", "1500")]);
+    let c = &lab.clients[0];
+    let conf = r#"{"cniVersion":"1.1.0","name":"v6net","type":"ovn-k8s-cni-overlay",
+        "topology":"localnet","role":"secondary","netAttachDefName":"tenant/v6net",
+        "ipam":{"type":"xdhcp","family":"ipv6","timeout":"20s",
+                "ipv6":{"prefixLength":64,"gateway":"fd00:6::1"}}}"#;
+    let mut req = request6("v6beside", "uid-beside", c.ns.path());
+    req.config = xdhcp::cni::config::parse(conf.as_bytes()).unwrap();
+    assert!(!req.config.ipam.apply);
+    let socket = agent.socket.clone();
+    let add = std::thread::spawn(move || {
+        let client = xdhcp::rpc::Client::new(&socket, Duration::from_mins(1));
+        client.post(xdhcp::rpc::PATH_ADD, &req)
+    });
+    let store = agent.state_dir.join("pod-networks.json");
+    let reported = || -> Option<String> {
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&store).ok()?).ok()?;
+        let entries = doc["pods"]["tenant/v6beside"]["annotations"][POD_NETWORKS].as_str()?;
+        let e: serde_json::Value = serde_json::from_str(entries).ok()?;
+        e["tenant/v6net"]["ip_addresses"][0]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let lease_recorded = || {
+        xdhcp_tests::agent::lease_record_files(&agent.state_dir)
+            .iter()
+            .filter_map(|f| {
+                serde_json::from_slice::<serde_json::Value>(&std::fs::read(f).ok()?).ok()
+            })
+            .any(|r| !r["lease6"].is_null())
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || reported().is_some()
+            || add.is_finished()),
+        "neither the entry nor the answer came:\n{}",
+        agent.log()
+    );
+    let early = reported();
+    assert!(
+        !add.is_finished() && !lease_recorded(),
+        "the entry ({early:?}) came only once the record was in place or the ADD had answered:\n{}",
+        agent.log()
+    );
+    let v = add.join().unwrap().expect("ADD");
+    let r: xdhcp::rpc::CniResult = serde_json::from_value(v).expect("a CNI result");
+    assert!(
+        lease_recorded(),
+        "the ADD answered before its record was in place"
+    );
+    assert_eq!(early, Some(r.ips6[0].address.to_string()));
 }
 
 /// A KubeVirt VM's one-shot DHCPv6 discovery (its launcher pod and VMI in

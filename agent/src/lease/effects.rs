@@ -92,7 +92,16 @@ impl Effects for Services {
     fn now(self: Arc<Self>, effect: Effect) -> Durable {
         match effect {
             Effect::Persist(rec) => self.save(&rec, Wait::Durable),
-            Effect::PersistVisible(rec) => self.save(&rec, Wait::Visible),
+            Effect::PersistVisible(rec) => {
+                // Tests: a DHCPv6 lease's record slow to be in place.
+                #[cfg(feature = "test-hooks")]
+                if rec.lease6.is_some() {
+                    std::thread::sleep(crate::sys::test_delay::from_env(
+                        "XDHCP_TEST_V6_RECORD_DELAY_MS",
+                    ));
+                }
+                self.save(&rec, Wait::Visible)
+            }
             Effect::Remove {
                 container_id,
                 ifname,
@@ -182,7 +191,12 @@ impl Services {
     /// What became of an effect [`Effects::start`] started (a carrier that
     /// died is a failed write, logged and counted).
     pub(crate) async fn settled(&self, carried: JoinHandle<Durable>) -> Durable {
-        carried.await.unwrap_or_else(|e| {
+        self.joined(carried.await)
+    }
+
+    /// [`Services::settled`] for a carrier already awaited.
+    pub(crate) fn joined(&self, carried: Result<Durable, tokio::task::JoinError>) -> Durable {
+        carried.unwrap_or_else(|e| {
             self.metrics.failure("persist");
             warn!(error = %e, "could not persist the lease; a restart would lose it");
             Durable::Failed(Arc::new(StoreError::Io {

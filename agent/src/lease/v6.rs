@@ -225,6 +225,17 @@ async fn open_socket(
     Udp6::from_fd(fd, ifindex).map_err(|source| error("register the DHCPv6 socket", source))
 }
 
+/// The first record's write ended ([`Task6::write_first`]); never while
+/// none is out.
+async fn written(
+    w: Option<&mut tokio::task::JoinHandle<Durable>>,
+) -> Option<Result<Durable, tokio::task::JoinError>> {
+    match w {
+        Some(w) => Some(w.await),
+        None => std::future::pending().await,
+    }
+}
+
 /// The next captured message; never without a kernel path.
 async fn captured(kernel: Option<&mut Kernel6>) -> Option<Rx6Frame> {
     match kernel {
@@ -534,6 +545,7 @@ impl Registry {
             role,
             applied: None,
             release_lost: false,
+            writing: None,
         };
         // The task's lease leaves the `xdhcp_leases` gauge when it ends.
         let (live, metrics) = (task.live.clone(), task.svc.metrics.clone());
@@ -575,6 +587,10 @@ struct Task6 {
     applied: Option<Address6>,
     /// A RELEASE could be sent by no path: no reply will come.
     release_lost: bool,
+    /// The first lease's record, still being written when its ADD was
+    /// told of the lease ([`Task6::write_first`]): settled by the task's
+    /// loop, and before anything else is written or the lease ends.
+    writing: Option<tokio::task::JoinHandle<Durable>>,
 }
 
 /// A stop in progress: the RELEASE is out.
@@ -755,7 +771,8 @@ impl Task6 {
     /// moments later (the store's syncer), as an IPv4 first lease's is:
     /// the answer needs the next agent to find it, which the page cache
     /// gives; every later write is durable before it returns.
-    async fn persist(&self) -> Durable {
+    async fn persist(&mut self) -> Durable {
+        self.settle_writing().await;
         let rec = Box::new(self.record());
         let effect = if self.waiter.is_some() {
             Effect::PersistVisible(rec)
@@ -765,6 +782,38 @@ impl Task6 {
         let written = self.svc.settled(self.svc.clone().start(effect)).await;
         self.persisted.send_replace(written.clone());
         written
+    }
+
+    /// Start writing the first lease's record without waiting for it: the
+    /// ADD, told of the lease now, writes the `pod-networks` entry while
+    /// the record is written, and answers once the record is in place
+    /// (it waits for [`Task6::persisted`]). For a lease the agent does not
+    /// configure: one it configures goes on the interface only once the
+    /// record naming it is in place.
+    fn write_first(&mut self) {
+        let rec = Box::new(self.record());
+        self.writing = Some(self.svc.clone().start(Effect::PersistVisible(rec)));
+    }
+
+    /// What became of the first record's write ([`Task6::write_first`]),
+    /// once it is done: told to the ADD waiting for it.
+    fn first_written(&mut self, joined: Result<Durable, tokio::task::JoinError>) {
+        self.writing = None;
+        let written = self.svc.joined(joined);
+        if let Durable::Failed(_) = written {
+            self.svc.metrics.failure("persist");
+        }
+        self.persisted.send_replace(written);
+    }
+
+    /// Wait for the first record's write, if it is still out: a record is
+    /// written by one save at a time, and a lease that ends leaves its
+    /// record as its last write made it.
+    async fn settle_writing(&mut self) {
+        if let Some(w) = self.writing.as_mut() {
+            let joined = w.await;
+            self.first_written(joined);
+        }
     }
 
     /// Configure `lease` (apply), replacing what was configured before;
@@ -821,65 +870,78 @@ impl Task6 {
         }
     }
 
+    /// The first lease, or one acquired again after it was lost: its
+    /// record, its address configured, the ADD waiting for it told.
+    async fn on_bound(&mut self, lease: v6::Lease) -> Option<Ended> {
+        let bound_at = Instant::now();
+        // A first lease waits (briefly) for the advertisements that
+        // give its address a prefix and router.
+        if let Some(r) = self.routers.as_mut() {
+            let router = r.wait_for(lease.address, &self.svc.metrics).await;
+            lock(&self.live).record.router6 = router;
+        }
+        // Nothing goes on the interface that a restart would not
+        // know of: the record naming the address is in place first.
+        // An ADD's lease the agent does not configure is told to the
+        // ADD while its record is written (the ADD answers once it
+        // is in place).
+        lock(&self.live).set_lease6(Some(lease.clone()));
+        let written = if self.waiter.is_some() && !self.role.apply && !self.role.one_shot {
+            self.write_first();
+            Durable::Pending
+        } else {
+            self.persist().await
+        };
+        let recorded_at = Instant::now();
+        let applied = match self.configure(&lease, true).await {
+            Ok(Dad6::Duplicate) => {
+                self.declined(&lease).await;
+                return None;
+            }
+            Ok(Dad6::Tentative) => {
+                info!(address = %lease.address, limit = ?DAD_LIMIT,
+                    "the IPv6 address is still tentative; kept (the kernel goes on detecting duplicates)");
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let rec = self.record();
+        let a = address6(&rec.network, &lease, rec.router6);
+        if a.prefix_len == 128 && a.gateway.is_none() {
+            info!(address = %lease.address,
+                "DHCPv6 lease bound as a /128 with no route: neither the network (ipam.ipv6) nor a router advertisement names a prefix or router");
+        } else {
+            info!(address = %lease.address, prefix_len = a.prefix_len, gateway = ?a.gateway,
+                "DHCPv6 lease bound");
+        }
+        if let Some(w) = self.waiter.take() {
+            let exchange = self.clock.bound(bound_at, recorded_at, Instant::now());
+            let outcome = match applied {
+                Err(e) => Outcome6::ApplyFailed(e),
+                Ok(()) => Outcome6::Bound(lease, exchange),
+            };
+            let _ = w.send(outcome);
+        }
+        if let Durable::Failed(_) = written {
+            self.svc.metrics.failure("persist");
+        }
+        // A VM's discovery is done: the record stays (the entry is
+        // reported from it, a restart keeps it as it is), and
+        // nothing more goes on the wire for it.
+        if self.role.one_shot {
+            info!(
+                "DHCPv6 one-shot discovery done: no renewal, no RELEASE (the guest's own client owns the binding)"
+            );
+            return Some(Ended::Kept);
+        }
+        None
+    }
+
     /// Act on one engine event; `Some` when the task ends.
     async fn on_event(&mut self, ev: Event, stopping: &mut Option<Stopping>) -> Option<Ended> {
         match ev {
-            Event::Bound(lease) => {
-                let bound_at = Instant::now();
-                // A first lease waits (briefly) for the advertisements that
-                // give its address a prefix and router.
-                if let Some(r) = self.routers.as_mut() {
-                    let router = r.wait_for(lease.address, &self.svc.metrics).await;
-                    lock(&self.live).record.router6 = router;
-                }
-                // Nothing goes on the interface that a restart would not
-                // know of: the record naming the address is in place first.
-                lock(&self.live).set_lease6(Some(lease.clone()));
-                let written = self.persist().await;
-                let recorded_at = Instant::now();
-                let applied = match self.configure(&lease, true).await {
-                    Ok(Dad6::Duplicate) => {
-                        self.declined(&lease).await;
-                        return None;
-                    }
-                    Ok(Dad6::Tentative) => {
-                        info!(address = %lease.address, limit = ?DAD_LIMIT,
-                            "the IPv6 address is still tentative; kept (the kernel goes on detecting duplicates)");
-                        Ok(())
-                    }
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e),
-                };
-                let rec = self.record();
-                let a = address6(&rec.network, &lease, rec.router6);
-                if a.prefix_len == 128 && a.gateway.is_none() {
-                    info!(address = %lease.address,
-                        "DHCPv6 lease bound as a /128 with no route: neither the network (ipam.ipv6) nor a router advertisement names a prefix or router");
-                } else {
-                    info!(address = %lease.address, prefix_len = a.prefix_len, gateway = ?a.gateway,
-                        "DHCPv6 lease bound");
-                }
-                if let Some(w) = self.waiter.take() {
-                    let exchange = self.clock.bound(bound_at, recorded_at, Instant::now());
-                    let outcome = match applied {
-                        Err(e) => Outcome6::ApplyFailed(e),
-                        Ok(()) => Outcome6::Bound(lease, exchange),
-                    };
-                    let _ = w.send(outcome);
-                }
-                if let Durable::Failed(_) = written {
-                    self.svc.metrics.failure("persist");
-                }
-                // A VM's discovery is done: the record stays (the entry is
-                // reported from it, a restart keeps it as it is), and
-                // nothing more goes on the wire for it.
-                if self.role.one_shot {
-                    info!(
-                        "DHCPv6 one-shot discovery done: no renewal, no RELEASE (the guest's own client owns the binding)"
-                    );
-                    return Some(Ended::Kept);
-                }
-            }
+            Event::Bound(lease) => return self.on_bound(lease).await,
             Event::Renewed(lease) | Event::Changed { new: lease, .. } => {
                 // Another address may sit in another advertised prefix.
                 if let Some(router) = self
@@ -963,6 +1025,7 @@ impl Task6 {
         ack: oneshot::Sender<()>,
         stopping: &mut Option<Stopping>,
     ) -> Option<Ended> {
+        self.settle_writing().await;
         self.unconfigure().await;
         if release && self.client.lease().is_some() {
             self.client.set_wall_clock_unix_ms(now_unix_ms());
@@ -1050,6 +1113,7 @@ async fn run_loop(t: &mut Task6) -> Ended {
                 None => return Ended::Kept,
             },
             Some(frame) = captured(t.kernel.as_mut()) => t.on_captured(&frame),
+            Some(joined) = written(t.writing.as_mut()) => t.first_written(joined),
             got = t.sock.recv(&mut buf) => match got {
                 Ok((n, src)) => {
                     // A socket hides the Ethernet source: the lease records
