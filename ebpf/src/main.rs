@@ -240,7 +240,7 @@ fn capture<P: Capture, const ROLE: bool>(pkt: &P, meta: &Meta, dhcp: &Dhcp) -> b
         }
     }
     // Not counted here: the agent counts the records it reads, by what
-    // their headers say (three per-CPU increments less on every capture).
+    // their headers say (one or two per-CPU increments less on a capture).
     drop
 }
 
