@@ -146,10 +146,14 @@ fn split_record(bytes: &[u8]) -> Result<(common::CaptureHeader, &[u8]), RecordEr
             max,
         });
     }
-    let (head, frame) = bytes.split_at(common::CAPTURE_HEADER_LEN);
-    // SAFETY: `head` has exactly size_of::<CaptureHeader>() bytes, and the
-    // header is a Pod made of integers (any bit pattern is valid).
-    let ev: common::CaptureHeader = unsafe { std::ptr::read_unaligned(head.as_ptr().cast()) };
+    let Some(ev) = read_header(bytes) else {
+        return Err(RecordError::Size {
+            len: bytes.len(),
+            min,
+            max,
+        });
+    };
+    let frame = &bytes[common::CAPTURE_HEADER_LEN..];
     let captured = ev.captured_len as usize;
     if captured > frame.len() {
         return Err(RecordError::CapturedLen {
@@ -163,6 +167,14 @@ fn split_record(bytes: &[u8]) -> Result<(common::CaptureHeader, &[u8]), RecordEr
         });
     }
     Ok((ev, &frame[..captured]))
+}
+
+/// The header at the start of a record, if the record is long enough.
+fn read_header(bytes: &[u8]) -> Option<common::CaptureHeader> {
+    let head = bytes.get(..common::CAPTURE_HEADER_LEN)?;
+    // SAFETY: `head` has exactly size_of::<CaptureHeader>() bytes, and the
+    // header is a Pod made of integers (any bit pattern is valid).
+    Some(unsafe { std::ptr::read_unaligned(head.as_ptr().cast()) })
 }
 
 /// The path a record names: an uplink's program or a port's.
@@ -199,12 +211,9 @@ impl RecordCounts {
     /// Counts one record by its header (`bytes` as read off the ring).
     fn count(&self, bytes: &[u8]) {
         self.captured.fetch_add(1, Ordering::Relaxed);
-        let Some(head) = bytes.get(..common::CAPTURE_HEADER_LEN) else {
+        let Some(h) = read_header(bytes) else {
             return;
         };
-        // SAFETY: `head` has exactly size_of::<CaptureHeader>() bytes, and
-        // the header is a Pod made of integers (any bit pattern is valid).
-        let h: common::CaptureHeader = unsafe { std::ptr::read_unaligned(head.as_ptr().cast()) };
         if h.verdict == common::VERDICT_DROP {
             self.dropped_owned.fetch_add(1, Ordering::Relaxed);
         } else if h.flags & common::FLAG_OWNED != 0 {
