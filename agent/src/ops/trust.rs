@@ -15,6 +15,7 @@
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use crate::cni::config::DhcpGuardSpec;
 use crate::cni::env::{NetnsPathError, check_netns_shape, check_nsfs};
@@ -52,21 +53,50 @@ pub(crate) fn on_this_node(agent: &Agent, info: &PodInfo) -> Result<(), Error> {
 /// must be a namespace file, and neither the agent's nor the host's network
 /// namespace.
 pub(crate) fn check_netns(sent: &Path, opened: &Path) -> Result<(), Refusal> {
-    check_netns_against(
-        sent,
-        opened,
-        &[
-            (Path::new(HOST_NETNS), "the host's network namespace"),
-            (Path::new(OWN_NETNS), "the agent's own network namespace"),
-        ],
-    )
+    // Read once: pid 1's namespace and the agent's own (its main thread's,
+    // which never enters another: the trips into pods' namespaces happen
+    // on other threads) do not change while the agent runs, and two more
+    // path walks through `/proc` on every request showed in its profile.
+    static FORBIDDEN: OnceLock<[Forbidden; 2]> = OnceLock::new();
+    let forbidden = FORBIDDEN.get_or_init(|| {
+        [
+            Forbidden::read(Path::new(HOST_NETNS), "the host's network namespace"),
+            Forbidden::read(Path::new(OWN_NETNS), "the agent's own network namespace"),
+        ]
+    });
+    check_netns_against(sent, opened, forbidden)
+}
+
+/// A namespace a request may not name: its identity (device, inode), if
+/// the agent could read it, and what it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Forbidden {
+    identity: Option<(u64, u64)>,
+    which: &'static str,
+}
+
+impl Forbidden {
+    /// The namespace at `path`. One the agent cannot read is not one it
+    /// could be told to act in through that path either: it forbids
+    /// nothing.
+    pub(crate) fn read(path: &Path, which: &'static str) -> Self {
+        Self {
+            identity: identity(path).ok(),
+            which,
+        }
+    }
+}
+
+/// A file's device and inode: a namespace's identity.
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
 }
 
 /// [`check_netns`] against the `forbidden` namespaces given.
 pub(crate) fn check_netns_against(
     sent: &Path,
     opened: &Path,
-    forbidden: &[(&Path, &'static str)],
+    forbidden: &[Forbidden],
 ) -> Result<(), Refusal> {
     check_netns_shape(sent).map_err(|source| Refusal::Netns { source })?;
     match check_nsfs(opened) {
@@ -74,22 +104,17 @@ pub(crate) fn check_netns_against(
         Err(NetnsPathError::Missing { .. }) => return Ok(()),
         Err(source) => return Err(Refusal::Netns { source }),
     }
-    let identity = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
     let target = identity(opened).map_err(|source| Refusal::NetnsIdentity {
         path: opened.to_path_buf(),
         source,
     })?;
-    for (path, which) in forbidden {
-        // A namespace the agent cannot read is not one it could be told
-        // to act in through that path either; only a match refuses.
-        if identity(path).is_ok_and(|id| id == target) {
-            return Err(Refusal::ForbiddenNetns {
-                path: sent.to_path_buf(),
-                which,
-            });
-        }
+    match forbidden.iter().find(|f| f.identity == Some(target)) {
+        Some(f) => Err(Refusal::ForbiddenNetns {
+            path: sent.to_path_buf(),
+            which: f.which,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The DHCP guard a network's ports get. The network config (a
@@ -252,7 +277,8 @@ mod tests {
         let me = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
         let e = check_netns(&me, &me).unwrap_err();
         assert!(matches!(&e, Refusal::ForbiddenNetns { .. }), "{e}");
-        let e = check_netns_against(&me, &me, &[(Path::new(OWN_NETNS), "own")]).unwrap_err();
+        let e = check_netns_against(&me, &me, &[Forbidden::read(Path::new(OWN_NETNS), "own")])
+            .unwrap_err();
         assert!(
             matches!(&e, Refusal::ForbiddenNetns { which, .. } if *which == "own"),
             "{e}"
@@ -293,15 +319,18 @@ mod tests {
         let e = check_netns_against(
             &me,
             &me,
-            &[(
+            &[Forbidden::read(
                 Path::new("/proc/thread-self/ns/net"),
                 "the test's namespace",
             )],
         )
         .unwrap_err();
         assert!(matches!(e, Refusal::ForbiddenNetns { .. }), "{e}");
-        // Compared with nothing, the same path passes.
+        // Compared with nothing, or with a namespace the agent could not
+        // read, the same path passes.
         check_netns_against(&me, &me, &[]).unwrap();
+        let unread = Forbidden::read(Path::new("/proc/no-such-pid/ns/net"), "unread");
+        check_netns_against(&me, &me, &[unread]).unwrap();
     }
 
     #[test]
