@@ -11,6 +11,7 @@
 //! nothing behind; the records written before stay whole and the lease they
 //! hold keeps renewing; once space (or write access) returns, the same ADD
 //! succeeds, and an agent restarted on the directory resumes every lease.
+//! An IPv6 ADD whose record cannot be written counts that failure once.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -266,4 +267,58 @@ fn full_or_read_only(api: Option<&StandInApi>) {
         .collect();
     assert!(stray.is_empty(), "{stray:?}");
     drop(agent);
+}
+
+/// An IPv6 ADD whose record cannot be written (the state directory
+/// read-only) fails and counts the one write that failed once in
+/// `xdhcp_failures_total{error="persist"}`: the lease task counted it
+/// again on top of the store's own count.
+#[test]
+fn an_ipv6_adds_failed_record_is_counted_once() {
+    let fs = Tmpfs::mount("1m");
+    let state = fs.path().join("state");
+    let api = StandInApi::start();
+    let uid = api.server.add_pod("tenant", "v6ro", &[], &[]);
+    let lab = Lab::builder().server_behind_uplink().build();
+    let _server = xdhcp_tests::Dnsmasq6::start(lab.dhcp_ns());
+    let metrics = xdhcp_tests::bench::free_local_addr();
+    let (dir, kubeconfig) = (state.clone(), api.kubeconfig.clone());
+    let agent = InProcessAgent::start_with(move |a| {
+        a.datapath = DatapathChoice::Afpacket;
+        a.state_dir = dir;
+        a.kube = KubeMode::On;
+        a.kubeconfig = Some(kubeconfig);
+        a.metrics_addr = Some(metrics);
+    });
+    fs.remount(true);
+    let conf = r#"{"cniVersion":"1.1.0","name":"v6net","type":"ovn-k8s-cni-overlay",
+        "topology":"localnet","role":"secondary","netAttachDefName":"tenant/v6net",
+        "ipam":{"type":"xdhcp","family":"ipv6","timeout":"20s","ipv6":{"prefixLength":64}}}"#;
+    let req = CniRequest {
+        container_id: "ctr-v6ro".to_owned(),
+        ifname: "eth0".to_owned(),
+        netns: Some(lab.clients[0].ns.path().to_path_buf()),
+        args: [
+            ("K8S_POD_NAMESPACE".to_owned(), "tenant".to_owned()),
+            ("K8S_POD_NAME".to_owned(), "v6ro".to_owned()),
+            ("K8S_POD_UID".to_owned(), uid),
+        ]
+        .into(),
+        config: xdhcp::cni::config::parse(conf.as_bytes()).unwrap(),
+    };
+    let e = agent
+        .add(&req)
+        .expect_err("an ADD whose record cannot be written fails");
+    assert!(
+        e.to_string().contains("Read-only file system"),
+        "the error names the cause: {e}"
+    );
+    let text =
+        xdhcp_tests::bench::http_get(metrics, "/metrics").expect("the metrics server answers");
+    assert_eq!(
+        xdhcp_tests::bench::metric_count(&text, "xdhcp_failures_total", r#"error="persist""#),
+        1,
+        "{text}"
+    );
+    fs.remount(false);
 }

@@ -799,10 +799,9 @@ impl Task6 {
     /// once it is done: told to the ADD waiting for it.
     fn first_written(&mut self, joined: Result<Durable, tokio::task::JoinError>) {
         self.writing = None;
+        // A failed write was counted where it failed (`Services::save`,
+        // or `joined` for a carrier that died).
         let written = self.svc.joined(joined);
-        if let Durable::Failed(_) = written {
-            self.svc.metrics.failure("persist");
-        }
         self.persisted.send_replace(written);
     }
 
@@ -886,12 +885,13 @@ impl Task6 {
         // ADD while its record is written (the ADD answers once it
         // is in place).
         lock(&self.live).set_lease6(Some(lease.clone()));
-        let written = if self.waiter.is_some() && !self.role.apply && !self.role.one_shot {
+        // Either way the ADD learns how the write went from `persisted`
+        // (a failed one is counted where it failed).
+        if self.waiter.is_some() && !self.role.apply && !self.role.one_shot {
             self.write_first();
-            Durable::Pending
         } else {
-            self.persist().await
-        };
+            self.persist().await;
+        }
         let recorded_at = Instant::now();
         let applied = match self.configure(&lease, true).await {
             Ok(Dad6::Duplicate) => {
@@ -922,9 +922,6 @@ impl Task6 {
                 Ok(()) => Outcome6::Bound(lease, exchange),
             };
             let _ = w.send(outcome);
-        }
-        if let Durable::Failed(_) = written {
-            self.svc.metrics.failure("persist");
         }
         // A VM's discovery is done: the record stays (the entry is
         // reported from it, a restart keeps it as it is), and
