@@ -210,6 +210,8 @@ async fn run_on(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     let begun = std::time::Instant::now();
+    // Read before anything enters a pod's namespace.
+    crate::ops::trust::forbidden_netns();
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     std::fs::create_dir_all(&args.state_dir).map_err(|source| DaemonError::Io {

@@ -53,18 +53,22 @@ pub(crate) fn on_this_node(agent: &Agent, info: &PodInfo) -> Result<(), Error> {
 /// must be a namespace file, and neither the agent's nor the host's network
 /// namespace.
 pub(crate) fn check_netns(sent: &Path, opened: &Path) -> Result<(), Refusal> {
-    // Read once: pid 1's namespace and the agent's own (its main thread's,
-    // which never enters another: the trips into pods' namespaces happen
-    // on other threads) do not change while the agent runs, and two more
-    // path walks through `/proc` on every request showed in its profile.
+    check_netns_against(sent, opened, forbidden_netns())
+}
+
+/// The namespaces no request may name: pid 1's and the agent's own, read
+/// once (two path walks through `/proc` on every request showed in the
+/// agent's CPU profile), at the agent's start, before any trip into a
+/// pod's namespace could have moved the thread `/proc/self` names; they do
+/// not change while the agent runs.
+pub(crate) fn forbidden_netns() -> &'static [Forbidden; 2] {
     static FORBIDDEN: OnceLock<[Forbidden; 2]> = OnceLock::new();
-    let forbidden = FORBIDDEN.get_or_init(|| {
+    FORBIDDEN.get_or_init(|| {
         [
             Forbidden::read(Path::new(HOST_NETNS), "the host's network namespace"),
             Forbidden::read(Path::new(OWN_NETNS), "the agent's own network namespace"),
         ]
-    });
-    check_netns_against(sent, opened, forbidden)
+    })
 }
 
 /// A namespace a request may not name: its identity (device, inode), if
