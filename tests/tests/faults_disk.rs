@@ -294,18 +294,8 @@ fn an_ipv6_adds_failed_record_is_counted_once() {
     let conf = r#"{"cniVersion":"1.1.0","name":"v6net","type":"ovn-k8s-cni-overlay",
         "topology":"localnet","role":"secondary","netAttachDefName":"tenant/v6net",
         "ipam":{"type":"xdhcp","family":"ipv6","timeout":"20s","ipv6":{"prefixLength":64}}}"#;
-    let req = CniRequest {
-        container_id: "ctr-v6ro".to_owned(),
-        ifname: "eth0".to_owned(),
-        netns: Some(lab.clients[0].ns.path().to_path_buf()),
-        args: [
-            ("K8S_POD_NAMESPACE".to_owned(), "tenant".to_owned()),
-            ("K8S_POD_NAME".to_owned(), "v6ro".to_owned()),
-            ("K8S_POD_UID".to_owned(), uid),
-        ]
-        .into(),
-        config: xdhcp::cni::config::parse(conf.as_bytes()).unwrap(),
-    };
+    let mut req = xdhcp_tests::cni_request(&lab.clients[0], "v6ro", "tenant", conf);
+    req.args.insert("K8S_POD_UID".to_owned(), uid);
     let e = agent
         .add(&req)
         .expect_err("an ADD whose record cannot be written fails");

@@ -770,8 +770,9 @@ impl Task6 {
     /// ADD waits, the record is in place when this returns and durable
     /// moments later (the store's syncer), as an IPv4 first lease's is:
     /// the answer needs the next agent to find it, which the page cache
-    /// gives; every later write is durable before it returns.
-    async fn persist(&mut self) -> Durable {
+    /// gives; every later write is durable before it returns. The outcome
+    /// goes to `persisted` (a failure counted where it failed).
+    async fn persist(&mut self) {
         self.settle_writing().await;
         let rec = Box::new(self.record());
         let effect = if self.waiter.is_some() {
@@ -780,8 +781,7 @@ impl Task6 {
             Effect::Persist(rec)
         };
         let written = self.svc.settled(self.svc.clone().start(effect)).await;
-        self.persisted.send_replace(written.clone());
-        written
+        self.persisted.send_replace(written);
     }
 
     /// Start writing the first lease's record without waiting for it: the
@@ -885,8 +885,7 @@ impl Task6 {
         // ADD while its record is written (the ADD answers once it
         // is in place).
         lock(&self.live).set_lease6(Some(lease.clone()));
-        // Either way the ADD learns how the write went from `persisted`
-        // (a failed one is counted where it failed).
+        // Either way the ADD learns how the write went from `persisted`.
         if self.waiter.is_some() && !self.role.apply && !self.role.one_shot {
             self.write_first();
         } else {
