@@ -45,7 +45,7 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().map_or(manifest.clone(), PathBuf::from)
 }
 
-fn describe(cmd: &Command) -> String {
+pub fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         s.push(' ');
