@@ -830,6 +830,9 @@ fn the_guards_tables_and_filters_are_handed_over_and_unpin_removes_them() {
     assert!(!bpffs.join(GUARD_PIN_DIR).exists(), "{out}");
     let (_, heard) = lease_watching_for_rogue(&lab.clients[1]);
     assert!(heard > 0, "after unpin the port is no longer guarded");
+    // Unmounted before the agent's directory is removed, which a mount in
+    // it would keep.
+    drop(bpffs_mount);
 }
 
 /// The guard's programs of another build pinned when an agent starts (an
@@ -933,6 +936,9 @@ fn a_guard_of_another_build_is_replaced_in_place_and_its_pins_removed() {
     }
     assert_eq!(guard_filters(&lab.server, &port), (1, 0), "{log}");
     let _dir = agent.stop();
+    // Unmounted before the agent's directory is removed, which a mount in
+    // it would keep.
+    drop(bpffs_mount);
 }
 
 /// A network config (a NAD a tenant may write) that asks for a trusted

@@ -1223,6 +1223,9 @@ fn vfio_vm_add_whose_record_cannot_be_written_fails_naming_the_state_directory()
     assert_eq!(fake.driver_override(), "vfio-pci");
     assert_eq!(fake.journal_entries(), 0);
     assert!(agent.leases().is_empty(), "{:?}", agent.leases());
+    // Off before `node` removes the agent's directory, which a mount in it
+    // would keep (the agent holds no lease to write at its stop).
+    drop(leases_fs);
 }
 
 /// A VM whose VF is passed through with `vfio-pci`, on an IPv6 network and
