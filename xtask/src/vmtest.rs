@@ -12,11 +12,14 @@
 //!   filesystem (read-only in the guest), so the guest runs the test binaries
 //!   built here, dnsmasq and the CNI plugins; nothing is compiled in the
 //!   guest. Software emulation (KVM does not boot a guest on these machines),
-//!   1 vCPU, 1 GiB. Devices: two virtio-net NICs on one qemu hub with the
+//!   2 vCPUs, 2 GiB. Devices: two virtio-net NICs on one qemu hub with the
 //!   guest offloads off (`virtio_net` refuses native XDP while the device
 //!   may hand it GRO/checksum-offloaded packets it cannot switch off), and
 //!   an e1000e on qemu's user network behind an emulated Intel IOMMU (6.1
 //!   has no VFIO no-IOMMU mode).
+//! - Two sequences of checks at once, a vCPU each: those of the guest's
+//!   devices and kernel-wide state, and those confined to namespaces of
+//!   their own ([`Lane`]).
 //! - Results: every selected test runs on its own (`--exact`, its output
 //!   not captured) in the guest, which writes its exit status, duration and
 //!   output to a directory shared read-write with the host; the host prints
@@ -36,9 +39,10 @@ use crate::{cmd, setup};
 const KERNEL_SERIES: &str = "6.1.0";
 /// The virtme-ng release the tier was verified with.
 const VIRTME_NG_VERSION: &str = "1.42";
-/// Guest size: software emulation is slow, keep it small.
-const GUEST_MEMORY: &str = "1G";
-const GUEST_CPUS: &str = "1";
+/// Guest size: a vCPU per [`Lane`], each a thread of qemu's emulation
+/// (one per host core here); memory for two lanes' agents, servers and OVS.
+const GUEST_MEMORY: &str = "2G";
+const GUEST_CPUS: &str = "2";
 /// One check's time limit inside the guest.
 const CHECK_TIMEOUT_SECS: u32 = 300;
 /// The whole guest run's time limit.
@@ -62,13 +66,33 @@ const QEMU_DEVICES: &[&str] = &[
     "-device virtio-net-pci,netdev=vmt-hub2,mac=52:54:00:78:64:02,guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off",
 ];
 
-/// The guest suite: integration-test binaries and the tests of each that run
-/// in the guest (substrings of test names; empty: all, ignored ones included).
-const GUEST_SUITE: &[(&str, &[&str])] = &[
-    // Every program through the verifier; native XDP on virtio-net, per
-    // interface and as the agent's uplink; the VFIO handoff of the e1000e
-    // against qemu's DHCP server, with and without a live uplink.
-    ("vm_guest", &[]),
+/// Which of the guest's two sequences a check runs in. The two run at once,
+/// each on a vCPU, the checks of each one after the other.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// Checks of the guest's own devices and kernel-wide state — the
+    /// virtio-net NICs, the e1000e and its driver handoff, the openvswitch
+    /// module's datapath — which no other check may use at the same time.
+    Devices,
+    /// Checks confined to network namespaces of their own, as on the host,
+    /// where each binary's tests run several at once.
+    Namespaces,
+}
+
+/// The guest suite: integration-test binaries, their lane, and the tests of
+/// each that run in the guest (substrings of test names; empty: all, ignored
+/// ones included). A test two entries select runs once, in the first's lane.
+const GUEST_SUITE: &[(&str, Lane, &[&str])] = &[
+    // Every program through the verifier: no device, so beside the rest.
+    (
+        "vm_guest",
+        Lane::Namespaces,
+        &["every_program_in_the_object_passes_the_verifier"],
+    ),
+    // Native XDP on virtio-net, per interface and as the agent's uplink;
+    // the VFIO handoff of the e1000e against qemu's DHCP server, with and
+    // without a live uplink.
+    ("vm_guest", Lane::Devices, &[]),
     // Capture through TC and native/generic XDP on veths (dnsmasq), and the
     // programs under BPF_PROG_TEST_RUN: every record size (the copy 6.1
     // needed changed), VLAN tags, TC on page fragments, DHCPv6 replies owned
@@ -77,6 +101,7 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // emulation).
     (
         "kernel_path",
+        Lane::Namespaces,
         &[
             "dnsmasq_offer_through",
             "frames_of_every_record_size",
@@ -92,12 +117,12 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // rogue server reaching no new pod; a DISCOVER flood held to the port's
     // rate; OVS killed and restarted under live leases; a bridge mapping
     // added at run time.
-    ("ovs_guest", &[]),
+    ("ovs_guest", Lane::Devices, &[]),
     // A VM port's guard asks the guest's DISCOVER and REQUEST for broadcast
     // replies: the TC rewrite through 6.1's checksum helper, and the XDP
     // twin past 6.1's verifier (refused there, the guard would fall back to
     // TC without saying so here).
-    ("guard_broadcast", &[]),
+    ("guard_broadcast", Lane::Namespaces, &[]),
     // The guard's IPv6 half past 6.1's verifier (its bounded walk of
     // extension headers, the XDP twin near a quarter of a million
     // instructions there) and its verdicts: DHCPv6 server messages and
@@ -107,6 +132,7 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // one more copy in the XDP twin).
     (
         "guard_kernel",
+        Lane::Namespaces,
         &[
             "dhcpv6_server_messages_from_an_untrusted_port_are_dropped_and_counted",
             "router_advertisements_and_redirects_are_dropped_behind_any_extension_headers",
@@ -120,11 +146,13 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // falls back to AF_PACKET, and the filter is attached again.
     (
         "capture_fallback",
+        Lane::Namespaces,
         &["a_tc_filter_deleted_from_outside_is_noticed_where_tc_programs_are_filters"],
     ),
     // The pod path: ADD through the bridge plugin, renewal, DEL.
     (
         "cni",
+        Lane::Namespaces,
         &["bridge_pod_is_bound_renewed_and_deleted_on_the_ebpf_datapath"],
     ),
     // The uplink programs on 6.1: their own mode map, apart from the ports'
@@ -132,6 +160,7 @@ const GUEST_SUITE: &[(&str, &[&str])] = &[
     // offset, tagged and not.
     (
         "uplink_kernel",
+        Lane::Namespaces,
         &[
             "uplink_and_port_configurations_never_collide",
             "uplink_truncated_at_every_offset",
@@ -165,7 +194,7 @@ pub fn run(args: &Args) -> Result<()> {
     let build_took = t_build.elapsed();
 
     let mut checks = Vec::new();
-    for (name, filters) in GUEST_SUITE {
+    for &(name, lane, filters) in GUEST_SUITE {
         let bin = built
             .tests
             .iter()
@@ -174,13 +203,15 @@ pub fn run(args: &Args) -> Result<()> {
             .with_context(|| format!("cargo built no `{name}` test binary"))?;
         for test in list_tests(&bin)? {
             let id = format!("{name}::{test}");
-            let selected = filters.is_empty() || filters.iter().any(|f| test.contains(f));
+            let selected = (filters.is_empty() || filters.iter().any(|f| test.contains(f)))
+                && !checks.iter().any(|c: &Check| c.id == id);
             let wanted = args.filter.as_deref().is_none_or(|f| id.contains(f));
             if selected && wanted {
                 checks.push(Check {
                     id,
                     bin: bin.clone(),
                     test,
+                    lane,
                 });
             }
         }
@@ -227,6 +258,7 @@ struct Check {
     id: String,
     bin: PathBuf,
     test: String,
+    lane: Lane,
 }
 
 /// The unpacked guest kernel.
@@ -450,7 +482,8 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// The guest's script: modules, then every check on its own, each writing
-/// `checks/<n>.{log,rc,ns}` (output, exit status, start and end time).
+/// `checks/<n>.{log,rc,ns}` (output, exit status, start and end time); the
+/// two [`Lane`]s at once, each a shell function of its checks in order.
 fn guest_script(built: &Built, out: &Path, checks: &[Check]) -> String {
     let q = |p: &Path| shell_quote(&p.to_string_lossy());
     let mut s = String::new();
@@ -471,20 +504,29 @@ fn guest_script(built: &Built, out: &Path, checks: &[Check]) -> String {
     // Nothing creates /dev/net/tun in the guest until tun is loaded (the
     // NIC drivers are loaded by the tests that use them).
     let _ = writeln!(s, "modprobe tun");
-    for (n, c) in checks.iter().enumerate() {
-        let base = out.join("checks").join(n.to_string());
-        let _ = writeln!(s, "echo \"vmtest: {}\" > /dev/console", c.id);
-        let _ = writeln!(s, "date +%s%N > {}", q(&base.with_extension("ns")));
-        let _ = writeln!(
-            s,
-            "timeout {CHECK_TIMEOUT_SECS} {} --exact --include-ignored --test-threads=1 --nocapture {} > {} 2>&1",
-            q(&c.bin),
-            shell_quote(&c.test),
-            q(&base.with_extension("log")),
-        );
-        let _ = writeln!(s, "echo $? > {}", q(&base.with_extension("rc")));
-        let _ = writeln!(s, "date +%s%N >> {}", q(&base.with_extension("ns")));
+    for (l, lane) in [Lane::Devices, Lane::Namespaces].into_iter().enumerate() {
+        let _ = writeln!(s, "lane{l}() {{");
+        // `:` keeps an empty lane's function valid shell.
+        let _ = writeln!(s, "  :");
+        for (n, c) in checks.iter().enumerate().filter(|(_, c)| c.lane == lane) {
+            let base = out.join("checks").join(n.to_string());
+            let _ = writeln!(s, "  echo \"vmtest: {}\" > /dev/console", c.id);
+            let _ = writeln!(s, "  date +%s%N > {}", q(&base.with_extension("ns")));
+            let _ = writeln!(
+                s,
+                "  timeout {CHECK_TIMEOUT_SECS} {} --exact --include-ignored --test-threads=1 --nocapture {} > {} 2>&1",
+                q(&c.bin),
+                shell_quote(&c.test),
+                q(&base.with_extension("log")),
+            );
+            let _ = writeln!(s, "  echo $? > {}", q(&base.with_extension("rc")));
+            let _ = writeln!(s, "  date +%s%N >> {}", q(&base.with_extension("ns")));
+        }
+        let _ = writeln!(s, "}}");
     }
+    let _ = writeln!(s, "lane0 &");
+    let _ = writeln!(s, "lane1 &");
+    let _ = writeln!(s, "wait");
     let _ = writeln!(s, "dmesg > {}", q(&out.join("dmesg.log")));
     let _ = writeln!(s, "echo done > {}", q(&out.join("done")));
     s
@@ -623,4 +665,56 @@ fn report(
         bail!("{} guest check(s) failed on {release}", failed.len());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(id: &str, lane: Lane) -> Check {
+        Check {
+            id: id.to_owned(),
+            bin: PathBuf::from(format!("/b/{id}")),
+            test: id.to_owned(),
+            lane,
+        }
+    }
+
+    /// Each lane's checks in their order in one shell function; the two
+    /// functions started together, and the suite done only when both are.
+    #[test]
+    fn the_guest_script_runs_each_lanes_checks_in_order_and_both_lanes_at_once() {
+        let built = Built {
+            tests: Vec::new(),
+            agent: PathBuf::from("/a"),
+            plugin: PathBuf::from("/p"),
+        };
+        let checks = [
+            check("dev1", Lane::Devices),
+            check("ns1", Lane::Namespaces),
+            check("dev2", Lane::Devices),
+        ];
+        let script = guest_script(&built, Path::new("/out"), &checks);
+        let body = |name: &str| {
+            let start = script.find(&format!("{name}() {{")).expect(name);
+            let end = start + script[start..].find("\n}\n").expect("the function's end");
+            script[start..end].to_owned()
+        };
+        let (devices, namespaces) = (body("lane0"), body("lane1"));
+        let (d1, d2) = (
+            devices.find("'/b/dev1'").expect("dev1 in the device lane"),
+            devices.find("'/b/dev2'").expect("dev2 in the device lane"),
+        );
+        assert!(d1 < d2, "{devices}");
+        assert!(devices.contains("/out/checks/2.rc"), "{devices}");
+        assert!(!devices.contains("ns1"), "{devices}");
+        assert!(namespaces.contains("'/b/ns1'"), "{namespaces}");
+        assert!(namespaces.contains("/out/checks/1.rc"), "{namespaces}");
+        let tail = &script[script.find("\n}\nlane0 &").expect("lanes started")..];
+        let (wait, done) = (
+            tail.find("\nwait\n").unwrap(),
+            tail.find("/out/done").unwrap(),
+        );
+        assert!(tail.contains("lane1 &\n") && wait < done, "{tail}");
+    }
 }
