@@ -14,6 +14,7 @@ mod fuzz;
 mod image;
 mod setup;
 mod test;
+mod testrun;
 mod triple;
 mod vmtest;
 
