@@ -22,7 +22,7 @@ use crate::datapath::capture::CapturePath;
 use crate::datapath::link::LinkError;
 use crate::datapath::port::{Input, LeasePort, Port};
 use crate::lease::effects::{Effect, Effects};
-use crate::lease::live::{Command, EngineState, ExchangeClock, Live, Outcome};
+use crate::lease::live::{Command, EngineState, Exchange, ExchangeClock, Live, Outcome};
 use crate::lease::persist::{Durable, LeaseRecord, WorkloadKind};
 pub(crate) use crate::lease::services::Services;
 use crate::sys::clock::now_unix_ms;
@@ -133,6 +133,32 @@ impl<P: LeasePort> Task<P> {
             .clone()
             .start(Effect::PersistVisible(Box::new(rec)));
         self.ahead = Some(Ahead { address, write });
+    }
+
+    /// Tell the ADD waiting for the first lease (if one still is) how it
+    /// went.
+    fn tell(
+        &mut self,
+        applied: Result<(), Arc<crate::netlink::NetlinkError>>,
+        lease: &Lease,
+        exchange: Exchange,
+    ) {
+        if let Some(w) = self.waiter.take() {
+            let _ = w.send(match applied {
+                Ok(()) => Outcome::Bound(lease.clone(), exchange),
+                Err(e) => Outcome::ApplyFailed(e),
+            });
+        }
+    }
+
+    /// Whether the agent configures the lease on the interface: `apply`
+    /// asked, on a pod's interface in a namespace (a VM's address belongs
+    /// to the guest).
+    fn configures(&self) -> bool {
+        let l = lock(&self.live);
+        l.record.network.ipam.apply
+            && !matches!(l.record.workload, WorkloadKind::Vm { .. })
+            && self.port.netns().is_some()
     }
 
     /// Wait for the write ahead, if one is out: the address it recorded,
@@ -457,14 +483,23 @@ async fn drain_events<P: LeasePort>(
                 let bound_at = Instant::now();
                 task.set_lease(Some(lease.clone()));
                 task.set_state(task.client.state());
+                // An ADD's lease the agent does not configure is told to the
+                // ADD now, while its record is still being written (the
+                // one written ahead while the REQUEST was out is most often
+                // still out: the ACK comes within a millisecond): the ADD
+                // writes the `pod-networks` entry meanwhile, and answers
+                // only once `persisted` says the record is in place.
+                if !oneshot && !task.configures() {
+                    let exchange = task.clock.bound(bound_at, bound_at, Instant::now());
+                    task.tell(Ok(()), &lease, exchange);
+                }
                 // Nothing goes on the interface that a restart would not
                 // know of: the record naming the address is in place first
-                // (the one written ahead while the REQUEST was out, most
-                // often already; else the full one), for the next agent to
-                // read; the store makes it durable moments later. A crash
-                // between the two would leave an address no record, and so
-                // no DEL, takes off the pod, where the server gives it to
-                // another once the lease runs out.
+                // (the one written ahead, else the full one), for the next
+                // agent to read; the store makes it durable moments later.
+                // A crash between the two would leave an address no
+                // record, and so no DEL, takes off the pod, where the
+                // server gives it to another once the lease runs out.
                 let ahead = matches!(task.settle_ahead().await,
                     Some((address, Durable::Saved)) if address == lease.address);
                 let durable = if ahead {
@@ -483,14 +518,9 @@ async fn drain_events<P: LeasePort>(
                     apply_us = exchange.apply.as_micros(),
                     "first exchange"
                 );
-                // ADD writes the annotation meanwhile; it answers only once
-                // `persisted` is set.
-                if let Some(w) = task.waiter.take() {
-                    let _ = w.send(match applied {
-                        Ok(()) => Outcome::Bound(lease.clone(), exchange),
-                        Err(e) => Outcome::ApplyFailed(e),
-                    });
-                }
+                // An ADD not told yet is told now; either way it answers
+                // only once `persisted` is set.
+                task.tell(applied, &lease, exchange);
                 task.persisted.send_replace(durable);
                 // Written ahead with this address: the full record follows.
                 if ahead {
@@ -631,19 +661,10 @@ async fn apply_if_asked<P: LeasePort>(
     lease: &Lease,
     how: How,
 ) -> Result<(), Arc<crate::netlink::NetlinkError>> {
-    let (apply, vm, metric) = {
-        let l = lock(&task.live);
-        (
-            l.record.network.ipam.apply,
-            matches!(l.record.workload, WorkloadKind::Vm { .. }),
-            l.record.network.ipam.route_priority,
-        )
-    };
-    // A VM's address belongs to the guest: never configured on the pod
-    // interface.
-    if !apply || vm {
+    if !task.configures() {
         return Ok(());
     }
+    let metric = lock(&task.live).record.network.ipam.route_priority;
     let Some(netns) = task.port.netns().map(std::path::Path::to_path_buf) else {
         return Ok(());
     };
@@ -1007,24 +1028,14 @@ mod tests {
             }
         }
 
-        /// A maintained lease driven against the fake port (`apply` as
-        /// asked, its namespace only a name): its DORA, the ADD told of the
-        /// lease, its record on disk naming the address, and a RELEASE from
-        /// that address when DEL stops it. What it asked of the world, and
-        /// what the disk held at each address change.
-        async fn drive(apply: bool) -> (Vec<Effect>, Vec<Option<Ipv4Addr>>) {
-            let dir = tempfile::tempdir().unwrap();
-            let metrics = Arc::new(Metrics::new());
-            let svc = Arc::new(Services {
-                metrics: metrics.clone(),
-                capture: Arc::new(Capture::af_packet(
-                    None,
-                    metrics,
-                    Arc::new(Health::default()),
-                )),
-                store: crate::lease::persist::open(dir.path()).unwrap(),
-                token: CancellationToken::new(),
-            });
+        /// A pod's fresh lease task (`apply` as asked, its namespace only a
+        /// name) whose effects `effects` carries out, with an ADD waiting
+        /// for its first lease: the harness, and the ADD's end.
+        fn pod_lease(
+            svc: &Arc<Services>,
+            effects: Arc<dyn Effects>,
+            apply: bool,
+        ) -> (Harness, oneshot::Receiver<Outcome>) {
             let config = ClientConfig {
                 chaddr: MAC,
                 ..ClientConfig::default()
@@ -1038,27 +1049,138 @@ mod tests {
                 None,
             );
             let (waiter, outcome) = oneshot::channel();
-            let noting = Arc::new(Noting {
-                real: svc.clone(),
-                seen: Mutex::new(Vec::new()),
-                on_disk_at_address: Mutex::new(Vec::new()),
-            });
-            let Harness {
-                task,
-                live,
-                mut sent,
-                replies,
-                cmd_tx,
-                mut durable,
-                bound_by,
-            } = harness(
+            let h = harness(
                 svc.clone(),
-                noting.clone(),
+                effects,
                 client,
                 record,
                 Some("/var/run/netns/xdhcp-unit-test-pod".into()),
                 Some(waiter),
             );
+            (h, outcome)
+        }
+
+        /// A carrier whose record writes wait until the test opens `gate`
+        /// (a disk as slow as the test wants); addresses it only pretends
+        /// to configure.
+        #[derive(Debug)]
+        struct Held {
+            real: Arc<Services>,
+            gate: watch::Receiver<bool>,
+        }
+
+        impl Effects for Held {
+            fn start(self: Arc<Self>, effect: Effect) -> tokio::task::JoinHandle<Durable> {
+                let real = self.real.clone();
+                let mut gate = self.gate.clone();
+                tokio::spawn(async move {
+                    if matches!(effect, Effect::Persist(_) | Effect::PersistVisible(_)) {
+                        let _ = gate.wait_for(|open| *open).await;
+                    }
+                    real.start(effect).await.expect("the write task")
+                })
+            }
+            fn now(self: Arc<Self>, effect: Effect) -> Durable {
+                self.real.clone().now(effect)
+            }
+            fn address(
+                self: Arc<Self>,
+                _: Effect,
+            ) -> tokio::task::JoinHandle<Result<(), Arc<crate::netlink::NetlinkError>>>
+            {
+                tokio::spawn(async { Ok(()) })
+            }
+        }
+
+        /// Without `apply`, the ADD is told of its lease at the ACK, while
+        /// the record naming it is still being written (it writes the
+        /// `pod-networks` entry meanwhile, and answers only once
+        /// `persisted` says the record is in place); with `apply`, only
+        /// once the record is in place, since the address goes on the
+        /// interface first.
+        #[tokio::test]
+        async fn without_apply_the_add_is_told_of_its_lease_while_the_record_is_written() {
+            for apply in [false, true] {
+                let dir = tempfile::tempdir().unwrap();
+                let svc = services(dir.path());
+                let (gate_tx, gate) = watch::channel(false);
+                let held = Arc::new(Held {
+                    real: svc.clone(),
+                    gate,
+                });
+                let (h, mut outcome) = pod_lease(&svc, held, apply);
+                let Harness {
+                    task,
+                    mut sent,
+                    replies,
+                    cmd_tx: _cmd_tx,
+                    durable,
+                    ..
+                } = h;
+                let _ended = tokio::spawn(run(task));
+                let discover = sent.recv().await.unwrap();
+                replies.send(reply(&discover, MessageType::Offer)).unwrap();
+                let request = sent.recv().await.unwrap();
+                assert_eq!(request.kind, MessageKind::Request);
+                replies.send(reply(&request, MessageType::Ack)).unwrap();
+                if apply {
+                    let early =
+                        tokio::time::timeout(Duration::from_millis(200), &mut outcome).await;
+                    assert!(
+                        early.is_err(),
+                        "with apply, the ADD was told while its record was held"
+                    );
+                } else {
+                    let told = tokio::time::timeout(Duration::from_secs(10), &mut outcome).await;
+                    let Ok(Ok(Outcome::Bound(lease, _))) = told else {
+                        panic!("the ADD was not told of its lease while its record was held");
+                    };
+                    assert_eq!(lease.address, ADDR);
+                }
+                assert!(
+                    matches!(*durable.borrow(), Durable::Pending),
+                    "apply={apply}: the record was said to be in place while its write was held"
+                );
+                gate_tx.send(true).unwrap();
+                let mut durable = durable;
+                durable
+                    .wait_for(|d| matches!(d, Durable::Saved))
+                    .await
+                    .unwrap();
+                if apply {
+                    let Ok(Outcome::Bound(lease, _)) = outcome.await else {
+                        panic!("with apply, the ADD was not told once the record was in place");
+                    };
+                    assert_eq!(lease.address, ADDR);
+                }
+            }
+        }
+
+        /// A maintained lease driven against the fake port (`apply` as
+        /// asked, its namespace only a name): its DORA, the ADD told of the
+        /// lease, its record on disk naming the address, and a RELEASE from
+        /// that address when DEL stops it. What it asked of the world, and
+        /// what the disk held at each address change.
+        async fn drive(apply: bool) -> (Vec<Effect>, Vec<Option<Ipv4Addr>>) {
+            let dir = tempfile::tempdir().unwrap();
+            let svc = services(dir.path());
+            let noting = Arc::new(Noting {
+                real: svc.clone(),
+                seen: Mutex::new(Vec::new()),
+                on_disk_at_address: Mutex::new(Vec::new()),
+            });
+            let (
+                Harness {
+                    task,
+                    live,
+                    mut sent,
+                    replies,
+                    cmd_tx,
+                    mut durable,
+                    bound_by,
+                },
+                outcome,
+            ) = pod_lease(&svc, noting.clone(), apply);
             let ended = tokio::spawn(run(task));
 
             let discover = sent.recv().await.unwrap();
