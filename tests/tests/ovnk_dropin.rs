@@ -333,6 +333,18 @@ fn dhcp_daemon_with_the_upstream_flags_serves_ovn_kubernetes() {
     let socket = host.join("run/cni/dhcp.sock");
     wait_serving(&socket, &daemon);
     wait_serving(&own_socket, &daemon);
+    // Written once the sockets are bound: a socket takes connections from
+    // its bind on, so the file (and its content) may come a moment after.
+    let written = || {
+        std::fs::read_to_string(&pidfile)
+            .is_ok_and(|p| !p.is_empty() && p.trim().parse::<u32>().is_ok())
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), written),
+        "no pid file at {}:\n{}",
+        pidfile.display(),
+        daemon.log()
+    );
     let pid = std::fs::read_to_string(&pidfile).expect("the pid file");
     assert_eq!(Some(pid.trim().parse().unwrap()), daemon.process.pid());
 
