@@ -107,7 +107,8 @@ pub fn all_binaries(root: &Path, packages: &[&str], plugin: &Path, threads: &str
 
 /// One test binary as `cargo test --no-run` built it.
 struct TestBinary {
-    /// As `cargo test` names it: `tests/cni.rs`, `unittests src/lib.rs`.
+    /// Its package and what `cargo test` calls it: `xdhcp-tests
+    /// tests/cni.rs`, `xdhcp-engine unittests src/lib.rs`.
     name: String,
     executable: PathBuf,
     /// Its package's directory: where cargo runs it.
@@ -161,10 +162,15 @@ fn test_binary(line: &str) -> Option<TestBinary> {
     let src = Path::new(target["src_path"].as_str()?);
     let src = src.strip_prefix(&dir).unwrap_or(src).display().to_string();
     let kinds = target["kind"].as_array()?;
+    // `path+file:///…/engine#xdhcp-engine@0.1.0`
+    let package = message["package_id"]
+        .as_str()
+        .and_then(|id| id.rsplit_once('#'))
+        .map_or("", |(_, p)| p.split_once('@').map_or(p, |(name, _)| name));
     let name = if kinds.iter().any(|k| k == "test") {
-        src
+        format!("{package} {src}")
     } else {
-        format!("unittests {src}")
+        format!("{package} unittests {src}")
     };
     Some(TestBinary {
         name,
@@ -336,7 +342,7 @@ mod tests {
     fn cargos_messages_name_the_test_binaries_and_where_they_run() {
         let unit = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/engine#xdhcp-engine@0.1.0","manifest_path":"/w/engine/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"xdhcp_engine","src_path":"/w/engine/src/lib.rs","edition":"2024","doc":true,"doctest":true,"test":true},"profile":{"opt_level":"0","test":true},"features":[],"filenames":["/w/target/debug/deps/xdhcp_engine-f3"],"executable":"/w/target/debug/deps/xdhcp_engine-f3","fresh":false}"#;
         let b = test_binary(unit).expect("a lib's unit tests");
-        assert_eq!(b.name, "unittests src/lib.rs");
+        assert_eq!(b.name, "xdhcp-engine unittests src/lib.rs");
         assert_eq!(
             b.executable,
             Path::new("/w/target/debug/deps/xdhcp_engine-f3")
@@ -348,7 +354,7 @@ mod tests {
             .replace("/w/engine/src/lib.rs", "/w/engine/tests/cni.rs");
         assert_eq!(
             test_binary(&integration).expect("a test").name,
-            "tests/cni.rs"
+            "xdhcp-engine tests/cni.rs"
         );
 
         // The same library built to link into the tests: no test binary.
